@@ -1,0 +1,125 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Backoff decides how long to wait after a failure, and when to give up.
+//
+// It is a function of the failure count alone, not of hidden state, so that
+// Run can persist the count in the store and honour the same backoff across
+// separate processes: a cron that fires every minute does not hammer a
+// failing downstream. There is no hidden elapsed-time limit; bound the number
+// of attempts with [WithMaxAttempts] and the wait with [WithCap].
+type Backoff interface {
+	// Next returns the delay before the next attempt after n consecutive
+	// failures (n >= 1), or ok == false to give up.
+	Next(n int) (delay time.Duration, ok bool)
+}
+
+// BackoffFunc adapts a function to [Backoff].
+type BackoffFunc func(n int) (time.Duration, bool)
+
+// Next calls f(n).
+func (f BackoffFunc) Next(n int) (time.Duration, bool) { return f(n) }
+
+// Constant waits d after every failure and never gives up.
+func Constant(d time.Duration) Backoff {
+	return BackoffFunc(func(int) (time.Duration, bool) { return d, true })
+}
+
+// Exponential waits base, 2·base, 4·base, ... after the 1st, 2nd, 3rd failure,
+// saturating at the largest Duration. It never gives up and has no jitter:
+// wrap it with [WithFullJitter], [WithCap] and [WithMaxAttempts].
+func Exponential(base time.Duration) Backoff {
+	return BackoffFunc(func(n int) (time.Duration, bool) {
+		if n < 1 {
+			n = 1
+		}
+		shift := n - 1
+		if shift >= 62 || base > math.MaxInt64>>shift {
+			return math.MaxInt64, true
+		}
+		return base << shift, true
+	})
+}
+
+// WithCap limits every delay of b to at most max.
+func WithCap(max time.Duration, b Backoff) Backoff {
+	return BackoffFunc(func(n int) (time.Duration, bool) {
+		d, ok := b.Next(n)
+		return min(d, max), ok
+	})
+}
+
+// WithMaxAttempts gives up once n attempts have failed: the n-th failure
+// parks the key. n < 1 is treated as 1.
+func WithMaxAttempts(n int, b Backoff) Backoff {
+	n = max(n, 1)
+	return BackoffFunc(func(failures int) (time.Duration, bool) {
+		if failures >= n {
+			return 0, false
+		}
+		return b.Next(failures)
+	})
+}
+
+// jitter returns a uniform random duration in [0, d]. Tests replace it.
+var jitter = func(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	if d == math.MaxInt64 {
+		return time.Duration(rand.Int64N(math.MaxInt64))
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// WithFullJitter replaces each delay d of b by a uniform random delay in
+// [0, d] ("full jitter"), so that many clients failing together do not retry
+// together.
+func WithFullJitter(b Backoff) Backoff {
+	return BackoffFunc(func(n int) (time.Duration, bool) {
+		d, ok := b.Next(n)
+		if !ok {
+			return 0, false
+		}
+		return jitter(d), true
+	})
+}
+
+// DefaultBackoff is what Run uses unless told otherwise: full jitter over
+// 1 s, 2 s, 4 s, ... capped at one minute, giving up after 5 attempts.
+func DefaultBackoff() Backoff {
+	return WithMaxAttempts(5, WithFullJitter(WithCap(time.Minute, Exponential(time.Second))))
+}
+
+// Retry calls fn until it succeeds, returns a [Permanent] error, b gives up,
+// or ctx ends, sleeping b's delay between attempts. It keeps no state beyond
+// the call: to remember attempts across processes, use Run.
+//
+// The error it returns wraps fn's last error; when b gave up it also matches
+// [ErrGaveUp].
+func Retry(ctx context.Context, b Backoff, fn func(context.Context) error) error {
+	return retry(ctx, systemClock{}, b, fn)
+}
+
+func retry(ctx context.Context, c Clock, b Backoff, fn func(context.Context) error) error {
+	for n := 1; ; n++ {
+		err := fn(ctx)
+		if err == nil || isPermanent(err) {
+			return err
+		}
+		d, ok := b.Next(n)
+		if !ok {
+			return fmt.Errorf("%w after %d attempts: %w", ErrGaveUp, n, err)
+		}
+		if serr := sleep(ctx, c, d); serr != nil {
+			return fmt.Errorf("idem: retry stopped after %d attempts: %w (last error: %w)", n, serr, err)
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors that Run and the stores return. Match them with [errors.Is]; use
+// [errors.As] with *[Error] for the key, attempt and fn's own error.
+var (
+	// ErrInvalidKey: the Key is empty, too long, not UTF-8 or has control
+	// characters. Nothing was written.
+	ErrInvalidKey = errors.New("idem: invalid key")
+
+	// ErrInProgress: another holder has a live lease on the key (or, for the
+	// state file, holds its lock). fn did not run. Try again later, or pass
+	// [Wait] to wait for the holder.
+	ErrInProgress = errors.New("idem: key in progress elsewhere")
+
+	// ErrUnknownOutcome: an earlier attempt may or may not have had its effect
+	// (it was killed, or fn failed in a mode that cannot retry blindly), and
+	// nothing can tell which. fn will not run again until an operator calls
+	// Resolve, or a [TwoPhase] check answers.
+	ErrUnknownOutcome = errors.New("idem: outcome unknown, awaiting Resolve")
+
+	// ErrBackingOff: the key failed recently and its next attempt is not
+	// allowed yet. [Error.NotBefore] says when it is.
+	ErrBackingOff = errors.New("idem: backing off after a failure")
+
+	// ErrGaveUp: the key failed as often as the [Backoff] allows, or with a
+	// [Permanent] error, and is parked until an operator calls Reset.
+	ErrGaveUp = errors.New("idem: gave up, key parked until Reset")
+
+	// ErrLeaseLost: this attempt's lease was taken over by a newer attempt
+	// (its holder stalled past the lease). Its done mark was refused; the key
+	// belongs to the newer attempt.
+	ErrLeaseLost = errors.New("idem: lease lost to a newer attempt")
+
+	// ErrNewerSchema: the ledger was written by a newer version of idem.
+	// Nothing was written to it.
+	ErrNewerSchema = errors.New("idem: ledger schema is newer than this version of idem")
+
+	// ErrNotResolvable: Resolve or Reset was asked to change a key that is
+	// done, or that a live attempt holds.
+	ErrNotResolvable = errors.New("idem: key cannot be resolved in its current state")
+)
+
+// Outcome says how a Run ended.
+type Outcome int
+
+// The outcomes of a Run. Run returns nil for [Ran], [AlreadyDone] and
+// [Recovered]; the others come with an error matching the sentinel named.
+const (
+	Ran         Outcome = iota + 1 // fn ran now and its done mark committed
+	AlreadyDone                    // an earlier run had finished the key; fn did not run
+	Recovered                      // a doubtful earlier attempt was confirmed by DownstreamHas and marked done; fn did not run
+	InProgress                     // ErrInProgress
+	Unknown                        // ErrUnknownOutcome
+	BackingOff                     // ErrBackingOff
+	GaveUp                         // ErrGaveUp
+	LeaseLost                      // ErrLeaseLost
+	Failed                         // fn or the store failed, and the run stopped before the key was settled (its context ended, or the store returned an error)
+)
+
+var outcomeNames = [...]string{
+	Ran: "ran", AlreadyDone: "already_done", Recovered: "recovered", InProgress: "in_progress",
+	Unknown: "unknown", BackingOff: "backing_off", GaveUp: "gave_up", LeaseLost: "lease_lost", Failed: "failed",
+}
+
+// String returns a short snake_case name, suitable as a metric label.
+func (o Outcome) String() string {
+	if o > 0 && int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+func (o Outcome) sentinel() error {
+	switch o {
+	case InProgress:
+		return ErrInProgress
+	case Unknown:
+		return ErrUnknownOutcome
+	case BackingOff:
+		return ErrBackingOff
+	case GaveUp:
+		return ErrGaveUp
+	case LeaseLost:
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Error is the error Run returns when the key's work is not done. It matches
+// the sentinel of its Outcome (ErrGaveUp, ErrInProgress, ...) and wraps Err,
+// so both errors.Is(err, idem.ErrGaveUp) and errors.Is(err, yourErr) hold.
+type Error struct {
+	Key       Key
+	Outcome   Outcome
+	Attempt   int64     // the attempt concerned; 0 if none was taken
+	NotBefore time.Time // BackingOff: when the next attempt is allowed
+	Holder    string    // InProgress: the owner of the live lease, when the store knows it
+	Err       error     // fn's error, the store's error, or nil
+}
+
+func (e *Error) Error() string {
+	msg := "idem: " + e.Key.String()
+	if e.Attempt > 0 {
+		msg += fmt.Sprintf(" attempt %d", e.Attempt)
+	}
+	msg += ": " + e.Outcome.String()
+	switch {
+	case e.Outcome == BackingOff && !e.NotBefore.IsZero():
+		msg += " until " + e.NotBefore.UTC().Format(time.RFC3339Nano)
+	case e.Outcome == InProgress && e.Holder != "":
+		msg += " (held by " + e.Holder + ")"
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the Outcome's sentinel and Err.
+func (e *Error) Unwrap() []error {
+	var errs []error
+	if s := e.Outcome.sentinel(); s != nil {
+		errs = append(errs, s)
+	}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
+}
+
+// Permanent wraps err to tell Run that retrying cannot help: the key is
+// parked at once (ErrGaveUp) instead of backing off. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// NothingHappened wraps err to declare that fn failed before causing any
+// effect (it validated its input, or the downstream refused the request
+// outright). In [AtMostOnce] and [TwoPhase] modes only such errors are
+// retried blindly; any other error leaves the outcome in doubt, because a
+// timeout from a payment gateway is no proof that nothing was paid.
+// NothingHappened(nil) is nil.
+func NothingHappened(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &harmlessError{err}
+}
+
+type harmlessError struct{ err error }
+
+func (e *harmlessError) Error() string { return e.err.Error() }
+func (e *harmlessError) Unwrap() error { return e.err }
+
+func isPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+func isHarmless(err error) bool {
+	var h *harmlessError
+	return errors.As(err, &h)
+}

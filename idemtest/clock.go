@@ -1,0 +1,106 @@
+package idemtest
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock is a fake [idem.Clock] for tests: time moves only when the test
+// calls Advance or Set, so leases expire and backoffs elapse without real
+// sleeping. The zero Clock is not usable; call NewClock.
+type Clock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []waiter
+	auto    bool
+	changed chan struct{} // closed and replaced whenever waiters change
+}
+
+type waiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+// NewClock returns a fake clock reading start.
+func NewClock(start time.Time) *Clock {
+	return &Clock{now: start, changed: make(chan struct{})}
+}
+
+// NewAutoClock returns a fake clock that advances by itself whenever
+// something waits on it, so a Run's backoff sleeps return at once while its
+// records still show the delays.
+func NewAutoClock(start time.Time) *Clock {
+	c := NewClock(start)
+	c.auto = true
+	return c
+}
+
+// Now returns the fake time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// After returns a channel that receives when the clock has been advanced by d.
+func (c *Clock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if c.auto && d > 0 {
+		c.now = c.now.Add(d)
+	}
+	if d <= 0 || c.auto {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, waiter{c.now.Add(d), ch})
+	c.notify()
+	return ch
+}
+
+// Advance moves the clock forward by d and fires every timer that is due.
+func (c *Clock) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
+
+// Set moves the clock to t (forward or back) and fires every timer due at t.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if !w.at.After(t) {
+			w.ch <- t
+			continue
+		}
+		kept = append(kept, w)
+	}
+	c.waiters = kept
+	c.notify()
+}
+
+// Waiters returns how many timers are pending.
+func (c *Clock) Waiters() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters)
+}
+
+// BlockUntil waits until at least n timers are pending: use it to know that
+// a goroutine has reached its sleep before advancing the clock.
+func (c *Clock) BlockUntil(n int) {
+	for {
+		c.mu.Lock()
+		got, ch := len(c.waiters), c.changed
+		c.mu.Unlock()
+		if got >= n {
+			return
+		}
+		<-ch
+	}
+}
+
+func (c *Clock) notify() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}

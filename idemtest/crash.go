@@ -1,0 +1,49 @@
+// Package idemtest proves that jobs run with idem survive crashes: it stops
+// a run at every protocol boundary, in-process or with a real SIGKILL, and
+// gives a fake clock so that leases expire without waiting.
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"syscall"
+
+	"github.com/idemgo/idem"
+)
+
+// ErrCrashed is returned (wrapped) by a Run that [CrashAt] stopped.
+var ErrCrashed = errors.New("idemtest: crashed")
+
+// CrashAt returns a context that stops any Run made with it at point p, as a
+// SIGKILL would: nothing more is written, no lease is released, and Run
+// returns an error matching ErrCrashed. Only the first time p is reached
+// crashes; later points pass.
+func CrashAt(ctx context.Context, p idem.Point) context.Context {
+	crashed := false
+	return idem.WithTrace(ctx, &idem.Trace{Checkpoint: func(_ context.Context, at idem.Point, _ idem.Key) error {
+		if at != p || crashed {
+			return nil
+		}
+		crashed = true
+		return ErrCrashed
+	}})
+}
+
+// KillAt returns a context that makes this process SIGKILL itself when a
+// Run made with it reaches p. Use it in a child process (see [Start]).
+func KillAt(ctx context.Context, p idem.Point) context.Context {
+	return idem.WithTrace(ctx, &idem.Trace{Checkpoint: func(_ context.Context, at idem.Point, _ idem.Key) error {
+		if at == p {
+			Kill()
+		}
+		return nil
+	}})
+}
+
+// Kill SIGKILLs this process: no deferred function runs, no buffer is
+// flushed, no lock is released other than by the kernel.
+func Kill() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way
+}

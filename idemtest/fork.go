@@ -1,0 +1,90 @@
+package idemtest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+const (
+	envChild = "IDEMTEST_CHILD"
+	envArg   = "IDEMTEST_ARG"
+)
+
+// Exit is how a child process ended.
+type Exit struct {
+	Killed bool   // it died of SIGKILL
+	Code   int    // its exit code, when it exited
+	Output string // its stdout and stderr
+}
+
+// Child is a running child process started by [Start].
+type Child struct {
+	cmd *exec.Cmd
+	out bytes.Buffer
+}
+
+// IsChild reports whether this process is a child started by Start for
+// test t.
+func IsChild(t testing.TB) bool { return os.Getenv(envChild) == t.Name() }
+
+// Start re-executes the test binary to run only test t, in a child process
+// whose copy of the test calls child(arg) when it reaches the same Start
+// call, then exits 0. Everything t does before Start runs again in the child,
+// so do there nothing the child must not repeat; pass what the child needs
+// (a directory, say) in arg.
+//
+// In the parent, Start returns the running child; in the child it does not
+// return.
+func Start(t testing.TB, arg string, child func(arg string)) *Child {
+	t.Helper()
+	if IsChild(t) {
+		child(os.Getenv(envArg))
+		os.Exit(0)
+	}
+	parts := strings.Split(t.Name(), "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	c := &Child{cmd: exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1", "-test.v=false")}
+	c.cmd.Env = append(os.Environ(), envChild+"="+t.Name(), envArg+"="+arg)
+	c.cmd.Stdout = &c.out
+	c.cmd.Stderr = &c.out
+	if err := c.cmd.Start(); err != nil {
+		t.Fatalf("idemtest: start child: %v", err)
+	}
+	return c
+}
+
+// Wait waits for the child to end.
+func (c *Child) Wait() Exit {
+	err := c.cmd.Wait()
+	e := Exit{Output: c.out.String()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			e.Killed = true
+			return e
+		}
+		e.Code = ee.ExitCode()
+	} else if err != nil {
+		e.Code = -1
+		e.Output += fmt.Sprintf("\nidemtest: wait: %v", err)
+	}
+	return e
+}
+
+// Kill SIGKILLs the child.
+func (c *Child) Kill() { _ = c.cmd.Process.Kill() }
+
+// Fork is Start followed by Wait.
+func Fork(t testing.TB, arg string, child func(arg string)) Exit {
+	t.Helper()
+	return Start(t, arg, child).Wait()
+}

@@ -1,0 +1,677 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// SchemaVersion is the version of the ledger's tables that this version of
+// idem writes. A ledger with a higher version is refused with
+// [ErrNewerSchema]; a lower one is upgraded.
+const SchemaVersion = 1
+
+// Ledger is a [Store] in a SQLite database file (modernc.org/sqlite, pure
+// Go): one row per key in table idem_runs, keyed by (job, period).
+//
+// Claims are short IMMEDIATE transactions; done marks are committed with
+// synchronous=FULL, so a done mark that Run reported survives power loss.
+// An AtLeastOnce claim is committed without a sync (a claim lost to power
+// loss only means the work runs again), so a fresh Run costs one fsync.
+//
+// A SQLite ledger serves the processes of ONE host: SQLite's WAL mode needs
+// shared memory, and network filesystems break its locks. For services on
+// several machines use the Postgres ledger.
+//
+// A Ledger is safe for concurrent use by many goroutines and processes.
+type Ledger struct {
+	db       *sql.DB
+	owned    bool
+	path     string
+	defaults []Option
+}
+
+var (
+	_ Store           = (*Ledger)(nil)
+	_ TxStore[*sql.Tx] = (*Ledger)(nil)
+)
+
+// sqliteHeader starts every SQLite database file.
+var sqliteHeader = []byte("SQLite format 3\x00")
+
+// OpenLedger opens (creating it if needed) the ledger database at path. The
+// directory must exist. opts become defaults for every Run on the ledger.
+//
+// It refuses, without writing anything: a path that is a directory, a file
+// that is not a SQLite database, and a ledger of a newer schema version.
+func OpenLedger(path string, opts ...Option) (*Ledger, error) {
+	if path == "" {
+		return nil, errors.New("idem: ledger path is empty")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("idem: ledger %s: %w", path, err)
+	}
+	if err := checkLedgerFile(abs); err != nil {
+		return nil, err
+	}
+	u := url.URL{Scheme: "file", Path: abs}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+u.EscapedPath()+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("idem: ledger %s: %w", abs, err)
+	}
+	l, err := newLedger(context.Background(), db, abs, opts)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	l.owned = true
+	return l, nil
+}
+
+func checkLedgerFile(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		dir := filepath.Dir(path)
+		di, derr := os.Stat(dir)
+		if derr != nil {
+			return fmt.Errorf("idem: ledger %s: directory: %w", path, derr)
+		}
+		if !di.IsDir() {
+			return fmt.Errorf("idem: ledger %s: %s is not a directory", path, dir)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("idem: ledger %s: %w", path, err)
+	case fi.IsDir():
+		return fmt.Errorf("idem: ledger %s: is a directory", path)
+	case fi.Size() == 0:
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("idem: ledger %s: %w", path, err)
+	}
+	defer f.Close()
+	head := make([]byte, len(sqliteHeader))
+	if _, err := io.ReadFull(f, head); err != nil || !bytes.Equal(head, sqliteHeader) {
+		return fmt.Errorf("idem: ledger %s: not a SQLite database (left untouched)", path)
+	}
+	return nil
+}
+
+// NewLedger attaches a ledger to the caller's SQLite database (opened with
+// the "sqlite" driver of modernc.org/sqlite), so that business tables and the
+// ledger live in one file and [Ledger.RunTx] can commit both in one
+// transaction. It creates the idem_ tables if needed and switches the
+// database to WAL mode. Close does not close db.
+//
+// idem sets PRAGMA synchronous on the connections it uses (FULL for done
+// marks) and leaves them at FULL. For the best concurrency, open db with a
+// busy_timeout and _txlock=immediate.
+func NewLedger(ctx context.Context, db *sql.DB, opts ...Option) (*Ledger, error) {
+	return newLedger(ctx, db, "", opts)
+}
+
+func newLedger(ctx context.Context, db *sql.DB, path string, opts []Option) (*Ledger, error) {
+	l := &Ledger{db: db, path: path, defaults: opts}
+	if err := l.migrate(ctx); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Path returns the database file's path ("" for an attached database).
+func (l *Ledger) Path() string { return l.path }
+
+// DB returns the ledger's database, for business tables that live beside it.
+func (l *Ledger) DB() *sql.DB { return l.db }
+
+// Close closes the database if OpenLedger opened it.
+func (l *Ledger) Close() error {
+	if l.owned {
+		return l.db.Close()
+	}
+	return nil
+}
+
+func (l *Ledger) where() string {
+	if l.path != "" {
+		return "ledger " + l.path
+	}
+	return "ledger"
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS idem_meta (
+	name  TEXT PRIMARY KEY,
+	value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idem_runs (
+	job         TEXT    NOT NULL,
+	period      TEXT    NOT NULL,
+	status      TEXT    NOT NULL,
+	attempt     INTEGER NOT NULL,
+	failures    INTEGER NOT NULL DEFAULT 0,
+	owner       TEXT    NOT NULL DEFAULT '',
+	lease_until INTEGER NOT NULL DEFAULT 0,
+	not_before  INTEGER NOT NULL DEFAULT 0,
+	last_error  TEXT    NOT NULL DEFAULT '',
+	created     INTEGER NOT NULL,
+	updated     INTEGER NOT NULL,
+	PRIMARY KEY (job, period)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idem_jobs (
+	job     TEXT PRIMARY KEY,
+	cursor  TEXT NOT NULL DEFAULT '',
+	horizon TEXT NOT NULL DEFAULT ''
+) WITHOUT ROWID;
+`
+
+// schemaVersion reads the stored version; 0 if the ledger is new.
+func schemaVersion(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (int, error) {
+	var n int
+	err := q.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name='idem_meta'`).Scan(&n)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	var v int
+	err = q.QueryRowContext(ctx, `SELECT value FROM idem_meta WHERE name='schema_version'`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
+}
+
+func (l *Ledger) migrate(ctx context.Context) error {
+	// Read first: a newer ledger must not see a single write.
+	v, err := schemaVersion(ctx, l.db)
+	if err != nil {
+		return l.wrapOpenErr(err)
+	}
+	if v > SchemaVersion {
+		return fmt.Errorf("%w: %s has version %d, this idem knows %d", ErrNewerSchema, l.where(), v, SchemaVersion)
+	}
+	if v == SchemaVersion {
+		return nil
+	}
+	return busyRetry(ctx, func() error {
+		if _, err := l.db.ExecContext(ctx, `PRAGMA journal_mode=WAL`); err != nil {
+			return err
+		}
+		conn, err := l.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		tx, err := beginWrite(ctx, conn)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, schema); err != nil {
+			return l.wrapOpenErr(err)
+		}
+		v, err := schemaVersion(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if v > SchemaVersion {
+			return fmt.Errorf("%w: %s has version %d, this idem knows %d", ErrNewerSchema, l.where(), v, SchemaVersion)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)
+			ON CONFLICT(name) DO UPDATE SET value=excluded.value`, SchemaVersion); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+}
+
+func (l *Ledger) wrapOpenErr(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_NOTADB:
+			return fmt.Errorf("idem: %s: not a SQLite database (left untouched): %w", l.where(), err)
+		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_IOERR:
+			return fmt.Errorf("idem: %s: cannot open or write: %w", l.where(), err)
+		}
+	}
+	return fmt.Errorf("idem: %s: %w", l.where(), err)
+}
+
+// beginWrite begins a transaction that holds SQLite's write lock from its
+// first statement, whatever the database's _txlock setting: a deferred
+// transaction that reads first and writes later fails with
+// SQLITE_BUSY_SNAPSHOT, busy_timeout or not. Every caller's first statement
+// is a write.
+func beginWrite(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
+	return conn.BeginTx(ctx, nil)
+}
+
+// isBusy reports SQLITE_BUSY and SQLITE_LOCKED ("database is locked").
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		c := se.Code() & 0xff
+		return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
+	}
+	return false
+}
+
+// busyRetry runs f again while it fails with "database is locked", until
+// ctx ends, so that lock contention never reaches a caller as an error.
+func busyRetry(ctx context.Context, f func() error) error {
+	wait := time.Millisecond
+	for {
+		err := f()
+		if err == nil || !isBusy(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (while: %w)", context.Cause(ctx), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// withConn runs f on one connection with PRAGMA synchronous set for the
+// durability asked for; it leaves the connection at FULL.
+func (l *Ledger) withConn(ctx context.Context, durable bool, f func(*sql.Conn) error) error {
+	return busyRetry(ctx, func() error {
+		conn, err := l.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if !durable {
+			if _, err := conn.ExecContext(ctx, `PRAGMA synchronous=NORMAL`); err != nil {
+				return err
+			}
+			defer conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous=FULL`)
+		} else if _, err := conn.ExecContext(ctx, `PRAGMA synchronous=FULL`); err != nil {
+			return err
+		}
+		return f(conn)
+	})
+}
+
+const recordCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated`
+
+func scanRecord(key Key, row *sql.Row) (Record, bool, error) {
+	r := Record{Key: key}
+	var status string
+	var lease, notBefore, updated int64
+	err := row.Scan(&status, &r.Attempt, &r.Failures, &r.Owner, &lease, &notBefore, &r.LastError, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Record{Key: key}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, err
+	}
+	r.Status = Status(status)
+	r.LeaseUntil = fromMicros(lease)
+	r.NotBefore = fromMicros(notBefore)
+	r.Updated = fromMicros(updated)
+	return r, true, nil
+}
+
+func micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func fromMicros(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us)
+}
+
+// Lookup implements [Store]: it returns the key's record.
+func (l *Ledger) Lookup(ctx context.Context, key Key) (Record, bool, error) {
+	if err := key.Validate(); err != nil {
+		return Record{}, false, err
+	}
+	var (
+		rec Record
+		ok  bool
+	)
+	err := busyRetry(ctx, func() (err error) {
+		rec, ok, err = scanRecord(key, l.db.QueryRowContext(ctx,
+			`SELECT `+recordCols+` FROM idem_runs WHERE job=? AND period=?`, key.Job, key.Period))
+		return err
+	})
+	return rec, ok, err
+}
+
+// decide is the claim rule, shared by the read-only fast path and the write
+// transaction: what a claim finds in rec at now.
+func decide(rec Record, found bool, req ClaimRequest) (state ClaimState, take, doubt bool) {
+	if !found {
+		return ClaimAcquired, true, false
+	}
+	now := req.Now
+	switch rec.Status {
+	case StatusDone:
+		return ClaimDone, false, false
+	case StatusRunning:
+		if now.Before(rec.LeaseUntil) {
+			return ClaimBusy, false, false
+		}
+		return ClaimAcquired, true, true // the holder died or stalled
+	case StatusFailed:
+		if now.Before(rec.NotBefore) {
+			return ClaimBackingOff, false, false
+		}
+		return ClaimAcquired, true, false
+	case StatusUnknown:
+		if req.TakeUnknown {
+			return ClaimAcquired, true, true
+		}
+		return ClaimUnknown, false, false
+	case StatusParked:
+		return ClaimParked, false, false
+	}
+	return ClaimParked, false, false
+}
+
+// abandonedError describes an attempt whose lease expired before it finished.
+func abandonedError(rec Record) string {
+	return fmt.Sprintf("attempt %d by %s abandoned: lease expired at %s without a done mark",
+		rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339Nano))
+}
+
+// Claim implements [Store].
+func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
+	// Fast path: a plain read. A done key (the common duplicate trigger), a
+	// live lease, a backoff or a parked key need no write at all.
+	rec, found, err := l.Lookup(ctx, req.Key)
+	if err != nil {
+		return Claim{}, err
+	}
+	if state, take, _ := decide(rec, found, req); !take {
+		return Claim{State: state, Record: rec}, nil
+	}
+
+	var c Claim
+	err = l.withConn(ctx, req.Durable, func(conn *sql.Conn) error {
+		tx, err := beginWrite(ctx, conn)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		now := micros(req.Now)
+		until := micros(req.Now.Add(req.Lease))
+		res, err := tx.ExecContext(ctx, `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated)
+			VALUES(?, ?, 'running', 1, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+			req.Key.Job, req.Key.Period, req.Owner, until, now, now)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			c = Claim{State: ClaimAcquired, Attempt: 1, Record: Record{Key: req.Key}}
+			return tx.Commit()
+		}
+		// The row exists: decide again under the write lock.
+		rec, found, err := scanRecord(req.Key, tx.QueryRowContext(ctx,
+			`SELECT `+recordCols+` FROM idem_runs WHERE job=? AND period=?`, req.Key.Job, req.Key.Period))
+		if err != nil {
+			return err
+		}
+		state, take, doubt := decide(rec, found, req)
+		c = Claim{State: state, Record: rec}
+		if !take {
+			return nil
+		}
+		c.Attempt, c.Doubt = rec.Attempt+1, doubt
+		lastErr := rec.LastError
+		if rec.Status == StatusRunning {
+			c.Record.Failures++
+			lastErr = abandonedError(rec)
+			c.Record.LastError = lastErr
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE idem_runs SET status='running', attempt=?, failures=?, owner=?,
+			lease_until=?, not_before=0, last_error=?, updated=? WHERE job=? AND period=?`,
+			c.Attempt, c.Record.Failures, req.Owner, until, lastErr, now, req.Key.Job, req.Key.Period); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return Claim{}, l.opErr("claim", req.Key, err)
+	}
+	return c, nil
+}
+
+func (l *Ledger) opErr(op string, key Key, err error) error {
+	if isStop(err) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotResolvable) {
+		return err
+	}
+	var fe *fnError
+	if errors.As(err, &fe) {
+		return err
+	}
+	return fmt.Errorf("idem: %s: %s %s: %w", l.where(), op, key, err)
+}
+
+// Renew implements [Store].
+func (l *Ledger) Renew(ctx context.Context, key Key, attempt int64, now time.Time, lease time.Duration) error {
+	var n int64
+	err := busyRetry(ctx, func() error {
+		res, err := l.db.ExecContext(ctx, `UPDATE idem_runs SET lease_until=?, updated=?
+			WHERE job=? AND period=? AND attempt=? AND status='running'`,
+			micros(now.Add(lease)), micros(now), key.Job, key.Period, attempt)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return l.opErr("renew", key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s attempt %d", ErrLeaseLost, key, attempt)
+	}
+	return nil
+}
+
+// Finish implements [Store]. It always commits with synchronous=FULL.
+func (l *Ledger) Finish(ctx context.Context, key Key, attempt int64, end End) error {
+	ctx = context.WithoutCancel(ctx) // a finished attempt must be recorded even if the caller gave up
+	var n int64
+	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
+		var err error
+		n, err = finishExec(ctx, conn, key, attempt, end)
+		return err
+	})
+	if err != nil {
+		return l.opErr("finish", key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s attempt %d", ErrLeaseLost, key, attempt)
+	}
+	return nil
+}
+
+func finishExec(ctx context.Context, q interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, key Key, attempt int64, end End) (int64, error) {
+	res, err := q.ExecContext(ctx, `UPDATE idem_runs SET status=?, failures=?, not_before=?, last_error=?,
+		lease_until=0, updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
+		string(end.Status), end.Failures, micros(end.NotBefore), end.Error, micros(end.Now),
+		key.Job, key.Period, attempt)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// FinishTx implements [TxStore]: fn's writes and the done mark commit in one
+// SQLite transaction, with synchronous=FULL. The transaction holds SQLite's
+// write lock from its first statement until it ends, so keep fn short: other
+// writers to the file wait for it.
+func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, fn func(*sql.Tx) error) error {
+	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
+		tx, err := beginWrite(ctx, conn)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		// First statement: a write, which takes the lock and checks the fence.
+		res, err := tx.ExecContext(ctx, `UPDATE idem_runs SET updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
+			micros(now), key.Job, key.Period, attempt)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w: %s attempt %d", ErrLeaseLost, key, attempt)
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if err := Checkpoint(ctx, AfterFn, key); err != nil {
+			return err
+		}
+		if _, err := finishExec(ctx, tx, key, attempt, End{Status: StatusDone, Now: now}); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return l.opErr("run tx", key, err)
+	}
+	return nil
+}
+
+// Resolve implements [Store]: it settles a key by hand. ResolveDone marks it
+// done (the work did happen); ResolveRetry makes it runnable at once with
+// its failure count cleared (the work did not happen). It refuses a key
+// that is done or held by a live attempt, with [ErrNotResolvable].
+func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	if to != ResolveDone && to != ResolveRetry {
+		return fmt.Errorf("idem: unknown resolution %d", to)
+	}
+	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
+		tx, err := beginWrite(ctx, conn)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		now := newConfig(l.defaults, nil).clock.Now()
+		// First statement a write: touch the row if it exists.
+		if _, err := tx.ExecContext(ctx, `UPDATE idem_runs SET updated=updated WHERE job=? AND period=?`, key.Job, key.Period); err != nil {
+			return err
+		}
+		rec, found, err := scanRecord(key, tx.QueryRowContext(ctx,
+			`SELECT `+recordCols+` FROM idem_runs WHERE job=? AND period=?`, key.Job, key.Period))
+		if err != nil {
+			return err
+		}
+		if err := resolvable(rec, found, to, now); err != nil {
+			return err
+		}
+		status, msg := resolution(rec, to)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_runs(job, period, status, attempt, failures, last_error, created, updated)
+			VALUES(?, ?, ?, 0, 0, ?, ?, ?)
+			ON CONFLICT(job, period) DO UPDATE SET status=excluded.status, failures=0, not_before=0, lease_until=0,
+				last_error=excluded.last_error, updated=excluded.updated`,
+			key.Job, key.Period, string(status), msg, micros(now), micros(now)); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return l.opErr("resolve", key, err)
+	}
+	return nil
+}
+
+// resolvable reports whether an operator may resolve rec as to.
+func resolvable(rec Record, found bool, to Resolution, now time.Time) error {
+	switch {
+	case !found && to == ResolveRetry:
+		return fmt.Errorf("%w: %s has no record; it is runnable already", ErrNotResolvable, rec.Key)
+	case rec.Status == StatusDone:
+		return fmt.Errorf("%w: %s is done", ErrNotResolvable, rec.Key)
+	case rec.Status == StatusRunning && now.Before(rec.LeaseUntil):
+		return fmt.Errorf("%w: %s is held by attempt %d of %s until %s", ErrNotResolvable, rec.Key,
+			rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// resolution is the status and note an operator's resolution leaves.
+func resolution(rec Record, to Resolution) (Status, string) {
+	prev := string(rec.Status)
+	if prev == "" {
+		prev = "none"
+	}
+	if to == ResolveDone {
+		return StatusDone, ""
+	}
+	note := "resolved for retry by an operator (was " + prev + ")"
+	if rec.LastError != "" {
+		note += "; previous error: " + rec.LastError
+	}
+	return StatusFailed, note
+}
+
+// Reset un-parks a key that gave up: it becomes runnable at once with its
+// failure count cleared. It is Resolve(ctx, key, ResolveRetry).
+func (l *Ledger) Reset(ctx context.Context, key Key) error { return l.Resolve(ctx, key, ResolveRetry) }
+
+// Run runs fn for key on this ledger: see [RunWith] for the protocol and
+// [AtLeastOnce], [AtMostOnce] and [TwoPhase] for what each mode guarantees.
+func (l *Ledger) Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...Option) error {
+	return RunWith(ctx, l, key, fn, l.opts(opts)...)
+}
+
+// RunTx runs fn in a transaction on the ledger's database and commits its
+// writes together with the key's done mark: both or neither, so the business
+// effect in this database happens exactly once, whatever kills the process.
+// Write idempotent, recomputing statements all the same (an upsert of the
+// recomputed amount, never amount = amount + ?): they are what a re-run of a
+// rolled-back attempt repeats.
+//
+// fn must use tx for its writes; writes through another connection are not
+// part of the transaction. See [RunTxWith].
+func (l *Ledger) RunTx(ctx context.Context, key Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
+	return RunTxWith(ctx, l, key, fn, l.opts(opts)...)
+}
+
+func (l *Ledger) opts(opts []Option) []Option {
+	if len(l.defaults) == 0 {
+		return opts
+	}
+	return append(append([]Option(nil), l.defaults...), opts...)
+}
+
+// String describes the ledger for logs.
+func (l *Ledger) String() string { return "idem.Ledger(" + strconv.Quote(l.path) + ")" }

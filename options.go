@@ -1,0 +1,132 @@
+package idem
+
+import (
+	"log/slog"
+	"time"
+)
+
+// An Option configures a Run. Options passed to [OpenLedger] or
+// [OpenStateFile] become that store's defaults; options passed to a Run
+// override them.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// DefaultLease is how long a claim holds without renewal. A running attempt
+// renews it every third of the lease, so it only expires when the holder
+// has died or stalled.
+const DefaultLease = time.Minute
+
+type config struct {
+	mode     mode
+	lease    time.Duration
+	backoff  Backoff
+	wait     bool
+	poll     time.Duration
+	clock    Clock
+	logger   *slog.Logger
+	observer func(Result)
+	report   *Result
+}
+
+func newConfig(defaults []Option, opts []Option) *config {
+	c := &config{
+		mode:    atLeastOnce,
+		lease:   DefaultLease,
+		backoff: DefaultBackoff(),
+		poll:    200 * time.Millisecond,
+		clock:   systemClock{},
+	}
+	for _, o := range defaults {
+		o.apply(c)
+	}
+	for _, o := range opts {
+		o.apply(c)
+	}
+	return c
+}
+
+// AtLeastOnce is the default mode: an attempt that died, or whose fn failed,
+// is run again. Use it when running fn twice is harmless: fn upserts
+// recomputed results by a business key, or the downstream deduplicates by
+// [Key.RequestID].
+//
+//	failure                           what happens
+//	crash before the claim            next Run runs fn
+//	crash after claim, before done    lease expires; next Run runs fn again
+//	crash after done                  next Run: AlreadyDone, fn does not run
+//	fn returns an error               retried with backoff; parked after the last attempt
+//	duplicate / concurrent trigger    one runs; others get AlreadyDone or ErrInProgress
+//	lease lost while fn runs          fn's context is cancelled; its done is refused (ErrLeaseLost)
+//	power loss                        a done mark that Run reported is never lost
+//
+// It does NOT promise that fn runs once: after a crash between fn's effect
+// and the done mark, fn runs again.
+func AtLeastOnce() Option { return optionFunc(func(c *config) { c.mode = atLeastOnce }) }
+
+// AtMostOnce never runs fn again for a key once an attempt may have had its
+// effect. Use it when a second run is worse than none and nothing can be
+// asked afterwards.
+//
+//	failure                           what happens
+//	crash before the claim            next Run runs fn
+//	crash after claim, before done    next Run: ErrUnknownOutcome until Resolve
+//	crash after done                  next Run: AlreadyDone
+//	fn returns an error               ErrUnknownOutcome, unless fn wrapped it in NothingHappened (then retried)
+//	duplicate / concurrent trigger    one runs; others get AlreadyDone or ErrInProgress
+//	lease lost while fn runs          fn's context is cancelled; the key ends unknown
+//	power loss                        the claim is durable before fn starts, so fn is not run twice
+//
+// It does NOT promise that fn runs at all: a crash leaves the key unknown
+// for a person to Resolve.
+func AtMostOnce() Option { return optionFunc(func(c *config) { c.mode = atMostOnce }) }
+
+// WithLease sets how long a claim holds without renewal (default
+// [DefaultLease]). A running attempt renews it every third of d. Values
+// below 3 ms are raised to 3 ms.
+func WithLease(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.lease = max(d, 3*time.Millisecond) })
+}
+
+// WithBackoff sets the retry policy (default [DefaultBackoff]).
+func WithBackoff(b Backoff) Option { return optionFunc(func(c *config) { c.backoff = b }) }
+
+// WithWait makes Run wait, until ctx ends, for a key that another holder is
+// running or that is backing off, instead of returning ErrInProgress or
+// ErrBackingOff at once.
+func WithWait() Option { return optionFunc(func(c *config) { c.wait = true }) }
+
+// WithClock sets the clock for leases, backoff and waits.
+func WithClock(clk Clock) Option { return optionFunc(func(c *config) { c.clock = clk }) }
+
+// WithLogger logs claims, completions, failures and recoveries to l.
+// By default nothing is logged.
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
+
+// WithObserver calls f once at the end of every Run with its [Result]
+// (for metrics). f must be quick and must not block.
+func WithObserver(f func(Result)) Option {
+	return optionFunc(func(c *config) {
+		if prev := c.observer; prev != nil && f != nil {
+			c.observer = func(r Result) { prev(r); f(r) }
+			return
+		}
+		c.observer = f
+	})
+}
+
+// ReportTo stores the Run's [Result] in *r when it returns, so the caller can
+// tell "ran now" from "already done" without looking at errors.
+func ReportTo(r *Result) Option { return optionFunc(func(c *config) { c.report = r }) }
+
+// Result describes one call of Run.
+type Result struct {
+	Key      Key
+	Outcome  Outcome
+	Attempt  int64         // the last attempt number this call held (0 if none)
+	Attempts int           // how many times this call ran fn
+	Duration time.Duration // how long the call took
+	Err      error         // what Run returned
+}

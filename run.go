@@ -1,0 +1,412 @@
+package idem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+)
+
+// RunWith runs fn for key on store s, at most once at a time, until the key
+// is done: the protocol behind [Run] and (*Ledger).Run, for any [Store].
+//
+//  1. Claim: a key that is done returns nil at once (AlreadyDone) without
+//     writing. A key held by a live lease returns ErrInProgress (or waits,
+//     with [WithWait]). Otherwise the claim takes a new attempt number,
+//     higher than any before: the fencing token.
+//  2. fn runs with a context that carries the key, attempt and request id
+//     ([InfoFrom]); a heartbeat renews the lease every third of it. If the
+//     renewal finds a newer attempt, fn's context is cancelled with cause
+//     ErrLeaseLost.
+//  3. Done: the done mark is written only if the attempt still holds the key,
+//     and durably. Otherwise Run returns ErrLeaseLost, never success.
+//  4. An attempt that died (lease expired, not done), or an fn that failed, is
+//     recovered by the mode: [AtLeastOnce] (default), [AtMostOnce] or
+//     [TwoPhase]. Failures are retried in-process after the [Backoff]'s
+//     delay; the failure count and the time of the next allowed attempt are
+//     kept in the store, so a separate process honours them too. When the
+//     backoff gives up, or fn returns a [Permanent] error, the key is parked
+//     (ErrGaveUp) until Reset.
+//
+// Run returns nil when the key's work is done, now or earlier; [ReportTo]
+// tells which. Otherwise the error is an *[Error] matching one of
+// ErrInProgress, ErrUnknownOutcome, ErrBackingOff, ErrGaveUp, ErrLeaseLost,
+// and wrapping fn's own error.
+//
+// A panic in fn propagates to the caller; Run does not recover it. The
+// heartbeat stops, and the claim stays as it is until its lease expires;
+// then the next Run treats the attempt as one that died, by its mode.
+func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) error, opts ...Option) error {
+	if fn == nil {
+		panic("idem: Run with a nil fn")
+	}
+	return execute(ctx, s, key, newConfig(nil, opts), fn, nil)
+}
+
+// RunTxWith is RunWith for a [TxStore]: fn gets the store's transaction, and
+// its writes commit together with the done mark, or not at all.
+//
+// For writes in the store's database this gives an exactly-once effect, so
+// RunTxWith needs no mode: a failed or killed attempt left nothing behind and
+// is simply run again (mode options are ignored). The claim is a lease as in
+// RunWith, but no heartbeat runs while fn does: the transaction's lock keeps
+// other attempts out until it ends.
+func RunTxWith[Tx any](ctx context.Context, s TxStore[Tx], key Key, fn func(context.Context, Tx) error, opts ...Option) error {
+	if fn == nil {
+		panic("idem: RunTx with a nil fn")
+	}
+	cfg := newConfig(nil, opts)
+	cfg.mode = atLeastOnce
+	return execute(ctx, s, key, cfg, nil, func(ctx context.Context, attempt int64, now time.Time) error {
+		return s.FinishTx(ctx, key, attempt, now, func(tx Tx) error {
+			if err := fn(ctx, tx); err != nil {
+				return &fnError{err}
+			}
+			return nil
+		})
+	})
+}
+
+// txBody runs fn and marks the attempt done in one transaction.
+type txBody func(ctx context.Context, attempt int64, now time.Time) error
+
+// fnError carries fn's error through a store's FinishTx.
+type fnError struct{ err error }
+
+func (e *fnError) Error() string { return e.err.Error() }
+func (e *fnError) Unwrap() error { return e.err }
+
+// Info describes the attempt a fn is running for. Get it with [InfoFrom].
+type Info struct {
+	Key       Key
+	Attempt   int64  // the attempt number: the fencing token, higher for every new attempt
+	RequestID string // Key.RequestID(): the same for every attempt
+	Owner     string // who holds the attempt
+}
+
+type infoKey struct{}
+
+// InfoFrom returns the attempt that fn's context belongs to.
+func InfoFrom(ctx context.Context) (Info, bool) {
+	i, ok := ctx.Value(infoKey{}).(Info)
+	return i, ok
+}
+
+var (
+	ownerOnce sync.Once
+	owner     string
+)
+
+// processOwner identifies this process as a lease holder: host, pid and a
+// random part (pids are reused across reboots and containers).
+func processOwner() string {
+	ownerOnce.Do(func() {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	})
+	return owner
+}
+
+// execute runs the protocol. Exactly one of fn and tx is set.
+func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context.Context) error, tx txBody) (err error) {
+	r := runner{s: s, key: key, cfg: cfg, res: Result{Key: key}}
+	start := cfg.clock.Now()
+	defer func() {
+		r.res.Err = err
+		r.res.Duration = cfg.clock.Now().Sub(start)
+		if r.res.Outcome == 0 {
+			r.res.Outcome = Failed
+		}
+		if cfg.report != nil {
+			*cfg.report = r.res
+		}
+		if cfg.observer != nil {
+			cfg.observer(r.res)
+		}
+	}()
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	return r.loop(ctx, fn, tx)
+}
+
+type runner struct {
+	s   Store
+	key Key
+	cfg *config
+	res Result
+}
+
+func (r *runner) log(level slog.Level, msg string, attrs ...slog.Attr) {
+	if r.cfg.logger == nil {
+		return
+	}
+	attrs = append(attrs, slog.String("job", r.key.Job), slog.String("period", r.key.Period))
+	if r.res.Attempt > 0 {
+		attrs = append(attrs, slog.Int64("attempt", r.res.Attempt))
+	}
+	r.cfg.logger.LogAttrs(context.Background(), level, "idem: "+msg, attrs...)
+}
+
+// fail ends the run with an *Error of outcome o.
+func (r *runner) fail(o Outcome, err error) error {
+	r.res.Outcome = o
+	return &Error{Key: r.key, Outcome: o, Attempt: r.res.Attempt, Err: err}
+}
+
+func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx txBody) error {
+	cfg := r.cfg
+	for {
+		if err := Checkpoint(ctx, BeforeClaim, r.key); err != nil {
+			return err
+		}
+		c, err := r.s.Claim(ctx, ClaimRequest{
+			Key:         r.key,
+			Owner:       processOwner(),
+			Now:         cfg.clock.Now(),
+			Lease:       cfg.lease,
+			Durable:     tx == nil && cfg.mode.durableClaim(),
+			TakeUnknown: cfg.mode.takeUnknown(),
+		})
+		if err != nil {
+			if isStop(err) {
+				return err
+			}
+			return r.fail(Failed, fmt.Errorf("claim: %w", err))
+		}
+		switch c.State {
+		case ClaimDone:
+			r.res.Outcome = AlreadyDone
+			return nil
+		case ClaimBusy:
+			if cfg.wait {
+				if err := sleep(ctx, cfg.clock, cfg.poll); err != nil {
+					return r.fail(InProgress, err)
+				}
+				continue
+			}
+			r.res.Outcome = InProgress
+			return &Error{Key: r.key, Outcome: InProgress, Attempt: c.Record.Attempt, Holder: c.Record.Owner}
+		case ClaimBackingOff:
+			if cfg.wait {
+				if err := sleep(ctx, cfg.clock, c.Record.NotBefore.Sub(cfg.clock.Now())); err != nil {
+					return r.fail(BackingOff, err)
+				}
+				continue
+			}
+			r.res.Outcome = BackingOff
+			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Record.Attempt, NotBefore: c.Record.NotBefore,
+				Err: lastError(c.Record)}
+		case ClaimUnknown:
+			r.res.Attempt = c.Record.Attempt
+			return r.fail(Unknown, lastError(c.Record))
+		case ClaimParked:
+			r.res.Attempt = c.Record.Attempt
+			return r.fail(GaveUp, lastError(c.Record))
+		case ClaimAcquired:
+		default:
+			return r.fail(Failed, fmt.Errorf("store answered claim state %d", c.State))
+		}
+
+		r.res.Attempt = c.Attempt
+		failures := c.Record.Failures
+		r.log(slog.LevelDebug, "claimed", slog.Bool("doubt", c.Doubt))
+		if err := Checkpoint(ctx, AfterClaim, r.key); err != nil {
+			return err
+		}
+		if c.Doubt {
+			// An earlier attempt may have had its effect.
+			done, err := r.settleDoubt(ctx, c.Attempt, failures, errors.New(c.Record.LastError))
+			if done || err != nil {
+				return err
+			}
+		}
+
+		runErr := r.attempt(ctx, c.Attempt, fn, tx)
+		if runErr == nil {
+			r.res.Outcome = Ran
+			r.log(slog.LevelInfo, "done")
+			return nil
+		}
+		if isStop(runErr) {
+			return runErr
+		}
+		if errors.Is(runErr, ErrLeaseLost) {
+			r.log(slog.LevelWarn, "lease lost", slog.Any("error", runErr))
+			return r.fail(LeaseLost, runErr)
+		}
+		var fe *fnError
+		if tx != nil && !errors.As(runErr, &fe) {
+			// The store's transaction failed, fn's writes with it. The attempt
+			// left nothing behind; count it as a failure and retry.
+			runErr = NothingHappened(runErr)
+		} else if fe != nil {
+			runErr = fe.err
+			if tx != nil {
+				runErr = NothingHappened(runErr) // rolled back
+			}
+		}
+		failures++
+		r.log(slog.LevelWarn, "attempt failed", slog.Any("error", runErr), slog.Int("failures", failures))
+
+		if isPermanent(runErr) {
+			return r.park(ctx, c.Attempt, failures, runErr)
+		}
+		if !isHarmless(runErr) {
+			done, err := r.settleDoubt(ctx, c.Attempt, failures, runErr)
+			if done || err != nil {
+				return err
+			}
+		}
+		delay, ok := cfg.backoff.Next(failures)
+		if !ok {
+			return r.park(ctx, c.Attempt, failures, runErr)
+		}
+		now := cfg.clock.Now()
+		if err := r.s.Finish(ctx, r.key, c.Attempt, End{Status: StatusFailed, Now: now,
+			NotBefore: now.Add(delay), Failures: failures, Error: runErr.Error()}); err != nil {
+			return r.finishFailed(err, runErr)
+		}
+		if err := sleep(ctx, cfg.clock, delay); err != nil {
+			r.res.Outcome = BackingOff
+			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Attempt, NotBefore: now.Add(delay),
+				Err: errors.Join(runErr, err)}
+		}
+	}
+}
+
+// settleDoubt asks the mode about an attempt that may have had its effect
+// (cause says why it is in doubt). It returns done=true with the run's final
+// error when the key is settled (done or unknown) or parked; done=false, nil
+// to go on and run fn.
+func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, cause error) (bool, error) {
+	v, herr := r.cfg.mode.check(ctx, r.key)
+	now := r.cfg.clock.Now()
+	switch v {
+	case verdictDone:
+		if err := r.s.Finish(ctx, r.key, attempt, End{Status: StatusDone, Now: now}); err != nil {
+			return true, r.finishFailed(err, nil)
+		}
+		r.res.Outcome = Recovered
+		r.log(slog.LevelInfo, "recovered: the downstream has it")
+		return true, Checkpoint(ctx, AfterDone, r.key)
+	case verdictUnknown:
+		msg := cause.Error()
+		if herr != nil {
+			msg = "downstream check failed: " + herr.Error() + "; after: " + msg
+		}
+		if err := r.s.Finish(ctx, r.key, attempt, End{Status: StatusUnknown, Now: now, Failures: failures, Error: msg}); err != nil {
+			return true, r.finishFailed(err, cause)
+		}
+		r.log(slog.LevelError, "outcome unknown", slog.String("cause", msg))
+		return true, r.fail(Unknown, errors.Join(cause, herr))
+	}
+	// verdictRerun: an attempt that died counts as a failure.
+	if _, ok := r.cfg.backoff.Next(failures); !ok && failures > 0 {
+		return true, r.park(ctx, attempt, failures, cause)
+	}
+	return false, nil
+}
+
+func (r *runner) park(ctx context.Context, attempt int64, failures int, cause error) error {
+	if err := r.s.Finish(ctx, r.key, attempt, End{Status: StatusParked, Now: r.cfg.clock.Now(),
+		Failures: failures, Error: cause.Error()}); err != nil {
+		return r.finishFailed(err, cause)
+	}
+	r.log(slog.LevelError, "gave up; parked until Reset", slog.Any("error", cause), slog.Int("failures", failures))
+	return r.fail(GaveUp, cause)
+}
+
+// finishFailed turns an error from Store.Finish into the run's error.
+func (r *runner) finishFailed(err, cause error) error {
+	if isStop(err) {
+		return err
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		return r.fail(LeaseLost, errors.Join(err, cause))
+	}
+	return r.fail(Failed, errors.Join(fmt.Errorf("finish: %w", err), cause))
+}
+
+// attempt runs one attempt of fn (with heartbeat) and marks it done, or
+// runs tx. It returns nil when the key is done.
+func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Context) error, tx txBody) error {
+	info := Info{Key: r.key, Attempt: attempt, RequestID: r.key.RequestID(), Owner: processOwner()}
+	fctx := context.WithValue(ctx, infoKey{}, info)
+	r.res.Attempts++
+	if tx != nil {
+		if err := tx(fctx, attempt, r.cfg.clock.Now()); err != nil {
+			return err
+		}
+		return Checkpoint(ctx, AfterDone, r.key)
+	}
+
+	fctx, cancel := context.WithCancelCause(fctx)
+	hbDone := make(chan struct{})
+	go r.heartbeat(fctx, attempt, cancel, hbDone)
+	stopHeartbeat := func() {
+		cancel(nil)
+		<-hbDone
+	}
+	defer stopHeartbeat() // also when fn panics
+	err := fn(fctx)
+	stopHeartbeat()
+	if cause := context.Cause(fctx); errors.Is(cause, ErrLeaseLost) {
+		return &Error{Key: r.key, Outcome: LeaseLost, Attempt: attempt, Err: errors.Join(cause, err)}
+	}
+	if err != nil {
+		return &fnError{err}
+	}
+	if err := Checkpoint(ctx, AfterFn, r.key); err != nil {
+		return err
+	}
+	if err := r.s.Finish(ctx, r.key, attempt, End{Status: StatusDone, Now: r.cfg.clock.Now()}); err != nil {
+		if isStop(err) || errors.Is(err, ErrLeaseLost) {
+			return err
+		}
+		// The done mark may not be durable. Do not report success; the lease
+		// will expire and the next Run recovers by its mode.
+		return fmt.Errorf("idem: done mark: %w", err)
+	}
+	return Checkpoint(ctx, AfterDone, r.key)
+}
+
+// heartbeat renews the lease every third of it until ctx ends. A renewal
+// that finds a newer attempt cancels ctx with ErrLeaseLost.
+func (r *runner) heartbeat(ctx context.Context, attempt int64, cancel context.CancelCauseFunc, done chan<- struct{}) {
+	defer close(done)
+	every := r.cfg.lease / 3
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.cfg.clock.After(every):
+		}
+		err := r.s.Renew(ctx, r.key, attempt, r.cfg.clock.Now(), r.cfg.lease)
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrLeaseLost):
+			r.log(slog.LevelWarn, "lease lost while running; cancelling fn")
+			cancel(fmt.Errorf("%w: attempt %d of %s was taken over", ErrLeaseLost, attempt, r.key))
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			r.log(slog.LevelWarn, "lease renewal failed; will retry", slog.Any("error", err))
+		}
+	}
+}
+
+func lastError(rec Record) error {
+	if rec.LastError == "" {
+		return nil
+	}
+	return errors.New(rec.LastError)
+}

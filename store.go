@@ -1,0 +1,145 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps one record per [Key] and makes the state changes of the Run
+// protocol atomic. [Ledger] (SQLite) and [StateFile] implement it; other
+// stores (the Postgres ledger, or your own) plug into [RunWith] the same way
+// and can prove themselves with the conformance suite in package idemtest.
+//
+// Every method must be atomic: after a crash at any instruction, the record
+// is as it was before the call or as the call left it, never in between.
+// Methods that take an attempt are fenced: they change the record only if its
+// attempt is still that attempt and return [ErrLeaseLost] otherwise.
+//
+// Times: a store that keeps its own clock (a database server's now()) may
+// ignore the Now fields and use it instead, as long as it uses one clock for
+// every holder.
+type Store interface {
+	// Claim reads the key's record and, if no live attempt holds it and it is
+	// not settled, takes it for a new attempt with a higher attempt number,
+	// in one atomic step. It must not write when the key is done.
+	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
+
+	// Renew extends the lease of attempt to now+lease.
+	Renew(ctx context.Context, key Key, attempt int64, now time.Time, lease time.Duration) error
+
+	// Finish records how attempt ended. A Finish to StatusDone must be durable
+	// (survive power loss) before it returns.
+	Finish(ctx context.Context, key Key, attempt int64, end End) error
+
+	// Resolve settles a key by hand: to done, or back to retryable with its
+	// failure count cleared. It refuses ([ErrNotResolvable]) a key that is
+	// done or held by a live attempt.
+	Resolve(ctx context.Context, key Key, to Resolution) error
+
+	// Lookup returns the key's record; ok is false if there is none.
+	Lookup(ctx context.Context, key Key) (rec Record, ok bool, err error)
+}
+
+// TxStore is a Store whose records live in a database that also holds the
+// caller's business data, so the business writes and the done mark can
+// commit in one transaction. Tx is the transaction type handed to fn
+// (*sql.Tx for [Ledger]).
+type TxStore[Tx any] interface {
+	Store
+
+	// FinishTx begins a transaction, checks that attempt still holds the key
+	// (ErrLeaseLost otherwise), calls fn with the transaction, marks attempt
+	// done in the same transaction and commits durably. If fn or anything
+	// else fails, it rolls back: neither the business writes nor the mark
+	// take effect. While fn runs, no other attempt may take the key over
+	// (a write lock or row lock held by the transaction ensures it).
+	// Before committing it calls [Checkpoint] with [AfterFn].
+	FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, fn func(Tx) error) error
+}
+
+// Status is the state of a key's record.
+type Status string
+
+// The statuses a record can have.
+const (
+	StatusRunning Status = "running" // an attempt holds the key (its lease may have expired)
+	StatusFailed  Status = "failed"  // the last attempt failed; retry allowed from NotBefore
+	StatusDone    Status = "done"    // settled: the work is done
+	StatusUnknown Status = "unknown" // an attempt may or may not have had its effect; awaiting Resolve or a DownstreamHas check
+	StatusParked  Status = "parked"  // gave up; awaiting Reset
+)
+
+// Record is what a store knows of one key.
+type Record struct {
+	Key        Key
+	Status     Status
+	Attempt    int64     // number of the latest attempt; the fencing token
+	Failures   int       // consecutive failed or abandoned attempts since the last success, Reset or Resolve
+	Owner      string    // holder of the latest attempt
+	LeaseUntil time.Time // running: when the lease expires
+	NotBefore  time.Time // failed: when the next attempt is allowed
+	LastError  string    // the last failure, for people
+	Updated    time.Time // when the record last changed
+}
+
+// ClaimRequest asks a store to take a key for a new attempt.
+type ClaimRequest struct {
+	Key   Key
+	Owner string        // who is claiming: host, process and a random part
+	Now   time.Time     // the claimer's clock
+	Lease time.Duration // how long the claim holds without renewal
+
+	// Durable asks for the claim to survive power loss before Claim
+	// returns. Modes that must remember an attempt that may have had an
+	// effect (AtMostOnce, TwoPhase) set it; AtLeastOnce does not need it,
+	// since a claim lost to power loss only means the work runs again.
+	Durable bool
+
+	// TakeUnknown lets the claim take a key whose status is unknown, to
+	// check it (TwoPhase). Without it, such a key yields ClaimUnknown.
+	TakeUnknown bool
+}
+
+// ClaimState is what a Claim found.
+type ClaimState int
+
+// The answers of Store.Claim.
+const (
+	ClaimAcquired   ClaimState = iota + 1 // the key is ours, for Claim.Attempt
+	ClaimDone                             // the key is done; nothing was written
+	ClaimBusy                             // a live attempt of another holder has it
+	ClaimBackingOff                       // failed; next attempt allowed at Record.NotBefore
+	ClaimUnknown                          // status unknown, and TakeUnknown was not set
+	ClaimParked                           // parked until Reset
+)
+
+// Claim is the answer to a ClaimRequest.
+type Claim struct {
+	State   ClaimState
+	Attempt int64 // ClaimAcquired: the new attempt number, higher than every earlier one
+	// Doubt is set when the key was acquired from an attempt that may have had
+	// its effect: one whose lease expired while running, or one of status
+	// unknown. The caller decides (by mode) whether to run again.
+	Doubt bool
+	// Record is the record as it was before the claim; for ClaimAcquired
+	// Failures counts an abandoned attempt already.
+	Record Record
+}
+
+// End is how an attempt ended, for Store.Finish.
+type End struct {
+	Status    Status    // StatusDone, StatusFailed, StatusUnknown or StatusParked
+	Now       time.Time // the finisher's clock
+	NotBefore time.Time // StatusFailed: earliest next attempt
+	Failures  int       // the record's failure count from now on
+	Error     string    // what went wrong, for people; empty for done
+}
+
+// Resolution is what an operator decides for a key with Resolve.
+type Resolution int
+
+// The resolutions.
+const (
+	ResolveDone  Resolution = iota + 1 // the work did happen: mark the key done
+	ResolveRetry                       // the work did not happen: allow a new attempt now, failure count cleared
+)

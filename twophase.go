@@ -1,0 +1,84 @@
+package idem
+
+import "context"
+
+// DownstreamHas asks the downstream whether the work of key has already
+// reached it: "does the mail gateway have a message with id
+// key.RequestID()?". It must answer from the downstream's own records, not
+// from a guess. An error means "cannot tell now".
+type DownstreamHas func(ctx context.Context, key Key) (bool, error)
+
+// TwoPhase marks the key pending (durably) before fn runs and done after it
+// returns; when Run finds a pending attempt that died, or fn returned an
+// error (a timeout may still have reached the downstream), it asks has
+// instead of guessing:
+//
+//	has answers    what happens
+//	true           the key is marked done without running fn (outcome Recovered)
+//	false          fn runs again (after backoff, if fn had failed)
+//	an error       Run returns it; the key stays unknown and the next Run asks again
+//
+//	failure                           what happens
+//	crash before the claim            next Run runs fn
+//	crash after claim, before done    next Run asks has; runs fn only if it says false
+//	crash after done                  next Run: AlreadyDone
+//	fn returns an error               has is asked; true → Recovered, false → retried with backoff
+//	duplicate / concurrent trigger    one runs; others get AlreadyDone or ErrInProgress
+//	lease lost while fn runs          fn's context is cancelled; its done is refused (ErrLeaseLost); the next holder asks has
+//	power loss                        the pending mark is durable before fn starts
+//
+// It promises one effect only as far as has tells the truth: a downstream that
+// accepts a request and records it later, or loses its records, defeats it.
+// [AtLeastOnce] and [AtMostOnce] are this policy with a fixed answer: "not
+// there, run again" and "cannot know, ask a person".
+func TwoPhase(has DownstreamHas) Option {
+	if has == nil {
+		panic("idem: TwoPhase needs a DownstreamHas")
+	}
+	return optionFunc(func(c *config) { c.mode = mode{name: "two-phase", has: has} })
+}
+
+// mode is the recovery policy: what to do when an attempt may have had its
+// effect but was not marked done.
+type mode struct {
+	name  string
+	rerun bool          // answer "not there" without asking (AtLeastOnce)
+	has   DownstreamHas // ask; nil and !rerun means "cannot know" (AtMostOnce)
+}
+
+var (
+	atLeastOnce = mode{name: "at-least-once", rerun: true}
+	atMostOnce  = mode{name: "at-most-once"}
+)
+
+type verdict int
+
+const (
+	verdictRerun   verdict = iota // the effect did not happen: run fn again
+	verdictDone                   // the effect happened: mark done
+	verdictUnknown                // cannot tell: leave the key unknown
+)
+
+func (m mode) check(ctx context.Context, key Key) (verdict, error) {
+	switch {
+	case m.rerun:
+		return verdictRerun, nil
+	case m.has == nil:
+		return verdictUnknown, nil
+	}
+	ok, err := m.has(ctx, key)
+	switch {
+	case err != nil:
+		return verdictUnknown, err
+	case ok:
+		return verdictDone, nil
+	}
+	return verdictRerun, nil
+}
+
+// durableClaim reports whether the claim must be durable before fn runs:
+// whenever recovery must know that an attempt may have started.
+func (m mode) durableClaim() bool { return !m.rerun }
+
+// takeUnknown reports whether the mode can settle an unknown key itself.
+func (m mode) takeUnknown() bool { return m.has != nil }
