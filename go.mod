@@ -2,7 +2,10 @@ module github.com/idemgo/idem
 
 go 1.26.8
 
-require modernc.org/sqlite v1.62.0
+require (
+	github.com/google/renameio/v2 v2.0.2
+	modernc.org/sqlite v1.62.0
+)
 
 require (
 	github.com/dustin/go-humanize v1.1.0 // indirect

@@ -1,0 +1,224 @@
+// Package cron provides idem schedules defined by cron expressions.
+//
+// It is a separate module, github.com/idemgo/idem/cron, so that its
+// dependency on github.com/robfig/cron/v3 (used to parse cron expressions)
+// stays out of the core module github.com/idemgo/idem, whose dependencies
+// are deliberately kept to a minimum. Programs that do not use cron
+// schedules do not pull in robfig/cron.
+package cron
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/caltime"
+	robfig "github.com/robfig/cron/v3"
+)
+
+// New returns the schedule whose periods run from one firing of the cron
+// expression spec to the next: the period starting at a slot s_i is
+// [s_i, s_{i+1}). spec is a standard five-field cron expression (minute,
+// hour, day of month, month, day of week) or one of the descriptors @yearly,
+// @annually, @monthly, @weekly, @daily, @midnight and @hourly, as accepted by
+// github.com/robfig/cron/v3's ParseStandard. As in standard cron, when both
+// day of month and day of week are restricted (neither is "*"), a day
+// matches if either of them matches. @every and CRON_TZ=/TZ= prefixes are
+// rejected; the zone is always loc.
+//
+// Slots are local wall-clock times in loc that match spec, mapped to
+// instants as follows:
+//
+//   - A wall time that does not exist because the clock springs forward over
+//     it fires once, at the first instant after the gap (the transition
+//     instant). Several skipped wall times (e.g. "*/15 2 * * *" on New York's
+//     spring-forward day) collapse into that single slot, which also merges
+//     with a slot at the first wall time after the gap (03:00 there).
+//   - A wall time that occurs twice because the clock falls back fires once,
+//     at its first occurrence. "*/30 1 * * *" on New York's fall-back day has
+//     two slots, 01:00 and 01:30 EDT, not four.
+//
+// Periods are named like idem.Hourly periods, by their Start instant in
+// UTC: "2006-01-02T15:04Z". Parse accepts exactly these names and reports
+// any other string with an error wrapping idem.ErrInvalidPeriod. The
+// schedule's String is "cron(<spec>)@<zone>", e.g.
+// "cron(30 1 * * *)@Europe/London".
+//
+// New returns an error if spec cannot be parsed or never fires (for
+// example "0 0 30 2 *"). It panics if loc is nil. The schedule is immutable
+// and safe for concurrent use.
+func New(spec string, loc *time.Location) (idem.Schedule, error) {
+	caltime.MustLocation(loc, "cron.New")
+	trimmed := strings.TrimSpace(spec)
+	if strings.HasPrefix(trimmed, "TZ=") || strings.HasPrefix(trimmed, "CRON_TZ=") {
+		return nil, fmt.Errorf("idem: cron spec %q: time zone prefixes are not supported, pass the location instead", spec)
+	}
+	parsed, err := robfig.ParseStandard(trimmed)
+	if err != nil {
+		return nil, fmt.Errorf("idem: cron spec %q: %w", spec, err)
+	}
+	ss, ok := parsed.(*robfig.SpecSchedule)
+	if !ok {
+		return nil, fmt.Errorf("idem: cron spec %q: only calendar expressions are supported, not fixed intervals", spec)
+	}
+	c := schedule{
+		spec:  strings.Join(strings.Fields(trimmed), " "),
+		loc:   loc,
+		dom:   ss.Dom,
+		month: ss.Month,
+		dow:   ss.Dow,
+	}
+	for h := 0; h < 24; h++ {
+		if ss.Hour&(1<<uint(h)) != 0 {
+			c.hours = append(c.hours, int64(h))
+		}
+	}
+	for m := 0; m < 60; m++ {
+		if ss.Minute&(1<<uint(m)) != 0 {
+			c.minutes = append(c.minutes, int64(m))
+		}
+	}
+	if len(c.hours) == 0 || len(c.minutes) == 0 || !c.firesEver() {
+		return nil, fmt.Errorf("idem: cron spec %q never fires", spec)
+	}
+	return c, nil
+}
+
+// starBit mirrors robfig/cron's marker bit for fields written as "*" or "?".
+const starBit = 1 << 63
+
+// searchDays bounds the search for the neighbouring slots. Matching dates of
+// a spec that fires at all are at most 8 years apart (29 February across a
+// non-leap century year), so this is never reached.
+const searchDays = 4000
+
+// schedule implements New. All fields are read-only after construction.
+type schedule struct {
+	spec            string
+	loc             *time.Location
+	dom, month, dow uint64
+	hours, minutes  []int64 // ascending
+}
+
+func (c schedule) String() string { return "cron(" + c.spec + ")@" + c.loc.String() }
+
+// dayMatches mirrors robfig/cron's month check and dayMatches: if day of
+// month or day of week is "*", both must match; otherwise either may.
+func (c schedule) dayMatches(day int64) bool {
+	_, m, d := caltime.Civil(day)
+	if c.month&(1<<uint(m)) == 0 {
+		return false
+	}
+	domMatch := c.dom&(1<<uint(d)) != 0
+	dowMatch := c.dow&(1<<uint(caltime.Weekday(day))) != 0
+	if c.dom&starBit != 0 || c.dow&starBit != 0 {
+		return domMatch && dowMatch
+	}
+	return domMatch || dowMatch
+}
+
+// firesEver reports whether some date matches; 2000–2007 contains every
+// (month, day) combination, including 29 February, and every weekday.
+func (c schedule) firesEver() bool {
+	from := caltime.DayNumber(2000, time.January, 1)
+	to := caltime.DayNumber(2008, time.January, 1)
+	for d := from; d < to; d++ {
+		if c.dayMatches(d) {
+			return true
+		}
+	}
+	return false
+}
+
+// bounds returns the latest slot at or before instant s (Unix seconds) and
+// the first slot after it. w is the wall time of s (caltime wall seconds).
+// Slot instants are caltime.Resolve(matching wall time), which is
+// non-decreasing in the wall time, and every matching wall time <= w
+// resolves to an instant <= s.
+func (c schedule) bounds(s, w int64) (start, end int64) {
+	day0 := caltime.FloorDiv(w, caltime.SecondsPerDay)
+	lastMin := c.minutes[len(c.minutes)-1]
+	var prev int64
+	havePrev := false
+	for day := day0; day <= day0+searchDays; day++ {
+		if !c.dayMatches(day) {
+			continue
+		}
+		for _, h := range c.hours {
+			base := day*caltime.SecondsPerDay + h*3600
+			lastW := base + lastMin*60
+			if lastW <= w {
+				continue
+			}
+			if x := caltime.Resolve(c.loc, lastW); x <= s {
+				// The whole hour resolves to or before s (a repeated hour).
+				prev, havePrev = x, true
+				continue
+			}
+			for _, m := range c.minutes {
+				ww := base + m*60
+				if ww <= w {
+					continue
+				}
+				x := caltime.Resolve(c.loc, ww)
+				if x > s {
+					if !havePrev {
+						prev = c.slotAtOrBefore(w)
+					}
+					return prev, x
+				}
+				prev, havePrev = x, true
+			}
+		}
+	}
+	panic("idem: " + c.String() + ": no slot found within the search horizon")
+}
+
+// slotAtOrBefore returns the slot of the latest matching wall time <= w.
+func (c schedule) slotAtOrBefore(w int64) int64 {
+	day0 := caltime.FloorDiv(w, caltime.SecondsPerDay)
+	firstMin := c.minutes[0]
+	for day := day0; day >= day0-searchDays; day-- {
+		if !c.dayMatches(day) {
+			continue
+		}
+		for hi := len(c.hours) - 1; hi >= 0; hi-- {
+			base := day*caltime.SecondsPerDay + c.hours[hi]*3600
+			if base+firstMin*60 > w {
+				continue
+			}
+			for mi := len(c.minutes) - 1; mi >= 0; mi-- {
+				if ww := base + c.minutes[mi]*60; ww <= w {
+					return caltime.Resolve(c.loc, ww)
+				}
+			}
+		}
+	}
+	panic("idem: " + c.String() + ": no slot found within the search horizon")
+}
+
+func (c schedule) At(t time.Time) idem.Period {
+	start, end := c.bounds(t.Unix(), caltime.WallSeconds(t, c.loc))
+	return idem.Period{
+		Name:  caltime.UTCName(start),
+		Start: caltime.Instant(start, c.loc),
+		End:   caltime.Instant(end, c.loc),
+	}
+}
+
+func (c schedule) Next(p idem.Period) idem.Period { return c.At(p.End) }
+
+func (c schedule) Prev(p idem.Period) idem.Period { return c.At(p.Start.Add(-time.Nanosecond)) }
+
+func (c schedule) Parse(name string) (idem.Period, error) {
+	sec, ok := caltime.ParseUTCName(name)
+	if !ok {
+		return idem.Period{}, caltime.InvalidName(idem.ErrInvalidPeriod, c, name)
+	}
+	p := c.At(time.Unix(sec, 0))
+	if p.Start.Unix() != sec {
+		return idem.Period{}, caltime.InvalidName(idem.ErrInvalidPeriod, c, name)
+	}
+	return p, nil
+}
