@@ -43,7 +43,7 @@ type Ledger struct {
 }
 
 var (
-	_ Store           = (*Ledger)(nil)
+	_ Store            = (*Ledger)(nil)
 	_ TxStore[*sql.Tx] = (*Ledger)(nil)
 )
 
