@@ -134,7 +134,22 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	return r.loop(ctx, fn, tx)
+	returned := false
+	defer func() {
+		// A crash point stopped the run, or fn panicked: drop what this
+		// process holds (a state file's lock), as the kernel would.
+		if a, ok := s.(abandoner); ok && (!returned || isStop(err)) && r.res.Attempt > 0 {
+			a.abandon(key, r.res.Attempt)
+		}
+	}()
+	err = r.loop(ctx, fn, tx)
+	returned = true
+	return err
+}
+
+// abandoner is a store that holds process-bound resources for an attempt.
+type abandoner interface {
+	abandon(key Key, attempt int64)
 }
 
 type runner struct {

@@ -21,4 +21,8 @@ for m in "${modules[@]}"; do
 	echo "== module $m"
 	(cd "$root/$m" && go vet ./... && go test -race -count=1 "$@" ./...) || status=1
 done
+# A short pass of the state-file decoder's fuzz test (its seed corpus is in
+# testdata/fuzz); it must never panic.
+echo "== fuzz FuzzDecodeState (10s)"
+go test -run '^$' -fuzz '^FuzzDecodeState$' -fuzztime 10s . || status=1
 exit $status

@@ -1,0 +1,406 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// Harness describes a store to the conformance suite [TestStore].
+type Harness struct {
+	// Open returns a new, empty store whose Runs use clk. Every call must
+	// return an independent store.
+	Open func(t *testing.T, clk idem.Clock) idem.Store
+
+	// Watermark is set for stores that keep one watermark per job (the
+	// state file): the suite then uses one key per job and runs a job's
+	// periods in order.
+	Watermark bool
+
+	// LeaseExpiry is set for stores whose leases expire by the clock passed
+	// to Run, so that a stalled holder can be taken over. It is not set for
+	// the state file, whose lock lives as long as its holder.
+	LeaseExpiry bool
+
+	// Expire makes every lease taken so far expire, for stores whose
+	// leases run on their own clock (a database's now()). nil means:
+	// advance the fake clock past the lease.
+	Expire func(t *testing.T)
+}
+
+// Modes are the Run modes the suite exercises, by name.
+var modes = []struct {
+	name string
+	opt  func(has idem.DownstreamHas) idem.Option
+}{
+	{"at-least-once", func(idem.DownstreamHas) idem.Option { return idem.AtLeastOnce() }},
+	{"at-most-once", func(idem.DownstreamHas) idem.Option { return idem.AtMostOnce() }},
+	{"two-phase", func(h idem.DownstreamHas) idem.Option { return idem.TwoPhase(h) }},
+}
+
+// downstream is the suite's fake downstream: it records each effect by key.
+type downstream struct {
+	mu   sync.Mutex
+	seen map[idem.Key]int
+}
+
+func newDownstream() *downstream { return &downstream{seen: map[idem.Key]int{}} }
+
+func (d *downstream) apply(ctx context.Context) error {
+	info, ok := idem.InfoFrom(ctx)
+	if !ok {
+		return errors.New("idemtest: fn's context carries no idem.Info")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.seen[info.Key]++
+	return nil
+}
+
+func (d *downstream) count(k idem.Key) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.seen[k]
+}
+
+func (d *downstream) has(_ context.Context, k idem.Key) (bool, error) { return d.count(k) > 0, nil }
+
+// TestStore runs the conformance suite against the store h opens: the
+// promises every idem store keeps, whatever it is built on. Call it from a
+// test of your own store:
+//
+//	func TestMyStore(t *testing.T) {
+//		idemtest.TestStore(t, idemtest.Harness{Open: ..., LeaseExpiry: true})
+//	}
+func TestStore(t *testing.T, h Harness) {
+	t.Run("DuplicateTrigger", func(t *testing.T) { testDuplicate(t, h) })
+	t.Run("ConcurrentTrigger", func(t *testing.T) { testConcurrent(t, h) })
+	t.Run("CrashPoints", func(t *testing.T) { testCrashPoints(t, h) })
+	t.Run("TwoPhase", func(t *testing.T) { testTwoPhase(t, h) })
+	t.Run("BackoffPersists", func(t *testing.T) { testBackoff(t, h) })
+	t.Run("ParkAndReset", func(t *testing.T) { testPark(t, h) })
+	t.Run("UnknownAndResolve", func(t *testing.T) { testResolve(t, h) })
+	if h.LeaseExpiry {
+		t.Run("LeaseExpiryFencing", func(t *testing.T) { testLease(t, h) })
+	}
+}
+
+var start = time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC)
+
+func (h Harness) expire(t *testing.T, clk *Clock) {
+	if h.Expire != nil {
+		h.Expire(t)
+		return
+	}
+	clk.Advance(idem.DefaultLease + time.Second)
+}
+
+func testDuplicate(t *testing.T, h Harness) {
+	clk := NewClock(start)
+	s := h.Open(t, clk)
+	d := newDownstream()
+	k := idem.Key{Job: "dup", Period: "2026-10-27"}
+	for i := range 20 {
+		var res idem.Result
+		if err := idem.RunWith(context.Background(), s, k, d.apply, idem.WithClock(clk), idem.ReportTo(&res)); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		if want := map[bool]idem.Outcome{true: idem.Ran, false: idem.AlreadyDone}[i == 0]; res.Outcome != want {
+			t.Fatalf("run %d: outcome %v, want %v", i, res.Outcome, want)
+		}
+	}
+	if got := d.count(k); got != 1 {
+		t.Fatalf("fn ran %d times, want 1", got)
+	}
+	// With a watermark, an earlier period is done too.
+	if h.Watermark {
+		early := idem.Key{Job: "dup", Period: "2026-10-26"}
+		var res idem.Result
+		if err := idem.RunWith(context.Background(), s, early, d.apply, idem.WithClock(clk), idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
+			t.Fatalf("period below the watermark: %v, %v", err, res.Outcome)
+		}
+	}
+}
+
+func testConcurrent(t *testing.T, h Harness) {
+	clk := NewClock(start)
+	s := h.Open(t, clk)
+	d := newDownstream()
+	k := idem.Key{Job: "concurrent", Period: "2026-10-27"}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := idem.RunWith(context.Background(), s, k, d.apply, idem.WithClock(clk))
+			if err != nil && !errors.Is(err, idem.ErrInProgress) {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("Run: %v (only nil or ErrInProgress may reach a caller)", err)
+	}
+	// Whoever got ErrInProgress, the key is done and ran once.
+	if err := idem.RunWith(context.Background(), s, k, d.apply, idem.WithClock(clk)); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.count(k); got != 1 {
+		t.Fatalf("fn ran %d times, want 1", got)
+	}
+}
+
+// testCrashPoints stops a Run at every crash point, in every mode, the way
+// a SIGKILL would, then recovers with a second Run on the same store.
+func testCrashPoints(t *testing.T, h Harness) {
+	for _, m := range modes {
+		for _, p := range idem.Points() {
+			t.Run(m.name+"/"+string(p), func(t *testing.T) {
+				clk := NewClock(start)
+				s := h.Open(t, clk)
+				d := newDownstream()
+				k := idem.Key{Job: "crash", Period: "2026-10-27"}
+				opts := []idem.Option{idem.WithClock(clk), m.opt(d.has)}
+				err := idem.RunWith(CrashAt(context.Background(), p), s, k, d.apply, opts...)
+				crashed := errors.Is(err, ErrCrashed)
+				if err != nil && !crashed {
+					t.Fatalf("crashing run: %v", err)
+				}
+				if !crashed {
+					t.Skipf("the store has no crash point %s", p)
+				}
+				h.expire(t, clk)
+				var res idem.Result
+				err = idem.RunWith(context.Background(), s, k, d.apply, append(opts, idem.ReportTo(&res))...)
+				n := d.count(k)
+				rec, ok, lerr := s.Lookup(context.Background(), k)
+				if lerr != nil || !ok {
+					t.Fatalf("Lookup: %v, found %v", lerr, ok)
+				}
+				switch m.name {
+				case "at-least-once":
+					if err != nil || rec.Status != idem.StatusDone || n < 1 {
+						t.Fatalf("recovery: %v, status %s, effects %d; want done, at least 1", err, rec.Status, n)
+					}
+				case "at-most-once":
+					if n > 1 {
+						t.Fatalf("fn ran %d times", n)
+					}
+					switch rec.Status {
+					case idem.StatusDone:
+						if err != nil || n != 1 {
+							t.Fatalf("done with effects %d, err %v", n, err)
+						}
+					case idem.StatusUnknown:
+						if !errors.Is(err, idem.ErrUnknownOutcome) {
+							t.Fatalf("unknown key: Run returned %v", err)
+						}
+					default:
+						t.Fatalf("status %s after recovery (%v)", rec.Status, err)
+					}
+				case "two-phase":
+					if err != nil || rec.Status != idem.StatusDone || n != 1 {
+						t.Fatalf("recovery: %v, status %s, effects %d; want done, exactly 1", err, rec.Status, n)
+					}
+				}
+				// One more trigger changes nothing.
+				before := d.count(k)
+				err = idem.RunWith(context.Background(), s, k, d.apply, opts...)
+				if d.count(k) != before || (err != nil && !errors.Is(err, idem.ErrUnknownOutcome)) {
+					t.Fatalf("trigger after recovery: %v, effects %d → %d", err, before, d.count(k))
+				}
+			})
+		}
+	}
+}
+
+func testTwoPhase(t *testing.T, h Harness) {
+	ctx := context.Background()
+	t.Run("fn failed but the downstream has it", func(t *testing.T) {
+		clk := NewAutoClock(start)
+		s := h.Open(t, clk)
+		d := newDownstream()
+		k := idem.Key{Job: "tp-timeout", Period: "2026-10-27"}
+		var res idem.Result
+		err := idem.RunWith(ctx, s, k, func(ctx context.Context) error {
+			_ = d.apply(ctx)
+			return errors.New("gateway timeout after sending")
+		}, idem.WithClock(clk), idem.TwoPhase(d.has), idem.ReportTo(&res))
+		if err != nil || res.Outcome != idem.Recovered || d.count(k) != 1 {
+			t.Fatalf("%v, outcome %v, effects %d; want Recovered, 1", err, res.Outcome, d.count(k))
+		}
+	})
+	t.Run("fn failed and the downstream lacks it", func(t *testing.T) {
+		clk := NewAutoClock(start)
+		s := h.Open(t, clk)
+		d := newDownstream()
+		k := idem.Key{Job: "tp-retry", Period: "2026-10-27"}
+		calls := 0
+		err := idem.RunWith(ctx, s, k, func(ctx context.Context) error {
+			if calls++; calls == 1 {
+				return errors.New("connection refused")
+			}
+			return d.apply(ctx)
+		}, idem.WithClock(clk), idem.TwoPhase(d.has))
+		if err != nil || calls != 2 || d.count(k) != 1 {
+			t.Fatalf("%v, calls %d, effects %d", err, calls, d.count(k))
+		}
+	})
+	t.Run("the check fails", func(t *testing.T) {
+		clk := NewClock(start)
+		s := h.Open(t, clk)
+		d := newDownstream()
+		k := idem.Key{Job: "tp-checkfail", Period: "2026-10-27"}
+		down := errors.New("gateway unreachable")
+		broken := func(context.Context, idem.Key) (bool, error) { return false, down }
+		if err := idem.RunWith(CrashAt(ctx, idem.AfterFn), s, k, d.apply, idem.WithClock(clk), idem.TwoPhase(broken)); !errors.Is(err, ErrCrashed) {
+			t.Fatalf("crash: %v", err)
+		}
+		h.expire(t, clk)
+		err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.TwoPhase(broken))
+		if !errors.Is(err, down) || !errors.Is(err, idem.ErrUnknownOutcome) || d.count(k) != 1 {
+			t.Fatalf("%v, effects %d; want the check's error, unknown, 1 effect", err, d.count(k))
+		}
+		// The key stays pending; once the check works, it settles without a second effect.
+		var res idem.Result
+		if err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.TwoPhase(d.has), idem.ReportTo(&res)); err != nil || res.Outcome != idem.Recovered {
+			t.Fatalf("%v, outcome %v; want Recovered", err, res.Outcome)
+		}
+		if d.count(k) != 1 {
+			t.Fatalf("effects %d, want 1", d.count(k))
+		}
+	})
+}
+
+// testBackoff: the failure count and the next allowed time live in the
+// store, so a separate Run (a new process, the next cron tick) honours them.
+func testBackoff(t *testing.T, h Harness) {
+	clk := NewClock(start)
+	s := h.Open(t, clk)
+	k := idem.Key{Job: "backoff", Period: "2026-10-27"}
+	b := idem.WithMaxAttempts(3, idem.Exponential(time.Hour))
+	calls := 0
+	fail := func(context.Context) error { calls++; return errors.New("downstream down") }
+	run := func() error {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		n := clk.Waiters() + 1
+		go func() { clk.BlockUntil(n); cancel() }() // stop the in-process retry at its sleep
+		return idem.RunWith(ctx, s, k, fail, idem.WithClock(clk), idem.WithBackoff(b))
+	}
+	if err := run(); !errors.Is(err, idem.ErrBackingOff) || calls != 1 {
+		t.Fatalf("first run: %v, calls %d", err, calls)
+	}
+	clk.Advance(30 * time.Minute)
+	var ierr *idem.Error
+	if err := run(); !errors.Is(err, idem.ErrBackingOff) || !errors.As(err, &ierr) || !ierr.NotBefore.Equal(start.Add(time.Hour)) || calls != 1 {
+		t.Fatalf("within the backoff: %v, calls %d", err, calls)
+	}
+	clk.Advance(31 * time.Minute)
+	if err := run(); !errors.Is(err, idem.ErrBackingOff) || calls != 2 {
+		t.Fatalf("second attempt: %v, calls %d", err, calls)
+	}
+	rec, _, _ := s.Lookup(context.Background(), k)
+	if rec.Failures != 2 || rec.Status != idem.StatusFailed {
+		t.Fatalf("record after 2 failures: %+v", rec)
+	}
+	clk.Advance(2 * time.Hour)
+	if err := run(); !errors.Is(err, idem.ErrGaveUp) || calls != 3 {
+		t.Fatalf("third attempt: %v, calls %d", err, calls)
+	}
+}
+
+func testPark(t *testing.T, h Harness) {
+	clk := NewAutoClock(start)
+	s := h.Open(t, clk)
+	k := idem.Key{Job: "park", Period: "2026-10-27"}
+	bad := errors.New("account closed")
+	if err := idem.RunWith(context.Background(), s, k, func(context.Context) error { return idem.Permanent(bad) }, idem.WithClock(clk)); !errors.Is(err, idem.ErrGaveUp) || !errors.Is(err, bad) {
+		t.Fatalf("permanent error: %v", err)
+	}
+	ran := false
+	if err := idem.RunWith(context.Background(), s, k, func(context.Context) error { ran = true; return nil }, idem.WithClock(clk)); !errors.Is(err, idem.ErrGaveUp) || ran {
+		t.Fatalf("parked key: %v, ran %v", err, ran)
+	}
+	if err := s.Resolve(context.Background(), k, idem.ResolveRetry); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	if err := idem.RunWith(context.Background(), s, k, func(context.Context) error { ran = true; return nil }, idem.WithClock(clk)); err != nil || !ran {
+		t.Fatalf("after Reset: %v, ran %v", err, ran)
+	}
+}
+
+func testResolve(t *testing.T, h Harness) {
+	clk := NewClock(start)
+	s := h.Open(t, clk)
+	ctx := context.Background()
+	for _, to := range []idem.Resolution{idem.ResolveDone, idem.ResolveRetry} {
+		k := idem.Key{Job: fmt.Sprintf("resolve-%d", to), Period: "2026-10-27"}
+		d := newDownstream()
+		if err := idem.RunWith(CrashAt(ctx, idem.AfterFn), s, k, d.apply, idem.WithClock(clk), idem.AtMostOnce()); !errors.Is(err, ErrCrashed) {
+			t.Fatalf("crash: %v", err)
+		}
+		h.expire(t, clk)
+		if err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.AtMostOnce()); !errors.Is(err, idem.ErrUnknownOutcome) {
+			t.Fatalf("after the crash: %v, want ErrUnknownOutcome", err)
+		}
+		if err := s.Resolve(ctx, k, to); err != nil {
+			t.Fatalf("Resolve: %v", err)
+		}
+		var res idem.Result
+		if err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.AtMostOnce(), idem.ReportTo(&res)); err != nil {
+			t.Fatalf("after Resolve: %v", err)
+		}
+		want, effects := idem.AlreadyDone, 1
+		if to == idem.ResolveRetry {
+			want, effects = idem.Ran, 2
+		}
+		if res.Outcome != want || d.count(k) != effects {
+			t.Fatalf("resolution %d: outcome %v, effects %d; want %v, %d", to, res.Outcome, d.count(k), want, effects)
+		}
+		if err := s.Resolve(ctx, k, idem.ResolveRetry); !errors.Is(err, idem.ErrNotResolvable) {
+			t.Fatalf("Resolve of a done key: %v, want ErrNotResolvable", err)
+		}
+	}
+}
+
+func testLease(t *testing.T, h Harness) {
+	clk := NewClock(start)
+	s := h.Open(t, clk)
+	k := idem.Key{Job: "lease", Period: "2026-10-27"}
+	ctx := context.Background()
+	release := make(chan struct{})
+	started := make(chan struct{})
+	aErr := make(chan error, 1)
+	go func() {
+		// A runs on a clock of its own that never moves: its heartbeat
+		// never renews, as if it had stalled.
+		frozen := NewClock(start)
+		aErr <- idem.RunWith(ctx, s, k, func(context.Context) error {
+			close(started)
+			<-release
+			return nil
+		}, idem.WithClock(frozen))
+	}()
+	<-started
+	h.expire(t, clk)
+	var info idem.Info
+	if err := idem.RunWith(ctx, s, k, func(ctx context.Context) error { info, _ = idem.InfoFrom(ctx); return nil }, idem.WithClock(clk)); err != nil {
+		t.Fatalf("B after A's lease expired: %v", err)
+	}
+	if info.Attempt != 2 {
+		t.Fatalf("B attempt %d, want 2", info.Attempt)
+	}
+	close(release)
+	if err := <-aErr; !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("A's done: %v, want ErrLeaseLost", err)
+	}
+}

@@ -1,0 +1,271 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
+)
+
+func openState(t testing.TB, dir string, opts ...idem.Option) *idem.StateFile {
+	t.Helper()
+	s, err := idem.OpenStateFile(filepath.Join(dir, "state.json"), opts...)
+	if err != nil {
+		t.Fatalf("OpenStateFile: %v", err)
+	}
+	return s
+}
+
+func TestStateFileWatermark(t *testing.T) {
+	dir := t.TempDir()
+	s := openState(t, dir)
+	ctx := context.Background()
+	report := idem.Key{Job: "daily_report", Period: "2026-10-27"}
+	sent := 0
+	for range 3 {
+		if err := s.Run(ctx, report, func(context.Context) error { sent++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sent != 1 {
+		t.Fatalf("sent %d, want 1", sent)
+	}
+	b, _ := os.ReadFile(s.Path())
+	for _, want := range []string{`"version": 1`, `"lastDonePeriod": "2026-10-27"`, `"status": "done"`, `"pendingPeriod": ""`} {
+		if !strings.Contains(string(b), want) {
+			t.Fatalf("state file lacks %s:\n%s", want, b)
+		}
+	}
+	// Below the watermark: done. A new period runs.
+	var res idem.Result
+	if err := s.Run(ctx, idem.Key{Job: "daily_report", Period: "2026-10-20"}, func(context.Context) error { sent++; return nil }, idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
+		t.Fatalf("older period: %v, %v", err, res.Outcome)
+	}
+	if err := s.Run(ctx, idem.Key{Job: "daily_report", Period: "2026-10-28"}, func(context.Context) error { sent++; return nil }); err != nil || sent != 2 {
+		t.Fatalf("next period: %v, sent %d", err, sent)
+	}
+	// A period of another shape would break string order.
+	err := s.Run(ctx, idem.Key{Job: "daily_report", Period: "2026-10-9"}, func(context.Context) error { sent++; return nil })
+	if !errors.Is(err, idem.ErrOutOfOrder) || !strings.Contains(err.Error(), "zero-padded") || sent != 2 {
+		t.Fatalf("misshapen period: %v", err)
+	}
+	// Jobs are independent.
+	if err := s.Run(ctx, idem.Key{Job: "im_push", Period: "2026-10-01"}, func(context.Context) error { sent++; return nil }); err != nil || sent != 3 {
+		t.Fatalf("second job: %v", err)
+	}
+}
+
+func TestStateFilePendingBlocksLaterPeriods(t *testing.T) {
+	s := openState(t, t.TempDir())
+	ctx := context.Background()
+	k1 := idem.Key{Job: "pay", Period: "2026-10-27"}
+	if err := s.Run(ctx, k1, func(context.Context) error { return errors.New("timeout") }, idem.AtMostOnce()); !errors.Is(err, idem.ErrUnknownOutcome) {
+		t.Fatalf("k1: %v", err)
+	}
+	k2 := idem.Key{Job: "pay", Period: "2026-10-28"}
+	err := s.Run(ctx, k2, func(context.Context) error { t.Error("k2 ran past an unknown k1"); return nil }, idem.AtMostOnce())
+	if !errors.Is(err, idem.ErrOutOfOrder) || !strings.Contains(err.Error(), "2026-10-27") {
+		t.Fatalf("k2: %v", err)
+	}
+	if err := s.Resolve(ctx, k1, idem.ResolveDone); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(ctx, k2, func(context.Context) error { return nil }, idem.AtMostOnce()); err != nil {
+		t.Fatalf("k2 after resolving k1: %v", err)
+	}
+}
+
+// TestStateFileLockAcrossProcesses: a child holds the job's lock in fn; the
+// parent sees ErrInProgress. The child is SIGKILLed; the kernel drops the
+// lock and the parent recovers at once, without waiting for a lease.
+func TestStateFileLockAcrossProcesses(t *testing.T) {
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	child := idemtest.Start(t, dir, func(dir string) {
+		s := openState(t, dir)
+		_ = s.Run(context.Background(), key, func(context.Context) error {
+			os.WriteFile(filepath.Join(dir, "ready"), nil, 0o644)
+			select {} // hold the lock until killed
+		}, idem.AtMostOnce())
+	})
+	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	s := openState(t, dir)
+	ran := false
+	err := s.Run(context.Background(), key, func(context.Context) error { ran = true; return nil }, idem.AtMostOnce())
+	if !errors.Is(err, idem.ErrInProgress) || ran {
+		t.Fatalf("while the child holds the lock: %v", err)
+	}
+	child.Kill()
+	if e := child.Wait(); !e.Killed {
+		t.Fatalf("child: %+v", e)
+	}
+	err = s.Run(context.Background(), key, func(context.Context) error { ran = true; return nil }, idem.AtMostOnce())
+	if !errors.Is(err, idem.ErrUnknownOutcome) || ran {
+		t.Fatalf("after the kill: %v, ran %v; want ErrUnknownOutcome (fn may have acted)", err, ran)
+	}
+}
+
+// TestStateFileCrashAtEveryPoint SIGKILLs a child at each crash point of
+// the state file in each mode, then recovers in this process.
+func TestStateFileCrashAtEveryPoint(t *testing.T) {
+	for _, mode := range []string{"at-least-once", "at-most-once", "two-phase"} {
+		for _, p := range idem.Points() {
+			t.Run(mode+"/"+string(p), func(t *testing.T) {
+				dir := t.TempDir()
+				job := func(ctx context.Context, dir string) error {
+					s, err := idem.OpenStateFile(filepath.Join(dir, "state.json"))
+					if err != nil {
+						return err
+					}
+					eff := newEffects(dir)
+					opt := map[string]idem.Option{
+						"at-least-once": idem.AtLeastOnce(),
+						"at-most-once":  idem.AtMostOnce(),
+						"two-phase": idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) {
+							return eff.counts(t)[k.String()] > 0, nil
+						}),
+					}[mode]
+					return s.Run(ctx, key, func(context.Context) error { eff.add(nil, key.String()); return nil }, opt)
+				}
+				exit := idemtest.Fork(t, dir, func(dir string) {
+					if err := job(idemtest.KillAt(context.Background(), p), dir); err != nil {
+						fmt.Println(err)
+						os.Exit(3)
+					}
+				})
+				reached := exit.Killed
+				if !reached && exit.Code != 0 {
+					t.Fatalf("child: %+v", exit)
+				}
+				err := job(context.Background(), dir)
+				n := newEffects(dir).counts(t)[key.String()]
+				rec := mustLookup(t, openState(t, dir), key)
+				switch mode {
+				case "at-least-once":
+					if err != nil || rec.Status != idem.StatusDone || n < 1 {
+						t.Fatalf("%v, %s, effects %d", err, rec.Status, n)
+					}
+				case "at-most-once":
+					if n > 1 || (rec.Status == idem.StatusUnknown) != errors.Is(err, idem.ErrUnknownOutcome) ||
+						(rec.Status == idem.StatusDone && n != 1) {
+						t.Fatalf("%v, %s, effects %d", err, rec.Status, n)
+					}
+				case "two-phase":
+					if err != nil || rec.Status != idem.StatusDone || n != 1 {
+						t.Fatalf("%v, %s, effects %d; want done, exactly 1", err, rec.Status, n)
+					}
+				}
+				t.Logf("killed at %s: %v; recovery %v, status %s, effects %d", p, reached, err, rec.Status, n)
+			})
+		}
+	}
+}
+
+func TestStateFileCorrupt(t *testing.T) {
+	cases := map[string]string{
+		"empty":         "",
+		"whitespace":    "  \n",
+		"truncated":     `{"version": 1, "jobs": {"daily_report": {"lastDonePeriod": "2026-10-2`,
+		"garbage":       "\x00\x01not json",
+		"wrong shape":   `{"version": 1, "jobs": ["daily_report"]}`,
+		"unknown field": `{"version": 1, "jobs": {}, "extra": true}`,
+		"no version":    `{"jobs": {}}`,
+		"newer version": `{"version": 2, "jobs": {}}`,
+		"bad status":    `{"version": 1, "jobs": {"j": {"lastDonePeriod": "2026-10-27", "status": "sent", "pendingPeriod": "", "attempt": 1, "failures": 0}}}`,
+		"two documents": `{"version": 1, "jobs": {}} {}`,
+		"null job":      `{"version": 1, "jobs": {"j": null}}`,
+	}
+	for name, content := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "state.json")
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := idem.OpenStateFile(path)
+			if !errors.Is(err, idem.ErrCorruptState) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("OpenStateFile: %v; want ErrCorruptState naming %s", err, path)
+			}
+			if b, _ := os.ReadFile(path); string(b) != content {
+				t.Fatalf("corrupt file was changed to %q", b)
+			}
+		})
+	}
+	// A file that turns corrupt under an open store: Run reports it and writes nothing.
+	dir := t.TempDir()
+	s := openState(t, dir)
+	if err := os.WriteFile(s.Path(), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Run(context.Background(), key, func(context.Context) error { t.Error("fn ran on a corrupt state"); return nil })
+	if !errors.Is(err, idem.ErrCorruptState) {
+		t.Fatalf("Run: %v", err)
+	}
+	if b, _ := os.ReadFile(s.Path()); string(b) != "{" {
+		t.Fatalf("corrupt file was changed to %q", b)
+	}
+}
+
+func TestRepairStateFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	if err := os.WriteFile(path, []byte(`{"version": 1, "jobs": {"daily_rep`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := idem.RepairStateFile(path, map[string]string{"daily_report": "2026-10-27"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(kept); string(b) != `{"version": 1, "jobs": {"daily_rep` {
+		t.Fatalf("the corrupt file was not kept: %q", b)
+	}
+	s := openState(t, dir)
+	var res idem.Result
+	if err := s.Run(context.Background(), idem.Key{Job: "daily_report", Period: "2026-10-27"}, func(context.Context) error { return nil }, idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
+		t.Fatalf("after repair: %v %v", err, res.Outcome)
+	}
+	if _, err := idem.RepairStateFile(path, nil); err == nil || !strings.Contains(err.Error(), "not corrupt") {
+		t.Fatalf("repair of a good file: %v", err)
+	}
+}
+
+func TestOpenStateFileBadInput(t *testing.T) {
+	dir := t.TempDir()
+	regular := filepath.Join(dir, "file")
+	os.WriteFile(regular, []byte("x"), 0o644)
+	for _, c := range []struct{ path, want string }{
+		{dir, "is a directory"},
+		{filepath.Join(regular, "state.json"), "not a directory"},
+		{filepath.Join(dir, "missing", "state.json"), "no such file"},
+		{"", "empty"},
+	} {
+		if _, err := idem.OpenStateFile(c.path); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("OpenStateFile(%q): %v, want %q", c.path, err, c.want)
+		}
+	}
+	// A directory that cannot be written: the write fails with a clear error.
+	s, err := idem.OpenStateFile("/proc/idem-state.json")
+	if err == nil {
+		err = s.Run(context.Background(), key, func(context.Context) error { return nil })
+	}
+	if err == nil || !strings.Contains(err.Error(), "/proc/idem-state.json") {
+		t.Fatalf("state file in /proc: %v", err)
+	}
+}
+
+func TestStateFileInvalidKey(t *testing.T) {
+	s := openState(t, t.TempDir())
+	err := s.Run(context.Background(), idem.Key{Job: "j\n", Period: "2026-10-27"}, func(context.Context) error { return nil })
+	if !errors.Is(err, idem.ErrInvalidKey) {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.Path()); !os.IsNotExist(err) {
+		t.Fatal("an invalid key wrote the state file")
+	}
+}
