@@ -235,16 +235,16 @@ func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
 	if _, err := t.Write(b); err != nil {
 		return fmt.Errorf("idem: state file %s: %w", s.path, err)
 	}
-	if err := t.Sync(); err != nil {
-		s.broken = fmt.Errorf("idem: state file %s: fsync failed, refusing further writes: %w", s.path, err)
-		return s.broken
-	}
 	if err := Checkpoint(ctx, MidWrite, key); err != nil {
 		crashed = true
 		return err
 	}
+	// fsync the temp file, then rename it over the state file. A failure
+	// here may be a failed fsync, after which the kernel's view of the data
+	// is unknown: it is fatal, never retried.
 	if err := t.CloseAtomicallyReplace(); err != nil {
-		return fmt.Errorf("idem: state file %s: %w", s.path, err)
+		s.broken = fmt.Errorf("idem: state file %s: fsync or rename failed, refusing further writes: %w", s.path, err)
+		return s.broken
 	}
 	if err := Checkpoint(ctx, AfterRename, key); err != nil {
 		crashed = true

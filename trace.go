@@ -16,7 +16,7 @@ const (
 	BeforeClaim Point = "before-claim" // nothing written yet
 	AfterClaim  Point = "after-claim"  // the claim (the pending mark, in TwoPhase) is committed; fn has not started
 	AfterFn     Point = "after-fn"     // fn returned; its done mark is not written (RunTx: not committed)
-	MidWrite    Point = "mid-write"    // state file: the temp file is written and synced, not yet renamed
+	MidWrite    Point = "mid-write"    // state file: the temp file is written, not yet synced or renamed
 	AfterRename Point = "after-rename" // state file: renamed over the old file, directory not yet synced
 	AfterDone   Point = "after-done"   // the done mark is durable; Run has not returned
 )

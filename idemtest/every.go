@@ -1,0 +1,64 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// Crash is one crash scenario of [EveryCrashPoint]: the job's first run is
+// stopped at Point, as a SIGKILL would stop it, and a second run recovers.
+type Crash struct {
+	Point idem.Point
+	Clock *Clock // the fake clock the job's Runs must use: pass Option() to them
+}
+
+// Option returns the option that makes a Run use the scenario's clock.
+func (c *Crash) Option() idem.Option { return idem.WithClock(c.Clock) }
+
+// Crash runs job with every Run in it stopped at c.Point. It reports
+// whether the point was reached (a store may not have it: a ledger has no
+// mid-write point), and returns job's error if it failed otherwise.
+func (c *Crash) Crash(job func(ctx context.Context) error) (reached bool, err error) {
+	err = job(CrashAt(context.Background(), c.Point))
+	if errors.Is(err, ErrCrashed) {
+		return true, nil
+	}
+	return false, err
+}
+
+// Recover moves the clock past every lease and runs job again, as the next
+// trigger after the crash would.
+func (c *Crash) Recover(job func(ctx context.Context) error) error {
+	c.Clock.Advance(idem.DefaultLease + time.Second)
+	return job(context.Background())
+}
+
+// EachCrashPoint calls scenario once for every crash point (idem.Points),
+// each with a new Crash and a new clock. The scenario builds a fresh store
+// and downstream, calls Crash and Recover with its job, and returns an error
+// if its own invariant ("the mail went out exactly once") does not hold.
+// EachCrashPoint returns the scenarios' errors, each naming its point.
+func EachCrashPoint(scenario func(c *Crash) error) error {
+	var errs []error
+	for _, p := range idem.Points() {
+		c := &Crash{Point: p, Clock: NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))}
+		if err := scenario(c); err != nil {
+			errs = append(errs, fmt.Errorf("crash at %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// EveryCrashPoint is EachCrashPoint as subtests of t, one per point.
+func EveryCrashPoint(t *testing.T, scenario func(t *testing.T, c *Crash)) {
+	for _, p := range idem.Points() {
+		t.Run(string(p), func(t *testing.T) {
+			scenario(t, &Crash{Point: p, Clock: NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))})
+		})
+	}
+}
