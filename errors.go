@@ -41,6 +41,10 @@ var (
 	// Nothing was written to it.
 	ErrNewerSchema = errors.New("idem: ledger schema is newer than this version of idem")
 
+	// ErrPruneRefused: Prune was asked to forget periods that catch-up can
+	// still reach, or that are not settled. Nothing was deleted.
+	ErrPruneRefused = errors.New("idem: prune refused")
+
 	// ErrNotResolvable: Resolve or Reset was asked to change a key that is
 	// done, or that a live attempt holds.
 	ErrNotResolvable = errors.New("idem: key cannot be resolved in its current state")
@@ -49,12 +53,13 @@ var (
 // Outcome says how a Run ended.
 type Outcome int
 
-// The outcomes of a Run. Run returns nil for [Ran], [AlreadyDone] and
-// [Recovered]; the others come with an error matching the sentinel named.
+// The outcomes of a Run. Run returns nil for [Ran], [AlreadyDone],
+// [Recovered] and [Skipped]; the others come with an error matching the sentinel named.
 const (
 	Ran         Outcome = iota + 1 // fn ran now and its done mark committed
 	AlreadyDone                    // an earlier run had finished the key; fn did not run
 	Recovered                      // a doubtful earlier attempt was confirmed by DownstreamHas and marked done; fn did not run
+	Skipped                        // the period was settled as skipped (catch-up coalesced it); fn did not run
 	InProgress                     // ErrInProgress
 	Unknown                        // ErrUnknownOutcome
 	BackingOff                     // ErrBackingOff
@@ -64,7 +69,7 @@ const (
 )
 
 var outcomeNames = [...]string{
-	Ran: "ran", AlreadyDone: "already_done", Recovered: "recovered", InProgress: "in_progress",
+	Ran: "ran", AlreadyDone: "already_done", Recovered: "recovered", Skipped: "skipped", InProgress: "in_progress",
 	Unknown: "unknown", BackingOff: "backing_off", GaveUp: "gave_up", LeaseLost: "lease_lost", Failed: "failed",
 }
 

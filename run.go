@@ -200,6 +200,9 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 		case ClaimDone:
 			r.res.Outcome = AlreadyDone
 			return nil
+		case ClaimSkipped:
+			r.res.Outcome = Skipped
+			return nil
 		case ClaimBusy:
 			if cfg.wait {
 				if err := sleep(ctx, cfg.clock, cfg.poll); err != nil {

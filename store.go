@@ -57,6 +57,37 @@ type TxStore[Tx any] interface {
 	FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, fn func(Tx) error) error
 }
 
+// CatchUpStore is a Store that also keeps, per job, a catch-up cursor and
+// a retention horizon. [CatchUp] and [Prune] need one. For the state file,
+// the job's watermark is both.
+type CatchUpStore interface {
+	Store
+
+	// Job returns the job's cursor and horizon ("" when none).
+	Job(ctx context.Context, job string) (JobState, error)
+
+	// Advance moves the job's cursor forward to period; a cursor already at
+	// or after period is left as it is. Catch-up calls it for periods it
+	// found settled without writing (already done, skipped).
+	Advance(ctx context.Context, job, period string) error
+
+	// Prune deletes the records of the job's settled (done or skipped)
+	// periods at or before through, and raises the job's horizon to
+	// through: from then on every period at or before the horizon counts as
+	// done, record or not, so pruning never re-opens a period. It refuses,
+	// with [ErrPruneRefused], a through after the job's cursor when the job
+	// has one (catch-up could still reach those periods), or when a record
+	// at or before through is not settled.
+	Prune(ctx context.Context, job, through string) (deleted int64, err error)
+}
+
+// JobState is what a CatchUpStore keeps per job.
+type JobState struct {
+	Job     string
+	Cursor  string // the latest period catch-up has settled, in order: every due period up to it is settled
+	Horizon string // periods at or before it count as done; their records may be pruned
+}
+
 // Status is the state of a key's record.
 type Status string
 
@@ -67,6 +98,7 @@ const (
 	StatusDone    Status = "done"    // settled: the work is done
 	StatusUnknown Status = "unknown" // an attempt may or may not have had its effect; awaiting Resolve or a DownstreamHas check
 	StatusParked  Status = "parked"  // gave up; awaiting Reset
+	StatusSkipped Status = "skipped" // settled without running: catch-up coalesced it into a later period
 )
 
 // Record is what a store knows of one key.
@@ -111,6 +143,7 @@ const (
 	ClaimBackingOff                       // failed; next attempt allowed at Record.NotBefore
 	ClaimUnknown                          // status unknown, and TakeUnknown was not set
 	ClaimParked                           // parked until Reset
+	ClaimSkipped                          // settled as skipped; nothing was written
 )
 
 // Claim is the answer to a ClaimRequest.
@@ -133,6 +166,10 @@ type End struct {
 	NotBefore time.Time // StatusFailed: earliest next attempt
 	Failures  int       // the record's failure count from now on
 	Error     string    // what went wrong, for people; empty for done
+
+	// Cursor asks a StatusDone finish to also move the job's catch-up
+	// cursor forward to this period, in the same transaction (CatchUpStore).
+	Cursor bool
 }
 
 // Resolution is what an operator decides for a key with Resolve.
@@ -142,4 +179,5 @@ type Resolution int
 const (
 	ResolveDone  Resolution = iota + 1 // the work did happen: mark the key done
 	ResolveRetry                       // the work did not happen: allow a new attempt now, failure count cleared
+	ResolveSkip                        // settle without running: catch-up coalesced the period into a later one
 )
