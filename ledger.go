@@ -43,7 +43,7 @@ type Ledger struct {
 }
 
 var (
-	_ Store            = (*Ledger)(nil)
+	_ CatchUpStore     = (*Ledger)(nil)
 	_ TxStore[*sql.Tx] = (*Ledger)(nil)
 )
 
@@ -362,6 +362,16 @@ func (l *Ledger) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 	err := busyRetry(ctx, func() (err error) {
 		rec, ok, err = scanRecord(key, l.db.QueryRowContext(ctx,
 			`SELECT `+recordCols+` FROM idem_runs WHERE job=? AND period=?`, key.Job, key.Period))
+		if err != nil || ok {
+			return err
+		}
+		// No record: a period at or below the job's horizon was pruned, and
+		// counts as done.
+		var n int
+		err = l.db.QueryRowContext(ctx, `SELECT count(*) FROM idem_jobs WHERE job=? AND horizon >= ?`, key.Job, key.Period).Scan(&n)
+		if n > 0 {
+			rec, ok = Record{Key: key, Status: StatusDone}, true
+		}
 		return err
 	})
 	return rec, ok, err
@@ -394,6 +404,8 @@ func decide(rec Record, found bool, req ClaimRequest) (state ClaimState, take, d
 		return ClaimUnknown, false, false
 	case StatusParked:
 		return ClaimParked, false, false
+	case StatusSkipped:
+		return ClaimSkipped, false, false
 	}
 	return ClaimParked, false, false
 }
@@ -426,8 +438,10 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 		now := micros(req.Now)
 		until := micros(req.Now.Add(req.Lease))
 		res, err := tx.ExecContext(ctx, `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated)
-			VALUES(?, ?, 'running', 1, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-			req.Key.Job, req.Key.Period, req.Owner, until, now, now)
+			SELECT ?, ?, 'running', 1, ?, ?, ?, ?
+			WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
+			ON CONFLICT DO NOTHING`,
+			req.Key.Job, req.Key.Period, req.Owner, until, now, now, req.Key.Job, req.Key.Period)
 		if err != nil {
 			return err
 		}
@@ -440,6 +454,10 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 			`SELECT `+recordCols+` FROM idem_runs WHERE job=? AND period=?`, req.Key.Job, req.Key.Period))
 		if err != nil {
 			return err
+		}
+		if !found { // not inserted and no row: below the job's horizon
+			c = Claim{State: ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}
+			return nil
 		}
 		state, take, doubt := decide(rec, found, req)
 		c = Claim{State: state, Record: rec}
@@ -504,9 +522,23 @@ func (l *Ledger) Finish(ctx context.Context, key Key, attempt int64, end End) er
 	ctx = context.WithoutCancel(ctx) // a finished attempt must be recorded even if the caller gave up
 	var n int64
 	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
-		var err error
-		n, err = finishExec(ctx, conn, key, attempt, end)
-		return err
+		if !end.Cursor || end.Status != StatusDone {
+			var err error
+			n, err = finishExec(ctx, conn, key, attempt, end)
+			return err
+		}
+		tx, err := beginWrite(ctx, conn)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if n, err = finishExec(ctx, tx, key, attempt, end); err != nil || n == 0 {
+			return err
+		}
+		if err := advanceExec(ctx, tx, key.Job, key.Period); err != nil {
+			return err
+		}
+		return tx.Commit()
 	})
 	if err != nil {
 		return l.opErr("finish", key, err)
@@ -528,6 +560,97 @@ func finishExec(ctx context.Context, q interface {
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+func advanceExec(ctx context.Context, q interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, job, period string) error {
+	_, err := q.ExecContext(ctx, `INSERT INTO idem_jobs(job, cursor) VALUES(?, ?)
+		ON CONFLICT(job) DO UPDATE SET cursor = excluded.cursor WHERE excluded.cursor > idem_jobs.cursor`, job, period)
+	return err
+}
+
+// Job implements [CatchUpStore].
+func (l *Ledger) Job(ctx context.Context, job string) (JobState, error) {
+	js := JobState{Job: job}
+	err := busyRetry(ctx, func() error {
+		err := l.db.QueryRowContext(ctx, `SELECT cursor, horizon FROM idem_jobs WHERE job=?`, job).Scan(&js.Cursor, &js.Horizon)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return JobState{}, fmt.Errorf("idem: %s: job %q: %w", l.where(), job, err)
+	}
+	return js, nil
+}
+
+// Advance implements [CatchUpStore].
+func (l *Ledger) Advance(ctx context.Context, job, period string) error {
+	if err := (Key{Job: job, Period: period}).Validate(); err != nil {
+		return err
+	}
+	err := l.withConn(ctx, true, func(conn *sql.Conn) error { return advanceExec(ctx, conn, job, period) })
+	if err != nil {
+		return fmt.Errorf("idem: %s: advance %s to %s: %w", l.where(), job, period, err)
+	}
+	return nil
+}
+
+// Prune implements [CatchUpStore]: it deletes the job's done and skipped
+// records at or before through and raises the job's horizon to through, in
+// one transaction.
+func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) {
+	if err := (Key{Job: job, Period: through}).Validate(); err != nil {
+		return 0, err
+	}
+	var deleted int64
+	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
+		tx, err := beginWrite(ctx, conn)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		// First statement a write: make sure the job's row exists.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_jobs(job) VALUES(?) ON CONFLICT DO NOTHING`, job); err != nil {
+			return err
+		}
+		var cursor string
+		if err := tx.QueryRowContext(ctx, `SELECT cursor FROM idem_jobs WHERE job=?`, job).Scan(&cursor); err != nil {
+			return err
+		}
+		if cursor != "" && through > cursor {
+			return fmt.Errorf("%w: %s through %s: catch-up has only settled up to %s; it could still reach the later periods",
+				ErrPruneRefused, job, through, cursor)
+		}
+		var open int
+		var first sql.NullString
+		if err := tx.QueryRowContext(ctx, `SELECT count(*), min(period) FROM idem_runs
+			WHERE job=? AND period <= ? AND status NOT IN ('done', 'skipped')`, job, through).Scan(&open, &first); err != nil {
+			return err
+		}
+		if open > 0 {
+			return fmt.Errorf("%w: %s through %s: %d periods are not settled (the first is %s); resolve them first",
+				ErrPruneRefused, job, through, open, first.String)
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM idem_runs WHERE job=? AND period <= ?`, job, through)
+		if err != nil {
+			return err
+		}
+		deleted, _ = res.RowsAffected()
+		if _, err := tx.ExecContext(ctx, `UPDATE idem_jobs SET horizon = ? WHERE job = ? AND horizon < ?`, through, job, through); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		if errors.Is(err, ErrPruneRefused) {
+			return 0, err
+		}
+		return 0, fmt.Errorf("idem: %s: prune %s through %s: %w", l.where(), job, through, err)
+	}
+	return deleted, nil
 }
 
 // FinishTx implements [TxStore]: fn's writes and the done mark commit in one
@@ -575,7 +698,7 @@ func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	if to != ResolveDone && to != ResolveRetry {
+	if to < ResolveDone || to > ResolveSkip {
 		return fmt.Errorf("idem: unknown resolution %d", to)
 	}
 	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
@@ -633,10 +756,13 @@ func resolution(rec Record, to Resolution) (Status, string) {
 	if prev == "" {
 		prev = "none"
 	}
-	if to == ResolveDone {
+	switch to {
+	case ResolveDone:
 		return StatusDone, ""
+	case ResolveSkip:
+		return StatusSkipped, "skipped without running (was " + prev + ")"
 	}
-	note := "resolved for retry by an operator (was " + prev + ")"
+	note := "resolved for retry (was " + prev + ")"
 	if rec.LastError != "" {
 		note += "; previous error: " + rec.LastError
 	}

@@ -29,6 +29,7 @@ type config struct {
 	logger   *slog.Logger
 	observer func(Result)
 	report   *Result
+	catchUp  catchUpConfig
 }
 
 func newConfig(defaults []Option, opts []Option) *config {

@@ -309,7 +309,7 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 	now := r.cfg.clock.Now()
 	switch v {
 	case verdictDone:
-		if err := r.s.Finish(ctx, r.key, attempt, End{Status: StatusDone, Now: now}); err != nil {
+		if err := r.s.Finish(ctx, r.key, attempt, End{Status: StatusDone, Now: now, Cursor: r.cfg.catchUp.cursor}); err != nil {
 			return true, r.finishFailed(err, nil)
 		}
 		r.res.Outcome = Recovered
@@ -385,7 +385,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 	if err := Checkpoint(ctx, AfterFn, r.key); err != nil {
 		return err
 	}
-	if err := r.s.Finish(ctx, r.key, attempt, End{Status: StatusDone, Now: r.cfg.clock.Now()}); err != nil {
+	if err := r.s.Finish(ctx, r.key, attempt, End{Status: StatusDone, Now: r.cfg.clock.Now(), Cursor: r.cfg.catchUp.cursor}); err != nil {
 		if isStop(err) || errors.Is(err, ErrLeaseLost) {
 			return err
 		}

@@ -73,7 +73,7 @@ type heldLock struct {
 	attempt int64
 }
 
-var _ Store = (*StateFile)(nil)
+var _ CatchUpStore = (*StateFile)(nil)
 
 // stateDoc is the file's content.
 type stateDoc struct {
@@ -498,7 +498,7 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	if to != ResolveDone && to != ResolveRetry {
+	if to < ResolveDone || to > ResolveSkip {
 		return fmt.Errorf("idem: unknown resolution %d", to)
 	}
 	s.mu.Lock()
@@ -531,13 +531,49 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 	next := *st
 	status, note := resolution(rec, to)
 	next.Updated, next.LastError, next.Failures, next.NotBefore = time.Now(), note, 0, time.Time{}
-	if status == StatusDone {
+	if status == StatusDone || status == StatusSkipped { // a watermark cannot tell them apart
 		next.Status, next.LastDonePeriod, next.PendingPeriod, next.LastError = StatusDone, key.Period, "", ""
 	} else {
 		next.Status = status
 	}
 	doc.Jobs[key.Job] = &next
 	return s.write(ctx, key, doc)
+}
+
+// Job implements [CatchUpStore]: the job's watermark is both its cursor
+// and its horizon.
+func (s *StateFile) Job(ctx context.Context, job string) (JobState, error) {
+	doc, err := s.read()
+	if err != nil {
+		return JobState{}, err
+	}
+	js := JobState{Job: job}
+	if st := doc.Jobs[job]; st != nil {
+		js.Cursor, js.Horizon = st.LastDonePeriod, st.LastDonePeriod
+	}
+	return js, nil
+}
+
+// Advance implements [CatchUpStore]. The watermark moves only with done
+// marks: advancing to a period at or before it does nothing, and past it is
+// refused (it would mark the periods in between done).
+func (s *StateFile) Advance(ctx context.Context, job, period string) error {
+	js, err := s.Job(ctx, job)
+	if err != nil {
+		return err
+	}
+	if period <= js.Cursor {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: cannot move the watermark of job %q from %q to %q without a done mark",
+		ErrOutOfOrder, s.path, job, js.Cursor, period)
+}
+
+// Prune implements [CatchUpStore]. A state file keeps no per-period
+// records, only the watermark, which is already its horizon: there is
+// nothing to delete.
+func (s *StateFile) Prune(ctx context.Context, job, through string) (int64, error) {
+	return 0, (Key{Job: job, Period: through}).Validate()
 }
 
 // Reset un-parks the job's pending period: Resolve(ctx, key, ResolveRetry).

@@ -47,3 +47,28 @@ func Kill() {
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // the signal is on its way
 }
+
+// CrashWhen is CrashAt with a condition: the run crashes at the first
+// point for which when returns true.
+func CrashWhen(ctx context.Context, when func(p idem.Point, key idem.Key) bool) context.Context {
+	crashed := false
+	return idem.WithTrace(ctx, &idem.Trace{Checkpoint: func(_ context.Context, at idem.Point, k idem.Key) error {
+		if crashed || !when(at, k) {
+			return nil
+		}
+		crashed = true
+		return ErrCrashed
+	}})
+}
+
+// KillWhen is KillAt with a condition: the process SIGKILLs itself at the
+// first point for which when returns true (say, the after-fn point of the
+// third period of a catch-up).
+func KillWhen(ctx context.Context, when func(p idem.Point, key idem.Key) bool) context.Context {
+	return idem.WithTrace(ctx, &idem.Trace{Checkpoint: func(_ context.Context, at idem.Point, k idem.Key) error {
+		if when(at, k) {
+			Kill()
+		}
+		return nil
+	}})
+}

@@ -1,0 +1,231 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// DefaultMaxPeriods is how many due periods one CatchUp runs at most, unless
+// [CatchUpAll] says otherwise: an explicit version of Kubernetes' "100
+// missed start times" rule, except that the rest is not dropped but left
+// for the next call.
+const DefaultMaxPeriods = 100
+
+type catchUpConfig struct {
+	latest     bool
+	maxPeriods int
+	since      time.Time
+	dueAtStart bool
+	keepGoing  bool
+	onPeriod   func(PeriodResult)
+	cursor     bool // internal: the done mark advances the job's cursor
+}
+
+// CatchUpAll runs every due period, oldest first, at most max of them per
+// call (max <= 0: no limit). The rest are counted in
+// CatchUpResult.Deferred and run by the next call. This is the default,
+// with max = DefaultMaxPeriods.
+func CatchUpAll(max int) Option {
+	return optionFunc(func(c *config) { c.catchUp.latest, c.catchUp.maxPeriods = false, max })
+}
+
+// CatchUpLatest coalesces: only the newest due period runs; the older ones
+// are recorded as skipped (ResolveSkip), not silently forgotten (no cap
+// applies to the skipping). Periods
+// that are unknown or parked are not skipped: catch-up stops at them, since
+// they need a person.
+func CatchUpLatest() Option { return optionFunc(func(c *config) { c.catchUp.latest = true }) }
+
+// Since bounds the first catch-up of a job (one with no cursor yet): it
+// starts at the period containing t instead of only the latest due period,
+// so a new job backfills a chosen window and never from the epoch.
+func Since(t time.Time) Option { return optionFunc(func(c *config) { c.catchUp.since = t }) }
+
+// DueAtStart makes a period due as soon as it starts (a report FOR today,
+// sent in the morning). By default a period is due when it ends: you settle
+// a day once it is over.
+func DueAtStart() Option { return optionFunc(func(c *config) { c.catchUp.dueAtStart = true }) }
+
+// ContinueAfterFailure makes catch-up go on with later periods when one
+// fails. By default it stops at the failed period and the later ones wait,
+// so periods complete in order. Either way the cursor only moves over an
+// unbroken run of settled periods.
+func ContinueAfterFailure() Option { return optionFunc(func(c *config) { c.catchUp.keepGoing = true }) }
+
+// OnPeriod calls f after each period catch-up handles, for progress
+// reporting on long catch-ups.
+func OnPeriod(f func(PeriodResult)) Option { return optionFunc(func(c *config) { c.catchUp.onPeriod = f }) }
+
+// withCursor makes the done mark advance the job's catch-up cursor.
+func withCursor() Option { return optionFunc(func(c *config) { c.catchUp.cursor = true }) }
+
+// PeriodResult is what catch-up did with one period.
+type PeriodResult struct {
+	Period  Period
+	Outcome Outcome // Ran, AlreadyDone, Recovered, Skipped, or the failure's outcome
+	Err     error   // nil unless the period failed
+}
+
+// CatchUpResult reports a CatchUp call.
+type CatchUpResult struct {
+	Periods  []PeriodResult // in order, oldest first
+	Deferred int            // due periods left for a later call (the MaxPeriods cap, or a stop at a failure)
+	Cursor   string         // the job's cursor afterwards
+}
+
+// Count returns how many periods ended with outcome o.
+func (r CatchUpResult) Count(o Outcome) int {
+	n := 0
+	for _, p := range r.Periods {
+		if p.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// CatchUp does every due period of job that is not done yet, oldest first,
+// each through Run (so each is idempotent on its own), up to now on the
+// clock ([WithClock]). It is what a job triggered by cron or a timer calls
+// instead of Run: after downtime, the missed periods get done.
+//
+// Which periods: those after the job's cursor (the last period catch-up
+// settled in order) up to the latest due one. A job with no cursor yet
+// starts at [Since], or else with the latest due period only. Periods at or
+// before the job's retention horizon count as done. A period is due when it
+// ends, or when it starts with [DueAtStart].
+//
+// Policies: [CatchUpAll] (default; capped at DefaultMaxPeriods per call) or
+// [CatchUpLatest]. A failing period stops the catch-up there unless
+// [ContinueAfterFailure]; the error returned is that period's.
+//
+// The cursor advances in the same transaction as each period's done mark,
+// and only over an unbroken run of settled periods; it never moves back. A
+// wall clock that jumps back therefore re-runs nothing; one that jumps
+// forward makes the periods in between due, under the policy.
+//
+// Other options (mode, backoff, logger, ...) apply to every period's Run.
+func CatchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...Option) (CatchUpResult, error) {
+	if fn == nil || sched == nil || s == nil {
+		panic("idem: CatchUp needs a store, a schedule and a fn")
+	}
+	cfg := newConfig([]Option{CatchUpAll(DefaultMaxPeriods)}, opts)
+	cu := cfg.catchUp
+	var res CatchUpResult
+	if err := (Key{Job: job, Period: "-"}).Validate(); err != nil {
+		return res, err
+	}
+	js, err := s.Job(ctx, job)
+	if err != nil {
+		return res, err
+	}
+	res.Cursor = js.Cursor
+
+	now := cfg.clock.Now()
+	last := sched.At(now)
+	if !cu.dueAtStart {
+		last = sched.Prev(last)
+	}
+	var first Period
+	switch {
+	case js.Cursor != "":
+		c, err := sched.Parse(js.Cursor)
+		if err != nil {
+			return res, fmt.Errorf("idem: catch-up %s: the cursor %q is not a period of %s (did the schedule change?): %w", job, js.Cursor, sched, err)
+		}
+		first = sched.Next(c)
+	case !cu.since.IsZero():
+		first = sched.At(cu.since)
+	default:
+		first = last
+	}
+	for js.Horizon != "" && first.Name <= js.Horizon && !first.Start.After(last.Start) {
+		first = sched.Next(first)
+	}
+	if first.Start.After(last.Start) {
+		return res, nil // nothing due: also what a clock that jumped back sees
+	}
+
+	// Count what is due, to report what a cap or a stop leaves behind.
+	due := 0
+	for p := first; !p.Start.After(last.Start); p = sched.Next(p) {
+		due++
+	}
+	unbroken := true // every period so far is settled: the cursor may move
+	var firstErr error
+	for p := first; !p.Start.After(last.Start); p = sched.Next(p) {
+		if (!cu.latest && cu.maxPeriods > 0 && len(res.Periods) >= cu.maxPeriods) || (firstErr != nil && !cu.keepGoing) {
+			break
+		}
+		key := Key{Job: job, Period: p.Name}
+		var pr PeriodResult
+		if cu.latest && p.Name != last.Name {
+			pr = skipPeriod(ctx, s, key, p)
+		} else {
+			period := p
+			var r Result
+			o := append(append([]Option(nil), opts...), ReportTo(&r))
+			if unbroken {
+				o = append(o, withCursor())
+			}
+			err := RunWith(ctx, s, key, func(ctx context.Context) error { return fn(ctx, period) }, o...)
+			pr = PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
+		}
+		if pr.Err != nil {
+			unbroken = false
+			if firstErr == nil {
+				firstErr = fmt.Errorf("idem: catch-up %s stopped at %s: %w", job, p.Name, pr.Err)
+			}
+		} else if unbroken && pr.Outcome != Ran && pr.Outcome != Recovered {
+			// Settled without a done mark written now: move the cursor here.
+			if err := s.Advance(ctx, job, p.Name); err != nil {
+				unbroken = false
+				if firstErr == nil {
+					firstErr = err
+				}
+			}
+		}
+		if unbroken {
+			res.Cursor = p.Name
+		}
+		if cfg.logger != nil {
+			cfg.logger.LogAttrs(ctx, slog.LevelInfo, "idem: catch-up period", slog.String("job", job),
+				slog.String("period", p.Name), slog.String("outcome", pr.Outcome.String()), slog.Any("error", pr.Err))
+		}
+		if cu.onPeriod != nil {
+			cu.onPeriod(pr)
+		}
+		res.Periods = append(res.Periods, pr)
+	}
+	res.Deferred = due - len(res.Periods)
+	return res, firstErr
+}
+
+// skipPeriod records p as skipped (CatchUpLatest), unless it is settled
+// already.
+func skipPeriod(ctx context.Context, s CatchUpStore, key Key, p Period) PeriodResult {
+	rec, ok, err := s.Lookup(ctx, key)
+	if err != nil {
+		return PeriodResult{Period: p, Outcome: Failed, Err: err}
+	}
+	switch {
+	case ok && rec.Status == StatusDone:
+		return PeriodResult{Period: p, Outcome: AlreadyDone}
+	case ok && rec.Status == StatusSkipped:
+		return PeriodResult{Period: p, Outcome: Skipped}
+	case ok && (rec.Status == StatusUnknown || rec.Status == StatusParked):
+		o := map[Status]Outcome{StatusUnknown: Unknown, StatusParked: GaveUp}[rec.Status]
+		return PeriodResult{Period: p, Outcome: o, Err: &Error{Key: key, Outcome: o, Attempt: rec.Attempt, Err: lastError(rec)}}
+	}
+	if err := s.Resolve(ctx, key, ResolveSkip); err != nil {
+		o := Failed
+		if errors.Is(err, ErrNotResolvable) {
+			o = InProgress
+		}
+		return PeriodResult{Period: p, Outcome: o, Err: err}
+	}
+	return PeriodResult{Period: p, Outcome: Skipped}
+}

@@ -1,0 +1,328 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
+)
+
+var daily = idem.Daily(time.UTC)
+
+// day returns the instant of 2026-10-01 + n days at 02:00 UTC.
+func day(n int) time.Time { return time.Date(2026, 10, 1+n, 2, 0, 0, 0, time.UTC) }
+
+type catchUpJob struct {
+	s     idem.CatchUpStore
+	clk   *idemtest.Clock
+	ran   []string
+	fail  map[string]bool
+	extra []idem.Option
+}
+
+func (j *catchUpJob) run(t *testing.T, opts ...idem.Option) (idem.CatchUpResult, error) {
+	t.Helper()
+	opts = append(append([]idem.Option{idem.WithClock(j.clk)}, j.extra...), opts...)
+	return idem.CatchUp(context.Background(), j.s, "settle", daily, func(ctx context.Context, p idem.Period) error {
+		if j.fail[p.Name] {
+			return idem.Permanent(fmt.Errorf("no data for %s", p.Name))
+		}
+		j.ran = append(j.ran, p.Name)
+		return nil
+	}, opts...)
+}
+
+func names(first, n int) []string {
+	var s []string
+	for i := range n {
+		s = append(s, day(first+i).Format(time.DateOnly))
+	}
+	return s
+}
+
+func TestCatchUpMissedPeriods(t *testing.T) {
+	stores := map[string]func(t *testing.T, dir string) idem.CatchUpStore{
+		"ledger":    func(t *testing.T, dir string) idem.CatchUpStore { return openLedger(t, dir) },
+		"statefile": func(t *testing.T, dir string) idem.CatchUpStore { return openState(t, dir) },
+	}
+	for storeName, open := range stores {
+		for _, missed := range []int{0, 1, 40, 400} {
+			for _, policy := range []string{"all", "all-capped", "latest"} {
+				t.Run(fmt.Sprintf("%s/%s/missed=%d", storeName, policy, missed), func(t *testing.T) {
+					clk := idemtest.NewClock(day(1))
+					j := &catchUpJob{s: open(t, t.TempDir()), clk: clk}
+					// First run: no cursor, no Since: only the latest due period.
+					if _, err := j.run(t); err != nil {
+						t.Fatal(err)
+					}
+					if want := names(0, 1); !slices.Equal(j.ran, want) {
+						t.Fatalf("first run ran %v, want %v", j.ran, want)
+					}
+					j.ran = nil
+					// The host is down for `missed` days.
+					clk.Set(day(1 + missed))
+					var opt idem.Option
+					switch policy {
+					case "all":
+						opt = idem.CatchUpAll(0)
+					case "all-capped":
+						opt = idem.CatchUpAll(idem.DefaultMaxPeriods)
+					case "latest":
+						opt = idem.CatchUpLatest()
+					}
+					res, err := j.run(t, opt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := names(1, missed)
+					switch {
+					case policy == "latest" && missed > 0:
+						want = want[missed-1:]
+						if got := res.Count(idem.Skipped); got != missed-1 {
+							t.Fatalf("skipped %d, want %d", got, missed-1)
+						}
+					case policy == "all-capped" && missed > idem.DefaultMaxPeriods:
+						if res.Deferred != missed-idem.DefaultMaxPeriods {
+							t.Fatalf("deferred %d, want %d", res.Deferred, missed-idem.DefaultMaxPeriods)
+						}
+						want = want[:idem.DefaultMaxPeriods]
+					}
+					if !slices.Equal(j.ran, want) {
+						t.Fatalf("ran %d periods %v..., want %d", len(j.ran), head(j.ran), len(want))
+					}
+					// Calls until nothing is deferred; then the same command again does nothing.
+					for res.Deferred > 0 {
+						if res, err = j.run(t, opt); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if policy == "all-capped" && !slices.Equal(j.ran, names(1, missed)) {
+						t.Fatalf("capped catch-up ran %d periods in all, want %d in order", len(j.ran), missed)
+					}
+					before := len(j.ran)
+					res, err = j.run(t, opt)
+					if err != nil || len(j.ran) != before || len(res.Periods) != 0 {
+						t.Fatalf("second call ran %d more (%v)", len(j.ran)-before, err)
+					}
+					js, _ := j.s.Job(context.Background(), "settle")
+					if want := day(missed).Format(time.DateOnly); js.Cursor != want {
+						t.Fatalf("cursor %q, want %q", js.Cursor, want)
+					}
+				})
+			}
+		}
+	}
+}
+
+func head(s []string) []string { return s[:min(3, len(s))] }
+
+func TestCatchUpSinceAndDueAtStart(t *testing.T) {
+	clk := idemtest.NewClock(day(10))
+	j := &catchUpJob{s: openLedger(t, t.TempDir()), clk: clk}
+	if _, err := j.run(t, idem.Since(day(5))); err != nil {
+		t.Fatal(err)
+	}
+	if want := names(5, 5); !slices.Equal(j.ran, want) {
+		t.Fatalf("ran %v, want %v", j.ran, want)
+	}
+	j2 := &catchUpJob{s: openLedger(t, t.TempDir()), clk: clk}
+	if _, err := j2.run(t, idem.DueAtStart()); err != nil {
+		t.Fatal(err)
+	}
+	if want := names(10, 1); !slices.Equal(j2.ran, want) {
+		t.Fatalf("due at start ran %v, want today %v", j2.ran, want)
+	}
+}
+
+func TestCatchUpStopsAtFailure(t *testing.T) {
+	clk := idemtest.NewAutoClock(day(1))
+	j := &catchUpJob{s: openLedger(t, t.TempDir()), clk: clk, fail: map[string]bool{}}
+	j.run(t)
+	j.ran = nil
+	clk.Set(day(6)) // 5 due: 10-02 .. 10-06
+	j.fail["2026-10-04"] = true
+	res, err := j.run(t)
+	if !errors.Is(err, idem.ErrGaveUp) || !strings.Contains(err.Error(), "2026-10-04") {
+		t.Fatalf("err %v", err)
+	}
+	if !slices.Equal(j.ran, names(1, 2)) || res.Cursor != "2026-10-03" || res.Deferred != 2 {
+		t.Fatalf("ran %v, cursor %s, deferred %d", j.ran, res.Cursor, res.Deferred)
+	}
+	// Continue past it: later periods run, but the cursor stays before the failure.
+	res, err = j.run(t, idem.ContinueAfterFailure())
+	if want := []string{"2026-10-02", "2026-10-03", "2026-10-05", "2026-10-06"}; !errors.Is(err, idem.ErrGaveUp) || !slices.Equal(j.ran, want) {
+		t.Fatalf("continue: %v, ran %v, want %v", err, j.ran, want)
+	}
+	if res.Cursor != "2026-10-03" {
+		t.Fatalf("cursor moved over a failed period: %s", res.Cursor)
+	}
+	js, _ := j.s.Job(context.Background(), "settle")
+	if js.Cursor != "2026-10-03" {
+		t.Fatalf("stored cursor %s", js.Cursor)
+	}
+	// An operator resets the parked period; it runs, and the cursor catches up.
+	delete(j.fail, "2026-10-04")
+	if err := j.s.Resolve(context.Background(), idem.Key{Job: "settle", Period: "2026-10-04"}, idem.ResolveRetry); err != nil {
+		t.Fatal(err)
+	}
+	res, err = j.run(t)
+	if err != nil || res.Cursor != "2026-10-06" {
+		t.Fatalf("after reset: %v, cursor %s", err, res.Cursor)
+	}
+	counts := map[string]int{}
+	for _, d := range j.ran {
+		counts[d]++
+	}
+	for d, n := range counts {
+		if n != 1 {
+			t.Fatalf("%s ran %d times", d, n)
+		}
+	}
+}
+
+func TestCatchUpClockJumps(t *testing.T) {
+	clk := idemtest.NewClock(day(10))
+	j := &catchUpJob{s: openLedger(t, t.TempDir()), clk: clk}
+	if _, err := j.run(t, idem.Since(day(8))); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(j.ran, names(8, 2)) {
+		t.Fatalf("ran %v", j.ran)
+	}
+	// The wall clock jumps back three days: nothing re-runs, the cursor stays.
+	clk.Set(day(7))
+	res, err := j.run(t)
+	if err != nil || len(res.Periods) != 0 || len(j.ran) != 2 {
+		t.Fatalf("after a jump back: %v, %d periods", err, len(res.Periods))
+	}
+	if js, _ := j.s.Job(context.Background(), "settle"); js.Cursor != "2026-10-10" {
+		t.Fatalf("cursor moved back to %s", js.Cursor)
+	}
+	// It jumps forward five days: the missed periods run, in order.
+	clk.Set(day(15))
+	if _, err := j.run(t); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(j.ran, append(names(8, 2), names(10, 5)...)) {
+		t.Fatalf("ran %v", j.ran)
+	}
+}
+
+func TestPruneNeverReopens(t *testing.T) {
+	clk := idemtest.NewClock(day(30))
+	l := openLedger(t, t.TempDir())
+	j := &catchUpJob{s: l, clk: clk}
+	if _, err := j.run(t, idem.Since(day(0))); err != nil {
+		t.Fatal(err)
+	}
+	if len(j.ran) != 30 {
+		t.Fatalf("ran %d", len(j.ran))
+	}
+	ctx := context.Background()
+	// Pruning beyond the cursor would forget periods catch-up can still reach.
+	if _, err := l.Prune(ctx, "settle", "2026-10-31"); !errors.Is(err, idem.ErrPruneRefused) {
+		t.Fatalf("prune beyond the cursor: %v", err)
+	}
+	n, err := l.Prune(ctx, "settle", "2026-10-20")
+	if err != nil || n != 20 {
+		t.Fatalf("prune: %d, %v", n, err)
+	}
+	// A pruned period is done forever: Run, CatchUp from an early Since, Lookup.
+	ran := false
+	var res idem.Result
+	if err := l.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-05"}, func(context.Context) error { ran = true; return nil }, idem.ReportTo(&res)); err != nil || ran || res.Outcome != idem.AlreadyDone {
+		t.Fatalf("run of a pruned period: %v, ran %v, %v", err, ran, res.Outcome)
+	}
+	if rec := mustLookup(t, l, idem.Key{Job: "settle", Period: "2026-10-05"}); rec.Status != idem.StatusDone {
+		t.Fatalf("lookup of a pruned period: %+v", rec)
+	}
+	j.ran = nil
+	if _, err := l.DB().Exec(`UPDATE idem_jobs SET cursor = '' WHERE job = 'settle'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.run(t, idem.Since(day(0)), idem.CatchUpAll(0)); err != nil {
+		t.Fatal(err)
+	}
+	if len(j.ran) != 0 {
+		t.Fatalf("catch-up re-ran pruned periods %v", j.ran)
+	}
+	// An unsettled period blocks pruning over it.
+	k := idem.Key{Job: "pay", Period: "2026-10-03"}
+	_ = l.Run(ctx, k, func(context.Context) error { return errors.New("timeout") }, idem.AtMostOnce())
+	if _, err := l.Prune(ctx, "pay", "2026-10-10"); !errors.Is(err, idem.ErrPruneRefused) || !strings.Contains(err.Error(), "2026-10-03") {
+		t.Fatalf("prune over an unknown period: %v", err)
+	}
+}
+
+// TestCatchUpKilledMidway SIGKILLs a child in the middle of a 10-day
+// catch-up (after the 4th period's fn, before its done mark), then catches
+// up again: every period ran, none twice but the one in flight (RunTx would
+// make even that one once; here the log shows the at-least-once re-run).
+func TestCatchUpKilledMidway(t *testing.T) {
+	for _, mode := range []string{"at-least-once", "two-phase"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			job := func(ctx context.Context, dir string, now time.Time) (idem.CatchUpResult, error) {
+				l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
+				if err != nil {
+					return idem.CatchUpResult{}, err
+				}
+				defer l.Close()
+				eff := newEffects(dir)
+				opt := idem.AtLeastOnce()
+				if mode == "two-phase" {
+					opt = idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) { return eff.counts(t)[k.Period] > 0, nil })
+				}
+				return idem.CatchUp(ctx, l, "settle", daily, func(ctx context.Context, p idem.Period) error {
+					eff.add(nil, p.Name)
+					return nil
+				}, idem.WithClock(idemtest.NewClock(now)), idem.Since(day(0)), opt)
+			}
+			exit := idemtest.Fork(t, dir, func(dir string) {
+				ctx := idemtest.KillWhen(context.Background(), func(p idem.Point, k idem.Key) bool {
+					return p == idem.AfterFn && k.Period == "2026-10-04"
+				})
+				if _, err := job(ctx, dir, day(10)); err != nil {
+					fmt.Println(err)
+					os.Exit(3)
+				}
+			})
+			if !exit.Killed {
+				t.Fatalf("child not killed: %+v", exit)
+			}
+			got := newEffects(dir).counts(t)
+			if len(got) != 4 {
+				t.Fatalf("before recovery: %d periods had effects, want 4", len(got))
+			}
+			// The recovery runs after the dead child's lease (the clock is a day later).
+			res, err := job(context.Background(), dir, day(11))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Periods[0].Period.Name != "2026-10-04" {
+				t.Fatalf("resumed at %s, want 2026-10-04", res.Periods[0].Period.Name)
+			}
+			got = newEffects(dir).counts(t)
+			if len(got) != 11 {
+				t.Fatalf("%d periods had effects, want 11", len(got))
+			}
+			for p, n := range got {
+				want := 1
+				if p == "2026-10-04" && mode == "at-least-once" {
+					want = 2 // killed between its effect and its done mark
+				}
+				if n != want {
+					t.Errorf("%s: %d effects, want %d", p, n, want)
+				}
+			}
+		})
+	}
+}
