@@ -57,7 +57,9 @@ func ContinueAfterFailure() Option { return optionFunc(func(c *config) { c.catch
 
 // OnPeriod calls f after each period catch-up handles, for progress
 // reporting on long catch-ups.
-func OnPeriod(f func(PeriodResult)) Option { return optionFunc(func(c *config) { c.catchUp.onPeriod = f }) }
+func OnPeriod(f func(PeriodResult)) Option {
+	return optionFunc(func(c *config) { c.catchUp.onPeriod = f })
+}
 
 // withCursor makes the done mark advance the job's catch-up cursor.
 func withCursor() Option { return optionFunc(func(c *config) { c.catchUp.cursor = true }) }
