@@ -789,3 +789,29 @@ func TestDefaultStore(t *testing.T) {
 		t.Fatalf("SetDefault store not used: %v, runs %d", err, runs)
 	}
 }
+
+func TestList(t *testing.T) {
+	clk := idemtest.NewAutoClock(t0)
+	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
+	ctx := context.Background()
+	for _, p := range []string{"2026-10-25", "2026-10-26", "2026-10-27"} {
+		_ = l.Run(ctx, idem.Key{Job: "a", Period: p}, func(context.Context) error { return nil })
+	}
+	_ = l.Run(ctx, idem.Key{Job: "b", Period: "2026-10-27"}, func(context.Context) error { return idem.Permanent(errors.New("x")) })
+	all, err := l.List(ctx, idem.Filter{})
+	if err != nil || len(all) != 4 || all[0].Key.Period != "2026-10-25" || all[3].Key.Job != "b" {
+		t.Fatalf("List all: %v %+v", err, all)
+	}
+	parked, _ := l.List(ctx, idem.Filter{Status: idem.StatusParked})
+	if len(parked) != 1 || parked[0].Key.Job != "b" || parked[0].LastError != "x" {
+		t.Fatalf("parked: %+v", parked)
+	}
+	if a, _ := l.List(ctx, idem.Filter{Job: "a", Limit: 2}); len(a) != 2 {
+		t.Fatalf("job a, limit 2: %+v", a)
+	}
+	s := openState(t, t.TempDir())
+	_ = s.Run(ctx, idem.Key{Job: "r", Period: "2026-10-27"}, func(context.Context) error { return nil })
+	if recs, err := s.List(ctx, idem.Filter{}); err != nil || len(recs) != 1 || recs[0].Status != idem.StatusDone || recs[0].Key.Period != "2026-10-27" {
+		t.Fatalf("state file list: %v %+v", err, recs)
+	}
+}

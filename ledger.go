@@ -45,6 +45,7 @@ type Ledger struct {
 var (
 	_ CatchUpStore     = (*Ledger)(nil)
 	_ TxStore[*sql.Tx] = (*Ledger)(nil)
+	_ Lister           = (*Ledger)(nil)
 )
 
 // sqliteHeader starts every SQLite database file.
@@ -651,6 +652,41 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 		return 0, fmt.Errorf("idem: %s: prune %s through %s: %w", l.where(), job, through, err)
 	}
 	return deleted, nil
+}
+
+// List implements [Lister].
+func (l *Ledger) List(ctx context.Context, f Filter) ([]Record, error) {
+	q := `SELECT job, period, ` + recordCols + ` FROM idem_runs WHERE (? = '' OR job = ?) AND (? = '' OR status = ?) ORDER BY job, period`
+	args := []any{f.Job, f.Job, string(f.Status), string(f.Status)}
+	if f.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, f.Limit)
+	}
+	var recs []Record
+	err := busyRetry(ctx, func() error {
+		recs = recs[:0]
+		rows, err := l.db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r Record
+			var status string
+			var lease, notBefore, updated int64
+			if err := rows.Scan(&r.Key.Job, &r.Key.Period, &status, &r.Attempt, &r.Failures, &r.Owner,
+				&lease, &notBefore, &r.LastError, &updated); err != nil {
+				return err
+			}
+			r.Status, r.LeaseUntil, r.NotBefore, r.Updated = Status(status), fromMicros(lease), fromMicros(notBefore), fromMicros(updated)
+			recs = append(recs, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idem: %s: list: %w", l.where(), err)
+	}
+	return recs, nil
 }
 
 // FinishTx implements [TxStore]: fn's writes and the done mark commit in one

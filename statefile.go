@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -73,7 +74,10 @@ type heldLock struct {
 	attempt int64
 }
 
-var _ CatchUpStore = (*StateFile)(nil)
+var (
+	_ CatchUpStore = (*StateFile)(nil)
+	_ Lister       = (*StateFile)(nil)
+)
 
 // stateDoc is the file's content.
 type stateDoc struct {
@@ -567,6 +571,37 @@ func (s *StateFile) Advance(ctx context.Context, job, period string) error {
 	}
 	return fmt.Errorf("%w: %s: cannot move the watermark of job %q from %q to %q without a done mark",
 		ErrOutOfOrder, s.path, job, js.Cursor, period)
+}
+
+// List implements [Lister]: one record per job, for its pending period if
+// it has one, else its last done period.
+func (s *StateFile) List(ctx context.Context, f Filter) ([]Record, error) {
+	doc, err := s.read()
+	if err != nil {
+		return nil, err
+	}
+	jobs := make([]string, 0, len(doc.Jobs))
+	for job := range doc.Jobs {
+		jobs = append(jobs, job)
+	}
+	slices.Sort(jobs)
+	var recs []Record
+	for _, job := range jobs {
+		st := doc.Jobs[job]
+		period := st.PendingPeriod
+		if period == "" {
+			period = st.LastDonePeriod
+		}
+		rec, _ := st.record(Key{Job: job, Period: period})
+		if (f.Job != "" && f.Job != job) || (f.Status != "" && f.Status != rec.Status) {
+			continue
+		}
+		if f.Limit > 0 && len(recs) == f.Limit {
+			break
+		}
+		recs = append(recs, rec)
+	}
+	return recs, nil
 }
 
 // Prune implements [CatchUpStore]. A state file keeps no per-period

@@ -81,6 +81,20 @@ type CatchUpStore interface {
 	Prune(ctx context.Context, job, through string) (deleted int64, err error)
 }
 
+// Lister is a store that can list its records, for operators' tools and
+// metrics. The ledgers implement it.
+type Lister interface {
+	// List returns the records that match f, ordered by job, then period.
+	List(ctx context.Context, f Filter) ([]Record, error)
+}
+
+// Filter selects records for Lister.List. Zero fields match everything.
+type Filter struct {
+	Job    string
+	Status Status
+	Limit  int // at most this many records; 0 means no limit
+}
+
 // JobState is what a CatchUpStore keeps per job.
 type JobState struct {
 	Job     string
