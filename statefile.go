@@ -50,7 +50,8 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 //
 // Mutual exclusion is a flock on a sidecar lock file per job
 // (path + ".<hash>.lock"), held while an attempt runs and released by the
-// kernel when its process dies. It works between processes of ONE host,
+// kernel when its process dies; every read-modify-write of the file also
+// holds a file-wide flock (path + ".lock"). It works between processes of ONE host,
 // not across hosts (network filesystems do not honour flock reliably). The
 // lock is the lease: it never expires while its holder lives, so WithLease
 // does not apply and a stalled holder is never taken over.
@@ -292,6 +293,37 @@ func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
 	return f, true, nil
 }
 
+// lockFile takes the file-wide lock (a flock on path + ".lock") that
+// serializes every read-modify-write of the state file between processes;
+// s.mu does it between goroutines and must be held first. Every write
+// re-reads the file under it: the file holds all jobs, and a write based on
+// a stale read would undo another job's change.
+func (s *StateFile) lockFile() (unlock func(), err error) {
+	p := s.path + ".lock"
+	_, statErr := os.Stat(p)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
+	}
+	if errors.Is(statErr, os.ErrNotExist) {
+		if err := syncDir(s.dir); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
+	}
+	return func() { f.Close() }, nil
+}
+
 // periodShape is a period's pattern of digits: periods of one job must
 // share it, so that string order is time order ("2026-9-30" would sort
 // after "2026-10-01").
@@ -380,7 +412,12 @@ func (s *StateFile) Claim(ctx context.Context, req ClaimRequest) (Claim, error) 
 			f.Close()
 		}
 	}()
-	// Under the lock, read again: the last holder may have just finished.
+	// Under the locks, read again: the last holder may have just finished.
+	unlock, err := s.lockFile()
+	if err != nil {
+		return Claim{}, err
+	}
+	defer unlock()
 	if doc, err = s.read(); err != nil {
 		return Claim{}, err
 	}
@@ -450,6 +487,14 @@ func (s *StateFile) Finish(ctx context.Context, key Key, attempt int64, end End)
 	if err != nil {
 		return err
 	}
+	// The attempt is over whether or not the write succeeds (a failed write
+	// leaves the file as it was: the next Run finds the attempt died).
+	defer s.release(key.Job)
+	unlock, err := s.lockFile()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	doc, err := s.read()
 	if err != nil {
 		return err
@@ -468,9 +513,6 @@ func (s *StateFile) Finish(ctx context.Context, key Key, attempt int64, end End)
 		next.Failures, next.NotBefore, next.LastError = end.Failures, end.NotBefore, end.Error
 	}
 	doc.Jobs[key.Job] = &next
-	// The attempt is over whether or not the write succeeds (a failed write
-	// leaves the file as it was: the next Run finds the attempt died).
-	defer s.release(key.Job)
 	return s.write(ctx, key, doc)
 }
 
@@ -515,6 +557,11 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 		return fmt.Errorf("%w: %s: an attempt holds the job's lock", ErrNotResolvable, key)
 	}
 	defer f.Close()
+	unlock, err := s.lockFile()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	doc, err := s.read()
 	if err != nil {
 		return err
@@ -646,6 +693,11 @@ func RepairStateFile(path string, lastDone map[string]string) (kept string, err 
 		return "", fmt.Errorf("idem: repair %s: keep the corrupt file: %w", abs, err)
 	}
 	s := &StateFile{path: abs, dir: filepath.Dir(abs)}
+	unlock, err := s.lockFile()
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	if err := s.write(context.Background(), Key{}, doc); err != nil {
 		return "", err
 	}

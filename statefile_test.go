@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -267,5 +268,55 @@ func TestStateFileInvalidKey(t *testing.T) {
 	}
 	if _, err := os.Stat(s.Path()); !os.IsNotExist(err) {
 		t.Fatal("an invalid key wrote the state file")
+	}
+}
+
+// TestStateFileManyJobsManyProcesses: processes working different jobs of
+// one state file at once must not undo each other's writes (every write
+// re-reads the file under a file-wide lock).
+func TestStateFileManyJobsManyProcesses(t *testing.T) {
+	dir := t.TempDir()
+	var children []*idemtest.Child
+	for i := range 4 {
+		children = append(children, idemtest.Start(t, fmt.Sprintf("%d:%s", i, dir), func(arg string) {
+			first, dir, _ := strings.Cut(arg, ":")
+			off, _ := strconv.Atoi(first)
+			s := openState(t, dir)
+			eff := newEffects(dir)
+			for p := range 10 {
+				for jj := range 6 {
+					j := (jj + off*3/2) % 6 // each process starts on other jobs
+					k := idem.Key{Job: fmt.Sprintf("job%d", j), Period: fmt.Sprintf("2026-10-%02d", p+1)}
+					err := s.Run(context.Background(), k, func(context.Context) error { eff.add(nil, k.String()); return nil },
+						idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) { return eff.counts(nil)[k.String()] > 0, nil }),
+						idem.WithWait())
+					if err != nil {
+						fmt.Println(err)
+						os.Exit(3)
+					}
+				}
+			}
+		}))
+	}
+	for i, c := range children {
+		if e := c.Wait(); e.Killed || e.Code != 0 {
+			t.Fatalf("process %d: %+v", i, e)
+		}
+	}
+	got := newEffects(dir).counts(t)
+	if len(got) != 60 {
+		t.Fatalf("%d keys have effects, want 60", len(got))
+	}
+	for k, n := range got {
+		if n != 1 {
+			t.Errorf("%s: %d effects", k, n)
+		}
+	}
+	s := openState(t, dir)
+	for j := range 6 {
+		js, _ := s.Job(context.Background(), fmt.Sprintf("job%d", j))
+		if js.Cursor != "2026-10-10" {
+			t.Errorf("job%d watermark %q, want 2026-10-10", j, js.Cursor)
+		}
 	}
 }
