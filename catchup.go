@@ -114,7 +114,7 @@ func CatchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, fn
 	if fn == nil || sched == nil || s == nil {
 		panic("idem: CatchUp needs a store, a schedule and a fn")
 	}
-	cfg := newConfig([]Option{CatchUpAll(DefaultMaxPeriods)}, opts)
+	cfg := newConfig(s, []Option{CatchUpAll(DefaultMaxPeriods)}, opts)
 	cu := cfg.catchUp
 	var res CatchUpResult
 	if err := (Key{Job: job, Period: "-"}).Validate(); err != nil {

@@ -815,3 +815,51 @@ func TestList(t *testing.T) {
 		t.Fatalf("state file list: %v %+v", err, recs)
 	}
 }
+
+func TestOneAttemptAndCancelledCaller(t *testing.T) {
+	clk := idemtest.NewClock(t0)
+	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
+	calls := 0
+	err := l.Run(context.Background(), key, func(context.Context) error { calls++; return errors.New("down") }, idem.OneAttempt())
+	var ierr *idem.Error
+	if !errors.Is(err, idem.ErrBackingOff) || !errors.As(err, &ierr) || ierr.NotBefore.IsZero() || calls != 1 {
+		t.Fatalf("OneAttempt: %v, calls %d", err, calls)
+	}
+	if rec := mustLookup(t, l, key); rec.Status != idem.StatusFailed || rec.Failures != 1 {
+		t.Fatalf("record %+v", rec)
+	}
+	// The caller gives up while fn runs (SIGTERM): the attempt is still recorded.
+	k2 := idem.Key{Job: "daily_settle", Period: "2026-10-28"}
+	ctx, cancel := context.WithCancel(context.Background())
+	err = l.Run(ctx, k2, func(ctx context.Context) error { cancel(); return ctx.Err() })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled run: %v", err)
+	}
+	if rec := mustLookup(t, l, k2); rec.Status != idem.StatusFailed {
+		t.Fatalf("the cancelled attempt was not recorded: %+v", rec)
+	}
+	// A done mark after the caller gave up is still written.
+	k3 := idem.Key{Job: "daily_settle", Period: "2026-10-29"}
+	ctx, cancel = context.WithCancel(context.Background())
+	if err := l.Run(ctx, k3, func(context.Context) error { cancel(); return nil }); err != nil {
+		t.Fatalf("fn succeeded as the caller gave up: %v", err)
+	}
+	if rec := mustLookup(t, l, k3); rec.Status != idem.StatusDone {
+		t.Fatalf("done mark lost: %+v", rec)
+	}
+}
+
+// TestStoreDefaultsApplyEverywhere: options given to OpenLedger apply to
+// RunWith, CatchUp and Each on it, not only to its methods.
+func TestStoreDefaultsApplyEverywhere(t *testing.T) {
+	clk := idemtest.NewClock(day(10))
+	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
+	var got time.Time
+	_, err := idem.CatchUp(context.Background(), l, "j", daily, func(ctx context.Context, p idem.Period) error {
+		got = p.End
+		return nil
+	})
+	if err != nil || !got.Equal(day(10).Truncate(24*time.Hour)) {
+		t.Fatalf("CatchUp used another clock: %v, period ends %v", err, got)
+	}
+}

@@ -19,8 +19,9 @@ import (
 
 // SchemaVersion is the version of the ledger's tables that this version of
 // idem writes. A ledger with a higher version is refused with
-// [ErrNewerSchema]; a lower one is upgraded.
-const SchemaVersion = 1
+// [ErrNewerSchema]; a lower one is upgraded (version 2 added the item
+// tables of Each).
+const SchemaVersion = 2
 
 // Ledger is a [Store] in a SQLite database file (modernc.org/sqlite, pure
 // Go): one row per key in table idem_runs, keyed by (job, period).
@@ -182,6 +183,28 @@ CREATE TABLE IF NOT EXISTS idem_jobs (
 	job     TEXT PRIMARY KEY,
 	cursor  TEXT NOT NULL DEFAULT '',
 	horizon TEXT NOT NULL DEFAULT ''
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idem_items (
+	job         TEXT    NOT NULL,
+	period      TEXT    NOT NULL,
+	item        TEXT    NOT NULL,
+	status      TEXT    NOT NULL DEFAULT 'pending',
+	attempt     INTEGER NOT NULL DEFAULT 0,
+	failures    INTEGER NOT NULL DEFAULT 0,
+	doubt       INTEGER NOT NULL DEFAULT 0,
+	owner       TEXT    NOT NULL DEFAULT '',
+	lease_until INTEGER NOT NULL DEFAULT 0,
+	not_before  INTEGER NOT NULL DEFAULT 0,
+	last_error  TEXT    NOT NULL DEFAULT '',
+	updated     INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (job, period, item)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idem_items_by_status ON idem_items(job, period, status);
+CREATE TABLE IF NOT EXISTS idem_itemsets (
+	job    TEXT NOT NULL,
+	period TEXT NOT NULL,
+	sealed INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (job, period)
 ) WITHOUT ROWID;
 `
 
@@ -743,7 +766,7 @@ func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
 			return err
 		}
 		defer tx.Rollback()
-		now := newConfig(l.defaults, nil).clock.Now()
+		now := newConfigFrom(l.defaults, nil).clock.Now()
 		// First statement a write: touch the row if it exists.
 		if _, err := tx.ExecContext(ctx, `UPDATE idem_runs SET updated=updated WHERE job=? AND period=?`, key.Job, key.Period); err != nil {
 			return err
@@ -812,7 +835,7 @@ func (l *Ledger) Reset(ctx context.Context, key Key) error { return l.Resolve(ct
 // Run runs fn for key on this ledger: see [RunWith] for the protocol and
 // [AtLeastOnce], [AtMostOnce] and [TwoPhase] for what each mode guarantees.
 func (l *Ledger) Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...Option) error {
-	return RunWith(ctx, l, key, fn, l.opts(opts)...)
+	return RunWith(ctx, l, key, fn, opts...)
 }
 
 // RunTx runs fn in a transaction on the ledger's database and commits its
@@ -825,15 +848,12 @@ func (l *Ledger) Run(ctx context.Context, key Key, fn func(context.Context) erro
 // fn must use tx for its writes; writes through another connection are not
 // part of the transaction. See [RunTxWith].
 func (l *Ledger) RunTx(ctx context.Context, key Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
-	return RunTxWith(ctx, l, key, fn, l.opts(opts)...)
+	return RunTxWith(ctx, l, key, fn, opts...)
 }
 
-func (l *Ledger) opts(opts []Option) []Option {
-	if len(l.defaults) == 0 {
-		return opts
-	}
-	return append(append([]Option(nil), l.defaults...), opts...)
-}
+// DefaultOptions returns the options given to OpenLedger or NewLedger: the
+// defaults of every Run, CatchUp and Each on the ledger.
+func (l *Ledger) DefaultOptions() []Option { return l.defaults }
 
 // String describes the ledger for logs.
 func (l *Ledger) String() string { return "idem.Ledger(" + strconv.Quote(l.path) + ")" }

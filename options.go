@@ -5,9 +5,11 @@ import (
 	"time"
 )
 
-// An Option configures a Run. Options passed to [OpenLedger] or
-// [OpenStateFile] become that store's defaults; options passed to a Run
-// override them.
+// An Option configures a Run (and CatchUp and Each). Options passed to
+// [OpenLedger] or [OpenStateFile] become that store's defaults, used by
+// every Run, CatchUp and Each on it; options passed to the call override
+// them. A store of another package provides defaults with a method
+// DefaultOptions() []Option.
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -30,9 +32,25 @@ type config struct {
 	observer func(Result)
 	report   *Result
 	catchUp  catchUpConfig
+	each     eachConfig
+
+	oneAttempt bool
 }
 
-func newConfig(defaults []Option, opts []Option) *config {
+// defaulter is a store with default options for the Runs on it: those
+// given to OpenLedger, OpenStateFile or another store's constructor.
+type defaulter interface{ DefaultOptions() []Option }
+
+// newConfig applies base, then s's defaults, then opts: the caller's options
+// win.
+func newConfig(s Store, base []Option, opts []Option) *config {
+	if d, ok := s.(defaulter); ok {
+		base = append(append([]Option(nil), base...), d.DefaultOptions()...)
+	}
+	return newConfigFrom(base, opts)
+}
+
+func newConfigFrom(defaults []Option, opts []Option) *config {
 	c := &config{
 		mode:    atLeastOnce,
 		lease:   DefaultLease,
@@ -117,6 +135,13 @@ func WithObserver(f func(Result)) Option {
 		c.observer = f
 	})
 }
+
+// OneAttempt makes Run try fn at most once per call: a failure is recorded
+// with the backoff's next allowed time and Run returns ErrBackingOff (or
+// ErrGaveUp) at once, instead of sleeping and retrying in-process. The next
+// call (the next cron tick) honours the stored backoff. Use it when a
+// scheduler re-runs the job anyway.
+func OneAttempt() Option { return optionFunc(func(c *config) { c.oneAttempt = true }) }
 
 // ReportTo stores the Run's [Result] in *r when it returns, so the caller can
 // tell "ran now" from "already done" without looking at errors.

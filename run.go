@@ -45,7 +45,7 @@ func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) err
 	if fn == nil {
 		panic("idem: Run with a nil fn")
 	}
-	return execute(ctx, s, key, newConfig(nil, opts), fn, nil)
+	return execute(ctx, s, key, newConfig(s, nil, opts), fn, nil)
 }
 
 // RunTxWith is RunWith for a [TxStore]: fn gets the store's transaction, and
@@ -60,7 +60,7 @@ func RunTxWith[Tx any](ctx context.Context, s TxStore[Tx], key Key, fn func(cont
 	if fn == nil {
 		panic("idem: RunTx with a nil fn")
 	}
-	cfg := newConfig(nil, opts)
+	cfg := newConfig(s, nil, opts)
 	cfg.mode = atLeastOnce
 	return execute(ctx, s, key, cfg, nil, func(ctx context.Context, attempt int64, now time.Time) error {
 		return s.FinishTx(ctx, key, attempt, now, func(tx Tx) error {
@@ -84,8 +84,9 @@ func (e *fnError) Unwrap() error { return e.err }
 // Info describes the attempt a fn is running for. Get it with [InfoFrom].
 type Info struct {
 	Key       Key
+	Item      string // Each: the item being applied; "" for Run
 	Attempt   int64  // the attempt number: the fencing token, higher for every new attempt
-	RequestID string // Key.RequestID(): the same for every attempt
+	RequestID string // Key.RequestID() (per item in Each): the same for every attempt
 	Owner     string // who holds the attempt
 }
 
@@ -116,7 +117,7 @@ func processOwner() string {
 
 // execute runs the protocol. Exactly one of fn and tx is set.
 func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context.Context) error, tx txBody) (err error) {
-	r := runner{s: s, key: key, cfg: cfg, res: Result{Key: key}}
+	r := runner{s: finishAlways{s}, key: key, cfg: cfg, res: Result{Key: key}}
 	start := cfg.clock.Now()
 	defer func() {
 		r.res.Err = err
@@ -145,6 +146,22 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 	err = r.loop(ctx, fn, tx)
 	returned = true
 	return err
+}
+
+// finishAlways passes Finish a context that is not cancelled with the
+// caller's: an attempt that ended must be recorded even if the caller gave
+// up (SIGTERM, a deadline), or its done mark would be lost.
+type finishAlways struct{ Store }
+
+func (f finishAlways) Finish(ctx context.Context, key Key, attempt int64, end End) error {
+	return f.Store.Finish(context.WithoutCancel(ctx), key, attempt, end)
+}
+
+// abandon reaches the wrapped store's abandoner.
+func (f finishAlways) abandon(key Key, attempt int64) {
+	if a, ok := f.Store.(abandoner); ok {
+		a.abandon(key, attempt)
+	}
 }
 
 // abandoner is a store that holds process-bound resources for an attempt.
@@ -291,6 +308,10 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 		if err := r.s.Finish(ctx, r.key, c.Attempt, End{Status: StatusFailed, Now: now,
 			NotBefore: now.Add(delay), Failures: failures, Error: runErr.Error()}); err != nil {
 			return r.finishFailed(err, runErr)
+		}
+		if cfg.oneAttempt {
+			r.res.Outcome = BackingOff
+			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Attempt, NotBefore: now.Add(delay), Err: runErr}
 		}
 		if err := sleep(ctx, cfg.clock, delay); err != nil {
 			r.res.Outcome = BackingOff

@@ -132,8 +132,12 @@ func (s *StateFile) Path() string { return s.path }
 
 // Run runs fn for key with the protocol of [RunWith].
 func (s *StateFile) Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...Option) error {
-	return RunWith(ctx, s, key, fn, append(append([]Option(nil), s.defaults...), opts...)...)
+	return RunWith(ctx, s, key, fn, opts...)
 }
+
+// DefaultOptions returns the options given to OpenStateFile: the defaults
+// of every Run and CatchUp on the store.
+func (s *StateFile) DefaultOptions() []Option { return s.defaults }
 
 // CorruptStateError reports a state file that cannot be used. It matches
 // ErrCorruptState.

@@ -1,0 +1,407 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultWorkers is how many items Each works on at once unless told
+// otherwise: small, so it does not exhaust the database's connections.
+const DefaultWorkers = 4
+
+type eachConfig struct {
+	workers  int
+	batch    int
+	progress func(EachProgress)
+}
+
+// WithWorkers sets how many items Each works on at once (default
+// DefaultWorkers).
+func WithWorkers(n int) Option {
+	return optionFunc(func(c *config) { c.each.workers = max(n, 1) })
+}
+
+// WithBatch sets how many items a worker claims and marks done per
+// transaction (default 100; 1 in AtMostOnce, where a claimed item must be
+// one that is about to run). Larger batches mean fewer commits; a batch
+// must finish within the lease.
+func WithBatch(n int) Option {
+	return optionFunc(func(c *config) { c.each.batch = max(n, 1) })
+}
+
+// OnProgress calls f after every committed batch with the period's
+// progress, enough to drive a progress bar or a log line every N items. f is
+// called from Each's workers, one call at a time.
+func OnProgress(f func(EachProgress)) Option {
+	return optionFunc(func(c *config) { c.each.progress = f })
+}
+
+// EachProgress is the progress of a period's items.
+type EachProgress struct {
+	Key   Key
+	Done  int64 // done or parked
+	Total int64 // recorded so far
+}
+
+// EachResult reports an Each call: the period's items by status when it
+// returned.
+type EachResult struct {
+	Key     Key
+	Outcome Outcome // Ran when the period was completed now, AlreadyDone, or the failure
+	Counts  ItemCounts
+	Parked  []string // items parked by this call (at most 100 listed)
+}
+
+// Items adapts a sequence of item ids that cannot fail to the form Each
+// takes.
+func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		for it := range seq {
+			if !yield(it, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Each applies fn once to each item of one business period, the way Run
+// does the period itself: "grant 10 points to every eligible account for
+// 2026-10-27". Several processes or hosts may run Each for the same key at
+// once; they share its items.
+//
+// items is a stream of stable item ids (account ids), generated again on
+// every call until the item set is recorded completely: it is recorded in
+// batches with INSERT ... ON CONFLICT DO NOTHING, so generating it again
+// adds nothing, and a million items are never held in memory. Each item id
+// must be valid as a Key part (non-empty, at most 200 bytes, no control
+// characters).
+//
+// Items are worked by a bounded number of workers ([WithWorkers]), claimed
+// and marked done in batches ([WithBatch]), with the mode chosen for Run:
+//
+//	AtLeastOnce   a claimed item whose worker died runs again; done marks are group-committed
+//	AtMostOnce    each item's claim is durable before fn; a died or failed item is unknown
+//	TwoPhase(has) a doubtful item is checked with has (InfoFrom(ctx).Item names it)
+//
+// and [EachTx] for the transactional variant. Failures back off per item
+// (attempts, next-allowed time and last error are kept per item); after the
+// Backoff's last attempt, or on a Permanent error, the item is parked and
+// reported. fn gets the item id, and its context carries [Info] with the
+// item and a request id of its own.
+//
+// Each returns when every item is done or parked: then it marks the period
+// itself done (Outcome Ran). A later Each of a done period returns at once
+// (AlreadyDone). Items that are unknown keep the period open: Each returns
+// an error matching ErrUnknownOutcome. While other holders work items, or
+// items back off, Each waits for them, until ctx ends.
+func Each(ctx context.Context, s ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...Option) (EachResult, error) {
+	if fn == nil {
+		panic("idem: Each with a nil fn")
+	}
+	return each(ctx, s, key, items, opts, fn, nil)
+}
+
+// EachTx is Each for an [ItemTxStore]: fn gets the store's transaction, and
+// each item's business writes commit together with its done mark, or not at
+// all; a batch of items shares one transaction (one commit), each item in a
+// savepoint. For writes in that database every item takes effect exactly
+// once. Mode options are ignored: a failed or killed item left nothing
+// behind and is simply run again.
+func EachTx[Tx any](ctx context.Context, s ItemTxStore[Tx], key Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...Option) (EachResult, error) {
+	if fn == nil {
+		panic("idem: EachTx with a nil fn")
+	}
+	return each(ctx, s, key, items, opts, nil, func(ctx context.Context, claims []ItemClaim, now time.Time, info func(ItemClaim) Info) (map[string]error, []string, error) {
+		return s.FinishItemsTx(ctx, key, claims, now, func(tx Tx, c ItemClaim) error {
+			return fn(context.WithValue(ctx, infoKey{}, info(c)), tx, c.Item)
+		})
+	})
+}
+
+type txItems func(ctx context.Context, claims []ItemClaim, now time.Time, info func(ItemClaim) Info) (failed map[string]error, lost []string, err error)
+
+type eacher struct {
+	s      ItemStore
+	key    Key
+	cfg    *config
+	fn     func(context.Context, string) error
+	tx     txItems
+	done   atomic.Int64
+	total  int64
+	mu     sync.Mutex // serializes progress calls and parked
+	parked []string
+}
+
+func each(ctx context.Context, s ItemStore, key Key, items iter.Seq2[string, error], opts []Option, fn func(context.Context, string) error, tx txItems) (EachResult, error) {
+	cfg := newConfig(s, []Option{WithWorkers(DefaultWorkers)}, opts)
+	if tx != nil {
+		cfg.mode = atLeastOnce
+	}
+	if cfg.each.batch == 0 {
+		cfg.each.batch = 100
+		if tx == nil && !cfg.mode.rerun && cfg.mode.has == nil { // AtMostOnce
+			cfg.each.batch = 1
+		}
+	}
+	res := EachResult{Key: key}
+	if err := key.Validate(); err != nil {
+		return res, err
+	}
+	if rec, ok, err := s.Lookup(ctx, key); err != nil {
+		return res, err
+	} else if ok && rec.Status == StatusDone {
+		res.Outcome = AlreadyDone
+		res.Counts, err = s.CountItems(ctx, key)
+		return res, err
+	}
+	e := &eacher{s: s, key: key, cfg: cfg, fn: fn, tx: tx}
+	counts, err := s.CountItems(ctx, key)
+	if err != nil {
+		return res, err
+	}
+	if !counts.Sealed {
+		if err := e.record(ctx, items); err != nil {
+			res.Outcome = Failed
+			return res, err
+		}
+		if counts, err = s.CountItems(ctx, key); err != nil {
+			return res, err
+		}
+	}
+	e.done.Store(counts.Done + counts.Parked)
+	e.total = counts.Total()
+
+	for {
+		if err := e.work(ctx); err != nil {
+			res.Outcome, res.Counts, res.Parked = Failed, counts, e.parked
+			if isStop(err) {
+				return res, err
+			}
+			return res, fmt.Errorf("idem: each %s: %w", key, err)
+		}
+		if counts, err = s.CountItems(ctx, key); err != nil {
+			return res, err
+		}
+		if counts.open() == 0 {
+			break
+		}
+		// Others hold items, or items back off: wait for them.
+		wait := e.cfg.poll
+		if counts.Pending+counts.Running == 0 && !counts.NextRetry.IsZero() {
+			wait = max(wait, counts.NextRetry.Sub(e.cfg.clock.Now()))
+		}
+		if err := sleep(ctx, e.cfg.clock, wait); err != nil {
+			res.Outcome, res.Counts, res.Parked = Failed, counts, e.parked
+			return res, &Error{Key: key, Outcome: Failed, Err: err}
+		}
+	}
+	res.Counts, res.Parked = counts, e.parked
+	if counts.Unknown > 0 {
+		res.Outcome = Unknown
+		return res, &Error{Key: key, Outcome: Unknown,
+			Err: fmt.Errorf("%d items may or may not have taken effect; resolve them", counts.Unknown)}
+	}
+	// Every item is done or parked: mark the period done.
+	var r Result
+	err = RunWith(ctx, s, key, func(context.Context) error { return nil }, append(opts, ReportTo(&r))...)
+	res.Outcome = r.Outcome
+	if r.Outcome == AlreadyDone {
+		res.Outcome = Ran // another holder marked it a moment ago; the items ran now
+	}
+	return res, err
+}
+
+// record streams the item ids into the store in batches, then seals the set.
+func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) error {
+	const chunk = 500
+	buf := make([]string, 0, chunk)
+	for it, err := range items {
+		if err != nil {
+			return fmt.Errorf("idem: each %s: generating items: %w", e.key, err)
+		}
+		if err := validPart("item", it); err != nil {
+			return &KeyError{Key: e.key, Reason: err.Error()}
+		}
+		buf = append(buf, it)
+		if len(buf) == chunk {
+			if err := e.s.AddItems(ctx, e.key, buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
+		}
+	}
+	if err := e.s.AddItems(ctx, e.key, buf); err != nil {
+		return err
+	}
+	return e.s.SealItems(ctx, e.key)
+}
+
+// work runs the workers until no item can be claimed.
+func (e *eacher) work(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	var first atomic.Pointer[error]
+	for range e.cfg.each.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.worker(ctx); err != nil {
+				if first.CompareAndSwap(nil, &err) {
+					cancel(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if p := first.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (e *eacher) info(c ItemClaim) Info {
+	ik := Key{Job: e.key.Job, Period: e.key.Period + "/" + c.Item}
+	return Info{Key: e.key, Item: c.Item, Attempt: c.Attempt, RequestID: ik.RequestID(), Owner: processOwner()}
+}
+
+func (e *eacher) worker(ctx context.Context) error {
+	m := e.cfg.mode
+	for {
+		claims, err := e.s.ClaimItems(ctx, e.key, ItemClaimRequest{
+			N: e.cfg.each.batch, Owner: processOwner(), Now: e.cfg.clock.Now(), Lease: e.cfg.lease,
+			Durable: e.tx == nil && m.durableClaim(), TakeUnknown: e.tx == nil && m.takeUnknown(),
+		})
+		if err != nil || len(claims) == 0 {
+			return err
+		}
+		if err := Checkpoint(ctx, AfterClaim, e.key); err != nil {
+			return err
+		}
+		var ends []ItemEnd
+		if e.tx != nil {
+			ends, err = e.runTx(ctx, claims)
+		} else {
+			ends, err = e.run(ctx, claims)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := e.s.FinishItems(ctx, e.key, ends); err != nil {
+			return err
+		}
+		e.report(ends, len(claims))
+		if err := Checkpoint(ctx, AfterDone, e.key); err != nil {
+			return err
+		}
+	}
+}
+
+// run applies fn to each claimed item and returns how each ended.
+func (e *eacher) run(ctx context.Context, claims []ItemClaim) ([]ItemEnd, error) {
+	ends := make([]ItemEnd, 0, len(claims))
+	for _, c := range claims {
+		ictx := context.WithValue(ctx, infoKey{}, e.info(c))
+		if c.Doubt {
+			v, herr := e.cfg.mode.check(ictx, e.key)
+			if end, settled := e.settle(c, v, herr, errors.New("an earlier attempt died")); settled {
+				ends = append(ends, end)
+				continue
+			}
+		}
+		err := e.fn(ictx, c.Item)
+		if cerr := Checkpoint(ctx, AfterFn, e.key); cerr != nil {
+			return nil, cerr
+		}
+		if err == nil {
+			ends = append(ends, ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: e.cfg.clock.Now()})
+			continue
+		}
+		if !isHarmless(err) && !isPermanent(err) {
+			v, herr := e.cfg.mode.check(ictx, e.key)
+			if end, settled := e.settle(c, v, herr, err); settled {
+				ends = append(ends, end)
+				continue
+			}
+		}
+		ends = append(ends, e.failed(c, err))
+	}
+	return ends, nil
+}
+
+// settle turns a check's verdict on a doubtful item into its end; settled
+// is false when the item should run (again).
+func (e *eacher) settle(c ItemClaim, v verdict, herr, cause error) (ItemEnd, bool) {
+	now := e.cfg.clock.Now()
+	switch v {
+	case verdictDone:
+		return ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: now}, true
+	case verdictUnknown:
+		msg := cause.Error()
+		if herr != nil {
+			msg = "downstream check failed: " + herr.Error() + "; after: " + msg
+		}
+		return ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusUnknown, Failures: c.Failures, Error: msg, Now: now}, true
+	}
+	return ItemEnd{}, false
+}
+
+// failed is the end of an item attempt whose fn failed: backoff or park.
+func (e *eacher) failed(c ItemClaim, err error) ItemEnd {
+	now := e.cfg.clock.Now()
+	n := c.Failures + 1
+	end := ItemEnd{Item: c.Item, Attempt: c.Attempt, Failures: n, Error: err.Error(), Now: now}
+	d, ok := e.cfg.backoff.Next(n)
+	if !ok || isPermanent(err) {
+		end.Status = StatusParked
+		return end
+	}
+	end.Status, end.NotBefore = StatusFailed, now.Add(d)
+	return end
+}
+
+// runTx applies the batch in the store's transaction.
+func (e *eacher) runTx(ctx context.Context, claims []ItemClaim) ([]ItemEnd, error) {
+	failed, _, err := e.tx(ctx, claims, e.cfg.clock.Now(), e.info)
+	if err != nil {
+		return nil, err
+	}
+	ends := make([]ItemEnd, 0, len(failed))
+	for _, c := range claims {
+		if ferr, ok := failed[c.Item]; ok {
+			ends = append(ends, e.failed(c, ferr))
+		}
+	}
+	// Done items were marked in the transaction; count them for progress.
+	e.done.Add(int64(len(claims) - len(failed)))
+	return ends, nil
+}
+
+func (e *eacher) report(ends []ItemEnd, claimed int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, end := range ends {
+		switch end.Status {
+		case StatusDone:
+			e.done.Add(1)
+		case StatusParked:
+			e.done.Add(1)
+			if len(e.parked) < 100 {
+				e.parked = append(e.parked, end.Item)
+			}
+			if e.cfg.logger != nil {
+				e.cfg.logger.LogAttrs(context.Background(), slog.LevelError, "idem: item parked", slog.String("job", e.key.Job),
+					slog.String("period", e.key.Period), slog.String("item", end.Item), slog.String("error", end.Error))
+			}
+		}
+	}
+	if e.cfg.each.progress != nil {
+		e.cfg.each.progress(EachProgress{Key: e.key, Done: e.done.Load(), Total: e.total})
+	}
+}

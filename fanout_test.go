@@ -1,0 +1,195 @@
+package idem_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"iter"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
+)
+
+var points = idem.Key{Job: "daily_points", Period: "2026-10-27"}
+
+// accounts streams n item ids without holding them.
+func accounts(n int) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		for i := range n {
+			if !yield(fmt.Sprintf("acct-%06d", i), nil) {
+				return
+			}
+		}
+	}
+}
+
+type tally struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func newTally() *tally { return &tally{n: map[string]int{}} }
+
+func (c *tally) add(item string) {
+	c.mu.Lock()
+	c.n[item]++
+	c.mu.Unlock()
+}
+
+func (c *tally) check(t *testing.T, total int, atLeast bool) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.n) != total {
+		t.Fatalf("%d items applied, want %d", len(c.n), total)
+	}
+	for it, n := range c.n {
+		if n != 1 && !(atLeast && n > 1) {
+			t.Fatalf("%s applied %d times", it, n)
+		}
+	}
+}
+
+func TestEachAppliesEveryItemOnce(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	ctx := context.Background()
+	c := newTally()
+	var progress []idem.EachProgress
+	res, err := idem.Each(ctx, l, points, accounts(1000), func(ctx context.Context, item string) error {
+		info, _ := idem.InfoFrom(ctx)
+		if info.Item != item || info.Key != points || info.RequestID == "" {
+			t.Errorf("info %+v for %s", info, item)
+		}
+		c.add(item)
+		return nil
+	}, idem.OnProgress(func(p idem.EachProgress) { progress = append(progress, p) }))
+	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 1000 {
+		t.Fatalf("Each: %v, %+v", err, res)
+	}
+	c.check(t, 1000, false)
+	last := progress[len(progress)-1]
+	if last.Done != 1000 || last.Total != 1000 {
+		t.Fatalf("last progress %+v", last)
+	}
+	for i := 1; i < len(progress); i++ {
+		if progress[i].Done < progress[i-1].Done {
+			t.Fatalf("progress went back: %+v", progress)
+		}
+	}
+	if rec := mustLookup(t, l, points); rec.Status != idem.StatusDone {
+		t.Fatalf("period %+v", rec)
+	}
+	// Again: the period is done; nothing runs, items are not generated.
+	res, err = idem.Each(ctx, l, points, func(yield func(string, error) bool) { t.Error("items generated again") },
+		func(context.Context, string) error { t.Error("ran again"); return nil })
+	if err != nil || res.Outcome != idem.AlreadyDone {
+		t.Fatalf("second Each: %v %v", err, res.Outcome)
+	}
+}
+
+func TestEachResumesAfterCrash(t *testing.T) {
+	for _, mode := range []string{"at-least-once", "two-phase", "tx"} {
+		t.Run(mode, func(t *testing.T) {
+			l := openLedger(t, t.TempDir())
+			ctx := context.Background()
+			if _, err := l.DB().Exec(`CREATE TABLE granted(item TEXT PRIMARY KEY, n INTEGER NOT NULL)`); err != nil {
+				t.Fatal(err)
+			}
+			c := newTally()
+			has := func(ctx context.Context, k idem.Key) (bool, error) {
+				info, _ := idem.InfoFrom(ctx)
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				return c.n[info.Item] > 0, nil
+			}
+			run := func(ctx context.Context) error {
+				if mode == "tx" {
+					_, err := idem.EachTx(ctx, l, points, accounts(500), func(ctx context.Context, tx *sql.Tx, item string) error {
+						_, err := tx.ExecContext(ctx, `INSERT INTO granted VALUES(?, 1) ON CONFLICT DO UPDATE SET n = n + 1`, item)
+						return err
+					}, idem.WithBatch(50))
+					return err
+				}
+				opt := idem.AtLeastOnce()
+				if mode == "two-phase" {
+					opt = idem.TwoPhase(has)
+				}
+				_, err := idem.Each(ctx, l, points, accounts(500), func(ctx context.Context, item string) error {
+					c.add(item)
+					return nil
+				}, opt, idem.WithBatch(50), idem.WithWorkers(1))
+				return err
+			}
+			// Crash after the 4th batch's fn, before its done marks.
+			var n atomic.Int32
+			crash := idemtest.CrashWhen(ctx, func(p idem.Point, _ idem.Key) bool {
+				return p == idem.AfterFn && (mode == "tx" && n.Add(1) == 4 || mode != "tx" && n.Add(1) == 4*50)
+			})
+			if err := run(crash); !errors.Is(err, idemtest.ErrCrashed) {
+				t.Fatalf("crash: %v", err)
+			}
+			// The dead worker's lease must expire: a new ledger handle with a clock past it.
+			l2 := openLedger(t, filepath.Dir(l.Path()), idem.WithClock(idemtest.NewClock(time.Now().Add(2*idem.DefaultLease))))
+			l = l2
+			if err := run(ctx); err != nil {
+				t.Fatalf("recovery: %v", err)
+			}
+			if mode == "tx" {
+				var items, over int
+				l.DB().QueryRow(`SELECT count(*), count(*) FILTER (WHERE n <> 1) FROM granted`).Scan(&items, &over)
+				if items != 500 || over != 0 {
+					t.Fatalf("%d items granted, %d not exactly once", items, over)
+				}
+				return
+			}
+			c.check(t, 500, mode == "at-least-once")
+		})
+	}
+}
+
+func TestEachParksPoisonItem(t *testing.T) {
+	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewAutoClock(t0)))
+	c := newTally()
+	res, err := idem.Each(context.Background(), l, points, accounts(300), func(ctx context.Context, item string) error {
+		if item == "acct-000042" {
+			return errors.New("account frozen")
+		}
+		c.add(item)
+		return nil
+	}, idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Second))))
+	if err != nil || res.Counts.Parked != 1 || res.Counts.Done != 299 || len(res.Parked) != 1 || res.Parked[0] != "acct-000042" {
+		t.Fatalf("Each: %v, %+v", err, res)
+	}
+	c.check(t, 299, false)
+}
+
+func TestEachAtMostOnceUnknown(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	res, err := idem.Each(context.Background(), l, points, accounts(20), func(ctx context.Context, item string) error {
+		if item == "acct-000007" {
+			return errors.New("gateway timeout")
+		}
+		return nil
+	}, idem.AtMostOnce())
+	if !errors.Is(err, idem.ErrUnknownOutcome) || res.Counts.Unknown != 1 || res.Counts.Done != 19 {
+		t.Fatalf("Each: %v, %+v", err, res.Counts)
+	}
+	if rec, ok, _ := l.Lookup(context.Background(), points); ok && rec.Status == idem.StatusDone {
+		t.Fatal("period marked done with an unknown item")
+	}
+}
+
+func TestEachInvalidItem(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	_, err := idem.Each(context.Background(), l, points, idem.Items(func(yield func(string) bool) { yield("ok"); yield("bad\n") }),
+		func(context.Context, string) error { return nil })
+	if !errors.Is(err, idem.ErrInvalidKey) {
+		t.Fatalf("Each: %v", err)
+	}
+}

@@ -1,0 +1,549 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// config is one torture run, as the flags give it.
+type config struct {
+	Store    string
+	Mode     string
+	Kills    int
+	Keys     int
+	Workers  int
+	Seed     int64
+	Duration time.Duration // the kill phase's limit
+	Dir      string        // "" = a temp dir
+	Keep     bool          // keep the temp dir
+	Lease    time.Duration
+	// Settle bounds the completion phase (after the kill phase); 0 = 2 min.
+	Settle time.Duration
+	// Exe is the binary workers run; "" = this one (os.Executable). Its main
+	// or TestMain must call runWorkerFromEnv when $IDEM_TORTURE_WORKER is set.
+	Exe string
+	Out io.Writer // progress and the report; nil = os.Stdout
+}
+
+// summary is the outcome of a run.
+type summary struct {
+	Store, Mode string
+	Kills       int
+	Keys        int
+	Effects     int // effect applications in total
+	Duplicates  int // Σ max(0, count(key)-1)
+	Lost        int // keys neither done nor unknown
+	Unknown     int // keys of status unknown (statefile: and the periods blocked behind one)
+	Blocked     int // statefile: periods after an unknown one (included in Unknown)
+	NoEffect    int // keys done with no effect
+	Violations  int
+	Errors      []string // harness failures (workers exiting non-zero, ...): not violations
+	Dir         string
+	Seed        int64
+}
+
+func (s *summary) line() string {
+	return fmt.Sprintf("torture: store=%s mode=%s kills=%d keys=%d effects=%d duplicates=%d lost=%d unknown=%d violations=%d",
+		s.Store, s.Mode, s.Kills, s.Keys, s.Effects, s.Duplicates, s.Lost, s.Unknown, s.Violations)
+}
+
+// usageError is a bad flag or combination (exit 2).
+type usageError struct{ error }
+
+func (c *config) validate() error {
+	b := backends[c.Store]
+	if b == nil {
+		return usageError{fmt.Errorf("unknown -store %q (want %s)", c.Store, backendNames())}
+	}
+	if err := checkCombo(b, c.Mode); err != nil {
+		return usageError{err}
+	}
+	switch {
+	case c.Kills < 0:
+		return usageError{errors.New("-kills must be >= 0")}
+	case c.Keys < 1:
+		return usageError{errors.New("-keys must be >= 1")}
+	case c.Workers < 1:
+		return usageError{errors.New("-workers must be >= 1")}
+	case c.Duration <= 0:
+		return usageError{errors.New("-duration must be > 0")}
+	case c.Lease <= 0:
+		return usageError{errors.New("-lease must be > 0")}
+	}
+	return nil
+}
+
+// slot is one worker position: the parent restarts a killed worker in its
+// slot.
+type slot struct {
+	i, gen int
+	fails  int  // non-zero exits (not kills)
+	reaped bool // the exit of cmd has been looked at
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when cmd has been waited for
+}
+
+func (s *slot) exited() bool {
+	if s.cmd == nil {
+		return true // never (re)started
+	}
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *slot) name() string { return fmt.Sprintf("w%d.%d", s.i, s.gen) }
+
+type runner struct {
+	cfg      config
+	out      io.Writer
+	dir      string
+	exe      string
+	log      *os.File // workers.log, the workers' stdout and stderr
+	deadline time.Time
+	slots    []*slot
+	errs     []string
+}
+
+func (r *runner) printf(format string, a ...any) {
+	fmt.Fprintf(r.out, "torture: "+format+"\n", a...)
+}
+
+// run runs a torture test: start the workers, kill them at random moments,
+// let them finish, check the store against the effects. The report ends with
+// s.line(). err is a setup error (the run could not be done); violations and
+// worker failures are in the summary.
+func run(cfg config) (s *summary, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Settle <= 0 {
+		cfg.Settle = 2 * time.Minute
+	}
+	r := &runner{cfg: cfg, out: cfg.Out, exe: cfg.Exe}
+	if r.out == nil {
+		r.out = os.Stdout
+	}
+	if r.exe == "" {
+		if r.exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	temp := cfg.Dir == ""
+	if temp {
+		if r.dir, err = os.MkdirTemp("", "idem-torture-"); err != nil {
+			return nil, err
+		}
+	} else {
+		if r.dir, err = filepath.Abs(cfg.Dir); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(r.dir, 0o755); err != nil {
+			return nil, err
+		}
+		if ents, err := os.ReadDir(r.dir); err != nil {
+			return nil, err
+		} else if len(ents) > 0 {
+			return nil, usageError{fmt.Errorf("-dir %s is not empty", r.dir)}
+		}
+	}
+	r.printf("seed=%d store=%s mode=%s kills=%d keys=%d workers=%d lease=%s duration=%s",
+		cfg.Seed, cfg.Store, cfg.Mode, cfg.Kills, cfg.Keys, cfg.Workers, cfg.Lease, cfg.Duration)
+	r.printf("dir=%s", r.dir)
+	keep := cfg.Keep || !temp
+	defer func() {
+		if !keep {
+			os.RemoveAll(r.dir)
+		}
+	}()
+
+	if err := r.setup(); err != nil {
+		keep = true
+		return nil, err
+	}
+	defer r.log.Close()
+	defer r.killAll() // on a panic or an early return
+
+	start := time.Now()
+	r.deadline = start.Add(cfg.Duration + cfg.Settle)
+	for i := range cfg.Workers {
+		sl := &slot{i: i}
+		r.slots = append(r.slots, sl)
+		if err := r.start(sl); err != nil {
+			keep = true
+			return nil, err
+		}
+	}
+	kills, why := r.killPhase(start)
+	r.printf("kill phase: %d kills in %s (%s); waiting for the workers to finish", kills, time.Since(start).Round(time.Millisecond), why)
+	r.settle()
+
+	s, err = r.check()
+	if err != nil {
+		keep = true
+		return nil, err
+	}
+	s.Kills, s.Seed, s.Dir = kills, cfg.Seed, r.dir
+	s.Errors = append(r.errs, s.Errors...)
+	for i, e := range s.Errors {
+		if i == 20 {
+			r.printf("... and %d more errors", len(s.Errors)-20)
+			break
+		}
+		r.printf("error: %s", e)
+	}
+	if s.Violations > 0 || len(s.Errors) > 0 {
+		keep = true
+	}
+	if keep {
+		r.printf("seed=%d dir=%s (kept; the workers' log is %s)", cfg.Seed, r.dir, workersLog)
+	} else {
+		r.printf("seed=%d dir=%s (removed)", cfg.Seed, r.dir)
+	}
+	fmt.Fprintln(r.out, s.line())
+	return s, nil
+}
+
+// setup prepares the directory: the store (and the tx mode's table), the
+// effects log, the workers' log.
+func (r *runner) setup() error {
+	ctx := context.Background()
+	h, err := backends[r.cfg.Store].open(ctx, r.dir)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	if r.cfg.Mode == "tx" {
+		if h.tx == nil {
+			h.close()
+			return usageError{fmt.Errorf("-store %s has no RunTx", r.cfg.Store)}
+		}
+		if err := h.tx.setup(ctx); err != nil {
+			h.close()
+			return fmt.Errorf("create effects table: %w", err)
+		}
+	}
+	if err := h.close(); err != nil {
+		return err
+	}
+	if r.cfg.Mode != "tx" {
+		if err := os.WriteFile(filepath.Join(r.dir, effectsFile), nil, 0o644); err != nil {
+			return err
+		}
+	}
+	r.log, err = os.OpenFile(filepath.Join(r.dir, workersLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	return err
+}
+
+// start starts the slot's next worker.
+func (r *runner) start(sl *slot) error {
+	wc := workerConfig{Store: r.cfg.Store, Mode: r.cfg.Mode, Dir: r.dir, Keys: r.cfg.Keys, Seed: r.cfg.Seed,
+		Lease: r.cfg.Lease, Slot: sl.i, Gen: sl.gen, Deadline: r.deadline}
+	b, err := json.Marshal(wc)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(r.exe)
+	cmd.Env = append(os.Environ(), workerEnv+"="+string(b))
+	cmd.Stdout, cmd.Stderr = r.log, r.log
+	if err := cmd.Start(); err != nil {
+		sl.cmd = nil
+		return fmt.Errorf("start worker %s: %w", sl.name(), err)
+	}
+	sl.cmd, sl.done, sl.reaped = cmd, make(chan struct{}), false
+	done := sl.done
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	return nil
+}
+
+// killPhase kills random live workers at random moments and restarts them,
+// until cfg.Kills kills, cfg.Duration, or every worker has finished. why
+// says which.
+func (r *runner) killPhase(start time.Time) (kills int, why string) {
+	rng := rand.New(rand.NewPCG(uint64(r.cfg.Seed), 0x6b111))
+	end := start.Add(r.cfg.Duration)
+	for {
+		switch {
+		case kills >= r.cfg.Kills:
+			return kills, "-kills reached"
+		case !time.Now().Before(end):
+			return kills, "-duration elapsed"
+		}
+		var live []*slot
+		for _, sl := range r.slots {
+			if sl.exited() {
+				r.reap(sl, true)
+			}
+			if !sl.exited() {
+				live = append(live, sl)
+			}
+		}
+		if len(live) == 0 {
+			return kills, "no live worker left: every worker finished (or failed) first; more -keys make room for more kills"
+		}
+		sl := live[rng.IntN(len(live))]
+		d := time.Duration(rng.IntN(50_001)) * time.Microsecond
+		select {
+		case <-sl.done:
+			continue // finished (or failed) on its own: reaped on the next round
+		case <-time.After(min(d, time.Until(end))):
+		}
+		if time.Now().After(end) {
+			continue
+		}
+		_ = sl.cmd.Process.Signal(syscall.SIGKILL)
+		<-sl.done
+		if killed(sl.cmd) {
+			kills++
+			sl.gen++
+			if err := r.start(sl); err != nil {
+				r.errs = append(r.errs, err.Error())
+			}
+			continue
+		}
+		r.reap(sl, true) // it exited just before the signal
+	}
+}
+
+func killed(cmd *exec.Cmd) bool {
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// reap looks at an exited worker that was not killed by the parent: exit 0
+// means it finished; anything else is an error, and the worker is restarted
+// if restart is set (during the kill phase) so that the run can go on.
+func (r *runner) reap(sl *slot, restart bool) {
+	if sl.cmd == nil || !sl.exited() || sl.reaped {
+		return
+	}
+	sl.reaped = true
+	if sl.cmd.ProcessState.ExitCode() == 0 {
+		return
+	}
+	r.errs = append(r.errs, fmt.Sprintf("worker %s (pid %d) exited: %s%s", sl.name(), sl.cmd.Process.Pid,
+		sl.cmd.ProcessState, r.tail(sl)))
+	sl.fails++
+	if !restart || sl.fails > 3 {
+		return
+	}
+	sl.gen++
+	if err := r.start(sl); err != nil {
+		r.errs = append(r.errs, err.Error())
+	}
+}
+
+// tail returns the last lines a worker logged.
+func (r *runner) tail(sl *slot) string {
+	b, _ := os.ReadFile(filepath.Join(r.dir, workersLog))
+	prefix := fmt.Sprintf("%s pid=%d ", sl.name(), sl.cmd.Process.Pid)
+	var lines []string
+	for l := range strings.Lines(string(b)) {
+		if strings.HasPrefix(l, prefix) {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	lines = lines[max(0, len(lines)-3):]
+	if len(lines) == 0 {
+		return ""
+	}
+	return "; last log: " + strings.Join(lines, " | ")
+}
+
+// settle waits for every worker to finish on its own (restarting none),
+// until the deadline; then it kills what is left.
+func (r *runner) settle() {
+	timeout := time.After(time.Until(r.deadline) + 10*time.Second)
+	for _, sl := range r.slots {
+		if sl.cmd == nil {
+			continue
+		}
+		select {
+		case <-sl.done:
+		case <-timeout:
+			r.errs = append(r.errs, fmt.Sprintf("worker %s (pid %d) still running at the deadline; killed", sl.name(), sl.cmd.Process.Pid))
+			_ = sl.cmd.Process.Signal(syscall.SIGKILL)
+			<-sl.done
+			continue
+		}
+		if killed(sl.cmd) {
+			r.errs = append(r.errs, fmt.Sprintf("worker %s (pid %d) was killed by someone else", sl.name(), sl.cmd.Process.Pid))
+			continue
+		}
+		r.reap(sl, false)
+	}
+}
+
+func (r *runner) killAll() {
+	for _, sl := range r.slots {
+		if sl.cmd != nil && !sl.exited() {
+			_ = sl.cmd.Process.Signal(syscall.SIGKILL)
+			<-sl.done
+		}
+	}
+}
+
+// violation is one broken promise, for the report.
+type violation struct {
+	key    idem.Key
+	what   string
+	detail string
+}
+
+// check compares the store's records with the effects.
+func (r *runner) check() (*summary, error) {
+	ctx := context.Background()
+	b := backends[r.cfg.Store]
+	h, err := b.open(ctx, r.dir)
+	if err != nil {
+		return nil, fmt.Errorf("check: open store: %w", err)
+	}
+	defer h.close()
+	s := &summary{Store: r.cfg.Store, Mode: r.cfg.Mode, Keys: r.cfg.Keys}
+
+	var counts map[string]int
+	if r.cfg.Mode == "tx" {
+		if counts, err = h.tx.counts(ctx); err != nil {
+			return nil, fmt.Errorf("check: count effects: %w", err)
+		}
+	} else {
+		counts = map[string]int{}
+		f, err := os.ReadFile(filepath.Join(r.dir, effectsFile))
+		if err != nil {
+			return nil, fmt.Errorf("check: %w", err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(f))
+		for sc.Scan() {
+			counts[sc.Text()]++
+		}
+		if len(f) > 0 && f[len(f)-1] != '\n' {
+			s.Errors = append(s.Errors, "the effects log does not end with a newline (a torn write?)")
+		}
+	}
+	known := map[string]bool{}
+	for _, ks := range makeKeys(r.cfg.Keys) {
+		for _, k := range ks {
+			known[k.String()] = true
+		}
+	}
+	for k, n := range counts {
+		s.Effects += n
+		if !known[k] {
+			s.Errors = append(s.Errors, fmt.Sprintf("effect for an unknown key %q (%d times)", k, n))
+		}
+	}
+
+	dupsAreViolations := r.cfg.Mode != "atleastonce"
+	var vs []violation
+	for _, ks := range makeKeys(r.cfg.Keys) {
+		blockedBy := "" // watermark store: an earlier period of the job is unknown
+		for _, k := range ks {
+			n := counts[k.String()]
+			if n > 1 {
+				s.Duplicates += n - 1
+				if dupsAreViolations {
+					vs = append(vs, violation{k, "duplicate", fmt.Sprintf("effects=%d", n)})
+				}
+			}
+			rec, ok, err := h.store.Lookup(ctx, k)
+			if err != nil {
+				return nil, fmt.Errorf("check: lookup %s: %w", k, err)
+			}
+			desc := fmt.Sprintf("effects=%d status=%s attempt=%d failures=%d", n, rec.Status, rec.Attempt, rec.Failures)
+			if !ok {
+				desc = fmt.Sprintf("effects=%d no record", n)
+			}
+			if len(vs) > 0 && vs[len(vs)-1].key == k {
+				vs[len(vs)-1].detail = desc
+			}
+			switch {
+			case ok && rec.Status == idem.StatusDone:
+				if n == 0 {
+					s.NoEffect++
+					vs = append(vs, violation{k, "done-without-effect", desc})
+				}
+			case ok && rec.Status == idem.StatusUnknown:
+				s.Unknown++
+				if b.watermark && blockedBy == "" {
+					blockedBy = k.Period
+				}
+			case !ok && blockedBy != "":
+				// Its job's watermark waits for an unknown period's Resolve:
+				// the same outcome as that period's.
+				s.Unknown++
+				s.Blocked++
+			default:
+				s.Lost++
+				vs = append(vs, violation{k, "lost", desc})
+			}
+		}
+	}
+	s.Violations = s.Lost + s.NoEffect
+	if dupsAreViolations {
+		s.Violations += s.Duplicates
+	}
+	if s.Blocked > 0 {
+		r.printf("blocked=%d: periods after an unknown period of their job (statefile watermark); counted as unknown", s.Blocked)
+	}
+	r.report(vs)
+	return s, nil
+}
+
+// report prints at most 20 violations, each with the workers' log lines about
+// its key.
+func (r *runner) report(vs []violation) {
+	if len(vs) == 0 {
+		return
+	}
+	b, _ := os.ReadFile(filepath.Join(r.dir, workersLog))
+	const most = 20
+	for i, v := range vs {
+		if i == most {
+			r.printf("... and %d more violations", len(vs)-most)
+			break
+		}
+		var hist []string
+		needle := v.key.String() + ":"
+		for l := range strings.Lines(string(b)) {
+			// "w1.3 pid=123 effect> job0/2026-01-01: a2" or "... run <key>: a2 ran"
+			f := strings.Fields(l)
+			if len(f) < 4 || f[3] != needle {
+				continue
+			}
+			hist = append(hist, shorten(f[0]+" "+f[2]+" "+strings.Join(f[4:], " "), 80))
+		}
+		if len(hist) > 8 {
+			hist = append(hist[:2], append([]string{"..."}, hist[len(hist)-5:]...)...)
+		}
+		if len(hist) == 0 {
+			hist = []string{"none logged"}
+		}
+		r.printf("VIOLATION %s %s: %s; history: %s", v.key, v.what, v.detail, strings.Join(hist, " | "))
+	}
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

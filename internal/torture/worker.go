@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// workerEnv, when set, makes the binary a worker: its value is the worker's
+// configuration as JSON. main and the test's TestMain check it first.
+const workerEnv = "IDEM_TORTURE_WORKER"
+
+// Exit codes of a worker.
+const (
+	workerOK       = 0
+	workerSetup    = 2 // could not start
+	workerDeadline = 3 // keys still unsettled at the deadline, or no progress for stallLimit
+)
+
+// workerConfig is what the parent hands a worker.
+type workerConfig struct {
+	Store    string        `json:"store"`
+	Mode     string        `json:"mode"`
+	Dir      string        `json:"dir"`
+	Keys     int           `json:"keys"`
+	Seed     int64         `json:"seed"`
+	Lease    time.Duration `json:"lease"`
+	Slot     int           `json:"slot"`
+	Gen      int           `json:"gen"` // how many times this slot was started before
+	Deadline time.Time     `json:"deadline"`
+}
+
+const (
+	periodsPerJob = 5
+	effectsFile   = "effects.log"
+	workersLog    = "workers.log"
+)
+
+// makeKeys lays out k keys as jobs of up to periodsPerJob daily periods
+// ("2026-01-01", ...), in order: ceil(k/5) jobs "job<j>". Periods of one job
+// sort as strings, as a StateFile's watermark needs.
+func makeKeys(k int) [][]idem.Key {
+	var jobs [][]idem.Key
+	for j := 0; k > 0; j++ {
+		n := min(k, periodsPerJob)
+		var ks []idem.Key
+		for p := range n {
+			ks = append(ks, idem.Key{Job: fmt.Sprintf("job%d", j), Period: fmt.Sprintf("2026-01-%02d", p+1)})
+		}
+		jobs = append(jobs, ks)
+		k -= n
+	}
+	return jobs
+}
+
+// runWorkerFromEnv runs the worker configured by $IDEM_TORTURE_WORKER and
+// returns its exit code.
+func runWorkerFromEnv() int {
+	var cfg workerConfig
+	if err := json.Unmarshal([]byte(os.Getenv(workerEnv)), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "torture worker: bad $%s: %v\n", workerEnv, err)
+		return workerSetup
+	}
+	return runWorker(cfg)
+}
+
+// wlog writes one line to the worker's stderr (the shared workers.log, opened
+// O_APPEND by the parent: one write per line keeps lines whole).
+type wlog string
+
+func (w wlog) printf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, string(w)+" "+format+"\n", a...)
+}
+
+func runWorker(cfg workerConfig) int {
+	lg := wlog(fmt.Sprintf("w%d.%d pid=%d", cfg.Slot, cfg.Gen, os.Getpid()))
+	b := backends[cfg.Store]
+	if b == nil {
+		lg.printf("setup: unknown store %q", cfg.Store)
+		return workerSetup
+	}
+	if err := checkCombo(b, cfg.Mode); err != nil {
+		lg.printf("setup: %v", err)
+		return workerSetup
+	}
+	ctx := context.Background()
+	h, err := b.open(ctx, cfg.Dir)
+	if err != nil {
+		lg.printf("setup: open store: %v", err)
+		return workerSetup
+	}
+	defer h.close()
+	w := &worker{cfg: cfg, lg: lg, h: h, lastErr: map[idem.Key]string{},
+		rng:   rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Slot)<<32|uint64(cfg.Gen))),
+		sleep: rand.New(rand.NewPCG(uint64(cfg.Seed)^0x5eed, uint64(cfg.Slot)<<32|uint64(cfg.Gen))),
+	}
+	if cfg.Mode != "tx" {
+		w.effects, err = os.OpenFile(filepath.Join(cfg.Dir, effectsFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			lg.printf("setup: %v", err)
+			return workerSetup
+		}
+		defer w.effects.Close()
+	}
+	w.opts = []idem.Option{
+		idem.WithWait(),
+		idem.WithLease(cfg.Lease),
+		idem.WithBackoff(idem.WithMaxAttempts(1000, idem.Constant(time.Millisecond))),
+	}
+	switch cfg.Mode {
+	case "atleastonce":
+		w.opts = append(w.opts, idem.AtLeastOnce())
+	case "atmostonce":
+		w.opts = append(w.opts, idem.AtMostOnce())
+	case "twophase":
+		w.opts = append(w.opts, idem.TwoPhase(w.downstreamHas))
+	}
+	lg.printf("start")
+	return w.loop(ctx, b.watermark)
+}
+
+type worker struct {
+	cfg     workerConfig
+	lg      wlog
+	h       *handle
+	rng     *rand.Rand // key order: seeded
+	sleep   *rand.Rand // the effect's pauses (only the worker's goroutine uses it)
+	effects *os.File
+	opts    []idem.Option
+	lastErr map[idem.Key]string
+}
+
+// stallLimit: a worker that settles no key for this long gives up (exit 3).
+const stallLimit = 10 * time.Second
+
+// loop runs every key until each is settled from this worker's point of view:
+// Run returned nil or ErrUnknownOutcome. With a watermark store a job's
+// periods are run in order; an unknown period ends its job (later periods
+// cannot run before it is resolved). Any other error means: move on, come
+// back later.
+func (w *worker) loop(ctx context.Context, watermark bool) int {
+	jobs := makeKeys(w.cfg.Keys)
+	// A unit is a sequence of keys to be settled in order: a whole job for a
+	// watermark store, a single key otherwise.
+	var units [][]idem.Key
+	if watermark {
+		units = jobs
+	} else {
+		for _, ks := range jobs {
+			for _, k := range ks {
+				units = append(units, []idem.Key{k})
+			}
+		}
+	}
+	w.rng.Shuffle(len(units), func(i, j int) { units[i], units[j] = units[j], units[i] })
+	lastProgress := time.Now()
+	for len(units) > 0 {
+		if time.Now().After(w.cfg.Deadline) {
+			w.lg.printf("deadline: %d units unsettled, first %s", len(units), units[0][0])
+			return workerDeadline
+		}
+		// Run waits out leases and backoffs itself (WithWait): errors that
+		// keep coming back for this long mean the store is stuck.
+		if time.Since(lastProgress) > stallLimit {
+			w.lg.printf("stalled: no key settled for %s; %d units unsettled, first %s", stallLimit, len(units), units[0][0])
+			return workerDeadline
+		}
+		// Visit the units in a random order; settle at most one key of each
+		// per visit, so that the workers' paths interleave.
+		progress := false
+		var left [][]idem.Key
+		for _, u := range units {
+			settled, unknown := w.runKey(ctx, u[0])
+			switch {
+			case unknown:
+				progress = true // the unit ends here (watermark: later periods wait for a Resolve)
+			case settled:
+				progress = true
+				if len(u) > 1 {
+					left = append(left, u[1:])
+				}
+			default:
+				left = append(left, u)
+			}
+		}
+		units = left
+		if progress {
+			lastProgress = time.Now()
+		}
+		w.rng.Shuffle(len(units), func(i, j int) { units[i], units[j] = units[j], units[i] })
+		if !progress {
+			time.Sleep(time.Duration(1+w.rng.IntN(5)) * time.Millisecond)
+		}
+	}
+	w.lg.printf("finished")
+	return workerOK
+}
+
+// runKey runs one key once. settled: Run returned nil; unknown: it returned
+// ErrUnknownOutcome.
+func (w *worker) runKey(ctx context.Context, key idem.Key) (settled, unknown bool) {
+	var res idem.Result
+	opts := append(w.opts[:len(w.opts):len(w.opts)], idem.ReportTo(&res))
+	var err error
+	if w.cfg.Mode == "tx" {
+		err = w.h.tx.runTx(ctx, key, func(ctx context.Context, tx execer) error {
+			return w.txEffect(ctx, tx, key)
+		}, opts...)
+	} else {
+		err = idem.RunWith(ctx, w.h.store, key, w.effect, opts...)
+	}
+	switch {
+	case err == nil && res.Outcome != idem.AlreadyDone:
+		w.lg.printf("run %s: a%d %s", key, res.Attempt, res.Outcome)
+	case err != nil && err.Error() != w.lastErr[key]: // an error that repeats is logged once
+		w.lg.printf("run %s: a%d %s: %v", key, res.Attempt, res.Outcome, err)
+		w.lastErr[key] = err.Error()
+	}
+	switch {
+	case err == nil:
+		return true, false
+	case errors.Is(err, idem.ErrUnknownOutcome):
+		return false, true
+	}
+	return false, false
+}
+
+// pause sleeps 0–3 ms, to widen the windows around the effect.
+func (w *worker) pause() {
+	time.Sleep(time.Duration(w.sleep.IntN(3001)) * time.Microsecond)
+}
+
+// effect is fn for the log modes: append "<job>/<period>" to the effects log
+// (the downstream, written independently of idem) and fsync it.
+func (w *worker) effect(ctx context.Context) error {
+	info, _ := idem.InfoFrom(ctx)
+	w.pause()
+	if err := ctx.Err(); err != nil { // lease lost: do not reach the downstream
+		return context.Cause(ctx)
+	}
+	w.lg.printf("effect> %s: a%d", info.Key, info.Attempt)
+	if _, err := w.effects.WriteString(info.Key.String() + "\n"); err != nil {
+		return err
+	}
+	if err := w.effects.Sync(); err != nil {
+		return err
+	}
+	w.pause()
+	return nil
+}
+
+// txEffect is fn for -mode tx: the non-idempotent upsert, in the store's
+// transaction.
+func (w *worker) txEffect(ctx context.Context, tx execer, key idem.Key) error {
+	w.pause()
+	if _, err := tx.ExecContext(ctx, txEffectSQL, key.String()); err != nil {
+		return err
+	}
+	w.pause()
+	return nil
+}
+
+// downstreamHas is TwoPhase's check: is key's line in the effects log?
+func (w *worker) downstreamHas(ctx context.Context, key idem.Key) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(w.cfg.Dir, effectsFile))
+	if err != nil {
+		return false, err
+	}
+	line := []byte(key.String())
+	for l := range bytes.Lines(b) {
+		if bytes.Equal(bytes.TrimSuffix(l, []byte("\n")), line) {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,258 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+)
+
+var (
+	_ ItemStore            = (*Ledger)(nil)
+	_ ItemTxStore[*sql.Tx] = (*Ledger)(nil)
+)
+
+// AddItems implements [ItemStore] with multi-row INSERT ... ON CONFLICT DO
+// NOTHING, in one transaction.
+func (l *Ledger) AddItems(ctx context.Context, key Key, items []string) error {
+	if len(items) == 0 {
+		return nil
+	}
+	err := l.withConn(ctx, false, func(conn *sql.Conn) error {
+		tx, err := beginWrite(ctx, conn)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		const chunk = 500
+		for len(items) > 0 {
+			n := min(chunk, len(items))
+			var q strings.Builder
+			q.WriteString(`INSERT INTO idem_items(job, period, item) VALUES `)
+			args := make([]any, 0, 3*n)
+			for i, it := range items[:n] {
+				if i > 0 {
+					q.WriteByte(',')
+				}
+				q.WriteString("(?,?,?)")
+				args = append(args, key.Job, key.Period, it)
+			}
+			q.WriteString(` ON CONFLICT DO NOTHING`)
+			if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+				return err
+			}
+			items = items[n:]
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return l.opErr("add items", key, err)
+	}
+	return nil
+}
+
+// SealItems implements [ItemStore].
+func (l *Ledger) SealItems(ctx context.Context, key Key) error {
+	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
+		_, err := conn.ExecContext(ctx, `INSERT INTO idem_itemsets(job, period, sealed) VALUES(?, ?, 1)
+			ON CONFLICT(job, period) DO UPDATE SET sealed = 1`, key.Job, key.Period)
+		return err
+	})
+	if err != nil {
+		return l.opErr("seal items", key, err)
+	}
+	return nil
+}
+
+// CountItems implements [ItemStore].
+func (l *Ledger) CountItems(ctx context.Context, key Key) (ItemCounts, error) {
+	var c ItemCounts
+	err := busyRetry(ctx, func() error {
+		c = ItemCounts{}
+		var sealed int
+		err := l.db.QueryRowContext(ctx, `SELECT sealed FROM idem_itemsets WHERE job=? AND period=?`, key.Job, key.Period).Scan(&sealed)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		c.Sealed = sealed == 1
+		rows, err := l.db.QueryContext(ctx, `SELECT status, count(*), min(not_before) FROM idem_items
+			WHERE job=? AND period=? GROUP BY status`, key.Job, key.Period)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var status string
+			var n, nb int64
+			if err := rows.Scan(&status, &n, &nb); err != nil {
+				return err
+			}
+			switch Status(status) {
+			case "pending":
+				c.Pending = n
+			case StatusRunning:
+				c.Running = n
+			case StatusFailed:
+				c.Failed, c.NextRetry = n, fromMicros(nb)
+			case StatusDone:
+				c.Done = n
+			case StatusUnknown:
+				c.Unknown = n
+			case StatusParked:
+				c.Parked = n
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return ItemCounts{}, l.opErr("count items", key, err)
+	}
+	return c, nil
+}
+
+// ClaimItems implements [ItemStore]: one UPDATE ... RETURNING over a
+// LIMITed selection of runnable items, under SQLite's write lock.
+func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) ([]ItemClaim, error) {
+	var claims []ItemClaim
+	err := l.withConn(ctx, req.Durable, func(conn *sql.Conn) error {
+		claims = claims[:0]
+		now, until := micros(req.Now), micros(req.Now.Add(req.Lease))
+		rows, err := conn.QueryContext(ctx, `UPDATE idem_items SET
+				doubt = (status IN ('running', 'unknown')),
+				failures = failures + (status = 'running'),
+				last_error = CASE WHEN status = 'running'
+					THEN 'attempt ' || attempt || ' by ' || owner || ' abandoned: lease expired without a done mark'
+					ELSE last_error END,
+				status = 'running', attempt = attempt + 1, owner = ?, lease_until = ?, updated = ?
+			WHERE job = ? AND period = ? AND item IN (
+				SELECT item FROM idem_items WHERE job = ? AND period = ? AND (
+					status = 'pending'
+					OR (status = 'failed' AND not_before <= ?)
+					OR (status = 'running' AND lease_until <= ?)
+					OR (? AND status = 'unknown'))
+				LIMIT ?)
+			RETURNING item, attempt, failures, doubt`,
+			req.Owner, until, now, key.Job, key.Period, key.Job, key.Period, now, now, req.TakeUnknown, req.N)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c ItemClaim
+			if err := rows.Scan(&c.Item, &c.Attempt, &c.Failures, &c.Doubt); err != nil {
+				return err
+			}
+			claims = append(claims, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, l.opErr("claim items", key, err)
+	}
+	return claims, nil
+}
+
+const finishItemSQL = `UPDATE idem_items SET status=?, failures=?, not_before=?, last_error=?, doubt=0,
+	lease_until=0, updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`
+
+func finishItems(ctx context.Context, tx *sql.Tx, key Key, ends []ItemEnd) (lost []string, err error) {
+	st, err := tx.PrepareContext(ctx, finishItemSQL)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	for _, e := range ends {
+		res, err := st.ExecContext(ctx, string(e.Status), e.Failures, micros(e.NotBefore), e.Error, micros(e.Now),
+			key.Job, key.Period, e.Item, e.Attempt)
+		if err != nil {
+			return nil, err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			lost = append(lost, e.Item)
+		}
+	}
+	return lost, nil
+}
+
+// FinishItems implements [ItemStore]: one transaction, synchronous=FULL.
+func (l *Ledger) FinishItems(ctx context.Context, key Key, ends []ItemEnd) ([]string, error) {
+	if len(ends) == 0 {
+		return nil, nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	var lost []string
+	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
+		tx, err := beginWrite(ctx, conn)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if lost, err = finishItems(ctx, tx, key, ends); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return nil, l.opErr("finish items", key, err)
+	}
+	return lost, nil
+}
+
+// FinishItemsTx implements [ItemTxStore]: the batch's items run in one
+// SQLite transaction, each in a savepoint, and commit with synchronous=FULL.
+func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, claims []ItemClaim, now time.Time, fn func(*sql.Tx, ItemClaim) error) (map[string]error, []string, error) {
+	var (
+		failed map[string]error
+		lost   []string
+	)
+	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
+		failed, lost = map[string]error{}, nil
+		tx, err := beginWrite(ctx, conn)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		fence, err := tx.PrepareContext(ctx, `UPDATE idem_items SET updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`)
+		if err != nil {
+			return err
+		}
+		defer fence.Close()
+		var done []ItemEnd
+		for _, c := range claims {
+			res, err := fence.ExecContext(ctx, micros(now), key.Job, key.Period, c.Item, c.Attempt)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				lost = append(lost, c.Item)
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, `SAVEPOINT idem_item`); err != nil {
+				return err
+			}
+			if ferr := fn(tx, c); ferr != nil {
+				if _, err := tx.ExecContext(ctx, `ROLLBACK TO idem_item`); err != nil {
+					return err
+				}
+				failed[c.Item] = ferr
+			} else {
+				done = append(done, ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: now})
+			}
+			if _, err := tx.ExecContext(ctx, `RELEASE idem_item`); err != nil {
+				return err
+			}
+		}
+		if _, err := finishItems(ctx, tx, key, done); err != nil {
+			return err
+		}
+		if err := Checkpoint(ctx, AfterFn, key); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return nil, nil, l.opErr("run items", key, err)
+	}
+	return failed, lost, nil
+}
