@@ -1,0 +1,266 @@
+// Package prom exports idem's runs and ledger state as Prometheus metrics.
+//
+// It is a separate module, github.com/idemgo/idem/prom, so that the core
+// module does not depend on the Prometheus client.
+//
+//	m, err := prom.New(prometheus.DefaultRegisterer)
+//	if err != nil { ... }
+//	m.Watch(ledger) // idem_keys from the ledger, read at scrape time
+//	err = ledger.Run(ctx, key, fn, m.Option())
+//
+// Metrics:
+//
+//	idem_runs_total{job,outcome}      counter    calls of Run by outcome (idem.Outcome.String(): ran, already_done, gave_up, ...)
+//	idem_run_duration_seconds{job}    histogram  how long each call of Run took, waits and retries included
+//	idem_retries_total{job}           counter    extra attempts of fn within a call (Result.Attempts-1)
+//	idem_errors_total{job}            counter    calls of Run that returned an error
+//	idem_keys{job,status}             gauge      keys that are pending (running or failed), unknown or parked, read from the Lister at scrape time
+//	idem_ledger_up                    gauge      1 if the last read of the Lister succeeded, 0 if it failed (only with a Lister)
+//
+// Alert on idem_keys{status="unknown"} > 0 (a person must run Resolve) and
+// idem_keys{status="parked"} > 0 (a job gave up; Reset it once fixed).
+package prom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultBuckets are the run-duration histogram's buckets, in seconds: from
+// 10 ms to one hour, since scheduled jobs range from quick pings to long
+// settlements.
+var DefaultBuckets = []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 600, 1800, 3600}
+
+// DefaultScrapeTimeout bounds the ledger reads of one scrape.
+const DefaultScrapeTimeout = 5 * time.Second
+
+// The statuses reported by idem_keys. "pending" counts records that are
+// running or failed (backing off): work not done yet that idem will retry
+// by itself.
+const (
+	KeysPending = "pending"
+	KeysUnknown = "unknown"
+	KeysParked  = "parked"
+)
+
+// An Option configures [New].
+type Option func(*config)
+
+type config struct {
+	buckets       []float64
+	constLabels   prometheus.Labels
+	lister        idem.Lister
+	scrapeTimeout time.Duration
+}
+
+// WithBuckets sets the buckets of idem_run_duration_seconds (default
+// [DefaultBuckets]).
+func WithBuckets(b []float64) Option { return func(c *config) { c.buckets = b } }
+
+// WithConstLabels adds labels with fixed values to every metric (for
+// example the ledger's name when one process watches several).
+func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.constLabels = l } }
+
+// WithLister reports idem_keys from l at scrape time; the same as calling
+// [Metrics.Watch] after New.
+func WithLister(l idem.Lister) Option { return func(c *config) { c.lister = l } }
+
+// WithScrapeTimeout bounds the ledger reads of one scrape (default
+// [DefaultScrapeTimeout]).
+func WithScrapeTimeout(d time.Duration) Option { return func(c *config) { c.scrapeTimeout = d } }
+
+// Metrics records idem runs as Prometheus metrics. Feed it with
+// [Metrics.Option] (or [Metrics.Observe]); it is safe for concurrent use.
+type Metrics struct {
+	runs     *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	retries  *prometheus.CounterVec
+	errors   *prometheus.CounterVec
+	keys     *keysCollector
+}
+
+// New creates the metrics and registers them with reg
+// (prometheus.DefaultRegisterer if nil).
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
+	c := config{buckets: DefaultBuckets, scrapeTimeout: DefaultScrapeTimeout}
+	for _, o := range opts {
+		o(&c)
+	}
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	m := &Metrics{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "idem_runs_total",
+			Help:        "Calls of idem's Run, by job and outcome (ran, already_done, recovered, skipped, in_progress, unknown, backing_off, gave_up, lease_lost, failed).",
+			ConstLabels: c.constLabels,
+		}, []string{"job", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        "idem_run_duration_seconds",
+			Help:        "How long each call of idem's Run took, in-process retries included.",
+			Buckets:     c.buckets,
+			ConstLabels: c.constLabels,
+		}, []string{"job"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "idem_retries_total",
+			Help:        "Attempts of a job's work beyond the first within one call of Run.",
+			ConstLabels: c.constLabels,
+		}, []string{"job"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "idem_errors_total",
+			Help:        "Calls of idem's Run that returned an error (the period is not done).",
+			ConstLabels: c.constLabels,
+		}, []string{"job"}),
+		keys: newKeysCollector(c.constLabels, c.scrapeTimeout),
+	}
+	m.keys.setLister(c.lister)
+	for _, col := range []prometheus.Collector{m.runs, m.duration, m.retries, m.errors, m.keys} {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("idem/prom: register: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Observe records one Run's result. It is the function to give
+// idem.WithObserver; [Metrics.Option] does that.
+func (m *Metrics) Observe(r idem.Result) {
+	job := r.Key.Job
+	m.keys.seen(job)
+	m.runs.WithLabelValues(job, r.Outcome.String()).Inc()
+	m.duration.WithLabelValues(job).Observe(r.Duration.Seconds())
+	if r.Attempts > 1 {
+		m.retries.WithLabelValues(job).Add(float64(r.Attempts - 1))
+	} else {
+		m.retries.WithLabelValues(job) // the series exists from the first run on, at 0
+	}
+	if r.Err != nil {
+		m.errors.WithLabelValues(job).Inc()
+	} else {
+		m.errors.WithLabelValues(job)
+	}
+}
+
+// Option returns an idem option that records every Run it is passed to:
+// idem.WithObserver(m.Observe). Pass it to a Run, to CatchUp, or to
+// idem.OpenLedger to record every Run on that ledger.
+func (m *Metrics) Option() idem.Option { return idem.WithObserver(m.Observe) }
+
+// Watch makes idem_keys report the records of l (a Ledger, or any
+// idem.Lister), read at every scrape. A later call replaces l; nil stops
+// reporting.
+func (m *Metrics) Watch(l idem.Lister) { m.keys.setLister(l) }
+
+// keysCollector computes idem_keys from a Lister at scrape time.
+type keysCollector struct {
+	keys    *prometheus.Desc
+	up      *prometheus.Desc
+	timeout time.Duration
+
+	mu     sync.Mutex
+	lister idem.Lister
+	jobs   map[string]bool // jobs seen, reported at 0 when they have no such keys
+}
+
+func newKeysCollector(constLabels prometheus.Labels, timeout time.Duration) *keysCollector {
+	return &keysCollector{
+		keys: prometheus.NewDesc("idem_keys",
+			"Keys of a job by status, read from the ledger at scrape time: pending (running or failed, idem retries them), unknown (awaiting Resolve), parked (gave up, awaiting Reset).",
+			[]string{"job", "status"}, constLabels),
+		up: prometheus.NewDesc("idem_ledger_up",
+			"1 if the last read of the ledger for idem_keys succeeded, 0 if it failed.",
+			nil, constLabels),
+		timeout: timeout,
+		jobs:    map[string]bool{},
+	}
+}
+
+func (k *keysCollector) setLister(l idem.Lister) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.lister = l
+}
+
+func (k *keysCollector) seen(job string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.jobs[job] = true
+}
+
+// Describe implements prometheus.Collector.
+func (k *keysCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- k.keys
+	ch <- k.up
+}
+
+// statusGroups maps the record statuses counted to idem_keys' status label.
+var statusGroups = []struct {
+	status idem.Status
+	label  string
+}{
+	{idem.StatusRunning, KeysPending},
+	{idem.StatusFailed, KeysPending},
+	{idem.StatusUnknown, KeysUnknown},
+	{idem.StatusParked, KeysParked},
+}
+
+// Collect implements prometheus.Collector. It lists only the records that
+// are not settled, one status at a time, so a ledger with a long history of
+// done periods costs no more to scrape than one without.
+func (k *keysCollector) Collect(ch chan<- prometheus.Metric) {
+	k.mu.Lock()
+	l := k.lister
+	k.mu.Unlock()
+	if l == nil {
+		return
+	}
+	counts, err := count(l, k.timeout)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(k.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(k.up, prometheus.GaugeValue, 1)
+
+	k.mu.Lock()
+	for job := range counts {
+		k.jobs[job] = true
+	}
+	jobs := make([]string, 0, len(k.jobs))
+	for job := range k.jobs {
+		jobs = append(jobs, job)
+	}
+	k.mu.Unlock()
+	for _, job := range jobs {
+		for _, label := range []string{KeysPending, KeysUnknown, KeysParked} {
+			ch <- prometheus.MustNewConstMetric(k.keys, prometheus.GaugeValue, float64(counts[job][label]), job, label)
+		}
+	}
+}
+
+// count returns, per job, the number of records in each idem_keys status.
+func count(l idem.Lister, timeout time.Duration) (map[string]map[string]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	counts := map[string]map[string]int{}
+	var errs []error
+	for _, g := range statusGroups {
+		recs, err := l.List(ctx, idem.Filter{Status: g.status})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, r := range recs {
+			if counts[r.Key.Job] == nil {
+				counts[r.Key.Job] = map[string]int{}
+			}
+			counts[r.Key.Job][g.label]++
+		}
+	}
+	return counts, errors.Join(errs...)
+}

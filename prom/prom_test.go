@@ -1,0 +1,197 @@
+package prom_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/prom"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// gathered is what a registry's Gather returned, by metric name and then by
+// the metric's labels ("job=a,outcome=ran").
+type gathered map[string]map[string]*dto.Metric
+
+func gather(t *testing.T, reg *prometheus.Registry) gathered {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	g := gathered{}
+	for _, mf := range mfs {
+		byLabels := map[string]*dto.Metric{}
+		for _, m := range mf.GetMetric() {
+			s := ""
+			for i, lp := range m.GetLabel() {
+				if i > 0 {
+					s += ","
+				}
+				s += lp.GetName() + "=" + lp.GetValue()
+			}
+			byLabels[s] = m
+		}
+		g[mf.GetName()] = byLabels
+	}
+	return g
+}
+
+// value returns the value of a counter or gauge, or the sample count of a
+// histogram; -1 if the series does not exist.
+func (g gathered) value(name, labels string) float64 {
+	m, ok := g[name][labels]
+	switch {
+	case !ok:
+		return -1
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue()
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue()
+	case m.GetHistogram() != nil:
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	return -1
+}
+
+func TestMetricsFromRealLedger(t *testing.T) {
+	ctx := context.Background()
+	l, err := idem.OpenLedger(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reg := prometheus.NewRegistry()
+	m, err := prom.New(reg, prom.WithLister(l))
+	if err != nil {
+		t.Fatal(err)
+	}
+	noWait := idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(0)))
+	boom := errors.New("boom")
+
+	// settle: runs, then is already done.
+	for range 2 {
+		if err := l.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-27"}, func(context.Context) error { return nil }, m.Option()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// flaky: fails once, then succeeds within the same Run: one retry.
+	calls := 0
+	err = l.Run(ctx, idem.Key{Job: "flaky", Period: "2026-10-27"}, func(context.Context) error {
+		calls++
+		if calls == 1 {
+			return boom
+		}
+		return nil
+	}, noWait, m.Option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// broken: fails every time, gives up after 3 attempts and parks; a
+	// second Run finds it parked.
+	for range 2 {
+		err = l.Run(ctx, idem.Key{Job: "broken", Period: "2026-10-27"}, func(context.Context) error { return boom }, noWait, m.Option())
+		if !errors.Is(err, idem.ErrGaveUp) {
+			t.Fatalf("broken: got %v, want ErrGaveUp", err)
+		}
+	}
+	// pay: at-most-once and fails: the outcome is unknown.
+	err = l.Run(ctx, idem.Key{Job: "pay", Period: "2026-10-27"}, func(context.Context) error { return boom }, idem.AtMostOnce(), m.Option())
+	if !errors.Is(err, idem.ErrUnknownOutcome) {
+		t.Fatalf("pay: got %v, want ErrUnknownOutcome", err)
+	}
+
+	g := gather(t, reg)
+	for _, c := range []struct {
+		name, labels string
+		want         float64
+	}{
+		{"idem_runs_total", "job=settle,outcome=ran", 1},
+		{"idem_runs_total", "job=settle,outcome=already_done", 1},
+		{"idem_runs_total", "job=flaky,outcome=ran", 1},
+		{"idem_runs_total", "job=broken,outcome=gave_up", 2},
+		{"idem_runs_total", "job=pay,outcome=unknown", 1},
+		{"idem_run_duration_seconds", "job=settle", 2},
+		{"idem_run_duration_seconds", "job=broken", 2},
+		{"idem_retries_total", "job=settle", 0},
+		{"idem_retries_total", "job=flaky", 1},
+		{"idem_retries_total", "job=broken", 2}, // 3 attempts in the first Run, none in the second
+		{"idem_errors_total", "job=settle", 0},
+		{"idem_errors_total", "job=flaky", 0},
+		{"idem_errors_total", "job=broken", 2},
+		{"idem_errors_total", "job=pay", 1},
+		{"idem_keys", "job=broken,status=parked", 1},
+		{"idem_keys", "job=broken,status=pending", 0},
+		{"idem_keys", "job=pay,status=unknown", 1},
+		{"idem_keys", "job=settle,status=parked", 0},
+		{"idem_keys", "job=settle,status=pending", 0},
+		{"idem_ledger_up", "", 1},
+	} {
+		if got := g.value(c.name, c.labels); got != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+
+	// An operator un-parks broken and resolves pay: the gauges follow the
+	// ledger at the next scrape, without any Run.
+	if err := l.Reset(ctx, idem.Key{Job: "broken", Period: "2026-10-27"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Resolve(ctx, idem.Key{Job: "pay", Period: "2026-10-27"}, idem.ResolveDone); err != nil {
+		t.Fatal(err)
+	}
+	g = gather(t, reg)
+	for _, c := range []struct {
+		labels string
+		want   float64
+	}{
+		{"job=broken,status=parked", 0},
+		{"job=broken,status=pending", 1}, // reset: failed, runnable now
+		{"job=pay,status=unknown", 0},
+	} {
+		if got := g.value("idem_keys", c.labels); got != c.want {
+			t.Errorf("after reset/resolve: idem_keys{%s} = %v, want %v", c.labels, got, c.want)
+		}
+	}
+}
+
+// A ledger that cannot be read does not fail the scrape: idem_ledger_up
+// drops to 0 and the run metrics are still served.
+func TestLedgerDownKeepsScrapeWorking(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Observe(idem.Result{Key: idem.Key{Job: "j", Period: "p"}, Outcome: idem.Ran, Attempts: 1})
+	if g := gather(t, reg); g.value("idem_ledger_up", "") != -1 || g["idem_keys"] != nil {
+		t.Errorf("without a lister: got idem_ledger_up or idem_keys: %v", g)
+	}
+	m.Watch(failingLister{})
+	g := gather(t, reg)
+	if got := g.value("idem_ledger_up", ""); got != 0 {
+		t.Errorf("idem_ledger_up = %v, want 0", got)
+	}
+	if got := g.value("idem_runs_total", "job=j,outcome=ran"); got != 1 {
+		t.Errorf("idem_runs_total = %v, want 1", got)
+	}
+}
+
+type failingLister struct{}
+
+func (failingLister) List(context.Context, idem.Filter) ([]idem.Record, error) {
+	return nil, errors.New("disk on fire")
+}
+
+func TestNewRefusesDoubleRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := prom.New(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prom.New(reg); err == nil {
+		t.Fatal("second New on the same registry: no error")
+	}
+}
