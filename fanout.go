@@ -274,8 +274,9 @@ func (e *eacher) info(c ItemClaim) Info {
 func (e *eacher) worker(ctx context.Context) error {
 	m := e.cfg.mode
 	for {
+		claimedAt := e.cfg.clock.Now()
 		claims, err := e.s.ClaimItems(ctx, e.key, ItemClaimRequest{
-			N: e.cfg.each.batch, Owner: processOwner(), Now: e.cfg.clock.Now(), Lease: e.cfg.lease,
+			N: e.cfg.each.batch, Owner: processOwner(), Now: claimedAt, Lease: e.cfg.lease,
 			Durable: e.tx == nil && m.durableClaim(), TakeUnknown: e.tx == nil && m.takeUnknown(),
 		})
 		if err != nil || len(claims) == 0 {
@@ -288,7 +289,7 @@ func (e *eacher) worker(ctx context.Context) error {
 		if e.tx != nil {
 			ends, err = e.runTx(ctx, claims)
 		} else {
-			ends, err = e.run(ctx, claims)
+			ends, err = e.run(ctx, claims, claimedAt)
 		}
 		if err != nil {
 			return err
@@ -304,10 +305,11 @@ func (e *eacher) worker(ctx context.Context) error {
 }
 
 // run applies fn to each claimed item and returns how each ended.
-func (e *eacher) run(ctx context.Context, claims []ItemClaim) ([]ItemEnd, error) {
+func (e *eacher) run(ctx context.Context, claims []ItemClaim, claimedAt time.Time) ([]ItemEnd, error) {
 	ends := make([]ItemEnd, 0, len(claims))
+	lease := newLeaseState(e.cfg.clock, claimedAt.Add(e.cfg.lease)) // the batch's lease; not renewed
 	for _, c := range claims {
-		ictx := context.WithValue(ctx, infoKey{}, e.info(c))
+		ictx := context.WithValue(context.WithValue(ctx, infoKey{}, e.info(c)), leaseKey{}, lease)
 		if c.Doubt {
 			v, herr := e.cfg.mode.check(ictx, e.key)
 			if end, settled := e.settle(c, v, herr, errors.New("an earlier attempt died")); settled {

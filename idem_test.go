@@ -863,3 +863,22 @@ func TestStoreDefaultsApplyEverywhere(t *testing.T) {
 		t.Fatalf("CatchUp used another clock: %v, period ends %v", err, got)
 	}
 }
+
+func TestCheckLease(t *testing.T) {
+	clk := idemtest.NewClock(t0)
+	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
+	if err := idem.CheckLease(context.Background()); err != nil {
+		t.Fatalf("outside a Run: %v", err)
+	}
+	err := l.Run(context.Background(), key, func(ctx context.Context) error {
+		if err := idem.CheckLease(ctx); err != nil {
+			t.Fatalf("fresh lease: %v", err)
+		}
+		// The process stalls past its lease: no heartbeat could run.
+		clk.Set(clk.Now().Add(idem.DefaultLease + time.Second))
+		return idem.CheckLease(ctx)
+	})
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("after the stall: %v, want ErrLeaseLost", err)
+	}
+}

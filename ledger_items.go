@@ -126,14 +126,23 @@ func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) 
 					ELSE last_error END,
 				status = 'running', attempt = attempt + 1, owner = ?, lease_until = ?, updated = ?
 			WHERE job = ? AND period = ? AND item IN (
-				SELECT item FROM idem_items WHERE job = ? AND period = ? AND (
-					status = 'pending'
-					OR (status = 'failed' AND not_before <= ?)
-					OR (status = 'running' AND lease_until <= ?)
-					OR (? AND status = 'unknown'))
+				-- One index range (job, period, status) per branch: an OR
+				-- over statuses would scan every item of the period.
+				SELECT item FROM idem_items WHERE job = ? AND period = ? AND status = 'pending'
+				UNION ALL
+				SELECT item FROM idem_items WHERE job = ? AND period = ? AND status = 'failed' AND not_before <= ?
+				UNION ALL
+				SELECT item FROM idem_items WHERE job = ? AND period = ? AND status = 'running' AND lease_until <= ?
+				UNION ALL
+				SELECT item FROM idem_items WHERE ? AND job = ? AND period = ? AND status = 'unknown'
 				LIMIT ?)
 			RETURNING item, attempt, failures, doubt`,
-			req.Owner, until, now, key.Job, key.Period, key.Job, key.Period, now, now, req.TakeUnknown, req.N)
+			req.Owner, until, now, key.Job, key.Period,
+			key.Job, key.Period,
+			key.Job, key.Period, now,
+			key.Job, key.Period, now,
+			req.TakeUnknown, key.Job, key.Period,
+			req.N)
 		if err != nil {
 			return err
 		}

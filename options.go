@@ -105,6 +105,11 @@ func AtMostOnce() Option { return optionFunc(func(c *config) { c.mode = atMostOn
 // WithLease sets how long a claim holds without renewal (default
 // [DefaultLease]). A running attempt renews it every third of d. Values
 // below 3 ms are raised to 3 ms.
+//
+// A lease only expires when its holder died or stalled; a stalled holder
+// that wakes up after another took over is cancelled at its next renewal,
+// and its done mark is refused, but what fn did meanwhile stands. Choose d
+// far above any pause the process can suffer, and see [CheckLease].
 func WithLease(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.lease = max(d, 3*time.Millisecond) })
 }

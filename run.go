@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -80,6 +81,49 @@ type fnError struct{ err error }
 
 func (e *fnError) Error() string { return e.err.Error() }
 func (e *fnError) Unwrap() error { return e.err }
+
+// leaseState is what this process knows of an attempt's lease.
+type leaseState struct {
+	clock Clock
+	until atomic.Int64 // unix nanoseconds: the lease's end as of the last claim or renewal
+}
+
+func newLeaseState(c Clock, until time.Time) *leaseState {
+	l := &leaseState{clock: c}
+	l.until.Store(until.UnixNano())
+	return l
+}
+
+type leaseKey struct{}
+
+// CheckLease reports whether fn's attempt still holds its key, as far as
+// this process can tell without asking the store: it returns an error
+// matching ErrLeaseLost if a renewal found a newer attempt, or if the lease
+// has run out by this process's clock (the process stalled past it: a long
+// GC pause, a frozen VM, a starved CPU). Call it right before an effect
+// that cannot be undone.
+//
+// It narrows, but cannot close, the window in which a holder that stalled
+// past its lease acts after another took over: the stall can happen
+// between the check and the effect. Two things close it: a lease much
+// longer than any pause, and a downstream that rejects stale fencing tokens
+// (Info.Attempt). Outside a Run (or in RunTx, whose transaction keeps others
+// out) it returns nil.
+func CheckLease(ctx context.Context) error {
+	if err := context.Cause(ctx); errors.Is(err, ErrLeaseLost) {
+		return err
+	}
+	l, ok := ctx.Value(leaseKey{}).(*leaseState)
+	if !ok {
+		return nil
+	}
+	if until := time.Unix(0, l.until.Load()); !l.clock.Now().Before(until) {
+		info, _ := InfoFrom(ctx)
+		return fmt.Errorf("%w: attempt %d of %s: its lease ran out at %s without a renewal",
+			ErrLeaseLost, info.Attempt, info.Key, until.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
 
 // Info describes the attempt a fn is running for. Get it with [InfoFrom].
 type Info struct {
@@ -170,10 +214,11 @@ type abandoner interface {
 }
 
 type runner struct {
-	s   Store
-	key Key
-	cfg *config
-	res Result
+	s         Store
+	key       Key
+	cfg       *config
+	res       Result
+	claimedAt time.Time // when the current attempt was claimed, by cfg.clock
 }
 
 func (r *runner) log(level slog.Level, msg string, attrs ...slog.Attr) {
@@ -199,10 +244,11 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 		if err := Checkpoint(ctx, BeforeClaim, r.key); err != nil {
 			return err
 		}
+		r.claimedAt = cfg.clock.Now()
 		c, err := r.s.Claim(ctx, ClaimRequest{
 			Key:         r.key,
 			Owner:       processOwner(),
-			Now:         cfg.clock.Now(),
+			Now:         r.claimedAt,
 			Lease:       cfg.lease,
 			Durable:     tx == nil && cfg.mode.durableClaim(),
 			TakeUnknown: cfg.mode.takeUnknown(),
@@ -387,9 +433,11 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 		return Checkpoint(ctx, AfterDone, r.key)
 	}
 
+	lease := newLeaseState(r.cfg.clock, r.claimedAt.Add(r.cfg.lease))
+	fctx = context.WithValue(fctx, leaseKey{}, lease)
 	fctx, cancel := context.WithCancelCause(fctx)
 	hbDone := make(chan struct{})
-	go r.heartbeat(fctx, attempt, cancel, hbDone)
+	go r.heartbeat(fctx, attempt, lease, cancel, hbDone)
 	stopHeartbeat := func() {
 		cancel(nil)
 		<-hbDone
@@ -419,7 +467,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 
 // heartbeat renews the lease every third of it until ctx ends. A renewal
 // that finds a newer attempt cancels ctx with ErrLeaseLost.
-func (r *runner) heartbeat(ctx context.Context, attempt int64, cancel context.CancelCauseFunc, done chan<- struct{}) {
+func (r *runner) heartbeat(ctx context.Context, attempt int64, lease *leaseState, cancel context.CancelCauseFunc, done chan<- struct{}) {
 	defer close(done)
 	every := r.cfg.lease / 3
 	for {
@@ -428,9 +476,11 @@ func (r *runner) heartbeat(ctx context.Context, attempt int64, cancel context.Ca
 			return
 		case <-r.cfg.clock.After(every):
 		}
-		err := r.s.Renew(ctx, r.key, attempt, r.cfg.clock.Now(), r.cfg.lease)
+		now := r.cfg.clock.Now()
+		err := r.s.Renew(ctx, r.key, attempt, now, r.cfg.lease)
 		switch {
 		case err == nil:
+			lease.until.Store(now.Add(r.cfg.lease).UnixNano())
 		case errors.Is(err, ErrLeaseLost):
 			r.log(slog.LevelWarn, "lease lost while running; cancelling fn")
 			cancel(fmt.Errorf("%w: attempt %d of %s was taken over", ErrLeaseLost, attempt, r.key))

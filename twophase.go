@@ -29,6 +29,11 @@ type DownstreamHas func(ctx context.Context, key Key) (bool, error)
 //
 // It promises one effect only as far as has tells the truth: a downstream that
 // accepts a request and records it later, or loses its records, defeats it.
+// And only as far as no holder outlives its lease: a process that stalls
+// past its lease (a long GC pause, a frozen VM) can still act after the next
+// holder asked has and ran fn. Call [CheckLease] right before the effect,
+// choose a lease far longer than any pause, and where the downstream can,
+// have it reject stale fencing tokens (Info.Attempt).
 // [AtLeastOnce] and [AtMostOnce] are this policy with a fixed answer: "not
 // there, run again" and "cannot know, ask a person".
 func TwoPhase(has DownstreamHas) Option {

@@ -243,10 +243,15 @@ func (w *worker) pause() {
 func (w *worker) effect(ctx context.Context) error {
 	info, _ := idem.InfoFrom(ctx)
 	w.pause()
-	if err := ctx.Err(); err != nil { // lease lost: do not reach the downstream
+	if err := ctx.Err(); err != nil { // cancelled (lease lost): do not reach the downstream
 		return context.Cause(ctx)
 	}
 	w.lg.printf("effect> %s: a%d", info.Key, info.Attempt)
+	// The last check before the irreversible write, as the docs advise: a
+	// worker that stalled past its lease must not act.
+	if err := idem.CheckLease(ctx); err != nil {
+		return err
+	}
 	if _, err := w.effects.WriteString(info.Key.String() + "\n"); err != nil {
 		return err
 	}
