@@ -785,6 +785,15 @@ func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
 		if err != nil {
 			return err
 		}
+		if !found {
+			var pruned int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM idem_jobs WHERE job=? AND horizon >= ?`, key.Job, key.Period).Scan(&pruned); err != nil {
+				return err
+			}
+			if pruned > 0 { // below the horizon: done forever
+				rec, found = Record{Key: key, Status: StatusDone}, true
+			}
+		}
 		if err := resolvable(rec, found, to, now); err != nil {
 			return err
 		}

@@ -277,7 +277,8 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			return &Error{Key: r.key, Outcome: InProgress, Attempt: c.Record.Attempt, Holder: c.Record.Owner}
 		case ClaimBackingOff:
 			if cfg.wait {
-				if err := sleep(ctx, cfg.clock, c.Record.NotBefore.Sub(cfg.clock.Now())); err != nil {
+				// At least the poll interval: NotBefore may be on the store's clock.
+				if err := sleep(ctx, cfg.clock, max(cfg.poll, c.Record.NotBefore.Sub(cfg.clock.Now()))); err != nil {
 					return r.fail(BackingOff, err)
 				}
 				continue

@@ -14,6 +14,10 @@ type Clock struct {
 	waiters []waiter
 	auto    bool
 	changed chan struct{} // closed and replaced whenever waiters change
+
+	// onMove, set by the conformance suite, is told how far the clock
+	// moved, so a store on its own clock can follow (Harness.Shift).
+	onMove func(d time.Duration)
 }
 
 type waiter struct {
@@ -49,6 +53,11 @@ func (c *Clock) After(d time.Duration) <-chan time.Time {
 	ch := make(chan time.Time, 1)
 	if c.auto && d > 0 {
 		c.now = c.now.Add(d)
+		if c.onMove != nil {
+			c.mu.Unlock()
+			c.onMove(d) // outside the lock: it may read the clock
+			c.mu.Lock()
+		}
 	}
 	if d <= 0 || c.auto {
 		ch <- c.now
@@ -65,6 +74,12 @@ func (c *Clock) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
 // Set moves the clock to t (forward or back) and fires every timer due at t.
 func (c *Clock) Set(t time.Time) {
 	c.mu.Lock()
+	if c.onMove != nil && t.After(c.now) {
+		d, move := t.Sub(c.now), c.onMove
+		c.mu.Unlock()
+		move(d) // outside the lock: it may read the clock
+		c.mu.Lock()
+	}
 	defer c.mu.Unlock()
 	c.now = t
 	kept := c.waiters[:0]

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"sync"
 	"syscall"
 
 	"github.com/idemgo/idem"
@@ -20,14 +21,7 @@ var ErrCrashed = errors.New("idemtest: crashed")
 // returns an error matching ErrCrashed. Only the first time p is reached
 // crashes; later points pass.
 func CrashAt(ctx context.Context, p idem.Point) context.Context {
-	crashed := false
-	return idem.WithTrace(ctx, &idem.Trace{Checkpoint: func(_ context.Context, at idem.Point, _ idem.Key) error {
-		if at != p || crashed {
-			return nil
-		}
-		crashed = true
-		return ErrCrashed
-	}})
+	return CrashWhen(ctx, func(at idem.Point, _ idem.Key) bool { return at == p })
 }
 
 // KillAt returns a context that makes this process SIGKILL itself when a
@@ -50,9 +44,14 @@ func Kill() {
 
 // CrashWhen is CrashAt with a condition: the run crashes at the first
 // point for which when returns true.
+// The condition is called from every goroutine the run uses (Each's
+// workers), one call at a time.
 func CrashWhen(ctx context.Context, when func(p idem.Point, key idem.Key) bool) context.Context {
+	var mu sync.Mutex
 	crashed := false
 	return idem.WithTrace(ctx, &idem.Trace{Checkpoint: func(_ context.Context, at idem.Point, k idem.Key) error {
+		mu.Lock()
+		defer mu.Unlock()
 		if crashed || !when(at, k) {
 			return nil
 		}

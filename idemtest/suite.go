@@ -93,12 +93,22 @@ func TestStore(t *testing.T, h Harness) {
 
 var start = time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC)
 
+// open opens a store on clk; when the store keeps its own clock, every move
+// of clk (by the test or, for an auto clock, by the engine's sleeps) is
+// passed on to Shift.
+func (h Harness) open(t *testing.T, clk *Clock) idem.Store {
+	s := h.Open(t, clk)
+	if h.Shift != nil {
+		clk.mu.Lock()
+		clk.onMove = func(d time.Duration) { h.Shift(t, s, d) }
+		clk.mu.Unlock()
+	}
+	return s
+}
+
 // advance makes d pass on the fake clock and on the store's own clock.
 func (h Harness) advance(t *testing.T, s idem.Store, clk *Clock, d time.Duration) {
 	clk.Advance(d)
-	if h.Shift != nil {
-		h.Shift(t, s, d)
-	}
 }
 
 // expire makes every lease taken so far expire.
@@ -108,7 +118,7 @@ func (h Harness) expire(t *testing.T, s idem.Store, clk *Clock) {
 
 func testDuplicate(t *testing.T, h Harness) {
 	clk := NewClock(start)
-	s := h.Open(t, clk)
+	s := h.open(t, clk)
 	d := newDownstream()
 	k := idem.Key{Job: "dup", Period: "2026-10-27"}
 	for i := range 20 {
@@ -135,7 +145,7 @@ func testDuplicate(t *testing.T, h Harness) {
 
 func testConcurrent(t *testing.T, h Harness) {
 	clk := NewClock(start)
-	s := h.Open(t, clk)
+	s := h.open(t, clk)
 	d := newDownstream()
 	k := idem.Key{Job: "concurrent", Period: "2026-10-27"}
 	var wg sync.WaitGroup
@@ -171,7 +181,7 @@ func testCrashPoints(t *testing.T, h Harness) {
 		for _, p := range idem.Points() {
 			t.Run(m.name+"/"+string(p), func(t *testing.T) {
 				clk := NewClock(start)
-				s := h.Open(t, clk)
+				s := h.open(t, clk)
 				d := newDownstream()
 				k := idem.Key{Job: "crash", Period: "2026-10-27"}
 				opts := []idem.Option{idem.WithClock(clk), m.opt(d.has)}
@@ -232,7 +242,7 @@ func testTwoPhase(t *testing.T, h Harness) {
 	ctx := context.Background()
 	t.Run("fn failed but the downstream has it", func(t *testing.T) {
 		clk := NewAutoClock(start)
-		s := h.Open(t, clk)
+		s := h.open(t, clk)
 		d := newDownstream()
 		k := idem.Key{Job: "tp-timeout", Period: "2026-10-27"}
 		var res idem.Result
@@ -246,7 +256,7 @@ func testTwoPhase(t *testing.T, h Harness) {
 	})
 	t.Run("fn failed and the downstream lacks it", func(t *testing.T) {
 		clk := NewAutoClock(start)
-		s := h.Open(t, clk)
+		s := h.open(t, clk)
 		d := newDownstream()
 		k := idem.Key{Job: "tp-retry", Period: "2026-10-27"}
 		calls := 0
@@ -262,7 +272,7 @@ func testTwoPhase(t *testing.T, h Harness) {
 	})
 	t.Run("the check fails", func(t *testing.T) {
 		clk := NewClock(start)
-		s := h.Open(t, clk)
+		s := h.open(t, clk)
 		d := newDownstream()
 		k := idem.Key{Job: "tp-checkfail", Period: "2026-10-27"}
 		down := errors.New("gateway unreachable")
@@ -290,7 +300,7 @@ func testTwoPhase(t *testing.T, h Harness) {
 // store, so a separate Run (a new process, the next cron tick) honours them.
 func testBackoff(t *testing.T, h Harness) {
 	clk := NewClock(start)
-	s := h.Open(t, clk)
+	s := h.open(t, clk)
 	k := idem.Key{Job: "backoff", Period: "2026-10-27"}
 	b := idem.WithMaxAttempts(3, idem.Exponential(time.Hour))
 	calls := 0
@@ -326,7 +336,7 @@ func testBackoff(t *testing.T, h Harness) {
 
 func testPark(t *testing.T, h Harness) {
 	clk := NewAutoClock(start)
-	s := h.Open(t, clk)
+	s := h.open(t, clk)
 	k := idem.Key{Job: "park", Period: "2026-10-27"}
 	bad := errors.New("account closed")
 	if err := idem.RunWith(context.Background(), s, k, func(context.Context) error { return idem.Permanent(bad) }, idem.WithClock(clk)); !errors.Is(err, idem.ErrGaveUp) || !errors.Is(err, bad) {
@@ -346,7 +356,7 @@ func testPark(t *testing.T, h Harness) {
 
 func testResolve(t *testing.T, h Harness) {
 	clk := NewClock(start)
-	s := h.Open(t, clk)
+	s := h.open(t, clk)
 	ctx := context.Background()
 	for _, to := range []idem.Resolution{idem.ResolveDone, idem.ResolveRetry} {
 		k := idem.Key{Job: fmt.Sprintf("resolve-%d", to), Period: "2026-10-27"}
@@ -380,7 +390,7 @@ func testResolve(t *testing.T, h Harness) {
 
 func testLease(t *testing.T, h Harness) {
 	clk := NewClock(start)
-	s := h.Open(t, clk)
+	s := h.open(t, clk)
 	k := idem.Key{Job: "lease", Period: "2026-10-27"}
 	ctx := context.Background()
 	release := make(chan struct{})

@@ -14,6 +14,27 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 
+# The Postgres ledger's tests need a PostgreSQL: unless IDEM_TEST_PG_DSN
+# names one, start a throwaway server (scripts/pg.sh) and stop it at exit.
+# In CI (CI=true) a server that cannot start fails the run; elsewhere those
+# tests skip.
+if [ -f pgledger/go.mod ] && [ -z "${IDEM_TEST_PG_DSN:-}" ]; then
+	pglog=$(mktemp)
+	if pgenv=$(scripts/pg.sh start 2>"$pglog"); then
+		eval "$pgenv"
+		export IDEM_TEST_PG_DSN
+		trap 'scripts/pg.sh stop "$IDEM_TEST_PG_DSN" >/dev/null 2>&1 || true' EXIT
+	elif [ -n "${CI:-}" ] && [ "${CI}" != false ] && [ "${CI}" != 0 ]; then
+		cat "$pglog" >&2
+		echo "scripts/test.sh: cannot start PostgreSQL for ./pgledger's tests (CI requires them)" >&2
+		rm -f "$pglog"
+		exit 1
+	else
+		echo "== PostgreSQL not started ($(tail -n 1 "$pglog")): ./pgledger's database tests skip; install postgresql (initdb under /usr/lib/postgresql/*/bin) or set IDEM_TEST_PG_DSN=postgres://... and rerun scripts/test.sh"
+	fi
+	rm -f "$pglog"
+fi
+
 # Every directory with a go.mod is a module; test each on its own.
 mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -printf '%h\n' | sort)
 status=0
@@ -21,6 +42,10 @@ for m in "${modules[@]}"; do
 	echo "== module $m"
 	(cd "$root/$m" && go vet ./... && go test -race -count=1 "$@" ./...) || status=1
 done
+# The multi-process fan-out tests (10k items, real kills) are built without
+# the race detector: through race-instrumented SQLite they take minutes.
+echo "== module . (multi-process fan-out tests, without -race)"
+go test -count=1 -run '^TestEach(Killed|FourProcesses)$' . || status=1
 # A short pass of the state-file decoder's fuzz test (its seed corpus is in
 # testdata/fuzz); it must never panic.
 echo "== fuzz FuzzDecodeState (10s)"

@@ -26,10 +26,18 @@ import (
 	"github.com/idemgo/idem"
 )
 
-const childEnv = "DAILYSETTLE_CHILD_DIR"
+const (
+	childEnv = "DAILYSETTLE_CHILD_DIR"
+	nowEnv   = "DAILYSETTLE_NOW" // the child's clock, set by the demo
+)
 
-// lease is short so the demo does not wait a minute for a dead run's lease.
-const lease = time.Second
+// clock is the demo's clock: it reads a time the demo sets, so each step
+// happens at a stated moment (and the demo never waits for a lease to
+// expire in real time).
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time                         { return c.now }
+func (c *clock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 func main() {
 	dirFlag := flag.String("dir", "", "keep the database in this directory (default: a temporary one, removed at exit)")
@@ -60,8 +68,8 @@ func yesterday(t time.Time, loc *time.Location) string {
 	return time.Date(d.Year(), d.Month(), d.Day()-1, 0, 0, 0, 0, loc).Format(time.DateOnly)
 }
 
-func open(dir string) (*idem.Ledger, error) {
-	l, err := idem.OpenLedger(filepath.Join(dir, "settle.db"), idem.WithLease(lease))
+func open(dir string, clk idem.Clock) (*idem.Ledger, error) {
+	l, err := idem.OpenLedger(filepath.Join(dir, "settle.db"), idem.WithClock(clk))
 	if err != nil {
 		return nil, err
 	}
@@ -98,14 +106,15 @@ func trigger(ctx context.Context, l *idem.Ledger, day string) (idem.Result, erro
 func demo(dir string) error {
 	ctx := context.Background()
 	loc := time.FixedZone("CST", 8*3600) // the business zone, Asia/Shanghai
-	l, err := open(dir)
+	run1 := time.Date(2026, 10, 28, 2, 0, 0, 0, loc)
+	clk := &clock{now: run1}
+	l, err := open(dir, clk)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
 	fmt.Printf("ledger and business tables: %s\n\n", l.Path())
 
-	run1 := time.Date(2026, 10, 28, 2, 0, 0, 0, loc)
 	day := yesterday(run1, loc)
 	fmt.Printf("step 1: cron fires at %s; the run settles business day %s\n", run1.Format("2006-01-02 15:04"), day)
 	res, err := trigger(ctx, l, day)
@@ -120,10 +129,13 @@ func demo(dir string) error {
 	}
 	fmt.Printf("        -> %s: nothing written; %s\n", res.Outcome, amounts(l))
 
-	day2 := yesterday(run1.AddDate(0, 0, 1), loc)
-	fmt.Printf("step 3: the run for %s starts in another process and is killed (SIGKILL) inside its transaction\n", day2)
+	run2 := run1.AddDate(0, 0, 1)
+	day2 := yesterday(run2, loc)
+	clk.now = run2
+	fmt.Printf("step 3: at %s the run for %s starts in another process and is killed (SIGKILL) inside its transaction\n",
+		run2.Format("2006-01-02 15:04"), day2)
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"="+dir)
+	cmd.Env = append(os.Environ(), childEnv+"="+dir, nowEnv+"="+run2.Format(time.RFC3339))
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	err = cmd.Run()
 	var ee *exec.ExitError
@@ -135,17 +147,18 @@ func demo(dir string) error {
 		return err
 	}
 	fmt.Printf("        -> child %v; ledger: %s is %s by attempt %d, lease until %s\n",
-		ee.String(), day2, rec.Status, rec.Attempt, rec.LeaseUntil.Format("15:04:05.000"))
+		ee.String(), day2, rec.Status, rec.Attempt, rec.LeaseUntil.In(loc).Format("15:04:05"))
 	fmt.Printf("        -> %s (the killed transaction left nothing)\n", amounts(l))
 
-	fmt.Printf("step 4: triggered at once: the dead run's lease has not expired yet\n")
+	clk.now = run2.Add(10 * time.Second)
+	fmt.Printf("step 4: triggered again at %s: the dead run's lease has not expired yet\n", clk.now.Format("15:04:05"))
 	if _, err = trigger(ctx, l, day2); !errors.Is(err, idem.ErrInProgress) {
 		return fmt.Errorf("want ErrInProgress, got %v", err)
 	}
 	fmt.Printf("        -> %v\n", err)
 
-	time.Sleep(time.Until(rec.LeaseUntil) + 50*time.Millisecond)
-	fmt.Printf("step 5: the next trigger, after the lease expired, recovers\n")
+	clk.now = rec.LeaseUntil.Add(time.Second)
+	fmt.Printf("step 5: the next trigger at %s, after the lease expired, recovers\n", clk.now.In(loc).Format("15:04:05"))
 	if res, err = trigger(ctx, l, day2); err != nil {
 		return err
 	}
@@ -162,7 +175,11 @@ func demo(dir string) error {
 
 // child runs the settlement of 2026-10-28 and dies before committing.
 func child(dir string) {
-	l, err := open(dir)
+	now, err := time.Parse(time.RFC3339, os.Getenv(nowEnv))
+	if err != nil {
+		log.Fatal(err)
+	}
+	l, err := open(dir, &clock{now: now})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func TestDemo(t *testing.T) {
 	if err := demo(dir); err != nil {
 		t.Fatal(err)
 	}
-	l, err := open(dir)
+	l, err := open(dir, &clock{})
 	if err != nil {
 		t.Fatal(err)
 	}

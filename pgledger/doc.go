@@ -1,0 +1,61 @@
+// Package pgledger is an idem ledger in PostgreSQL: the store to use when
+// the processes that run a job live on several hosts.
+//
+// # When to move from the SQLite file
+//
+// idem's own ledger ([idem.OpenLedger]) is a SQLite file. It is the right
+// choice as long as every process that runs a job shares one host (cron on
+// one machine, several containers with one volume on one node): SQLite's WAL
+// needs shared memory, and network filesystems break its locks. Once the
+// same job can start on two machines (two cron hosts for redundancy, a
+// Kubernetes CronJob whose Pods land on any node, a fleet of workers), put
+// the ledger in PostgreSQL: every host then claims keys against one
+// database, whose row locks and fenced updates keep the promises the SQLite
+// file keeps on one host.
+//
+// # How
+//
+// Replace
+//
+//	l, err := idem.OpenLedger("/var/lib/settle/ledger.db")
+//	err = l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error { ... })
+//
+// by
+//
+//	l, err := pgledger.Open(ctx, "postgres://settle@db/settle")  // or pgledger.New(ctx, yourPool)
+//	err = l.RunTx(ctx, key, func(ctx context.Context, tx pgx.Tx) error { ... })
+//
+// Keys, modes, options and errors are the same: Run, RunTx, Resolve and Reset
+// behave as on the SQLite ledger, and the store passes idem's conformance
+// suite (package idemtest). With [New] the ledger shares your pool, so
+// [Ledger.RunTx] commits your business writes (in your tables, in the same
+// database) together with the done mark: exactly once, whatever kills the
+// process. The SQLite file's history is not migrated: keys that are done
+// there would run again, so switch over at a period boundary (or mark the
+// done periods with [Ledger.Resolve] and [idem.ResolveDone]).
+//
+// # Schema
+//
+// The ledger keeps its tables in a schema of their own ("idem" unless
+// [WithSchema] says otherwise): runs (one row per key), jobs (catch-up
+// cursor and retention horizon per job) and meta (the schema version).
+// [New] creates them if needed, idempotently: any number of processes may
+// start at once against an empty database. A schema written by a newer
+// version of pgledger is refused with [idem.ErrNewerSchema], without a
+// write. The database user needs CREATE on the database the first time
+// (or create the schema for it), and then only SELECT, INSERT, UPDATE and
+// DELETE on the schema's tables.
+//
+// # Time and durability
+//
+// Leases and backoff deadlines are kept on the database server's clock
+// (clock_timestamp()), never on the clients': hosts whose clocks disagree
+// still agree on when a lease has expired. The Now fields the engine passes
+// are ignored, except to express the deadlines a claim reports in the
+// caller's clock.
+//
+// A done mark is durable when its commit returns, as long as the server
+// runs with synchronous_commit on (PostgreSQL's default); pgledger never
+// turns it off. Periods are compared as byte strings (COLLATE "C"), as Go
+// compares strings, whatever the database's collation.
+package pgledger

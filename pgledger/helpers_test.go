@@ -1,0 +1,101 @@
+package pgledger_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem/pgledger"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The tests run against a real PostgreSQL named by this variable;
+// scripts/test.sh starts a throwaway one (scripts/pg.sh) and sets it.
+const dsnEnv = "IDEM_TEST_PG_DSN"
+
+// testDSN returns the test database's DSN. Without one the test is skipped,
+// except in CI, where the Postgres tests must run.
+func testDSN(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv(dsnEnv)
+	if dsn == "" {
+		if inCI() {
+			t.Fatalf("%s is not set, and CI must run the Postgres tests: run scripts/test.sh (it starts PostgreSQL with scripts/pg.sh)", dsnEnv)
+		}
+		t.Skipf("no PostgreSQL: run scripts/test.sh (it starts a throwaway server), or set %s=postgres://...", dsnEnv)
+	}
+	return dsn
+}
+
+func inCI() bool {
+	v := os.Getenv("CI")
+	return v != "" && v != "false" && v != "0"
+}
+
+// newPool returns a pool on the test database, closed when t ends.
+func newPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// uniqueName returns prefix followed by a random part.
+func uniqueName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// dropSchemaLater drops schema (and everything in it) when t ends.
+func dropSchemaLater(t testing.TB, pool *pgxpool.Pool, schema string) {
+	t.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+}
+
+// openLedger attaches a ledger in a fresh schema of its own to pool; the
+// schema is dropped when t ends.
+func openLedger(t testing.TB, pool *pgxpool.Pool, opts ...pgledger.Option) *pgledger.Ledger {
+	t.Helper()
+	schema := uniqueName("idemtest_")
+	dropSchemaLater(t, pool, schema)
+	l, err := pgledger.New(context.Background(), pool, append([]pgledger.Option{pgledger.WithSchema(schema)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l
+}
+
+// shift makes d pass for l: the database's clock cannot be faked, so every
+// time l's schema stored moves back by d.
+func shift(t testing.TB, l *pgledger.Ledger, d time.Duration) {
+	t.Helper()
+	if err := shiftTimes(l, d); err != nil {
+		t.Fatalf("shift: %v", err)
+	}
+}
+
+func shiftTimes(l *pgledger.Ledger, d time.Duration) error {
+	_, err := l.Pool().Exec(context.Background(), `UPDATE `+pgx.Identifier{l.Schema()}.Sanitize()+`.runs SET
+		lease_until = lease_until - $1::float8 * interval '1 microsecond',
+		not_before = not_before - $1::float8 * interval '1 microsecond',
+		created = created - $1::float8 * interval '1 microsecond',
+		updated = updated - $1::float8 * interval '1 microsecond'`, float64(d/time.Microsecond))
+	return err
+}
+
+// table names a table in l's schema.
+func table(l *pgledger.Ledger, name string) string {
+	return pgx.Identifier{l.Schema(), name}.Sanitize()
+}

@@ -1,0 +1,234 @@
+package pgledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/idemgo/idem"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultSchema is the schema that holds the ledger's tables unless
+// [WithSchema] names another.
+const DefaultSchema = "idem"
+
+// SchemaVersion is the version of the ledger's tables that this version of
+// pgledger writes. A schema with a higher version is refused with
+// [idem.ErrNewerSchema].
+const SchemaVersion = 1
+
+// Ledger is an idem store in PostgreSQL: one row per key in the table runs
+// of its schema, keyed by (job, period). It implements [idem.Store],
+// [idem.TxStore] (with [pgx.Tx]), [idem.CatchUpStore] and [idem.Lister].
+//
+// A Ledger is safe for concurrent use by many goroutines, processes and
+// hosts.
+type Ledger struct {
+	pool     *pgxpool.Pool
+	owned    bool
+	schema   string
+	defaults []idem.Option
+	q        queries
+}
+
+var (
+	_ idem.Store           = (*Ledger)(nil)
+	_ idem.TxStore[pgx.Tx] = (*Ledger)(nil)
+	_ idem.CatchUpStore    = (*Ledger)(nil)
+)
+
+// An Option configures a Ledger, for [New] and [Open].
+type Option func(*config)
+
+type config struct {
+	schema  string
+	runOpts []idem.Option
+}
+
+// WithSchema keeps the ledger's tables in the schema name instead of
+// [DefaultSchema]. Ledgers in different schemas of one database are
+// independent.
+func WithSchema(name string) Option { return func(c *config) { c.schema = name } }
+
+// WithRunOptions makes opts the defaults of every Run and RunTx on the
+// ledger (a lease, a backoff, a logger...), and of idem's other calls that
+// take the ledger as their store; options passed to a call override them.
+func WithRunOptions(opts ...idem.Option) Option {
+	return func(c *config) { c.runOpts = append(c.runOpts, opts...) }
+}
+
+// New attaches a ledger to the caller's pool, creating its schema and
+// tables if needed. Business tables in the same database can then commit
+// with the ledger's done marks ([Ledger.RunTx]). Close does not close pool.
+//
+// It refuses, without writing anything, a schema written by a newer version
+// of pgledger ([idem.ErrNewerSchema]).
+func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Ledger, error) {
+	if pool == nil {
+		return nil, errors.New("pgledger: New with a nil pool")
+	}
+	c := config{schema: DefaultSchema}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.schema == "" || len(c.schema) > 63 || strings.ContainsRune(c.schema, 0) {
+		return nil, fmt.Errorf("pgledger: invalid schema name %q (1 to 63 bytes, no NUL)", c.schema)
+	}
+	l := &Ledger{pool: pool, schema: c.schema, defaults: c.runOpts, q: newQueries(c.schema)}
+	if err := l.migrate(ctx); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Open connects to the database at dsn (a postgres:// URL or a key=value
+// string, as pgxpool.ParseConfig accepts) with a pool of its own, and
+// attaches a ledger to it as [New] does. Close closes the pool.
+func Open(ctx context.Context, dsn string, opts ...Option) (*Ledger, error) {
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: open: %w", err)
+	}
+	l, err := New(ctx, pool, opts...)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	l.owned = true
+	return l, nil
+}
+
+// Pool returns the ledger's pool, for business tables that live beside it.
+func (l *Ledger) Pool() *pgxpool.Pool { return l.pool }
+
+// Schema returns the name of the schema that holds the ledger's tables.
+func (l *Ledger) Schema() string { return l.schema }
+
+// Close closes the pool if [Open] opened it; a pool passed to [New] stays
+// open.
+func (l *Ledger) Close() {
+	if l.owned {
+		l.pool.Close()
+	}
+}
+
+// String describes the ledger for logs.
+func (l *Ledger) String() string { return "pgledger.Ledger(schema " + strconv.Quote(l.schema) + ")" }
+
+// Run runs fn for key on this ledger: see [idem.RunWith] for the protocol
+// and [idem.AtLeastOnce], [idem.AtMostOnce] and [idem.TwoPhase] for what
+// each mode guarantees.
+func (l *Ledger) Run(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
+	return idem.RunWith(ctx, l, key, fn, opts...)
+}
+
+// RunTx runs fn in a transaction on the ledger's pool and commits its writes
+// together with the key's done mark: both or neither, so the business
+// effect in this database happens exactly once, whatever kills the process.
+// While fn runs, the transaction holds the key's row lock, which keeps every
+// other attempt out. Write idempotent, recomputing statements all the same
+// (an upsert of the recomputed amount, never amount = amount + $1): they are
+// what a re-run of a rolled-back attempt repeats.
+//
+// fn must use tx for its writes; writes through another connection are not
+// part of the transaction. See [idem.RunTxWith].
+func (l *Ledger) RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...idem.Option) error {
+	return idem.RunTxWith(ctx, l, key, fn, opts...)
+}
+
+// Reset un-parks a key that gave up: it becomes runnable at once with its
+// failure count cleared. It is Resolve(ctx, key, idem.ResolveRetry).
+func (l *Ledger) Reset(ctx context.Context, key idem.Key) error {
+	return l.Resolve(ctx, key, idem.ResolveRetry)
+}
+
+// DefaultOptions returns the options given with [WithRunOptions]: the
+// defaults of every Run, RunTx, CatchUp and Each on the ledger, which the
+// idem engine applies before the call's own options.
+func (l *Ledger) DefaultOptions() []idem.Option { return l.defaults }
+
+// lockID is the key of a PostgreSQL advisory lock for what, in this
+// ledger's schema. Advisory locks are per database, so the schema is part
+// of it; a collision only makes two unrelated operations wait for each
+// other.
+func (l *Ledger) lockID(kind, what string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("idem/pgledger\x00" + kind + "\x00" + l.schema + "\x00" + what))
+	return int64(h.Sum64())
+}
+
+// migrate creates the schema and its tables if needed. It reads first: a
+// schema of the current version needs no write (and no CREATE privilege),
+// and a newer one must not see a single write.
+func (l *Ledger) migrate(ctx context.Context) error {
+	v, err := l.version(ctx, l.pool)
+	if err != nil {
+		return l.schemaErr(err)
+	}
+	if err := l.checkVersion(v); err != nil || v == SchemaVersion {
+		return err
+	}
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return l.schemaErr(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	// One creator at a time: concurrent CREATE ... IF NOT EXISTS of the same
+	// schema or table can fail with a unique violation in the catalog.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, l.lockID("schema", "")); err != nil {
+		return l.schemaErr(err)
+	}
+	// Read again under the lock (a new statement sees what the last holder
+	// committed).
+	if v, err = l.version(ctx, tx); err != nil {
+		return l.schemaErr(err)
+	}
+	if err := l.checkVersion(v); err != nil || v == SchemaVersion {
+		return err
+	}
+	if _, err := tx.Exec(ctx, l.q.ddl); err != nil {
+		return l.schemaErr(err)
+	}
+	if _, err := tx.Exec(ctx, l.q.setVersion, SchemaVersion); err != nil {
+		return l.schemaErr(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return l.schemaErr(err)
+	}
+	return nil
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// version reads the stored schema version; 0 if there is none yet.
+func (l *Ledger) version(ctx context.Context, q querier) (int64, error) {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{l.schema, "meta"}.Sanitize()).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	var v int64
+	err := q.QueryRow(ctx, l.q.getVersion).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
+}
+
+func (l *Ledger) checkVersion(v int64) error {
+	if v > SchemaVersion {
+		return fmt.Errorf("%w: schema %q has version %d, this pgledger knows %d (left untouched)",
+			idem.ErrNewerSchema, l.schema, v, SchemaVersion)
+	}
+	return nil
+}
+
+func (l *Ledger) schemaErr(err error) error {
+	return fmt.Errorf("pgledger: schema %q: %w", l.schema, err)
+}

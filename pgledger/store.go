@@ -1,0 +1,540 @@
+package pgledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/jackc/pgx/v5"
+)
+
+// snapshot is what one read of a key found, on the server's clock.
+type snapshot struct {
+	now     time.Time   // the server's clock at the read
+	rec     idem.Record // the key's record, if found
+	found   bool
+	covered bool // the job's horizon covers the period: it counts as done
+}
+
+func (l *Ledger) read(ctx context.Context, q querier, key idem.Key) (snapshot, error) {
+	s := snapshot{rec: idem.Record{Key: key}}
+	var status string
+	var lease, notBefore, updated *time.Time
+	err := q.QueryRow(ctx, l.q.read, key.Job, key.Period).Scan(&s.now, &s.found, &status, &s.rec.Attempt,
+		&s.rec.Failures, &s.rec.Owner, &lease, &notBefore, &s.rec.LastError, &updated, &s.covered)
+	if err != nil {
+		return snapshot{}, err
+	}
+	s.rec.Status = idem.Status(status)
+	s.rec.LeaseUntil, s.rec.NotBefore, s.rec.Updated = deref(lease), deref(notBefore), deref(updated)
+	return s, nil
+}
+
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// micros is d in microseconds, the unit the SQL statements take.
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// decide is the claim rule (that of idem's SQLite ledger): what a claim
+// finds in s. A period the job's horizon covers is done, record or not.
+func decide(s snapshot, takeUnknown bool) (state idem.ClaimState, take, doubt bool) {
+	if !s.found {
+		if s.covered {
+			return idem.ClaimDone, false, false
+		}
+		return idem.ClaimAcquired, true, false
+	}
+	switch s.rec.Status {
+	case idem.StatusDone:
+		return idem.ClaimDone, false, false
+	case idem.StatusSkipped:
+		return idem.ClaimSkipped, false, false
+	case idem.StatusRunning:
+		if s.now.Before(s.rec.LeaseUntil) {
+			return idem.ClaimBusy, false, false
+		}
+		return idem.ClaimAcquired, true, true // the holder died or stalled
+	case idem.StatusFailed:
+		if s.now.Before(s.rec.NotBefore) {
+			return idem.ClaimBackingOff, false, false
+		}
+		return idem.ClaimAcquired, true, false
+	case idem.StatusUnknown:
+		if takeUnknown {
+			return idem.ClaimAcquired, true, true
+		}
+		return idem.ClaimUnknown, false, false
+	}
+	return idem.ClaimParked, false, false
+}
+
+// inFrame expresses the deadlines of rec, read at the server's time now, on
+// the claimer's clock (req.Now plus what remains of them on the server's
+// clock), so that the engine's waits come out right whatever the clocks'
+// difference.
+func inFrame(req idem.ClaimRequest, now time.Time, rec idem.Record) idem.Record {
+	if req.Now.IsZero() {
+		return rec
+	}
+	move := func(t time.Time) time.Time {
+		if t.IsZero() {
+			return t
+		}
+		return req.Now.Add(t.Sub(now))
+	}
+	rec.LeaseUntil, rec.NotBefore = move(rec.LeaseUntil), move(rec.NotBefore)
+	return rec
+}
+
+// answer is the Claim for a snapshot that is not to be taken.
+func answer(req idem.ClaimRequest, s snapshot, state idem.ClaimState) idem.Claim {
+	rec := s.rec
+	if !s.found && state == idem.ClaimDone {
+		rec.Status = idem.StatusDone // covered by the horizon
+	}
+	return idem.Claim{State: state, Record: inFrame(req, s.now, rec)}
+}
+
+// Claim implements [idem.Store]. A key that is done, skipped, held by a live
+// lease, backing off, unknown or parked costs one plain SELECT and no write.
+// Otherwise the key is taken with an INSERT (no record yet) or an UPDATE
+// fenced by the attempt number the read found; if another claimer changed
+// the record in between, the claim reads it again and decides anew.
+//
+// Leases are kept on the server's clock: req.Now is ignored, except that the
+// LeaseUntil and NotBefore of the returned Record are expressed on the
+// claimer's clock (req.Now plus what remains of them on the server's), so
+// that a wait for them is right whatever the clocks' difference. Lookup
+// returns the server's times. Every commit is durable, so req.Durable needs
+// nothing more.
+func (l *Ledger) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if err := req.Key.Validate(); err != nil {
+		return idem.Claim{}, err
+	}
+	s, err := l.read(ctx, l.pool, req.Key)
+	if err != nil {
+		return idem.Claim{}, l.opErr("claim", req.Key, err)
+	}
+	if state, take, _ := decide(s, req.TakeUnknown); !take {
+		return answer(req, s, state), nil
+	}
+	c, err := l.take(ctx, req, s)
+	if err != nil {
+		return idem.Claim{}, l.opErr("claim", req.Key, err)
+	}
+	return c, nil
+}
+
+// take is the claim's write path, starting from what the fast path read.
+func (l *Ledger) take(ctx context.Context, req idem.ClaimRequest, s snapshot) (idem.Claim, error) {
+	lease := req.Lease
+	if lease <= 0 {
+		lease = idem.DefaultLease
+	}
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	// A shared lock on the job: Prune takes it exclusively, so no period it
+	// could cover is being taken while it checks and deletes.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, l.lockID("job", req.Key.Job)); err != nil {
+		return idem.Claim{}, err
+	}
+	for tries := 0; ; tries++ {
+		state, take, doubt := decide(s, req.TakeUnknown)
+		if !take {
+			return answer(req, s, state), nil // nothing written; the rollback drops the lock
+		}
+		if tries == 1000 {
+			return idem.Claim{}, errors.New("the record kept changing under the claim")
+		}
+		if !s.found {
+			var attempt int64
+			err := tx.QueryRow(ctx, l.q.insert, req.Key.Job, req.Key.Period, req.Owner, micros(lease)).Scan(&attempt)
+			if err == nil {
+				if err := tx.Commit(ctx); err != nil {
+					return idem.Claim{}, err
+				}
+				return idem.Claim{State: idem.ClaimAcquired, Attempt: attempt, Record: idem.Record{Key: req.Key}}, nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return idem.Claim{}, err
+			}
+		} else {
+			var attempt int64
+			var failures int
+			var lastErr string
+			err := tx.QueryRow(ctx, l.q.take, req.Key.Job, req.Key.Period, req.Owner, s.rec.Attempt,
+				string(s.rec.Status), micros(lease), req.TakeUnknown).Scan(&attempt, &failures, &lastErr)
+			if err == nil {
+				if err := tx.Commit(ctx); err != nil {
+					return idem.Claim{}, err
+				}
+				rec := s.rec
+				rec.Failures, rec.LastError = failures, lastErr // an abandoned attempt counts already
+				return idem.Claim{State: idem.ClaimAcquired, Attempt: attempt, Doubt: doubt, Record: inFrame(req, s.now, rec)}, nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return idem.Claim{}, err
+			}
+		}
+		// Another claimer (or Finish, Resolve) changed the record since it
+		// was read: read it again. A new statement sees what they committed.
+		if s, err = l.read(ctx, tx, req.Key); err != nil {
+			return idem.Claim{}, err
+		}
+	}
+}
+
+// Renew implements [idem.Store]: the lease runs until the server's time plus
+// lease (now is ignored).
+func (l *Ledger) Renew(ctx context.Context, key idem.Key, attempt int64, now time.Time, lease time.Duration) error {
+	tag, err := l.pool.Exec(ctx, l.q.renew, key.Job, key.Period, attempt, micros(lease))
+	if err != nil {
+		return l.opErr("renew", key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return leaseLost(key, attempt)
+	}
+	return nil
+}
+
+func leaseLost(key idem.Key, attempt int64) error {
+	return fmt.Errorf("%w: %s attempt %d", idem.ErrLeaseLost, key, attempt)
+}
+
+// Finish implements [idem.Store]. A backoff deadline is kept on the server's
+// clock: end.NotBefore - end.Now from the server's time. With end.Cursor, a
+// done mark also moves the job's cursor forward to the period, in the same
+// transaction.
+func (l *Ledger) Finish(ctx context.Context, key idem.Key, attempt int64, end idem.End) error {
+	switch end.Status {
+	case idem.StatusDone, idem.StatusFailed, idem.StatusUnknown, idem.StatusParked, idem.StatusSkipped:
+	default:
+		return fmt.Errorf("pgledger: finish %s: cannot end an attempt as %q", key, end.Status)
+	}
+	ctx = context.WithoutCancel(ctx) // a finished attempt must be recorded even if the caller gave up
+	var backoff any                  // NULL: no deadline
+	if !end.NotBefore.IsZero() {
+		if end.Now.IsZero() {
+			backoff = micros(time.Until(end.NotBefore))
+		} else {
+			backoff = micros(end.NotBefore.Sub(end.Now))
+		}
+	}
+	args := []any{key.Job, key.Period, attempt, string(end.Status), end.Failures, backoff, end.Error}
+	if !end.Cursor || end.Status != idem.StatusDone {
+		tag, err := l.pool.Exec(ctx, l.q.finish, args...)
+		if err != nil {
+			return l.opErr("finish", key, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return leaseLost(key, attempt)
+		}
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, l.q.finish, args...)
+		if err != nil {
+			return l.opErr("finish", key, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return leaseLost(key, attempt)
+		}
+		if _, err := tx.Exec(ctx, l.q.advance, key.Job, key.Period); err != nil {
+			return l.opErr("finish: advance the cursor", key, err)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, idem.ErrLeaseLost) && !isOpErr(err) {
+		return l.opErr("finish", key, err) // the commit failed
+	}
+	return err
+}
+
+// FinishTx implements [idem.TxStore]. Its first statement checks that
+// attempt still holds the key and takes the key's row lock, which keeps
+// every other attempt out until the transaction ends; then fn runs, the
+// attempt is marked done, and the transaction commits. fn's error is
+// returned as it is, and everything rolls back.
+func (l *Ledger) FinishTx(ctx context.Context, key idem.Key, attempt int64, now time.Time, fn func(pgx.Tx) error) error {
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return l.opErr("run tx", key, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	tag, err := tx.Exec(ctx, l.q.fence, key.Job, key.Period, attempt)
+	if err != nil {
+		return l.opErr("run tx", key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return leaseLost(key, attempt)
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := idem.Checkpoint(ctx, idem.AfterFn, key); err != nil {
+		return err
+	}
+	tag, err = tx.Exec(ctx, l.q.finish, key.Job, key.Period, attempt, string(idem.StatusDone), 0, nil, "")
+	if err != nil {
+		return l.opErr("run tx: done mark", key, err)
+	}
+	if tag.RowsAffected() == 0 { // cannot happen while the row lock is held
+		return leaseLost(key, attempt)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return l.opErr("run tx: commit", key, err)
+	}
+	return nil
+}
+
+// Resolve implements [idem.Store]: it settles a key by hand.
+// [idem.ResolveDone] marks it done (the work did happen);
+// [idem.ResolveRetry] makes it runnable at once with its failure count
+// cleared (the work did not happen); [idem.ResolveSkip] settles it as
+// skipped. It refuses, with [idem.ErrNotResolvable], a key that is done
+// (also by the job's horizon) or held by a live attempt, and a retry of a
+// key that has no record.
+func (l *Ledger) Resolve(ctx context.Context, key idem.Key, to idem.Resolution) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	if to < idem.ResolveDone || to > idem.ResolveSkip {
+		return fmt.Errorf("pgledger: unknown resolution %d", to)
+	}
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, l.lockID("job", key.Job)); err != nil {
+			return err
+		}
+		for {
+			s, err := l.read(ctx, tx, key)
+			if err != nil {
+				return err
+			}
+			if s.found {
+				// Lock the row: nothing changes it between the check and the write.
+				var status string
+				var lease, notBefore, updated *time.Time
+				err := tx.QueryRow(ctx, l.q.lockRow, key.Job, key.Period).Scan(&s.now, &status, &s.rec.Attempt,
+					&s.rec.Failures, &s.rec.Owner, &lease, &notBefore, &s.rec.LastError, &updated)
+				if errors.Is(err, pgx.ErrNoRows) {
+					continue // deleted in between (pruned): read again
+				}
+				if err != nil {
+					return err
+				}
+				s.rec.Status = idem.Status(status)
+				s.rec.LeaseUntil, s.rec.NotBefore, s.rec.Updated = deref(lease), deref(notBefore), deref(updated)
+			}
+			if err := resolvable(s, to); err != nil {
+				return err
+			}
+			status, note := resolution(s.rec, to)
+			q := l.q.resolveUpdate
+			if !s.found {
+				q = l.q.resolveInsert
+			}
+			tag, err := tx.Exec(ctx, q, key.Job, key.Period, string(status), note)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 1 {
+				return nil
+			}
+			// A claim inserted the record in between: decide on it.
+		}
+	})
+	if err != nil && !errors.Is(err, idem.ErrNotResolvable) {
+		return l.opErr("resolve", key, err)
+	}
+	return err
+}
+
+// resolvable reports whether an operator may resolve what s found as to.
+func resolvable(s snapshot, to idem.Resolution) error {
+	rec := s.rec
+	switch {
+	case !s.found && s.covered:
+		return fmt.Errorf("%w: %s is done: the job's horizon covers it", idem.ErrNotResolvable, rec.Key)
+	case !s.found && to == idem.ResolveRetry:
+		return fmt.Errorf("%w: %s has no record; it is runnable already", idem.ErrNotResolvable, rec.Key)
+	case rec.Status == idem.StatusDone:
+		return fmt.Errorf("%w: %s is done", idem.ErrNotResolvable, rec.Key)
+	case rec.Status == idem.StatusRunning && s.now.Before(rec.LeaseUntil):
+		return fmt.Errorf("%w: %s is held by attempt %d of %s until %s", idem.ErrNotResolvable, rec.Key,
+			rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// resolution is the status and note an operator's resolution leaves.
+func resolution(rec idem.Record, to idem.Resolution) (idem.Status, string) {
+	prev := string(rec.Status)
+	if prev == "" {
+		prev = "none"
+	}
+	switch to {
+	case idem.ResolveDone:
+		return idem.StatusDone, ""
+	case idem.ResolveSkip:
+		return idem.StatusSkipped, "skipped without running (was " + prev + ")"
+	}
+	note := "resolved for retry (was " + prev + ")"
+	if rec.LastError != "" {
+		note += "; previous error: " + rec.LastError
+	}
+	return idem.StatusFailed, note
+}
+
+// Lookup implements [idem.Store]: it returns the key's record. A period that
+// has no record but that the job's horizon covers (it was pruned) is
+// reported done. Times are the server's.
+func (l *Ledger) Lookup(ctx context.Context, key idem.Key) (idem.Record, bool, error) {
+	if err := key.Validate(); err != nil {
+		return idem.Record{}, false, err
+	}
+	s, err := l.read(ctx, l.pool, key)
+	if err != nil {
+		return idem.Record{}, false, l.opErr("lookup", key, err)
+	}
+	switch {
+	case s.found:
+		return s.rec, true, nil
+	case s.covered:
+		return idem.Record{Key: key, Status: idem.StatusDone}, true, nil
+	}
+	return idem.Record{Key: key}, false, nil
+}
+
+// Job implements [idem.CatchUpStore]: the job's catch-up cursor and
+// retention horizon ("" when none).
+func (l *Ledger) Job(ctx context.Context, job string) (idem.JobState, error) {
+	js := idem.JobState{Job: job}
+	err := l.pool.QueryRow(ctx, l.q.job, job).Scan(&js.Cursor, &js.Horizon)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return idem.JobState{}, fmt.Errorf("pgledger: job %q: %w", job, err)
+	}
+	return js, nil
+}
+
+// Advance implements [idem.CatchUpStore]: it moves the job's cursor forward
+// to period (byte order, as Go compares strings); a cursor at or after
+// period stays.
+func (l *Ledger) Advance(ctx context.Context, job, period string) error {
+	if err := (idem.Key{Job: job, Period: period}).Validate(); err != nil {
+		return err
+	}
+	if _, err := l.pool.Exec(ctx, l.q.advance, job, period); err != nil {
+		return fmt.Errorf("pgledger: advance %q to %q: %w", job, period, err)
+	}
+	return nil
+}
+
+// Prune implements [idem.CatchUpStore]: in one transaction it deletes the
+// job's done and skipped records at or before through and raises the job's
+// horizon to through. It refuses ([idem.ErrPruneRefused], nothing deleted)
+// a through after the job's cursor when the job has one, and a through that
+// would cover a record that is not settled. While it runs, claims of the
+// job's keys wait for it.
+func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) {
+	if err := (idem.Key{Job: job, Period: through}).Validate(); err != nil {
+		return 0, err
+	}
+	var deleted int64
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		// Exclusive: no claim or Resolve of the job is between its read and
+		// its write while the records are checked and deleted.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, l.lockID("job", job)); err != nil {
+			return err
+		}
+		var cursor string
+		err := tx.QueryRow(ctx, l.q.pruneCursor, job).Scan(&cursor)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if cursor != "" && through > cursor {
+			return fmt.Errorf("%w: %s through %s: catch-up has only settled up to %s; it could still reach the later periods",
+				idem.ErrPruneRefused, job, through, cursor)
+		}
+		var open int64
+		var first string
+		if err := tx.QueryRow(ctx, l.q.pruneOpen, job, through).Scan(&open, &first); err != nil {
+			return err
+		}
+		if open > 0 {
+			return fmt.Errorf("%w: %s through %s: %d periods are not settled (the first is %s); resolve them first",
+				idem.ErrPruneRefused, job, through, open, first)
+		}
+		tag, err := tx.Exec(ctx, l.q.prune, job, through)
+		if err != nil {
+			return err
+		}
+		deleted = tag.RowsAffected()
+		_, err = tx.Exec(ctx, l.q.pruneJobs, job, through)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, idem.ErrPruneRefused) {
+			return 0, err
+		}
+		return 0, fmt.Errorf("pgledger: prune %q through %q: %w", job, through, err)
+	}
+	return deleted, nil
+}
+
+// List implements [idem.Lister]: the records that match f, ordered by job,
+// then period (byte order). Times are the server's.
+func (l *Ledger) List(ctx context.Context, f idem.Filter) ([]idem.Record, error) {
+	var limit any // NULL: no limit
+	if f.Limit > 0 {
+		limit = int64(f.Limit)
+	}
+	rows, err := l.pool.Query(ctx, l.q.list, f.Job, string(f.Status), limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: list: %w", err)
+	}
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (idem.Record, error) {
+		var r idem.Record
+		var status string
+		var lease, notBefore, updated *time.Time
+		err := row.Scan(&r.Key.Job, &r.Key.Period, &status, &r.Attempt, &r.Failures, &r.Owner,
+			&lease, &notBefore, &r.LastError, &updated)
+		r.Status = idem.Status(status)
+		r.LeaseUntil, r.NotBefore, r.Updated = deref(lease), deref(notBefore), deref(updated)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: list: %w", err)
+	}
+	return recs, nil
+}
+
+// opError is an error of the database, with the operation and key.
+type opError struct {
+	op  string
+	key idem.Key
+	err error
+}
+
+func (e *opError) Error() string {
+	return "pgledger: " + e.op + " " + e.key.String() + ": " + e.err.Error()
+}
+func (e *opError) Unwrap() error { return e.err }
+
+func (l *Ledger) opErr(op string, key idem.Key, err error) error {
+	return &opError{op: op, key: key, err: err}
+}
+
+func isOpErr(err error) bool {
+	var e *opError
+	return errors.As(err, &e)
+}
