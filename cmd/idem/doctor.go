@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/spf13/cobra"
+	_ "modernc.org/sqlite" // the "sqlite" driver, the one idem's Ledger uses
+)
+
+// Finding levels.
+const (
+	levelOK    = "ok"
+	levelWarn  = "warn"
+	levelError = "error"
+)
+
+// finding is one line of the doctor's report: what it found, and what to do.
+type finding struct {
+	Level   string `json:"level"`
+	Check   string `json:"check"`
+	Message string `json:"message"`
+}
+
+type doctorReport struct {
+	Path     string    `json:"path"`
+	OK       bool      `json:"ok"` // no finding is an error
+	Findings []finding `json:"findings"`
+}
+
+func (r *doctorReport) add(level, check, format string, args ...any) {
+	r.Findings = append(r.Findings, finding{Level: level, Check: check, Message: fmt.Sprintf(format, args...)})
+}
+
+func newDoctorCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "doctor [PATH]",
+		Short: "Check a SQLite ledger: local filesystem, SQLite, journal mode, schema, periods needing a person",
+		Long: `Check a SQLite ledger file and say what to do about each problem.
+
+  file        the file exists and is a SQLite database
+  filesystem  it is on a local filesystem: SQLite's locks and WAL shared
+              memory do not work on NFS, CIFS/SMB, FUSE (sshfs, s3fs,
+              gcsfuse) or 9p, and two hosts using one ledger there can run a
+              period twice or corrupt it
+  directory   the directory is writable (SQLite creates -wal and -shm files
+              beside the ledger)
+  sqlite      the SQLite version, and an integrity check (PRAGMA quick_check)
+  journal     the journal mode is wal
+  schema      the idem schema version (table idem_meta) is one this idem
+              knows
+  keys        periods pending (running or failed: idem retries them),
+              unknown (need 'idem resolve') and parked (need 'idem reset')
+
+The ledger is opened read-only and never created: doctor changes nothing.
+PATH defaults to --ledger, $IDEM_LEDGER, or the default ledger path.
+
+Exit status: 0 if no finding is an error (warnings, such as unknown or
+parked periods, still exit 0), 1 if one is, 2 usage error.`,
+		Example: `  idem doctor /var/lib/idem/ledger.db
+  idem doctor --json /var/lib/idem/ledger.db | jq -r '.findings[] | select(.level != "ok") | .message'`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := ""
+			if len(args) == 1 {
+				path = args[0]
+			} else {
+				t, err := ledgerTarget(cmd)
+				if err != nil {
+					return err
+				}
+				if t.dsn != "" {
+					return usageError(errors.New("doctor checks SQLite ledgers; give it the ledger file's PATH"))
+				}
+				path = t.path
+			}
+			clk, err := clock()
+			if err != nil {
+				return err
+			}
+			rep := diagnose(cmd.Context(), path, clk.Now())
+			out := cmd.OutOrStdout()
+			if asJSON {
+				if err := writeJSON(out, rep); err != nil {
+					return err
+				}
+			} else {
+				tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+				for _, f := range rep.Findings {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Level, f.Check, f.Message)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
+			if !rep.OK {
+				return &exitError{code: exitFailed}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings as a JSON object, for scripts and monitoring")
+	return cmd
+}
+
+// diagnose checks the ledger at path without writing to it.
+func diagnose(ctx context.Context, path string, now time.Time) *doctorReport {
+	rep := &doctorReport{Path: path}
+	defer func() {
+		rep.OK = true
+		for _, f := range rep.Findings {
+			if f.Level == levelError {
+				rep.OK = false
+			}
+		}
+	}()
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		rep.add(levelError, "file", "%s: %v", path, err)
+		return rep
+	}
+	rep.Path = abs
+	dir := filepath.Dir(abs)
+
+	fi, statErr := os.Stat(abs)
+	switch {
+	case errors.Is(statErr, os.ErrNotExist):
+		rep.add(levelError, "file", "no ledger at %s: nothing has run with it yet, or the path is wrong. Check --ledger / $IDEM_LEDGER; 'idem run' creates it", abs)
+	case statErr != nil:
+		rep.add(levelError, "file", "%s: %v", abs, statErr)
+	case fi.IsDir():
+		rep.add(levelError, "file", "%s is a directory: give the ledger file's path, e.g. %s", abs, filepath.Join(abs, "ledger.db"))
+	}
+	if di, err := os.Stat(dir); err != nil || !di.IsDir() {
+		rep.add(levelWarn, "directory", "%s does not exist or is not a directory ('idem run' creates a missing one)", dir)
+		return rep
+	}
+	checkFilesystem(rep, dir)
+	checkWritable(rep, dir)
+	if statErr != nil || fi.IsDir() {
+		return rep
+	}
+
+	if fi.Size() == 0 {
+		rep.add(levelWarn, "file", "%s is empty: the next 'idem run' initialises it", abs)
+		return rep
+	}
+	head := make([]byte, 16)
+	f, err := os.Open(abs)
+	if err != nil {
+		rep.add(levelError, "file", "cannot read %s: %v. Run doctor as the user the jobs run as", abs, err)
+		return rep
+	}
+	_, err = io.ReadFull(f, head)
+	f.Close()
+	if err != nil || !bytes.Equal(head, []byte("SQLite format 3\x00")) {
+		rep.add(levelError, "file", "%s is not a SQLite database: idem refuses it and leaves it untouched. Point --ledger at the ledger file (or a new path); do not delete this file before finding out what it is", abs)
+		return rep
+	}
+	rep.add(levelOK, "file", "%s (%s)", abs, size(fi.Size()))
+
+	u := url.URL{Scheme: "file", Path: abs}
+	db, err := sql.Open("sqlite", "file:"+u.EscapedPath()+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		rep.add(levelError, "sqlite", "cannot open %s: %v", abs, err)
+		return rep
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+
+	var version string
+	if err := db.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&version); err != nil {
+		rep.add(levelError, "sqlite", "cannot read %s: %v. Check its permissions (and those of its -wal and -shm files), and run doctor as the user the jobs run as", abs, err)
+		return rep
+	}
+	var check string
+	if err := db.QueryRowContext(ctx, `PRAGMA quick_check`).Scan(&check); err != nil || check != "ok" {
+		if err != nil {
+			check = err.Error()
+		}
+		rep.add(levelError, "sqlite", "SQLite %s; integrity check failed: %s. Stop the jobs, copy the file aside, and restore it from a backup (or start a new ledger and resolve the periods by hand)", version, check)
+	} else {
+		rep.add(levelOK, "sqlite", "SQLite %s; integrity check ok", version)
+	}
+
+	var tables int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN ('idem_meta', 'idem_runs')`).Scan(&tables); err != nil {
+		rep.add(levelError, "schema", "cannot read the schema: %v", err)
+		return rep
+	}
+	if tables < 2 {
+		rep.add(levelError, "schema", "%s is a SQLite database but not an idem ledger (no idem_meta/idem_runs tables): point --ledger at the ledger file, or at a new path", abs)
+		return rep
+	}
+	var mode string
+	if err := db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		rep.add(levelError, "journal", "cannot read the journal mode: %v", err)
+	} else if strings.EqualFold(mode, "wal") {
+		rep.add(levelOK, "journal", "journal mode wal")
+	} else {
+		rep.add(levelWarn, "journal", "journal mode %s, expected wal (idem sets it when it creates a ledger; something changed it): with no job running, run: sqlite3 %s 'PRAGMA journal_mode=WAL'", mode, shellQuote(abs))
+	}
+
+	var sv int
+	err = db.QueryRowContext(ctx, `SELECT value FROM idem_meta WHERE name='schema_version'`).Scan(&sv)
+	switch {
+	case err != nil:
+		rep.add(levelError, "schema", "no schema version in idem_meta (%v): the ledger was not initialised completely; move it aside and let 'idem run' create a new one", err)
+	case sv > idem.SchemaVersion:
+		rep.add(levelError, "schema", "schema version %d, newer than this idem knows (%d): a newer idem wrote it; upgrade this idem binary (it refuses to touch the ledger)", sv, idem.SchemaVersion)
+	case sv < idem.SchemaVersion:
+		rep.add(levelWarn, "schema", "schema version %d, older than this idem's %d: the next 'idem run' upgrades it", sv, idem.SchemaVersion)
+	default:
+		rep.add(levelOK, "schema", "idem schema version %d", sv)
+	}
+	checkKeys(ctx, rep, db, now, " --ledger "+shellQuote(abs))
+	return rep
+}
+
+// checkKeys reports the periods that are not settled.
+func checkKeys(ctx context.Context, rep *doctorReport, db *sql.DB, now time.Time, hint string) {
+	rows, err := db.QueryContext(ctx, `SELECT status, count(*),
+		coalesce(sum(status = 'running' AND lease_until < ?), 0) FROM idem_runs GROUP BY status`, now.UnixMicro())
+	if err != nil {
+		rep.add(levelError, "keys", "cannot read idem_runs: %v", err)
+		return
+	}
+	defer rows.Close()
+	counts := map[string]int{}
+	expired, total := 0, 0
+	for rows.Next() {
+		var status string
+		var n, exp int
+		if err := rows.Scan(&status, &n, &exp); err != nil {
+			rep.add(levelError, "keys", "cannot read idem_runs: %v", err)
+			return
+		}
+		counts[status] = n
+		expired += exp
+		total += n
+	}
+	if err := rows.Err(); err != nil {
+		rep.add(levelError, "keys", "cannot read idem_runs: %v", err)
+		return
+	}
+	var jobs int
+	_ = db.QueryRowContext(ctx, `SELECT count(DISTINCT job) FROM idem_runs`).Scan(&jobs)
+	rep.add(levelOK, "keys", "%d records of %d jobs: %d done, %d skipped", total, jobs, counts["done"], counts["skipped"])
+
+	pending := counts["running"] + counts["failed"]
+	switch {
+	case pending == 0:
+		rep.add(levelOK, "keys", "0 pending")
+	case expired > 0:
+		rep.add(levelOK, "keys", "%d pending (%d running, %d of them with an expired lease: runs that died, recovered by the next run; %d failed, retried by the next run after their backoff): 'idem ls%s --status pending'",
+			pending, counts["running"], expired, counts["failed"], hint)
+	default:
+		rep.add(levelOK, "keys", "%d pending (%d running, %d failed and retried by the next run after their backoff): 'idem ls%s --status pending'",
+			pending, counts["running"], counts["failed"], hint)
+	}
+	if n := counts["unknown"]; n > 0 {
+		rep.add(levelWarn, "keys", "%d unknown: an at-most-once run failed or was killed, and idem will not run them again by itself. List them with 'idem ls%s --status unknown', check whether each one's work happened, then 'idem resolve%s JOB PERIOD --done' or '--retry'", n, hint, hint)
+	} else {
+		rep.add(levelOK, "keys", "0 unknown")
+	}
+	if n := counts["parked"]; n > 0 {
+		rep.add(levelWarn, "keys", "%d parked: they failed --max-attempts times. List them with 'idem ls%s --status parked' (see the last error), fix the cause, then 'idem reset%s JOB PERIOD'", n, hint, hint)
+	} else {
+		rep.add(levelOK, "keys", "0 parked")
+	}
+}
+
+func size(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+func TestExitCode(t *testing.T) {
+	pr := func(o idem.Outcome, err error) idem.PeriodResult { return idem.PeriodResult{Outcome: o, Err: err} }
+	boom := errors.New("boom")
+	for _, c := range []struct {
+		name    string
+		periods []idem.PeriodResult
+		want    int
+	}{
+		{"nothing due", nil, exitDone},
+		{"already done", []idem.PeriodResult{pr(idem.AlreadyDone, nil)}, exitDone},
+		{"skipped and done", []idem.PeriodResult{pr(idem.Skipped, nil), pr(idem.AlreadyDone, nil)}, exitDone},
+		{"ran", []idem.PeriodResult{pr(idem.AlreadyDone, nil), pr(idem.Ran, nil)}, exitOK},
+		{"recovered", []idem.PeriodResult{pr(idem.Recovered, nil)}, exitOK},
+		{"ran then failed", []idem.PeriodResult{pr(idem.Ran, nil), pr(idem.BackingOff, boom)}, exitFailed},
+		{"gave up", []idem.PeriodResult{pr(idem.GaveUp, boom)}, exitFailed},
+		{"store failed", []idem.PeriodResult{pr(idem.Failed, boom)}, exitFailed},
+		{"busy", []idem.PeriodResult{pr(idem.InProgress, boom)}, exitBusy},
+		{"lease lost", []idem.PeriodResult{pr(idem.LeaseLost, boom)}, exitBusy},
+		{"unknown", []idem.PeriodResult{pr(idem.Ran, nil), pr(idem.Unknown, boom)}, exitUnknown},
+		{"unknown beats failed", []idem.PeriodResult{pr(idem.GaveUp, boom), pr(idem.Unknown, boom)}, exitUnknown},
+		{"failed beats busy", []idem.PeriodResult{pr(idem.InProgress, boom), pr(idem.BackingOff, boom)}, exitFailed},
+	} {
+		if got := exitCode(c.periods); got != c.want {
+			t.Errorf("%s: exit %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"90d": 90 * 24 * time.Hour, "2w": 14 * 24 * time.Hour, "36h": 36 * time.Hour, "1.5d": 36 * time.Hour, "30m": 30 * time.Minute,
+	} {
+		if got, err := parseDuration(in); err != nil || got != want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "d", "-1d", "ten days", "-5h"} {
+		if _, err := parseDuration(in); err == nil {
+			t.Errorf("parseDuration(%q): no error", in)
+		}
+	}
+}
+
+func TestParseScheduleAndTime(t *testing.T) {
+	berlin, err := loadZone("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for spec, want := range map[string]string{
+		"daily": "daily@Europe/Berlin", "hourly": "hourly@Europe/Berlin", "weekly": "weekly@Europe/Berlin",
+		"monthly": "monthly@Europe/Berlin", "30 2 * * *": "cron(30 2 * * *)@Europe/Berlin", "@daily": "cron(@daily)@Europe/Berlin",
+	} {
+		s, err := parseSchedule(spec, berlin)
+		if err != nil {
+			t.Errorf("parseSchedule(%q): %v", spec, err)
+			continue
+		}
+		if s.String() != want {
+			t.Errorf("parseSchedule(%q) = %s, want %s", spec, s, want)
+		}
+	}
+	for _, spec := range []string{"", "fortnightly", "61 * * * *", "0 0 30 2 *"} {
+		if _, err := parseSchedule(spec, berlin); err == nil {
+			t.Errorf("parseSchedule(%q): no error", spec)
+		}
+	}
+	for in, want := range map[string]string{
+		"2026-10-01":           "2026-09-30T22:00:00Z",
+		"2026-10-01T02:00":     "2026-10-01T00:00:00Z",
+		"2026-10-01T02:00:00Z": "2026-10-01T02:00:00Z",
+	} {
+		got, err := parseTime(in, berlin)
+		if err != nil || got.UTC().Format(time.RFC3339) != want {
+			t.Errorf("parseTime(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	if _, err := loadZone("Mars/Olympus"); err == nil {
+		t.Error("loadZone(Mars/Olympus): no error")
+	}
+}

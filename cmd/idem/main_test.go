@@ -1,0 +1,683 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/pgledger"
+)
+
+// idemBin is the idem binary, built once by TestMain.
+var idemBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "idem-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	idemBin = filepath.Join(dir, "idem")
+	build := exec.Command("go", "build", "-o", idemBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building idem:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is a test's environment: a working directory with a ledger, and a
+// fixed "now" for idem.
+type env struct {
+	t      *testing.T
+	dir    string
+	ledger string
+	pg     []string // with Postgres: --postgres DSN --postgres-schema S instead of --ledger
+	now    string   // $IDEM_NOW
+}
+
+func newEnv(t *testing.T, now string) *env {
+	t.Helper()
+	dir := t.TempDir()
+	return &env{t: t, dir: dir, ledger: filepath.Join(dir, "ledger.db"), now: now}
+}
+
+// environ is the host's environment without IDEM_* variables, plus the
+// test's fixed clock.
+func (e *env) environ() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "IDEM_") {
+			out = append(out, kv)
+		}
+	}
+	if e.now != "" {
+		out = append(out, "IDEM_NOW="+e.now)
+	}
+	return out
+}
+
+func (e *env) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(idemBin, args...)
+	cmd.Dir = e.dir
+	cmd.Env = e.environ()
+	return cmd
+}
+
+// idem runs the idem binary with args, the test's ledger flags inserted
+// after the subcommand (unless args[0] is "doctor"), and returns its output
+// and exit code.
+func (e *env) idem(args ...string) (stdout, stderr string, code int) {
+	e.t.Helper()
+	full := args
+	if len(args) > 0 && args[0] != "doctor" {
+		store := []string{"--ledger", e.ledger}
+		if e.pg != nil {
+			store = e.pg
+		}
+		full = append(append([]string{args[0]}, store...), args[1:]...)
+	}
+	cmd := e.command(full...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		e.t.Fatalf("idem %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// want runs idem and fails the test unless it exits with code.
+func (e *env) want(code int, args ...string) (stdout, stderr string) {
+	e.t.Helper()
+	stdout, stderr, got := e.idem(args...)
+	if got != code {
+		e.t.Fatalf("idem %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), got, code, stdout, stderr)
+	}
+	return stdout, stderr
+}
+
+// lines returns the lines of a file in the test's directory ("" if missing).
+func (e *env) lines(name string) []string {
+	e.t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.dir, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+}
+
+func equal(a, b []string) bool {
+	return strings.Join(a, "\n") == strings.Join(b, "\n")
+}
+
+// appendLine is a wrapped command that appends "$IDEM_PERIOD $IDEM_ATTEMPT"
+// to out.txt.
+var appendLine = []string{"--", "sh", "-c", `echo "$IDEM_PERIOD $IDEM_ATTEMPT" >> out.txt`}
+
+func runArgs(extra ...string) []string {
+	args := append([]string{"run", "--job", "settle", "--tz", "UTC"}, extra...)
+	return append(args, appendLine...)
+}
+
+func TestRunTwiceRunsOnce(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitOK, runArgs()...)
+	e.want(exitDone, runArgs()...)
+	e.want(exitOK, runArgs("--ok-if-done")...)
+	if got, want := e.lines("out.txt"), []string{"2026-10-27 1"}; !equal(got, want) {
+		t.Fatalf("out.txt = %q, want %q", got, want)
+	}
+}
+
+func TestEnvironmentOfTheCommand(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitOK, "run", "--job", "settle", "--tz", "Asia/Shanghai", "--",
+		"sh", "-c", `printf '%s\n' "$IDEM_JOB" "$IDEM_PERIOD" "$IDEM_ATTEMPT" "$IDEM_REQUEST_ID" "$IDEM_PERIOD_START" "$IDEM_PERIOD_END" > env.txt`)
+	got := e.lines("env.txt")
+	// 02:00 UTC is 10:00 in Shanghai: the day that has ended there is the 27th.
+	want := []string{"settle", "2026-10-27", "1", "", "2026-10-27T00:00:00+08:00", "2026-10-28T00:00:00+08:00"}
+	if len(got) != len(want) {
+		t.Fatalf("env.txt = %q", got)
+	}
+	if !strings.HasPrefix(got[3], "idem-") {
+		t.Errorf("IDEM_REQUEST_ID = %q, want idem-...", got[3])
+	}
+	got[3] = ""
+	if !equal(got, want) {
+		t.Errorf("environment = %q, want %q", got, want)
+	}
+}
+
+// started starts idem with a command that appends its line to out.txt,
+// prints "started", and sleeps; it returns once the command has started.
+// idem runs in a process group of its own so that the test can kill it
+// together with the command, as a crash of the host would.
+func (e *env) started(extra ...string) *exec.Cmd {
+	e.t.Helper()
+	args := append([]string{"run", "--ledger", e.ledger, "--job", "settle", "--tz", "UTC"}, extra...)
+	args = append(args, "--", "sh", "-c", `echo "$IDEM_PERIOD $IDEM_ATTEMPT $IDEM_REQUEST_ID" >> out.txt; echo started; exec sleep 600`)
+	cmd := e.command(args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "started\n" {
+		e.t.Fatalf("waiting for the command to start: %q, %v", line, err)
+	}
+	return cmd
+}
+
+// killGroup SIGKILLs idem and its command.
+func killGroup(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
+func TestKilledAtLeastOnceRunsAgainAfterTheLease(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	killGroup(t, e.started())
+
+	// The killed run's lease (1m by default) still holds: busy.
+	_, stderr := e.want(exitBusy, runArgs()...)
+	if !strings.Contains(stderr, "busy") {
+		t.Errorf("busy run's stderr: %q", stderr)
+	}
+	// Two minutes later the lease has expired: at-least-once runs it again.
+	e.now = "2026-10-28T02:02:00Z"
+	e.want(exitOK, runArgs()...)
+	e.want(exitDone, runArgs()...)
+	lines := e.lines("out.txt")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "2026-10-27 1 idem-") || lines[1] != "2026-10-27 2" {
+		t.Fatalf("out.txt = %q, want the killed attempt 1 and the recovering attempt 2", lines)
+	}
+	out, _ := e.want(exitOK, "show", "settle", "2026-10-27", "--json")
+	var rec recordJSON
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatalf("show --json: %v\n%s", err, out)
+	}
+	if rec.Status != "done" || rec.Attempt != 2 || rec.Failures != 0 {
+		t.Errorf("record after recovery: %+v", rec)
+	}
+}
+
+func TestKilledAtLeastOnceWithShortLease(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	killGroup(t, e.started("--lease", "1s"))
+	e.now = "2026-10-28T02:00:02Z" // past the 1s lease
+	e.want(exitOK, runArgs("--lease", "1s")...)
+	if got := e.lines("out.txt"); len(got) != 2 || got[1] != "2026-10-27 2" {
+		t.Fatalf("out.txt = %q", got)
+	}
+}
+
+func TestKilledAtMostOnceIsUnknownUntilResolved(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	killGroup(t, e.started("--mode", "at-most-once"))
+
+	e.now = "2026-10-28T03:00:00Z" // the lease has long expired
+	_, stderr := e.want(exitUnknown, runArgs("--mode", "at-most-once")...)
+	if !strings.Contains(stderr, "idem resolve --ledger") || !strings.Contains(stderr, "settle 2026-10-27 --done") {
+		t.Errorf("unknown run's stderr does not say how to resolve: %q", stderr)
+	}
+	e.want(exitUnknown, runArgs("--mode", "at-most-once")...)
+
+	out, _ := e.want(exitOK, "ls", "--status", "unknown", "--json")
+	var recs []recordJSON
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		t.Fatalf("ls --json: %v\n%s", err, out)
+	}
+	if len(recs) != 1 || recs[0].Period != "2026-10-27" || recs[0].LastError == "" {
+		t.Fatalf("unknown records: %+v", recs)
+	}
+
+	e.want(exitOK, "resolve", "settle", "2026-10-27", "--done")
+	e.want(exitDone, runArgs("--mode", "at-most-once")...)
+	if got := e.lines("out.txt"); len(got) != 1 {
+		t.Fatalf("at-most-once ran the command again: out.txt = %q", got)
+	}
+	// Resolving a done period is refused.
+	e.want(exitFailed, "resolve", "settle", "2026-10-27", "--retry")
+}
+
+func TestResolveRetryRunsAgain(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitUnknown, "run", "--job", "pay", "--tz", "UTC", "--mode", "at-most-once", "--", "sh", "-c", `echo "$IDEM_ATTEMPT" >> out.txt; exit 1`)
+	e.want(exitOK, "resolve", "pay", "2026-10-27", "--retry")
+	e.want(exitOK, "run", "--job", "pay", "--tz", "UTC", "--mode", "at-most-once", "--", "sh", "-c", `echo "$IDEM_ATTEMPT" >> out.txt`)
+	if got := e.lines("out.txt"); !equal(got, []string{"1", "2"}) {
+		t.Fatalf("out.txt = %q", got)
+	}
+}
+
+func TestCatchUpAllAfterThreeMissedDays(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitOK, runArgs()...)
+	e.now = "2026-10-31T02:00:00Z" // the host was down on the 29th, 30th and 31st
+	e.want(exitOK, runArgs("--catch-up", "all")...)
+	e.want(exitDone, runArgs("--catch-up", "all")...)
+	want := []string{"2026-10-27 1", "2026-10-28 1", "2026-10-29 1", "2026-10-30 1"}
+	if got := e.lines("out.txt"); !equal(got, want) {
+		t.Fatalf("out.txt = %q, want %q", got, want)
+	}
+}
+
+func TestCatchUpMaxDefersTheRest(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitOK, runArgs("--since", "2026-10-20", "--max", "3")...)
+	if got := e.lines("out.txt"); len(got) != 3 || got[0] != "2026-10-20 1" || got[2] != "2026-10-22 1" {
+		t.Fatalf("first call: out.txt = %q", got)
+	}
+	e.want(exitOK, runArgs("--max", "0")...)
+	if got := e.lines("out.txt"); len(got) != 8 || got[7] != "2026-10-27 1" {
+		t.Fatalf("second call: out.txt = %q", got)
+	}
+}
+
+func TestCatchUpLatestAndNone(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitOK, runArgs("--catch-up", "latest")...)
+	e.now = "2026-10-31T02:00:00Z"
+	e.want(exitOK, runArgs("--catch-up", "latest")...)
+	if got := e.lines("out.txt"); !equal(got, []string{"2026-10-27 1", "2026-10-30 1"}) {
+		t.Fatalf("latest: out.txt = %q", got)
+	}
+	out, _ := e.want(exitOK, "ls", "--status", "skipped", "--json")
+	var recs []recordJSON
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || recs[0].Period != "2026-10-28" || recs[1].Period != "2026-10-29" {
+		t.Fatalf("skipped: %+v", recs)
+	}
+
+	n := newEnv(t, "2026-10-28T02:00:00Z")
+	n.want(exitOK, "run", "--job", "report", "--tz", "UTC", "--catch-up", "none", "--", "sh", "-c", `echo "$IDEM_PERIOD" >> out.txt`)
+	n.now = "2026-10-31T02:00:00Z"
+	n.want(exitOK, "run", "--job", "report", "--tz", "UTC", "--catch-up", "none", "--", "sh", "-c", `echo "$IDEM_PERIOD" >> out.txt`)
+	n.want(exitDone, "run", "--job", "report", "--tz", "UTC", "--catch-up", "none", "--", "sh", "-c", `echo "$IDEM_PERIOD" >> out.txt`)
+	if got := n.lines("out.txt"); !equal(got, []string{"2026-10-27", "2026-10-30"}) {
+		t.Fatalf("none: out.txt = %q", got)
+	}
+}
+
+func TestSchedules(t *testing.T) {
+	e := newEnv(t, "2026-10-28T13:20:00Z")
+	for _, c := range []struct{ schedule, tz, want string }{
+		{"hourly", "UTC", "2026-10-28T12:00Z"},
+		{"weekly", "UTC", "2026-W43"},
+		{"monthly", "Europe/Berlin", "2026-09"},
+		{"0 */6 * * *", "America/New_York", "2026-10-28T04:00Z"}, // 00:00 EDT, the slot before 06:00 EDT
+	} {
+		out, _ := e.want(exitOK, "run", "-v", "--job", "j-"+c.schedule, "--schedule", c.schedule, "--tz", c.tz, "--", "sh", "-c", `echo "$IDEM_PERIOD"`)
+		if got := strings.TrimSpace(out); got != c.want {
+			t.Errorf("--schedule %q --tz %s: period %q, want %q", c.schedule, c.tz, got, c.want)
+		}
+	}
+}
+
+func TestFailureParksThenReset(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	failing := []string{"run", "--job", "report", "--tz", "UTC", "--max-attempts", "1", "--", "sh", "-c", `echo "$IDEM_ATTEMPT" >> out.txt; exit 3`}
+	_, stderr := e.want(exitFailed, failing...)
+	if !strings.Contains(stderr, "gave up") || !strings.Contains(stderr, "exited with status 3") || !strings.Contains(stderr, "idem reset --ledger") {
+		t.Errorf("stderr of a run that gave up: %q", stderr)
+	}
+	e.want(exitFailed, failing...) // parked: does not run again
+	if got := e.lines("out.txt"); !equal(got, []string{"1"}) {
+		t.Fatalf("a parked period ran again: %q", got)
+	}
+	out, _ := e.want(exitOK, "show", "report", "2026-10-27")
+	for _, want := range []string{"status:       parked", "failures:     1", "last error:   command exited with status 3", "lease owner:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+	e.want(exitOK, "reset", "report", "2026-10-27")
+	e.want(exitOK, "run", "--job", "report", "--tz", "UTC", "--", "sh", "-c", `echo "$IDEM_ATTEMPT" >> out.txt`)
+	if got := e.lines("out.txt"); !equal(got, []string{"1", "2"}) {
+		t.Fatalf("out.txt = %q", got)
+	}
+	e.want(exitFailed, "reset", "report", "2026-10-27") // done: nothing to reset
+	e.want(exitFailed, "reset", "report", "2026-10-26") // no record
+}
+
+func TestExitTempFailIsSafeToRetryAtMostOnce(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitFailed, "run", "--job", "pay", "--tz", "UTC", "--mode", "at-most-once", "--max-attempts", "1", "--", "sh", "-c", "exit 75")
+	out, _ := e.want(exitOK, "show", "pay", "2026-10-27", "--json")
+	var rec recordJSON
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != "parked" || !strings.Contains(rec.LastError, "EX_TEMPFAIL") {
+		t.Fatalf("after exit 75 in at-most-once: %+v, want parked (retryable), not unknown", rec)
+	}
+}
+
+func TestSignalIsForwarded(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	cmd := e.command("run", "--ledger", e.ledger, "--job", "settle", "--tz", "UTC", "--",
+		"sh", "-c", `trap 'echo TERM > got.txt; exit 143' TERM; echo started; while :; do sleep 1; done`)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	r := bufio.NewReader(stdout)
+	if line, err := r.ReadString('\n'); err != nil || line != "started\n" {
+		t.Fatalf("waiting for the command: %q, %v", line, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil { // to idem only
+		t.Fatal(err)
+	}
+	_, _ = r.ReadString(0) // until every writer (the command's sleep too) is gone
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitFailed {
+		t.Fatalf("idem after SIGTERM: %v, want exit %d\n%s", err, exitFailed, stderr.String())
+	}
+	if got := e.lines("got.txt"); !equal(got, []string{"TERM"}) {
+		t.Fatalf("the command did not get SIGTERM: %q", got)
+	}
+	out, _ := e.want(exitOK, "show", "settle", "2026-10-27", "--json")
+	var rec recordJSON
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != "failed" || rec.LastError == "" {
+		t.Fatalf("the interrupted attempt was not recorded as failed: %+v", rec)
+	}
+}
+
+func TestLsTableAndFilters(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitOK, runArgs()...)
+	e.want(exitFailed, "run", "--job", "other", "--tz", "UTC", "--max-attempts", "1", "--", "false")
+	out, _ := e.want(exitOK, "ls")
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "JOB") {
+		t.Fatalf("ls:\n%s", out)
+	}
+	// Aligned: every column starts at the same offset on every line.
+	col := strings.Index(lines[0], "STATUS")
+	for _, l := range lines[1:] {
+		if len(l) < col || l[col-1] != ' ' || l[col] == ' ' {
+			t.Errorf("column STATUS not aligned in:\n%s", out)
+		}
+	}
+	if !strings.Contains(lines[1], "other") || !strings.Contains(lines[1], "parked") || !strings.Contains(lines[2], "settle") {
+		t.Errorf("ls rows:\n%s", out)
+	}
+	out, _ = e.want(exitOK, "ls", "--job", "settle", "--json")
+	var recs []recordJSON
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].Job != "settle" || recs[0].Status != "done" || recs[0].Updated == nil || recs[0].RequestID == "" {
+		t.Fatalf("ls --job settle --json: %+v", recs)
+	}
+	out, _ = e.want(exitOK, "ls", "--status", "pending", "--json")
+	if strings.TrimSpace(out) != "[]" {
+		t.Errorf("ls --status pending --json with nothing pending: %q, want []", out)
+	}
+	e.want(exitUsage, "ls", "--status", "bogus")
+}
+
+func TestPrune(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitOK, runArgs("--since", "2026-10-01")...) // 27 days: 2026-10-01 .. 2026-10-27
+	if got := e.lines("out.txt"); len(got) != 27 {
+		t.Fatalf("backfill ran %d periods", len(got))
+	}
+	// Keep 10 days: the periods that ended by 2026-10-18T02:00 go.
+	out, _ := e.want(exitOK, "prune", "--job", "settle", "--keep", "10d", "--schedule", "daily", "--tz", "UTC", "--json")
+	var p pruneJSON
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("prune --json: %v\n%s", err, out)
+	}
+	// 2026-10-17 ended at 2026-10-18T00:00, more than 10 days before now.
+	if p.Through != "2026-10-17" || p.Deleted != 17 {
+		t.Fatalf("prune --keep 10d: %+v, want through 2026-10-17, 17 deleted", p)
+	}
+	out, _ = e.want(exitOK, "ls", "--job", "settle", "--json")
+	var recs []recordJSON
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 10 || recs[0].Period != "2026-10-18" {
+		t.Fatalf("after prune: %d records, first %+v", len(recs), recs[0])
+	}
+	// A pruned period counts as done.
+	out, _ = e.want(exitOK, "show", "settle", "2026-10-05")
+	if !strings.Contains(out, "status:       done") || !strings.Contains(out, "pruned") {
+		t.Errorf("show of a pruned period:\n%s", out)
+	}
+	out, _ = e.want(exitOK, "prune", "--job", "settle", "--through", "2026-10-20")
+	if !strings.Contains(out, "pruned 3 records through 2026-10-20") {
+		t.Errorf("prune --through: %q", out)
+	}
+
+	// An unsettled period refuses the prune.
+	e.want(exitFailed, "run", "--job", "broken", "--tz", "UTC", "--max-attempts", "1", "--", "false")
+	_, stderr := e.want(exitFailed, "prune", "--job", "broken", "--through", "2026-10-27")
+	if !strings.Contains(stderr, "prune refused") {
+		t.Errorf("prune of a parked period: %q", stderr)
+	}
+	e.want(exitUsage, "prune", "--job", "settle", "--keep", "10d")                               // no --schedule
+	e.want(exitUsage, "prune", "--job", "settle", "--keep", "10d", "--through", "2026-10-01")    // both
+	e.want(exitUsage, "prune", "--job", "settle", "--keep", "10d", "--schedule", "hourly")       // not the job's schedule
+	e.want(exitUsage, "prune", "--job", "settle", "--through", "2026-10", "--schedule", "daily") // not a daily period
+}
+
+func TestDoctor(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitOK, runArgs()...)
+	e.want(exitUnknown, "run", "--job", "pay", "--tz", "UTC", "--mode", "at-most-once", "--", "false")
+	out, _ := e.want(exitOK, "doctor", e.ledger)
+	for _, want := range []string{"journal mode wal", "idem schema version", "SQLite 3.", "1 unknown", "filesystem"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor on a good ledger lacks %q:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "error") {
+			t.Errorf("doctor on a good ledger: %s", line)
+		}
+	}
+	out, _ = e.want(exitOK, "doctor", "--json", e.ledger)
+	var rep doctorReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	if !rep.OK || len(rep.Findings) == 0 {
+		t.Errorf("doctor --json: %+v", rep)
+	}
+
+	bogus := filepath.Join(e.dir, "notes.txt")
+	content := []byte("this is not a database\n")
+	if err := os.WriteFile(bogus, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = e.want(exitFailed, "doctor", bogus)
+	if !strings.Contains(out, "not a SQLite database") {
+		t.Errorf("doctor on a text file:\n%s", out)
+	}
+	if b, _ := os.ReadFile(bogus); !bytes.Equal(b, content) {
+		t.Error("doctor changed the file")
+	}
+
+	missing := filepath.Join(e.dir, "missing.db")
+	out, _ = e.want(exitFailed, "doctor", missing)
+	if !strings.Contains(out, "no ledger at") {
+		t.Errorf("doctor on a missing file:\n%s", out)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Error("doctor created the missing ledger")
+	}
+	// The other commands do not create a ledger either.
+	e.ledger = missing
+	e.want(exitUsage, "ls")
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Error("ls created the missing ledger")
+	}
+}
+
+func TestLedgerFromEnvironment(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	cmd := e.command(append([]string{"run", "--job", "settle", "--tz", "UTC"}, appendLine...)...)
+	cmd.Env = append(cmd.Env, "IDEM_LEDGER="+e.ledger)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("run with $IDEM_LEDGER: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(e.ledger); err != nil {
+		t.Fatalf("$IDEM_LEDGER not used: %v", err)
+	}
+	e.want(exitDone, runArgs()...) // the same ledger through --ledger
+}
+
+func TestUsageErrors(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	for _, args := range [][]string{
+		{"run", "--job", "j", "--tz", "UTC"},                             // no command
+		{"run", "--tz", "UTC", "--", "true"},                             // no --job
+		{"run", "--job", "j", "--tz", "Mars/Olympus", "--", "true"},      // bad zone
+		{"run", "--job", "j", "--schedule", "fortnightly", "--", "true"}, // bad schedule
+		{"run", "--job", "j", "--mode", "exactly-once", "--", "true"},    // bad mode
+		{"run", "--job", "j", "--catch-up", "some", "--", "true"},        // bad policy
+		{"run", "--job", "j", "--catch-up", "none", "--since", "2026-10-01", "--", "true"},
+		{"run", "--job", "j", "--", "/no/such/command"},     // command not found
+		{"run", "--job", "j", "--bogus-flag", "--", "true"}, // unknown flag
+		{"resolve", "j", "2026-10-27"},                      // neither --done nor --retry
+		{"resolve", "j", "2026-10-27", "--done", "--retry"}, // both
+		{"show", "j"},  // one argument
+		{"frobnicate"}, // unknown command
+	} {
+		if _, stderr, code := e.idem(args...); code != exitUsage {
+			t.Errorf("idem %s: exit %d, want %d\n%s", strings.Join(args, " "), code, exitUsage, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "out.txt")); err == nil {
+		t.Error("a usage error ran the command")
+	}
+}
+
+func TestHelpDocumentsExitCodes(t *testing.T) {
+	e := newEnv(t, "")
+	out, _ := e.want(exitOK, "run", "--help")
+	for _, want := range []string{"0  ran", "1  failed", "2  usage", "3  already done", "4  busy", "5  unknown", "IDEM_PERIOD", "75"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("idem run --help lacks %q", want)
+		}
+	}
+}
+
+// TestPostgres runs the CLI against the Postgres ledger named by
+// $IDEM_TEST_PG_DSN (scripts/pg.sh starts a throwaway server), in a schema
+// of its own. The database keeps its own clock for leases, so only due
+// periods follow $IDEM_NOW here.
+func TestPostgres(t *testing.T) {
+	dsn := os.Getenv("IDEM_TEST_PG_DSN")
+	if dsn == "" {
+		t.Skip("no PostgreSQL: set IDEM_TEST_PG_DSN (eval \"$(scripts/pg.sh start)\" from the repository's root)")
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "idemcli_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		l, err := pgledger.Open(context.Background(), dsn, pgledger.WithSchema(schema))
+		if err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+			return
+		}
+		defer l.Close()
+		if _, err := l.Pool().Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+		}
+	})
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.pg = []string{"--postgres", dsn, "--postgres-schema", schema}
+
+	e.want(exitOK, runArgs()...)
+	e.want(exitDone, runArgs()...)
+	e.now = "2026-10-31T02:00:00Z"
+	e.want(exitOK, runArgs()...)
+	want := []string{"2026-10-27 1", "2026-10-28 1", "2026-10-29 1", "2026-10-30 1"}
+	if got := e.lines("out.txt"); !equal(got, want) {
+		t.Fatalf("out.txt = %q, want %q", got, want)
+	}
+
+	e.want(exitUnknown, "run", "--job", "pay", "--tz", "UTC", "--mode", "at-most-once", "--", "false")
+	out, _ := e.want(exitOK, "show", "pay", "2026-10-30", "--json")
+	var rec recordJSON
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != "unknown" {
+		t.Fatalf("pay: %+v", rec)
+	}
+	e.want(exitOK, "resolve", "pay", "2026-10-30", "--done")
+	e.want(exitDone, "run", "--job", "pay", "--tz", "UTC", "--mode", "at-most-once", "--", "false")
+
+	out, _ = e.want(exitOK, "prune", "--job", "settle", "--through", "2026-10-28", "--json")
+	var p pruneJSON
+	if err := json.Unmarshal([]byte(out), &p); err != nil || p.Deleted != 2 {
+		t.Fatalf("prune: %+v, %v", p, err)
+	}
+
+	if _, ok := any((*pgledger.Ledger)(nil)).(idem.Lister); !ok {
+		_, stderr := e.want(exitUsage, "ls")
+		if !strings.Contains(stderr, "cannot list") {
+			t.Errorf("ls on a store without List: %q", stderr)
+		}
+		return
+	}
+	out, _ = e.want(exitOK, "ls", "--json")
+	var recs []recordJSON
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 3 || recs[0].Job != "pay" || recs[1].Period != "2026-10-29" {
+		t.Fatalf("ls: %+v", recs)
+	}
+}

@@ -1,0 +1,478 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/spf13/cobra"
+)
+
+// recordJSON is a ledger record as `ls --json` and `show --json` print it.
+// Times are RFC 3339 in UTC; a time that is not set is left out.
+type recordJSON struct {
+	Job        string     `json:"job"`
+	Period     string     `json:"period"`
+	Status     string     `json:"status"`
+	Attempt    int64      `json:"attempt"`
+	Failures   int        `json:"failures"`
+	Owner      string     `json:"owner,omitempty"`
+	LeaseUntil *time.Time `json:"lease_until,omitempty"`
+	NotBefore  *time.Time `json:"not_before,omitempty"`
+	LastError  string     `json:"last_error,omitempty"`
+	Updated    *time.Time `json:"updated,omitempty"`
+	RequestID  string     `json:"request_id"`
+}
+
+func utcPtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func toJSON(r idem.Record) recordJSON {
+	return recordJSON{
+		Job: r.Key.Job, Period: r.Key.Period, Status: string(r.Status), Attempt: r.Attempt, Failures: r.Failures,
+		Owner: r.Owner, LeaseUntil: utcPtr(r.LeaseUntil), NotBefore: utcPtr(r.NotBefore), LastError: r.LastError,
+		Updated: utcPtr(r.Updated), RequestID: r.Key.RequestID(),
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// note says, for people, what a record's status means and what to do.
+func note(r idem.Record, now time.Time, hint string) string {
+	k := r.Key.Job + " " + r.Key.Period
+	withErr := func(s string) string {
+		if r.LastError != "" {
+			return s + ": " + r.LastError
+		}
+		return s
+	}
+	switch r.Status {
+	case idem.StatusRunning:
+		if now.Before(r.LeaseUntil) {
+			return "running (" + r.Owner + "), lease until " + fmtTime(r.LeaseUntil)
+		}
+		return "lease expired " + fmtTime(r.LeaseUntil) + ": the run died; the next run recovers it by its mode"
+	case idem.StatusFailed:
+		if now.Before(r.NotBefore) {
+			return withErr("backing off until " + fmtTime(r.NotBefore))
+		}
+		return withErr("the next run retries it")
+	case idem.StatusUnknown:
+		return withErr("check, then: idem resolve" + hint + " " + k + " --done|--retry")
+	case idem.StatusParked:
+		return withErr("fix, then: idem reset" + hint + " " + k)
+	case idem.StatusSkipped:
+		return r.LastError
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// openForOps opens an existing ledger for ls, show, resolve, reset, prune.
+func openForOps(cmd *cobra.Command) (*ledger, idem.Clock, error) {
+	clk, err := clock()
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := openLedger(cmd.Context(), cmd, clk, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, clk, nil
+}
+
+var statusNames = []string{"running", "failed", "done", "unknown", "parked", "skipped", "pending"}
+
+func newLsCmd() *cobra.Command {
+	var job, status string
+	var asJSON bool
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "ls [--job JOB] [--status STATUS] [--json]",
+		Short: "List the periods in the ledger and their status",
+		Long: `List the ledger's records, by job and period.
+
+Statuses:
+  running  an attempt holds the period (if its lease expired, it died: the
+           next run recovers it)
+  failed   the last attempt failed; the next run after its backoff retries
+  done     the work is done; the period never runs again
+  unknown  an at-most-once attempt may or may not have done its work:
+           check, then 'idem resolve JOB PERIOD --done' or '--retry'
+  parked   the period failed --max-attempts times: fix the cause, then
+           'idem reset JOB PERIOD'
+  skipped  settled without running (--catch-up latest)
+--status pending lists running and failed together.
+
+Periods pruned with 'idem prune' are no longer listed (they count as done).
+
+Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
+		Example: `  idem ls --status unknown
+  idem ls --job settle --json | jq -r '.[] | select(.status == "parked") | .period'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f := idem.Filter{Job: job, Limit: limit}
+			switch status {
+			case "", "pending":
+			case "running", "failed", "done", "unknown", "parked", "skipped":
+				f.Status = idem.Status(status)
+			default:
+				return usageError(fmt.Errorf("--status %q: use one of %s", status, strings.Join(statusNames, ", ")))
+			}
+			if status == "pending" && limit > 0 {
+				return usageError(errors.New("--limit cannot be combined with --status pending"))
+			}
+			l, clk, err := openForOps(cmd)
+			if err != nil {
+				return err
+			}
+			defer l.close()
+			lst, ok := l.store.(idem.Lister)
+			if !ok {
+				return usageError(fmt.Errorf("%s cannot list its records (it does not implement idem.Lister)", l.desc))
+			}
+			recs, err := lst.List(cmd.Context(), f)
+			if err != nil {
+				return fail(exitFailed, "%w", err)
+			}
+			if status == "pending" {
+				kept := recs[:0]
+				for _, r := range recs {
+					if r.Status == idem.StatusRunning || r.Status == idem.StatusFailed {
+						kept = append(kept, r)
+					}
+				}
+				recs = kept
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				list := make([]recordJSON, 0, len(recs))
+				for _, r := range recs {
+					list = append(list, toJSON(r))
+				}
+				return writeJSON(out, list)
+			}
+			if len(recs) == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "no records match")
+				return nil
+			}
+			hint := ledgerHint(cmd)
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "JOB\tPERIOD\tSTATUS\tATTEMPT\tFAILURES\tUPDATED\tNOTE")
+			for _, r := range recs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Key.Job, r.Key.Period, r.Status, r.Attempt, r.Failures,
+					fmtTime(r.Updated), truncate(note(r, clk.Now(), hint), 100))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&job, "job", "", "only this job")
+	cmd.Flags().StringVar(&status, "status", "", "only this status: "+strings.Join(statusNames, ", "))
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many records (0 = all)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array, for scripts")
+	return cmd
+}
+
+func newShowCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show JOB PERIOD [--json]",
+		Short: "Show one period's record: attempts, failures, last error, lease, backoff",
+		Long: `Show everything the ledger knows of one period of a job: its status,
+attempt number, consecutive failures, last error, the lease owner (host:pid)
+and until when the lease holds, the backoff's not-before time, when the
+record last changed, and the request id the command got as $IDEM_REQUEST_ID.
+
+Period names are as 'idem ls' and $IDEM_PERIOD show them: 2026-10-27,
+2026-W44, 2026-10, 2026-10-27T05:00Z.
+
+Exit status: 0 shown, 1 no such record, 2 usage error or no ledger.`,
+		Example: `  idem show settle 2026-10-27
+  idem show settle 2026-10-27 --json | jq .status`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key := idem.Key{Job: args[0], Period: args[1]}
+			if err := key.Validate(); err != nil {
+				return usageError(err)
+			}
+			l, clk, err := openForOps(cmd)
+			if err != nil {
+				return err
+			}
+			defer l.close()
+			rec, ok, err := l.store.Lookup(cmd.Context(), key)
+			if err != nil {
+				return fail(exitFailed, "%w", err)
+			}
+			if !ok {
+				return fail(exitFailed, "%s %s: no record in %s: it has not run (check the names with 'idem ls --job %s')",
+					key.Job, key.Period, l.desc, shellQuote(key.Job))
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return writeJSON(out, toJSON(rec))
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			owner := rec.Owner
+			if owner == "" {
+				owner = "-"
+			}
+			lastErr := rec.LastError
+			if lastErr == "" {
+				lastErr = "-"
+			}
+			for _, row := range [][2]string{
+				{"job", rec.Key.Job},
+				{"period", rec.Key.Period},
+				{"status", string(rec.Status)},
+				{"attempt", fmt.Sprint(rec.Attempt)},
+				{"failures", fmt.Sprint(rec.Failures)},
+				{"last error", lastErr},
+				{"lease owner", owner},
+				{"lease until", fmtTime(rec.LeaseUntil)},
+				{"not before", fmtTime(rec.NotBefore)},
+				{"updated", fmtTime(rec.Updated)},
+				{"request id", rec.Key.RequestID()},
+			} {
+				fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
+			}
+			if rec.Status == idem.StatusDone && rec.Attempt == 0 && rec.Updated.IsZero() {
+				fmt.Fprintf(tw, "note:\t%s\n", "pruned: at or before the job's prune horizon, it counts as done forever")
+			} else if n := note(rec, clk.Now(), ledgerHint(cmd)); n != "" && n != rec.LastError {
+				fmt.Fprintf(tw, "note:\t%s\n", n)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object, for scripts")
+	return cmd
+}
+
+func newResolveCmd() *cobra.Command {
+	var done, retry bool
+	cmd := &cobra.Command{
+		Use:   "resolve JOB PERIOD --done|--retry",
+		Short: "Settle a period whose outcome is unknown: it did happen (--done) or it did not (--retry)",
+		Long: `Settle a period by hand, after checking what really happened.
+
+A period becomes unknown in --mode at-most-once when the command failed or
+idem was killed while it ran: idem cannot tell whether the work happened,
+and will not run it again on its own. Look at the command's own records
+(its output, the database it writes, the mails it sent), then:
+
+  --done    the work did happen: mark the period done; it never runs again
+  --retry   the work did not happen: the next 'idem run' runs it again
+            (failure count cleared)
+
+It refuses a period that is done, or that a live run holds.
+
+Exit status: 0 resolved, 1 refused, 2 usage error or no ledger.`,
+		Example: `  idem resolve pay 2026-10-27 --done
+  idem resolve pay 2026-10-27 --retry`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key := idem.Key{Job: args[0], Period: args[1]}
+			if err := key.Validate(); err != nil {
+				return usageError(err)
+			}
+			to, what := idem.ResolveDone, "done"
+			if retry {
+				to, what = idem.ResolveRetry, "to be retried by the next run"
+			}
+			l, _, err := openForOps(cmd)
+			if err != nil {
+				return err
+			}
+			defer l.close()
+			if err := l.store.Resolve(cmd.Context(), key, to); err != nil {
+				return fail(exitFailed, "%w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: resolved, %s\n", key.Job, key.Period, what)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&done, "done", false, "the work happened: mark the period done")
+	cmd.Flags().BoolVar(&retry, "retry", false, "the work did not happen: let the next run run it")
+	cmd.MarkFlagsMutuallyExclusive("done", "retry")
+	cmd.MarkFlagsOneRequired("done", "retry")
+	return cmd
+}
+
+func newResetCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "reset JOB PERIOD",
+		Short: "Un-park a period that gave up (or cut a backoff short), so the next run retries it",
+		Long: `Make a parked period runnable again: the next 'idem run' runs it, with its
+failure count cleared. A period is parked after --max-attempts failures;
+fix the cause first.
+
+It also works on a failed period that is backing off (retry now), but not
+on an unknown one: whether its work happened is a decision, made with
+'idem resolve --done' or '--retry'.
+
+Exit status: 0 reset, 1 refused, 2 usage error or no ledger.`,
+		Example: `  idem reset report 2026-10-27`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key := idem.Key{Job: args[0], Period: args[1]}
+			if err := key.Validate(); err != nil {
+				return usageError(err)
+			}
+			l, _, err := openForOps(cmd)
+			if err != nil {
+				return err
+			}
+			defer l.close()
+			ctx := cmd.Context()
+			rec, ok, err := l.store.Lookup(ctx, key)
+			switch {
+			case err != nil:
+				return fail(exitFailed, "%w", err)
+			case !ok:
+				return fail(exitFailed, "%s %s: no record: it has not run, nothing to reset", key.Job, key.Period)
+			case rec.Status == idem.StatusUnknown:
+				return fail(exitFailed, "%s %s is unknown, not parked: check whether its work happened, then 'idem resolve%s %s %s --done' or '--retry'",
+					key.Job, key.Period, ledgerHint(cmd), key.Job, key.Period)
+			case rec.Status != idem.StatusParked && rec.Status != idem.StatusFailed:
+				return fail(exitFailed, "%s %s is %s, not parked: nothing to reset", key.Job, key.Period, rec.Status)
+			}
+			if err := l.store.Resolve(ctx, key, idem.ResolveRetry); err != nil {
+				return fail(exitFailed, "%w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: reset (was %s); the next run retries it\n", key.Job, key.Period, rec.Status)
+			return nil
+		},
+	}
+	return cmd
+}
+
+type pruneJSON struct {
+	Job     string `json:"job"`
+	Through string `json:"through"`
+	Deleted int64  `json:"deleted"`
+}
+
+func newPruneCmd() *cobra.Command {
+	var job, keep, through, schedule, tz string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "prune --job JOB (--keep DURATION --schedule S --tz ZONE | --through PERIOD)",
+		Short: "Delete the records of old, settled periods, without ever letting them run again",
+		Long: `Delete the done and skipped records of a job's old periods, to keep the
+ledger small. The job remembers how far it was pruned: a pruned period
+counts as done forever, so pruning never makes an old period run again.
+
+  --keep DURATION   prune the periods that ENDED more than DURATION ago
+                    (90d, 2w, 36h). Needs the job's --schedule and --tz, as
+                    given to 'idem run'. If catch-up has not settled that far
+                    yet, prunes up to where it has.
+  --through PERIOD  prune every period up to and including PERIOD.
+
+It refuses to prune a period that is not settled (running, failed, unknown,
+parked: resolve or reset it first), or past the periods catch-up has settled.
+
+Exit status: 0 pruned (perhaps nothing), 1 refused, 2 usage error or no
+ledger.`,
+		Example: `  # daily, from cron: keep 90 days of history
+  30 3 * * * idem prune --job settle --keep 90d --schedule daily --tz Asia/Shanghai
+  idem prune --job settle --through 2026-06-30`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := (idem.Key{Job: job, Period: "-"}).Validate(); err != nil {
+				return usageError(fmt.Errorf("--job %q: %w", job, err))
+			}
+			var sched idem.Schedule
+			if schedule != "" {
+				loc, err := loadZone(tz)
+				if err != nil {
+					return usageError(err)
+				}
+				if sched, err = parseSchedule(schedule, loc); err != nil {
+					return usageError(err)
+				}
+			} else if keep != "" {
+				return usageError(errors.New("--keep needs the job's --schedule (and --tz), as given to idem run"))
+			}
+			l, clk, err := openForOps(cmd)
+			if err != nil {
+				return err
+			}
+			defer l.close()
+			ctx := cmd.Context()
+			js, err := l.store.Job(ctx, job)
+			if err != nil {
+				return fail(exitFailed, "%w", err)
+			}
+			if sched != nil && js.Cursor != "" {
+				if _, err := sched.Parse(js.Cursor); err != nil {
+					return usageError(fmt.Errorf("job %s has periods like %q, which are not periods of --schedule %s: is it the job's schedule?", job, js.Cursor, sched))
+				}
+			}
+			if keep != "" {
+				d, err := parseDuration(keep)
+				if err != nil {
+					return usageError(fmt.Errorf("--keep: %w", err))
+				}
+				through = idem.LastPeriod(sched, clk.Now().Add(-d)).Name
+				if js.Cursor != "" && through > js.Cursor {
+					through = js.Cursor // catch-up has not settled further; prune what it has
+				}
+			} else if sched != nil {
+				if _, err := sched.Parse(through); err != nil {
+					return usageError(fmt.Errorf("--through: %w", err))
+				}
+			}
+			if err := (idem.Key{Job: job, Period: through}).Validate(); err != nil {
+				return usageError(fmt.Errorf("--through: %w", err))
+			}
+			n, err := l.store.Prune(ctx, job, through)
+			if err != nil {
+				return fail(exitFailed, "%w", err)
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), pruneJSON{Job: job, Through: through, Deleted: n})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: pruned %d records through %s\n", job, n, through)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&job, "job", "", "the job to prune (required)")
+	f.StringVar(&keep, "keep", "", "keep the periods that ended less than this long ago (90d, 2w, 36h)")
+	f.StringVar(&through, "through", "", "prune the periods up to and including this one")
+	f.StringVar(&schedule, "schedule", "", "the job's schedule, as given to idem run (needed by --keep)")
+	f.StringVar(&tz, "tz", "Local", "the job's time zone, as given to idem run")
+	f.BoolVar(&asJSON, "json", false, "print a JSON object, for scripts")
+	_ = cmd.MarkFlagRequired("job")
+	cmd.MarkFlagsOneRequired("keep", "through")
+	cmd.MarkFlagsMutuallyExclusive("keep", "through")
+	return cmd
+}

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/spf13/cobra"
+)
+
+const runLong = `Run COMMAND once for every business period that is due and not done yet.
+
+Put 'idem run' in front of the command in your crontab, systemd service or
+Kubernetes CronJob. However often it is triggered (a duplicate cron line, a
+timer catching up, a re-created Pod, a manual re-run), COMMAND runs once per
+period; periods missed while the host was down run in order, oldest first.
+
+A period is due once it has ENDED in --tz: with --schedule daily, a run at
+02:00 on 28 October does the period 2026-10-27. COMMAND gets the period in
+its environment and must do the work FOR that period, not "for now":
+
+  IDEM_JOB           the --job name
+  IDEM_PERIOD        the period's name: 2026-10-27 (daily), 2026-W44 (weekly),
+                     2026-10 (monthly), 2026-10-27T05:00Z (hourly and cron:
+                     the period's start in UTC)
+  IDEM_PERIOD_START  the period's first instant, RFC 3339 in --tz
+  IDEM_PERIOD_END    the instant the period ends (exclusive), RFC 3339 in --tz
+  IDEM_ATTEMPT       the attempt number; higher for every new attempt
+  IDEM_REQUEST_ID    an id that is the same for every attempt of the period:
+                     hand it to APIs that take an idempotency key
+
+COMMAND's stdin, stdout and stderr are idem's. SIGTERM and SIGINT are
+forwarded to it; idem then records how it ended and starts nothing new.
+
+COMMAND's exit status:
+  0    success: the period is done and never runs again
+  75   (EX_TEMPFAIL) nothing happened, safe to retry: retried in both modes
+  else failure: retried after a backoff (1s, 2s, 4s... at most 1m), up to
+       --max-attempts attempts in all, then the period is parked until
+       'idem reset'. With --mode at-most-once the period becomes unknown
+       instead: it may have half-happened, and a person must decide with
+       'idem resolve'.
+
+Modes (--mode):
+  at-least-once  (default) an attempt that failed or was killed is run again.
+                 Use it when running COMMAND twice for a period is harmless
+                 (it recomputes and overwrites the period's results).
+  at-most-once   COMMAND never runs twice for a period: a failure (other than
+                 exit 75) or a kill leaves the period unknown until
+                 'idem resolve JOB PERIOD --done|--retry'.
+
+A killed idem (SIGKILL, power loss) leaves its period "running" until the
+lease (--lease, default 1m) expires; until then other runs exit 4 (busy).
+Afterwards at-least-once runs it again and at-most-once reports it unknown.
+
+Catch-up (--catch-up):
+  all     run every due period not done yet, oldest first, at most --max per
+          call (the rest is left for the next call). A new job starts with
+          the latest due period, or at --since. (default)
+  latest  run only the newest due period; older missed ones are recorded as
+          skipped.
+  none    run only the latest due period, never any other: no backfill.
+A failing period stops the catch-up; later periods wait for it.
+
+Exit status of 'idem run':
+  0  ran: at least one period ran now, and every due period is settled
+  1  failed: COMMAND failed (it is backing off, or gave up and is parked),
+     or idem was stopped by a signal
+  2  usage or setup error: bad flags, unknown zone or schedule, COMMAND not
+     found, ledger cannot be opened
+  3  already done: nothing was due (use --ok-if-done to exit 0 instead)
+  4  busy: another run holds a period now (it is running, or was killed
+     less than --lease ago)
+  5  unknown: a period's outcome is unknown; run 'idem resolve'
+
+The ledger is --ledger PATH, else --postgres DSN, else $IDEM_POSTGRES, else
+$IDEM_LEDGER, else $XDG_STATE_HOME/idem/ledger.db or
+~/.local/state/idem/ledger.db. A SQLite ledger must be on a local disk of the
+one host that runs the job ('idem doctor' checks); jobs on several hosts need
+--postgres.`
+
+const runExample = `  # crontab: settle yesterday (Shanghai time) at 02:00; runs missed days too
+  0 2 * * * idem run --ledger /var/lib/idem/ledger.db --job settle --tz Asia/Shanghai -- /opt/settle.sh
+
+  # an hourly export that must never run twice
+  5 * * * * idem run --job export --schedule hourly --tz UTC --mode at-most-once -- /opt/export.sh
+
+  # periods of a cron expression (every 15 minutes), backfilling from 1 October
+  idem run --job sync --schedule "*/15 * * * *" --tz Europe/Berlin --since 2026-10-01 -- ./sync.sh`
+
+type runOptions struct {
+	job, schedule, tz, catchUp, mode, since string
+	max, maxAttempts                        int
+	lease, backoff                          time.Duration
+	okIfDone, verbose                       bool
+}
+
+func newRunCmd() *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:     "run --job NAME [flags] -- COMMAND [ARGS...]",
+		Short:   "Run a command once per due business period (the thing to put in crontab)",
+		Long:    runLong,
+		Example: runExample,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError(errors.New("no command to run: put it after --, e.g. idem run --job settle -- /opt/settle.sh"))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runRun(cmd, o, args) },
+	}
+	f := cmd.Flags()
+	f.SetInterspersed(false) // everything from COMMAND on is COMMAND's
+	f.StringVar(&o.job, "job", "", "the job's name; the ledger keeps its periods under it (required)")
+	f.StringVar(&o.schedule, "schedule", "daily", `the business periods: daily, hourly, weekly (ISO weeks), monthly, or a 5-field cron expression such as "30 2 * * *" whose slots start the periods`)
+	f.StringVar(&o.tz, "tz", "Local", "the time zone the periods are cut in (IANA name: Asia/Shanghai, America/New_York, UTC); Local is the host's zone, usually UTC in containers")
+	f.StringVar(&o.catchUp, "catch-up", "all", "which due periods to run: all (missed ones too, oldest first), latest (only the newest; older ones are recorded as skipped), none (only the latest due period, no backfill)")
+	f.IntVar(&o.max, "max", idem.DefaultMaxPeriods, "with --catch-up all: run at most this many periods per call, leaving the rest for the next call (0 = no limit)")
+	f.StringVar(&o.mode, "mode", "at-least-once", "what to do with an attempt that failed or was killed: at-least-once (run it again) or at-most-once (never run twice; leave it unknown for 'idem resolve')")
+	f.DurationVar(&o.lease, "lease", idem.DefaultLease, "how long a killed run keeps its period before another run may take it over; a live run renews it every third of it")
+	f.StringVar(&o.since, "since", "", "for a job that has never run: catch up from the period containing this date (2026-10-01, 2026-10-01T02:00 in --tz, or RFC 3339) instead of only the latest due period")
+	f.IntVar(&o.maxAttempts, "max-attempts", 5, "attempts of a failing period (in this run and later ones) before it is parked until 'idem reset'")
+	f.DurationVar(&o.backoff, "backoff", time.Second, "wait before retrying a failed attempt; doubles each time (with random jitter), at most 1m or this value if larger")
+	f.BoolVar(&o.okIfDone, "ok-if-done", false, "exit 0 instead of 3 when nothing was due (for systemd and Kubernetes, which count any non-zero exit as a failure)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "report every period on stderr, not only failures (by default a successful run prints nothing, so cron sends no mail)")
+	_ = cmd.MarkFlagRequired("job")
+	return cmd
+}
+
+func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
+	stderr := cmd.ErrOrStderr()
+	if err := (idem.Key{Job: o.job, Period: "-"}).Validate(); err != nil {
+		return usageError(fmt.Errorf("--job %q: %w", o.job, err))
+	}
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		return usageError(fmt.Errorf("command %q: %w", argv[0], err))
+	}
+	loc, err := loadZone(o.tz)
+	if err != nil {
+		return usageError(err)
+	}
+	sched, err := parseSchedule(o.schedule, loc)
+	if err != nil {
+		return usageError(err)
+	}
+	var opts []idem.Option
+	switch o.mode {
+	case "at-least-once", "atleastonce":
+		opts = append(opts, idem.AtLeastOnce())
+	case "at-most-once", "atmostonce":
+		opts = append(opts, idem.AtMostOnce())
+	default:
+		return usageError(fmt.Errorf("--mode %q: use at-least-once or at-most-once", o.mode))
+	}
+	if o.lease <= 0 {
+		return usageError(fmt.Errorf("--lease %v: must be positive", o.lease))
+	}
+	if o.maxAttempts < 1 {
+		return usageError(fmt.Errorf("--max-attempts %d: must be at least 1", o.maxAttempts))
+	}
+	if o.backoff < 0 {
+		return usageError(fmt.Errorf("--backoff %v: must not be negative", o.backoff))
+	}
+	switch o.catchUp {
+	case "all":
+		opts = append(opts, idem.CatchUpAll(o.max))
+	case "latest", "none":
+		if cmd.Flags().Changed("max") {
+			return usageError(fmt.Errorf("--max applies to --catch-up all only"))
+		}
+		if o.catchUp == "latest" {
+			opts = append(opts, idem.CatchUpLatest())
+		}
+	default:
+		return usageError(fmt.Errorf("--catch-up %q: use all, latest or none", o.catchUp))
+	}
+	if o.since != "" {
+		if o.catchUp == "none" {
+			return usageError(fmt.Errorf("--since needs --catch-up all or latest"))
+		}
+		t, err := parseTime(o.since, loc)
+		if err != nil {
+			return usageError(fmt.Errorf("--since: %w", err))
+		}
+		opts = append(opts, idem.Since(t))
+	}
+	clk, err := clock()
+	if err != nil {
+		return err
+	}
+	opts = append(opts,
+		idem.WithLease(o.lease),
+		idem.WithBackoff(idem.WithMaxAttempts(o.maxAttempts,
+			idem.WithFullJitter(idem.WithCap(max(time.Minute, o.backoff), idem.Exponential(o.backoff))))),
+		idem.WithClock(clk))
+	if o.verbose {
+		// Retried failures and lost leases, which the summary lines do not show.
+		opts = append(opts, idem.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	}
+
+	ctx, cancel := context.WithCancelCause(cmd.Context())
+	defer cancel(nil)
+	sup := &supervisor{argv: argv, stdin: cmd.InOrStdin(), stdout: cmd.OutOrStdout(), stderr: stderr, cancel: cancel}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go sup.watch(sigs)
+	defer func() {
+		signal.Stop(sigs)
+		close(sigs)
+	}()
+
+	l, err := openLedger(ctx, cmd, clk, true)
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	store := detached{l.store}
+	rep := reporter{w: stderr, job: o.job, verbose: o.verbose, hint: ledgerHint(cmd)}
+
+	var periods []idem.PeriodResult
+	var runErr error
+	if o.catchUp == "none" {
+		p := idem.LastPeriod(sched, clk.Now())
+		var r idem.Result
+		err := idem.RunWith(ctx, store, idem.Key{Job: o.job, Period: p.Name},
+			func(ctx context.Context) error { return sup.run(ctx, p) }, append(opts, idem.ReportTo(&r))...)
+		pr := idem.PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
+		rep.period(pr)
+		periods = []idem.PeriodResult{pr}
+	} else {
+		opts = append(opts, idem.OnPeriod(rep.period))
+		res, err := idem.CatchUp(ctx, store, o.job, sched, sup.run, opts...)
+		periods, runErr = res.Periods, err
+		if err != nil && len(res.Periods) == 0 {
+			return usageError(err) // the job's state cannot be read, or its cursor does not fit --schedule
+		}
+		if res.Deferred > 0 && err == nil {
+			fmt.Fprintf(stderr, "idem: %s: %d more due periods left for the next run (--max %d)\n", o.job, res.Deferred, o.max)
+		}
+	}
+	if len(periods) == 0 && o.verbose {
+		fmt.Fprintf(stderr, "idem: %s: nothing due (schedule %s)\n", o.job, sched)
+	}
+	code := exitCode(periods)
+	if runErr != nil && (code == exitOK || code == exitDone) {
+		// The periods are fine but the ledger failed afterwards (moving the
+		// catch-up cursor): say so.
+		return &exitError{code: exitFailed, err: runErr}
+	}
+	if code == exitDone && o.okIfDone {
+		code = exitOK
+	}
+	if code != exitOK {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+// exitCode sums up the periods of a run: the most urgent problem wins
+// (unknown, then failed, then busy); otherwise 0 if one ran, 3 if none did.
+func exitCode(periods []idem.PeriodResult) int {
+	rank := func(code int) int {
+		return map[int]int{exitDone: 0, exitOK: 1, exitBusy: 2, exitFailed: 3, exitUnknown: 4}[code]
+	}
+	code := exitDone
+	for _, p := range periods {
+		c := exitFailed
+		switch p.Outcome {
+		case idem.Ran, idem.Recovered:
+			c = exitOK
+		case idem.AlreadyDone, idem.Skipped:
+			c = exitDone
+		case idem.Unknown:
+			c = exitUnknown
+		case idem.InProgress, idem.LeaseLost:
+			c = exitBusy
+		}
+		if p.Err != nil && (c == exitOK || c == exitDone) {
+			c = exitFailed
+		}
+		if rank(c) > rank(code) {
+			code = c
+		}
+	}
+	return code
+}
+
+// ledgerHint is the ledger flag to repeat in the commands idem suggests.
+func ledgerHint(cmd *cobra.Command) string {
+	if p, _ := cmd.Flags().GetString("ledger"); p != "" {
+		return " --ledger " + shellQuote(p)
+	}
+	if d, _ := cmd.Flags().GetString("postgres"); d != "" {
+		return " --postgres DSN"
+	}
+	return ""
+}
+
+// shellQuote quotes s for a shell if it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@+,%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// reporter prints what happened to each period on stderr: failures always,
+// successes with --verbose.
+type reporter struct {
+	w       io.Writer
+	job     string
+	verbose bool
+	hint    string
+}
+
+func (r reporter) period(pr idem.PeriodResult) {
+	name := r.job + " " + pr.Period.Name
+	var ie *idem.Error
+	_ = errors.As(pr.Err, &ie)
+	cause := func() string {
+		var err error
+		switch {
+		case ie != nil:
+			err = ie.Err
+		default:
+			err = pr.Err
+		}
+		if err == nil {
+			return ""
+		}
+		return ": " + strings.ReplaceAll(err.Error(), "\n", "; ")
+	}
+	attempt := ""
+	if ie != nil && ie.Attempt > 0 {
+		attempt = fmt.Sprintf(" (attempt %d)", ie.Attempt)
+	}
+	switch pr.Outcome {
+	case idem.Ran, idem.Recovered, idem.AlreadyDone, idem.Skipped:
+		if r.verbose && pr.Err == nil {
+			fmt.Fprintf(r.w, "idem: %s: %s\n", name, strings.ReplaceAll(pr.Outcome.String(), "_", " "))
+		}
+		if pr.Err == nil {
+			return
+		}
+		fmt.Fprintf(r.w, "idem: %s: %v\n", name, pr.Err)
+	case idem.InProgress:
+		holder := ""
+		if ie != nil && ie.Holder != "" {
+			holder = " (" + ie.Holder + ")"
+		}
+		fmt.Fprintf(r.w, "idem: %s: busy: another run holds this period%s; nothing was started. A run that was killed holds it until its lease expires.\n", name, holder)
+	case idem.Unknown:
+		fmt.Fprintf(r.w, "idem: %s: outcome unknown%s%s\n  The command may or may not have done its work. Check, then run\n    idem resolve%s %s %s --done    if it did\n    idem resolve%s %s %s --retry   if it did not\n",
+			name, attempt, cause(), r.hint, r.job, pr.Period.Name, r.hint, r.job, pr.Period.Name)
+	case idem.BackingOff:
+		until := ""
+		if ie != nil && !ie.NotBefore.IsZero() {
+			until = " until " + ie.NotBefore.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(r.w, "idem: %s: failed%s, backing off%s%s\n  A run after that time retries it; 'idem reset%s %s %s' allows it now.\n",
+			name, attempt, until, cause(), r.hint, r.job, pr.Period.Name)
+	case idem.GaveUp:
+		fmt.Fprintf(r.w, "idem: %s: gave up%s, parked%s\n  Fix the cause, then run: idem reset%s %s %s\n",
+			name, attempt, cause(), r.hint, r.job, pr.Period.Name)
+	case idem.LeaseLost:
+		fmt.Fprintf(r.w, "idem: %s: lease lost%s: this run stalled longer than --lease and a newer run took the period over%s\n", name, attempt, cause())
+	default:
+		fmt.Fprintf(r.w, "idem: %s: failed%s%s\n", name, attempt, cause())
+	}
+}

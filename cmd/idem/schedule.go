@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cron"
+)
+
+// loadZone loads --tz: an IANA zone name, "UTC" or "Local".
+func loadZone(name string) (*time.Location, error) {
+	if name == "" {
+		name = "Local"
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, fmt.Errorf("--tz %q: not a time zone (use an IANA name like Europe/Berlin, America/New_York, UTC): %w", name, err)
+	}
+	return loc, nil
+}
+
+// parseSchedule turns --schedule into a schedule in loc: daily, hourly,
+// weekly, monthly, or a cron expression.
+func parseSchedule(spec string, loc *time.Location) (idem.Schedule, error) {
+	switch strings.ToLower(strings.TrimSpace(spec)) {
+	case "daily", "day":
+		return idem.Daily(loc), nil
+	case "hourly", "hour":
+		return idem.Hourly(loc), nil
+	case "weekly", "week":
+		return idem.Weekly(loc), nil
+	case "monthly", "month":
+		return idem.Monthly(loc), nil
+	case "":
+		return nil, fmt.Errorf("--schedule is empty: use daily, hourly, weekly, monthly or a cron expression like \"30 2 * * *\"")
+	}
+	s, err := cron.New(spec, loc)
+	if err != nil {
+		return nil, fmt.Errorf("--schedule %q: not daily, hourly, weekly, monthly or a valid 5-field cron expression: %w", spec, err)
+	}
+	return s, nil
+}
+
+// parseDuration is time.ParseDuration that also accepts whole days and
+// weeks ("90d", "2w"), for --keep.
+func parseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	for suffix, unit := range map[string]time.Duration{"d": 24 * time.Hour, "w": 7 * 24 * time.Hour} {
+		if n, ok := strings.CutSuffix(s, suffix); ok {
+			v, err := strconv.ParseFloat(n, 64)
+			if err != nil || v < 0 {
+				return 0, fmt.Errorf("invalid duration %q (use e.g. 90d, 2w, 36h, 30m)", s)
+			}
+			return time.Duration(v * float64(unit)), nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("invalid duration %q (use e.g. 90d, 2w, 36h, 30m)", s)
+	}
+	return d, nil
+}
+
+// parseTime reads --since: a date (2026-10-01) or a local time
+// (2026-10-01T02:00) in loc, or an RFC 3339 instant.
+func parseTime(s string, loc *time.Location) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"2006-01-02", "2006-01-02T15:04", "2006-01-02 15:04"} {
+		if t, err := time.ParseInLocation(layout, s, loc); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("invalid time %q (use a date like 2026-10-01, a local time like 2026-10-01T02:00, or RFC 3339)", s)
+}
