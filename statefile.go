@@ -328,6 +328,19 @@ func (s *StateFile) lockFile() (unlock func(), err error) {
 	return func() { f.Close() }, nil
 }
 
+// readLocked takes the file-wide lock and reads the file under it; the
+// caller writes (if at all) and then calls unlock.
+func (s *StateFile) readLocked() (doc *stateDoc, unlock func(), err error) {
+	if unlock, err = s.lockFile(); err != nil {
+		return nil, nil, err
+	}
+	if doc, err = s.read(); err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return doc, unlock, nil
+}
+
 // periodShape is a period's pattern of digits: periods of one job must
 // share it, so that string order is time order ("2026-9-30" would sort
 // after "2026-10-01").
@@ -417,14 +430,11 @@ func (s *StateFile) Claim(ctx context.Context, req ClaimRequest) (Claim, error) 
 		}
 	}()
 	// Under the locks, read again: the last holder may have just finished.
-	unlock, err := s.lockFile()
+	doc, unlock, err := s.readLocked()
 	if err != nil {
 		return Claim{}, err
 	}
 	defer unlock()
-	if doc, err = s.read(); err != nil {
-		return Claim{}, err
-	}
 	st := doc.Jobs[key.Job]
 	if st == nil {
 		st = &jobState{Status: StatusDone}
@@ -494,15 +504,11 @@ func (s *StateFile) Finish(ctx context.Context, key Key, attempt int64, end End)
 	// The attempt is over whether or not the write succeeds (a failed write
 	// leaves the file as it was: the next Run finds the attempt died).
 	defer s.release(key.Job)
-	unlock, err := s.lockFile()
+	doc, unlock, err := s.readLocked()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	doc, err := s.read()
-	if err != nil {
-		return err
-	}
 	prev := doc.Jobs[key.Job]
 	next := jobState{Status: StatusDone}
 	if prev != nil {
@@ -561,15 +567,11 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 		return fmt.Errorf("%w: %s: an attempt holds the job's lock", ErrNotResolvable, key)
 	}
 	defer f.Close()
-	unlock, err := s.lockFile()
+	doc, unlock, err := s.readLocked()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	doc, err := s.read()
-	if err != nil {
-		return err
-	}
 	st := doc.Jobs[key.Job]
 	if st == nil {
 		st = &jobState{Status: StatusDone}
