@@ -56,6 +56,9 @@ func Start(t testing.TB, arg string, child func(arg string)) *Child {
 	c.cmd.Env = append(os.Environ(), envChild+"="+t.Name(), envArg+"="+arg)
 	c.cmd.Stdout = &c.out
 	c.cmd.Stderr = &c.out
+	// The child dies with this process: a test binary that times out or is
+	// killed must not leave workers running.
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
 		t.Fatalf("idemtest: start child: %v", err)
 	}
