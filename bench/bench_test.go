@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"os"
+	"testing"
+)
+
+// TestComparisons runs every comparison on a few keys, one measured round
+// each, and checks that both sides did their work and reported a
+// throughput. It asserts nothing about speed. The pg_ comparisons run when
+// $IDEM_TEST_PG_DSN names a database; otherwise they are skipped.
+func TestComparisons(t *testing.T) {
+	for _, c := range comparisons {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := config{n: 5, rounds: 1, side: "both", other: c.other}
+			if dsn := os.Getenv("IDEM_TEST_PG_DSN"); dsn != "" {
+				cfg.pg = newPGProvider(dsn)
+			}
+			res, err := c.run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.skipped != "" {
+				t.Skip(res.skipped)
+			}
+			if res.idem <= 0 || res.other <= 0 {
+				t.Fatalf("throughputs: idem %v, %s %v", res.idem, c.other, res.other)
+			}
+			if res.idemOps <= 0 || res.otherOps <= 0 {
+				t.Fatalf("operations: idem %d, %s %d", res.idemOps, c.other, res.otherOps)
+			}
+			t.Log(res.line(c))
+		})
+	}
+}
+
+// TestCountSQL checks the statement counter on the floor of the duplicate
+// comparison: one read per operation, nothing else.
+func TestCountSQL(t *testing.T) {
+	countSQL = true
+	defer func() { countSQL = false }()
+	res, err := duplicateVsFloor(context.Background(), config{n: 5, rounds: 1, side: "both", other: "floor"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (countSnapshot{reads: int64(res.otherOps)}); res.otherSQL != want {
+		t.Errorf("floor: counted %+v in %d operations, want %+v", res.otherSQL, res.otherOps, want)
+	}
+	t.Log("idem:", res.idemSQL.perOp(res.idemOps), "| floor:", res.otherSQL.perOp(res.otherOps))
+}
