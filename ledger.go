@@ -38,10 +38,12 @@ const SchemaVersion = 2
 //
 // A Ledger is safe for concurrent use by many goroutines and processes.
 type Ledger struct {
-	db       *sql.DB
+	db       *sql.DB // synchronous=FULL (on an attached database: the caller's pool)
+	fast     *sql.DB // synchronous=NORMAL, for claims that need no sync; nil when attached
 	owned    bool
 	path     string
 	defaults []Option
+	stmts    sync.Map // stmtKey → *sql.Stmt: the driver caches no statements
 
 	// wmu serializes this process's write transactions. SQLite allows one
 	// writer at a time anyway; queueing here wakes the next writer at once,
@@ -74,12 +76,15 @@ func OpenLedger(path string, opts ...Option) (*Ledger, error) {
 	if err := checkLedgerFile(abs); err != nil {
 		return nil, err
 	}
-	u := url.URL{Scheme: "file", Path: abs}
-	q := url.Values{}
-	q.Add("_pragma", "busy_timeout(10000)")
-	q.Add("_pragma", "synchronous(FULL)")
-	q.Add("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+u.EscapedPath()+"?"+q.Encode())
+	dsn := func(sync string) string {
+		u := url.URL{Scheme: "file", Path: abs}
+		q := url.Values{}
+		q.Add("_pragma", "busy_timeout(10000)")
+		q.Add("_pragma", "synchronous("+sync+")")
+		q.Add("_txlock", "immediate")
+		return "file:" + u.EscapedPath() + "?" + q.Encode()
+	}
+	db, err := sql.Open("sqlite", dsn("FULL"))
 	if err != nil {
 		return nil, fmt.Errorf("idem: ledger %s: %w", abs, err)
 	}
@@ -87,6 +92,12 @@ func OpenLedger(path string, opts ...Option) (*Ledger, error) {
 	if err != nil {
 		db.Close()
 		return nil, err
+	}
+	// A second pool for the claims that need no sync: switching PRAGMA
+	// synchronous per transaction would cost three statements a Run.
+	if l.fast, err = sql.Open("sqlite", dsn("NORMAL")); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("idem: ledger %s: %w", abs, err)
 	}
 	l.owned = true
 	return l, nil
@@ -151,12 +162,82 @@ func (l *Ledger) Path() string { return l.path }
 // DB returns the ledger's database, for business tables that live beside it.
 func (l *Ledger) DB() *sql.DB { return l.db }
 
-// Close closes the database if OpenLedger opened it.
+// Close closes the database if OpenLedger opened it, and the statements
+// the ledger prepared.
 func (l *Ledger) Close() error {
-	if l.owned {
-		return l.db.Close()
+	l.stmts.Range(func(k, v any) bool {
+		v.(*sql.Stmt).Close()
+		l.stmts.Delete(k)
+		return true
+	})
+	if !l.owned {
+		return nil
 	}
-	return nil
+	return errors.Join(l.fast.Close(), l.db.Close())
+}
+
+type stmtKey struct {
+	pool *sql.DB
+	q    string
+}
+
+// prep returns q prepared on pool, preparing it once.
+func (l *Ledger) prep(ctx context.Context, pool *sql.DB, q string) (*sql.Stmt, error) {
+	k := stmtKey{pool, q}
+	if st, ok := l.stmts.Load(k); ok {
+		return st.(*sql.Stmt), nil
+	}
+	st, err := pool.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if prev, loaded := l.stmts.LoadOrStore(k, st); loaded {
+		st.Close()
+		return prev.(*sql.Stmt), nil
+	}
+	return st, nil
+}
+
+// queryRow runs a prepared read on the FULL pool.
+func (l *Ledger) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := l.prep(ctx, l.db, q)
+	if err != nil {
+		return l.db.QueryRowContext(ctx, q, args...) // reports err through Scan
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// wtx is a write transaction of the ledger, whose statements are prepared
+// once per pool.
+type wtx struct {
+	*sql.Tx
+	ctx  context.Context
+	l    *Ledger
+	pool *sql.DB
+}
+
+func (t *wtx) stmt(q string) (*sql.Stmt, error) {
+	st, err := t.l.prep(t.ctx, t.pool, q)
+	if err != nil {
+		return nil, err
+	}
+	return t.Tx.StmtContext(t.ctx, st), nil
+}
+
+func (t *wtx) exec(q string, args ...any) (sql.Result, error) {
+	st, err := t.stmt(q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(t.ctx, args...)
+}
+
+func (t *wtx) queryRow(q string, args ...any) *sql.Row {
+	st, err := t.stmt(q)
+	if err != nil {
+		return t.Tx.QueryRowContext(t.ctx, q, args...) // reports err through Scan
+	}
+	return st.QueryRowContext(t.ctx, args...)
 }
 
 func (l *Ledger) where() string {
@@ -252,7 +333,7 @@ func (l *Ledger) migrate(ctx context.Context) error {
 			return err
 		}
 		defer conn.Close()
-		tx, err := beginWrite(ctx, conn)
+		tx, err := conn.BeginTx(ctx, nil) // first statement a write: CREATE
 		if err != nil {
 			return err
 		}
@@ -288,15 +369,6 @@ func (l *Ledger) wrapOpenErr(err error) error {
 	return fmt.Errorf("idem: %s: %w", l.where(), err)
 }
 
-// beginWrite begins a transaction that holds SQLite's write lock from its
-// first statement, whatever the database's _txlock setting: a deferred
-// transaction that reads first and writes later fails with
-// SQLITE_BUSY_SNAPSHOT, busy_timeout or not. Every caller's first statement
-// is a write.
-func beginWrite(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
-	return conn.BeginTx(ctx, nil)
-}
-
 // isBusy reports SQLITE_BUSY and SQLITE_LOCKED ("database is locked").
 func isBusy(err error) bool {
 	var se *sqlite.Error
@@ -325,27 +397,52 @@ func busyRetry(ctx context.Context, f func() error) error {
 	}
 }
 
-// withConn runs a write f on one connection with PRAGMA synchronous set for
-// the durability asked for (it leaves the connection at FULL), one write at
-// a time in this process.
-func (l *Ledger) withConn(ctx context.Context, durable bool, f func(*sql.Conn) error) error {
+// withTx runs f in a write transaction and commits it when f returns nil,
+// one write at a time in this process, again while SQLite answers "database
+// is locked". Without durable, the commit is not synced (the NORMAL pool, or
+// PRAGMA synchronous=NORMAL on an attached database's connection, set back to
+// FULL afterwards); with it, it is.
+//
+// Every transaction's first statement is a write, so it holds SQLite's write
+// lock from its start whatever the database's _txlock: a deferred
+// transaction that reads first and writes later fails with
+// SQLITE_BUSY_SNAPSHOT, busy_timeout or not.
+func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	return busyRetry(ctx, func() error {
-		conn, err := l.db.Conn(ctx)
+		pool := l.db
+		var tx *sql.Tx
+		var err error
+		if l.fast != nil {
+			if !durable {
+				pool = l.fast
+			}
+			tx, err = pool.BeginTx(ctx, nil)
+		} else {
+			var conn *sql.Conn
+			if conn, err = l.db.Conn(ctx); err != nil {
+				return err
+			}
+			defer conn.Close()
+			sync := "FULL"
+			if !durable {
+				sync = "NORMAL"
+				defer conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous=FULL`)
+			}
+			if _, err = conn.ExecContext(ctx, `PRAGMA synchronous=`+sync); err != nil {
+				return err
+			}
+			tx, err = conn.BeginTx(ctx, nil)
+		}
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
-		if !durable {
-			if _, err := conn.ExecContext(ctx, `PRAGMA synchronous=NORMAL`); err != nil {
-				return err
-			}
-			defer conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA synchronous=FULL`)
-		} else if _, err := conn.ExecContext(ctx, `PRAGMA synchronous=FULL`); err != nil {
+		defer tx.Rollback()
+		if err := f(&wtx{Tx: tx, ctx: ctx, l: l, pool: pool}); err != nil {
 			return err
 		}
-		return f(conn)
+		return tx.Commit()
 	})
 }
 
@@ -383,31 +480,36 @@ func fromMicros(us int64) time.Time {
 	return time.UnixMicro(us)
 }
 
-// Lookup implements [Store]: it returns the key's record.
+const selectRecord = `SELECT ` + recordCols + ` FROM idem_runs WHERE job=? AND period=?`
+
+// record reads the key's own record (not the horizon): one prepared
+// primary-key read.
+func (l *Ledger) record(ctx context.Context, key Key) (rec Record, ok bool, err error) {
+	err = busyRetry(ctx, func() (err error) {
+		rec, ok, err = scanRecord(key, l.queryRow(ctx, selectRecord, key.Job, key.Period))
+		return err
+	})
+	return rec, ok, err
+}
+
+// Lookup implements [Store]: it returns the key's record. A period at or
+// before the job's horizon, whose record was pruned, is reported done.
 func (l *Ledger) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 	if err := key.Validate(); err != nil {
 		return Record{}, false, err
 	}
-	var (
-		rec Record
-		ok  bool
-	)
-	err := busyRetry(ctx, func() (err error) {
-		rec, ok, err = scanRecord(key, l.db.QueryRowContext(ctx,
-			`SELECT `+recordCols+` FROM idem_runs WHERE job=? AND period=?`, key.Job, key.Period))
-		if err != nil || ok {
-			return err
-		}
-		// No record: a period at or below the job's horizon was pruned, and
-		// counts as done.
-		var n int
-		err = l.db.QueryRowContext(ctx, `SELECT count(*) FROM idem_jobs WHERE job=? AND horizon >= ?`, key.Job, key.Period).Scan(&n)
-		if n > 0 {
-			rec, ok = Record{Key: key, Status: StatusDone}, true
-		}
-		return err
+	rec, ok, err := l.record(ctx, key)
+	if err != nil || ok {
+		return rec, ok, err
+	}
+	var n int
+	err = busyRetry(ctx, func() error {
+		return l.queryRow(ctx, `SELECT count(*) FROM idem_jobs WHERE job=? AND horizon >= ?`, key.Job, key.Period).Scan(&n)
 	})
-	return rec, ok, err
+	if n > 0 {
+		return Record{Key: key, Status: StatusDone}, true, err
+	}
+	return rec, false, err
 }
 
 // decide is the claim rule, shared by the read-only fast path and the write
@@ -451,9 +553,11 @@ func abandonedError(rec Record) string {
 
 // Claim implements [Store].
 func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
-	// Fast path: a plain read. A done key (the common duplicate trigger), a
-	// live lease, a backoff or a parked key need no write at all.
-	rec, found, err := l.Lookup(ctx, req.Key)
+	// Fast path: one prepared primary-key read. A done key (the common
+	// duplicate trigger), a live lease, a backoff or a parked key need no
+	// write at all. (A key with no record goes on: the claim's INSERT checks
+	// the horizon.)
+	rec, found, err := l.record(ctx, req.Key)
 	if err != nil {
 		return Claim{}, err
 	}
@@ -462,15 +566,10 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 	}
 
 	var c Claim
-	err = l.withConn(ctx, req.Durable, func(conn *sql.Conn) error {
-		tx, err := beginWrite(ctx, conn)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
+	err = l.withTx(ctx, req.Durable, func(tx *wtx) error {
 		now := micros(req.Now)
 		until := micros(req.Now.Add(req.Lease))
-		res, err := tx.ExecContext(ctx, `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated)
+		res, err := tx.exec(`INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated)
 			SELECT ?, ?, 'running', 1, ?, ?, ?, ?
 			WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
 			ON CONFLICT DO NOTHING`,
@@ -480,11 +579,10 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			c = Claim{State: ClaimAcquired, Attempt: 1, Record: Record{Key: req.Key}}
-			return tx.Commit()
+			return nil
 		}
 		// The row exists: decide again under the write lock.
-		rec, found, err := scanRecord(req.Key, tx.QueryRowContext(ctx,
-			`SELECT `+recordCols+` FROM idem_runs WHERE job=? AND period=?`, req.Key.Job, req.Key.Period))
+		rec, found, err := scanRecord(req.Key, tx.queryRow(selectRecord, req.Key.Job, req.Key.Period))
 		if err != nil {
 			return err
 		}
@@ -504,12 +602,10 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 			lastErr = abandonedError(rec)
 			c.Record.LastError = lastErr
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE idem_runs SET status='running', attempt=?, failures=?, owner=?,
+		_, err = tx.exec(`UPDATE idem_runs SET status='running', attempt=?, failures=?, owner=?,
 			lease_until=?, not_before=0, last_error=?, updated=? WHERE job=? AND period=?`,
-			c.Attempt, c.Record.Failures, req.Owner, until, lastErr, now, req.Key.Job, req.Key.Period); err != nil {
-			return err
-		}
-		return tx.Commit()
+			c.Attempt, c.Record.Failures, req.Owner, until, lastErr, now, req.Key.Job, req.Key.Period)
+		return err
 	})
 	if err != nil {
 		return Claim{}, l.opErr("claim", req.Key, err)
@@ -532,9 +628,12 @@ func (l *Ledger) opErr(op string, key Key, err error) error {
 func (l *Ledger) Renew(ctx context.Context, key Key, attempt int64, now time.Time, lease time.Duration) error {
 	var n int64
 	err := busyRetry(ctx, func() error {
-		res, err := l.db.ExecContext(ctx, `UPDATE idem_runs SET lease_until=?, updated=?
-			WHERE job=? AND period=? AND attempt=? AND status='running'`,
-			micros(now.Add(lease)), micros(now), key.Job, key.Period, attempt)
+		st, err := l.prep(ctx, l.db, `UPDATE idem_runs SET lease_until=?, updated=?
+			WHERE job=? AND period=? AND attempt=? AND status='running'`)
+		if err != nil {
+			return err
+		}
+		res, err := st.ExecContext(ctx, micros(now.Add(lease)), micros(now), key.Job, key.Period, attempt)
 		if err != nil {
 			return err
 		}
@@ -554,24 +653,15 @@ func (l *Ledger) Renew(ctx context.Context, key Key, attempt int64, now time.Tim
 func (l *Ledger) Finish(ctx context.Context, key Key, attempt int64, end End) error {
 	ctx = context.WithoutCancel(ctx) // a finished attempt must be recorded even if the caller gave up
 	var n int64
-	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
-		if !end.Cursor || end.Status != StatusDone {
-			var err error
-			n, err = finishExec(ctx, conn, key, attempt, end)
+	err := l.withTx(ctx, true, func(tx *wtx) error {
+		var err error
+		if n, err = finishExec(tx, key, attempt, end); err != nil || n == 0 {
 			return err
 		}
-		tx, err := beginWrite(ctx, conn)
-		if err != nil {
-			return err
+		if end.Cursor && end.Status == StatusDone {
+			return advanceExec(tx, key.Job, key.Period)
 		}
-		defer tx.Rollback()
-		if n, err = finishExec(ctx, tx, key, attempt, end); err != nil || n == 0 {
-			return err
-		}
-		if err := advanceExec(ctx, tx, key.Job, key.Period); err != nil {
-			return err
-		}
-		return tx.Commit()
+		return nil
 	})
 	if err != nil {
 		return l.opErr("finish", key, err)
@@ -582,10 +672,8 @@ func (l *Ledger) Finish(ctx context.Context, key Key, attempt int64, end End) er
 	return nil
 }
 
-func finishExec(ctx context.Context, q interface {
-	ExecContext(context.Context, string, ...any) (sql.Result, error)
-}, key Key, attempt int64, end End) (int64, error) {
-	res, err := q.ExecContext(ctx, `UPDATE idem_runs SET status=?, failures=?, not_before=?, last_error=?,
+func finishExec(tx *wtx, key Key, attempt int64, end End) (int64, error) {
+	res, err := tx.exec(`UPDATE idem_runs SET status=?, failures=?, not_before=?, last_error=?,
 		lease_until=0, updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
 		string(end.Status), end.Failures, micros(end.NotBefore), end.Error, micros(end.Now),
 		key.Job, key.Period, attempt)
@@ -595,10 +683,8 @@ func finishExec(ctx context.Context, q interface {
 	return res.RowsAffected()
 }
 
-func advanceExec(ctx context.Context, q interface {
-	ExecContext(context.Context, string, ...any) (sql.Result, error)
-}, job, period string) error {
-	_, err := q.ExecContext(ctx, `INSERT INTO idem_jobs(job, cursor) VALUES(?, ?)
+func advanceExec(tx *wtx, job, period string) error {
+	_, err := tx.exec(`INSERT INTO idem_jobs(job, cursor) VALUES(?, ?)
 		ON CONFLICT(job) DO UPDATE SET cursor = excluded.cursor WHERE excluded.cursor > idem_jobs.cursor`, job, period)
 	return err
 }
@@ -624,7 +710,7 @@ func (l *Ledger) Advance(ctx context.Context, job, period string) error {
 	if err := (Key{Job: job, Period: period}).Validate(); err != nil {
 		return err
 	}
-	err := l.withConn(ctx, true, func(conn *sql.Conn) error { return advanceExec(ctx, conn, job, period) })
+	err := l.withTx(ctx, true, func(tx *wtx) error { return advanceExec(tx, job, period) })
 	if err != nil {
 		return fmt.Errorf("idem: %s: advance %s to %s: %w", l.where(), job, period, err)
 	}
@@ -639,12 +725,7 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 		return 0, err
 	}
 	var deleted int64
-	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
-		tx, err := beginWrite(ctx, conn)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
+	err := l.withTx(ctx, true, func(tx *wtx) error {
 		// First statement a write: make sure the job's row exists.
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_jobs(job) VALUES(?) ON CONFLICT DO NOTHING`, job); err != nil {
 			return err
@@ -675,7 +756,7 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 		if _, err := tx.ExecContext(ctx, `UPDATE idem_jobs SET horizon = ? WHERE job = ? AND horizon < ?`, through, job, through); err != nil {
 			return err
 		}
-		return tx.Commit()
+		return nil
 	})
 	if err != nil {
 		if errors.Is(err, ErrPruneRefused) {
@@ -726,14 +807,9 @@ func (l *Ledger) List(ctx context.Context, f Filter) ([]Record, error) {
 // write lock from its first statement until it ends, so keep fn short: other
 // writers to the file wait for it.
 func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, fn func(*sql.Tx) error) error {
-	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
-		tx, err := beginWrite(ctx, conn)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
+	err := l.withTx(ctx, true, func(tx *wtx) error {
 		// First statement: a write, which takes the lock and checks the fence.
-		res, err := tx.ExecContext(ctx, `UPDATE idem_runs SET updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
+		res, err := tx.exec(`UPDATE idem_runs SET updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
 			micros(now), key.Job, key.Period, attempt)
 		if err != nil {
 			return err
@@ -741,16 +817,14 @@ func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.
 		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("%w: %s attempt %d", ErrLeaseLost, key, attempt)
 		}
-		if err := fn(tx); err != nil {
+		if err := fn(tx.Tx); err != nil {
 			return err
 		}
 		if err := Checkpoint(ctx, AfterFn, key); err != nil {
 			return err
 		}
-		if _, err := finishExec(ctx, tx, key, attempt, End{Status: StatusDone, Now: now}); err != nil {
-			return err
-		}
-		return tx.Commit()
+		_, err = finishExec(tx, key, attempt, End{Status: StatusDone, Now: now})
+		return err
 	})
 	if err != nil {
 		return l.opErr("run tx", key, err)
@@ -769,19 +843,13 @@ func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
 	if to < ResolveDone || to > ResolveSkip {
 		return fmt.Errorf("idem: unknown resolution %d", to)
 	}
-	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
-		tx, err := beginWrite(ctx, conn)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
+	err := l.withTx(ctx, true, func(tx *wtx) error {
 		now := newConfigFrom(l.defaults, nil).clock.Now()
 		// First statement a write: touch the row if it exists.
 		if _, err := tx.ExecContext(ctx, `UPDATE idem_runs SET updated=updated WHERE job=? AND period=?`, key.Job, key.Period); err != nil {
 			return err
 		}
-		rec, found, err := scanRecord(key, tx.QueryRowContext(ctx,
-			`SELECT `+recordCols+` FROM idem_runs WHERE job=? AND period=?`, key.Job, key.Period))
+		rec, found, err := scanRecord(key, tx.queryRow(selectRecord, key.Job, key.Period))
 		if err != nil {
 			return err
 		}
@@ -805,7 +873,7 @@ func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
 			key.Job, key.Period, string(status), msg, micros(now), micros(now)); err != nil {
 			return err
 		}
-		return tx.Commit()
+		return nil
 	})
 	if err != nil {
 		return l.opErr("resolve", key, err)

@@ -19,12 +19,7 @@ func (l *Ledger) AddItems(ctx context.Context, key Key, items []string) error {
 	if len(items) == 0 {
 		return nil
 	}
-	err := l.withConn(ctx, false, func(conn *sql.Conn) error {
-		tx, err := beginWrite(ctx, conn)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
+	err := l.withTx(ctx, false, func(tx *wtx) error {
 		const chunk = 500
 		for len(items) > 0 {
 			n := min(chunk, len(items))
@@ -44,7 +39,7 @@ func (l *Ledger) AddItems(ctx context.Context, key Key, items []string) error {
 			}
 			items = items[n:]
 		}
-		return tx.Commit()
+		return nil
 	})
 	if err != nil {
 		return l.opErr("add items", key, err)
@@ -54,8 +49,8 @@ func (l *Ledger) AddItems(ctx context.Context, key Key, items []string) error {
 
 // SealItems implements [ItemStore].
 func (l *Ledger) SealItems(ctx context.Context, key Key) error {
-	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
-		_, err := conn.ExecContext(ctx, `INSERT INTO idem_itemsets(job, period, sealed) VALUES(?, ?, 1)
+	err := l.withTx(ctx, true, func(tx *wtx) error {
+		_, err := tx.exec(`INSERT INTO idem_itemsets(job, period, sealed) VALUES(?, ?, 1)
 			ON CONFLICT(job, period) DO UPDATE SET sealed = 1`, key.Job, key.Period)
 		return err
 	})
@@ -71,7 +66,7 @@ func (l *Ledger) CountItems(ctx context.Context, key Key) (ItemCounts, error) {
 	err := busyRetry(ctx, func() error {
 		c = ItemCounts{}
 		var sealed int
-		err := l.db.QueryRowContext(ctx, `SELECT sealed FROM idem_itemsets WHERE job=? AND period=?`, key.Job, key.Period).Scan(&sealed)
+		err := l.queryRow(ctx, `SELECT sealed FROM idem_itemsets WHERE job=? AND period=?`, key.Job, key.Period).Scan(&sealed)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -115,10 +110,10 @@ func (l *Ledger) CountItems(ctx context.Context, key Key) (ItemCounts, error) {
 // LIMITed selection of runnable items, under SQLite's write lock.
 func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) ([]ItemClaim, error) {
 	var claims []ItemClaim
-	err := l.withConn(ctx, req.Durable, func(conn *sql.Conn) error {
+	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
 		claims = claims[:0]
 		now, until := micros(req.Now), micros(req.Now.Add(req.Lease))
-		rows, err := conn.QueryContext(ctx, `UPDATE idem_items SET
+		st, err := tx.stmt(`UPDATE idem_items SET
 				doubt = (status IN ('running', 'unknown')),
 				failures = failures + (status = 'running'),
 				last_error = CASE WHEN status = 'running'
@@ -136,8 +131,11 @@ func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) 
 				UNION ALL
 				SELECT item FROM idem_items WHERE ? AND job = ? AND period = ? AND status = 'unknown'
 				LIMIT ?)
-			RETURNING item, attempt, failures, doubt`,
-			req.Owner, until, now, key.Job, key.Period,
+			RETURNING item, attempt, failures, doubt`)
+		if err != nil {
+			return err
+		}
+		rows, err := st.QueryContext(ctx, req.Owner, until, now, key.Job, key.Period,
 			key.Job, key.Period,
 			key.Job, key.Period, now,
 			key.Job, key.Period, now,
@@ -165,14 +163,13 @@ func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) 
 const finishItemSQL = `UPDATE idem_items SET status=?, failures=?, not_before=?, last_error=?, doubt=0,
 	lease_until=0, updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`
 
-func finishItems(ctx context.Context, tx *sql.Tx, key Key, ends []ItemEnd) (lost []string, err error) {
-	st, err := tx.PrepareContext(ctx, finishItemSQL)
+func finishItems(tx *wtx, key Key, ends []ItemEnd) (lost []string, err error) {
+	st, err := tx.stmt(finishItemSQL)
 	if err != nil {
 		return nil, err
 	}
-	defer st.Close()
 	for _, e := range ends {
-		res, err := st.ExecContext(ctx, string(e.Status), e.Failures, micros(e.NotBefore), e.Error, micros(e.Now),
+		res, err := st.ExecContext(tx.ctx, string(e.Status), e.Failures, micros(e.NotBefore), e.Error, micros(e.Now),
 			key.Job, key.Period, e.Item, e.Attempt)
 		if err != nil {
 			return nil, err
@@ -191,16 +188,10 @@ func (l *Ledger) FinishItems(ctx context.Context, key Key, ends []ItemEnd) ([]st
 	}
 	ctx = context.WithoutCancel(ctx)
 	var lost []string
-	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
-		tx, err := beginWrite(ctx, conn)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
-		if lost, err = finishItems(ctx, tx, key, ends); err != nil {
-			return err
-		}
-		return tx.Commit()
+	err := l.withTx(ctx, true, func(tx *wtx) error {
+		var err error
+		lost, err = finishItems(tx, key, ends)
+		return err
 	})
 	if err != nil {
 		return nil, l.opErr("finish items", key, err)
@@ -215,18 +206,12 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, claims []ItemClaim,
 		failed map[string]error
 		lost   []string
 	)
-	err := l.withConn(ctx, true, func(conn *sql.Conn) error {
+	err := l.withTx(ctx, true, func(tx *wtx) error {
 		failed, lost = map[string]error{}, nil
-		tx, err := beginWrite(ctx, conn)
+		fence, err := tx.stmt(`UPDATE idem_items SET updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`)
 		if err != nil {
 			return err
 		}
-		defer tx.Rollback()
-		fence, err := tx.PrepareContext(ctx, `UPDATE idem_items SET updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`)
-		if err != nil {
-			return err
-		}
-		defer fence.Close()
 		var done []ItemEnd
 		for _, c := range claims {
 			res, err := fence.ExecContext(ctx, micros(now), key.Job, key.Period, c.Item, c.Attempt)
@@ -240,7 +225,7 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, claims []ItemClaim,
 			if _, err := tx.ExecContext(ctx, `SAVEPOINT idem_item`); err != nil {
 				return err
 			}
-			if ferr := fn(tx, c); ferr != nil {
+			if ferr := fn(tx.Tx, c); ferr != nil {
 				if _, err := tx.ExecContext(ctx, `ROLLBACK TO idem_item`); err != nil {
 					return err
 				}
@@ -252,13 +237,10 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, claims []ItemClaim,
 				return err
 			}
 		}
-		if _, err := finishItems(ctx, tx, key, done); err != nil {
+		if _, err := finishItems(tx, key, done); err != nil {
 			return err
 		}
-		if err := Checkpoint(ctx, AfterFn, key); err != nil {
-			return err
-		}
-		return tx.Commit()
+		return Checkpoint(ctx, AfterFn, key)
 	})
 	if err != nil {
 		return nil, nil, l.opErr("run items", key, err)

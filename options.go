@@ -21,6 +21,9 @@ func (f optionFunc) apply(c *config) { f(c) }
 // has died or stalled.
 const DefaultLease = time.Minute
 
+// defaultBackoff is built once: a Backoff is stateless.
+var defaultBackoff = DefaultBackoff()
+
 type config struct {
 	mode     mode
 	lease    time.Duration
@@ -54,7 +57,7 @@ func newConfigFrom(defaults []Option, opts []Option) *config {
 	c := &config{
 		mode:    atLeastOnce,
 		lease:   DefaultLease,
-		backoff: DefaultBackoff(),
+		backoff: defaultBackoff,
 		poll:    200 * time.Millisecond,
 		clock:   systemClock{},
 	}
