@@ -140,7 +140,7 @@ func TestConcurrentProcesses(t *testing.T) {
 // boundary, then recovers in this process, for each mode.
 func TestCrashAtEveryPoint(t *testing.T) {
 	points := []idem.Point{idem.BeforeClaim, idem.AfterClaim, idem.AfterFn, idem.AfterDone}
-	modes := []string{"at-least-once", "at-most-once", "tx"}
+	modes := []string{"at-least-once", "at-most-once", "two-phase", "tx"}
 	for _, mode := range modes {
 		for _, p := range points {
 			t.Run(mode+"/"+string(p), func(t *testing.T) {
@@ -185,6 +185,10 @@ func TestCrashAtEveryPoint(t *testing.T) {
 					} else if err != nil || rec.Status != idem.StatusDone || eff[key.String()] != 1 {
 						t.Fatalf("recovery: %v, status %s, effects %d", err, rec.Status, eff[key.String()])
 					}
+				case "two-phase":
+					if err != nil || rec.Status != idem.StatusDone || eff[key.String()] != 1 {
+						t.Fatalf("recovery: %v, status %s, effects %d; want done, exactly 1", err, rec.Status, eff[key.String()])
+					}
 				case "tx":
 					if err != nil {
 						t.Fatalf("recovery: %v", err)
@@ -224,6 +228,10 @@ func crashJob(ctx context.Context, dir, mode string, clk idem.Clock) error {
 		}, opts...)
 	case "at-most-once":
 		opts = append(opts, idem.AtMostOnce())
+	case "two-phase":
+		opts = append(opts, idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) {
+			return eff.counts(nil)[k.String()] > 0, nil
+		}))
 	}
 	return l.Run(ctx, key, func(context.Context) error { eff.add(nil, key.String()); return nil }, opts...)
 }
