@@ -209,7 +209,8 @@ func each(ctx context.Context, s ItemStore, key Key, items iter.Seq2[string, err
 	}
 	// Every item is done or parked: mark the period done.
 	var r Result
-	err = RunWith(ctx, s, key, func(context.Context) error { return nil }, append(opts, ReportTo(&r))...)
+	// WithWait: another holder may be writing the same mark this instant.
+	err = RunWith(ctx, s, key, func(context.Context) error { return nil }, append(opts, WithWait(), ReportTo(&r))...)
 	res.Outcome = r.Outcome
 	if r.Outcome == AlreadyDone {
 		res.Outcome = Ran // another holder marked it a moment ago; the items ran now
@@ -310,6 +311,12 @@ func (e *eacher) run(ctx context.Context, claims []ItemClaim, claimedAt time.Tim
 	lease := newLeaseState(e.cfg.clock, claimedAt.Add(e.cfg.lease)) // the batch's lease; not renewed
 	for _, c := range claims {
 		ictx := context.WithValue(context.WithValue(ctx, infoKey{}, e.info(c)), leaseKey{}, lease)
+		if CheckLease(ictx) != nil {
+			// The batch outlived its lease: another holder may claim these
+			// items now. Leave the rest unrecorded; they are claimed again
+			// (as doubtful) once the lease has expired.
+			break
+		}
 		if c.Doubt {
 			v, herr := e.cfg.mode.check(ictx, e.key)
 			if end, settled := e.settle(c, v, herr, errors.New("an earlier attempt died")); settled {
@@ -320,6 +327,9 @@ func (e *eacher) run(ctx context.Context, claims []ItemClaim, claimedAt time.Tim
 		err := e.fn(ictx, c.Item)
 		if cerr := Checkpoint(ctx, AfterFn, e.key); cerr != nil {
 			return nil, cerr
+		}
+		if errors.Is(err, ErrLeaseLost) { // fn saw the lease run out: not the item's failure
+			break
 		}
 		if err == nil {
 			ends = append(ends, ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: e.cfg.clock.Now()})
@@ -370,7 +380,7 @@ func (e *eacher) failed(c ItemClaim, err error) ItemEnd {
 
 // runTx applies the batch in the store's transaction.
 func (e *eacher) runTx(ctx context.Context, claims []ItemClaim) ([]ItemEnd, error) {
-	failed, _, err := e.tx(ctx, claims, e.cfg.clock.Now(), e.info)
+	failed, lost, err := e.tx(ctx, claims, e.cfg.clock.Now(), e.info)
 	if err != nil {
 		return nil, err
 	}
@@ -381,7 +391,7 @@ func (e *eacher) runTx(ctx context.Context, claims []ItemClaim) ([]ItemEnd, erro
 		}
 	}
 	// Done items were marked in the transaction; count them for progress.
-	e.done.Add(int64(len(claims) - len(failed)))
+	e.done.Add(int64(len(claims) - len(failed) - len(lost)))
 	return ends, nil
 }
 

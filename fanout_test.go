@@ -193,3 +193,22 @@ func TestEachInvalidItem(t *testing.T) {
 		t.Fatalf("Each: %v", err)
 	}
 }
+
+func TestPruneDeletesItems(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	ctx := context.Background()
+	if _, err := idem.Each(ctx, l, points, accounts(50), func(context.Context, string) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Prune(ctx, points.Job, points.Period); err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.CountItems(ctx, points)
+	if err != nil || c.Total() != 0 || c.Sealed {
+		t.Fatalf("items after prune: %+v, %v", c, err)
+	}
+	res, err := idem.Each(ctx, l, points, accounts(50), func(context.Context, string) error { t.Error("ran a pruned period's item"); return nil })
+	if err != nil || res.Outcome != idem.AlreadyDone {
+		t.Fatalf("Each of a pruned period: %v, %v", err, res.Outcome)
+	}
+}

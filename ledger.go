@@ -753,6 +753,12 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 			return err
 		}
 		deleted, _ = res.RowsAffected()
+		// The item records of those periods (Each) go with them.
+		for _, q := range []string{`DELETE FROM idem_items WHERE job=? AND period <= ?`, `DELETE FROM idem_itemsets WHERE job=? AND period <= ?`} {
+			if _, err := tx.ExecContext(ctx, q, job, through); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.ExecContext(ctx, `UPDATE idem_jobs SET horizon = ? WHERE job = ? AND horizon < ?`, through, job, through); err != nil {
 			return err
 		}

@@ -21,76 +21,23 @@
 //
 // Exit status: 0 fine, 1 violations, 2 setup or usage error, 3 a worker
 // failed (exited non-zero, or did not finish), without violations.
+//
+// The stores here are sqlite and statefile. The logic is package harness,
+// which other modules' commands reuse with stores of their own: the
+// Postgres ledger's is in the pgledger module,
+//
+//	cd pgledger && go run ./internal/torture -store postgres -mode tx -kills 100
 package main
 
 import (
-	"errors"
-	"flag"
-	"fmt"
-	"io"
 	"os"
-	"time"
+
+	"github.com/idemgo/idem/internal/torture/harness"
 )
 
 func main() {
-	if os.Getenv(workerEnv) != "" {
-		os.Exit(runWorkerFromEnv())
+	if harness.IsWorker() {
+		os.Exit(harness.RunWorker())
 	}
-	os.Exit(cliMain(os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// cliMain parses args, runs the torture test and returns the exit status.
-func cliMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("torture", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cfg config
-	fs.StringVar(&cfg.Store, "store", "sqlite", "store: "+backendNames())
-	fs.StringVar(&cfg.Mode, "mode", "atleastonce", "mode: atleastonce|atmostonce|twophase|tx (tx = Ledger.RunTx; stores with RunTx only)")
-	fs.IntVar(&cfg.Kills, "kills", 100, "number of SIGKILLs in the kill phase")
-	fs.IntVar(&cfg.Keys, "keys", 50, "number of keys (jobs of 5 daily periods each)")
-	fs.IntVar(&cfg.Workers, "workers", 4, "number of worker processes")
-	fs.Int64Var(&cfg.Seed, "seed", 0, "random seed for key orders, victims and kill moments (default: time-based)")
-	fs.DurationVar(&cfg.Duration, "duration", 60*time.Second, "longest time for the kill phase")
-	fs.StringVar(&cfg.Dir, "dir", "", "directory for the store and logs; must be empty (default: a temp dir, removed at the end)")
-	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temp dir (it is always kept after violations or errors)")
-	fs.DurationVar(&cfg.Lease, "lease", 100*time.Millisecond, "lease of each claim: short, so that a killed worker's claim expires quickly")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: torture [flags]\n\nA kill -9 torture test of idem.Run. Exit status: 0 fine, 1 violations, 2 setup or usage error, 3 worker failure.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "torture: unexpected arguments %q\n", fs.Args())
-		fs.Usage()
-		return 2
-	}
-	seedSet := false
-	fs.Visit(func(f *flag.Flag) { seedSet = seedSet || f.Name == "seed" })
-	if !seedSet {
-		cfg.Seed = time.Now().UnixNano()
-	}
-	cfg.Out = stdout
-	s, err := run(cfg)
-	if err != nil {
-		var ue usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "torture: %v\n", err)
-			fs.Usage()
-		} else {
-			fmt.Fprintf(stderr, "torture: setup: %v\n", err)
-		}
-		return 2
-	}
-	switch {
-	case s.Violations > 0:
-		return 1
-	case len(s.Errors) > 0:
-		return 3
-	}
-	return 0
+	os.Exit(harness.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

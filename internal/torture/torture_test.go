@@ -6,12 +6,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemgo/idem/internal/torture/harness"
 )
 
 // TestMain makes the test binary a worker when the parent re-executes it.
 func TestMain(m *testing.M) {
-	if os.Getenv(workerEnv) != "" {
-		os.Exit(runWorkerFromEnv())
+	if harness.IsWorker() {
+		os.Exit(harness.RunWorker())
 	}
 	os.Exit(m.Run())
 }
@@ -31,9 +33,9 @@ func TestTorture(t *testing.T) {
 		t.Run(c.store+"/"+c.mode, func(t *testing.T) {
 			var out bytes.Buffer
 			seed := time.Now().UnixNano()
-			s, err := run(config{
+			s, err := harness.Run(harness.Config{
 				Store: c.store, Mode: c.mode,
-				Kills: 15, Keys: 20, Workers: 3,
+				Kills: 40, Keys: 300, Workers: 3,
 				Seed: seed, Duration: 20 * time.Second, Settle: time.Minute,
 				Dir: t.TempDir(), Lease: 100 * time.Millisecond,
 				Out: &out,
@@ -47,7 +49,7 @@ func TestTorture(t *testing.T) {
 			if s.Effects == 0 {
 				t.Fatalf("seed %d: no effects at all\n%s", seed, out.String())
 			}
-			t.Log(s.line())
+			t.Log(s.Line())
 		})
 	}
 }
@@ -56,7 +58,7 @@ func TestTorture(t *testing.T) {
 // errors (and restarted a few times during the kill phase), not hung on.
 func TestWorkerFailureReported(t *testing.T) {
 	var out bytes.Buffer
-	s, err := run(config{Store: "sqlite", Mode: "atleastonce", Kills: 5, Keys: 3, Workers: 2, Seed: 1,
+	s, err := harness.Run(harness.Config{Store: "sqlite", Mode: "atleastonce", Kills: 5, Keys: 3, Workers: 2, Seed: 1,
 		Duration: 5 * time.Second, Dir: t.TempDir(), Lease: 100 * time.Millisecond, Exe: "/bin/false", Out: &out})
 	if err != nil {
 		t.Fatal(err)
@@ -64,8 +66,8 @@ func TestWorkerFailureReported(t *testing.T) {
 	if len(s.Errors) == 0 || s.Lost != 3 || s.Violations != 3 {
 		t.Fatalf("errors=%d lost=%d violations=%d\n%s", len(s.Errors), s.Lost, s.Violations, out.String())
 	}
-	if !strings.HasPrefix(s.line(), "torture: store=sqlite mode=atleastonce kills=0 keys=3 effects=0") {
-		t.Fatalf("last line %q", s.line())
+	if !strings.HasPrefix(s.Line(), "torture: store=sqlite mode=atleastonce kills=0 keys=3 effects=0") {
+		t.Fatalf("last line %q", s.Line())
 	}
 }
 
@@ -82,25 +84,16 @@ func TestUsage(t *testing.T) {
 		{"extra"},
 	} {
 		var stdout, stderr bytes.Buffer
-		if got := cliMain(args, &stdout, &stderr); got != 2 {
+		if got := harness.Main(args, &stdout, &stderr); got != 2 {
 			t.Errorf("%q: status %d, want 2; stdout:\n%s", args, got, stdout.String())
 		}
 		if !strings.Contains(stderr.String(), "usage") {
 			t.Errorf("%q: no usage in stderr:\n%s", args, stderr.String())
 		}
 	}
-}
-
-func TestMakeKeys(t *testing.T) {
-	jobs := makeKeys(12)
-	if len(jobs) != 3 || len(jobs[0]) != 5 || len(jobs[2]) != 2 {
-		t.Fatalf("makeKeys(12) = %v", jobs)
-	}
-	for _, ks := range jobs {
-		for i := 1; i < len(ks); i++ {
-			if ks[i].Period <= ks[i-1].Period || ks[i].Job != ks[0].Job {
-				t.Fatalf("periods not in string order: %v", ks)
-			}
-		}
+	// A store of another module: the refusal says where it is.
+	var stdout, stderr bytes.Buffer
+	if got := harness.Main([]string{"-store", "postgres"}, &stdout, &stderr); got != 2 || !strings.Contains(stderr.String(), "cd pgledger") {
+		t.Errorf("-store postgres: status %d, stderr:\n%s", got, stderr.String())
 	}
 }

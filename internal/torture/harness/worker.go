@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"bytes"
@@ -15,7 +15,8 @@ import (
 )
 
 // workerEnv, when set, makes the binary a worker: its value is the worker's
-// configuration as JSON. main and the test's TestMain check it first.
+// configuration as JSON. main and the tests' TestMain check it first
+// ([IsWorker]).
 const workerEnv = "IDEM_TORTURE_WORKER"
 
 // Exit codes of a worker.
@@ -28,6 +29,7 @@ const (
 // workerConfig is what the parent hands a worker.
 type workerConfig struct {
 	Store    string        `json:"store"`
+	Loc      string        `json:"loc,omitempty"` // the backend's locator (Backend.Prepare)
 	Mode     string        `json:"mode"`
 	Dir      string        `json:"dir"`
 	Keys     int           `json:"keys"`
@@ -61,9 +63,14 @@ func makeKeys(k int) [][]idem.Key {
 	return jobs
 }
 
-// runWorkerFromEnv runs the worker configured by $IDEM_TORTURE_WORKER and
-// returns its exit code.
-func runWorkerFromEnv() int {
+// IsWorker reports whether this process is a worker that a torture run
+// started: then main (or TestMain) must return [RunWorker]'s exit code and
+// do nothing else.
+func IsWorker() bool { return os.Getenv(workerEnv) != "" }
+
+// RunWorker runs the worker configured by $IDEM_TORTURE_WORKER and returns
+// its exit code. The worker's backend must be registered.
+func RunWorker() int {
 	var cfg workerConfig
 	if err := json.Unmarshal([]byte(os.Getenv(workerEnv)), &cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "torture worker: bad $%s: %v\n", workerEnv, err)
@@ -82,7 +89,7 @@ func (w wlog) printf(format string, a ...any) {
 
 func runWorker(cfg workerConfig) int {
 	lg := wlog(fmt.Sprintf("w%d.%d pid=%d", cfg.Slot, cfg.Gen, os.Getpid()))
-	b := backends[cfg.Store]
+	b := backend(cfg.Store)
 	if b == nil {
 		lg.printf("setup: unknown store %q", cfg.Store)
 		return workerSetup
@@ -92,12 +99,12 @@ func runWorker(cfg workerConfig) int {
 		return workerSetup
 	}
 	ctx := context.Background()
-	h, err := b.open(ctx, cfg.Dir)
+	h, err := b.Open(ctx, cfg.Dir, cfg.Loc)
 	if err != nil {
 		lg.printf("setup: open store: %v", err)
 		return workerSetup
 	}
-	defer h.close()
+	defer h.Close()
 	w := &worker{cfg: cfg, lg: lg, h: h, lastErr: map[idem.Key]string{},
 		rng:   rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Slot)<<32|uint64(cfg.Gen))),
 		sleep: rand.New(rand.NewPCG(uint64(cfg.Seed)^0x5eed, uint64(cfg.Slot)<<32|uint64(cfg.Gen))),
@@ -124,13 +131,13 @@ func runWorker(cfg workerConfig) int {
 		w.opts = append(w.opts, idem.TwoPhase(w.downstreamHas))
 	}
 	lg.printf("start")
-	return w.loop(ctx, b.watermark)
+	return w.loop(ctx, b.Watermark)
 }
 
 type worker struct {
 	cfg     workerConfig
 	lg      wlog
-	h       *handle
+	h       *Handle
 	rng     *rand.Rand // key order: seeded
 	sleep   *rand.Rand // the effect's pauses (only the worker's goroutine uses it)
 	effects *os.File
@@ -211,11 +218,9 @@ func (w *worker) runKey(ctx context.Context, key idem.Key) (settled, unknown boo
 	opts := append(w.opts[:len(w.opts):len(w.opts)], idem.ReportTo(&res))
 	var err error
 	if w.cfg.Mode == "tx" {
-		err = w.h.tx.runTx(ctx, key, func(ctx context.Context, tx execer) error {
-			return w.txEffect(ctx, tx, key)
-		}, opts...)
+		err = w.h.Tx.RunTx(ctx, key, w.txEffect, opts...)
 	} else {
-		err = idem.RunWith(ctx, w.h.store, key, w.effect, opts...)
+		err = idem.RunWith(ctx, w.h.Store, key, w.effect, opts...)
 	}
 	switch {
 	case err == nil && res.Outcome != idem.AlreadyDone:
@@ -262,11 +267,11 @@ func (w *worker) effect(ctx context.Context) error {
 	return nil
 }
 
-// txEffect is fn for -mode tx: the non-idempotent upsert, in the store's
-// transaction.
-func (w *worker) txEffect(ctx context.Context, tx execer, key idem.Key) error {
+// txEffect is fn for -mode tx: the non-idempotent upsert (bump), in the
+// store's transaction.
+func (w *worker) txEffect(ctx context.Context, bump func(context.Context) error) error {
 	w.pause()
-	if _, err := tx.ExecContext(ctx, txEffectSQL, key.String()); err != nil {
+	if err := bump(ctx); err != nil {
 		return err
 	}
 	w.pause()

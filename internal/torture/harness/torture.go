@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"bufio"
@@ -19,8 +19,8 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// config is one torture run, as the flags give it.
-type config struct {
+// Config is one torture run, as the flags give it.
+type Config struct {
 	Store    string
 	Mode     string
 	Kills    int
@@ -34,13 +34,14 @@ type config struct {
 	// Settle bounds the completion phase (after the kill phase); 0 = 2 min.
 	Settle time.Duration
 	// Exe is the binary workers run; "" = this one (os.Executable). Its main
-	// or TestMain must call runWorkerFromEnv when $IDEM_TORTURE_WORKER is set.
+	// or TestMain must call RunWorker when IsWorker (after registering the
+	// backends it registers).
 	Exe string
 	Out io.Writer // progress and the report; nil = os.Stdout
 }
 
-// summary is the outcome of a run.
-type summary struct {
+// Summary is the outcome of a run.
+type Summary struct {
 	Store, Mode string
 	Kills       int
 	Keys        int
@@ -56,7 +57,8 @@ type summary struct {
 	Seed        int64
 }
 
-func (s *summary) line() string {
+// Line is the report's last line.
+func (s *Summary) Line() string {
 	return fmt.Sprintf("torture: store=%s mode=%s kills=%d keys=%d effects=%d duplicates=%d lost=%d unknown=%d violations=%d",
 		s.Store, s.Mode, s.Kills, s.Keys, s.Effects, s.Duplicates, s.Lost, s.Unknown, s.Violations)
 }
@@ -64,10 +66,10 @@ func (s *summary) line() string {
 // usageError is a bad flag or combination (exit 2).
 type usageError struct{ error }
 
-func (c *config) validate() error {
-	b := backends[c.Store]
+func (c *Config) validate() error {
+	b := backend(c.Store)
 	if b == nil {
-		return usageError{fmt.Errorf("unknown -store %q (want %s)", c.Store, backendNames())}
+		return usageError{unknownStore(c.Store)}
 	}
 	if err := checkCombo(b, c.Mode); err != nil {
 		return usageError{err}
@@ -112,7 +114,9 @@ func (s *slot) exited() bool {
 func (s *slot) name() string { return fmt.Sprintf("w%d.%d", s.i, s.gen) }
 
 type runner struct {
-	cfg      config
+	cfg      Config
+	b        *Backend
+	loc      string // the backend's locator (Prepare)
 	out      io.Writer
 	dir      string
 	exe      string
@@ -126,18 +130,18 @@ func (r *runner) printf(format string, a ...any) {
 	fmt.Fprintf(r.out, "torture: "+format+"\n", a...)
 }
 
-// run runs a torture test: start the workers, kill them at random moments,
+// Run runs a torture test: start the workers, kill them at random moments,
 // let them finish, check the store against the effects. The report ends with
-// s.line(). err is a setup error (the run could not be done); violations and
+// s.Line(). err is a setup error (the run could not be done); violations and
 // worker failures are in the summary.
-func run(cfg config) (s *summary, err error) {
+func Run(cfg Config) (s *Summary, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Settle <= 0 {
 		cfg.Settle = 2 * time.Minute
 	}
-	r := &runner{cfg: cfg, out: cfg.Out, exe: cfg.Exe}
+	r := &runner{cfg: cfg, b: backend(cfg.Store), out: cfg.Out, exe: cfg.Exe}
 	if r.out == nil {
 		r.out = os.Stdout
 	}
@@ -168,11 +172,30 @@ func run(cfg config) (s *summary, err error) {
 		cfg.Seed, cfg.Store, cfg.Mode, cfg.Kills, cfg.Keys, cfg.Workers, cfg.Lease, cfg.Duration)
 	r.printf("dir=%s", r.dir)
 	keep := cfg.Keep || !temp
+	prepared := false
 	defer func() {
-		if !keep {
-			os.RemoveAll(r.dir)
+		if keep {
+			return
+		}
+		os.RemoveAll(r.dir)
+		if prepared && r.b.Cleanup != nil {
+			if err := r.b.Cleanup(context.Background(), r.loc); err != nil {
+				r.printf("cleanup of the store: %v", err)
+			}
 		}
 	}()
+	if r.b.Prepare != nil {
+		var desc string
+		if r.loc, desc, err = r.b.Prepare(context.Background(), r.dir); err != nil {
+			var ue usageError
+			if errors.As(err, &ue) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("prepare the store: %w", err)
+		}
+		prepared = true
+		r.printf("store: %s", desc)
+	}
 
 	if err := r.setup(); err != nil {
 		keep = true
@@ -217,7 +240,7 @@ func run(cfg config) (s *summary, err error) {
 	} else {
 		r.printf("seed=%d dir=%s (removed)", cfg.Seed, r.dir)
 	}
-	fmt.Fprintln(r.out, s.line())
+	fmt.Fprintln(r.out, s.Line())
 	return s, nil
 }
 
@@ -225,21 +248,21 @@ func run(cfg config) (s *summary, err error) {
 // effects log, the workers' log.
 func (r *runner) setup() error {
 	ctx := context.Background()
-	h, err := backends[r.cfg.Store].open(ctx, r.dir)
+	h, err := r.b.Open(ctx, r.dir, r.loc)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
 	if r.cfg.Mode == "tx" {
-		if h.tx == nil {
-			h.close()
+		if h.Tx == nil {
+			h.Close()
 			return usageError{fmt.Errorf("-store %s has no RunTx", r.cfg.Store)}
 		}
-		if err := h.tx.setup(ctx); err != nil {
-			h.close()
+		if err := h.Tx.Setup(ctx); err != nil {
+			h.Close()
 			return fmt.Errorf("create effects table: %w", err)
 		}
 	}
-	if err := h.close(); err != nil {
+	if err := h.Close(); err != nil {
 		return err
 	}
 	if r.cfg.Mode != "tx" {
@@ -253,7 +276,7 @@ func (r *runner) setup() error {
 
 // start starts the slot's next worker.
 func (r *runner) start(sl *slot) error {
-	wc := workerConfig{Store: r.cfg.Store, Mode: r.cfg.Mode, Dir: r.dir, Keys: r.cfg.Keys, Seed: r.cfg.Seed,
+	wc := workerConfig{Store: r.cfg.Store, Loc: r.loc, Mode: r.cfg.Mode, Dir: r.dir, Keys: r.cfg.Keys, Seed: r.cfg.Seed,
 		Lease: r.cfg.Lease, Slot: sl.i, Gen: sl.gen, Deadline: r.deadline}
 	b, err := json.Marshal(wc)
 	if err != nil {
@@ -410,19 +433,19 @@ type violation struct {
 }
 
 // check compares the store's records with the effects.
-func (r *runner) check() (*summary, error) {
+func (r *runner) check() (*Summary, error) {
 	ctx := context.Background()
-	b := backends[r.cfg.Store]
-	h, err := b.open(ctx, r.dir)
+	b := r.b
+	h, err := b.Open(ctx, r.dir, r.loc)
 	if err != nil {
 		return nil, fmt.Errorf("check: open store: %w", err)
 	}
-	defer h.close()
-	s := &summary{Store: r.cfg.Store, Mode: r.cfg.Mode, Keys: r.cfg.Keys}
+	defer h.Close()
+	s := &Summary{Store: r.cfg.Store, Mode: r.cfg.Mode, Keys: r.cfg.Keys}
 
 	var counts map[string]int
 	if r.cfg.Mode == "tx" {
-		if counts, err = h.tx.counts(ctx); err != nil {
+		if counts, err = h.Tx.Counts(ctx); err != nil {
 			return nil, fmt.Errorf("check: count effects: %w", err)
 		}
 	} else {
@@ -464,7 +487,7 @@ func (r *runner) check() (*summary, error) {
 					vs = append(vs, violation{k, "duplicate", fmt.Sprintf("effects=%d", n)})
 				}
 			}
-			rec, ok, err := h.store.Lookup(ctx, k)
+			rec, ok, err := h.Store.Lookup(ctx, k)
 			if err != nil {
 				return nil, fmt.Errorf("check: lookup %s: %w", k, err)
 			}
@@ -483,7 +506,7 @@ func (r *runner) check() (*summary, error) {
 				}
 			case ok && rec.Status == idem.StatusUnknown:
 				s.Unknown++
-				if b.watermark && blockedBy == "" {
+				if b.Watermark && blockedBy == "" {
 					blockedBy = k.Period
 				}
 			case !ok && blockedBy != "":
