@@ -19,12 +19,15 @@ const DefaultSchema = "idem"
 
 // SchemaVersion is the version of the ledger's tables that this version of
 // pgledger writes. A schema with a higher version is refused with
-// [idem.ErrNewerSchema].
-const SchemaVersion = 1
+// [idem.ErrNewerSchema]. Version 2 added the items of [idem.Each] (tables
+// items and itemsets); [New] upgrades a version-1 schema in place.
+const SchemaVersion = 2
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idem.Store],
-// [idem.TxStore] (with [pgx.Tx]), [idem.CatchUpStore] and [idem.Lister].
+// [idem.TxStore] (with [pgx.Tx]), [idem.CatchUpStore], [idem.Lister], and,
+// for [idem.Each] and [idem.EachTx], [idem.ItemStore] and
+// [idem.ItemTxStore] (with [pgx.Tx]).
 //
 // A Ledger is safe for concurrent use by many goroutines, processes and
 // hosts.
@@ -162,7 +165,10 @@ func (l *Ledger) lockID(kind, what string) int64 {
 	return int64(h.Sum64())
 }
 
-// migrate creates the schema and its tables if needed. It reads first: a
+// migrate creates the schema and its tables if needed, or upgrades an older
+// version's (every statement of the DDL is CREATE ... IF NOT EXISTS, so
+// running it over a version-1 schema adds only what version 2 added). It
+// reads first: a
 // schema of the current version needs no write (and no CREATE privilege),
 // and a newer one must not see a single write.
 func (l *Ledger) migrate(ctx context.Context) error {

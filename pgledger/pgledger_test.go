@@ -355,7 +355,8 @@ func TestNewerSchemaRefused(t *testing.T) {
 	pool := newPool(t)
 	ctx := context.Background()
 	l := openLedger(t, pool)
-	if _, err := pool.Exec(ctx, `UPDATE `+table(l, "meta")+` SET value = 2 WHERE name = 'schema_version'`); err != nil {
+	newer := pgledger.SchemaVersion + 1
+	if _, err := pool.Exec(ctx, `UPDATE `+table(l, "meta")+` SET value = $1 WHERE name = 'schema_version'`, newer); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := pgxpool.ParseConfig(testDSN(t))
@@ -376,7 +377,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 		t.Fatalf("New on a newer schema: %v, want ErrNewerSchema", err)
 	}
 	var v int
-	if err := pool.QueryRow(ctx, `SELECT value FROM `+table(l, "meta")).Scan(&v); err != nil || v != 2 {
+	if err := pool.QueryRow(ctx, `SELECT value FROM `+table(l, "meta")).Scan(&v); err != nil || v != newer {
 		t.Fatalf("version %d, %v", v, err)
 	}
 

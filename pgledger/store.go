@@ -479,6 +479,13 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 			return err
 		}
 		deleted = tag.RowsAffected()
+		// The item records of those periods (Each) go with them.
+		for _, t := range []string{"items", "itemsets"} {
+			q := `DELETE FROM ` + pgx.Identifier{l.schema, t}.Sanitize() + ` WHERE job = $1 AND period <= $2 COLLATE "C"`
+			if _, err := tx.Exec(ctx, q, job, through); err != nil {
+				return err
+			}
+		}
 		_, err = tx.Exec(ctx, l.q.pruneJobs, job, through)
 		return err
 	})

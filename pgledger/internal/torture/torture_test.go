@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem/internal/torture/harness"
+)
+
+// TestMain registers the postgres backend, and makes the test binary a
+// worker when a run re-executes it.
+func TestMain(m *testing.M) {
+	harness.Register(postgresBackend())
+	if harness.IsWorker() {
+		os.Exit(harness.RunWorker())
+	}
+	os.Exit(m.Run())
+}
+
+// TestTorturePostgres runs a short kill -9 pass of every mode against the
+// Postgres ledger.
+func TestTorturePostgres(t *testing.T) {
+	if os.Getenv(dsnEnv) == "" {
+		if v := os.Getenv("CI"); v != "" && v != "false" && v != "0" {
+			t.Fatalf("%s is not set, and CI must run the Postgres tests: run scripts/test.sh (it starts PostgreSQL with scripts/pg.sh)", dsnEnv)
+		}
+		t.Skipf("no PostgreSQL: run scripts/test.sh (it starts a throwaway server), or set %s=postgres://...", dsnEnv)
+	}
+	for _, mode := range []string{"atleastonce", "atmostonce", "twophase", "tx"} {
+		t.Run(mode, func(t *testing.T) {
+			var out bytes.Buffer
+			seed := time.Now().UnixNano()
+			s, err := harness.Run(harness.Config{
+				Store: "postgres", Mode: mode,
+				Kills: 10, Keys: 20, Workers: 3,
+				Seed: seed, Duration: 20 * time.Second, Settle: time.Minute,
+				Lease: 100 * time.Millisecond,
+				Out:   &out,
+			})
+			if err != nil {
+				t.Fatalf("seed %d: %v\n%s", seed, err, out.String())
+			}
+			if s.Violations > 0 || s.Lost > 0 || len(s.Errors) > 0 {
+				t.Fatalf("seed %d: violations=%d lost=%d errors=%d\n%s", seed, s.Violations, s.Lost, len(s.Errors), out.String())
+			}
+			if s.Effects == 0 {
+				t.Fatalf("seed %d: no effects at all\n%s", seed, out.String())
+			}
+			if !strings.HasPrefix(s.Line(), "torture: store=postgres mode="+mode+" ") {
+				t.Fatalf("last line %q", s.Line())
+			}
+			t.Log(s.Line())
+		})
+	}
+}
+
+// TestNoDatabase: without a database, -store postgres is a usage error.
+func TestNoDatabase(t *testing.T) {
+	t.Setenv(dsnEnv, "")
+	var stdout, stderr bytes.Buffer
+	if got := harness.Main([]string{"-store", "postgres", "-kills", "1"}, &stdout, &stderr); got != 2 || !strings.Contains(stderr.String(), "-pg-dsn") {
+		t.Fatalf("status %d, stderr:\n%s", got, stderr.String())
+	}
+}
