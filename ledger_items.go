@@ -163,18 +163,91 @@ func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) 
 const finishItemSQL = `UPDATE idem_items SET status=?, failures=?, not_before=?, last_error=?, doubt=0,
 	lease_until=0, updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`
 
+// doneChunk is how many done marks one statement writes.
+const doneChunk = 100
+
+// doneItemsSQL marks up to doneChunk items done in one statement, each
+// fenced by its attempt; it returns the items it marked.
+var doneItemsSQL = func() string {
+	var b strings.Builder
+	b.WriteString(`UPDATE idem_items SET status='done', failures=0, not_before=0, last_error='', doubt=0,
+		lease_until=0, updated=? WHERE job=? AND period=? AND status='running' AND (item, attempt) IN (VALUES `)
+	for i := range doneChunk {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?)")
+	}
+	b.WriteString(`) RETURNING item`)
+	return b.String()
+}()
+
 func finishItems(tx *wtx, key Key, ends []ItemEnd) (lost []string, err error) {
+	var done []ItemEnd
+	var other []ItemEnd
+	for _, e := range ends {
+		if e.Status == StatusDone {
+			done = append(done, e)
+		} else {
+			other = append(other, e)
+		}
+	}
+	// Done marks, the bulk of a batch: doneChunk to a statement.
+	for len(done) > 0 {
+		chunk := done[:min(doneChunk, len(done))]
+		done = done[len(chunk):]
+		if lost, err = finishDone(tx, key, chunk, lost); err != nil {
+			return nil, err
+		}
+	}
 	st, err := tx.stmt(finishItemSQL)
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range ends {
+	for _, e := range other {
 		res, err := st.ExecContext(tx.ctx, string(e.Status), e.Failures, micros(e.NotBefore), e.Error, micros(e.Now),
 			key.Job, key.Period, e.Item, e.Attempt)
 		if err != nil {
 			return nil, err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
+			lost = append(lost, e.Item)
+		}
+	}
+	return lost, nil
+}
+
+// finishDone marks chunk (at most doneChunk items) done and appends the
+// items whose attempt no longer held to lost.
+func finishDone(tx *wtx, key Key, chunk []ItemEnd, lost []string) ([]string, error) {
+	st, err := tx.stmt(doneItemsSQL)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, 0, 2*doneChunk+3)
+	args = append(args, micros(chunk[0].Now), key.Job, key.Period)
+	for i := range doneChunk {
+		e := chunk[min(i, len(chunk)-1)] // a short chunk repeats its last pair
+		args = append(args, e.Item, e.Attempt)
+	}
+	rows, err := st.QueryContext(tx.ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	marked := make(map[string]bool, len(chunk))
+	for rows.Next() {
+		var it string
+		if err := rows.Scan(&it); err != nil {
+			return nil, err
+		}
+		marked[it] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, e := range chunk {
+		if !marked[e.Item] {
 			lost = append(lost, e.Item)
 		}
 	}
