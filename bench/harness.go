@@ -38,6 +38,8 @@ var comparisons = []comparison{
 	{"duplicate_vs_river", "river", duplicateVsRiver},
 	{"runtx_vs_floor", "floor", runTxVsFloor},
 	{"statefile_vs_floor", "floor", stateFileVsFloor},
+	{"fanout_vs_floor", "floor", fanoutVsFloor},
+	{"fanout_vs_river", "river", fanoutVsRiver},
 	{"pg_fresh_run_vs_river", "river", pgFreshRunVsRiver},
 	{"pg_duplicate_vs_river", "river", pgDuplicateVsRiver},
 }

@@ -56,7 +56,7 @@ type riverEnv[TTx any] struct {
 
 // startRiver migrates River's tables (in schema, "" for the default) and
 // starts a client; none of this is timed.
-func startRiver[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], schema string, n int) (*riverEnv[TTx], error) {
+func startRiver[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], schema string, n int, extra ...func(*river.Workers)) (*riverEnv[TTx], error) {
 	quiet := slog.New(slog.DiscardHandler)
 	m, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: quiet, Schema: schema})
 	if err != nil {
@@ -67,6 +67,9 @@ func startRiver[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], sc
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &benchWorker{})
+	for _, add := range extra {
+		add(workers)
+	}
 	client, err := river.NewClient(driver, &river.Config{
 		Logger:            quiet,
 		Schema:            schema,

@@ -5,13 +5,14 @@ import (
 	"database/sql"
 	"path/filepath"
 
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 )
 
 // openRiverSQLite starts River on a SQLite file in dir with the settings of
 // idem's ledger (WAL, busy_timeout, synchronous=FULL, IMMEDIATE
 // transactions) and one connection, as riversqlite's documentation advises.
-func openRiverSQLite(ctx context.Context, dir string, n int) (*riverEnv[*sql.Tx], func(), error) {
+func openRiverSQLite(ctx context.Context, dir string, n int, extra ...func(*river.Workers)) (*riverEnv[*sql.Tx], func(), error) {
 	db, err := openSQLite(filepath.Join(dir, "river.db"), "river")
 	if err != nil {
 		return nil, nil, err
@@ -21,7 +22,7 @@ func openRiverSQLite(ctx context.Context, dir string, n int) (*riverEnv[*sql.Tx]
 		db.Close()
 		return nil, nil, err
 	}
-	env, err := startRiver(ctx, riversqlite.New(db), "", n)
+	env, err := startRiver(ctx, riversqlite.New(db), "", n, extra...)
 	if err != nil {
 		db.Close()
 		return nil, nil, err
