@@ -285,6 +285,8 @@ func (r *runner) start(sl *slot) error {
 	cmd := exec.Command(r.exe)
 	cmd.Env = append(os.Environ(), workerEnv+"="+string(b))
 	cmd.Stdout, cmd.Stderr = r.log, r.log
+	// Workers die with the torture process: a stopped run leaves none behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		sl.cmd = nil
 		return fmt.Errorf("start worker %s: %w", sl.name(), err)
