@@ -61,11 +61,10 @@ func main() {
 	}
 }
 
-// yesterday is the business day a run at t settles: the day before t's, in
-// the business time zone, whenever the run actually starts.
+// yesterday is the business day a run at t settles: the last day that has
+// ended at t in the business time zone, whenever the run actually starts.
 func yesterday(t time.Time, loc *time.Location) string {
-	d := t.In(loc)
-	return time.Date(d.Year(), d.Month(), d.Day()-1, 0, 0, 0, 0, loc).Format(time.DateOnly)
+	return idem.LastPeriod(idem.Daily(loc), t).Name
 }
 
 func open(dir string, clk idem.Clock) (*idem.Ledger, error) {
