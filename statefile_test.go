@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -319,4 +320,43 @@ func TestStateFileManyJobsManyProcesses(t *testing.T) {
 			t.Errorf("job%d watermark %q, want 2026-10-10", j, js.Cursor)
 		}
 	}
+}
+
+// TestStateFileFailedWriteIsFatal: when replacing the file fails (here the
+// rename, which shares its error path with the fsync before it), the store
+// refuses every later write, even once the cause is gone: after a failed
+// fsync the kernel's view of the data is unknown, so it is never retried.
+// The rename is made to fail by marking the state file immutable (chattr
+// +i), which stops root too; the test skips where chattr cannot do that.
+func TestStateFileFailedWriteIsFatal(t *testing.T) {
+	dir := t.TempDir()
+	s := openState(t, dir)
+	ctx := context.Background()
+	k1 := idem.Key{Job: "report", Period: "2026-10-27"}
+	if err := s.Run(ctx, k1, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("chattr", "+i", s.Path()).CombinedOutput(); err != nil {
+		t.Skipf("cannot make the state file immutable here (chattr: %v %s)", err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", s.Path()).Run() })
+	k2 := idem.Key{Job: "report", Period: "2026-10-28"}
+	ran := 0
+	err := s.Run(ctx, k2, func(context.Context) error { ran++; return nil })
+	if err == nil || !strings.Contains(err.Error(), "refusing further writes") {
+		t.Fatalf("write over an immutable file: %v", err)
+	}
+	if out, err := exec.Command("chattr", "-i", s.Path()).CombinedOutput(); err != nil {
+		t.Fatalf("chattr -i: %v %s", err, out)
+	}
+	// The cause is gone; the store still refuses, and the file is as it was.
+	k3 := idem.Key{Job: "report", Period: "2026-10-29"}
+	err = s.Run(ctx, k3, func(context.Context) error { ran++; return nil }, idem.AtMostOnce())
+	if err == nil || !strings.Contains(err.Error(), "refusing further writes") {
+		t.Fatalf("a later write was tried again: %v", err)
+	}
+	if js, _ := openState(t, dir).Job(ctx, "report"); js.Cursor != "2026-10-27" {
+		t.Fatalf("watermark %q, want 2026-10-27", js.Cursor)
+	}
+	t.Logf("fn ran %d times before the store refused", ran)
 }
