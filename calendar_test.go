@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	_ "time/tzdata" // results must not depend on the machine's zoneinfo
@@ -511,27 +510,11 @@ func TestNilLocationPanics(t *testing.T) {
 
 func TestConcurrentUse(t *testing.T) {
 	loc := mustLoc(t, "Europe/London")
-	scheds := schedulesFor(loc)
-	base := time.Date(2026, 10, 24, 0, 0, 0, 0, loc)
-	var wg sync.WaitGroup
-	results := make([][]string, 2)
-	for g := range results {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for _, ns := range scheds {
-				p := ns.s.At(base)
-				for i := 0; i < 20; i++ {
-					p = ns.s.Next(p)
-				}
-				results[g] = append(results[g], p.Name)
-			}
-		}()
+	var scheds []idem.Schedule
+	for _, ns := range schedulesFor(loc) {
+		scheds = append(scheds, ns.s)
 	}
-	wg.Wait()
-	if got, want := strings.Join(results[0], ","), strings.Join(results[1], ","); got != want {
-		t.Errorf("goroutines disagree: got %s, want %s", got, want)
-	}
+	schedtest.Concurrent(t, time.Date(2026, 10, 24, 0, 0, 0, 0, loc), scheds...)
 }
 
 // The 02:00 settlement run settles yesterday. On the morning after London's

@@ -3,6 +3,8 @@
 package schedtest
 
 import (
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,5 +102,31 @@ func Walk(t testing.TB, s idem.Schedule, loc *time.Location, t0 time.Time, n int
 			t.Fatalf("Next(Prev(%s)): got %+v, want %+v", p.Name, got, p)
 		}
 		p = next
+	}
+}
+
+// Concurrent walks every schedule 20 periods forward from base in two
+// goroutines at once and fails t if they disagree: schedules are values,
+// safe for concurrent use (run it under -race).
+func Concurrent(t testing.TB, base time.Time, scheds ...idem.Schedule) {
+	t.Helper()
+	var wg sync.WaitGroup
+	results := make([][]string, 2)
+	for g := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, s := range scheds {
+				p := s.At(base)
+				for range 20 {
+					p = s.Next(p)
+				}
+				results[g] = append(results[g], p.Name)
+			}
+		}()
+	}
+	wg.Wait()
+	if got, want := strings.Join(results[0], ","), strings.Join(results[1], ","); got != want {
+		t.Errorf("goroutines disagree: got %s, want %s", got, want)
 	}
 }
