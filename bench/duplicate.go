@@ -11,18 +11,12 @@ import (
 //
 //	SELECT status FROM idem_runs WHERE job=? AND period=?   -- must say 'done'
 func duplicateVsFloor(ctx context.Context, cfg config) (result, error) {
-	dir, cleanup, err := tempDir("dup")
+	dir, l, cleanup, err := ledgerInTempDir(ctx, "dup")
 	if err != nil {
 		return result{}, err
 	}
 	defer cleanup()
 	keys := roundKeys("dup", 0, cfg.n)
-
-	l, closeLedger, err := openLedger(ctx, filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		return result{}, err
-	}
-	defer closeLedger()
 	idemSide, err := ledgerDuplicateSide(ctx, l, keys)
 	if err != nil {
 		return result{}, err

@@ -65,16 +65,11 @@ func ledgerFanoutSide(l *idem.Ledger, n int) side {
 // marks it done.
 func fanoutVsFloor(ctx context.Context, cfg config) (result, error) {
 	n := cfg.n * fanoutItems
-	dir, cleanup, err := tempDir("fanout")
+	dir, l, cleanup, err := ledgerInTempDir(ctx, "fanout")
 	if err != nil {
 		return result{}, err
 	}
 	defer cleanup()
-	l, closeLedger, err := openLedger(ctx, filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		return result{}, err
-	}
-	defer closeLedger()
 
 	fl, err := openFloor(ctx, filepath.Join(dir, "floor.db"))
 	if err != nil {
@@ -152,16 +147,11 @@ func (*itemWorker) Work(context.Context, *river.Job[itemArgs]) error { return ni
 // worked, and waited for until every one completed.
 func fanoutVsRiver(ctx context.Context, cfg config) (result, error) {
 	n := cfg.n * fanoutItems / 10 // River is slower: fewer items keep the pass short
-	dir, cleanup, err := tempDir("fanout-river")
+	dir, l, cleanup, err := ledgerInTempDir(ctx, "fanout-river")
 	if err != nil {
 		return result{}, err
 	}
 	defer cleanup()
-	l, closeLedger, err := openLedger(ctx, filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		return result{}, err
-	}
-	defer closeLedger()
 	env, stop, err := openRiverSQLite(ctx, dir, n, func(w *river.Workers) { river.AddWorker(w, &itemWorker{}) })
 	if err != nil {
 		return result{}, err

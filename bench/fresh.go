@@ -30,17 +30,11 @@ import (
 // also checks the job's retention horizon (one primary-key probe of
 // idem_jobs).
 func freshRunVsFloor(ctx context.Context, cfg config) (result, error) {
-	dir, cleanup, err := tempDir("fresh")
+	dir, l, cleanup, err := ledgerInTempDir(ctx, "fresh")
 	if err != nil {
 		return result{}, err
 	}
 	defer cleanup()
-
-	l, closeLedger, err := openLedger(ctx, filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		return result{}, err
-	}
-	defer closeLedger()
 
 	fl, err := newFreshFloor(ctx, filepath.Join(dir, "floor.db"))
 	if err != nil {

@@ -183,6 +183,21 @@ func roundKeys(job string, round, n int) []idem.Key {
 	return keys
 }
 
+// ledgerInTempDir makes a fresh directory and opens idem's ledger in it;
+// cleanup closes the ledger and removes the directory.
+func ledgerInTempDir(ctx context.Context, pattern string) (dir string, l *idem.Ledger, cleanup func(), err error) {
+	dir, removeDir, err := tempDir(pattern)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	l, closeLedger, err := openLedger(ctx, filepath.Join(dir, "ledger.db"))
+	if err != nil {
+		removeDir()
+		return "", nil, nil, err
+	}
+	return dir, l, func() { closeLedger(); removeDir() }, nil
+}
+
 // tempDir makes a fresh directory under $TMPDIR (as t.TempDir does) and
 // returns a function that removes it.
 func tempDir(pattern string) (string, func(), error) {

@@ -33,16 +33,11 @@ func openRiverSQLite(ctx context.Context, dir string, n int, extra ...func(*rive
 // freshRunVsRiver: Ledger.Run of new keys against River on SQLite: one
 // unique job per key, inserted and worked.
 func freshRunVsRiver(ctx context.Context, cfg config) (result, error) {
-	dir, cleanup, err := tempDir("fresh-river")
+	dir, l, cleanup, err := ledgerInTempDir(ctx, "fresh-river")
 	if err != nil {
 		return result{}, err
 	}
 	defer cleanup()
-	l, closeLedger, err := openLedger(ctx, filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		return result{}, err
-	}
-	defer closeLedger()
 	env, stop, err := openRiverSQLite(ctx, dir, cfg.n)
 	if err != nil {
 		return result{}, err
@@ -57,16 +52,11 @@ func freshRunVsRiver(ctx context.Context, cfg config) (result, error) {
 // duplicateVsRiver: Ledger.Run of keys already done against River's insert
 // of a unique job that already exists (completed), which River skips.
 func duplicateVsRiver(ctx context.Context, cfg config) (result, error) {
-	dir, cleanup, err := tempDir("dup-river")
+	dir, l, cleanup, err := ledgerInTempDir(ctx, "dup-river")
 	if err != nil {
 		return result{}, err
 	}
 	defer cleanup()
-	l, closeLedger, err := openLedger(ctx, filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		return result{}, err
-	}
-	defer closeLedger()
 	env, stop, err := openRiverSQLite(ctx, dir, cfg.n)
 	if err != nil {
 		return result{}, err

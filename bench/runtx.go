@@ -20,17 +20,11 @@ import (
 // all prepared once. On the idem side fn runs the same upsert through a
 // statement prepared once on the ledger's database (tx.StmtContext).
 func runTxVsFloor(ctx context.Context, cfg config) (result, error) {
-	dir, cleanup, err := tempDir("runtx")
+	dir, l, cleanup, err := ledgerInTempDir(ctx, "runtx")
 	if err != nil {
 		return result{}, err
 	}
 	defer cleanup()
-
-	l, closeLedger, err := openLedger(ctx, filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		return result{}, err
-	}
-	defer closeLedger()
 	if _, err := l.DB().ExecContext(ctx, runsTable); err != nil { // creates daily_settle beside the ledger
 		return result{}, err
 	}
