@@ -651,7 +651,6 @@ func (l *Ledger) Renew(ctx context.Context, key Key, attempt int64, now time.Tim
 
 // Finish implements [Store]. It always commits with synchronous=FULL.
 func (l *Ledger) Finish(ctx context.Context, key Key, attempt int64, end End) error {
-	ctx = context.WithoutCancel(ctx) // a finished attempt must be recorded even if the caller gave up
 	var n int64
 	err := l.withTx(ctx, true, func(tx *wtx) error {
 		var err error
