@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // DefaultWorkers is how many items Each works on at once unless told
@@ -117,14 +116,15 @@ func EachTx[Tx any](ctx context.Context, s ItemTxStore[Tx], key Key, items iter.
 	if fn == nil {
 		panic("idem: EachTx with a nil fn")
 	}
-	return each(ctx, s, key, items, opts, nil, func(ctx context.Context, claims []ItemClaim, now time.Time, info func(ItemClaim) Info) (map[string]error, []string, error) {
-		return s.FinishItemsTx(ctx, key, claims, now, func(tx Tx, c ItemClaim) error {
+	return each(ctx, s, key, items, opts, nil, func(ctx context.Context, step ItemStep, claims []ItemClaim, info func(ItemClaim) Info, failed func(ItemClaim, error) ItemEnd) ([]ItemEnd, []string, error) {
+		return s.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c ItemClaim) error {
 			return fn(context.WithValue(ctx, infoKey{}, info(c)), tx, c.Item)
-		})
+		}, failed)
 	})
 }
 
-type txItems func(ctx context.Context, claims []ItemClaim, now time.Time, info func(ItemClaim) Info) (failed map[string]error, lost []string, err error)
+// txItems runs a window of items in the store's transaction (EachTx).
+type txItems func(ctx context.Context, step ItemStep, claims []ItemClaim, info func(ItemClaim) Info, failed func(ItemClaim, error) ItemEnd) (ends []ItemEnd, lost []string, err error)
 
 type eacher struct {
 	s      ItemStore
@@ -274,48 +274,78 @@ func (e *eacher) info(c ItemClaim) Info {
 
 func (e *eacher) worker(ctx context.Context) error {
 	m := e.cfg.mode
+	window := e.cfg.each.batch
 	for {
-		claimedAt := e.cfg.clock.Now()
-		claims, err := e.s.ClaimItems(ctx, e.key, ItemClaimRequest{
-			N: e.cfg.each.batch, Owner: processOwner(), Now: claimedAt, Lease: e.cfg.lease,
+		now := e.cfg.clock.Now()
+		b, err := e.s.ClaimItems(ctx, e.key, ItemClaimRequest{
+			N: window, Owner: processOwner(), Now: now, Lease: e.cfg.lease,
 			Durable: e.tx == nil && m.durableClaim(), TakeUnknown: e.tx == nil && m.takeUnknown(),
 		})
-		if err != nil || len(claims) == 0 {
+		if err != nil || len(b.Items) == 0 {
 			return err
 		}
 		if err := Checkpoint(ctx, AfterClaim, e.key); err != nil {
 			return err
 		}
-		var ends []ItemEnd
-		if e.tx != nil {
-			ends, err = e.runTx(ctx, claims)
-		} else {
-			ends, err = e.run(ctx, claims, claimedAt)
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := e.s.FinishItems(ctx, e.key, ends); err != nil {
-			return err
-		}
-		e.report(ends, len(claims))
-		if err := Checkpoint(ctx, AfterDone, e.key); err != nil {
-			return err
+		// A chunk is worked window by window: each window's done marks are
+		// one write, which also renews the chunk's lease and marks the next
+		// window started. Single items are one window.
+		lease := newLeaseState(e.cfg.clock, now.Add(e.cfg.lease))
+		step := ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: b.Pos}
+		for items := b.Items; len(items) > 0; {
+			win := items[:min(window, len(items))]
+			if b.Chunk == 0 {
+				win = items
+			}
+			var ends []ItemEnd
+			var lost []string
+			stopped := false
+			if e.tx != nil {
+				step.Now = e.cfg.clock.Now()
+				step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(window, len(items)-len(win))
+				ends, lost, err = e.tx(ctx, step, win, e.info, e.failed)
+			} else {
+				ends, stopped, err = e.run(ctx, win, lease)
+				if err == nil && len(ends) > 0 {
+					step.Now = e.cfg.clock.Now()
+					step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(window, len(items)-len(ends))
+					if stopped {
+						step.Next = 0
+					}
+					lost, err = e.s.FinishItems(ctx, e.key, step, ends)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			e.report(ends, lost)
+			if len(ends) > 0 {
+				if err := Checkpoint(ctx, AfterDone, e.key); err != nil {
+					return err
+				}
+			}
+			if stopped || len(lost) > 0 || b.Chunk == 0 {
+				break
+			}
+			items = items[len(ends):]
+			step.From += len(ends)
+			lease.until.Store(step.LeaseUntil.UnixNano())
 		}
 	}
 }
 
-// run applies fn to each claimed item and returns how each ended.
-func (e *eacher) run(ctx context.Context, claims []ItemClaim, claimedAt time.Time) ([]ItemEnd, error) {
-	ends := make([]ItemEnd, 0, len(claims))
-	lease := newLeaseState(e.cfg.clock, claimedAt.Add(e.cfg.lease)) // the batch's lease; not renewed
+// run applies fn to a window of claimed items, in order, and returns how
+// each ended; stopped means it left the rest of the window unrun because
+// the lease ran out.
+func (e *eacher) run(ctx context.Context, claims []ItemClaim, lease *leaseState) (ends []ItemEnd, stopped bool, err error) {
+	ends = make([]ItemEnd, 0, len(claims))
 	for _, c := range claims {
 		ictx := context.WithValue(context.WithValue(ctx, infoKey{}, e.info(c)), leaseKey{}, lease)
 		if CheckLease(ictx) != nil {
-			// The batch outlived its lease: another holder may claim these
+			// The window outlived its lease: another holder may claim these
 			// items now. Leave the rest unrecorded; they are claimed again
 			// (as doubtful) once the lease has expired.
-			break
+			return ends, true, nil
 		}
 		if c.Doubt {
 			v, herr := e.cfg.mode.check(ictx, e.key)
@@ -323,13 +353,16 @@ func (e *eacher) run(ctx context.Context, claims []ItemClaim, claimedAt time.Tim
 				ends = append(ends, end)
 				continue
 			}
+			if CheckLease(ictx) != nil { // the check took the rest of the lease
+				return ends, true, nil
+			}
 		}
 		err := e.fn(ictx, c.Item)
 		if cerr := Checkpoint(ctx, AfterFn, e.key); cerr != nil {
-			return nil, cerr
+			return nil, false, cerr
 		}
 		if errors.Is(err, ErrLeaseLost) { // fn saw the lease run out: not the item's failure
-			break
+			return ends, true, nil
 		}
 		if err == nil {
 			ends = append(ends, ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: e.cfg.clock.Now()})
@@ -344,7 +377,7 @@ func (e *eacher) run(ctx context.Context, claims []ItemClaim, claimedAt time.Tim
 		}
 		ends = append(ends, e.failed(c, err))
 	}
-	return ends, nil
+	return ends, false, nil
 }
 
 // settle turns a check's verdict on a doubtful item into its end; settled
@@ -378,27 +411,19 @@ func (e *eacher) failed(c ItemClaim, err error) ItemEnd {
 	return end
 }
 
-// runTx applies the batch in the store's transaction.
-func (e *eacher) runTx(ctx context.Context, claims []ItemClaim) ([]ItemEnd, error) {
-	failed, lost, err := e.tx(ctx, claims, e.cfg.clock.Now(), e.info)
-	if err != nil {
-		return nil, err
-	}
-	ends := make([]ItemEnd, 0, len(failed))
-	for _, c := range claims {
-		if ferr, ok := failed[c.Item]; ok {
-			ends = append(ends, e.failed(c, ferr))
-		}
-	}
-	// Done items were marked in the transaction; count them for progress.
-	e.done.Add(int64(len(claims) - len(failed) - len(lost)))
-	return ends, nil
-}
-
-func (e *eacher) report(ends []ItemEnd, claimed int) {
+// report counts a window's ends that were recorded (not lost) and calls
+// the progress callback.
+func (e *eacher) report(ends []ItemEnd, lost []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	gone := make(map[string]bool, len(lost))
+	for _, it := range lost {
+		gone[it] = true
+	}
 	for _, end := range ends {
+		if gone[end.Item] {
+			continue
+		}
 		switch end.Status {
 		case StatusDone:
 			e.done.Add(1)

@@ -21,8 +21,8 @@ import (
 // SchemaVersion is the version of the ledger's tables that this version of
 // idem writes. A ledger with a higher version is refused with
 // [ErrNewerSchema]; a lower one is upgraded (version 2 added the item
-// tables of Each).
-const SchemaVersion = 2
+// tables of Each; version 3 records and claims items in chunks).
+const SchemaVersion = 3
 
 // Ledger is a [Store] in a SQLite database file (modernc.org/sqlite, pure
 // Go): one row per key in table idem_runs, keyed by (job, period).
@@ -271,11 +271,48 @@ CREATE TABLE IF NOT EXISTS idem_jobs (
 	cursor  TEXT NOT NULL DEFAULT '',
 	horizon TEXT NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS idem_items (
+-- Each's items: the item set (one row per item, for uniqueness), its
+-- chunks (claimed and marked done as a whole), and the records of the items
+-- whose attempt did not end done (failed, unknown, parked; from then on they
+-- are claimed one by one).
+CREATE TABLE IF NOT EXISTS idem_item_set (
+	job    TEXT NOT NULL,
+	period TEXT NOT NULL,
+	item   TEXT NOT NULL,
+	PRIMARY KEY (job, period, item)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idem_item_chunks (
+	job         TEXT    NOT NULL,
+	period      TEXT    NOT NULL,
+	chunk       INTEGER NOT NULL,
+	n           INTEGER NOT NULL, -- items in the chunk
+	status      TEXT    NOT NULL DEFAULT 'pending', -- pending, running, done
+	attempt     INTEGER NOT NULL DEFAULT 0,
+	failures    INTEGER NOT NULL DEFAULT 0,
+	owner       TEXT    NOT NULL DEFAULT '',
+	lease_until INTEGER NOT NULL DEFAULT 0,
+	settled     INTEGER NOT NULL DEFAULT 0, -- items before this position are settled
+	started     INTEGER NOT NULL DEFAULT 0, -- items before this position may have begun
+	doubt       INTEGER NOT NULL DEFAULT 0, -- at the last claim: the abandoned attempt's started
+	updated     INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (job, period, chunk)
+) WITHOUT ROWID;
+-- A chunk's item ids, one per line, written once (apart from the chunk's
+-- state, which changes with every window).
+CREATE TABLE IF NOT EXISTS idem_item_lists (
+	job    TEXT    NOT NULL,
+	period TEXT    NOT NULL,
+	chunk  INTEGER NOT NULL,
+	items  TEXT    NOT NULL,
+	PRIMARY KEY (job, period, chunk)
+);
+CREATE INDEX IF NOT EXISTS idem_item_chunks_by_status ON idem_item_chunks(job, period, status);
+CREATE TABLE IF NOT EXISTS idem_item_state (
 	job         TEXT    NOT NULL,
 	period      TEXT    NOT NULL,
 	item        TEXT    NOT NULL,
-	status      TEXT    NOT NULL DEFAULT 'pending',
+	chunk       INTEGER NOT NULL DEFAULT 0, -- the chunk it left; 0 for an item recorded by version 2
+	status      TEXT    NOT NULL,
 	attempt     INTEGER NOT NULL DEFAULT 0,
 	failures    INTEGER NOT NULL DEFAULT 0,
 	doubt       INTEGER NOT NULL DEFAULT 0,
@@ -286,7 +323,7 @@ CREATE TABLE IF NOT EXISTS idem_items (
 	updated     INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (job, period, item)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS idem_items_by_status ON idem_items(job, period, status);
+CREATE INDEX IF NOT EXISTS idem_item_state_by_status ON idem_item_state(job, period, status);
 CREATE TABLE IF NOT EXISTS idem_itemsets (
 	job    TEXT NOT NULL,
 	period TEXT NOT NULL,
@@ -347,6 +384,9 @@ func (l *Ledger) migrate(ctx context.Context) error {
 		}
 		if v > SchemaVersion {
 			return fmt.Errorf("%w: %s has version %d, this idem knows %d", ErrNewerSchema, l.where(), v, SchemaVersion)
+		}
+		if err := upgradeItems(ctx, tx); err != nil {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)
 			ON CONFLICT(name) DO UPDATE SET value=excluded.value`, SchemaVersion); err != nil {
@@ -753,7 +793,13 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 		}
 		deleted, _ = res.RowsAffected()
 		// The item records of those periods (Each) go with them.
-		for _, q := range []string{`DELETE FROM idem_items WHERE job=? AND period <= ?`, `DELETE FROM idem_itemsets WHERE job=? AND period <= ?`} {
+		for _, q := range []string{
+			`DELETE FROM idem_item_set WHERE job=? AND period <= ?`,
+			`DELETE FROM idem_item_chunks WHERE job=? AND period <= ?`,
+			`DELETE FROM idem_item_lists WHERE job=? AND period <= ?`,
+			`DELETE FROM idem_item_state WHERE job=? AND period <= ?`,
+			`DELETE FROM idem_itemsets WHERE job=? AND period <= ?`,
+		} {
 			if _, err := tx.ExecContext(ctx, q, job, through); err != nil {
 				return err
 			}

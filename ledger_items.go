@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -13,33 +14,152 @@ var (
 	_ ItemTxStore[*sql.Tx] = (*Ledger)(nil)
 )
 
-// AddItems implements [ItemStore] with multi-row INSERT ... ON CONFLICT DO
-// NOTHING, in one transaction.
+// upgradeItems moves the items of a version 2 ledger (one table,
+// idem_items, a row per item with its status) into version 3's tables:
+// every item joins the item set, and keeps its status as a record of its
+// own, so it is claimed one by one as before. Nothing is lost.
+func upgradeItems(ctx context.Context, tx *sql.Tx) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name='idem_items'`).Scan(&n); err != nil || n == 0 {
+		return err
+	}
+	for _, q := range []string{
+		`INSERT INTO idem_item_set(job, period, item) SELECT job, period, item FROM idem_items ON CONFLICT DO NOTHING`,
+		`INSERT INTO idem_item_state(job, period, item, chunk, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated)
+			SELECT job, period, item, 0, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated FROM idem_items
+			ON CONFLICT DO NOTHING`,
+		`DROP TABLE idem_items`,
+	} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("upgrading the item tables: %w", err)
+		}
+	}
+	return nil
+}
+
+// addChunk is how many rows one INSERT into the item set writes.
+const addChunk = 500
+
+// addItemsSQL inserts a batch of items (a JSON array) into the item set,
+// returning the ones that were not there if returning. One JSON string
+// binds faster than three parameters a row.
+func addItemsSQL(returning bool) string {
+	q := `INSERT INTO idem_item_set(job, period, item) SELECT ?, ?, value FROM json_each(?) WHERE true ON CONFLICT DO NOTHING`
+	if returning {
+		q += ` RETURNING item`
+	}
+	return q
+}
+
+// jsonStrings encodes item ids as a JSON array. Item ids are valid UTF-8
+// without control characters (see validPart), so only '"' and '\\' need
+// escaping.
+func jsonStrings(items []string) string {
+	n := 2
+	for _, it := range items {
+		n += len(it) + 3
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, it := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		for j := 0; j < len(it); j++ {
+			if c := it[j]; c == '"' || c == '\\' {
+				b = append(b, '\\')
+			}
+			b = append(b, it[j])
+		}
+		b = append(b, '"')
+	}
+	return string(append(b, ']'))
+}
+
+// addFresh inserts batch into the item set and appends the items that were
+// not there to fresh. The common case, every item new, is one INSERT; when
+// some were there (the set generated again after a crash), it is rolled back
+// and done again with RETURNING, which names the new ones.
+func addFresh(tx *wtx, key Key, batch []string, fresh []string) ([]string, error) {
+	list := jsonStrings(batch)
+	if _, err := tx.exec(`SAVEPOINT idem_add`); err != nil {
+		return nil, err
+	}
+	res, err := tx.exec(addItemsSQL(false), key.Job, key.Period, list)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, err
+	} else if n == int64(len(batch)) {
+		_, err := tx.exec(`RELEASE idem_add`)
+		return append(fresh, batch...), err
+	}
+	if _, err := tx.exec(`ROLLBACK TO idem_add`); err != nil {
+		return nil, err
+	}
+	if _, err := tx.exec(`RELEASE idem_add`); err != nil {
+		return nil, err
+	}
+	st, err := tx.stmt(addItemsSQL(true))
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(tx.ctx, key.Job, key.Period, list)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var it string
+		if err := rows.Scan(&it); err != nil {
+			return nil, err
+		}
+		fresh = append(fresh, it)
+	}
+	return fresh, rows.Err()
+}
+
+// AddItems implements [ItemStore]: the items go into the item set with
+// multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING, and the ones that
+// were new form one chunk, all in one transaction (not synced: SealItems
+// syncs it with the seal).
 func (l *Ledger) AddItems(ctx context.Context, key Key, items []string) error {
 	if len(items) == 0 {
 		return nil
 	}
 	err := l.withTx(ctx, false, func(tx *wtx) error {
-		const chunk = 500
-		for len(items) > 0 {
-			n := min(chunk, len(items))
-			var q strings.Builder
-			q.WriteString(`INSERT INTO idem_items(job, period, item) VALUES `)
-			args := make([]any, 0, 3*n)
-			for i, it := range items[:n] {
-				if i > 0 {
-					q.WriteByte(',')
-				}
-				q.WriteString("(?,?,?)")
-				args = append(args, key.Job, key.Period, it)
-			}
-			q.WriteString(` ON CONFLICT DO NOTHING`)
-			if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
+		// The first statement writes (see withTx); it also refuses a sealed set.
+		res, err := tx.exec(`INSERT INTO idem_itemsets(job, period, sealed) VALUES(?, ?, 0)
+			ON CONFLICT(job, period) DO UPDATE SET sealed = sealed WHERE sealed = 0`, key.Job, key.Period)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 { // sealed: the set is complete
+			return nil
+		}
+		fresh := make([]string, 0, len(items))
+		for rest := items; len(rest) > 0; {
+			batch := rest[:min(addChunk, len(rest))]
+			rest = rest[len(batch):]
+			if fresh, err = addFresh(tx, key, batch, fresh); err != nil {
 				return err
 			}
-			items = items[n:]
 		}
-		return nil
+		if len(fresh) == 0 {
+			return nil
+		}
+		var chunk int64
+		if err := tx.queryRow(`INSERT INTO idem_item_chunks(job, period, chunk, n, updated)
+				SELECT ?1, ?2, coalesce(max(chunk), 0) + 1, ?3, ?4 FROM idem_item_chunks WHERE job = ?1 AND period = ?2
+				RETURNING chunk`,
+			key.Job, key.Period, len(fresh), micros(time.Now())).Scan(&chunk); err != nil {
+			return err
+		}
+		_, err = tx.exec(`INSERT INTO idem_item_lists(job, period, chunk, items) VALUES(?, ?, ?, ?)`,
+			key.Job, key.Period, chunk, strings.Join(fresh, "\n"))
+		return err
 	})
 	if err != nil {
 		return l.opErr("add items", key, err)
@@ -60,7 +180,8 @@ func (l *Ledger) SealItems(ctx context.Context, key Key) error {
 	return nil
 }
 
-// CountItems implements [ItemStore].
+// CountItems implements [ItemStore]. An item of a chunk counts as the
+// chunk's status until the chunk settles it: done, or a record of its own.
 func (l *Ledger) CountItems(ctx context.Context, key Key) (ItemCounts, error) {
 	var c ItemCounts
 	err := busyRetry(ctx, func() error {
@@ -71,7 +192,16 @@ func (l *Ledger) CountItems(ctx context.Context, key Key) (ItemCounts, error) {
 			return err
 		}
 		c.Sealed = sealed == 1
-		rows, err := l.db.QueryContext(ctx, `SELECT status, count(*), min(not_before) FROM idem_items
+		var pending, running, settled, own sql.NullInt64
+		if err := l.queryRow(ctx, `SELECT
+				sum(CASE WHEN status = 'pending' THEN n - settled END),
+				sum(CASE WHEN status = 'running' THEN n - settled END),
+				sum(settled)
+			FROM idem_item_chunks WHERE job=? AND period=?`, key.Job, key.Period).Scan(&pending, &running, &settled); err != nil {
+			return err
+		}
+		c.Pending, c.Running, c.Done = pending.Int64, running.Int64, settled.Int64
+		rows, err := l.db.QueryContext(ctx, `SELECT status, count(*), sum(chunk > 0), min(not_before) FROM idem_item_state
 			WHERE job=? AND period=? GROUP BY status`, key.Job, key.Period)
 		if err != nil {
 			return err
@@ -79,25 +209,27 @@ func (l *Ledger) CountItems(ctx context.Context, key Key) (ItemCounts, error) {
 		defer rows.Close()
 		for rows.Next() {
 			var status string
-			var n, nb int64
-			if err := rows.Scan(&status, &n, &nb); err != nil {
+			var n, fromChunks, nb int64
+			if err := rows.Scan(&status, &n, &fromChunks, &nb); err != nil {
 				return err
 			}
+			own.Int64 += fromChunks // counted in settled above; counted here by status
 			switch Status(status) {
 			case "pending":
-				c.Pending = n
+				c.Pending += n
 			case StatusRunning:
-				c.Running = n
+				c.Running += n
 			case StatusFailed:
 				c.Failed, c.NextRetry = n, fromMicros(nb)
 			case StatusDone:
-				c.Done = n
+				c.Done += n
 			case StatusUnknown:
 				c.Unknown = n
 			case StatusParked:
 				c.Parked = n
 			}
 		}
+		c.Done -= own.Int64
 		return rows.Err()
 	})
 	if err != nil {
@@ -106,41 +238,69 @@ func (l *Ledger) CountItems(ctx context.Context, key Key) (ItemCounts, error) {
 	return c, nil
 }
 
-// ClaimItems implements [ItemStore]: one UPDATE ... RETURNING over a
-// LIMITed selection of runnable items, under SQLite's write lock.
-func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) ([]ItemClaim, error) {
-	var claims []ItemClaim
+// claimChunkSQL takes one runnable chunk: pending, or running with an
+// expired lease (then the abandoned attempt's started items are in doubt).
+const claimChunkSQL = `UPDATE idem_item_chunks SET
+		doubt = CASE WHEN status = 'running' THEN started ELSE 0 END,
+		failures = failures + (status = 'running'),
+		status = 'running', attempt = attempt + 1, owner = ?1, lease_until = ?2, updated = ?3,
+		started = max(started, min(settled + ?4, n)) -- never less: an abandoned attempt's doubt stays
+	WHERE job = ?5 AND period = ?6 AND chunk = (
+		SELECT chunk FROM idem_item_chunks WHERE job = ?5 AND period = ?6 AND status = 'pending'
+		UNION ALL
+		SELECT chunk FROM idem_item_chunks WHERE job = ?5 AND period = ?6 AND status = 'running' AND lease_until <= ?3
+		LIMIT 1)
+	RETURNING chunk, attempt, settled, doubt, failures`
+
+// claimSingleSQL takes up to N runnable items that have records of their
+// own.
+const claimSingleSQL = `UPDATE idem_item_state SET
+		doubt = (status IN ('running', 'unknown')),
+		failures = failures + (status = 'running'),
+		last_error = CASE WHEN status = 'running'
+			THEN 'attempt ' || attempt || ' by ' || owner || ' abandoned: lease expired without a done mark'
+			ELSE last_error END,
+		status = 'running', attempt = attempt + 1, owner = ?1, lease_until = ?2, updated = ?3
+	WHERE job = ?4 AND period = ?5 AND item IN (
+		-- One index range (job, period, status) per branch: an OR over
+		-- statuses would scan every record of the period.
+		SELECT item FROM idem_item_state WHERE job = ?4 AND period = ?5 AND status = 'pending'
+		UNION ALL
+		SELECT item FROM idem_item_state WHERE job = ?4 AND period = ?5 AND status = 'failed' AND not_before <= ?3
+		UNION ALL
+		SELECT item FROM idem_item_state WHERE job = ?4 AND period = ?5 AND status = 'running' AND lease_until <= ?3
+		UNION ALL
+		SELECT item FROM idem_item_state WHERE ?6 AND job = ?4 AND period = ?5 AND status = 'unknown'
+		LIMIT ?7)
+	RETURNING item, attempt, failures, doubt`
+
+// ClaimItems implements [ItemStore]: one UPDATE ... RETURNING for a chunk,
+// else one for single items, under SQLite's write lock.
+func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) (ItemBatch, error) {
+	var b ItemBatch
 	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
-		claims = claims[:0]
+		b = ItemBatch{}
 		now, until := micros(req.Now), micros(req.Now.Add(req.Lease))
-		st, err := tx.stmt(`UPDATE idem_items SET
-				doubt = (status IN ('running', 'unknown')),
-				failures = failures + (status = 'running'),
-				last_error = CASE WHEN status = 'running'
-					THEN 'attempt ' || attempt || ' by ' || owner || ' abandoned: lease expired without a done mark'
-					ELSE last_error END,
-				status = 'running', attempt = attempt + 1, owner = ?, lease_until = ?, updated = ?
-			WHERE job = ? AND period = ? AND item IN (
-				-- One index range (job, period, status) per branch: an OR
-				-- over statuses would scan every item of the period.
-				SELECT item FROM idem_items WHERE job = ? AND period = ? AND status = 'pending'
-				UNION ALL
-				SELECT item FROM idem_items WHERE job = ? AND period = ? AND status = 'failed' AND not_before <= ?
-				UNION ALL
-				SELECT item FROM idem_items WHERE job = ? AND period = ? AND status = 'running' AND lease_until <= ?
-				UNION ALL
-				SELECT item FROM idem_items WHERE ? AND job = ? AND period = ? AND status = 'unknown'
-				LIMIT ?)
-			RETURNING item, attempt, failures, doubt`)
+		var doubt, failures int
+		var items string
+		err := tx.queryRow(claimChunkSQL, req.Owner, until, now, max(req.N, 1), key.Job, key.Period).
+			Scan(&b.Chunk, &b.Attempt, &b.Pos, &doubt, &failures)
+		if err == nil {
+			if err := tx.queryRow(`SELECT items FROM idem_item_lists WHERE job=? AND period=? AND chunk=?`,
+				key.Job, key.Period, b.Chunk).Scan(&items); err != nil {
+				return fmt.Errorf("chunk %d's item list: %w", b.Chunk, err)
+			}
+			b.Items = chunkClaims(items, b.Attempt, b.Pos, doubt, failures)
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		st, err := tx.stmt(claimSingleSQL)
 		if err != nil {
 			return err
 		}
-		rows, err := st.QueryContext(ctx, req.Owner, until, now, key.Job, key.Period,
-			key.Job, key.Period,
-			key.Job, key.Period, now,
-			key.Job, key.Period, now,
-			req.TakeUnknown, key.Job, key.Period,
-			req.N)
+		rows, err := st.QueryContext(ctx, req.Owner, until, now, key.Job, key.Period, req.TakeUnknown, max(req.N, 1))
 		if err != nil {
 			return err
 		}
@@ -150,62 +310,83 @@ func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) 
 			if err := rows.Scan(&c.Item, &c.Attempt, &c.Failures, &c.Doubt); err != nil {
 				return err
 			}
-			claims = append(claims, c)
+			b.Items = append(b.Items, c)
 		}
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, l.opErr("claim items", key, err)
+		return ItemBatch{}, l.opErr("claim items", key, err)
 	}
-	return claims, nil
+	return b, nil
 }
 
-const finishItemSQL = `UPDATE idem_items SET status=?, failures=?, not_before=?, last_error=?, doubt=0,
-	lease_until=0, updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`
-
-// doneChunk is how many done marks one statement writes.
-const doneChunk = 100
-
-// doneItemsSQL marks up to doneChunk items done in one statement, each
-// fenced by its attempt; it returns the items it marked.
-var doneItemsSQL = func() string {
-	var b strings.Builder
-	b.WriteString(`UPDATE idem_items SET status='done', failures=0, not_before=0, last_error='', doubt=0,
-		lease_until=0, updated=? WHERE job=? AND period=? AND status='running' AND (item, attempt) IN (VALUES `)
-	for i := range doneChunk {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?)")
+// chunkClaims turns a claimed chunk's item list into the claims of its
+// unsettled items: those before doubt (the abandoned attempt's started
+// mark) are in doubt.
+func chunkClaims(items string, attempt int64, settled, doubt, failures int) []ItemClaim {
+	ids := strings.Split(items, "\n")
+	if settled >= len(ids) {
+		return nil
 	}
-	b.WriteString(`) RETURNING item`)
-	return b.String()
-}()
+	claims := make([]ItemClaim, 0, len(ids)-settled)
+	for pos := settled; pos < len(ids); pos++ {
+		c := ItemClaim{Item: ids[pos], Attempt: attempt}
+		if pos < doubt {
+			c.Doubt, c.Failures = true, failures
+		}
+		claims = append(claims, c)
+	}
+	return claims
+}
 
-func finishItems(tx *wtx, key Key, ends []ItemEnd) (lost []string, err error) {
-	var done []ItemEnd
-	var other []ItemEnd
+// advanceChunk moves a chunk's settled position past n items, fenced by
+// its attempt and position; ok is false when the chunk is no longer ours.
+func advanceChunk(tx *wtx, key Key, step ItemStep, n int) (ok bool, err error) {
+	settled := step.From + n
+	res, err := tx.exec(`UPDATE idem_item_chunks SET settled = ?1, started = max(started, min(?2, n)), lease_until = ?3, updated = ?4,
+			status = CASE WHEN ?1 >= n THEN 'done' ELSE 'running' END
+		WHERE job = ?5 AND period = ?6 AND chunk = ?7 AND attempt = ?8 AND status = 'running' AND settled = ?9`,
+		settled, settled+step.Next, micros(step.LeaseUntil), micros(step.Now),
+		key.Job, key.Period, step.Chunk, step.Attempt, step.From)
+	if err != nil {
+		return false, err
+	}
+	rows, err := res.RowsAffected()
+	return rows == 1, err
+}
+
+// ownRecords writes the records of a chunk's items whose attempt did not
+// end done.
+func ownRecords(tx *wtx, key Key, chunk int64, ends []ItemEnd) error {
 	for _, e := range ends {
 		if e.Status == StatusDone {
-			done = append(done, e)
-		} else {
-			other = append(other, e)
+			continue
+		}
+		if _, err := tx.exec(`INSERT INTO idem_item_state(job, period, item, chunk, status, attempt, failures, not_before, last_error, updated)
+				VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			key.Job, key.Period, e.Item, chunk, string(e.Status), e.Attempt, e.Failures, micros(e.NotBefore), e.Error, micros(e.Now)); err != nil {
+			return err
 		}
 	}
-	// Done marks, the bulk of a batch: doneChunk to a statement.
-	for len(done) > 0 {
-		chunk := done[:min(doneChunk, len(done))]
-		done = done[len(chunk):]
-		if lost, err = finishDone(tx, key, chunk, lost); err != nil {
-			return nil, err
-		}
-	}
+	return nil
+}
+
+const finishItemSQL = `UPDATE idem_item_state SET status=?, failures=?, not_before=?, last_error=?, doubt=0,
+	lease_until=0, updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`
+
+// finishSingle records the ends of single items, each fenced by its
+// attempt, and returns the items whose attempt no longer held.
+func finishSingle(tx *wtx, key Key, ends []ItemEnd) (lost []string, err error) {
 	st, err := tx.stmt(finishItemSQL)
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range other {
-		res, err := st.ExecContext(tx.ctx, string(e.Status), e.Failures, micros(e.NotBefore), e.Error, micros(e.Now),
+	for _, e := range ends {
+		failures := e.Failures
+		if e.Status == StatusDone {
+			failures = 0
+		}
+		res, err := st.ExecContext(tx.ctx, string(e.Status), failures, micros(e.NotBefore), e.Error, micros(e.Now),
 			key.Job, key.Period, e.Item, e.Attempt)
 		if err != nil {
 			return nil, err
@@ -217,54 +398,39 @@ func finishItems(tx *wtx, key Key, ends []ItemEnd) (lost []string, err error) {
 	return lost, nil
 }
 
-// finishDone marks chunk (at most doneChunk items) done and appends the
-// items whose attempt no longer held to lost.
-func finishDone(tx *wtx, key Key, chunk []ItemEnd, lost []string) ([]string, error) {
-	st, err := tx.stmt(doneItemsSQL)
-	if err != nil {
-		return nil, err
+func endItems(ends []ItemEnd) []string {
+	items := make([]string, len(ends))
+	for i, e := range ends {
+		items[i] = e.Item
 	}
-	args := make([]any, 0, 2*doneChunk+3)
-	args = append(args, micros(chunk[0].Now), key.Job, key.Period)
-	for i := range doneChunk {
-		e := chunk[min(i, len(chunk)-1)] // a short chunk repeats its last pair
-		args = append(args, e.Item, e.Attempt)
-	}
-	rows, err := st.QueryContext(tx.ctx, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	marked := make(map[string]bool, len(chunk))
-	for rows.Next() {
-		var it string
-		if err := rows.Scan(&it); err != nil {
-			return nil, err
-		}
-		marked[it] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	for _, e := range chunk {
-		if !marked[e.Item] {
-			lost = append(lost, e.Item)
-		}
-	}
-	return lost, nil
+	return items
 }
 
 // FinishItems implements [ItemStore]: one transaction, synchronous=FULL.
-func (l *Ledger) FinishItems(ctx context.Context, key Key, ends []ItemEnd) ([]string, error) {
+// A chunk's window costs one UPDATE of the chunk's row, plus an INSERT per
+// item that did not end done.
+func (l *Ledger) FinishItems(ctx context.Context, key Key, step ItemStep, ends []ItemEnd) ([]string, error) {
 	if len(ends) == 0 {
 		return nil, nil
 	}
 	ctx = context.WithoutCancel(ctx)
 	var lost []string
 	err := l.withTx(ctx, true, func(tx *wtx) error {
-		var err error
-		lost, err = finishItems(tx, key, ends)
-		return err
+		lost = nil
+		if step.Chunk == 0 {
+			var err error
+			lost, err = finishSingle(tx, key, ends)
+			return err
+		}
+		ok, err := advanceChunk(tx, key, step, len(ends))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			lost = endItems(ends)
+			return nil
+		}
+		return ownRecords(tx, key, step.Chunk, ends)
 	})
 	if err != nil {
 		return nil, l.opErr("finish items", key, err)
@@ -272,45 +438,65 @@ func (l *Ledger) FinishItems(ctx context.Context, key Key, ends []ItemEnd) ([]st
 	return lost, nil
 }
 
-// FinishItemsTx implements [ItemTxStore]: the batch's items run in one
-// SQLite transaction, each in a savepoint, and commit with synchronous=FULL.
-func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, claims []ItemClaim, now time.Time, fn func(*sql.Tx, ItemClaim) error) (map[string]error, []string, error) {
+// FinishItemsTx implements [ItemTxStore]: the window's items run in one
+// SQLite transaction, each in a savepoint, and commit with
+// synchronous=FULL.
+func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, step ItemStep, claims []ItemClaim, fn func(*sql.Tx, ItemClaim) error, failed func(ItemClaim, error) ItemEnd) ([]ItemEnd, []string, error) {
 	var (
-		failed map[string]error
-		lost   []string
+		ends []ItemEnd
+		lost []string
 	)
 	err := l.withTx(ctx, true, func(tx *wtx) error {
-		failed, lost = map[string]error{}, nil
-		fence, err := tx.stmt(`UPDATE idem_items SET updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`)
-		if err != nil {
-			return err
-		}
-		var done []ItemEnd
-		for _, c := range claims {
-			res, err := fence.ExecContext(ctx, micros(now), key.Job, key.Period, c.Item, c.Attempt)
+		ends, lost = nil, nil
+		run := claims
+		if step.Chunk != 0 {
+			// The fence first: the chunk's row is written before fn runs.
+			ok, err := advanceChunk(tx, key, step, len(claims))
 			if err != nil {
 				return err
 			}
-			if n, _ := res.RowsAffected(); n == 0 {
-				lost = append(lost, c.Item)
-				continue
+			if !ok {
+				for _, c := range claims {
+					lost = append(lost, c.Item)
+				}
+				run = nil
+			}
+		}
+		fence, err := tx.stmt(`UPDATE idem_item_state SET updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`)
+		if err != nil {
+			return err
+		}
+		for _, c := range run {
+			if step.Chunk == 0 {
+				res, err := fence.ExecContext(ctx, micros(step.Now), key.Job, key.Period, c.Item, c.Attempt)
+				if err != nil {
+					return err
+				}
+				if n, _ := res.RowsAffected(); n == 0 {
+					lost = append(lost, c.Item)
+					continue
+				}
 			}
 			if _, err := tx.ExecContext(ctx, `SAVEPOINT idem_item`); err != nil {
 				return err
 			}
+			end := ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: step.Now}
 			if ferr := fn(tx.Tx, c); ferr != nil {
 				if _, err := tx.ExecContext(ctx, `ROLLBACK TO idem_item`); err != nil {
 					return err
 				}
-				failed[c.Item] = ferr
-			} else {
-				done = append(done, ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: now})
+				end = failed(c, ferr)
 			}
 			if _, err := tx.ExecContext(ctx, `RELEASE idem_item`); err != nil {
 				return err
 			}
+			ends = append(ends, end)
 		}
-		if _, err := finishItems(tx, key, done); err != nil {
+		if step.Chunk != 0 {
+			if err := ownRecords(tx, key, step.Chunk, ends); err != nil {
+				return err
+			}
+		} else if _, err := finishSingle(tx, key, ends); err != nil {
 			return err
 		}
 		return Checkpoint(ctx, AfterFn, key)
@@ -318,5 +504,5 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, claims []ItemClaim,
 	if err != nil {
 		return nil, nil, l.opErr("run items", key, err)
 	}
-	return failed, lost, nil
+	return ends, lost, nil
 }
