@@ -26,9 +26,12 @@ func WithWorkers(n int) Option {
 	return optionFunc(func(c *config) { c.each.workers = max(n, 1) })
 }
 
-// WithBatch sets how many items a worker claims and marks done per
-// transaction (default 100; 1 in AtMostOnce, where a claimed item must be
-// one that is about to run). Larger batches mean fewer commits; a batch
+// WithBatch sets the window of Each: how many items a worker applies
+// between two commits of their done marks (default 100; 1 in AtMostOnce).
+// Before a window runs, its items are marked started, in the commit that
+// ends the window before it: after a crash those items, and no others, are
+// in doubt — run again (AtLeastOnce), unknown (AtMostOnce) or checked
+// (TwoPhase). Larger windows mean fewer commits and more doubt; a window
 // must finish within the lease.
 func WithBatch(n int) Option {
 	return optionFunc(func(c *config) { c.each.batch = max(n, 1) })
@@ -75,18 +78,23 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // once; they share its items.
 //
 // items is a stream of stable item ids (account ids), generated again on
-// every call until the item set is recorded completely: it is recorded in
-// batches with INSERT ... ON CONFLICT DO NOTHING, so generating it again
-// adds nothing, and a million items are never held in memory. Each item id
-// must be valid as a Key part (non-empty, at most 200 bytes, no control
-// characters).
+// every call until the item set is recorded completely, and never held in
+// memory at once: every 500 ids are inserted into the period's item set
+// (INSERT ... ON CONFLICT DO NOTHING), and the ones that were new form one
+// chunk. Generating the set again, in any order, adds only ids not seen
+// before. Each item id must be valid as a Key part (non-empty, at most 200
+// bytes, valid UTF-8, no control characters).
 //
-// Items are worked by a bounded number of workers ([WithWorkers]), claimed
-// and marked done in batches ([WithBatch]), with the mode chosen for Run:
+// A worker claims a whole chunk, under one lease, and applies its items in
+// order, in windows ([WithBatch]): a window's done marks are one write,
+// which also renews the lease and marks the next window started. Up to
+// [WithWorkers] workers run at once, each on its own chunk; once no chunk
+// is left they take the items that failed, one by one. The mode is chosen
+// as for Run:
 //
-//	AtLeastOnce   a claimed item whose worker died runs again; done marks are group-committed
-//	AtMostOnce    each item's claim is durable before fn; a died or failed item is unknown
-//	TwoPhase(has) a doubtful item is checked with has (InfoFrom(ctx).Item names it)
+//	AtLeastOnce   a dead worker's started items run again
+//	AtMostOnce    a dead worker's started items are unknown (window 1: one item at most)
+//	TwoPhase(has) a dead worker's started items are checked with has (InfoFrom(ctx).Item names it)
 //
 // and [EachTx] for the transactional variant. Failures back off per item
 // (attempts, next-allowed time and last error are kept per item); after the
@@ -218,10 +226,27 @@ func each(ctx context.Context, s ItemStore, key Key, items iter.Seq2[string, err
 	return res, err
 }
 
-// record streams the item ids into the store in batches, then seals the set.
+// chunkSize is how many items a chunk holds at most.
+const chunkSize = 500
+
+// record streams the item ids into the store in chunks, then seals the set.
+// A period too small to give every worker a full chunk is cut into one
+// chunk per worker, so that its items, too, are worked in parallel: up to
+// chunkSize*workers ids (at most 8192) are held before the first chunk is
+// written.
 func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) error {
-	const chunk = 500
-	buf := make([]string, 0, chunk)
+	hold := min(chunkSize*e.cfg.each.workers, 8192)
+	buf := make([]string, 0, hold)
+	small := true // nothing written yet: the period may be small
+	flush := func(size int) error {
+		for i := 0; i < len(buf); i += size {
+			if err := e.s.AddItems(ctx, e.key, buf[i:min(i+size, len(buf))]); err != nil {
+				return err
+			}
+		}
+		buf = buf[:0]
+		return nil
+	}
 	for it, err := range items {
 		if err != nil {
 			return fmt.Errorf("idem: each %s: generating items: %w", e.key, err)
@@ -230,14 +255,18 @@ func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) err
 			return &KeyError{Key: e.key, Reason: err.Error()}
 		}
 		buf = append(buf, it)
-		if len(buf) == chunk {
-			if err := e.s.AddItems(ctx, e.key, buf); err != nil {
+		if len(buf) == hold {
+			small = false
+			if err := flush(chunkSize); err != nil {
 				return err
 			}
-			buf = buf[:0]
 		}
 	}
-	if err := e.s.AddItems(ctx, e.key, buf); err != nil {
+	size := chunkSize
+	if small {
+		size = max(1, (len(buf)+e.cfg.each.workers-1)/e.cfg.each.workers)
+	}
+	if err := flush(size); err != nil {
 		return err
 	}
 	return e.s.SealItems(ctx, e.key)

@@ -386,7 +386,7 @@ func (l *Ledger) migrate(ctx context.Context) error {
 			return fmt.Errorf("%w: %s has version %d, this idem knows %d", ErrNewerSchema, l.where(), v, SchemaVersion)
 		}
 		if err := upgradeItems(ctx, tx); err != nil {
-			return err
+			return l.wrapOpenErr(err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)
 			ON CONFLICT(name) DO UPDATE SET value=excluded.value`, SchemaVersion); err != nil {

@@ -24,9 +24,9 @@ func upgradeItems(ctx context.Context, tx *sql.Tx) error {
 		return err
 	}
 	for _, q := range []string{
-		`INSERT INTO idem_item_set(job, period, item) SELECT job, period, item FROM idem_items ON CONFLICT DO NOTHING`,
+		`INSERT INTO idem_item_set(job, period, item) SELECT job, period, item FROM idem_items WHERE true ON CONFLICT DO NOTHING`,
 		`INSERT INTO idem_item_state(job, period, item, chunk, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated)
-			SELECT job, period, item, 0, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated FROM idem_items
+			SELECT job, period, item, 0, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated FROM idem_items WHERE true
 			ON CONFLICT DO NOTHING`,
 		`DROP TABLE idem_items`,
 	} {

@@ -1,0 +1,254 @@
+package idem_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// TestItemIDsRoundTrip: item ids with quotes, backslashes and runes outside
+// the Basic Multilingual Plane reach fn exactly as generated (the ledger
+// inserts them as a JSON array).
+func TestItemIDsRoundTrip(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	ids := []string{`a"b`, `back\slash`, `\"`, `"`, `\`, "line\u2028sep", "tag\U000E0001", "emoji 🧾", "ünïcödé", "plain"}
+	got := newTally()
+	res, err := idem.Each(context.Background(), l, points, idem.Items(slices.Values(ids)), func(_ context.Context, item string) error {
+		got.add(item)
+		return nil
+	})
+	if err != nil || res.Counts.Done != int64(len(ids)) {
+		t.Fatalf("Each: %+v, %v", res, err)
+	}
+	got.check(t, len(ids), false)
+	for _, id := range ids {
+		if got.n[id] != 1 {
+			t.Fatalf("%q applied %d times", id, got.n[id])
+		}
+	}
+}
+
+// TestAddItemsAgain: generating the item set again, in another order, with
+// duplicates and new items mixed in, adds only the new items, once; once
+// the set is sealed nothing is added.
+func TestAddItemsAgain(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	ctx := context.Background()
+	if err := l.AddItems(ctx, points, []string{"a", "b", "c", "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AddItems(ctx, points, []string{"c", "d", "b", "e", "d"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AddItems(ctx, points, []string{"e", "a"}); err != nil { // nothing new: no chunk
+		t.Fatal(err)
+	}
+	c, err := l.CountItems(ctx, points)
+	if err != nil || c.Total() != 5 || c.Pending != 5 || c.Sealed {
+		t.Fatalf("counts %+v, %v; want 5 pending", c, err)
+	}
+	if err := l.SealItems(ctx, points); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AddItems(ctx, points, []string{"f"}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := l.CountItems(ctx, points); err != nil || c.Total() != 5 || !c.Sealed {
+		t.Fatalf("counts after adding to a sealed set %+v, %v", c, err)
+	}
+	var chunks [][]string
+	for {
+		b, err := l.ClaimItems(ctx, points, idem.ItemClaimRequest{N: 10, Owner: "t", Now: time.Now(), Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Items) == 0 {
+			break
+		}
+		var ids []string
+		for _, it := range b.Items {
+			ids = append(ids, it.Item)
+		}
+		chunks = append(chunks, ids)
+	}
+	if len(chunks) != 2 || !slices.Equal(chunks[0], []string{"a", "b", "c"}) || !slices.Equal(chunks[1], []string{"d", "e"}) {
+		t.Fatalf("chunks %q, want [a b c] [d e]", chunks)
+	}
+}
+
+// TestChunkDoubt walks one chunk through the store's protocol: a window's
+// done marks are fenced by the chunk's attempt, a reclaimed chunk's started
+// items are in doubt, a window stopped early does not clear an abandoned
+// attempt's doubt, and an item that failed becomes a record of its own,
+// claimed alone.
+func TestChunkDoubt(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	ctx := context.Background()
+	ids := []string{"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7", "i8", "i9"}
+	if err := l.AddItems(ctx, points, ids); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	lease := time.Minute
+	claim := func(at time.Time) idem.ItemBatch {
+		t.Helper()
+		b, err := l.ClaimItems(ctx, points, idem.ItemClaimRequest{N: 4, Owner: "t", Now: at, Lease: lease, Durable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	doubtful := func(b idem.ItemBatch) (d []string) {
+		for _, c := range b.Items {
+			if c.Doubt {
+				d = append(d, c.Item)
+			}
+		}
+		return d
+	}
+	b1 := claim(t0)
+	if b1.Chunk != 1 || b1.Attempt != 1 || b1.Pos != 0 || len(b1.Items) != 10 || len(doubtful(b1)) != 0 {
+		t.Fatalf("first claim %+v", b1)
+	}
+	if again := claim(t0.Add(time.Second)); len(again.Items) != 0 {
+		t.Fatalf("a held chunk was claimed again: %+v", again)
+	}
+	// Attempt 1 marked i0..i3 started and dies. Attempt 2 finds them in doubt.
+	t1 := t0.Add(lease)
+	b2 := claim(t1)
+	if b2.Attempt != 2 || !slices.Equal(doubtful(b2), ids[:4]) || b2.Items[0].Failures != 1 {
+		t.Fatalf("reclaim %+v, doubt %q", b2, doubtful(b2))
+	}
+	// Attempt 1 comes back: fenced, nothing written.
+	lost, err := l.FinishItems(ctx, points, idem.ItemStep{Chunk: 1, Attempt: 1, From: 0, Next: 4, LeaseUntil: t1.Add(lease), Now: t1},
+		[]idem.ItemEnd{{Item: "i0", Attempt: 1, Status: idem.StatusDone, Now: t1}})
+	if err != nil || !slices.Equal(lost, []string{"i0"}) {
+		t.Fatalf("stale finish: lost %q, %v", lost, err)
+	}
+	// Attempt 2 settles two items (i1 failed) and stops, marking nothing more started.
+	lost, err = l.FinishItems(ctx, points, idem.ItemStep{Chunk: 1, Attempt: 2, From: 0, Next: 0, LeaseUntil: t1.Add(lease), Now: t1},
+		[]idem.ItemEnd{
+			{Item: "i0", Attempt: 2, Status: idem.StatusDone, Now: t1},
+			{Item: "i1", Attempt: 2, Status: idem.StatusFailed, Failures: 1, NotBefore: t1, Error: "boom", Now: t1},
+		})
+	if err != nil || len(lost) != 0 {
+		t.Fatalf("finish: lost %q, %v", lost, err)
+	}
+	c, err := l.CountItems(ctx, points)
+	if err != nil || c.Done != 1 || c.Failed != 1 || c.Running != 8 || c.Total() != 10 {
+		t.Fatalf("counts %+v, %v", c, err)
+	}
+	// Attempt 2 dies too. Attempt 3: i2, i3 are still in doubt (attempt 1 may have run them).
+	t2 := t1.Add(2 * lease)
+	b3 := claim(t2)
+	if b3.Chunk != 1 || b3.Attempt != 3 || b3.Pos != 2 || !slices.Equal(doubtful(b3), ids[2:4]) {
+		t.Fatalf("third claim %+v, doubt %q", b3, doubtful(b3))
+	}
+	ends := make([]idem.ItemEnd, 0, 8)
+	for _, c := range b3.Items {
+		ends = append(ends, idem.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusDone, Now: t2})
+	}
+	if lost, err := l.FinishItems(ctx, points, idem.ItemStep{Chunk: 1, Attempt: 3, From: 2, LeaseUntil: t2.Add(lease), Now: t2}, ends); err != nil || len(lost) != 0 {
+		t.Fatalf("finish: lost %q, %v", lost, err)
+	}
+	// The chunk is done; i1 is claimed alone, with its own attempt after the chunk's.
+	b4 := claim(t2)
+	if b4.Chunk != 0 || len(b4.Items) != 1 || b4.Items[0].Item != "i1" || b4.Items[0].Attempt != 3 {
+		t.Fatalf("single claim %+v", b4)
+	}
+	if lost, err := l.FinishItems(ctx, points, idem.ItemStep{Now: t2}, []idem.ItemEnd{{Item: "i1", Attempt: 3, Status: idem.StatusDone, Now: t2}}); err != nil || len(lost) != 0 {
+		t.Fatalf("finish i1: lost %q, %v", lost, err)
+	}
+	if c, err := l.CountItems(ctx, points); err != nil || c.Done != 10 || c.Total() != 10 {
+		t.Fatalf("counts %+v, %v", c, err)
+	}
+}
+
+// TestUpgradeVersion2Items: a version 2 ledger's items (one table, a row
+// per item with its status) survive the upgrade with their status, and
+// Each finishes the period from there.
+func TestUpgradeVersion2Items(t *testing.T) {
+	dir := t.TempDir()
+	l := openLedger(t, dir)
+	for _, q := range []string{
+		`DROP TABLE idem_item_set`, `DROP TABLE idem_item_chunks`, `DROP TABLE idem_item_lists`, `DROP TABLE idem_item_state`,
+		// Version 2's table, as it created it.
+		`CREATE TABLE idem_items (
+			job TEXT NOT NULL, period TEXT NOT NULL, item TEXT NOT NULL,
+			status TEXT NOT NULL DEFAULT 'pending', attempt INTEGER NOT NULL DEFAULT 0,
+			failures INTEGER NOT NULL DEFAULT 0, doubt INTEGER NOT NULL DEFAULT 0,
+			owner TEXT NOT NULL DEFAULT '', lease_until INTEGER NOT NULL DEFAULT 0,
+			not_before INTEGER NOT NULL DEFAULT 0, last_error TEXT NOT NULL DEFAULT '',
+			updated INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (job, period, item)) WITHOUT ROWID`,
+		`CREATE INDEX idem_items_by_status ON idem_items(job, period, status)`,
+		`INSERT INTO idem_items(job, period, item, status, attempt) VALUES
+			('daily_points', '2026-10-27', 'a', 'done', 1),
+			('daily_points', '2026-10-27', 'b', 'pending', 0),
+			('daily_points', '2026-10-27', 'c', 'parked', 3)`,
+		`INSERT INTO idem_itemsets(job, period, sealed) VALUES ('daily_points', '2026-10-27', 1)`,
+		`UPDATE idem_meta SET value = 2 WHERE name = 'schema_version'`,
+	} {
+		if _, err := l.DB().Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	l.Close()
+	l = openLedger(t, dir)
+	var v int
+	if err := l.DB().QueryRow(`SELECT value FROM idem_meta WHERE name = 'schema_version'`).Scan(&v); err != nil || v != idem.SchemaVersion {
+		t.Fatalf("version %d, %v", v, err)
+	}
+	ctx := context.Background()
+	c, err := l.CountItems(ctx, points)
+	if err != nil || c.Done != 1 || c.Pending != 1 || c.Parked != 1 || !c.Sealed {
+		t.Fatalf("counts after the upgrade %+v, %v", c, err)
+	}
+	ran := newTally()
+	res, err := idem.Each(ctx, l, points, accounts(0), func(_ context.Context, item string) error { ran.add(item); return nil })
+	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 2 || res.Counts.Parked != 1 {
+		t.Fatalf("Each after the upgrade: %+v, %v", res, err)
+	}
+	ran.check(t, 1, false)
+	if ran.n["b"] != 1 {
+		t.Fatalf("ran %v, want b once", ran.n)
+	}
+}
+
+// TestEachSmallPeriodInParallel: a period smaller than a chunk per worker
+// is still worked by every worker at once: 8 items, 4 workers, and each of
+// the first 4 items waits until 4 are running.
+func TestEachSmallPeriodInParallel(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	var mu sync.Mutex
+	running, most, closed := 0, 0, false
+	all := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := idem.Each(ctx, l, points, accounts(8), func(ctx context.Context, item string) error {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		if running == 4 && most == 4 && !closed {
+			closed = true
+			close(all)
+		}
+		mu.Unlock()
+		defer func() { mu.Lock(); running--; mu.Unlock() }()
+		select {
+		case <-all:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, idem.WithWorkers(4))
+	if err != nil {
+		t.Fatalf("Each: %v (at most %d items ran at once, want 4)", err, most)
+	}
+	if most != 4 {
+		t.Fatalf("at most %d items ran at once, want 4", most)
+	}
+}
