@@ -301,6 +301,25 @@ func (e *eacher) info(c ItemClaim) Info {
 	return Info{Key: e.key, Item: c.Item, Attempt: c.Attempt, RequestID: ik.RequestID(), Owner: processOwner()}
 }
 
+// itemCtx is fn's context for one item: its Info (made when asked for: a
+// request id costs a hash, and most fns never ask) and the window's lease.
+type itemCtx struct {
+	context.Context
+	e     *eacher
+	c     ItemClaim
+	lease *leaseState
+}
+
+func (c *itemCtx) Value(key any) any {
+	switch key.(type) {
+	case infoKey:
+		return c.e.info(c.c)
+	case leaseKey:
+		return c.lease
+	}
+	return c.Context.Value(key)
+}
+
 func (e *eacher) worker(ctx context.Context) error {
 	m := e.cfg.mode
 	window := e.cfg.each.batch
@@ -369,7 +388,7 @@ func (e *eacher) worker(ctx context.Context) error {
 func (e *eacher) run(ctx context.Context, claims []ItemClaim, lease *leaseState) (ends []ItemEnd, stopped bool, err error) {
 	ends = make([]ItemEnd, 0, len(claims))
 	for _, c := range claims {
-		ictx := context.WithValue(context.WithValue(ctx, infoKey{}, e.info(c)), leaseKey{}, lease)
+		ictx := &itemCtx{Context: ctx, e: e, c: c, lease: lease}
 		if CheckLease(ictx) != nil {
 			// The window outlived its lease: another holder may claim these
 			// items now. Leave the rest unrecorded; they are claimed again
