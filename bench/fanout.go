@@ -30,8 +30,9 @@ func fanoutItemIDs(n int) []string {
 
 // ledgerFanoutSide runs idem.Each over n no-op items of a new period each
 // round: the item set is recorded (batched INSERT ... ON CONFLICT DO
-// NOTHING), the items are claimed and marked done in batches, then the
-// period is marked done.
+// NOTHING, a chunk per 500 new items), each chunk is claimed and its items
+// marked done in windows of 500 (one UPDATE of the chunk's row each), then
+// the period is marked done.
 func ledgerFanoutSide(l *idem.Ledger, n int) side {
 	ids := fanoutItemIDs(n)
 	return side{ops: func(ctx context.Context, round int) (int, error) {
@@ -61,8 +62,9 @@ func ledgerFanoutSide(l *idem.Ledger, n int) side {
 //	INSERT INTO idem_items(job, period, item, status) VALUES (...), ... ON CONFLICT DO NOTHING
 //	COMMIT
 //
-// The floor writes each mark once; idem records the item, claims it and
-// marks it done.
+// The floor writes each mark once; idem inserts each item into the item set
+// once and, per chunk of 500, writes the chunk, its item list, its claim and
+// its done mark.
 func fanoutVsFloor(ctx context.Context, cfg config) (result, error) {
 	n := cfg.n * fanoutItems
 	dir, l, cleanup, err := ledgerInTempDir(ctx, "fanout")

@@ -38,14 +38,18 @@
 //
 // The ledger keeps its tables in a schema of their own ("idem" unless
 // [WithSchema] says otherwise): runs (one row per key), jobs (catch-up
-// cursor and retention horizon per job), items and itemsets (the items of
-// [idem.Each], one row per item, and whether a period's item set is
-// complete) and meta (the schema version, [SchemaVersion]).
+// cursor and retention horizon per job), item_set, item_chunks, item_lists,
+// item_state and itemsets (the items of [idem.Each]: one row per item for
+// uniqueness, the chunks they are claimed in and their item lists, the
+// records of the items whose attempt did not end done, and whether a
+// period's item set is complete) and meta (the schema version,
+// [SchemaVersion]).
 // [New] creates them if needed, idempotently: any number of processes may
 // start at once against an empty database. A schema written by a newer
 // version of pgledger is refused with [idem.ErrNewerSchema], without a
 // write; one of an older version is upgraded in place, under the same lock
-// (the upgrade creates tables: the user needs CREATE on the schema then).
+// (the upgrade creates tables: the user needs CREATE on the schema then;
+// from version 2 it also drops the table items, which the user must own).
 // The database user needs CREATE on the database the first time (or create
 // the schema for it), and then only SELECT, INSERT, UPDATE and DELETE on the
 // schema's tables.
@@ -56,19 +60,24 @@
 // [pgx.Tx]: [idem.Each] applies a function to every item of a period
 // (every account, say) once, and [idem.EachTx] commits each batch's business
 // writes with its items' done marks, in one transaction, each item in a
-// savepoint. Processes on any number of hosts may run Each for the same
-// period at once: they claim disjoint batches with FOR UPDATE SKIP LOCKED,
-// never waiting for each other, and each claim reads about the rows it
-// takes however large the period.
+// savepoint. Items are recorded and claimed in chunks (the new items of one
+// batch of the item stream): a window's done marks are one write to its
+// chunk's row, and only the items whose attempt did not end done get a row
+// of their own. Processes on any number of hosts may run Each for the same
+// period at once: they claim disjoint chunks (and items) with FOR UPDATE
+// SKIP LOCKED, never waiting for each other, and each claim reads about the
+// rows it takes however large the period.
 //
 // # Time and durability
 //
 // Leases and backoff deadlines are kept on the database server's clock
 // (clock_timestamp()), never on the clients': hosts whose clocks disagree
-// still agree on when a lease has expired. The Now fields the engine passes
-// are ignored, except to express the deadlines a claim reports in the
-// caller's clock (and ItemCounts.NextRetry is expressed on the process's
-// own clock: time.Now() plus what remains of it on the server's).
+// still agree on when a lease has expired. The times the engine passes
+// count only as durations (a backoff's NotBefore - Now, a renewed item
+// lease's LeaseUntil - Now, from the server's time) and to express the
+// deadlines a claim reports in the caller's clock (and
+// ItemCounts.NextRetry is expressed on the process's own clock: time.Now()
+// plus what remains of it on the server's).
 //
 // A done mark is durable when its commit returns, as long as the server
 // runs with synchronous_commit on (PostgreSQL's default); pgledger never

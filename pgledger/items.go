@@ -17,20 +17,34 @@ var (
 	_ idem.ItemTxStore[pgx.Tx] = (*Ledger)(nil)
 )
 
-// The items of [idem.Each] live in the table items, one row per (job,
-// period, item), and whether a period's item set is complete in itemsets.
-// As for keys, leases and backoff deadlines are kept on the server's clock
-// (clock_timestamp()); the Now fields the engine passes are ignored. Every
-// commit is durable (synchronous_commit on, PostgreSQL's default), so a
-// claim is durable whether or not the request asks for it.
+// The items of [idem.Each] live in four tables: item_set, one row per (job,
+// period, item), which makes an item recorded twice count once;
+// item_chunks, one row per chunk (the new items of one AddItems), with its
+// status, lease, attempt and positions; item_lists, a chunk's item ids in
+// order (an array), written once; and item_state, the records of the items
+// whose attempt did not end done (and of the items a version-2 schema
+// recorded), claimed one by one. Whether a period's item set is complete is
+// in itemsets. As for keys, leases and backoff deadlines are kept on the
+// server's clock (clock_timestamp()); of the times the engine passes only
+// the durations between them count (LeaseUntil - Now, NotBefore - Now).
+// Every commit is durable (synchronous_commit on, PostgreSQL's default), so
+// a claim is durable whether or not the request asks for it.
 
-// AddItems implements [idem.ItemStore]: one INSERT ... ON CONFLICT DO
-// NOTHING of the whole batch (an unnest of an array), in one transaction.
+// AddItems implements [idem.ItemStore] with two statements sent in one batch
+// (one round trip), which PostgreSQL runs as one implicit transaction: the
+// first locks the period's itemsets row (concurrent AddItems of the period
+// take turns there); the second inserts the whole batch into item_set (an
+// unnest of an array, ON CONFLICT DO NOTHING) unless the set is sealed, and
+// makes the items that were new one chunk, numbered after the period's
+// last.
 func (l *Ledger) AddItems(ctx context.Context, key idem.Key, items []string) error {
 	if len(items) == 0 {
 		return nil
 	}
-	if _, err := l.pool.Exec(ctx, l.q.addItems, key.Job, key.Period, items); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(l.q.openItems, key.Job, key.Period)
+	b.Queue(l.q.addItems, key.Job, key.Period, items)
+	if err := l.pool.SendBatch(ctx, b).Close(); err != nil {
 		return l.opErr("add items", key, err)
 	}
 	return nil
@@ -44,47 +58,82 @@ func (l *Ledger) SealItems(ctx context.Context, key idem.Key) error {
 	return nil
 }
 
-// CountItems implements [idem.ItemStore], in one statement. NextRetry, the
-// earliest backoff deadline of a failed item, is expressed on this process's
-// clock: time.Now() plus what remains of the deadline on the server's clock
-// (so a wait for it is right whatever the clocks' difference; a deadline
-// already passed on the server's clock comes out in this process's past).
+// CountItems implements [idem.ItemStore], in one statement. An item of a
+// chunk counts as the chunk's status (pending or running) until the chunk
+// settles it: done, or a record of its own, counted by its status.
+// NextRetry, the earliest backoff deadline of a failed item, is expressed on
+// this process's clock: time.Now() plus what remains of the deadline on the
+// server's clock (so a wait for it is right whatever the clocks'
+// difference; a deadline already passed on the server's clock comes out in
+// this process's past).
 func (l *Ledger) CountItems(ctx context.Context, key idem.Key) (idem.ItemCounts, error) {
 	var c idem.ItemCounts
+	var chunkPending, chunkRunning, settled, fromChunks int64
 	var next *time.Time
 	var dbNow time.Time
 	err := l.pool.QueryRow(ctx, l.q.countItems, key.Job, key.Period).Scan(&c.Sealed,
-		&c.Pending, &c.Running, &c.Failed, &c.Done, &c.Unknown, &c.Parked, &next, &dbNow)
+		&chunkPending, &chunkRunning, &settled,
+		&c.Pending, &c.Running, &c.Failed, &c.Done, &c.Unknown, &c.Parked, &fromChunks, &next,
+		&dbNow)
 	if err != nil {
 		return idem.ItemCounts{}, l.opErr("count items", key, err)
 	}
+	c.Pending += chunkPending
+	c.Running += chunkRunning
+	c.Done += settled - fromChunks // the records of items that left a chunk count by their status
 	if next != nil {
 		c.NextRetry = time.Now().Add(next.Sub(dbNow))
 	}
 	return c, nil
 }
 
-// ClaimItems implements [idem.ItemStore] with one statement, UPDATE ...
-// WHERE ctid = ANY (ARRAY(SELECT ... FOR UPDATE SKIP LOCKED)) RETURNING:
-// claimers on any number of hosts take disjoint items without waiting for
-// each other (see claimItemsSQL for the plan). Runnable items are taken in
-// this order: pending, failed whose backoff has passed, running whose lease
-// expired (Doubt; the abandoned attempt counts as a failure and its last
-// error says so), unknown if req.TakeUnknown (Doubt); within each, oldest
-// change first (pending items in the order they were added). The lease runs
-// until the server's time plus req.Lease (idem.DefaultLease if not
-// positive); req.Now is ignored. The claims come back in item order.
-func (l *Ledger) ClaimItems(ctx context.Context, key idem.Key, req idem.ItemClaimRequest) ([]idem.ItemClaim, error) {
-	if req.N <= 0 {
-		return nil, nil
-	}
+// ClaimItems implements [idem.ItemStore]. A chunk is taken with one
+// statement, UPDATE ... WHERE ctid = ANY (ARRAY(SELECT ... FOR UPDATE SKIP
+// LOCKED)) RETURNING, which also returns the chunk's unsettled items: a
+// pending chunk (the first added first), else one whose lease expired (see
+// claimChunkSQL). Only when no chunk is runnable are single items taken,
+// with a second statement of the same form (see claimItemsSQL for the
+// plan), in this order: pending, failed whose backoff has passed, running
+// whose lease expired (Doubt; the abandoned attempt counts as a failure and
+// its last error says so), unknown if req.TakeUnknown (Doubt); within each,
+// oldest change first; they come back in item order. Claimers on any
+// number of hosts take disjoint chunks and items without waiting for each
+// other.
+//
+// The lease runs until the server's time plus req.Lease (idem.DefaultLease
+// if not positive); req.Now is ignored. A req.N below 1 counts as 1.
+func (l *Ledger) ClaimItems(ctx context.Context, key idem.Key, req idem.ItemClaimRequest) (idem.ItemBatch, error) {
+	n := max(req.N, 1)
 	lease := req.Lease
 	if lease <= 0 {
 		lease = idem.DefaultLease
 	}
-	rows, err := l.pool.Query(ctx, l.q.claimItems, key.Job, key.Period, req.Owner, micros(lease), int64(req.N), req.TakeUnknown)
+	var b idem.ItemBatch
+	var size, doubt, failures int
+	var items []string
+	err := l.pool.QueryRow(ctx, l.q.claimChunk, key.Job, key.Period, req.Owner, micros(lease), n).
+		Scan(&b.Chunk, &b.Attempt, &size, &b.Pos, &doubt, &failures, &items)
+	if err == nil {
+		if len(items) != size-b.Pos {
+			return idem.ItemBatch{}, l.opErr("claim items", key,
+				fmt.Errorf("chunk %d's item list has %d items after position %d, want %d", b.Chunk, len(items), b.Pos, size-b.Pos))
+		}
+		b.Items = make([]idem.ItemClaim, len(items))
+		for i, it := range items {
+			c := idem.ItemClaim{Item: it, Attempt: b.Attempt}
+			if b.Pos+i < doubt { // the abandoned attempt had marked it started
+				c.Doubt, c.Failures = true, failures
+			}
+			b.Items[i] = c
+		}
+		return b, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return idem.ItemBatch{}, l.opErr("claim items", key, err)
+	}
+	rows, err := l.pool.Query(ctx, l.q.claimItems, key.Job, key.Period, req.Owner, micros(lease), int64(n), req.TakeUnknown)
 	if err != nil {
-		return nil, l.opErr("claim items", key, err)
+		return idem.ItemBatch{}, l.opErr("claim items", key, err)
 	}
 	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (idem.ItemClaim, error) {
 		var c idem.ItemClaim
@@ -92,10 +141,10 @@ func (l *Ledger) ClaimItems(ctx context.Context, key idem.Key, req idem.ItemClai
 		return c, err
 	})
 	if err != nil {
-		return nil, l.opErr("claim items", key, err)
+		return idem.ItemBatch{}, l.opErr("claim items", key, err)
 	}
 	slices.SortFunc(claims, func(a, b idem.ItemClaim) int { return cmp.Compare(a.Item, b.Item) })
-	return claims, nil
+	return idem.ItemBatch{Items: claims}, nil
 }
 
 // batcher is what sends a batch of statements: the pool (the batch then
@@ -130,73 +179,155 @@ func execEach(ctx context.Context, q batcher, query string, items []string, args
 	return unchanged, nil
 }
 
-// finishItems ends item attempts, each with a statement fenced by its
-// attempt, and returns the items it did not end: their attempt changed, or
-// they are no longer running.
-func (l *Ledger) finishItems(ctx context.Context, q batcher, key idem.Key, ends []idem.ItemEnd) (lost []string, err error) {
-	items := make([]string, len(ends))
-	for i, e := range ends {
+// checkEnds refuses an end whose status does not end an attempt.
+func checkEnds(ends []idem.ItemEnd) error {
+	for _, e := range ends {
 		switch e.Status {
 		case idem.StatusDone, idem.StatusFailed, idem.StatusUnknown, idem.StatusParked:
 		default:
-			return nil, fmt.Errorf("cannot end item %q's attempt as %q", e.Item, e.Status)
+			return fmt.Errorf("cannot end item %q's attempt as %q", e.Item, e.Status)
 		}
-		items[i] = e.Item
 	}
-	return execEach(ctx, q, l.q.finishItem, items, func(i int) []any {
+	return nil
+}
+
+// backoff is an end's backoff deadline as a duration from the server's
+// time, in microseconds (NotBefore - Now); nil (NULL) when it has none.
+func backoff(e idem.ItemEnd) *float64 {
+	if e.NotBefore.IsZero() {
+		return nil
+	}
+	d := e.NotBefore.Sub(e.Now)
+	if e.Now.IsZero() {
+		d = time.Until(e.NotBefore)
+	}
+	us := micros(d)
+	return &us
+}
+
+// finishItems ends single items' attempts, each with a statement fenced by
+// its attempt, and returns the items it did not end: their attempt changed,
+// or they are no longer running. A done item's failure count is cleared.
+func (l *Ledger) finishItems(ctx context.Context, q batcher, key idem.Key, ends []idem.ItemEnd) (lost []string, err error) {
+	if err := checkEnds(ends); err != nil {
+		return nil, err
+	}
+	return execEach(ctx, q, l.q.finishItem, endItems(ends), func(i int) []any {
 		e := ends[i]
-		var backoff any // NULL: no deadline
-		if !e.NotBefore.IsZero() {
-			// The backoff is kept on the server's clock: NotBefore - Now
-			// from the server's time.
-			d := e.NotBefore.Sub(e.Now)
-			if e.Now.IsZero() {
-				d = time.Until(e.NotBefore)
-			}
-			backoff = micros(d)
+		failures := e.Failures
+		if e.Status == idem.StatusDone {
+			failures = 0
 		}
-		return []any{key.Job, key.Period, e.Item, e.Attempt, string(e.Status), e.Failures, backoff, e.Error}
+		return []any{key.Job, key.Period, e.Item, e.Attempt, string(e.Status), failures, backoff(e), e.Error}
 	})
 }
 
-// FinishItems implements [idem.ItemStore]: one UPDATE per item, fenced by
-// its attempt, sent in one batch (one round trip), which PostgreSQL runs as
-// one implicit transaction: all of them commit, durably, or none does. A backoff
-// deadline is kept on the server's clock: end.NotBefore - end.Now from the
-// server's time. The ends are recorded even if ctx is cancelled.
-func (l *Ledger) FinishItems(ctx context.Context, key idem.Key, ends []idem.ItemEnd) ([]string, error) {
+// finishChunk moves step's chunk past ends, fenced by its attempt and
+// position, and writes the records of the ends that are not done, in one
+// statement (finishChunkSQL); moved is false when the attempt no longer
+// holds the chunk, and then nothing was written.
+func (l *Ledger) finishChunk(ctx context.Context, q querier, key idem.Key, step idem.ItemStep, ends []idem.ItemEnd) (moved bool, err error) {
+	if err := checkEnds(ends); err != nil {
+		return false, err
+	}
+	var (
+		items, statuses, errs []string
+		attempts              []int64
+		failures              []int32
+		backoffs              []*float64
+	)
+	for _, e := range ends {
+		if e.Status == idem.StatusDone {
+			continue
+		}
+		items, statuses, errs = append(items, e.Item), append(statuses, string(e.Status)), append(errs, e.Error)
+		attempts, failures, backoffs = append(attempts, e.Attempt), append(failures, int32(e.Failures)), append(backoffs, backoff(e))
+	}
+	lease := idem.DefaultLease
+	switch {
+	case !step.LeaseUntil.IsZero() && !step.Now.IsZero():
+		lease = step.LeaseUntil.Sub(step.Now)
+	case !step.LeaseUntil.IsZero():
+		lease = time.Until(step.LeaseUntil)
+	}
+	var rows, recorded int64
+	err = q.QueryRow(ctx, l.q.finishChunk, key.Job, key.Period, step.Chunk, step.Attempt,
+		step.From+len(ends), max(step.Next, 0), micros(lease), step.From,
+		items, statuses, attempts, failures, backoffs, errs).Scan(&rows, &recorded)
+	if err != nil {
+		return false, err
+	}
+	if rows == 1 && recorded != int64(len(items)) { // cannot happen: the statement is atomic
+		return false, fmt.Errorf("chunk %d: %d of %d records written", step.Chunk, recorded, len(items))
+	}
+	return rows == 1, nil
+}
+
+func endItems(ends []idem.ItemEnd) []string {
+	items := make([]string, len(ends))
+	for i, e := range ends {
+		items[i] = e.Item
+	}
+	return items
+}
+
+// FinishItems implements [idem.ItemStore]. A chunk's window is one
+// statement: the fenced UPDATE of the chunk's row and the INSERT of the
+// records of the items that did not end done (an unnest of arrays), which
+// runs only if the UPDATE found the chunk. Single items get one UPDATE each,
+// fenced by its attempt, sent in one batch (one round trip), which
+// PostgreSQL runs as one implicit transaction. Either way all of it commits,
+// durably, or none does. The chunk's lease runs until the server's time
+// plus step.LeaseUntil - step.Now (idem.DefaultLease when step has no
+// times); a backoff deadline is kept on the server's clock the same way:
+// end.NotBefore - end.Now from the server's time. The ends are recorded even
+// if ctx is cancelled.
+func (l *Ledger) FinishItems(ctx context.Context, key idem.Key, step idem.ItemStep, ends []idem.ItemEnd) ([]string, error) {
 	if len(ends) == 0 {
 		return nil, nil
 	}
 	ctx = context.WithoutCancel(ctx) // finished attempts must be recorded even if the caller gave up
-	lost, err := l.finishItems(ctx, l.pool, key, ends)
+	if step.Chunk == 0 {
+		lost, err := l.finishItems(ctx, l.pool, key, ends)
+		if err != nil {
+			return nil, l.opErr("finish items", key, err)
+		}
+		return lost, nil
+	}
+	moved, err := l.finishChunk(ctx, l.pool, key, step, ends)
 	if err != nil {
 		return nil, l.opErr("finish items", key, err)
 	}
-	return lost, nil
+	if !moved {
+		return endItems(ends), nil
+	}
+	return nil, nil
 }
 
-// FinishItemsTx implements [idem.ItemTxStore] with [pgx.Tx]: the batch runs
-// in one transaction. It first fences every claim by its attempt (one
-// statement per claim, in one round trip), which locks the rows of those
-// that still hold their item until the transaction ends (the others are
-// returned in lost and not run); then fn
-// runs for each, in a savepoint of its own (an item whose fn fails is rolled
-// back to it, alone, and returned in failed); the done marks of the others
-// are written, and the transaction commits, durably. fn must use tx for its
-// writes.
+// FinishItemsTx implements [idem.ItemTxStore] with [pgx.Tx]: the window runs
+// in one transaction. It first fences the claims: a chunk's by its attempt
+// and the window's position (one UPDATE, which locks the chunk's row until
+// the transaction ends; if the attempt no longer holds the chunk, no fn runs
+// and every claim is returned in lost), single items' each by its own
+// attempt (one statement per claim, in one round trip, which locks the rows
+// of those that still hold their item; the others are returned in lost and
+// not run). Then fn runs for each claim, in a savepoint of its own (an item
+// whose fn fails is rolled back to it, alone, and its end taken from
+// failed); the chunk moves forward (or the single items' ends are written)
+// with the records of the items that did not end done, and the transaction
+// commits, durably. fn must use tx for its writes.
 //
-// An item's transaction holds its row lock while fn runs, so another host
-// that finds the item's lease expired passes it over instead of taking it;
-// keep a batch ([idem.WithBatch]) well within the lease all the same. Each
-// item's savepoint is a subtransaction: a batch of more than 64 items that
-// write is more than PostgreSQL caches per transaction, which other
-// sessions' snapshots pay for while it runs; the default batch of 100 is
-// fine for most databases, lower it on a very busy one.
-func (l *Ledger) FinishItemsTx(ctx context.Context, key idem.Key, claims []idem.ItemClaim, now time.Time, fn func(tx pgx.Tx, c idem.ItemClaim) error) (map[string]error, []string, error) {
-	failed := map[string]error{}
+// The window's transaction holds its chunk's row lock (or its items') while
+// fn runs, so another host that finds the lease expired passes it over
+// instead of taking it; keep a window ([idem.WithBatch]) well within the
+// lease all the same. Each item's savepoint is a subtransaction: a window of
+// more than 64 items that write is more than PostgreSQL caches per
+// transaction, which other sessions' snapshots pay for while it runs; the
+// default window of 100 is fine for most databases, lower it on a very busy
+// one.
+func (l *Ledger) FinishItemsTx(ctx context.Context, key idem.Key, step idem.ItemStep, claims []idem.ItemClaim, fn func(tx pgx.Tx, c idem.ItemClaim) error, failed func(c idem.ItemClaim, err error) idem.ItemEnd) ([]idem.ItemEnd, []string, error) {
 	if len(claims) == 0 {
-		return failed, nil, nil
+		return nil, nil, nil
 	}
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {
@@ -207,17 +338,28 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key idem.Key, claims []idem.
 	for i, c := range claims {
 		items[i] = c.Item
 	}
-	lost, err := execEach(ctx, tx, l.q.fenceItem, items, func(i int) []any {
-		return []any{key.Job, key.Period, claims[i].Item, claims[i].Attempt}
-	})
-	if err != nil {
-		return nil, nil, l.opErr("run items: fence", key, err)
+	var lost []string
+	if step.Chunk != 0 {
+		tag, err := tx.Exec(ctx, l.q.fenceChunk, key.Job, key.Period, step.Chunk, step.Attempt, step.From)
+		if err != nil {
+			return nil, nil, l.opErr("run items: fence", key, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil, items, nil // nothing written; the rollback ends the transaction
+		}
+	} else {
+		lost, err = execEach(ctx, tx, l.q.fenceItem, items, func(i int) []any {
+			return []any{key.Job, key.Period, claims[i].Item, claims[i].Attempt}
+		})
+		if err != nil {
+			return nil, nil, l.opErr("run items: fence", key, err)
+		}
 	}
 	isLost := make(map[string]bool, len(lost))
 	for _, it := range lost {
 		isLost[it] = true
 	}
-	var done []idem.ItemEnd
+	ends := make([]idem.ItemEnd, 0, len(claims)-len(lost))
 	savepoint := `SAVEPOINT idem_item`
 	for _, c := range claims {
 		if isLost[c.Item] {
@@ -228,17 +370,23 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key idem.Key, claims []idem.
 		}
 		// The next item's savepoint replaces this one (one round trip).
 		savepoint = `RELEASE SAVEPOINT idem_item; SAVEPOINT idem_item`
+		end := idem.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusDone, Now: step.Now}
 		if ferr := fn(tx, c); ferr != nil {
 			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT idem_item`); err != nil {
 				return nil, nil, l.opErr("run items: roll back item "+c.Item, key, errors.Join(err, ferr))
 			}
-			failed[c.Item] = ferr
-			continue
+			end = failed(c, ferr)
 		}
-		done = append(done, idem.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusDone})
+		ends = append(ends, end)
 	}
-	if len(done) > 0 {
-		if notDone, err := l.finishItems(ctx, tx, key, done); err != nil {
+	if step.Chunk != 0 {
+		if moved, err := l.finishChunk(ctx, tx, key, step, ends); err != nil {
+			return nil, nil, l.opErr("run items: done marks", key, err)
+		} else if !moved { // cannot happen while the row lock is held
+			return nil, nil, l.opErr("run items: done marks", key, fmt.Errorf("chunk %d changed under its row lock", step.Chunk))
+		}
+	} else if len(ends) > 0 {
+		if notDone, err := l.finishItems(ctx, tx, key, ends); err != nil {
 			return nil, nil, l.opErr("run items: done marks", key, err)
 		} else if len(notDone) > 0 { // cannot happen while the row locks are held
 			return nil, nil, l.opErr("run items: done marks", key, fmt.Errorf("%d items changed under their row locks (first %q)", len(notDone), notDone[0]))
@@ -250,5 +398,5 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key idem.Key, claims []idem.
 	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, l.opErr("run items: commit", key, err)
 	}
-	return failed, lost, nil
+	return ends, lost, nil
 }

@@ -215,7 +215,7 @@ func checkApplied(t *testing.T, l *pgledger.Ledger, env eachEnv, mode string) {
 		t.Fatalf("counts %+v, %v", c, err)
 	}
 	var status string
-	if err := l.Pool().QueryRow(ctx, `SELECT status FROM `+table(l, "items")+` WHERE item = $1`, poison).Scan(&status); err != nil || status != "parked" {
+	if err := l.Pool().QueryRow(ctx, `SELECT status FROM `+table(l, "item_state")+` WHERE item = $1`, poison).Scan(&status); err != nil || status != "parked" {
 		t.Fatalf("poison item %q, %v", status, err)
 	}
 	if rec, ok, err := l.Lookup(ctx, points); err != nil || !ok || rec.Status != idem.StatusDone {
@@ -223,10 +223,14 @@ func checkApplied(t *testing.T, l *pgledger.Ledger, env eachEnv, mode string) {
 	}
 }
 
-// notDone describes the items that are not done, for a failure's message.
+// notDone describes the items that are not done, for a failure's message:
+// those of chunks that are not settled, and the records of the others.
 func notDone(t *testing.T, l *pgledger.Ledger) string {
-	rows, err := l.Pool().Query(context.Background(), `SELECT status, count(*), min(item), left(last_error, 300) FROM `+table(l, "items")+`
-		WHERE status <> 'done' GROUP BY status, left(last_error, 300) ORDER BY count(*) DESC LIMIT 5`)
+	rows, err := l.Pool().Query(context.Background(), `(SELECT status, count(*)::int, min(item), left(last_error, 300) FROM `+table(l, "item_state")+`
+		WHERE status <> 'done' GROUP BY status, left(last_error, 300) ORDER BY count(*) DESC LIMIT 5)
+		UNION ALL
+		(SELECT 'chunk ' || status, sum(n - settled)::int, 'chunk ' || min(chunk), '' FROM `+table(l, "item_chunks")+`
+		WHERE status <> 'done' GROUP BY status)`)
 	if err != nil {
 		return err.Error()
 	}

@@ -20,8 +20,13 @@ const DefaultSchema = "idem"
 // SchemaVersion is the version of the ledger's tables that this version of
 // pgledger writes. A schema with a higher version is refused with
 // [idem.ErrNewerSchema]. Version 2 added the items of [idem.Each] (tables
-// items and itemsets); [New] upgrades a version-1 schema in place.
-const SchemaVersion = 2
+// items and itemsets); version 3 records and claims them in chunks (tables
+// item_set, item_chunks, item_lists and item_state replace items). [New]
+// upgrades a version-1 or version-2 schema in place; a version-2 schema's
+// items keep their status. A process that still runs an older pgledger's
+// Each (or Prune) fails on the upgraded schema, whose table items is gone:
+// stop those first.
+const SchemaVersion = 3
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idem.Store],
@@ -166,11 +171,12 @@ func (l *Ledger) lockID(kind, what string) int64 {
 }
 
 // migrate creates the schema and its tables if needed, or upgrades an older
-// version's (every statement of the DDL is CREATE ... IF NOT EXISTS, so
-// running it over a version-1 schema adds only what version 2 added). It
-// reads first: a
-// schema of the current version needs no write (and no CREATE privilege),
-// and a newer one must not see a single write.
+// version's: every statement of the DDL is CREATE ... IF NOT EXISTS, so
+// running it over an older schema adds only what the later versions added,
+// and a version-2 schema's items are then moved into version 3's tables
+// (upgradeItemsSQL), in the same transaction. It reads first: a schema of
+// the current version needs no write (and no CREATE privilege), and a newer
+// one must not see a single write.
 func (l *Ledger) migrate(ctx context.Context) error {
 	v, err := l.version(ctx, l.pool)
 	if err != nil {
@@ -199,6 +205,11 @@ func (l *Ledger) migrate(ctx context.Context) error {
 	}
 	if _, err := tx.Exec(ctx, l.q.ddl); err != nil {
 		return l.schemaErr(err)
+	}
+	if v == 2 {
+		if _, err := tx.Exec(ctx, l.q.upgradeItems); err != nil {
+			return l.schemaErr(fmt.Errorf("upgrading the items from version 2: %w", err))
+		}
 	}
 	if _, err := tx.Exec(ctx, l.q.setVersion, SchemaVersion); err != nil {
 		return l.schemaErr(err)

@@ -14,12 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TestClaimItemsPlan checks the claim's plan on a 100k-item period: every
-// status branch is one range of items_by_status, and the rows are updated
-// through a TID scan; nothing scans the period. Twice: for a period the
-// statistics know (90 % done), and for a new one they do not, where a
-// lookup by key could turn into a scan of the period.
-func TestClaimItemsPlan(t *testing.T) {
+// planLedger opens a ledger in a fresh schema, dropped when t ends, for a
+// plan test.
+func planLedger(t *testing.T) (*Ledger, *pgxpool.Pool, string) {
+	t.Helper()
 	dsn := os.Getenv("IDEM_TEST_PG_DSN")
 	if dsn == "" {
 		if v := os.Getenv("CI"); v != "" && v != "false" && v != "0" {
@@ -32,19 +30,70 @@ func TestClaimItemsPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	schema := "idemtest_plan_" + hex.EncodeToString(b[:])
 	s := pgx.Identifier{schema}.Sanitize()
-	defer pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+s+` CASCADE`)
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+s+` CASCADE`) })
 	l, err := New(ctx, pool, WithSchema(schema))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l, pool, s
+}
+
+// planScans runs query under EXPLAIN ANALYZE with plan_cache_mode mode, in
+// a transaction that is rolled back, and returns its scans in plan order
+// ("Index Scan <index>", "Tid Scan "). It fails t if an index scan read more
+// than maxRows rows.
+func planScans(t *testing.T, pool *pgxpool.Pool, mode string, maxRows int64, query string, args ...any) (string, []byte) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+query, args...).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct{ Plan planNode }
+	if err := json.Unmarshal(out, &plan); err != nil {
+		t.Fatal(err)
+	}
+	var scans []string
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		if strings.Contains(n.Type, "Scan") && !strings.HasPrefix(n.Type, "Subquery") {
+			scans = append(scans, n.Type+" "+n.Index)
+			if n.Type == "Index Scan" && n.Rows > maxRows {
+				t.Errorf("%s on %s read %d rows, want at most %d", n.Type, n.Index, n.Rows, maxRows)
+			}
+		}
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(plan[0].Plan)
+	return strings.Join(scans, ", "), out
+}
+
+// TestClaimItemsPlan checks the single-item claim's plan on a 100k-item
+// period: every status branch is one range of item_state_by_status, and the
+// rows are updated through a TID scan; nothing scans the period. Twice: for
+// a period the statistics know (90 % done), and for a new one they do not,
+// where a lookup by key could turn into a scan of the period.
+func TestClaimItemsPlan(t *testing.T) {
+	l, pool, s := planLedger(t)
+	ctx := context.Background()
 	fill := func(period string) {
 		t.Helper()
-		_, err := pool.Exec(ctx, `INSERT INTO `+s+`.items (job, period, item, status, not_before, lease_until)
+		_, err := pool.Exec(ctx, `INSERT INTO `+s+`.item_state (job, period, item, status, not_before, lease_until)
 			SELECT 'j', $1, 'acct-' || lpad(g::text, 6, '0'),
 				CASE WHEN g < 90000 THEN 'done' WHEN g < 90100 THEN 'failed' WHEN g < 90200 THEN 'running'
 					WHEN g < 90300 THEN 'unknown' ELSE 'pending' END,
@@ -55,47 +104,62 @@ func TestClaimItemsPlan(t *testing.T) {
 		}
 	}
 	fill("known")
-	if _, err := pool.Exec(ctx, `VACUUM ANALYZE `+s+`.items`); err != nil {
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE `+s+`.item_state`); err != nil {
 		t.Fatal(err)
 	}
 	fill("new") // not in the statistics
 	for _, period := range []string{"known", "new"} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			t.Run(period+"/"+mode, func(t *testing.T) {
-				tx, err := pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
+				got, out := planScans(t, pool, mode, 200, l.q.claimItems, "j", period, "o", micros(idem.DefaultLease), int64(100), true)
+				want := strings.Repeat("Index Scan item_state_by_status, ", 4) + "Tid Scan "
+				if got != want {
+					t.Errorf("scans: %s\nwant:  %s\nplan: %s", got, want, out)
 				}
-				defer tx.Rollback(ctx)
-				if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
-					t.Fatal(err)
-				}
-				var out []byte
-				err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+l.q.claimItems,
-					"j", period, "o", micros(idem.DefaultLease), int64(100), true).Scan(&out)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var plan []struct{ Plan planNode }
-				if err := json.Unmarshal(out, &plan); err != nil {
-					t.Fatal(err)
-				}
-				var scans []string
-				var walk func(n planNode)
-				walk = func(n planNode) {
-					if strings.Contains(n.Type, "Scan") && !strings.HasPrefix(n.Type, "Subquery") {
-						scans = append(scans, n.Type+" "+n.Index)
-						if n.Type == "Index Scan" && n.Rows > 200 {
-							t.Errorf("%s on %s read %d rows for a claim of 100", n.Type, n.Index, n.Rows)
-						}
-					}
-					for _, c := range n.Plans {
-						walk(c)
-					}
-				}
-				walk(plan[0].Plan)
-				got := strings.Join(scans, ", ")
-				want := strings.Repeat("Index Scan items_by_status, ", 4) + "Tid Scan "
+			})
+		}
+	}
+}
+
+// TestClaimChunkPlan checks the chunk claim's plan on periods of 5000
+// chunks, most of them done: the pending and the expired branch are each
+// one range of item_chunks_by_status, read up to the first runnable chunk,
+// the chunk is updated through a TID scan, and its item list read by its
+// key. For periods that have a pending chunk and for periods whose runnable
+// chunks are all expired; known to the statistics or not.
+func TestClaimChunkPlan(t *testing.T) {
+	l, pool, s := planLedger(t)
+	ctx := context.Background()
+	fill := func(period string, pending bool) {
+		t.Helper()
+		// Chunks 1 to 4900 are done; the rest run (or, with pending, 4951
+		// on wait), and every other running chunk's lease has expired.
+		_, err := pool.Exec(ctx, `INSERT INTO `+s+`.item_chunks (job, period, chunk, n, status, lease_until)
+			SELECT 'j', $1, g, 10,
+				CASE WHEN g <= 4900 THEN 'done' WHEN g <= 4950 OR NOT $2 THEN 'running' ELSE 'pending' END,
+				clock_timestamp() + CASE WHEN g % 2 = 0 THEN interval '1 hour' ELSE interval '-1 second' END
+			FROM generate_series(1, 5000) AS g`, period, pending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = pool.Exec(ctx, `INSERT INTO `+s+`.item_lists (job, period, chunk, items)
+			SELECT 'j', $1, g, ARRAY['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j'] FROM generate_series(1, 5000) AS g`, period)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill("known-pending", true)
+	fill("known-expired", false)
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE `+s+`.item_chunks, `+s+`.item_lists`); err != nil {
+		t.Fatal(err)
+	}
+	fill("new-pending", true) // not in the statistics
+	fill("new-expired", false)
+	for _, period := range []string{"known-pending", "known-expired", "new-pending", "new-expired"} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			t.Run(period+"/"+mode, func(t *testing.T) {
+				got, out := planScans(t, pool, mode, 2, l.q.claimChunk, "j", period, "o", micros(idem.DefaultLease), 100)
+				want := "Index Scan item_chunks_by_status, Index Scan item_chunks_by_status, Tid Scan , Index Scan item_lists_pkey"
 				if got != want {
 					t.Errorf("scans: %s\nwant:  %s\nplan: %s", got, want, out)
 				}

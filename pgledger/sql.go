@@ -16,8 +16,9 @@ type queries struct {
 	list                                          string
 
 	// items (Each)
-	addItems, sealItems, countItems, claimItems string
-	finishItem, fenceItem                       string
+	upgradeItems, openItems, addItems, sealItems, countItems string
+	claimChunk, claimItems, finishChunk, fenceChunk          string
+	finishItem, fenceItem                                    string
 }
 
 // Every comparison of periods is made with COLLATE "C" (byte order, as Go
@@ -53,12 +54,51 @@ CREATE TABLE IF NOT EXISTS {s}.jobs (
 	cursor  text COLLATE "C" NOT NULL DEFAULT '',
 	horizon text COLLATE "C" NOT NULL DEFAULT ''
 );
--- Version 2: the items of Each.
-CREATE TABLE IF NOT EXISTS {s}.items (
+-- The items of Each (version 3): the item set (one row per item, for
+-- uniqueness), its chunks (claimed and marked done as a whole), their item
+-- lists, and the records of the items whose attempt did not end done
+-- (failed, unknown, parked; from then on they are claimed one by one).
+CREATE TABLE IF NOT EXISTS {s}.item_set (
+	job    text COLLATE "C" NOT NULL,
+	period text COLLATE "C" NOT NULL,
+	item   text COLLATE "C" NOT NULL,
+	PRIMARY KEY (job, period, item)
+);
+CREATE TABLE IF NOT EXISTS {s}.item_chunks (
+	job         text COLLATE "C" NOT NULL,
+	period      text COLLATE "C" NOT NULL,
+	chunk       bigint NOT NULL, -- numbered from 1 per period
+	n           integer NOT NULL, -- items in the chunk
+	status      text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'running', 'done')),
+	attempt     bigint NOT NULL DEFAULT 0,
+	failures    integer NOT NULL DEFAULT 0,
+	owner       text NOT NULL DEFAULT '',
+	lease_until timestamptz,
+	settled     integer NOT NULL DEFAULT 0, -- the items before this position are settled
+	started     integer NOT NULL DEFAULT 0, -- the items before this position may have begun
+	doubt       integer NOT NULL DEFAULT 0, -- at the last claim: the abandoned attempt's started
+	updated     timestamptz NOT NULL DEFAULT clock_timestamp(),
+	PRIMARY KEY (job, period, chunk)
+);
+-- Of the columns a window's done marks change only status is indexed, and
+-- only the last window changes it: the others' updates can be HOT (no
+-- index writes).
+CREATE INDEX IF NOT EXISTS item_chunks_by_status ON {s}.item_chunks (job, period, status, chunk);
+-- A chunk's item ids in order, written once: kept out of the chunk's row,
+-- which every window updates.
+CREATE TABLE IF NOT EXISTS {s}.item_lists (
+	job    text COLLATE "C" NOT NULL,
+	period text COLLATE "C" NOT NULL,
+	chunk  bigint NOT NULL,
+	items  text[] NOT NULL,
+	PRIMARY KEY (job, period, chunk)
+);
+CREATE TABLE IF NOT EXISTS {s}.item_state (
 	job         text COLLATE "C" NOT NULL,
 	period      text COLLATE "C" NOT NULL,
 	item        text COLLATE "C" NOT NULL,
-	status      text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'running', 'failed', 'done', 'unknown', 'parked')),
+	chunk       bigint NOT NULL DEFAULT 0, -- the chunk it left; 0 for an item recorded by version 2
+	status      text NOT NULL CHECK (status IN ('pending', 'running', 'failed', 'done', 'unknown', 'parked')),
 	attempt     bigint NOT NULL DEFAULT 0,
 	failures    integer NOT NULL DEFAULT 0,
 	doubt       boolean NOT NULL DEFAULT false,
@@ -69,10 +109,10 @@ CREATE TABLE IF NOT EXISTS {s}.items (
 	updated     timestamptz NOT NULL DEFAULT clock_timestamp(),
 	PRIMARY KEY (job, period, item)
 );
--- (job, period, status) for the claims' one range per status (and the
--- counts); updated last, so that a range comes out oldest change first and a
--- claim reads only the rows it takes.
-CREATE INDEX IF NOT EXISTS items_by_status ON {s}.items (job, period, status, updated);
+-- (job, period, status) for the single-item claim's one range per status
+-- (and the counts); updated last, so that a range comes out oldest change
+-- first and a claim reads only the rows it takes.
+CREATE INDEX IF NOT EXISTS item_state_by_status ON {s}.item_state (job, period, status, updated);
 CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	job    text COLLATE "C" NOT NULL,
 	period text COLLATE "C" NOT NULL,
@@ -165,44 +205,127 @@ const listSQL = `SELECT job, period, ` + recordCols + ` FROM {s}.runs
 
 // The items of Each.
 const (
-	// addItemsSQL adds a batch of items, given as an array.
-	addItemsSQL = `INSERT INTO {s}.items (job, period, item)
-	SELECT $1, $2, it FROM unnest($3::text[]) AS it
-	ON CONFLICT (job, period, item) DO NOTHING`
+	// upgradeItemsSQL moves the items of a version-2 schema (one table,
+	// items, a row per item with its status) into version 3's tables: every
+	// item joins the item set and keeps its status as a record of its own
+	// (chunk 0), so it is claimed one by one as before.
+	upgradeItemsSQL = `
+INSERT INTO {s}.item_set (job, period, item) SELECT job, period, item FROM {s}.items
+ON CONFLICT (job, period, item) DO NOTHING;
+INSERT INTO {s}.item_state (job, period, item, chunk, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated)
+SELECT job, period, item, 0, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated FROM {s}.items
+ON CONFLICT (job, period, item) DO NOTHING;
+DROP TABLE {s}.items;`
+
+	// openItemsSQL opens AddItems: it creates the period's itemsets row if
+	// needed and locks it until the transaction ends, without writing it
+	// (ON CONFLICT DO UPDATE locks the conflicting row even when its WHERE
+	// is false). Concurrent AddItems of a period, and SealItems, wait for
+	// each other there, so that two never number a chunk alike.
+	openItemsSQL = `INSERT INTO {s}.itemsets AS st (job, period, sealed) VALUES ($1, $2, false)
+	ON CONFLICT (job, period) DO UPDATE SET sealed = st.sealed WHERE false`
+
+	// addItemsSQL adds a batch of items, given as an array, to the item set
+	// unless the set is sealed, and makes the items that were not there one
+	// new chunk, in the order given (a duplicate in the batch counts once,
+	// at its first place), numbered after the period's last. It runs after
+	// openItemsSQL, in its transaction: it sees what the AddItems before it
+	// committed.
+	addItemsSQL = `WITH fresh AS (
+		INSERT INTO {s}.item_set AS i (job, period, item)
+		SELECT $1, $2, it FROM unnest($3::text[]) AS it
+		WHERE NOT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)
+		ON CONFLICT (job, period, item) DO NOTHING
+		RETURNING i.item
+	), list AS (
+		SELECT array_agg(it ORDER BY pos) AS items FROM (
+			SELECT u.it, min(u.pos) AS pos FROM unnest($3::text[]) WITH ORDINALITY AS u(it, pos)
+			WHERE u.it COLLATE "C" IN (SELECT item FROM fresh)
+			GROUP BY u.it) AS f
+	), chunk AS (
+		INSERT INTO {s}.item_chunks (job, period, chunk, n)
+		SELECT $1, $2, coalesce((SELECT max(chunk) FROM {s}.item_chunks WHERE job = $1 AND period = $2), 0) + 1,
+			cardinality(list.items)
+		FROM list WHERE list.items IS NOT NULL
+		RETURNING chunk
+	)
+	INSERT INTO {s}.item_lists (job, period, chunk, items)
+	SELECT $1, $2, chunk.chunk, list.items FROM chunk, list`
 
 	sealItemsSQL = `INSERT INTO {s}.itemsets AS st (job, period, sealed) VALUES ($1, $2, true)
 	ON CONFLICT (job, period) DO UPDATE SET sealed = true WHERE NOT st.sealed`
 
-	// countItemsSQL: one pass over the period's rows for the counts; the
-	// earliest backoff deadline from the failed range only; the server's
-	// time, to express it on the caller's clock.
+	// countItemsSQL: one pass over the period's chunks (an item of a chunk
+	// counts as the chunk's status until the chunk settles it), one over its
+	// records (those of items that left a chunk were counted as settled
+	// there: from_chunks), and the server's time, to express the earliest
+	// backoff deadline on the caller's clock.
 	countItemsSQL = `SELECT
 		coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false),
-		count(*) FILTER (WHERE status = 'pending'),
-		count(*) FILTER (WHERE status = 'running'),
-		count(*) FILTER (WHERE status = 'failed'),
-		count(*) FILTER (WHERE status = 'done'),
-		count(*) FILTER (WHERE status = 'unknown'),
-		count(*) FILTER (WHERE status = 'parked'),
-		(SELECT min(not_before) FROM {s}.items WHERE job = $1 AND period = $2 AND status = 'failed'),
+		c.pending, c.running, c.settled,
+		r.pending, r.running, r.failed, r.done, r.unknown, r.parked, r.from_chunks, r.next_retry,
 		clock_timestamp()
-	FROM {s}.items WHERE job = $1 AND period = $2`
+	FROM (SELECT
+			coalesce(sum(n - settled) FILTER (WHERE status = 'pending'), 0) AS pending,
+			coalesce(sum(n - settled) FILTER (WHERE status = 'running'), 0) AS running,
+			coalesce(sum(settled), 0) AS settled
+		FROM {s}.item_chunks WHERE job = $1 AND period = $2) AS c,
+		(SELECT
+			count(*) FILTER (WHERE status = 'pending') AS pending,
+			count(*) FILTER (WHERE status = 'running') AS running,
+			count(*) FILTER (WHERE status = 'failed') AS failed,
+			count(*) FILTER (WHERE status = 'done') AS done,
+			count(*) FILTER (WHERE status = 'unknown') AS unknown,
+			count(*) FILTER (WHERE status = 'parked') AS parked,
+			count(*) FILTER (WHERE chunk > 0) AS from_chunks,
+			min(not_before) FILTER (WHERE status = 'failed') AS next_retry
+		FROM {s}.item_state WHERE job = $1 AND period = $2) AS r`
 
-	// claimItemsSQL takes up to $5 runnable items. Each status is its own
-	// branch: one range of items_by_status, oldest change first, locked
-	// with SKIP LOCKED (rows another claimer is taking are passed over, not
-	// waited for). The branches run in turn, only until $5 rows are found, so
-	// a claim reads about the rows it takes however large the period. (An
-	// OR of the statuses in one scan would walk the period's done items on
-	// every claim; so would the primary key's range filtered by status,
-	// which ORDER BY item would make as cheap as items_by_status in the
+	// claimChunkSQL takes one runnable chunk: pending (the first added), or
+	// running with an expired lease, whose abandoned attempt counts as a
+	// failure and whose started items are in doubt (doubt = its started
+	// mark, which never moves back). It marks the next $5 unsettled items
+	// started and returns the chunk's unsettled items, in order. The
+	// selection is built as in claimItemsSQL: one range of
+	// item_chunks_by_status per status, FOR UPDATE SKIP LOCKED (a chunk
+	// another claimer is taking, or a FinishItemsTx holds, is passed over),
+	// and a TID scan of the locked row.
+	claimChunkSQL = `UPDATE {s}.item_chunks AS c SET
+		doubt = CASE WHEN c.status = 'running' THEN c.started ELSE 0 END,
+		failures = c.failures + CASE WHEN c.status = 'running' THEN 1 ELSE 0 END,
+		status = 'running', attempt = c.attempt + 1, owner = $3,
+		lease_until = clock_timestamp() + $4::float8 * interval '1 microsecond',
+		started = GREATEST(c.started, LEAST(c.settled + $5::integer, c.n)),
+		updated = clock_timestamp()
+	WHERE c.ctid = ANY (ARRAY(SELECT ctid FROM (
+		SELECT ctid FROM (SELECT ctid FROM {s}.item_chunks
+			WHERE job = $1 AND period = $2 AND status = 'pending'
+			ORDER BY chunk LIMIT 1 FOR UPDATE SKIP LOCKED) AS pending
+		UNION ALL
+		SELECT ctid FROM (SELECT ctid FROM {s}.item_chunks
+			WHERE job = $1 AND period = $2 AND status = 'running' AND lease_until <= clock_timestamp()
+			ORDER BY chunk LIMIT 1 FOR UPDATE SKIP LOCKED) AS expired
+		) AS runnable LIMIT 1))
+	RETURNING c.chunk, c.attempt, c.n, c.settled, c.doubt, c.failures,
+		(SELECT l.items[c.settled + 1:] FROM {s}.item_lists AS l
+			WHERE l.job = c.job AND l.period = c.period AND l.chunk = c.chunk)`
+
+	// claimItemsSQL takes up to $5 runnable single items (items with a
+	// record of their own). Each status is its own branch: one range of
+	// item_state_by_status, oldest change first, locked with SKIP LOCKED
+	// (rows another claimer is taking are passed over, not waited for). The
+	// branches run in turn, only until $5 rows are found, so a claim reads
+	// about the rows it takes however large the period. (An OR of the
+	// statuses in one scan would walk the period's done items on every
+	// claim; so would the primary key's range filtered by status, which
+	// ORDER BY item would make as cheap as item_state_by_status in the
 	// planner's eyes whenever the statistics say that most items are
 	// pending.) A row that another transaction changed since the statement
 	// began is checked again, in its new version, before it is locked.
 	//
 	// The selection is an uncorrelated ARRAY(...) of the locked rows' ctids,
 	// computed once; the UPDATE then fetches exactly those rows (a TID scan),
-	// whatever the statistics say. (Joined to items by key instead, the
+	// whatever the statistics say. (Joined to item_state by key instead, the
 	// selection was scanned once per row of the period, or the period was
 	// scanned and filtered, when the period was too new for the statistics:
 	// up to a second per claim at 10k items; any condition on job or period
@@ -212,7 +335,7 @@ const (
 	// changed just before the lock is not visible to the UPDATE's snapshot
 	// and is left out (a claim may take fewer items than it could, never one
 	// it should not). Times are the server's: clock_timestamp().
-	claimItemsSQL = `UPDATE {s}.items AS i SET
+	claimItemsSQL = `UPDATE {s}.item_state AS i SET
 		doubt = i.status IN ('running', 'unknown'),
 		failures = i.failures + CASE WHEN i.status = 'running' THEN 1 ELSE 0 END,
 		last_error = CASE WHEN i.status = 'running'
@@ -223,38 +346,73 @@ const (
 		lease_until = clock_timestamp() + $4::float8 * interval '1 microsecond', not_before = NULL,
 		updated = clock_timestamp()
 	WHERE i.ctid = ANY (ARRAY(SELECT ctid FROM (
-		SELECT ctid FROM (SELECT ctid FROM {s}.items
+		SELECT ctid FROM (SELECT ctid FROM {s}.item_state
 			WHERE job = $1 AND period = $2 AND status = 'pending'
 			ORDER BY updated LIMIT $5 FOR UPDATE SKIP LOCKED) AS pending
 		UNION ALL
-		SELECT ctid FROM (SELECT ctid FROM {s}.items
+		SELECT ctid FROM (SELECT ctid FROM {s}.item_state
 			WHERE job = $1 AND period = $2 AND status = 'failed' AND (not_before IS NULL OR not_before <= clock_timestamp())
 			ORDER BY updated LIMIT $5 FOR UPDATE SKIP LOCKED) AS failed
 		UNION ALL
-		SELECT ctid FROM (SELECT ctid FROM {s}.items
+		SELECT ctid FROM (SELECT ctid FROM {s}.item_state
 			WHERE job = $1 AND period = $2 AND status = 'running' AND lease_until <= clock_timestamp()
 			ORDER BY updated LIMIT $5 FOR UPDATE SKIP LOCKED) AS expired
 		UNION ALL
-		SELECT ctid FROM (SELECT ctid FROM {s}.items
+		SELECT ctid FROM (SELECT ctid FROM {s}.item_state
 			WHERE $6::boolean AND job = $1 AND period = $2 AND status = 'unknown'
 			ORDER BY updated LIMIT $5 FOR UPDATE SKIP LOCKED) AS unknown
 		) AS runnable LIMIT $5))
 	RETURNING i.item, i.attempt, i.failures, i.doubt`
 
-	// finishItemSQL ends one item attempt, fenced by its attempt; $7 is the
-	// backoff in microseconds, NULL for none. It is sent once per item, in a
-	// batch: an equality on the whole primary key is planned as one index
-	// lookup whatever the statistics say, which a join with an array of
-	// items is not.
-	finishItemSQL = `UPDATE {s}.items SET status = $5, failures = $6,
+	// finishChunkSQL moves a chunk forward by a window of ends, fenced by
+	// its attempt and settled position: the settled position to $5, the
+	// started mark to at least $5 + $6 (at most n), the lease to the
+	// server's time plus $7 microseconds; done once all is settled. Only if
+	// it moved, the window's items that did not end done get records of
+	// their own ($9 to $14: item, status, attempt, failures, backoff in
+	// microseconds or NULL, error). It returns how many chunk rows and
+	// records it wrote: 0 rows means the attempt no longer holds the chunk,
+	// and nothing was written.
+	finishChunkSQL = `WITH moved AS (
+		UPDATE {s}.item_chunks SET settled = $5::integer, started = GREATEST(started, LEAST($5::integer + $6::integer, n)),
+			lease_until = clock_timestamp() + $7::float8 * interval '1 microsecond',
+			status = CASE WHEN $5::integer >= n THEN 'done' ELSE 'running' END,
+			updated = clock_timestamp()
+		WHERE job = $1 AND period = $2 AND chunk = $3 AND attempt = $4 AND status = 'running' AND settled = $8::integer
+		RETURNING chunk
+	), recorded AS (
+		INSERT INTO {s}.item_state (job, period, item, chunk, status, attempt, failures, not_before, last_error)
+		SELECT $1, $2, e.item, $3, e.status, e.attempt, e.failures,
+			clock_timestamp() + e.backoff * interval '1 microsecond', e.error
+		FROM unnest($9::text[], $10::text[], $11::bigint[], $12::integer[], $13::float8[], $14::text[])
+			AS e(item, status, attempt, failures, backoff, error)
+		WHERE EXISTS (SELECT FROM moved)
+		RETURNING item
+	)
+	SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM recorded)`
+
+	// fenceChunkSQL opens FinishItemsTx for a chunk: it checks that the
+	// attempt still holds the chunk at the window's position, and locks its
+	// row until the transaction ends (a claimer passes it over; a stale
+	// finisher waits, then finds it changed).
+	fenceChunkSQL = `UPDATE {s}.item_chunks SET updated = clock_timestamp()
+	WHERE job = $1 AND period = $2 AND chunk = $3 AND attempt = $4 AND status = 'running' AND settled = $5`
+
+	// finishItemSQL ends one single item's attempt, fenced by its attempt;
+	// $7 is the backoff in microseconds, NULL for none. It is sent once per
+	// item, in a batch: an equality on the whole primary key is planned as
+	// one index lookup whatever the statistics say, which a join with an
+	// array of items is not.
+	finishItemSQL = `UPDATE {s}.item_state SET status = $5, failures = $6,
 		not_before = clock_timestamp() + $7::float8 * interval '1 microsecond',
 		last_error = $8, doubt = false, lease_until = NULL, updated = clock_timestamp()
 	WHERE job = $1 AND period = $2 AND item = $3 AND attempt = $4 AND status = 'running'`
 
-	// fenceItemSQL opens FinishItemsTx, per item: it checks that the attempt
-	// still holds the item, and locks its row until the transaction ends (a
-	// claimer passes it over; a stale finisher waits, then finds it changed).
-	fenceItemSQL = `UPDATE {s}.items SET updated = clock_timestamp()
+	// fenceItemSQL opens FinishItemsTx for single items, per item: it checks
+	// that the attempt still holds the item, and locks its row until the
+	// transaction ends (a claimer passes it over; a stale finisher waits,
+	// then finds it changed).
+	fenceItemSQL = `UPDATE {s}.item_state SET updated = clock_timestamp()
 	WHERE job = $1 AND period = $2 AND item = $3 AND attempt = $4 AND status = 'running'`
 )
 
@@ -270,7 +428,10 @@ func newQueries(schema string) queries {
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL),
-		addItems: r.Replace(addItemsSQL), sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
-		claimItems: r.Replace(claimItemsSQL), finishItem: r.Replace(finishItemSQL), fenceItem: r.Replace(fenceItemSQL),
+		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL),
+		sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
+		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL),
+		finishChunk: r.Replace(finishChunkSQL), fenceChunk: r.Replace(fenceChunkSQL),
+		finishItem: r.Replace(finishItemSQL), fenceItem: r.Replace(fenceItemSQL),
 	}
 }

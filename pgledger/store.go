@@ -488,7 +488,7 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 		}
 		deleted = tag.RowsAffected()
 		// The item records of those periods (Each) go with them.
-		for _, t := range []string{"items", "itemsets"} {
+		for _, t := range []string{"item_set", "item_chunks", "item_lists", "item_state", "itemsets"} {
 			q := `DELETE FROM ` + pgx.Identifier{l.schema, t}.Sanitize() + ` WHERE job = $1 AND period <= $2 COLLATE "C"`
 			if _, err := tx.Exec(ctx, q, job, through); err != nil {
 				return err
