@@ -593,16 +593,29 @@ func abandonedError(rec Record) string {
 
 // Claim implements [Store].
 func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
-	// Fast path: one prepared primary-key read. A done key (the common
-	// duplicate trigger), a live lease, a backoff or a parked key need no
-	// write at all. (A key with no record goes on: the claim's INSERT checks
-	// the horizon.)
-	rec, found, err := l.record(ctx, req.Key)
-	if err != nil {
-		return Claim{}, err
-	}
-	if state, take, _ := decide(rec, found, req); !take {
-		return Claim{State: state, Record: rec}, nil
+	// Fast path: one prepared primary-key read of the status alone (each
+	// column read costs modernc.org/sqlite a name and a type lookup). A done
+	// key, the common duplicate trigger, needs nothing more; a live lease, a
+	// backoff or a parked key need the whole record, and no write. (A key
+	// with no record goes on: the claim's INSERT checks the horizon.)
+	var status string
+	err := busyRetry(ctx, func() error {
+		return l.queryRow(ctx, `SELECT status FROM idem_runs WHERE job=? AND period=?`, req.Key.Job, req.Key.Period).Scan(&status)
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return Claim{}, l.opErr("claim", req.Key, err)
+	case Status(status) == StatusDone:
+		return Claim{State: ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}, nil
+	default:
+		rec, found, err := l.record(ctx, req.Key)
+		if err != nil {
+			return Claim{}, l.opErr("claim", req.Key, err)
+		}
+		if state, take, _ := decide(rec, found, req); !take {
+			return Claim{State: state, Record: rec}, nil
+		}
 	}
 
 	var c Claim

@@ -169,7 +169,9 @@ type Claim struct {
 	// unknown. The caller decides (by mode) whether to run again.
 	Doubt bool
 	// Record is the record as it was before the claim; for ClaimAcquired
-	// Failures counts an abandoned attempt already.
+	// Failures counts an abandoned attempt already. For ClaimDone a store
+	// may fill in only Key and Status (the engine needs no more, and a
+	// duplicate trigger is the path to keep cheap).
 	Record Record
 }
 
