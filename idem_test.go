@@ -392,6 +392,35 @@ func TestHeartbeatKeepsLease(t *testing.T) {
 	}
 }
 
+// TestHeartbeatKeepsLeaseSystemClock: on the system clock the heartbeat is
+// started by a timer a third of a lease after fn starts (no goroutine
+// before); it then renews the lease for as long as fn runs.
+func TestHeartbeatKeepsLeaseSystemClock(t *testing.T) {
+	const lease = 150 * time.Millisecond
+	l := openLedger(t, t.TempDir(), idem.WithLease(lease))
+	ctx := context.Background()
+	inFn := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- l.Run(ctx, key, func(context.Context) error { close(inFn); <-release; return nil })
+	}()
+	<-inFn
+	first := mustLookup(t, l, key).LeaseUntil
+	// Renewed well past three lease lengths after the claim.
+	waitFor(t, func() bool { return mustLookup(t, l, key).LeaseUntil.After(first.Add(3 * lease)) })
+	if err := l.Run(ctx, key, func(context.Context) error { return nil }); !errors.Is(err, idem.ErrInProgress) {
+		t.Fatalf("second holder: %v, want ErrInProgress", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if rec := mustLookup(t, l, key); rec.Status != idem.StatusDone || rec.Attempt != 1 {
+		t.Fatalf("record %+v, want done by attempt 1", rec)
+	}
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

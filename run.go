@@ -437,12 +437,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 	lease := newLeaseState(r.cfg.clock, r.claimedAt.Add(r.cfg.lease))
 	fctx = context.WithValue(fctx, leaseKey{}, lease)
 	fctx, cancel := context.WithCancelCause(fctx)
-	hbDone := make(chan struct{})
-	go r.heartbeat(fctx, attempt, lease, cancel, hbDone)
-	stopHeartbeat := func() {
-		cancel(nil)
-		<-hbDone
-	}
+	stopHeartbeat := r.startHeartbeat(fctx, attempt, lease, cancel)
 	defer stopHeartbeat() // also when fn panics
 	err := fn(fctx)
 	stopHeartbeat()
@@ -466,16 +461,62 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 	return Checkpoint(ctx, AfterDone, r.key)
 }
 
-// heartbeat renews the lease every third of it until ctx ends. A renewal
-// that finds a newer attempt cancels ctx with ErrLeaseLost.
-func (r *runner) heartbeat(ctx context.Context, attempt int64, lease *leaseState, cancel context.CancelCauseFunc, done chan<- struct{}) {
+// startHeartbeat starts the heartbeat of an attempt and returns the
+// function that stops it (cancelling ctx) and waits for it to end. On the
+// system clock no goroutine runs until the first renewal is due (most fns
+// end well before a third of the lease): a timer starts it.
+func (r *runner) startHeartbeat(ctx context.Context, attempt int64, lease *leaseState, cancel context.CancelCauseFunc) (stop func()) {
+	every := r.cfg.lease / 3
+	if _, ok := r.cfg.clock.(systemClock); !ok {
+		done := make(chan struct{})
+		go r.heartbeat(ctx, attempt, lease, cancel, every, done)
+		return func() {
+			cancel(nil)
+			<-done
+		}
+	}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		done    chan struct{}
+	)
+	t := time.AfterFunc(every, func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
+		}
+		done = make(chan struct{})
+		mu.Unlock()
+		r.heartbeat(ctx, attempt, lease, cancel, 0, done)
+	})
+	return func() {
+		cancel(nil)
+		t.Stop()
+		mu.Lock()
+		stopped = true
+		d := done
+		mu.Unlock()
+		if d != nil {
+			<-d
+		}
+	}
+}
+
+// heartbeat renews the lease after first, then every third of it, until ctx
+// ends. A renewal that finds a newer attempt cancels ctx with ErrLeaseLost.
+func (r *runner) heartbeat(ctx context.Context, attempt int64, lease *leaseState, cancel context.CancelCauseFunc, first time.Duration, done chan<- struct{}) {
 	defer close(done)
 	every := r.cfg.lease / 3
-	for {
-		select {
-		case <-ctx.Done():
+	for wait := first; ; wait = every {
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.cfg.clock.After(wait):
+			}
+		} else if ctx.Err() != nil {
 			return
-		case <-r.cfg.clock.After(every):
 		}
 		now := r.cfg.clock.Now()
 		err := r.s.Renew(ctx, r.key, attempt, now, r.cfg.lease)
