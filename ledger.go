@@ -49,6 +49,37 @@ type Ledger struct {
 	// writer at a time anyway; queueing here wakes the next writer at once,
 	// where SQLite's busy handler would poll with sleeps of up to 100 ms.
 	wmu sync.Mutex
+	// wconns are the connections an owned ledger keeps for its own write
+	// transactions, under wmu: [0] on db (synced commits), [1] on fast.
+	wconns [2]*wconn
+}
+
+// wconn is a connection kept for the ledger's write transactions, with
+// BEGIN IMMEDIATE and COMMIT run as statements and its statements prepared
+// once. (A database/sql Tx starts a goroutine per transaction to watch its
+// context; a Run would pay two.)
+type wconn struct {
+	conn  *sql.Conn
+	stmts map[string]*sql.Stmt
+}
+
+func (w *wconn) prep(ctx context.Context, q string) (*sql.Stmt, error) {
+	if st, ok := w.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := w.conn.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	w.stmts[q] = st
+	return st, nil
+}
+
+func (w *wconn) close() error {
+	for _, st := range w.stmts {
+		st.Close()
+	}
+	return w.conn.Close()
 }
 
 var (
@@ -165,6 +196,14 @@ func (l *Ledger) DB() *sql.DB { return l.db }
 // Close closes the database if OpenLedger opened it, and the statements
 // the ledger prepared.
 func (l *Ledger) Close() error {
+	l.wmu.Lock()
+	for i, w := range l.wconns {
+		if w != nil {
+			w.close()
+			l.wconns[i] = nil
+		}
+	}
+	l.wmu.Unlock()
 	l.stmts.Range(func(k, v any) bool {
 		v.(*sql.Stmt).Close()
 		l.stmts.Delete(k)
@@ -207,16 +246,29 @@ func (l *Ledger) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	return st.QueryRowContext(ctx, args...)
 }
 
+// execer is what runs a write transaction's statements: a *sql.Tx, or a
+// kept connection inside BEGIN IMMEDIATE ... COMMIT.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 // wtx is a write transaction of the ledger, whose statements are prepared
-// once per pool.
+// once per pool (or per kept connection).
 type wtx struct {
-	*sql.Tx
+	execer
+	Tx   *sql.Tx // nil on a kept connection (withTx); set by withSQLTx
+	wc   *wconn
 	ctx  context.Context
 	l    *Ledger
 	pool *sql.DB
 }
 
 func (t *wtx) stmt(q string) (*sql.Stmt, error) {
+	if t.wc != nil {
+		return t.wc.prep(t.ctx, q)
+	}
 	st, err := t.l.prep(t.ctx, t.pool, q)
 	if err != nil {
 		return nil, err
@@ -447,7 +499,61 @@ func busyRetry(ctx context.Context, f func() error) error {
 // lock from its start whatever the database's _txlock: a deferred
 // transaction that reads first and writes later fails with
 // SQLITE_BUSY_SNAPSHOT, busy_timeout or not.
+//
+// An owned ledger runs it on a connection it keeps for writes (wconn); an
+// attached one, and withSQLTx, in a database/sql Tx.
 func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) error {
+	if l.fast == nil {
+		return l.withSQLTx(ctx, durable, f)
+	}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	i, pool := 0, l.db
+	if !durable {
+		i, pool = 1, l.fast
+	}
+	return busyRetry(ctx, func() error {
+		w := l.wconns[i]
+		if w == nil {
+			c, err := pool.Conn(ctx)
+			if err != nil {
+				return err
+			}
+			w = &wconn{conn: c, stmts: map[string]*sql.Stmt{}}
+			l.wconns[i] = w
+		}
+		if _, err := w.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+			if !isBusy(err) { // a connection in an unknown state: take a new one next time
+				w.close()
+				l.wconns[i] = nil
+			}
+			return err
+		}
+		committed := false
+		defer func() { // also when f panics
+			if committed {
+				return
+			}
+			if _, err := w.conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`); err != nil {
+				w.close()
+				l.wconns[i] = nil
+			}
+		}()
+		if err := f(&wtx{execer: w.conn, wc: w, ctx: ctx, l: l, pool: pool}); err != nil {
+			return err
+		}
+		if _, err := w.conn.ExecContext(ctx, `COMMIT`); err != nil {
+			return err
+		}
+		committed = true
+		return nil
+	})
+}
+
+// withSQLTx is withTx in a database/sql Tx, for transactions that hand the
+// caller's fn a *sql.Tx (FinishTx, FinishItemsTx) and for attached
+// databases.
+func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	return busyRetry(ctx, func() error {
@@ -479,7 +585,7 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 			return err
 		}
 		defer tx.Rollback()
-		if err := f(&wtx{Tx: tx, ctx: ctx, l: l, pool: pool}); err != nil {
+		if err := f(&wtx{execer: tx, Tx: tx, ctx: ctx, l: l, pool: pool}); err != nil {
 			return err
 		}
 		return tx.Commit()
@@ -871,7 +977,7 @@ func (l *Ledger) List(ctx context.Context, f Filter) ([]Record, error) {
 // write lock from its first statement until it ends, so keep fn short: other
 // writers to the file wait for it.
 func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, fn func(*sql.Tx) error) error {
-	err := l.withTx(ctx, true, func(tx *wtx) error {
+	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
 		// First statement: a write, which takes the lock and checks the fence.
 		res, err := tx.exec(`UPDATE idem_runs SET updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
 			micros(now), key.Job, key.Period, attempt)

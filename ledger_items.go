@@ -446,7 +446,7 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, step ItemStep, clai
 		ends []ItemEnd
 		lost []string
 	)
-	err := l.withTx(ctx, true, func(tx *wtx) error {
+	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
 		ends, lost = nil, nil
 		run := claims
 		if step.Chunk != 0 {

@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -250,5 +251,33 @@ func TestEachSmallPeriodInParallel(t *testing.T) {
 	}
 	if most != 4 {
 		t.Fatalf("at most %d items ran at once, want 4", most)
+	}
+}
+
+// TestWritesAfterCancelledWrites: write transactions cut short by a
+// cancelled context leave the ledger's kept write connections usable.
+func TestWritesAfterCancelledWrites(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	for i := range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		if i%2 == 0 {
+			cancel() // before the transaction
+		} else {
+			go cancel() // somewhere in it
+		}
+		k := idem.Key{Job: "cancel", Period: fmt.Sprintf("%03d", i)}
+		_ = l.Run(ctx, k, func(context.Context) error { return nil })
+		_ = l.AddItems(ctx, k, []string{"a", "b"})
+		cancel()
+	}
+	ctx := context.Background()
+	for i := range 20 {
+		k := idem.Key{Job: "after", Period: fmt.Sprintf("%03d", i)}
+		if err := l.Run(ctx, k, func(context.Context) error { return nil }); err != nil {
+			t.Fatalf("Run after cancelled writes: %v", err)
+		}
+		if err := l.AddItems(ctx, k, []string{"a", "b"}); err != nil {
+			t.Fatalf("AddItems after cancelled writes: %v", err)
+		}
 	}
 }
