@@ -751,8 +751,14 @@ func TestRunTxRollsBackOnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := 0
+	var res idem.Result
 	err := l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 		calls++
+		// The first attempt claims, runs and (would) mark done in one
+		// transaction; its failure leaves the claim alone committed.
+		if info, _ := idem.InfoFrom(ctx); info.Attempt != int64(calls) {
+			t.Errorf("call %d runs as attempt %d", calls, info.Attempt)
+		}
 		if err := settle(ctx, tx, key.Period); err != nil {
 			return err
 		}
@@ -763,9 +769,12 @@ func TestRunTxRollsBackOnError(t *testing.T) {
 			return errors.New("fail after writing")
 		}
 		return nil
-	})
-	if err != nil || calls != 3 {
-		t.Fatalf("RunTx: %v, calls %d", err, calls)
+	}, idem.ReportTo(&res))
+	if err != nil || calls != 3 || res.Attempt != 3 || res.Attempts != 3 || res.Outcome != idem.Ran {
+		t.Fatalf("RunTx: %v, calls %d, result %+v", err, calls, res)
+	}
+	if rec := mustLookup(t, l, key); rec.Status != idem.StatusDone || rec.Attempt != 3 {
+		t.Fatalf("record %+v, want done by attempt 3", rec)
 	}
 	var n int
 	if err := l.DB().QueryRow(`SELECT count(*) FROM flow WHERE id > 100`).Scan(&n); err != nil || n != 1 {

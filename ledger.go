@@ -83,9 +83,10 @@ func (w *wconn) close() error {
 }
 
 var (
-	_ CatchUpStore     = (*Ledger)(nil)
-	_ TxStore[*sql.Tx] = (*Ledger)(nil)
-	_ Lister           = (*Ledger)(nil)
+	_ CatchUpStore          = (*Ledger)(nil)
+	_ TxStore[*sql.Tx]      = (*Ledger)(nil)
+	_ FreshTxStore[*sql.Tx] = (*Ledger)(nil)
+	_ Lister                = (*Ledger)(nil)
 )
 
 // sqliteHeader starts every SQLite database file.
@@ -728,11 +729,7 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 	err = l.withTx(ctx, req.Durable, func(tx *wtx) error {
 		now := micros(req.Now)
 		until := micros(req.Now.Add(req.Lease))
-		res, err := tx.exec(`INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated)
-			SELECT ?, ?, 'running', 1, ?, ?, ?, ?
-			WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
-			ON CONFLICT DO NOTHING`,
-			req.Key.Job, req.Key.Period, req.Owner, until, now, now, req.Key.Job, req.Key.Period)
+		res, err := tx.exec(claimInsertSQL, req.Key.Job, req.Key.Period, req.Owner, until, now, now, req.Key.Job, req.Key.Period)
 		if err != nil {
 			return err
 		}
@@ -970,6 +967,67 @@ func (l *Ledger) List(ctx context.Context, f Filter) ([]Record, error) {
 		return nil, fmt.Errorf("idem: %s: list: %w", l.where(), err)
 	}
 	return recs, nil
+}
+
+// claimInsertSQL records a key that has no record as attempt 1, running,
+// unless the key is at or below its job's retention horizon.
+const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated)
+	SELECT ?, ?, 'running', 1, ?, ?, ?, ?
+	WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
+	ON CONFLICT DO NOTHING`
+
+// ClaimFinishTx implements [FreshTxStore]: the claim's INSERT, fn (in a
+// savepoint) and the done mark in one SQLite transaction, committed with
+// synchronous=FULL. The transaction holds SQLite's write lock from the
+// INSERT on, so no other attempt can claim the key meanwhile, and a crash
+// leaves no record at all.
+func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(*sql.Tx) error) (bool, error) {
+	key := req.Key
+	var (
+		claimed bool
+		fnErr   error
+	)
+	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
+		claimed, fnErr = false, nil
+		now, until := micros(req.Now), micros(req.Now.Add(req.Lease))
+		res, err := tx.exec(claimInsertSQL, key.Job, key.Period, req.Owner, until, now, now, key.Job, key.Period)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil // the key has a record, or is below the horizon: nothing written
+		}
+		if err := Checkpoint(ctx, AfterClaim, key); err != nil {
+			return err
+		}
+		if _, err := tx.exec(`SAVEPOINT idem_fn`); err != nil {
+			return err
+		}
+		if ferr := fn(tx.Tx); ferr != nil {
+			// fn's writes go; the claim stays, and is committed.
+			if _, err := tx.exec(`ROLLBACK TO idem_fn`); err != nil {
+				return err
+			}
+			if _, err := tx.exec(`RELEASE idem_fn`); err != nil {
+				return err
+			}
+			claimed, fnErr = true, ferr
+			return nil
+		}
+		if _, err := tx.exec(`RELEASE idem_fn`); err != nil {
+			return err
+		}
+		if err := Checkpoint(ctx, AfterFn, key); err != nil {
+			return err
+		}
+		claimed = true
+		_, err = finishExec(tx, key, 1, End{Status: StatusDone, Now: req.Now})
+		return err
+	})
+	if err != nil {
+		return false, l.opErr("run tx", key, err)
+	}
+	return claimed, fnErr
 }
 
 // FinishTx implements [TxStore]: fn's writes and the done mark commit in one

@@ -477,17 +477,17 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, step ItemStep, clai
 					continue
 				}
 			}
-			if _, err := tx.ExecContext(ctx, `SAVEPOINT idem_item`); err != nil {
+			if _, err := tx.exec(`SAVEPOINT idem_item`); err != nil {
 				return err
 			}
 			end := ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: step.Now}
 			if ferr := fn(tx.Tx, c); ferr != nil {
-				if _, err := tx.ExecContext(ctx, `ROLLBACK TO idem_item`); err != nil {
+				if _, err := tx.exec(`ROLLBACK TO idem_item`); err != nil {
 					return err
 				}
 				end = failed(c, ferr)
 			}
-			if _, err := tx.ExecContext(ctx, `RELEASE idem_item`); err != nil {
+			if _, err := tx.exec(`RELEASE idem_item`); err != nil {
 				return err
 			}
 			ends = append(ends, end)

@@ -46,7 +46,7 @@ func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) err
 	if fn == nil {
 		panic("idem: Run with a nil fn")
 	}
-	return execute(ctx, s, key, newConfig(s, nil, opts), fn, nil)
+	return execute(ctx, s, key, newConfig(s, nil, opts), fn, nil, nil)
 }
 
 // RunTxWith is RunWith for a [TxStore]: fn gets the store's transaction, and
@@ -63,18 +63,31 @@ func RunTxWith[Tx any](ctx context.Context, s TxStore[Tx], key Key, fn func(cont
 	}
 	cfg := newConfig(s, nil, opts)
 	cfg.mode = atLeastOnce
-	return execute(ctx, s, key, cfg, nil, func(ctx context.Context, attempt int64, now time.Time) error {
-		return s.FinishTx(ctx, key, attempt, now, func(tx Tx) error {
+	body := func(ctx context.Context) func(Tx) error {
+		return func(tx Tx) error {
 			if err := fn(ctx, tx); err != nil {
 				return &fnError{err}
 			}
 			return nil
-		})
-	})
+		}
+	}
+	var fresh freshBody
+	if fs, ok := s.(FreshTxStore[Tx]); ok {
+		fresh = func(ctx context.Context, req ClaimRequest) (bool, error) {
+			return fs.ClaimFinishTx(ctx, req, body(ctx))
+		}
+	}
+	return execute(ctx, s, key, cfg, nil, func(ctx context.Context, attempt int64, now time.Time) error {
+		return s.FinishTx(ctx, key, attempt, now, body(ctx))
+	}, fresh)
 }
 
 // txBody runs fn and marks the attempt done in one transaction.
 type txBody func(ctx context.Context, attempt int64, now time.Time) error
+
+// freshBody claims a key that has no record, runs fn and marks the key
+// done in one transaction (FreshTxStore.ClaimFinishTx).
+type freshBody func(ctx context.Context, req ClaimRequest) (claimed bool, err error)
 
 // fnError carries fn's error through a store's FinishTx.
 type fnError struct{ err error }
@@ -160,7 +173,7 @@ func processOwner() string {
 }
 
 // execute runs the protocol. Exactly one of fn and tx is set.
-func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context.Context) error, tx txBody) (err error) {
+func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context.Context) error, tx txBody, fresh freshBody) (err error) {
 	r := runner{s: finishAlways{s}, key: key, cfg: cfg, res: Result{Key: key}}
 	start := cfg.clock.Now()
 	defer func() {
@@ -187,7 +200,7 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 			a.abandon(key, r.res.Attempt)
 		}
 	}()
-	err = r.loop(ctx, fn, tx)
+	err = r.loop(ctx, fn, tx, fresh)
 	returned = true
 	return err
 }
@@ -238,85 +251,117 @@ func (r *runner) fail(o Outcome, err error) error {
 	return &Error{Key: r.key, Outcome: o, Attempt: r.res.Attempt, Err: err}
 }
 
-func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx txBody) error {
+func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx txBody, fresh freshBody) error {
 	cfg := r.cfg
 	for {
 		if err := Checkpoint(ctx, BeforeClaim, r.key); err != nil {
 			return err
 		}
 		r.claimedAt = cfg.clock.Now()
-		c, err := r.s.Claim(ctx, ClaimRequest{
+		req := ClaimRequest{
 			Key:         r.key,
 			Owner:       processOwner(),
 			Now:         r.claimedAt,
 			Lease:       cfg.lease,
 			Durable:     tx == nil && cfg.mode.durableClaim(),
 			TakeUnknown: cfg.mode.takeUnknown(),
-		})
-		if err != nil {
-			if isStop(err) {
+		}
+		var c Claim
+		var runErr error
+		claimed := false
+		if fresh != nil {
+			// RunTx of a key with no record: the claim, fn and the done mark
+			// in one transaction. Only once: a retry goes the usual way.
+			f := fresh
+			fresh = nil
+			info := Info{Key: r.key, Attempt: 1, RequestID: r.key.RequestID(), Owner: req.Owner}
+			var err error
+			claimed, err = f(context.WithValue(ctx, infoKey{}, info), req)
+			switch {
+			case claimed && err == nil:
+				r.res.Attempt, r.res.Attempts, r.res.Outcome = 1, 1, Ran
+				r.log(slog.LevelInfo, "done")
+				return Checkpoint(ctx, AfterDone, r.key)
+			case claimed:
+				// fn (or its transaction) failed; the claim of attempt 1
+				// alone was committed. Go on as after any failed attempt.
+				r.res.Attempt, r.res.Attempts = 1, 1
+				c = Claim{State: ClaimAcquired, Attempt: 1, Record: Record{Key: r.key}}
+				runErr = err
+			case isStop(err):
+				return err
+			case err != nil:
+				// Nothing was committed: claim the usual way.
+				r.log(slog.LevelDebug, "one-transaction claim failed; claiming the usual way", slog.Any("error", err))
+			}
+		}
+		if !claimed {
+			var err error
+			if c, err = r.s.Claim(ctx, req); err != nil {
+				if isStop(err) {
+					return err
+				}
+				return r.fail(Failed, fmt.Errorf("claim: %w", err))
+			}
+			switch c.State {
+			case ClaimDone:
+				r.res.Outcome = AlreadyDone
+				return nil
+			case ClaimSkipped:
+				r.res.Outcome = Skipped
+				return nil
+			case ClaimBusy:
+				if cfg.wait {
+					if err := sleep(ctx, cfg.clock, cfg.poll); err != nil {
+						return r.fail(InProgress, err)
+					}
+					continue
+				}
+				r.res.Outcome = InProgress
+				return &Error{Key: r.key, Outcome: InProgress, Attempt: c.Record.Attempt, Holder: c.Record.Owner}
+			case ClaimBackingOff:
+				if cfg.wait {
+					// At least the poll interval: NotBefore may be on the store's clock.
+					if err := sleep(ctx, cfg.clock, max(cfg.poll, c.Record.NotBefore.Sub(cfg.clock.Now()))); err != nil {
+						return r.fail(BackingOff, err)
+					}
+					continue
+				}
+				r.res.Outcome = BackingOff
+				return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Record.Attempt, NotBefore: c.Record.NotBefore,
+					Err: lastError(c.Record)}
+			case ClaimUnknown:
+				r.res.Attempt = c.Record.Attempt
+				return r.fail(Unknown, lastError(c.Record))
+			case ClaimParked:
+				r.res.Attempt = c.Record.Attempt
+				return r.fail(GaveUp, lastError(c.Record))
+			case ClaimAcquired:
+			default:
+				return r.fail(Failed, fmt.Errorf("store answered claim state %d", c.State))
+			}
+
+			r.res.Attempt = c.Attempt
+			r.log(slog.LevelDebug, "claimed", slog.Bool("doubt", c.Doubt))
+			if err := Checkpoint(ctx, AfterClaim, r.key); err != nil {
 				return err
 			}
-			return r.fail(Failed, fmt.Errorf("claim: %w", err))
-		}
-		switch c.State {
-		case ClaimDone:
-			r.res.Outcome = AlreadyDone
-			return nil
-		case ClaimSkipped:
-			r.res.Outcome = Skipped
-			return nil
-		case ClaimBusy:
-			if cfg.wait {
-				if err := sleep(ctx, cfg.clock, cfg.poll); err != nil {
-					return r.fail(InProgress, err)
+			if c.Doubt {
+				// An earlier attempt may have had its effect.
+				done, err := r.settleDoubt(ctx, c.Attempt, c.Record.Failures, errors.New(c.Record.LastError))
+				if done || err != nil {
+					return err
 				}
-				continue
 			}
-			r.res.Outcome = InProgress
-			return &Error{Key: r.key, Outcome: InProgress, Attempt: c.Record.Attempt, Holder: c.Record.Owner}
-		case ClaimBackingOff:
-			if cfg.wait {
-				// At least the poll interval: NotBefore may be on the store's clock.
-				if err := sleep(ctx, cfg.clock, max(cfg.poll, c.Record.NotBefore.Sub(cfg.clock.Now()))); err != nil {
-					return r.fail(BackingOff, err)
-				}
-				continue
-			}
-			r.res.Outcome = BackingOff
-			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Record.Attempt, NotBefore: c.Record.NotBefore,
-				Err: lastError(c.Record)}
-		case ClaimUnknown:
-			r.res.Attempt = c.Record.Attempt
-			return r.fail(Unknown, lastError(c.Record))
-		case ClaimParked:
-			r.res.Attempt = c.Record.Attempt
-			return r.fail(GaveUp, lastError(c.Record))
-		case ClaimAcquired:
-		default:
-			return r.fail(Failed, fmt.Errorf("store answered claim state %d", c.State))
-		}
 
-		r.res.Attempt = c.Attempt
+			runErr = r.attempt(ctx, c.Attempt, fn, tx)
+			if runErr == nil {
+				r.res.Outcome = Ran
+				r.log(slog.LevelInfo, "done")
+				return nil
+			}
+		}
 		failures := c.Record.Failures
-		r.log(slog.LevelDebug, "claimed", slog.Bool("doubt", c.Doubt))
-		if err := Checkpoint(ctx, AfterClaim, r.key); err != nil {
-			return err
-		}
-		if c.Doubt {
-			// An earlier attempt may have had its effect.
-			done, err := r.settleDoubt(ctx, c.Attempt, failures, errors.New(c.Record.LastError))
-			if done || err != nil {
-				return err
-			}
-		}
-
-		runErr := r.attempt(ctx, c.Attempt, fn, tx)
-		if runErr == nil {
-			r.res.Outcome = Ran
-			r.log(slog.LevelInfo, "done")
-			return nil
-		}
 		if isStop(runErr) {
 			return runErr
 		}

@@ -57,6 +57,26 @@ type TxStore[Tx any] interface {
 	FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, fn func(Tx) error) error
 }
 
+// FreshTxStore is a TxStore that can also claim a key that has no record,
+// run fn and mark the key done in ONE transaction: [RunTx]'s common case, a
+// new key, then costs one transaction instead of two. The SQLite ledger
+// implements it.
+type FreshTxStore[Tx any] interface {
+	TxStore[Tx]
+
+	// ClaimFinishTx begins a transaction and, if req.Key has no record (and
+	// is not below its job's retention horizon), records it as attempt 1
+	// held by req.Owner until req.Now+req.Lease, calls [Checkpoint] with
+	// [AfterClaim], calls fn with the transaction, marks attempt 1 done,
+	// calls Checkpoint with [AfterFn] and commits durably; it returns
+	// claimed=true, nil. If fn fails, fn's writes are rolled back and the
+	// claim alone is committed: claimed=true and fn's error (the caller
+	// goes on with attempt 1 as after any failed attempt). If the key has a
+	// record, or anything else fails, nothing is committed: claimed=false.
+	// While fn runs no other attempt can claim the key.
+	ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(Tx) error) (claimed bool, err error)
+}
+
 // CatchUpStore is a Store that also keeps, per job, a catch-up cursor and
 // a retention horizon. [CatchUp] and [Prune] need one. For the state file,
 // the job's watermark is both.
