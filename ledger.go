@@ -75,6 +75,16 @@ func (w *wconn) prep(ctx context.Context, q string) (*sql.Stmt, error) {
 	return st, nil
 }
 
+// exec runs q, prepared once (BEGIN and COMMIT too: compiling them costs
+// more than running them).
+func (w *wconn) exec(ctx context.Context, q string) (sql.Result, error) {
+	st, err := w.prep(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx)
+}
+
 func (w *wconn) close() error {
 	for _, st := range w.stmts {
 		st.Close()
@@ -523,7 +533,7 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 			w = &wconn{conn: c, stmts: map[string]*sql.Stmt{}}
 			l.wconns[i] = w
 		}
-		if _, err := w.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		if _, err := w.exec(ctx, `BEGIN IMMEDIATE`); err != nil {
 			if !isBusy(err) { // a connection in an unknown state: take a new one next time
 				w.close()
 				l.wconns[i] = nil
@@ -535,7 +545,7 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 			if committed {
 				return
 			}
-			if _, err := w.conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`); err != nil {
+			if _, err := w.exec(context.WithoutCancel(ctx), `ROLLBACK`); err != nil {
 				w.close()
 				l.wconns[i] = nil
 			}
@@ -543,7 +553,7 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 		if err := f(&wtx{execer: w.conn, wc: w, ctx: ctx, l: l, pool: pool}); err != nil {
 			return err
 		}
-		if _, err := w.conn.ExecContext(ctx, `COMMIT`); err != nil {
+		if _, err := w.exec(ctx, `COMMIT`); err != nil {
 			return err
 		}
 		committed = true
