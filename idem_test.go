@@ -928,3 +928,30 @@ func TestCheckLease(t *testing.T) {
 		t.Fatalf("after the stall: %v, want ErrLeaseLost", err)
 	}
 }
+
+// TestRunTxDuplicateTakesNoWriteLock: a duplicate trigger of a RunTx job
+// reads and returns; it does not wait for SQLite's write lock, which another
+// connection holds throughout.
+func TestRunTxDuplicateTakesNoWriteLock(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	ctx := context.Background()
+	body := func(context.Context, *sql.Tx) error { return nil }
+	if err := l.RunTx(ctx, key, body); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := l.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(ctx, `ROLLBACK`)
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second) // the lock is held far longer than this
+	defer cancel()
+	var res idem.Result
+	if err := l.RunTx(tctx, key, body, idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
+		t.Fatalf("duplicate RunTx while the write lock is held: %v, %s", err, res.Outcome)
+	}
+}

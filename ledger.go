@@ -993,6 +993,17 @@ const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owne
 // leaves no record at all.
 func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(*sql.Tx) error) (bool, error) {
 	key := req.Key
+	// A key with a record (a duplicate trigger, most often) is left to the
+	// usual claim, which reads without taking the write lock.
+	var one int
+	switch err := busyRetry(ctx, func() error {
+		return l.queryRow(ctx, `SELECT 1 FROM idem_runs WHERE job=? AND period=?`, key.Job, key.Period).Scan(&one)
+	}); {
+	case err == nil:
+		return false, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return false, l.opErr("run tx", key, err)
+	}
 	var (
 		claimed bool
 		fnErr   error
