@@ -14,6 +14,7 @@ func TestLedgerConformance(t *testing.T) {
 			return openLedger(t, t.TempDir(), idem.WithClock(clk))
 		},
 		LeaseExpiry: true,
+		Items:       true,
 	})
 }
 

@@ -7,7 +7,8 @@ import (
 
 // ItemStore is a Store that also keeps the items of a period, for [Each]:
 // one business period, many items, each applied once. The ledgers implement
-// it.
+// it; a store of your own can prove itself with the conformance suite in
+// package idemtest (Harness.Items).
 //
 // Items are recorded and claimed in chunks: AddItems records one chunk (the
 // items it has not seen before, in order), and a chunk is claimed as a

@@ -32,6 +32,13 @@ type Harness struct {
 	// suite calls it whenever it advances the fake clock given to Open;
 	// leave it nil for stores that use the clock passed to Run.
 	Shift func(t *testing.T, s idem.Store, d time.Duration)
+
+	// Items is set for stores that implement idem.ItemStore: the suite then
+	// also runs idem.Each over them (every item once in every mode, the item
+	// set generated again, a crash at each point of the item protocol, a
+	// poison item parked). Shift must then move the stores' item leases and
+	// backoff deadlines too.
+	Items bool
 }
 
 // Modes are the Run modes the suite exercises, by name.
@@ -88,6 +95,9 @@ func TestStore(t *testing.T, h Harness) {
 	t.Run("UnknownAndResolve", func(t *testing.T) { testResolve(t, h) })
 	if h.LeaseExpiry {
 		t.Run("LeaseExpiryFencing", func(t *testing.T) { testLease(t, h) })
+	}
+	if h.Items {
+		t.Run("Items", func(t *testing.T) { testItems(t, h) })
 	}
 }
 

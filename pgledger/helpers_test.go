@@ -87,11 +87,24 @@ func shift(t testing.TB, l *pgledger.Ledger, d time.Duration) {
 }
 
 func shiftTimes(l *pgledger.Ledger, d time.Duration) error {
-	_, err := l.Pool().Exec(context.Background(), `UPDATE `+pgx.Identifier{l.Schema()}.Sanitize()+`.runs SET
+	ctx := context.Background()
+	us := float64(d / time.Microsecond)
+	_, err := l.Pool().Exec(ctx, `UPDATE `+pgx.Identifier{l.Schema()}.Sanitize()+`.runs SET
 		lease_until = lease_until - $1::float8 * interval '1 microsecond',
 		not_before = not_before - $1::float8 * interval '1 microsecond',
 		created = created - $1::float8 * interval '1 microsecond',
-		updated = updated - $1::float8 * interval '1 microsecond'`, float64(d/time.Microsecond))
+		updated = updated - $1::float8 * interval '1 microsecond'`, us)
+	if err != nil {
+		return err
+	}
+	// Each's leases and backoff deadlines.
+	if _, err := l.Pool().Exec(ctx, `UPDATE `+table(l, "item_chunks")+` SET
+		lease_until = lease_until - $1::float8 * interval '1 microsecond'`, us); err != nil {
+		return err
+	}
+	_, err = l.Pool().Exec(ctx, `UPDATE `+table(l, "item_state")+` SET
+		lease_until = lease_until - $1::float8 * interval '1 microsecond',
+		not_before = not_before - $1::float8 * interval '1 microsecond'`, us)
 	return err
 }
 

@@ -27,6 +27,7 @@ func TestConformance(t *testing.T) {
 			return openLedger(t, pool, pgledger.WithRunOptions(idem.WithClock(clk)))
 		},
 		LeaseExpiry: true,
+		Items:       true,
 		Shift: func(t *testing.T, s idem.Store, d time.Duration) {
 			if err := shiftTimes(s.(*pgledger.Ledger), d); err != nil {
 				t.Errorf("shift: %v", err) // maybe not on the test's goroutine: no Fatal

@@ -1,0 +1,221 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+)
+
+// itemDownstream is the item suite's fake downstream: it counts each
+// item's effects.
+type itemDownstream struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func newItemDownstream() *itemDownstream { return &itemDownstream{seen: map[string]int{}} }
+
+func (d *itemDownstream) apply(_ context.Context, item string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.seen[item]++
+	return nil
+}
+
+func (d *itemDownstream) has(ctx context.Context, _ idem.Key) (bool, error) {
+	info, ok := idem.InfoFrom(ctx)
+	if !ok || info.Item == "" {
+		return false, errors.New("idemtest: the check's context names no item")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.seen[info.Item] > 0, nil
+}
+
+func (d *itemDownstream) counts() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m := make(map[string]int, len(d.seen))
+	for k, v := range d.seen {
+		m[k] = v
+	}
+	return m
+}
+
+// itemIDs streams n item ids.
+func itemIDs(n int) func(yield func(string, error) bool) {
+	return func(yield func(string, error) bool) {
+		for i := range n {
+			if !yield(fmt.Sprintf("item-%05d", i), nil) {
+				return
+			}
+		}
+	}
+}
+
+// testItems is the part of the suite for stores that implement
+// idem.ItemStore ([idem.Each]).
+func testItems(t *testing.T, h Harness) {
+	t.Run("Once", func(t *testing.T) { testItemsOnce(t, h) })
+	t.Run("CrashPoints", func(t *testing.T) { testItemsCrash(t, h) })
+	t.Run("Poison", func(t *testing.T) { testItemsPoison(t, h) })
+}
+
+func itemStore(t *testing.T, s idem.Store) idem.ItemStore {
+	is, ok := s.(idem.ItemStore)
+	if !ok {
+		t.Fatalf("%T is not an idem.ItemStore", s)
+	}
+	return is
+}
+
+// testItemsOnce: every item once in every mode, the set generated again
+// (in another order, with new and repeated ids) adding only what is new,
+// and a later Each of the done period generating nothing.
+func testItemsOnce(t *testing.T, h Harness) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			clk := NewClock(start)
+			s := itemStore(t, h.open(t, clk))
+			ctx := context.Background()
+			k := idem.Key{Job: "items", Period: "2026-10-27"}
+			// A first generation that stopped half-way: 150 of the items, in reverse.
+			var half []string
+			for i := 149; i >= 0; i-- {
+				half = append(half, fmt.Sprintf("item-%05d", i*2))
+			}
+			if err := s.AddItems(ctx, k, half); err != nil {
+				t.Fatal(err)
+			}
+			d := newItemDownstream()
+			res, err := idem.Each(ctx, s, k, itemIDs(300), d.apply, m.opt(d.has), idem.WithBatch(40))
+			if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 300 || res.Counts.Total() != 300 {
+				t.Fatalf("Each: %v, %+v", err, res)
+			}
+			got := d.counts()
+			for i := range 300 {
+				if it := fmt.Sprintf("item-%05d", i); got[it] != 1 {
+					t.Fatalf("%s applied %d times", it, got[it])
+				}
+			}
+			res, err = idem.Each(ctx, s, k, func(yield func(string, error) bool) { t.Error("items generated for a done period") },
+				d.apply, m.opt(d.has))
+			if err != nil || res.Outcome != idem.AlreadyDone {
+				t.Fatalf("Each of a done period: %v, %s", err, res.Outcome)
+			}
+		})
+	}
+}
+
+// testItemsCrash stops Each at a point of the item protocol, as a SIGKILL
+// would, lets the leases expire, and checks each mode's promise for every
+// item after a second Each.
+func testItemsCrash(t *testing.T, h Harness) {
+	const n = 400
+	crashes := []struct {
+		name string
+		at   idem.Point
+		nth  int
+	}{
+		{"after-claim", idem.AfterClaim, 1},
+		{"after-fn", idem.AfterFn, 150},
+		{"after-done", idem.AfterDone, 2},
+	}
+	for _, m := range modes {
+		for _, c := range crashes {
+			t.Run(m.name+"/"+c.name, func(t *testing.T) {
+				clk := NewClock(start)
+				s := itemStore(t, h.open(t, clk))
+				k := idem.Key{Job: "items-crash", Period: "2026-10-27"}
+				d := newItemDownstream()
+				opts := []idem.Option{m.opt(d.has), idem.WithBatch(50), idem.WithWorkers(1)}
+				seen := 0
+				ctx := CrashWhen(context.Background(), func(p idem.Point, _ idem.Key) bool {
+					if p == c.at {
+						seen++
+					}
+					return p == c.at && seen == c.nth
+				})
+				if _, err := idem.Each(ctx, s, k, itemIDs(n), d.apply, opts...); !errors.Is(err, ErrCrashed) {
+					t.Fatalf("crashing Each: %v, want ErrCrashed", err)
+				}
+				h.expire(t, s, clk)
+				res, err := idem.Each(context.Background(), s, k, itemIDs(n), d.apply, opts...)
+				got := d.counts()
+				applied := 0
+				for i := range n {
+					it := fmt.Sprintf("item-%05d", i)
+					switch e := got[it]; {
+					case e > 0:
+						applied++
+						if e > 1 && m.name != "at-least-once" {
+							t.Fatalf("%s applied %d times", it, e)
+						}
+					case m.name != "at-most-once":
+						t.Fatalf("%s never applied", it)
+					}
+				}
+				cn := res.Counts
+				if cn.Total() != n || cn.Pending+cn.Running+cn.Failed != 0 {
+					t.Fatalf("counts %+v: want %d items, all settled", cn, n)
+				}
+				if m.name == "at-most-once" {
+					if int64(applied) < cn.Done || int64(applied) > cn.Done+cn.Unknown {
+						t.Fatalf("%d items applied, %d done, %d unknown", applied, cn.Done, cn.Unknown)
+					}
+					if (cn.Unknown > 0) != errors.Is(err, idem.ErrUnknownOutcome) {
+						t.Fatalf("recovery: %v with %d items unknown", err, cn.Unknown)
+					}
+				} else if err != nil || cn.Done != n {
+					t.Fatalf("recovery: %v, counts %+v", err, cn)
+				}
+				// One more Each changes nothing.
+				before := d.counts()
+				if _, err := idem.Each(context.Background(), s, k, itemIDs(n), d.apply, opts...); err != nil && !errors.Is(err, idem.ErrUnknownOutcome) {
+					t.Fatalf("Each after recovery: %v", err)
+				}
+				for it, e := range d.counts() {
+					if before[it] != e {
+						t.Fatalf("Each after recovery applied %s again", it)
+					}
+				}
+			})
+		}
+	}
+}
+
+// testItemsPoison: an item that keeps failing backs off and is parked after
+// the Backoff's last attempt, and reported; the others are done, and so is
+// the period.
+func testItemsPoison(t *testing.T, h Harness) {
+	clk := NewAutoClock(start) // backoffs pass at once
+	s := itemStore(t, h.open(t, clk))
+	k := idem.Key{Job: "items-poison", Period: "2026-10-27"}
+	d := newItemDownstream()
+	tries := 0
+	res, err := idem.Each(context.Background(), s, k, itemIDs(60), func(ctx context.Context, item string) error {
+		if item == "item-00017" {
+			tries++
+			return idem.NothingHappened(errors.New("account frozen"))
+		}
+		return d.apply(ctx, item)
+	}, idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Minute))), idem.WithBatch(10))
+	if err != nil || res.Outcome != idem.Ran || res.Counts.Parked != 1 || res.Counts.Done != 59 ||
+		len(res.Parked) != 1 || res.Parked[0] != "item-00017" {
+		t.Fatalf("Each: %v, %+v", err, res)
+	}
+	if tries != 3 {
+		t.Fatalf("the poison item ran %d times, want 3 (the Backoff's attempts)", tries)
+	}
+	if len(d.counts()) != 59 {
+		t.Fatalf("%d items applied, want 59", len(d.counts()))
+	}
+	if rec, ok, err := s.Lookup(context.Background(), k); err != nil || !ok || rec.Status != idem.StatusDone {
+		t.Fatalf("period: %+v, %v, %v", rec, ok, err)
+	}
+}
