@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultWorkers is how many items Each works on at once unless told
@@ -28,11 +29,12 @@ func WithWorkers(n int) Option {
 
 // WithBatch sets the window of Each: how many items a worker applies
 // between two commits of their done marks (default 100; 1 in AtMostOnce).
+// A window also ends once a third of the lease has passed, so that its done
+// marks renew the lease of a chunk of slow items in time.
 // Before a window runs, its items are marked started, in the commit that
 // ends the window before it: after a crash those items, and no others, are
 // in doubt — run again (AtLeastOnce), unknown (AtMostOnce) or checked
-// (TwoPhase). Larger windows mean fewer commits and more doubt; a window
-// must finish within the lease.
+// (TwoPhase). Larger windows mean fewer commits and more doubt.
 func WithBatch(n int) Option {
 	return optionFunc(func(c *config) { c.each.batch = max(n, 1) })
 }
@@ -347,19 +349,15 @@ func (e *eacher) worker(ctx context.Context) error {
 			}
 			var ends []ItemEnd
 			var lost []string
-			stopped := false
 			if e.tx != nil {
 				step.Now = e.cfg.clock.Now()
 				step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(window, len(items)-len(win))
 				ends, lost, err = e.tx(ctx, step, win, e.info, e.failed)
 			} else {
-				ends, stopped, err = e.run(ctx, win, lease)
+				ends, err = e.run(ctx, win, lease, e.cfg.clock.Now().Add(e.cfg.lease/3))
 				if err == nil && len(ends) > 0 {
 					step.Now = e.cfg.clock.Now()
 					step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(window, len(items)-len(ends))
-					if stopped {
-						step.Next = 0
-					}
 					lost, err = e.s.FinishItems(ctx, e.key, step, ends)
 				}
 			}
@@ -372,7 +370,11 @@ func (e *eacher) worker(ctx context.Context) error {
 					return err
 				}
 			}
-			if stopped || len(lost) > 0 || b.Chunk == 0 {
+			// A window cut short (a third of the lease gone, or the lease
+			// run out by this process's clock) goes on from where it
+			// stopped: its done marks, fenced by the chunk's attempt,
+			// renewed the lease. Lost means another attempt has the chunk.
+			if len(ends) == 0 || len(lost) > 0 || b.Chunk == 0 {
 				break
 			}
 			items = items[len(ends):]
@@ -383,17 +385,22 @@ func (e *eacher) worker(ctx context.Context) error {
 }
 
 // run applies fn to a window of claimed items, in order, and returns how
-// each ended; stopped means it left the rest of the window unrun because
-// the lease ran out.
-func (e *eacher) run(ctx context.Context, claims []ItemClaim, lease *leaseState) (ends []ItemEnd, stopped bool, err error) {
+// each ended: all of the window's items, or fewer when it cut the window
+// short, at the first item after cut (so that the done marks renew the
+// lease in time) or when the lease ran out.
+func (e *eacher) run(ctx context.Context, claims []ItemClaim, lease *leaseState, cut time.Time) (ends []ItemEnd, err error) {
 	ends = make([]ItemEnd, 0, len(claims))
 	for _, c := range claims {
 		ictx := &itemCtx{Context: ctx, e: e, c: c, lease: lease}
+		if len(ends) > 0 && e.cfg.clock.Now().After(cut) {
+			return ends, nil
+		}
 		if CheckLease(ictx) != nil {
 			// The window outlived its lease: another holder may claim these
 			// items now. Leave the rest unrecorded; they are claimed again
-			// (as doubtful) once the lease has expired.
-			return ends, true, nil
+			// (as doubtful) once the lease has expired, unless the done marks
+			// of the ones before find the chunk still ours.
+			return ends, nil
 		}
 		if c.Doubt {
 			v, herr := e.cfg.mode.check(ictx, e.key)
@@ -402,15 +409,15 @@ func (e *eacher) run(ctx context.Context, claims []ItemClaim, lease *leaseState)
 				continue
 			}
 			if CheckLease(ictx) != nil { // the check took the rest of the lease
-				return ends, true, nil
+				return ends, nil
 			}
 		}
 		err := e.fn(ictx, c.Item)
 		if cerr := Checkpoint(ctx, AfterFn, e.key); cerr != nil {
-			return nil, false, cerr
+			return nil, cerr
 		}
 		if errors.Is(err, ErrLeaseLost) { // fn saw the lease run out: not the item's failure
-			return ends, true, nil
+			return ends, nil
 		}
 		if err == nil {
 			ends = append(ends, ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: e.cfg.clock.Now()})
@@ -425,7 +432,7 @@ func (e *eacher) run(ctx context.Context, claims []ItemClaim, lease *leaseState)
 		}
 		ends = append(ends, e.failed(c, err))
 	}
-	return ends, false, nil
+	return ends, nil
 }
 
 // settle turns a check's verdict on a doubtful item into its end; settled

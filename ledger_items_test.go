@@ -281,3 +281,31 @@ func TestWritesAfterCancelledWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestEachSlowItemsKeepTheirChunk: items slower in total than the lease are
+// worked by the attempt that claimed their chunk, to the end: a window ends
+// after a third of the lease and its done marks renew the lease, so the
+// chunk is never left to expire and be claimed again.
+func TestEachSlowItemsKeepTheirChunk(t *testing.T) {
+	const lease = 150 * time.Millisecond
+	l := openLedger(t, t.TempDir(), idem.WithLease(lease))
+	got := newTally()
+	var mu sync.Mutex
+	attempts := map[int64]int{}
+	res, err := idem.Each(context.Background(), l, points, accounts(30), func(ctx context.Context, item string) error {
+		info, _ := idem.InfoFrom(ctx)
+		mu.Lock()
+		attempts[info.Attempt]++
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond) // 30 items: four leases' worth
+		got.add(item)
+		return nil
+	}, idem.WithWorkers(1))
+	if err != nil || res.Counts.Done != 30 {
+		t.Fatalf("Each: %v, %+v", err, res)
+	}
+	got.check(t, 30, false)
+	if len(attempts) != 1 || attempts[1] != 30 {
+		t.Fatalf("items ran under attempts %v, want all 30 under attempt 1", attempts)
+	}
+}
