@@ -710,33 +710,47 @@ func abandonedError(rec Record) string {
 
 // Claim implements [Store].
 func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
-	// Fast path: one prepared primary-key read of the status alone (each
-	// column read costs modernc.org/sqlite a name and a type lookup). A done
-	// key, the common duplicate trigger, needs nothing more; a live lease, a
-	// backoff or a parked key need the whole record, and no write. (A key
-	// with no record goes on: the claim's INSERT checks the horizon.)
+	c, settled, _, err := l.fastClaim(ctx, req)
+	if err != nil || settled {
+		return c, err
+	}
+	return l.claimTx(ctx, req)
+}
+
+// fastClaim is the claim's fast path: one prepared primary-key read of the
+// status alone (each column read costs modernc.org/sqlite a name and a type
+// lookup). A done key, the common duplicate trigger, needs nothing more; a
+// live lease, a backoff or a parked key need the whole record, and no
+// write: settled, c is the answer. Otherwise the key is to be taken by
+// claimTx; found says whether it has a record.
+func (l *Ledger) fastClaim(ctx context.Context, req ClaimRequest) (c Claim, settled, found bool, err error) {
 	var status string
-	err := busyRetry(ctx, func() error {
+	err = busyRetry(ctx, func() error {
 		return l.queryRow(ctx, `SELECT status FROM idem_runs WHERE job=? AND period=?`, req.Key.Job, req.Key.Period).Scan(&status)
 	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
+		return Claim{}, false, false, nil // the claim's INSERT checks the horizon
 	case err != nil:
-		return Claim{}, l.opErr("claim", req.Key, err)
+		return Claim{}, false, false, l.opErr("claim", req.Key, err)
 	case Status(status) == StatusDone:
-		return Claim{State: ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}, nil
-	default:
-		rec, found, err := l.record(ctx, req.Key)
-		if err != nil {
-			return Claim{}, l.opErr("claim", req.Key, err)
-		}
-		if state, take, _ := decide(rec, found, req); !take {
-			return Claim{State: state, Record: rec}, nil
-		}
+		return Claim{State: ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}, true, true, nil
 	}
+	rec, found, err := l.record(ctx, req.Key)
+	if err != nil {
+		return Claim{}, false, false, l.opErr("claim", req.Key, err)
+	}
+	if state, take, _ := decide(rec, found, req); !take {
+		return Claim{State: state, Record: rec}, true, found, nil
+	}
+	return Claim{}, false, found, nil
+}
 
+// claimTx takes the key for a new attempt in a write transaction, deciding
+// again under the write lock.
+func (l *Ledger) claimTx(ctx context.Context, req ClaimRequest) (Claim, error) {
 	var c Claim
-	err = l.withTx(ctx, req.Durable, func(tx *wtx) error {
+	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
 		now := micros(req.Now)
 		until := micros(req.Now.Add(req.Lease))
 		res, err := tx.exec(claimInsertSQL, req.Key.Job, req.Key.Period, req.Owner, until, now, now, req.Key.Job, req.Key.Period)
@@ -986,38 +1000,38 @@ const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owne
 	WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
 	ON CONFLICT DO NOTHING`
 
-// ClaimFinishTx implements [FreshTxStore]: the claim's INSERT, fn (in a
-// savepoint) and the done mark in one SQLite transaction, committed with
-// synchronous=FULL. The transaction holds SQLite's write lock from the
-// INSERT on, so no other attempt can claim the key meanwhile, and a crash
-// leaves no record at all.
-func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(*sql.Tx) error) (bool, error) {
+// ClaimFinishTx implements [FreshTxStore]: for a key with no record, the
+// claim's INSERT, fn (in a savepoint) and the done mark in one SQLite
+// transaction, committed with synchronous=FULL. The transaction holds
+// SQLite's write lock from the INSERT on, so no other attempt can claim the
+// key meanwhile, and a crash leaves no record at all. A key with a record
+// (a duplicate trigger, most often) is claimed as by Claim, after the same
+// single read and without the write lock when it is done.
+func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(*sql.Tx) error) (Claim, bool, error) {
 	key := req.Key
-	// A key with a record (a duplicate trigger, most often) is left to the
-	// usual claim, which reads without taking the write lock.
-	var one int
-	switch err := busyRetry(ctx, func() error {
-		return l.queryRow(ctx, `SELECT 1 FROM idem_runs WHERE job=? AND period=?`, key.Job, key.Period).Scan(&one)
-	}); {
-	case err == nil:
-		return false, nil
-	case !errors.Is(err, sql.ErrNoRows):
-		return false, l.opErr("run tx", key, err)
+	c, settled, found, err := l.fastClaim(ctx, req)
+	switch {
+	case err != nil || settled:
+		return c, false, err
+	case found:
+		c, err := l.claimTx(ctx, req)
+		return c, false, err
 	}
 	var (
-		claimed bool
-		fnErr   error
+		inserted bool
+		fnErr    error
 	)
-	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
-		claimed, fnErr = false, nil
+	err = l.withSQLTx(ctx, true, func(tx *wtx) error {
+		inserted, fnErr = false, nil
 		now, until := micros(req.Now), micros(req.Now.Add(req.Lease))
 		res, err := tx.exec(claimInsertSQL, key.Job, key.Period, req.Owner, until, now, now, key.Job, key.Period)
 		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return nil // the key has a record, or is below the horizon: nothing written
+			return nil // recorded meanwhile, or below the horizon: nothing written
 		}
+		inserted = true
 		if err := Checkpoint(ctx, AfterClaim, key); err != nil {
 			return err
 		}
@@ -1032,7 +1046,7 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(*s
 			if _, err := tx.exec(`RELEASE idem_fn`); err != nil {
 				return err
 			}
-			claimed, fnErr = true, ferr
+			fnErr = ferr
 			return nil
 		}
 		if _, err := tx.exec(`RELEASE idem_fn`); err != nil {
@@ -1041,14 +1055,17 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(*s
 		if err := Checkpoint(ctx, AfterFn, key); err != nil {
 			return err
 		}
-		claimed = true
 		_, err = finishExec(tx, key, 1, End{Status: StatusDone, Now: req.Now})
 		return err
 	})
-	if err != nil {
-		return false, l.opErr("run tx", key, err)
+	switch {
+	case err != nil:
+		return Claim{}, false, l.opErr("run tx", key, err)
+	case !inserted:
+		c, err := l.claimTx(ctx, req) // decides under the write lock
+		return c, false, err
 	}
-	return claimed, fnErr
+	return Claim{State: ClaimAcquired, Attempt: 1, Record: Record{Key: key}}, fnErr == nil, fnErr
 }
 
 // FinishTx implements [TxStore]: fn's writes and the done mark commit in one

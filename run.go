@@ -73,7 +73,7 @@ func RunTxWith[Tx any](ctx context.Context, s TxStore[Tx], key Key, fn func(cont
 	}
 	var fresh freshBody
 	if fs, ok := s.(FreshTxStore[Tx]); ok {
-		fresh = func(ctx context.Context, req ClaimRequest) (bool, error) {
+		fresh = func(ctx context.Context, req ClaimRequest) (Claim, bool, error) {
 			return fs.ClaimFinishTx(ctx, req, body(ctx))
 		}
 	}
@@ -85,9 +85,9 @@ func RunTxWith[Tx any](ctx context.Context, s TxStore[Tx], key Key, fn func(cont
 // txBody runs fn and marks the attempt done in one transaction.
 type txBody func(ctx context.Context, attempt int64, now time.Time) error
 
-// freshBody claims a key that has no record, runs fn and marks the key
-// done in one transaction (FreshTxStore.ClaimFinishTx).
-type freshBody func(ctx context.Context, req ClaimRequest) (claimed bool, err error)
+// freshBody claims the key, and if it has no record, runs fn and marks the
+// key done in the same transaction (FreshTxStore.ClaimFinishTx).
+type freshBody func(ctx context.Context, req ClaimRequest) (c Claim, done bool, err error)
 
 // fnError carries fn's error through a store's FinishTx.
 type fnError struct{ err error }
@@ -268,40 +268,45 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 		}
 		var c Claim
 		var runErr error
-		claimed := false
+		haveClaim, ranFn := false, false
 		if fresh != nil {
-			// RunTx of a key with no record: the claim, fn and the done mark
-			// in one transaction. Only once: a retry goes the usual way.
+			// RunTx: a key with no record is claimed, run and marked done in
+			// one transaction. Only once: a retry goes the usual way.
 			f := fresh
 			fresh = nil
 			info := Info{Key: r.key, Attempt: 1, RequestID: r.key.RequestID(), Owner: req.Owner}
+			var done bool
 			var err error
-			claimed, err = f(context.WithValue(ctx, infoKey{}, info), req)
+			c, done, err = f(context.WithValue(ctx, infoKey{}, info), req)
+			var fe *fnError
 			switch {
-			case claimed && err == nil:
+			case done:
 				r.res.Attempt, r.res.Attempts, r.res.Outcome = 1, 1, Ran
 				r.log(slog.LevelInfo, "done")
 				return Checkpoint(ctx, AfterDone, r.key)
-			case claimed:
-				// fn (or its transaction) failed; the claim of attempt 1
-				// alone was committed. Go on as after any failed attempt.
+			case errors.As(err, &fe):
+				// fn failed; the claim of attempt 1 alone was committed. Go
+				// on as after any failed attempt.
 				r.res.Attempt, r.res.Attempts = 1, 1
-				c = Claim{State: ClaimAcquired, Attempt: 1, Record: Record{Key: r.key}}
-				runErr = err
+				runErr, ranFn = err, true
 			case isStop(err):
 				return err
 			case err != nil:
 				// Nothing was committed: claim the usual way.
 				r.log(slog.LevelDebug, "one-transaction claim failed; claiming the usual way", slog.Any("error", err))
+			default:
+				haveClaim = true // the key had a record: c is its claim
 			}
 		}
-		if !claimed {
-			var err error
-			if c, err = r.s.Claim(ctx, req); err != nil {
-				if isStop(err) {
-					return err
+		if !ranFn {
+			if !haveClaim {
+				var err error
+				if c, err = r.s.Claim(ctx, req); err != nil {
+					if isStop(err) {
+						return err
+					}
+					return r.fail(Failed, fmt.Errorf("claim: %w", err))
 				}
-				return r.fail(Failed, fmt.Errorf("claim: %w", err))
 			}
 			switch c.State {
 			case ClaimDone:

@@ -64,17 +64,19 @@ type TxStore[Tx any] interface {
 type FreshTxStore[Tx any] interface {
 	TxStore[Tx]
 
-	// ClaimFinishTx begins a transaction and, if req.Key has no record (and
-	// is not below its job's retention horizon), records it as attempt 1
-	// held by req.Owner until req.Now+req.Lease, calls [Checkpoint] with
-	// [AfterClaim], calls fn with the transaction, marks attempt 1 done,
-	// calls Checkpoint with [AfterFn] and commits durably; it returns
-	// claimed=true, nil. If fn fails, fn's writes are rolled back and the
-	// claim alone is committed: claimed=true and fn's error (the caller
-	// goes on with attempt 1 as after any failed attempt). If the key has a
-	// record, or anything else fails, nothing is committed: claimed=false.
-	// While fn runs no other attempt can claim the key.
-	ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(Tx) error) (claimed bool, err error)
+	// ClaimFinishTx is Claim for RunTx: it claims req.Key as Claim does and
+	// returns the claim, with done=false. But if the key has no record (and
+	// is not below its job's retention horizon), it begins a transaction,
+	// records the key as attempt 1 held by req.Owner until
+	// req.Now+req.Lease, calls [Checkpoint] with [AfterClaim], calls fn with
+	// the transaction, marks attempt 1 done, calls Checkpoint with
+	// [AfterFn] and commits durably: it returns the claim of attempt 1 with
+	// done=true. If fn fails, fn's writes are rolled back and the claim
+	// alone is committed: it returns the claim of attempt 1 and the error fn
+	// returned, as is (the caller goes on as after any failed attempt). Any
+	// other error means nothing was committed. While fn runs no other
+	// attempt can claim the key.
+	ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(Tx) error) (c Claim, done bool, err error)
 }
 
 // CatchUpStore is a Store that also keeps, per job, a catch-up cursor and
