@@ -83,7 +83,8 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // every call until the item set is recorded completely, and never held in
 // memory at once: every 500 ids are inserted into the period's item set
 // (INSERT ... ON CONFLICT DO NOTHING), and the ones that were new form one
-// chunk. Generating the set again, in any order, adds only ids not seen
+// chunk (a period too small to give each worker 500 is cut into a chunk
+// per worker). Generating the set again, in any order, adds only ids not seen
 // before. Each item id must be valid as a Key part (non-empty, at most 200
 // bytes, valid UTF-8, no control characters).
 //
@@ -347,17 +348,22 @@ func (e *eacher) worker(ctx context.Context) error {
 			if b.Chunk == 0 {
 				win = items
 			}
+			// settle readies the step that settles the window's first n
+			// items: it renews the lease and marks started the next window
+			// of what is left.
+			settle := func(n int) {
+				step.Now = e.cfg.clock.Now()
+				step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(window, len(items)-n)
+			}
 			var ends []ItemEnd
 			var lost []string
 			if e.tx != nil {
-				step.Now = e.cfg.clock.Now()
-				step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(window, len(items)-len(win))
+				settle(len(win))
 				ends, lost, err = e.tx(ctx, step, win, e.info, e.failed)
 			} else {
 				ends, err = e.run(ctx, win, lease, e.cfg.clock.Now().Add(e.cfg.lease/3))
 				if err == nil && len(ends) > 0 {
-					step.Now = e.cfg.clock.Now()
-					step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(window, len(items)-len(ends))
+					settle(len(ends))
 					lost, err = e.s.FinishItems(ctx, e.key, step, ends)
 				}
 			}
