@@ -87,27 +87,38 @@ func prepareGranted(t *testing.T, dir string) {
 	l.Close()
 }
 
+// appliedCounts is how often each item took effect: the granted table's
+// counters in tx mode, the effects log's lines otherwise.
+func appliedCounts(t *testing.T, dir, mode string) map[string]int {
+	t.Helper()
+	if mode != "tx" {
+		return newEffects(dir).counts(t)
+	}
+	rows, err := openLedger(t, dir).DB().Query(`SELECT item, n FROM granted`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]int{}
+	for rows.Next() {
+		var it string
+		var n int
+		if err := rows.Scan(&it, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[it] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // checkGranted verifies every item but the poison one was applied exactly
 // once and the poison one is parked.
 func checkGranted(t *testing.T, dir, mode string) {
 	t.Helper()
-	got := map[string]int{}
-	if mode == "tx" {
-		l := openLedger(t, dir)
-		rows, err := l.DB().Query(`SELECT item, n FROM granted`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var it string
-			var n int
-			rows.Scan(&it, &n)
-			got[it] = n
-		}
-		rows.Close()
-	} else {
-		got = newEffects(dir).counts(t)
-	}
+	got := appliedCounts(t, dir, mode)
 	if len(got) != 9999 {
 		t.Fatalf("%d items applied, want 9999", len(got))
 	}

@@ -148,22 +148,7 @@ func TestEachRandomKills(t *testing.T) {
 
 func checkRandomKills(t *testing.T, dir, mode string) {
 	t.Helper()
-	got := map[string]int{}
-	if mode == "tx" {
-		rows, err := openLedger(t, dir).DB().Query(`SELECT item, n FROM granted`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var it string
-			var n int
-			rows.Scan(&it, &n)
-			got[it] = n
-		}
-		rows.Close()
-	} else {
-		got = newEffects(dir).counts(t)
-	}
+	got := appliedCounts(t, dir, mode)
 	c, err := openLedger(t, dir).CountItems(context.Background(), points)
 	if err != nil {
 		t.Fatal(err)

@@ -665,22 +665,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Several processes' worth of New at once.
-	var wg sync.WaitGroup
-	ls := make([]*pgledger.Ledger, 4)
-	for i := range ls {
-		wg.Go(func() {
-			p, err := pgxpool.New(ctx, testDSN(t))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			t.Cleanup(p.Close)
-			if ls[i], err = pgledger.New(ctx, p, pgledger.WithSchema(l.Schema())); err != nil {
-				t.Errorf("New on a version-1 schema: %v", err)
-			}
-		})
-	}
-	wg.Wait()
+	ls := newConcurrently(t, 4, l.Schema())
 	if t.Failed() {
 		return
 	}
@@ -814,22 +799,7 @@ func TestUpgradeFromVersion2(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two processes' worth of New at once.
-	var wg sync.WaitGroup
-	ls := make([]*pgledger.Ledger, 2)
-	for i := range ls {
-		wg.Go(func() {
-			p, err := pgxpool.New(ctx, testDSN(t))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			t.Cleanup(p.Close)
-			if ls[i], err = pgledger.New(ctx, p, pgledger.WithSchema(schema)); err != nil {
-				t.Errorf("New on a version-2 schema: %v", err)
-			}
-		})
-	}
-	wg.Wait()
+	ls := newConcurrently(t, 2, schema)
 	if t.Failed() {
 		return
 	}
@@ -902,4 +872,29 @@ func grantedCounts(t testing.TB, l *pgledger.Ledger, granted string) map[string]
 		t.Fatal(err)
 	}
 	return got
+}
+
+// newConcurrently opens n ledgers on schema at once, each on a pool of its
+// own, as n processes starting together would (the schema's upgrade must
+// happen once); a failure is reported with t.Error.
+func newConcurrently(t *testing.T, n int, schema string) []*pgledger.Ledger {
+	t.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	ls := make([]*pgledger.Ledger, n)
+	for i := range ls {
+		wg.Go(func() {
+			p, err := pgxpool.New(ctx, testDSN(t))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			t.Cleanup(p.Close)
+			if ls[i], err = pgledger.New(ctx, p, pgledger.WithSchema(schema)); err != nil {
+				t.Errorf("New on schema %s: %v", schema, err)
+			}
+		})
+	}
+	wg.Wait()
+	return ls
 }
