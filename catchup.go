@@ -96,9 +96,19 @@ func (r CatchUpResult) Count(o Outcome) int {
 //
 // Which periods: those after the job's cursor (the last period catch-up
 // settled in order) up to the latest due one. A job with no cursor yet
-// starts at [Since], or else with the latest due period only. Periods at or
-// before the job's retention horizon count as done. A period is due when it
-// ends, or when it starts with [DueAtStart].
+// starts at [Since], or else with the latest due period only: its first
+// call records that start as the job's cursor ([CatchUpStore.Start], the
+// period before the first) before any period runs. So a first period that
+// fails is not skipped: every later call starts at it, whatever its clock
+// says, and the periods after it wait for it (or run, with
+// [ContinueAfterFailure]). Periods at or before the job's retention horizon
+// count as done. A period is due when it ends, or when it starts with
+// [DueAtStart].
+//
+// Catch-up never goes back before the job's cursor: a period at or before
+// it that is not settled (run by a plain Run, or left by an older version
+// of idem whose catch-up could skip it) is not reached by CatchUp again;
+// run it with Run, or Resolve it.
 //
 // Policies: [CatchUpAll] (default; capped at DefaultMaxPeriods per call) or
 // [CatchUpLatest]. A failing period stops the catch-up there unless
@@ -124,13 +134,25 @@ func CatchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, fn
 	if err != nil {
 		return res, err
 	}
-	res.Cursor = js.Cursor
 
 	now := cfg.clock.Now()
 	last := sched.At(now)
 	if !cu.dueAtStart {
 		last = sched.Prev(last)
 	}
+	if js.Cursor == "" {
+		// The job's first catch-up: record where it starts before any
+		// period runs, so that a first period that fails is where the
+		// next call starts too.
+		first := last
+		if !cu.since.IsZero() {
+			first = sched.At(cu.since)
+		}
+		if js, err = s.Start(ctx, job, sched.Prev(first).Name); err != nil {
+			return res, err
+		}
+	}
+	res.Cursor = js.Cursor
 	var first Period
 	switch {
 	case js.Cursor != "":
@@ -140,6 +162,8 @@ func CatchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, fn
 		}
 		first = sched.Next(c)
 	case !cu.since.IsZero():
+		// No start could be recorded (a state file's job that has a
+		// pending period but no watermark).
 		first = sched.At(cu.since)
 	default:
 		first = last

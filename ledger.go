@@ -884,6 +884,27 @@ func (l *Ledger) Job(ctx context.Context, job string) (JobState, error) {
 	return js, nil
 }
 
+// Start implements [CatchUpStore]: it sets the job's cursor to before
+// unless the job has one, and reads the job back, in one durable
+// transaction.
+func (l *Ledger) Start(ctx context.Context, job, before string) (JobState, error) {
+	if err := (Key{Job: job, Period: before}).Validate(); err != nil {
+		return JobState{}, err
+	}
+	js := JobState{Job: job}
+	err := l.withTx(ctx, true, func(tx *wtx) error {
+		if _, err := tx.exec(`INSERT INTO idem_jobs(job, cursor) VALUES(?, ?)
+			ON CONFLICT(job) DO UPDATE SET cursor = excluded.cursor WHERE idem_jobs.cursor = ''`, job, before); err != nil {
+			return err
+		}
+		return tx.queryRow(`SELECT cursor, horizon FROM idem_jobs WHERE job=?`, job).Scan(&js.Cursor, &js.Horizon)
+	})
+	if err != nil {
+		return JobState{}, fmt.Errorf("idem: %s: start %s after %s: %w", l.where(), job, before, err)
+	}
+	return js, nil
+}
+
 // Advance implements [CatchUpStore].
 func (l *Ledger) Advance(ctx context.Context, job, period string) error {
 	if err := (Key{Job: job, Period: period}).Validate(); err != nil {

@@ -611,6 +611,52 @@ func (s *StateFile) Job(ctx context.Context, job string) (JobState, error) {
 	return js, nil
 }
 
+// Start implements [CatchUpStore]. The job's cursor is its watermark, so
+// for a job that has neither a watermark nor a pending period it writes the
+// watermark before, durably: from then on every period at or before it
+// counts as done (a Run of one returns AlreadyDone without running it), as
+// for any watermark; the job's periods begin after it. A job that has a
+// watermark, or a pending period (left by a Run, or by an older idem), is
+// left as it is; with a pending period and no watermark the cursor stays
+// "", and catch-up waits for that period ([ErrOutOfOrder]) until it is
+// done or resolved. Start refuses, with an error matching [ErrInProgress],
+// while an attempt holds the job's lock (an at-least-once Run that has
+// written nothing yet).
+func (s *StateFile) Start(ctx context.Context, job, before string) (JobState, error) {
+	key := Key{Job: job, Period: before}
+	if err := key.Validate(); err != nil {
+		return JobState{}, err
+	}
+	js, err := s.Job(ctx, job)
+	if err != nil || js.Cursor != "" {
+		return js, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok, err := s.tryLock(job)
+	if err != nil {
+		return JobState{}, err
+	}
+	if !ok {
+		return JobState{}, fmt.Errorf("%w: %s: job %q: an attempt holds the job's lock; its catch-up can start once it ends",
+			ErrInProgress, s.path, job)
+	}
+	defer f.Close()
+	doc, unlock, err := s.readLocked()
+	if err != nil {
+		return JobState{}, err
+	}
+	defer unlock()
+	if st := doc.Jobs[job]; st != nil {
+		return JobState{Job: job, Cursor: st.LastDonePeriod, Horizon: st.LastDonePeriod}, nil
+	}
+	doc.Jobs[job] = &jobState{LastDonePeriod: before, Status: StatusDone, Updated: newConfigFrom(s.defaults, nil).clock.Now()}
+	if err := s.write(ctx, key, doc); err != nil {
+		return JobState{}, err
+	}
+	return JobState{Job: job, Cursor: before, Horizon: before}, nil
+}
+
 // Advance implements [CatchUpStore]. The watermark moves only with done
 // marks: advancing to a period at or before it does nothing, and past it is
 // refused (it would mark the periods in between done).

@@ -88,6 +88,16 @@ type CatchUpStore interface {
 	// Job returns the job's cursor and horizon ("" when none).
 	Job(ctx context.Context, job string) (JobState, error)
 
+	// Start records where a job's catch-up begins: if the job has no
+	// cursor, it sets the cursor to before (the period just before the
+	// job's first period), durably; a job that has a cursor keeps it. It
+	// returns the job's state afterwards. [CatchUp] calls it once, before
+	// the first period of a job ever runs, so that a first period that
+	// fails is where every later call starts; and since a cursor, once
+	// there, is left as it is, concurrent first calls with different
+	// clocks cannot move the start past an unsettled period.
+	Start(ctx context.Context, job, before string) (JobState, error)
+
 	// Advance moves the job's cursor forward to period; a cursor already at
 	// or after period is left as it is. Catch-up calls it for periods it
 	// found settled without writing (already done, skipped).

@@ -434,6 +434,28 @@ func (l *Ledger) Job(ctx context.Context, job string) (idem.JobState, error) {
 	return js, nil
 }
 
+// Start implements [idem.CatchUpStore]: it sets the job's cursor to
+// before unless the job has one, and reads the job back, in one
+// transaction. Of concurrent first calls, the first to commit sets the
+// start; the others read it.
+func (l *Ledger) Start(ctx context.Context, job, before string) (idem.JobState, error) {
+	if err := (idem.Key{Job: job, Period: before}).Validate(); err != nil {
+		return idem.JobState{}, err
+	}
+	js := idem.JobState{Job: job}
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, l.q.start, job, before); err != nil {
+			return err
+		}
+		// A new statement: it sees a start another call committed meanwhile.
+		return tx.QueryRow(ctx, l.q.job, job).Scan(&js.Cursor, &js.Horizon)
+	})
+	if err != nil {
+		return idem.JobState{}, fmt.Errorf("pgledger: start %q after %q: %w", job, before, err)
+	}
+	return js, nil
+}
+
 // Advance implements [idem.CatchUpStore]: it moves the job's cursor forward
 // to period (byte order, as Go compares strings); a cursor at or after
 // period stays.
