@@ -93,10 +93,11 @@ func (w *wconn) close() error {
 }
 
 var (
-	_ CatchUpStore          = (*Ledger)(nil)
-	_ TxStore[*sql.Tx]      = (*Ledger)(nil)
-	_ FreshTxStore[*sql.Tx] = (*Ledger)(nil)
-	_ Lister                = (*Ledger)(nil)
+	_ CatchUpStore            = (*Ledger)(nil)
+	_ TxStore[*sql.Tx]        = (*Ledger)(nil)
+	_ FreshTxStore[*sql.Tx]   = (*Ledger)(nil)
+	_ CatchUpTxStore[*sql.Tx] = (*Ledger)(nil)
+	_ Lister                  = (*Ledger)(nil)
 )
 
 // sqliteHeader starts every SQLite database file.
@@ -1028,7 +1029,7 @@ const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owne
 // key meanwhile, and a crash leaves no record at all. A key with a record
 // (a duplicate trigger, most often) is claimed as by Claim, after the same
 // single read and without the write lock when it is done.
-func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(*sql.Tx) error) (Claim, bool, error) {
+func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, cursor bool, fn func(*sql.Tx) error) (Claim, bool, error) {
 	key := req.Key
 	c, settled, found, err := l.fastClaim(ctx, req)
 	switch {
@@ -1076,8 +1077,10 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(*s
 		if err := Checkpoint(ctx, AfterFn, key); err != nil {
 			return err
 		}
-		_, err = finishExec(tx, key, 1, End{Status: StatusDone, Now: req.Now})
-		return err
+		if _, err := finishExec(tx, key, 1, End{Status: StatusDone, Now: req.Now}); err != nil || !cursor {
+			return err
+		}
+		return advanceExec(tx, key.Job, key.Period)
 	})
 	switch {
 	case err != nil:
@@ -1089,11 +1092,12 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(*s
 	return Claim{State: ClaimAcquired, Attempt: 1, Record: Record{Key: key}}, fnErr == nil, fnErr
 }
 
-// FinishTx implements [TxStore]: fn's writes and the done mark commit in one
-// SQLite transaction, with synchronous=FULL. The transaction holds SQLite's
-// write lock from its first statement until it ends, so keep fn short: other
-// writers to the file wait for it.
-func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, fn func(*sql.Tx) error) error {
+// FinishTx implements [TxStore]: fn's writes and the done mark (and, with
+// cursor, the job's catch-up cursor) commit in one SQLite transaction, with
+// synchronous=FULL. The transaction holds SQLite's write lock from its first
+// statement until it ends, so keep fn short: other writers to the file wait
+// for it.
+func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) error) error {
 	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
 		// First statement: a write, which takes the lock and checks the fence.
 		res, err := tx.exec(`UPDATE idem_runs SET updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
@@ -1110,8 +1114,10 @@ func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.
 		if err := Checkpoint(ctx, AfterFn, key); err != nil {
 			return err
 		}
-		_, err = finishExec(tx, key, attempt, End{Status: StatusDone, Now: now})
-		return err
+		if _, err := finishExec(tx, key, attempt, End{Status: StatusDone, Now: now}); err != nil || !cursor {
+			return err
+		}
+		return advanceExec(tx, key.Job, key.Period)
 	})
 	if err != nil {
 		return l.opErr("run tx", key, err)
@@ -1222,6 +1228,12 @@ func (l *Ledger) Run(ctx context.Context, key Key, fn func(context.Context) erro
 // part of the transaction. See [RunTxWith].
 func (l *Ledger) RunTx(ctx context.Context, key Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
 	return RunTxWith(ctx, l, key, fn, opts...)
+}
+
+// CatchUpTx is [CatchUpTx] on this ledger: each due period's writes in tx,
+// its done mark and the job's catch-up cursor commit in one transaction.
+func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched Schedule, fn func(ctx context.Context, tx *sql.Tx, p Period) error, opts ...Option) (CatchUpResult, error) {
+	return CatchUpTx(ctx, l, job, sched, fn, opts...)
 }
 
 // DefaultOptions returns the options given to OpenLedger or NewLedger: the
