@@ -193,8 +193,8 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 		return err
 	}
 	if info, ok := InfoFrom(ctx); ok && info.Item == "" && info.Key == key {
-		return r.fail(Failed, Permanent(fmt.Errorf("%w: attempt %d of the enclosing run holds %s, so this run would find it held; "+
-			"to commit business writes with a catch-up period's done mark and cursor, use idem.CatchUpTx instead of RunTx inside CatchUp",
+		return r.fail(Failed, Permanent(fmt.Errorf("%w: attempt %d of the enclosing run holds %s, so this run would find it held. "+
+			"Do not call Run, RunTx or Each for the key inside its own run; to commit business writes with a catch-up period's done mark and cursor, use idem.CatchUpTx",
 			ErrNestedRun, info.Attempt, key)))
 	}
 	returned := false
