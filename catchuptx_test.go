@@ -45,6 +45,18 @@ func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
 	if !errors.Is(err, idem.ErrNestedRun) || !errors.Is(err, idem.ErrGaveUp) || inner != 0 {
 		t.Fatalf("Run inside its own Run: %v, inner fn ran %d times", err, inner)
 	}
+	// Each for the period of the Run it runs in cannot mark the period done
+	// (it used to wait for its own key until its context ended).
+	ek := idem.Key{Job: "grant", Period: "2026-10-01"}
+	ectx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = l.Run(ectx, ek, func(ctx context.Context) error {
+		_, err := idem.Each(ctx, l, ek, accounts(3), func(context.Context, string) error { return nil })
+		return err
+	})
+	if !errors.Is(err, idem.ErrNestedRun) || ectx.Err() != nil {
+		t.Fatalf("Each inside the Run of its own period: %v (context: %v)", err, ectx.Err())
+	}
 	// A Run of another key inside a Run works as ever.
 	other := idem.Key{Job: "pay", Period: "2026-10-02"}
 	if err := l.Run(ctx, other, func(ctx context.Context) error {
