@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log"
 	"maps"
 	"os"
 	"path/filepath"
@@ -275,4 +276,46 @@ func TestCatchUpTxKilled(t *testing.T) {
 		t.Fatalf("recovery: %v, %+v", err, res.Periods)
 	}
 	wantTxState(t, l, "settle", names(1, 3))
+}
+
+// A daily settlement that was down for three days catches up: each missed
+// day's rows, its done mark and the job's cursor commit in one transaction.
+func ExampleLedger_CatchUpTx() {
+	dir, _ := os.MkdirTemp("", "idem-example")
+	defer os.RemoveAll(dir)
+	l, err := idem.OpenLedger(filepath.Join(dir, "app.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	if _, err := l.DB().ExecContext(ctx, `CREATE TABLE daily_settle(biz_date TEXT PRIMARY KEY, amount_cent INTEGER NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	settle := func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO daily_settle(biz_date, amount_cent) VALUES (?, 1500)
+			ON CONFLICT(biz_date) DO UPDATE SET amount_cent = excluded.amount_cent`, p.Name)
+		return err
+	}
+	utc := idem.Daily(time.UTC)
+	// The job's first run, at 02:00 on 28 October, settles the 27th.
+	first := idem.WithClock(idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC)))
+	if _, err := l.CatchUpTx(ctx, "daily_settle", utc, settle, first); err != nil {
+		log.Fatal(err)
+	}
+	// The host is down until the 31st: the 28th, 29th and 30th are due.
+	later := idem.WithClock(idemtest.NewClock(time.Date(2026, 10, 31, 2, 0, 0, 0, time.UTC)))
+	res, err := l.CatchUpTx(ctx, "daily_settle", utc, settle, later)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, pr := range res.Periods {
+		fmt.Println(pr.Period.Name, pr.Outcome)
+	}
+	fmt.Println("cursor", res.Cursor)
+	// Output:
+	// 2026-10-28 ran
+	// 2026-10-29 ran
+	// 2026-10-30 ran
+	// cursor 2026-10-30
 }
