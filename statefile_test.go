@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -391,6 +392,19 @@ func TestStateFileStart(t *testing.T) {
 	}
 	if rec := mustLookup(t, s, pend); rec.Status != idem.StatusParked {
 		t.Fatalf("the pending period after Start: %+v", rec)
+	}
+	// Catch-up waits for that period until it is settled, then goes on.
+	var ran []string
+	job := func(context.Context, idem.Period) error { return nil }
+	record := func(_ context.Context, p idem.Period) error { ran = append(ran, p.Name); return nil }
+	if _, err := idem.CatchUp(ctx, s, "pending", daily, job, idem.WithClock(idemtest.NewClock(day(28)))); !errors.Is(err, idem.ErrOutOfOrder) {
+		t.Fatalf("catch-up of a job with a pending period and no watermark: %v, want ErrOutOfOrder", err)
+	}
+	if err := s.Resolve(ctx, pend, idem.ResolveDone); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := idem.CatchUp(ctx, s, "pending", daily, record, idem.WithClock(idemtest.NewClock(day(28)))); err != nil || !slices.Equal(ran, []string{"2026-10-28"}) || res.Cursor != "2026-10-28" {
+		t.Fatalf("catch-up after the resolve: %v, ran %v, cursor %q", err, ran, res.Cursor)
 	}
 
 	// While an attempt holds the job's lock, Start refuses and writes nothing.
