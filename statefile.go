@@ -180,7 +180,7 @@ func decodeState(path string, b []byte) (*stateDoc, error) {
 	}
 	for job, st := range doc.Jobs {
 		if err := validPart("job", job); err != nil {
-			return nil, bad("job %q: %v", job, err)
+			return nil, bad("job %s: %v", quotePart(job), err)
 		}
 		if st == nil {
 			return nil, bad("job %q: null", job)
