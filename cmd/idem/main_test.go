@@ -602,6 +602,46 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestBadFlagValues: a flag value out of range is a usage error (exit 2)
+// that names the flag, before anything runs or is written.
+func TestBadFlagValues(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitOK, runArgs()...)
+	before, err := os.ReadFile(e.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := e.lines("out.txt")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{runArgs("--max", "-3"), "--max -3"},
+		{runArgs("--lease", "0s"), "--lease 0s"},
+		{runArgs("--lease", "-1m"), "--lease -1m"},
+		{runArgs("--since", "yesterday"), "--since"},
+		{runArgs("--job", ""), `--job: idem: invalid job "": job is empty`},
+		{runArgs("--job", strings.Repeat("j", 10240)), `(10240 bytes): job is 10240 bytes, more than 200`},
+		{[]string{"ls", "--limit", "-1"}, "--limit -1"},
+		{[]string{"ls", "--job", "a\tb"}, `--job: idem: invalid job "a\tb"`},
+		{[]string{"prune", "--job", "", "--through", "2026-10-01"}, `--job: idem: invalid job "": job is empty`},
+		{[]string{"prune", "--job", "settle", "--keep", "NaNd", "--schedule", "daily"}, "--keep"},
+		{[]string{"prune", "--job", "settle", "--keep", "1e300d", "--schedule", "daily"}, "--keep"},
+		{[]string{"prune", "--job", "settle", "--keep", "-2w", "--schedule", "daily"}, "--keep"},
+	} {
+		_, stderr, code := e.idem(c.args...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Contains(stderr, `"-"`) || len(stderr) > 1000 {
+			t.Errorf("idem %q: exit %d, want %d with %q\n%s", c.args, code, exitUsage, c.want, stderr)
+		}
+	}
+	if after, _ := os.ReadFile(e.ledger); !bytes.Equal(before, after) {
+		t.Error("a usage error changed the ledger")
+	}
+	if got := e.lines("out.txt"); !equal(got, ran) {
+		t.Errorf("a usage error ran the command: %q, want %q", got, ran)
+	}
+}
+
 func TestHelpDocumentsExitCodes(t *testing.T) {
 	e := newEnv(t, "")
 	out, _ := e.want(exitOK, "run", "--help")
