@@ -3,9 +3,11 @@ package idem_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
@@ -243,4 +245,315 @@ func openStateAt(t *testing.T, path string) *idem.StateFile {
 func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
 	t.Helper()
 	within(t, what, 10*time.Second, nil, func() error { <-ch; return nil })
+}
+
+// dirState is every file of a directory with its mode and bytes.
+func dirState(t *testing.T, dir string) map[string]fileState {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]fileState{}
+	for _, e := range ents {
+		m[e.Name()] = statFile(t, filepath.Join(dir, e.Name()))
+	}
+	return m
+}
+
+func sameDir(t *testing.T, before, after map[string]fileState) {
+	t.Helper()
+	for name, b := range before {
+		if a, ok := after[name]; !ok || !a.same(b) {
+			t.Errorf("%s changed (mode %v → %v, %d → %d bytes)", name, b.mode, a.mode, len(b.data), len(a.data))
+		}
+	}
+	for name := range after {
+		if _, ok := before[name]; !ok {
+			t.Errorf("%s was created", name)
+		}
+	}
+}
+
+// appDB creates an application's SQLite database at path with stmts, and
+// closes it.
+func appDB(t *testing.T, path string, stmts ...string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// TestOpenLedgerRefusesForeignDatabase: OpenLedger on another
+// application's SQLite file (tables of its own, no idem ledger in it)
+// refuses with ErrNotLedger, naming the path and its tables, and leaves the
+// directory byte for byte as it was: no idem tables, no switch to WAL, no
+// -wal or -shm file. So does a database whose idem_runs is the
+// application's own table, through OpenLedger and NewLedger alike.
+func TestOpenLedgerRefusesForeignDatabase(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		stmts []string
+		want  string
+	}{
+		{"rollback journal", []string{`CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)`, `CREATE TABLE orders(id INTEGER)`, `INSERT INTO users VALUES(1, 'ann')`},
+			"another application's SQLite database (tables orders, users)"},
+		{"wal", []string{`PRAGMA journal_mode=WAL`, `CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)`, `INSERT INTO users VALUES(1, 'ann')`},
+			"another application's SQLite database (tables users)"},
+		{"own idem_runs only", []string{`CREATE TABLE idem_runs(id INTEGER PRIMARY KEY, name TEXT)`},
+			"its table idem_runs is not idem's: it has the columns (id, name) and lacks (job, period,"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "app.db")
+			appDB(t, path, c.stmts...)
+			before := dirState(t, dir)
+			l, err := idem.OpenLedger(path)
+			if err == nil {
+				l.Close()
+			}
+			if !errors.Is(err, idem.ErrNotLedger) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("OpenLedger: %v, want ErrNotLedger naming %s and saying %q", err, path, c.want)
+			}
+			sameDir(t, before, dirState(t, dir))
+		})
+	}
+
+	t.Run("NewLedger, app's own idem_runs", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "app.db")
+		appDB(t, path, `CREATE TABLE users(id INTEGER)`, `CREATE TABLE idem_runs(run_id INTEGER PRIMARY KEY, job TEXT, started TEXT)`)
+		before := dirState(t, dir)
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = idem.NewLedger(ctx, db)
+		db.Close()
+		if !errors.Is(err, idem.ErrNotLedger) || !strings.Contains(err.Error(), "idem_runs is not idem's") || !strings.Contains(err.Error(), "lacks (period, status,") {
+			t.Fatalf("NewLedger: %v, want ErrNotLedger about idem_runs", err)
+		}
+		sameDir(t, before, dirState(t, dir))
+	})
+
+	// Sharing stays possible on purpose: a database that NewLedger attached
+	// to is an idem ledger (it has idem_meta), which OpenLedger (and so the
+	// idem command) opens.
+	t.Run("shared on purpose", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "app.db")
+		appDB(t, path, `CREATE TABLE users(id INTEGER)`)
+		db, err := sql.Open("sqlite", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := idem.NewLedger(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		l, err := idem.OpenLedger(path)
+		if err != nil {
+			t.Fatalf("OpenLedger on a database shared through NewLedger: %v", err)
+		}
+		l.Close()
+	})
+	t.Run("empty SQLite database", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "new.db")
+		appDB(t, path, `CREATE TABLE x(a)`, `DROP TABLE x`)
+		l, err := idem.OpenLedger(path)
+		if err != nil {
+			t.Fatalf("OpenLedger on an empty database: %v", err)
+		}
+		l.Close()
+	})
+}
+
+// TestLedgerDeletedWhileOpen: a ledger file deleted under an open Ledger is
+// reported (ErrLedgerReplaced, with the path) by the next write and by
+// every new connection, and no new, empty ledger is created in its place.
+// A file put in its place is not used either.
+func TestLedgerDeletedWhileOpen(t *testing.T) {
+	ctx := context.Background()
+	ok := func(context.Context) error { return nil }
+	for _, replace := range []bool{false, true} {
+		name := map[bool]string{false: "deleted", true: "replaced"}[replace]
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			l := openLedger(t, dir)
+			path := l.Path()
+			if err := l.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-27"}, ok); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			var other fileState
+			if replace {
+				other2 := openLedger(t, t.TempDir())
+				if err := other2.Run(ctx, idem.Key{Job: "other", Period: "2026-10-27"}, ok); err != nil {
+					t.Fatal(err)
+				}
+				other2.Close()
+				if err := os.Rename(other2.Path(), path); err != nil {
+					t.Fatal(err)
+				}
+				other = statFile(t, path)
+			}
+			want := "was deleted while open"
+			if replace {
+				want = "was replaced by another file while open"
+			}
+			check := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, idem.ErrLedgerReplaced) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: %v, want ErrLedgerReplaced naming %s, saying %q", what, err, path, want)
+				}
+			}
+			// A write (on the connections the ledger keeps for writes).
+			ran := false
+			check("Run", l.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-28"}, func(context.Context) error { ran = true; return nil }))
+			if ran {
+				t.Error("fn ran")
+			}
+			// A new connection for a read.
+			l.DB().SetMaxIdleConns(0)
+			_, _, err := l.Lookup(ctx, idem.Key{Job: "settle", Period: "2026-10-27"})
+			check("Lookup on a new connection", err)
+			if replace {
+				if st := statFile(t, path); !st.same(other) {
+					t.Error("the file put in its place was changed")
+				}
+			} else if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a new ledger file was created: %v", err)
+			}
+		})
+	}
+}
+
+// readOnlyDir makes dir unwritable for this process: chattr +i (which
+// stops root too, and needs root or CAP_LINUX_IMMUTABLE) or, for another
+// user, chmod 0555. It skips the test, saying why, where neither works.
+func readOnlyDir(t *testing.T, dir string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(dir, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod(dir, 0o755) })
+		return
+	}
+	if out, err := exec.Command("chattr", "+i", dir).CombinedOutput(); err != nil {
+		t.Skipf("running as root, and chattr +i cannot make %s read-only here (%v %s)", dir, err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", dir).Run() })
+}
+
+// readOnlyFile makes the file at path unwritable for this process, as
+// readOnlyDir does a directory.
+func readOnlyFile(t *testing.T, path string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(path, 0o444); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if out, err := exec.Command("chattr", "+i", path).CombinedOutput(); err != nil {
+		t.Skipf("running as root, and chattr +i cannot make %s read-only here (%v %s)", path, err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", path).Run() })
+}
+
+// TestReadOnlyDirectory: a ledger or state file in a directory this process
+// cannot write is reported with the path and "read-only or not writable",
+// not as SQLite's "unable to open database file (14)", and nothing in the
+// directory changes.
+func TestReadOnlyDirectory(t *testing.T) {
+	ctx := context.Background()
+	ok := func(context.Context) error { return nil }
+	const want = "is read-only or not writable by this process"
+	k := idem.Key{Job: "settle", Period: "2026-10-27"}
+	t.Run("new ledger", func(t *testing.T) {
+		dir := t.TempDir()
+		readOnlyDir(t, dir)
+		path := filepath.Join(dir, "ledger.db")
+		l, err := idem.OpenLedger(path)
+		if err == nil {
+			l.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "directory "+dir+" "+want) {
+			t.Fatalf("OpenLedger: %v, want the path and the directory %s", err, want)
+		}
+		t.Log(err)
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Fatalf("files created: %v", ents)
+		}
+	})
+	t.Run("existing ledger", func(t *testing.T) {
+		dir := t.TempDir()
+		l := openLedger(t, dir)
+		if err := l.Run(ctx, k, ok); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		path := l.Path()
+		before := dirState(t, dir)
+		readOnlyDir(t, dir)
+		l, err := idem.OpenLedger(path)
+		if err == nil {
+			err = l.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-28"}, ok)
+			l.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "directory "+dir+" "+want) {
+			t.Fatalf("ledger in a read-only directory: %v, want the path and the directory %s", err, want)
+		}
+		t.Log(err)
+		sameDir(t, before, dirState(t, dir))
+	})
+	t.Run("read-only ledger file", func(t *testing.T) {
+		dir := t.TempDir()
+		l := openLedger(t, dir)
+		if err := l.Run(ctx, k, ok); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		path := l.Path()
+		readOnlyFile(t, path)
+		before := statFile(t, path)
+		l, err := idem.OpenLedger(path)
+		if err == nil {
+			err = l.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-28"}, ok)
+			l.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), path+" "+want) {
+			t.Fatalf("read-only ledger: %v, want %s %s", err, path, want)
+		}
+		t.Log(err)
+		if after := statFile(t, path); !before.same(after) {
+			t.Error("the ledger changed")
+		}
+	})
+	t.Run("state file", func(t *testing.T) {
+		dir := t.TempDir()
+		s := openState(t, dir)
+		if err := s.Run(ctx, k, ok); err != nil {
+			t.Fatal(err)
+		}
+		before := dirState(t, dir)
+		readOnlyDir(t, dir)
+		for _, opt := range []idem.Option{idem.AtLeastOnce(), idem.AtMostOnce()} {
+			err := s.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-28"}, ok, opt)
+			if err == nil || !strings.Contains(err.Error(), s.Path()) || !strings.Contains(err.Error(), "directory "+dir+" "+want) {
+				t.Errorf("state file in a read-only directory: %v, want the path and the directory %s", err, want)
+			}
+		}
+		sameDir(t, before, dirState(t, dir))
+	})
 }

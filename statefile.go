@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -327,7 +328,7 @@ func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
 	b = append(b, '\n')
 	t, err := renameio.NewPendingFile(s.path, renameio.WithTempDir(s.dir), renameio.WithPermissions(0o644))
 	if err != nil {
-		return fmt.Errorf("idem: state file %s: %w", s.path, err)
+		return s.createErr(s.path, err)
 	}
 	crashed := false
 	defer func() {
@@ -360,6 +361,20 @@ func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
 	return nil
 }
 
+// createErr reports a file (the state file's temp file, or a lock file at
+// p) that could not be created, saying so plainly when the directory cannot
+// be written.
+func (s *StateFile) createErr(p string, err error) error {
+	what := "state file " + s.path
+	if p != s.path {
+		what = "state file lock " + p
+	}
+	if msg := unwritableDir(s.dir); msg != "" && (errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS)) {
+		return fmt.Errorf("idem: %s: cannot write: %s: %w", what, msg, err)
+	}
+	return fmt.Errorf("idem: %s: %w", what, err)
+}
+
 // lockPath is the sidecar lock file of job.
 func (s *StateFile) lockPath(job string) string {
 	h := sha256.Sum256([]byte(job))
@@ -373,7 +388,7 @@ func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
 	_, statErr := os.Stat(p)
 	f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, false, fmt.Errorf("idem: state file lock %s: %w", p, err)
+		return nil, false, s.createErr(p, err)
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
 		if err := syncDir(s.dir); err != nil {
@@ -401,7 +416,7 @@ func (s *StateFile) lockFile() (unlock func(), err error) {
 	_, statErr := os.Stat(p)
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
+		return nil, s.createErr(p, err)
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
 		if err := syncDir(s.dir); err != nil {

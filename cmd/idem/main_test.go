@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -639,6 +640,43 @@ func TestBadFlagValues(t *testing.T) {
 	}
 	if got := e.lines("out.txt"); !equal(got, ran) {
 		t.Errorf("a usage error ran the command: %q, want %q", got, ran)
+	}
+}
+
+// TestForeignDatabaseRefused: pointed at another application's SQLite
+// file, every command refuses (exit 2, naming the file) and leaves the
+// file and its directory as they were.
+func TestForeignDatabaseRefused(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	db, err := sql.Open("sqlite", e.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`PRAGMA journal_mode=WAL`, `CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)`, `INSERT INTO users VALUES(1, 'ann')`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	before, err := os.ReadFile(e.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"ls"}, {"show", "settle", "2026-10-27"}, {"resolve", "settle", "2026-10-27", "--done"},
+		{"reset", "settle", "2026-10-27"}, {"prune", "--job", "settle", "--through", "2026-10-01"}, runArgs(),
+	} {
+		_, stderr, code := e.idem(args...)
+		if code != exitUsage || !strings.Contains(stderr, e.ledger+" is another application's SQLite database (tables users)") {
+			t.Errorf("idem %s: exit %d, want %d naming the file\n%s", strings.Join(args, " "), code, exitUsage, stderr)
+		}
+	}
+	if after, _ := os.ReadFile(e.ledger); !bytes.Equal(before, after) {
+		t.Error("the application's database changed")
+	}
+	ents, _ := os.ReadDir(e.dir)
+	if len(ents) != 1 {
+		t.Errorf("files beside it: %v", ents)
 	}
 }
 
