@@ -54,9 +54,17 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 // (path + ".<hash>.lock"), held while an attempt runs and released by the
 // kernel when its process dies; every read-modify-write of the file also
 // holds a file-wide flock (path + ".lock"). It works between processes of ONE host,
-// not across hosts (network filesystems do not honour flock reliably). The
-// lock is the lease: it never expires while its holder lives, so WithLease
-// does not apply and a stalled holder is never taken over.
+// not across hosts (network filesystems do not honour flock reliably).
+//
+// The lock never expires while its holder lives: a stalled holder is never
+// taken over, and every other Run of the job finds it in progress
+// ([ErrInProgress]) until the attempt ends or its process dies (the kernel
+// then releases the lock at once). [WithLease] still sets how long a stall
+// may last before [CheckLease] refuses: an attempt whose heartbeat has not
+// renewed for the lease (a long GC pause, a frozen VM) gets ErrLeaseLost
+// from CheckLease, as on a ledger, although nobody took its lock. Its done
+// mark is still written if fn returns nil. It does NOT promise anything
+// across hosts, nor that a stalled holder stops by itself.
 //
 // Modes: an AtLeastOnce claim writes nothing (the lock is enough, and a
 // crash only means fn runs again), so a fresh Run costs one durable write.
