@@ -3,6 +3,10 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,4 +76,98 @@ func TestStateFileLease(t *testing.T) {
 	if rec, ok, err := s.Lookup(ctx, k); err != nil || !ok || rec.Status != idem.StatusDone {
 		t.Errorf("record %+v, %v, %v; want done", rec, ok, err)
 	}
+}
+
+// TestReadmeGoSnippets: every Go block of README.md is code that compiles
+// and runs: it appears, line for line (at any indentation), in a .go file
+// of the repository, whose tests run it.
+func TestReadmeGoSnippets(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sources []string
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".go") {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			sources = append(sources, path+"\n"+string(b))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := goBlocks(string(readme))
+	if len(blocks) == 0 {
+		t.Fatal("no Go blocks found in README.md")
+	}
+	for _, b := range blocks {
+		found := ""
+		for _, src := range sources {
+			name, text, _ := strings.Cut(src, "\n")
+			if containsIndented(strings.Split(text, "\n"), b) {
+				found = name
+				break
+			}
+		}
+		if found == "" {
+			t.Errorf("README.md's Go block starting %q is in no .go file: put it in a compiled example or test, and quote that", b[0])
+		} else {
+			t.Logf("README block %q: %s", b[0], found)
+		}
+	}
+}
+
+// goBlocks returns the lines of each ```go block of a Markdown text.
+func goBlocks(md string) [][]string {
+	var blocks [][]string
+	var cur []string
+	in := false
+	for _, line := range strings.Split(md, "\n") {
+		switch {
+		case !in && strings.TrimSpace(line) == "```go":
+			in, cur = true, nil
+		case in && strings.TrimSpace(line) == "```":
+			in = false
+			blocks = append(blocks, cur)
+		case in:
+			cur = append(cur, line)
+		}
+	}
+	return blocks
+}
+
+// containsIndented reports whether block appears in lines as consecutive
+// lines, each with the same indentation prefix added (blank lines blank).
+func containsIndented(lines, block []string) bool {
+	for i := 0; i+len(block) <= len(lines); i++ {
+		indent, ok := strings.CutSuffix(lines[i], block[0])
+		if !ok || strings.TrimLeft(indent, "\t ") != "" {
+			continue
+		}
+		match := true
+		for j, b := range block {
+			l := strings.TrimRight(lines[i+j], " \t")
+			if b == "" && l == "" {
+				continue
+			}
+			if l != indent+strings.TrimRight(b, " \t") {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
 }

@@ -31,7 +31,15 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	idemBin = filepath.Join(dir, "idem")
-	build := exec.Command("go", "build", "-o", idemBin, ".")
+	// Built as the README's install command builds it.
+	env, args, err := readmeBuild(filepath.Join("..", "..", "README.md"), idemBin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	build := exec.Command("go", args...)
+	build.Env = append(os.Environ(), env...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building idem:", err)
