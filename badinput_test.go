@@ -141,6 +141,50 @@ func TestStateFileRefusesNonRegular(t *testing.T) {
 	}
 }
 
+// TestOpenLedgerRefusesNonRegular: OpenLedger on a FIFO, a socket or a
+// device refuses at once, naming the path and what it is, and leaves it be.
+func TestOpenLedgerRefusesNonRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.db")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unblock := func() {
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	}
+	sock := filepath.Join(dir, "sock.db")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, c := range []struct{ path, want string }{
+		{fifo, "is a named pipe (FIFO), not a regular file"},
+		{sock, "is a socket, not a regular file"},
+		{"/dev/null", "is a character device, not a regular file"},
+	} {
+		before := statFile(t, c.path)
+		err := within(t, "OpenLedger("+c.path+")", 10*time.Second, unblock, func() error {
+			l, err := idem.OpenLedger(c.path)
+			if err == nil {
+				l.Close()
+			}
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "ledger "+c.path+": "+c.want) {
+			t.Errorf("OpenLedger(%s): %v, want it to name the path and say %q", c.path, err, c.want)
+		}
+		if after := statFile(t, c.path); !before.same(after) {
+			t.Errorf("%s changed: %v → %v", c.path, before.mode, after.mode)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("files were created beside them: %v", ents)
+	}
+}
+
 // TestStateFileFollowsSymlink: a state file that is a symbolic link is
 // followed: the link stays a link, the target gets every update, and the
 // lock is the target's, shared with a store opened on the target itself.

@@ -178,7 +178,7 @@ func checkLedgerFile(path string) (exists bool, err error) {
 	case fi.IsDir():
 		return true, fmt.Errorf("idem: ledger %s: is a directory", path)
 	case !fi.Mode().IsRegular():
-		return true, fmt.Errorf("idem: ledger %s: is not a regular file (%s; left untouched)", path, fi.Mode().Type())
+		return true, fmt.Errorf("idem: ledger %s: is %s, not a regular file (left untouched)", path, fileKind(fi.Mode()))
 	case fi.Size() == 0:
 		return true, nil
 	}

@@ -185,25 +185,29 @@ func resolveStateFile(abs string) (string, error) {
 
 // regularFile refuses a state file that is not a regular file.
 func regularFile(path string, fi os.FileInfo) error {
-	m := fi.Mode()
-	var kind string
-	switch {
+	switch m := fi.Mode(); {
 	case m.IsRegular():
 		return nil
 	case m.IsDir():
 		return fmt.Errorf("idem: state file %s: is a directory", path)
-	case m&os.ModeNamedPipe != 0:
-		kind = "a named pipe (FIFO)"
-	case m&os.ModeSocket != 0:
-		kind = "a socket"
-	case m&os.ModeCharDevice != 0:
-		kind = "a character device"
-	case m&os.ModeDevice != 0:
-		kind = "a block device"
 	default:
-		kind = "of type " + m.Type().String()
+		return fmt.Errorf("idem: state file %s: is %s, not a regular file (left untouched)", path, fileKind(m))
 	}
-	return fmt.Errorf("idem: state file %s: is %s, not a regular file (left untouched)", path, kind)
+}
+
+// fileKind names what a file that is not a regular file or a directory is.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a block device"
+	}
+	return "of type " + m.Type().String()
 }
 
 // readRegular reads the file at path, refusing anything but a regular file
