@@ -200,6 +200,7 @@ func checkTableShapes(ctx context.Context, q querier, where string) error {
 // where none exists, so the file is left exactly as it was.
 func checkForeign(path string, walMode bool) error {
 	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)") // another process may be creating the ledger
 	if _, err := os.Stat(path + "-wal"); walMode && errors.Is(err, os.ErrNotExist) {
 		// The last writer closed it: the file holds everything, and
 		// immutable=1 reads it without creating -wal and -shm files.
