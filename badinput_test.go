@@ -253,6 +253,30 @@ func TestStateFileFollowsSymlink(t *testing.T) {
 	if err := within(t, "the Run through the link", 10*time.Second, nil, func() error { return <-done }); err != nil {
 		t.Fatal(err)
 	}
+
+	// The link is re-pointed while s is open: s keeps using the target it
+	// resolved; a store opened afterwards uses the new one.
+	target2 := filepath.Join(targetDir, "other.json")
+	if err := openStateAt(t, target2).Run(ctx, idem.Key{Job: "report", Period: "2026-11-05"}, ok); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target2, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(ctx, idem.Key{Job: "report", Period: "2026-10-31"}, ok); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{target: "2026-10-31", target2: "2026-11-05"} {
+		if js, err := openStateAt(t, path).Job(ctx, "report"); err != nil || js.Cursor != want {
+			t.Errorf("%s after re-pointing the link: watermark %q (%v), want %s", path, js.Cursor, err, want)
+		}
+	}
+	if p := openStateAt(t, link).Path(); p != target2 {
+		t.Errorf("a store opened after re-pointing the link uses %s, want %s", p, target2)
+	}
 }
 
 // TestStateFileDanglingSymlink: a link whose target does not exist is
