@@ -111,10 +111,11 @@ var sqliteHeader = []byte("SQLite format 3\x00")
 // read-only connection and left byte for byte as it was.
 //
 // The file is created once, here. If it is deleted or replaced while the
-// Ledger is open, the next write, and every new connection, fails with
-// [ErrLedgerReplaced] instead of creating a new, empty ledger. (Writes on a
-// connection opened before cannot be stopped from reaching the old file
-// between two checks; the check is made before each write transaction.)
+// Ledger is open, the next claim, done mark or other write transaction,
+// and every new connection, fail with [ErrLedgerReplaced] instead of
+// creating a new, empty ledger. It does NOT stop a transaction already
+// under way, or a lease renewal, from reaching the old file: the check is
+// made as each write transaction starts.
 // A directory or file that cannot be written is reported with its path
 // and the reason (read-only, permission denied).
 func OpenLedger(path string, opts ...Option) (*Ledger, error) {
