@@ -116,6 +116,7 @@ var sqliteHeader = []byte("SQLite format 3\x00")
 // creating a new, empty ledger. It does NOT stop a transaction already
 // under way, or a lease renewal, from reaching the old file: the check is
 // made as each write transaction starts.
+//
 // A directory or file that cannot be written is reported with its path
 // and the reason (read-only, permission denied).
 func OpenLedger(path string, opts ...Option) (*Ledger, error) {
