@@ -170,7 +170,7 @@ func catchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, op
 	cfg := newConfig(s, []Option{CatchUpAll(DefaultMaxPeriods)}, opts)
 	cu := cfg.catchUp
 	var res CatchUpResult
-	if err := (Key{Job: job, Period: "-"}).Validate(); err != nil {
+	if err := ValidateJob(job); err != nil {
 		return res, err
 	}
 	js, err := s.Job(ctx, job)

@@ -1,13 +1,10 @@
 package idem
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -42,6 +39,7 @@ type Ledger struct {
 	fast     *sql.DB // synchronous=NORMAL, for claims that need no sync; nil when attached
 	owned    bool
 	path     string
+	file     *ledgerConnector // an owned ledger's file, checked before each write; nil when attached
 	defaults []Option
 	stmts    sync.Map // stmtKey → *sql.Stmt: the driver caches no statements
 
@@ -106,8 +104,22 @@ var sqliteHeader = []byte("SQLite format 3\x00")
 // OpenLedger opens (creating it if needed) the ledger database at path. The
 // directory must exist. opts become defaults for every Run on the ledger.
 //
-// It refuses, without writing anything: a path that is a directory, a file
-// that is not a SQLite database, and a ledger of a newer schema version.
+// It refuses, without writing anything: a path that is a directory or not
+// a regular file, a file that is not a SQLite database, another
+// application's SQLite database (one with tables of its own and no idem
+// ledger in it: [ErrNotLedger]; attach to it with [NewLedger] instead), and
+// a ledger of a newer schema version. Such a file is read only through a
+// read-only connection and left byte for byte as it was.
+//
+// The file is created once, here. If it is deleted or replaced while the
+// Ledger is open, the next claim, done mark or other write transaction,
+// and every new connection, fail with [ErrLedgerReplaced] instead of
+// creating a new, empty ledger. It does NOT stop a transaction already
+// under way, or a lease renewal, from reaching the old file: the check is
+// made as each write transaction starts.
+//
+// A directory or file that cannot be written is reported with its path
+// and the reason (read-only, permission denied).
 func OpenLedger(path string, opts ...Option) (*Ledger, error) {
 	if path == "" {
 		return nil, errors.New("idem: ledger path is empty")
@@ -116,20 +128,22 @@ func OpenLedger(path string, opts ...Option) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idem: ledger %s: %w", path, err)
 	}
-	if err := checkLedgerFile(abs); err != nil {
+	exists, err := checkLedgerFile(abs)
+	if err != nil {
 		return nil, err
 	}
-	dsn := func(sync string) string {
-		u := url.URL{Scheme: "file", Path: abs}
-		q := url.Values{}
-		q.Add("_pragma", "busy_timeout(10000)")
-		q.Add("_pragma", "synchronous("+sync+")")
-		q.Add("_txlock", "immediate")
-		return "file:" + u.EscapedPath() + "?" + q.Encode()
+	if !exists {
+		if err := createLedgerFile(abs); err != nil {
+			return nil, err
+		}
 	}
-	db, err := sql.Open("sqlite", dsn("FULL"))
+	id, err := os.Stat(abs)
 	if err != nil {
 		return nil, fmt.Errorf("idem: ledger %s: %w", abs, err)
+	}
+	db, err := openOwned(abs, id, "FULL")
+	if err != nil {
+		return nil, err
 	}
 	l, err := newLedger(context.Background(), db, abs, opts)
 	if err != nil {
@@ -138,44 +152,47 @@ func OpenLedger(path string, opts ...Option) (*Ledger, error) {
 	}
 	// A second pool for the claims that need no sync: switching PRAGMA
 	// synchronous per transaction would cost three statements a Run.
-	if l.fast, err = sql.Open("sqlite", dsn("NORMAL")); err != nil {
+	if l.fast, err = openOwned(abs, id, "NORMAL"); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("idem: ledger %s: %w", abs, err)
+		return nil, err
 	}
+	l.file = &ledgerConnector{path: abs, id: id}
 	l.owned = true
 	return l, nil
 }
 
-func checkLedgerFile(path string) error {
+// checkLedgerFile checks, without writing, that path can be opened as a
+// ledger, and reports whether the file exists.
+func checkLedgerFile(path string) (exists bool, err error) {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		dir := filepath.Dir(path)
 		di, derr := os.Stat(dir)
 		if derr != nil {
-			return fmt.Errorf("idem: ledger %s: directory: %w", path, derr)
+			return false, fmt.Errorf("idem: ledger %s: directory: %w", path, derr)
 		}
 		if !di.IsDir() {
-			return fmt.Errorf("idem: ledger %s: %s is not a directory", path, dir)
+			return false, fmt.Errorf("idem: ledger %s: %s is not a directory", path, dir)
 		}
-		return nil
+		return false, nil
 	case err != nil:
-		return fmt.Errorf("idem: ledger %s: %w", path, err)
+		return false, fmt.Errorf("idem: ledger %s: %w", path, err)
 	case fi.IsDir():
-		return fmt.Errorf("idem: ledger %s: is a directory", path)
+		return true, fmt.Errorf("idem: ledger %s: is a directory", path)
+	case !fi.Mode().IsRegular():
+		return true, fmt.Errorf("idem: ledger %s: is %s, not a regular file (left untouched)", path, fileKind(fi.Mode()))
 	case fi.Size() == 0:
-		return nil
+		return true, nil
 	}
-	f, err := os.Open(path)
+	isSQLite, walMode, err := sqliteFileHeader(path)
 	if err != nil {
-		return fmt.Errorf("idem: ledger %s: %w", path, err)
+		return true, fmt.Errorf("idem: ledger %s: %w", path, err)
 	}
-	defer f.Close()
-	head := make([]byte, len(sqliteHeader))
-	if _, err := io.ReadFull(f, head); err != nil || !bytes.Equal(head, sqliteHeader) {
-		return fmt.Errorf("idem: ledger %s: not a SQLite database (left untouched)", path)
+	if !isSQLite {
+		return true, fmt.Errorf("idem: ledger %s: not a SQLite database (left untouched)", path)
 	}
-	return nil
+	return true, checkForeign(path, walMode)
 }
 
 // NewLedger attaches a ledger to the caller's SQLite database (opened with
@@ -183,6 +200,10 @@ func checkLedgerFile(path string) error {
 // ledger live in one file and [Ledger.RunTx] can commit both in one
 // transaction. It creates the idem_ tables if needed and switches the
 // database to WAL mode. Close does not close db.
+//
+// A table of the database that bears a name of idem's (idem_runs,
+// idem_jobs, ...) but not the columns idem gives it is the application's
+// own: NewLedger refuses with [ErrNotLedger] before writing anything.
 //
 // idem sets PRAGMA synchronous on the connections it uses (FULL for done
 // marks) and leaves them at FULL. For the best concurrency, open db with a
@@ -414,7 +435,8 @@ func schemaVersion(ctx context.Context, q interface {
 }
 
 func (l *Ledger) migrate(ctx context.Context) error {
-	// Read first: a newer ledger must not see a single write.
+	// Read first: a newer ledger, or a database whose idem_ tables are not
+	// idem's, must not see a single write.
 	v, err := schemaVersion(ctx, l.db)
 	if err != nil {
 		return l.wrapOpenErr(err)
@@ -424,6 +446,9 @@ func (l *Ledger) migrate(ctx context.Context) error {
 	}
 	if v == SchemaVersion {
 		return nil
+	}
+	if err := checkTableShapes(ctx, l.db, l.where()); err != nil {
+		return l.wrapOpenErr(err)
 	}
 	return busyRetry(ctx, func() error {
 		if _, err := l.db.ExecContext(ctx, `PRAGMA journal_mode=WAL`); err != nil {
@@ -461,12 +486,20 @@ func (l *Ledger) migrate(ctx context.Context) error {
 }
 
 func (l *Ledger) wrapOpenErr(err error) error {
+	if errors.Is(err, ErrNotLedger) || errors.Is(err, ErrLedgerReplaced) {
+		return err
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
 		case sqlite3.SQLITE_NOTADB:
 			return fmt.Errorf("idem: %s: not a SQLite database (left untouched): %w", l.where(), err)
 		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_IOERR:
+			if l.path != "" {
+				if msg := unwritable(l.path); msg != "" {
+					return fmt.Errorf("idem: %s: cannot open or write: %s: %w", l.where(), msg, err)
+				}
+			}
 			return fmt.Errorf("idem: %s: cannot open or write: %w", l.where(), err)
 		}
 	}
@@ -518,13 +551,16 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 	if l.fast == nil {
 		return l.withSQLTx(ctx, durable, f)
 	}
+	if err := l.file.check(); err != nil {
+		return err
+	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	i, pool := 0, l.db
 	if !durable {
 		i, pool = 1, l.fast
 	}
-	return busyRetry(ctx, func() error {
+	return l.writeErr(busyRetry(ctx, func() error {
 		w := l.wconns[i]
 		if w == nil {
 			c, err := pool.Conn(ctx)
@@ -559,16 +595,19 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 		}
 		committed = true
 		return nil
-	})
+	}))
 }
 
 // withSQLTx is withTx in a database/sql Tx, for transactions that hand the
 // caller's fn a *sql.Tx (FinishTx, FinishItemsTx) and for attached
 // databases.
 func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error) error {
+	if err := l.file.check(); err != nil {
+		return err
+	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	return busyRetry(ctx, func() error {
+	return l.writeErr(busyRetry(ctx, func() error {
 		pool := l.db
 		var tx *sql.Tx
 		var err error
@@ -601,7 +640,7 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 			return err
 		}
 		return tx.Commit()
-	})
+	}))
 }
 
 const recordCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated`
@@ -795,7 +834,7 @@ func (l *Ledger) claimTx(ctx context.Context, req ClaimRequest) (Claim, error) {
 }
 
 func (l *Ledger) opErr(op string, key Key, err error) error {
-	if isStop(err) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotResolvable) {
+	if isStop(err) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotResolvable) || errors.Is(err, ErrLedgerReplaced) {
 		return err
 	}
 	var fe *fnError

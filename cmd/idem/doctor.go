@@ -144,6 +144,17 @@ func diagnose(ctx context.Context, path string, now time.Time) *doctorReport {
 		rep.add(levelError, "file", "%s: %v", abs, statErr)
 	case fi.IsDir():
 		rep.add(levelError, "file", "%s is a directory: give the ledger file's path, e.g. %s", abs, filepath.Join(abs, "ledger.db"))
+	case !fi.Mode().IsRegular():
+		kind := "a special file"
+		switch m := fi.Mode(); {
+		case m&os.ModeNamedPipe != 0:
+			kind = "a named pipe (FIFO)"
+		case m&os.ModeSocket != 0:
+			kind = "a socket"
+		case m&os.ModeDevice != 0:
+			kind = "a device"
+		}
+		rep.add(levelError, "file", "%s is %s, not a regular file: give the ledger file's path", abs, kind)
 	}
 	if di, err := os.Stat(dir); err != nil || !di.IsDir() {
 		rep.add(levelWarn, "directory", "%s does not exist or is not a directory ('idem run' creates a missing one)", dir)
@@ -151,7 +162,7 @@ func diagnose(ctx context.Context, path string, now time.Time) *doctorReport {
 	}
 	checkFilesystem(rep, dir)
 	checkWritable(rep, dir)
-	if statErr != nil || fi.IsDir() {
+	if statErr != nil || !fi.Mode().IsRegular() {
 		return rep
 	}
 

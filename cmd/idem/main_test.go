@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -30,7 +31,15 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	idemBin = filepath.Join(dir, "idem")
-	build := exec.Command("go", "build", "-o", idemBin, ".")
+	// Built as the README's install command builds it.
+	env, args, err := readmeBuild(filepath.Join("..", "..", "README.md"), idemBin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	build := exec.Command("go", args...)
+	build.Env = append(os.Environ(), env...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building idem:", err)
@@ -599,6 +608,83 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.dir, "out.txt")); err == nil {
 		t.Error("a usage error ran the command")
+	}
+}
+
+// TestBadFlagValues: a flag value out of range is a usage error (exit 2)
+// that names the flag, before anything runs or is written.
+func TestBadFlagValues(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitOK, runArgs()...)
+	before, err := os.ReadFile(e.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := e.lines("out.txt")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{runArgs("--max", "-3"), "--max -3"},
+		{runArgs("--lease", "0s"), "--lease 0s"},
+		{runArgs("--lease", "-1m"), "--lease -1m"},
+		{runArgs("--since", "yesterday"), "--since"},
+		{runArgs("--job", ""), `--job: idem: invalid job "": job is empty`},
+		{runArgs("--job", strings.Repeat("j", 10240)), `(10240 bytes): job is 10240 bytes, more than 200`},
+		{[]string{"ls", "--limit", "-1"}, "--limit -1"},
+		{[]string{"ls", "--job", "a\tb"}, `--job: idem: invalid job "a\tb"`},
+		{[]string{"prune", "--job", "", "--through", "2026-10-01"}, `--job: idem: invalid job "": job is empty`},
+		{[]string{"prune", "--job", "settle", "--keep", "NaNd", "--schedule", "daily"}, "--keep"},
+		{[]string{"prune", "--job", "settle", "--keep", "1e300d", "--schedule", "daily"}, "--keep"},
+		{[]string{"prune", "--job", "settle", "--keep", "-2w", "--schedule", "daily"}, "--keep"},
+	} {
+		_, stderr, code := e.idem(c.args...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Contains(stderr, `"-"`) || len(stderr) > 1000 {
+			t.Errorf("idem %q: exit %d, want %d with %q\n%s", c.args, code, exitUsage, c.want, stderr)
+		}
+	}
+	if after, _ := os.ReadFile(e.ledger); !bytes.Equal(before, after) {
+		t.Error("a usage error changed the ledger")
+	}
+	if got := e.lines("out.txt"); !equal(got, ran) {
+		t.Errorf("a usage error ran the command: %q, want %q", got, ran)
+	}
+}
+
+// TestForeignDatabaseRefused: pointed at another application's SQLite
+// file, every command refuses (exit 2, naming the file) and leaves the
+// file and its directory as they were.
+func TestForeignDatabaseRefused(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	db, err := sql.Open("sqlite", e.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`PRAGMA journal_mode=WAL`, `CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)`, `INSERT INTO users VALUES(1, 'ann')`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	before, err := os.ReadFile(e.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"ls"}, {"show", "settle", "2026-10-27"}, {"resolve", "settle", "2026-10-27", "--done"},
+		{"reset", "settle", "2026-10-27"}, {"prune", "--job", "settle", "--through", "2026-10-01"}, runArgs(),
+	} {
+		_, stderr, code := e.idem(args...)
+		if code != exitUsage || !strings.Contains(stderr, e.ledger+" is another application's SQLite database (tables users)") {
+			t.Errorf("idem %s: exit %d, want %d naming the file\n%s", strings.Join(args, " "), code, exitUsage, stderr)
+		}
+	}
+	if after, _ := os.ReadFile(e.ledger); !bytes.Equal(before, after) {
+		t.Error("the application's database changed")
+	}
+	ents, _ := os.ReadDir(e.dir)
+	if len(ents) != 1 {
+		t.Errorf("files beside it: %v", ents)
 	}
 }
 

@@ -199,6 +199,14 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 			default:
 				return usageError(fmt.Errorf("--status %q: use one of %s", status, strings.Join(statusNames, ", ")))
 			}
+			if limit < 0 {
+				return usageError(fmt.Errorf("--limit %d: must be 0 (all) or more", limit))
+			}
+			if job != "" {
+				if err := idem.ValidateJob(job); err != nil {
+					return usageError(fmt.Errorf("--job: %w", err))
+				}
+			}
 			if status == "pending" && limit > 0 {
 				return usageError(errors.New("--limit cannot be combined with --status pending"))
 			}
@@ -493,8 +501,8 @@ ledger.`,
   idem prune --job settle --through 2026-06-30`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := (idem.Key{Job: job, Period: "-"}).Validate(); err != nil {
-				return usageError(fmt.Errorf("--job %q: %w", job, err))
+			if err := idem.ValidateJob(job); err != nil {
+				return usageError(fmt.Errorf("--job: %w", err))
 			}
 			var sched idem.Schedule
 			if schedule != "" {

@@ -143,8 +143,8 @@ func newRunCmd() *cobra.Command {
 
 func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	stderr := cmd.ErrOrStderr()
-	if err := (idem.Key{Job: o.job, Period: "-"}).Validate(); err != nil {
-		return usageError(fmt.Errorf("--job %q: %w", o.job, err))
+	if err := idem.ValidateJob(o.job); err != nil {
+		return usageError(fmt.Errorf("--job: %w", err))
 	}
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		return usageError(fmt.Errorf("command %q: %w", argv[0], err))
@@ -165,6 +165,9 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		opts = append(opts, idem.AtMostOnce())
 	default:
 		return usageError(fmt.Errorf("--mode %q: use at-least-once or at-most-once", o.mode))
+	}
+	if o.max < 0 {
+		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
 	}
 	if o.lease <= 0 {
 		return usageError(fmt.Errorf("--lease %v: must be positive", o.lease))
