@@ -50,11 +50,12 @@ func TestStateFileLease(t *testing.T) {
 	const lease = time.Minute
 	var before, after, othersErr error
 	var res idem.Result
-	err := s.Run(ctx, k, func(ctx context.Context) error {
-		before = idem.CheckLease(ctx)
+	err := s.Run(ctx, k, func(fctx context.Context) error {
+		before = idem.CheckLease(fctx)
 		clk.advance(lease + time.Second) // stalled past the lease: no renewal ran
-		after = idem.CheckLease(ctx)
-		// Another process (another store on the file), a day later by its clock.
+		after = idem.CheckLease(fctx)
+		// Another process (another store on the file), a day later by its
+		// clock; its context is not derived from fn's.
 		othersErr = openState(t, dir).Run(ctx, k, func(context.Context) error {
 			t.Error("another store took the stalled holder's job over")
 			return nil
