@@ -79,7 +79,7 @@ func (s *supervisor) run(ctx context.Context, p idem.Period) error {
 	// running by a killed idem, must end first. The command inherits the
 	// lock (descriptor 3), so that it holds as long as it runs.
 	lock, err := s.locks.lock(ctx, info.Key, func(holder string) {
-		fmt.Fprintf(s.stderr, "idem: %s %s: waiting for the command of an earlier attempt to end (%s); its idem was killed\n",
+		fmt.Fprintf(s.stderr, "idem: %s %s: waiting for the command of an earlier attempt to end (%s)\n",
 			info.Key.Job, info.Key.Period, holder)
 	})
 	switch {

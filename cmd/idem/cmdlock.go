@@ -68,7 +68,7 @@ func (l *cmdLock) started(pid int, key idem.Key, attempt int64) {
 	if l == nil {
 		return
 	}
-	_ = l.f.Truncate(0)
+	_ = l.f.Truncate(0) // fails, harmlessly, on another user's file
 	_, _ = fmt.Fprintf(l.f, "command pid %d, attempt %d of %s\n", pid, attempt, key)
 }
 

@@ -29,6 +29,9 @@ func (c cmdLocks) lock(ctx context.Context, key idem.Key, waiting func(holder st
 	told := false
 	for {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if errors.Is(err, os.ErrPermission) {
+			f, err = os.Open(path) // another user's: an flock needs no write access
+		}
 		if err != nil {
 			return nil, err
 		}
