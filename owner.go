@@ -10,30 +10,6 @@ import (
 	"sync"
 )
 
-// An owner names the process that holds a lease (Record.Owner,
-// ClaimRequest.Owner, Info.Owner). idem writes it as
-//
-//	host:pid:rand;start=S;boot=B;pidns=N;timens=T
-//
-// host is the host name, pid the process id, rand 8 hex digits drawn when
-// the process first claims. The fields after the first ';' say which
-// process that pid was, and where the pid means something (Linux only; on
-// other systems, or where /proc cannot be read, the owner ends after rand):
-//
-//	start   the process's start time, in clock ticks after boot (field 22
-//	        of /proc/<pid>/stat): a pid reused by a later process has
-//	        another start time
-//	boot    the kernel's boot id (/proc/sys/kernel/random/boot_id): pids and
-//	        start times mean nothing across a reboot
-//	pidns   the inode of the process's pid namespace (/proc/self/ns/pid):
-//	        two containers with one host name number their processes apart
-//	timens  the inode of its time namespace (/proc/self/ns/time), which
-//	        shifts the start times /proc shows; empty on kernels without
-//	        time namespaces
-//
-// An owner without them (written by an older idem, or on another system)
-// is valid; [HolderGone] cannot tell whether its process lives.
-
 // ownerID is an owner, parsed.
 type ownerID struct {
 	host, rand string
@@ -151,6 +127,31 @@ func validField(v string) bool { return !strings.ContainsAny(v, "=; \t\n") }
 // process started at another time (the pid was reused), or is a zombie
 // whose threads have all exited.
 //
+// The owners idem writes (ClaimRequest.Owner, Record.Owner, Info.Owner)
+// have the form
+//
+//	host:pid:rand;start=S;boot=B;pidns=N;timens=T
+//
+// host is the host name, pid the process id, rand 8 hex digits drawn once
+// per process. The fields after the first ';' say which process that pid
+// was, and where the pid means something; idem writes them on Linux, when
+// it can read them from /proc, and otherwise ends the owner after rand:
+//
+//	start   the process's start time, in clock ticks after boot (field 22
+//	        of /proc/<pid>/stat): a pid reused by a later process has
+//	        another start time
+//	boot    the kernel's boot id (/proc/sys/kernel/random/boot_id): pids and
+//	        start times mean nothing across a reboot
+//	pidns   the inode of the process's pid namespace (/proc/self/ns/pid):
+//	        two containers with one host name number their processes apart
+//	timens  the inode of its time namespace (/proc/self/ns/time), which
+//	        shifts the start times that /proc shows; empty on kernels
+//	        without time namespaces
+//
+// An owner without them (written by an older idem, or on another system)
+// is valid, and so is one with fields this version does not know; of
+// neither can HolderGone tell whether its process lives.
+//
 // It returns false whenever it cannot be certain: an owner on another host,
 // in another container or from before a reboot; an owner written by an
 // older idem or on another system (no start time); an owner it cannot
@@ -166,6 +167,10 @@ func validField(v string) bool { return !strings.ContainsAny(v, "=; \t\n") }
 // shared one (Postgres) alike may call it: on another host it is false.
 // Without it a store is still correct; a crashed holder is then taken over
 // only when its lease expires.
+//
+// It says nothing of the processes the holder started: they may run on
+// after it died, beside the attempt that takes over. (The idem command
+// waits for its command's; a fn that starts processes must see to them.)
 //
 // It costs a kill(2) with signal 0 and a read of /proc/<pid>/stat.
 func HolderGone(owner string) bool {
