@@ -45,7 +45,10 @@ type ItemStore interface {
 	// failure count up by one), and unknown items if req.TakeUnknown
 	// (Doubt). Several claimers, in this process or on other hosts, never
 	// get the same chunk or item at once. An empty batch means nothing is
-	// runnable now.
+	// runnable now. A chunk or item whose lease holds but whose owner's
+	// process is gone ([HolderGone]) should count as expired, as for
+	// [Store.Claim]; the ledgers check the running owners when nothing else
+	// is runnable.
 	ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) (ItemBatch, error)
 
 	// FinishItems records how item attempts ended, in one durable

@@ -720,10 +720,10 @@ func decide(rec Record, found bool, req ClaimRequest) (state ClaimState, take, d
 	case StatusDone:
 		return ClaimDone, false, false
 	case StatusRunning:
-		if now.Before(rec.LeaseUntil) {
+		if now.Before(rec.LeaseUntil) && !HolderGone(rec.Owner) {
 			return ClaimBusy, false, false
 		}
-		return ClaimAcquired, true, true // the holder died or stalled
+		return ClaimAcquired, true, true // the holder died (its process is gone, or its lease expired) or stalled
 	case StatusFailed:
 		if now.Before(rec.NotBefore) {
 			return ClaimBackingOff, false, false
@@ -742,8 +742,13 @@ func decide(rec Record, found bool, req ClaimRequest) (state ClaimState, take, d
 	return ClaimParked, false, false
 }
 
-// abandonedError describes an attempt whose lease expired before it finished.
-func abandonedError(rec Record) string {
+// abandonedError describes a running attempt taken over at now: its lease
+// expired, or (before that) its process was found gone ([HolderGone]).
+func abandonedError(rec Record, now time.Time) string {
+	if now.Before(rec.LeaseUntil) {
+		return fmt.Sprintf("attempt %d by %s abandoned: its process died without a done mark (its lease ran to %s)",
+			rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339Nano))
+	}
 	return fmt.Sprintf("attempt %d by %s abandoned: lease expired at %s without a done mark",
 		rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339Nano))
 }
@@ -819,7 +824,7 @@ func (l *Ledger) claimTx(ctx context.Context, req ClaimRequest) (Claim, error) {
 		lastErr := rec.LastError
 		if rec.Status == StatusRunning {
 			c.Record.Failures++
-			lastErr = abandonedError(rec)
+			lastErr = abandonedError(rec, req.Now)
 			c.Record.LastError = lastErr
 		}
 		_, err = tx.exec(`UPDATE idem_runs SET status='running', attempt=?, failures=?, owner=?,
@@ -1220,7 +1225,7 @@ func resolvable(rec Record, found bool, to Resolution, now time.Time) error {
 		return fmt.Errorf("%w: %s has no record; it is runnable already", ErrNotResolvable, rec.Key)
 	case rec.Status == StatusDone:
 		return fmt.Errorf("%w: %s is done", ErrNotResolvable, rec.Key)
-	case rec.Status == StatusRunning && now.Before(rec.LeaseUntil):
+	case rec.Status == StatusRunning && now.Before(rec.LeaseUntil) && !HolderGone(rec.Owner):
 		return fmt.Errorf("%w: %s is held by attempt %d of %s until %s", ErrNotResolvable, rec.Key,
 			rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339))
 	}

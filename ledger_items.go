@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -239,7 +240,9 @@ func (l *Ledger) CountItems(ctx context.Context, key Key) (ItemCounts, error) {
 }
 
 // claimChunkSQL takes one runnable chunk: pending, or running with an
-// expired lease (then the abandoned attempt's started items are in doubt).
+// expired lease or held by an owner of ?7, a JSON array of owners whose
+// processes are gone (then the abandoned attempt's started items are in
+// doubt).
 const claimChunkSQL = `UPDATE idem_item_chunks SET
 		doubt = CASE WHEN status = 'running' THEN started ELSE 0 END,
 		failures = failures + (status = 'running'),
@@ -249,15 +252,21 @@ const claimChunkSQL = `UPDATE idem_item_chunks SET
 		SELECT chunk FROM idem_item_chunks WHERE job = ?5 AND period = ?6 AND status = 'pending'
 		UNION ALL
 		SELECT chunk FROM idem_item_chunks WHERE job = ?5 AND period = ?6 AND status = 'running' AND lease_until <= ?3
+		UNION ALL
+		SELECT chunk FROM idem_item_chunks WHERE job = ?5 AND period = ?6 AND status = 'running'
+			AND owner IN (SELECT value FROM json_each(?7))
 		LIMIT 1)
 	RETURNING chunk, attempt, settled, doubt, failures`
 
 // claimSingleSQL takes up to N runnable items that have records of their
-// own.
+// own; ?8 is a JSON array of owners whose processes are gone.
 const claimSingleSQL = `UPDATE idem_item_state SET
 		doubt = (status IN ('running', 'unknown')),
 		failures = failures + (status = 'running'),
-		last_error = CASE WHEN status = 'running'
+		last_error = CASE
+			WHEN status = 'running' AND lease_until > ?3
+			THEN 'attempt ' || attempt || ' by ' || owner || ' abandoned: its process died without a done mark'
+			WHEN status = 'running'
 			THEN 'attempt ' || attempt || ' by ' || owner || ' abandoned: lease expired without a done mark'
 			ELSE last_error END,
 		status = 'running', attempt = attempt + 1, owner = ?1, lease_until = ?2, updated = ?3
@@ -270,54 +279,106 @@ const claimSingleSQL = `UPDATE idem_item_state SET
 		UNION ALL
 		SELECT item FROM idem_item_state WHERE job = ?4 AND period = ?5 AND status = 'running' AND lease_until <= ?3
 		UNION ALL
+		SELECT item FROM idem_item_state WHERE job = ?4 AND period = ?5 AND status = 'running' AND lease_until > ?3
+			AND owner IN (SELECT value FROM json_each(?8))
+		UNION ALL
 		SELECT item FROM idem_item_state WHERE ?6 AND job = ?4 AND period = ?5 AND status = 'unknown'
 		LIMIT ?7)
 	RETURNING item, attempt, failures, doubt`
 
 // ClaimItems implements [ItemStore]: one UPDATE ... RETURNING for a chunk,
-// else one for single items, under SQLite's write lock.
+// else one for single items, under SQLite's write lock. When neither finds
+// work, the owners of the period's running chunks and items whose leases
+// have not expired are checked with [HolderGone], and the work of those
+// whose process is gone is claimed as if their leases had expired.
 func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) (ItemBatch, error) {
 	var b ItemBatch
 	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
 		b = ItemBatch{}
 		now, until := micros(req.Now), micros(req.Now.Add(req.Lease))
-		var doubt, failures int
-		var items string
-		err := tx.queryRow(claimChunkSQL, req.Owner, until, now, max(req.N, 1), key.Job, key.Period).
-			Scan(&b.Chunk, &b.Attempt, &b.Pos, &doubt, &failures)
-		if err == nil {
-			if err := tx.queryRow(`SELECT items FROM idem_item_lists WHERE job=? AND period=? AND chunk=?`,
-				key.Job, key.Period, b.Chunk).Scan(&items); err != nil {
-				return fmt.Errorf("chunk %d's item list: %w", b.Chunk, err)
+		for dead := "[]"; ; {
+			var doubt, failures int
+			var items string
+			err := tx.queryRow(claimChunkSQL, req.Owner, until, now, max(req.N, 1), key.Job, key.Period, dead).
+				Scan(&b.Chunk, &b.Attempt, &b.Pos, &doubt, &failures)
+			if err == nil {
+				if err := tx.queryRow(`SELECT items FROM idem_item_lists WHERE job=? AND period=? AND chunk=?`,
+					key.Job, key.Period, b.Chunk).Scan(&items); err != nil {
+					return fmt.Errorf("chunk %d's item list: %w", b.Chunk, err)
+				}
+				b.Items = chunkClaims(items, b.Attempt, b.Pos, doubt, failures)
+				return nil
 			}
-			b.Items = chunkClaims(items, b.Attempt, b.Pos, doubt, failures)
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		st, err := tx.stmt(claimSingleSQL)
-		if err != nil {
-			return err
-		}
-		rows, err := st.QueryContext(ctx, req.Owner, until, now, key.Job, key.Period, req.TakeUnknown, max(req.N, 1))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var c ItemClaim
-			if err := rows.Scan(&c.Item, &c.Attempt, &c.Failures, &c.Doubt); err != nil {
+			if !errors.Is(err, sql.ErrNoRows) {
 				return err
 			}
-			b.Items = append(b.Items, c)
+			if err := claimSingles(tx, key, req, now, until, dead, &b); err != nil || len(b.Items) > 0 || dead != "[]" {
+				return err
+			}
+			gone, err := goneOwners(tx, key, now)
+			if err != nil || len(gone) == 0 {
+				return err
+			}
+			list, err := json.Marshal(gone)
+			if err != nil {
+				return err
+			}
+			dead = string(list)
 		}
-		return rows.Err()
 	})
 	if err != nil {
 		return ItemBatch{}, l.opErr("claim items", key, err)
 	}
 	return b, nil
+}
+
+// claimSingles takes up to req.N single items into b.
+func claimSingles(tx *wtx, key Key, req ItemClaimRequest, now, until int64, dead string, b *ItemBatch) error {
+	st, err := tx.stmt(claimSingleSQL)
+	if err != nil {
+		return err
+	}
+	rows, err := st.QueryContext(tx.ctx, req.Owner, until, now, key.Job, key.Period, req.TakeUnknown, max(req.N, 1), dead)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c ItemClaim
+		if err := rows.Scan(&c.Item, &c.Attempt, &c.Failures, &c.Doubt); err != nil {
+			return err
+		}
+		b.Items = append(b.Items, c)
+	}
+	return rows.Err()
+}
+
+// goneOwners returns the owners of key's running chunks and items whose
+// leases have not expired at now and whose processes are gone
+// ([HolderGone]).
+func goneOwners(tx *wtx, key Key, now int64) ([]string, error) {
+	st, err := tx.stmt(`SELECT owner FROM idem_item_chunks WHERE job = ?1 AND period = ?2 AND status = 'running' AND lease_until > ?3
+		UNION
+		SELECT owner FROM idem_item_state WHERE job = ?1 AND period = ?2 AND status = 'running' AND lease_until > ?3`)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(tx.ctx, key.Job, key.Period, now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var gone []string
+	for rows.Next() {
+		var o string
+		if err := rows.Scan(&o); err != nil {
+			return nil, err
+		}
+		if HolderGone(o) {
+			gone = append(gone, o)
+		}
+	}
+	return gone, rows.Err()
 }
 
 // chunkClaims turns a claimed chunk's item list into the claims of its

@@ -2,12 +2,9 @@ package idem
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,13 +23,14 @@ import (
 //     ErrLeaseLost.
 //  3. Done: the done mark is written only if the attempt still holds the key,
 //     and durably. Otherwise Run returns ErrLeaseLost, never success.
-//  4. An attempt that died (lease expired, not done), or an fn that failed, is
-//     recovered by the mode: [AtLeastOnce] (default), [AtMostOnce] or
-//     [TwoPhase]. Failures are retried in-process after the [Backoff]'s
-//     delay; the failure count and the time of the next allowed attempt are
-//     kept in the store, so a separate process honours them too. When the
-//     backoff gives up, or fn returns a [Permanent] error, the key is parked
-//     (ErrGaveUp) until Reset.
+//  4. An attempt that died (lease expired, or its process found gone by
+//     [HolderGone]; not done), or an fn that failed, is recovered by the
+//     mode: [AtLeastOnce] (default), [AtMostOnce] or [TwoPhase]. Failures
+//     are retried in-process after the [Backoff]'s delay; the failure count
+//     and the time of the next allowed attempt are kept in the store, so a
+//     separate process honours them too. When the backoff gives up, or fn
+//     returns a [Permanent] error, the key is parked (ErrGaveUp) until
+//     Reset.
 //
 // Run returns nil when the key's work is done, now or earlier; [ReportTo]
 // tells which. Otherwise the error is an *[Error] matching one of
@@ -153,23 +151,6 @@ type infoKey struct{}
 func InfoFrom(ctx context.Context) (Info, bool) {
 	i, ok := ctx.Value(infoKey{}).(Info)
 	return i, ok
-}
-
-var (
-	ownerOnce sync.Once
-	owner     string
-)
-
-// processOwner identifies this process as a lease holder: host, pid and a
-// random part (pids are reused across reboots and containers).
-func processOwner() string {
-	ownerOnce.Do(func() {
-		host, _ := os.Hostname()
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
-	})
-	return owner
 }
 
 // execute runs the protocol. Exactly one of fn and tx is set.

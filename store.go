@@ -22,6 +22,14 @@ type Store interface {
 	// Claim reads the key's record and, if no live attempt holds it and it is
 	// not settled, takes it for a new attempt with a higher attempt number,
 	// in one atomic step. It must not write when the key is done.
+	//
+	// An attempt is live while its lease holds, unless [HolderGone] says
+	// that its Owner's process has ended: a store should then take the key
+	// over at once, as if the lease had expired (Doubt set, the abandoned
+	// attempt counted as a failure, a LastError that says its process
+	// died), with the same fencing by the abandoned attempt. Resolve should
+	// apply the same rule. A store that does not is still correct: it takes
+	// a dead holder's key over when its lease expires.
 	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 
 	// Renew extends the lease of attempt to now+lease.
@@ -167,7 +175,7 @@ type Record struct {
 // ClaimRequest asks a store to take a key for a new attempt.
 type ClaimRequest struct {
 	Key   Key
-	Owner string        // who is claiming: host, process and a random part
+	Owner string        // who is claiming: host, pid, a random part and what proves the process's death (see HolderGone); store it as it is
 	Now   time.Time     // the claimer's clock
 	Lease time.Duration // how long the claim holds without renewal
 

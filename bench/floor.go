@@ -116,10 +116,11 @@ func execOne(ctx context.Context, s *sql.Stmt, args ...any) error {
 	return nil
 }
 
-// floorOwner stands for idem's lease owner (host:pid:random).
+// floorOwner stands for idem's lease owner (host:pid:random, and on Linux
+// the fields that prove the process's death), of the same length.
 var floorOwner = func() string {
 	h, _ := os.Hostname()
-	return fmt.Sprintf("%s:%d:0123abcd", h, os.Getpid())
+	return fmt.Sprintf("%s:%d:0123abcd;start=1234567;boot=01234567-89ab-cdef-0123-456789abcdef;pidns=4026531836;timens=4026531834", h, os.Getpid())
 }()
 
 func nowMicros() int64 { return time.Now().UnixMicro() }

@@ -98,7 +98,11 @@ func (l *Ledger) CountItems(ctx context.Context, key idem.Key) (idem.ItemCounts,
 // its last error says so), unknown if req.TakeUnknown (Doubt); within each,
 // oldest change first; they come back in item order. Claimers on any
 // number of hosts take disjoint chunks and items without waiting for each
-// other.
+// other. When neither statement finds work, the owners of the period's
+// running chunks and items whose leases hold are read (one more
+// statement), and the work of those whose process is gone
+// ([idem.HolderGone]: a process of this host that died) is claimed as if
+// their leases had expired, by the same two statements.
 //
 // The lease runs until the server's time plus req.Lease (idem.DefaultLease
 // if not positive); req.Now is ignored. A req.N below 1 counts as 1.
@@ -108,10 +112,39 @@ func (l *Ledger) ClaimItems(ctx context.Context, key idem.Key, req idem.ItemClai
 	if lease <= 0 {
 		lease = idem.DefaultLease
 	}
+	gone := []string{}
+	for {
+		b, err := l.claimItems(ctx, key, req, n, lease, gone)
+		if err != nil || len(b.Items) > 0 || b.Chunk != 0 || len(gone) > 0 {
+			return b, err
+		}
+		// Nothing runnable: are some holders' processes gone?
+		rows, err := l.pool.Query(ctx, l.q.runningOwners, key.Job, key.Period)
+		if err != nil {
+			return idem.ItemBatch{}, l.opErr("claim items", key, err)
+		}
+		owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return idem.ItemBatch{}, l.opErr("claim items", key, err)
+		}
+		for _, o := range owners {
+			if idem.HolderGone(o) {
+				gone = append(gone, o)
+			}
+		}
+		if len(gone) == 0 {
+			return b, nil
+		}
+	}
+}
+
+// claimItems is one pass of ClaimItems: a chunk, else single items; the
+// work of the owners in gone counts as if their leases had expired.
+func (l *Ledger) claimItems(ctx context.Context, key idem.Key, req idem.ItemClaimRequest, n int, lease time.Duration, gone []string) (idem.ItemBatch, error) {
 	var b idem.ItemBatch
 	var size, doubt, failures int
 	var items []string
-	err := l.pool.QueryRow(ctx, l.q.claimChunk, key.Job, key.Period, req.Owner, micros(lease), n).
+	err := l.pool.QueryRow(ctx, l.q.claimChunk, key.Job, key.Period, req.Owner, micros(lease), n, gone).
 		Scan(&b.Chunk, &b.Attempt, &size, &b.Pos, &doubt, &failures, &items)
 	if err == nil {
 		if len(items) != size-b.Pos {
@@ -131,7 +164,7 @@ func (l *Ledger) ClaimItems(ctx context.Context, key idem.Key, req idem.ItemClai
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return idem.ItemBatch{}, l.opErr("claim items", key, err)
 	}
-	rows, err := l.pool.Query(ctx, l.q.claimItems, key.Job, key.Period, req.Owner, micros(lease), int64(n), req.TakeUnknown)
+	rows, err := l.pool.Query(ctx, l.q.claimItems, key.Job, key.Period, req.Owner, micros(lease), int64(n), req.TakeUnknown, gone)
 	if err != nil {
 		return idem.ItemBatch{}, l.opErr("claim items", key, err)
 	}

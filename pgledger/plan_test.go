@@ -111,8 +111,8 @@ func TestClaimItemsPlan(t *testing.T) {
 	for _, period := range []string{"known", "new"} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			t.Run(period+"/"+mode, func(t *testing.T) {
-				got, out := planScans(t, pool, mode, 200, l.q.claimItems, "j", period, "o", micros(idem.DefaultLease), int64(100), true)
-				want := strings.Repeat("Index Scan item_state_by_status, ", 4) + "Tid Scan "
+				got, out := planScans(t, pool, mode, 200, l.q.claimItems, "j", period, "o", micros(idem.DefaultLease), int64(100), true, []string{})
+				want := strings.Repeat("Index Scan item_state_by_status, ", 5) + "Tid Scan "
 				if got != want {
 					t.Errorf("scans: %s\nwant:  %s\nplan: %s", got, want, out)
 				}
@@ -122,8 +122,9 @@ func TestClaimItemsPlan(t *testing.T) {
 }
 
 // TestClaimChunkPlan checks the chunk claim's plan on periods of 5000
-// chunks, most of them done: the pending and the expired branch are each
-// one range of item_chunks_by_status, read up to the first runnable chunk,
+// chunks, most of them done: the pending, the expired and the gone-owner
+// branch are each one range of item_chunks_by_status, read up to the first
+// runnable chunk,
 // the chunk is updated through a TID scan, and its item list read by its
 // key. For periods that have a pending chunk and for periods whose runnable
 // chunks are all expired; known to the statistics or not.
@@ -158,8 +159,8 @@ func TestClaimChunkPlan(t *testing.T) {
 	for _, period := range []string{"known-pending", "known-expired", "new-pending", "new-expired"} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			t.Run(period+"/"+mode, func(t *testing.T) {
-				got, out := planScans(t, pool, mode, 2, l.q.claimChunk, "j", period, "o", micros(idem.DefaultLease), 100)
-				want := "Index Scan item_chunks_by_status, Index Scan item_chunks_by_status, Tid Scan , Index Scan item_lists_pkey"
+				got, out := planScans(t, pool, mode, 2, l.q.claimChunk, "j", period, "o", micros(idem.DefaultLease), 100, []string{})
+				want := "Index Scan item_chunks_by_status, Index Scan item_chunks_by_status, Index Scan item_chunks_by_status, Tid Scan , Index Scan item_lists_pkey"
 				if got != want {
 					t.Errorf("scans: %s\nwant:  %s\nplan: %s", got, want, out)
 				}

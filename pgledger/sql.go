@@ -18,6 +18,7 @@ type queries struct {
 	// items (Each)
 	upgradeItems, openItems, addItems, sealItems, countItems string
 	claimChunk, claimItems, finishChunk, fenceChunk          string
+	runningOwners                                            string
 	finishItem, fenceItem                                    string
 }
 
@@ -143,18 +144,24 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	RETURNING attempt`
 
 	// takeSQL takes a key whose record is still as the claim saw it (attempt
-	// $4, status $5) and still claimable, for attempt+1. An expired running
-	// attempt counts as a failure.
+	// $4, status $5) and still claimable, for attempt+1. A running attempt
+	// is claimable once its lease expired, or if its owner is $8 (not
+	// empty): an owner whose process the claimer found gone
+	// (idem.HolderGone). The abandoned attempt counts as a failure.
 	takeSQL = `UPDATE {s}.runs SET status = 'running', attempt = attempt + 1, owner = $3,
 		lease_until = clock_timestamp() + $6::float8 * interval '1 microsecond', not_before = NULL,
 		failures = CASE WHEN status = 'running' THEN failures + 1 ELSE failures END,
-		last_error = CASE WHEN status = 'running'
+		last_error = CASE
+			WHEN status = 'running' AND lease_until > clock_timestamp()
+			THEN format('attempt %s by %s abandoned: its process died without a done mark (its lease ran to %s)', attempt, owner,
+				to_char(lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+			WHEN status = 'running'
 			THEN format('attempt %s by %s abandoned: lease expired at %s without a done mark', attempt, owner,
 				to_char(lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
 			ELSE last_error END,
 		updated = clock_timestamp()
 	WHERE job = $1 AND period = $2 AND attempt = $4 AND status = $5 AND CASE status
-		WHEN 'running' THEN lease_until <= clock_timestamp()
+		WHEN 'running' THEN lease_until <= clock_timestamp() OR ($8::text <> '' AND owner = $8::text)
 		WHEN 'failed' THEN not_before IS NULL OR not_before <= clock_timestamp()
 		WHEN 'unknown' THEN $7::boolean
 		ELSE false END
@@ -286,7 +293,10 @@ DROP TABLE {s}.items;`
 		FROM {s}.item_state WHERE job = $1 AND period = $2) AS r`
 
 	// claimChunkSQL takes one runnable chunk: pending (the first added), or
-	// running with an expired lease, whose abandoned attempt counts as a
+	// running with an expired lease or held by an owner of $6 (owners whose
+	// processes the claimer found gone: idem.HolderGone; checked again on
+	// the locked row, so that two claimers never both take a chunk over),
+	// whose abandoned attempt counts as a
 	// failure and whose started items are in doubt (doubt = its started
 	// mark, which never moves back). It marks the next $5 unsettled items
 	// started and returns the chunk's unsettled items, in order. The
@@ -309,13 +319,19 @@ DROP TABLE {s}.items;`
 		SELECT ctid FROM (SELECT ctid FROM {s}.item_chunks
 			WHERE job = $1 AND period = $2 AND status = 'running' AND lease_until <= clock_timestamp()
 			ORDER BY chunk LIMIT 1 FOR UPDATE SKIP LOCKED) AS expired
+		UNION ALL
+		SELECT ctid FROM (SELECT ctid FROM {s}.item_chunks
+			WHERE job = $1 AND period = $2 AND status = 'running' AND owner = ANY ($6::text[])
+			ORDER BY chunk LIMIT 1 FOR UPDATE SKIP LOCKED) AS gone
 		) AS runnable LIMIT 1))
 	RETURNING c.chunk, c.attempt, c.n, c.settled, c.doubt, c.failures,
 		(SELECT l.items[c.settled + 1:] FROM {s}.item_lists AS l
 			WHERE l.job = c.job AND l.period = c.period AND l.chunk = c.chunk)`
 
 	// claimItemsSQL takes up to $5 runnable single items (items with a
-	// record of their own). Each status is its own branch: one range of
+	// record of their own): pending, failed and due, running with an expired
+	// lease or held by an owner of $7 (owners whose processes the claimer
+	// found gone), unknown if $6. Each status is its own branch: one range of
 	// item_state_by_status, oldest change first, locked with SKIP LOCKED
 	// (rows another claimer is taking are passed over, not waited for). The
 	// branches run in turn, only until $5 rows are found, so a claim reads
@@ -342,7 +358,10 @@ DROP TABLE {s}.items;`
 	claimItemsSQL = `UPDATE {s}.item_state AS i SET
 		doubt = i.status IN ('running', 'unknown'),
 		failures = i.failures + CASE WHEN i.status = 'running' THEN 1 ELSE 0 END,
-		last_error = CASE WHEN i.status = 'running'
+		last_error = CASE
+			WHEN i.status = 'running' AND i.lease_until > clock_timestamp()
+			THEN format('attempt %s by %s abandoned: its process died without a done mark', i.attempt, i.owner)
+			WHEN i.status = 'running'
 			THEN format('attempt %s by %s abandoned: lease expired at %s without a done mark', i.attempt, i.owner,
 				to_char(i.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
 			ELSE i.last_error END,
@@ -363,10 +382,23 @@ DROP TABLE {s}.items;`
 			ORDER BY updated LIMIT $5 FOR UPDATE SKIP LOCKED) AS expired
 		UNION ALL
 		SELECT ctid FROM (SELECT ctid FROM {s}.item_state
+			WHERE job = $1 AND period = $2 AND status = 'running' AND lease_until > clock_timestamp() AND owner = ANY ($7::text[])
+			ORDER BY updated LIMIT $5 FOR UPDATE SKIP LOCKED) AS gone
+		UNION ALL
+		SELECT ctid FROM (SELECT ctid FROM {s}.item_state
 			WHERE $6::boolean AND job = $1 AND period = $2 AND status = 'unknown'
 			ORDER BY updated LIMIT $5 FOR UPDATE SKIP LOCKED) AS unknown
 		) AS runnable LIMIT $5))
 	RETURNING i.item, i.attempt, i.failures, i.doubt`
+
+	// runningOwnersSQL lists the owners of a period's running chunks and
+	// items whose leases hold, for ClaimItems to check whether their
+	// processes are gone.
+	runningOwnersSQL = `SELECT owner FROM {s}.item_chunks
+		WHERE job = $1 AND period = $2 AND status = 'running' AND lease_until > clock_timestamp()
+	UNION
+	SELECT owner FROM {s}.item_state
+		WHERE job = $1 AND period = $2 AND status = 'running' AND lease_until > clock_timestamp()`
 
 	// finishChunkSQL moves a chunk forward by a window of ends, fenced by
 	// its attempt and settled position: the settled position to $5, the
@@ -434,7 +466,7 @@ func newQueries(schema string) queries {
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),
 		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL),
 		sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
-		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL),
+		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL), runningOwners: r.Replace(runningOwnersSQL),
 		finishChunk: r.Replace(finishChunkSQL), fenceChunk: r.Replace(fenceChunkSQL),
 		finishItem: r.Replace(finishItemSQL), fenceItem: r.Replace(fenceItemSQL),
 	}

@@ -57,10 +57,10 @@ func decide(s snapshot, takeUnknown bool) (state idem.ClaimState, take, doubt bo
 	case idem.StatusSkipped:
 		return idem.ClaimSkipped, false, false
 	case idem.StatusRunning:
-		if s.now.Before(s.rec.LeaseUntil) {
+		if s.now.Before(s.rec.LeaseUntil) && !idem.HolderGone(s.rec.Owner) {
 			return idem.ClaimBusy, false, false
 		}
-		return idem.ClaimAcquired, true, true // the holder died or stalled
+		return idem.ClaimAcquired, true, true // the holder died (its process is gone, or its lease expired) or stalled
 	case idem.StatusFailed:
 		if s.now.Before(s.rec.NotBefore) {
 			return idem.ClaimBackingOff, false, false
@@ -104,6 +104,9 @@ func answer(req idem.ClaimRequest, s snapshot, state idem.ClaimState) idem.Claim
 
 // Claim implements [idem.Store]. A key that is done, skipped, held by a live
 // lease, backing off, unknown or parked costs one plain SELECT and no write.
+// A lease whose holder's process is gone ([idem.HolderGone]: a process of
+// this host that died) does not hold: the key is taken over at once, as if
+// the lease had expired.
 // Otherwise the key is taken with an INSERT (no record yet) or an UPDATE
 // fenced by the attempt number the read found; if another claimer changed
 // the record in between, the claim reads it again and decides anew.
@@ -180,8 +183,12 @@ func (l *Ledger) take(ctx context.Context, req idem.ClaimRequest, s snapshot) (i
 			var attempt int64
 			var failures int
 			var lastErr string
+			gone := "" // the owner of a running attempt whose lease holds: its process is gone (decide)
+			if s.rec.Status == idem.StatusRunning && s.now.Before(s.rec.LeaseUntil) {
+				gone = s.rec.Owner
+			}
 			err := tx.QueryRow(ctx, l.q.take, req.Key.Job, req.Key.Period, req.Owner, s.rec.Attempt,
-				string(s.rec.Status), micros(lease), req.TakeUnknown).Scan(&attempt, &failures, &lastErr)
+				string(s.rec.Status), micros(lease), req.TakeUnknown, gone).Scan(&attempt, &failures, &lastErr)
 			if err == nil {
 				if err := tx.Commit(ctx); err != nil {
 					return idem.Claim{}, err
@@ -383,7 +390,7 @@ func resolvable(s snapshot, to idem.Resolution) error {
 		return fmt.Errorf("%w: %s has no record; it is runnable already", idem.ErrNotResolvable, rec.Key)
 	case rec.Status == idem.StatusDone:
 		return fmt.Errorf("%w: %s is done", idem.ErrNotResolvable, rec.Key)
-	case rec.Status == idem.StatusRunning && s.now.Before(rec.LeaseUntil):
+	case rec.Status == idem.StatusRunning && s.now.Before(rec.LeaseUntil) && !idem.HolderGone(rec.Owner):
 		return fmt.Errorf("%w: %s is held by attempt %d of %s until %s", idem.ErrNotResolvable, rec.Key,
 			rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339))
 	}

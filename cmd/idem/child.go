@@ -31,6 +31,7 @@ type supervisor struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	cancel         context.CancelCauseFunc // cancels the whole run
+	locks          cmdLocks                // the periods' command locks
 	mu             sync.Mutex
 	child          *os.Process // the running command, if any
 	stopping       bool        // a signal came: start nothing new
@@ -74,17 +75,38 @@ func (s *supervisor) run(ctx context.Context, p idem.Period) error {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.stdin, s.stdout, s.stderr
 	setParentDeathSignal(cmd)
 
+	// The period's command lock: a command of an earlier attempt, left
+	// running by a killed idem, must end first. The command inherits the
+	// lock (descriptor 3), so that it holds as long as it runs.
+	lock, err := s.locks.lock(ctx, info.Key, func(holder string) {
+		fmt.Fprintf(s.stderr, "idem: %s %s: waiting for the command of an earlier attempt to end (%s)\n",
+			info.Key.Job, info.Key.Period, holder)
+	})
+	switch {
+	case ctx.Err() != nil:
+		lock.release(false)
+		return idem.NothingHappened(fmt.Errorf("not started: %w", context.Cause(ctx)))
+	case err != nil:
+		fmt.Fprintf(s.stderr, "idem: %s %s: no command lock (%v): not waiting for a command that a killed run left behind\n",
+			info.Key.Job, info.Key.Period, err)
+	case lock != nil:
+		cmd.ExtraFiles = []*os.File{lock.f}
+	}
+
 	s.mu.Lock()
 	if s.stopping || ctx.Err() != nil {
 		s.mu.Unlock()
+		lock.release(false)
 		return idem.NothingHappened(fmt.Errorf("not started: %w", context.Cause(ctx)))
 	}
 	if err := cmd.Start(); err != nil {
 		s.mu.Unlock()
+		lock.release(false)
 		return idem.NothingHappened(fmt.Errorf("cannot start %s: %w", s.argv[0], err))
 	}
 	s.child = cmd.Process
 	s.mu.Unlock()
+	lock.started(cmd.Process.Pid, info.Key, info.Attempt)
 
 	// The context ends while the command runs only when idem lost its lease
 	// (a newer attempt took the period over): the command must not go on
@@ -97,8 +119,9 @@ func (s *supervisor) run(ctx context.Context, p idem.Period) error {
 		case <-exited:
 		}
 	}()
-	err := cmd.Wait()
+	err = cmd.Wait()
 	close(exited)
+	lock.release(err == nil)
 
 	s.mu.Lock()
 	s.child = nil

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgledger"
@@ -79,7 +80,9 @@ func (e *env) environ() []string {
 	if e.now != "" {
 		out = append(out, "IDEM_NOW="+e.now)
 	}
-	return out
+	// idem's state directory (the Postgres ledger's command locks): the
+	// test's own.
+	return append(out, "XDG_STATE_HOME="+filepath.Join(e.dir, "state"))
 }
 
 func (e *env) command(args ...string) *exec.Cmd {
@@ -217,17 +220,28 @@ func killGroup(t *testing.T, cmd *exec.Cmd) {
 	_ = cmd.Wait()
 }
 
-func TestKilledAtLeastOnceRunsAgainAfterTheLease(t *testing.T) {
+// TestKilledRunTakenOverAtOnce: while a run holds the period, another run
+// is busy. Once the holding idem is SIGKILLed (its command gets SIGTERM and
+// ends), the next run on this host takes the period over at once, at the
+// same "now": it does not wait out the killed run's lease (1m).
+func TestKilledRunTakenOverAtOnce(t *testing.T) {
 	e := newEnv(t, "2026-10-28T02:00:00Z")
-	killGroup(t, e.started())
-
-	// The killed run's lease (1m by default) still holds: busy.
+	holder := e.started()
 	_, stderr := e.want(exitBusy, runArgs()...)
 	if !strings.Contains(stderr, "busy") {
 		t.Errorf("busy run's stderr: %q", stderr)
 	}
-	// Two minutes later the lease has expired: at-least-once runs it again.
-	e.now = "2026-10-28T02:02:00Z"
+	owner := fmt.Sprintf(":%d:", holder.Process.Pid)
+	if out, _ := e.want(exitOK, "ls"); !strings.Contains(out, "running (") || !strings.Contains(out, owner) || strings.Contains(out, ";start=") {
+		t.Errorf("ls while the run lives does not say running (host:pid:…): %s", out)
+	}
+	if err := holder.Process.Kill(); err != nil { // idem alone
+		t.Fatal(err)
+	}
+	_ = holder.Wait()
+	if out, _ := e.want(exitOK, "ls"); !strings.Contains(out, "died") || !strings.Contains(out, owner) {
+		t.Errorf("ls after the kill does not say that the run (pid %d) died: %s", holder.Process.Pid, out)
+	}
 	e.want(exitOK, runArgs()...)
 	e.want(exitDone, runArgs()...)
 	lines := e.lines("out.txt")
@@ -241,6 +255,133 @@ func TestKilledAtLeastOnceRunsAgainAfterTheLease(t *testing.T) {
 	}
 	if rec.Status != "done" || rec.Attempt != 2 || rec.Failures != 0 {
 		t.Errorf("record after recovery: %+v", rec)
+	}
+}
+
+// lineWithin reads lines from r until one contains want, for at most d; it
+// fails the test, with what it read, if none does by then.
+func lineWithin(t *testing.T, r *bufio.Reader, want string, d time.Duration) {
+	t.Helper()
+	var got strings.Builder
+	found := make(chan bool, 1)
+	go func() {
+		for {
+			line, err := r.ReadString('\n')
+			got.WriteString(line)
+			if strings.Contains(line, want) || err != nil {
+				found <- err == nil
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case ok := <-found:
+		if !ok {
+			t.Fatalf("waiting for a line with %q: the output ended:\n%s", want, got.String())
+		}
+	case <-timer.C:
+		t.Fatalf("waiting for a line with %q: none after %v", want, d)
+	}
+}
+
+// TestTakeOverWaitsForTheKilledRunsCommand: the command of a killed idem
+// that ignores SIGTERM runs on. The next run takes the period over at once,
+// but starts its command only once the old one has ended: two commands of
+// one period never run at once on a host.
+func TestTakeOverWaitsForTheKilledRunsCommand(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	holder := e.command("run", "--ledger", e.ledger, "--job", "settle", "--tz", "UTC", "--",
+		"sh", "-c", `trap '' TERM; echo "$IDEM_PERIOD $IDEM_ATTEMPT" >> out.txt; echo started; sleep 600`)
+	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-holder.Process.Pid, syscall.SIGKILL) })
+	lineWithin(t, bufio.NewReader(stdout), "started", time.Minute)
+	if err := holder.Process.Kill(); err != nil { // idem alone: its command ignores the SIGTERM it gets
+		t.Fatal(err)
+	}
+	_ = holder.Wait()
+
+	next := e.command(append([]string{"run", "--ledger", e.ledger}, runArgs()[1:]...)...)
+	stderr, err := next.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = next.Process.Kill() })
+	r := bufio.NewReader(stderr)
+	lineWithin(t, r, "waiting for the command of an earlier attempt to end", time.Minute)
+	if got := e.lines("out.txt"); len(got) != 1 {
+		t.Fatalf("out.txt = %q: the new command started while the old one runs", got)
+	}
+	// The old command ends: the new one runs.
+	if err := syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	var rest bytes.Buffer
+	go func() {
+		_, _ = rest.ReadFrom(r) // until idem exits
+		exited <- next.Wait()
+	}()
+	timer := time.NewTimer(time.Minute)
+	defer timer.Stop()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the taking-over run: %v\n%s", err, rest.String())
+		}
+	case <-timer.C:
+		_ = next.Process.Signal(syscall.SIGQUIT) // its goroutines, on its stderr, and exit
+		dump := time.NewTimer(10 * time.Second)
+		defer dump.Stop()
+		select {
+		case err := <-exited:
+			t.Fatalf("the taking-over run has not exited 1m after the old command ended (%v); its stderr and goroutines:\n%s", err, rest.String())
+		case <-dump.C:
+			t.Fatalf("the taking-over run has not exited 1m after the old command ended, nor 10s after SIGQUIT")
+		}
+	}
+	if got := e.lines("out.txt"); len(got) != 2 || got[1] != "2026-10-27 2" {
+		t.Fatalf("out.txt = %q, want the killed attempt 1 and attempt 2", got)
+	}
+}
+
+// TestHolderElsewhereWaitsOutTheLease: a period held by a run on another
+// host (its record written into the ledger) cannot be proven dead from
+// here: runs are busy until its lease expires, then take it over.
+func TestHolderElsewhereWaitsOutTheLease(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	l, err := idem.OpenLedger(e.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := time.Date(2026, 10, 28, 2, 1, 0, 0, time.UTC).UnixMicro()
+	_, err = l.DB().Exec(`INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated)
+		VALUES('settle', '2026-10-27', 'running', 1, ?, ?, ?, ?)`,
+		"elsewhere.example:4242:0badc0de;start=1;boot=00000000-0000-0000-0000-000000000000;pidns=4026531836;timens=4026531834",
+		until, until, until)
+	l.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stderr := e.want(exitBusy, runArgs()...)
+	if !strings.Contains(stderr, "elsewhere.example") {
+		t.Errorf("busy run's stderr does not name the holder: %q", stderr)
+	}
+	e.now = "2026-10-28T02:02:00Z" // the lease has expired
+	e.want(exitOK, runArgs()...)
+	if got := e.lines("out.txt"); !equal(got, []string{"2026-10-27 2"}) {
+		t.Fatalf("out.txt = %q", got)
 	}
 }
 

@@ -115,8 +115,12 @@ func note(r idem.Record, cursor string, now time.Time, hint string) string {
 	}
 	switch r.Status {
 	case idem.StatusRunning:
-		if now.Before(r.LeaseUntil) {
-			return "running (" + r.Owner + "), lease until " + fmtTime(r.LeaseUntil)
+		holder, _, _ := strings.Cut(r.Owner, ";") // host:pid:random
+		switch {
+		case now.Before(r.LeaseUntil) && idem.HolderGone(r.Owner):
+			return "the run (" + holder + ") died: the next run recovers it at once by its mode"
+		case now.Before(r.LeaseUntil):
+			return "running (" + holder + "), lease until " + fmtTime(r.LeaseUntil)
 		}
 		return "lease expired " + fmtTime(r.LeaseUntil) + ": the run died; the next run recovers it by its mode"
 	case idem.StatusFailed:
@@ -167,8 +171,8 @@ func newLsCmd() *cobra.Command {
 		Long: `List the ledger's records, by job and period.
 
 Statuses:
-  running  an attempt holds the period (if its lease expired, it died: the
-           next run recovers it)
+  running  an attempt holds the period (if its lease expired, or its process
+           on this host is gone, it died: the next run recovers it)
   failed   the last attempt failed; the next run after its backoff retries
   done     the work is done; the period never runs again
   unknown  an at-most-once attempt may or may not have done its work:

@@ -58,9 +58,16 @@ Modes (--mode):
                  exit 75) or a kill leaves the period unknown until
                  'idem resolve JOB PERIOD --done|--retry'.
 
-A killed idem (SIGKILL, power loss) leaves its period "running" until the
-lease (--lease, default 1m) expires; until then other runs exit 4 (busy).
-Afterwards at-least-once runs it again and at-most-once reports it unknown.
+A killed idem (SIGKILL, OOM killer) leaves its period "running". The next
+run on the same host takes it over at once: idem can tell that the killed
+process is gone. A run that cannot tell (on another host, with --postgres; in
+another container; after a reboot) waits until the killed run's lease
+(--lease, default 1m) expires, and exits 4 (busy) until then. Then
+at-least-once runs it again and at-most-once reports it unknown. On Linux
+the new attempt's COMMAND starts only once the killed run's COMMAND, and
+the processes it started, have ended: COMMAND gets SIGTERM when its idem
+dies, and inherits a lock on the period as file descriptor 3, which it and
+its children hold while they run (leave it open).
 
 Catch-up (--catch-up):
   all     run every due period not done yet, oldest first, at most --max per
@@ -82,8 +89,8 @@ Exit status of 'idem run':
   2  usage or setup error: bad flags, unknown zone or schedule, COMMAND not
      found, ledger cannot be opened
   3  already done: nothing was due (use --ok-if-done to exit 0 instead)
-  4  busy: another run holds a period now (it is running, or was killed
-     less than --lease ago)
+  4  busy: another run holds a period now (it is running, or was killed on
+     another host less than --lease ago)
   5  unknown: a period's outcome is unknown; run 'idem resolve'
 
 The ledger is --ledger PATH, else --postgres DSN, else $IDEM_POSTGRES, else
@@ -131,7 +138,7 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.catchUp, "catch-up", "all", "which due periods to run: all (missed ones too, oldest first), latest (only the newest; older ones are recorded as skipped), none (only the latest due period, no backfill)")
 	f.IntVar(&o.max, "max", idem.DefaultMaxPeriods, "with --catch-up all: run at most this many periods per call, leaving the rest for the next call (0 = no limit)")
 	f.StringVar(&o.mode, "mode", "at-least-once", "what to do with an attempt that failed or was killed: at-least-once (run it again) or at-most-once (never run twice; leave it unknown for 'idem resolve')")
-	f.DurationVar(&o.lease, "lease", idem.DefaultLease, "how long a killed run keeps its period before another run may take it over; a live run renews it every third of it")
+	f.DurationVar(&o.lease, "lease", idem.DefaultLease, "how long a killed run keeps its period before another run may take it over (a run killed on this host is taken over at once); a live run renews it every third of it")
 	f.StringVar(&o.since, "since", "", "for a job that has never run: catch up from the period containing this date (2026-10-01, 2026-10-01T02:00 in --tz, or RFC 3339) instead of only the latest due period")
 	f.IntVar(&o.maxAttempts, "max-attempts", 5, "attempts of a failing period (in this run and later ones) before it is parked until 'idem reset'")
 	f.DurationVar(&o.backoff, "backoff", time.Second, "wait before retrying a failed attempt; doubles each time (with random jitter), at most 1m or this value if larger")
@@ -231,6 +238,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		return err
 	}
 	defer l.close()
+	sup.locks = l.locks
 	store := detached{l.store}
 	rep := reporter{w: stderr, job: o.job, verbose: o.verbose, hint: ledgerHint(cmd), none: o.catchUp == "none"}
 
@@ -366,7 +374,7 @@ func (r reporter) period(pr idem.PeriodResult) {
 		if ie != nil && ie.Holder != "" {
 			holder = " (" + ie.Holder + ")"
 		}
-		fmt.Fprintf(r.w, "idem: %s: busy: another run holds this period%s; nothing was started. A run that was killed holds it until its lease expires.\n", name, holder)
+		fmt.Fprintf(r.w, "idem: %s: busy: another run holds this period%s; nothing was started. A run killed on another host holds it until its lease expires (one killed on this host is taken over at once).\n", name, holder)
 	case idem.Unknown:
 		fmt.Fprintf(r.w, "idem: %s: outcome unknown%s%s\n  The command may or may not have done its work. Check, then run\n    idem resolve%s %s %s --done    if it did\n    idem resolve%s %s %s --retry   if it did not\n",
 			name, attempt, cause(), r.hint, r.job, pr.Period.Name, r.hint, r.job, pr.Period.Name)

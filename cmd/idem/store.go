@@ -53,6 +53,7 @@ type ledger struct {
 	store idem.CatchUpStore
 	desc  string // for messages: the file's path or "postgres"
 	close func()
+	locks cmdLocks // where idem run keeps its periods' command locks
 }
 
 // target is where the ledger is: a SQLite file or a Postgres DSN.
@@ -99,7 +100,9 @@ func openLedger(ctx context.Context, cmd *cobra.Command, clk idem.Clock, create 
 		if err != nil {
 			return nil, usageError(fmt.Errorf("postgres ledger: %w", err))
 		}
-		return &ledger{store: pl, desc: "postgres ledger (schema " + pl.Schema() + ")", close: pl.Close}, nil
+		cc := pl.Pool().Config().ConnConfig
+		locks := postgresLocks(fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database), pl.Schema())
+		return &ledger{store: pl, desc: "postgres ledger (schema " + pl.Schema() + ")", close: pl.Close, locks: locks}, nil
 	}
 	if create {
 		if err := os.MkdirAll(filepath.Dir(t.path), 0o755); err != nil {
@@ -112,7 +115,7 @@ func openLedger(ctx context.Context, cmd *cobra.Command, clk idem.Clock, create 
 	if err != nil {
 		return nil, usageError(err)
 	}
-	return &ledger{store: l, desc: "ledger " + l.Path(), close: func() { l.Close() }}, nil
+	return &ledger{store: l, desc: "ledger " + l.Path(), close: func() { l.Close() }, locks: sqliteLocks(l.Path())}, nil
 }
 
 // storeTimeout bounds one ledger operation that must complete although the
