@@ -1,14 +1,12 @@
 package idem_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -237,26 +235,6 @@ func TestKilledHolderTakenOverOnce(t *testing.T) {
 	}
 }
 
-// within runs f and waits for it to return, at most d; otherwise it fails
-// the test, saying what it waited for, with a dump of every goroutine.
-func within(t *testing.T, what string, d time.Duration, f func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		var buf bytes.Buffer
-		_ = pprof.Lookup("goroutine").WriteTo(&buf, 2)
-		t.Fatalf("%s: still waiting after %v; goroutines:\n%s", what, d, buf.String())
-	}
-}
-
 // TestEachKilledWorkerTakenOverAtOnce: a child process works a period's
 // items with Each (or EachTx) and is SIGKILLed inside fn, holding a chunk
 // under a lease of a minute. This process's Each, on a clock that never
@@ -323,8 +301,9 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 			clk := idemtest.NewClock(time.Now()) // never advanced: the child's lease holds throughout
 			var res idem.EachResult
 			var err error
-			within(t, "Each of the dead child's period", time.Minute, func() {
+			within(t, "Each of the dead child's period", time.Minute, nil, func() error {
 				res, err = run(l, false, idem.WithClock(clk))
+				return nil
 			})
 			if err != nil || res.Outcome != idem.Ran || res.Counts.Done != n {
 				t.Fatalf("Each: %v, %+v; want every item done at once", err, res)
