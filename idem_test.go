@@ -911,21 +911,28 @@ func TestStoreDefaultsApplyEverywhere(t *testing.T) {
 }
 
 func TestCheckLease(t *testing.T) {
-	clk := idemtest.NewClock(t0)
+	clk := stalledClock{idemtest.NewClock(t0)} // no timer fires: the heartbeat cannot renew
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	if err := idem.CheckLease(context.Background()); err != nil {
 		t.Fatalf("outside a Run: %v", err)
 	}
-	err := l.Run(context.Background(), key, func(ctx context.Context) error {
+	var inFn error
+	err := l.Run(stallGuard(t), key, func(ctx context.Context) error {
 		if err := idem.CheckLease(ctx); err != nil {
 			t.Fatalf("fresh lease: %v", err)
 		}
 		// The process stalls past its lease: no heartbeat could run.
 		clk.Set(clk.Now().Add(idem.DefaultLease + time.Second))
-		return idem.CheckLease(ctx)
-	})
-	if !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("after the stall: %v, want ErrLeaseLost", err)
+		inFn = idem.CheckLease(ctx)
+		return inFn
+	}, idem.OneAttempt())
+	if !errors.Is(inFn, idem.ErrLeaseLost) {
+		t.Fatalf("after the stall: %v, want ErrLeaseLost", inFn)
+	}
+	// No newer attempt took the key: fn's failure is recorded by the mode
+	// (TestLeaseRunOutWithoutTakeover).
+	if !errors.Is(err, idem.ErrBackingOff) || errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("Run after the stall: %v, want ErrBackingOff", err)
 	}
 }
 
