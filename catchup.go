@@ -109,7 +109,9 @@ func (r CatchUpResult) Count(o Outcome) int {
 // wall clock that jumps back therefore re-runs nothing; one that jumps
 // forward makes the periods in between due, under the policy.
 //
-// Other options (mode, backoff, logger, ...) apply to every period's Run.
+// Other options (mode, backoff, logger, ...) apply to every period's Run;
+// [RetryWithin] bounds the in-process retries of the whole call, counted
+// from its start.
 func CatchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...Option) (CatchUpResult, error) {
 	if fn == nil || sched == nil || s == nil {
 		panic("idem: CatchUp needs a store, a schedule and a fn")
@@ -117,6 +119,9 @@ func CatchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, fn
 	cfg := newConfig(s, []Option{CatchUpAll(DefaultMaxPeriods)}, opts)
 	cu := cfg.catchUp
 	var res CatchUpResult
+	if cfg.err != nil {
+		return res, cfg.err
+	}
 	if err := (Key{Job: job, Period: "-"}).Validate(); err != nil {
 		return res, err
 	}
@@ -169,7 +174,7 @@ func CatchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, fn
 		} else {
 			period := p
 			var r Result
-			o := append(append([]Option(nil), opts...), ReportTo(&r))
+			o := append(append([]Option(nil), opts...), ReportTo(&r), retryFrom(now))
 			if unbroken {
 				o = append(o, withCursor())
 			}

@@ -41,6 +41,10 @@ var (
 	// attempt has taken the key yet. The error's text says which.
 	ErrLeaseLost = errors.New("idem: lease lost")
 
+	// ErrInvalidOption: an option was given a value it cannot take (a
+	// negative duration, say). Nothing was written.
+	ErrInvalidOption = errors.New("idem: invalid option")
+
 	// ErrNewerSchema: the ledger was written by a newer version of idem.
 	// Nothing was written to it.
 	ErrNewerSchema = errors.New("idem: ledger schema is newer than this version of idem")

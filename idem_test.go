@@ -462,14 +462,17 @@ func TestFnErrorWrappedAndRetried(t *testing.T) {
 			return boom
 		}
 		return nil
-	}, idem.ReportTo(&res))
+	}, idem.ReportTo(&res), idem.RetryWithin(time.Hour)) // see below
 	if err != nil || calls != 3 || res.Outcome != idem.Ran || res.Attempts != 3 {
 		t.Fatalf("err %v, calls %d, result %+v", err, calls, res)
 	}
-	// Always failing: parked after 5 attempts, error wraps fn's.
+	// Always failing: parked after the backoff's 5 attempts, error wraps
+	// fn's. (The auto clock moves while fn runs, as the heartbeat waits on
+	// it: RetryWithin keeps all 5 attempts in this call whatever it reads.)
 	k2 := idem.Key{Job: "daily_settle", Period: "2026-10-28"}
 	calls = 0
-	err = l.Run(context.Background(), k2, func(context.Context) error { calls++; return boom })
+	five := []idem.Option{idem.WithBackoff(idem.WithMaxAttempts(5, idem.Exponential(time.Second))), idem.RetryWithin(time.Hour)}
+	err = l.Run(context.Background(), k2, func(context.Context) error { calls++; return boom }, five...)
 	var ierr *idem.Error
 	if !errors.Is(err, idem.ErrGaveUp) || !errors.Is(err, boom) || !errors.As(err, &ierr) || calls != 5 {
 		t.Fatalf("err %v, calls %d; want ErrGaveUp wrapping boom after 5 calls", err, calls)

@@ -34,10 +34,11 @@ import (
 //     [TwoPhase]. An fn that fails with CheckLease's error after a stall
 //     that no other attempt used to take over is such a failure too: it may
 //     have had its effect. Failures are retried in-process after the
-//     [Backoff]'s delay; the failure count and the time of the next allowed
-//     attempt are kept in the store, so a separate process honours them
-//     too. When the backoff gives up, or fn returns a [Permanent] error, the
-//     key is parked (ErrGaveUp) until Reset.
+//     [Backoff]'s delay, as long as the retry starts within [RetryWithin] of
+//     the call's start; the failure count and the time of the next allowed
+//     attempt are kept in the store, so a separate process, or the next
+//     trigger, honours them too. When the backoff gives up, or fn returns a
+//     [Permanent] error, the key is parked (ErrGaveUp) until Reset.
 //
 // Run returns nil when the key's work is done, now or earlier; [ReportTo]
 // tells which. Otherwise the error is an *[Error] matching one of
@@ -246,6 +247,10 @@ func processOwner() string {
 func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context.Context) error, tx txBody, fresh freshBody) (err error) {
 	r := runner{s: finishAlways{s}, key: key, cfg: cfg, res: Result{Key: key}}
 	start := cfg.clock.Now()
+	r.start = start
+	if !cfg.retryFrom.IsZero() {
+		r.start = cfg.retryFrom
+	}
 	defer func() {
 		r.res.Err = err
 		r.res.Duration = cfg.clock.Now().Sub(start)
@@ -259,6 +264,9 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 			cfg.observer(r.res)
 		}
 	}()
+	if cfg.err != nil {
+		return cfg.err
+	}
 	if err := key.Validate(); err != nil {
 		return err
 	}
@@ -301,6 +309,7 @@ type runner struct {
 	key       Key
 	cfg       *config
 	res       Result
+	start     time.Time // the call's start, by cfg.clock: RetryWithin counts from it
 	claimedAt time.Time // when the current attempt was claimed, by cfg.clock
 	leaseEnd  time.Time // the current attempt's lease end, by cfg.clock, as of its claim or last renewal
 	held      int64     // the attempt this call holds and has not recorded the end of; 0 if none
@@ -503,7 +512,8 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 		if err := r.finish(ctx, c.Attempt, end); err != nil {
 			return r.finishFailed(end, err, runErr)
 		}
-		if cfg.oneAttempt {
+		if !r.retryInProcess(end.NotBefore) {
+			// Leave the retry to the next trigger; the store keeps the backoff.
 			r.res.Outcome = BackingOff
 			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Attempt, NotBefore: end.NotBefore, Err: runErr}
 		}
@@ -513,6 +523,19 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 				Err: errors.Join(runErr, err)}
 		}
 	}
+}
+
+// retryInProcess reports whether this call sleeps until at and retries,
+// by RetryWithin: only if at is within the bound of the call's start.
+func (r *runner) retryInProcess(at time.Time) bool {
+	within := DefaultRetryWithin
+	switch {
+	case r.cfg.retryWithinSet:
+		within = r.cfg.retryWithin
+	case r.cfg.wait:
+		return true // WithWait without RetryWithin: until ctx ends
+	}
+	return within > 0 && !at.After(r.start.Add(within))
 }
 
 // settleDoubt asks the mode about an attempt that may have had its effect

@@ -507,6 +507,156 @@ func TestStateFileFinishWriteFails(t *testing.T) {
 	})
 }
 
+// triggerClock is a fake clock for runs driven by triggers: while no
+// attempt holds a key (between attempts: backoff sleeps, polls) a wait
+// moves the clock forward at once; while one holds it, fn takes no time,
+// so the clock stands still and the heartbeat's waits never fire.
+// triggerStore tells it when an attempt holds its key.
+type triggerClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	holding bool
+}
+
+func (c *triggerClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *triggerClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if c.holding {
+		return ch
+	}
+	c.now = c.now.Add(max(d, 0))
+	ch <- c.now
+	return ch
+}
+
+func (c *triggerClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+func (c *triggerClock) hold(h bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holding = h
+}
+
+func (c *triggerClock) held() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.holding
+}
+
+// triggerStore is a store that tells its triggerClock when an attempt
+// holds a key: from a claim that acquired it to the attempt's Finish (the
+// heartbeat has stopped by then).
+type triggerStore struct {
+	idem.CatchUpStore
+	clk *triggerClock
+}
+
+func (s triggerStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	c, err := s.CatchUpStore.Claim(ctx, req)
+	if err == nil && c.State == idem.ClaimAcquired {
+		s.clk.hold(true)
+	}
+	return c, err
+}
+
+func (s triggerStore) Finish(ctx context.Context, key idem.Key, attempt int64, end idem.End) error {
+	s.clk.hold(false)
+	return s.CatchUpStore.Finish(ctx, key, attempt, end)
+}
+
+// TestRetryWithin: one call retries in-process only while the retry starts
+// within RetryWithin of the call's start (default one minute), then records
+// the failure and returns ErrBackingOff; OneAttempt is RetryWithin(0);
+// WithWait alone retries until the backoff gives up.
+func TestRetryWithin(t *testing.T) {
+	down := errors.New("downstream down")
+	every25s := idem.WithBackoff(idem.Constant(25 * time.Second)) // never gives up
+	for _, c := range []struct {
+		name     string
+		opts     []idem.Option
+		calls    int
+		want     error
+		notAfter time.Duration // of the call's start, on the clock, when it returns
+	}{
+		{"default", []idem.Option{every25s}, 3, idem.ErrBackingOff, 50 * time.Second}, // at 0s, 25s, 50s; 75s is past the minute
+		{"RetryWithin(2m)", []idem.Option{every25s, idem.RetryWithin(2 * time.Minute)}, 5, idem.ErrBackingOff, 100 * time.Second},
+		{"RetryWithin(0)", []idem.Option{every25s, idem.RetryWithin(0)}, 1, idem.ErrBackingOff, 0},
+		{"OneAttempt", []idem.Option{every25s, idem.OneAttempt()}, 1, idem.ErrBackingOff, 0},
+		{"WithWait", []idem.Option{idem.WithBackoff(idem.WithMaxAttempts(6, idem.Constant(25*time.Second))), idem.WithWait()}, 6, idem.ErrGaveUp, 125 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := &triggerClock{now: t0}
+			s := triggerStore{openLedger(t, t.TempDir()), clk}
+			calls := 0
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a Run that never stops retrying
+			defer cancel()
+			err := idem.RunWith(ctx, s, key, func(context.Context) error { calls++; return down },
+				append(c.opts, idem.WithClock(clk))...)
+			if ctx.Err() != nil {
+				t.Fatalf("the Run was still retrying after 10s: %d attempts, %v", calls, err)
+			}
+			if !errors.Is(err, c.want) || !errors.Is(err, down) || calls != c.calls {
+				t.Fatalf("Run: %v, fn ran %d times; want %v after %d", err, calls, c.want, c.calls)
+			}
+			if took := clk.Now().Sub(t0); took != c.notAfter {
+				t.Fatalf("the call took %v on the clock, want %v", took, c.notAfter)
+			}
+			rec := mustLookup(t, s, key)
+			var ierr *idem.Error
+			if errors.Is(err, idem.ErrBackingOff) && (!errors.As(err, &ierr) || !ierr.NotBefore.Equal(rec.NotBefore) ||
+				ierr.Attempt != int64(c.calls) || rec.Status != idem.StatusFailed || rec.Failures != c.calls ||
+				!rec.NotBefore.Equal(t0.Add(c.notAfter+25*time.Second))) {
+				t.Fatalf("error %#v, record %+v: want failed %d times, retry allowed 25s after the last", err, rec, c.calls)
+			}
+		})
+	}
+	if idem.DefaultRetryWithin != time.Minute {
+		t.Fatalf("DefaultRetryWithin = %v, the doc says one minute", idem.DefaultRetryWithin)
+	}
+}
+
+// TestInvalidOptionWritesNothing: a negative RetryWithin is refused with
+// ErrInvalidOption by Run, CatchUp and Each before they write anything.
+func TestInvalidOptionWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewClock(day(10))))
+	bad := idem.RetryWithin(-time.Second)
+	const want = "idem: invalid option: RetryWithin(-1s): the bound must not be negative"
+	ran := false
+	err := l.Run(ctx, key, func(context.Context) error { ran = true; return nil }, bad)
+	if !errors.Is(err, idem.ErrInvalidOption) || err.Error() != want || ran {
+		t.Fatalf("Run: %v, ran %v; want %q", err, ran, want)
+	}
+	// CatchUpLatest would record the older periods as skipped first.
+	_, err = idem.CatchUp(ctx, l, "j", daily, func(context.Context, idem.Period) error { ran = true; return nil },
+		idem.CatchUpLatest(), idem.Since(day(1)), bad)
+	if !errors.Is(err, idem.ErrInvalidOption) || ran {
+		t.Fatalf("CatchUp: %v, ran %v", err, ran)
+	}
+	_, err = idem.Each(ctx, l, key, idem.Items(func(yield func(string) bool) { yield("a") }),
+		func(context.Context, string) error { ran = true; return nil }, bad)
+	if !errors.Is(err, idem.ErrInvalidOption) || ran {
+		t.Fatalf("Each: %v, ran %v", err, ran)
+	}
+	if recs, err := l.List(ctx, idem.Filter{}); err != nil || len(recs) != 0 {
+		t.Fatalf("records written: %+v, %v", recs, err)
+	}
+	if js, err := l.Job(ctx, "j"); err != nil || js.Cursor != "" {
+		t.Fatalf("job state written: %+v, %v", js, err)
+	}
+}
+
 // TestBackingOffSaysWhenAndWhy: a trigger that finds the key backing off
 // says until when, after which attempt, and why, as the run that failed
 // did: not as a failure of its own.
@@ -530,5 +680,69 @@ func TestBackingOffSaysWhenAndWhy(t *testing.T) {
 	}
 	if err.Error() != want {
 		t.Fatalf("the next trigger:\n got %s\nwant %s", err, want)
+	}
+}
+
+// TestOutageHealsUnderDefaults: under the default backoff and RetryWithin, a
+// 30-minute outage of the downstream from 02:00 heals without a person: a
+// daily job caught up by triggers every 5 minutes (and, once more, every
+// hour) keeps failing and backing off, is never parked, each trigger
+// returns within the in-process bound, and the first trigger after the
+// outage that the backoff allows runs it, once. The waits are random (equal
+// jitter); the bounds hold for any, so the scenario runs a few times.
+func TestOutageHealsUnderDefaults(t *testing.T) {
+	start := t0                           // 2026-10-28 02:00 UTC: the due period is 2026-10-27
+	healed := start.Add(30 * time.Minute) // the downstream is back at 02:30
+	until := healed.Add(45 * time.Minute) // the last trigger
+	down := errors.New("downstream down")
+	for _, every := range []time.Duration{5 * time.Minute, time.Hour} {
+		t.Run("every "+every.String(), func(t *testing.T) {
+			for round := range 5 {
+				clk := &triggerClock{now: start}
+				s := triggerStore{openLedger(t, t.TempDir()), clk}
+				ok, failed := 0, 0
+				fn := func(ctx context.Context, p idem.Period) error {
+					if clk.Now().Before(healed) {
+						failed++
+						return down
+					}
+					ok++
+					return nil
+				}
+				k := idem.Key{Job: "settle", Period: "2026-10-27"}
+				for trig := start; !trig.After(until); trig = trig.Add(every) {
+					clk.Set(trig)
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a trigger that never stops retrying
+					res, err := idem.CatchUp(ctx, s, "settle", daily, fn, idem.WithClock(clk))
+					if ctx.Err() != nil {
+						t.Fatalf("round %d: the trigger at %s was still retrying after 10s: %v", round, trig.Format("15:04"), err)
+					}
+					cancel()
+					if took := clk.Now().Sub(trig); took > idem.DefaultRetryWithin {
+						t.Fatalf("round %d: the trigger at %s took %v on the clock, more than %v", round, trig.Format("15:04"), took, idem.DefaultRetryWithin)
+					}
+					if clk.held() {
+						t.Fatalf("round %d: the trigger at %s returned with an attempt still holding the key", round, trig.Format("15:04"))
+					}
+					rec := mustLookup(t, s, k)
+					switch {
+					case rec.Status == idem.StatusParked || errors.Is(err, idem.ErrGaveUp):
+						t.Fatalf("round %d: parked at %s after %d failures: %v", round, trig.Format("15:04"), rec.Failures, err)
+					case rec.Status == idem.StatusDone:
+						if err != nil {
+							t.Fatalf("round %d: the trigger at %s: %v", round, trig.Format("15:04"), err)
+						}
+					case !errors.Is(err, idem.ErrBackingOff) || !strings.HasSuffix(err.Error(), "failed: "+down.Error()) || res.Count(idem.BackingOff) != 1:
+						// This trigger's attempt failed, or it found an earlier one's backoff.
+						t.Fatalf("round %d: the trigger at %s: %v (%+v), want ErrBackingOff after the downstream's error", round, trig.Format("15:04"), err, res)
+					}
+				}
+				rec := mustLookup(t, s, k)
+				if rec.Status != idem.StatusDone || ok != 1 || failed == 0 {
+					t.Fatalf("round %d: record %+v, fn succeeded %d times after %d failures; want done, once", round, rec, ok, failed)
+				}
+				t.Logf("round %d: %d failures, done at attempt %d", round, failed, rec.Attempt)
+			}
+		})
 	}
 }
