@@ -81,7 +81,9 @@ var jitter = func(d time.Duration) time.Duration {
 
 // WithFullJitter replaces each delay d of b by a uniform random delay in
 // [0, d] ("full jitter"), so that many clients failing together do not retry
-// together.
+// together. A delay may come out near zero, so the sum of the delays has no
+// lower bound: use [WithEqualJitter] when the backoff must also bound how
+// soon the attempts run out.
 func WithFullJitter(b Backoff) Backoff {
 	return BackoffFunc(func(n int) (time.Duration, bool) {
 		d, ok := b.Next(n)
@@ -92,10 +94,43 @@ func WithFullJitter(b Backoff) Backoff {
 	})
 }
 
-// DefaultBackoff is what Run uses unless told otherwise: full jitter over
-// 1 s, 2 s, 4 s, ... capped at one minute, giving up after 5 attempts.
+// WithEqualJitter replaces each delay d of b by a uniform random delay in
+// [d/2, d] ("equal jitter"): clients failing together still spread out, and
+// every delay is at least half of b's, so the sum of the delays before b
+// gives up is at least half of b's sum. [DefaultBackoff] uses it for that
+// bound.
+func WithEqualJitter(b Backoff) Backoff {
+	return BackoffFunc(func(n int) (time.Duration, bool) {
+		d, ok := b.Next(n)
+		if !ok {
+			return 0, false
+		}
+		half := d / 2
+		return half + jitter(d-half), true
+	})
+}
+
+// Defaults of [DefaultBackoff].
+const (
+	// DefaultMaxAttempts is how many failed attempts DefaultBackoff allows
+	// before it parks the key.
+	DefaultMaxAttempts = 16
+	// DefaultBackoffCap is the longest wait of DefaultBackoff.
+	DefaultBackoffCap = 10 * time.Minute
+)
+
+// DefaultBackoff is what Run uses unless told otherwise: 1 s, 2 s, 4 s, ...
+// doubling, capped at 10 minutes, with equal jitter (each wait uniform in
+// [d/2, d]), giving up after 16 failed attempts.
+//
+// So a failing key is parked only after at least 33 min 31.5 s of failing:
+// the 15 waits between its 16 attempts are at least half of 1 s + 2 s + ...
+// + 512 s + 5 × 10 min. A downstream outage shorter than that heals by
+// itself, across later triggers: the failure count and the next allowed time
+// are kept in the store, and [RetryWithin] keeps one call from waiting them
+// out in-process. At most, the waits add up to 67 min 3 s.
 func DefaultBackoff() Backoff {
-	return WithMaxAttempts(5, WithFullJitter(WithCap(time.Minute, Exponential(time.Second))))
+	return WithMaxAttempts(DefaultMaxAttempts, WithEqualJitter(WithCap(DefaultBackoffCap, Exponential(time.Second))))
 }
 
 // Retry calls fn until it succeeds, returns a [Permanent] error, b gives up,

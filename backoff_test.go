@@ -52,7 +52,7 @@ func TestFullJitterInjectable(t *testing.T) {
 	defer func(old func(time.Duration) time.Duration) { jitter = old }(jitter)
 	var asked []time.Duration
 	jitter = func(d time.Duration) time.Duration { asked = append(asked, d); return d / 2 }
-	b := DefaultBackoff()
+	b := WithMaxAttempts(5, WithFullJitter(WithCap(time.Minute, Exponential(time.Second))))
 	for n := 1; n <= 4; n++ {
 		d, ok := b.Next(n)
 		if want := (time.Second << (n - 1)) / 2; !ok || d != want {
@@ -60,10 +60,71 @@ func TestFullJitterInjectable(t *testing.T) {
 		}
 	}
 	if _, ok := b.Next(5); ok {
-		t.Fatal("DefaultBackoff: want to give up after 5 attempts")
+		t.Fatal("want to give up after 5 attempts")
 	}
 	if len(asked) != 4 || asked[3] != 8*time.Second {
 		t.Fatalf("jitter asked for %v", asked)
+	}
+}
+
+func TestEqualJitterBounds(t *testing.T) {
+	b := WithEqualJitter(WithCap(time.Minute, Exponential(time.Second)))
+	for n := 1; n <= 10; n++ {
+		bound := min(time.Minute, time.Second<<(n-1))
+		lo, hi := bound, time.Duration(0)
+		for range 2000 {
+			d, ok := b.Next(n)
+			if !ok || d < bound/2 || d > bound {
+				t.Fatalf("Next(%d) = %v, %v; want within [%v, %v]", n, d, ok, bound/2, bound)
+			}
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		// Spread over the range, not stuck at one end.
+		if lo > bound*5/8 || hi < bound*7/8 {
+			t.Fatalf("Next(%d): 2000 draws within [%v, %v], want them spread over [%v, %v]", n, lo, hi, bound/2, bound)
+		}
+	}
+	if _, ok := WithEqualJitter(WithMaxAttempts(2, Constant(time.Second))).Next(2); ok {
+		t.Fatal("WithEqualJitter does not give up when the wrapped backoff does")
+	}
+}
+
+// TestDefaultBackoffParksAfterHalfAnHour: DefaultBackoff parks a key only
+// after its 16th failed attempt, and its 15 waits add up to at least
+// 33 min 31.5 s and at most 67 min 3 s, as its doc says: jitter is replaced
+// by its least and its greatest answer.
+func TestDefaultBackoffParksAfterHalfAnHour(t *testing.T) {
+	defer func(old func(time.Duration) time.Duration) { jitter = old }(jitter)
+	for _, c := range []struct {
+		name   string
+		jitter func(time.Duration) time.Duration
+		want   time.Duration
+	}{
+		{"least", func(time.Duration) time.Duration { return 0 }, 33*time.Minute + 31500*time.Millisecond},
+		{"greatest", func(d time.Duration) time.Duration { return d }, 67*time.Minute + 3*time.Second},
+	} {
+		jitter = c.jitter
+		b := DefaultBackoff()
+		var sum time.Duration
+		for n := 1; n < DefaultMaxAttempts; n++ {
+			d, ok := b.Next(n)
+			if !ok {
+				t.Fatalf("%s: DefaultBackoff gave up after %d failures, want %d", c.name, n, DefaultMaxAttempts)
+			}
+			if d > DefaultBackoffCap {
+				t.Fatalf("%s: Next(%d) = %v, above the cap %v", c.name, n, d, DefaultBackoffCap)
+			}
+			sum += d
+		}
+		if _, ok := b.Next(DefaultMaxAttempts); ok {
+			t.Fatalf("%s: DefaultBackoff did not give up after %d failures", c.name, DefaultMaxAttempts)
+		}
+		if sum != c.want {
+			t.Fatalf("%s: the waits before parking add up to %v, want %v", c.name, sum, c.want)
+		}
+	}
+	if DefaultMaxAttempts != 16 || DefaultBackoffCap != 10*time.Minute {
+		t.Fatalf("defaults %d attempts, cap %v; the doc says 16 and 10m", DefaultMaxAttempts, DefaultBackoffCap)
 	}
 }
 

@@ -119,7 +119,9 @@ func (r CatchUpResult) Count(o Outcome) int {
 // wall clock that jumps back therefore re-runs nothing; one that jumps
 // forward makes the periods in between due, under the policy.
 //
-// Other options (mode, backoff, logger, ...) apply to every period's Run.
+// Other options (mode, backoff, logger, ...) apply to every period's Run;
+// [RetryWithin] bounds the in-process retries of the whole call, counted
+// from its start.
 //
 // fn must not call Run or RunTx for its own period (the key is held by
 // the Run that called fn: [ErrNestedRun]); for business writes that commit
@@ -170,6 +172,9 @@ func catchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, op
 	cfg := newConfig(s, []Option{CatchUpAll(DefaultMaxPeriods)}, opts)
 	cu := cfg.catchUp
 	var res CatchUpResult
+	if cfg.err != nil {
+		return res, cfg.err
+	}
 	if err := ValidateJob(job); err != nil {
 		return res, err
 	}
@@ -235,7 +240,7 @@ func catchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, op
 			pr = skipPeriod(ctx, s, key, p)
 		} else {
 			var r Result
-			o := append(append([]Option(nil), opts...), ReportTo(&r))
+			o := append(append([]Option(nil), opts...), ReportTo(&r), retryFrom(now))
 			if unbroken {
 				o = append(o, withCursor())
 			}

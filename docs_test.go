@@ -7,34 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 )
-
-// stalledClock is the clock of a process that has stalled: its timers never
-// fire (the heartbeat never runs), while the test moves Now forward.
-type stalledClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *stalledClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stalledClock) After(time.Duration) <-chan time.Time { return nil }
-
-func (c *stalledClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // TestStateFileLease proves what StateFile's doc says of the lease: the
 // lock never expires while its holder lives (another Run finds the job in
@@ -46,13 +24,13 @@ func TestStateFileLease(t *testing.T) {
 	dir := t.TempDir()
 	s := openState(t, dir)
 	k := idem.Key{Job: "report", Period: "2026-10-27"}
-	clk := &stalledClock{now: t0}
+	clk := stalledClock{idemtest.NewClock(t0)}
 	const lease = time.Minute
 	var before, after, othersErr error
 	var res idem.Result
 	err := s.Run(ctx, k, func(fctx context.Context) error {
 		before = idem.CheckLease(fctx)
-		clk.advance(lease + time.Second) // stalled past the lease: no renewal ran
+		clk.Advance(lease + time.Second) // stalled past the lease: no renewal ran
 		after = idem.CheckLease(fctx)
 		// Another process (another store on the file), a day later by its
 		// clock; its context is not derived from fn's.

@@ -32,10 +32,18 @@ var (
 	// [Permanent] error, and is parked until an operator calls Reset.
 	ErrGaveUp = errors.New("idem: gave up, key parked until Reset")
 
-	// ErrLeaseLost: this attempt's lease was taken over by a newer attempt
-	// (its holder stalled past the lease). Its done mark was refused; the key
-	// belongs to the newer attempt.
-	ErrLeaseLost = errors.New("idem: lease lost to a newer attempt")
+	// ErrLeaseLost: the attempt no longer holds its key. Either a newer
+	// attempt took the key over (its holder stalled past the lease): a
+	// renewal or a fenced write found the key held by another attempt, the
+	// attempt's done mark was refused, and the key belongs to the newer
+	// attempt. Or, from [CheckLease], the lease ran out by this process's
+	// clock without a renewal (the process stalled), whether or not another
+	// attempt has taken the key yet. The error's text says which.
+	ErrLeaseLost = errors.New("idem: lease lost")
+
+	// ErrInvalidOption: an option was given a value it cannot take (a
+	// negative duration, say). Nothing was written.
+	ErrInvalidOption = errors.New("idem: invalid option")
 
 	// ErrNewerSchema: the ledger was written by a newer version of idem.
 	// Nothing was written to it.
@@ -112,22 +120,33 @@ func (o Outcome) sentinel() error {
 type Error struct {
 	Key       Key
 	Outcome   Outcome
-	Attempt   int64     // the attempt concerned; 0 if none was taken
+	Attempt   int64     // the attempt concerned; 0 if none was taken (BackingOff: the attempt that failed last)
 	NotBefore time.Time // BackingOff: when the next attempt is allowed
 	Holder    string    // InProgress: the owner of the live lease, when the store knows it
-	Err       error     // fn's error, the store's error, or nil
+	Err       error     // fn's error, the store's error, or nil (BackingOff: the last attempt's error)
 }
 
 func (e *Error) Error() string {
+	if e.Outcome == BackingOff {
+		// "idem: job/period: backing off until T after attempt 3 failed: why"
+		msg := "idem: " + e.Key.String() + ": backing off"
+		if !e.NotBefore.IsZero() {
+			msg += " until " + e.NotBefore.UTC().Format(time.RFC3339Nano)
+		}
+		if e.Attempt > 0 {
+			msg += fmt.Sprintf(" after attempt %d failed", e.Attempt)
+		}
+		if e.Err != nil {
+			msg += ": " + e.Err.Error()
+		}
+		return msg
+	}
 	msg := "idem: " + e.Key.String()
 	if e.Attempt > 0 {
 		msg += fmt.Sprintf(" attempt %d", e.Attempt)
 	}
 	msg += ": " + e.Outcome.String()
-	switch {
-	case e.Outcome == BackingOff && !e.NotBefore.IsZero():
-		msg += " until " + e.NotBefore.UTC().Format(time.RFC3339Nano)
-	case e.Outcome == InProgress && e.Holder != "":
+	if e.Outcome == InProgress && e.Holder != "" {
 		msg += " (held by " + e.Holder + ")"
 	}
 	if e.Err != nil {

@@ -161,6 +161,9 @@ func each(ctx context.Context, s ItemStore, key Key, items iter.Seq2[string, err
 		}
 	}
 	res := EachResult{Key: key}
+	if cfg.err != nil {
+		return res, cfg.err
+	}
 	if err := key.Validate(); err != nil {
 		return res, err
 	}

@@ -463,14 +463,17 @@ func TestFnErrorWrappedAndRetried(t *testing.T) {
 			return boom
 		}
 		return nil
-	}, idem.ReportTo(&res))
+	}, idem.ReportTo(&res), idem.RetryWithin(time.Hour)) // see below
 	if err != nil || calls != 3 || res.Outcome != idem.Ran || res.Attempts != 3 {
 		t.Fatalf("err %v, calls %d, result %+v", err, calls, res)
 	}
-	// Always failing: parked after 5 attempts, error wraps fn's.
+	// Always failing: parked after the backoff's 5 attempts, error wraps
+	// fn's. (The auto clock moves while fn runs, as the heartbeat waits on
+	// it: RetryWithin keeps all 5 attempts in this call whatever it reads.)
 	k2 := idem.Key{Job: "daily_settle", Period: "2026-10-28"}
 	calls = 0
-	err = l.Run(context.Background(), k2, func(context.Context) error { calls++; return boom })
+	five := []idem.Option{idem.WithBackoff(idem.WithMaxAttempts(5, idem.Exponential(time.Second))), idem.RetryWithin(time.Hour)}
+	err = l.Run(context.Background(), k2, func(context.Context) error { calls++; return boom }, five...)
 	var ierr *idem.Error
 	if !errors.Is(err, idem.ErrGaveUp) || !errors.Is(err, boom) || !errors.As(err, &ierr) || calls != 5 {
 		t.Fatalf("err %v, calls %d; want ErrGaveUp wrapping boom after 5 calls", err, calls)
@@ -912,21 +915,28 @@ func TestStoreDefaultsApplyEverywhere(t *testing.T) {
 }
 
 func TestCheckLease(t *testing.T) {
-	clk := idemtest.NewClock(t0)
+	clk := stalledClock{idemtest.NewClock(t0)} // no timer fires: the heartbeat cannot renew
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	if err := idem.CheckLease(context.Background()); err != nil {
 		t.Fatalf("outside a Run: %v", err)
 	}
-	err := l.Run(context.Background(), key, func(ctx context.Context) error {
+	var inFn error
+	err := l.Run(stallGuard(t), key, func(ctx context.Context) error {
 		if err := idem.CheckLease(ctx); err != nil {
 			t.Fatalf("fresh lease: %v", err)
 		}
 		// The process stalls past its lease: no heartbeat could run.
 		clk.Set(clk.Now().Add(idem.DefaultLease + time.Second))
-		return idem.CheckLease(ctx)
-	})
-	if !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("after the stall: %v, want ErrLeaseLost", err)
+		inFn = idem.CheckLease(ctx)
+		return inFn
+	}, idem.OneAttempt())
+	if !errors.Is(inFn, idem.ErrLeaseLost) {
+		t.Fatalf("after the stall: %v, want ErrLeaseLost", inFn)
+	}
+	// No newer attempt took the key: fn's failure is recorded by the mode
+	// (TestLeaseRunOutWithoutTakeover).
+	if !errors.Is(err, idem.ErrBackingOff) || errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("Run after the stall: %v, want ErrBackingOff", err)
 	}
 }
 

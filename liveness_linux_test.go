@@ -24,8 +24,8 @@ func openStoreIn(kind, dir string) (idem.Store, error) {
 	return idem.OpenLedger(filepath.Join(dir, "ledger.db"))
 }
 
-// modeOption is the option of mode; has counts its calls in asked.
-func modeOption(mode string, eff *effects, asked *atomic.Int32) idem.Option {
+// modeAsking is the option of mode; has counts its calls in asked.
+func modeAsking(mode string, eff *effects, asked *atomic.Int32) idem.Option {
 	switch mode {
 	case "at-most-once":
 		return idem.AtMostOnce()
@@ -61,7 +61,7 @@ func TestKilledHolderTakenOverAtOnce(t *testing.T) {
 						eff.add(nil, key.String())
 						idemtest.Kill()
 						return nil
-					}, modeOption(mode, eff, nil))
+					}, modeAsking(mode, eff, nil))
 					fmt.Println("run returned:", err)
 					os.Exit(3)
 				})
@@ -88,7 +88,7 @@ func TestKilledHolderTakenOverAtOnce(t *testing.T) {
 				err = idem.RunWith(context.Background(), s, key, func(context.Context) error {
 					eff.add(nil, key.String())
 					return nil
-				}, modeOption(mode, eff, &asked), idem.ReportTo(&res))
+				}, modeAsking(mode, eff, &asked), idem.ReportTo(&res))
 				n := eff.counts(t)[key.String()]
 				rec := mustLookup(t, s, key)
 				switch mode {
@@ -173,7 +173,7 @@ func killChildHolding(t *testing.T, dir, mode string) {
 			eff.add(nil, key.String())
 			idemtest.Kill()
 			return nil
-		}, modeOption(mode, eff, nil))
+		}, modeAsking(mode, eff, nil))
 		fmt.Println("run returned:", err)
 		os.Exit(3)
 	})

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -37,7 +38,11 @@ type config struct {
 	catchUp  catchUpConfig
 	each     eachConfig
 
-	oneAttempt bool
+	retryWithin    time.Duration // RetryWithin's bound
+	retryWithinSet bool          // RetryWithin (or OneAttempt) was given
+	retryFrom      time.Time     // internal: the start of the call the bound counts from (CatchUp's), if not the Run's own
+
+	err error // an invalid option: Run, CatchUp and Each return it before doing anything
 }
 
 // defaulter is a store with default options for the Runs on it: those
@@ -122,7 +127,8 @@ func WithBackoff(b Backoff) Option { return optionFunc(func(c *config) { c.backo
 
 // WithWait makes Run wait, until ctx ends, for a key that another holder is
 // running or that is backing off, instead of returning ErrInProgress or
-// ErrBackingOff at once.
+// ErrBackingOff at once. Unless [RetryWithin] (or [OneAttempt]) is given as
+// well, it also retries its own failures in-process until ctx ends.
 func WithWait() Option { return optionFunc(func(c *config) { c.wait = true }) }
 
 // WithClock sets the clock for leases, backoff and waits.
@@ -144,12 +150,46 @@ func WithObserver(f func(Result)) Option {
 	})
 }
 
+// DefaultRetryWithin is how long one call of Run (or CatchUp) goes on
+// retrying a failing fn in-process, unless [RetryWithin] says otherwise.
+const DefaultRetryWithin = time.Minute
+
+// RetryWithin bounds how long one call retries in-process: after fn fails,
+// Run sleeps for the backoff's delay and tries again only if that retry
+// would start within d of the call's start (for [CatchUp], of the CatchUp
+// call's start). Otherwise it records the failure with the time of the next
+// allowed attempt and returns ErrBackingOff at once, leaving the retry to
+// the next trigger (the next cron tick, timer or call), which honours the
+// stored backoff. Default [DefaultRetryWithin]; with [WithWait] and no
+// RetryWithin, retries go on until ctx ends.
+//
+// So a cron job is not blocked for the length of an outage: with the
+// defaults, a trigger returns within about a minute, and the failure count
+// carries over to the next trigger until [DefaultBackoff] gives up.
+//
+// d = 0 means one attempt per call ([OneAttempt]). A negative d is an error
+// matching [ErrInvalidOption], returned before anything is written. [Each]
+// waits for its items' backoffs until ctx ends, whatever d is.
+func RetryWithin(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.err = fmt.Errorf("%w: RetryWithin(%v): the bound must not be negative", ErrInvalidOption, d)
+			return
+		}
+		c.retryWithin, c.retryWithinSet = d, true
+	})
+}
+
 // OneAttempt makes Run try fn at most once per call: a failure is recorded
 // with the backoff's next allowed time and Run returns ErrBackingOff (or
 // ErrGaveUp) at once, instead of sleeping and retrying in-process. The next
 // call (the next cron tick) honours the stored backoff. Use it when a
-// scheduler re-runs the job anyway.
-func OneAttempt() Option { return optionFunc(func(c *config) { c.oneAttempt = true }) }
+// scheduler re-runs the job anyway. It is RetryWithin(0).
+func OneAttempt() Option { return RetryWithin(0) }
+
+// retryFrom makes the RetryWithin bound count from t, the start of the
+// call (CatchUp) that runs this Run.
+func retryFrom(t time.Time) Option { return optionFunc(func(c *config) { c.retryFrom = t }) }
 
 // ReportTo stores the Run's [Result] in *r when it returns, so the caller can
 // tell "ran now" from "already done" without looking at errors.

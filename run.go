@@ -22,15 +22,21 @@ import (
 //     renewal finds a newer attempt, fn's context is cancelled with cause
 //     ErrLeaseLost.
 //  3. Done: the done mark is written only if the attempt still holds the key,
-//     and durably. Otherwise Run returns ErrLeaseLost, never success.
+//     and durably. Otherwise Run returns ErrLeaseLost, never success. A
+//     store error on the way (a dropped connection) is retried a few times
+//     within the attempt's lease; so is every other record of how an attempt
+//     ended.
 //  4. An attempt that died (lease expired, or its process found gone by
 //     [HolderGone]; not done), or an fn that failed, is recovered by the
-//     mode: [AtLeastOnce] (default), [AtMostOnce] or [TwoPhase]. Failures
-//     are retried in-process after the [Backoff]'s delay; the failure count
-//     and the time of the next allowed attempt are kept in the store, so a
-//     separate process honours them too. When the backoff gives up, or fn
-//     returns a [Permanent] error, the key is parked (ErrGaveUp) until
-//     Reset.
+//     mode: [AtLeastOnce] (default), [AtMostOnce] or [TwoPhase]. An fn that
+//     fails with CheckLease's error after a stall that no other attempt used
+//     to take over is such a failure too: it may have had its effect.
+//     Failures are retried in-process after the [Backoff]'s delay, as long
+//     as the retry starts within [RetryWithin] of the call's start; the
+//     failure count and the time of the next allowed attempt are kept in the
+//     store, so a separate process, or the next trigger, honours them too.
+//     When the backoff gives up, or fn returns a [Permanent] error, the key
+//     is parked (ErrGaveUp) until Reset.
 //
 // Run returns nil when the key's work is done, now or earlier; [ReportTo]
 // tells which. Otherwise the error is an *[Error] matching one of
@@ -40,6 +46,9 @@ import (
 // A panic in fn propagates to the caller; Run does not recover it. The
 // heartbeat stops, and the claim stays as it is until its lease expires;
 // then the next Run treats the attempt as one that died, by its mode.
+// Whenever an attempt ends without its end recorded (a panic, a store that
+// kept failing, a lost lease), Run releases what this process holds for it
+// (a state file's lock), as the kernel would if the process died.
 func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) error, opts ...Option) error {
 	if fn == nil {
 		panic("idem: Run with a nil fn")
@@ -130,10 +139,72 @@ func CheckLease(ctx context.Context) error {
 	}
 	if until := time.Unix(0, l.until.Load()); !l.clock.Now().Before(until) {
 		info, _ := InfoFrom(ctx)
-		return fmt.Errorf("%w: attempt %d of %s: its lease ran out at %s without a renewal",
-			ErrLeaseLost, info.Attempt, info.Key, until.UTC().Format(time.RFC3339Nano))
+		return &stallError{key: info.Key, attempt: info.Attempt, until: until}
 	}
 	return nil
+}
+
+// stallError is CheckLease's answer when the lease ran out by this
+// process's clock: the process stalled past it. Another attempt may or may
+// not have taken the key over yet.
+type stallError struct {
+	key     Key
+	attempt int64
+	until   time.Time
+}
+
+func (e *stallError) detail() string {
+	return "its lease ran out at " + e.until.UTC().Format(time.RFC3339Nano) + " without a renewal (the process stalled)"
+}
+
+func (e *stallError) Error() string {
+	return fmt.Sprintf("%v: attempt %d of %s: %s", ErrLeaseLost, e.attempt, e.key, e.detail())
+}
+
+func (e *stallError) Unwrap() error { return ErrLeaseLost }
+
+// stalledFailure is the failure of an attempt whose fn returned
+// CheckLease's error after a stall that no renewal found taken over. It is
+// recorded as the attempt's error without repeating the key, and it does
+// not match ErrLeaseLost: the run ends by its mode, unless the fenced
+// record of its end is refused.
+type stalledFailure struct{ st *stallError }
+
+func (e *stalledFailure) Error() string { return "lease lost: " + e.st.detail() }
+
+// takeoverError is the cause with which the heartbeat cancels fn's context
+// when a renewal found a newer attempt.
+type takeoverError struct {
+	key     Key
+	attempt int64
+	err     error // the store's answer to the renewal
+}
+
+func (e *takeoverError) Error() string {
+	return fmt.Sprintf("%v: attempt %d of %s was taken over by a newer attempt", ErrLeaseLost, e.attempt, e.key)
+}
+
+func (e *takeoverError) Unwrap() []error { return []error{ErrLeaseLost, e.err} }
+
+// detailError is the Err of an *Error whose outcome already names what
+// happened: its text is the detail alone (no repeated "idem: lease lost"),
+// and it wraps the errors behind it.
+type detailError struct {
+	msg  string
+	errs []error
+}
+
+func (e *detailError) Error() string   { return e.msg }
+func (e *detailError) Unwrap() []error { return e.errs }
+
+func details(msg string, errs ...error) *detailError {
+	d := &detailError{msg: msg}
+	for _, err := range errs {
+		if err != nil {
+			d.errs = append(d.errs, err)
+		}
+	}
+	return d
 }
 
 // Info describes the attempt a fn is running for. Get it with [InfoFrom].
@@ -157,6 +228,10 @@ func InfoFrom(ctx context.Context) (Info, bool) {
 func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context.Context) error, tx txBody, fresh freshBody) (err error) {
 	r := runner{s: finishAlways{s}, key: key, cfg: cfg, res: Result{Key: key}}
 	start := cfg.clock.Now()
+	r.start = start
+	if !cfg.retryFrom.IsZero() {
+		r.start = cfg.retryFrom
+	}
 	defer func() {
 		r.res.Err = err
 		r.res.Duration = cfg.clock.Now().Sub(start)
@@ -170,6 +245,9 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 			cfg.observer(r.res)
 		}
 	}()
+	if cfg.err != nil {
+		return cfg.err
+	}
 	if err := key.Validate(); err != nil {
 		return err
 	}
@@ -178,17 +256,17 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 			"Do not call Run, RunTx or Each for the key inside its own run; to commit business writes with a catch-up period's done mark and cursor, use idem.CatchUpTx",
 			ErrNestedRun, info.Attempt, key)))
 	}
-	returned := false
 	defer func() {
-		// A crash point stopped the run, or fn panicked: drop what this
-		// process holds (a state file's lock), as the kernel would.
-		if a, ok := s.(abandoner); ok && (!returned || isStop(err)) && r.res.Attempt > 0 {
-			a.abandon(key, r.res.Attempt)
+		// The attempt this call holds ended without its end recorded: a
+		// crash point stopped the run, fn panicked, the store kept failing,
+		// or the lease was lost. Drop what this process holds for it (a
+		// state file's lock), as the kernel would if the process died, so
+		// that no lock outlives its attempt.
+		if a, ok := s.(abandoner); ok && r.held > 0 {
+			a.abandon(key, r.held)
 		}
 	}()
-	err = r.loop(ctx, fn, tx, fresh)
-	returned = true
-	return err
+	return r.loop(ctx, fn, tx, fresh)
 }
 
 // finishAlways passes Finish a context that is not cancelled with the
@@ -217,7 +295,10 @@ type runner struct {
 	key       Key
 	cfg       *config
 	res       Result
+	start     time.Time // the call's start, by cfg.clock: RetryWithin counts from it
 	claimedAt time.Time // when the current attempt was claimed, by cfg.clock
+	leaseEnd  time.Time // the current attempt's lease end, by cfg.clock, as of its claim or last renewal
+	held      int64     // the attempt this call holds and has not recorded the end of; 0 if none
 }
 
 func (r *runner) log(level slog.Level, msg string, attrs ...slog.Attr) {
@@ -235,6 +316,20 @@ func (r *runner) log(level slog.Level, msg string, attrs ...slog.Attr) {
 func (r *runner) fail(o Outcome, err error) error {
 	r.res.Outcome = o
 	return &Error{Key: r.key, Outcome: o, Attempt: r.res.Attempt, Err: err}
+}
+
+// lost ends the run with ErrLeaseLost: a newer attempt holds the key. msg
+// says how that was found; errs are the errors behind it.
+func (r *runner) lost(msg string, errs ...error) error {
+	err := r.fail(LeaseLost, details(msg, errs...))
+	r.log(slog.LevelWarn, "lease lost: "+msg)
+	return err
+}
+
+// acquired notes that the call holds attempt, claimed at r.claimedAt.
+func (r *runner) acquired(attempt int64) {
+	r.held = attempt
+	r.leaseEnd = r.claimedAt.Add(r.cfg.lease)
 }
 
 func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx txBody, fresh freshBody) error {
@@ -274,6 +369,7 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 				// fn failed; the claim of attempt 1 alone was committed. Go
 				// on as after any failed attempt.
 				r.res.Attempt, r.res.Attempts = 1, 1
+				r.acquired(1)
 				runErr, ranFn = err, true
 			case isStop(err):
 				return err
@@ -333,6 +429,7 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			}
 
 			r.res.Attempt = c.Attempt
+			r.acquired(c.Attempt)
 			r.log(slog.LevelDebug, "claimed", slog.Bool("doubt", c.Doubt))
 			if err := Checkpoint(ctx, AfterClaim, r.key); err != nil {
 				return err
@@ -356,20 +453,29 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 		if isStop(runErr) {
 			return runErr
 		}
-		if errors.Is(runErr, ErrLeaseLost) {
-			r.log(slog.LevelWarn, "lease lost", slog.Any("error", runErr))
-			return r.fail(LeaseLost, runErr)
+		if e, ok := runErr.(*Error); ok && e.Outcome == LeaseLost {
+			return e // a renewal or the fenced done mark found a newer attempt
 		}
 		var fe *fnError
-		if tx != nil && !errors.As(runErr, &fe) {
-			// The store's transaction failed, fn's writes with it. The attempt
-			// left nothing behind; count it as a failure and retry.
-			runErr = NothingHappened(runErr)
-		} else if fe != nil {
+		switch {
+		case errors.As(runErr, &fe):
 			runErr = fe.err
+			if st, ok := runErr.(*stallError); ok {
+				// fn returned CheckLease's error: the process stalled past
+				// the lease, but no renewal found a newer attempt. An
+				// ordinary failure that may have had its effect; recording
+				// it is fenced, and refused if a newer attempt did take over.
+				runErr = &stalledFailure{st}
+			}
 			if tx != nil {
 				runErr = NothingHappened(runErr) // rolled back
 			}
+		case tx != nil && errors.Is(runErr, ErrLeaseLost):
+			return r.lost("taken over by a newer attempt: its transaction was refused", runErr)
+		case tx != nil:
+			// The store's transaction failed, fn's writes with it. The attempt
+			// left nothing behind; count it as a failure and retry.
+			runErr = NothingHappened(runErr)
 		}
 		failures++
 		r.log(slog.LevelWarn, "attempt failed", slog.Any("error", runErr), slog.Int("failures", failures))
@@ -388,20 +494,34 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			return r.park(ctx, c.Attempt, failures, runErr)
 		}
 		now := cfg.clock.Now()
-		if err := r.s.Finish(ctx, r.key, c.Attempt, End{Status: StatusFailed, Now: now,
-			NotBefore: now.Add(delay), Failures: failures, Error: runErr.Error()}); err != nil {
-			return r.finishFailed(err, runErr)
+		end := End{Status: StatusFailed, Now: now, NotBefore: now.Add(delay), Failures: failures, Error: runErr.Error()}
+		if err := r.finish(ctx, c.Attempt, end); err != nil {
+			return r.finishFailed(end, err, runErr)
 		}
-		if cfg.oneAttempt {
+		if !r.retryInProcess(end.NotBefore) {
+			// Leave the retry to the next trigger; the store keeps the backoff.
 			r.res.Outcome = BackingOff
-			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Attempt, NotBefore: now.Add(delay), Err: runErr}
+			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Attempt, NotBefore: end.NotBefore, Err: runErr}
 		}
 		if err := sleep(ctx, cfg.clock, delay); err != nil {
 			r.res.Outcome = BackingOff
-			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Attempt, NotBefore: now.Add(delay),
+			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Attempt, NotBefore: end.NotBefore,
 				Err: errors.Join(runErr, err)}
 		}
 	}
+}
+
+// retryInProcess reports whether this call sleeps until at and retries,
+// by RetryWithin: only if at is within the bound of the call's start.
+func (r *runner) retryInProcess(at time.Time) bool {
+	within := DefaultRetryWithin
+	switch {
+	case r.cfg.retryWithinSet:
+		within = r.cfg.retryWithin
+	case r.cfg.wait:
+		return true // WithWait without RetryWithin: until ctx ends
+	}
+	return within > 0 && !at.After(r.start.Add(within))
 }
 
 // settleDoubt asks the mode about an attempt that may have had its effect
@@ -413,8 +533,9 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 	now := r.cfg.clock.Now()
 	switch v {
 	case verdictDone:
-		if err := r.s.Finish(ctx, r.key, attempt, End{Status: StatusDone, Now: now, Cursor: r.cfg.catchUp.cursor}); err != nil {
-			return true, r.finishFailed(err, nil)
+		end := End{Status: StatusDone, Now: now, Cursor: r.cfg.catchUp.cursor}
+		if err := r.finish(ctx, attempt, end); err != nil {
+			return true, r.finishFailed(end, err, nil)
 		}
 		r.res.Outcome = Recovered
 		r.log(slog.LevelInfo, "recovered: the downstream has it")
@@ -424,8 +545,9 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 		if herr != nil {
 			msg = "downstream check failed: " + herr.Error() + "; after: " + msg
 		}
-		if err := r.s.Finish(ctx, r.key, attempt, End{Status: StatusUnknown, Now: now, Failures: failures, Error: msg}); err != nil {
-			return true, r.finishFailed(err, cause)
+		end := End{Status: StatusUnknown, Now: now, Failures: failures, Error: msg}
+		if err := r.finish(ctx, attempt, end); err != nil {
+			return true, r.finishFailed(end, err, cause)
 		}
 		r.log(slog.LevelError, "outcome unknown", slog.String("cause", msg))
 		return true, r.fail(Unknown, errors.Join(cause, herr))
@@ -438,23 +560,94 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 }
 
 func (r *runner) park(ctx context.Context, attempt int64, failures int, cause error) error {
-	if err := r.s.Finish(ctx, r.key, attempt, End{Status: StatusParked, Now: r.cfg.clock.Now(),
-		Failures: failures, Error: cause.Error()}); err != nil {
-		return r.finishFailed(err, cause)
+	end := End{Status: StatusParked, Now: r.cfg.clock.Now(), Failures: failures, Error: cause.Error()}
+	if err := r.finish(ctx, attempt, end); err != nil {
+		return r.finishFailed(end, err, cause)
 	}
 	r.log(slog.LevelError, "gave up; parked until Reset", slog.Any("error", cause), slog.Int("failures", failures))
 	return r.fail(GaveUp, cause)
 }
 
-// finishFailed turns an error from Store.Finish into the run's error.
-func (r *runner) finishFailed(err, cause error) error {
+// finishFailed turns an error from Store.Finish, recording end, into the
+// run's error. cause is why the attempt failed, if it did.
+func (r *runner) finishFailed(end End, err, cause error) error {
 	if isStop(err) {
 		return err
 	}
 	if errors.Is(err, ErrLeaseLost) {
-		return r.fail(LeaseLost, errors.Join(err, cause))
+		what := map[Status]string{StatusDone: "done mark", StatusFailed: "failure record",
+			StatusUnknown: "unknown mark", StatusParked: "parked mark"}[end.Status]
+		var sf *stalledFailure
+		if errors.As(cause, &sf) {
+			return r.lost(sf.st.detail()+" and a newer attempt took the key over: its "+what+" was refused", err, sf.st)
+		}
+		msg := "taken over by a newer attempt: its " + what + " was refused"
+		if cause != nil {
+			msg += " (after: " + cause.Error() + ")"
+		}
+		return r.lost(msg, err, cause)
 	}
 	return r.fail(Failed, errors.Join(fmt.Errorf("finish: %w", err), cause))
+}
+
+// Retries of a Store.Finish that failed on what may be a transient store
+// error (a dropped connection, a full disk being cleaned up): the write is
+// fenced by the attempt, so writing it again is safe.
+const (
+	finishTries      = 5
+	finishRetryFirst = 50 * time.Millisecond
+	finishRetryMax   = time.Second
+)
+
+// finish records how attempt ended, retrying a store error a few times with
+// a short backoff, never past the attempt's lease end by the engine's clock
+// (after it another attempt may take the key). Not retried: ErrLeaseLost, a
+// crash point's stop, and a store that refuses writes for good (a state
+// file after a failed fsync).
+func (r *runner) finish(ctx context.Context, attempt int64, end End) error {
+	delay := finishRetryFirst
+	for try := 1; ; try++ {
+		err := r.s.Finish(ctx, r.key, attempt, end)
+		if err != nil && try > 1 && errors.Is(err, ErrLeaseLost) && r.landed(ctx, attempt, end) {
+			err = nil // an earlier try was recorded, though its answer was lost
+		}
+		if err == nil {
+			r.held = 0
+			return nil
+		}
+		if try == finishTries || isStop(err) || errors.Is(err, ErrLeaseLost) || isFatal(err) {
+			return err
+		}
+		if !r.cfg.clock.Now().Add(delay).Before(r.leaseEnd) {
+			return err
+		}
+		r.log(slog.LevelWarn, "recording the attempt's end failed; retrying", slog.String("status", string(end.Status)),
+			slog.Int("try", try), slog.Duration("delay", delay), slog.Any("error", err))
+		if sleep(context.WithoutCancel(ctx), r.cfg.clock, delay) != nil {
+			return err
+		}
+		delay = min(2*delay, finishRetryMax)
+	}
+}
+
+// landed reports whether the key's record shows attempt ended as end says:
+// a Finish that failed (its connection dropped before the answer came) may
+// still have committed.
+func (r *runner) landed(ctx context.Context, attempt int64, end End) bool {
+	rec, ok, err := r.s.Lookup(context.WithoutCancel(ctx), r.key)
+	return err == nil && ok && rec.Attempt == attempt && rec.Status == end.Status
+}
+
+// fatalError marks a store error after which the store refuses every write
+// (a state file whose fsync failed): retrying cannot help.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+func isFatal(err error) bool {
+	var f *fatalError
+	return errors.As(err, &f)
 }
 
 // attempt runs one attempt of fn (with heartbeat) and marks it done, or
@@ -467,6 +660,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 		if err := tx(fctx, attempt, r.cfg.clock.Now()); err != nil {
 			return err
 		}
+		r.held = 0
 		return Checkpoint(ctx, AfterDone, r.key)
 	}
 
@@ -477,8 +671,15 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 	defer stopHeartbeat() // also when fn panics
 	err := fn(fctx)
 	stopHeartbeat()
-	if cause := context.Cause(fctx); errors.Is(cause, ErrLeaseLost) {
-		return &Error{Key: r.key, Outcome: LeaseLost, Attempt: attempt, Err: errors.Join(cause, err)}
+	r.leaseEnd = time.Unix(0, lease.until.Load())
+	var to *takeoverError
+	if errors.As(context.Cause(fctx), &to) {
+		msg, errs := "taken over by a newer attempt (found by a lease renewal)", []error{to}
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrLeaseLost) {
+			msg += "; fn returned: " + err.Error()
+			errs = append(errs, err)
+		}
+		return r.lost(msg, errs...)
 	}
 	if err != nil {
 		return &fnError{err}
@@ -486,12 +687,16 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 	if err := Checkpoint(ctx, AfterFn, r.key); err != nil {
 		return err
 	}
-	if err := r.s.Finish(ctx, r.key, attempt, End{Status: StatusDone, Now: r.cfg.clock.Now(), Cursor: r.cfg.catchUp.cursor}); err != nil {
-		if isStop(err) || errors.Is(err, ErrLeaseLost) {
+	end := End{Status: StatusDone, Now: r.cfg.clock.Now(), Cursor: r.cfg.catchUp.cursor}
+	if err := r.finish(ctx, attempt, end); err != nil {
+		if isStop(err) {
 			return err
 		}
-		// The done mark may not be durable. Do not report success; the lease
-		// will expire and the next Run recovers by its mode.
+		if errors.Is(err, ErrLeaseLost) {
+			return r.finishFailed(end, err, nil)
+		}
+		// The done mark may not be durable. Do not report success; the
+		// attempt is recovered by its mode.
 		return fmt.Errorf("idem: done mark: %w", err)
 	}
 	return Checkpoint(ctx, AfterDone, r.key)
@@ -561,7 +766,7 @@ func (r *runner) heartbeat(ctx context.Context, attempt int64, lease *leaseState
 			lease.until.Store(now.Add(r.cfg.lease).UnixNano())
 		case errors.Is(err, ErrLeaseLost):
 			r.log(slog.LevelWarn, "lease lost while running; cancelling fn")
-			cancel(fmt.Errorf("%w: attempt %d of %s was taken over", ErrLeaseLost, attempt, r.key))
+			cancel(&takeoverError{key: r.key, attempt: attempt, err: err})
 			return
 		case ctx.Err() != nil:
 			return

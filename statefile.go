@@ -359,7 +359,7 @@ func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
 	// here may be a failed fsync, after which the kernel's view of the data
 	// is unknown: it is fatal, never retried.
 	if err := t.CloseAtomicallyReplace(); err != nil {
-		s.broken = fmt.Errorf("idem: state file %s: fsync or rename failed, refusing further writes: %w", s.path, err)
+		s.broken = &fatalError{fmt.Errorf("idem: state file %s: fsync or rename failed, refusing further writes: %w", s.path, err)}
 		return s.broken
 	}
 	if err := Checkpoint(ctx, AfterRename, key); err != nil {
@@ -367,7 +367,7 @@ func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
 		return err
 	}
 	if err := syncDir(s.dir); err != nil {
-		s.broken = fmt.Errorf("idem: state file %s: directory fsync failed, refusing further writes: %w", s.path, err)
+		s.broken = &fatalError{fmt.Errorf("idem: state file %s: directory fsync failed, refusing further writes: %w", s.path, err)}
 		return s.broken
 	}
 	return nil
@@ -614,7 +614,10 @@ func (s *StateFile) Renew(ctx context.Context, key Key, attempt int64, now time.
 }
 
 // Finish implements [Store]. It writes the attempt's end durably and
-// releases the job's lock.
+// releases the job's lock. If the write fails (a full disk), the file is as
+// it was and the lock stays held, so that the end can be written again; Run
+// retries it a few times, and when it gives up it releases the lock (the
+// next Run then finds the attempt died).
 func (s *StateFile) Finish(ctx context.Context, key Key, attempt int64, end End) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -622,9 +625,6 @@ func (s *StateFile) Finish(ctx context.Context, key Key, attempt int64, end End)
 	if err != nil {
 		return err
 	}
-	// The attempt is over whether or not the write succeeds (a failed write
-	// leaves the file as it was: the next Run finds the attempt died).
-	defer s.release(key.Job)
 	doc, unlock, err := s.readLocked()
 	if err != nil {
 		return err
@@ -644,7 +644,11 @@ func (s *StateFile) Finish(ctx context.Context, key Key, attempt int64, end End)
 		next.Failures, next.NotBefore, next.LastError = end.Failures, end.NotBefore, end.Error
 	}
 	doc.Jobs[key.Job] = &next
-	return s.write(ctx, key, doc)
+	if err := s.write(ctx, key, doc); err != nil {
+		return err
+	}
+	s.release(key.Job)
+	return nil
 }
 
 func (h *heldLock) owner() string { return processOwner() }
@@ -657,8 +661,9 @@ func (s *StateFile) release(job string) {
 }
 
 // abandon drops what this process holds for key's attempt without writing,
-// as the kernel would when the process dies. Run calls it when a crash point
-// stops the run, or when fn panics.
+// as the kernel would when the process dies. Run calls it whenever an
+// attempt ends without its end written: a crash point stopped the run, fn
+// panicked, the lease was lost, or Finish kept failing.
 func (s *StateFile) abandon(key Key, attempt int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,6 +61,7 @@ type env struct {
 	ledger string
 	pg     []string // with Postgres: --postgres DSN --postgres-schema S instead of --ledger
 	now    string   // $IDEM_NOW
+	clock  string   // $IDEM_CLOCK
 }
 
 func newEnv(t *testing.T, now string) *env {
@@ -79,6 +81,9 @@ func (e *env) environ() []string {
 	}
 	if e.now != "" {
 		out = append(out, "IDEM_NOW="+e.now)
+	}
+	if e.clock != "" {
+		out = append(out, "IDEM_CLOCK="+e.clock)
 	}
 	// idem's state directory (the Postgres ledger's command locks): the
 	// test's own.
@@ -738,6 +743,11 @@ func TestUsageErrors(t *testing.T) {
 		{"run", "--job", "j", "--catch-up", "none", "--since", "2026-10-01", "--", "true"},
 		{"run", "--job", "j", "--", "/no/such/command"},     // command not found
 		{"run", "--job", "j", "--bogus-flag", "--", "true"}, // unknown flag
+		{"run", "--job", "j", "--max-attempts", "0", "--", "true"},
+		{"run", "--job", "j", "--max-attempts", "-3", "--", "true"},
+		{"run", "--job", "j", "--backoff", "-1s", "--", "true"},
+		{"run", "--job", "j", "--retry-within", "-1s", "--", "true"},
+		{"run", "--job", "j", "--lease", "-1s", "--", "true"},
 		{"resolve", "j", "2026-10-27"},                      // neither --done nor --retry
 		{"resolve", "j", "2026-10-27", "--done", "--retry"}, // both
 		{"show", "j"},  // one argument
@@ -1018,5 +1028,126 @@ func TestCatchUpNoneSaysWhenARetryHappens(t *testing.T) {
 	_, stderr = e.want(exitFailed, "run", "--job", "all", "--tz", "UTC", "--max-attempts", "1", "--", "false")
 	if strings.Contains(stderr, "latest due period") {
 		t.Fatalf("--catch-up all, parked:\n%s", stderr)
+	}
+}
+
+// TestRunDefaultsFollowTheLibrary: idem run's retry flags default to the
+// library's defaults.
+func TestRunDefaultsFollowTheLibrary(t *testing.T) {
+	e := newEnv(t, "")
+	out, _ := e.want(exitOK, "run", "--help")
+	for _, want := range []string{
+		fmt.Sprintf(`--max-attempts int\s[^\n]*\(default %d\)\n`, idem.DefaultMaxAttempts),
+		fmt.Sprintf(`--retry-within duration\s[^\n]*\(default %s\)\n`, regexp.QuoteMeta(idem.DefaultRetryWithin.String())),
+		`--backoff duration\s[^\n]*at most 10m or this value if larger \(default 1s\)\n`, // idem.DefaultBackoffCap
+	} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("idem run --help does not match %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestClockSkipNeedsNow: $IDEM_CLOCK is a test seam that only works with
+// $IDEM_NOW and only knows "skip".
+func TestClockSkipNeedsNow(t *testing.T) {
+	for _, c := range []struct{ now, clock string }{{"", "skip"}, {"2026-10-28T02:00:00Z", "fast"}} {
+		e := newEnv(t, c.now)
+		e.clock = c.clock
+		if _, stderr, code := e.idem(runArgs()...); code != exitUsage || !strings.Contains(stderr, "IDEM_CLOCK") {
+			t.Errorf("IDEM_NOW=%q IDEM_CLOCK=%q: exit %d, want %d naming $IDEM_CLOCK\n%s", c.now, c.clock, code, exitUsage, stderr)
+		}
+	}
+}
+
+// TestClockSkipKeepsTheHeartbeatReal: under $IDEM_CLOCK=skip, a command
+// that runs across many heartbeat periods (a third of --lease each) does
+// not move idem's clock: the heartbeat waits in real time while an attempt
+// holds its period, and the done mark is written at $IDEM_NOW.
+func TestClockSkipKeepsTheHeartbeatReal(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.clock = "skip"
+	e.want(exitOK, "run", "--job", "hb", "--tz", "UTC", "--lease", "30ms", "--", "sh", "-c", `sleep 0.3; echo ran >> out.txt`)
+	out, _ := e.want(exitOK, "show", "hb", "2026-10-27", "--json")
+	var rec recordJSON
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != "done" || rec.Attempt != 1 || rec.Updated == nil || !rec.Updated.Equal(mustTime(t, e.now)) {
+		t.Fatalf("record %+v: want done by attempt 1 at %s (the clock did not move while the command ran)", rec, e.now)
+	}
+	if got := e.lines("out.txt"); !equal(got, []string{"ran"}) {
+		t.Fatalf("out.txt = %q", got)
+	}
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	v, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestOutageHealsWithoutAPerson: with the defaults, a 30-minute outage of
+// the downstream from 02:00 heals by itself. cron triggers `idem run` every
+// 5 minutes; while the command fails, each run retries within about a
+// minute of idem's clock ($IDEM_CLOCK=skip moves it instead of sleeping),
+// then exits 1 saying until when it backs off, after which attempt and why
+// (the same when it finds an earlier run's backoff, without running the
+// command); the period is never parked, and the first run after the outage
+// that the backoff allows does it, once.
+func TestOutageHealsWithoutAPerson(t *testing.T) {
+	e := newEnv(t, "")
+	e.clock = "skip"
+	down := filepath.Join(e.dir, "down")
+	if err := os.WriteFile(down, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"run", "--job", "settle", "--tz", "UTC", "--",
+		"sh", "-c", `if [ -e down ]; then echo "$IDEM_ATTEMPT" >> failed.txt; exit 1; fi; echo "$IDEM_PERIOD $IDEM_ATTEMPT" >> out.txt`}
+	start := time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC)
+	healed := start.Add(30 * time.Minute)
+	for trig := start; !trig.After(healed.Add(30 * time.Minute)); trig = trig.Add(5 * time.Minute) {
+		if !trig.Before(healed) {
+			os.Remove(down)
+		}
+		e.now = trig.Format(time.RFC3339)
+		failedBefore := len(e.lines("failed.txt"))
+		_, stderr, code := e.idem(args...)
+		failedNow := len(e.lines("failed.txt")) - failedBefore
+		out, _ := e.want(exitOK, "show", "settle", "2026-10-27", "--json")
+		var rec recordJSON
+		if err := json.Unmarshal([]byte(out), &rec); err != nil {
+			t.Fatal(err)
+		}
+		at := trig.Format("15:04")
+		if rec.Updated == nil || rec.Updated.After(trig.Add(time.Minute)) {
+			t.Fatalf("%s: the record was last written at %v, more than a minute after the run started", at, rec.Updated)
+		}
+		switch rec.Status {
+		case "done":
+			if code != exitOK && code != exitDone {
+				t.Fatalf("%s: exit %d with the period done\n%s", at, code, stderr)
+			}
+		case "failed":
+			want := regexp.MustCompile(`^idem: settle 2026-10-27: backing off until \S+ after attempt (\d+) failed: command exited with status 1\n`)
+			m := want.FindStringSubmatch(stderr)
+			if code != exitFailed || m == nil || strings.Contains(stderr, "failed (attempt") {
+				t.Fatalf("%s: exit %d, stderr:\n%s\nwant exit %d and %q", at, code, stderr, exitFailed, want)
+			}
+			if m[1] != fmt.Sprint(rec.Attempt) {
+				t.Fatalf("%s: says attempt %s failed, the record's last attempt is %d", at, m[1], rec.Attempt)
+			}
+			if failedNow == 0 && rec.NotBefore != nil && !rec.NotBefore.After(trig) {
+				t.Fatalf("%s: the backoff had ended at %v, but the run did not retry", at, rec.NotBefore)
+			}
+		default:
+			t.Fatalf("%s: the period is %s (exit %d)\n%s", at, rec.Status, code, stderr)
+		}
+		t.Logf("%s: exit %d, %d attempts failed now, record %s attempt %d failures %d", at, code, failedNow, rec.Status, rec.Attempt, rec.Failures)
+	}
+	if got := e.lines("out.txt"); len(got) != 1 || !strings.HasPrefix(got[0], "2026-10-27 ") {
+		t.Fatalf("out.txt = %q, want the period done once", got)
 	}
 }

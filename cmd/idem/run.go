@@ -44,9 +44,13 @@ forwarded to it; idem then records how it ended and starts nothing new.
 COMMAND's exit status:
   0    success: the period is done and never runs again
   75   (EX_TEMPFAIL) nothing happened, safe to retry: retried in both modes
-  else failure: retried after a backoff (1s, 2s, 4s... at most 1m), up to
-       --max-attempts attempts in all, then the period is parked until
-       'idem reset'. With --mode at-most-once the period becomes unknown
+  else failure: retried after a backoff (1s, 2s, 4s... at most 10m), up to
+       --max-attempts attempts in all (16: at least 33 minutes of failing),
+       then the period is parked until 'idem reset'. A retry that would start
+       more than --retry-within after idem started is left to the next run:
+       idem records when it may start and exits 1 ("backing off until T"), so
+       a cron process is not blocked by an outage, and the next trigger after
+       T retries it. With --mode at-most-once the period becomes unknown
        instead: it may have half-happened, and a person must decide with
        'idem resolve'.
 
@@ -111,7 +115,7 @@ const runExample = `  # crontab: settle yesterday (Shanghai time) at 02:00; runs
 type runOptions struct {
 	job, schedule, tz, catchUp, mode, since string
 	max, maxAttempts                        int
-	lease, backoff                          time.Duration
+	lease, backoff, retryWithin             time.Duration
 	okIfDone, verbose                       bool
 }
 
@@ -140,8 +144,9 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.mode, "mode", "at-least-once", "what to do with an attempt that failed or was killed: at-least-once (run it again) or at-most-once (never run twice; leave it unknown for 'idem resolve')")
 	f.DurationVar(&o.lease, "lease", idem.DefaultLease, "how long a killed run keeps its period before another run may take it over (a run killed on this host is taken over at once); a live run renews it every third of it")
 	f.StringVar(&o.since, "since", "", "for a job that has never run: catch up from the period containing this date (2026-10-01, 2026-10-01T02:00 in --tz, or RFC 3339) instead of only the latest due period")
-	f.IntVar(&o.maxAttempts, "max-attempts", 5, "attempts of a failing period (in this run and later ones) before it is parked until 'idem reset'")
-	f.DurationVar(&o.backoff, "backoff", time.Second, "wait before retrying a failed attempt; doubles each time (with random jitter), at most 1m or this value if larger")
+	f.IntVar(&o.maxAttempts, "max-attempts", idem.DefaultMaxAttempts, "attempts of a failing period (in this run and later ones) before it is parked until 'idem reset'")
+	f.DurationVar(&o.backoff, "backoff", time.Second, "wait before retrying a failed attempt; doubles each time (each wait random between half of it and all of it), at most 10m or this value if larger")
+	f.DurationVar(&o.retryWithin, "retry-within", idem.DefaultRetryWithin, "retry a failed attempt in this run only if the retry starts within this long of the run's start; a later retry is left to the next run (0: one attempt per run)")
 	f.BoolVar(&o.okIfDone, "ok-if-done", false, "exit 0 instead of 3 when nothing was due (for systemd and Kubernetes, which count any non-zero exit as a failure)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "report every period on stderr, not only failures (by default a successful run prints nothing, so cron sends no mail)")
 	_ = cmd.MarkFlagRequired("job")
@@ -185,6 +190,9 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if o.backoff < 0 {
 		return usageError(fmt.Errorf("--backoff %v: must not be negative", o.backoff))
 	}
+	if o.retryWithin < 0 {
+		return usageError(fmt.Errorf("--retry-within %v: must not be negative", o.retryWithin))
+	}
 	switch o.catchUp {
 	case "all":
 		opts = append(opts, idem.CatchUpAll(o.max))
@@ -215,7 +223,8 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	opts = append(opts,
 		idem.WithLease(o.lease),
 		idem.WithBackoff(idem.WithMaxAttempts(o.maxAttempts,
-			idem.WithFullJitter(idem.WithCap(max(time.Minute, o.backoff), idem.Exponential(o.backoff))))),
+			idem.WithEqualJitter(idem.WithCap(max(idem.DefaultBackoffCap, o.backoff), idem.Exponential(o.backoff))))),
+		idem.RetryWithin(o.retryWithin),
 		idem.WithClock(clk))
 	if o.verbose {
 		// Retried failures and lost leases, which the summary lines do not show.
@@ -239,8 +248,13 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	}
 	defer l.close()
 	sup.locks = l.locks
-	store := detached{l.store}
+	skip, _ := clk.(*skipClock)
+	store := detached{l.store, skip}
 	rep := reporter{w: stderr, job: o.job, verbose: o.verbose, hint: ledgerHint(cmd), none: o.catchUp == "none"}
+	if skip != nil {
+		// Whatever ended the period, no attempt holds it now.
+		rep.ended = skip.attemptEnded
+	}
 
 	var periods []idem.PeriodResult
 	var runErr error
@@ -336,10 +350,14 @@ type reporter struct {
 	job     string
 	verbose bool
 	hint    string
-	none    bool // --catch-up none: a later run retries a period only while it is the latest due one
+	none    bool   // --catch-up none: a later run retries a period only while it is the latest due one
+	ended   func() // called first for every period (the $IDEM_CLOCK=skip clock's)
 }
 
 func (r reporter) period(pr idem.PeriodResult) {
+	if r.ended != nil {
+		r.ended()
+	}
 	name := r.job + " " + pr.Period.Name
 	var ie *idem.Error
 	_ = errors.As(pr.Err, &ie)
@@ -379,12 +397,17 @@ func (r reporter) period(pr idem.PeriodResult) {
 		fmt.Fprintf(r.w, "idem: %s: outcome unknown%s%s\n  The command may or may not have done its work. Check, then run\n    idem resolve%s %s %s --done    if it did\n    idem resolve%s %s %s --retry   if it did not\n",
 			name, attempt, cause(), r.hint, r.job, pr.Period.Name, r.hint, r.job, pr.Period.Name)
 	case idem.BackingOff:
-		until := ""
+		// The attempt that failed last: this run's, or an earlier run's
+		// that this one found backing off.
+		until, failed := "", ""
 		if ie != nil && !ie.NotBefore.IsZero() {
 			until = " until " + ie.NotBefore.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(r.w, "idem: %s: failed%s, backing off%s%s\n  A run after that time retries it%s; 'idem reset%s %s %s' allows it now.\n",
-			name, attempt, until, cause(), r.whileLatest(), r.hint, r.job, pr.Period.Name)
+		if ie != nil && ie.Attempt > 0 {
+			failed = fmt.Sprintf(" after attempt %d failed", ie.Attempt)
+		}
+		fmt.Fprintf(r.w, "idem: %s: backing off%s%s%s\n  A run after that time retries it%s; 'idem reset%s %s %s' allows it now.\n",
+			name, until, failed, cause(), r.whileLatest(), r.hint, r.job, pr.Period.Name)
 	case idem.GaveUp:
 		fmt.Fprintf(r.w, "idem: %s: gave up%s, parked%s\n  Fix the cause, then run: idem reset%s %s %s\n",
 			name, attempt, cause(), r.hint, r.job, pr.Period.Name)
@@ -392,7 +415,7 @@ func (r reporter) period(pr idem.PeriodResult) {
 			fmt.Fprintf(r.w, "  After the reset, a run retries it%s.\n", r.whileLatest())
 		}
 	case idem.LeaseLost:
-		fmt.Fprintf(r.w, "idem: %s: lease lost%s: this run stalled longer than --lease and a newer run took the period over%s\n", name, attempt, cause())
+		fmt.Fprintf(r.w, "idem: %s: lease lost%s%s\n  This run stalled longer than --lease and a newer run took the period over.\n", name, attempt, cause())
 	default:
 		fmt.Fprintf(r.w, "idem: %s: failed%s%s\n", name, attempt, cause())
 	}

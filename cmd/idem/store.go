@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -23,11 +24,64 @@ const EnvPostgres = "IDEM_POSTGRES"
 // still runs in real time.
 const EnvNow = "IDEM_NOW"
 
+// EnvClock set to "skip", with $IDEM_NOW, makes the waits between
+// attempts (the backoff before an in-process retry) move idem's clock
+// forward instead of sleeping. It is for tests only: a test can then follow
+// a run's retries over minutes of idem's time without waiting. While an
+// attempt holds its period (the command runs) the clock stands still and
+// the lease is renewed in real time, as without it.
+const EnvClock = "IDEM_CLOCK"
+
 // fixedClock is an idem.Clock whose Now is fixed ($IDEM_NOW); waits are real.
 type fixedClock struct{ now time.Time }
 
 func (c fixedClock) Now() time.Time                         { return c.now }
 func (c fixedClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// skipClock is the clock of $IDEM_NOW with $IDEM_CLOCK=skip: Now starts at
+// $IDEM_NOW; a wait made while no attempt holds a period (between attempts)
+// moves Now forward by its length and returns at once; a wait made while an
+// attempt holds one (the heartbeat's, while the command runs) is real, and
+// Now stands still. The detached store tells it when an attempt starts and
+// ends: the heartbeat starts after the claim and has stopped before the
+// attempt's end is recorded, so it never moves the clock.
+type skipClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	holding bool // an attempt holds its period
+}
+
+func (c *skipClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *skipClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holding {
+		return time.After(d)
+	}
+	c.now = c.now.Add(max(d, 0))
+	ch := make(chan time.Time, 1)
+	ch <- c.now
+	return ch
+}
+
+// attemptStarted and attemptEnded mark the span in which an attempt holds
+// its period. Both may be called on a nil clock.
+func (c *skipClock) attemptStarted() { c.setHolding(true) }
+func (c *skipClock) attemptEnded()   { c.setHolding(false) }
+
+func (c *skipClock) setHolding(h bool) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.holding = h
+	c.mu.Unlock()
+}
 
 type systemClock struct{}
 
@@ -35,15 +89,23 @@ func (systemClock) Now() time.Time                         { return time.Now() }
 func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // clock returns the clock idem uses: the system clock, or the fixed one of
-// $IDEM_NOW (tests only).
+// $IDEM_NOW, or with $IDEM_CLOCK=skip as well the skipping one (tests only).
 func clock() (idem.Clock, error) {
-	v := os.Getenv(EnvNow)
-	if v == "" {
+	v, mode := os.Getenv(EnvNow), os.Getenv(EnvClock)
+	switch {
+	case mode != "" && mode != "skip":
+		return nil, usageError(fmt.Errorf("$%s=%q: the only value is skip (tests only)", EnvClock, mode))
+	case mode != "" && v == "":
+		return nil, usageError(fmt.Errorf("$%s=%s needs $%s (tests only)", EnvClock, mode, EnvNow))
+	case v == "":
 		return systemClock{}, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
 		return nil, usageError(fmt.Errorf("$%s=%q: want an RFC 3339 time like 2026-10-28T02:00:00Z: %w", EnvNow, v, err))
+	}
+	if mode == "skip" {
+		return &skipClock{now: t}, nil
 	}
 	return fixedClock{now: t}, nil
 }
@@ -128,8 +190,12 @@ const storeTimeout = time.Minute
 // interrupted command must still be written to the ledger. Every method
 // but Claim therefore runs detached from the run's cancellation (bounded by
 // storeTimeout); Claim keeps it, so that no new period is started once idem
-// is stopping.
-type detached struct{ idem.CatchUpStore }
+// is stopping. It also tells the $IDEM_CLOCK=skip clock (skip; nil
+// otherwise) when an attempt holds its period.
+type detached struct {
+	idem.CatchUpStore
+	skip *skipClock
+}
 
 func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
@@ -141,7 +207,11 @@ func (d detached) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim,
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	return d.CatchUpStore.Claim(ctx, req)
+	c, err := d.CatchUpStore.Claim(ctx, req)
+	if err == nil && c.State == idem.ClaimAcquired {
+		d.skip.attemptStarted()
+	}
+	return c, err
 }
 
 func (d detached) Renew(ctx context.Context, key idem.Key, attempt int64, now time.Time, lease time.Duration) error {
@@ -151,6 +221,7 @@ func (d detached) Renew(ctx context.Context, key idem.Key, attempt int64, now ti
 }
 
 func (d detached) Finish(ctx context.Context, key idem.Key, attempt int64, end idem.End) error {
+	d.skip.attemptEnded() // the heartbeat has stopped
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	return d.CatchUpStore.Finish(ctx, key, attempt, end)
