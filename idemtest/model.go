@@ -473,7 +473,7 @@ type mFlight struct {
 // fn does when it is called.
 func (m *model) run(k idem.Key, next func() mFn, cr *crashState, cursor bool) mResult {
 	if m.modes[k.Job] == modeTx {
-		return m.runTx(k, next, cr)
+		return m.runTx(k, next, cr, cursor)
 	}
 	if cr.hit(idem.BeforeClaim) {
 		return crashed
@@ -677,8 +677,9 @@ func (m *model) resume(f *mFlight, noCheck bool) mResult {
 }
 
 // runTx is one call of idem.RunTxWith: fn's business write commits with
-// the done mark, or not at all; the mode is AtLeastOnce.
-func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState) mResult {
+// the done mark (and, for CatchUpTx, the cursor), or not at all; the mode
+// is AtLeastOnce.
+func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) mResult {
 	if cr.hit(idem.BeforeClaim) {
 		return crashed
 	}
@@ -696,6 +697,9 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState) mResult {
 				return crashed
 			}
 			m.recs[k] = &mRec{status: idem.StatusDone, attempt: 1}
+			if j := m.job(k.Job); cursor && k.Period > j.cursor {
+				j.cursor = k.Period
+			}
 			m.rows[k]++
 			m.byRun[k] = true
 			if cr.hit(idem.AfterDone) {
@@ -705,9 +709,9 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState) mResult {
 		}
 		// fn failed: its writes are rolled back, the claim is committed.
 		m.recs[k] = &mRec{status: idem.StatusRunning, attempt: 1, leaseUntil: m.snow.Add(mLease)}
-		return m.failedTx(&mFlight{key: k, mode: modeTx, attempt: 1}, b.kind, cr)
+		return m.failedTx(&mFlight{key: k, mode: modeTx, attempt: 1, cursor: cursor}, b.kind, cr)
 	}
-	r, f := m.begin(k, cr, false)
+	r, f := m.begin(k, cr, cursor)
 	if f == nil {
 		return r
 	}
@@ -719,7 +723,7 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState) mResult {
 		if cr.hit(idem.AfterFn) {
 			return crashed // rolled back; the claim stands
 		}
-		if lost, _ := m.finish(k, f.attempt, idem.StatusDone, 0, time.Time{}, false, cr); lost {
+		if lost, _ := m.finish(k, f.attempt, idem.StatusDone, 0, time.Time{}, cursor, cr); lost {
 			return mResult{outcome: idem.LeaseLost}
 		}
 		m.rows[k]++
@@ -800,7 +804,8 @@ func (m *model) catchUpStart(job, before string, cr *crashState) (cursor string,
 	return m.job(job).cursor, false, false
 }
 
-// catchUp is idem.CatchUp over idem.Daily(time.UTC), periods due at their end.
+// catchUp is idem.CatchUp (CatchUpTx for a RunTx job) over
+// idem.Daily(time.UTC), periods due at their end.
 func (m *model) catchUp(op catchUpOp, next func() mFn, cr *crashState) mCatchUpResult {
 	cursor, horizon := m.jobState(op.job)
 	var res mCatchUpResult

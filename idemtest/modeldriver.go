@@ -53,6 +53,10 @@ type TxHarness struct {
 	Run func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
 	// Rows returns the committed business writes, counted by key.
 	Rows func(ctx context.Context, s idem.Store) (map[idem.Key]int, error)
+	// CatchUp, if set, calls idem.CatchUpTx on s with the same business
+	// write for each period's key (job, p.Name), then fn(ctx, p); TestModel
+	// then also catches up a RunTx job.
+	CatchUp func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error)
 }
 
 // SQLTx is the [TxHarness] of a store whose transactions are *sql.Tx and
@@ -65,6 +69,11 @@ func SQLTx() *TxHarness {
 			return nil, fmt.Errorf("idemtest: SQLTx: %T has no method DB() *sql.DB", s)
 		}
 		return d.DB(), nil
+	}
+	write := func(ctx context.Context, tx *sql.Tx, key idem.Key) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO idemtest_model_effects(job, period, n) VALUES (?, ?, 1)
+			ON CONFLICT (job, period) DO UPDATE SET n = n + 1`, key.Job, key.Period)
+		return err
 	}
 	return &TxHarness{
 		Setup: func(ctx context.Context, s idem.Store) error {
@@ -82,11 +91,22 @@ func SQLTx() *TxHarness {
 				return fmt.Errorf("idemtest: SQLTx: %T is not an idem.TxStore[*sql.Tx]", s)
 			}
 			return idem.RunTxWith(ctx, ts, key, func(ctx context.Context, tx *sql.Tx) error {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO idemtest_model_effects(job, period, n) VALUES (?, ?, 1)
-					ON CONFLICT (job, period) DO UPDATE SET n = n + 1`, key.Job, key.Period); err != nil {
+				if err := write(ctx, tx, key); err != nil {
 					return err
 				}
 				return fn(ctx)
+			}, opts...)
+		},
+		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
+			cs, ok := s.(idem.CatchUpTxStore[*sql.Tx])
+			if !ok {
+				return idem.CatchUpResult{}, fmt.Errorf("idemtest: SQLTx: %T is not an idem.CatchUpTxStore[*sql.Tx]", s)
+			}
+			return idem.CatchUpTx(ctx, cs, job, sched, func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
+				if err := write(ctx, tx, idem.Key{Job: job, Period: p.Name}); err != nil {
+					return err
+				}
+				return fn(ctx, p)
 			}, opts...)
 		},
 		Rows: func(ctx context.Context, s idem.Store) (map[idem.Key]int, error) {
@@ -119,12 +139,13 @@ func SQLTx() *TxHarness {
 // effects fn applied and the business rows RunTx committed with a small
 // reference model of what they must be. Each sequence runs on a new store.
 //
-// The operations: a trigger of Run (fn succeeds, fails, fails after its
+// The operations: a trigger of Run or RunTx (fn succeeds, fails, fails after its
 // effect, fails with NothingHappened or Permanent, panics, stalls past its
 // lease and returns CheckLease's error, or runs long while its heartbeat
 // renews), with a crash (CrashWhen) at any point; CatchUp with each policy
 // (CatchUpAll with and without a cap, CatchUpLatest, ContinueAfterFailure,
-// Since), including a job's first period failing; Resolve (done, retry);
+// Since), and CatchUpTx when h.Tx.CatchUp is set, including a job's first
+// period failing; Resolve (done, retry);
 // Prune; the clock jumping forward and back; a second trigger while a
 // first holds the key (and stalls past its lease). Jobs run in each mode
 // (AtLeastOnce, AtMostOnce, TwoPhase, and RunTx when h.Tx is set), each
@@ -147,7 +168,7 @@ func SQLTx() *TxHarness {
 // with the environment variables it names.
 func TestModel(t *testing.T, h Harness, o ModelOptions) {
 	o = o.fromEnv(t)
-	cfg := newModelConfig(h.Tx != nil)
+	cfg := newModelConfig(h)
 	t.Logf("model: %d operations from seed %d in sequences of %d (IDEM_MODEL_OPS, IDEM_MODEL_SEED, IDEM_MODEL_LEN)", o.Ops, o.Seed, o.Len)
 	began := time.Now()
 	tally := map[string]int{}
@@ -212,24 +233,26 @@ func (o ModelOptions) fromEnv(t *testing.T) ModelOptions {
 // ---- jobs ----
 
 // modelConfig names the jobs of a sequence: a plain job per mode, whose
-// periods are triggered with Run, and a catch-up job per mode (not RunTx),
-// triggered with CatchUp and by hand with Run.
+// periods are triggered with Run (RunTx), and a catch-up job per mode,
+// triggered with CatchUp (CatchUpTx) and by hand with Run.
 type modelConfig struct {
-	modes  map[string]mMode
-	jobs   []string // all, sorted
-	plain  []string
-	cu     []string
-	nonTx  []string
-	withTx bool
+	modes map[string]mMode
+	jobs  []string // all, sorted
+	plain []string
+	cu    []string
+	nonTx []string
 }
 
-func newModelConfig(tx bool) *modelConfig {
+func newModelConfig(h Harness) *modelConfig {
 	c := &modelConfig{modes: map[string]mMode{
 		"alo": modeALO, "amo": modeAMO, "tp": modeTP,
 		"cu-alo": modeALO, "cu-amo": modeAMO, "cu-tp": modeTP,
-	}, withTx: tx}
-	if tx {
+	}}
+	if h.Tx != nil {
 		c.modes["tx"] = modeTx
+		if h.Tx.CatchUp != nil {
+			c.modes["cu-tx"] = modeTx
+		}
 	}
 	for j, m := range c.modes {
 		c.jobs = append(c.jobs, j)
@@ -396,7 +419,7 @@ func (g *gen) op() mOp {
 			op.cu.since = addDays(day(g.m.now), -1-g.r.IntN(4))
 		}
 		for i := range 1 + g.r.IntN(4) {
-			f := g.fn(false, true)
+			f := g.fn(g.cfg.modes[op.cu.job] == modeTx, true)
 			if i == 0 && g.r.IntN(10) < 4 { // often the first period fails
 				f = mFn{kind: []fnKind{fnFail, fnFailAfter, fnNothing, fnPermanent}[g.r.IntN(4)]}
 			}
@@ -893,14 +916,20 @@ func (w *world) exec(ctx context.Context, op mOp) (st rStep) {
 				opts = append(opts, idem.Since(t))
 			}
 			next := queue(op.fns)
+			tx := w.cfg.modes[op.cu.job] == modeTx
 			fn := func(ctx context.Context, p idem.Period) error {
 				info, ok := idem.InfoFrom(ctx)
 				if !ok || info.Key != (idem.Key{Job: op.cu.job, Period: p.Name}) {
 					return fmt.Errorf("idemtest: model: catch-up fn for %s has Info %+v", p.Name, info)
 				}
-				return w.behave(ctx, info.Key, next(), false)
+				return w.behave(ctx, info.Key, next(), tx)
 			}
-			res, st.cu.err = idem.CatchUp(crashCtx(ctx, op.crash), w.cs, op.cu.job, idem.Daily(time.UTC), fn, opts...)
+			ctx := crashCtx(ctx, op.crash)
+			if tx {
+				res, st.cu.err = w.h.Tx.CatchUp(ctx, w.s, op.cu.job, idem.Daily(time.UTC), fn, opts...)
+				return
+			}
+			res, st.cu.err = idem.CatchUp(ctx, w.cs, op.cu.job, idem.Daily(time.UTC), fn, opts...)
 		}()
 		st.cu.res = res
 	case opResolve:

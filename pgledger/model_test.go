@@ -11,8 +11,8 @@ import (
 )
 
 // TestModel compares the ledger with the reference model of
-// idemtest.TestModel after every operation of random sequences, RunTx
-// included. The database's clock moves with the model's through Shift, as
+// idemtest.TestModel after every operation of random sequences, RunTx and
+// CatchUpTx included. The database's clock moves with the model's through Shift, as
 // in TestConformance. A long run: IDEM_MODEL_OPS=100000 (and
 // IDEM_MODEL_SEED to reproduce a failure).
 func TestModel(t *testing.T) {
@@ -21,8 +21,8 @@ func TestModel(t *testing.T) {
 	idemtest.TestModel(t, h, idemtest.ModelOptions{})
 }
 
-// modelTx runs the model's RunTx job with its business write in the
-// ledger's schema, table model_effects.
+// modelTx runs the model's RunTx and CatchUpTx jobs with their business
+// writes in the ledger's schema, table model_effects.
 func modelTx() *idemtest.TxHarness {
 	return &idemtest.TxHarness{
 		Setup: func(ctx context.Context, s idem.Store) error {
@@ -34,11 +34,19 @@ func modelTx() *idemtest.TxHarness {
 		Run: func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
 			l := s.(*pgledger.Ledger)
 			return l.RunTx(ctx, key, func(ctx context.Context, tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, `INSERT INTO `+table(l, "model_effects")+` AS e (job, period, n) VALUES ($1, $2, 1)
-					ON CONFLICT (job, period) DO UPDATE SET n = e.n + 1`, key.Job, key.Period); err != nil {
+				if err := modelWrite(ctx, l, tx, key); err != nil {
 					return err
 				}
 				return fn(ctx)
+			}, opts...)
+		},
+		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
+			l := s.(*pgledger.Ledger)
+			return l.CatchUpTx(ctx, job, sched, func(ctx context.Context, tx pgx.Tx, p idem.Period) error {
+				if err := modelWrite(ctx, l, tx, idem.Key{Job: job, Period: p.Name}); err != nil {
+					return err
+				}
+				return fn(ctx, p)
 			}, opts...)
 		},
 		Rows: func(ctx context.Context, s idem.Store) (map[idem.Key]int, error) {
@@ -57,4 +65,11 @@ func modelTx() *idemtest.TxHarness {
 			return out, err
 		},
 	}
+}
+
+// modelWrite is the model's business write for key: one more in its row.
+func modelWrite(ctx context.Context, l *pgledger.Ledger, tx pgx.Tx, key idem.Key) error {
+	_, err := tx.Exec(ctx, `INSERT INTO `+table(l, "model_effects")+` AS e (job, period, n) VALUES ($1, $2, 1)
+		ON CONFLICT (job, period) DO UPDATE SET n = e.n + 1`, key.Job, key.Period)
+	return err
 }
