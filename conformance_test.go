@@ -8,25 +8,38 @@ import (
 	"github.com/idemgo/idem/idemtest"
 )
 
-func TestLedgerConformance(t *testing.T) {
-	idemtest.TestStore(t, idemtest.Harness{
-		Open: func(t *testing.T, clk idem.Clock) idem.Store {
-			return openLedger(t, t.TempDir(), idem.WithClock(clk))
-		},
-		LeaseExpiry: true,
-		Items:       true,
-	})
+// ledgerHarness opens a new SQLite ledger for the conformance kit.
+var ledgerHarness = idemtest.Harness{
+	Open: func(t *testing.T, clk idem.Clock) idem.Store {
+		return openLedger(t, t.TempDir(), idem.WithClock(clk))
+	},
+	LeaseExpiry: true,
+	Items:       true,
+	Tx:          idemtest.SQLTx(),
 }
 
-func TestStateFileConformance(t *testing.T) {
-	idemtest.TestStore(t, idemtest.Harness{
-		Open: func(t *testing.T, clk idem.Clock) idem.Store {
-			s, err := idem.OpenStateFile(filepath.Join(t.TempDir(), "state.json"), idem.WithClock(clk))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-		Watermark: true,
-	})
+// stateFileHarness opens a new state file for the conformance kit.
+var stateFileHarness = idemtest.Harness{
+	Open: func(t *testing.T, clk idem.Clock) idem.Store {
+		s, err := idem.OpenStateFile(filepath.Join(t.TempDir(), "state.json"), idem.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	},
+	Watermark: true,
+}
+
+func TestLedgerConformance(t *testing.T) { idemtest.TestStore(t, ledgerHarness) }
+
+func TestStateFileConformance(t *testing.T) { idemtest.TestStore(t, stateFileHarness) }
+
+// TestLedgerModel and TestStateFileModel compare the stores with the
+// reference model of idemtest.TestModel after every operation of random
+// sequences; a long run: IDEM_MODEL_OPS=100000 (and IDEM_MODEL_SEED to
+// reproduce).
+func TestLedgerModel(t *testing.T) { idemtest.TestModel(t, ledgerHarness, idemtest.ModelOptions{}) }
+
+func TestStateFileModel(t *testing.T) {
+	idemtest.TestModel(t, stateFileHarness, idemtest.ModelOptions{})
 }

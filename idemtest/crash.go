@@ -1,6 +1,8 @@
 // Package idemtest proves that jobs run with idem survive crashes: it stops
 // a run at every protocol boundary, in-process or with a real SIGKILL, and
-// gives a fake clock so that leases expire without waiting.
+// gives a fake clock so that leases expire without waiting. Its conformance
+// kit proves a store: the suite [TestStore], and the model-based test
+// [TestModel].
 package idemtest
 
 import (

@@ -40,6 +40,11 @@ type Harness struct {
 	// poison item parked). Shift must then move the stores' item leases and
 	// backoff deadlines too.
 	Items bool
+
+	// Tx is set for stores whose records share a database with business
+	// data: TestModel then also runs a job with idem.RunTxWith and checks
+	// that its business write commits exactly once. See SQLTx.
+	Tx *TxHarness
 }
 
 // Modes are the Run modes the suite exercises, by name.

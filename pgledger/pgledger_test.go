@@ -21,8 +21,13 @@ import (
 // suite calls Shift whenever its fake clock moves, including the moves an
 // auto-advancing clock makes in the engine's sleeps.
 func TestConformance(t *testing.T) {
-	pool := newPool(t)
-	idemtest.TestStore(t, idemtest.Harness{
+	idemtest.TestStore(t, harness(newPool(t)))
+}
+
+// harness opens ledgers in fresh schemas of pool for idemtest's
+// conformance kit.
+func harness(pool *pgxpool.Pool) idemtest.Harness {
+	return idemtest.Harness{
 		Open: func(t *testing.T, clk idem.Clock) idem.Store {
 			return openLedger(t, pool, pgledger.WithRunOptions(idem.WithClock(clk)))
 		},
@@ -33,7 +38,7 @@ func TestConformance(t *testing.T) {
 				t.Errorf("shift: %v", err) // maybe not on the test's goroutine: no Fatal
 			}
 		},
-	})
+	}
 }
 
 // effects is a business table that counts every write fn makes per key,
