@@ -535,7 +535,7 @@ func (m *model) call(f *mFlight, b mFn, cr *crashState) mResult {
 	case fnStall:
 		m.move(b.d)
 		if !m.now.Before(f.leaseClient) {
-			return m.ownLeaseLost(f)
+			return m.ownLeaseLost(f, cr)
 		}
 		return m.done(f, cr) // CheckLease said nil: fn returned nil without an effect
 	case fnSlow:
@@ -655,14 +655,14 @@ func (m *model) park(f *mFlight, failures int, cr *crashState) mResult {
 
 // ownLeaseLost is what an attempt leaves when fn returns the ErrLeaseLost
 // of idem.CheckLease: its process stalled past the lease and nobody took
-// the key over. EXPECTED (issue 12, defect 2 fixed): the attempt ended, so
-// it holds nothing: a state file's job lock is released, and the record
-// stays as the claim left it, so the next trigger takes the key over as
-// from an attempt that died. (Defect 2: the state file kept the lock, and
+// the key over. Issue 12, defect 2: the attempt is an ordinary failure that
+// may have had its effect — its end is recorded by the mode through the
+// fenced Finish (AtLeastOnce: failed and backing off; AtMostOnce: unknown;
+// TwoPhase: has is asked) — and it holds nothing afterwards: a state file's
+// job lock is released. (The defect: the state file kept the lock, and
 // every later trigger said in_progress.)
-func (m *model) ownLeaseLost(f *mFlight) mResult {
-	m.abandon(f.key, f.attempt)
-	return mResult{outcome: idem.LeaseLost}
+func (m *model) ownLeaseLost(f *mFlight, cr *crashState) mResult {
+	return m.failed(f, fnFail, cr)
 }
 
 // resume ends an attempt that was held inside fn (an overlap's first
@@ -670,7 +670,7 @@ func (m *model) ownLeaseLost(f *mFlight) mResult {
 // returns nil.
 func (m *model) resume(f *mFlight, noCheck bool) mResult {
 	if !noCheck && !m.now.Before(f.leaseClient) {
-		return m.ownLeaseLost(f)
+		return m.ownLeaseLost(f, nil) // the overlap's first trigger crashes nowhere
 	}
 	m.effects[f.key]++
 	return m.done(f, nil)
