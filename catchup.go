@@ -96,9 +96,19 @@ func (r CatchUpResult) Count(o Outcome) int {
 //
 // Which periods: those after the job's cursor (the last period catch-up
 // settled in order) up to the latest due one. A job with no cursor yet
-// starts at [Since], or else with the latest due period only. Periods at or
-// before the job's retention horizon count as done. A period is due when it
-// ends, or when it starts with [DueAtStart].
+// starts at [Since], or else with the latest due period only: its first
+// call records that start as the job's cursor ([CatchUpStore.Start], the
+// period before the first) before any period runs. So a first period that
+// fails is not skipped: every later call starts at it, whatever its clock
+// says, and the periods after it wait for it (or run, with
+// [ContinueAfterFailure]). Periods at or before the job's retention horizon
+// count as done. A period is due when it ends, or when it starts with
+// [DueAtStart].
+//
+// Catch-up never goes back before the job's cursor: a period at or before
+// it that is not settled (run by a plain Run, or left by an older version
+// of idem whose catch-up could skip it) is not reached by CatchUp again;
+// run it with Run, or Resolve it.
 //
 // Policies: [CatchUpAll] (default; capped at DefaultMaxPeriods per call) or
 // [CatchUpLatest]. A failing period stops the catch-up there unless
@@ -110,27 +120,82 @@ func (r CatchUpResult) Count(o Outcome) int {
 // forward makes the periods in between due, under the policy.
 //
 // Other options (mode, backoff, logger, ...) apply to every period's Run.
+//
+// fn must not call Run or RunTx for its own period (the key is held by
+// the Run that called fn: [ErrNestedRun]); for business writes that commit
+// with each period's done mark, use [CatchUpTx].
 func CatchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...Option) (CatchUpResult, error) {
 	if fn == nil || sched == nil || s == nil {
 		panic("idem: CatchUp needs a store, a schedule and a fn")
 	}
+	return catchUp(ctx, s, job, sched, opts, func(ctx context.Context, key Key, p Period, o []Option) error {
+		return RunWith(ctx, s, key, func(ctx context.Context) error { return fn(ctx, p) }, o...)
+	})
+}
+
+// CatchUpTxStore is a store that [CatchUpTx] can use: a [CatchUpStore]
+// whose records live in the database of the business data ([TxStore]).
+// [Ledger] is one with *sql.Tx; the Postgres ledger with pgx.Tx.
+type CatchUpTxStore[Tx any] interface {
+	CatchUpStore
+	TxStore[Tx]
+}
+
+// CatchUpTx is [CatchUp] for a transactional job: each due period runs
+// through [RunTxWith], and fn's writes, the period's done mark and the
+// move of the job's cursor to the period commit in ONE transaction of the
+// store's database, or not at all. After downtime every missed period is
+// done exactly once in that database, whatever kills the process: a
+// period whose transaction did not commit left neither business rows nor
+// a done mark nor a cursor move, and the next call runs it again.
+//
+// Periods, policies, the cursor and the options are as in CatchUp; mode
+// options are ignored (see RunTxWith). A failing period's writes are
+// rolled back and the catch-up stops there (unless
+// [ContinueAfterFailure]); the error returned is that period's. As in
+// RunTxWith, write idempotent, recomputing statements: they are what the
+// re-run of a rolled-back period repeats.
+func CatchUpTx[Tx any](ctx context.Context, s CatchUpTxStore[Tx], job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...Option) (CatchUpResult, error) {
+	if fn == nil || sched == nil || s == nil {
+		panic("idem: CatchUpTx needs a store, a schedule and a fn")
+	}
+	return catchUp(ctx, s, job, sched, opts, func(ctx context.Context, key Key, p Period, o []Option) error {
+		return RunTxWith(ctx, s, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) }, o...)
+	})
+}
+
+// catchUp is CatchUp's loop; run runs one period with the options o.
+func catchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, opts []Option,
+	run func(ctx context.Context, key Key, p Period, o []Option) error) (CatchUpResult, error) {
 	cfg := newConfig(s, []Option{CatchUpAll(DefaultMaxPeriods)}, opts)
 	cu := cfg.catchUp
 	var res CatchUpResult
-	if err := (Key{Job: job, Period: "-"}).Validate(); err != nil {
+	if err := ValidateJob(job); err != nil {
 		return res, err
 	}
 	js, err := s.Job(ctx, job)
 	if err != nil {
 		return res, err
 	}
-	res.Cursor = js.Cursor
 
 	now := cfg.clock.Now()
 	last := sched.At(now)
 	if !cu.dueAtStart {
 		last = sched.Prev(last)
 	}
+	if js.Cursor == "" {
+		// The job's first catch-up: record where it starts before any
+		// period runs, so that a first period that fails is where the
+		// next call starts too.
+		first := last
+		if !cu.since.IsZero() {
+			first = sched.At(cu.since)
+		}
+		if js, err = s.Start(ctx, job, sched.Prev(first).Name); err != nil {
+			return res, err
+		}
+	}
+	res.Cursor = js.Cursor
 	var first Period
 	switch {
 	case js.Cursor != "":
@@ -140,6 +205,8 @@ func CatchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, fn
 		}
 		first = sched.Next(c)
 	case !cu.since.IsZero():
+		// No start could be recorded (a state file's job that has a
+		// pending period but no watermark).
 		first = sched.At(cu.since)
 	default:
 		first = last
@@ -167,13 +234,12 @@ func CatchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, fn
 		if cu.latest && p.Name != last.Name {
 			pr = skipPeriod(ctx, s, key, p)
 		} else {
-			period := p
 			var r Result
 			o := append(append([]Option(nil), opts...), ReportTo(&r))
 			if unbroken {
 				o = append(o, withCursor())
 			}
-			err := RunWith(ctx, s, key, func(ctx context.Context) error { return fn(ctx, period) }, o...)
+			err := run(ctx, key, p, o)
 			pr = PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
 		}
 		if pr.Err != nil {

@@ -326,3 +326,71 @@ func TestCatchUpKilledMidway(t *testing.T) {
 		})
 	}
 }
+
+// TestCatchUpFirstPeriodFailsIsNotSkipped: a job whose very first period
+// fails must not lose it, nor the periods after it, when a later call runs
+// with a later clock. The job's start is recorded before its first period
+// runs, so the later call starts there, not at its own latest due period.
+func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
+	shanghai, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched := idem.Daily(shanghai)
+	stores := map[string]func(t *testing.T, clk idem.Clock) idem.CatchUpStore{
+		"ledger": func(t *testing.T, clk idem.Clock) idem.CatchUpStore {
+			return openLedger(t, t.TempDir(), idem.WithClock(clk))
+		},
+		"statefile": func(t *testing.T, clk idem.Clock) idem.CatchUpStore {
+			return openState(t, t.TempDir(), idem.WithClock(clk))
+		},
+	}
+	for name, open := range stores {
+		for _, how := range []string{"backing-off", "parked-then-reset"} {
+			t.Run(name+"/"+how, func(t *testing.T) {
+				ctx := context.Background()
+				clk := idemtest.NewClock(time.Date(2026, 11, 30, 18, 5, 0, 0, time.UTC)) // 02:05 on 1 December in Shanghai
+				s := open(t, clk)
+				boom := errors.New("downstream refused")
+				if how == "parked-then-reset" {
+					boom = idem.Permanent(boom)
+				}
+				res, err := idem.CatchUp(ctx, s, "j", sched, func(context.Context, idem.Period) error { return boom },
+					idem.WithClock(clk), idem.OneAttempt())
+				if err == nil || len(res.Periods) != 1 || res.Periods[0].Period.Name != "2026-11-30" {
+					t.Fatalf("first call: %v, periods %+v; want 2026-11-30 failed", err, res.Periods)
+				}
+				if rec := mustLookup(t, s, idem.Key{Job: "j", Period: "2026-11-30"}); rec.Status != idem.StatusFailed && rec.Status != idem.StatusParked {
+					t.Fatalf("2026-11-30 is %s after its failure", rec.Status)
+				}
+
+				clk.Advance(48 * time.Hour)
+				var ran []string
+				ok := func(_ context.Context, p idem.Period) error { ran = append(ran, p.Name); return nil }
+				res, err = idem.CatchUp(ctx, s, "j", sched, ok, idem.WithClock(clk), idem.OneAttempt())
+				if how == "parked-then-reset" {
+					// The parked period stops the catch-up; the later ones wait for it.
+					if !errors.Is(err, idem.ErrGaveUp) || len(ran) != 0 || res.Deferred != 2 {
+						t.Fatalf("with 2026-11-30 parked: %v, ran %v, deferred %d; want ErrGaveUp, nothing run, 2 deferred", err, ran, res.Deferred)
+					}
+					if err := s.Resolve(ctx, idem.Key{Job: "j", Period: "2026-11-30"}, idem.ResolveRetry); err != nil {
+						t.Fatal(err)
+					}
+					res, err = idem.CatchUp(ctx, s, "j", sched, ok, idem.WithClock(clk), idem.OneAttempt())
+				}
+				want := []string{"2026-11-30", "2026-12-01", "2026-12-02"}
+				if err != nil || !slices.Equal(ran, want) || res.Cursor != "2026-12-02" {
+					t.Fatalf("later call: %v, ran %v, cursor %q; want ran %v, cursor 2026-12-02", err, ran, res.Cursor, want)
+				}
+				if js, err := s.Job(ctx, "j"); err != nil || js.Cursor != "2026-12-02" {
+					t.Fatalf("stored cursor %q (%v)", js.Cursor, err)
+				}
+				for _, p := range want {
+					if rec := mustLookup(t, s, idem.Key{Job: "j", Period: p}); rec.Status != idem.StatusDone {
+						t.Fatalf("%s is %s", p, rec.Status)
+					}
+				}
+			})
+		}
+	}
+}

@@ -48,6 +48,15 @@ var (
 	// ErrNotResolvable: Resolve or Reset was asked to change a key that is
 	// done, or that a live attempt holds.
 	ErrNotResolvable = errors.New("idem: key cannot be resolved in its current state")
+
+	// ErrNestedRun: Run or RunTx (or Each, for its period's done mark) was
+	// called inside fn for the very key that the enclosing Run holds (fn's
+	// context carries its [Info]), and would find its own key held. Nothing
+	// was claimed, and the error is [Permanent]: returned by the enclosing
+	// fn, it parks the key at once. For business writes that commit with a
+	// catch-up period's done mark, use [CatchUpTx] instead of RunTx inside
+	// [CatchUp].
+	ErrNestedRun = errors.New("idem: run of a key inside the fn of its own run")
 )
 
 // Outcome says how a Run ended.

@@ -355,8 +355,9 @@ func TestDoneRefusedAfterTakeover(t *testing.T) {
 	a := openLedger(t, dir, idem.WithClock(clkA))
 	b := openLedger(t, dir, idem.WithClock(clkB))
 	ctx := context.Background()
-	err := a.Run(ctx, key, func(ctx context.Context) error {
-		// While A runs, B takes over and completes.
+	err := a.Run(ctx, key, func(context.Context) error {
+		// While A runs, B (another process: its context is not derived
+		// from A's fn) takes over and completes.
 		if err := b.Run(ctx, key, func(context.Context) error { return nil }, idem.WithClock(clkB)); err != nil {
 			t.Errorf("B: %v", err)
 		}

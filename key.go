@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"unicode"
 	"unicode/utf8"
 )
@@ -38,6 +39,16 @@ func (k Key) Validate() error {
 	return nil
 }
 
+// ValidateJob reports whether job can be the Job of a [Key] (the rules of
+// [Key.Validate]), for calls that take a job alone, such as [CatchUp]. The
+// error matches [ErrInvalidKey] and names the job only.
+func ValidateJob(job string) error {
+	if err := validPart("job", job); err != nil {
+		return &KeyError{Key: Key{Job: job}, Reason: err.Error(), jobOnly: true}
+	}
+	return nil
+}
+
 func validPart(what, s string) error {
 	switch {
 	case s == "":
@@ -68,14 +79,44 @@ func (k Key) RequestID() string {
 	return "idem-" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// KeyError describes an invalid [Key]. It matches [ErrInvalidKey].
+// KeyError describes an invalid [Key] (or, from [ValidateJob], an invalid
+// job). It matches [ErrInvalidKey]. Its message quotes each part of the key
+// escaped and, past 64 bytes, cut short and followed by its length
+// ("xxxx"… (10240 bytes)); Key holds them whole.
 type KeyError struct {
 	Key    Key
 	Reason string
+
+	jobOnly bool // from ValidateJob: there is no period to show
 }
 
 func (e *KeyError) Error() string {
-	return fmt.Sprintf("idem: invalid key %q/%q: %s", e.Key.Job, e.Key.Period, e.Reason)
+	if e.jobOnly {
+		return fmt.Sprintf("idem: invalid job %s: %s", quotePart(e.Key.Job), e.Reason)
+	}
+	return fmt.Sprintf("idem: invalid key %s/%s: %s", quotePart(e.Key.Job), quotePart(e.Key.Period), e.Reason)
+}
+
+// quoteMax is how many bytes of a key part quotePart shows.
+const quoteMax = 64
+
+// quotePart returns s Go-quoted for a message, shortened to
+// its first 64 bytes (cut at a character boundary) followed by "…" and
+// its length when it is longer: an invalid key of 10 KB must not make
+// every log line 10 KB long. Control characters and invalid UTF-8 are
+// escaped, so the result is always one printable line.
+func quotePart(s string) string {
+	if len(s) <= quoteMax {
+		return strconv.Quote(s)
+	}
+	cut := quoteMax
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if cut == 0 { // no character boundary in the first bytes: cut them as bytes
+		cut = quoteMax
+	}
+	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // Is reports whether target is ErrInvalidKey.

@@ -1,13 +1,10 @@
 package idem
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -42,6 +39,7 @@ type Ledger struct {
 	fast     *sql.DB // synchronous=NORMAL, for claims that need no sync; nil when attached
 	owned    bool
 	path     string
+	file     *ledgerConnector // an owned ledger's file, checked before each write; nil when attached
 	defaults []Option
 	stmts    sync.Map // stmtKey → *sql.Stmt: the driver caches no statements
 
@@ -93,10 +91,11 @@ func (w *wconn) close() error {
 }
 
 var (
-	_ CatchUpStore          = (*Ledger)(nil)
-	_ TxStore[*sql.Tx]      = (*Ledger)(nil)
-	_ FreshTxStore[*sql.Tx] = (*Ledger)(nil)
-	_ Lister                = (*Ledger)(nil)
+	_ CatchUpStore            = (*Ledger)(nil)
+	_ TxStore[*sql.Tx]        = (*Ledger)(nil)
+	_ FreshTxStore[*sql.Tx]   = (*Ledger)(nil)
+	_ CatchUpTxStore[*sql.Tx] = (*Ledger)(nil)
+	_ Lister                  = (*Ledger)(nil)
 )
 
 // sqliteHeader starts every SQLite database file.
@@ -105,8 +104,22 @@ var sqliteHeader = []byte("SQLite format 3\x00")
 // OpenLedger opens (creating it if needed) the ledger database at path. The
 // directory must exist. opts become defaults for every Run on the ledger.
 //
-// It refuses, without writing anything: a path that is a directory, a file
-// that is not a SQLite database, and a ledger of a newer schema version.
+// It refuses, without writing anything: a path that is a directory or not
+// a regular file, a file that is not a SQLite database, another
+// application's SQLite database (one with tables of its own and no idem
+// ledger in it: [ErrNotLedger]; attach to it with [NewLedger] instead), and
+// a ledger of a newer schema version. Such a file is read only through a
+// read-only connection and left byte for byte as it was.
+//
+// The file is created once, here. If it is deleted or replaced while the
+// Ledger is open, the next claim, done mark or other write transaction,
+// and every new connection, fail with [ErrLedgerReplaced] instead of
+// creating a new, empty ledger. It does NOT stop a transaction already
+// under way, or a lease renewal, from reaching the old file: the check is
+// made as each write transaction starts.
+//
+// A directory or file that cannot be written is reported with its path
+// and the reason (read-only, permission denied).
 func OpenLedger(path string, opts ...Option) (*Ledger, error) {
 	if path == "" {
 		return nil, errors.New("idem: ledger path is empty")
@@ -115,20 +128,22 @@ func OpenLedger(path string, opts ...Option) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idem: ledger %s: %w", path, err)
 	}
-	if err := checkLedgerFile(abs); err != nil {
+	exists, err := checkLedgerFile(abs)
+	if err != nil {
 		return nil, err
 	}
-	dsn := func(sync string) string {
-		u := url.URL{Scheme: "file", Path: abs}
-		q := url.Values{}
-		q.Add("_pragma", "busy_timeout(10000)")
-		q.Add("_pragma", "synchronous("+sync+")")
-		q.Add("_txlock", "immediate")
-		return "file:" + u.EscapedPath() + "?" + q.Encode()
+	if !exists {
+		if err := createLedgerFile(abs); err != nil {
+			return nil, err
+		}
 	}
-	db, err := sql.Open("sqlite", dsn("FULL"))
+	id, err := os.Stat(abs)
 	if err != nil {
 		return nil, fmt.Errorf("idem: ledger %s: %w", abs, err)
+	}
+	db, err := openOwned(abs, id, "FULL")
+	if err != nil {
+		return nil, err
 	}
 	l, err := newLedger(context.Background(), db, abs, opts)
 	if err != nil {
@@ -137,44 +152,47 @@ func OpenLedger(path string, opts ...Option) (*Ledger, error) {
 	}
 	// A second pool for the claims that need no sync: switching PRAGMA
 	// synchronous per transaction would cost three statements a Run.
-	if l.fast, err = sql.Open("sqlite", dsn("NORMAL")); err != nil {
+	if l.fast, err = openOwned(abs, id, "NORMAL"); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("idem: ledger %s: %w", abs, err)
+		return nil, err
 	}
+	l.file = &ledgerConnector{path: abs, id: id}
 	l.owned = true
 	return l, nil
 }
 
-func checkLedgerFile(path string) error {
+// checkLedgerFile checks, without writing, that path can be opened as a
+// ledger, and reports whether the file exists.
+func checkLedgerFile(path string) (exists bool, err error) {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		dir := filepath.Dir(path)
 		di, derr := os.Stat(dir)
 		if derr != nil {
-			return fmt.Errorf("idem: ledger %s: directory: %w", path, derr)
+			return false, fmt.Errorf("idem: ledger %s: directory: %w", path, derr)
 		}
 		if !di.IsDir() {
-			return fmt.Errorf("idem: ledger %s: %s is not a directory", path, dir)
+			return false, fmt.Errorf("idem: ledger %s: %s is not a directory", path, dir)
 		}
-		return nil
+		return false, nil
 	case err != nil:
-		return fmt.Errorf("idem: ledger %s: %w", path, err)
+		return false, fmt.Errorf("idem: ledger %s: %w", path, err)
 	case fi.IsDir():
-		return fmt.Errorf("idem: ledger %s: is a directory", path)
+		return true, fmt.Errorf("idem: ledger %s: is a directory", path)
+	case !fi.Mode().IsRegular():
+		return true, fmt.Errorf("idem: ledger %s: is %s, not a regular file (left untouched)", path, fileKind(fi.Mode()))
 	case fi.Size() == 0:
-		return nil
+		return true, nil
 	}
-	f, err := os.Open(path)
+	isSQLite, walMode, err := sqliteFileHeader(path)
 	if err != nil {
-		return fmt.Errorf("idem: ledger %s: %w", path, err)
+		return true, fmt.Errorf("idem: ledger %s: %w", path, err)
 	}
-	defer f.Close()
-	head := make([]byte, len(sqliteHeader))
-	if _, err := io.ReadFull(f, head); err != nil || !bytes.Equal(head, sqliteHeader) {
-		return fmt.Errorf("idem: ledger %s: not a SQLite database (left untouched)", path)
+	if !isSQLite {
+		return true, fmt.Errorf("idem: ledger %s: not a SQLite database (left untouched)", path)
 	}
-	return nil
+	return true, checkForeign(path, walMode)
 }
 
 // NewLedger attaches a ledger to the caller's SQLite database (opened with
@@ -182,6 +200,10 @@ func checkLedgerFile(path string) error {
 // ledger live in one file and [Ledger.RunTx] can commit both in one
 // transaction. It creates the idem_ tables if needed and switches the
 // database to WAL mode. Close does not close db.
+//
+// A table of the database that bears a name of idem's (idem_runs,
+// idem_jobs, ...) but not the columns idem gives it is the application's
+// own: NewLedger refuses with [ErrNotLedger] before writing anything.
 //
 // idem sets PRAGMA synchronous on the connections it uses (FULL for done
 // marks) and leaves them at FULL. For the best concurrency, open db with a
@@ -413,7 +435,8 @@ func schemaVersion(ctx context.Context, q interface {
 }
 
 func (l *Ledger) migrate(ctx context.Context) error {
-	// Read first: a newer ledger must not see a single write.
+	// Read first: a newer ledger, or a database whose idem_ tables are not
+	// idem's, must not see a single write.
 	v, err := schemaVersion(ctx, l.db)
 	if err != nil {
 		return l.wrapOpenErr(err)
@@ -423,6 +446,9 @@ func (l *Ledger) migrate(ctx context.Context) error {
 	}
 	if v == SchemaVersion {
 		return nil
+	}
+	if err := checkTableShapes(ctx, l.db, l.where()); err != nil {
+		return l.wrapOpenErr(err)
 	}
 	return busyRetry(ctx, func() error {
 		if _, err := l.db.ExecContext(ctx, `PRAGMA journal_mode=WAL`); err != nil {
@@ -460,12 +486,20 @@ func (l *Ledger) migrate(ctx context.Context) error {
 }
 
 func (l *Ledger) wrapOpenErr(err error) error {
+	if errors.Is(err, ErrNotLedger) || errors.Is(err, ErrLedgerReplaced) {
+		return err
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
 		case sqlite3.SQLITE_NOTADB:
 			return fmt.Errorf("idem: %s: not a SQLite database (left untouched): %w", l.where(), err)
 		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_IOERR:
+			if l.path != "" {
+				if msg := unwritable(l.path); msg != "" {
+					return fmt.Errorf("idem: %s: cannot open or write: %s: %w", l.where(), msg, err)
+				}
+			}
 			return fmt.Errorf("idem: %s: cannot open or write: %w", l.where(), err)
 		}
 	}
@@ -517,13 +551,16 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 	if l.fast == nil {
 		return l.withSQLTx(ctx, durable, f)
 	}
+	if err := l.file.check(); err != nil {
+		return err
+	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	i, pool := 0, l.db
 	if !durable {
 		i, pool = 1, l.fast
 	}
-	return busyRetry(ctx, func() error {
+	return l.writeErr(busyRetry(ctx, func() error {
 		w := l.wconns[i]
 		if w == nil {
 			c, err := pool.Conn(ctx)
@@ -558,16 +595,19 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 		}
 		committed = true
 		return nil
-	})
+	}))
 }
 
 // withSQLTx is withTx in a database/sql Tx, for transactions that hand the
 // caller's fn a *sql.Tx (FinishTx, FinishItemsTx) and for attached
 // databases.
 func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error) error {
+	if err := l.file.check(); err != nil {
+		return err
+	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	return busyRetry(ctx, func() error {
+	return l.writeErr(busyRetry(ctx, func() error {
 		pool := l.db
 		var tx *sql.Tx
 		var err error
@@ -600,7 +640,7 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 			return err
 		}
 		return tx.Commit()
-	})
+	}))
 }
 
 const recordCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated`
@@ -794,7 +834,7 @@ func (l *Ledger) claimTx(ctx context.Context, req ClaimRequest) (Claim, error) {
 }
 
 func (l *Ledger) opErr(op string, key Key, err error) error {
-	if isStop(err) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotResolvable) {
+	if isStop(err) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotResolvable) || errors.Is(err, ErrLedgerReplaced) {
 		return err
 	}
 	var fe *fnError
@@ -880,6 +920,27 @@ func (l *Ledger) Job(ctx context.Context, job string) (JobState, error) {
 	})
 	if err != nil {
 		return JobState{}, fmt.Errorf("idem: %s: job %q: %w", l.where(), job, err)
+	}
+	return js, nil
+}
+
+// Start implements [CatchUpStore]: it sets the job's cursor to before
+// unless the job has one, and reads the job back, in one durable
+// transaction.
+func (l *Ledger) Start(ctx context.Context, job, before string) (JobState, error) {
+	if err := (Key{Job: job, Period: before}).Validate(); err != nil {
+		return JobState{}, err
+	}
+	js := JobState{Job: job}
+	err := l.withTx(ctx, true, func(tx *wtx) error {
+		if _, err := tx.exec(`INSERT INTO idem_jobs(job, cursor) VALUES(?, ?)
+			ON CONFLICT(job) DO UPDATE SET cursor = excluded.cursor WHERE idem_jobs.cursor = ''`, job, before); err != nil {
+			return err
+		}
+		return tx.queryRow(`SELECT cursor, horizon FROM idem_jobs WHERE job=?`, job).Scan(&js.Cursor, &js.Horizon)
+	})
+	if err != nil {
+		return JobState{}, fmt.Errorf("idem: %s: start %s after %s: %w", l.where(), job, before, err)
 	}
 	return js, nil
 }
@@ -1007,7 +1068,7 @@ const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owne
 // key meanwhile, and a crash leaves no record at all. A key with a record
 // (a duplicate trigger, most often) is claimed as by Claim, after the same
 // single read and without the write lock when it is done.
-func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(*sql.Tx) error) (Claim, bool, error) {
+func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, cursor bool, fn func(*sql.Tx) error) (Claim, bool, error) {
 	key := req.Key
 	c, settled, found, err := l.fastClaim(ctx, req)
 	switch {
@@ -1055,8 +1116,10 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(*s
 		if err := Checkpoint(ctx, AfterFn, key); err != nil {
 			return err
 		}
-		_, err = finishExec(tx, key, 1, End{Status: StatusDone, Now: req.Now})
-		return err
+		if _, err := finishExec(tx, key, 1, End{Status: StatusDone, Now: req.Now}); err != nil || !cursor {
+			return err
+		}
+		return advanceExec(tx, key.Job, key.Period)
 	})
 	switch {
 	case err != nil:
@@ -1068,11 +1131,12 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(*s
 	return Claim{State: ClaimAcquired, Attempt: 1, Record: Record{Key: key}}, fnErr == nil, fnErr
 }
 
-// FinishTx implements [TxStore]: fn's writes and the done mark commit in one
-// SQLite transaction, with synchronous=FULL. The transaction holds SQLite's
-// write lock from its first statement until it ends, so keep fn short: other
-// writers to the file wait for it.
-func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, fn func(*sql.Tx) error) error {
+// FinishTx implements [TxStore]: fn's writes and the done mark (and, with
+// cursor, the job's catch-up cursor) commit in one SQLite transaction, with
+// synchronous=FULL. The transaction holds SQLite's write lock from its first
+// statement until it ends, so keep fn short: other writers to the file wait
+// for it.
+func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) error) error {
 	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
 		// First statement: a write, which takes the lock and checks the fence.
 		res, err := tx.exec(`UPDATE idem_runs SET updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
@@ -1089,8 +1153,10 @@ func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.
 		if err := Checkpoint(ctx, AfterFn, key); err != nil {
 			return err
 		}
-		_, err = finishExec(tx, key, attempt, End{Status: StatusDone, Now: now})
-		return err
+		if _, err := finishExec(tx, key, attempt, End{Status: StatusDone, Now: now}); err != nil || !cursor {
+			return err
+		}
+		return advanceExec(tx, key.Job, key.Period)
 	})
 	if err != nil {
 		return l.opErr("run tx", key, err)
@@ -1201,6 +1267,12 @@ func (l *Ledger) Run(ctx context.Context, key Key, fn func(context.Context) erro
 // part of the transaction. See [RunTxWith].
 func (l *Ledger) RunTx(ctx context.Context, key Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
 	return RunTxWith(ctx, l, key, fn, opts...)
+}
+
+// CatchUpTx is [CatchUpTx] on this ledger: each due period's writes in tx,
+// its done mark and the job's catch-up cursor commit in one transaction.
+func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched Schedule, fn func(ctx context.Context, tx *sql.Tx, p Period) error, opts ...Option) (CatchUpResult, error) {
+	return CatchUpTx(ctx, l, job, sched, fn, opts...)
 }
 
 // DefaultOptions returns the options given to OpenLedger or NewLedger: the

@@ -74,11 +74,11 @@ func RunTxWith[Tx any](ctx context.Context, s TxStore[Tx], key Key, fn func(cont
 	var fresh freshBody
 	if fs, ok := s.(FreshTxStore[Tx]); ok {
 		fresh = func(ctx context.Context, req ClaimRequest) (Claim, bool, error) {
-			return fs.ClaimFinishTx(ctx, req, body(ctx))
+			return fs.ClaimFinishTx(ctx, req, cfg.catchUp.cursor, body(ctx))
 		}
 	}
 	return execute(ctx, s, key, cfg, nil, func(ctx context.Context, attempt int64, now time.Time) error {
-		return s.FinishTx(ctx, key, attempt, now, body(ctx))
+		return s.FinishTx(ctx, key, attempt, now, cfg.catchUp.cursor, body(ctx))
 	}, fresh)
 }
 
@@ -191,6 +191,11 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 	}()
 	if err := key.Validate(); err != nil {
 		return err
+	}
+	if info, ok := InfoFrom(ctx); ok && info.Item == "" && info.Key == key {
+		return r.fail(Failed, Permanent(fmt.Errorf("%w: attempt %d of the enclosing run holds %s, so this run would find it held. "+
+			"Do not call Run, RunTx or Each for the key inside its own run; to commit business writes with a catch-up period's done mark and cursor, use idem.CatchUpTx",
+			ErrNestedRun, info.Attempt, key)))
 	}
 	returned := false
 	defer func() {

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,9 +54,17 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 // (path + ".<hash>.lock"), held while an attempt runs and released by the
 // kernel when its process dies; every read-modify-write of the file also
 // holds a file-wide flock (path + ".lock"). It works between processes of ONE host,
-// not across hosts (network filesystems do not honour flock reliably). The
-// lock is the lease: it never expires while its holder lives, so WithLease
-// does not apply and a stalled holder is never taken over.
+// not across hosts (network filesystems do not honour flock reliably).
+//
+// The lock never expires while its holder lives: a stalled holder is never
+// taken over, and every other Run of the job finds it in progress
+// ([ErrInProgress]) until the attempt ends or its process dies (the kernel
+// then releases the lock at once). [WithLease] still sets how long a stall
+// may last before [CheckLease] refuses: an attempt whose heartbeat has not
+// renewed for the lease (a long GC pause, a frozen VM) gets ErrLeaseLost
+// from CheckLease, as on a ledger, although nobody took its lock. Its done
+// mark is still written if fn returns nil. It does NOT promise anything
+// across hosts, nor that a stalled holder stops by itself.
 //
 // Modes: an AtLeastOnce claim writes nothing (the lock is enough, and a
 // crash only means fn runs again), so a fresh Run costs one durable write.
@@ -103,6 +113,19 @@ type jobState struct {
 // exist; the file is created on the first write. An existing file is read
 // and checked at once: a corrupt one is reported ([ErrCorruptState]) with
 // its path and left untouched. opts become defaults for every Run.
+//
+// The file must be a regular file: a directory, a named pipe, a socket or
+// a device is refused (without opening it, so a FIFO cannot block).
+//
+// A path that is a symbolic link is followed, once, here: the store reads,
+// writes and locks the link's target (its temp files, its lock files and
+// the directory it fsyncs are those of the target's directory), so the
+// link stays a link and the target gets every update. The target must
+// exist; a dangling link is refused. Re-pointing the link while a store
+// is open is not noticed: the open store keeps using the old target while
+// a store opened afterwards uses the new one, and the two do not exclude
+// each other (their locks lie beside different files). Re-point a link
+// only while no process has the state file open.
 func OpenStateFile(path string, opts ...Option) (*StateFile, error) {
 	if path == "" {
 		return nil, errors.New("idem: state file path is empty")
@@ -117,17 +140,97 @@ func OpenStateFile(path string, opts ...Option) (*StateFile, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("idem: state file %s: %s is not a directory", abs, dir)
 	}
-	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
-		return nil, fmt.Errorf("idem: state file %s: is a directory", abs)
+	if abs, err = resolveStateFile(abs); err != nil {
+		return nil, err
 	}
-	s := &StateFile{path: abs, dir: dir, defaults: opts, held: map[string]*heldLock{}}
+	s := &StateFile{path: abs, dir: filepath.Dir(abs), defaults: opts, held: map[string]*heldLock{}}
 	if _, err := s.read(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// Path returns the state file's path.
+// resolveStateFile follows abs if it is a symbolic link and checks that
+// what it names is a regular file or does not exist yet. It returns the
+// path to use: abs, or the link's target.
+func resolveStateFile(abs string) (string, error) {
+	fi, err := os.Lstat(abs)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return abs, nil
+	case err != nil:
+		return "", fmt.Errorf("idem: state file %s: %w", abs, err)
+	case fi.Mode()&os.ModeSymlink != 0:
+		dest, _ := os.Readlink(abs)
+		target, err := filepath.EvalSymlinks(abs)
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("idem: state file %s: a symbolic link to %s, which does not exist (create the target, or remove the link)", abs, dest)
+		}
+		if err != nil {
+			return "", fmt.Errorf("idem: state file %s: a symbolic link to %s that cannot be followed: %w", abs, dest, err)
+		}
+		if target, err = filepath.Abs(target); err != nil {
+			return "", err
+		}
+		if fi, err = os.Stat(target); err != nil {
+			return "", fmt.Errorf("idem: state file %s (a symbolic link to %s): %w", abs, target, err)
+		}
+		if err := regularFile(target, fi); err != nil {
+			return "", fmt.Errorf("%w (the target of the symbolic link %s)", err, abs)
+		}
+		return target, nil
+	}
+	return abs, regularFile(abs, fi)
+}
+
+// regularFile refuses a state file that is not a regular file.
+func regularFile(path string, fi os.FileInfo) error {
+	switch m := fi.Mode(); {
+	case m.IsRegular():
+		return nil
+	case m.IsDir():
+		return fmt.Errorf("idem: state file %s: is a directory", path)
+	default:
+		return fmt.Errorf("idem: state file %s: is %s, not a regular file (left untouched)", path, fileKind(m))
+	}
+}
+
+// fileKind names what a file that is not a regular file or a directory is.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a block device"
+	}
+	return "of type " + m.Type().String()
+}
+
+// readRegular reads the file at path, refusing anything but a regular file
+// without blocking (a FIFO put in the file's place is opened non-blocking
+// and refused, never read).
+func readRegular(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if err := regularFile(path, fi); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(f)
+}
+
+// Path returns the state file's path: the target's, if the path given to
+// OpenStateFile was a symbolic link.
 func (s *StateFile) Path() string { return s.path }
 
 // Run runs fn for key with the protocol of [RunWith].
@@ -180,7 +283,7 @@ func decodeState(path string, b []byte) (*stateDoc, error) {
 	}
 	for job, st := range doc.Jobs {
 		if err := validPart("job", job); err != nil {
-			return nil, bad("job %q: %v", job, err)
+			return nil, bad("job %s: %v", quotePart(job), err)
 		}
 		if st == nil {
 			return nil, bad("job %q: null", job)
@@ -210,12 +313,16 @@ func decodeState(path string, b []byte) (*stateDoc, error) {
 }
 
 func (s *StateFile) read() (*stateDoc, error) {
-	b, err := os.ReadFile(s.path)
+	b, err := readRegular(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return &stateDoc{Version: StateFileVersion, Jobs: map[string]*jobState{}}, nil
 	}
-	if err != nil {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
 		return nil, fmt.Errorf("idem: state file %s: %w", s.path, err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return decodeState(s.path, b)
 }
@@ -233,7 +340,7 @@ func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
 	b = append(b, '\n')
 	t, err := renameio.NewPendingFile(s.path, renameio.WithTempDir(s.dir), renameio.WithPermissions(0o644))
 	if err != nil {
-		return fmt.Errorf("idem: state file %s: %w", s.path, err)
+		return s.createErr(s.path, err)
 	}
 	crashed := false
 	defer func() {
@@ -266,6 +373,20 @@ func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
 	return nil
 }
 
+// createErr reports a file (the state file's temp file, or a lock file at
+// p) that could not be created, saying so plainly when the directory cannot
+// be written.
+func (s *StateFile) createErr(p string, err error) error {
+	what := "state file " + s.path
+	if p != s.path {
+		what = "state file lock " + p
+	}
+	if msg := unwritableDir(s.dir); msg != "" && (errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS)) {
+		return fmt.Errorf("idem: %s: cannot write: %s: %w", what, msg, err)
+	}
+	return fmt.Errorf("idem: %s: %w", what, err)
+}
+
 // lockPath is the sidecar lock file of job.
 func (s *StateFile) lockPath(job string) string {
 	h := sha256.Sum256([]byte(job))
@@ -279,7 +400,7 @@ func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
 	_, statErr := os.Stat(p)
 	f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, false, fmt.Errorf("idem: state file lock %s: %w", p, err)
+		return nil, false, s.createErr(p, err)
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
 		if err := syncDir(s.dir); err != nil {
@@ -307,7 +428,7 @@ func (s *StateFile) lockFile() (unlock func(), err error) {
 	_, statErr := os.Stat(p)
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
+		return nil, s.createErr(p, err)
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
 		if err := syncDir(s.dir); err != nil {
@@ -611,6 +732,52 @@ func (s *StateFile) Job(ctx context.Context, job string) (JobState, error) {
 	return js, nil
 }
 
+// Start implements [CatchUpStore]. The job's cursor is its watermark, so
+// for a job that has neither a watermark nor a pending period it writes the
+// watermark before, durably: from then on every period at or before it
+// counts as done (a Run of one returns AlreadyDone without running it), as
+// for any watermark; the job's periods begin after it. A job that has a
+// watermark, or a pending period (left by a Run, or by an older idem), is
+// left as it is; with a pending period and no watermark the cursor stays
+// "", and catch-up waits for that period ([ErrOutOfOrder]) until it is
+// done or resolved. Start refuses, with an error matching [ErrInProgress],
+// while an attempt holds the job's lock (an at-least-once Run that has
+// written nothing yet).
+func (s *StateFile) Start(ctx context.Context, job, before string) (JobState, error) {
+	key := Key{Job: job, Period: before}
+	if err := key.Validate(); err != nil {
+		return JobState{}, err
+	}
+	js, err := s.Job(ctx, job)
+	if err != nil || js.Cursor != "" {
+		return js, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok, err := s.tryLock(job)
+	if err != nil {
+		return JobState{}, err
+	}
+	if !ok {
+		return JobState{}, fmt.Errorf("%w: %s: job %q: an attempt holds the job's lock; its catch-up can start once it ends",
+			ErrInProgress, s.path, job)
+	}
+	defer f.Close()
+	doc, unlock, err := s.readLocked()
+	if err != nil {
+		return JobState{}, err
+	}
+	defer unlock()
+	if st := doc.Jobs[job]; st != nil {
+		return JobState{Job: job, Cursor: st.LastDonePeriod, Horizon: st.LastDonePeriod}, nil
+	}
+	doc.Jobs[job] = &jobState{LastDonePeriod: before, Status: StatusDone, Updated: newConfigFrom(s.defaults, nil).clock.Now()}
+	if err := s.write(ctx, key, doc); err != nil {
+		return JobState{}, err
+	}
+	return JobState{Job: job, Cursor: before, Horizon: before}, nil
+}
+
 // Advance implements [CatchUpStore]. The watermark moves only with done
 // marks: advancing to a period at or before it does nothing, and past it is
 // refused (it would mark the periods in between done).
@@ -679,9 +846,16 @@ func RepairStateFile(path string, lastDone map[string]string) (kept string, err 
 	if err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(abs)
-	if err != nil {
+	if abs, err = resolveStateFile(abs); err != nil {
+		return "", err
+	}
+	b, err := readRegular(abs)
+	var pe *os.PathError
+	if errors.As(err, &pe) {
 		return "", fmt.Errorf("idem: repair %s: %w", abs, err)
+	}
+	if err != nil {
+		return "", err
 	}
 	if _, err := decodeState(abs, b); err == nil {
 		return "", fmt.Errorf("idem: repair %s: the file is not corrupt; refusing to replace it", abs)

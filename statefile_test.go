@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -360,4 +361,65 @@ func TestStateFileFailedWriteIsFatal(t *testing.T) {
 		t.Fatalf("watermark %q, want 2026-10-27", js.Cursor)
 	}
 	t.Logf("fn ran %d times before the store refused", ran)
+}
+
+// TestStateFileStart: the state file's cursor is its watermark, so Start
+// writes the watermark of a job that has none: every period at or before it
+// then counts as done. It leaves a job with a pending period alone, and
+// refuses while an attempt holds the job's lock.
+func TestStateFileStart(t *testing.T) {
+	ctx := context.Background()
+	s := openState(t, t.TempDir())
+	js, err := s.Start(ctx, "new", "2026-10-26")
+	if err != nil || js.Cursor != "2026-10-26" {
+		t.Fatalf("Start: %+v, %v", js, err)
+	}
+	for _, p := range []string{"2026-10-26", "2026-10-20"} {
+		ran := false
+		var res idem.Result
+		if err := s.Run(ctx, idem.Key{Job: "new", Period: p}, func(context.Context) error { ran = true; return nil }, idem.ReportTo(&res)); err != nil || ran || res.Outcome != idem.AlreadyDone {
+			t.Fatalf("Run of %s, before the start: %v, ran %v, %v; want AlreadyDone", p, err, ran, res.Outcome)
+		}
+	}
+
+	// A job whose pending period has no watermark before it (a Run's, or an
+	// older idem's) keeps no start: its cursor stays "".
+	pend := idem.Key{Job: "pending", Period: "2026-10-27"}
+	if err := s.Run(ctx, pend, func(context.Context) error { return idem.Permanent(errors.New("no data")) }); !errors.Is(err, idem.ErrGaveUp) {
+		t.Fatal(err)
+	}
+	if js, err := s.Start(ctx, "pending", "2026-10-20"); err != nil || js.Cursor != "" {
+		t.Fatalf("Start of a job with a pending period: %+v, %v; want no cursor", js, err)
+	}
+	if rec := mustLookup(t, s, pend); rec.Status != idem.StatusParked {
+		t.Fatalf("the pending period after Start: %+v", rec)
+	}
+	// Catch-up waits for that period until it is settled, then goes on.
+	var ran []string
+	job := func(context.Context, idem.Period) error { return nil }
+	record := func(_ context.Context, p idem.Period) error { ran = append(ran, p.Name); return nil }
+	if _, err := idem.CatchUp(ctx, s, "pending", daily, job, idem.WithClock(idemtest.NewClock(day(28)))); !errors.Is(err, idem.ErrOutOfOrder) {
+		t.Fatalf("catch-up of a job with a pending period and no watermark: %v, want ErrOutOfOrder", err)
+	}
+	if err := s.Resolve(ctx, pend, idem.ResolveDone); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := idem.CatchUp(ctx, s, "pending", daily, record, idem.WithClock(idemtest.NewClock(day(28)))); err != nil || !slices.Equal(ran, []string{"2026-10-28"}) || res.Cursor != "2026-10-28" {
+		t.Fatalf("catch-up after the resolve: %v, ran %v, cursor %q", err, ran, res.Cursor)
+	}
+
+	// While an attempt holds the job's lock, Start refuses and writes nothing.
+	var startErr error
+	if err := s.Run(ctx, idem.Key{Job: "held", Period: "2026-10-27"}, func(ctx context.Context) error {
+		_, startErr = s.Start(ctx, "held", "2026-10-26")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(startErr, idem.ErrInProgress) || !strings.Contains(startErr.Error(), `job "held"`) {
+		t.Fatalf("Start while the job's lock is held: %v, want ErrInProgress naming the job", startErr)
+	}
+	if js, err := s.Job(ctx, "held"); err != nil || js.Cursor != "2026-10-27" {
+		t.Fatalf("after the Run: %+v, %v; want the Run's watermark 2026-10-27", js, err)
+	}
 }

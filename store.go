@@ -53,8 +53,11 @@ type TxStore[Tx any] interface {
 	// else fails, it rolls back: neither the business writes nor the mark
 	// take effect. While fn runs, no other attempt may take the key over
 	// (a write lock or row lock held by the transaction ensures it).
-	// Before committing it calls [Checkpoint] with [AfterFn].
-	FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, fn func(Tx) error) error
+	// Before committing it calls [Checkpoint] with [AfterFn]. With cursor,
+	// the same transaction also moves the job's catch-up cursor forward to
+	// key.Period, as Advance does ([CatchUpTx]; a store that is not a
+	// [CatchUpStore] is never asked to).
+	FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, cursor bool, fn func(Tx) error) error
 }
 
 // FreshTxStore is a TxStore that can also claim a key that has no record,
@@ -75,8 +78,9 @@ type FreshTxStore[Tx any] interface {
 	// alone is committed: it returns the claim of attempt 1 and the error fn
 	// returned, as is (the caller goes on as after any failed attempt). Any
 	// other error means nothing was committed. While fn runs no other
-	// attempt can claim the key.
-	ClaimFinishTx(ctx context.Context, req ClaimRequest, fn func(Tx) error) (c Claim, done bool, err error)
+	// attempt can claim the key. With cursor, the done mark moves the job's
+	// catch-up cursor as in FinishTx, in the same transaction.
+	ClaimFinishTx(ctx context.Context, req ClaimRequest, cursor bool, fn func(Tx) error) (c Claim, done bool, err error)
 }
 
 // CatchUpStore is a Store that also keeps, per job, a catch-up cursor and
@@ -87,6 +91,16 @@ type CatchUpStore interface {
 
 	// Job returns the job's cursor and horizon ("" when none).
 	Job(ctx context.Context, job string) (JobState, error)
+
+	// Start records where a job's catch-up begins: if the job has no
+	// cursor, it sets the cursor to before (the period just before the
+	// job's first period), durably; a job that has a cursor keeps it. It
+	// returns the job's state afterwards. [CatchUp] calls it once, before
+	// the first period of a job ever runs, so that a first period that
+	// fails is where every later call starts; and since a cursor, once
+	// there, is left as it is, concurrent first calls with different
+	// clocks cannot move the start past an unsettled period.
+	Start(ctx context.Context, job, before string) (JobState, error)
 
 	// Advance moves the job's cursor forward to period; a cursor already at
 	// or after period is left as it is. Catch-up calls it for periods it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -80,8 +81,9 @@ func (d *downstream) count(k idem.Key) int {
 func (d *downstream) has(_ context.Context, k idem.Key) (bool, error) { return d.count(k) > 0, nil }
 
 // TestStore runs the conformance suite against the store h opens: the
-// promises every idem store keeps, whatever it is built on. Call it from a
-// test of your own store:
+// promises every idem store keeps, whatever it is built on (and, for an
+// idem.CatchUpStore, those of catch-up). Call it from a test of your own
+// store:
 //
 //	func TestMyStore(t *testing.T) {
 //		idemtest.TestStore(t, idemtest.Harness{Open: ..., LeaseExpiry: true})
@@ -97,6 +99,7 @@ func TestStore(t *testing.T, h Harness) {
 	if h.LeaseExpiry {
 		t.Run("LeaseExpiryFencing", func(t *testing.T) { testLease(t, h) })
 	}
+	t.Run("CatchUp", func(t *testing.T) { testCatchUp(t, h) })
 	if h.Items {
 		t.Run("Items", func(t *testing.T) { testItems(t, h) })
 	}
@@ -433,5 +436,144 @@ func testLease(t *testing.T, h Harness) {
 	close(release)
 	if err := testwait.Recv(t, aErr, "A's Run to return after B took over"); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("A's done: %v, want ErrLeaseLost", err)
+	}
+}
+
+// testCatchUp checks the promises of an idem.CatchUpStore; a store that is
+// not one skips it.
+func testCatchUp(t *testing.T, h Harness) {
+	t.Run("FirstPeriodFailsIsNotSkipped", func(t *testing.T) {
+		for _, parked := range []bool{false, true} {
+			t.Run(map[bool]string{false: "backing-off", true: "parked-then-reset"}[parked], func(t *testing.T) {
+				testFirstPeriodFails(t, h, parked)
+			})
+		}
+	})
+	t.Run("StartIsIdempotent", func(t *testing.T) { testStart(t, h) })
+}
+
+func (h Harness) openCatchUp(t *testing.T, clk *Clock) idem.CatchUpStore {
+	s, ok := h.open(t, clk).(idem.CatchUpStore)
+	if !ok {
+		t.Skip("the store is not an idem.CatchUpStore")
+	}
+	return s
+}
+
+// testFirstPeriodFails: a job whose very first period fails keeps it. 48
+// hours later, with a later clock, catch-up starts at that period, not at
+// its own latest due period, and runs it and the two after it in order.
+func testFirstPeriodFails(t *testing.T, h Harness, parked bool) {
+	ctx := context.Background()
+	shanghai := time.FixedZone("CST", 8*3600) // Asia/Shanghai: no daylight saving time
+	sched := idem.Daily(shanghai)
+	clk := NewClock(time.Date(2026, 11, 30, 18, 5, 0, 0, time.UTC)) // 02:05 on 1 December in Shanghai
+	s := h.openCatchUp(t, clk)
+	first := idem.Key{Job: "first-fails", Period: "2026-11-30"}
+	boom := errors.New("downstream refused")
+	if parked {
+		boom = idem.Permanent(boom)
+	}
+	res, err := idem.CatchUp(ctx, s, first.Job, sched, func(context.Context, idem.Period) error { return boom },
+		idem.WithClock(clk), idem.OneAttempt())
+	if !errors.Is(err, boom) || len(res.Periods) != 1 || res.Periods[0].Period.Name != first.Period {
+		t.Fatalf("first call: %v, periods %+v; want %s failed", err, res.Periods, first.Period)
+	}
+	rec, ok, err := s.Lookup(ctx, first)
+	if err != nil || !ok || (rec.Status != idem.StatusFailed && rec.Status != idem.StatusParked) {
+		t.Fatalf("%s after its failure: %+v, found %v, %v", first, rec, ok, err)
+	}
+
+	h.advance(t, s, clk, 48*time.Hour)
+	var ran []string
+	ok2 := func(_ context.Context, p idem.Period) error { ran = append(ran, p.Name); return nil }
+	res, err = idem.CatchUp(ctx, s, first.Job, sched, ok2, idem.WithClock(clk), idem.OneAttempt())
+	if parked {
+		// The parked period stops the catch-up; the two after it wait.
+		if !errors.Is(err, idem.ErrGaveUp) || len(ran) != 0 || res.Deferred != 2 {
+			t.Fatalf("with %s parked: %v, ran %v, deferred %d; want ErrGaveUp, nothing run, 2 deferred", first, err, ran, res.Deferred)
+		}
+		if err := s.Resolve(ctx, first, idem.ResolveRetry); err != nil {
+			t.Fatalf("Reset: %v", err)
+		}
+		res, err = idem.CatchUp(ctx, s, first.Job, sched, ok2, idem.WithClock(clk), idem.OneAttempt())
+	}
+	want := []string{"2026-11-30", "2026-12-01", "2026-12-02"}
+	if err != nil || !slices.Equal(ran, want) || res.Cursor != "2026-12-02" {
+		t.Fatalf("48 hours later: %v, ran %v, cursor %q; want ran %v, cursor 2026-12-02", err, ran, res.Cursor, want)
+	}
+	if js, err := s.Job(ctx, first.Job); err != nil || js.Cursor != "2026-12-02" {
+		t.Fatalf("stored cursor %q (%v), want 2026-12-02", js.Cursor, err)
+	}
+	for _, p := range want {
+		if rec, ok, err := s.Lookup(ctx, idem.Key{Job: first.Job, Period: p}); err != nil || !ok || rec.Status != idem.StatusDone {
+			t.Fatalf("%s: %+v, found %v, %v; want done", p, rec, ok, err)
+		}
+	}
+}
+
+// testStart: the first Start of a job sets its cursor; later ones, with
+// any period, earlier or later, leave it, also when they race.
+func testStart(t *testing.T, h Harness) {
+	ctx := context.Background()
+	clk := NewClock(start)
+	s := h.openCatchUp(t, clk)
+	js, err := s.Start(ctx, "start", "2026-10-26")
+	if err != nil || js.Cursor != "2026-10-26" {
+		t.Fatalf("first Start: %+v, %v; want cursor 2026-10-26", js, err)
+	}
+	for _, before := range []string{"2026-10-26", "2026-10-27", "2026-10-20"} {
+		if js, err := s.Start(ctx, "start", before); err != nil || js.Cursor != "2026-10-26" {
+			t.Fatalf("Start(%s) of a started job: %+v, %v; want cursor 2026-10-26 kept", before, js, err)
+		}
+	}
+	if js, err := s.Job(ctx, "start"); err != nil || js.Cursor != "2026-10-26" {
+		t.Fatalf("Job after the Starts: %+v, %v", js, err)
+	}
+	// Once catch-up has moved the cursor, Start leaves it there too.
+	var ran []string
+	res, err := idem.CatchUp(ctx, s, "start", idem.Daily(time.UTC), func(_ context.Context, p idem.Period) error {
+		ran = append(ran, p.Name)
+		return nil
+	}, idem.WithClock(clk))
+	if err != nil || !slices.Equal(ran, []string{"2026-10-27"}) || res.Cursor != "2026-10-27" {
+		t.Fatalf("catch-up after Start: %v, ran %v, cursor %q; want 2026-10-27", err, ran, res.Cursor)
+	}
+	if js, err := s.Start(ctx, "start", "2026-10-01"); err != nil || js.Cursor != "2026-10-27" {
+		t.Fatalf("Start after catch-up: %+v, %v; want cursor 2026-10-27 kept", js, err)
+	}
+
+	// Racing first Starts with different periods: all that succeed agree
+	// on one of them. (A store may refuse a Start while another holds the
+	// job, with ErrInProgress.)
+	befores := []string{"2026-10-20", "2026-10-21", "2026-10-22", "2026-10-23", "2026-10-24", "2026-10-25", "2026-10-26", "2026-10-27"}
+	got := make([]idem.JobState, len(befores))
+	errs := make([]error, len(befores))
+	var wg sync.WaitGroup
+	for i, b := range befores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = s.Start(ctx, "race", b)
+		}()
+	}
+	wg.Wait()
+	cursor := ""
+	for i := range befores {
+		switch {
+		case errors.Is(errs[i], idem.ErrInProgress):
+		case errs[i] != nil:
+			t.Fatalf("Start(%s): %v", befores[i], errs[i])
+		case cursor == "":
+			cursor = got[i].Cursor
+		case got[i].Cursor != cursor:
+			t.Fatalf("racing Starts disagree: %q and %q", cursor, got[i].Cursor)
+		}
+	}
+	if !slices.Contains(befores, cursor) {
+		t.Fatalf("racing Starts: cursor %q, want one of %v (none succeeded?)", cursor, befores)
+	}
+	if js, err := s.Job(ctx, "race"); err != nil || js.Cursor != cursor {
+		t.Fatalf("Job after racing Starts: %+v, %v; want cursor %q", js, err, cursor)
 	}
 }

@@ -45,9 +45,10 @@ type Ledger struct {
 }
 
 var (
-	_ idem.Store           = (*Ledger)(nil)
-	_ idem.TxStore[pgx.Tx] = (*Ledger)(nil)
-	_ idem.CatchUpStore    = (*Ledger)(nil)
+	_ idem.Store                  = (*Ledger)(nil)
+	_ idem.TxStore[pgx.Tx]        = (*Ledger)(nil)
+	_ idem.CatchUpStore           = (*Ledger)(nil)
+	_ idem.CatchUpTxStore[pgx.Tx] = (*Ledger)(nil)
 )
 
 // An Option configures a Ledger, for [New] and [Open].
@@ -147,6 +148,13 @@ func (l *Ledger) Run(ctx context.Context, key idem.Key, fn func(context.Context)
 // part of the transaction. See [idem.RunTxWith].
 func (l *Ledger) RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...idem.Option) error {
 	return idem.RunTxWith(ctx, l, key, fn, opts...)
+}
+
+// CatchUpTx is [idem.CatchUpTx] on this ledger: each due period's writes in
+// tx, its done mark and the job's catch-up cursor commit in one
+// transaction. See [Ledger.RunTx] for what fn must do.
+func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx pgx.Tx, p idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
+	return idem.CatchUpTx(ctx, l, job, sched, fn, opts...)
 }
 
 // Reset un-parks a key that gave up: it becomes runnable at once with its

@@ -13,7 +13,7 @@ type queries struct {
 	renew, finish, fence, advance                 string
 	resolveInsert, resolveUpdate                  string
 	job, pruneCursor, pruneOpen, prune, pruneJobs string
-	list                                          string
+	list, start                                   string
 
 	// items (Each)
 	upgradeItems, openItems, addItems, sealItems, countItems string
@@ -178,6 +178,10 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 
 	advanceSQL = `INSERT INTO {s}.jobs AS j (job, cursor) VALUES ($1, $2)
 	ON CONFLICT (job) DO UPDATE SET cursor = excluded.cursor WHERE j.cursor < excluded.cursor COLLATE "C"`
+
+	// startSQL records a job's start: its cursor, unless it has one.
+	startSQL = `INSERT INTO {s}.jobs AS j (job, cursor) VALUES ($1, $2)
+	ON CONFLICT (job) DO UPDATE SET cursor = excluded.cursor WHERE j.cursor = ''`
 
 	resolveInsertSQL = `INSERT INTO {s}.runs(job, period, status, attempt, failures, last_error, created, updated)
 	VALUES ($1, $2, $3, 0, 0, $4, clock_timestamp(), clock_timestamp())
@@ -427,7 +431,7 @@ func newQueries(schema string) queries {
 		renew: r.Replace(renewSQL), finish: r.Replace(finishSQL), fence: r.Replace(fenceSQL), advance: r.Replace(advanceSQL),
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
-		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL),
+		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),
 		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL),
 		sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
 		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL),

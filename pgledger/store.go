@@ -271,9 +271,10 @@ func (l *Ledger) Finish(ctx context.Context, key idem.Key, attempt int64, end id
 // FinishTx implements [idem.TxStore]. Its first statement checks that
 // attempt still holds the key and takes the key's row lock, which keeps
 // every other attempt out until the transaction ends; then fn runs, the
-// attempt is marked done, and the transaction commits. fn's error is
+// attempt is marked done (with cursor, the job's catch-up cursor moves
+// forward to the period too), and the transaction commits. fn's error is
 // returned as it is, and everything rolls back.
-func (l *Ledger) FinishTx(ctx context.Context, key idem.Key, attempt int64, now time.Time, fn func(pgx.Tx) error) error {
+func (l *Ledger) FinishTx(ctx context.Context, key idem.Key, attempt int64, now time.Time, cursor bool, fn func(pgx.Tx) error) error {
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {
 		return l.opErr("run tx", key, err)
@@ -298,6 +299,11 @@ func (l *Ledger) FinishTx(ctx context.Context, key idem.Key, attempt int64, now 
 	}
 	if tag.RowsAffected() == 0 { // cannot happen while the row lock is held
 		return leaseLost(key, attempt)
+	}
+	if cursor {
+		if _, err := tx.Exec(ctx, l.q.advance, key.Job, key.Period); err != nil {
+			return l.opErr("run tx: advance the cursor", key, err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return l.opErr("run tx: commit", key, err)
@@ -430,6 +436,28 @@ func (l *Ledger) Job(ctx context.Context, job string) (idem.JobState, error) {
 	err := l.pool.QueryRow(ctx, l.q.job, job).Scan(&js.Cursor, &js.Horizon)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return idem.JobState{}, fmt.Errorf("pgledger: job %q: %w", job, err)
+	}
+	return js, nil
+}
+
+// Start implements [idem.CatchUpStore]: it sets the job's cursor to
+// before unless the job has one, and reads the job back, in one
+// transaction. Of concurrent first calls, the first to commit sets the
+// start; the others read it.
+func (l *Ledger) Start(ctx context.Context, job, before string) (idem.JobState, error) {
+	if err := (idem.Key{Job: job, Period: before}).Validate(); err != nil {
+		return idem.JobState{}, err
+	}
+	js := idem.JobState{Job: job}
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, l.q.start, job, before); err != nil {
+			return err
+		}
+		// A new statement: it sees a start another call committed meanwhile.
+		return tx.QueryRow(ctx, l.q.job, job).Scan(&js.Cursor, &js.Horizon)
+	})
+	if err != nil {
+		return idem.JobState{}, fmt.Errorf("pgledger: start %q after %q: %w", job, before, err)
 	}
 	return js, nil
 }

@@ -62,7 +62,9 @@ func newDoctorCmd() *cobra.Command {
   schema      the idem schema version (table idem_meta) is one this idem
               knows
   keys        periods pending (running or failed: idem retries them),
-              unknown (need 'idem resolve') and parked (need 'idem reset')
+              unknown (need 'idem resolve') and parked (need 'idem reset'),
+              and those catch-up has passed (at or before their job's
+              catch-up cursor, not settled: no run retries them)
 
 The ledger is opened read-only and never created: doctor changes nothing.
 PATH defaults to --ledger, $IDEM_LEDGER, or the default ledger path.
@@ -142,6 +144,17 @@ func diagnose(ctx context.Context, path string, now time.Time) *doctorReport {
 		rep.add(levelError, "file", "%s: %v", abs, statErr)
 	case fi.IsDir():
 		rep.add(levelError, "file", "%s is a directory: give the ledger file's path, e.g. %s", abs, filepath.Join(abs, "ledger.db"))
+	case !fi.Mode().IsRegular():
+		kind := "a special file"
+		switch m := fi.Mode(); {
+		case m&os.ModeNamedPipe != 0:
+			kind = "a named pipe (FIFO)"
+		case m&os.ModeSocket != 0:
+			kind = "a socket"
+		case m&os.ModeDevice != 0:
+			kind = "a device"
+		}
+		rep.add(levelError, "file", "%s is %s, not a regular file: give the ledger file's path", abs, kind)
 	}
 	if di, err := os.Stat(dir); err != nil || !di.IsDir() {
 		rep.add(levelWarn, "directory", "%s does not exist or is not a directory ('idem run' creates a missing one)", dir)
@@ -149,7 +162,7 @@ func diagnose(ctx context.Context, path string, now time.Time) *doctorReport {
 	}
 	checkFilesystem(rep, dir)
 	checkWritable(rep, dir)
-	if statErr != nil || fi.IsDir() {
+	if statErr != nil || !fi.Mode().IsRegular() {
 		return rep
 	}
 
@@ -232,25 +245,39 @@ func diagnose(ctx context.Context, path string, now time.Time) *doctorReport {
 
 // checkKeys reports the periods that are not settled.
 func checkKeys(ctx context.Context, rep *doctorReport, db *sql.DB, now time.Time, hint string) {
+	// The periods catch-up has passed: at or before their job's cursor, not
+	// settled, not held by a live run. No 'idem run' reaches them again.
+	passedSQL := `0`
+	var jobsTable int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name='idem_jobs'`).Scan(&jobsTable); err != nil {
+		rep.add(levelError, "keys", "cannot read the schema: %v", err)
+		return
+	}
+	if jobsTable > 0 {
+		passedSQL = `(SELECT cursor FROM idem_jobs AS j WHERE j.job = r.job AND j.cursor != '' AND r.period <= j.cursor) IS NOT NULL
+			AND (status IN ('failed', 'unknown', 'parked') OR (status = 'running' AND lease_until <= ?1))`
+	}
 	rows, err := db.QueryContext(ctx, `SELECT status, count(*),
-		coalesce(sum(status = 'running' AND lease_until < ?), 0) FROM idem_runs GROUP BY status`, now.UnixMicro())
+		coalesce(sum(status = 'running' AND lease_until < ?1), 0), coalesce(sum(`+passedSQL+`), 0)
+		FROM idem_runs AS r GROUP BY status`, now.UnixMicro())
 	if err != nil {
 		rep.add(levelError, "keys", "cannot read idem_runs: %v", err)
 		return
 	}
 	defer rows.Close()
-	counts := map[string]int{}
-	expired, total := 0, 0
+	counts, passed := map[string]int{}, map[string]int{}
+	expired, total, passedAll := 0, 0, 0
 	for rows.Next() {
 		var status string
-		var n, exp int
-		if err := rows.Scan(&status, &n, &exp); err != nil {
+		var n, exp, p int
+		if err := rows.Scan(&status, &n, &exp, &p); err != nil {
 			rep.add(levelError, "keys", "cannot read idem_runs: %v", err)
 			return
 		}
-		counts[status] = n
+		counts[status], passed[status] = n, p
 		expired += exp
 		total += n
+		passedAll += p
 	}
 	if err := rows.Err(); err != nil {
 		rep.add(levelError, "keys", "cannot read idem_runs: %v", err)
@@ -260,6 +287,11 @@ func checkKeys(ctx context.Context, rep *doctorReport, db *sql.DB, now time.Time
 	_ = db.QueryRowContext(ctx, `SELECT count(DISTINCT job) FROM idem_runs`).Scan(&jobs)
 	rep.add(levelOK, "keys", "%d records of %d jobs: %d done, %d skipped", total, jobs, counts["done"], counts["skipped"])
 
+	// The counts below are of the periods that 'idem run' still reaches.
+	expired -= passed["running"]
+	for status, n := range passed {
+		counts[status] -= n
+	}
 	pending := counts["running"] + counts["failed"]
 	switch {
 	case pending == 0:
@@ -280,6 +312,10 @@ func checkKeys(ctx context.Context, rep *doctorReport, db *sql.DB, now time.Time
 		rep.add(levelWarn, "keys", "%d parked: they failed --max-attempts times. List them with 'idem ls%s --status parked' (see the last error), fix the cause, then 'idem reset%s JOB PERIOD'", n, hint, hint)
 	} else {
 		rep.add(levelOK, "keys", "0 parked")
+	}
+	if passedAll > 0 {
+		rep.add(levelWarn, "keys", "%d not settled at or before their job's catch-up cursor (%d failed, %d unknown, %d parked, %d died running): catch-up has passed them, so no 'idem run' retries them, and reset or resolve --retry does not help (they were run with --catch-up none, or left by an older idem whose catch-up skipped a failed first period). Find them with 'idem ls%s' (note: catch-up has passed it); for each, do its work by hand if it is not done, then 'idem resolve%s JOB PERIOD --done'",
+			passedAll, passed["failed"], passed["unknown"], passed["parked"], passed["running"], hint, hint)
 	}
 }
 

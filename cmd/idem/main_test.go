@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -32,7 +33,15 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	idemBin = filepath.Join(dir, "idem")
-	build := exec.Command("go", "build", "-o", idemBin, ".")
+	// Built as the README's install command builds it.
+	env, args, err := readmeBuild(filepath.Join("..", "..", "README.md"), idemBin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	build := exec.Command("go", args...)
+	build.Env = append(os.Environ(), env...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building idem:", err)
@@ -668,6 +677,83 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestBadFlagValues: a flag value out of range is a usage error (exit 2)
+// that names the flag, before anything runs or is written.
+func TestBadFlagValues(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitOK, runArgs()...)
+	before, err := os.ReadFile(e.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := e.lines("out.txt")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{runArgs("--max", "-3"), "--max -3"},
+		{runArgs("--lease", "0s"), "--lease 0s"},
+		{runArgs("--lease", "-1m"), "--lease -1m"},
+		{runArgs("--since", "yesterday"), "--since"},
+		{runArgs("--job", ""), `--job: idem: invalid job "": job is empty`},
+		{runArgs("--job", strings.Repeat("j", 10240)), `(10240 bytes): job is 10240 bytes, more than 200`},
+		{[]string{"ls", "--limit", "-1"}, "--limit -1"},
+		{[]string{"ls", "--job", "a\tb"}, `--job: idem: invalid job "a\tb"`},
+		{[]string{"prune", "--job", "", "--through", "2026-10-01"}, `--job: idem: invalid job "": job is empty`},
+		{[]string{"prune", "--job", "settle", "--keep", "NaNd", "--schedule", "daily"}, "--keep"},
+		{[]string{"prune", "--job", "settle", "--keep", "1e300d", "--schedule", "daily"}, "--keep"},
+		{[]string{"prune", "--job", "settle", "--keep", "-2w", "--schedule", "daily"}, "--keep"},
+	} {
+		_, stderr, code := e.idem(c.args...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Contains(stderr, `"-"`) || len(stderr) > 1000 {
+			t.Errorf("idem %q: exit %d, want %d with %q\n%s", c.args, code, exitUsage, c.want, stderr)
+		}
+	}
+	if after, _ := os.ReadFile(e.ledger); !bytes.Equal(before, after) {
+		t.Error("a usage error changed the ledger")
+	}
+	if got := e.lines("out.txt"); !equal(got, ran) {
+		t.Errorf("a usage error ran the command: %q, want %q", got, ran)
+	}
+}
+
+// TestForeignDatabaseRefused: pointed at another application's SQLite
+// file, every command refuses (exit 2, naming the file) and leaves the
+// file and its directory as they were.
+func TestForeignDatabaseRefused(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	db, err := sql.Open("sqlite", e.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`PRAGMA journal_mode=WAL`, `CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)`, `INSERT INTO users VALUES(1, 'ann')`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	before, err := os.ReadFile(e.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"ls"}, {"show", "settle", "2026-10-27"}, {"resolve", "settle", "2026-10-27", "--done"},
+		{"reset", "settle", "2026-10-27"}, {"prune", "--job", "settle", "--through", "2026-10-01"}, runArgs(),
+	} {
+		_, stderr, code := e.idem(args...)
+		if code != exitUsage || !strings.Contains(stderr, e.ledger+" is another application's SQLite database (tables users)") {
+			t.Errorf("idem %s: exit %d, want %d naming the file\n%s", strings.Join(args, " "), code, exitUsage, stderr)
+		}
+	}
+	if after, _ := os.ReadFile(e.ledger); !bytes.Equal(before, after) {
+		t.Error("the application's database changed")
+	}
+	ents, _ := os.ReadDir(e.dir)
+	if len(ents) != 1 {
+		t.Errorf("files beside it: %v", ents)
+	}
+}
+
 func TestHelpDocumentsExitCodes(t *testing.T) {
 	e := newEnv(t, "")
 	out, _ := e.want(exitOK, "run", "--help")
@@ -745,5 +831,117 @@ func TestPostgres(t *testing.T) {
 	}
 	if len(recs) != 3 || recs[0].Job != "pay" || recs[1].Period != "2026-10-29" {
 		t.Fatalf("ls: %+v", recs)
+	}
+}
+
+// TestCatchUpFirstPeriodFailsIsNotSkipped is the CLI's side of a job whose
+// very first period fails: two days later 'idem run' starts at that period
+// (parked: it stops there and says to reset it), and after 'idem reset' it
+// runs it and the two days after it, in order. What ls and doctor say about
+// the parked period is then true.
+func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
+	e := newEnv(t, "2026-11-30T18:05:00Z") // 02:05 on 1 December in Shanghai
+	run := func(cmd string, extra ...string) []string {
+		args := append([]string{"run", "--job", "j", "--tz", "Asia/Shanghai", "--max-attempts", "1"}, extra...)
+		return append(args, "--", "sh", "-c", `echo "$IDEM_PERIOD" >> `+cmd)
+	}
+	_, stderr := e.want(exitFailed, run("tried.txt; exit 1")...)
+	if !strings.Contains(stderr, "j 2026-11-30: gave up") || !strings.Contains(stderr, "idem reset --ledger "+e.ledger+" j 2026-11-30") {
+		t.Fatalf("the failing first run says:\n%s", stderr)
+	}
+	out, _ := e.want(exitOK, "ls", "--job", "j")
+	if !strings.Contains(out, "fix, then: idem reset") {
+		t.Fatalf("ls after the failure:\n%s", out)
+	}
+	out, _ = e.want(exitOK, "doctor", e.ledger)
+	if !strings.Contains(out, "1 parked") {
+		t.Fatalf("doctor after the failure:\n%s", out)
+	}
+
+	e.now = "2026-12-02T18:05:00Z" // 48 hours later: 2026-12-01 and 2026-12-02 are due too
+	_, stderr = e.want(exitFailed, run("out.txt")...)
+	if got := e.lines("out.txt"); len(got) != 0 {
+		t.Fatalf("ran %q past the parked first period", got)
+	}
+	if !strings.Contains(stderr, "j 2026-11-30: gave up") {
+		t.Fatalf("the run two days later says:\n%s", stderr)
+	}
+	out, _ = e.want(exitOK, "reset", "j", "2026-11-30")
+	if !strings.Contains(out, "the next run retries it") {
+		t.Fatalf("reset says: %s", out)
+	}
+	e.want(exitOK, run("out.txt")...)
+	if got, want := e.lines("out.txt"), []string{"2026-11-30", "2026-12-01", "2026-12-02"}; !equal(got, want) {
+		t.Fatalf("after the reset: out.txt = %q, want %q", got, want)
+	}
+	e.want(exitDone, run("out.txt")...)
+	out, _ = e.want(exitOK, "ls", "--job", "j", "--json")
+	var recs []recordJSON
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 3 || recs[0].Status != "done" || recs[1].Status != "done" || recs[2].Status != "done" {
+		t.Fatalf("ls after the catch-up: %+v", recs)
+	}
+}
+
+// TestUnsettledBeforeTheCursor: a period at or before its job's catch-up
+// cursor that is not settled (here run with --catch-up none before the job
+// switched to catch-up; an older idem's catch-up could leave one too) is
+// never reached by 'idem run' again. ls, show, doctor, reset and resolve
+// say so and what to do, instead of "the next run retries it".
+func TestUnsettledBeforeTheCursor(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.want(exitFailed, "run", "--job", "settle", "--tz", "UTC", "--catch-up", "none", "--max-attempts", "1", "--", "false")
+	e.now = "2026-10-29T02:00:00Z"
+	e.want(exitOK, runArgs()...) // the job's first catch-up starts at 2026-10-28, after 2026-10-27
+	if got := e.lines("out.txt"); !equal(got, []string{"2026-10-28 1"}) {
+		t.Fatalf("out.txt = %q", got)
+	}
+	stranded := "catch-up has passed it"
+	out, _ := e.want(exitOK, "ls", "--job", "settle")
+	if !strings.Contains(out, stranded) || strings.Contains(out, "fix, then: idem reset") {
+		t.Fatalf("ls of a parked period before the cursor:\n%s", out)
+	}
+	out, _ = e.want(exitOK, "show", "settle", "2026-10-27")
+	for _, want := range []string{stranded, "the job's cursor is 2026-10-28", "idem resolve --ledger " + e.ledger + " settle 2026-10-27 --done"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("show lacks %q:\n%s", want, out)
+		}
+	}
+	out, _ = e.want(exitOK, "doctor", e.ledger)
+	if !strings.Contains(out, "1 not settled at or before their job's catch-up cursor") || !strings.Contains(out, "0 parked") {
+		t.Fatalf("doctor:\n%s", out)
+	}
+	out, _ = e.want(exitOK, "reset", "settle", "2026-10-27")
+	if strings.Contains(out, "the next run retries it") || !strings.Contains(out, stranded) {
+		t.Fatalf("reset says:\n%s", out)
+	}
+	out, _ = e.want(exitOK, "ls", "--job", "settle")
+	if !strings.Contains(out, stranded) || strings.Contains(out, "the next run retries it") {
+		t.Fatalf("ls after the reset:\n%s", out)
+	}
+	e.want(exitDone, runArgs()...) // indeed
+	out, _ = e.want(exitOK, "resolve", "settle", "2026-10-27", "--done")
+	if !strings.Contains(out, "resolved, done") {
+		t.Fatalf("resolve says: %s", out)
+	}
+	out, _ = e.want(exitOK, "doctor", e.ledger)
+	if !strings.Contains(out, "0 pending") || strings.Contains(out, "catch-up cursor") {
+		t.Fatalf("doctor after the resolve:\n%s", out)
+	}
+}
+
+// TestCatchUpNoneSaysWhenARetryHappens: with --catch-up none a failed
+// period is retried only while it is the latest due period; the run says so.
+func TestCatchUpNoneSaysWhenARetryHappens(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	_, stderr := e.want(exitFailed, "run", "--job", "report", "--tz", "UTC", "--catch-up", "none", "--max-attempts", "1", "--", "false")
+	if !strings.Contains(stderr, "only while it is the latest due period") {
+		t.Fatalf("--catch-up none, parked:\n%s", stderr)
+	}
+	_, stderr = e.want(exitFailed, "run", "--job", "all", "--tz", "UTC", "--max-attempts", "1", "--", "false")
+	if strings.Contains(stderr, "latest due period") {
+		t.Fatalf("--catch-up all, parked:\n%s", stderr)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,14 +59,59 @@ func fmtTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// note says, for people, what a record's status means and what to do.
-func note(r idem.Record, now time.Time, hint string) string {
+// passed reports whether catch-up has passed r's period: it is at or
+// before its job's catch-up cursor and not settled (nor held by a live
+// run), so no 'idem run' reaches it again. Catch-up leaves such a period
+// behind only when it was not catch-up's to run: a run with --catch-up
+// none, a library's plain Run, or an older idem whose catch-up could skip
+// a job's failed first period.
+func passed(r idem.Record, cursor string, now time.Time) bool {
+	if cursor == "" || r.Key.Period > cursor {
+		return false
+	}
+	switch r.Status {
+	case idem.StatusFailed, idem.StatusUnknown, idem.StatusParked:
+		return true
+	case idem.StatusRunning:
+		return !now.Before(r.LeaseUntil)
+	}
+	return false
+}
+
+// passedNote says what to do with a period catch-up has passed.
+func passedNote(r idem.Record, cursor, hint string) string {
+	return "catch-up has passed it (the job's cursor is " + cursor + "), so no 'idem run' retries it: " +
+		"do its work by hand if it is not done, then: idem resolve" + hint + " " + r.Key.Job + " " + r.Key.Period + " --done"
+}
+
+// jobCursors returns the catch-up cursor of every job of recs.
+func jobCursors(ctx context.Context, s idem.CatchUpStore, recs []idem.Record) (map[string]string, error) {
+	cursors := map[string]string{}
+	for _, r := range recs {
+		if _, ok := cursors[r.Key.Job]; ok {
+			continue
+		}
+		js, err := s.Job(ctx, r.Key.Job)
+		if err != nil {
+			return nil, err
+		}
+		cursors[r.Key.Job] = js.Cursor
+	}
+	return cursors, nil
+}
+
+// note says, for people, what a record's status means and what to do;
+// cursor is the job's catch-up cursor.
+func note(r idem.Record, cursor string, now time.Time, hint string) string {
 	k := r.Key.Job + " " + r.Key.Period
 	withErr := func(s string) string {
 		if r.LastError != "" {
 			return s + ": " + r.LastError
 		}
 		return s
+	}
+	if passed(r, cursor, now) {
+		return passedNote(r, cursor, hint)
 	}
 	switch r.Status {
 	case idem.StatusRunning:
@@ -132,6 +178,12 @@ Statuses:
   skipped  settled without running (--catch-up latest)
 --status pending lists running and failed together.
 
+'idem run' never goes back before a job's catch-up cursor (the period up
+to which it has settled every period in order). A period at or before it
+that is not settled (run with --catch-up none, or left by an older idem)
+is therefore never retried: its note says "catch-up has passed it". Do its
+work by hand if it is not done, then 'idem resolve JOB PERIOD --done'.
+
 Periods pruned with 'idem prune' are no longer listed (they count as done).
 
 Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
@@ -146,6 +198,14 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 				f.Status = idem.Status(status)
 			default:
 				return usageError(fmt.Errorf("--status %q: use one of %s", status, strings.Join(statusNames, ", ")))
+			}
+			if limit < 0 {
+				return usageError(fmt.Errorf("--limit %d: must be 0 (all) or more", limit))
+			}
+			if job != "" {
+				if err := idem.ValidateJob(job); err != nil {
+					return usageError(fmt.Errorf("--job: %w", err))
+				}
 			}
 			if status == "pending" && limit > 0 {
 				return usageError(errors.New("--limit cannot be combined with --status pending"))
@@ -185,11 +245,15 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 				return nil
 			}
 			hint := ledgerHint(cmd)
+			cursors, err := jobCursors(cmd.Context(), l.store, recs)
+			if err != nil {
+				return fail(exitFailed, "%w", err)
+			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "JOB\tPERIOD\tSTATUS\tATTEMPT\tFAILURES\tUPDATED\tNOTE")
 			for _, r := range recs {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Key.Job, r.Key.Period, r.Status, r.Attempt, r.Failures,
-					fmtTime(r.Updated), truncate(note(r, clk.Now(), hint), 100))
+					fmtTime(r.Updated), truncate(note(r, cursors[r.Key.Job], clk.Now(), hint), 100))
 			}
 			return tw.Flush()
 		},
@@ -236,6 +300,10 @@ Exit status: 0 shown, 1 no such record, 2 usage error or no ledger.`,
 				return fail(exitFailed, "%s %s: no record in %s: it has not run (check the names with 'idem ls --job %s')",
 					key.Job, key.Period, l.desc, shellQuote(key.Job))
 			}
+			js, err := l.store.Job(cmd.Context(), key.Job)
+			if err != nil {
+				return fail(exitFailed, "%w", err)
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return writeJSON(out, toJSON(rec))
@@ -266,7 +334,7 @@ Exit status: 0 shown, 1 no such record, 2 usage error or no ledger.`,
 			}
 			if rec.Status == idem.StatusDone && rec.Attempt == 0 && rec.Updated.IsZero() {
 				fmt.Fprintf(tw, "note:\t%s\n", "pruned: at or before the job's prune horizon, it counts as done forever")
-			} else if n := note(rec, clk.Now(), ledgerHint(cmd)); n != "" && n != rec.LastError {
+			} else if n := note(rec, js.Cursor, clk.Now(), ledgerHint(cmd)); n != "" && n != rec.LastError {
 				fmt.Fprintf(tw, "note:\t%s\n", n)
 			}
 			return tw.Flush()
@@ -307,13 +375,20 @@ Exit status: 0 resolved, 1 refused, 2 usage error or no ledger.`,
 			if retry {
 				to, what = idem.ResolveRetry, "to be retried by the next run"
 			}
-			l, _, err := openForOps(cmd)
+			l, clk, err := openForOps(cmd)
 			if err != nil {
 				return err
 			}
 			defer l.close()
 			if err := l.store.Resolve(cmd.Context(), key, to); err != nil {
 				return fail(exitFailed, "%w", err)
+			}
+			if retry {
+				if n, err := passedAfterRetry(cmd, l.store, key, clk.Now()); err != nil {
+					return fail(exitFailed, "%s %s: resolved for retry, but: %w", key.Job, key.Period, err)
+				} else if n != "" {
+					what = "for retry, but " + n
+				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: resolved, %s\n", key.Job, key.Period, what)
 			return nil
@@ -324,6 +399,20 @@ Exit status: 0 resolved, 1 refused, 2 usage error or no ledger.`,
 	cmd.MarkFlagsMutuallyExclusive("done", "retry")
 	cmd.MarkFlagsOneRequired("done", "retry")
 	return cmd
+}
+
+// passedAfterRetry returns, for a key just resolved for retry, what to do
+// if catch-up has passed it ("" if it has not: the next run retries it).
+func passedAfterRetry(cmd *cobra.Command, s idem.CatchUpStore, key idem.Key, now time.Time) (string, error) {
+	js, err := s.Job(cmd.Context(), key.Job)
+	if err != nil {
+		return "", err
+	}
+	rec := idem.Record{Key: key, Status: idem.StatusFailed}
+	if !passed(rec, js.Cursor, now) {
+		return "", nil
+	}
+	return passedNote(rec, js.Cursor, ledgerHint(cmd)), nil
 }
 
 func newResetCmd() *cobra.Command {
@@ -346,7 +435,7 @@ Exit status: 0 reset, 1 refused, 2 usage error or no ledger.`,
 			if err := key.Validate(); err != nil {
 				return usageError(err)
 			}
-			l, _, err := openForOps(cmd)
+			l, clk, err := openForOps(cmd)
 			if err != nil {
 				return err
 			}
@@ -367,7 +456,13 @@ Exit status: 0 reset, 1 refused, 2 usage error or no ledger.`,
 			if err := l.store.Resolve(ctx, key, idem.ResolveRetry); err != nil {
 				return fail(exitFailed, "%w", err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: reset (was %s); the next run retries it\n", key.Job, key.Period, rec.Status)
+			what := "the next run retries it"
+			if n, err := passedAfterRetry(cmd, l.store, key, clk.Now()); err != nil {
+				return fail(exitFailed, "%s %s: reset (was %s), but: %w", key.Job, key.Period, rec.Status, err)
+			} else if n != "" {
+				what = "but " + n
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: reset (was %s); %s\n", key.Job, key.Period, rec.Status, what)
 			return nil
 		},
 	}
@@ -406,8 +501,8 @@ ledger.`,
   idem prune --job settle --through 2026-06-30`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := (idem.Key{Job: job, Period: "-"}).Validate(); err != nil {
-				return usageError(fmt.Errorf("--job %q: %w", job, err))
+			if err := idem.ValidateJob(job); err != nil {
+				return usageError(fmt.Errorf("--job: %w", err))
 			}
 			var sched idem.Schedule
 			if schedule != "" {

@@ -69,7 +69,11 @@ Catch-up (--catch-up):
   latest  run only the newest due period; older missed ones are recorded as
           skipped.
   none    run only the latest due period, never any other: no backfill.
-A failing period stops the catch-up; later periods wait for it.
+A failing period stops the catch-up; later periods wait for it. A job's
+first run records where its catch-up starts (its cursor), so even a failing
+first period is retried by later runs, whatever day they run on. Catch-up
+never goes back before the cursor: a period there that is not settled (run
+with --catch-up none) is left to you ('idem ls' says so).
 
 Exit status of 'idem run':
   0  ran: at least one period ran now, and every due period is settled
@@ -139,8 +143,8 @@ func newRunCmd() *cobra.Command {
 
 func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	stderr := cmd.ErrOrStderr()
-	if err := (idem.Key{Job: o.job, Period: "-"}).Validate(); err != nil {
-		return usageError(fmt.Errorf("--job %q: %w", o.job, err))
+	if err := idem.ValidateJob(o.job); err != nil {
+		return usageError(fmt.Errorf("--job: %w", err))
 	}
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		return usageError(fmt.Errorf("command %q: %w", argv[0], err))
@@ -161,6 +165,9 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		opts = append(opts, idem.AtMostOnce())
 	default:
 		return usageError(fmt.Errorf("--mode %q: use at-least-once or at-most-once", o.mode))
+	}
+	if o.max < 0 {
+		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
 	}
 	if o.lease <= 0 {
 		return usageError(fmt.Errorf("--lease %v: must be positive", o.lease))
@@ -225,7 +232,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	}
 	defer l.close()
 	store := detached{l.store}
-	rep := reporter{w: stderr, job: o.job, verbose: o.verbose, hint: ledgerHint(cmd)}
+	rep := reporter{w: stderr, job: o.job, verbose: o.verbose, hint: ledgerHint(cmd), none: o.catchUp == "none"}
 
 	var periods []idem.PeriodResult
 	var runErr error
@@ -321,6 +328,7 @@ type reporter struct {
 	job     string
 	verbose bool
 	hint    string
+	none    bool // --catch-up none: a later run retries a period only while it is the latest due one
 }
 
 func (r reporter) period(pr idem.PeriodResult) {
@@ -367,14 +375,25 @@ func (r reporter) period(pr idem.PeriodResult) {
 		if ie != nil && !ie.NotBefore.IsZero() {
 			until = " until " + ie.NotBefore.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(r.w, "idem: %s: failed%s, backing off%s%s\n  A run after that time retries it; 'idem reset%s %s %s' allows it now.\n",
-			name, attempt, until, cause(), r.hint, r.job, pr.Period.Name)
+		fmt.Fprintf(r.w, "idem: %s: failed%s, backing off%s%s\n  A run after that time retries it%s; 'idem reset%s %s %s' allows it now.\n",
+			name, attempt, until, cause(), r.whileLatest(), r.hint, r.job, pr.Period.Name)
 	case idem.GaveUp:
 		fmt.Fprintf(r.w, "idem: %s: gave up%s, parked%s\n  Fix the cause, then run: idem reset%s %s %s\n",
 			name, attempt, cause(), r.hint, r.job, pr.Period.Name)
+		if r.none {
+			fmt.Fprintf(r.w, "  After the reset, a run retries it%s.\n", r.whileLatest())
+		}
 	case idem.LeaseLost:
 		fmt.Fprintf(r.w, "idem: %s: lease lost%s: this run stalled longer than --lease and a newer run took the period over%s\n", name, attempt, cause())
 	default:
 		fmt.Fprintf(r.w, "idem: %s: failed%s%s\n", name, attempt, cause())
 	}
+}
+
+// whileLatest is the condition on a later run's retry of a failed period.
+func (r reporter) whileLatest() string {
+	if r.none {
+		return " only while it is the latest due period (--catch-up none runs no other)"
+	}
+	return ""
 }

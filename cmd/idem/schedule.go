@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -51,7 +52,7 @@ func parseDuration(s string) (time.Duration, error) {
 	for suffix, unit := range map[string]time.Duration{"d": 24 * time.Hour, "w": 7 * 24 * time.Hour} {
 		if n, ok := strings.CutSuffix(s, suffix); ok {
 			v, err := strconv.ParseFloat(n, 64)
-			if err != nil || v < 0 {
+			if err != nil || !(v >= 0) || v*float64(unit) > math.MaxInt64 { // also NaN, Inf, and more than 290 years
 				return 0, fmt.Errorf("invalid duration %q (use e.g. 90d, 2w, 36h, 30m)", s)
 			}
 			return time.Duration(v * float64(unit)), nil

@@ -176,3 +176,9 @@ func (d detached) Advance(ctx context.Context, job, period string) error {
 	defer cancel()
 	return d.CatchUpStore.Advance(ctx, job, period)
 }
+
+func (d detached) Start(ctx context.Context, job, before string) (idem.JobState, error) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	return d.CatchUpStore.Start(ctx, job, before)
+}
