@@ -557,7 +557,7 @@ func testStart(t *testing.T, h Harness) {
 			got[i], errs[i] = s.Start(ctx, "race", b)
 		}()
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, "%d racing Starts of job race", len(befores))
 	cursor := ""
 	for i := range befores {
 		switch {
