@@ -176,8 +176,11 @@ func TestStuckWorkerReported(t *testing.T) {
 func TestHungWorkerQuit(t *testing.T) {
 	t.Setenv(hangEnv, "1")
 	var out bytes.Buffer
+	// The workers are sent SIGQUIT Settle + Stall after they start: time
+	// for a loaded machine to start them (the Go runtime prints goroutines
+	// on SIGQUIT only once its signal handlers are in place).
 	s, err := harness.Run(harness.Config{Store: "sqlite", Mode: "atleastonce", Kills: 0, Keys: 3, Workers: 3, Seed: 1,
-		Duration: time.Second, Settle: time.Second, Stall: 2 * time.Second,
+		Duration: time.Second, Settle: 5 * time.Second, Stall: 2 * time.Second,
 		Dir: t.TempDir(), Lease: 100 * time.Millisecond, Out: &out})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
