@@ -43,7 +43,15 @@ func TestMain(m *testing.M) {
 	build := exec.Command("go", args...)
 	build.Env = append(os.Environ(), env...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	err = build.Start()
+	if err == nil {
+		// Before m.Run, the test binary's -timeout does not cover the
+		// build: one still running after 5 minutes (a cold build cache on
+		// a loaded machine takes one or two) is sent SIGQUIT, its
+		// goroutines to stderr.
+		err = testwait.Process(build, 5*time.Minute)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "building idem:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
