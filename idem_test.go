@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 var key = idem.Key{Job: "daily_settle", Period: "2026-10-27"}
@@ -72,7 +73,7 @@ func TestConcurrentGoroutines(t *testing.T) {
 					}
 				}()
 			}
-			wg.Wait()
+			testwait.Group(t, &wg, "16 goroutines running %d keys each", nkeys)
 			close(errs)
 			for err := range errs {
 				t.Errorf("Run: %v", err)
@@ -304,16 +305,18 @@ func TestLeaseExpiryFencing(t *testing.T) {
 				t.Errorf("A attempt %d, want 1", info.Attempt)
 			}
 			close(started)
+			timer := time.NewTimer(testwait.Limit(t))
+			defer timer.Stop()
 			select {
 			case <-ctx.Done():
 				aCause = context.Cause(ctx)
-			case <-time.After(time.Minute):
-				t.Error("A's fn was never cancelled")
+			case <-timer.C:
+				t.Errorf("A's fn was never cancelled; goroutines:\n%s", testwait.Goroutines())
 			}
 			return nil
 		})
 	}()
-	<-started
+	testwait.Recv(t, started, "A's fn to start")
 	// A stalls (its clock does not move, so its heartbeat does not renew).
 	// B's clock is past A's lease: B takes over with attempt 2.
 	var bAttempt int64
@@ -330,7 +333,7 @@ func TestLeaseExpiryFencing(t *testing.T) {
 	// A's heartbeat now fires, finds attempt 2 and cancels A's fn.
 	clkA.BlockUntil(1)
 	clkA.Advance(idem.DefaultLease / 3)
-	err := <-aErr
+	err := testwait.Recv(t, aErr, "A's Run to return after its heartbeat found attempt 2")
 	if !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("A: %v, want ErrLeaseLost", err)
 	}
@@ -376,19 +379,19 @@ func TestHeartbeatKeepsLease(t *testing.T) {
 	go func() {
 		done <- l.Run(ctx, key, func(context.Context) error { close(inFn); <-release; return nil })
 	}()
-	<-inFn
+	testwait.Recv(t, inFn, "fn to start")
 	// Five lease lengths pass; the heartbeat renews every third of a lease.
-	for range 15 {
+	for i := range 15 {
 		clk.BlockUntil(1)
 		before := mustLookup(t, l, key).LeaseUntil
 		clk.Advance(idem.DefaultLease / 3)
-		waitFor(t, func() bool { return mustLookup(t, l, key).LeaseUntil.After(before) })
+		testwait.Until(t, func() bool { return mustLookup(t, l, key).LeaseUntil.After(before) }, "renewal %d of the lease (past %s)", i+1, before)
 	}
 	if err := l.Run(ctx, key, func(context.Context) error { return nil }); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("second holder: %v, want ErrInProgress", err)
 	}
 	close(release)
-	if err := <-done; err != nil {
+	if err := testwait.Recv(t, done, "the Run to return once fn is released"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -406,30 +409,20 @@ func TestHeartbeatKeepsLeaseSystemClock(t *testing.T) {
 	go func() {
 		done <- l.Run(ctx, key, func(context.Context) error { close(inFn); <-release; return nil })
 	}()
-	<-inFn
+	testwait.Recv(t, inFn, "fn to start")
 	first := mustLookup(t, l, key).LeaseUntil
 	// Renewed well past three lease lengths after the claim.
-	waitFor(t, func() bool { return mustLookup(t, l, key).LeaseUntil.After(first.Add(3 * lease)) })
+	testwait.Until(t, func() bool { return mustLookup(t, l, key).LeaseUntil.After(first.Add(3 * lease)) },
+		"the heartbeat to renew the lease past %s", first.Add(3*lease))
 	if err := l.Run(ctx, key, func(context.Context) error { return nil }); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("second holder: %v, want ErrInProgress", err)
 	}
 	close(release)
-	if err := <-done; err != nil {
+	if err := testwait.Recv(t, done, "the Run to return once fn is released"); err != nil {
 		t.Fatal(err)
 	}
 	if rec := mustLookup(t, l, key); rec.Status != idem.StatusDone || rec.Attempt != 1 {
 		t.Fatalf("record %+v, want done by attempt 1", rec)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -518,7 +511,11 @@ func TestBackoffPersistsAcrossRuns(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		n := clk.Waiters() + 1
-		go func() { clk.BlockUntil(n); cancel() }()
+		go func() { // a run that does not sleep ends ctx itself
+			if clk.BlockUntilContext(ctx, n) == nil {
+				cancel()
+			}
+		}()
 		return l.Run(ctx, key, fail)
 	}
 	if err := run(); !errors.Is(err, idem.ErrBackingOff) || calls != 1 {
@@ -809,7 +806,7 @@ func TestRunTxConcurrent(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, "16 concurrent RunTx of %s", key)
 	var n int
 	if err := l.DB().QueryRow(`SELECT count(*) FROM hits`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("%d hits (%v), want 1", n, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 func openState(t testing.TB, dir string, opts ...idem.Option) *idem.StateFile {
@@ -97,7 +98,7 @@ func TestStateFileLockAcrossProcesses(t *testing.T) {
 			select {} // hold the lock until killed
 		}, idem.AtMostOnce())
 	})
-	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
+	testwait.Until(t, func() bool { _, err := os.Stat(ready); return err == nil }, "the child to take the lock (%s)", ready)
 	s := openState(t, dir)
 	ran := false
 	err := s.Run(context.Background(), key, func(context.Context) error { ran = true; return nil }, idem.AtMostOnce())

@@ -1,8 +1,12 @@
 package idemtest
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 // Clock is a fake [idem.Clock] for tests: time moves only when the test
@@ -102,16 +106,38 @@ func (c *Clock) Waiters() int {
 }
 
 // BlockUntil waits until at least n timers are pending: use it to know that
-// a goroutine has reached its sleep before advancing the clock.
+// a goroutine has reached its sleep before advancing the clock. If they are
+// not pending within 3 minutes it panics, with the goroutines of the process
+// in the message: a test waiting for a sleep that never comes fails instead
+// of hanging. In a goroutine that may outlive what it waits for (one that
+// cancels a Run when the Run sleeps, say), use [Clock.BlockUntilContext].
 func (c *Clock) BlockUntil(n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), blockLimit)
+	defer cancel()
+	if err := c.BlockUntilContext(ctx, n); err != nil {
+		panic(fmt.Sprintf("idemtest: Clock.BlockUntil(%d): %d timers pending after %s (in a goroutine that may outlive its test, use BlockUntilContext); goroutines:\n%s",
+			n, c.Waiters(), blockLimit, testwait.Goroutines()))
+	}
+}
+
+// blockLimit is how long BlockUntil waits (a variable for its own test).
+var blockLimit = testwait.Max
+
+// BlockUntilContext is BlockUntil that gives up when ctx ends, returning
+// ctx's error.
+func (c *Clock) BlockUntilContext(ctx context.Context, n int) error {
 	for {
 		c.mu.Lock()
 		got, ch := len(c.waiters), c.changed
 		c.mu.Unlock()
 		if got >= n {
-			return
+			return nil
 		}
-		<-ch
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 

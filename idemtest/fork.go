@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 const (
@@ -19,13 +21,18 @@ const (
 
 // Exit is how a child process ended.
 type Exit struct {
-	Killed bool   // it died of SIGKILL
+	Killed bool   // it died of SIGKILL (sent by the test, or by itself)
 	Code   int    // its exit code, when it exited
 	Output string // its stdout and stderr
+	// Stuck: it was still running when [Child.Wait] gave up on it; Wait sent
+	// it SIGQUIT (its goroutines are at the end of Output), then SIGKILL if
+	// need be, and marked the test failed. Killed is false then.
+	Stuck bool
 }
 
 // Child is a running child process started by [Start].
 type Child struct {
+	t   testing.TB
 	cmd *exec.Cmd
 	out bytes.Buffer
 }
@@ -52,7 +59,7 @@ func Start(t testing.TB, arg string, child func(arg string)) *Child {
 	for i, p := range parts {
 		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
 	}
-	c := &Child{cmd: exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1", "-test.v=false")}
+	c := &Child{t: t, cmd: exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1", "-test.v=false")}
 	c.cmd.Env = append(os.Environ(), envChild+"="+t.Name(), envArg+"="+arg)
 	c.cmd.Stdout = &c.out
 	c.cmd.Stderr = &c.out
@@ -65,9 +72,25 @@ func Start(t testing.TB, arg string, child func(arg string)) *Child {
 	return c
 }
 
-// Wait waits for the child to end.
+// Wait waits for the child to end, for at most 3 minutes, or less when the
+// test's deadline (go test -timeout) is nearer. A child still running then is
+// stuck: Wait sends it SIGQUIT, which makes the Go runtime print its
+// goroutines (into Output) and exit, and SIGKILL if it is still there 10 s
+// later; it marks the test failed (t.Errorf, with the child's output) and
+// returns an Exit with Stuck set.
 func (c *Child) Wait() Exit {
-	err := c.cmd.Wait()
+	limit := testwait.Limit(c.t)
+	err := testwait.Process(c.cmd, limit)
+	var stuck *testwait.StuckError
+	if errors.As(err, &stuck) {
+		e := Exit{Stuck: true, Code: -1}
+		if stuck.Waited { // the output is whole
+			e.Code = c.cmd.ProcessState.ExitCode()
+			e.Output = c.out.String()
+		}
+		c.t.Errorf("idemtest: child of %s (pid %d): %v; its output:\n%s", c.t.Name(), c.cmd.Process.Pid, err, e.Output)
+		return e
+	}
 	e := Exit{Output: c.out.String()}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {

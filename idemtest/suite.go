@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 // Harness describes a store to the conformance suite [TestStore].
@@ -178,7 +179,7 @@ func testConcurrent(t *testing.T, h Harness) {
 			}
 		}()
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, "16 concurrent Runs of %s", k)
 	close(errs)
 	for err := range errs {
 		t.Errorf("Run: %v (only nil or ErrInProgress may reach a caller)", err)
@@ -330,7 +331,11 @@ func testBackoff(t *testing.T, h Harness) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		n := clk.Waiters() + 1
-		go func() { clk.BlockUntil(n); cancel() }() // stop the in-process retry at its sleep
+		go func() { // stop the in-process retry at its sleep (a run that does not sleep ends ctx itself)
+			if clk.BlockUntilContext(ctx, n) == nil {
+				cancel()
+			}
+		}()
 		return idem.RunWith(ctx, s, k, fail, idem.WithClock(clk), idem.WithBackoff(b))
 	}
 	if err := run(); !errors.Is(err, idem.ErrBackingOff) || calls != 1 {
@@ -427,7 +432,7 @@ func testLease(t *testing.T, h Harness) {
 			return nil
 		}, idem.WithClock(frozen))
 	}()
-	<-started
+	testwait.Recv(t, started, "A's fn to start")
 	h.expire(t, s, clk)
 	var info idem.Info
 	if err := idem.RunWith(ctx, s, k, func(ctx context.Context) error { info, _ = idem.InfoFrom(ctx); return nil }, idem.WithClock(clk)); err != nil {
@@ -437,7 +442,7 @@ func testLease(t *testing.T, h Harness) {
 		t.Fatalf("B attempt %d, want 2", info.Attempt)
 	}
 	close(release)
-	if err := <-aErr; !errors.Is(err, idem.ErrLeaseLost) {
+	if err := testwait.Recv(t, aErr, "A's Run to return after B took over"); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("A's done: %v, want ErrLeaseLost", err)
 	}
 }
@@ -560,7 +565,7 @@ func testStart(t *testing.T, h Harness) {
 			got[i], errs[i] = s.Start(ctx, "race", b)
 		}()
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, "%d racing Starts of job race", len(befores))
 	cursor := ""
 	for i := range befores {
 		switch {

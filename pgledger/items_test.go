@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -415,13 +416,9 @@ func TestItemClaimsFenceAndLease(t *testing.T) {
 // claimWhenExpired claims until the lease of the work held expires.
 func claimWhenExpired(t testing.TB, claim func(n int, takeUnknown bool) idem.ItemBatch, n int) idem.ItemBatch {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if b := claim(n, false); len(b.Items) > 0 {
-			return b
-		}
-	}
-	t.Fatal("the lease did not expire within 10s")
-	return idem.ItemBatch{}
+	var b idem.ItemBatch
+	testwait.Until(t, func() bool { b = claim(n, false); return len(b.Items) > 0 }, "the lease of the work held to expire (a claim of %d items)", n)
+	return b
 }
 
 // TestChunkDoubtAfterExpiry: a chunk whose lease expires is claimed again
@@ -581,7 +578,7 @@ func TestClaimItemsConcurrent(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, "8 goroutines claiming the items of %s", points)
 	if len(owner) != 2000 || chunks != 19 || singles < 3 {
 		t.Fatalf("%d items claimed in %d chunks and %d batches of single items, want 2000, 19 and at least 3", len(owner), chunks, singles)
 	}
@@ -615,7 +612,7 @@ func TestAddItemsConcurrent(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, "8 goroutines adding the items of %s", points)
 	rows, err := l1.Pool().Query(ctx, `SELECT c.chunk, c.n, l.items FROM `+table(l1, "item_chunks")+` AS c
 		JOIN `+table(l1, "item_lists")+` AS l USING (job, period, chunk) ORDER BY c.chunk`)
 	if err != nil {
@@ -895,6 +892,6 @@ func newConcurrently(t *testing.T, n int, schema string) []*pgledger.Ledger {
 			}
 		})
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, "%d pgledger.New on schema %s at once", n, schema)
 	return ls
 }

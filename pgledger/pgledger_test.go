@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -99,7 +100,7 @@ func TestRunTxConcurrent(t *testing.T) {
 			mu.Unlock()
 		})
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, "16 concurrent RunTx of %s", k)
 	if n := effects(t, l1, k); n != 1 || outcomes[idem.Ran] != 1 {
 		t.Fatalf("business row written %d times, outcomes %v; want once, one Ran", n, outcomes)
 	}
@@ -128,7 +129,7 @@ func TestRunTxRowLockKeepsOthersOut(t *testing.T) {
 			return addEffect(ctx, l, tx, k)
 		}, idem.WithLease(lease))
 	}()
-	<-started
+	testwait.Recv(t, started, "A's fn to start")
 	// Let A's lease expire (shifting the stored times would wait for A's
 	// row lock, which is the point of this test).
 	time.Sleep(lease + 200*time.Millisecond)
@@ -148,10 +149,10 @@ func TestRunTxRowLockKeepsOthersOut(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	close(release)
-	if err := <-aErr; err != nil {
+	if err := testwait.Recv(t, aErr, "A's RunTx to return once released"); err != nil {
 		t.Fatalf("A: %v", err)
 	}
-	if err := <-bErr; err != nil || res.Outcome != idem.AlreadyDone {
+	if err := testwait.Recv(t, bErr, "B's RunTx to return after A committed"); err != nil || res.Outcome != idem.AlreadyDone {
 		t.Fatalf("B: %v, outcome %v; want AlreadyDone", err, res.Outcome)
 	}
 	if n := effects(t, l, k); n != 1 {

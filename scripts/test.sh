@@ -3,15 +3,35 @@
 # detector, plus go vet and a gofmt check. Extra arguments go to `go test`
 # (e.g. scripts/test.sh -run TestCrash -v).
 #
+# Each `go test` gets -timeout $IDEM_TEST_TIMEOUT (default 8m; a -timeout
+# among the arguments wins): a test that hangs fails its module with a
+# goroutine dump instead of holding the run. A failing step does not stop the
+# others; the last lines name the steps that failed.
+#
 # Usage: scripts/test.sh [go test flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+timeout=${IDEM_TEST_TIMEOUT:-8m}
+failed=()
+
+# step NAME COMMAND...: runs COMMAND, reports its wall time, and records
+# NAME if it fails.
+step() {
+	local name=$1 start=$SECONDS
+	shift
+	if "$@"; then
+		echo "== ok   $name ($((SECONDS - start))s)"
+	else
+		echo "== FAIL $name ($((SECONDS - start))s)"
+		failed+=("$name")
+	fi
+}
 
 unformatted=$(find . -name '*.go' -not -path './.git/*' -print0 | xargs -0 gofmt -l)
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change:" $unformatted >&2
-	exit 1
+	failed+=("gofmt")
 fi
 
 # The Postgres ledger's tests need a PostgreSQL: unless IDEM_TEST_PG_DSN
@@ -37,17 +57,28 @@ fi
 
 # Every directory with a go.mod is a module; test each on its own.
 mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -printf '%h\n' | sort)
-status=0
+# test_module DIR [go test flags...]
+test_module() {
+	local dir=$1
+	shift
+	(cd "$dir" && go vet ./... && go test -race -count=1 -timeout "$timeout" "$@" ./...)
+}
 for m in "${modules[@]}"; do
 	echo "== module $m"
-	(cd "$root/$m" && go vet ./... && go test -race -count=1 "$@" ./...) || status=1
+	step "module $m" test_module "$root/$m" "$@"
 done
 # The multi-process fan-out tests (10k items, real kills) are built without
 # the race detector: through race-instrumented SQLite they take minutes.
 echo "== module . (multi-process fan-out tests, without -race)"
-go test -count=1 -run '^TestEach(Killed|FourProcesses|RandomKills)$' . || status=1
+step "module . (fan-out kill tests, without -race)" go test -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$' .
 # A short pass of the state-file decoder's fuzz test (its seed corpus is in
 # testdata/fuzz); it must never panic.
 echo "== fuzz FuzzDecodeState (10s)"
-go test -run '^$' -fuzz '^FuzzDecodeState$' -fuzztime 10s . || status=1
-exit $status
+step "fuzz FuzzDecodeState" go test -timeout "$timeout" -run '^$' -fuzz '^FuzzDecodeState$' -fuzztime 10s .
+
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "== FAILED (${#failed[@]}):"
+	printf '   %s\n' "${failed[@]}"
+	exit 1
+fi
+echo "== all passed (${SECONDS}s)"

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
 )
 
@@ -43,7 +44,15 @@ func TestMain(m *testing.M) {
 	build := exec.Command("go", args...)
 	build.Env = append(os.Environ(), env...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	err = build.Start()
+	if err == nil {
+		// Before m.Run, the test binary's -timeout does not cover the
+		// build: one still running after 5 minutes (a cold build cache on
+		// a loaded machine takes one or two) is sent SIGQUIT, its
+		// goroutines to stderr.
+		err = testwait.Process(build, 5*time.Minute)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "building idem:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
@@ -94,7 +103,55 @@ func (e *env) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(idemBin, args...)
 	cmd.Dir = e.dir
 	cmd.Env = e.environ()
+	// A wrapped command left running (idem stuck and sent SIGQUIT, say)
+	// must not hold Wait on the output pipes it inherited.
+	cmd.WaitDelay = testwait.QuitGrace
 	return cmd
+}
+
+// finish waits for cmd, idem started by the test, for testwait.Limit(t) at
+// most; an idem still running then is sent SIGQUIT (the Go runtime prints
+// its goroutines to its stderr) and the test fails, naming the command and
+// with its stderr (stderr is cmd's, read once cmd has been waited for).
+func (e *env) finish(cmd *exec.Cmd, stderr *bytes.Buffer) error {
+	e.t.Helper()
+	err := testwait.Process(cmd, testwait.Limit(e.t))
+	var stuck *testwait.StuckError
+	if errors.As(err, &stuck) {
+		out := "(not reaped: unreadable)"
+		if stuck.Waited {
+			out = stderr.String()
+		}
+		e.t.Fatalf("idem %s (pid %d): %v; its stderr:\n%s", strings.Join(cmd.Args[1:], " "), cmd.Process.Pid, err, out)
+	}
+	return err
+}
+
+// await runs read (a read of the output of cmd, idem started by the test)
+// for testwait.Limit(t) at most. If it has not returned by then, idem is
+// sent SIGQUIT (its goroutines go to its stderr) and the test fails, naming
+// what it waited for, with idem's stderr.
+func (e *env) await(cmd *exec.Cmd, stderr *bytes.Buffer, what string, read func()) {
+	e.t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		read()
+	}()
+	d := testwait.Limit(e.t)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+	}
+	err := testwait.Process(cmd, 0) // SIGQUIT at once
+	out := "(not reaped: unreadable)"
+	if stuck := (*testwait.StuckError)(nil); !errors.As(err, &stuck) || stuck.Waited {
+		out = stderr.String()
+	}
+	e.t.Fatalf("gave up after %s waiting for %s: idem %s (pid %d): %v; its stderr:\n%s", d, what, strings.Join(cmd.Args[1:], " "), cmd.Process.Pid, err, out)
 }
 
 // idem runs the idem binary with args, the test's ledger flags inserted
@@ -113,7 +170,10 @@ func (e *env) idem(args ...string) (stdout, stderr string, code int) {
 	cmd := e.command(full...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	err := cmd.Start()
+	if err == nil {
+		err = e.finish(cmd, &errb)
+	}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -204,12 +264,14 @@ func (e *env) started(extra ...string) *exec.Cmd {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	var line string
+	e.await(cmd, &stderr, `the command's "started"`, func() { line, err = bufio.NewReader(stdout).ReadString('\n') })
 	if err != nil || line != "started\n" {
 		e.t.Fatalf("waiting for the command to start: %q, %v", line, err)
 	}
@@ -222,7 +284,9 @@ func killGroup(t *testing.T, cmd *exec.Cmd) {
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Wait()
+	if err := testwait.Process(cmd, testwait.Limit(t)); errors.As(err, new(*testwait.StuckError)) {
+		t.Fatalf("idem (pid %d) after SIGKILL: %v", cmd.Process.Pid, err)
+	}
 }
 
 // TestKilledRunTakenOverAtOnce: while a run holds the period, another run
@@ -560,14 +624,17 @@ func TestSignalIsForwarded(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	r := bufio.NewReader(stdout)
-	if line, err := r.ReadString('\n'); err != nil || line != "started\n" {
+	var line string
+	e.await(cmd, &stderr, `the command's "started"`, func() { line, err = r.ReadString('\n') })
+	if err != nil || line != "started\n" {
 		t.Fatalf("waiting for the command: %q, %v", line, err)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil { // to idem only
 		t.Fatal(err)
 	}
-	_, _ = r.ReadString(0) // until every writer (the command's sleep too) is gone
-	err = cmd.Wait()
+	// Until every writer (the command's sleep too) is gone.
+	e.await(cmd, &stderr, "idem and its command to exit after SIGTERM", func() { _, _ = r.ReadString(0) })
+	err = e.finish(cmd, &stderr)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != exitFailed {
 		t.Fatalf("idem after SIGTERM: %v, want exit %d\n%s", err, exitFailed, stderr.String())
@@ -722,8 +789,14 @@ func TestLedgerFromEnvironment(t *testing.T) {
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	cmd := e.command(append([]string{"run", "--job", "settle", "--tz", "UTC"}, appendLine...)...)
 	cmd.Env = append(cmd.Env, "IDEM_LEDGER="+e.ledger)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("run with $IDEM_LEDGER: %v\n%s", err, out)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Start()
+	if err == nil {
+		err = e.finish(cmd, &out)
+	}
+	if err != nil {
+		t.Fatalf("run with $IDEM_LEDGER: %v\n%s", err, out.String())
 	}
 	if _, err := os.Stat(e.ledger); err != nil {
 		t.Fatalf("$IDEM_LEDGER not used: %v", err)

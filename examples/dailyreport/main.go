@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/idemgo/idem"
 )
@@ -119,13 +120,15 @@ func main() {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	if err := demo(dir); err != nil {
+	if err := demo(context.Background(), dir); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func demo(dir string) error {
-	ctx := context.Background()
+// demo runs the demonstration in dir. When ctx ends while the child runs,
+// the child is sent SIGQUIT (it prints its goroutines to stderr), then
+// killed 10 s later.
+func demo(ctx context.Context, dir string) error {
 	a, err := open(dir)
 	if err != nil {
 		return err
@@ -146,11 +149,16 @@ func demo(dir string) error {
 	fmt.Printf("        -> %s; no second mail; outbox %q\n", res.Outcome, a.gw.outbox())
 
 	fmt.Println("step 3: the run for 2026-10-28 sends its mail and is killed (SIGKILL) before marking it sent")
-	cmd := exec.Command(os.Args[0])
+	cmd := exec.CommandContext(ctx, os.Args[0])
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Env = append(os.Environ(), childEnv+"="+dir)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	err = cmd.Run()
 	var ee *exec.ExitError
+	if ctx.Err() != nil {
+		return fmt.Errorf("the child did not end: %w (sent SIGQUIT: its goroutines are on stderr); %v", context.Cause(ctx), err)
+	}
 	if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
 		return fmt.Errorf("the child was not killed: %v", err)
 	}

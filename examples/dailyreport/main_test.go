@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -18,7 +19,9 @@ func TestMain(m *testing.M) {
 
 func TestDemo(t *testing.T) {
 	dir := t.TempDir()
-	if err := demo(dir); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
+	defer cancel()
+	if err := demo(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
 	a, err := open(dir)

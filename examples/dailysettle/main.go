@@ -56,7 +56,7 @@ func main() {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	if err := demo(dir); err != nil {
+	if err := demo(context.Background(), dir); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -102,8 +102,10 @@ func trigger(ctx context.Context, l *idem.Ledger, day string) (idem.Result, erro
 	return res, err
 }
 
-func demo(dir string) error {
-	ctx := context.Background()
+// demo runs the demonstration in dir. When ctx ends while the child runs,
+// the child is sent SIGQUIT (it prints its goroutines to stderr), then
+// killed 10 s later.
+func demo(ctx context.Context, dir string) error {
 	loc := time.FixedZone("CST", 8*3600) // the business zone, Asia/Shanghai
 	run1 := time.Date(2026, 10, 28, 2, 0, 0, 0, loc)
 	clk := &clock{now: run1}
@@ -133,11 +135,16 @@ func demo(dir string) error {
 	clk.now = run2
 	fmt.Printf("step 3: at %s the run for %s starts in another process and is killed (SIGKILL) inside its transaction\n",
 		run2.Format("2006-01-02 15:04"), day2)
-	cmd := exec.Command(os.Args[0])
+	cmd := exec.CommandContext(ctx, os.Args[0])
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Env = append(os.Environ(), childEnv+"="+dir, nowEnv+"="+run2.Format(time.RFC3339))
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	err = cmd.Run()
 	var ee *exec.ExitError
+	if ctx.Err() != nil {
+		return fmt.Errorf("the child did not end: %w (sent SIGQUIT: its goroutines are on stderr); %v", context.Cause(ctx), err)
+	}
 	if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
 		return fmt.Errorf("the child was not killed: %v", err)
 	}

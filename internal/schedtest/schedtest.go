@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 // Zones are the zones the invariant tests run in: two ordinary one-hour DST
@@ -125,7 +126,7 @@ func Concurrent(t testing.TB, base time.Time, scheds ...idem.Schedule) {
 			}
 		}()
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, "2 goroutines walking %d schedules", len(scheds))
 	if got, want := strings.Join(results[0], ","), strings.Join(results[1], ","); got != want {
 		t.Errorf("goroutines disagree: got %s, want %s", got, want)
 	}

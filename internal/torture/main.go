@@ -22,6 +22,14 @@
 // Exit status: 0 fine, 1 violations, 2 setup or usage error, 3 a worker
 // failed (exited non-zero, or did not finish), without violations.
 //
+// A worker that settles no key for -stall (10 s) is stuck: it logs the key
+// it is in Run of, prints its goroutines and exits 3; one still running
+// -stall after the run's deadline is sent SIGQUIT (the Go runtime prints its
+// goroutines), then killed. The report names each such worker with what the
+// workers logged about its key's job and its goroutines (each worker's
+// stderr is <dir>/w<slot>.<restart>.stderr), so a hang ends the run fast
+// instead of holding it.
+//
 // The stores here are sqlite and statefile. The logic is package harness,
 // which other modules' commands reuse with stores of their own: the
 // Postgres ledger's is in the pgledger module,

@@ -2,20 +2,82 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/torture/harness"
 )
 
+// hangEnv makes a worker hang before it starts working (TestHungWorker).
+const hangEnv = "IDEM_TORTURE_TEST_HANG"
+
 // TestMain makes the test binary a worker when the parent re-executes it.
 func TestMain(m *testing.M) {
+	harness.Register(stuckBackend())
 	if harness.IsWorker() {
+		if os.Getenv(hangEnv) != "" {
+			hangBeforeWork()
+		}
 		os.Exit(harness.RunWorker())
 	}
 	os.Exit(m.Run())
+}
+
+// hangBeforeWork never returns: a worker that hangs where its own watchdog
+// cannot see it.
+func hangBeforeWork() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// stuckKey is the key whose Claim never returns in the "stuck" store.
+var stuckKey = idem.Key{Job: "job0", Period: "2026-01-01"}
+
+// stuckBackend is a SQLite ledger whose Claim of stuckKey never returns (it
+// does not even heed its context): a store call that hangs.
+func stuckBackend() *harness.Backend {
+	return &harness.Backend{
+		Name: "stuck",
+		Open: func(ctx context.Context, dir, _ string) (*harness.Handle, error) {
+			l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
+			if err != nil {
+				return nil, err
+			}
+			return &harness.Handle{Store: stuckStore{l}, Close: l.Close}, nil
+		},
+	}
+}
+
+type stuckStore struct{ idem.Store }
+
+func (s stuckStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+	if req.Key == stuckKey {
+		claimNeverReturns()
+	}
+	return s.Store.Claim(ctx, req)
+}
+
+func claimNeverReturns() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// settleFor returns the Settle of one of runs runs still to do in t: a
+// minute, or less so that they all end before t's deadline (go test
+// -timeout) with room for the report.
+func settleFor(t *testing.T, runs int, duration time.Duration) time.Duration {
+	settle := time.Minute
+	if dl, ok := t.Deadline(); ok {
+		settle = min(settle, (time.Until(dl)-30*time.Second)/time.Duration(runs)-duration)
+	}
+	return max(settle, 10*time.Second)
 }
 
 // TestTorture runs a short kill -9 pass for every valid store × mode.
@@ -29,14 +91,15 @@ func TestTorture(t *testing.T) {
 		{"statefile", "atmostonce"},
 		{"statefile", "twophase"},
 	}
-	for _, c := range combos {
+	for i, c := range combos {
 		t.Run(c.store+"/"+c.mode, func(t *testing.T) {
 			var out bytes.Buffer
 			seed := time.Now().UnixNano()
+			const duration = 10 * time.Second // 40 kills take a few
 			s, err := harness.Run(harness.Config{
 				Store: c.store, Mode: c.mode,
 				Kills: 40, Keys: 300, Workers: 3,
-				Seed: seed, Duration: 20 * time.Second, Settle: time.Minute,
+				Seed: seed, Duration: duration, Settle: settleFor(t, len(combos)-i, duration),
 				Dir: t.TempDir(), Lease: 100 * time.Millisecond,
 				Out: &out,
 			})
@@ -68,6 +131,74 @@ func TestWorkerFailureReported(t *testing.T) {
 	}
 	if !strings.HasPrefix(s.Line(), "torture: store=sqlite mode=atleastonce kills=0 keys=3 effects=0") {
 		t.Fatalf("last line %q", s.Line())
+	}
+}
+
+// TestStuckWorkerReported: a worker inside a Run that never returns (its
+// store's Claim hangs) is stopped by its watchdog after Config.Stall with a
+// diagnosis: the key it is in Run of, and its goroutines. The run ends with
+// those as errors instead of hanging.
+func TestStuckWorkerReported(t *testing.T) {
+	var out bytes.Buffer
+	s, err := harness.Run(harness.Config{Store: "stuck", Mode: "atleastonce", Kills: 0, Keys: 10, Workers: 2, Seed: 1,
+		Duration: time.Second, Settle: time.Minute, Stall: 2 * time.Second,
+		Dir: t.TempDir(), Lease: 100 * time.Millisecond, Out: &out})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(s.Errors) != 2 {
+		t.Fatalf("%d errors, want one per worker\n%s", len(s.Errors), out.String())
+	}
+	for _, e := range s.Errors {
+		for _, want := range []string{
+			"exited: exit status 3",
+			"stuck: no key settled for",
+			"in Run of " + stuckKey.String(),
+			"the workers' log about job0:",
+			"goroutine ",
+			"claimNeverReturns", // the dump shows where it hangs
+		} {
+			if !strings.Contains(e, want) {
+				t.Errorf("error without %q:\n%s", want, e)
+			}
+		}
+	}
+	// The stuck key is lost (and the keys after it in both workers' orders).
+	if !strings.Contains(out.String(), "VIOLATION "+stuckKey.String()+" lost") {
+		t.Errorf("the stuck key is not reported lost\n%s", out.String())
+	}
+}
+
+// TestHungWorkerQuit: workers that hang where their watchdog does not see
+// it are each sent SIGQUIT once the run's deadline is Config.Stall past (one
+// timer per worker: every one of them is reported, none waited for without
+// end), and the report has their goroutines.
+func TestHungWorkerQuit(t *testing.T) {
+	t.Setenv(hangEnv, "1")
+	var out bytes.Buffer
+	// The workers are sent SIGQUIT Settle + Stall after they start: time
+	// for a loaded machine to start them (the Go runtime prints goroutines
+	// on SIGQUIT only once its signal handlers are in place).
+	s, err := harness.Run(harness.Config{Store: "sqlite", Mode: "atleastonce", Kills: 0, Keys: 3, Workers: 3, Seed: 1,
+		Duration: time.Second, Settle: 5 * time.Second, Stall: 2 * time.Second,
+		Dir: t.TempDir(), Lease: 100 * time.Millisecond, Out: &out})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(s.Errors) != 3 {
+		t.Fatalf("%d errors, want one per worker\n%s", len(s.Errors), out.String())
+	}
+	for i, e := range s.Errors {
+		for _, want := range []string{
+			"worker w" + string(rune('0'+i)) + ".0",
+			"stuck: still running 2s after the run's deadline; sent SIGQUIT",
+			"SIGQUIT: quit", // the runtime's dump
+			"hangBeforeWork",
+		} {
+			if !strings.Contains(e, want) {
+				t.Errorf("error without %q:\n%s", want, e)
+			}
+		}
 	}
 }
 

@@ -29,6 +29,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Dir, "dir", "", "directory for the store and logs; must be empty (default: a temp dir, removed at the end)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temp dir (it is always kept after violations or errors)")
 	fs.DurationVar(&cfg.Lease, "lease", 100*time.Millisecond, "lease of each claim: short, so that a killed worker's claim expires quickly")
+	fs.DurationVar(&cfg.Stall, "stall", defaultStall, "a worker that settles no key for this long (or runs this long past the deadline) is stuck: reported with its goroutines, and stopped")
 	backendsMu.Lock()
 	var names []string
 	for n := range backends {

@@ -33,6 +33,12 @@ type Config struct {
 	Lease    time.Duration
 	// Settle bounds the completion phase (after the kill phase); 0 = 2 min.
 	Settle time.Duration
+	// Stall: a worker that settles no key for this long is stuck (0 = 10 s):
+	// it logs where (the key it is in Run of), dumps its goroutines and
+	// exits 3. A worker still running Stall after the run's deadline is
+	// sent SIGQUIT (its goroutines) and then killed. Either is reported in
+	// Summary.Errors with the dump.
+	Stall time.Duration
 	// Exe is the binary workers run; "" = this one (os.Executable). Its main
 	// or TestMain must call RunWorker when IsWorker (after registering the
 	// backends it registers).
@@ -120,7 +126,7 @@ type runner struct {
 	out      io.Writer
 	dir      string
 	exe      string
-	log      *os.File // workers.log, the workers' stdout and stderr
+	log      *os.File // workers.log, the workers' stdout (their log lines)
 	deadline time.Time
 	slots    []*slot
 	errs     []string
@@ -140,6 +146,9 @@ func Run(cfg Config) (s *Summary, err error) {
 	}
 	if cfg.Settle <= 0 {
 		cfg.Settle = 2 * time.Minute
+	}
+	if cfg.Stall <= 0 {
+		cfg.Stall = defaultStall
 	}
 	r := &runner{cfg: cfg, b: backend(cfg.Store), out: cfg.Out, exe: cfg.Exe}
 	if r.out == nil {
@@ -277,14 +286,22 @@ func (r *runner) setup() error {
 // start starts the slot's next worker.
 func (r *runner) start(sl *slot) error {
 	wc := workerConfig{Store: r.cfg.Store, Loc: r.loc, Mode: r.cfg.Mode, Dir: r.dir, Keys: r.cfg.Keys, Seed: r.cfg.Seed,
-		Lease: r.cfg.Lease, Slot: sl.i, Gen: sl.gen, Deadline: r.deadline}
+		Lease: r.cfg.Lease, Stall: r.cfg.Stall, Slot: sl.i, Gen: sl.gen, Deadline: r.deadline}
 	b, err := json.Marshal(wc)
 	if err != nil {
 		return err
 	}
+	// Each worker's stderr is a file of its own: a panic or a goroutine dump
+	// (a stuck worker's) is kept whole for the report.
+	stderr, err := os.Create(r.stderrPath(sl))
+	if err != nil {
+		sl.cmd = nil
+		return fmt.Errorf("start worker %s: %w", sl.name(), err)
+	}
+	defer stderr.Close() // the worker has its own descriptor
 	cmd := exec.Command(r.exe)
 	cmd.Env = append(os.Environ(), workerEnv+"="+string(b))
-	cmd.Stdout, cmd.Stderr = r.log, r.log
+	cmd.Stdout, cmd.Stderr = r.log, stderr
 	// Workers die with the torture process: a stopped run leaves none behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -336,7 +353,10 @@ func (r *runner) killPhase(start time.Time) (kills int, why string) {
 			continue
 		}
 		_ = sl.cmd.Process.Signal(syscall.SIGKILL)
-		<-sl.done
+		if !r.wait(sl, reapLimit) {
+			r.errs = append(r.errs, fmt.Sprintf("worker %s (pid %d) still there %s after SIGKILL", sl.name(), sl.cmd.Process.Pid, reapLimit))
+			return kills, "a killed worker did not die"
+		}
 		if killed(sl.cmd) {
 			kills++
 			sl.gen++
@@ -365,8 +385,8 @@ func (r *runner) reap(sl *slot, restart bool) {
 	if sl.cmd.ProcessState.ExitCode() == 0 {
 		return
 	}
-	r.errs = append(r.errs, fmt.Sprintf("worker %s (pid %d) exited: %s%s", sl.name(), sl.cmd.Process.Pid,
-		sl.cmd.ProcessState, r.tail(sl)))
+	r.errs = append(r.errs, fmt.Sprintf("worker %s (pid %d) exited: %s%s%s", sl.name(), sl.cmd.Process.Pid,
+		sl.cmd.ProcessState, r.tail(sl), r.stderr(sl)))
 	sl.fails++
 	if !restart || sl.fails > 3 {
 		return
@@ -377,7 +397,8 @@ func (r *runner) reap(sl *slot, restart bool) {
 	}
 }
 
-// tail returns the last lines a worker logged.
+// tail returns the last lines a worker logged and, when it logged that it
+// is stuck in a Run, what the workers logged about that key's job.
 func (r *runner) tail(sl *slot) string {
 	b, _ := os.ReadFile(filepath.Join(r.dir, workersLog))
 	prefix := fmt.Sprintf("%s pid=%d ", sl.name(), sl.cmd.Process.Pid)
@@ -391,23 +412,79 @@ func (r *runner) tail(sl *slot) string {
 	if len(lines) == 0 {
 		return ""
 	}
-	return "; last log: " + strings.Join(lines, " | ")
+	s := "; last log: " + strings.Join(lines, " | ")
+	// "w0.3 pid=9 stuck: ...; in Run of job4/2026-01-02 for 10s (...)"
+	last := lines[len(lines)-1]
+	if _, after, ok := strings.Cut(last, " in Run of "); ok && strings.Contains(last, " stuck: ") {
+		job, _, _ := strings.Cut(after, "/")
+		if hist := jobHistory(b, job, 12); len(hist) > 0 {
+			s += "\n\tthe workers' log about " + job + ":\n\t\t" + strings.Join(hist, "\n\t\t")
+		}
+	}
+	return s
 }
 
+// jobHistory returns the last n lines of the workers' log about job's keys.
+func jobHistory(log []byte, job string, n int) []string {
+	var hist []string
+	for l := range strings.Lines(string(log)) {
+		// "w1.3 pid=123 run job0/2026-01-01: a2 ran"
+		f := strings.Fields(l)
+		if len(f) >= 4 && strings.HasPrefix(f[3], job+"/") {
+			hist = append(hist, strings.TrimSpace(l))
+		}
+	}
+	return hist[max(0, len(hist)-n):]
+}
+
+// stderrPath is the file that gets the worker's stderr.
+func (r *runner) stderrPath(sl *slot) string {
+	return filepath.Join(r.dir, sl.name()+".stderr")
+}
+
+// stderr returns what the worker wrote to its stderr (a panic, the goroutine
+// dump of a stuck worker), at most maxStderr bytes of it, for a report.
+func (r *runner) stderr(sl *slot) string {
+	const maxStderr = 32 << 10
+	b, err := os.ReadFile(r.stderrPath(sl))
+	if err != nil || len(bytes.TrimSpace(b)) == 0 {
+		return ""
+	}
+	s := string(b)
+	if len(s) > maxStderr {
+		s = s[:maxStderr] + fmt.Sprintf("\n... (%d bytes more in %s)", len(b)-maxStderr, r.stderrPath(sl))
+	}
+	return fmt.Sprintf("\n\t%s's stderr:\n%s", sl.name(), s)
+}
+
+// wait waits up to d for the slot's worker to exit; false if it has not.
+func (r *runner) wait(sl *slot, d time.Duration) bool {
+	timer := time.NewTimer(max(d, 0))
+	defer timer.Stop()
+	select {
+	case <-sl.done:
+		return true
+	case <-timer.C:
+		return sl.exited()
+	}
+}
+
+// reapLimit: how long a worker sent SIGQUIT gets to print its goroutines
+// and exit, and one sent SIGKILL to be gone.
+const reapLimit = 10 * time.Second
+
 // settle waits for every worker to finish on its own (restarting none),
-// until the deadline; then it kills what is left.
+// until cfg.Stall after the deadline, each worker with a timer of its own. A
+// worker stops by itself at the deadline (exit 3), and its watchdog stops it
+// long before when it settles nothing for cfg.Stall; one still running then
+// is stuck: see stuck.
 func (r *runner) settle() {
-	timeout := time.After(time.Until(r.deadline) + 10*time.Second)
 	for _, sl := range r.slots {
 		if sl.cmd == nil {
 			continue
 		}
-		select {
-		case <-sl.done:
-		case <-timeout:
-			r.errs = append(r.errs, fmt.Sprintf("worker %s (pid %d) still running at the deadline; killed", sl.name(), sl.cmd.Process.Pid))
-			_ = sl.cmd.Process.Signal(syscall.SIGKILL)
-			<-sl.done
+		if !r.wait(sl, time.Until(r.deadline)+r.cfg.Stall) {
+			r.stuck(sl, fmt.Sprintf("still running %s after the run's deadline", r.cfg.Stall))
 			continue
 		}
 		if killed(sl.cmd) {
@@ -418,11 +495,32 @@ func (r *runner) settle() {
 	}
 }
 
+// stuck ends a worker that does not end by itself: SIGQUIT first, so that
+// the Go runtime prints its goroutines to its stderr file and exits, then
+// SIGKILL if it is still there. The error names the worker, what it last
+// logged (the key it was in) and its goroutines.
+func (r *runner) stuck(sl *slot, why string) {
+	pid := sl.cmd.Process.Pid
+	_ = sl.cmd.Process.Signal(syscall.SIGQUIT)
+	how := "sent SIGQUIT"
+	if !r.wait(sl, reapLimit) {
+		_ = sl.cmd.Process.Signal(syscall.SIGKILL)
+		how = fmt.Sprintf("sent SIGQUIT, then SIGKILL %s later", reapLimit)
+		if !r.wait(sl, reapLimit) {
+			how += fmt.Sprintf(", and it was still there %s after that", reapLimit)
+		}
+	}
+	sl.reaped = true
+	r.errs = append(r.errs, fmt.Sprintf("worker %s (pid %d) stuck: %s; %s%s%s", sl.name(), pid, why, how, r.tail(sl), r.stderr(sl)))
+}
+
+// killAll SIGKILLs the workers still running (after a setup error or a
+// panic), each waited for reapLimit at most.
 func (r *runner) killAll() {
 	for _, sl := range r.slots {
 		if sl.cmd != nil && !sl.exited() {
 			_ = sl.cmd.Process.Signal(syscall.SIGKILL)
-			<-sl.done
+			r.wait(sl, reapLimit)
 		}
 	}
 }

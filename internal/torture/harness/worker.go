@@ -9,6 +9,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -23,7 +26,7 @@ const workerEnv = "IDEM_TORTURE_WORKER"
 const (
 	workerOK       = 0
 	workerSetup    = 2 // could not start
-	workerDeadline = 3 // keys still unsettled at the deadline, or no progress for stallLimit
+	workerDeadline = 3 // keys still unsettled at the deadline, or stuck (no key settled for Config.Stall)
 )
 
 // workerConfig is what the parent hands a worker.
@@ -35,6 +38,7 @@ type workerConfig struct {
 	Keys     int           `json:"keys"`
 	Seed     int64         `json:"seed"`
 	Lease    time.Duration `json:"lease"`
+	Stall    time.Duration `json:"stall"` // Config.Stall
 	Slot     int           `json:"slot"`
 	Gen      int           `json:"gen"` // how many times this slot was started before
 	Deadline time.Time     `json:"deadline"`
@@ -79,12 +83,14 @@ func RunWorker() int {
 	return runWorker(cfg)
 }
 
-// wlog writes one line to the worker's stderr (the shared workers.log, opened
-// O_APPEND by the parent: one write per line keeps lines whole).
+// wlog writes one line to the worker's stdout (the shared workers.log, opened
+// O_APPEND by the parent: one write per line keeps lines whole). The worker's
+// stderr is a file of its own (<name>.stderr): panics and goroutine dumps go
+// there whole, not interleaved with the other workers' lines.
 type wlog string
 
 func (w wlog) printf(format string, a ...any) {
-	fmt.Fprintf(os.Stderr, string(w)+" "+format+"\n", a...)
+	fmt.Fprintf(os.Stdout, string(w)+" "+format+"\n", a...)
 }
 
 func runWorker(cfg workerConfig) int {
@@ -131,6 +137,16 @@ func runWorker(cfg workerConfig) int {
 		w.opts = append(w.opts, idem.TwoPhase(w.downstreamHas))
 	}
 	lg.printf("start")
+	// Run waits out busy keys (WithWait) until its context ends: the
+	// deadline bounds every call, and the watchdog gives up much sooner on a
+	// worker that settles nothing.
+	ctx, cancel := context.WithDeadline(ctx, cfg.Deadline)
+	defer cancel()
+	if w.cfg.Stall <= 0 {
+		w.cfg.Stall = defaultStall
+	}
+	w.progress.Store(time.Now().UnixNano())
+	go w.watchdog()
 	return w.loop(ctx, b.Watermark)
 }
 
@@ -143,10 +159,95 @@ type worker struct {
 	effects *os.File
 	opts    []idem.Option
 	lastErr map[idem.Key]string
+
+	progress atomic.Int64          // when a key was last settled (UnixNano)
+	current  atomic.Pointer[inRun] // the Run under way; nil between Runs
 }
 
-// stallLimit: a worker that settles no key for this long gives up (exit 3).
-const stallLimit = 10 * time.Second
+// inRun is the key a worker is running, and since when.
+type inRun struct {
+	key   idem.Key
+	since time.Time
+}
+
+// defaultStall is Config.Stall's default: a worker that settles no key for
+// this long is stuck. Its watchdog logs where, dumps its goroutines to
+// stderr and exits 3 (whether the worker is between Runs or inside one that
+// does not return). It is far above what a Run takes on a loaded machine (a
+// lease is 100 ms by default, and a killed holder's lease expires within
+// one) and far below a run's deadline.
+const defaultStall = 10 * time.Second
+
+// pastDeadline: how long after the run's deadline a worker still inside a
+// Run (which should have returned with its context) gives up the same way.
+const pastDeadline = 2 * time.Second
+
+// watchdog ends a stuck worker with a diagnosis: a "stuck:" line in the
+// workers' log naming the key it is in Run of (and that key's record), and
+// its goroutines on its stderr. The parent reports both.
+func (w *worker) watchdog() {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for range tick.C {
+		idle := time.Since(time.Unix(0, w.progress.Load()))
+		late := time.Since(w.cfg.Deadline)
+		switch {
+		case idle > w.cfg.Stall:
+			w.stuck(fmt.Sprintf("no key settled for %s", idle.Round(time.Millisecond)))
+		case late > pastDeadline:
+			w.stuck(fmt.Sprintf("still running %s after the deadline", late.Round(time.Millisecond)))
+		}
+	}
+}
+
+// stuck logs why and where the worker is stuck, dumps its goroutines to
+// stderr and exits workerDeadline.
+func (w *worker) stuck(why string) {
+	where := "between Runs"
+	if cur := w.current.Load(); cur != nil {
+		where = fmt.Sprintf("in Run of %s for %s (%s)", cur.key, time.Since(cur.since).Round(time.Millisecond), w.describe(cur.key))
+	}
+	w.lg.printf("stuck: %s; %s; goroutines on stderr", why, where)
+	fmt.Fprintf(os.Stderr, "%s stuck: %s; %s\n\n", w.lg, why, where)
+	_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+	os.Exit(workerDeadline)
+}
+
+// describe returns key's record as the store has it, for a stuck worker's
+// report; the lookup may block on what blocks the worker, so it gets a few
+// seconds of its own.
+func (w *worker) describe(key idem.Key) string {
+	type lookup struct {
+		rec idem.Record
+		ok  bool
+		err error
+	}
+	got := make(chan lookup, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		rec, ok, err := w.h.Store.Lookup(ctx, key)
+		got <- lookup{rec, ok, err}
+	}()
+	timer := time.NewTimer(5 * time.Second)
+	defer timer.Stop()
+	select {
+	case l := <-got:
+		switch {
+		case l.err != nil:
+			return "lookup: " + l.err.Error()
+		case !l.ok:
+			return "no record"
+		}
+		desc := fmt.Sprintf("record: status=%s attempt=%d owner=%s", l.rec.Status, l.rec.Attempt, l.rec.Owner)
+		if strings.Contains(l.rec.Owner, fmt.Sprintf(":%d:", os.Getpid())) {
+			desc += " (this process)"
+		}
+		return desc
+	case <-timer.C:
+		return "lookup of its record did not return in 5s"
+	}
+}
 
 // loop runs every key until each is settled from this worker's point of view:
 // Run returned nil or ErrUnknownOutcome. With a watermark store a job's
@@ -168,24 +269,22 @@ func (w *worker) loop(ctx context.Context, watermark bool) int {
 		}
 	}
 	w.rng.Shuffle(len(units), func(i, j int) { units[i], units[j] = units[j], units[i] })
-	lastProgress := time.Now()
 	for len(units) > 0 {
 		if time.Now().After(w.cfg.Deadline) {
 			w.lg.printf("deadline: %d units unsettled, first %s", len(units), units[0][0])
 			return workerDeadline
 		}
-		// Run waits out leases and backoffs itself (WithWait): errors that
-		// keep coming back for this long mean the store is stuck.
-		if time.Since(lastProgress) > stallLimit {
-			w.lg.printf("stalled: no key settled for %s; %d units unsettled, first %s", stallLimit, len(units), units[0][0])
-			return workerDeadline
-		}
+		// Run waits out leases and backoffs itself (WithWait): a worker
+		// that settles nothing for cfg.Stall is stopped by its watchdog.
 		// Visit the units in a random order; settle at most one key of each
 		// per visit, so that the workers' paths interleave.
 		progress := false
 		var left [][]idem.Key
 		for _, u := range units {
 			settled, unknown := w.runKey(ctx, u[0])
+			if settled || unknown {
+				w.progress.Store(time.Now().UnixNano())
+			}
 			switch {
 			case unknown:
 				progress = true // the unit ends here (watermark: later periods wait for a Resolve)
@@ -199,9 +298,6 @@ func (w *worker) loop(ctx context.Context, watermark bool) int {
 			}
 		}
 		units = left
-		if progress {
-			lastProgress = time.Now()
-		}
 		w.rng.Shuffle(len(units), func(i, j int) { units[i], units[j] = units[j], units[i] })
 		if !progress {
 			time.Sleep(time.Duration(1+w.rng.IntN(5)) * time.Millisecond)
@@ -217,11 +313,13 @@ func (w *worker) runKey(ctx context.Context, key idem.Key) (settled, unknown boo
 	var res idem.Result
 	opts := append(w.opts[:len(w.opts):len(w.opts)], idem.ReportTo(&res))
 	var err error
+	w.current.Store(&inRun{key: key, since: time.Now()})
 	if w.cfg.Mode == "tx" {
 		err = w.h.Tx.RunTx(ctx, key, w.txEffect, opts...)
 	} else {
 		err = idem.RunWith(ctx, w.h.Store, key, w.effect, opts...)
 	}
+	w.current.Store(nil)
 	switch {
 	case err == nil && res.Outcome != idem.AlreadyDone:
 		w.lg.printf("run %s: a%d %s", key, res.Attempt, res.Outcome)

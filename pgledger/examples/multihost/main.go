@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -104,6 +105,9 @@ func demo(ctx context.Context, dsn string, out io.Writer) error {
 	for i := range workers {
 		name := string(rune('A' + i))
 		cmd := exec.CommandContext(ctx, self)
+		// Cut short (ctx ended), a worker prints its goroutines first.
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+		cmd.WaitDelay = 10 * time.Second
 		cmd.Env = append(os.Environ(), workerEnv+"="+name+"|"+schema+"|"+start, dsnEnv+"="+dsn)
 		cmd.Stdout, cmd.Stderr = &outs[i], &outs[i]
 		if err := cmd.Start(); err != nil {

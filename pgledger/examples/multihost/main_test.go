@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -28,7 +30,9 @@ func TestDemo(t *testing.T) {
 		t.Skipf("no PostgreSQL: run scripts/test.sh (it starts a throwaway server), or set %s=postgres://...", dsnEnv)
 	}
 	var out strings.Builder
-	if err := demo(context.Background(), dsn, &out); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
+	defer cancel()
+	if err := demo(ctx, dsn, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	t.Log("\n" + out.String())

@@ -29,14 +29,22 @@ func TestTorturePostgres(t *testing.T) {
 		}
 		t.Skipf("no PostgreSQL: run scripts/test.sh (it starts a throwaway server), or set %s=postgres://...", dsnEnv)
 	}
-	for _, mode := range []string{"atleastonce", "atmostonce", "twophase", "tx"} {
+	modes := []string{"atleastonce", "atmostonce", "twophase", "tx"}
+	for i, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			var out bytes.Buffer
 			seed := time.Now().UnixNano()
+			const duration = 10 * time.Second // 10 kills take a few
+			// A minute to settle, or less so that the runs left end before
+			// the test's deadline (go test -timeout).
+			settle := time.Minute
+			if dl, ok := t.Deadline(); ok {
+				settle = max(10*time.Second, min(settle, (time.Until(dl)-30*time.Second)/time.Duration(len(modes)-i)-duration))
+			}
 			s, err := harness.Run(harness.Config{
 				Store: "postgres", Mode: mode,
 				Kills: 10, Keys: 20, Workers: 3,
-				Seed: seed, Duration: 20 * time.Second, Settle: time.Minute,
+				Seed: seed, Duration: duration, Settle: settle,
 				Lease: 100 * time.Millisecond,
 				Out:   &out,
 			})

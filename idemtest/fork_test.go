@@ -1,0 +1,92 @@
+package idemtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem/internal/testwait"
+)
+
+// nearDeadline is a test whose deadline is near, so that Child.Wait gives up
+// on a child after about a second; it keeps what Wait reports instead of
+// failing the test.
+type nearDeadline struct {
+	*testing.T
+	deadline time.Time
+	errs     []string
+}
+
+func (n *nearDeadline) Deadline() (time.Time, bool) { return n.deadline, true }
+
+func (n *nearDeadline) Errorf(format string, args ...any) {
+	n.errs = append(n.errs, fmt.Sprintf(format, args...))
+}
+
+// hangInChild never returns: the child's stuck goroutine.
+func hangInChild() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// TestWaitQuitsStuckChild: Wait gives up on a child that does not end,
+// sends it SIGQUIT, and reports (Exit.Stuck, a test error) with the child's
+// goroutines, instead of waiting without end.
+func TestWaitQuitsStuckChild(t *testing.T) {
+	dir := t.TempDir()
+	nt := &nearDeadline{T: t}
+	c := Start(nt, dir, func(dir string) {
+		os.WriteFile(filepath.Join(dir, "ready"), nil, 0o644) // its signal handling is in place
+		hangInChild()
+	})
+	testwait.Until(t, func() bool { _, err := os.Stat(filepath.Join(dir, "ready")); return err == nil }, "the child to start")
+	// Limit leaves max(left/10, 15 s) before the deadline: 16 s gives the
+	// wait about a second.
+	nt.deadline = time.Now().Add(16 * time.Second)
+	e := c.Wait()
+	if !e.Stuck || e.Killed {
+		t.Fatalf("exit %+v, want Stuck and not Killed", e)
+	}
+	for _, want := range []string{"SIGQUIT: quit", "hangInChild"} {
+		if !strings.Contains(e.Output, want) {
+			t.Errorf("output without %q:\n%s", want, e.Output)
+		}
+	}
+	if len(nt.errs) != 1 || !strings.Contains(nt.errs[0], "still running after") || !strings.Contains(nt.errs[0], "hangInChild") {
+		t.Errorf("test errors %q, want one that says the child was still running, with its goroutines", nt.errs)
+	}
+}
+
+// TestBlockUntilGivesUp: BlockUntil does not wait without end for timers
+// that never come: it panics with the goroutines; BlockUntilContext returns
+// when its context ends.
+func TestBlockUntilGivesUp(t *testing.T) {
+	clk := NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
+	defer func(d time.Duration) { blockLimit = d }(blockLimit)
+	blockLimit = 50 * time.Millisecond
+	func() {
+		defer func() {
+			msg := fmt.Sprint(recover())
+			if !strings.Contains(msg, "BlockUntil(1): 0 timers pending") || !strings.Contains(msg, "TestBlockUntilGivesUp") {
+				t.Errorf("BlockUntil with no timer pending: panic %q, want one naming the wait, with the goroutines", msg)
+			}
+		}()
+		clk.BlockUntil(1)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := clk.BlockUntilContext(ctx, 1); err == nil {
+		t.Fatal("BlockUntilContext with no timer pending returned nil")
+	}
+	clk.After(time.Hour)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel2()
+	if err := clk.BlockUntilContext(ctx2, 1); err != nil {
+		t.Fatalf("BlockUntilContext with a timer pending: %v", err)
+	}
+}
