@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -66,9 +68,13 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 // mark is still written if fn returns nil. It does NOT promise anything
 // across hosts, nor that a stalled holder stops by itself.
 //
-// Modes: an AtLeastOnce claim writes nothing (the lock is enough, and a
-// crash only means fn runs again), so a fresh Run costs one durable write.
-// AtMostOnce and TwoPhase write the pending mark durably before fn runs.
+// Modes: an AtLeastOnce claim writes nothing to the state file (the lock is
+// enough, and a crash only means fn runs again), so a fresh Run costs one
+// durable write. AtMostOnce and TwoPhase write the pending mark durably
+// before fn runs. Every claim records its attempt number in the job's lock
+// file (not synced), so that attempt numbers never repeat, even after a
+// process died between a claim and its end; after a power loss an
+// AtLeastOnce attempt number may repeat.
 type StateFile struct {
 	path     string
 	dir      string
@@ -418,6 +424,34 @@ func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
 	return f, true, nil
 }
 
+// attemptMarkLen is the size of the attempt number a job's lock file keeps:
+// 20 digits and a newline.
+const attemptMarkLen = 21
+
+// lastClaimed reads the last attempt number claimed for the job whose lock
+// file f is (held): 0 for a lock file that has none (a new one, or one an
+// older idem left empty).
+func lastClaimed(f *os.File) (int64, error) {
+	var b [attemptMarkLen]byte
+	n, err := f.ReadAt(b[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, err
+	}
+	v, perr := strconv.ParseInt(strings.TrimSpace(string(b[:n])), 10, 64)
+	if perr != nil || v < 0 {
+		return 0, nil
+	}
+	return v, nil
+}
+
+// markClaimed records attempt as the last claimed in the held lock file f.
+// It is not synced: it survives the death of the process (what reuses an
+// attempt number without it), not a power loss.
+func markClaimed(f *os.File, attempt int64) error {
+	_, err := f.WriteAt([]byte(fmt.Sprintf("%20d\n", attempt)), 0)
+	return err
+}
+
 // lockFile takes the file-wide lock (a flock on path + ".lock") that
 // serializes every read-modify-write of the state file between processes;
 // s.mu does it between goroutines and must be held first. Every write
@@ -576,7 +610,17 @@ func (s *StateFile) Claim(ctx context.Context, req ClaimRequest) (Claim, error) 
 	if !take {
 		return c, nil
 	}
-	c.Attempt, c.Doubt = st.Attempt+1, doubt
+	// The attempt number must be new even when the claim writes nothing
+	// (AtLeastOnce) and an earlier claim died before its end was written:
+	// the job's lock file keeps the last number claimed.
+	last, err := lastClaimed(f)
+	if err != nil {
+		return Claim{}, fmt.Errorf("idem: state file lock %s: %w", f.Name(), err)
+	}
+	c.Attempt, c.Doubt = max(st.Attempt, last)+1, doubt
+	if err := markClaimed(f, c.Attempt); err != nil {
+		return Claim{}, fmt.Errorf("idem: state file lock %s: %w", f.Name(), err)
+	}
 	if doubt && rec.Status == StatusRunning {
 		c.Record.Failures++
 		c.Record.LastError = fmt.Sprintf("attempt %d by %s died without a done mark", rec.Attempt, rec.Owner)

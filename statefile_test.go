@@ -423,3 +423,46 @@ func TestStateFileStart(t *testing.T) {
 		t.Fatalf("after the Run: %+v, %v; want the Run's watermark 2026-10-27", js, err)
 	}
 }
+
+// TestStateFileAttemptsNeverRepeat: an attempt number is a fencing token,
+// new for every attempt, also in AtLeastOnce, whose claim writes nothing to
+// the state file: a process SIGKILLed after its claim, and a run stopped in
+// this process after fn, leave the next attempt a higher number.
+func TestStateFileAttemptsNeverRepeat(t *testing.T) {
+	dir := t.TempDir()
+	attemptOf := func(ctx context.Context, s *idem.StateFile) (int64, error) {
+		var attempt int64
+		err := s.Run(ctx, key, func(ctx context.Context) error {
+			info, _ := idem.InfoFrom(ctx)
+			attempt = info.Attempt
+			return nil
+		})
+		return attempt, err
+	}
+	exit := idemtest.Fork(t, dir, func(dir string) {
+		s, err := idem.OpenStateFile(filepath.Join(dir, "state.json"))
+		if err == nil {
+			_, err = attemptOf(idemtest.KillAt(context.Background(), idem.AfterFn), s)
+		}
+		fmt.Println(err)
+		os.Exit(3)
+	})
+	if !exit.Killed {
+		t.Fatalf("the child was not killed after fn: %+v", exit)
+	}
+	s := openState(t, dir)
+	a2, err := attemptOf(idemtest.CrashAt(context.Background(), idem.AfterFn), s)
+	if !errors.Is(err, idemtest.ErrCrashed) {
+		t.Fatalf("the stopped run: %v", err)
+	}
+	a3, err := attemptOf(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a2 != 2 || a3 != 3 {
+		t.Fatalf("attempts after a kill and a stop: %d, %d; want 2, 3 (each new)", a2, a3)
+	}
+	if rec := mustLookup(t, s, key); rec.Status != idem.StatusDone || rec.Attempt != 3 {
+		t.Fatalf("record %+v; want done by attempt 3", rec)
+	}
+}
