@@ -51,12 +51,14 @@ func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
 	ek := idem.Key{Job: "grant", Period: "2026-10-01"}
 	ectx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	applied := 0
 	err = l.Run(ectx, ek, func(ctx context.Context) error {
-		_, err := idem.Each(ctx, l, ek, accounts(3), func(context.Context, string) error { return nil })
+		_, err := idem.Each(ctx, l, ek, accounts(3), func(context.Context, string) error { applied++; return nil })
 		return err
 	})
-	if !errors.Is(err, idem.ErrNestedRun) || ectx.Err() != nil {
-		t.Fatalf("Each inside the Run of its own period: %v (context: %v)", err, ectx.Err())
+	if !errors.Is(err, idem.ErrNestedRun) || ectx.Err() != nil || applied != 0 {
+		t.Fatalf("Each inside the Run of its own period: %v (context: %v), %d items applied; want ErrNestedRun before any item",
+			err, ectx.Err(), applied)
 	}
 	// A Run of another key inside a Run works as ever.
 	other := idem.Key{Job: "pay", Period: "2026-10-02"}

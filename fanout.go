@@ -167,6 +167,12 @@ func each(ctx context.Context, s ItemStore, key Key, items iter.Seq2[string, err
 	if err := key.Validate(); err != nil {
 		return res, err
 	}
+	if err := nestedRun(ctx, key); err != nil {
+		// Checked before any item runs: the period's done mark could never
+		// be written.
+		res.Outcome = Failed
+		return res, &Error{Key: key, Outcome: Failed, Err: err}
+	}
 	if rec, ok, err := s.Lookup(ctx, key); err != nil {
 		return res, err
 	} else if ok && rec.Status == StatusDone {

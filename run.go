@@ -251,10 +251,8 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	if info, ok := InfoFrom(ctx); ok && info.Item == "" && info.Key == key {
-		return r.fail(Failed, Permanent(fmt.Errorf("%w: attempt %d of the enclosing run holds %s, so this run would find it held. "+
-			"Do not call Run, RunTx or Each for the key inside its own run; to commit business writes with a catch-up period's done mark and cursor, use idem.CatchUpTx",
-			ErrNestedRun, info.Attempt, key)))
+	if err := nestedRun(ctx, key); err != nil {
+		return r.fail(Failed, err)
 	}
 	defer func() {
 		// The attempt this call holds ended without its end recorded: a
@@ -267,6 +265,19 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 		}
 	}()
 	return r.loop(ctx, fn, tx, fresh)
+}
+
+// nestedRun returns an error matching ErrNestedRun (and Permanent: no retry
+// can help) when ctx is the context of a fn that runs for key itself: a
+// Run, RunTx or Each of key there would find key held by its own caller.
+func nestedRun(ctx context.Context, key Key) error {
+	info, ok := InfoFrom(ctx)
+	if !ok || info.Item != "" || info.Key != key {
+		return nil
+	}
+	return Permanent(fmt.Errorf("%w: attempt %d of the enclosing run holds %s, so this run would find it held. "+
+		"Do not call Run, RunTx or Each for the key inside its own run; to commit business writes with a catch-up period's done mark and cursor, use idem.CatchUpTx",
+		ErrNestedRun, info.Attempt, key))
 }
 
 // finishAlways passes Finish a context that is not cancelled with the
