@@ -121,7 +121,12 @@ type leaseKey struct{}
 // matching ErrLeaseLost if a renewal found a newer attempt, or if the lease
 // has run out by this process's clock (the process stalled past it: a long
 // GC pause, a frozen VM, a starved CPU). Call it right before an effect
-// that cannot be undone.
+// that cannot be undone, and when it refuses before fn caused any effect,
+// return it wrapped in [NothingHappened]: the attempt then counts as a
+// plain failure that is retried, rather than one that may have had its
+// effect (unknown in AtMostOnce, a downstream check in TwoPhase). Returned
+// as is, it is such a doubtful failure, unless a newer attempt took the key
+// over (then Run returns ErrLeaseLost).
 //
 // It narrows, but cannot close, the window in which a holder that stalled
 // past its lease acts after another took over: the stall can happen

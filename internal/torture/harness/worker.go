@@ -353,7 +353,7 @@ func (w *worker) effect(ctx context.Context) error {
 	// The last check before the irreversible write, as the docs advise: a
 	// worker that stalled past its lease must not act.
 	if err := idem.CheckLease(ctx); err != nil {
-		return err
+		return idem.NothingHappened(err) // refused before the effect
 	}
 	if _, err := w.effects.WriteString(info.Key.String() + "\n"); err != nil {
 		return err
