@@ -747,3 +747,41 @@ func TestOutageHealsUnderDefaults(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckLeaseRefusalNothingHappened: fn that stalls past its lease and
+// refuses before any effect, returning NothingHappened(CheckLease(ctx)) as
+// CheckLease's doc advises, is a plain failure in every mode: backed off and
+// retried, not unknown (AtMostOnce), and the downstream is not asked
+// (TwoPhase).
+func TestCheckLeaseRefusalNothingHappened(t *testing.T) {
+	for _, st := range lockStores {
+		for _, mode := range []string{"at-least-once", "at-most-once", "two-phase"} {
+			t.Run(st.name+"/"+mode, func(t *testing.T) {
+				s := st.open(t, t.TempDir())
+				clk := stalledClock{idemtest.NewClock(t0)}
+				asked := 0
+				modeOpt := modeOption(mode, false)
+				if mode == "two-phase" {
+					modeOpt = idem.TwoPhase(func(context.Context, idem.Key) (bool, error) { asked++; return false, nil })
+				}
+				var res idem.Result
+				err := idem.RunWith(stallGuard(t), s, key, func(ctx context.Context) error {
+					clk.Set(t0.Add(idem.DefaultLease + time.Second)) // the process stalls past its lease
+					return idem.NothingHappened(idem.CheckLease(ctx))
+				}, idem.WithClock(clk), modeOpt, idem.WithBackoff(idem.Constant(time.Minute)), idem.OneAttempt(), idem.ReportTo(&res))
+				if !errors.Is(err, idem.ErrBackingOff) || res.Outcome != idem.BackingOff || asked != 0 {
+					t.Fatalf("the refusing Run: %v (%s), has asked %d times; want backing off, has not asked", err, res.Outcome, asked)
+				}
+				if rec := mustLookup(t, s, key); rec.Status != idem.StatusFailed {
+					t.Fatalf("record %+v; want failed (retried after the backoff)", rec)
+				}
+				clk.Advance(2 * time.Minute)
+				ran := false
+				if err := idem.RunWith(context.Background(), s, key, func(context.Context) error { ran = true; return nil },
+					idem.WithClock(clk), modeOpt); err != nil || !ran {
+					t.Fatalf("the retry: %v, ran %v", err, ran)
+				}
+			})
+		}
+	}
+}
