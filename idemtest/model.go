@@ -93,6 +93,7 @@ type mFile struct {
 type mJob struct {
 	cursor, horizon string // ledgers
 	file            *mFile // watermark stores: nil until first written
+	claimed         int64  // watermark stores: the last attempt number claimed (kept beside the file, so never repeated)
 }
 
 // mLock is a state file's job lock, held by the attempt in flight.
@@ -266,10 +267,15 @@ func (m *model) claim(k idem.Key, takeUnknown, durable bool, cr *crashState) mCl
 		return mClaim{state: idem.ClaimParked}
 	}
 	if m.wm {
-		if f := m.job(k.Job).file; f != nil {
-			c.attempt = f.attempt
+		// A new number, higher than the file's and than every one claimed
+		// before: an AtLeastOnce claim writes nothing to the file, but the
+		// number it took is kept (in the job's lock file).
+		j := m.job(k.Job)
+		if j.file != nil {
+			c.attempt = j.file.attempt
 		}
-		c.attempt++
+		c.attempt = max(c.attempt, j.claimed) + 1
+		j.claimed = c.attempt
 		if durable || c.doubt { // an AtLeastOnce claim of a state file writes nothing
 			if m.write(cr, func() {
 				f := m.fileOf(k.Job)
