@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgo/idem/idemstore"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -91,11 +92,11 @@ func (w *wconn) close() error {
 }
 
 var (
-	_ CatchUpStore            = (*Ledger)(nil)
-	_ TxStore[*sql.Tx]        = (*Ledger)(nil)
-	_ FreshTxStore[*sql.Tx]   = (*Ledger)(nil)
-	_ CatchUpTxStore[*sql.Tx] = (*Ledger)(nil)
-	_ Lister                  = (*Ledger)(nil)
+	_ idemstore.CatchUpStore            = (*Ledger)(nil)
+	_ idemstore.TxStore[*sql.Tx]        = (*Ledger)(nil)
+	_ idemstore.FreshTxStore[*sql.Tx]   = (*Ledger)(nil)
+	_ idemstore.CatchUpTxStore[*sql.Tx] = (*Ledger)(nil)
+	_ idemstore.Lister                  = (*Ledger)(nil)
 )
 
 // sqliteHeader starts every SQLite database file.
@@ -689,7 +690,7 @@ func (l *Ledger) record(ctx context.Context, key Key) (rec Record, ok bool, err 
 	return rec, ok, err
 }
 
-// Lookup implements [Store]: it returns the key's record. A period at or
+// Lookup implements [idemstore.Store]: it returns the key's record. A period at or
 // before the job's horizon, whose record was pruned, is reported done.
 func (l *Ledger) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 	if err := key.Validate(); err != nil {
@@ -711,39 +712,39 @@ func (l *Ledger) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 
 // decide is the claim rule, shared by the read-only fast path and the write
 // transaction: what a claim finds in rec at now.
-func decide(rec Record, found bool, req ClaimRequest) (state ClaimState, take, doubt bool) {
+func decide(rec Record, found bool, req idemstore.ClaimRequest) (state idemstore.ClaimState, take, doubt bool) {
 	if !found {
-		return ClaimAcquired, true, false
+		return idemstore.ClaimAcquired, true, false
 	}
 	now := req.Now
 	switch rec.Status {
 	case StatusDone:
-		return ClaimDone, false, false
+		return idemstore.ClaimDone, false, false
 	case StatusRunning:
-		if now.Before(rec.LeaseUntil) && !HolderGone(rec.Owner) {
-			return ClaimBusy, false, false
+		if now.Before(rec.LeaseUntil) && !idemstore.HolderGone(rec.Owner) {
+			return idemstore.ClaimBusy, false, false
 		}
-		return ClaimAcquired, true, true // the holder died (its process is gone, or its lease expired) or stalled
+		return idemstore.ClaimAcquired, true, true // the holder died (its process is gone, or its lease expired) or stalled
 	case StatusFailed:
 		if now.Before(rec.NotBefore) {
-			return ClaimBackingOff, false, false
+			return idemstore.ClaimBackingOff, false, false
 		}
-		return ClaimAcquired, true, false
+		return idemstore.ClaimAcquired, true, false
 	case StatusUnknown:
 		if req.TakeUnknown {
-			return ClaimAcquired, true, true
+			return idemstore.ClaimAcquired, true, true
 		}
-		return ClaimUnknown, false, false
+		return idemstore.ClaimUnknown, false, false
 	case StatusParked:
-		return ClaimParked, false, false
+		return idemstore.ClaimParked, false, false
 	case StatusSkipped:
-		return ClaimSkipped, false, false
+		return idemstore.ClaimSkipped, false, false
 	}
-	return ClaimParked, false, false
+	return idemstore.ClaimParked, false, false
 }
 
 // abandonedError describes a running attempt taken over at now: its lease
-// expired, or (before that) its process was found gone ([HolderGone]).
+// expired, or (before that) its process was found gone ([idemstore.HolderGone]).
 func abandonedError(rec Record, now time.Time) string {
 	if now.Before(rec.LeaseUntil) {
 		return fmt.Sprintf("attempt %d by %s abandoned: its process died without a done mark (its lease ran to %s)",
@@ -753,8 +754,8 @@ func abandonedError(rec Record, now time.Time) string {
 		rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339Nano))
 }
 
-// Claim implements [Store].
-func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
+// Claim implements [idemstore.Store].
+func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	c, settled, _, err := l.fastClaim(ctx, req)
 	if err != nil || settled {
 		return c, err
@@ -768,33 +769,33 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 // live lease, a backoff or a parked key need the whole record, and no
 // write: settled, c is the answer. Otherwise the key is to be taken by
 // claimTx; found says whether it has a record.
-func (l *Ledger) fastClaim(ctx context.Context, req ClaimRequest) (c Claim, settled, found bool, err error) {
+func (l *Ledger) fastClaim(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, settled, found bool, err error) {
 	var status string
 	err = busyRetry(ctx, func() error {
 		return l.queryRow(ctx, `SELECT status FROM idem_runs WHERE job=? AND period=?`, req.Key.Job, req.Key.Period).Scan(&status)
 	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return Claim{}, false, false, nil // the claim's INSERT checks the horizon
+		return idemstore.Claim{}, false, false, nil // the claim's INSERT checks the horizon
 	case err != nil:
-		return Claim{}, false, false, l.opErr("claim", req.Key, err)
+		return idemstore.Claim{}, false, false, l.opErr("claim", req.Key, err)
 	case Status(status) == StatusDone:
-		return Claim{State: ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}, true, true, nil
+		return idemstore.Claim{State: idemstore.ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}, true, true, nil
 	}
 	rec, found, err := l.record(ctx, req.Key)
 	if err != nil {
-		return Claim{}, false, false, l.opErr("claim", req.Key, err)
+		return idemstore.Claim{}, false, false, l.opErr("claim", req.Key, err)
 	}
 	if state, take, _ := decide(rec, found, req); !take {
-		return Claim{State: state, Record: rec}, true, found, nil
+		return idemstore.Claim{State: state, Record: rec}, true, found, nil
 	}
-	return Claim{}, false, found, nil
+	return idemstore.Claim{}, false, found, nil
 }
 
 // claimTx takes the key for a new attempt in a write transaction, deciding
 // again under the write lock.
-func (l *Ledger) claimTx(ctx context.Context, req ClaimRequest) (Claim, error) {
-	var c Claim
+func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+	var c idemstore.Claim
 	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
 		now := micros(req.Now)
 		until := micros(req.Now.Add(req.Lease))
@@ -803,7 +804,7 @@ func (l *Ledger) claimTx(ctx context.Context, req ClaimRequest) (Claim, error) {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
-			c = Claim{State: ClaimAcquired, Attempt: 1, Record: Record{Key: req.Key}}
+			c = idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: Record{Key: req.Key}}
 			return nil
 		}
 		// The row exists: decide again under the write lock.
@@ -812,11 +813,11 @@ func (l *Ledger) claimTx(ctx context.Context, req ClaimRequest) (Claim, error) {
 			return err
 		}
 		if !found { // not inserted and no row: below the job's horizon
-			c = Claim{State: ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}
+			c = idemstore.Claim{State: idemstore.ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}
 			return nil
 		}
 		state, take, doubt := decide(rec, found, req)
-		c = Claim{State: state, Record: rec}
+		c = idemstore.Claim{State: state, Record: rec}
 		if !take {
 			return nil
 		}
@@ -833,13 +834,13 @@ func (l *Ledger) claimTx(ctx context.Context, req ClaimRequest) (Claim, error) {
 		return err
 	})
 	if err != nil {
-		return Claim{}, l.opErr("claim", req.Key, err)
+		return idemstore.Claim{}, l.opErr("claim", req.Key, err)
 	}
 	return c, nil
 }
 
 func (l *Ledger) opErr(op string, key Key, err error) error {
-	if isStop(err) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotResolvable) || errors.Is(err, ErrLedgerReplaced) {
+	if idemstore.IsStop(err) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotResolvable) || errors.Is(err, ErrLedgerReplaced) {
 		return err
 	}
 	var fe *fnError
@@ -849,7 +850,7 @@ func (l *Ledger) opErr(op string, key Key, err error) error {
 	return fmt.Errorf("idem: %s: %s %s: %w", l.where(), op, key, err)
 }
 
-// Renew implements [Store].
+// Renew implements [idemstore.Store].
 func (l *Ledger) Renew(ctx context.Context, key Key, attempt int64, now time.Time, lease time.Duration) error {
 	var n int64
 	err := busyRetry(ctx, func() error {
@@ -874,8 +875,8 @@ func (l *Ledger) Renew(ctx context.Context, key Key, attempt int64, now time.Tim
 	return nil
 }
 
-// Finish implements [Store]. It always commits with synchronous=FULL.
-func (l *Ledger) Finish(ctx context.Context, key Key, attempt int64, end End) error {
+// Finish implements [idemstore.Store]. It always commits with synchronous=FULL.
+func (l *Ledger) Finish(ctx context.Context, key Key, attempt int64, end idemstore.End) error {
 	var n int64
 	err := l.withTx(ctx, true, func(tx *wtx) error {
 		var err error
@@ -896,7 +897,7 @@ func (l *Ledger) Finish(ctx context.Context, key Key, attempt int64, end End) er
 	return nil
 }
 
-func finishExec(tx *wtx, key Key, attempt int64, end End) (int64, error) {
+func finishExec(tx *wtx, key Key, attempt int64, end idemstore.End) (int64, error) {
 	res, err := tx.exec(`UPDATE idem_runs SET status=?, failures=?, not_before=?, last_error=?,
 		lease_until=0, updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
 		string(end.Status), end.Failures, micros(end.NotBefore), end.Error, micros(end.Now),
@@ -913,7 +914,7 @@ func advanceExec(tx *wtx, job, period string) error {
 	return err
 }
 
-// Job implements [CatchUpStore].
+// Job implements [idemstore.CatchUpStore].
 func (l *Ledger) Job(ctx context.Context, job string) (JobState, error) {
 	js := JobState{Job: job}
 	err := busyRetry(ctx, func() error {
@@ -929,7 +930,7 @@ func (l *Ledger) Job(ctx context.Context, job string) (JobState, error) {
 	return js, nil
 }
 
-// Start implements [CatchUpStore]: it sets the job's cursor to before
+// Start implements [idemstore.CatchUpStore]: it sets the job's cursor to before
 // unless the job has one, and reads the job back, in one durable
 // transaction.
 func (l *Ledger) Start(ctx context.Context, job, before string) (JobState, error) {
@@ -950,7 +951,7 @@ func (l *Ledger) Start(ctx context.Context, job, before string) (JobState, error
 	return js, nil
 }
 
-// Advance implements [CatchUpStore].
+// Advance implements [idemstore.CatchUpStore].
 func (l *Ledger) Advance(ctx context.Context, job, period string) error {
 	if err := (Key{Job: job, Period: period}).Validate(); err != nil {
 		return err
@@ -962,7 +963,7 @@ func (l *Ledger) Advance(ctx context.Context, job, period string) error {
 	return nil
 }
 
-// Prune implements [CatchUpStore]: it deletes the job's done and skipped
+// Prune implements [idemstore.CatchUpStore]: it deletes the job's done and skipped
 // records at or before through and raises the job's horizon to through, in
 // one transaction.
 func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) {
@@ -1024,7 +1025,7 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 	return deleted, nil
 }
 
-// List implements [Lister].
+// List implements [idemstore.Lister].
 func (l *Ledger) List(ctx context.Context, f Filter) ([]Record, error) {
 	q := `SELECT job, period, ` + recordCols + ` FROM idem_runs WHERE (? = '' OR job = ?) AND (? = '' OR status = ?) ORDER BY job, period`
 	args := []any{f.Job, f.Job, string(f.Status), string(f.Status)}
@@ -1066,14 +1067,14 @@ const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owne
 	WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
 	ON CONFLICT DO NOTHING`
 
-// ClaimFinishTx implements [FreshTxStore]: for a key with no record, the
+// ClaimFinishTx implements [idemstore.FreshTxStore]: for a key with no record, the
 // claim's INSERT, fn (in a savepoint) and the done mark in one SQLite
 // transaction, committed with synchronous=FULL. The transaction holds
 // SQLite's write lock from the INSERT on, so no other attempt can claim the
 // key meanwhile, and a crash leaves no record at all. A key with a record
 // (a duplicate trigger, most often) is claimed as by Claim, after the same
 // single read and without the write lock when it is done.
-func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, cursor bool, fn func(*sql.Tx) error) (Claim, bool, error) {
+func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) error) (idemstore.Claim, bool, error) {
 	key := req.Key
 	c, settled, found, err := l.fastClaim(ctx, req)
 	switch {
@@ -1098,7 +1099,7 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, cursor boo
 			return nil // recorded meanwhile, or below the horizon: nothing written
 		}
 		inserted = true
-		if err := Checkpoint(ctx, AfterClaim, key); err != nil {
+		if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, key); err != nil {
 			return err
 		}
 		if _, err := tx.exec(`SAVEPOINT idem_fn`); err != nil {
@@ -1118,25 +1119,25 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req ClaimRequest, cursor boo
 		if _, err := tx.exec(`RELEASE idem_fn`); err != nil {
 			return err
 		}
-		if err := Checkpoint(ctx, AfterFn, key); err != nil {
+		if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
 			return err
 		}
-		if _, err := finishExec(tx, key, 1, End{Status: StatusDone, Now: req.Now}); err != nil || !cursor {
+		if _, err := finishExec(tx, key, 1, idemstore.End{Status: StatusDone, Now: req.Now}); err != nil || !cursor {
 			return err
 		}
 		return advanceExec(tx, key.Job, key.Period)
 	})
 	switch {
 	case err != nil:
-		return Claim{}, false, l.opErr("run tx", key, err)
+		return idemstore.Claim{}, false, l.opErr("run tx", key, err)
 	case !inserted:
 		c, err := l.claimTx(ctx, req) // decides under the write lock
 		return c, false, err
 	}
-	return Claim{State: ClaimAcquired, Attempt: 1, Record: Record{Key: key}}, fnErr == nil, fnErr
+	return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: Record{Key: key}}, fnErr == nil, fnErr
 }
 
-// FinishTx implements [TxStore]: fn's writes and the done mark (and, with
+// FinishTx implements [idemstore.TxStore]: fn's writes and the done mark (and, with
 // cursor, the job's catch-up cursor) commit in one SQLite transaction, with
 // synchronous=FULL. The transaction holds SQLite's write lock from its first
 // statement until it ends, so keep fn short: other writers to the file wait
@@ -1155,10 +1156,10 @@ func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.
 		if err := fn(tx.Tx); err != nil {
 			return err
 		}
-		if err := Checkpoint(ctx, AfterFn, key); err != nil {
+		if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
 			return err
 		}
-		if _, err := finishExec(tx, key, attempt, End{Status: StatusDone, Now: now}); err != nil || !cursor {
+		if _, err := finishExec(tx, key, attempt, idemstore.End{Status: StatusDone, Now: now}); err != nil || !cursor {
 			return err
 		}
 		return advanceExec(tx, key.Job, key.Period)
@@ -1169,7 +1170,7 @@ func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.
 	return nil
 }
 
-// Resolve implements [Store]: it settles a key by hand. ResolveDone marks it
+// Resolve implements [idemstore.Store]: it settles a key by hand. ResolveDone marks it
 // done (the work did happen); ResolveRetry makes it runnable at once with
 // its failure count cleared (the work did not happen). It refuses a key
 // that is done or held by a live attempt, with [ErrNotResolvable].
@@ -1225,7 +1226,7 @@ func resolvable(rec Record, found bool, to Resolution, now time.Time) error {
 		return fmt.Errorf("%w: %s has no record; it is runnable already", ErrNotResolvable, rec.Key)
 	case rec.Status == StatusDone:
 		return fmt.Errorf("%w: %s is done", ErrNotResolvable, rec.Key)
-	case rec.Status == StatusRunning && now.Before(rec.LeaseUntil) && !HolderGone(rec.Owner):
+	case rec.Status == StatusRunning && now.Before(rec.LeaseUntil) && !idemstore.HolderGone(rec.Owner):
 		return fmt.Errorf("%w: %s is held by attempt %d of %s until %s", ErrNotResolvable, rec.Key,
 			rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339))
 	}

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/idemgo/idem/idemstore"
 )
 
 var (
-	_ ItemStore            = (*Ledger)(nil)
-	_ ItemTxStore[*sql.Tx] = (*Ledger)(nil)
+	_ idemstore.ItemStore            = (*Ledger)(nil)
+	_ idemstore.ItemTxStore[*sql.Tx] = (*Ledger)(nil)
 )
 
 // upgradeItems moves the items of a version 2 ledger (one table,
@@ -122,7 +124,7 @@ func addFresh(tx *wtx, key Key, batch []string, fresh []string) ([]string, error
 	return fresh, rows.Err()
 }
 
-// AddItems implements [ItemStore]: the items go into the item set with
+// AddItems implements [idemstore.ItemStore]: the items go into the item set with
 // multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING, and the ones that
 // were new form one chunk, all in one transaction (not synced: SealItems
 // syncs it with the seal).
@@ -168,7 +170,7 @@ func (l *Ledger) AddItems(ctx context.Context, key Key, items []string) error {
 	return nil
 }
 
-// SealItems implements [ItemStore].
+// SealItems implements [idemstore.ItemStore].
 func (l *Ledger) SealItems(ctx context.Context, key Key) error {
 	err := l.withTx(ctx, true, func(tx *wtx) error {
 		_, err := tx.exec(`INSERT INTO idem_itemsets(job, period, sealed) VALUES(?, ?, 1)
@@ -181,7 +183,7 @@ func (l *Ledger) SealItems(ctx context.Context, key Key) error {
 	return nil
 }
 
-// CountItems implements [ItemStore]. An item of a chunk counts as the
+// CountItems implements [idemstore.ItemStore]. An item of a chunk counts as the
 // chunk's status until the chunk settles it: done, or a record of its own.
 func (l *Ledger) CountItems(ctx context.Context, key Key) (ItemCounts, error) {
 	var c ItemCounts
@@ -286,15 +288,15 @@ const claimSingleSQL = `UPDATE idem_item_state SET
 		LIMIT ?7)
 	RETURNING item, attempt, failures, doubt`
 
-// ClaimItems implements [ItemStore]: one UPDATE ... RETURNING for a chunk,
+// ClaimItems implements [idemstore.ItemStore]: one UPDATE ... RETURNING for a chunk,
 // else one for single items, under SQLite's write lock. When neither finds
 // work, the owners of the period's running chunks and items whose leases
-// have not expired are checked with [HolderGone], and the work of those
+// have not expired are checked with [idemstore.HolderGone], and the work of those
 // whose process is gone is claimed as if their leases had expired.
-func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) (ItemBatch, error) {
-	var b ItemBatch
+func (l *Ledger) ClaimItems(ctx context.Context, key Key, req idemstore.ItemClaimRequest) (idemstore.ItemBatch, error) {
+	var b idemstore.ItemBatch
 	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
-		b = ItemBatch{}
+		b = idemstore.ItemBatch{}
 		now, until := micros(req.Now), micros(req.Now.Add(req.Lease))
 		for dead := "[]"; ; {
 			var doubt, failures int
@@ -327,13 +329,13 @@ func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) 
 		}
 	})
 	if err != nil {
-		return ItemBatch{}, l.opErr("claim items", key, err)
+		return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
 	}
 	return b, nil
 }
 
 // claimSingles takes up to req.N single items into b.
-func claimSingles(tx *wtx, key Key, req ItemClaimRequest, now, until int64, dead string, b *ItemBatch) error {
+func claimSingles(tx *wtx, key Key, req idemstore.ItemClaimRequest, now, until int64, dead string, b *idemstore.ItemBatch) error {
 	st, err := tx.stmt(claimSingleSQL)
 	if err != nil {
 		return err
@@ -344,7 +346,7 @@ func claimSingles(tx *wtx, key Key, req ItemClaimRequest, now, until int64, dead
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var c ItemClaim
+		var c idemstore.ItemClaim
 		if err := rows.Scan(&c.Item, &c.Attempt, &c.Failures, &c.Doubt); err != nil {
 			return err
 		}
@@ -355,7 +357,7 @@ func claimSingles(tx *wtx, key Key, req ItemClaimRequest, now, until int64, dead
 
 // goneOwners returns the owners of key's running chunks and items whose
 // leases have not expired at now and whose processes are gone
-// ([HolderGone]).
+// ([idemstore.HolderGone]).
 func goneOwners(tx *wtx, key Key, now int64) ([]string, error) {
 	st, err := tx.stmt(`SELECT owner FROM idem_item_chunks WHERE job = ?1 AND period = ?2 AND status = 'running' AND lease_until > ?3
 		UNION
@@ -374,7 +376,7 @@ func goneOwners(tx *wtx, key Key, now int64) ([]string, error) {
 		if err := rows.Scan(&o); err != nil {
 			return nil, err
 		}
-		if HolderGone(o) {
+		if idemstore.HolderGone(o) {
 			gone = append(gone, o)
 		}
 	}
@@ -384,14 +386,14 @@ func goneOwners(tx *wtx, key Key, now int64) ([]string, error) {
 // chunkClaims turns a claimed chunk's item list into the claims of its
 // unsettled items: those before doubt (the abandoned attempt's started
 // mark) are in doubt.
-func chunkClaims(items string, attempt int64, settled, doubt, failures int) []ItemClaim {
+func chunkClaims(items string, attempt int64, settled, doubt, failures int) []idemstore.ItemClaim {
 	ids := strings.Split(items, "\n")
 	if settled >= len(ids) {
 		return nil
 	}
-	claims := make([]ItemClaim, 0, len(ids)-settled)
+	claims := make([]idemstore.ItemClaim, 0, len(ids)-settled)
 	for pos := settled; pos < len(ids); pos++ {
-		c := ItemClaim{Item: ids[pos], Attempt: attempt}
+		c := idemstore.ItemClaim{Item: ids[pos], Attempt: attempt}
 		if pos < doubt {
 			c.Doubt, c.Failures = true, failures
 		}
@@ -402,7 +404,7 @@ func chunkClaims(items string, attempt int64, settled, doubt, failures int) []It
 
 // advanceChunk moves a chunk's settled position past n items, fenced by
 // its attempt and position; ok is false when the chunk is no longer ours.
-func advanceChunk(tx *wtx, key Key, step ItemStep, n int) (ok bool, err error) {
+func advanceChunk(tx *wtx, key Key, step idemstore.ItemStep, n int) (ok bool, err error) {
 	settled := step.From + n
 	res, err := tx.exec(`UPDATE idem_item_chunks SET settled = ?1, started = max(started, min(?2, n)), lease_until = ?3, updated = ?4,
 			status = CASE WHEN ?1 >= n THEN 'done' ELSE 'running' END
@@ -418,7 +420,7 @@ func advanceChunk(tx *wtx, key Key, step ItemStep, n int) (ok bool, err error) {
 
 // ownRecords writes the records of a chunk's items whose attempt did not
 // end done.
-func ownRecords(tx *wtx, key Key, chunk int64, ends []ItemEnd) error {
+func ownRecords(tx *wtx, key Key, chunk int64, ends []idemstore.ItemEnd) error {
 	for _, e := range ends {
 		if e.Status == StatusDone {
 			continue
@@ -437,7 +439,7 @@ const finishItemSQL = `UPDATE idem_item_state SET status=?, failures=?, not_befo
 
 // finishSingle records the ends of single items, each fenced by its
 // attempt, and returns the items whose attempt no longer held.
-func finishSingle(tx *wtx, key Key, ends []ItemEnd) (lost []string, err error) {
+func finishSingle(tx *wtx, key Key, ends []idemstore.ItemEnd) (lost []string, err error) {
 	st, err := tx.stmt(finishItemSQL)
 	if err != nil {
 		return nil, err
@@ -459,7 +461,7 @@ func finishSingle(tx *wtx, key Key, ends []ItemEnd) (lost []string, err error) {
 	return lost, nil
 }
 
-func endItems(ends []ItemEnd) []string {
+func endItems(ends []idemstore.ItemEnd) []string {
 	items := make([]string, len(ends))
 	for i, e := range ends {
 		items[i] = e.Item
@@ -467,10 +469,10 @@ func endItems(ends []ItemEnd) []string {
 	return items
 }
 
-// FinishItems implements [ItemStore]: one transaction, synchronous=FULL.
+// FinishItems implements [idemstore.ItemStore]: one transaction, synchronous=FULL.
 // A chunk's window costs one UPDATE of the chunk's row, plus an INSERT per
 // item that did not end done.
-func (l *Ledger) FinishItems(ctx context.Context, key Key, step ItemStep, ends []ItemEnd) ([]string, error) {
+func (l *Ledger) FinishItems(ctx context.Context, key Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) ([]string, error) {
 	if len(ends) == 0 {
 		return nil, nil
 	}
@@ -499,12 +501,12 @@ func (l *Ledger) FinishItems(ctx context.Context, key Key, step ItemStep, ends [
 	return lost, nil
 }
 
-// FinishItemsTx implements [ItemTxStore]: the window's items run in one
+// FinishItemsTx implements [idemstore.ItemTxStore]: the window's items run in one
 // SQLite transaction, each in a savepoint, and commit with
 // synchronous=FULL.
-func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, step ItemStep, claims []ItemClaim, fn func(*sql.Tx, ItemClaim) error, failed func(ItemClaim, error) ItemEnd) ([]ItemEnd, []string, error) {
+func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, step idemstore.ItemStep, claims []idemstore.ItemClaim, fn func(*sql.Tx, idemstore.ItemClaim) error, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
 	var (
-		ends []ItemEnd
+		ends []idemstore.ItemEnd
 		lost []string
 	)
 	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
@@ -541,7 +543,7 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, step ItemStep, clai
 			if _, err := tx.exec(`SAVEPOINT idem_item`); err != nil {
 				return err
 			}
-			end := ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: step.Now}
+			end := idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: step.Now}
 			if ferr := fn(tx.Tx, c); ferr != nil {
 				if _, err := tx.exec(`ROLLBACK TO idem_item`); err != nil {
 					return err
@@ -560,7 +562,7 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, step ItemStep, clai
 		} else if _, err := finishSingle(tx, key, ends); err != nil {
 			return err
 		}
-		return Checkpoint(ctx, AfterFn, key)
+		return idemstore.Checkpoint(ctx, idemstore.AfterFn, key)
 	})
 	if err != nil {
 		return nil, nil, l.opErr("run items", key, err)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/renameio/v2"
+	"github.com/idemgo/idem/idemstore"
 )
 
 // StateFileVersion is the version of the state file format that this
@@ -92,8 +93,8 @@ type heldLock struct {
 }
 
 var (
-	_ CatchUpStore = (*StateFile)(nil)
-	_ Lister       = (*StateFile)(nil)
+	_ idemstore.CatchUpStore = (*StateFile)(nil)
+	_ idemstore.Lister       = (*StateFile)(nil)
 )
 
 // stateDoc is the file's content.
@@ -288,8 +289,8 @@ func decodeState(path string, b []byte) (*stateDoc, error) {
 		return nil, bad(`no "jobs" object`)
 	}
 	for job, st := range doc.Jobs {
-		if err := validPart("job", job); err != nil {
-			return nil, bad("job %s: %v", quotePart(job), err)
+		if err := idemstore.ValidatePart("job", job); err != nil {
+			return nil, bad("job %s: %v", idemstore.QuotePart(job), err)
 		}
 		if st == nil {
 			return nil, bad("job %q: null", job)
@@ -297,9 +298,9 @@ func decodeState(path string, b []byte) (*stateDoc, error) {
 		switch {
 		case st.Attempt < 0 || st.Failures < 0:
 			return nil, bad("job %q: negative attempt or failures", job)
-		case st.LastDonePeriod != "" && validPart("period", st.LastDonePeriod) != nil:
+		case st.LastDonePeriod != "" && idemstore.ValidatePart("period", st.LastDonePeriod) != nil:
 			return nil, bad("job %q: invalid lastDonePeriod", job)
-		case st.PendingPeriod != "" && validPart("period", st.PendingPeriod) != nil:
+		case st.PendingPeriod != "" && idemstore.ValidatePart("period", st.PendingPeriod) != nil:
 			return nil, bad("job %q: invalid pendingPeriod", job)
 		}
 		switch st.Status {
@@ -357,7 +358,7 @@ func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
 	if _, err := t.Write(b); err != nil {
 		return fmt.Errorf("idem: state file %s: %w", s.path, err)
 	}
-	if err := Checkpoint(ctx, MidWrite, key); err != nil {
+	if err := idemstore.Checkpoint(ctx, idemstore.MidWrite, key); err != nil {
 		crashed = true
 		return err
 	}
@@ -365,15 +366,15 @@ func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
 	// here may be a failed fsync, after which the kernel's view of the data
 	// is unknown: it is fatal, never retried.
 	if err := t.CloseAtomicallyReplace(); err != nil {
-		s.broken = &fatalError{fmt.Errorf("idem: state file %s: fsync or rename failed, refusing further writes: %w", s.path, err)}
+		s.broken = idemstore.Fatal(fmt.Errorf("idem: state file %s: fsync or rename failed, refusing further writes: %w", s.path, err))
 		return s.broken
 	}
-	if err := Checkpoint(ctx, AfterRename, key); err != nil {
+	if err := idemstore.Checkpoint(ctx, idemstore.AfterRename, key); err != nil {
 		crashed = true
 		return err
 	}
 	if err := syncDir(s.dir); err != nil {
-		s.broken = &fatalError{fmt.Errorf("idem: state file %s: directory fsync failed, refusing further writes: %w", s.path, err)}
+		s.broken = idemstore.Fatal(fmt.Errorf("idem: state file %s: directory fsync failed, refusing further writes: %w", s.path, err))
 		return s.broken
 	}
 	return nil
@@ -542,7 +543,7 @@ func (st *jobState) record(key Key) (Record, bool) {
 	return Record{Key: key}, false
 }
 
-// Lookup implements [Store].
+// Lookup implements [idemstore.Store].
 func (s *StateFile) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 	if err := key.Validate(); err != nil {
 		return Record{}, false, err
@@ -555,28 +556,28 @@ func (s *StateFile) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 	return rec, ok, nil
 }
 
-// Claim implements [Store]. The claim holds the job's lock until Finish.
-func (s *StateFile) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
+// Claim implements [idemstore.Store]. The claim holds the job's lock until Finish.
+func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	key := req.Key
 	// Fast path: no lock, no write for a done period.
 	doc, err := s.read()
 	if err != nil {
-		return Claim{}, err
+		return idemstore.Claim{}, err
 	}
 	if rec, ok := doc.Jobs[key.Job].record(key); ok && rec.Status == StatusDone {
-		return Claim{State: ClaimDone, Record: rec}, nil
+		return idemstore.Claim{State: idemstore.ClaimDone, Record: rec}, nil
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f, ok, err := s.tryLock(key.Job)
 	if err != nil {
-		return Claim{}, err
+		return idemstore.Claim{}, err
 	}
 	if !ok {
 		rec, _ := doc.Jobs[key.Job].record(key)
 		rec.Status = StatusRunning
-		return Claim{State: ClaimBusy, Record: rec}, nil
+		return idemstore.Claim{State: idemstore.ClaimBusy, Record: rec}, nil
 	}
 	keep := false
 	defer func() {
@@ -587,26 +588,26 @@ func (s *StateFile) Claim(ctx context.Context, req ClaimRequest) (Claim, error) 
 	// Under the locks, read again: the last holder may have just finished.
 	doc, unlock, err := s.readLocked()
 	if err != nil {
-		return Claim{}, err
+		return idemstore.Claim{}, err
 	}
 	defer unlock()
 	st := doc.Jobs[key.Job]
 	if st == nil {
 		st = &jobState{Status: StatusDone}
 	} else if err := checkShape(st, key); err != nil {
-		return Claim{}, err
+		return idemstore.Claim{}, err
 	}
 	rec, found := st.record(key)
 	if !found && st.PendingPeriod != "" {
-		return Claim{}, fmt.Errorf("%w: %s: period %s of job %q is %s (%s); it must be done, resolved or reset first",
+		return idemstore.Claim{}, fmt.Errorf("%w: %s: period %s of job %q is %s (%s); it must be done, resolved or reset first",
 			ErrOutOfOrder, key, st.PendingPeriod, key.Job, st.Status, st.LastError)
 	}
 	state, take, doubt := decide(rec, found, req)
 	if rec.Status == StatusRunning {
 		// We hold the lock, so its holder is gone: the attempt died.
-		state, take, doubt = ClaimAcquired, true, true
+		state, take, doubt = idemstore.ClaimAcquired, true, true
 	}
-	c := Claim{State: state, Record: rec}
+	c := idemstore.Claim{State: state, Record: rec}
 	if !take {
 		return c, nil
 	}
@@ -615,11 +616,11 @@ func (s *StateFile) Claim(ctx context.Context, req ClaimRequest) (Claim, error) 
 	// the job's lock file keeps the last number claimed.
 	last, err := lastClaimed(f)
 	if err != nil {
-		return Claim{}, fmt.Errorf("idem: state file lock %s: %w", f.Name(), err)
+		return idemstore.Claim{}, fmt.Errorf("idem: state file lock %s: %w", f.Name(), err)
 	}
 	c.Attempt, c.Doubt = max(st.Attempt, last)+1, doubt
 	if err := markClaimed(f, c.Attempt); err != nil {
-		return Claim{}, fmt.Errorf("idem: state file lock %s: %w", f.Name(), err)
+		return idemstore.Claim{}, fmt.Errorf("idem: state file lock %s: %w", f.Name(), err)
 	}
 	if doubt && rec.Status == StatusRunning {
 		c.Record.Failures++
@@ -631,7 +632,7 @@ func (s *StateFile) Claim(ctx context.Context, req ClaimRequest) (Claim, error) 
 		next.Failures, next.LastError, next.NotBefore, next.Updated = c.Record.Failures, c.Record.LastError, time.Time{}, req.Now
 		doc.Jobs[key.Job] = &next
 		if err := s.write(ctx, key, doc); err != nil {
-			return Claim{}, err // the lock is released, as on a crash
+			return idemstore.Claim{}, err // the lock is released, as on a crash
 		}
 	}
 	keep = true
@@ -648,7 +649,7 @@ func (s *StateFile) holder(key Key, attempt int64) (*heldLock, error) {
 	return h, nil
 }
 
-// Renew implements [Store]. The lock is the lease: renewing only checks
+// Renew implements [idemstore.Store]. The lock is the lease: renewing only checks
 // that this process still holds it.
 func (s *StateFile) Renew(ctx context.Context, key Key, attempt int64, now time.Time, lease time.Duration) error {
 	s.mu.Lock()
@@ -657,12 +658,12 @@ func (s *StateFile) Renew(ctx context.Context, key Key, attempt int64, now time.
 	return err
 }
 
-// Finish implements [Store]. It writes the attempt's end durably and
+// Finish implements [idemstore.Store]. It writes the attempt's end durably and
 // releases the job's lock. If the write fails (a full disk), the file is as
 // it was and the lock stays held, so that the end can be written again; Run
 // retries it a few times, and when it gives up it releases the lock (the
 // next Run then finds the attempt died).
-func (s *StateFile) Finish(ctx context.Context, key Key, attempt int64, end End) error {
+func (s *StateFile) Finish(ctx context.Context, key Key, attempt int64, end idemstore.End) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, err := s.holder(key, attempt)
@@ -695,7 +696,7 @@ func (s *StateFile) Finish(ctx context.Context, key Key, attempt int64, end End)
 	return nil
 }
 
-func (h *heldLock) owner() string { return processOwner() }
+func (h *heldLock) owner() string { return idemstore.Owner() }
 
 func (s *StateFile) release(job string) {
 	if h := s.held[job]; h != nil {
@@ -716,7 +717,7 @@ func (s *StateFile) abandon(key Key, attempt int64) {
 	}
 }
 
-// Resolve implements [Store]. ResolveDone moves the job's watermark to
+// Resolve implements [idemstore.Store]. ResolveDone moves the job's watermark to
 // key.Period (every earlier period counts as done); ResolveRetry makes the
 // pending period runnable at once. It refuses while an attempt holds the
 // job's lock.
@@ -767,7 +768,7 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 	return s.write(ctx, key, doc)
 }
 
-// Job implements [CatchUpStore]: the job's watermark is both its cursor
+// Job implements [idemstore.CatchUpStore]: the job's watermark is both its cursor
 // and its horizon.
 func (s *StateFile) Job(ctx context.Context, job string) (JobState, error) {
 	doc, err := s.read()
@@ -781,7 +782,7 @@ func (s *StateFile) Job(ctx context.Context, job string) (JobState, error) {
 	return js, nil
 }
 
-// Start implements [CatchUpStore]. The job's cursor is its watermark, so
+// Start implements [idemstore.CatchUpStore]. The job's cursor is its watermark, so
 // for a job that has neither a watermark nor a pending period it writes the
 // watermark before, durably: from then on every period at or before it
 // counts as done (a Run of one returns AlreadyDone without running it), as
@@ -827,7 +828,7 @@ func (s *StateFile) Start(ctx context.Context, job, before string) (JobState, er
 	return JobState{Job: job, Cursor: before, Horizon: before}, nil
 }
 
-// Advance implements [CatchUpStore]. The watermark moves only with done
+// Advance implements [idemstore.CatchUpStore]. The watermark moves only with done
 // marks: advancing to a period at or before it does nothing, and past it is
 // refused (it would mark the periods in between done).
 func (s *StateFile) Advance(ctx context.Context, job, period string) error {
@@ -842,7 +843,7 @@ func (s *StateFile) Advance(ctx context.Context, job, period string) error {
 		ErrOutOfOrder, s.path, job, js.Cursor, period)
 }
 
-// List implements [Lister]: one record per job, for its pending period if
+// List implements [idemstore.Lister]: one record per job, for its pending period if
 // it has one, else its last done period.
 func (s *StateFile) List(ctx context.Context, f Filter) ([]Record, error) {
 	doc, err := s.read()
@@ -873,7 +874,7 @@ func (s *StateFile) List(ctx context.Context, f Filter) ([]Record, error) {
 	return recs, nil
 }
 
-// Prune implements [CatchUpStore]. A state file keeps no per-period
+// Prune implements [idemstore.CatchUpStore]. A state file keeps no per-period
 // records, only the watermark, which is already its horizon: there is
 // nothing to delete.
 func (s *StateFile) Prune(ctx context.Context, job, through string) (int64, error) {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 )
 
 // ModelOptions sizes a run of [TestModel]. The environment overrides them,
@@ -86,9 +87,9 @@ func SQLTx() *TxHarness {
 			return err
 		},
 		Run: func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
-			ts, ok := s.(idem.TxStore[*sql.Tx])
+			ts, ok := s.(idemstore.TxStore[*sql.Tx])
 			if !ok {
-				return fmt.Errorf("idemtest: SQLTx: %T is not an idem.TxStore[*sql.Tx]", s)
+				return fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.TxStore[*sql.Tx]", s)
 			}
 			return idem.RunTxWith(ctx, ts, key, func(ctx context.Context, tx *sql.Tx) error {
 				if err := write(ctx, tx, key); err != nil {
@@ -98,9 +99,9 @@ func SQLTx() *TxHarness {
 			}, opts...)
 		},
 		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
-			cs, ok := s.(idem.CatchUpTxStore[*sql.Tx])
+			cs, ok := s.(idemstore.CatchUpTxStore[*sql.Tx])
 			if !ok {
-				return idem.CatchUpResult{}, fmt.Errorf("idemtest: SQLTx: %T is not an idem.CatchUpTxStore[*sql.Tx]", s)
+				return idem.CatchUpResult{}, fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.CatchUpTxStore[*sql.Tx]", s)
 			}
 			return idem.CatchUpTx(ctx, cs, job, sched, func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 				if err := write(ctx, tx, idem.Key{Job: job, Period: p.Name}); err != nil {
@@ -520,7 +521,7 @@ func (g *gen) crash(percent int) mCrash {
 	if g.r.IntN(100) >= percent {
 		return mCrash{}
 	}
-	ps := idem.Points()
+	ps := idemstore.Points()
 	return mCrash{point: ps[g.r.IntN(len(ps))], nth: 1 + g.r.IntN(2)}
 }
 
@@ -671,7 +672,7 @@ type world struct {
 	h        Harness
 	cfg      *modelConfig
 	s        idem.Store
-	cs       idem.CatchUpStore // nil when the store is not one
+	cs       idemstore.CatchUpStore // nil when the store is not one
 	clk      *mclock
 	wait     time.Duration // bound of each wait inside an operation
 	hasFails atomic.Bool
@@ -827,7 +828,7 @@ func crashCtx(ctx context.Context, c mCrash) context.Context {
 		return ctx
 	}
 	n := 0
-	return CrashWhen(ctx, func(p idem.Point, _ idem.Key) bool {
+	return CrashWhen(ctx, func(p idemstore.Point, _ idem.Key) bool {
 		if p != c.point {
 			return false
 		}
@@ -1208,7 +1209,7 @@ func (w *world) compare(ctx context.Context, m *model, op mOp, want mStep, got r
 	// Every record.
 	times := w.h.Shift == nil
 	wantRecs := m.records()
-	if ls, ok := w.s.(idem.Lister); ok {
+	if ls, ok := w.s.(idemstore.Lister); ok {
 		recs, err := ls.List(ctx, idem.Filter{})
 		if err != nil {
 			add(fmt.Sprintf("List: %v", err))
@@ -1455,7 +1456,7 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 				return
 			}
 		}
-		cs, _ := s.(idem.CatchUpStore)
+		cs, _ := s.(idemstore.CatchUpStore)
 		_, fresh := reflect.TypeOf(s).MethodByName("ClaimFinishTx")
 		m := newModel(h.Watermark, !h.LeaseExpiry, h.Shift != nil, fresh, cfg.modes)
 		w := &world{t: t, h: h, cfg: cfg, s: s, cs: cs, clk: clk, wait: o.StepTimeout / 2, synced: time.Now(),

@@ -147,7 +147,7 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	// $4, status $5) and still claimable, for attempt+1. A running attempt
 	// is claimable once its lease expired, or if its owner is $8 (not
 	// empty): an owner whose process the claimer found gone
-	// (idem.HolderGone). The abandoned attempt counts as a failure.
+	// (idemstore.HolderGone). The abandoned attempt counts as a failure.
 	takeSQL = `UPDATE {s}.runs SET status = 'running', attempt = attempt + 1, owner = $3,
 		lease_until = clock_timestamp() + $6::float8 * interval '1 microsecond', not_before = NULL,
 		failures = CASE WHEN status = 'running' THEN failures + 1 ELSE failures END,
@@ -294,7 +294,7 @@ DROP TABLE {s}.items;`
 
 	// claimChunkSQL takes one runnable chunk: pending (the first added), or
 	// running with an expired lease or held by an owner of $6 (owners whose
-	// processes the claimer found gone: idem.HolderGone; checked again on
+	// processes the claimer found gone: idemstore.HolderGone; checked again on
 	// the locked row, so that two claimers never both take a chunk over),
 	// whose abandoned attempt counts as a
 	// failure and whose started items are in doubt (doubt = its started

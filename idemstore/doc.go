@@ -1,0 +1,22 @@
+// Package idemstore defines the interfaces and types that idem's stores
+// implement, and the protocol rules they share. Most code should use
+// package idem.
+//
+// A store keeps one [Record] per [Key] and makes each state change of the
+// Run protocol atomic: [Store] is what every store implements, and
+// [TxStore], [FreshTxStore], [CatchUpStore], [CatchUpTxStore], [Lister],
+// [ItemStore], [ItemTxStore] and [Releaser] are what the calls of package
+// idem that need more ask for. The SQLite ledger and the state file of
+// package idem, and the Postgres ledger of module
+// github.com/idemgo/idem/pgledger, implement them against this package
+// alone; so can a store of your own.
+//
+// Stores call [Checkpoint] at their crash points ([Point]), which package
+// idemtest uses to stop a run as a SIGKILL would; [HolderGone] tells a
+// store that a lease's holder has died on this host; and the sentinel
+// errors ([ErrLeaseLost], [ErrNotResolvable], ...) are those package idem
+// re-exports, so that errors.Is works with either name.
+//
+// Package idemtest proves a store: the conformance suite
+// (idemtest.TestStore) and the model-based test (idemtest.TestModel).
+package idemstore
