@@ -267,8 +267,8 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 		// or the lease was lost. Drop what this process holds for it (a
 		// state file's lock), as the kernel would if the process died, so
 		// that no lock outlives its attempt.
-		if a, ok := s.(abandoner); ok && r.held > 0 {
-			a.abandon(key, r.held)
+		if rs, ok := s.(idemstore.Releaser); ok && r.held > 0 {
+			rs.Release(key, r.held)
 		}
 	}()
 	return r.loop(ctx, fn, tx, fresh)
@@ -294,18 +294,6 @@ type finishAlways struct{ Store }
 
 func (f finishAlways) Finish(ctx context.Context, key Key, attempt int64, end idemstore.End) error {
 	return f.Store.Finish(context.WithoutCancel(ctx), key, attempt, end)
-}
-
-// abandon reaches the wrapped store's abandoner.
-func (f finishAlways) abandon(key Key, attempt int64) {
-	if a, ok := f.Store.(abandoner); ok {
-		a.abandon(key, attempt)
-	}
-}
-
-// abandoner is a store that holds process-bound resources for an attempt.
-type abandoner interface {
-	abandon(key Key, attempt int64)
 }
 
 type runner struct {

@@ -95,6 +95,7 @@ type heldLock struct {
 var (
 	_ idemstore.CatchUpStore = (*StateFile)(nil)
 	_ idemstore.Lister       = (*StateFile)(nil)
+	_ idemstore.Releaser     = (*StateFile)(nil)
 )
 
 // stateDoc is the file's content.
@@ -692,28 +693,31 @@ func (s *StateFile) Finish(ctx context.Context, key Key, attempt int64, end idem
 	if err := s.write(ctx, key, doc); err != nil {
 		return err
 	}
-	s.release(key.Job)
+	s.dropLock(key.Job)
 	return nil
 }
 
 func (h *heldLock) owner() string { return idemstore.Owner() }
 
-func (s *StateFile) release(job string) {
+// dropLock closes the job's lock file, which releases its flock.
+func (s *StateFile) dropLock(job string) {
 	if h := s.held[job]; h != nil {
 		h.f.Close()
 		delete(s.held, job)
 	}
 }
 
-// abandon drops what this process holds for key's attempt without writing,
-// as the kernel would when the process dies. Run calls it whenever an
-// attempt ends without its end written: a crash point stopped the run, fn
-// panicked, the lease was lost, or Finish kept failing.
-func (s *StateFile) abandon(key Key, attempt int64) {
+// Release implements [idemstore.Releaser]: it drops the job's lock that
+// this process holds for key's attempt, without writing, as the kernel
+// would when the process dies. Run calls it whenever an attempt ends
+// without its end written: a crash point stopped the run, fn panicked, the
+// lease was lost, or Finish kept failing. The next claim then finds the
+// attempt died. For any other attempt it does nothing.
+func (s *StateFile) Release(key Key, attempt int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if h := s.held[key.Job]; h != nil && h.period == key.Period && h.attempt == attempt {
-		s.release(key.Job)
+		s.dropLock(key.Job)
 	}
 }
 
