@@ -843,10 +843,6 @@ func (l *Ledger) opErr(op string, key Key, err error) error {
 	if idemstore.IsStop(err) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotResolvable) || errors.Is(err, ErrLedgerReplaced) {
 		return err
 	}
-	var fe *fnError
-	if errors.As(err, &fe) {
-		return err
-	}
 	return fmt.Errorf("idem: %s: %s %s: %w", l.where(), op, key, err)
 }
 

@@ -72,33 +72,54 @@ func RunTxWith[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn
 	}
 	cfg := newConfig(s, nil, opts)
 	cfg.mode = atLeastOnce
-	body := func(ctx context.Context) func(Tx) error {
+	// body is fn as the store calls it. Whether fn failed is kept here, in
+	// *failed (reset at each call: a store may run the transaction again),
+	// not recognised in the store's answer, which may wrap fn's error or
+	// replace it.
+	body := func(ctx context.Context, failed **fnError) func(Tx) error {
 		return func(tx Tx) error {
+			*failed = nil
 			if err := fn(ctx, tx); err != nil {
-				return &fnError{err}
+				*failed = &fnError{err}
+				return *failed
 			}
 			return nil
 		}
 	}
 	var fresh freshBody
 	if fs, ok := s.(idemstore.FreshTxStore[Tx]); ok {
-		fresh = func(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool, error) {
-			return fs.ClaimFinishTx(ctx, req, cfg.catchUp.cursor, body(ctx))
+		fresh = func(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool, *fnError, error) {
+			var failed *fnError
+			c, done, err := fs.ClaimFinishTx(ctx, req, cfg.catchUp.cursor, body(ctx, &failed))
+			if failed != nil && err == error(failed) {
+				// fn's error as is: the claim alone was committed.
+				return c, false, failed, nil
+			}
+			return c, done, nil, err
 		}
 	}
 	return execute(ctx, s, key, cfg, nil, func(ctx context.Context, attempt int64, now time.Time) error {
-		return s.FinishTx(ctx, key, attempt, now, cfg.catchUp.cursor, body(ctx))
+		var failed *fnError
+		err := s.FinishTx(ctx, key, attempt, now, cfg.catchUp.cursor, body(ctx, &failed))
+		if err != nil && failed != nil {
+			return failed // fn failed: its writes rolled back with the done mark
+		}
+		return err
 	}, fresh)
 }
 
-// txBody runs fn and marks the attempt done in one transaction.
+// txBody runs fn and marks the attempt done in one transaction. An error
+// that is an *fnError is fn's own.
 type txBody func(ctx context.Context, attempt int64, now time.Time) error
 
 // freshBody claims the key, and if it has no record, runs fn and marks the
-// key done in the same transaction (FreshTxStore.ClaimFinishTx).
-type freshBody func(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, done bool, err error)
+// key done in the same transaction (FreshTxStore.ClaimFinishTx). fnErr is
+// set when fn failed and the claim of attempt 1 alone was committed; err,
+// when nothing was committed.
+type freshBody func(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, done bool, fnErr *fnError, err error)
 
-// fnError carries fn's error through a store's FinishTx.
+// fnError marks an error as fn's own, for the engine's loop. Stores never
+// see it as such: see RunTxWith.
 type fnError struct{ err error }
 
 func (e *fnError) Error() string { return e.err.Error() }
@@ -362,21 +383,23 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			f := fresh
 			fresh = nil
 			info := Info{Key: r.key, Attempt: 1, RequestID: r.key.RequestID(), Owner: req.Owner}
-			var done bool
-			var err error
-			c, done, err = f(context.WithValue(ctx, infoKey{}, info), req)
-			var fe *fnError
+			var (
+				done  bool
+				fnErr *fnError
+				err   error
+			)
+			c, done, fnErr, err = f(context.WithValue(ctx, infoKey{}, info), req)
 			switch {
 			case done:
 				r.res.Attempt, r.res.Attempts, r.res.Outcome = 1, 1, Ran
 				r.log(slog.LevelInfo, "done")
 				return idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
-			case errors.As(err, &fe):
+			case fnErr != nil:
 				// fn failed; the claim of attempt 1 alone was committed. Go
 				// on as after any failed attempt.
 				r.res.Attempt, r.res.Attempts = 1, 1
 				r.acquired(1)
-				runErr, ranFn = err, true
+				runErr, ranFn = fnErr, true
 			case idemstore.IsStop(err):
 				return err
 			case err != nil:
