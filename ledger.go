@@ -42,6 +42,7 @@ type Ledger struct {
 	path     string
 	file     *ledgerConnector // an owned ledger's file, checked before each write; nil when attached
 	defaults []Option
+	clock    Clock    // for the times the ledger takes itself (Resolve's); WithClock among defaults
 	stmts    sync.Map // stmtKey → *sql.Stmt: the driver caches no statements
 
 	// wmu serializes this process's write transactions. SQLite allows one
@@ -214,7 +215,7 @@ func NewLedger(ctx context.Context, db *sql.DB, opts ...Option) (*Ledger, error)
 }
 
 func newLedger(ctx context.Context, db *sql.DB, path string, opts []Option) (*Ledger, error) {
-	l := &Ledger{db: db, path: path, defaults: opts}
+	l := &Ledger{db: db, path: path, defaults: opts, clock: storeClock(opts)}
 	if err := l.migrate(ctx); err != nil {
 		return nil, err
 	}
@@ -1178,7 +1179,7 @@ func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
 		return fmt.Errorf("idem: unknown resolution %d", to)
 	}
 	err := l.withTx(ctx, true, func(tx *wtx) error {
-		now := newConfigFrom(l.defaults, nil).clock.Now()
+		now := l.clock.Now()
 		// First statement a write: touch the row if it exists.
 		if _, err := tx.ExecContext(ctx, `UPDATE idem_runs SET updated=updated WHERE job=? AND period=?`, key.Job, key.Period); err != nil {
 			return err

@@ -80,6 +80,7 @@ type StateFile struct {
 	path     string
 	dir      string
 	defaults []Option
+	clock    Clock // for the times the store takes itself (Start's); WithClock among defaults
 
 	mu     sync.Mutex // serializes read-modify-write in this process
 	held   map[string]*heldLock
@@ -151,7 +152,7 @@ func OpenStateFile(path string, opts ...Option) (*StateFile, error) {
 	if abs, err = resolveStateFile(abs); err != nil {
 		return nil, err
 	}
-	s := &StateFile{path: abs, dir: filepath.Dir(abs), defaults: opts, held: map[string]*heldLock{}}
+	s := &StateFile{path: abs, dir: filepath.Dir(abs), defaults: opts, clock: storeClock(opts), held: map[string]*heldLock{}}
 	if _, err := s.read(); err != nil {
 		return nil, err
 	}
@@ -825,7 +826,7 @@ func (s *StateFile) Start(ctx context.Context, job, before string) (JobState, er
 	if st := doc.Jobs[job]; st != nil {
 		return JobState{Job: job, Cursor: st.LastDonePeriod, Horizon: st.LastDonePeriod}, nil
 	}
-	doc.Jobs[job] = &jobState{LastDonePeriod: before, Status: StatusDone, Updated: newConfigFrom(s.defaults, nil).clock.Now()}
+	doc.Jobs[job] = &jobState{LastDonePeriod: before, Status: StatusDone, Updated: s.clock.Now()}
 	if err := s.write(ctx, key, doc); err != nil {
 		return JobState{}, err
 	}
