@@ -711,50 +711,6 @@ func (l *Ledger) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 	return rec, false, err
 }
 
-// decide is the claim rule, shared by the read-only fast path and the write
-// transaction: what a claim finds in rec at now.
-func decide(rec Record, found bool, req idemstore.ClaimRequest) (state idemstore.ClaimState, take, doubt bool) {
-	if !found {
-		return idemstore.ClaimAcquired, true, false
-	}
-	now := req.Now
-	switch rec.Status {
-	case StatusDone:
-		return idemstore.ClaimDone, false, false
-	case StatusRunning:
-		if now.Before(rec.LeaseUntil) && !idemstore.HolderGone(rec.Owner) {
-			return idemstore.ClaimBusy, false, false
-		}
-		return idemstore.ClaimAcquired, true, true // the holder died (its process is gone, or its lease expired) or stalled
-	case StatusFailed:
-		if now.Before(rec.NotBefore) {
-			return idemstore.ClaimBackingOff, false, false
-		}
-		return idemstore.ClaimAcquired, true, false
-	case StatusUnknown:
-		if req.TakeUnknown {
-			return idemstore.ClaimAcquired, true, true
-		}
-		return idemstore.ClaimUnknown, false, false
-	case StatusParked:
-		return idemstore.ClaimParked, false, false
-	case StatusSkipped:
-		return idemstore.ClaimSkipped, false, false
-	}
-	return idemstore.ClaimParked, false, false
-}
-
-// abandonedError describes a running attempt taken over at now: its lease
-// expired, or (before that) its process was found gone ([idemstore.HolderGone]).
-func abandonedError(rec Record, now time.Time) string {
-	if now.Before(rec.LeaseUntil) {
-		return fmt.Sprintf("attempt %d by %s abandoned: its process died without a done mark (its lease ran to %s)",
-			rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339Nano))
-	}
-	return fmt.Sprintf("attempt %d by %s abandoned: lease expired at %s without a done mark",
-		rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339Nano))
-}
-
 // Claim implements [idemstore.Store].
 func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	c, settled, _, err := l.fastClaim(ctx, req)
@@ -787,7 +743,7 @@ func (l *Ledger) fastClaim(ctx context.Context, req idemstore.ClaimRequest) (c i
 	if err != nil {
 		return idemstore.Claim{}, false, false, l.opErr("claim", req.Key, err)
 	}
-	if state, take, _ := decide(rec, found, req); !take {
+	if state, take, _ := idemstore.Decide(rec, found, req); !take {
 		return idemstore.Claim{State: state, Record: rec}, true, found, nil
 	}
 	return idemstore.Claim{}, false, found, nil
@@ -817,7 +773,7 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idems
 			c = idemstore.Claim{State: idemstore.ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}
 			return nil
 		}
-		state, take, doubt := decide(rec, found, req)
+		state, take, doubt := idemstore.Decide(rec, found, req)
 		c = idemstore.Claim{State: state, Record: rec}
 		if !take {
 			return nil
@@ -826,7 +782,7 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idems
 		lastErr := rec.LastError
 		if rec.Status == StatusRunning {
 			c.Record.Failures++
-			lastErr = abandonedError(rec, req.Now)
+			lastErr = idemstore.AbandonedNote(rec, req.Now)
 			c.Record.LastError = lastErr
 		}
 		_, err = tx.exec(`UPDATE idem_runs SET status='running', attempt=?, failures=?, owner=?,
@@ -1175,8 +1131,8 @@ func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	if to < ResolveDone || to > ResolveSkip {
-		return fmt.Errorf("idem: unknown resolution %d", to)
+	if err := to.Validate(); err != nil {
+		return err
 	}
 	err := l.withTx(ctx, true, func(tx *wtx) error {
 		now := l.clock.Now()
@@ -1197,10 +1153,10 @@ func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
 				rec, found = Record{Key: key, Status: StatusDone}, true
 			}
 		}
-		if err := resolvable(rec, found, to, now); err != nil {
+		if err := idemstore.Resolvable(rec, found, to, now); err != nil {
 			return err
 		}
-		status, msg := resolution(rec, to)
+		status, msg := idemstore.Resolved(rec, to)
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_runs(job, period, status, attempt, failures, last_error, created, updated)
 			VALUES(?, ?, ?, 0, 0, ?, ?, ?)
 			ON CONFLICT(job, period) DO UPDATE SET status=excluded.status, failures=0, not_before=0, lease_until=0,
@@ -1214,39 +1170,6 @@ func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
 		return l.opErr("resolve", key, err)
 	}
 	return nil
-}
-
-// resolvable reports whether an operator may resolve rec as to.
-func resolvable(rec Record, found bool, to Resolution, now time.Time) error {
-	switch {
-	case !found && to == ResolveRetry:
-		return fmt.Errorf("%w: %s has no record; it is runnable already", ErrNotResolvable, rec.Key)
-	case rec.Status == StatusDone:
-		return fmt.Errorf("%w: %s is done", ErrNotResolvable, rec.Key)
-	case rec.Status == StatusRunning && now.Before(rec.LeaseUntil) && !idemstore.HolderGone(rec.Owner):
-		return fmt.Errorf("%w: %s is held by attempt %d of %s until %s", ErrNotResolvable, rec.Key,
-			rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339))
-	}
-	return nil
-}
-
-// resolution is the status and note an operator's resolution leaves.
-func resolution(rec Record, to Resolution) (Status, string) {
-	prev := string(rec.Status)
-	if prev == "" {
-		prev = "none"
-	}
-	switch to {
-	case ResolveDone:
-		return StatusDone, ""
-	case ResolveSkip:
-		return StatusSkipped, "skipped without running (was " + prev + ")"
-	}
-	note := "resolved for retry (was " + prev + ")"
-	if rec.LastError != "" {
-		note += "; previous error: " + rec.LastError
-	}
-	return StatusFailed, note
 }
 
 // Reset un-parks a key that gave up: it becomes runnable at once with its

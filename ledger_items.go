@@ -261,15 +261,15 @@ const claimChunkSQL = `UPDATE idem_item_chunks SET
 	RETURNING chunk, attempt, settled, doubt, failures`
 
 // claimSingleSQL takes up to N runnable items that have records of their
-// own; ?8 is a JSON array of owners whose processes are gone.
+// own; ?8 is a JSON array of owners whose processes are gone. The note of
+// an abandoned attempt is ?9 (idemstore.NoteDied) or ?10
+// (idemstore.NoteExpired), filled in with its attempt, owner and lease end.
 const claimSingleSQL = `UPDATE idem_item_state SET
 		doubt = (status IN ('running', 'unknown')),
 		failures = failures + (status = 'running'),
-		last_error = CASE
-			WHEN status = 'running' AND lease_until > ?3
-			THEN 'attempt ' || attempt || ' by ' || owner || ' abandoned: its process died without a done mark'
-			WHEN status = 'running'
-			THEN 'attempt ' || attempt || ' by ' || owner || ' abandoned: lease expired without a done mark'
+		last_error = CASE WHEN status = 'running'
+			THEN printf(CASE WHEN lease_until > ?3 THEN ?9 ELSE ?10 END, attempt, owner,
+				strftime('%Y-%m-%dT%H:%M:%S', lease_until / 1000000, 'unixepoch') || printf('.%06dZ', lease_until % 1000000))
 			ELSE last_error END,
 		status = 'running', attempt = attempt + 1, owner = ?1, lease_until = ?2, updated = ?3
 	WHERE job = ?4 AND period = ?5 AND item IN (
@@ -340,7 +340,8 @@ func claimSingles(tx *wtx, key Key, req idemstore.ItemClaimRequest, now, until i
 	if err != nil {
 		return err
 	}
-	rows, err := st.QueryContext(tx.ctx, req.Owner, until, now, key.Job, key.Period, req.TakeUnknown, max(req.N, 1), dead)
+	rows, err := st.QueryContext(tx.ctx, req.Owner, until, now, key.Job, key.Period, req.TakeUnknown, max(req.N, 1), dead,
+		idemstore.NoteDied, idemstore.NoteExpired)
 	if err != nil {
 		return err
 	}

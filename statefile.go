@@ -604,7 +604,7 @@ func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 		return idemstore.Claim{}, fmt.Errorf("%w: %s: period %s of job %q is %s (%s); it must be done, resolved or reset first",
 			ErrOutOfOrder, key, st.PendingPeriod, key.Job, st.Status, st.LastError)
 	}
-	state, take, doubt := decide(rec, found, req)
+	state, take, doubt := idemstore.Decide(rec, found, req)
 	if rec.Status == StatusRunning {
 		// We hold the lock, so its holder is gone: the attempt died.
 		state, take, doubt = idemstore.ClaimAcquired, true, true
@@ -626,7 +626,7 @@ func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 	}
 	if doubt && rec.Status == StatusRunning {
 		c.Record.Failures++
-		c.Record.LastError = fmt.Sprintf("attempt %d by %s died without a done mark", rec.Attempt, rec.Owner)
+		c.Record.LastError = idemstore.AbandonedNote(rec, req.Now) // no lease end: its lock died with it
 	}
 	if req.Durable || doubt {
 		next := *st
@@ -730,8 +730,8 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	if to < ResolveDone || to > ResolveSkip {
-		return fmt.Errorf("idem: unknown resolution %d", to)
+	if err := to.Validate(); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -755,14 +755,14 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 		return err
 	}
 	rec, found := st.record(key)
-	if err := resolvable(rec, found, to, time.Now()); err != nil {
+	if err := idemstore.Resolvable(rec, found, to, time.Now()); err != nil {
 		return err
 	}
 	if st.PendingPeriod != "" && st.PendingPeriod != key.Period {
 		return fmt.Errorf("%w: %s: period %s of the job is pending; resolve it first", ErrOutOfOrder, key, st.PendingPeriod)
 	}
 	next := *st
-	status, note := resolution(rec, to)
+	status, note := idemstore.Resolved(rec, to)
 	next.Updated, next.LastError, next.Failures, next.NotBefore = time.Now(), note, 0, time.Time{}
 	if status == StatusDone || status == StatusSkipped { // a watermark cannot tell them apart
 		next.Status, next.LastDonePeriod, next.PendingPeriod, next.LastError = StatusDone, key.Period, "", ""

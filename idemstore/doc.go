@@ -11,6 +11,14 @@
 // github.com/idemgo/idem/pgledger, implement them against this package
 // alone; so can a store of your own.
 //
+// The rules that must be the same in every store are functions here, so
+// that no store writes them again: [Decide] (what a claim finds and
+// whether it takes the key), [Resolvable] and [Resolved] (what an operator
+// may resolve, and what a resolution leaves), and [AbandonedNote] with the
+// note formats [NoteDied] and [NoteExpired] (what a take-over of a dead
+// attempt records; a store that builds the note in SQL passes the formats
+// as parameters).
+//
 // Stores call [Checkpoint] at their crash points ([Point]), which package
 // idemtest uses to stop a run as a SIGKILL would; [HolderGone] tells a
 // store that a lease's holder has died on this host; and the sentinel

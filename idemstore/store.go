@@ -27,9 +27,10 @@ type Store interface {
 	// that its Owner's process has ended: a store should then take the key
 	// over at once, as if the lease had expired (Doubt set, the abandoned
 	// attempt counted as a failure, a LastError that says its process
-	// died), with the same fencing by the abandoned attempt. Resolve should
-	// apply the same rule. A store that does not is still correct: it takes
-	// a dead holder's key over when its lease expires.
+	// died: [AbandonedNote]), with the same fencing by the abandoned
+	// attempt. [Decide] is that rule; Resolve applies it too ([Resolvable]).
+	// A store that does not is still correct: it takes a dead holder's key
+	// over when its lease expires.
 	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 
 	// Renew extends the lease of attempt to now+lease.
@@ -41,7 +42,8 @@ type Store interface {
 
 	// Resolve settles a key by hand: to done, or back to retryable with its
 	// failure count cleared. It refuses ([ErrNotResolvable]) a key that is
-	// done or held by a live attempt.
+	// done or held by a live attempt: [Resolvable] says which, and
+	// [Resolved] what the record becomes.
 	Resolve(ctx context.Context, key Key, to Resolution) error
 
 	// Lookup returns the key's record; ok is false if there is none.

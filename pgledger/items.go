@@ -165,7 +165,8 @@ func (l *Ledger) claimItems(ctx context.Context, key idemstore.Key, req idemstor
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
 	}
-	rows, err := l.pool.Query(ctx, l.q.claimItems, key.Job, key.Period, req.Owner, micros(lease), int64(n), req.TakeUnknown, gone)
+	rows, err := l.pool.Query(ctx, l.q.claimItems, key.Job, key.Period, req.Owner, micros(lease), int64(n), req.TakeUnknown, gone,
+		idemstore.NoteDied, idemstore.NoteExpired)
 	if err != nil {
 		return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
 	}

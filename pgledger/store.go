@@ -43,37 +43,20 @@ func deref(t *time.Time) time.Time {
 // micros is d in microseconds, the unit the SQL statements take.
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// decide is the claim rule (that of idem's SQLite ledger): what a claim
-// finds in s. A period the job's horizon covers is done, record or not.
+// view is the record that a claim or a resolution decides on: a period
+// the job's horizon covers is done, record or not.
+func (s snapshot) view() (rec idemstore.Record, found bool) {
+	if !s.found && s.covered {
+		return idemstore.Record{Key: s.rec.Key, Status: idemstore.StatusDone}, true
+	}
+	return s.rec, s.found
+}
+
+// decide is the claim rule ([idemstore.Decide]) applied to s, on the
+// server's clock.
 func decide(s snapshot, takeUnknown bool) (state idemstore.ClaimState, take, doubt bool) {
-	if !s.found {
-		if s.covered {
-			return idemstore.ClaimDone, false, false
-		}
-		return idemstore.ClaimAcquired, true, false
-	}
-	switch s.rec.Status {
-	case idemstore.StatusDone:
-		return idemstore.ClaimDone, false, false
-	case idemstore.StatusSkipped:
-		return idemstore.ClaimSkipped, false, false
-	case idemstore.StatusRunning:
-		if s.now.Before(s.rec.LeaseUntil) && !idemstore.HolderGone(s.rec.Owner) {
-			return idemstore.ClaimBusy, false, false
-		}
-		return idemstore.ClaimAcquired, true, true // the holder died (its process is gone, or its lease expired) or stalled
-	case idemstore.StatusFailed:
-		if s.now.Before(s.rec.NotBefore) {
-			return idemstore.ClaimBackingOff, false, false
-		}
-		return idemstore.ClaimAcquired, true, false
-	case idemstore.StatusUnknown:
-		if takeUnknown {
-			return idemstore.ClaimAcquired, true, true
-		}
-		return idemstore.ClaimUnknown, false, false
-	}
-	return idemstore.ClaimParked, false, false
+	rec, found := s.view()
+	return idemstore.Decide(rec, found, idemstore.ClaimRequest{Key: rec.Key, Now: s.now, TakeUnknown: takeUnknown})
 }
 
 // inFrame expresses the deadlines of rec, read at the server's time now, on
@@ -96,10 +79,7 @@ func inFrame(req idemstore.ClaimRequest, now time.Time, rec idemstore.Record) id
 
 // answer is the Claim for a snapshot that is not to be taken.
 func answer(req idemstore.ClaimRequest, s snapshot, state idemstore.ClaimState) idemstore.Claim {
-	rec := s.rec
-	if !s.found && state == idemstore.ClaimDone {
-		rec.Status = idemstore.StatusDone // covered by the horizon
-	}
+	rec, _ := s.view() // done if the horizon covers it
 	return idemstore.Claim{State: state, Record: inFrame(req, s.now, rec)}
 }
 
@@ -189,7 +169,8 @@ func (l *Ledger) take(ctx context.Context, req idemstore.ClaimRequest, s snapsho
 				gone = s.rec.Owner
 			}
 			err := tx.QueryRow(ctx, l.q.take, req.Key.Job, req.Key.Period, req.Owner, s.rec.Attempt,
-				string(s.rec.Status), micros(lease), req.TakeUnknown, gone).Scan(&attempt, &failures, &lastErr)
+				string(s.rec.Status), micros(lease), req.TakeUnknown, gone, idemstore.NoteDied, idemstore.NoteExpired).
+				Scan(&attempt, &failures, &lastErr)
 			if err == nil {
 				if err := tx.Commit(ctx); err != nil {
 					return idemstore.Claim{}, err
@@ -330,8 +311,8 @@ func (l *Ledger) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Re
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	if to < idemstore.ResolveDone || to > idemstore.ResolveSkip {
-		return fmt.Errorf("pgledger: unknown resolution %d", to)
+	if err := to.Validate(); err != nil {
+		return err
 	}
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, l.lockID("job", key.Job)); err != nil {
@@ -357,10 +338,11 @@ func (l *Ledger) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Re
 				s.rec.Status = idemstore.Status(status)
 				s.rec.LeaseUntil, s.rec.NotBefore, s.rec.Updated = deref(lease), deref(notBefore), deref(updated)
 			}
-			if err := resolvable(s, to); err != nil {
+			rec, found := s.view()
+			if err := idemstore.Resolvable(rec, found, to, s.now); err != nil {
 				return err
 			}
-			status, note := resolution(s.rec, to)
+			status, note := idemstore.Resolved(s.rec, to)
 			q := l.q.resolveUpdate
 			if !s.found {
 				q = l.q.resolveInsert
@@ -379,42 +361,6 @@ func (l *Ledger) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Re
 		return l.opErr("resolve", key, err)
 	}
 	return err
-}
-
-// resolvable reports whether an operator may resolve what s found as to.
-func resolvable(s snapshot, to idemstore.Resolution) error {
-	rec := s.rec
-	switch {
-	case !s.found && s.covered:
-		return fmt.Errorf("%w: %s is done: the job's horizon covers it", idemstore.ErrNotResolvable, rec.Key)
-	case !s.found && to == idemstore.ResolveRetry:
-		return fmt.Errorf("%w: %s has no record; it is runnable already", idemstore.ErrNotResolvable, rec.Key)
-	case rec.Status == idemstore.StatusDone:
-		return fmt.Errorf("%w: %s is done", idemstore.ErrNotResolvable, rec.Key)
-	case rec.Status == idemstore.StatusRunning && s.now.Before(rec.LeaseUntil) && !idemstore.HolderGone(rec.Owner):
-		return fmt.Errorf("%w: %s is held by attempt %d of %s until %s", idemstore.ErrNotResolvable, rec.Key,
-			rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339))
-	}
-	return nil
-}
-
-// resolution is the status and note an operator's resolution leaves.
-func resolution(rec idemstore.Record, to idemstore.Resolution) (idemstore.Status, string) {
-	prev := string(rec.Status)
-	if prev == "" {
-		prev = "none"
-	}
-	switch to {
-	case idemstore.ResolveDone:
-		return idemstore.StatusDone, ""
-	case idemstore.ResolveSkip:
-		return idemstore.StatusSkipped, "skipped without running (was " + prev + ")"
-	}
-	note := "resolved for retry (was " + prev + ")"
-	if rec.LastError != "" {
-		note += "; previous error: " + rec.LastError
-	}
-	return idemstore.StatusFailed, note
 }
 
 // Lookup implements [idemstore.Store]: it returns the key's record. A period that
