@@ -462,20 +462,15 @@ func finishSingle(tx *wtx, key Key, ends []idemstore.ItemEnd) (lost []string, er
 	return lost, nil
 }
 
-func endItems(ends []idemstore.ItemEnd) []string {
-	items := make([]string, len(ends))
-	for i, e := range ends {
-		items[i] = e.Item
-	}
-	return items
-}
-
 // FinishItems implements [idemstore.ItemStore]: one transaction, synchronous=FULL.
 // A chunk's window costs one UPDATE of the chunk's row, plus an INSERT per
 // item that did not end done.
 func (l *Ledger) FinishItems(ctx context.Context, key Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) ([]string, error) {
 	if len(ends) == 0 {
 		return nil, nil
+	}
+	if err := idemstore.CheckEnds(ends); err != nil {
+		return nil, l.opErr("finish items", key, err)
 	}
 	ctx = context.WithoutCancel(ctx)
 	var lost []string
@@ -491,7 +486,7 @@ func (l *Ledger) FinishItems(ctx context.Context, key Key, step idemstore.ItemSt
 			return err
 		}
 		if !ok {
-			lost = endItems(ends)
+			lost = idemstore.EndItems(ends)
 			return nil
 		}
 		return ownRecords(tx, key, step.Chunk, ends)
@@ -502,71 +497,90 @@ func (l *Ledger) FinishItems(ctx context.Context, key Key, step idemstore.ItemSt
 	return lost, nil
 }
 
-// FinishItemsTx implements [idemstore.ItemTxStore]: the window's items run in one
-// SQLite transaction, each in a savepoint, and commit with
-// synchronous=FULL.
+// FinishItemsTx implements [idemstore.ItemTxStore]: the window runs in one
+// SQLite transaction ([idemstore.RunItemWindow]), each item in a savepoint,
+// and commits with synchronous=FULL. The transaction holds SQLite's write
+// lock from its first statement, the fence, until it ends.
 func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, step idemstore.ItemStep, claims []idemstore.ItemClaim, fn func(*sql.Tx, idemstore.ItemClaim) error, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
+	if len(claims) == 0 {
+		return nil, nil, nil
+	}
 	var (
 		ends []idemstore.ItemEnd
 		lost []string
 	)
-	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
-		ends, lost = nil, nil
-		run := claims
-		if step.Chunk != 0 {
-			// The fence first: the chunk's row is written before fn runs.
-			ok, err := advanceChunk(tx, key, step, len(claims))
-			if err != nil {
-				return err
-			}
-			if !ok {
-				for _, c := range claims {
-					lost = append(lost, c.Item)
-				}
-				run = nil
-			}
-		}
-		fence, err := tx.stmt(`UPDATE idem_item_state SET updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`)
-		if err != nil {
-			return err
-		}
-		for _, c := range run {
-			if step.Chunk == 0 {
-				res, err := fence.ExecContext(ctx, micros(step.Now), key.Job, key.Period, c.Item, c.Attempt)
-				if err != nil {
-					return err
-				}
-				if n, _ := res.RowsAffected(); n == 0 {
-					lost = append(lost, c.Item)
-					continue
-				}
-			}
-			if _, err := tx.exec(`SAVEPOINT idem_item`); err != nil {
-				return err
-			}
-			end := idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: step.Now}
-			if ferr := fn(tx.Tx, c); ferr != nil {
-				if _, err := tx.exec(`ROLLBACK TO idem_item`); err != nil {
-					return err
-				}
-				end = failed(c, ferr)
-			}
-			if _, err := tx.exec(`RELEASE idem_item`); err != nil {
-				return err
-			}
-			ends = append(ends, end)
-		}
-		if step.Chunk != 0 {
-			if err := ownRecords(tx, key, step.Chunk, ends); err != nil {
-				return err
-			}
-		} else if _, err := finishSingle(tx, key, ends); err != nil {
-			return err
-		}
-		return idemstore.Checkpoint(ctx, idemstore.AfterFn, key)
+	err := l.withSQLTx(ctx, true, func(tx *wtx) (err error) {
+		ends, lost, err = idemstore.RunItemWindow(ctx, &itemWindow{tx: tx}, key, step, claims, fn, failed)
+		return err
 	})
 	if err != nil {
 		return nil, nil, l.opErr("run items", key, err)
 	}
 	return ends, lost, nil
+}
+
+// itemWindow is a window of FinishItemsTx in a SQLite transaction
+// ([idemstore.ItemWindow]).
+type itemWindow struct {
+	tx   *wtx
+	open bool // an item's savepoint is open
+}
+
+func (w *itemWindow) Tx() *sql.Tx { return w.tx.Tx }
+
+// Fence moves a chunk forward past the window at once (the transaction
+// commits it with the ends, or not at all), fenced by its attempt and
+// position; a single item's record is touched, fenced by its attempt.
+func (w *itemWindow) Fence(ctx context.Context, key Key, step idemstore.ItemStep, claims []idemstore.ItemClaim) ([]string, error) {
+	var lost []string
+	if step.Chunk != 0 {
+		ok, err := advanceChunk(w.tx, key, step, len(claims))
+		if err != nil || ok {
+			return nil, err
+		}
+		for _, c := range claims {
+			lost = append(lost, c.Item)
+		}
+		return lost, nil
+	}
+	fence, err := w.tx.stmt(`UPDATE idem_item_state SET updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range claims {
+		res, err := fence.ExecContext(ctx, micros(step.Now), key.Job, key.Period, c.Item, c.Attempt)
+		if err != nil {
+			return nil, err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			lost = append(lost, c.Item)
+		}
+	}
+	return lost, nil
+}
+
+func (w *itemWindow) Savepoint(ctx context.Context) error {
+	if w.open {
+		if _, err := w.tx.exec(`RELEASE idem_item`); err != nil {
+			return err
+		}
+	}
+	_, err := w.tx.exec(`SAVEPOINT idem_item`)
+	w.open = err == nil
+	return err
+}
+
+func (w *itemWindow) RollbackTo(ctx context.Context) error {
+	_, err := w.tx.exec(`ROLLBACK TO idem_item`)
+	return err
+}
+
+// Record writes the records of the chunk's items that did not end done
+// (the chunk moved in Fence), or the single items' ends.
+func (w *itemWindow) Record(ctx context.Context, key Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) error {
+	if step.Chunk != 0 {
+		return ownRecords(w.tx, key, step.Chunk, ends)
+	}
+	_, err := finishSingle(w.tx, key, ends)
+	return err
 }

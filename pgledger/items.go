@@ -214,18 +214,6 @@ func execEach(ctx context.Context, q batcher, query string, items []string, args
 	return unchanged, nil
 }
 
-// checkEnds refuses an end whose status does not end an attempt.
-func checkEnds(ends []idemstore.ItemEnd) error {
-	for _, e := range ends {
-		switch e.Status {
-		case idemstore.StatusDone, idemstore.StatusFailed, idemstore.StatusUnknown, idemstore.StatusParked:
-		default:
-			return fmt.Errorf("cannot end item %q's attempt as %q", e.Item, e.Status)
-		}
-	}
-	return nil
-}
-
 // backoff is an end's backoff deadline as a duration from the server's
 // time, in microseconds (NotBefore - Now); nil (NULL) when it has none.
 func backoff(e idemstore.ItemEnd) *float64 {
@@ -244,10 +232,10 @@ func backoff(e idemstore.ItemEnd) *float64 {
 // its attempt, and returns the items it did not end: their attempt changed,
 // or they are no longer running. A done item's failure count is cleared.
 func (l *Ledger) finishItems(ctx context.Context, q batcher, key idemstore.Key, ends []idemstore.ItemEnd) (lost []string, err error) {
-	if err := checkEnds(ends); err != nil {
+	if err := idemstore.CheckEnds(ends); err != nil {
 		return nil, err
 	}
-	return execEach(ctx, q, l.q.finishItem, endItems(ends), func(i int) []any {
+	return execEach(ctx, q, l.q.finishItem, idemstore.EndItems(ends), func(i int) []any {
 		e := ends[i]
 		failures := e.Failures
 		if e.Status == idemstore.StatusDone {
@@ -262,7 +250,7 @@ func (l *Ledger) finishItems(ctx context.Context, q batcher, key idemstore.Key, 
 // statement (finishChunkSQL); moved is false when the attempt no longer
 // holds the chunk, and then nothing was written.
 func (l *Ledger) finishChunk(ctx context.Context, q querier, key idemstore.Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) (moved bool, err error) {
-	if err := checkEnds(ends); err != nil {
+	if err := idemstore.CheckEnds(ends); err != nil {
 		return false, err
 	}
 	var (
@@ -298,14 +286,6 @@ func (l *Ledger) finishChunk(ctx context.Context, q querier, key idemstore.Key, 
 	return rows == 1, nil
 }
 
-func endItems(ends []idemstore.ItemEnd) []string {
-	items := make([]string, len(ends))
-	for i, e := range ends {
-		items[i] = e.Item
-	}
-	return items
-}
-
 // FinishItems implements [idemstore.ItemStore]. A chunk's window is one
 // statement: the fenced UPDATE of the chunk's row and the INSERT of the
 // records of the items that did not end done (an unnest of arrays), which
@@ -334,7 +314,7 @@ func (l *Ledger) FinishItems(ctx context.Context, key idemstore.Key, step idemst
 		return nil, l.opErr("finish items", key, err)
 	}
 	if !moved {
-		return endItems(ends), nil
+		return idemstore.EndItems(ends), nil
 	}
 	return nil, nil
 }
@@ -350,7 +330,8 @@ func (l *Ledger) FinishItems(ctx context.Context, key idemstore.Key, step idemst
 // whose fn fails is rolled back to it, alone, and its end taken from
 // failed); the chunk moves forward (or the single items' ends are written)
 // with the records of the items that did not end done, and the transaction
-// commits, durably. fn must use tx for its writes.
+// commits, durably. fn must use tx for its writes. [idemstore.RunItemWindow]
+// runs these steps over the transaction.
 //
 // The window's transaction holds its chunk's row lock (or its items') while
 // fn runs, so another host that finds the lease expired passes it over
@@ -369,69 +350,80 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key idemstore.Key, step idem
 		return nil, nil, l.opErr("run items", key, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	items := make([]string, len(claims))
-	for i, c := range claims {
-		items[i] = c.Item
-	}
-	var lost []string
-	if step.Chunk != 0 {
-		tag, err := tx.Exec(ctx, l.q.fenceChunk, key.Job, key.Period, step.Chunk, step.Attempt, step.From)
-		if err != nil {
-			return nil, nil, l.opErr("run items: fence", key, err)
-		}
-		if tag.RowsAffected() == 0 {
-			return nil, items, nil // nothing written; the rollback ends the transaction
-		}
-	} else {
-		lost, err = execEach(ctx, tx, l.q.fenceItem, items, func(i int) []any {
-			return []any{key.Job, key.Period, claims[i].Item, claims[i].Attempt}
-		})
-		if err != nil {
-			return nil, nil, l.opErr("run items: fence", key, err)
-		}
-	}
-	isLost := make(map[string]bool, len(lost))
-	for _, it := range lost {
-		isLost[it] = true
-	}
-	ends := make([]idemstore.ItemEnd, 0, len(claims)-len(lost))
-	savepoint := `SAVEPOINT idem_item`
-	for _, c := range claims {
-		if isLost[c.Item] {
-			continue
-		}
-		if _, err := tx.Exec(ctx, savepoint); err != nil {
-			return nil, nil, l.opErr("run items: savepoint", key, err)
-		}
-		// The next item's savepoint replaces this one (one round trip).
-		savepoint = `RELEASE SAVEPOINT idem_item; SAVEPOINT idem_item`
-		end := idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idemstore.StatusDone, Now: step.Now}
-		if ferr := fn(tx, c); ferr != nil {
-			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT idem_item`); err != nil {
-				return nil, nil, l.opErr("run items: roll back item "+c.Item, key, errors.Join(err, ferr))
-			}
-			end = failed(c, ferr)
-		}
-		ends = append(ends, end)
-	}
-	if step.Chunk != 0 {
-		if moved, err := l.finishChunk(ctx, tx, key, step, ends); err != nil {
-			return nil, nil, l.opErr("run items: done marks", key, err)
-		} else if !moved { // cannot happen while the row lock is held
-			return nil, nil, l.opErr("run items: done marks", key, fmt.Errorf("chunk %d changed under its row lock", step.Chunk))
-		}
-	} else if len(ends) > 0 {
-		if notDone, err := l.finishItems(ctx, tx, key, ends); err != nil {
-			return nil, nil, l.opErr("run items: done marks", key, err)
-		} else if len(notDone) > 0 { // cannot happen while the row locks are held
-			return nil, nil, l.opErr("run items: done marks", key, fmt.Errorf("%d items changed under their row locks (first %q)", len(notDone), notDone[0]))
-		}
-	}
-	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
+	ends, lost, err := idemstore.RunItemWindow(ctx, &itemWindow{l: l, tx: tx}, key, step, claims, fn, failed)
+	if idemstore.IsStop(err) {
 		return nil, nil, err
+	}
+	if err != nil {
+		return nil, nil, l.opErr("run items", key, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, l.opErr("run items: commit", key, err)
 	}
 	return ends, lost, nil
+}
+
+// itemWindow is a window of FinishItemsTx in a transaction
+// ([idemstore.ItemWindow]).
+type itemWindow struct {
+	l    *Ledger
+	tx   pgx.Tx
+	open bool // an item's savepoint is open
+}
+
+func (w *itemWindow) Tx() pgx.Tx { return w.tx }
+
+// Fence locks the chunk's row, fenced by its attempt and the window's
+// position (one UPDATE), or the single items' rows, each fenced by its own
+// attempt (one statement per claim, in one round trip).
+func (w *itemWindow) Fence(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, claims []idemstore.ItemClaim) ([]string, error) {
+	items := make([]string, len(claims))
+	for i, c := range claims {
+		items[i] = c.Item
+	}
+	if step.Chunk != 0 {
+		tag, err := w.tx.Exec(ctx, w.l.q.fenceChunk, key.Job, key.Period, step.Chunk, step.Attempt, step.From)
+		if err != nil || tag.RowsAffected() == 1 {
+			return nil, err
+		}
+		return items, nil
+	}
+	return execEach(ctx, w.tx, w.l.q.fenceItem, items, func(i int) []any {
+		return []any{key.Job, key.Period, claims[i].Item, claims[i].Attempt}
+	})
+}
+
+// Savepoint replaces the previous item's savepoint, if any, in the same
+// round trip.
+func (w *itemWindow) Savepoint(ctx context.Context) error {
+	q := `SAVEPOINT idem_item`
+	if w.open {
+		q = `RELEASE SAVEPOINT idem_item; SAVEPOINT idem_item`
+	}
+	_, err := w.tx.Exec(ctx, q)
+	w.open = err == nil
+	return err
+}
+
+func (w *itemWindow) RollbackTo(ctx context.Context) error {
+	_, err := w.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT idem_item`)
+	return err
+}
+
+// Record moves the chunk forward with the records of the items that did
+// not end done (one statement), or writes the single items' ends (one
+// batch); the fence's locks keep every attempt holding its work.
+func (w *itemWindow) Record(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) error {
+	if step.Chunk != 0 {
+		moved, err := w.l.finishChunk(ctx, w.tx, key, step, ends)
+		if err == nil && !moved { // cannot happen while the row lock is held
+			err = fmt.Errorf("chunk %d changed under its row lock", step.Chunk)
+		}
+		return err
+	}
+	notDone, err := w.l.finishItems(ctx, w.tx, key, ends)
+	if err == nil && len(notDone) > 0 { // cannot happen while the row locks are held
+		err = fmt.Errorf("%d items changed under their row locks (first %q)", len(notDone), notDone[0])
+	}
+	return err
 }
