@@ -2,29 +2,13 @@ package idem_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/holder"
 )
-
-// deadOwner is this process's owner with pid 4194304, which no Linux
-// process can have: HolderGone says its process has ended. It is "" where
-// HolderGone cannot tell (an owner without scope: not Linux).
-func deadOwner() string {
-	head, scope, ok := strings.Cut(idemstore.Owner(), ";")
-	if !ok {
-		return ""
-	}
-	parts := strings.Split(head, ":")
-	dead := strings.Join(append(parts[:len(parts)-2], "4194304", parts[len(parts)-1]), ":") + ";" + scope
-	if !idemstore.HolderGone(dead) {
-		return ""
-	}
-	return dead
-}
 
 // skipNoOwner skips t when owner is "" (see deadOwner).
 func skipNoOwner(t *testing.T, owner string) {
@@ -48,7 +32,7 @@ func TestAbandonedNotesShared(t *testing.T) {
 			after time.Duration // the second claim, after the first
 		}{
 			{"lease expired", "a", 2 * time.Minute},
-			{"process died", deadOwner(), time.Second},
+			{"process died", holder.EndedForTest(), time.Second},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				skipNoOwner(t, c.owner)
@@ -78,7 +62,7 @@ func TestAbandonedNotesShared(t *testing.T) {
 			lease time.Duration // the abandoned attempt's lease end, from now
 		}{
 			{"lease expired", "c", -time.Second},
-			{"process died", deadOwner(), time.Hour},
+			{"process died", holder.EndedForTest(), time.Hour},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				skipNoOwner(t, c.owner)

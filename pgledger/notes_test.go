@@ -2,29 +2,13 @@ package pgledger_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/holder"
 )
-
-// deadOwner is this process's owner with pid 4194304, which no Linux
-// process can have: HolderGone says its process has ended. It is "" where
-// HolderGone cannot tell (an owner without scope: not Linux).
-func deadOwner() string {
-	head, scope, ok := strings.Cut(idemstore.Owner(), ";")
-	if !ok {
-		return ""
-	}
-	parts := strings.Split(head, ":")
-	dead := strings.Join(append(parts[:len(parts)-2], "4194304", parts[len(parts)-1]), ":") + ";" + scope
-	if !idemstore.HolderGone(dead) {
-		return ""
-	}
-	return dead
-}
 
 // TestAbandonedNotesShared: when a claim takes over an attempt that ended
 // without a done mark, the Postgres ledger (a key's claim and a single
@@ -40,7 +24,7 @@ func TestAbandonedNotesShared(t *testing.T) {
 		lease time.Duration // the abandoned attempt's lease end, from the server's now
 	}{
 		{"lease expired", "a", -time.Second},
-		{"process died", deadOwner(), time.Hour},
+		{"process died", holder.EndedForTest(), time.Hour},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.owner == "" {

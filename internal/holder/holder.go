@@ -145,3 +145,21 @@ func Gone(owner string) bool {
 	}
 	return processGone(o.pid, o.start)
 }
+
+// EndedForTest returns an owner that Gone reports ended: this process's
+// owner with pid 4194304, which no Linux process can have (pids stay below
+// pid_max, at most 2^22). It returns "" where Gone cannot tell (an owner
+// without scope: not Linux, or /proc unreadable). For tests of the rule
+// that a dead holder's lease does not hold.
+func EndedForTest() string {
+	Self()
+	if !self.scoped {
+		return ""
+	}
+	o := self
+	o.pid = 1 << 22
+	if s := o.String(); Gone(s) {
+		return s
+	}
+	return ""
+}
