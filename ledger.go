@@ -778,16 +778,10 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idems
 		if !take {
 			return nil
 		}
-		c.Attempt, c.Doubt = rec.Attempt+1, doubt
-		lastErr := rec.LastError
-		if rec.Status == StatusRunning {
-			c.Record.Failures++
-			lastErr = idemstore.AbandonedNote(rec, req.Now)
-			c.Record.LastError = lastErr
-		}
+		c.Attempt, c.Doubt, c.Record = rec.Attempt+1, doubt, idemstore.TakenOver(rec, req.Now)
 		_, err = tx.exec(`UPDATE idem_runs SET status='running', attempt=?, failures=?, owner=?,
 			lease_until=?, not_before=0, last_error=?, updated=? WHERE job=? AND period=?`,
-			c.Attempt, c.Record.Failures, req.Owner, until, lastErr, now, req.Key.Job, req.Key.Period)
+			c.Attempt, c.Record.Failures, req.Owner, until, c.Record.LastError, now, req.Key.Job, req.Key.Period)
 		return err
 	})
 	if err != nil {
@@ -933,19 +927,14 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 		if err := tx.QueryRowContext(ctx, `SELECT cursor FROM idem_jobs WHERE job=?`, job).Scan(&cursor); err != nil {
 			return err
 		}
-		if cursor != "" && through > cursor {
-			return fmt.Errorf("%w: %s through %s: catch-up has only settled up to %s; it could still reach the later periods",
-				ErrPruneRefused, job, through, cursor)
-		}
-		var open int
+		var open int64
 		var first sql.NullString
 		if err := tx.QueryRowContext(ctx, `SELECT count(*), min(period) FROM idem_runs
 			WHERE job=? AND period <= ? AND status NOT IN ('done', 'skipped')`, job, through).Scan(&open, &first); err != nil {
 			return err
 		}
-		if open > 0 {
-			return fmt.Errorf("%w: %s through %s: %d periods are not settled (the first is %s); resolve them first",
-				ErrPruneRefused, job, through, open, first.String)
+		if err := idemstore.Prunable(job, through, cursor, open, first.String); err != nil {
+			return err
 		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM idem_runs WHERE job=? AND period <= ?`, job, through)
 		if err != nil {

@@ -624,10 +624,7 @@ func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 	if err := markClaimed(f, c.Attempt); err != nil {
 		return idemstore.Claim{}, fmt.Errorf("idem: state file lock %s: %w", f.Name(), err)
 	}
-	if doubt && rec.Status == StatusRunning {
-		c.Record.Failures++
-		c.Record.LastError = idemstore.AbandonedNote(rec, req.Now) // no lease end: its lock died with it
-	}
+	c.Record = idemstore.TakenOver(rec, req.Now) // a running record has no lease end: its lock died with it
 	if req.Durable || doubt {
 		next := *st
 		next.Status, next.PendingPeriod, next.Attempt, next.Owner = StatusRunning, key.Period, c.Attempt, req.Owner

@@ -13,11 +13,14 @@
 //
 // The rules that must be the same in every store are functions here, so
 // that no store writes them again: [Decide] (what a claim finds and
-// whether it takes the key), [Resolvable] and [Resolved] (what an operator
-// may resolve, and what a resolution leaves), and [AbandonedNote] with the
-// note formats [NoteDied] and [NoteExpired] (what a take-over of a dead
-// attempt records; a store that builds the note in SQL passes the formats
-// as parameters).
+// whether it takes the key), [TakenOver], [AbandonedNote] and the note
+// formats [NoteDied] and [NoteExpired] (what a take-over of a dead attempt
+// records; a store that builds the note in SQL passes the formats as
+// parameters), [Resolvable] and [Resolved] (what an operator may resolve,
+// and what a resolution leaves), [Prunable] (what Prune may forget),
+// [CheckEnds] and [EndItems] (an item window's ends), and [RunItemWindow]
+// (the transaction of an [ItemTxStore]'s window, over a store's
+// [ItemWindow]).
 //
 // Stores call [Checkpoint] at their crash points ([Point]), which package
 // idemtest uses to stop a run as a SIGKILL would; [HolderGone] tells a

@@ -80,7 +80,8 @@ type ItemTxStore[Tx any] interface {
 	// other error) nothing does. step and fencing are as in FinishItems;
 	// items whose attempt changed are skipped (fn does not run) and returned
 	// in lost. It returns the ends it recorded, and calls [Checkpoint] with
-	// [AfterFn] (and the period's key) before committing.
+	// [AfterFn] (and the period's key) before committing, if any fn ran.
+	// [RunItemWindow] runs a window so over a store's transaction.
 	FinishItemsTx(ctx context.Context, key Key, step ItemStep, claims []ItemClaim, fn func(tx Tx, c ItemClaim) error, failed func(c ItemClaim, err error) ItemEnd) (ends []ItemEnd, lost []string, err error)
 }
 

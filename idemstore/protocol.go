@@ -92,8 +92,39 @@ func AbandonedNote(rec Record, now time.Time) string {
 	return fmt.Sprintf(NoteExpired, attempt, rec.Owner, noteTime(rec.LeaseUntil))
 }
 
+// TakenOver is rec as a claim that takes its key reports it
+// (Claim.Record) and writes it: a running attempt taken over counts as a
+// failure (Failures + 1) and its LastError becomes [AbandonedNote] of rec
+// at now; any other record is returned as it is.
+func TakenOver(rec Record, now time.Time) Record {
+	if rec.Status == StatusRunning {
+		rec.Failures++
+		rec.LastError = AbandonedNote(rec, now)
+	}
+	return rec
+}
+
 // noteTime is t as the notes show it.
 func noteTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
+
+// Prunable reports whether Prune may forget job's periods at or before
+// through, given the job's catch-up cursor ("" when it has none) and the
+// records at or before through that are not settled (done or skipped):
+// unsettled of them, the earliest being first. It refuses a through after
+// the cursor (catch-up could still reach those periods) and a through that
+// covers a record that is not settled. The error matches
+// [ErrPruneRefused].
+func Prunable(job, through, cursor string, unsettled int64, first string) error {
+	if cursor != "" && through > cursor {
+		return fmt.Errorf("%w: %s through %s: catch-up has only settled up to %s; it could still reach the later periods",
+			ErrPruneRefused, job, through, cursor)
+	}
+	if unsettled > 0 {
+		return fmt.Errorf("%w: %s through %s: %d periods are not settled (the first is %s); resolve them first",
+			ErrPruneRefused, job, through, unsettled, first)
+	}
+	return nil
+}
 
 // Validate reports an error for a Resolution that is none of ResolveDone,
 // ResolveRetry and ResolveSkip. Stores check it before anything else.

@@ -159,3 +159,33 @@ func TestFatal(t *testing.T) {
 		t.Fatal("IsFatal of a plain error, or Fatal(nil) not nil")
 	}
 }
+
+func TestTakenOver(t *testing.T) {
+	running := idemstore.Record{Key: key, Status: idemstore.StatusRunning, Attempt: 4, Failures: 2, Owner: "h:1:ab", LastError: "old", LeaseUntil: t0}
+	got := idemstore.TakenOver(running, t0.Add(time.Second))
+	if got.Failures != 3 || got.LastError != idemstore.AbandonedNote(running, t0.Add(time.Second)) || got.Attempt != 4 || got.Status != idemstore.StatusRunning {
+		t.Fatalf("TakenOver(running) = %+v", got)
+	}
+	failed := idemstore.Record{Key: key, Status: idemstore.StatusFailed, Attempt: 4, Failures: 2, LastError: "boom"}
+	if got := idemstore.TakenOver(failed, t0); got != failed {
+		t.Fatalf("TakenOver(failed) = %+v, want it unchanged", got)
+	}
+}
+
+func TestPrunable(t *testing.T) {
+	for _, c := range []struct {
+		name, through, cursor string
+		unsettled             int64
+		msg                   string
+	}{
+		{"no cursor, all settled", "2026-10-27", "", 0, ""},
+		{"at the cursor", "2026-10-27", "2026-10-27", 0, ""},
+		{"past the cursor", "2026-10-28", "2026-10-27", 0, "catch-up has only settled up to 2026-10-27"},
+		{"unsettled", "2026-10-27", "2026-10-30", 2, "2 periods are not settled (the first is 2026-10-01)"},
+	} {
+		err := idemstore.Prunable("j", c.through, c.cursor, c.unsettled, "2026-10-01")
+		if c.msg == "" && err != nil || c.msg != "" && (!errors.Is(err, idemstore.ErrPruneRefused) || !strings.Contains(err.Error(), c.msg)) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.msg)
+		}
+	}
+}

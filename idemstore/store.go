@@ -124,7 +124,7 @@ type CatchUpStore interface {
 	// done, record or not, so pruning never re-opens a period. It refuses,
 	// with [ErrPruneRefused], a through after the job's cursor when the job
 	// has one (catch-up could still reach those periods), or when a record
-	// at or before through is not settled.
+	// at or before through is not settled ([Prunable]).
 	Prune(ctx context.Context, job, through string) (deleted int64, err error)
 }
 

@@ -451,18 +451,13 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if cursor != "" && through > cursor {
-			return fmt.Errorf("%w: %s through %s: catch-up has only settled up to %s; it could still reach the later periods",
-				idemstore.ErrPruneRefused, job, through, cursor)
-		}
 		var open int64
 		var first string
 		if err := tx.QueryRow(ctx, l.q.pruneOpen, job, through).Scan(&open, &first); err != nil {
 			return err
 		}
-		if open > 0 {
-			return fmt.Errorf("%w: %s through %s: %d periods are not settled (the first is %s); resolve them first",
-				idemstore.ErrPruneRefused, job, through, open, first)
+		if err := idemstore.Prunable(job, through, cursor, open, first); err != nil {
+			return err
 		}
 		tag, err := tx.Exec(ctx, l.q.prune, job, through)
 		if err != nil {
