@@ -17,29 +17,6 @@ var (
 	_ idemstore.ItemTxStore[*sql.Tx] = (*Ledger)(nil)
 )
 
-// upgradeItems moves the items of a version 2 ledger (one table,
-// idem_items, a row per item with its status) into version 3's tables:
-// every item joins the item set, and keeps its status as a record of its
-// own, so it is claimed one by one as before. Nothing is lost.
-func upgradeItems(ctx context.Context, tx *sql.Tx) error {
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name='idem_items'`).Scan(&n); err != nil || n == 0 {
-		return err
-	}
-	for _, q := range []string{
-		`INSERT INTO idem_item_set(job, period, item) SELECT job, period, item FROM idem_items WHERE true ON CONFLICT DO NOTHING`,
-		`INSERT INTO idem_item_state(job, period, item, chunk, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated)
-			SELECT job, period, item, 0, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated FROM idem_items WHERE true
-			ON CONFLICT DO NOTHING`,
-		`DROP TABLE idem_items`,
-	} {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("upgrading the item tables: %w", err)
-		}
-	}
-	return nil
-}
-
 // addChunk is how many rows one INSERT into the item set writes.
 const addChunk = 500
 
