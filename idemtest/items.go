@@ -67,7 +67,7 @@ func testItems(t *testing.T, h Harness) {
 	t.Run("Poison", func(t *testing.T) { testItemsPoison(t, h) })
 }
 
-func itemStore(t *testing.T, s idem.Store) idemstore.ItemStore {
+func itemStore(t *testing.T, s idemstore.Store) idemstore.ItemStore {
 	is, ok := s.(idemstore.ItemStore)
 	if !ok {
 		t.Fatalf("%T is not an idemstore.ItemStore", s)

@@ -46,25 +46,25 @@ type ModelOptions struct {
 type TxHarness struct {
 	// Setup prepares a new store for Run and Rows (creates the business
 	// table). It may be nil.
-	Setup func(ctx context.Context, s idem.Store) error
+	Setup func(ctx context.Context, s idemstore.Store) error
 	// Run calls idem.RunTxWith (or the store's RunTx) on s for key with
 	// opts, with a fn that first makes one business write for key in the
 	// transaction, then returns what fn(ctx) returns. ctx must be passed on
 	// as it is given to the transaction's fn (it carries idem.Info).
-	Run func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
+	Run func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
 	// Rows returns the committed business writes, counted by key.
-	Rows func(ctx context.Context, s idem.Store) (map[idem.Key]int, error)
+	Rows func(ctx context.Context, s idemstore.Store) (map[idem.Key]int, error)
 	// CatchUp, if set, calls idem.CatchUpTx on s with the same business
 	// write for each period's key (job, p.Name), then fn(ctx, p); TestModel
 	// then also catches up a RunTx job.
-	CatchUp func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error)
+	CatchUp func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error)
 }
 
 // SQLTx is the [TxHarness] of a store whose transactions are *sql.Tx and
 // that gives its database with a method DB() *sql.DB, as [idem.Ledger]
 // does: the business writes go to a table idemtest_model_effects.
 func SQLTx() *TxHarness {
-	db := func(s idem.Store) (*sql.DB, error) {
+	db := func(s idemstore.Store) (*sql.DB, error) {
 		d, ok := s.(interface{ DB() *sql.DB })
 		if !ok {
 			return nil, fmt.Errorf("idemtest: SQLTx: %T has no method DB() *sql.DB", s)
@@ -77,7 +77,7 @@ func SQLTx() *TxHarness {
 		return err
 	}
 	return &TxHarness{
-		Setup: func(ctx context.Context, s idem.Store) error {
+		Setup: func(ctx context.Context, s idemstore.Store) error {
 			d, err := db(s)
 			if err != nil {
 				return err
@@ -86,7 +86,7 @@ func SQLTx() *TxHarness {
 				job TEXT NOT NULL, period TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (job, period))`)
 			return err
 		},
-		Run: func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
+		Run: func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
 			ts, ok := s.(idemstore.TxStore[*sql.Tx])
 			if !ok {
 				return fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.TxStore[*sql.Tx]", s)
@@ -98,7 +98,7 @@ func SQLTx() *TxHarness {
 				return fn(ctx)
 			}, opts...)
 		},
-		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
+		CatchUp: func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
 			cs, ok := s.(idemstore.CatchUpTxStore[*sql.Tx])
 			if !ok {
 				return idem.CatchUpResult{}, fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.CatchUpTxStore[*sql.Tx]", s)
@@ -110,7 +110,7 @@ func SQLTx() *TxHarness {
 				return fn(ctx, p)
 			}, opts...)
 		},
-		Rows: func(ctx context.Context, s idem.Store) (map[idem.Key]int, error) {
+		Rows: func(ctx context.Context, s idemstore.Store) (map[idem.Key]int, error) {
 			d, err := db(s)
 			if err != nil {
 				return nil, err
@@ -671,7 +671,7 @@ type world struct {
 	t        *testing.T
 	h        Harness
 	cfg      *modelConfig
-	s        idem.Store
+	s        idemstore.Store
 	cs       idemstore.CatchUpStore // nil when the store is not one
 	clk      *mclock
 	wait     time.Duration // bound of each wait inside an operation
@@ -1134,7 +1134,7 @@ func recString(r mRec, ok bool, times bool) string {
 	return s
 }
 
-func fromRecord(r idem.Record) mRec {
+func fromRecord(r idemstore.Record) mRec {
 	return mRec{status: r.Status, attempt: r.Attempt, failures: r.Failures, leaseUntil: r.LeaseUntil, notBefore: r.NotBefore}
 }
 
@@ -1210,7 +1210,7 @@ func (w *world) compare(ctx context.Context, m *model, op mOp, want mStep, got r
 	times := w.h.Shift == nil
 	wantRecs := m.records()
 	if ls, ok := w.s.(idemstore.Lister); ok {
-		recs, err := ls.List(ctx, idem.Filter{})
+		recs, err := ls.List(ctx, idemstore.Filter{})
 		if err != nil {
 			add(fmt.Sprintf("List: %v", err))
 		}
@@ -1331,7 +1331,7 @@ func countDiff(what string, want, got map[idem.Key]int) []string {
 // promises checks each mode's promise on the store's own answer for k (its
 // record, the effects, the business rows), for keys a run settled and no
 // operator overrode.
-func (w *world) promises(m *model, k idem.Key, rec idem.Record, ok bool) []string {
+func (w *world) promises(m *model, k idem.Key, rec idemstore.Record, ok bool) []string {
 	if m.byOperator[k] {
 		return nil
 	}

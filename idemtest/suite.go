@@ -18,7 +18,7 @@ import (
 type Harness struct {
 	// Open returns a new, empty store whose Runs use clk. Every call must
 	// return an independent store.
-	Open func(t *testing.T, clk idem.Clock) idem.Store
+	Open func(t *testing.T, clk idem.Clock) idemstore.Store
 
 	// Watermark is set for stores that keep one watermark per job (the
 	// state file): the suite then uses one key per job and runs a job's
@@ -34,7 +34,7 @@ type Harness struct {
 	// database's now()), e.g. by moving every time it stored back by d. The
 	// suite calls it whenever it advances the fake clock given to Open;
 	// leave it nil for stores that use the clock passed to Run.
-	Shift func(t *testing.T, s idem.Store, d time.Duration)
+	Shift func(t *testing.T, s idemstore.Store, d time.Duration)
 
 	// Items is set for stores that implement idemstore.ItemStore: the suite then
 	// also runs idem.Each over them (every item once in every mode, the item
@@ -116,7 +116,7 @@ var start = time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC)
 // open opens a store on clk; when the store keeps its own clock, every move
 // of clk (by the test or, for an auto clock, by the engine's sleeps) is
 // passed on to Shift.
-func (h Harness) open(t *testing.T, clk *Clock) idem.Store {
+func (h Harness) open(t *testing.T, clk *Clock) idemstore.Store {
 	s := h.Open(t, clk)
 	if h.Shift != nil {
 		clk.mu.Lock()
@@ -127,12 +127,12 @@ func (h Harness) open(t *testing.T, clk *Clock) idem.Store {
 }
 
 // advance makes d pass on the fake clock and on the store's own clock.
-func (h Harness) advance(t *testing.T, s idem.Store, clk *Clock, d time.Duration) {
+func (h Harness) advance(t *testing.T, s idemstore.Store, clk *Clock, d time.Duration) {
 	clk.Advance(d)
 }
 
 // expire makes every lease taken so far expire.
-func (h Harness) expire(t *testing.T, s idem.Store, clk *Clock) {
+func (h Harness) expire(t *testing.T, s idemstore.Store, clk *Clock) {
 	h.advance(t, s, clk, idem.DefaultLease+time.Second)
 }
 
@@ -556,7 +556,7 @@ func testStart(t *testing.T, h Harness) {
 	// on one of them. (A store may refuse a Start while another holds the
 	// job, with ErrInProgress.)
 	befores := []string{"2026-10-20", "2026-10-21", "2026-10-22", "2026-10-23", "2026-10-24", "2026-10-25", "2026-10-26", "2026-10-27"}
-	got := make([]idem.JobState, len(befores))
+	got := make([]idemstore.JobState, len(befores))
 	errs := make([]error, len(befores))
 	var wg sync.WaitGroup
 	for i, b := range befores {
