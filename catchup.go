@@ -96,16 +96,15 @@ func (r CatchUpResult) Count(o Outcome) int {
 // clock ([WithClock]). It is what a job triggered by cron or a timer calls
 // instead of Run: after downtime, the missed periods get done.
 //
-// Which periods: those after the job's cursor (the last period catch-up
-// settled in order) up to the latest due one. A job with no cursor yet
-// starts at [Since], or else with the latest due period only: its first
-// call records that start as the job's cursor ([idemstore.CatchUpStore.Start], the
-// period before the first) before any period runs. So a first period that
-// fails is not skipped: every later call starts at it, whatever its clock
-// says, and the periods after it wait for it (or run, with
-// [ContinueAfterFailure]). Periods at or before the job's retention horizon
-// count as done. A period is due when it ends, or when it starts with
-// [DueAtStart].
+// Which periods: those after the job's cursor (the last period catch-up settled
+// in order) up to the latest due one. A job with no cursor yet starts at
+// [Since], or else with the latest due period only: its first call records that
+// start as the job's cursor ([idemstore.CatchUpStore.Start], the period before
+// the first) before any period runs. So a first period that fails is not
+// skipped: every later call starts at it, whatever its clock says, and the
+// periods after it wait for it (or run, with [ContinueAfterFailure]). Periods
+// at or before the job's retention horizon count as done. A period is due when
+// it ends, or when it starts with [DueAtStart].
 //
 // Catch-up never goes back before the job's cursor: a period at or before
 // it that is not settled (run by a plain Run, or left by an older version

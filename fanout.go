@@ -119,11 +119,11 @@ func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	return each(ctx, s, key, items, opts, fn, nil)
 }
 
-// EachTx is Each for an [idemstore.ItemTxStore]: fn gets the store's transaction, and
-// each item's business writes commit together with its done mark, or not at
-// all; a batch of items shares one transaction (one commit), each item in a
-// savepoint. For writes in that database every item takes effect exactly
-// once. Mode options are ignored: a failed or killed item left nothing
+// EachTx is Each for an [idemstore.ItemTxStore]: fn gets the store's
+// transaction, and each item's business writes commit together with its done
+// mark, or not at all; a batch of items shares one transaction (one commit),
+// each item in a savepoint. For writes in that database every item takes effect
+// exactly once. Mode options are ignored: a failed or killed item left nothing
 // behind and is simply run again.
 func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...Option) (EachResult, error) {
 	if fn == nil {

@@ -160,13 +160,13 @@ const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owne
 	WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
 	ON CONFLICT DO NOTHING`
 
-// ClaimFinishTx implements [idemstore.FreshTxStore]: for a key with no record, the
-// claim's INSERT, fn (in a savepoint) and the done mark in one SQLite
-// transaction, committed with synchronous=FULL. The transaction holds
-// SQLite's write lock from the INSERT on, so no other attempt can claim the
-// key meanwhile, and a crash leaves no record at all. A key with a record
-// (a duplicate trigger, most often) is claimed as by Claim, after the same
-// single read and without the write lock when it is done.
+// ClaimFinishTx implements [idemstore.FreshTxStore]: for a key with no record,
+// the claim's INSERT, fn (in a savepoint) and the done mark in one SQLite
+// transaction, committed with synchronous=FULL. The transaction holds SQLite's
+// write lock from the INSERT on, so no other attempt can claim the key
+// meanwhile, and a crash leaves no record at all. A key with a record (a
+// duplicate trigger, most often) is claimed as by Claim, after the same single
+// read and without the write lock when it is done.
 func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) error) (idemstore.Claim, bool, error) {
 	key := req.Key
 	c, settled, found, err := l.fastClaim(ctx, req)
@@ -230,11 +230,11 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, 
 	return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: Record{Key: key}}, fnErr == nil, fnErr
 }
 
-// FinishTx implements [idemstore.TxStore]: fn's writes and the done mark (and, with
-// cursor, the job's catch-up cursor) commit in one SQLite transaction, with
-// synchronous=FULL. The transaction holds SQLite's write lock from its first
-// statement until it ends, so keep fn short: other writers to the file wait
-// for it.
+// FinishTx implements [idemstore.TxStore]: fn's writes and the done mark (and,
+// with cursor, the job's catch-up cursor) commit in one SQLite transaction,
+// with synchronous=FULL. The transaction holds SQLite's write lock from its
+// first statement until it ends, so keep fn short: other writers to the file
+// wait for it.
 func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) error) error {
 	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
 		// First statement: a write, which takes the lock and checks the fence.

@@ -101,10 +101,10 @@ func addFresh(tx *wtx, key Key, batch []string, fresh []string) ([]string, error
 	return fresh, rows.Err()
 }
 
-// AddItems implements [idemstore.ItemStore]: the items go into the item set with
-// multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING, and the ones that
-// were new form one chunk, all in one transaction (not synced: SealItems
-// syncs it with the seal).
+// AddItems implements [idemstore.ItemStore]: the items go into the item set
+// with multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING, and the ones that
+// were new form one chunk, all in one transaction (not synced: SealItems syncs
+// it with the seal).
 func (l *Ledger) AddItems(ctx context.Context, key Key, items []string) error {
 	if len(items) == 0 {
 		return nil
@@ -265,11 +265,11 @@ const claimSingleSQL = `UPDATE idem_item_state SET
 		LIMIT ?7)
 	RETURNING item, attempt, failures, doubt`
 
-// ClaimItems implements [idemstore.ItemStore]: one UPDATE ... RETURNING for a chunk,
-// else one for single items, under SQLite's write lock. When neither finds
-// work, the owners of the period's running chunks and items whose leases
-// have not expired are checked with [idemstore.HolderGone], and the work of those
-// whose process is gone is claimed as if their leases had expired.
+// ClaimItems implements [idemstore.ItemStore]: one UPDATE ... RETURNING for a
+// chunk, else one for single items, under SQLite's write lock. When neither
+// finds work, the owners of the period's running chunks and items whose leases
+// have not expired are checked with [idemstore.HolderGone], and the work of
+// those whose process is gone is claimed as if their leases had expired.
 func (l *Ledger) ClaimItems(ctx context.Context, key Key, req idemstore.ItemClaimRequest) (idemstore.ItemBatch, error) {
 	var b idemstore.ItemBatch
 	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
@@ -439,9 +439,9 @@ func finishSingle(tx *wtx, key Key, ends []idemstore.ItemEnd) (lost []string, er
 	return lost, nil
 }
 
-// FinishItems implements [idemstore.ItemStore]: one transaction, synchronous=FULL.
-// A chunk's window costs one UPDATE of the chunk's row, plus an INSERT per
-// item that did not end done.
+// FinishItems implements [idemstore.ItemStore]: one transaction,
+// synchronous=FULL. A chunk's window costs one UPDATE of the chunk's row, plus
+// an INSERT per item that did not end done.
 func (l *Ledger) FinishItems(ctx context.Context, key Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) ([]string, error) {
 	if len(ends) == 0 {
 		return nil, nil

@@ -9,8 +9,8 @@ import (
 	"github.com/idemgo/idem/idemstore"
 )
 
-// Lookup implements [idemstore.Store]: it returns the key's record. A period at or
-// before the job's horizon, whose record was pruned, is reported done.
+// Lookup implements [idemstore.Store]: it returns the key's record. A period at
+// or before the job's horizon, whose record was pruned, is reported done.
 func (l *Ledger) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 	if err := key.Validate(); err != nil {
 		return Record{}, false, err
@@ -78,9 +78,9 @@ func (l *Ledger) Advance(ctx context.Context, job, period string) error {
 	return nil
 }
 
-// Prune implements [idemstore.CatchUpStore]: it deletes the job's done and skipped
-// records at or before through and raises the job's horizon to through, in
-// one transaction.
+// Prune implements [idemstore.CatchUpStore]: it deletes the job's done and
+// skipped records at or before through and raises the job's horizon to through,
+// in one transaction.
 func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) {
 	if err := (Key{Job: job, Period: through}).Validate(); err != nil {
 		return 0, err
@@ -170,9 +170,9 @@ func (l *Ledger) List(ctx context.Context, f Filter) ([]Record, error) {
 	return recs, nil
 }
 
-// Resolve implements [idemstore.Store]: it settles a key by hand. ResolveDone marks it
-// done (the work did happen); ResolveRetry makes it runnable at once with
-// its failure count cleared (the work did not happen). It refuses a key
+// Resolve implements [idemstore.Store]: it settles a key by hand. ResolveDone
+// marks it done (the work did happen); ResolveRetry makes it runnable at once
+// with its failure count cleared (the work did not happen). It refuses a key
 // that is done or held by a live attempt, with [ErrNotResolvable].
 func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
 	if err := key.Validate(); err != nil {

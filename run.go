@@ -58,8 +58,9 @@ func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) err
 	return execute(ctx, s, key, newConfig(s, nil, opts), fn, nil, nil)
 }
 
-// RunTxWith is RunWith for a [idemstore.TxStore]: fn gets the store's transaction, and
-// its writes commit together with the done mark, or not at all.
+// RunTxWith is RunWith for a [idemstore.TxStore]: fn gets the store's
+// transaction, and its writes commit together with the done mark, or not at
+// all.
 //
 // For writes in the store's database this gives an exactly-once effect, so
 // RunTxWith needs no mode: a failed or killed attempt left nothing behind and

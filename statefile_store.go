@@ -54,7 +54,8 @@ func (s *StateFile) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 	return rec, ok, nil
 }
 
-// Claim implements [idemstore.Store]. The claim holds the job's lock until Finish.
+// Claim implements [idemstore.Store]. The claim holds the job's lock until
+// Finish.
 func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	key := req.Key
 	// Fast path: no lock, no write for a done period.
@@ -144,8 +145,8 @@ func (s *StateFile) holder(key Key, attempt int64) (*heldLock, error) {
 	return h, nil
 }
 
-// Renew implements [idemstore.Store]. The lock is the lease: renewing only checks
-// that this process still holds it.
+// Renew implements [idemstore.Store]. The lock is the lease: renewing only
+// checks that this process still holds it.
 func (s *StateFile) Renew(ctx context.Context, key Key, attempt int64, now time.Time, lease time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -215,10 +216,10 @@ func (s *StateFile) Release(key Key, attempt int64) {
 	}
 }
 
-// Resolve implements [idemstore.Store]. ResolveDone moves the job's watermark to
-// key.Period (every earlier period counts as done); ResolveRetry makes the
-// pending period runnable at once. It refuses while an attempt holds the
-// job's lock.
+// Resolve implements [idemstore.Store]. ResolveDone moves the job's watermark
+// to key.Period (every earlier period counts as done); ResolveRetry makes the
+// pending period runnable at once. It refuses while an attempt holds the job's
+// lock.
 func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 	if err := key.Validate(); err != nil {
 		return err
@@ -266,8 +267,8 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 	return s.write(ctx, key, doc)
 }
 
-// Job implements [idemstore.CatchUpStore]: the job's watermark is both its cursor
-// and its horizon.
+// Job implements [idemstore.CatchUpStore]: the job's watermark is both its
+// cursor and its horizon.
 func (s *StateFile) Job(ctx context.Context, job string) (JobState, error) {
 	doc, err := s.read()
 	if err != nil {
@@ -280,17 +281,16 @@ func (s *StateFile) Job(ctx context.Context, job string) (JobState, error) {
 	return js, nil
 }
 
-// Start implements [idemstore.CatchUpStore]. The job's cursor is its watermark, so
-// for a job that has neither a watermark nor a pending period it writes the
-// watermark before, durably: from then on every period at or before it
-// counts as done (a Run of one returns AlreadyDone without running it), as
-// for any watermark; the job's periods begin after it. A job that has a
-// watermark, or a pending period (left by a Run, or by an older idem), is
-// left as it is; with a pending period and no watermark the cursor stays
-// "", and catch-up waits for that period ([ErrOutOfOrder]) until it is
-// done or resolved. Start refuses, with an error matching [ErrInProgress],
-// while an attempt holds the job's lock (an at-least-once Run that has
-// written nothing yet).
+// Start implements [idemstore.CatchUpStore]. The job's cursor is its watermark,
+// so for a job that has neither a watermark nor a pending period it writes the
+// watermark before, durably: from then on every period at or before it counts
+// as done (a Run of one returns AlreadyDone without running it), as for any
+// watermark; the job's periods begin after it. A job that has a watermark, or a
+// pending period (left by a Run, or by an older idem), is left as it is; with a
+// pending period and no watermark the cursor stays "", and catch-up waits for
+// that period ([ErrOutOfOrder]) until it is done or resolved. Start refuses,
+// with an error matching [ErrInProgress], while an attempt holds the job's lock
+// (an at-least-once Run that has written nothing yet).
 func (s *StateFile) Start(ctx context.Context, job, before string) (JobState, error) {
 	key := Key{Job: job, Period: before}
 	if err := key.Validate(); err != nil {
@@ -326,9 +326,9 @@ func (s *StateFile) Start(ctx context.Context, job, before string) (JobState, er
 	return JobState{Job: job, Cursor: before, Horizon: before}, nil
 }
 
-// Advance implements [idemstore.CatchUpStore]. The watermark moves only with done
-// marks: advancing to a period at or before it does nothing, and past it is
-// refused (it would mark the periods in between done).
+// Advance implements [idemstore.CatchUpStore]. The watermark moves only with
+// done marks: advancing to a period at or before it does nothing, and past it
+// is refused (it would mark the periods in between done).
 func (s *StateFile) Advance(ctx context.Context, job, period string) error {
 	js, err := s.Job(ctx, job)
 	if err != nil {
@@ -341,8 +341,8 @@ func (s *StateFile) Advance(ctx context.Context, job, period string) error {
 		ErrOutOfOrder, s.path, job, js.Cursor, period)
 }
 
-// List implements [idemstore.Lister]: one record per job, for its pending period if
-// it has one, else its last done period.
+// List implements [idemstore.Lister]: one record per job, for its pending
+// period if it has one, else its last done period.
 func (s *StateFile) List(ctx context.Context, f Filter) ([]Record, error) {
 	doc, err := s.read()
 	if err != nil {
