@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/idemgo/idem/idemstore"
 )
 
 // DefaultMaxPeriods is how many due periods one CatchUp runs at most, unless
@@ -94,16 +96,15 @@ func (r CatchUpResult) Count(o Outcome) int {
 // clock ([WithClock]). It is what a job triggered by cron or a timer calls
 // instead of Run: after downtime, the missed periods get done.
 //
-// Which periods: those after the job's cursor (the last period catch-up
-// settled in order) up to the latest due one. A job with no cursor yet
-// starts at [Since], or else with the latest due period only: its first
-// call records that start as the job's cursor ([CatchUpStore.Start], the
-// period before the first) before any period runs. So a first period that
-// fails is not skipped: every later call starts at it, whatever its clock
-// says, and the periods after it wait for it (or run, with
-// [ContinueAfterFailure]). Periods at or before the job's retention horizon
-// count as done. A period is due when it ends, or when it starts with
-// [DueAtStart].
+// Which periods: those after the job's cursor (the last period catch-up settled
+// in order) up to the latest due one. A job with no cursor yet starts at
+// [Since], or else with the latest due period only: its first call records that
+// start as the job's cursor ([idemstore.CatchUpStore.Start], the period before
+// the first) before any period runs. So a first period that fails is not
+// skipped: every later call starts at it, whatever its clock says, and the
+// periods after it wait for it (or run, with [ContinueAfterFailure]). Periods
+// at or before the job's retention horizon count as done. A period is due when
+// it ends, or when it starts with [DueAtStart].
 //
 // Catch-up never goes back before the job's cursor: a period at or before
 // it that is not settled (run by a plain Run, or left by an older version
@@ -126,21 +127,13 @@ func (r CatchUpResult) Count(o Outcome) int {
 // fn must not call Run or RunTx for its own period (the key is held by
 // the Run that called fn: [ErrNestedRun]); for business writes that commit
 // with each period's done mark, use [CatchUpTx].
-func CatchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...Option) (CatchUpResult, error) {
+func CatchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...Option) (CatchUpResult, error) {
 	if fn == nil || sched == nil || s == nil {
 		panic("idem: CatchUp needs a store, a schedule and a fn")
 	}
 	return catchUp(ctx, s, job, sched, opts, func(ctx context.Context, key Key, p Period, o []Option) error {
 		return RunWith(ctx, s, key, func(ctx context.Context) error { return fn(ctx, p) }, o...)
 	})
-}
-
-// CatchUpTxStore is a store that [CatchUpTx] can use: a [CatchUpStore]
-// whose records live in the database of the business data ([TxStore]).
-// [Ledger] is one with *sql.Tx; the Postgres ledger with pgx.Tx.
-type CatchUpTxStore[Tx any] interface {
-	CatchUpStore
-	TxStore[Tx]
 }
 
 // CatchUpTx is [CatchUp] for a transactional job: each due period runs
@@ -157,7 +150,7 @@ type CatchUpTxStore[Tx any] interface {
 // [ContinueAfterFailure]); the error returned is that period's. As in
 // RunTxWith, write idempotent, recomputing statements: they are what the
 // re-run of a rolled-back period repeats.
-func CatchUpTx[Tx any](ctx context.Context, s CatchUpTxStore[Tx], job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...Option) (CatchUpResult, error) {
+func CatchUpTx[Tx any](ctx context.Context, s idemstore.CatchUpTxStore[Tx], job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...Option) (CatchUpResult, error) {
 	if fn == nil || sched == nil || s == nil {
 		panic("idem: CatchUpTx needs a store, a schedule and a fn")
 	}
@@ -167,7 +160,7 @@ func CatchUpTx[Tx any](ctx context.Context, s CatchUpTxStore[Tx], job string, sc
 }
 
 // catchUp is CatchUp's loop; run runs one period with the options o.
-func catchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, opts []Option,
+func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, opts []Option,
 	run func(ctx context.Context, key Key, p Period, o []Option) error) (CatchUpResult, error) {
 	cfg := newConfig(s, []Option{CatchUpAll(DefaultMaxPeriods)}, opts)
 	cu := cfg.catchUp
@@ -175,7 +168,7 @@ func catchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, op
 	if cfg.err != nil {
 		return res, cfg.err
 	}
-	if err := ValidateJob(job); err != nil {
+	if err := idemstore.ValidateJob(job); err != nil {
 		return res, err
 	}
 	js, err := s.Job(ctx, job)
@@ -279,7 +272,7 @@ func catchUp(ctx context.Context, s CatchUpStore, job string, sched Schedule, op
 
 // skipPeriod records p as skipped (CatchUpLatest), unless it is settled
 // already.
-func skipPeriod(ctx context.Context, s CatchUpStore, key Key, p Period) PeriodResult {
+func skipPeriod(ctx context.Context, s idemstore.CatchUpStore, key Key, p Period) PeriodResult {
 	rec, ok, err := s.Lookup(ctx, key)
 	if err != nil {
 		return PeriodResult{Period: p, Outcome: Failed, Err: err}

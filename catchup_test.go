@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 )
 
@@ -21,7 +22,7 @@ var daily = idem.Daily(time.UTC)
 func day(n int) time.Time { return time.Date(2026, 10, 1+n, 2, 0, 0, 0, time.UTC) }
 
 type catchUpJob struct {
-	s     idem.CatchUpStore
+	s     idemstore.CatchUpStore
 	clk   *idemtest.Clock
 	ran   []string
 	fail  map[string]bool
@@ -49,9 +50,9 @@ func names(first, n int) []string {
 }
 
 func TestCatchUpMissedPeriods(t *testing.T) {
-	stores := map[string]func(t *testing.T, dir string) idem.CatchUpStore{
-		"ledger":    func(t *testing.T, dir string) idem.CatchUpStore { return openLedger(t, dir) },
-		"statefile": func(t *testing.T, dir string) idem.CatchUpStore { return openState(t, dir) },
+	stores := map[string]func(t *testing.T, dir string) idemstore.CatchUpStore{
+		"ledger":    func(t *testing.T, dir string) idemstore.CatchUpStore { return openLedger(t, dir) },
+		"statefile": func(t *testing.T, dir string) idemstore.CatchUpStore { return openState(t, dir) },
 	}
 	for storeName, open := range stores {
 		for _, missed := range []int{0, 1, 40, 400} {
@@ -287,8 +288,8 @@ func TestCatchUpKilledMidway(t *testing.T) {
 				}, idem.WithClock(idemtest.NewClock(now)), idem.Since(day(0)), opt)
 			}
 			exit := idemtest.Fork(t, dir, func(dir string) {
-				ctx := idemtest.KillWhen(context.Background(), func(p idem.Point, k idem.Key) bool {
-					return p == idem.AfterFn && k.Period == "2026-10-04"
+				ctx := idemtest.KillWhen(context.Background(), func(p idemstore.Point, k idem.Key) bool {
+					return p == idemstore.AfterFn && k.Period == "2026-10-04"
 				})
 				if _, err := job(ctx, dir, day(10)); err != nil {
 					fmt.Println(err)
@@ -337,11 +338,11 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	sched := idem.Daily(shanghai)
-	stores := map[string]func(t *testing.T, clk idem.Clock) idem.CatchUpStore{
-		"ledger": func(t *testing.T, clk idem.Clock) idem.CatchUpStore {
+	stores := map[string]func(t *testing.T, clk idem.Clock) idemstore.CatchUpStore{
+		"ledger": func(t *testing.T, clk idem.Clock) idemstore.CatchUpStore {
 			return openLedger(t, t.TempDir(), idem.WithClock(clk))
 		},
-		"statefile": func(t *testing.T, clk idem.Clock) idem.CatchUpStore {
+		"statefile": func(t *testing.T, clk idem.Clock) idemstore.CatchUpStore {
 			return openState(t, t.TempDir(), idem.WithClock(clk))
 		},
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 )
 
@@ -226,8 +227,8 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 				}
 				clk.Advance(time.Hour)
 			}
-			crash := idemtest.CrashWhen(ctx, func(p idem.Point, k idem.Key) bool {
-				return p == idem.AfterFn && k.Period == "2026-10-03"
+			crash := idemtest.CrashWhen(ctx, func(p idemstore.Point, k idem.Key) bool {
+				return p == idemstore.AfterFn && k.Period == "2026-10-03"
 			})
 			_, err := l.CatchUpTx(crash, "settle", daily, settlePeriod, opts...)
 			if !errors.Is(err, idemtest.ErrCrashed) {
@@ -261,8 +262,8 @@ func TestCatchUpTxKilled(t *testing.T) {
 		return l.CatchUpTx(ctx, "settle", daily, settlePeriod, idem.Since(day(1)))
 	}
 	exit := idemtest.Fork(t, dir, func(dir string) {
-		ctx := idemtest.KillWhen(context.Background(), func(p idem.Point, k idem.Key) bool {
-			return p == idem.AfterFn && k.Period == "2026-10-03"
+		ctx := idemtest.KillWhen(context.Background(), func(p idemstore.Point, k idem.Key) bool {
+			return p == idemstore.AfterFn && k.Period == "2026-10-03"
 		})
 		_, err := job(ctx, dir, day(4))
 		fmt.Println("not killed:", err)

@@ -4,19 +4,24 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemgo/idem/idemstore"
 )
 
 // Errors that Run and the stores return. Match them with [errors.Is]; use
 // [errors.As] with *[Error] for the key, attempt and fn's own error.
+// ErrInvalidKey, ErrInProgress, ErrLeaseLost, ErrPruneRefused and
+// ErrNotResolvable are package idemstore's (the same values), since stores
+// return them.
 var (
 	// ErrInvalidKey: the Key is empty, too long, not UTF-8 or has control
 	// characters. Nothing was written.
-	ErrInvalidKey = errors.New("idem: invalid key")
+	ErrInvalidKey = idemstore.ErrInvalidKey
 
 	// ErrInProgress: another holder has a live lease on the key (or, for the
 	// state file, holds its lock). fn did not run. Try again later, or pass
-	// [Wait] to wait for the holder.
-	ErrInProgress = errors.New("idem: key in progress elsewhere")
+	// [WithWait] to wait for the holder.
+	ErrInProgress = idemstore.ErrInProgress
 
 	// ErrUnknownOutcome: an earlier attempt may or may not have had its effect
 	// (it was killed, or fn failed in a mode that cannot retry blindly), and
@@ -39,7 +44,7 @@ var (
 	// attempt. Or, from [CheckLease], the lease ran out by this process's
 	// clock without a renewal (the process stalled), whether or not another
 	// attempt has taken the key yet. The error's text says which.
-	ErrLeaseLost = errors.New("idem: lease lost")
+	ErrLeaseLost = idemstore.ErrLeaseLost
 
 	// ErrInvalidOption: an option was given a value it cannot take (a
 	// negative duration, say). Nothing was written.
@@ -51,11 +56,11 @@ var (
 
 	// ErrPruneRefused: Prune was asked to forget periods that catch-up can
 	// still reach, or that are not settled. Nothing was deleted.
-	ErrPruneRefused = errors.New("idem: prune refused")
+	ErrPruneRefused = idemstore.ErrPruneRefused
 
 	// ErrNotResolvable: Resolve or Reset was asked to change a key that is
 	// done, or that a live attempt holds.
-	ErrNotResolvable = errors.New("idem: key cannot be resolved in its current state")
+	ErrNotResolvable = idemstore.ErrNotResolvable
 
 	// ErrNestedRun: Run or RunTx (or Each, for its period's done mark) was
 	// called inside fn for the very key that the enclosing Run holds (fn's

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemgo/idem/idemstore"
 )
 
 // DefaultWorkers is how many items Each works on at once unless told
@@ -110,35 +112,35 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // (AlreadyDone). Items that are unknown keep the period open: Each returns
 // an error matching ErrUnknownOutcome. While other holders work items, or
 // items back off, Each waits for them, until ctx ends.
-func Each(ctx context.Context, s ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...Option) (EachResult, error) {
+func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...Option) (EachResult, error) {
 	if fn == nil {
 		panic("idem: Each with a nil fn")
 	}
 	return each(ctx, s, key, items, opts, fn, nil)
 }
 
-// EachTx is Each for an [ItemTxStore]: fn gets the store's transaction, and
-// each item's business writes commit together with its done mark, or not at
-// all; a batch of items shares one transaction (one commit), each item in a
-// savepoint. For writes in that database every item takes effect exactly
-// once. Mode options are ignored: a failed or killed item left nothing
+// EachTx is Each for an [idemstore.ItemTxStore]: fn gets the store's
+// transaction, and each item's business writes commit together with its done
+// mark, or not at all; a batch of items shares one transaction (one commit),
+// each item in a savepoint. For writes in that database every item takes effect
+// exactly once. Mode options are ignored: a failed or killed item left nothing
 // behind and is simply run again.
-func EachTx[Tx any](ctx context.Context, s ItemTxStore[Tx], key Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...Option) (EachResult, error) {
+func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...Option) (EachResult, error) {
 	if fn == nil {
 		panic("idem: EachTx with a nil fn")
 	}
-	return each(ctx, s, key, items, opts, nil, func(ctx context.Context, step ItemStep, claims []ItemClaim, info func(ItemClaim) Info, failed func(ItemClaim, error) ItemEnd) ([]ItemEnd, []string, error) {
-		return s.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c ItemClaim) error {
+	return each(ctx, s, key, items, opts, nil, func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, info func(idemstore.ItemClaim) Info, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
+		return s.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c idemstore.ItemClaim) error {
 			return fn(context.WithValue(ctx, infoKey{}, info(c)), tx, c.Item)
 		}, failed)
 	})
 }
 
 // txItems runs a window of items in the store's transaction (EachTx).
-type txItems func(ctx context.Context, step ItemStep, claims []ItemClaim, info func(ItemClaim) Info, failed func(ItemClaim, error) ItemEnd) (ends []ItemEnd, lost []string, err error)
+type txItems func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, info func(idemstore.ItemClaim) Info, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) (ends []idemstore.ItemEnd, lost []string, err error)
 
 type eacher struct {
-	s      ItemStore
+	s      idemstore.ItemStore
 	key    Key
 	cfg    *config
 	fn     func(context.Context, string) error
@@ -149,7 +151,7 @@ type eacher struct {
 	parked []string
 }
 
-func each(ctx context.Context, s ItemStore, key Key, items iter.Seq2[string, error], opts []Option, fn func(context.Context, string) error, tx txItems) (EachResult, error) {
+func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], opts []Option, fn func(context.Context, string) error, tx txItems) (EachResult, error) {
 	cfg := newConfig(s, []Option{WithWorkers(DefaultWorkers)}, opts)
 	if tx != nil {
 		cfg.mode = atLeastOnce
@@ -200,7 +202,7 @@ func each(ctx context.Context, s ItemStore, key Key, items iter.Seq2[string, err
 	for {
 		if err := e.work(ctx); err != nil {
 			res.Outcome, res.Counts, res.Parked = Failed, counts, e.parked
-			if isStop(err) {
+			if idemstore.IsStop(err) {
 				return res, err
 			}
 			return res, fmt.Errorf("idem: each %s: %w", key, err)
@@ -208,7 +210,7 @@ func each(ctx context.Context, s ItemStore, key Key, items iter.Seq2[string, err
 		if counts, err = s.CountItems(ctx, key); err != nil {
 			return res, err
 		}
-		if counts.open() == 0 {
+		if openItems(counts) == 0 {
 			break
 		}
 		// Others hold items, or items back off: wait for them.
@@ -263,7 +265,7 @@ func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) err
 		if err != nil {
 			return fmt.Errorf("idem: each %s: generating items: %w", e.key, err)
 		}
-		if err := validPart("item", it); err != nil {
+		if err := idemstore.ValidatePart("item", it); err != nil {
 			return &KeyError{Key: e.key, Reason: err.Error()}
 		}
 		buf = append(buf, it)
@@ -308,9 +310,9 @@ func (e *eacher) work(ctx context.Context) error {
 	return nil
 }
 
-func (e *eacher) info(c ItemClaim) Info {
+func (e *eacher) info(c idemstore.ItemClaim) Info {
 	ik := Key{Job: e.key.Job, Period: e.key.Period + "/" + c.Item}
-	return Info{Key: e.key, Item: c.Item, Attempt: c.Attempt, RequestID: ik.RequestID(), Owner: processOwner()}
+	return Info{Key: e.key, Item: c.Item, Attempt: c.Attempt, RequestID: ik.RequestID(), Owner: idemstore.Owner()}
 }
 
 // itemCtx is fn's context for one item: its Info (made when asked for: a
@@ -318,7 +320,7 @@ func (e *eacher) info(c ItemClaim) Info {
 type itemCtx struct {
 	context.Context
 	e     *eacher
-	c     ItemClaim
+	c     idemstore.ItemClaim
 	lease *leaseState
 }
 
@@ -337,21 +339,21 @@ func (e *eacher) worker(ctx context.Context) error {
 	window := e.cfg.each.batch
 	for {
 		now := e.cfg.clock.Now()
-		b, err := e.s.ClaimItems(ctx, e.key, ItemClaimRequest{
-			N: window, Owner: processOwner(), Now: now, Lease: e.cfg.lease,
+		b, err := e.s.ClaimItems(ctx, e.key, idemstore.ItemClaimRequest{
+			N: window, Owner: idemstore.Owner(), Now: now, Lease: e.cfg.lease,
 			Durable: e.tx == nil && m.durableClaim(), TakeUnknown: e.tx == nil && m.takeUnknown(),
 		})
 		if err != nil || len(b.Items) == 0 {
 			return err
 		}
-		if err := Checkpoint(ctx, AfterClaim, e.key); err != nil {
+		if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, e.key); err != nil {
 			return err
 		}
 		// A chunk is worked window by window: each window's done marks are
 		// one write, which also renews the chunk's lease and marks the next
 		// window started. Single items are one window.
 		lease := newLeaseState(e.cfg.clock, now.Add(e.cfg.lease))
-		step := ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: b.Pos}
+		step := idemstore.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: b.Pos}
 		for items := b.Items; len(items) > 0; {
 			win := items[:min(window, len(items))]
 			if b.Chunk == 0 {
@@ -364,7 +366,7 @@ func (e *eacher) worker(ctx context.Context) error {
 				step.Now = e.cfg.clock.Now()
 				step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(window, len(items)-n)
 			}
-			var ends []ItemEnd
+			var ends []idemstore.ItemEnd
 			var lost []string
 			if e.tx != nil {
 				settle(len(win))
@@ -381,7 +383,7 @@ func (e *eacher) worker(ctx context.Context) error {
 			}
 			e.report(ends, lost)
 			if len(ends) > 0 {
-				if err := Checkpoint(ctx, AfterDone, e.key); err != nil {
+				if err := idemstore.Checkpoint(ctx, idemstore.AfterDone, e.key); err != nil {
 					return err
 				}
 			}
@@ -403,8 +405,8 @@ func (e *eacher) worker(ctx context.Context) error {
 // each ended: all of the window's items, or fewer when it cut the window
 // short, at the first item after cut (so that the done marks renew the
 // lease in time) or when the lease ran out.
-func (e *eacher) run(ctx context.Context, claims []ItemClaim, lease *leaseState, cut time.Time) (ends []ItemEnd, err error) {
-	ends = make([]ItemEnd, 0, len(claims))
+func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, lease *leaseState, cut time.Time) (ends []idemstore.ItemEnd, err error) {
+	ends = make([]idemstore.ItemEnd, 0, len(claims))
 	for _, c := range claims {
 		ictx := &itemCtx{Context: ctx, e: e, c: c, lease: lease}
 		if len(ends) > 0 && e.cfg.clock.Now().After(cut) {
@@ -428,14 +430,14 @@ func (e *eacher) run(ctx context.Context, claims []ItemClaim, lease *leaseState,
 			}
 		}
 		err := e.fn(ictx, c.Item)
-		if cerr := Checkpoint(ctx, AfterFn, e.key); cerr != nil {
+		if cerr := idemstore.Checkpoint(ctx, idemstore.AfterFn, e.key); cerr != nil {
 			return nil, cerr
 		}
 		if errors.Is(err, ErrLeaseLost) { // fn saw the lease run out: not the item's failure
 			return ends, nil
 		}
 		if err == nil {
-			ends = append(ends, ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: e.cfg.clock.Now()})
+			ends = append(ends, idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: e.cfg.clock.Now()})
 			continue
 		}
 		if !isHarmless(err) && !isPermanent(err) {
@@ -452,26 +454,26 @@ func (e *eacher) run(ctx context.Context, claims []ItemClaim, lease *leaseState,
 
 // settle turns a check's verdict on a doubtful item into its end; settled
 // is false when the item should run (again).
-func (e *eacher) settle(c ItemClaim, v verdict, herr, cause error) (ItemEnd, bool) {
+func (e *eacher) settle(c idemstore.ItemClaim, v verdict, herr, cause error) (idemstore.ItemEnd, bool) {
 	now := e.cfg.clock.Now()
 	switch v {
 	case verdictDone:
-		return ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: now}, true
+		return idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: now}, true
 	case verdictUnknown:
 		msg := cause.Error()
 		if herr != nil {
 			msg = "downstream check failed: " + herr.Error() + "; after: " + msg
 		}
-		return ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusUnknown, Failures: c.Failures, Error: msg, Now: now}, true
+		return idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusUnknown, Failures: c.Failures, Error: msg, Now: now}, true
 	}
-	return ItemEnd{}, false
+	return idemstore.ItemEnd{}, false
 }
 
 // failed is the end of an item attempt whose fn failed: backoff or park.
-func (e *eacher) failed(c ItemClaim, err error) ItemEnd {
+func (e *eacher) failed(c idemstore.ItemClaim, err error) idemstore.ItemEnd {
 	now := e.cfg.clock.Now()
 	n := c.Failures + 1
-	end := ItemEnd{Item: c.Item, Attempt: c.Attempt, Failures: n, Error: err.Error(), Now: now}
+	end := idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Failures: n, Error: err.Error(), Now: now}
 	d, ok := e.cfg.backoff.Next(n)
 	if !ok || isPermanent(err) {
 		end.Status = StatusParked
@@ -483,7 +485,7 @@ func (e *eacher) failed(c ItemClaim, err error) ItemEnd {
 
 // report counts a window's ends that were recorded (not lost) and calls
 // the progress callback.
-func (e *eacher) report(ends []ItemEnd, lost []string) {
+func (e *eacher) report(ends []idemstore.ItemEnd, lost []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	gone := make(map[string]bool, len(lost))

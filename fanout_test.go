@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 )
 
@@ -128,8 +129,8 @@ func TestEachResumesAfterCrash(t *testing.T) {
 			}
 			// Crash after the 4th batch's fn, before its done marks.
 			var n atomic.Int32
-			crash := idemtest.CrashWhen(ctx, func(p idem.Point, _ idem.Key) bool {
-				return p == idem.AfterFn && (mode == "tx" && n.Add(1) == 4 || mode != "tx" && n.Add(1) == 4*50)
+			crash := idemtest.CrashWhen(ctx, func(p idemstore.Point, _ idem.Key) bool {
+				return p == idemstore.AfterFn && (mode == "tx" && n.Add(1) == 4 || mode != "tx" && n.Add(1) == 4*50)
 			})
 			if err := run(crash); !errors.Is(err, idemtest.ErrCrashed) {
 				t.Fatalf("crash: %v", err)

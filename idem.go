@@ -26,6 +26,11 @@
 // jobs without a database), and the Postgres ledger in the pgledger module
 // (many hosts). Package idemtest injects crashes at every protocol step so
 // you can prove your own job survives them.
+//
+// The interfaces a store implements, and the protocol rules the stores
+// share, are in package idemstore, for those who write a store; the types
+// of it that a job or an operator names (Key, Record, Status, Resolution,
+// ...) are here too, under the same names.
 package idem
 
 import (

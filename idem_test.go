@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
 )
@@ -140,7 +141,7 @@ func TestConcurrentProcesses(t *testing.T) {
 // TestCrashAtEveryPoint kills a child process (SIGKILL) at each protocol
 // boundary, then recovers in this process, for each mode.
 func TestCrashAtEveryPoint(t *testing.T) {
-	points := []idem.Point{idem.BeforeClaim, idem.AfterClaim, idem.AfterFn, idem.AfterDone}
+	points := []idemstore.Point{idemstore.BeforeClaim, idemstore.AfterClaim, idemstore.AfterFn, idemstore.AfterDone}
 	modes := []string{"at-least-once", "at-most-once", "two-phase", "tx"}
 	for _, mode := range modes {
 		for _, p := range points {
@@ -171,14 +172,14 @@ func TestCrashAtEveryPoint(t *testing.T) {
 					if rec.Status != idem.StatusDone || eff[key.String()] < 1 {
 						t.Fatalf("status %s, effects %d: want done, at least 1", rec.Status, eff[key.String()])
 					}
-					if wantTwice := p == idem.AfterFn; wantTwice != (eff[key.String()] == 2) {
+					if wantTwice := p == idemstore.AfterFn; wantTwice != (eff[key.String()] == 2) {
 						t.Fatalf("effects %d after a crash at %s", eff[key.String()], p)
 					}
 				case "at-most-once":
 					if eff[key.String()] > 1 {
 						t.Fatalf("fn ran %d times", eff[key.String()])
 					}
-					inDoubt := p == idem.AfterClaim || p == idem.AfterFn
+					inDoubt := p == idemstore.AfterClaim || p == idemstore.AfterFn
 					if inDoubt {
 						if !errors.Is(err, idem.ErrUnknownOutcome) || rec.Status != idem.StatusUnknown {
 							t.Fatalf("recovery: %v, status %s; want ErrUnknownOutcome", err, rec.Status)
@@ -258,7 +259,7 @@ func settle(ctx context.Context, tx *sql.Tx, day string) error {
 // TestCrashInProcess stops Run at each point in-process and recovers with a
 // second Run on the same ledger once the clock passes the lease.
 func TestCrashInProcess(t *testing.T) {
-	for _, p := range []idem.Point{idem.BeforeClaim, idem.AfterClaim, idem.AfterFn, idem.AfterDone} {
+	for _, p := range []idemstore.Point{idemstore.BeforeClaim, idemstore.AfterClaim, idemstore.AfterFn, idemstore.AfterDone} {
 		t.Run(string(p), func(t *testing.T) {
 			clk := idemtest.NewClock(t0)
 			l := openLedger(t, t.TempDir(), idem.WithClock(clk))
@@ -268,7 +269,7 @@ func TestCrashInProcess(t *testing.T) {
 			if !errors.Is(err, idemtest.ErrCrashed) {
 				t.Fatalf("crashed run: %v, want ErrCrashed", err)
 			}
-			if p == idem.AfterClaim {
+			if p == idemstore.AfterClaim {
 				// The dead attempt's lease still holds.
 				if err := l.Run(context.Background(), key, fn); !errors.Is(err, idem.ErrInProgress) {
 					t.Fatalf("run within the lease: %v, want ErrInProgress", err)
@@ -279,7 +280,7 @@ func TestCrashInProcess(t *testing.T) {
 			if err := l.Run(context.Background(), key, fn, idem.ReportTo(&res)); err != nil {
 				t.Fatalf("recovery: %v", err)
 			}
-			wantRuns := map[idem.Point]int{idem.BeforeClaim: 1, idem.AfterClaim: 1, idem.AfterFn: 2, idem.AfterDone: 1}[p]
+			wantRuns := map[idemstore.Point]int{idemstore.BeforeClaim: 1, idemstore.AfterClaim: 1, idemstore.AfterFn: 2, idemstore.AfterDone: 1}[p]
 			if runs != wantRuns {
 				t.Fatalf("fn ran %d times, want %d", runs, wantRuns)
 			}
@@ -603,7 +604,7 @@ func TestResolveRefusals(t *testing.T) {
 	}
 	// A live attempt cannot be resolved under its holder.
 	k2 := idem.Key{Job: "j", Period: "p"}
-	err := l.Run(idemtest.CrashAt(ctx, idem.AfterClaim), k2, func(context.Context) error { return nil })
+	err := l.Run(idemtest.CrashAt(ctx, idemstore.AfterClaim), k2, func(context.Context) error { return nil })
 	if !errors.Is(err, idemtest.ErrCrashed) {
 		t.Fatal(err)
 	}
@@ -637,10 +638,11 @@ func TestPanicPropagates(t *testing.T) {
 func TestInvalidKeyWritesNothing(t *testing.T) {
 	dir := t.TempDir()
 	l := openLedger(t, dir)
-	long := strings.Repeat("x", idem.MaxKeyPart+1)
+	long := strings.Repeat("x", idemstore.MaxKeyPart+1)
 	bad := []idem.Key{
-		{"", "2026-10-27"}, {"job", ""}, {long, "p"}, {"job", long},
-		{"job\n", "p"}, {"job", "2026-10-27\x00"}, {"job", "\x7f"}, {string([]byte{0xff, 0xfe}), "p"}, {"job", "p\u0085"},
+		{Job: "", Period: "2026-10-27"}, {Job: "job", Period: ""}, {Job: long, Period: "p"}, {Job: "job", Period: long},
+		{Job: "job\n", Period: "p"}, {Job: "job", Period: "2026-10-27\x00"}, {Job: "job", Period: "\x7f"},
+		{Job: string([]byte{0xff, 0xfe}), Period: "p"}, {Job: "job", Period: "p\u0085"},
 	}
 	for _, k := range bad {
 		err := l.Run(context.Background(), k, func(context.Context) error { t.Errorf("fn ran for %q", k); return nil })

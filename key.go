@@ -1,123 +1,18 @@
 package idem
 
-import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-	"strconv"
-	"unicode"
-	"unicode/utf8"
-)
-
-// MaxKeyPart is the longest Job or Period a Key may have, in bytes.
-const MaxKeyPart = 200
+import "github.com/idemgo/idem/idemstore"
 
 // Key names one unit of work: a job and the business period the run is for.
 //
 // Period is the period the work is FOR ("2026-10-27" for the settlement of
 // 27 October), never the wall-clock time the run started: a re-run tomorrow of
 // yesterday's settlement must produce the same Key. Schedules such as [Daily]
-// compute it.
-type Key struct {
-	Job    string // a stable job name, e.g. "daily_settle"
-	Period string // the business period, e.g. "2026-10-27"
-}
+// compute it. Its methods (Validate, String, RequestID) are those of
+// [idemstore.Key], where stores see it.
+type Key = idemstore.Key
 
-// String returns "job/period".
-func (k Key) String() string { return k.Job + "/" + k.Period }
-
-// Validate reports whether k can be stored. Job and Period must each be
-// non-empty valid UTF-8 of at most [MaxKeyPart] bytes with no control
-// characters. The error matches [ErrInvalidKey].
-func (k Key) Validate() error {
-	if err := validPart("job", k.Job); err != nil {
-		return &KeyError{Key: k, Reason: err.Error()}
-	}
-	if err := validPart("period", k.Period); err != nil {
-		return &KeyError{Key: k, Reason: err.Error()}
-	}
-	return nil
-}
-
-// ValidateJob reports whether job can be the Job of a [Key] (the rules of
-// [Key.Validate]), for calls that take a job alone, such as [CatchUp]. The
-// error matches [ErrInvalidKey] and names the job only.
-func ValidateJob(job string) error {
-	if err := validPart("job", job); err != nil {
-		return &KeyError{Key: Key{Job: job}, Reason: err.Error(), jobOnly: true}
-	}
-	return nil
-}
-
-func validPart(what, s string) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("%s is empty", what)
-	case len(s) > MaxKeyPart:
-		return fmt.Errorf("%s is %d bytes, more than %d", what, len(s), MaxKeyPart)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%s is not valid UTF-8", what)
-	}
-	for i, r := range s {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%s has a control character %U at byte %d", what, r, i)
-		}
-	}
-	return nil
-}
-
-// RequestID returns an identifier derived from the key alone: the same for
-// every attempt, every process and every host. Hand it to a downstream
-// service as its idempotency key (a payment gateway's Idempotency-Key, a mail
-// gateway's message id), so that a retried attempt is recognised there, and so
-// a [DownstreamHas] check can ask for it.
-func (k Key) RequestID() string {
-	h := sha256.New()
-	h.Write([]byte(k.Job))
-	h.Write([]byte{0})
-	h.Write([]byte(k.Period))
-	return "idem-" + hex.EncodeToString(h.Sum(nil)[:16])
-}
-
-// KeyError describes an invalid [Key] (or, from [ValidateJob], an invalid
-// job). It matches [ErrInvalidKey]. Its message quotes each part of the key
-// escaped and, past 64 bytes, cut short and followed by its length
+// KeyError describes an invalid [Key] (or an invalid job given to
+// [CatchUp]). It matches [ErrInvalidKey]. Its message quotes each part of
+// the key escaped and, past 64 bytes, cut short and followed by its length
 // ("xxxx"… (10240 bytes)); Key holds them whole.
-type KeyError struct {
-	Key    Key
-	Reason string
-
-	jobOnly bool // from ValidateJob: there is no period to show
-}
-
-func (e *KeyError) Error() string {
-	if e.jobOnly {
-		return fmt.Sprintf("idem: invalid job %s: %s", quotePart(e.Key.Job), e.Reason)
-	}
-	return fmt.Sprintf("idem: invalid key %s/%s: %s", quotePart(e.Key.Job), quotePart(e.Key.Period), e.Reason)
-}
-
-// quoteMax is how many bytes of a key part quotePart shows.
-const quoteMax = 64
-
-// quotePart returns s Go-quoted for a message, shortened to
-// its first 64 bytes (cut at a character boundary) followed by "…" and
-// its length when it is longer: an invalid key of 10 KB must not make
-// every log line 10 KB long. Control characters and invalid UTF-8 are
-// escaped, so the result is always one printable line.
-func quotePart(s string) string {
-	if len(s) <= quoteMax {
-		return strconv.Quote(s)
-	}
-	cut := quoteMax
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	if cut == 0 { // no character boundary in the first bytes: cut them as bytes
-		cut = quoteMax
-	}
-	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
-}
-
-// Is reports whether target is ErrInvalidKey.
-func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
+type KeyError = idemstore.KeyError

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 )
 
 // TestInvalidKeyErrorIsShort: an invalid key of 10 KB (or of 10 KB of NUL
@@ -27,7 +28,7 @@ func TestInvalidKeyErrorIsShort(t *testing.T) {
 		{"Validate, long job", func() error { return idem.Key{Job: long, Period: "2026-10-27"}.Validate() }},
 		{"Validate, NUL period", func() error { return idem.Key{Job: "j", Period: nul}.Validate() }},
 		{"Validate, both", func() error { return idem.Key{Job: nul, Period: long}.Validate() }},
-		{"ValidateJob, NUL", func() error { return idem.ValidateJob(nul) }},
+		{"ValidateJob, NUL", func() error { return idemstore.ValidateJob(nul) }},
 		{"ledger Run", func() error { return l.Run(ctx, idem.Key{Job: long, Period: nul}, fn) }},
 		{"state file Run", func() error { return s.Run(ctx, idem.Key{Job: nul, Period: "2026-10-27"}, fn) }},
 		{"Resolve", func() error { return l.Resolve(ctx, idem.Key{Job: "j", Period: nul}, idem.ResolveDone) }},

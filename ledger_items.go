@@ -8,35 +8,14 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/idemgo/idem/idemstore"
 )
 
 var (
-	_ ItemStore            = (*Ledger)(nil)
-	_ ItemTxStore[*sql.Tx] = (*Ledger)(nil)
+	_ idemstore.ItemStore            = (*Ledger)(nil)
+	_ idemstore.ItemTxStore[*sql.Tx] = (*Ledger)(nil)
 )
-
-// upgradeItems moves the items of a version 2 ledger (one table,
-// idem_items, a row per item with its status) into version 3's tables:
-// every item joins the item set, and keeps its status as a record of its
-// own, so it is claimed one by one as before. Nothing is lost.
-func upgradeItems(ctx context.Context, tx *sql.Tx) error {
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name='idem_items'`).Scan(&n); err != nil || n == 0 {
-		return err
-	}
-	for _, q := range []string{
-		`INSERT INTO idem_item_set(job, period, item) SELECT job, period, item FROM idem_items WHERE true ON CONFLICT DO NOTHING`,
-		`INSERT INTO idem_item_state(job, period, item, chunk, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated)
-			SELECT job, period, item, 0, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated FROM idem_items WHERE true
-			ON CONFLICT DO NOTHING`,
-		`DROP TABLE idem_items`,
-	} {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("upgrading the item tables: %w", err)
-		}
-	}
-	return nil
-}
 
 // addChunk is how many rows one INSERT into the item set writes.
 const addChunk = 500
@@ -122,10 +101,10 @@ func addFresh(tx *wtx, key Key, batch []string, fresh []string) ([]string, error
 	return fresh, rows.Err()
 }
 
-// AddItems implements [ItemStore]: the items go into the item set with
-// multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING, and the ones that
-// were new form one chunk, all in one transaction (not synced: SealItems
-// syncs it with the seal).
+// AddItems implements [idemstore.ItemStore]: the items go into the item set
+// with multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING, and the ones that
+// were new form one chunk, all in one transaction (not synced: SealItems syncs
+// it with the seal).
 func (l *Ledger) AddItems(ctx context.Context, key Key, items []string) error {
 	if len(items) == 0 {
 		return nil
@@ -168,7 +147,7 @@ func (l *Ledger) AddItems(ctx context.Context, key Key, items []string) error {
 	return nil
 }
 
-// SealItems implements [ItemStore].
+// SealItems implements [idemstore.ItemStore].
 func (l *Ledger) SealItems(ctx context.Context, key Key) error {
 	err := l.withTx(ctx, true, func(tx *wtx) error {
 		_, err := tx.exec(`INSERT INTO idem_itemsets(job, period, sealed) VALUES(?, ?, 1)
@@ -181,7 +160,7 @@ func (l *Ledger) SealItems(ctx context.Context, key Key) error {
 	return nil
 }
 
-// CountItems implements [ItemStore]. An item of a chunk counts as the
+// CountItems implements [idemstore.ItemStore]. An item of a chunk counts as the
 // chunk's status until the chunk settles it: done, or a record of its own.
 func (l *Ledger) CountItems(ctx context.Context, key Key) (ItemCounts, error) {
 	var c ItemCounts
@@ -259,15 +238,15 @@ const claimChunkSQL = `UPDATE idem_item_chunks SET
 	RETURNING chunk, attempt, settled, doubt, failures`
 
 // claimSingleSQL takes up to N runnable items that have records of their
-// own; ?8 is a JSON array of owners whose processes are gone.
+// own; ?8 is a JSON array of owners whose processes are gone. The note of
+// an abandoned attempt is ?9 (idemstore.NoteDied) or ?10
+// (idemstore.NoteExpired), filled in with its attempt, owner and lease end.
 const claimSingleSQL = `UPDATE idem_item_state SET
 		doubt = (status IN ('running', 'unknown')),
 		failures = failures + (status = 'running'),
-		last_error = CASE
-			WHEN status = 'running' AND lease_until > ?3
-			THEN 'attempt ' || attempt || ' by ' || owner || ' abandoned: its process died without a done mark'
-			WHEN status = 'running'
-			THEN 'attempt ' || attempt || ' by ' || owner || ' abandoned: lease expired without a done mark'
+		last_error = CASE WHEN status = 'running'
+			THEN printf(CASE WHEN lease_until > ?3 THEN ?9 ELSE ?10 END, attempt, owner,
+				strftime('%Y-%m-%dT%H:%M:%S', lease_until / 1000000, 'unixepoch') || printf('.%06dZ', lease_until % 1000000))
 			ELSE last_error END,
 		status = 'running', attempt = attempt + 1, owner = ?1, lease_until = ?2, updated = ?3
 	WHERE job = ?4 AND period = ?5 AND item IN (
@@ -286,15 +265,15 @@ const claimSingleSQL = `UPDATE idem_item_state SET
 		LIMIT ?7)
 	RETURNING item, attempt, failures, doubt`
 
-// ClaimItems implements [ItemStore]: one UPDATE ... RETURNING for a chunk,
-// else one for single items, under SQLite's write lock. When neither finds
-// work, the owners of the period's running chunks and items whose leases
-// have not expired are checked with [HolderGone], and the work of those
-// whose process is gone is claimed as if their leases had expired.
-func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) (ItemBatch, error) {
-	var b ItemBatch
+// ClaimItems implements [idemstore.ItemStore]: one UPDATE ... RETURNING for a
+// chunk, else one for single items, under SQLite's write lock. When neither
+// finds work, the owners of the period's running chunks and items whose leases
+// have not expired are checked with [idemstore.HolderGone], and the work of
+// those whose process is gone is claimed as if their leases had expired.
+func (l *Ledger) ClaimItems(ctx context.Context, key Key, req idemstore.ItemClaimRequest) (idemstore.ItemBatch, error) {
+	var b idemstore.ItemBatch
 	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
-		b = ItemBatch{}
+		b = idemstore.ItemBatch{}
 		now, until := micros(req.Now), micros(req.Now.Add(req.Lease))
 		for dead := "[]"; ; {
 			var doubt, failures int
@@ -327,24 +306,25 @@ func (l *Ledger) ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) 
 		}
 	})
 	if err != nil {
-		return ItemBatch{}, l.opErr("claim items", key, err)
+		return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
 	}
 	return b, nil
 }
 
 // claimSingles takes up to req.N single items into b.
-func claimSingles(tx *wtx, key Key, req ItemClaimRequest, now, until int64, dead string, b *ItemBatch) error {
+func claimSingles(tx *wtx, key Key, req idemstore.ItemClaimRequest, now, until int64, dead string, b *idemstore.ItemBatch) error {
 	st, err := tx.stmt(claimSingleSQL)
 	if err != nil {
 		return err
 	}
-	rows, err := st.QueryContext(tx.ctx, req.Owner, until, now, key.Job, key.Period, req.TakeUnknown, max(req.N, 1), dead)
+	rows, err := st.QueryContext(tx.ctx, req.Owner, until, now, key.Job, key.Period, req.TakeUnknown, max(req.N, 1), dead,
+		idemstore.NoteDied, idemstore.NoteExpired)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var c ItemClaim
+		var c idemstore.ItemClaim
 		if err := rows.Scan(&c.Item, &c.Attempt, &c.Failures, &c.Doubt); err != nil {
 			return err
 		}
@@ -355,7 +335,7 @@ func claimSingles(tx *wtx, key Key, req ItemClaimRequest, now, until int64, dead
 
 // goneOwners returns the owners of key's running chunks and items whose
 // leases have not expired at now and whose processes are gone
-// ([HolderGone]).
+// ([idemstore.HolderGone]).
 func goneOwners(tx *wtx, key Key, now int64) ([]string, error) {
 	st, err := tx.stmt(`SELECT owner FROM idem_item_chunks WHERE job = ?1 AND period = ?2 AND status = 'running' AND lease_until > ?3
 		UNION
@@ -374,7 +354,7 @@ func goneOwners(tx *wtx, key Key, now int64) ([]string, error) {
 		if err := rows.Scan(&o); err != nil {
 			return nil, err
 		}
-		if HolderGone(o) {
+		if idemstore.HolderGone(o) {
 			gone = append(gone, o)
 		}
 	}
@@ -384,14 +364,14 @@ func goneOwners(tx *wtx, key Key, now int64) ([]string, error) {
 // chunkClaims turns a claimed chunk's item list into the claims of its
 // unsettled items: those before doubt (the abandoned attempt's started
 // mark) are in doubt.
-func chunkClaims(items string, attempt int64, settled, doubt, failures int) []ItemClaim {
+func chunkClaims(items string, attempt int64, settled, doubt, failures int) []idemstore.ItemClaim {
 	ids := strings.Split(items, "\n")
 	if settled >= len(ids) {
 		return nil
 	}
-	claims := make([]ItemClaim, 0, len(ids)-settled)
+	claims := make([]idemstore.ItemClaim, 0, len(ids)-settled)
 	for pos := settled; pos < len(ids); pos++ {
-		c := ItemClaim{Item: ids[pos], Attempt: attempt}
+		c := idemstore.ItemClaim{Item: ids[pos], Attempt: attempt}
 		if pos < doubt {
 			c.Doubt, c.Failures = true, failures
 		}
@@ -402,7 +382,7 @@ func chunkClaims(items string, attempt int64, settled, doubt, failures int) []It
 
 // advanceChunk moves a chunk's settled position past n items, fenced by
 // its attempt and position; ok is false when the chunk is no longer ours.
-func advanceChunk(tx *wtx, key Key, step ItemStep, n int) (ok bool, err error) {
+func advanceChunk(tx *wtx, key Key, step idemstore.ItemStep, n int) (ok bool, err error) {
 	settled := step.From + n
 	res, err := tx.exec(`UPDATE idem_item_chunks SET settled = ?1, started = max(started, min(?2, n)), lease_until = ?3, updated = ?4,
 			status = CASE WHEN ?1 >= n THEN 'done' ELSE 'running' END
@@ -418,7 +398,7 @@ func advanceChunk(tx *wtx, key Key, step ItemStep, n int) (ok bool, err error) {
 
 // ownRecords writes the records of a chunk's items whose attempt did not
 // end done.
-func ownRecords(tx *wtx, key Key, chunk int64, ends []ItemEnd) error {
+func ownRecords(tx *wtx, key Key, chunk int64, ends []idemstore.ItemEnd) error {
 	for _, e := range ends {
 		if e.Status == StatusDone {
 			continue
@@ -437,7 +417,7 @@ const finishItemSQL = `UPDATE idem_item_state SET status=?, failures=?, not_befo
 
 // finishSingle records the ends of single items, each fenced by its
 // attempt, and returns the items whose attempt no longer held.
-func finishSingle(tx *wtx, key Key, ends []ItemEnd) (lost []string, err error) {
+func finishSingle(tx *wtx, key Key, ends []idemstore.ItemEnd) (lost []string, err error) {
 	st, err := tx.stmt(finishItemSQL)
 	if err != nil {
 		return nil, err
@@ -459,20 +439,15 @@ func finishSingle(tx *wtx, key Key, ends []ItemEnd) (lost []string, err error) {
 	return lost, nil
 }
 
-func endItems(ends []ItemEnd) []string {
-	items := make([]string, len(ends))
-	for i, e := range ends {
-		items[i] = e.Item
-	}
-	return items
-}
-
-// FinishItems implements [ItemStore]: one transaction, synchronous=FULL.
-// A chunk's window costs one UPDATE of the chunk's row, plus an INSERT per
-// item that did not end done.
-func (l *Ledger) FinishItems(ctx context.Context, key Key, step ItemStep, ends []ItemEnd) ([]string, error) {
+// FinishItems implements [idemstore.ItemStore]: one transaction,
+// synchronous=FULL. A chunk's window costs one UPDATE of the chunk's row, plus
+// an INSERT per item that did not end done.
+func (l *Ledger) FinishItems(ctx context.Context, key Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) ([]string, error) {
 	if len(ends) == 0 {
 		return nil, nil
+	}
+	if err := idemstore.CheckEnds(ends); err != nil {
+		return nil, l.opErr("finish items", key, err)
 	}
 	ctx = context.WithoutCancel(ctx)
 	var lost []string
@@ -488,7 +463,7 @@ func (l *Ledger) FinishItems(ctx context.Context, key Key, step ItemStep, ends [
 			return err
 		}
 		if !ok {
-			lost = endItems(ends)
+			lost = idemstore.EndItems(ends)
 			return nil
 		}
 		return ownRecords(tx, key, step.Chunk, ends)
@@ -499,71 +474,90 @@ func (l *Ledger) FinishItems(ctx context.Context, key Key, step ItemStep, ends [
 	return lost, nil
 }
 
-// FinishItemsTx implements [ItemTxStore]: the window's items run in one
-// SQLite transaction, each in a savepoint, and commit with
-// synchronous=FULL.
-func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, step ItemStep, claims []ItemClaim, fn func(*sql.Tx, ItemClaim) error, failed func(ItemClaim, error) ItemEnd) ([]ItemEnd, []string, error) {
+// FinishItemsTx implements [idemstore.ItemTxStore]: the window runs in one
+// SQLite transaction ([idemstore.RunItemWindow]), each item in a savepoint,
+// and commits with synchronous=FULL. The transaction holds SQLite's write
+// lock from its first statement, the fence, until it ends.
+func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, step idemstore.ItemStep, claims []idemstore.ItemClaim, fn func(*sql.Tx, idemstore.ItemClaim) error, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
+	if len(claims) == 0 {
+		return nil, nil, nil
+	}
 	var (
-		ends []ItemEnd
+		ends []idemstore.ItemEnd
 		lost []string
 	)
-	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
-		ends, lost = nil, nil
-		run := claims
-		if step.Chunk != 0 {
-			// The fence first: the chunk's row is written before fn runs.
-			ok, err := advanceChunk(tx, key, step, len(claims))
-			if err != nil {
-				return err
-			}
-			if !ok {
-				for _, c := range claims {
-					lost = append(lost, c.Item)
-				}
-				run = nil
-			}
-		}
-		fence, err := tx.stmt(`UPDATE idem_item_state SET updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`)
-		if err != nil {
-			return err
-		}
-		for _, c := range run {
-			if step.Chunk == 0 {
-				res, err := fence.ExecContext(ctx, micros(step.Now), key.Job, key.Period, c.Item, c.Attempt)
-				if err != nil {
-					return err
-				}
-				if n, _ := res.RowsAffected(); n == 0 {
-					lost = append(lost, c.Item)
-					continue
-				}
-			}
-			if _, err := tx.exec(`SAVEPOINT idem_item`); err != nil {
-				return err
-			}
-			end := ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: step.Now}
-			if ferr := fn(tx.Tx, c); ferr != nil {
-				if _, err := tx.exec(`ROLLBACK TO idem_item`); err != nil {
-					return err
-				}
-				end = failed(c, ferr)
-			}
-			if _, err := tx.exec(`RELEASE idem_item`); err != nil {
-				return err
-			}
-			ends = append(ends, end)
-		}
-		if step.Chunk != 0 {
-			if err := ownRecords(tx, key, step.Chunk, ends); err != nil {
-				return err
-			}
-		} else if _, err := finishSingle(tx, key, ends); err != nil {
-			return err
-		}
-		return Checkpoint(ctx, AfterFn, key)
+	err := l.withSQLTx(ctx, true, func(tx *wtx) (err error) {
+		ends, lost, err = idemstore.RunItemWindow(ctx, &itemWindow{tx: tx}, key, step, claims, fn, failed)
+		return err
 	})
 	if err != nil {
 		return nil, nil, l.opErr("run items", key, err)
 	}
 	return ends, lost, nil
+}
+
+// itemWindow is a window of FinishItemsTx in a SQLite transaction
+// ([idemstore.ItemWindow]).
+type itemWindow struct {
+	tx   *wtx
+	open bool // an item's savepoint is open
+}
+
+func (w *itemWindow) Tx() *sql.Tx { return w.tx.Tx }
+
+// Fence moves a chunk forward past the window at once (the transaction
+// commits it with the ends, or not at all), fenced by its attempt and
+// position; a single item's record is touched, fenced by its attempt.
+func (w *itemWindow) Fence(ctx context.Context, key Key, step idemstore.ItemStep, claims []idemstore.ItemClaim) ([]string, error) {
+	var lost []string
+	if step.Chunk != 0 {
+		ok, err := advanceChunk(w.tx, key, step, len(claims))
+		if err != nil || ok {
+			return nil, err
+		}
+		for _, c := range claims {
+			lost = append(lost, c.Item)
+		}
+		return lost, nil
+	}
+	fence, err := w.tx.stmt(`UPDATE idem_item_state SET updated=? WHERE job=? AND period=? AND item=? AND attempt=? AND status='running'`)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range claims {
+		res, err := fence.ExecContext(ctx, micros(step.Now), key.Job, key.Period, c.Item, c.Attempt)
+		if err != nil {
+			return nil, err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			lost = append(lost, c.Item)
+		}
+	}
+	return lost, nil
+}
+
+func (w *itemWindow) Savepoint(ctx context.Context) error {
+	if w.open {
+		if _, err := w.tx.exec(`RELEASE idem_item`); err != nil {
+			return err
+		}
+	}
+	_, err := w.tx.exec(`SAVEPOINT idem_item`)
+	w.open = err == nil
+	return err
+}
+
+func (w *itemWindow) RollbackTo(ctx context.Context) error {
+	_, err := w.tx.exec(`ROLLBACK TO idem_item`)
+	return err
+}
+
+// Record writes the records of the chunk's items that did not end done
+// (the chunk moved in Fence), or the single items' ends.
+func (w *itemWindow) Record(ctx context.Context, key Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) error {
+	if step.Chunk != 0 {
+		return ownRecords(w.tx, key, step.Chunk, ends)
+	}
+	_, err := finishSingle(w.tx, key, ends)
+	return err
 }

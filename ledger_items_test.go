@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 )
 
 // TestItemIDsRoundTrip: item ids with quotes, backslashes and runes outside
@@ -63,7 +64,7 @@ func TestAddItemsAgain(t *testing.T) {
 	}
 	var chunks [][]string
 	for {
-		b, err := l.ClaimItems(ctx, points, idem.ItemClaimRequest{N: 10, Owner: "t", Now: time.Now(), Lease: time.Minute})
+		b, err := l.ClaimItems(ctx, points, idemstore.ItemClaimRequest{N: 10, Owner: "t", Now: time.Now(), Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,15 +96,15 @@ func TestChunkDoubt(t *testing.T) {
 	}
 	t0 := time.Now()
 	lease := time.Minute
-	claim := func(at time.Time) idem.ItemBatch {
+	claim := func(at time.Time) idemstore.ItemBatch {
 		t.Helper()
-		b, err := l.ClaimItems(ctx, points, idem.ItemClaimRequest{N: 4, Owner: "t", Now: at, Lease: lease, Durable: true})
+		b, err := l.ClaimItems(ctx, points, idemstore.ItemClaimRequest{N: 4, Owner: "t", Now: at, Lease: lease, Durable: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	doubtful := func(b idem.ItemBatch) (d []string) {
+	doubtful := func(b idemstore.ItemBatch) (d []string) {
 		for _, c := range b.Items {
 			if c.Doubt {
 				d = append(d, c.Item)
@@ -125,14 +126,14 @@ func TestChunkDoubt(t *testing.T) {
 		t.Fatalf("reclaim %+v, doubt %q", b2, doubtful(b2))
 	}
 	// Attempt 1 comes back: fenced, nothing written.
-	lost, err := l.FinishItems(ctx, points, idem.ItemStep{Chunk: 1, Attempt: 1, From: 0, Next: 4, LeaseUntil: t1.Add(lease), Now: t1},
-		[]idem.ItemEnd{{Item: "i0", Attempt: 1, Status: idem.StatusDone, Now: t1}})
+	lost, err := l.FinishItems(ctx, points, idemstore.ItemStep{Chunk: 1, Attempt: 1, From: 0, Next: 4, LeaseUntil: t1.Add(lease), Now: t1},
+		[]idemstore.ItemEnd{{Item: "i0", Attempt: 1, Status: idem.StatusDone, Now: t1}})
 	if err != nil || !slices.Equal(lost, []string{"i0"}) {
 		t.Fatalf("stale finish: lost %q, %v", lost, err)
 	}
 	// Attempt 2 settles two items (i1 failed) and stops, marking nothing more started.
-	lost, err = l.FinishItems(ctx, points, idem.ItemStep{Chunk: 1, Attempt: 2, From: 0, Next: 0, LeaseUntil: t1.Add(lease), Now: t1},
-		[]idem.ItemEnd{
+	lost, err = l.FinishItems(ctx, points, idemstore.ItemStep{Chunk: 1, Attempt: 2, From: 0, Next: 0, LeaseUntil: t1.Add(lease), Now: t1},
+		[]idemstore.ItemEnd{
 			{Item: "i0", Attempt: 2, Status: idem.StatusDone, Now: t1},
 			{Item: "i1", Attempt: 2, Status: idem.StatusFailed, Failures: 1, NotBefore: t1, Error: "boom", Now: t1},
 		})
@@ -149,11 +150,11 @@ func TestChunkDoubt(t *testing.T) {
 	if b3.Chunk != 1 || b3.Attempt != 3 || b3.Pos != 2 || !slices.Equal(doubtful(b3), ids[2:4]) {
 		t.Fatalf("third claim %+v, doubt %q", b3, doubtful(b3))
 	}
-	ends := make([]idem.ItemEnd, 0, 8)
+	ends := make([]idemstore.ItemEnd, 0, 8)
 	for _, c := range b3.Items {
-		ends = append(ends, idem.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusDone, Now: t2})
+		ends = append(ends, idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusDone, Now: t2})
 	}
-	if lost, err := l.FinishItems(ctx, points, idem.ItemStep{Chunk: 1, Attempt: 3, From: 2, LeaseUntil: t2.Add(lease), Now: t2}, ends); err != nil || len(lost) != 0 {
+	if lost, err := l.FinishItems(ctx, points, idemstore.ItemStep{Chunk: 1, Attempt: 3, From: 2, LeaseUntil: t2.Add(lease), Now: t2}, ends); err != nil || len(lost) != 0 {
 		t.Fatalf("finish: lost %q, %v", lost, err)
 	}
 	// The chunk is done; i1 is claimed alone, with its own attempt after the chunk's.
@@ -161,7 +162,7 @@ func TestChunkDoubt(t *testing.T) {
 	if b4.Chunk != 0 || len(b4.Items) != 1 || b4.Items[0].Item != "i1" || b4.Items[0].Attempt != 3 {
 		t.Fatalf("single claim %+v", b4)
 	}
-	if lost, err := l.FinishItems(ctx, points, idem.ItemStep{Now: t2}, []idem.ItemEnd{{Item: "i1", Attempt: 3, Status: idem.StatusDone, Now: t2}}); err != nil || len(lost) != 0 {
+	if lost, err := l.FinishItems(ctx, points, idemstore.ItemStep{Now: t2}, []idemstore.ItemEnd{{Item: "i1", Attempt: 3, Status: idem.StatusDone, Now: t2}}); err != nil || len(lost) != 0 {
 		t.Fatalf("finish i1: lost %q, %v", lost, err)
 	}
 	if c, err := l.CountItems(ctx, points); err != nil || c.Done != 10 || c.Total() != 10 {

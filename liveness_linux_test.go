@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/holder"
 )
 
 // openStoreIn opens the store of kind ("ledger" or "statefile") in dir.
@@ -121,7 +122,7 @@ func TestKilledHolderTakenOverAtOnce(t *testing.T) {
 func TestHolderOnAnotherHostWaitsOutItsLease(t *testing.T) {
 	dir := t.TempDir()
 	exit := idemtest.Fork(t, dir, func(dir string) {
-		idem.SetHostnameForTest("elsewhere.example")
+		holder.SetHostnameForTest("elsewhere.example")
 		l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
 		if err != nil {
 			fmt.Println("open:", err)

@@ -58,6 +58,12 @@ func newConfig(s Store, base []Option, opts []Option) *config {
 	return newConfigFrom(base, opts)
 }
 
+// storeClock is the clock of a store opened with opts (OpenLedger,
+// NewLedger, OpenStateFile) for the times it takes itself, such as a
+// Resolve's now: that of WithClock among opts, else the system clock. The
+// store keeps it; it is read once, at open.
+func storeClock(opts []Option) Clock { return newConfigFrom(opts, nil).clock }
+
 func newConfigFrom(defaults []Option, opts []Option) *config {
 	c := &config{
 		mode:    atLeastOnce,

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 )
 
 // TestHolderGone checks the predicate against real processes: this one, a
 // child that runs, a child that is a zombie, and a child that was reaped.
 func TestHolderGone(t *testing.T) {
-	me := idem.ProcessOwner()
+	me := idemstore.Owner()
 	head, _, ok := strings.Cut(me, ";")
 	if !ok {
 		t.Fatalf("this process's owner %q has no scope: /proc unreadable?", me)
@@ -75,7 +75,7 @@ func TestHolderGone(t *testing.T) {
 		{"no start", strings.Replace(me, ";start="+field(me, "start"), "", 1), false},
 		{"empty", "", false},
 	} {
-		if got := idem.HolderGone(c.owner); got != c.gone {
+		if got := idemstore.HolderGone(c.owner); got != c.gone {
 			t.Errorf("%s: HolderGone(%q) = %v, want %v", c.name, c.owner, got, c.gone)
 		}
 	}
@@ -91,12 +91,12 @@ func TestHolderGone(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if !idem.HolderGone(childOwner) {
+	if !idemstore.HolderGone(childOwner) {
 		t.Errorf("zombie child: HolderGone(%q) = false, want true", childOwner)
 	}
 	// Reaped: no such process.
 	_, _ = child.Process.Wait()
-	if !idem.HolderGone(childOwner) {
+	if !idemstore.HolderGone(childOwner) {
 		t.Errorf("reaped child: HolderGone(%q) = false, want true", childOwner)
 	}
 }

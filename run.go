@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemgo/idem/idemstore"
 )
 
 // RunWith runs fn for key on store s, at most once at a time, until the key
@@ -27,7 +29,7 @@ import (
 //     within the attempt's lease; so is every other record of how an attempt
 //     ended.
 //  4. An attempt that died (lease expired, or its process found gone by
-//     [HolderGone]; not done), or an fn that failed, is recovered by the
+//     [idemstore.HolderGone]; not done), or an fn that failed, is recovered by the
 //     mode: [AtLeastOnce] (default), [AtMostOnce] or [TwoPhase]. An fn that
 //     fails with CheckLease's error after a stall that no other attempt used
 //     to take over is such a failure too: it may have had its effect.
@@ -56,47 +58,69 @@ func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) err
 	return execute(ctx, s, key, newConfig(s, nil, opts), fn, nil, nil)
 }
 
-// RunTxWith is RunWith for a [TxStore]: fn gets the store's transaction, and
-// its writes commit together with the done mark, or not at all.
+// RunTxWith is RunWith for a [idemstore.TxStore]: fn gets the store's
+// transaction, and its writes commit together with the done mark, or not at
+// all.
 //
 // For writes in the store's database this gives an exactly-once effect, so
 // RunTxWith needs no mode: a failed or killed attempt left nothing behind and
 // is simply run again (mode options are ignored). The claim is a lease as in
 // RunWith, but no heartbeat runs while fn does: the transaction's lock keeps
 // other attempts out until it ends.
-func RunTxWith[Tx any](ctx context.Context, s TxStore[Tx], key Key, fn func(context.Context, Tx) error, opts ...Option) error {
+func RunTxWith[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) error, opts ...Option) error {
 	if fn == nil {
 		panic("idem: RunTx with a nil fn")
 	}
 	cfg := newConfig(s, nil, opts)
 	cfg.mode = atLeastOnce
-	body := func(ctx context.Context) func(Tx) error {
+	// body is fn as the store calls it. Whether fn failed is kept here, in
+	// *failed (reset at each call: a store may run the transaction again),
+	// not recognised in the store's answer, which may wrap fn's error or
+	// replace it.
+	body := func(ctx context.Context, failed **fnError) func(Tx) error {
 		return func(tx Tx) error {
+			*failed = nil
 			if err := fn(ctx, tx); err != nil {
-				return &fnError{err}
+				*failed = &fnError{err}
+				return *failed
 			}
 			return nil
 		}
 	}
 	var fresh freshBody
-	if fs, ok := s.(FreshTxStore[Tx]); ok {
-		fresh = func(ctx context.Context, req ClaimRequest) (Claim, bool, error) {
-			return fs.ClaimFinishTx(ctx, req, cfg.catchUp.cursor, body(ctx))
+	if fs, ok := s.(idemstore.FreshTxStore[Tx]); ok {
+		fresh = func(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool, *fnError, error) {
+			var failed *fnError
+			c, done, err := fs.ClaimFinishTx(ctx, req, cfg.catchUp.cursor, body(ctx, &failed))
+			if failed != nil && err == error(failed) {
+				// fn's error as is: the claim alone was committed.
+				return c, false, failed, nil
+			}
+			return c, done, nil, err
 		}
 	}
 	return execute(ctx, s, key, cfg, nil, func(ctx context.Context, attempt int64, now time.Time) error {
-		return s.FinishTx(ctx, key, attempt, now, cfg.catchUp.cursor, body(ctx))
+		var failed *fnError
+		err := s.FinishTx(ctx, key, attempt, now, cfg.catchUp.cursor, body(ctx, &failed))
+		if err != nil && failed != nil {
+			return failed // fn failed: its writes rolled back with the done mark
+		}
+		return err
 	}, fresh)
 }
 
-// txBody runs fn and marks the attempt done in one transaction.
+// txBody runs fn and marks the attempt done in one transaction. An error
+// that is an *fnError is fn's own.
 type txBody func(ctx context.Context, attempt int64, now time.Time) error
 
 // freshBody claims the key, and if it has no record, runs fn and marks the
-// key done in the same transaction (FreshTxStore.ClaimFinishTx).
-type freshBody func(ctx context.Context, req ClaimRequest) (c Claim, done bool, err error)
+// key done in the same transaction (FreshTxStore.ClaimFinishTx). fnErr is
+// set when fn failed and the claim of attempt 1 alone was committed; err,
+// when nothing was committed.
+type freshBody func(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, done bool, fnErr *fnError, err error)
 
-// fnError carries fn's error through a store's FinishTx.
+// fnError marks an error as fn's own, for the engine's loop. Stores never
+// see it as such: see RunTxWith.
 type fnError struct{ err error }
 
 func (e *fnError) Error() string { return e.err.Error() }
@@ -265,8 +289,8 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 		// or the lease was lost. Drop what this process holds for it (a
 		// state file's lock), as the kernel would if the process died, so
 		// that no lock outlives its attempt.
-		if a, ok := s.(abandoner); ok && r.held > 0 {
-			a.abandon(key, r.held)
+		if rs, ok := s.(idemstore.Releaser); ok && r.held > 0 {
+			rs.Release(key, r.held)
 		}
 	}()
 	return r.loop(ctx, fn, tx, fresh)
@@ -290,20 +314,8 @@ func nestedRun(ctx context.Context, key Key) error {
 // up (SIGTERM, a deadline), or its done mark would be lost.
 type finishAlways struct{ Store }
 
-func (f finishAlways) Finish(ctx context.Context, key Key, attempt int64, end End) error {
+func (f finishAlways) Finish(ctx context.Context, key Key, attempt int64, end idemstore.End) error {
 	return f.Store.Finish(context.WithoutCancel(ctx), key, attempt, end)
-}
-
-// abandon reaches the wrapped store's abandoner.
-func (f finishAlways) abandon(key Key, attempt int64) {
-	if a, ok := f.Store.(abandoner); ok {
-		a.abandon(key, attempt)
-	}
-}
-
-// abandoner is a store that holds process-bound resources for an attempt.
-type abandoner interface {
-	abandon(key Key, attempt int64)
 }
 
 type runner struct {
@@ -351,19 +363,19 @@ func (r *runner) acquired(attempt int64) {
 func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx txBody, fresh freshBody) error {
 	cfg := r.cfg
 	for {
-		if err := Checkpoint(ctx, BeforeClaim, r.key); err != nil {
+		if err := idemstore.Checkpoint(ctx, idemstore.BeforeClaim, r.key); err != nil {
 			return err
 		}
 		r.claimedAt = cfg.clock.Now()
-		req := ClaimRequest{
+		req := idemstore.ClaimRequest{
 			Key:         r.key,
-			Owner:       processOwner(),
+			Owner:       idemstore.Owner(),
 			Now:         r.claimedAt,
 			Lease:       cfg.lease,
 			Durable:     tx == nil && cfg.mode.durableClaim(),
 			TakeUnknown: cfg.mode.takeUnknown(),
 		}
-		var c Claim
+		var c idemstore.Claim
 		var runErr error
 		haveClaim, ranFn := false, false
 		if fresh != nil {
@@ -372,22 +384,24 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			f := fresh
 			fresh = nil
 			info := Info{Key: r.key, Attempt: 1, RequestID: r.key.RequestID(), Owner: req.Owner}
-			var done bool
-			var err error
-			c, done, err = f(context.WithValue(ctx, infoKey{}, info), req)
-			var fe *fnError
+			var (
+				done  bool
+				fnErr *fnError
+				err   error
+			)
+			c, done, fnErr, err = f(context.WithValue(ctx, infoKey{}, info), req)
 			switch {
 			case done:
 				r.res.Attempt, r.res.Attempts, r.res.Outcome = 1, 1, Ran
 				r.log(slog.LevelInfo, "done")
-				return Checkpoint(ctx, AfterDone, r.key)
-			case errors.As(err, &fe):
+				return idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
+			case fnErr != nil:
 				// fn failed; the claim of attempt 1 alone was committed. Go
 				// on as after any failed attempt.
 				r.res.Attempt, r.res.Attempts = 1, 1
 				r.acquired(1)
-				runErr, ranFn = err, true
-			case isStop(err):
+				runErr, ranFn = fnErr, true
+			case idemstore.IsStop(err):
 				return err
 			case err != nil:
 				// Nothing was committed: claim the usual way.
@@ -400,20 +414,20 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			if !haveClaim {
 				var err error
 				if c, err = r.s.Claim(ctx, req); err != nil {
-					if isStop(err) {
+					if idemstore.IsStop(err) {
 						return err
 					}
 					return r.fail(Failed, fmt.Errorf("claim: %w", err))
 				}
 			}
 			switch c.State {
-			case ClaimDone:
+			case idemstore.ClaimDone:
 				r.res.Outcome = AlreadyDone
 				return nil
-			case ClaimSkipped:
+			case idemstore.ClaimSkipped:
 				r.res.Outcome = Skipped
 				return nil
-			case ClaimBusy:
+			case idemstore.ClaimBusy:
 				if cfg.wait {
 					if err := sleep(ctx, cfg.clock, cfg.poll); err != nil {
 						return r.fail(InProgress, err)
@@ -422,7 +436,7 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 				}
 				r.res.Outcome = InProgress
 				return &Error{Key: r.key, Outcome: InProgress, Attempt: c.Record.Attempt, Holder: c.Record.Owner}
-			case ClaimBackingOff:
+			case idemstore.ClaimBackingOff:
 				if cfg.wait {
 					// At least the poll interval: NotBefore may be on the store's clock.
 					if err := sleep(ctx, cfg.clock, max(cfg.poll, c.Record.NotBefore.Sub(cfg.clock.Now()))); err != nil {
@@ -433,13 +447,13 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 				r.res.Outcome = BackingOff
 				return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Record.Attempt, NotBefore: c.Record.NotBefore,
 					Err: lastError(c.Record)}
-			case ClaimUnknown:
+			case idemstore.ClaimUnknown:
 				r.res.Attempt = c.Record.Attempt
 				return r.fail(Unknown, lastError(c.Record))
-			case ClaimParked:
+			case idemstore.ClaimParked:
 				r.res.Attempt = c.Record.Attempt
 				return r.fail(GaveUp, lastError(c.Record))
-			case ClaimAcquired:
+			case idemstore.ClaimAcquired:
 			default:
 				return r.fail(Failed, fmt.Errorf("store answered claim state %d", c.State))
 			}
@@ -447,7 +461,7 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			r.res.Attempt = c.Attempt
 			r.acquired(c.Attempt)
 			r.log(slog.LevelDebug, "claimed", slog.Bool("doubt", c.Doubt))
-			if err := Checkpoint(ctx, AfterClaim, r.key); err != nil {
+			if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, r.key); err != nil {
 				return err
 			}
 			if c.Doubt {
@@ -466,7 +480,7 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			}
 		}
 		failures := c.Record.Failures
-		if isStop(runErr) {
+		if idemstore.IsStop(runErr) {
 			return runErr
 		}
 		if e, ok := runErr.(*Error); ok && e.Outcome == LeaseLost {
@@ -510,7 +524,7 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			return r.park(ctx, c.Attempt, failures, runErr)
 		}
 		now := cfg.clock.Now()
-		end := End{Status: StatusFailed, Now: now, NotBefore: now.Add(delay), Failures: failures, Error: runErr.Error()}
+		end := idemstore.End{Status: StatusFailed, Now: now, NotBefore: now.Add(delay), Failures: failures, Error: runErr.Error()}
 		if err := r.finish(ctx, c.Attempt, end); err != nil {
 			return r.finishFailed(end, err, runErr)
 		}
@@ -549,19 +563,19 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 	now := r.cfg.clock.Now()
 	switch v {
 	case verdictDone:
-		end := End{Status: StatusDone, Now: now, Cursor: r.cfg.catchUp.cursor}
+		end := idemstore.End{Status: StatusDone, Now: now, Cursor: r.cfg.catchUp.cursor}
 		if err := r.finish(ctx, attempt, end); err != nil {
 			return true, r.finishFailed(end, err, nil)
 		}
 		r.res.Outcome = Recovered
 		r.log(slog.LevelInfo, "recovered: the downstream has it")
-		return true, Checkpoint(ctx, AfterDone, r.key)
+		return true, idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
 	case verdictUnknown:
 		msg := cause.Error()
 		if herr != nil {
 			msg = "downstream check failed: " + herr.Error() + "; after: " + msg
 		}
-		end := End{Status: StatusUnknown, Now: now, Failures: failures, Error: msg}
+		end := idemstore.End{Status: StatusUnknown, Now: now, Failures: failures, Error: msg}
 		if err := r.finish(ctx, attempt, end); err != nil {
 			return true, r.finishFailed(end, err, cause)
 		}
@@ -576,7 +590,7 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 }
 
 func (r *runner) park(ctx context.Context, attempt int64, failures int, cause error) error {
-	end := End{Status: StatusParked, Now: r.cfg.clock.Now(), Failures: failures, Error: cause.Error()}
+	end := idemstore.End{Status: StatusParked, Now: r.cfg.clock.Now(), Failures: failures, Error: cause.Error()}
 	if err := r.finish(ctx, attempt, end); err != nil {
 		return r.finishFailed(end, err, cause)
 	}
@@ -586,8 +600,8 @@ func (r *runner) park(ctx context.Context, attempt int64, failures int, cause er
 
 // finishFailed turns an error from Store.Finish, recording end, into the
 // run's error. cause is why the attempt failed, if it did.
-func (r *runner) finishFailed(end End, err, cause error) error {
-	if isStop(err) {
+func (r *runner) finishFailed(end idemstore.End, err, cause error) error {
+	if idemstore.IsStop(err) {
 		return err
 	}
 	if errors.Is(err, ErrLeaseLost) {
@@ -620,7 +634,7 @@ const (
 // (after it another attempt may take the key). Not retried: ErrLeaseLost, a
 // crash point's stop, and a store that refuses writes for good (a state
 // file after a failed fsync).
-func (r *runner) finish(ctx context.Context, attempt int64, end End) error {
+func (r *runner) finish(ctx context.Context, attempt int64, end idemstore.End) error {
 	delay := finishRetryFirst
 	for try := 1; ; try++ {
 		err := r.s.Finish(ctx, r.key, attempt, end)
@@ -631,7 +645,7 @@ func (r *runner) finish(ctx context.Context, attempt int64, end End) error {
 			r.held = 0
 			return nil
 		}
-		if try == finishTries || isStop(err) || errors.Is(err, ErrLeaseLost) || isFatal(err) {
+		if try == finishTries || idemstore.IsStop(err) || errors.Is(err, ErrLeaseLost) || idemstore.IsFatal(err) {
 			return err
 		}
 		if !r.cfg.clock.Now().Add(delay).Before(r.leaseEnd) {
@@ -649,27 +663,15 @@ func (r *runner) finish(ctx context.Context, attempt int64, end End) error {
 // landed reports whether the key's record shows attempt ended as end says:
 // a Finish that failed (its connection dropped before the answer came) may
 // still have committed.
-func (r *runner) landed(ctx context.Context, attempt int64, end End) bool {
+func (r *runner) landed(ctx context.Context, attempt int64, end idemstore.End) bool {
 	rec, ok, err := r.s.Lookup(context.WithoutCancel(ctx), r.key)
 	return err == nil && ok && rec.Attempt == attempt && rec.Status == end.Status
-}
-
-// fatalError marks a store error after which the store refuses every write
-// (a state file whose fsync failed): retrying cannot help.
-type fatalError struct{ err error }
-
-func (e *fatalError) Error() string { return e.err.Error() }
-func (e *fatalError) Unwrap() error { return e.err }
-
-func isFatal(err error) bool {
-	var f *fatalError
-	return errors.As(err, &f)
 }
 
 // attempt runs one attempt of fn (with heartbeat) and marks it done, or
 // runs tx. It returns nil when the key is done.
 func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Context) error, tx txBody) error {
-	info := Info{Key: r.key, Attempt: attempt, RequestID: r.key.RequestID(), Owner: processOwner()}
+	info := Info{Key: r.key, Attempt: attempt, RequestID: r.key.RequestID(), Owner: idemstore.Owner()}
 	fctx := context.WithValue(ctx, infoKey{}, info)
 	r.res.Attempts++
 	if tx != nil {
@@ -677,7 +679,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 			return err
 		}
 		r.held = 0
-		return Checkpoint(ctx, AfterDone, r.key)
+		return idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
 	}
 
 	lease := newLeaseState(r.cfg.clock, r.claimedAt.Add(r.cfg.lease))
@@ -700,12 +702,12 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 	if err != nil {
 		return &fnError{err}
 	}
-	if err := Checkpoint(ctx, AfterFn, r.key); err != nil {
+	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, r.key); err != nil {
 		return err
 	}
-	end := End{Status: StatusDone, Now: r.cfg.clock.Now(), Cursor: r.cfg.catchUp.cursor}
+	end := idemstore.End{Status: StatusDone, Now: r.cfg.clock.Now(), Cursor: r.cfg.catchUp.cursor}
 	if err := r.finish(ctx, attempt, end); err != nil {
-		if isStop(err) {
+		if idemstore.IsStop(err) {
 			return err
 		}
 		if errors.Is(err, ErrLeaseLost) {
@@ -715,7 +717,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 		// attempt is recovered by its mode.
 		return fmt.Errorf("idem: done mark: %w", err)
 	}
-	return Checkpoint(ctx, AfterDone, r.key)
+	return idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
 }
 
 // startHeartbeat starts the heartbeat of an attempt and returns the

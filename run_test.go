@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 )
 
@@ -283,7 +284,7 @@ type flakyFinish struct {
 	calls []idem.Status
 }
 
-func (f *flakyFinish) Finish(ctx context.Context, key idem.Key, attempt int64, end idem.End) error {
+func (f *flakyFinish) Finish(ctx context.Context, key idem.Key, attempt int64, end idemstore.End) error {
 	f.mu.Lock()
 	failing := f.fail > 0
 	if failing {
@@ -559,19 +560,19 @@ func (c *triggerClock) held() bool {
 // holds a key: from a claim that acquired it to the attempt's Finish (the
 // heartbeat has stopped by then).
 type triggerStore struct {
-	idem.CatchUpStore
+	idemstore.CatchUpStore
 	clk *triggerClock
 }
 
-func (s triggerStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+func (s triggerStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	c, err := s.CatchUpStore.Claim(ctx, req)
-	if err == nil && c.State == idem.ClaimAcquired {
+	if err == nil && c.State == idemstore.ClaimAcquired {
 		s.clk.hold(true)
 	}
 	return c, err
 }
 
-func (s triggerStore) Finish(ctx context.Context, key idem.Key, attempt int64, end idem.End) error {
+func (s triggerStore) Finish(ctx context.Context, key idem.Key, attempt int64, end idemstore.End) error {
 	s.clk.hold(false)
 	return s.CatchUpStore.Finish(ctx, key, attempt, end)
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
 )
@@ -119,7 +120,7 @@ func TestStateFileLockAcrossProcesses(t *testing.T) {
 // the state file in each mode, then recovers in this process.
 func TestStateFileCrashAtEveryPoint(t *testing.T) {
 	for _, mode := range []string{"at-least-once", "at-most-once", "two-phase"} {
-		for _, p := range idem.Points() {
+		for _, p := range idemstore.Points() {
 			t.Run(mode+"/"+string(p), func(t *testing.T) {
 				dir := t.TempDir()
 				job := func(ctx context.Context, dir string) error {
@@ -442,7 +443,7 @@ func TestStateFileAttemptsNeverRepeat(t *testing.T) {
 	exit := idemtest.Fork(t, dir, func(dir string) {
 		s, err := idem.OpenStateFile(filepath.Join(dir, "state.json"))
 		if err == nil {
-			_, err = attemptOf(idemtest.KillAt(context.Background(), idem.AfterFn), s)
+			_, err = attemptOf(idemtest.KillAt(context.Background(), idemstore.AfterFn), s)
 		}
 		fmt.Println(err)
 		os.Exit(3)
@@ -451,7 +452,7 @@ func TestStateFileAttemptsNeverRepeat(t *testing.T) {
 		t.Fatalf("the child was not killed after fn: %+v", exit)
 	}
 	s := openState(t, dir)
-	a2, err := attemptOf(idemtest.CrashAt(context.Background(), idem.AfterFn), s)
+	a2, err := attemptOf(idemtest.CrashAt(context.Background(), idemstore.AfterFn), s)
 	if !errors.Is(err, idemtest.ErrCrashed) {
 		t.Fatalf("the stopped run: %v", err)
 	}

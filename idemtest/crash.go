@@ -13,6 +13,24 @@ import (
 	"syscall"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+)
+
+// Point is a crash point of the Run protocol (package idemstore's): where
+// [CrashAt], [KillAt] and [EveryCrashPoint] stop a run. It is here so that
+// a job's tests need no other package than idem and idemtest.
+type Point = idemstore.Point
+
+// The crash points, in protocol order (see Points). Every store
+// passes BeforeClaim, AfterClaim, AfterFn and AfterDone; MidWrite and
+// AfterRename are the state file's own.
+const (
+	BeforeClaim = idemstore.BeforeClaim // nothing written yet
+	AfterClaim  = idemstore.AfterClaim  // the claim (the pending mark, in TwoPhase) is committed; fn has not started
+	MidWrite    = idemstore.MidWrite    // state file: the temp file is written, not yet synced or renamed
+	AfterRename = idemstore.AfterRename // state file: renamed over the old file, directory not yet synced
+	AfterFn     = idemstore.AfterFn     // fn returned; its done mark is not written (RunTx: not committed)
+	AfterDone   = idemstore.AfterDone   // the done mark is durable; Run has not returned
 )
 
 // ErrCrashed is returned (wrapped) by a Run that [CrashAt] stopped.
@@ -22,14 +40,14 @@ var ErrCrashed = errors.New("idemtest: crashed")
 // SIGKILL would: nothing more is written, no lease is released, and Run
 // returns an error matching ErrCrashed. Only the first time p is reached
 // crashes; later points pass.
-func CrashAt(ctx context.Context, p idem.Point) context.Context {
-	return CrashWhen(ctx, func(at idem.Point, _ idem.Key) bool { return at == p })
+func CrashAt(ctx context.Context, p Point) context.Context {
+	return CrashWhen(ctx, func(at Point, _ idem.Key) bool { return at == p })
 }
 
 // KillAt returns a context that makes this process SIGKILL itself when a
 // Run made with it reaches p. Use it in a child process (see [Start]).
-func KillAt(ctx context.Context, p idem.Point) context.Context {
-	return idem.WithTrace(ctx, &idem.Trace{Checkpoint: func(_ context.Context, at idem.Point, _ idem.Key) error {
+func KillAt(ctx context.Context, p Point) context.Context {
+	return idemstore.WithTrace(ctx, &idemstore.Trace{Checkpoint: func(_ context.Context, at Point, _ idem.Key) error {
 		if at == p {
 			Kill()
 		}
@@ -48,10 +66,10 @@ func Kill() {
 // point for which when returns true.
 // The condition is called from every goroutine the run uses (Each's
 // workers), one call at a time.
-func CrashWhen(ctx context.Context, when func(p idem.Point, key idem.Key) bool) context.Context {
+func CrashWhen(ctx context.Context, when func(p Point, key idem.Key) bool) context.Context {
 	var mu sync.Mutex
 	crashed := false
-	return idem.WithTrace(ctx, &idem.Trace{Checkpoint: func(_ context.Context, at idem.Point, k idem.Key) error {
+	return idemstore.WithTrace(ctx, &idemstore.Trace{Checkpoint: func(_ context.Context, at Point, k idem.Key) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if crashed || !when(at, k) {
@@ -65,8 +83,8 @@ func CrashWhen(ctx context.Context, when func(p idem.Point, key idem.Key) bool) 
 // KillWhen is KillAt with a condition: the process SIGKILLs itself at the
 // first point for which when returns true (say, the after-fn point of the
 // third period of a catch-up).
-func KillWhen(ctx context.Context, when func(p idem.Point, key idem.Key) bool) context.Context {
-	return idem.WithTrace(ctx, &idem.Trace{Checkpoint: func(_ context.Context, at idem.Point, k idem.Key) error {
+func KillWhen(ctx context.Context, when func(p Point, key idem.Key) bool) context.Context {
+	return idemstore.WithTrace(ctx, &idemstore.Trace{Checkpoint: func(_ context.Context, at Point, k idem.Key) error {
 		if when(at, k) {
 			Kill()
 		}

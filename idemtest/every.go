@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 )
 
 // Crash is one crash scenario of [EveryCrashPoint]: the job's first run is
 // stopped at Point, as a SIGKILL would stop it, and a second run recovers.
 type Crash struct {
-	Point idem.Point
+	Point Point
 	Clock *Clock // the fake clock the job's Runs must use: pass Option() to them
 
 	t *testing.T // EveryCrashPoint's subtest, skipped when the point is not reached
@@ -36,7 +37,7 @@ func (c *Crash) Crash(job func(ctx context.Context) error) (reached bool, err er
 	}
 	if err == nil && c.t != nil {
 		c.t.Skipf("the job never reached crash point %s (its store has no such point: a SQLite ledger, say, has no %s or %s)",
-			c.Point, idem.MidWrite, idem.AfterRename)
+			c.Point, MidWrite, AfterRename)
 	}
 	return false, err
 }
@@ -48,14 +49,14 @@ func (c *Crash) Recover(job func(ctx context.Context) error) error {
 	return job(context.Background())
 }
 
-// EachCrashPoint calls scenario once for every crash point (idem.Points),
+// EachCrashPoint calls scenario once for every crash point (idemstore.Points),
 // each with a new Crash and a new clock. The scenario builds a fresh store
 // and downstream, calls Crash and Recover with its job, and returns an error
 // if its own invariant ("the mail went out exactly once") does not hold.
 // EachCrashPoint returns the scenarios' errors, each naming its point.
 func EachCrashPoint(scenario func(c *Crash) error) error {
 	var errs []error
-	for _, p := range idem.Points() {
+	for _, p := range idemstore.Points() {
 		c := &Crash{Point: p, Clock: NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))}
 		if err := scenario(c); err != nil {
 			errs = append(errs, fmt.Errorf("crash at %s: %w", p, err))
@@ -68,7 +69,7 @@ func EachCrashPoint(scenario func(c *Crash) error) error {
 // subtest whose job never reaches its point is skipped (see [Crash.Crash]),
 // so `go test -v` shows which points the job's store has.
 func EveryCrashPoint(t *testing.T, scenario func(t *testing.T, c *Crash)) {
-	for _, p := range idem.Points() {
+	for _, p := range idemstore.Points() {
 		t.Run(string(p), func(t *testing.T) {
 			scenario(t, &Crash{Point: p, Clock: NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC)), t: t})
 		})

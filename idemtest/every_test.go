@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 )
 
@@ -14,8 +15,8 @@ import (
 // so, instead of passing them untested, and runs the others to the end.
 func TestEveryCrashPointSkipsUnreachedPoints(t *testing.T) {
 	key := idem.Key{Job: "daily_report", Period: "2026-10-27"}
-	subtests := map[idem.Point]*testing.T{}
-	recovered := map[idem.Point]bool{}
+	subtests := map[idemstore.Point]*testing.T{}
+	recovered := map[idemstore.Point]bool{}
 	idemtest.EveryCrashPoint(t, func(t *testing.T, c *idemtest.Crash) {
 		subtests[c.Point] = t
 		l, err := idem.OpenLedger(filepath.Join(t.TempDir(), "ledger.db"))
@@ -34,12 +35,12 @@ func TestEveryCrashPointSkipsUnreachedPoints(t *testing.T) {
 		}
 		recovered[c.Point] = true
 	})
-	for _, p := range idem.Points() {
+	for _, p := range idemstore.Points() {
 		st := subtests[p]
 		if st == nil {
 			t.Fatalf("no subtest for %s", p)
 		}
-		unreached := p == idem.MidWrite || p == idem.AfterRename
+		unreached := p == idemstore.MidWrite || p == idemstore.AfterRename
 		if st.Skipped() != unreached || recovered[p] == unreached {
 			t.Errorf("%s: skipped %v, ran to the end %v; want skipped %v", p, st.Skipped(), recovered[p], unreached)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 )
 
 // itemDownstream is the item suite's fake downstream: it counts each
@@ -59,17 +60,17 @@ func itemIDs(n int) func(yield func(string, error) bool) {
 }
 
 // testItems is the part of the suite for stores that implement
-// idem.ItemStore ([idem.Each]).
+// idemstore.ItemStore ([idem.Each]).
 func testItems(t *testing.T, h Harness) {
 	t.Run("Once", func(t *testing.T) { testItemsOnce(t, h) })
 	t.Run("CrashPoints", func(t *testing.T) { testItemsCrash(t, h) })
 	t.Run("Poison", func(t *testing.T) { testItemsPoison(t, h) })
 }
 
-func itemStore(t *testing.T, s idem.Store) idem.ItemStore {
-	is, ok := s.(idem.ItemStore)
+func itemStore(t *testing.T, s idemstore.Store) idemstore.ItemStore {
+	is, ok := s.(idemstore.ItemStore)
 	if !ok {
-		t.Fatalf("%T is not an idem.ItemStore", s)
+		t.Fatalf("%T is not an idemstore.ItemStore", s)
 	}
 	return is
 }
@@ -119,12 +120,12 @@ func testItemsCrash(t *testing.T, h Harness) {
 	const n = 400
 	crashes := []struct {
 		name string
-		at   idem.Point
+		at   idemstore.Point
 		nth  int
 	}{
-		{"after-claim", idem.AfterClaim, 1},
-		{"after-fn", idem.AfterFn, 150},
-		{"after-done", idem.AfterDone, 2},
+		{"after-claim", idemstore.AfterClaim, 1},
+		{"after-fn", idemstore.AfterFn, 150},
+		{"after-done", idemstore.AfterDone, 2},
 	}
 	for _, m := range modes {
 		for _, c := range crashes {
@@ -135,7 +136,7 @@ func testItemsCrash(t *testing.T, h Harness) {
 				d := newItemDownstream()
 				opts := []idem.Option{m.opt(d.has), idem.WithBatch(50), idem.WithWorkers(1)}
 				seen := 0
-				ctx := CrashWhen(context.Background(), func(p idem.Point, _ idem.Key) bool {
+				ctx := CrashWhen(context.Background(), func(p idemstore.Point, _ idem.Key) bool {
 					if p == c.at {
 						seen++
 					}

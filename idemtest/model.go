@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 )
 
 // The model's fixed parameters. Every move of the clock is a whole number
@@ -107,7 +108,7 @@ type model struct {
 	wm    bool // the store keeps a watermark per job (Harness.Watermark)
 	lock  bool // a running attempt holds a lock, not a lease that expires (!Harness.LeaseExpiry)
 	shift bool // the store keeps its own clock, which a clock moved back does not reach (Harness.Shift)
-	fresh bool // RunTx claims, runs and marks a new key in one transaction (idem.FreshTxStore)
+	fresh bool // RunTx claims, runs and marks a new key in one transaction (idemstore.FreshTxStore)
 
 	now  time.Time // the clock of the Runs
 	snow time.Time // the store's clock: now, or for a store on its own clock, only ever moved forward
@@ -203,11 +204,11 @@ func (m *model) write(cr *crashState, apply func()) (crashed bool) {
 		apply()
 		return false
 	}
-	if cr.hit(idem.MidWrite) {
+	if cr.hit(idemstore.MidWrite) {
 		return true
 	}
 	apply()
-	return cr.hit(idem.AfterRename)
+	return cr.hit(idemstore.AfterRename)
 }
 
 func (m *model) fileOf(job string) *mFile {
@@ -220,7 +221,7 @@ func (m *model) fileOf(job string) *mFile {
 
 // mClaim is what a claim found.
 type mClaim struct {
-	state    idem.ClaimState
+	state    idemstore.ClaimState
 	attempt  int64
 	doubt    bool
 	failures int  // the record's failure count, an abandoned attempt counted
@@ -232,39 +233,39 @@ type mClaim struct {
 func (m *model) claim(k idem.Key, takeUnknown, durable bool, cr *crashState) mClaim {
 	rec, found := m.lookup(k)
 	if found && rec.status == idem.StatusDone {
-		return mClaim{state: idem.ClaimDone}
+		return mClaim{state: idemstore.ClaimDone}
 	}
 	if m.lock {
 		if _, held := m.locks[k.Job]; held {
-			return mClaim{state: idem.ClaimBusy}
+			return mClaim{state: idemstore.ClaimBusy}
 		}
 	}
 	if m.wm && !found && m.job(k.Job).file != nil && m.job(k.Job).file.pending != "" {
 		return mClaim{err: true} // one pending period per job
 	}
-	c := mClaim{state: idem.ClaimAcquired, failures: rec.failures}
+	c := mClaim{state: idemstore.ClaimAcquired, failures: rec.failures}
 	switch {
 	case !found:
 	case rec.status == idem.StatusSkipped:
-		return mClaim{state: idem.ClaimSkipped}
+		return mClaim{state: idemstore.ClaimSkipped}
 	case rec.status == idem.StatusRunning:
 		if m.held(rec) {
-			return mClaim{state: idem.ClaimBusy}
+			return mClaim{state: idemstore.ClaimBusy}
 		}
 		// The holder died or stalled (with a lock: nobody holds it).
 		c.doubt = true
 		c.failures++
 	case rec.status == idem.StatusFailed:
 		if m.snow.Before(rec.notBefore) {
-			return mClaim{state: idem.ClaimBackingOff}
+			return mClaim{state: idemstore.ClaimBackingOff}
 		}
 	case rec.status == idem.StatusUnknown:
 		if !takeUnknown {
-			return mClaim{state: idem.ClaimUnknown}
+			return mClaim{state: idemstore.ClaimUnknown}
 		}
 		c.doubt = true
 	default: // parked
-		return mClaim{state: idem.ClaimParked}
+		return mClaim{state: idemstore.ClaimParked}
 	}
 	if m.wm {
 		// A new number, higher than the file's and than every one claimed
@@ -481,7 +482,7 @@ func (m *model) run(k idem.Key, next func() mFn, cr *crashState, cursor bool) mR
 	if m.modes[k.Job] == modeTx {
 		return m.runTx(k, next, cr, cursor)
 	}
-	if cr.hit(idem.BeforeClaim) {
+	if cr.hit(idemstore.BeforeClaim) {
 		return crashed
 	}
 	r, f := m.begin(k, cr, cursor)
@@ -504,21 +505,21 @@ func (m *model) begin(k idem.Key, cr *crashState, cursor bool) (mResult, *mFligh
 		return mResult{outcome: idem.Failed}, nil
 	}
 	switch c.state {
-	case idem.ClaimDone:
+	case idemstore.ClaimDone:
 		return mResult{outcome: idem.AlreadyDone}, nil
-	case idem.ClaimSkipped:
+	case idemstore.ClaimSkipped:
 		return mResult{outcome: idem.Skipped}, nil
-	case idem.ClaimBusy:
+	case idemstore.ClaimBusy:
 		return mResult{outcome: idem.InProgress}, nil
-	case idem.ClaimBackingOff:
+	case idemstore.ClaimBackingOff:
 		return mResult{outcome: idem.BackingOff}, nil
-	case idem.ClaimUnknown:
+	case idemstore.ClaimUnknown:
 		return mResult{outcome: idem.Unknown}, nil
-	case idem.ClaimParked:
+	case idemstore.ClaimParked:
 		return mResult{outcome: idem.GaveUp}, nil
 	}
 	f := &mFlight{key: k, mode: mode, attempt: c.attempt, failures: c.failures, cursor: cursor, leaseClient: m.now.Add(mLease)}
-	if cr.hit(idem.AfterClaim) {
+	if cr.hit(idemstore.AfterClaim) {
 		m.abandon(k, f.attempt)
 		return crashed, nil
 	}
@@ -563,7 +564,7 @@ func (m *model) call(f *mFlight, b mFn, cr *crashState) mResult {
 
 // done ends an attempt whose fn returned nil.
 func (m *model) done(f *mFlight, cr *crashState) mResult {
-	if cr.hit(idem.AfterFn) {
+	if cr.hit(idemstore.AfterFn) {
 		m.abandon(f.key, f.attempt)
 		return crashed
 	}
@@ -573,7 +574,7 @@ func (m *model) done(f *mFlight, cr *crashState) mResult {
 		return crashed
 	case lost:
 		return mResult{outcome: idem.LeaseLost}
-	case cr.hit(idem.AfterDone):
+	case cr.hit(idemstore.AfterDone):
 		return crashed
 	}
 	m.byRun[f.key] = true
@@ -627,7 +628,7 @@ func (m *model) settleDoubt(f *mFlight, failures int, cr *crashState) (r mResult
 			return crashed, true
 		case lost:
 			return mResult{outcome: idem.LeaseLost}, true
-		case cr.hit(idem.AfterDone):
+		case cr.hit(idemstore.AfterDone):
 			return crashed, true
 		}
 		m.byRun[f.key] = true
@@ -686,12 +687,12 @@ func (m *model) resume(f *mFlight, noCheck bool) mResult {
 // the done mark (and, for CatchUpTx, the cursor), or not at all; the mode
 // is AtLeastOnce.
 func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) mResult {
-	if cr.hit(idem.BeforeClaim) {
+	if cr.hit(idemstore.BeforeClaim) {
 		return crashed
 	}
 	if _, found := m.lookup(k); m.fresh && !found {
 		// A new key: claimed, run and marked done in one transaction.
-		if cr.hit(idem.AfterClaim) {
+		if cr.hit(idemstore.AfterClaim) {
 			return crashed // rolled back: no record
 		}
 		b := next()
@@ -699,7 +700,7 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) 
 		case fnPanic:
 			return mResult{outcome: idem.Failed, panicked: true} // rolled back: no record
 		case fnOK, fnStall, fnSlow:
-			if cr.hit(idem.AfterFn) {
+			if cr.hit(idemstore.AfterFn) {
 				return crashed
 			}
 			m.recs[k] = &mRec{status: idem.StatusDone, attempt: 1}
@@ -708,7 +709,7 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) 
 			}
 			m.rows[k]++
 			m.byRun[k] = true
-			if cr.hit(idem.AfterDone) {
+			if cr.hit(idemstore.AfterDone) {
 				return crashed
 			}
 			return mResult{outcome: idem.Ran}
@@ -726,7 +727,7 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) 
 	case fnPanic:
 		return mResult{outcome: idem.Failed, panicked: true} // rolled back; the claim stands
 	case fnOK, fnStall, fnSlow:
-		if cr.hit(idem.AfterFn) {
+		if cr.hit(idemstore.AfterFn) {
 			return crashed // rolled back; the claim stands
 		}
 		if lost, _ := m.finish(k, f.attempt, idem.StatusDone, 0, time.Time{}, cursor, cr); lost {
@@ -734,7 +735,7 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) 
 		}
 		m.rows[k]++
 		m.byRun[k] = true
-		if cr.hit(idem.AfterDone) {
+		if cr.hit(idemstore.AfterDone) {
 			return crashed
 		}
 		return mResult{outcome: idem.Ran}
@@ -947,13 +948,13 @@ type crashState struct {
 // mCrash is where an operation crashes: at the nth time it reaches point
 // (any key). A zero point: nowhere.
 type mCrash struct {
-	point idem.Point
+	point idemstore.Point
 	nth   int
 }
 
 func newCrash(s mCrash) *crashState { return &crashState{spec: s} }
 
-func (c *crashState) hit(p idem.Point) bool {
+func (c *crashState) hit(p idemstore.Point) bool {
 	if c == nil || c.done || c.spec.point == "" || p != c.spec.point {
 		return false
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 )
 
 // ModelOptions sizes a run of [TestModel]. The environment overrides them,
@@ -45,25 +46,25 @@ type ModelOptions struct {
 type TxHarness struct {
 	// Setup prepares a new store for Run and Rows (creates the business
 	// table). It may be nil.
-	Setup func(ctx context.Context, s idem.Store) error
+	Setup func(ctx context.Context, s idemstore.Store) error
 	// Run calls idem.RunTxWith (or the store's RunTx) on s for key with
 	// opts, with a fn that first makes one business write for key in the
 	// transaction, then returns what fn(ctx) returns. ctx must be passed on
 	// as it is given to the transaction's fn (it carries idem.Info).
-	Run func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
+	Run func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
 	// Rows returns the committed business writes, counted by key.
-	Rows func(ctx context.Context, s idem.Store) (map[idem.Key]int, error)
+	Rows func(ctx context.Context, s idemstore.Store) (map[idem.Key]int, error)
 	// CatchUp, if set, calls idem.CatchUpTx on s with the same business
 	// write for each period's key (job, p.Name), then fn(ctx, p); TestModel
 	// then also catches up a RunTx job.
-	CatchUp func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error)
+	CatchUp func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error)
 }
 
 // SQLTx is the [TxHarness] of a store whose transactions are *sql.Tx and
 // that gives its database with a method DB() *sql.DB, as [idem.Ledger]
 // does: the business writes go to a table idemtest_model_effects.
 func SQLTx() *TxHarness {
-	db := func(s idem.Store) (*sql.DB, error) {
+	db := func(s idemstore.Store) (*sql.DB, error) {
 		d, ok := s.(interface{ DB() *sql.DB })
 		if !ok {
 			return nil, fmt.Errorf("idemtest: SQLTx: %T has no method DB() *sql.DB", s)
@@ -76,7 +77,7 @@ func SQLTx() *TxHarness {
 		return err
 	}
 	return &TxHarness{
-		Setup: func(ctx context.Context, s idem.Store) error {
+		Setup: func(ctx context.Context, s idemstore.Store) error {
 			d, err := db(s)
 			if err != nil {
 				return err
@@ -85,10 +86,10 @@ func SQLTx() *TxHarness {
 				job TEXT NOT NULL, period TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (job, period))`)
 			return err
 		},
-		Run: func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
-			ts, ok := s.(idem.TxStore[*sql.Tx])
+		Run: func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
+			ts, ok := s.(idemstore.TxStore[*sql.Tx])
 			if !ok {
-				return fmt.Errorf("idemtest: SQLTx: %T is not an idem.TxStore[*sql.Tx]", s)
+				return fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.TxStore[*sql.Tx]", s)
 			}
 			return idem.RunTxWith(ctx, ts, key, func(ctx context.Context, tx *sql.Tx) error {
 				if err := write(ctx, tx, key); err != nil {
@@ -97,10 +98,10 @@ func SQLTx() *TxHarness {
 				return fn(ctx)
 			}, opts...)
 		},
-		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
-			cs, ok := s.(idem.CatchUpTxStore[*sql.Tx])
+		CatchUp: func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
+			cs, ok := s.(idemstore.CatchUpTxStore[*sql.Tx])
 			if !ok {
-				return idem.CatchUpResult{}, fmt.Errorf("idemtest: SQLTx: %T is not an idem.CatchUpTxStore[*sql.Tx]", s)
+				return idem.CatchUpResult{}, fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.CatchUpTxStore[*sql.Tx]", s)
 			}
 			return idem.CatchUpTx(ctx, cs, job, sched, func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 				if err := write(ctx, tx, idem.Key{Job: job, Period: p.Name}); err != nil {
@@ -109,7 +110,7 @@ func SQLTx() *TxHarness {
 				return fn(ctx, p)
 			}, opts...)
 		},
-		Rows: func(ctx context.Context, s idem.Store) (map[idem.Key]int, error) {
+		Rows: func(ctx context.Context, s idemstore.Store) (map[idem.Key]int, error) {
 			d, err := db(s)
 			if err != nil {
 				return nil, err
@@ -520,7 +521,7 @@ func (g *gen) crash(percent int) mCrash {
 	if g.r.IntN(100) >= percent {
 		return mCrash{}
 	}
-	ps := idem.Points()
+	ps := idemstore.Points()
 	return mCrash{point: ps[g.r.IntN(len(ps))], nth: 1 + g.r.IntN(2)}
 }
 
@@ -670,8 +671,8 @@ type world struct {
 	t        *testing.T
 	h        Harness
 	cfg      *modelConfig
-	s        idem.Store
-	cs       idem.CatchUpStore // nil when the store is not one
+	s        idemstore.Store
+	cs       idemstore.CatchUpStore // nil when the store is not one
 	clk      *mclock
 	wait     time.Duration // bound of each wait inside an operation
 	hasFails atomic.Bool
@@ -827,7 +828,7 @@ func crashCtx(ctx context.Context, c mCrash) context.Context {
 		return ctx
 	}
 	n := 0
-	return CrashWhen(ctx, func(p idem.Point, _ idem.Key) bool {
+	return CrashWhen(ctx, func(p idemstore.Point, _ idem.Key) bool {
 		if p != c.point {
 			return false
 		}
@@ -1133,7 +1134,7 @@ func recString(r mRec, ok bool, times bool) string {
 	return s
 }
 
-func fromRecord(r idem.Record) mRec {
+func fromRecord(r idemstore.Record) mRec {
 	return mRec{status: r.Status, attempt: r.Attempt, failures: r.Failures, leaseUntil: r.LeaseUntil, notBefore: r.NotBefore}
 }
 
@@ -1208,8 +1209,8 @@ func (w *world) compare(ctx context.Context, m *model, op mOp, want mStep, got r
 	// Every record.
 	times := w.h.Shift == nil
 	wantRecs := m.records()
-	if ls, ok := w.s.(idem.Lister); ok {
-		recs, err := ls.List(ctx, idem.Filter{})
+	if ls, ok := w.s.(idemstore.Lister); ok {
+		recs, err := ls.List(ctx, idemstore.Filter{})
 		if err != nil {
 			add(fmt.Sprintf("List: %v", err))
 		}
@@ -1330,7 +1331,7 @@ func countDiff(what string, want, got map[idem.Key]int) []string {
 // promises checks each mode's promise on the store's own answer for k (its
 // record, the effects, the business rows), for keys a run settled and no
 // operator overrode.
-func (w *world) promises(m *model, k idem.Key, rec idem.Record, ok bool) []string {
+func (w *world) promises(m *model, k idem.Key, rec idemstore.Record, ok bool) []string {
 	if m.byOperator[k] {
 		return nil
 	}
@@ -1455,7 +1456,7 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 				return
 			}
 		}
-		cs, _ := s.(idem.CatchUpStore)
+		cs, _ := s.(idemstore.CatchUpStore)
 		_, fresh := reflect.TypeOf(s).MethodByName("ClaimFinishTx")
 		m := newModel(h.Watermark, !h.LeaseExpiry, h.Shift != nil, fresh, cfg.modes)
 		w := &world{t: t, h: h, cfg: cfg, s: s, cs: cs, clk: clk, wait: o.StepTimeout / 2, synced: time.Now(),

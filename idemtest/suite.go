@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/testwait"
 )
 
@@ -17,7 +18,7 @@ import (
 type Harness struct {
 	// Open returns a new, empty store whose Runs use clk. Every call must
 	// return an independent store.
-	Open func(t *testing.T, clk idem.Clock) idem.Store
+	Open func(t *testing.T, clk idem.Clock) idemstore.Store
 
 	// Watermark is set for stores that keep one watermark per job (the
 	// state file): the suite then uses one key per job and runs a job's
@@ -33,9 +34,9 @@ type Harness struct {
 	// database's now()), e.g. by moving every time it stored back by d. The
 	// suite calls it whenever it advances the fake clock given to Open;
 	// leave it nil for stores that use the clock passed to Run.
-	Shift func(t *testing.T, s idem.Store, d time.Duration)
+	Shift func(t *testing.T, s idemstore.Store, d time.Duration)
 
-	// Items is set for stores that implement idem.ItemStore: the suite then
+	// Items is set for stores that implement idemstore.ItemStore: the suite then
 	// also runs idem.Each over them (every item once in every mode, the item
 	// set generated again, a crash at each point of the item protocol, a
 	// poison item parked). Shift must then move the stores' item leases and
@@ -87,7 +88,7 @@ func (d *downstream) has(_ context.Context, k idem.Key) (bool, error) { return d
 
 // TestStore runs the conformance suite against the store h opens: the
 // promises every idem store keeps, whatever it is built on (and, for an
-// idem.CatchUpStore, those of catch-up). Call it from a test of your own
+// idemstore.CatchUpStore, those of catch-up). Call it from a test of your own
 // store:
 //
 //	func TestMyStore(t *testing.T) {
@@ -115,7 +116,7 @@ var start = time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC)
 // open opens a store on clk; when the store keeps its own clock, every move
 // of clk (by the test or, for an auto clock, by the engine's sleeps) is
 // passed on to Shift.
-func (h Harness) open(t *testing.T, clk *Clock) idem.Store {
+func (h Harness) open(t *testing.T, clk *Clock) idemstore.Store {
 	s := h.Open(t, clk)
 	if h.Shift != nil {
 		clk.mu.Lock()
@@ -126,12 +127,12 @@ func (h Harness) open(t *testing.T, clk *Clock) idem.Store {
 }
 
 // advance makes d pass on the fake clock and on the store's own clock.
-func (h Harness) advance(t *testing.T, s idem.Store, clk *Clock, d time.Duration) {
+func (h Harness) advance(t *testing.T, s idemstore.Store, clk *Clock, d time.Duration) {
 	clk.Advance(d)
 }
 
 // expire makes every lease taken so far expire.
-func (h Harness) expire(t *testing.T, s idem.Store, clk *Clock) {
+func (h Harness) expire(t *testing.T, s idemstore.Store, clk *Clock) {
 	h.advance(t, s, clk, idem.DefaultLease+time.Second)
 }
 
@@ -197,7 +198,7 @@ func testConcurrent(t *testing.T, h Harness) {
 // a SIGKILL would, then recovers with a second Run on the same store.
 func testCrashPoints(t *testing.T, h Harness) {
 	for _, m := range modes {
-		for _, p := range idem.Points() {
+		for _, p := range idemstore.Points() {
 			t.Run(m.name+"/"+string(p), func(t *testing.T) {
 				clk := NewClock(start)
 				s := h.open(t, clk)
@@ -299,7 +300,7 @@ func testTwoPhase(t *testing.T, h Harness) {
 		k := idem.Key{Job: "tp-checkfail", Period: "2026-10-27"}
 		down := errors.New("gateway unreachable")
 		broken := func(context.Context, idem.Key) (bool, error) { return false, down }
-		if err := idem.RunWith(CrashAt(ctx, idem.AfterFn), s, k, d.apply, idem.WithClock(clk), idem.TwoPhase(broken)); !errors.Is(err, ErrCrashed) {
+		if err := idem.RunWith(CrashAt(ctx, idemstore.AfterFn), s, k, d.apply, idem.WithClock(clk), idem.TwoPhase(broken)); !errors.Is(err, ErrCrashed) {
 			t.Fatalf("crash: %v", err)
 		}
 		h.expire(t, s, clk)
@@ -387,7 +388,7 @@ func testResolve(t *testing.T, h Harness) {
 	for _, to := range []idem.Resolution{idem.ResolveDone, idem.ResolveRetry} {
 		k := idem.Key{Job: fmt.Sprintf("resolve-%d", to), Period: "2026-10-27"}
 		d := newDownstream()
-		if err := idem.RunWith(CrashAt(ctx, idem.AfterFn), s, k, d.apply, idem.WithClock(clk), idem.AtMostOnce()); !errors.Is(err, ErrCrashed) {
+		if err := idem.RunWith(CrashAt(ctx, idemstore.AfterFn), s, k, d.apply, idem.WithClock(clk), idem.AtMostOnce()); !errors.Is(err, ErrCrashed) {
 			t.Fatalf("crash: %v", err)
 		}
 		h.expire(t, s, clk)
@@ -447,7 +448,7 @@ func testLease(t *testing.T, h Harness) {
 	}
 }
 
-// testCatchUp checks the promises of an idem.CatchUpStore; a store that is
+// testCatchUp checks the promises of an idemstore.CatchUpStore; a store that is
 // not one skips it.
 func testCatchUp(t *testing.T, h Harness) {
 	t.Run("FirstPeriodFailsIsNotSkipped", func(t *testing.T) {
@@ -460,10 +461,10 @@ func testCatchUp(t *testing.T, h Harness) {
 	t.Run("StartIsIdempotent", func(t *testing.T) { testStart(t, h) })
 }
 
-func (h Harness) openCatchUp(t *testing.T, clk *Clock) idem.CatchUpStore {
-	s, ok := h.open(t, clk).(idem.CatchUpStore)
+func (h Harness) openCatchUp(t *testing.T, clk *Clock) idemstore.CatchUpStore {
+	s, ok := h.open(t, clk).(idemstore.CatchUpStore)
 	if !ok {
-		t.Skip("the store is not an idem.CatchUpStore")
+		t.Skip("the store is not an idemstore.CatchUpStore")
 	}
 	return s
 }
@@ -555,7 +556,7 @@ func testStart(t *testing.T, h Harness) {
 	// on one of them. (A store may refuse a Start while another holds the
 	// job, with ErrInProgress.)
 	befores := []string{"2026-10-20", "2026-10-21", "2026-10-22", "2026-10-23", "2026-10-24", "2026-10-25", "2026-10-26", "2026-10-27"}
-	got := make([]idem.JobState, len(befores))
+	got := make([]idemstore.JobState, len(befores))
 	errs := make([]error, len(befores))
 	var wg sync.WaitGroup
 	for i, b := range befores {

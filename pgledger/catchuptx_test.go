@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
@@ -161,8 +162,8 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 	ctx := context.Background()
 	clk := idemtest.NewClock(cuDay(4))
 	l := openSettleLedger(t, newPool(t), clk)
-	crash := idemtest.CrashWhen(ctx, func(p idem.Point, k idem.Key) bool {
-		return p == idem.AfterFn && k.Period == "2026-10-03"
+	crash := idemtest.CrashWhen(ctx, func(p idemstore.Point, k idem.Key) bool {
+		return p == idemstore.AfterFn && k.Period == "2026-10-03"
 	})
 	if _, err := l.CatchUpTx(crash, "settle", daily, settleIn(l), idem.Since(cuDay(1))); !errors.Is(err, idemtest.ErrCrashed) {
 		t.Fatalf("crashing call: %v", err)
@@ -193,8 +194,8 @@ func TestCatchUpTxKilled(t *testing.T) {
 				fmt.Println(err)
 				os.Exit(3)
 			}
-			kill := idemtest.KillWhen(ctx, func(p idem.Point, k idem.Key) bool {
-				return p == idem.AfterFn && k.Period == "2026-10-03"
+			kill := idemtest.KillWhen(ctx, func(p idemstore.Point, k idem.Key) bool {
+				return p == idemstore.AfterFn && k.Period == "2026-10-03"
 			})
 			_, err = job(kill, l)
 			fmt.Println("not killed:", err)

@@ -56,7 +56,7 @@
 //
 // # Fan-out: Each and EachTx
 //
-// The ledger is an [idem.ItemStore] and an [idem.ItemTxStore] with
+// The ledger is an [idemstore.ItemStore] and an [idemstore.ItemTxStore] with
 // [pgx.Tx]: [idem.Each] applies a function to every item of a period
 // (every account, say) once, and [idem.EachTx] commits each batch's business
 // writes with its items' done marks, in one transaction, each item in a

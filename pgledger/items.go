@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/jackc/pgx/v5"
 )
 
 var (
-	_ idem.ItemStore           = (*Ledger)(nil)
-	_ idem.ItemTxStore[pgx.Tx] = (*Ledger)(nil)
+	_ idemstore.ItemStore           = (*Ledger)(nil)
+	_ idemstore.ItemTxStore[pgx.Tx] = (*Ledger)(nil)
 )
 
 // The items of [idem.Each] live in four tables: item_set, one row per (job,
@@ -30,14 +31,14 @@ var (
 // Every commit is durable (synchronous_commit on, PostgreSQL's default), so
 // a claim is durable whether or not the request asks for it.
 
-// AddItems implements [idem.ItemStore] with two statements sent in one batch
+// AddItems implements [idemstore.ItemStore] with two statements sent in one batch
 // (one round trip), which PostgreSQL runs as one implicit transaction: the
 // first locks the period's itemsets row (concurrent AddItems of the period
 // take turns there); the second inserts the whole batch into item_set (an
 // unnest of an array, ON CONFLICT DO NOTHING) unless the set is sealed, and
 // makes the items that were new one chunk, numbered after the period's
 // last.
-func (l *Ledger) AddItems(ctx context.Context, key idem.Key, items []string) error {
+func (l *Ledger) AddItems(ctx context.Context, key idemstore.Key, items []string) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -50,15 +51,15 @@ func (l *Ledger) AddItems(ctx context.Context, key idem.Key, items []string) err
 	return nil
 }
 
-// SealItems implements [idem.ItemStore].
-func (l *Ledger) SealItems(ctx context.Context, key idem.Key) error {
+// SealItems implements [idemstore.ItemStore].
+func (l *Ledger) SealItems(ctx context.Context, key idemstore.Key) error {
 	if _, err := l.pool.Exec(ctx, l.q.sealItems, key.Job, key.Period); err != nil {
 		return l.opErr("seal items", key, err)
 	}
 	return nil
 }
 
-// CountItems implements [idem.ItemStore], in one statement. An item of a
+// CountItems implements [idemstore.ItemStore], in one statement. An item of a
 // chunk counts as the chunk's status (pending or running) until the chunk
 // settles it: done, or a record of its own, counted by its status.
 // NextRetry, the earliest backoff deadline of a failed item, is expressed on
@@ -66,8 +67,8 @@ func (l *Ledger) SealItems(ctx context.Context, key idem.Key) error {
 // server's clock (so a wait for it is right whatever the clocks'
 // difference; a deadline already passed on the server's clock comes out in
 // this process's past).
-func (l *Ledger) CountItems(ctx context.Context, key idem.Key) (idem.ItemCounts, error) {
-	var c idem.ItemCounts
+func (l *Ledger) CountItems(ctx context.Context, key idemstore.Key) (idemstore.ItemCounts, error) {
+	var c idemstore.ItemCounts
 	var chunkPending, chunkRunning, settled, fromChunks int64
 	var next *time.Time
 	var dbNow time.Time
@@ -76,7 +77,7 @@ func (l *Ledger) CountItems(ctx context.Context, key idem.Key) (idem.ItemCounts,
 		&c.Pending, &c.Running, &c.Failed, &c.Done, &c.Unknown, &c.Parked, &fromChunks, &next,
 		&dbNow)
 	if err != nil {
-		return idem.ItemCounts{}, l.opErr("count items", key, err)
+		return idemstore.ItemCounts{}, l.opErr("count items", key, err)
 	}
 	c.Pending += chunkPending
 	c.Running += chunkRunning
@@ -87,7 +88,7 @@ func (l *Ledger) CountItems(ctx context.Context, key idem.Key) (idem.ItemCounts,
 	return c, nil
 }
 
-// ClaimItems implements [idem.ItemStore]. A chunk is taken with one
+// ClaimItems implements [idemstore.ItemStore]. A chunk is taken with one
 // statement, UPDATE ... WHERE ctid = ANY (ARRAY(SELECT ... FOR UPDATE SKIP
 // LOCKED)) RETURNING, which also returns the chunk's unsettled items: a
 // pending chunk (the first added first), else one whose lease expired (see
@@ -101,12 +102,12 @@ func (l *Ledger) CountItems(ctx context.Context, key idem.Key) (idem.ItemCounts,
 // other. When neither statement finds work, the owners of the period's
 // running chunks and items whose leases hold are read (one more
 // statement), and the work of those whose process is gone
-// ([idem.HolderGone]: a process of this host that died) is claimed as if
+// ([idemstore.HolderGone]: a process of this host that died) is claimed as if
 // their leases had expired, by the same two statements.
 //
 // The lease runs until the server's time plus req.Lease (idem.DefaultLease
 // if not positive); req.Now is ignored. A req.N below 1 counts as 1.
-func (l *Ledger) ClaimItems(ctx context.Context, key idem.Key, req idem.ItemClaimRequest) (idem.ItemBatch, error) {
+func (l *Ledger) ClaimItems(ctx context.Context, key idemstore.Key, req idemstore.ItemClaimRequest) (idemstore.ItemBatch, error) {
 	n := max(req.N, 1)
 	lease := req.Lease
 	if lease <= 0 {
@@ -121,14 +122,14 @@ func (l *Ledger) ClaimItems(ctx context.Context, key idem.Key, req idem.ItemClai
 		// Nothing runnable: are some holders' processes gone?
 		rows, err := l.pool.Query(ctx, l.q.runningOwners, key.Job, key.Period)
 		if err != nil {
-			return idem.ItemBatch{}, l.opErr("claim items", key, err)
+			return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
 		}
 		owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
-			return idem.ItemBatch{}, l.opErr("claim items", key, err)
+			return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
 		}
 		for _, o := range owners {
-			if idem.HolderGone(o) {
+			if idemstore.HolderGone(o) {
 				gone = append(gone, o)
 			}
 		}
@@ -140,20 +141,20 @@ func (l *Ledger) ClaimItems(ctx context.Context, key idem.Key, req idem.ItemClai
 
 // claimItems is one pass of ClaimItems: a chunk, else single items; the
 // work of the owners in gone counts as if their leases had expired.
-func (l *Ledger) claimItems(ctx context.Context, key idem.Key, req idem.ItemClaimRequest, n int, lease time.Duration, gone []string) (idem.ItemBatch, error) {
-	var b idem.ItemBatch
+func (l *Ledger) claimItems(ctx context.Context, key idemstore.Key, req idemstore.ItemClaimRequest, n int, lease time.Duration, gone []string) (idemstore.ItemBatch, error) {
+	var b idemstore.ItemBatch
 	var size, doubt, failures int
 	var items []string
 	err := l.pool.QueryRow(ctx, l.q.claimChunk, key.Job, key.Period, req.Owner, micros(lease), n, gone).
 		Scan(&b.Chunk, &b.Attempt, &size, &b.Pos, &doubt, &failures, &items)
 	if err == nil {
 		if len(items) != size-b.Pos {
-			return idem.ItemBatch{}, l.opErr("claim items", key,
+			return idemstore.ItemBatch{}, l.opErr("claim items", key,
 				fmt.Errorf("chunk %d's item list has %d items after position %d, want %d", b.Chunk, len(items), b.Pos, size-b.Pos))
 		}
-		b.Items = make([]idem.ItemClaim, len(items))
+		b.Items = make([]idemstore.ItemClaim, len(items))
 		for i, it := range items {
-			c := idem.ItemClaim{Item: it, Attempt: b.Attempt}
+			c := idemstore.ItemClaim{Item: it, Attempt: b.Attempt}
 			if b.Pos+i < doubt { // the abandoned attempt had marked it started
 				c.Doubt, c.Failures = true, failures
 			}
@@ -162,22 +163,23 @@ func (l *Ledger) claimItems(ctx context.Context, key idem.Key, req idem.ItemClai
 		return b, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return idem.ItemBatch{}, l.opErr("claim items", key, err)
+		return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
 	}
-	rows, err := l.pool.Query(ctx, l.q.claimItems, key.Job, key.Period, req.Owner, micros(lease), int64(n), req.TakeUnknown, gone)
+	rows, err := l.pool.Query(ctx, l.q.claimItems, key.Job, key.Period, req.Owner, micros(lease), int64(n), req.TakeUnknown, gone,
+		idemstore.NoteDied, idemstore.NoteExpired)
 	if err != nil {
-		return idem.ItemBatch{}, l.opErr("claim items", key, err)
+		return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
 	}
-	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (idem.ItemClaim, error) {
-		var c idem.ItemClaim
+	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (idemstore.ItemClaim, error) {
+		var c idemstore.ItemClaim
 		err := row.Scan(&c.Item, &c.Attempt, &c.Failures, &c.Doubt)
 		return c, err
 	})
 	if err != nil {
-		return idem.ItemBatch{}, l.opErr("claim items", key, err)
+		return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
 	}
-	slices.SortFunc(claims, func(a, b idem.ItemClaim) int { return cmp.Compare(a.Item, b.Item) })
-	return idem.ItemBatch{Items: claims}, nil
+	slices.SortFunc(claims, func(a, b idemstore.ItemClaim) int { return cmp.Compare(a.Item, b.Item) })
+	return idemstore.ItemBatch{Items: claims}, nil
 }
 
 // batcher is what sends a batch of statements: the pool (the batch then
@@ -212,21 +214,9 @@ func execEach(ctx context.Context, q batcher, query string, items []string, args
 	return unchanged, nil
 }
 
-// checkEnds refuses an end whose status does not end an attempt.
-func checkEnds(ends []idem.ItemEnd) error {
-	for _, e := range ends {
-		switch e.Status {
-		case idem.StatusDone, idem.StatusFailed, idem.StatusUnknown, idem.StatusParked:
-		default:
-			return fmt.Errorf("cannot end item %q's attempt as %q", e.Item, e.Status)
-		}
-	}
-	return nil
-}
-
 // backoff is an end's backoff deadline as a duration from the server's
 // time, in microseconds (NotBefore - Now); nil (NULL) when it has none.
-func backoff(e idem.ItemEnd) *float64 {
+func backoff(e idemstore.ItemEnd) *float64 {
 	if e.NotBefore.IsZero() {
 		return nil
 	}
@@ -241,14 +231,14 @@ func backoff(e idem.ItemEnd) *float64 {
 // finishItems ends single items' attempts, each with a statement fenced by
 // its attempt, and returns the items it did not end: their attempt changed,
 // or they are no longer running. A done item's failure count is cleared.
-func (l *Ledger) finishItems(ctx context.Context, q batcher, key idem.Key, ends []idem.ItemEnd) (lost []string, err error) {
-	if err := checkEnds(ends); err != nil {
+func (l *Ledger) finishItems(ctx context.Context, q batcher, key idemstore.Key, ends []idemstore.ItemEnd) (lost []string, err error) {
+	if err := idemstore.CheckEnds(ends); err != nil {
 		return nil, err
 	}
-	return execEach(ctx, q, l.q.finishItem, endItems(ends), func(i int) []any {
+	return execEach(ctx, q, l.q.finishItem, idemstore.EndItems(ends), func(i int) []any {
 		e := ends[i]
 		failures := e.Failures
-		if e.Status == idem.StatusDone {
+		if e.Status == idemstore.StatusDone {
 			failures = 0
 		}
 		return []any{key.Job, key.Period, e.Item, e.Attempt, string(e.Status), failures, backoff(e), e.Error}
@@ -259,8 +249,8 @@ func (l *Ledger) finishItems(ctx context.Context, q batcher, key idem.Key, ends 
 // position, and writes the records of the ends that are not done, in one
 // statement (finishChunkSQL); moved is false when the attempt no longer
 // holds the chunk, and then nothing was written.
-func (l *Ledger) finishChunk(ctx context.Context, q querier, key idem.Key, step idem.ItemStep, ends []idem.ItemEnd) (moved bool, err error) {
-	if err := checkEnds(ends); err != nil {
+func (l *Ledger) finishChunk(ctx context.Context, q querier, key idemstore.Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) (moved bool, err error) {
+	if err := idemstore.CheckEnds(ends); err != nil {
 		return false, err
 	}
 	var (
@@ -270,7 +260,7 @@ func (l *Ledger) finishChunk(ctx context.Context, q querier, key idem.Key, step 
 		backoffs              []*float64
 	)
 	for _, e := range ends {
-		if e.Status == idem.StatusDone {
+		if e.Status == idemstore.StatusDone {
 			continue
 		}
 		items, statuses, errs = append(items, e.Item), append(statuses, string(e.Status)), append(errs, e.Error)
@@ -296,15 +286,7 @@ func (l *Ledger) finishChunk(ctx context.Context, q querier, key idem.Key, step 
 	return rows == 1, nil
 }
 
-func endItems(ends []idem.ItemEnd) []string {
-	items := make([]string, len(ends))
-	for i, e := range ends {
-		items[i] = e.Item
-	}
-	return items
-}
-
-// FinishItems implements [idem.ItemStore]. A chunk's window is one
+// FinishItems implements [idemstore.ItemStore]. A chunk's window is one
 // statement: the fenced UPDATE of the chunk's row and the INSERT of the
 // records of the items that did not end done (an unnest of arrays), which
 // runs only if the UPDATE found the chunk. Single items get one UPDATE each,
@@ -315,7 +297,7 @@ func endItems(ends []idem.ItemEnd) []string {
 // times); a backoff deadline is kept on the server's clock the same way:
 // end.NotBefore - end.Now from the server's time. The ends are recorded even
 // if ctx is cancelled.
-func (l *Ledger) FinishItems(ctx context.Context, key idem.Key, step idem.ItemStep, ends []idem.ItemEnd) ([]string, error) {
+func (l *Ledger) FinishItems(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) ([]string, error) {
 	if len(ends) == 0 {
 		return nil, nil
 	}
@@ -332,12 +314,12 @@ func (l *Ledger) FinishItems(ctx context.Context, key idem.Key, step idem.ItemSt
 		return nil, l.opErr("finish items", key, err)
 	}
 	if !moved {
-		return endItems(ends), nil
+		return idemstore.EndItems(ends), nil
 	}
 	return nil, nil
 }
 
-// FinishItemsTx implements [idem.ItemTxStore] with [pgx.Tx]: the window runs
+// FinishItemsTx implements [idemstore.ItemTxStore] with [pgx.Tx]: the window runs
 // in one transaction. It first fences the claims: a chunk's by its attempt
 // and the window's position (one UPDATE, which locks the chunk's row until
 // the transaction ends; if the attempt no longer holds the chunk, no fn runs
@@ -348,7 +330,8 @@ func (l *Ledger) FinishItems(ctx context.Context, key idem.Key, step idem.ItemSt
 // whose fn fails is rolled back to it, alone, and its end taken from
 // failed); the chunk moves forward (or the single items' ends are written)
 // with the records of the items that did not end done, and the transaction
-// commits, durably. fn must use tx for its writes.
+// commits, durably. fn must use tx for its writes. [idemstore.RunItemWindow]
+// runs these steps over the transaction.
 //
 // The window's transaction holds its chunk's row lock (or its items') while
 // fn runs, so another host that finds the lease expired passes it over
@@ -358,7 +341,7 @@ func (l *Ledger) FinishItems(ctx context.Context, key idem.Key, step idem.ItemSt
 // transaction, which other sessions' snapshots pay for while it runs; the
 // default window of 100 is fine for most databases, lower it on a very busy
 // one.
-func (l *Ledger) FinishItemsTx(ctx context.Context, key idem.Key, step idem.ItemStep, claims []idem.ItemClaim, fn func(tx pgx.Tx, c idem.ItemClaim) error, failed func(c idem.ItemClaim, err error) idem.ItemEnd) ([]idem.ItemEnd, []string, error) {
+func (l *Ledger) FinishItemsTx(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, claims []idemstore.ItemClaim, fn func(tx pgx.Tx, c idemstore.ItemClaim) error, failed func(c idemstore.ItemClaim, err error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
 	if len(claims) == 0 {
 		return nil, nil, nil
 	}
@@ -367,69 +350,80 @@ func (l *Ledger) FinishItemsTx(ctx context.Context, key idem.Key, step idem.Item
 		return nil, nil, l.opErr("run items", key, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	items := make([]string, len(claims))
-	for i, c := range claims {
-		items[i] = c.Item
-	}
-	var lost []string
-	if step.Chunk != 0 {
-		tag, err := tx.Exec(ctx, l.q.fenceChunk, key.Job, key.Period, step.Chunk, step.Attempt, step.From)
-		if err != nil {
-			return nil, nil, l.opErr("run items: fence", key, err)
-		}
-		if tag.RowsAffected() == 0 {
-			return nil, items, nil // nothing written; the rollback ends the transaction
-		}
-	} else {
-		lost, err = execEach(ctx, tx, l.q.fenceItem, items, func(i int) []any {
-			return []any{key.Job, key.Period, claims[i].Item, claims[i].Attempt}
-		})
-		if err != nil {
-			return nil, nil, l.opErr("run items: fence", key, err)
-		}
-	}
-	isLost := make(map[string]bool, len(lost))
-	for _, it := range lost {
-		isLost[it] = true
-	}
-	ends := make([]idem.ItemEnd, 0, len(claims)-len(lost))
-	savepoint := `SAVEPOINT idem_item`
-	for _, c := range claims {
-		if isLost[c.Item] {
-			continue
-		}
-		if _, err := tx.Exec(ctx, savepoint); err != nil {
-			return nil, nil, l.opErr("run items: savepoint", key, err)
-		}
-		// The next item's savepoint replaces this one (one round trip).
-		savepoint = `RELEASE SAVEPOINT idem_item; SAVEPOINT idem_item`
-		end := idem.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusDone, Now: step.Now}
-		if ferr := fn(tx, c); ferr != nil {
-			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT idem_item`); err != nil {
-				return nil, nil, l.opErr("run items: roll back item "+c.Item, key, errors.Join(err, ferr))
-			}
-			end = failed(c, ferr)
-		}
-		ends = append(ends, end)
-	}
-	if step.Chunk != 0 {
-		if moved, err := l.finishChunk(ctx, tx, key, step, ends); err != nil {
-			return nil, nil, l.opErr("run items: done marks", key, err)
-		} else if !moved { // cannot happen while the row lock is held
-			return nil, nil, l.opErr("run items: done marks", key, fmt.Errorf("chunk %d changed under its row lock", step.Chunk))
-		}
-	} else if len(ends) > 0 {
-		if notDone, err := l.finishItems(ctx, tx, key, ends); err != nil {
-			return nil, nil, l.opErr("run items: done marks", key, err)
-		} else if len(notDone) > 0 { // cannot happen while the row locks are held
-			return nil, nil, l.opErr("run items: done marks", key, fmt.Errorf("%d items changed under their row locks (first %q)", len(notDone), notDone[0]))
-		}
-	}
-	if err := idem.Checkpoint(ctx, idem.AfterFn, key); err != nil {
+	ends, lost, err := idemstore.RunItemWindow(ctx, &itemWindow{l: l, tx: tx}, key, step, claims, fn, failed)
+	if idemstore.IsStop(err) {
 		return nil, nil, err
+	}
+	if err != nil {
+		return nil, nil, l.opErr("run items", key, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, l.opErr("run items: commit", key, err)
 	}
 	return ends, lost, nil
+}
+
+// itemWindow is a window of FinishItemsTx in a transaction
+// ([idemstore.ItemWindow]).
+type itemWindow struct {
+	l    *Ledger
+	tx   pgx.Tx
+	open bool // an item's savepoint is open
+}
+
+func (w *itemWindow) Tx() pgx.Tx { return w.tx }
+
+// Fence locks the chunk's row, fenced by its attempt and the window's
+// position (one UPDATE), or the single items' rows, each fenced by its own
+// attempt (one statement per claim, in one round trip).
+func (w *itemWindow) Fence(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, claims []idemstore.ItemClaim) ([]string, error) {
+	items := make([]string, len(claims))
+	for i, c := range claims {
+		items[i] = c.Item
+	}
+	if step.Chunk != 0 {
+		tag, err := w.tx.Exec(ctx, w.l.q.fenceChunk, key.Job, key.Period, step.Chunk, step.Attempt, step.From)
+		if err != nil || tag.RowsAffected() == 1 {
+			return nil, err
+		}
+		return items, nil
+	}
+	return execEach(ctx, w.tx, w.l.q.fenceItem, items, func(i int) []any {
+		return []any{key.Job, key.Period, claims[i].Item, claims[i].Attempt}
+	})
+}
+
+// Savepoint replaces the previous item's savepoint, if any, in the same
+// round trip.
+func (w *itemWindow) Savepoint(ctx context.Context) error {
+	q := `SAVEPOINT idem_item`
+	if w.open {
+		q = `RELEASE SAVEPOINT idem_item; SAVEPOINT idem_item`
+	}
+	_, err := w.tx.Exec(ctx, q)
+	w.open = err == nil
+	return err
+}
+
+func (w *itemWindow) RollbackTo(ctx context.Context) error {
+	_, err := w.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT idem_item`)
+	return err
+}
+
+// Record moves the chunk forward with the records of the items that did
+// not end done (one statement), or writes the single items' ends (one
+// batch); the fence's locks keep every attempt holding its work.
+func (w *itemWindow) Record(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) error {
+	if step.Chunk != 0 {
+		moved, err := w.l.finishChunk(ctx, w.tx, key, step, ends)
+		if err == nil && !moved { // cannot happen while the row lock is held
+			err = fmt.Errorf("chunk %d changed under its row lock", step.Chunk)
+		}
+		return err
+	}
+	notDone, err := w.l.finishItems(ctx, w.tx, key, ends)
+	if err == nil && len(notDone) > 0 { // cannot happen while the row locks are held
+		err = fmt.Errorf("%d items changed under their row locks (first %q)", len(notDone), notDone[0])
+	}
+	return err
 }

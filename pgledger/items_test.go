@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
@@ -151,8 +152,8 @@ func TestEachTxCrashBeforeCommit(t *testing.T) {
 		return err
 	}
 	fns := 0 // the 5th batch crashes after its fn calls
-	crash := idemtest.CrashWhen(ctx, func(p idem.Point, _ idem.Key) bool {
-		if p == idem.AfterFn {
+	crash := idemtest.CrashWhen(ctx, func(p idemstore.Point, _ idem.Key) bool {
+		if p == idemstore.AfterFn {
 			fns++
 		}
 		return fns == 5
@@ -185,10 +186,10 @@ func TestEachTxCrashBeforeCommit(t *testing.T) {
 }
 
 // claimer claims work of points from l for owner, with a lease.
-func claimer(t testing.TB, l *pgledger.Ledger, owner string, lease time.Duration) func(n int, takeUnknown bool) idem.ItemBatch {
-	return func(n int, takeUnknown bool) idem.ItemBatch {
+func claimer(t testing.TB, l *pgledger.Ledger, owner string, lease time.Duration) func(n int, takeUnknown bool) idemstore.ItemBatch {
+	return func(n int, takeUnknown bool) idemstore.ItemBatch {
 		t.Helper()
-		b, err := l.ClaimItems(context.Background(), points, idem.ItemClaimRequest{N: n, Owner: owner, Now: time.Now(), Lease: lease, TakeUnknown: takeUnknown})
+		b, err := l.ClaimItems(context.Background(), points, idemstore.ItemClaimRequest{N: n, Owner: owner, Now: time.Now(), Lease: lease, TakeUnknown: takeUnknown})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +198,7 @@ func claimer(t testing.TB, l *pgledger.Ledger, owner string, lease time.Duration
 }
 
 // claimedItems lists a batch's items.
-func claimedItems(b idem.ItemBatch) []string {
+func claimedItems(b idemstore.ItemBatch) []string {
 	var out []string
 	for _, c := range b.Items {
 		out = append(out, c.Item)
@@ -206,18 +207,18 @@ func claimedItems(b idem.ItemBatch) []string {
 }
 
 // doneEnds are done ends of a batch's claims.
-func doneEnds(claims []idem.ItemClaim) []idem.ItemEnd {
-	var ends []idem.ItemEnd
+func doneEnds(claims []idemstore.ItemClaim) []idemstore.ItemEnd {
+	var ends []idemstore.ItemEnd
 	for _, c := range claims {
-		ends = append(ends, idem.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusDone, Now: time.Now()})
+		ends = append(ends, idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusDone, Now: time.Now()})
 	}
 	return ends
 }
 
 // step is the step of a window of batch b starting at position from.
-func step(b idem.ItemBatch, from, next int, lease time.Duration) idem.ItemStep {
+func step(b idemstore.ItemBatch, from, next int, lease time.Duration) idemstore.ItemStep {
 	now := time.Now()
-	return idem.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: from, Next: next, Now: now, LeaseUntil: now.Add(lease)}
+	return idemstore.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: from, Next: next, Now: now, LeaseUntil: now.Add(lease)}
 }
 
 func checkCounts(t testing.TB, l *pgledger.Ledger, want idem.ItemCounts) idem.ItemCounts {
@@ -275,7 +276,7 @@ func TestItemClaimsFenceAndLease(t *testing.T) {
 	// a's first window: item 0 done, 1 failed (backoff 1h), 2 unknown, 3 parked.
 	now := time.Now()
 	win := step(a, 0, 4, time.Minute)
-	ends := []idem.ItemEnd{
+	ends := []idemstore.ItemEnd{
 		{Item: items[0], Attempt: 1, Status: idem.StatusDone, Now: now},
 		{Item: items[1], Attempt: 1, Status: idem.StatusFailed, Failures: 1, NotBefore: now.Add(time.Hour), Error: "down", Now: now},
 		{Item: items[2], Attempt: 1, Status: idem.StatusUnknown, Error: "timeout", Now: now},
@@ -291,7 +292,7 @@ func TestItemClaimsFenceAndLease(t *testing.T) {
 	// Another attempt's window: fenced out.
 	wrong := step(a, 4, 0, time.Minute)
 	wrong.Attempt = 7
-	if lost, err := l.FinishItems(ctx, points, wrong, []idem.ItemEnd{{Item: items[4], Attempt: 7, Status: idem.StatusDone, Now: now}}); err != nil || !slices.Equal(lost, items[4:5]) {
+	if lost, err := l.FinishItems(ctx, points, wrong, []idemstore.ItemEnd{{Item: items[4], Attempt: 7, Status: idem.StatusDone, Now: now}}); err != nil || !slices.Equal(lost, items[4:5]) {
 		t.Fatalf("finish of another attempt: lost %v, %v", lost, err)
 	}
 	c := checkCounts(t, l, idem.ItemCounts{Sealed: true, Running: 8, Failed: 1, Done: 1, Unknown: 1, Parked: 1})
@@ -312,7 +313,7 @@ func TestItemClaimsFenceAndLease(t *testing.T) {
 	if u.Chunk != 0 || len(u.Items) != 1 || u.Items[0].Item != items[2] || !u.Items[0].Doubt || u.Items[0].Attempt != 2 || u.Items[0].Failures != 0 {
 		t.Fatalf("claim of the unknown item: %+v", u)
 	}
-	if lost, err := l.FinishItems(ctx, points, idem.ItemStep{}, []idem.ItemEnd{{Item: items[2], Attempt: 1, Status: idem.StatusDone, Now: now}}); err != nil || !slices.Equal(lost, items[2:3]) {
+	if lost, err := l.FinishItems(ctx, points, idemstore.ItemStep{}, []idemstore.ItemEnd{{Item: items[2], Attempt: 1, Status: idem.StatusDone, Now: now}}); err != nil || !slices.Equal(lost, items[2:3]) {
 		t.Fatalf("finish of a single item's stale attempt: lost %v, %v", lost, err)
 	}
 
@@ -358,15 +359,15 @@ func TestItemClaimsFenceAndLease(t *testing.T) {
 		t.Fatalf("finish of a taken-over chunk: lost %v, %v", lost, err)
 	}
 	ran := 0
-	fn := func(tx pgx.Tx, c idem.ItemClaim) error {
+	fn := func(tx pgx.Tx, c idemstore.ItemClaim) error {
 		ran++
 		if c.Item == items[5] {
 			return errors.New("account frozen")
 		}
 		return nil
 	}
-	failed := func(c idem.ItemClaim, err error) idem.ItemEnd {
-		return idem.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusFailed, Failures: c.Failures + 1,
+	failed := func(c idemstore.ItemClaim, err error) idemstore.ItemEnd {
+		return idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusFailed, Failures: c.Failures + 1,
 			NotBefore: now.Add(time.Hour), Error: err.Error(), Now: now}
 	}
 	txEnds, lost, err := l.FinishItemsTx(ctx, points, stale, a.Items[4:6], fn, failed)
@@ -387,11 +388,11 @@ func TestItemClaimsFenceAndLease(t *testing.T) {
 	}
 	// Single items in a transaction: a stale claim is skipped.
 	ran = 0
-	txEnds, lost, err = l.FinishItemsTx(ctx, points, idem.ItemStep{Now: now}, []idem.ItemClaim{{Item: items[1], Attempt: 1}, f.Items[1]}, fn, failed)
+	txEnds, lost, err = l.FinishItemsTx(ctx, points, idemstore.ItemStep{Now: now}, []idemstore.ItemClaim{{Item: items[1], Attempt: 1}, f.Items[1]}, fn, failed)
 	if err != nil || len(txEnds) != 1 || txEnds[0].Item != items[2] || !slices.Equal(lost, items[1:2]) || ran != 1 {
 		t.Fatalf("FinishItemsTx with a stale claim: ends %+v, lost %v, %v, fn ran %d", txEnds, lost, err, ran)
 	}
-	if _, err := l.FinishItems(ctx, points, idem.ItemStep{}, []idem.ItemEnd{{Item: items[1], Attempt: 2, Status: "pending"}}); err == nil {
+	if _, err := l.FinishItems(ctx, points, idemstore.ItemStep{}, []idemstore.ItemEnd{{Item: items[1], Attempt: 2, Status: "pending"}}); err == nil {
 		t.Fatal("an end with status pending accepted")
 	}
 	checkCounts(t, l, idem.ItemCounts{Sealed: true, Running: 6, Failed: 1, Done: 4, Parked: 1})
@@ -403,7 +404,7 @@ func TestItemClaimsFenceAndLease(t *testing.T) {
 	if lost, err := l.FinishItems(ctx, points, step(e, 0, 0, time.Minute), doneEnds(e.Items)); err != nil || len(lost) != 0 {
 		t.Fatalf("finish of chunk 2: lost %v, %v", lost, err)
 	}
-	if lost, err := l.FinishItems(ctx, points, idem.ItemStep{}, doneEnds(f.Items[:1])); err != nil || len(lost) != 0 {
+	if lost, err := l.FinishItems(ctx, points, idemstore.ItemStep{}, doneEnds(f.Items[:1])); err != nil || len(lost) != 0 {
 		t.Fatalf("finish of the retried item: lost %v, %v", lost, err)
 	}
 	checkCounts(t, l, idem.ItemCounts{Sealed: true, Failed: 1, Done: 10, Parked: 1})
@@ -414,9 +415,9 @@ func TestItemClaimsFenceAndLease(t *testing.T) {
 }
 
 // claimWhenExpired claims until the lease of the work held expires.
-func claimWhenExpired(t testing.TB, claim func(n int, takeUnknown bool) idem.ItemBatch, n int) idem.ItemBatch {
+func claimWhenExpired(t testing.TB, claim func(n int, takeUnknown bool) idemstore.ItemBatch, n int) idemstore.ItemBatch {
 	t.Helper()
-	var b idem.ItemBatch
+	var b idemstore.ItemBatch
 	testwait.Until(t, func() bool { b = claim(n, false); return len(b.Items) > 0 }, "the lease of the work held to expire (a claim of %d items)", n)
 	return b
 }
@@ -487,7 +488,7 @@ func TestItemsDatabaseClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	behind := time.Now().AddDate(-1, 0, 0)
-	b, err := l.ClaimItems(ctx, points, idem.ItemClaimRequest{N: 1, Owner: "behind", Now: behind, Lease: time.Minute})
+	b, err := l.ClaimItems(ctx, points, idemstore.ItemClaimRequest{N: 1, Owner: "behind", Now: behind, Lease: time.Minute})
 	if err != nil || b.Chunk != 1 || len(b.Items) != 2 {
 		t.Fatal(b, err)
 	}
@@ -502,13 +503,13 @@ func TestItemsDatabaseClock(t *testing.T) {
 	if lease := scanSpan("item_chunks", "lease_until"); lease < 50*time.Second || lease > 70*time.Second {
 		t.Fatalf("lease ends %v after the server's now, want about a minute", lease)
 	}
-	if again, err := l.ClaimItems(ctx, points, idem.ItemClaimRequest{N: 1, Owner: "ahead", Now: time.Now().AddDate(1, 0, 0), Lease: time.Minute}); err != nil || len(again.Items) != 0 {
+	if again, err := l.ClaimItems(ctx, points, idemstore.ItemClaimRequest{N: 1, Owner: "ahead", Now: time.Now().AddDate(1, 0, 0), Lease: time.Minute}); err != nil || len(again.Items) != 0 {
 		t.Fatalf("claim from a clock a year ahead: %+v, %v", again, err)
 	}
 	// A window whose times are a year behind: the renewed lease and the
 	// backoff are durations from the server's now.
-	win := idem.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, Next: 1, Now: behind, LeaseUntil: behind.Add(2 * time.Minute)}
-	if lost, err := l.FinishItems(ctx, points, win, []idem.ItemEnd{{Item: "x", Attempt: 1, Status: idem.StatusFailed, Failures: 1,
+	win := idemstore.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, Next: 1, Now: behind, LeaseUntil: behind.Add(2 * time.Minute)}
+	if lost, err := l.FinishItems(ctx, points, win, []idemstore.ItemEnd{{Item: "x", Attempt: 1, Status: idem.StatusFailed, Failures: 1,
 		Now: behind, NotBefore: behind.Add(time.Hour), Error: "down"}}); err != nil || len(lost) != 0 {
 		t.Fatal(lost, err)
 	}
@@ -538,10 +539,10 @@ func TestClaimItemsConcurrent(t *testing.T) {
 	}
 	// The first chunk's items all fail, runnable at once: 100 single items.
 	first := claimer(t, l1, "setup", time.Minute)(100, false)
-	var ends []idem.ItemEnd
+	var ends []idemstore.ItemEnd
 	now := time.Now()
 	for _, c := range first.Items {
-		ends = append(ends, idem.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusFailed, Failures: 1, NotBefore: now, Now: now, Error: "down"})
+		ends = append(ends, idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusFailed, Failures: 1, NotBefore: now, Now: now, Error: "down"})
 	}
 	if lost, err := l1.FinishItems(ctx, points, step(first, 0, 0, time.Minute), ends); err != nil || len(lost) != 0 {
 		t.Fatalf("setup: lost %v, %v", lost, err)
@@ -554,7 +555,7 @@ func TestClaimItemsConcurrent(t *testing.T) {
 		l := []*pgledger.Ledger{l1, l2}[w%2]
 		wg.Go(func() {
 			for {
-				b, err := l.ClaimItems(ctx, points, idem.ItemClaimRequest{N: 37, Owner: fmt.Sprint(w), Lease: time.Minute})
+				b, err := l.ClaimItems(ctx, points, idemstore.ItemClaimRequest{N: 37, Owner: fmt.Sprint(w), Lease: time.Minute})
 				if err != nil {
 					t.Error(err)
 					return

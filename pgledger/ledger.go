@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -29,10 +30,10 @@ const DefaultSchema = "idem"
 const SchemaVersion = 3
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
-// of its schema, keyed by (job, period). It implements [idem.Store],
-// [idem.TxStore] (with [pgx.Tx]), [idem.CatchUpStore], [idem.Lister], and,
-// for [idem.Each] and [idem.EachTx], [idem.ItemStore] and
-// [idem.ItemTxStore] (with [pgx.Tx]).
+// of its schema, keyed by (job, period). It implements [idemstore.Store],
+// [idemstore.TxStore] (with [pgx.Tx]), [idemstore.CatchUpStore], [idemstore.Lister], and,
+// for [idem.Each] and [idem.EachTx], [idemstore.ItemStore] and
+// [idemstore.ItemTxStore] (with [pgx.Tx]).
 //
 // A Ledger is safe for concurrent use by many goroutines, processes and
 // hosts.
@@ -45,10 +46,10 @@ type Ledger struct {
 }
 
 var (
-	_ idem.Store                  = (*Ledger)(nil)
-	_ idem.TxStore[pgx.Tx]        = (*Ledger)(nil)
-	_ idem.CatchUpStore           = (*Ledger)(nil)
-	_ idem.CatchUpTxStore[pgx.Tx] = (*Ledger)(nil)
+	_ idemstore.Store                  = (*Ledger)(nil)
+	_ idemstore.TxStore[pgx.Tx]        = (*Ledger)(nil)
+	_ idemstore.CatchUpStore           = (*Ledger)(nil)
+	_ idemstore.CatchUpTxStore[pgx.Tx] = (*Ledger)(nil)
 )
 
 // An Option configures a Ledger, for [New] and [Open].
@@ -132,7 +133,7 @@ func (l *Ledger) String() string { return "pgledger.Ledger(schema " + strconv.Qu
 // Run runs fn for key on this ledger: see [idem.RunWith] for the protocol
 // and [idem.AtLeastOnce], [idem.AtMostOnce] and [idem.TwoPhase] for what
 // each mode guarantees.
-func (l *Ledger) Run(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
+func (l *Ledger) Run(ctx context.Context, key idemstore.Key, fn func(context.Context) error, opts ...idem.Option) error {
 	return idem.RunWith(ctx, l, key, fn, opts...)
 }
 
@@ -146,7 +147,7 @@ func (l *Ledger) Run(ctx context.Context, key idem.Key, fn func(context.Context)
 //
 // fn must use tx for its writes; writes through another connection are not
 // part of the transaction. See [idem.RunTxWith].
-func (l *Ledger) RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...idem.Option) error {
+func (l *Ledger) RunTx(ctx context.Context, key idemstore.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...idem.Option) error {
 	return idem.RunTxWith(ctx, l, key, fn, opts...)
 }
 
@@ -159,8 +160,8 @@ func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched idem.Schedule,
 
 // Reset un-parks a key that gave up: it becomes runnable at once with its
 // failure count cleared. It is Resolve(ctx, key, idem.ResolveRetry).
-func (l *Ledger) Reset(ctx context.Context, key idem.Key) error {
-	return l.Resolve(ctx, key, idem.ResolveRetry)
+func (l *Ledger) Reset(ctx context.Context, key idemstore.Key) error {
+	return l.Resolve(ctx, key, idemstore.ResolveRetry)
 }
 
 // DefaultOptions returns the options given with [WithRunOptions]: the

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
@@ -202,8 +203,8 @@ func TestHolderOnAnotherHostWaitsOutItsLease(t *testing.T) {
 	pid := strconv.Itoa(os.Getpid())
 	dead := host + ":" + strings.Replace(rest, pid+":", strconv.Itoa(deadPid(t))+":", 1)
 	elsewhere := "elsewhere.example:" + strings.Replace(rest, pid+":", strconv.Itoa(deadPid(t))+":", 1)
-	if !idem.HolderGone(dead) || idem.HolderGone(elsewhere) {
-		t.Fatalf("HolderGone(%q) = %v, HolderGone(%q) = %v; want true, false", dead, idem.HolderGone(dead), elsewhere, idem.HolderGone(elsewhere))
+	if !idemstore.HolderGone(dead) || idemstore.HolderGone(elsewhere) {
+		t.Fatalf("HolderGone(%q) = %v, HolderGone(%q) = %v; want true, false", dead, idemstore.HolderGone(dead), elsewhere, idemstore.HolderGone(elsewhere))
 	}
 	insert := func(k idem.Key, owner string) {
 		t.Helper()

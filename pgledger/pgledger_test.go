@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
@@ -187,7 +188,7 @@ func TestRunTxRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, p := range []idem.Point{idem.AfterClaim, idem.AfterFn} {
+	for _, p := range []idemstore.Point{idemstore.AfterClaim, idemstore.AfterFn} {
 		k := idem.Key{Job: "crash-" + string(p), Period: "2026-10-27"}
 		err := l.RunTx(idemtest.CrashAt(ctx, p), k, func(ctx context.Context, tx pgx.Tx) error { return addEffect(ctx, l, tx, k) })
 		if !errors.Is(err, idemtest.ErrCrashed) {
@@ -214,25 +215,25 @@ func TestFencing(t *testing.T) {
 	l := openLedger(t, pool)
 	ctx := context.Background()
 	k := idem.Key{Job: "fence", Period: "2026-10-27"}
-	req := idem.ClaimRequest{Key: k, Owner: "a", Now: time.Now(), Lease: time.Minute}
+	req := idemstore.ClaimRequest{Key: k, Owner: "a", Now: time.Now(), Lease: time.Minute}
 	c1, err := l.Claim(ctx, req)
-	if err != nil || c1.State != idem.ClaimAcquired || c1.Attempt != 1 {
+	if err != nil || c1.State != idemstore.ClaimAcquired || c1.Attempt != 1 {
 		t.Fatalf("claim 1: %+v, %v", c1, err)
 	}
-	if c, err := l.Claim(ctx, req); err != nil || c.State != idem.ClaimBusy || c.Record.Owner != "a" {
+	if c, err := l.Claim(ctx, req); err != nil || c.State != idemstore.ClaimBusy || c.Record.Owner != "a" {
 		t.Fatalf("claim of a held key: %+v, %v", c, err)
 	}
 	shift(t, l, 2*time.Minute)
 	req.Owner = "b"
 	c2, err := l.Claim(ctx, req)
-	if err != nil || c2.State != idem.ClaimAcquired || c2.Attempt != 2 || !c2.Doubt || c2.Record.Failures != 1 ||
+	if err != nil || c2.State != idemstore.ClaimAcquired || c2.Attempt != 2 || !c2.Doubt || c2.Record.Failures != 1 ||
 		!strings.Contains(c2.Record.LastError, "attempt 1 by a abandoned") {
 		t.Fatalf("claim after expiry: %+v, %v", c2, err)
 	}
 	if err := l.Renew(ctx, k, 1, time.Now(), time.Minute); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("renew of attempt 1: %v", err)
 	}
-	if err := l.Finish(ctx, k, 1, idem.End{Status: idem.StatusDone, Now: time.Now()}); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := l.Finish(ctx, k, 1, idemstore.End{Status: idem.StatusDone, Now: time.Now()}); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("finish of attempt 1: %v", err)
 	}
 	ran := false
@@ -242,10 +243,10 @@ func TestFencing(t *testing.T) {
 	if err := l.Renew(ctx, k, 2, time.Now(), time.Minute); err != nil {
 		t.Fatalf("renew of attempt 2: %v", err)
 	}
-	if err := l.Finish(ctx, k, 2, idem.End{Status: idem.StatusDone, Now: time.Now()}); err != nil {
+	if err := l.Finish(ctx, k, 2, idemstore.End{Status: idem.StatusDone, Now: time.Now()}); err != nil {
 		t.Fatalf("finish of attempt 2: %v", err)
 	}
-	if err := l.Finish(ctx, k, 2, idem.End{Status: idem.StatusDone, Now: time.Now()}); !errors.Is(err, idem.ErrLeaseLost) {
+	if err := l.Finish(ctx, k, 2, idemstore.End{Status: idem.StatusDone, Now: time.Now()}); !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("second finish: %v", err)
 	}
 	rec, _, _ := l.Lookup(ctx, k)
@@ -268,8 +269,8 @@ func TestDatabaseClock(t *testing.T) {
 	// A claimer whose clock is a year behind: the lease still ends a minute
 	// after the server's now, and a claimer a year ahead finds it live.
 	behind := dbNow.AddDate(-1, 0, 0)
-	c, err := l.Claim(ctx, idem.ClaimRequest{Key: k, Owner: "behind", Now: behind, Lease: time.Minute})
-	if err != nil || c.State != idem.ClaimAcquired {
+	c, err := l.Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: "behind", Now: behind, Lease: time.Minute})
+	if err != nil || c.State != idemstore.ClaimAcquired {
 		t.Fatal(c, err)
 	}
 	rec, _, _ := l.Lookup(ctx, k)
@@ -277,8 +278,8 @@ func TestDatabaseClock(t *testing.T) {
 		t.Fatalf("lease ends %v after the server's now, want about a minute", d)
 	}
 	ahead := dbNow.AddDate(1, 0, 0)
-	c, err = l.Claim(ctx, idem.ClaimRequest{Key: k, Owner: "ahead", Now: ahead, Lease: time.Minute})
-	if err != nil || c.State != idem.ClaimBusy {
+	c, err = l.Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: "ahead", Now: ahead, Lease: time.Minute})
+	if err != nil || c.State != idemstore.ClaimBusy {
 		t.Fatalf("claim from a clock a year ahead: %+v, %v; want busy", c, err)
 	}
 	// The deadline it reports is on the claimer's clock.
@@ -286,15 +287,15 @@ func TestDatabaseClock(t *testing.T) {
 		t.Fatalf("reported lease end %v after the claimer's now, want about a minute", d)
 	}
 	// A backoff of 1h from a finisher whose clock is a year behind.
-	if err := l.Finish(ctx, k, 1, idem.End{Status: idem.StatusFailed, Now: behind, NotBefore: behind.Add(time.Hour), Failures: 1, Error: "x"}); err != nil {
+	if err := l.Finish(ctx, k, 1, idemstore.End{Status: idem.StatusFailed, Now: behind, NotBefore: behind.Add(time.Hour), Failures: 1, Error: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	rec, _, _ = l.Lookup(ctx, k)
 	if d := rec.NotBefore.Sub(dbNow); d < 59*time.Minute || d > 61*time.Minute {
 		t.Fatalf("backoff ends %v after the server's now, want about an hour", d)
 	}
-	c, err = l.Claim(ctx, idem.ClaimRequest{Key: k, Owner: "ahead", Now: ahead, Lease: time.Minute})
-	if err != nil || c.State != idem.ClaimBackingOff {
+	c, err = l.Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: "ahead", Now: ahead, Lease: time.Minute})
+	if err != nil || c.State != idemstore.ClaimBackingOff {
 		t.Fatalf("claim during the backoff: %+v, %v", c, err)
 	}
 }
@@ -337,7 +338,7 @@ func TestResolve(t *testing.T) {
 
 	// A live attempt's key is refused; once its lease expired, it is not.
 	k = idem.Key{Job: "r", Period: "2026-10-02"}
-	if c, err := l.Claim(ctx, idem.ClaimRequest{Key: k, Owner: "x", Now: time.Now(), Lease: time.Minute}); err != nil || c.State != idem.ClaimAcquired {
+	if c, err := l.Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: "x", Now: time.Now(), Lease: time.Minute}); err != nil || c.State != idemstore.ClaimAcquired {
 		t.Fatal(c, err)
 	}
 	if err := l.Resolve(ctx, k, idem.ResolveSkip); !errors.Is(err, idem.ErrNotResolvable) {
@@ -551,7 +552,7 @@ func TestPruneHorizonCursor(t *testing.T) {
 	if err := l.Resolve(ctx, day(1), idem.ResolveRetry); !errors.Is(err, idem.ErrNotResolvable) {
 		t.Fatalf("resolve of a pruned period: %v", err)
 	}
-	if c, err := l.Claim(ctx, idem.ClaimRequest{Key: day(1), Owner: "o", Now: time.Now(), Lease: time.Minute}); err != nil || c.State != idem.ClaimDone {
+	if c, err := l.Claim(ctx, idemstore.ClaimRequest{Key: day(1), Owner: "o", Now: time.Now(), Lease: time.Minute}); err != nil || c.State != idemstore.ClaimDone {
 		t.Fatalf("claim of a pruned period: %+v, %v", c, err)
 	}
 	if count() != 4 {
@@ -597,11 +598,11 @@ func TestCursor(t *testing.T) {
 	finish := func(period string, cursor bool) {
 		t.Helper()
 		k := idem.Key{Job: "cur", Period: period}
-		c, err := l.Claim(ctx, idem.ClaimRequest{Key: k, Owner: "o", Now: time.Now(), Lease: time.Minute})
-		if err != nil || c.State != idem.ClaimAcquired {
+		c, err := l.Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: "o", Now: time.Now(), Lease: time.Minute})
+		if err != nil || c.State != idemstore.ClaimAcquired {
 			t.Fatal(c, err)
 		}
-		if err := l.Finish(ctx, k, c.Attempt, idem.End{Status: idem.StatusDone, Now: time.Now(), Cursor: cursor}); err != nil {
+		if err := l.Finish(ctx, k, c.Attempt, idemstore.End{Status: idem.StatusDone, Now: time.Now(), Cursor: cursor}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -633,7 +634,7 @@ func TestCursor(t *testing.T) {
 	}
 	// A fenced-out finish does not move the cursor.
 	k := idem.Key{Job: "cur", Period: "z"}
-	if err := l.Finish(ctx, k, 7, idem.End{Status: idem.StatusDone, Cursor: true}); !errors.Is(err, idem.ErrLeaseLost) || cursor() != "b" {
+	if err := l.Finish(ctx, k, 7, idemstore.End{Status: idem.StatusDone, Cursor: true}); !errors.Is(err, idem.ErrLeaseLost) || cursor() != "b" {
 		t.Fatalf("finish without a claim: %v, cursor %q", err, cursor())
 	}
 }
@@ -660,7 +661,7 @@ func TestOpen(t *testing.T) {
 	if err := l.Run(ctx, idem.Key{Job: "", Period: "1"}, func(context.Context) error { return nil }); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("invalid key: %v", err)
 	}
-	if _, err := l.Claim(ctx, idem.ClaimRequest{Key: idem.Key{Job: "a\x00", Period: "1"}}); !errors.Is(err, idem.ErrInvalidKey) {
+	if _, err := l.Claim(ctx, idemstore.ClaimRequest{Key: idem.Key{Job: "a\x00", Period: "1"}}); !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("claim of an invalid key: %v", err)
 	}
 	if got := l.String(); !strings.Contains(got, schema) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -111,7 +112,8 @@ func TestClaimItemsPlan(t *testing.T) {
 	for _, period := range []string{"known", "new"} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			t.Run(period+"/"+mode, func(t *testing.T) {
-				got, out := planScans(t, pool, mode, 200, l.q.claimItems, "j", period, "o", micros(idem.DefaultLease), int64(100), true, []string{})
+				got, out := planScans(t, pool, mode, 200, l.q.claimItems, "j", period, "o", micros(idem.DefaultLease), int64(100), true, []string{},
+					idemstore.NoteDied, idemstore.NoteExpired)
 				want := strings.Repeat("Index Scan item_state_by_status, ", 5) + "Tid Scan "
 				if got != want {
 					t.Errorf("scans: %s\nwant:  %s\nplan: %s", got, want, out)

@@ -147,16 +147,15 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	// $4, status $5) and still claimable, for attempt+1. A running attempt
 	// is claimable once its lease expired, or if its owner is $8 (not
 	// empty): an owner whose process the claimer found gone
-	// (idem.HolderGone). The abandoned attempt counts as a failure.
+	// (idemstore.HolderGone). The abandoned attempt counts as a failure, and
+	// its note is $9 (idemstore.NoteDied: its lease held) or $10
+	// (idemstore.NoteExpired), filled in with its attempt, owner and lease
+	// end.
 	takeSQL = `UPDATE {s}.runs SET status = 'running', attempt = attempt + 1, owner = $3,
 		lease_until = clock_timestamp() + $6::float8 * interval '1 microsecond', not_before = NULL,
 		failures = CASE WHEN status = 'running' THEN failures + 1 ELSE failures END,
-		last_error = CASE
-			WHEN status = 'running' AND lease_until > clock_timestamp()
-			THEN format('attempt %s by %s abandoned: its process died without a done mark (its lease ran to %s)', attempt, owner,
-				to_char(lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
-			WHEN status = 'running'
-			THEN format('attempt %s by %s abandoned: lease expired at %s without a done mark', attempt, owner,
+		last_error = CASE WHEN status = 'running'
+			THEN format(CASE WHEN lease_until > clock_timestamp() THEN $9::text ELSE $10::text END, attempt, owner,
 				to_char(lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
 			ELSE last_error END,
 		updated = clock_timestamp()
@@ -294,7 +293,7 @@ DROP TABLE {s}.items;`
 
 	// claimChunkSQL takes one runnable chunk: pending (the first added), or
 	// running with an expired lease or held by an owner of $6 (owners whose
-	// processes the claimer found gone: idem.HolderGone; checked again on
+	// processes the claimer found gone: idemstore.HolderGone; checked again on
 	// the locked row, so that two claimers never both take a chunk over),
 	// whose abandoned attempt counts as a
 	// failure and whose started items are in doubt (doubt = its started
@@ -331,7 +330,9 @@ DROP TABLE {s}.items;`
 	// claimItemsSQL takes up to $5 runnable single items (items with a
 	// record of their own): pending, failed and due, running with an expired
 	// lease or held by an owner of $7 (owners whose processes the claimer
-	// found gone), unknown if $6. Each status is its own branch: one range of
+	// found gone), unknown if $6; the note of an abandoned attempt is $8
+	// (idemstore.NoteDied) or $9 (idemstore.NoteExpired), as in takeSQL.
+	// Each status is its own branch: one range of
 	// item_state_by_status, oldest change first, locked with SKIP LOCKED
 	// (rows another claimer is taking are passed over, not waited for). The
 	// branches run in turn, only until $5 rows are found, so a claim reads
@@ -358,11 +359,8 @@ DROP TABLE {s}.items;`
 	claimItemsSQL = `UPDATE {s}.item_state AS i SET
 		doubt = i.status IN ('running', 'unknown'),
 		failures = i.failures + CASE WHEN i.status = 'running' THEN 1 ELSE 0 END,
-		last_error = CASE
-			WHEN i.status = 'running' AND i.lease_until > clock_timestamp()
-			THEN format('attempt %s by %s abandoned: its process died without a done mark', i.attempt, i.owner)
-			WHEN i.status = 'running'
-			THEN format('attempt %s by %s abandoned: lease expired at %s without a done mark', i.attempt, i.owner,
+		last_error = CASE WHEN i.status = 'running'
+			THEN format(CASE WHEN i.lease_until > clock_timestamp() THEN $8::text ELSE $9::text END, i.attempt, i.owner,
 				to_char(i.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
 			ELSE i.last_error END,
 		status = 'running', attempt = i.attempt + 1, owner = $3,

@@ -7,19 +7,20 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/jackc/pgx/v5"
 )
 
 // snapshot is what one read of a key found, on the server's clock.
 type snapshot struct {
-	now     time.Time   // the server's clock at the read
-	rec     idem.Record // the key's record, if found
+	now     time.Time        // the server's clock at the read
+	rec     idemstore.Record // the key's record, if found
 	found   bool
 	covered bool // the job's horizon covers the period: it counts as done
 }
 
-func (l *Ledger) read(ctx context.Context, q querier, key idem.Key) (snapshot, error) {
-	s := snapshot{rec: idem.Record{Key: key}}
+func (l *Ledger) read(ctx context.Context, q querier, key idemstore.Key) (snapshot, error) {
+	s := snapshot{rec: idemstore.Record{Key: key}}
 	var status string
 	var lease, notBefore, updated *time.Time
 	err := q.QueryRow(ctx, l.q.read, key.Job, key.Period).Scan(&s.now, &s.found, &status, &s.rec.Attempt,
@@ -27,7 +28,7 @@ func (l *Ledger) read(ctx context.Context, q querier, key idem.Key) (snapshot, e
 	if err != nil {
 		return snapshot{}, err
 	}
-	s.rec.Status = idem.Status(status)
+	s.rec.Status = idemstore.Status(status)
 	s.rec.LeaseUntil, s.rec.NotBefore, s.rec.Updated = deref(lease), deref(notBefore), deref(updated)
 	return s, nil
 }
@@ -42,44 +43,27 @@ func deref(t *time.Time) time.Time {
 // micros is d in microseconds, the unit the SQL statements take.
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// decide is the claim rule (that of idem's SQLite ledger): what a claim
-// finds in s. A period the job's horizon covers is done, record or not.
-func decide(s snapshot, takeUnknown bool) (state idem.ClaimState, take, doubt bool) {
-	if !s.found {
-		if s.covered {
-			return idem.ClaimDone, false, false
-		}
-		return idem.ClaimAcquired, true, false
+// view is the record that a claim or a resolution decides on: a period
+// the job's horizon covers is done, record or not.
+func (s snapshot) view() (rec idemstore.Record, found bool) {
+	if !s.found && s.covered {
+		return idemstore.Record{Key: s.rec.Key, Status: idemstore.StatusDone}, true
 	}
-	switch s.rec.Status {
-	case idem.StatusDone:
-		return idem.ClaimDone, false, false
-	case idem.StatusSkipped:
-		return idem.ClaimSkipped, false, false
-	case idem.StatusRunning:
-		if s.now.Before(s.rec.LeaseUntil) && !idem.HolderGone(s.rec.Owner) {
-			return idem.ClaimBusy, false, false
-		}
-		return idem.ClaimAcquired, true, true // the holder died (its process is gone, or its lease expired) or stalled
-	case idem.StatusFailed:
-		if s.now.Before(s.rec.NotBefore) {
-			return idem.ClaimBackingOff, false, false
-		}
-		return idem.ClaimAcquired, true, false
-	case idem.StatusUnknown:
-		if takeUnknown {
-			return idem.ClaimAcquired, true, true
-		}
-		return idem.ClaimUnknown, false, false
-	}
-	return idem.ClaimParked, false, false
+	return s.rec, s.found
+}
+
+// decide is the claim rule ([idemstore.Decide]) applied to s, on the
+// server's clock.
+func decide(s snapshot, takeUnknown bool) (state idemstore.ClaimState, take, doubt bool) {
+	rec, found := s.view()
+	return idemstore.Decide(rec, found, idemstore.ClaimRequest{Key: rec.Key, Now: s.now, TakeUnknown: takeUnknown})
 }
 
 // inFrame expresses the deadlines of rec, read at the server's time now, on
 // the claimer's clock (req.Now plus what remains of them on the server's
 // clock), so that the engine's waits come out right whatever the clocks'
 // difference.
-func inFrame(req idem.ClaimRequest, now time.Time, rec idem.Record) idem.Record {
+func inFrame(req idemstore.ClaimRequest, now time.Time, rec idemstore.Record) idemstore.Record {
 	if req.Now.IsZero() {
 		return rec
 	}
@@ -94,17 +78,14 @@ func inFrame(req idem.ClaimRequest, now time.Time, rec idem.Record) idem.Record 
 }
 
 // answer is the Claim for a snapshot that is not to be taken.
-func answer(req idem.ClaimRequest, s snapshot, state idem.ClaimState) idem.Claim {
-	rec := s.rec
-	if !s.found && state == idem.ClaimDone {
-		rec.Status = idem.StatusDone // covered by the horizon
-	}
-	return idem.Claim{State: state, Record: inFrame(req, s.now, rec)}
+func answer(req idemstore.ClaimRequest, s snapshot, state idemstore.ClaimState) idemstore.Claim {
+	rec, _ := s.view() // done if the horizon covers it
+	return idemstore.Claim{State: state, Record: inFrame(req, s.now, rec)}
 }
 
-// Claim implements [idem.Store]. A key that is done, skipped, held by a live
+// Claim implements [idemstore.Store]. A key that is done, skipped, held by a live
 // lease, backing off, unknown or parked costs one plain SELECT and no write.
-// A lease whose holder's process is gone ([idem.HolderGone]: a process of
+// A lease whose holder's process is gone ([idemstore.HolderGone]: a process of
 // this host that died) does not hold: the key is taken over at once, as if
 // the lease had expired.
 // Otherwise the key is taken with an INSERT (no record yet) or an UPDATE
@@ -117,33 +98,33 @@ func answer(req idem.ClaimRequest, s snapshot, state idem.ClaimState) idem.Claim
 // that a wait for them is right whatever the clocks' difference. Lookup
 // returns the server's times. Every commit is durable, so req.Durable needs
 // nothing more.
-func (l *Ledger) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	if err := req.Key.Validate(); err != nil {
-		return idem.Claim{}, err
+		return idemstore.Claim{}, err
 	}
 	s, err := l.read(ctx, l.pool, req.Key)
 	if err != nil {
-		return idem.Claim{}, l.opErr("claim", req.Key, err)
+		return idemstore.Claim{}, l.opErr("claim", req.Key, err)
 	}
 	if state, take, _ := decide(s, req.TakeUnknown); !take {
 		return answer(req, s, state), nil
 	}
 	c, err := l.take(ctx, req, s)
 	if err != nil {
-		return idem.Claim{}, l.opErr("claim", req.Key, err)
+		return idemstore.Claim{}, l.opErr("claim", req.Key, err)
 	}
 	return c, nil
 }
 
 // take is the claim's write path, starting from what the fast path read.
-func (l *Ledger) take(ctx context.Context, req idem.ClaimRequest, s snapshot) (idem.Claim, error) {
+func (l *Ledger) take(ctx context.Context, req idemstore.ClaimRequest, s snapshot) (idemstore.Claim, error) {
 	lease := req.Lease
 	if lease <= 0 {
 		lease = idem.DefaultLease
 	}
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {
-		return idem.Claim{}, err
+		return idemstore.Claim{}, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	// A claim that need not survive power loss (AtLeastOnce) does not wait
@@ -151,13 +132,13 @@ func (l *Ledger) take(ctx context.Context, req idem.ClaimRequest, s snapshot) (i
 	// through it anyway, so a fresh Run costs one WAL sync, not two.
 	if !req.Durable {
 		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
-			return idem.Claim{}, err
+			return idemstore.Claim{}, err
 		}
 	}
 	// A shared lock on the job: Prune takes it exclusively, so no period it
 	// could cover is being taken while it checks and deletes.
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, l.lockID("job", req.Key.Job)); err != nil {
-		return idem.Claim{}, err
+		return idemstore.Claim{}, err
 	}
 	for tries := 0; ; tries++ {
 		state, take, doubt := decide(s, req.TakeUnknown)
@@ -165,53 +146,54 @@ func (l *Ledger) take(ctx context.Context, req idem.ClaimRequest, s snapshot) (i
 			return answer(req, s, state), nil // nothing written; the rollback drops the lock
 		}
 		if tries == 1000 {
-			return idem.Claim{}, errors.New("the record kept changing under the claim")
+			return idemstore.Claim{}, errors.New("the record kept changing under the claim")
 		}
 		if !s.found {
 			var attempt int64
 			err := tx.QueryRow(ctx, l.q.insert, req.Key.Job, req.Key.Period, req.Owner, micros(lease)).Scan(&attempt)
 			if err == nil {
 				if err := tx.Commit(ctx); err != nil {
-					return idem.Claim{}, err
+					return idemstore.Claim{}, err
 				}
-				return idem.Claim{State: idem.ClaimAcquired, Attempt: attempt, Record: idem.Record{Key: req.Key}}, nil
+				return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: attempt, Record: idemstore.Record{Key: req.Key}}, nil
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
-				return idem.Claim{}, err
+				return idemstore.Claim{}, err
 			}
 		} else {
 			var attempt int64
 			var failures int
 			var lastErr string
 			gone := "" // the owner of a running attempt whose lease holds: its process is gone (decide)
-			if s.rec.Status == idem.StatusRunning && s.now.Before(s.rec.LeaseUntil) {
+			if s.rec.Status == idemstore.StatusRunning && s.now.Before(s.rec.LeaseUntil) {
 				gone = s.rec.Owner
 			}
 			err := tx.QueryRow(ctx, l.q.take, req.Key.Job, req.Key.Period, req.Owner, s.rec.Attempt,
-				string(s.rec.Status), micros(lease), req.TakeUnknown, gone).Scan(&attempt, &failures, &lastErr)
+				string(s.rec.Status), micros(lease), req.TakeUnknown, gone, idemstore.NoteDied, idemstore.NoteExpired).
+				Scan(&attempt, &failures, &lastErr)
 			if err == nil {
 				if err := tx.Commit(ctx); err != nil {
-					return idem.Claim{}, err
+					return idemstore.Claim{}, err
 				}
 				rec := s.rec
 				rec.Failures, rec.LastError = failures, lastErr // an abandoned attempt counts already
-				return idem.Claim{State: idem.ClaimAcquired, Attempt: attempt, Doubt: doubt, Record: inFrame(req, s.now, rec)}, nil
+				return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: attempt, Doubt: doubt, Record: inFrame(req, s.now, rec)}, nil
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
-				return idem.Claim{}, err
+				return idemstore.Claim{}, err
 			}
 		}
 		// Another claimer (or Finish, Resolve) changed the record since it
 		// was read: read it again. A new statement sees what they committed.
 		if s, err = l.read(ctx, tx, req.Key); err != nil {
-			return idem.Claim{}, err
+			return idemstore.Claim{}, err
 		}
 	}
 }
 
-// Renew implements [idem.Store]: the lease runs until the server's time plus
+// Renew implements [idemstore.Store]: the lease runs until the server's time plus
 // lease (now is ignored).
-func (l *Ledger) Renew(ctx context.Context, key idem.Key, attempt int64, now time.Time, lease time.Duration) error {
+func (l *Ledger) Renew(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, lease time.Duration) error {
 	tag, err := l.pool.Exec(ctx, l.q.renew, key.Job, key.Period, attempt, micros(lease))
 	if err != nil {
 		return l.opErr("renew", key, err)
@@ -222,17 +204,17 @@ func (l *Ledger) Renew(ctx context.Context, key idem.Key, attempt int64, now tim
 	return nil
 }
 
-func leaseLost(key idem.Key, attempt int64) error {
-	return fmt.Errorf("%w: %s attempt %d", idem.ErrLeaseLost, key, attempt)
+func leaseLost(key idemstore.Key, attempt int64) error {
+	return fmt.Errorf("%w: %s attempt %d", idemstore.ErrLeaseLost, key, attempt)
 }
 
-// Finish implements [idem.Store]. A backoff deadline is kept on the server's
+// Finish implements [idemstore.Store]. A backoff deadline is kept on the server's
 // clock: end.NotBefore - end.Now from the server's time. With end.Cursor, a
 // done mark also moves the job's cursor forward to the period, in the same
 // transaction.
-func (l *Ledger) Finish(ctx context.Context, key idem.Key, attempt int64, end idem.End) error {
+func (l *Ledger) Finish(ctx context.Context, key idemstore.Key, attempt int64, end idemstore.End) error {
 	switch end.Status {
-	case idem.StatusDone, idem.StatusFailed, idem.StatusUnknown, idem.StatusParked, idem.StatusSkipped:
+	case idemstore.StatusDone, idemstore.StatusFailed, idemstore.StatusUnknown, idemstore.StatusParked, idemstore.StatusSkipped:
 	default:
 		return fmt.Errorf("pgledger: finish %s: cannot end an attempt as %q", key, end.Status)
 	}
@@ -246,7 +228,7 @@ func (l *Ledger) Finish(ctx context.Context, key idem.Key, attempt int64, end id
 		}
 	}
 	args := []any{key.Job, key.Period, attempt, string(end.Status), end.Failures, backoff, end.Error}
-	if !end.Cursor || end.Status != idem.StatusDone {
+	if !end.Cursor || end.Status != idemstore.StatusDone {
 		tag, err := l.pool.Exec(ctx, l.q.finish, args...)
 		if err != nil {
 			return l.opErr("finish", key, err)
@@ -269,19 +251,19 @@ func (l *Ledger) Finish(ctx context.Context, key idem.Key, attempt int64, end id
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, idem.ErrLeaseLost) && !isOpErr(err) {
+	if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) && !isOpErr(err) {
 		return l.opErr("finish", key, err) // the commit failed
 	}
 	return err
 }
 
-// FinishTx implements [idem.TxStore]. Its first statement checks that
+// FinishTx implements [idemstore.TxStore]. Its first statement checks that
 // attempt still holds the key and takes the key's row lock, which keeps
 // every other attempt out until the transaction ends; then fn runs, the
 // attempt is marked done (with cursor, the job's catch-up cursor moves
 // forward to the period too), and the transaction commits. fn's error is
 // returned as it is, and everything rolls back.
-func (l *Ledger) FinishTx(ctx context.Context, key idem.Key, attempt int64, now time.Time, cursor bool, fn func(pgx.Tx) error) error {
+func (l *Ledger) FinishTx(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, cursor bool, fn func(pgx.Tx) error) error {
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {
 		return l.opErr("run tx", key, err)
@@ -297,10 +279,10 @@ func (l *Ledger) FinishTx(ctx context.Context, key idem.Key, attempt int64, now 
 	if err := fn(tx); err != nil {
 		return err
 	}
-	if err := idem.Checkpoint(ctx, idem.AfterFn, key); err != nil {
+	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
 		return err
 	}
-	tag, err = tx.Exec(ctx, l.q.finish, key.Job, key.Period, attempt, string(idem.StatusDone), 0, nil, "")
+	tag, err = tx.Exec(ctx, l.q.finish, key.Job, key.Period, attempt, string(idemstore.StatusDone), 0, nil, "")
 	if err != nil {
 		return l.opErr("run tx: done mark", key, err)
 	}
@@ -318,19 +300,19 @@ func (l *Ledger) FinishTx(ctx context.Context, key idem.Key, attempt int64, now 
 	return nil
 }
 
-// Resolve implements [idem.Store]: it settles a key by hand.
+// Resolve implements [idemstore.Store]: it settles a key by hand.
 // [idem.ResolveDone] marks it done (the work did happen);
 // [idem.ResolveRetry] makes it runnable at once with its failure count
 // cleared (the work did not happen); [idem.ResolveSkip] settles it as
-// skipped. It refuses, with [idem.ErrNotResolvable], a key that is done
+// skipped. It refuses, with [idemstore.ErrNotResolvable], a key that is done
 // (also by the job's horizon) or held by a live attempt, and a retry of a
 // key that has no record.
-func (l *Ledger) Resolve(ctx context.Context, key idem.Key, to idem.Resolution) error {
+func (l *Ledger) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Resolution) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	if to < idem.ResolveDone || to > idem.ResolveSkip {
-		return fmt.Errorf("pgledger: unknown resolution %d", to)
+	if err := to.Validate(); err != nil {
+		return err
 	}
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, l.lockID("job", key.Job)); err != nil {
@@ -353,13 +335,14 @@ func (l *Ledger) Resolve(ctx context.Context, key idem.Key, to idem.Resolution) 
 				if err != nil {
 					return err
 				}
-				s.rec.Status = idem.Status(status)
+				s.rec.Status = idemstore.Status(status)
 				s.rec.LeaseUntil, s.rec.NotBefore, s.rec.Updated = deref(lease), deref(notBefore), deref(updated)
 			}
-			if err := resolvable(s, to); err != nil {
+			rec, found := s.view()
+			if err := idemstore.Resolvable(rec, found, to, s.now); err != nil {
 				return err
 			}
-			status, note := resolution(s.rec, to)
+			status, note := idemstore.Resolved(s.rec, to)
 			q := l.q.resolveUpdate
 			if !s.found {
 				q = l.q.resolveInsert
@@ -374,88 +357,52 @@ func (l *Ledger) Resolve(ctx context.Context, key idem.Key, to idem.Resolution) 
 			// A claim inserted the record in between: decide on it.
 		}
 	})
-	if err != nil && !errors.Is(err, idem.ErrNotResolvable) {
+	if err != nil && !errors.Is(err, idemstore.ErrNotResolvable) {
 		return l.opErr("resolve", key, err)
 	}
 	return err
 }
 
-// resolvable reports whether an operator may resolve what s found as to.
-func resolvable(s snapshot, to idem.Resolution) error {
-	rec := s.rec
-	switch {
-	case !s.found && s.covered:
-		return fmt.Errorf("%w: %s is done: the job's horizon covers it", idem.ErrNotResolvable, rec.Key)
-	case !s.found && to == idem.ResolveRetry:
-		return fmt.Errorf("%w: %s has no record; it is runnable already", idem.ErrNotResolvable, rec.Key)
-	case rec.Status == idem.StatusDone:
-		return fmt.Errorf("%w: %s is done", idem.ErrNotResolvable, rec.Key)
-	case rec.Status == idem.StatusRunning && s.now.Before(rec.LeaseUntil) && !idem.HolderGone(rec.Owner):
-		return fmt.Errorf("%w: %s is held by attempt %d of %s until %s", idem.ErrNotResolvable, rec.Key,
-			rec.Attempt, rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339))
-	}
-	return nil
-}
-
-// resolution is the status and note an operator's resolution leaves.
-func resolution(rec idem.Record, to idem.Resolution) (idem.Status, string) {
-	prev := string(rec.Status)
-	if prev == "" {
-		prev = "none"
-	}
-	switch to {
-	case idem.ResolveDone:
-		return idem.StatusDone, ""
-	case idem.ResolveSkip:
-		return idem.StatusSkipped, "skipped without running (was " + prev + ")"
-	}
-	note := "resolved for retry (was " + prev + ")"
-	if rec.LastError != "" {
-		note += "; previous error: " + rec.LastError
-	}
-	return idem.StatusFailed, note
-}
-
-// Lookup implements [idem.Store]: it returns the key's record. A period that
+// Lookup implements [idemstore.Store]: it returns the key's record. A period that
 // has no record but that the job's horizon covers (it was pruned) is
 // reported done. Times are the server's.
-func (l *Ledger) Lookup(ctx context.Context, key idem.Key) (idem.Record, bool, error) {
+func (l *Ledger) Lookup(ctx context.Context, key idemstore.Key) (idemstore.Record, bool, error) {
 	if err := key.Validate(); err != nil {
-		return idem.Record{}, false, err
+		return idemstore.Record{}, false, err
 	}
 	s, err := l.read(ctx, l.pool, key)
 	if err != nil {
-		return idem.Record{}, false, l.opErr("lookup", key, err)
+		return idemstore.Record{}, false, l.opErr("lookup", key, err)
 	}
 	switch {
 	case s.found:
 		return s.rec, true, nil
 	case s.covered:
-		return idem.Record{Key: key, Status: idem.StatusDone}, true, nil
+		return idemstore.Record{Key: key, Status: idemstore.StatusDone}, true, nil
 	}
-	return idem.Record{Key: key}, false, nil
+	return idemstore.Record{Key: key}, false, nil
 }
 
-// Job implements [idem.CatchUpStore]: the job's catch-up cursor and
+// Job implements [idemstore.CatchUpStore]: the job's catch-up cursor and
 // retention horizon ("" when none).
-func (l *Ledger) Job(ctx context.Context, job string) (idem.JobState, error) {
-	js := idem.JobState{Job: job}
+func (l *Ledger) Job(ctx context.Context, job string) (idemstore.JobState, error) {
+	js := idemstore.JobState{Job: job}
 	err := l.pool.QueryRow(ctx, l.q.job, job).Scan(&js.Cursor, &js.Horizon)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return idem.JobState{}, fmt.Errorf("pgledger: job %q: %w", job, err)
+		return idemstore.JobState{}, fmt.Errorf("pgledger: job %q: %w", job, err)
 	}
 	return js, nil
 }
 
-// Start implements [idem.CatchUpStore]: it sets the job's cursor to
+// Start implements [idemstore.CatchUpStore]: it sets the job's cursor to
 // before unless the job has one, and reads the job back, in one
 // transaction. Of concurrent first calls, the first to commit sets the
 // start; the others read it.
-func (l *Ledger) Start(ctx context.Context, job, before string) (idem.JobState, error) {
-	if err := (idem.Key{Job: job, Period: before}).Validate(); err != nil {
-		return idem.JobState{}, err
+func (l *Ledger) Start(ctx context.Context, job, before string) (idemstore.JobState, error) {
+	if err := (idemstore.Key{Job: job, Period: before}).Validate(); err != nil {
+		return idemstore.JobState{}, err
 	}
-	js := idem.JobState{Job: job}
+	js := idemstore.JobState{Job: job}
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, l.q.start, job, before); err != nil {
 			return err
@@ -464,16 +411,16 @@ func (l *Ledger) Start(ctx context.Context, job, before string) (idem.JobState, 
 		return tx.QueryRow(ctx, l.q.job, job).Scan(&js.Cursor, &js.Horizon)
 	})
 	if err != nil {
-		return idem.JobState{}, fmt.Errorf("pgledger: start %q after %q: %w", job, before, err)
+		return idemstore.JobState{}, fmt.Errorf("pgledger: start %q after %q: %w", job, before, err)
 	}
 	return js, nil
 }
 
-// Advance implements [idem.CatchUpStore]: it moves the job's cursor forward
+// Advance implements [idemstore.CatchUpStore]: it moves the job's cursor forward
 // to period (byte order, as Go compares strings); a cursor at or after
 // period stays.
 func (l *Ledger) Advance(ctx context.Context, job, period string) error {
-	if err := (idem.Key{Job: job, Period: period}).Validate(); err != nil {
+	if err := (idemstore.Key{Job: job, Period: period}).Validate(); err != nil {
 		return err
 	}
 	if _, err := l.pool.Exec(ctx, l.q.advance, job, period); err != nil {
@@ -482,14 +429,14 @@ func (l *Ledger) Advance(ctx context.Context, job, period string) error {
 	return nil
 }
 
-// Prune implements [idem.CatchUpStore]: in one transaction it deletes the
+// Prune implements [idemstore.CatchUpStore]: in one transaction it deletes the
 // job's done and skipped records at or before through and raises the job's
-// horizon to through. It refuses ([idem.ErrPruneRefused], nothing deleted)
+// horizon to through. It refuses ([idemstore.ErrPruneRefused], nothing deleted)
 // a through after the job's cursor when the job has one, and a through that
 // would cover a record that is not settled. While it runs, claims of the
 // job's keys wait for it.
 func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) {
-	if err := (idem.Key{Job: job, Period: through}).Validate(); err != nil {
+	if err := (idemstore.Key{Job: job, Period: through}).Validate(); err != nil {
 		return 0, err
 	}
 	var deleted int64
@@ -504,18 +451,13 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if cursor != "" && through > cursor {
-			return fmt.Errorf("%w: %s through %s: catch-up has only settled up to %s; it could still reach the later periods",
-				idem.ErrPruneRefused, job, through, cursor)
-		}
 		var open int64
 		var first string
 		if err := tx.QueryRow(ctx, l.q.pruneOpen, job, through).Scan(&open, &first); err != nil {
 			return err
 		}
-		if open > 0 {
-			return fmt.Errorf("%w: %s through %s: %d periods are not settled (the first is %s); resolve them first",
-				idem.ErrPruneRefused, job, through, open, first)
+		if err := idemstore.Prunable(job, through, cursor, open, first); err != nil {
+			return err
 		}
 		tag, err := tx.Exec(ctx, l.q.prune, job, through)
 		if err != nil {
@@ -533,7 +475,7 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, idem.ErrPruneRefused) {
+		if errors.Is(err, idemstore.ErrPruneRefused) {
 			return 0, err
 		}
 		return 0, fmt.Errorf("pgledger: prune %q through %q: %w", job, through, err)
@@ -541,9 +483,9 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 	return deleted, nil
 }
 
-// List implements [idem.Lister]: the records that match f, ordered by job,
+// List implements [idemstore.Lister]: the records that match f, ordered by job,
 // then period (byte order). Times are the server's.
-func (l *Ledger) List(ctx context.Context, f idem.Filter) ([]idem.Record, error) {
+func (l *Ledger) List(ctx context.Context, f idemstore.Filter) ([]idemstore.Record, error) {
 	var limit any // NULL: no limit
 	if f.Limit > 0 {
 		limit = int64(f.Limit)
@@ -552,13 +494,13 @@ func (l *Ledger) List(ctx context.Context, f idem.Filter) ([]idem.Record, error)
 	if err != nil {
 		return nil, fmt.Errorf("pgledger: list: %w", err)
 	}
-	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (idem.Record, error) {
-		var r idem.Record
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (idemstore.Record, error) {
+		var r idemstore.Record
 		var status string
 		var lease, notBefore, updated *time.Time
 		err := row.Scan(&r.Key.Job, &r.Key.Period, &status, &r.Attempt, &r.Failures, &r.Owner,
 			&lease, &notBefore, &r.LastError, &updated)
-		r.Status = idem.Status(status)
+		r.Status = idemstore.Status(status)
 		r.LeaseUntil, r.NotBefore, r.Updated = deref(lease), deref(notBefore), deref(updated)
 		return r, err
 	})
@@ -571,7 +513,7 @@ func (l *Ledger) List(ctx context.Context, f idem.Filter) ([]idem.Record, error)
 // opError is an error of the database, with the operation and key.
 type opError struct {
 	op  string
-	key idem.Key
+	key idemstore.Key
 	err error
 }
 
@@ -580,7 +522,7 @@ func (e *opError) Error() string {
 }
 func (e *opError) Unwrap() error { return e.err }
 
-func (l *Ledger) opErr(op string, key idem.Key, err error) error {
+func (l *Ledger) opErr(op string, key idemstore.Key, err error) error {
 	return &opError{op: op, key: key, err: err}
 }
 

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -55,7 +56,7 @@ type Option func(*config)
 type config struct {
 	buckets       []float64
 	constLabels   prometheus.Labels
-	lister        idem.Lister
+	lister        idemstore.Lister
 	scrapeTimeout time.Duration
 }
 
@@ -69,7 +70,7 @@ func WithConstLabels(l prometheus.Labels) Option { return func(c *config) { c.co
 
 // WithLister reports idem_keys from l at scrape time; the same as calling
 // [Metrics.Watch] after New.
-func WithLister(l idem.Lister) Option { return func(c *config) { c.lister = l } }
+func WithLister(l idemstore.Lister) Option { return func(c *config) { c.lister = l } }
 
 // WithScrapeTimeout bounds the ledger reads of one scrape (default
 // [DefaultScrapeTimeout]).
@@ -153,9 +154,9 @@ func (m *Metrics) Observe(r idem.Result) {
 func (m *Metrics) Option() idem.Option { return idem.WithObserver(m.Observe) }
 
 // Watch makes idem_keys report the records of l (a Ledger, or any
-// idem.Lister), read at every scrape. A later call replaces l; nil stops
+// idemstore.Lister), read at every scrape. A later call replaces l; nil stops
 // reporting.
-func (m *Metrics) Watch(l idem.Lister) { m.keys.setLister(l) }
+func (m *Metrics) Watch(l idemstore.Lister) { m.keys.setLister(l) }
 
 // keysCollector computes idem_keys from a Lister at scrape time.
 type keysCollector struct {
@@ -164,7 +165,7 @@ type keysCollector struct {
 	timeout time.Duration
 
 	mu     sync.Mutex
-	lister idem.Lister
+	lister idemstore.Lister
 	jobs   map[string]bool // jobs seen, reported at 0 when they have no such keys
 }
 
@@ -181,7 +182,7 @@ func newKeysCollector(constLabels prometheus.Labels, timeout time.Duration) *key
 	}
 }
 
-func (k *keysCollector) setLister(l idem.Lister) {
+func (k *keysCollector) setLister(l idemstore.Lister) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.lister = l
@@ -244,7 +245,7 @@ func (k *keysCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // count returns, per job, the number of records in each idem_keys status.
-func count(l idem.Lister, timeout time.Duration) (map[string]map[string]int, error) {
+func count(l idemstore.Lister, timeout time.Duration) (map[string]map[string]int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	counts := map[string]map[string]int{}

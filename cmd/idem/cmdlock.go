@@ -12,7 +12,7 @@ import (
 
 // A period's command lock keeps two commands of one period from running at
 // once on this host. idem takes a period's run over at once when the idem
-// that held it was killed on this host (idem.HolderGone), without waiting
+// that held it was killed on this host (idemstore.HolderGone), without waiting
 // out its lease; but the killed idem's command, and the processes it
 // started, may live on: the command gets SIGTERM when its idem dies, which
 // it may ignore or take long to obey, and the processes it started get

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
 )
@@ -975,7 +976,7 @@ func TestPostgres(t *testing.T) {
 		t.Fatalf("prune: %+v, %v", p, err)
 	}
 
-	if _, ok := any((*pgledger.Ledger)(nil)).(idem.Lister); !ok {
+	if _, ok := any((*pgledger.Ledger)(nil)).(idemstore.Lister); !ok {
 		_, stderr := e.want(exitUsage, "ls")
 		if !strings.Contains(stderr, "cannot list") {
 			t.Errorf("ls on a store without List: %q", stderr)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/spf13/cobra"
 )
 
@@ -85,7 +86,7 @@ func passedNote(r idem.Record, cursor, hint string) string {
 }
 
 // jobCursors returns the catch-up cursor of every job of recs.
-func jobCursors(ctx context.Context, s idem.CatchUpStore, recs []idem.Record) (map[string]string, error) {
+func jobCursors(ctx context.Context, s idemstore.CatchUpStore, recs []idem.Record) (map[string]string, error) {
 	cursors := map[string]string{}
 	for _, r := range recs {
 		if _, ok := cursors[r.Key.Job]; ok {
@@ -117,7 +118,7 @@ func note(r idem.Record, cursor string, now time.Time, hint string) string {
 	case idem.StatusRunning:
 		holder, _, _ := strings.Cut(r.Owner, ";") // host:pid:random
 		switch {
-		case now.Before(r.LeaseUntil) && idem.HolderGone(r.Owner):
+		case now.Before(r.LeaseUntil) && idemstore.HolderGone(r.Owner):
 			return "the run (" + holder + ") died: the next run recovers it at once by its mode"
 		case now.Before(r.LeaseUntil):
 			return "running (" + holder + "), lease until " + fmtTime(r.LeaseUntil)
@@ -207,7 +208,7 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 				return usageError(fmt.Errorf("--limit %d: must be 0 (all) or more", limit))
 			}
 			if job != "" {
-				if err := idem.ValidateJob(job); err != nil {
+				if err := idemstore.ValidateJob(job); err != nil {
 					return usageError(fmt.Errorf("--job: %w", err))
 				}
 			}
@@ -219,9 +220,9 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 				return err
 			}
 			defer l.close()
-			lst, ok := l.store.(idem.Lister)
+			lst, ok := l.store.(idemstore.Lister)
 			if !ok {
-				return usageError(fmt.Errorf("%s cannot list its records (it does not implement idem.Lister)", l.desc))
+				return usageError(fmt.Errorf("%s cannot list its records (it does not implement idemstore.Lister)", l.desc))
 			}
 			recs, err := lst.List(cmd.Context(), f)
 			if err != nil {
@@ -407,7 +408,7 @@ Exit status: 0 resolved, 1 refused, 2 usage error or no ledger.`,
 
 // passedAfterRetry returns, for a key just resolved for retry, what to do
 // if catch-up has passed it ("" if it has not: the next run retries it).
-func passedAfterRetry(cmd *cobra.Command, s idem.CatchUpStore, key idem.Key, now time.Time) (string, error) {
+func passedAfterRetry(cmd *cobra.Command, s idemstore.CatchUpStore, key idem.Key, now time.Time) (string, error) {
 	js, err := s.Job(cmd.Context(), key.Job)
 	if err != nil {
 		return "", err
@@ -505,7 +506,7 @@ ledger.`,
   idem prune --job settle --through 2026-06-30`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := idem.ValidateJob(job); err != nil {
+			if err := idemstore.ValidateJob(job); err != nil {
 				return usageError(fmt.Errorf("--job: %w", err))
 			}
 			var sched idem.Schedule

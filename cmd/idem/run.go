@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/spf13/cobra"
 )
 
@@ -155,7 +156,7 @@ func newRunCmd() *cobra.Command {
 
 func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	stderr := cmd.ErrOrStderr()
-	if err := idem.ValidateJob(o.job); err != nil {
+	if err := idemstore.ValidateJob(o.job); err != nil {
 		return usageError(fmt.Errorf("--job: %w", err))
 	}
 	if _, err := exec.LookPath(argv[0]); err != nil {

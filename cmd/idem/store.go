@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/spf13/cobra"
 )
@@ -112,7 +113,7 @@ func clock() (idem.Clock, error) {
 
 // ledger is an open store and how to close it.
 type ledger struct {
-	store idem.CatchUpStore
+	store idemstore.CatchUpStore
 	desc  string // for messages: the file's path or "postgres"
 	close func()
 	locks cmdLocks // where idem run keeps its periods' command locks
@@ -193,7 +194,7 @@ const storeTimeout = time.Minute
 // is stopping. It also tells the $IDEM_CLOCK=skip clock (skip; nil
 // otherwise) when an attempt holds its period.
 type detached struct {
-	idem.CatchUpStore
+	idemstore.CatchUpStore
 	skip *skipClock
 }
 
@@ -201,14 +202,14 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 }
 
-func (d detached) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+func (d detached) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.Claim{}, fmt.Errorf("not starting %s: %w", req.Key, context.Cause(ctx))
+		return idemstore.Claim{}, fmt.Errorf("not starting %s: %w", req.Key, context.Cause(ctx))
 	}
 	ctx, cancel := detach(ctx)
 	defer cancel()
 	c, err := d.CatchUpStore.Claim(ctx, req)
-	if err == nil && c.State == idem.ClaimAcquired {
+	if err == nil && c.State == idemstore.ClaimAcquired {
 		d.skip.attemptStarted()
 	}
 	return c, err
@@ -220,7 +221,7 @@ func (d detached) Renew(ctx context.Context, key idem.Key, attempt int64, now ti
 	return d.CatchUpStore.Renew(ctx, key, attempt, now, lease)
 }
 
-func (d detached) Finish(ctx context.Context, key idem.Key, attempt int64, end idem.End) error {
+func (d detached) Finish(ctx context.Context, key idem.Key, attempt int64, end idemstore.End) error {
 	d.skip.attemptEnded() // the heartbeat has stopped
 	ctx, cancel := detach(ctx)
 	defer cancel()

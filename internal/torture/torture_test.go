@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/torture/harness"
 )
 
@@ -56,7 +57,7 @@ func stuckBackend() *harness.Backend {
 
 type stuckStore struct{ idem.Store }
 
-func (s stuckStore) Claim(ctx context.Context, req idem.ClaimRequest) (idem.Claim, error) {
+func (s stuckStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	if req.Key == stuckKey {
 		claimNeverReturns()
 	}

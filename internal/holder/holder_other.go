@@ -1,6 +1,6 @@
 //go:build !linux
 
-package idem
+package holder
 
 // localScope: outside Linux idem cannot prove a process dead, so owners
 // carry no scope and HolderGone is always false.

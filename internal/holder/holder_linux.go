@@ -1,6 +1,6 @@
 //go:build linux
 
-package idem
+package holder
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package idem
+package idemstore
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func Points() []Point {
 }
 
 // Trace hooks into a run. It is carried by the context (like
-// net/http/httptrace) so that it reaches the store as well as Run.
+// net/http/httptrace) so that it reaches the store as well as idem's Run.
 type Trace struct {
 	// Checkpoint is called at each Point the run reaches. A non-nil error
 	// stops the run right there, the way a SIGKILL would: nothing more is
@@ -39,14 +39,16 @@ type Trace struct {
 type traceKey struct{}
 
 // WithTrace returns a context that carries t to every Run and store call
-// made with it.
+// made with it. Package idemtest's CrashAt and KillAt are built on it.
 func WithTrace(ctx context.Context, t *Trace) context.Context {
 	return context.WithValue(ctx, traceKey{}, t)
 }
 
 // Checkpoint reports that the run of key reached p. Stores call it at their
 // own crash points; it returns nil unless a [Trace] asks to stop there, and
-// then the caller must return the error at once, writing nothing more.
+// then the caller must return the error at once, writing nothing more (a
+// transaction under way is rolled back), and pass it up unwrapped or
+// wrapped with %w: the engine recognises it with [IsStop].
 func Checkpoint(ctx context.Context, p Point, key Key) error {
 	t, _ := ctx.Value(traceKey{}).(*Trace)
 	if t == nil || t.Checkpoint == nil {
@@ -68,7 +70,10 @@ type stopError struct {
 func (e *stopError) Error() string { return "idem: stopped at " + string(e.p) + ": " + e.err.Error() }
 func (e *stopError) Unwrap() error { return e.err }
 
-func isStop(err error) bool {
+// IsStop reports whether err is, or wraps, the error of a [Checkpoint]
+// that stopped the run. A store that wraps its errors with a text of its
+// own may pass such an error through as it is.
+func IsStop(err error) bool {
 	var s *stopError
 	return errors.As(err, &s)
 }

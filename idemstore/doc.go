@@ -1,0 +1,33 @@
+// Package idemstore defines the interfaces and types that idem's stores
+// implement, and the protocol rules they share. Most code should use
+// package idem.
+//
+// A store keeps one [Record] per [Key] and makes each state change of the
+// Run protocol atomic: [Store] is what every store implements, and
+// [TxStore], [FreshTxStore], [CatchUpStore], [CatchUpTxStore], [Lister],
+// [ItemStore], [ItemTxStore] and [Releaser] are what the calls of package
+// idem that need more ask for. The SQLite ledger and the state file of
+// package idem, and the Postgres ledger of module
+// github.com/idemgo/idem/pgledger, implement them against this package
+// alone; so can a store of your own.
+//
+// The rules that must be the same in every store are functions here, so
+// that no store writes them again: [Decide] (what a claim finds and
+// whether it takes the key), [TakenOver], [AbandonedNote] and the note
+// formats [NoteDied] and [NoteExpired] (what a take-over of a dead attempt
+// records; a store that builds the note in SQL passes the formats as
+// parameters), [Resolvable] and [Resolved] (what an operator may resolve,
+// and what a resolution leaves), [Prunable] (what Prune may forget),
+// [CheckEnds] and [EndItems] (an item window's ends), and [RunItemWindow]
+// (the transaction of an [ItemTxStore]'s window, over a store's
+// [ItemWindow]).
+//
+// Stores call [Checkpoint] at their crash points ([Point]), which package
+// idemtest uses to stop a run as a SIGKILL would; [HolderGone] tells a
+// store that a lease's holder has died on this host; and the sentinel
+// errors ([ErrLeaseLost], [ErrNotResolvable], ...) are those package idem
+// re-exports, so that errors.Is works with either name.
+//
+// Package idemtest proves a store: the conformance suite
+// (idemtest.TestStore) and the model-based test (idemtest.TestModel).
+package idemstore

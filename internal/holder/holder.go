@@ -1,0 +1,165 @@
+// Package holder identifies this process as a lease holder (its owner
+// string) and tells whether the process an owner names has ended. Package
+// idemstore exports it as Owner and HolderGone, whose doc describes the
+// owner's format.
+package holder
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// ownerID is an owner, parsed.
+type ownerID struct {
+	host, rand string
+	pid        int
+	scoped     bool // the fields after rand are there
+	start      uint64
+	boot       string
+	pidns      string
+	timens     string
+}
+
+// String formats o as idemstore.HolderGone describes.
+func (o ownerID) String() string {
+	s := o.host + ":" + strconv.Itoa(o.pid) + ":" + o.rand
+	if !o.scoped {
+		return s
+	}
+	return fmt.Sprintf("%s;start=%d;boot=%s;pidns=%s;timens=%s", s, o.start, o.boot, o.pidns, o.timens)
+}
+
+// parseOwner parses an owner; ok is false for anything that is not exactly
+// of the form idemstore.HolderGone describes.
+func parseOwner(s string) (o ownerID, ok bool) {
+	head, tail, scoped := strings.Cut(s, ";")
+	i := strings.LastIndexByte(head, ':')
+	if i < 0 {
+		return ownerID{}, false
+	}
+	j := strings.LastIndexByte(head[:i], ':')
+	if j < 0 {
+		return ownerID{}, false
+	}
+	o.host, o.rand = head[:j], head[i+1:]
+	pid, err := strconv.ParseInt(head[j+1:i], 10, 32) // pid_t
+	if err != nil || pid <= 0 || head[j+1] == '+' || o.host == "" || o.rand == "" {
+		return ownerID{}, false
+	}
+	o.pid = int(pid)
+	if !scoped {
+		return o, true
+	}
+	seen := map[string]bool{}
+	for _, f := range strings.Split(tail, ";") {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || seen[k] || strings.ContainsAny(v, "=;") {
+			return ownerID{}, false
+		}
+		seen[k] = true
+		switch k {
+		case "start":
+			if o.start, err = strconv.ParseUint(v, 10, 64); err != nil || v == "" || v[0] == '+' {
+				return ownerID{}, false
+			}
+		case "boot":
+			o.boot = v
+		case "pidns":
+			o.pidns = v
+		case "timens":
+			o.timens = v
+		default:
+			return ownerID{}, false // a field this version does not know may matter: cannot tell
+		}
+	}
+	if !seen["start"] || !seen["boot"] || !seen["pidns"] || !seen["timens"] || o.boot == "" || o.pidns == "" {
+		return ownerID{}, false
+	}
+	o.scoped = true
+	return o, true
+}
+
+// scope is where this process's pid means something, and its start time:
+// the fields of an owner after rand.
+type scope struct {
+	start               uint64
+	boot, pidns, timens string
+}
+
+var (
+	ownerOnce sync.Once
+	self      ownerID // this process as an owner
+	owner     string  // self.String()
+
+	// hostname is os.Hostname; tests replace it to play a process on
+	// another host.
+	hostname = os.Hostname
+)
+
+// Self identifies this process as a lease holder: host, pid and a random
+// part, and (on Linux) what proves on this host whether the process still
+// lives. See idemstore.HolderGone.
+func Self() string {
+	ownerOnce.Do(func() {
+		host, _ := hostname()
+		if host == "" {
+			host = "unknown-host"
+		}
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		self = ownerID{host: host, pid: os.Getpid(), rand: hex.EncodeToString(b[:])}
+		if sc, ok := localScope(); ok && validField(sc.boot) && validField(sc.pidns) && validField(sc.timens) {
+			self.scoped, self.start, self.boot, self.pidns, self.timens = true, sc.start, sc.boot, sc.pidns, sc.timens
+		}
+		owner = self.String()
+	})
+	return owner
+}
+
+// SetHostnameForTest makes this process name host in its owner, as a
+// process on another host would. Tests call it before the process's first
+// claim.
+func SetHostnameForTest(host string) {
+	hostname = func() (string, error) { return host, nil }
+	ownerOnce = sync.Once{}
+}
+
+// validField reports whether v can be an owner field's value.
+func validField(v string) bool { return !strings.ContainsAny(v, "=; \t\n") }
+
+// Gone reports whether owner names a process that has certainly ended:
+// idemstore.HolderGone.
+func Gone(owner string) bool {
+	o, ok := parseOwner(owner)
+	if !ok || !o.scoped {
+		return false
+	}
+	Self()
+	if !self.scoped || o.host != self.host || o.boot != self.boot || o.pidns != self.pidns || o.timens != self.timens {
+		return false
+	}
+	return processGone(o.pid, o.start)
+}
+
+// EndedForTest returns an owner that Gone reports ended: this process's
+// owner with pid 4194304, which no Linux process can have (pids stay below
+// pid_max, at most 2^22). It returns "" where Gone cannot tell (an owner
+// without scope: not Linux, or /proc unreadable). For tests of the rule
+// that a dead holder's lease does not hold.
+func EndedForTest() string {
+	Self()
+	if !self.scoped {
+		return ""
+	}
+	o := self
+	o.pid = 1 << 22
+	if s := o.String(); Gone(s) {
+		return s
+	}
+	return ""
+}

@@ -1,0 +1,264 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemgo/idem/idemstore"
+)
+
+// Claim implements [idemstore.Store].
+func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+	c, settled, _, err := l.fastClaim(ctx, req)
+	if err != nil || settled {
+		return c, err
+	}
+	return l.claimTx(ctx, req)
+}
+
+// fastClaim is the claim's fast path: one prepared primary-key read of the
+// status alone (each column read costs modernc.org/sqlite a name and a type
+// lookup). A done key, the common duplicate trigger, needs nothing more; a
+// live lease, a backoff or a parked key need the whole record, and no
+// write: settled, c is the answer. Otherwise the key is to be taken by
+// claimTx; found says whether it has a record.
+func (l *Ledger) fastClaim(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, settled, found bool, err error) {
+	var status string
+	err = busyRetry(ctx, func() error {
+		return l.queryRow(ctx, `SELECT status FROM idem_runs WHERE job=? AND period=?`, req.Key.Job, req.Key.Period).Scan(&status)
+	})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return idemstore.Claim{}, false, false, nil // the claim's INSERT checks the horizon
+	case err != nil:
+		return idemstore.Claim{}, false, false, l.opErr("claim", req.Key, err)
+	case Status(status) == StatusDone:
+		return idemstore.Claim{State: idemstore.ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}, true, true, nil
+	}
+	rec, found, err := l.record(ctx, req.Key)
+	if err != nil {
+		return idemstore.Claim{}, false, false, l.opErr("claim", req.Key, err)
+	}
+	if state, take, _ := idemstore.Decide(rec, found, req); !take {
+		return idemstore.Claim{State: state, Record: rec}, true, found, nil
+	}
+	return idemstore.Claim{}, false, found, nil
+}
+
+// claimTx takes the key for a new attempt in a write transaction, deciding
+// again under the write lock.
+func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+	var c idemstore.Claim
+	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
+		now := micros(req.Now)
+		until := micros(req.Now.Add(req.Lease))
+		res, err := tx.exec(claimInsertSQL, req.Key.Job, req.Key.Period, req.Owner, until, now, now, req.Key.Job, req.Key.Period)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			c = idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: Record{Key: req.Key}}
+			return nil
+		}
+		// The row exists: decide again under the write lock.
+		rec, found, err := scanRecord(req.Key, tx.queryRow(selectRecord, req.Key.Job, req.Key.Period))
+		if err != nil {
+			return err
+		}
+		if !found { // not inserted and no row: below the job's horizon
+			c = idemstore.Claim{State: idemstore.ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}
+			return nil
+		}
+		state, take, doubt := idemstore.Decide(rec, found, req)
+		c = idemstore.Claim{State: state, Record: rec}
+		if !take {
+			return nil
+		}
+		c.Attempt, c.Doubt, c.Record = rec.Attempt+1, doubt, idemstore.TakenOver(rec, req.Now)
+		_, err = tx.exec(`UPDATE idem_runs SET status='running', attempt=?, failures=?, owner=?,
+			lease_until=?, not_before=0, last_error=?, updated=? WHERE job=? AND period=?`,
+			c.Attempt, c.Record.Failures, req.Owner, until, c.Record.LastError, now, req.Key.Job, req.Key.Period)
+		return err
+	})
+	if err != nil {
+		return idemstore.Claim{}, l.opErr("claim", req.Key, err)
+	}
+	return c, nil
+}
+
+// Renew implements [idemstore.Store].
+func (l *Ledger) Renew(ctx context.Context, key Key, attempt int64, now time.Time, lease time.Duration) error {
+	var n int64
+	err := busyRetry(ctx, func() error {
+		st, err := l.prep(ctx, l.db, `UPDATE idem_runs SET lease_until=?, updated=?
+			WHERE job=? AND period=? AND attempt=? AND status='running'`)
+		if err != nil {
+			return err
+		}
+		res, err := st.ExecContext(ctx, micros(now.Add(lease)), micros(now), key.Job, key.Period, attempt)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return l.opErr("renew", key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s attempt %d", ErrLeaseLost, key, attempt)
+	}
+	return nil
+}
+
+// Finish implements [idemstore.Store]. It always commits with synchronous=FULL.
+func (l *Ledger) Finish(ctx context.Context, key Key, attempt int64, end idemstore.End) error {
+	var n int64
+	err := l.withTx(ctx, true, func(tx *wtx) error {
+		var err error
+		if n, err = finishExec(tx, key, attempt, end); err != nil || n == 0 {
+			return err
+		}
+		if end.Cursor && end.Status == StatusDone {
+			return advanceExec(tx, key.Job, key.Period)
+		}
+		return nil
+	})
+	if err != nil {
+		return l.opErr("finish", key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s attempt %d", ErrLeaseLost, key, attempt)
+	}
+	return nil
+}
+
+func finishExec(tx *wtx, key Key, attempt int64, end idemstore.End) (int64, error) {
+	res, err := tx.exec(`UPDATE idem_runs SET status=?, failures=?, not_before=?, last_error=?,
+		lease_until=0, updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
+		string(end.Status), end.Failures, micros(end.NotBefore), end.Error, micros(end.Now),
+		key.Job, key.Period, attempt)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func advanceExec(tx *wtx, job, period string) error {
+	_, err := tx.exec(`INSERT INTO idem_jobs(job, cursor) VALUES(?, ?)
+		ON CONFLICT(job) DO UPDATE SET cursor = excluded.cursor WHERE excluded.cursor > idem_jobs.cursor`, job, period)
+	return err
+}
+
+// claimInsertSQL records a key that has no record as attempt 1, running,
+// unless the key is at or below its job's retention horizon.
+const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated)
+	SELECT ?, ?, 'running', 1, ?, ?, ?, ?
+	WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
+	ON CONFLICT DO NOTHING`
+
+// ClaimFinishTx implements [idemstore.FreshTxStore]: for a key with no record,
+// the claim's INSERT, fn (in a savepoint) and the done mark in one SQLite
+// transaction, committed with synchronous=FULL. The transaction holds SQLite's
+// write lock from the INSERT on, so no other attempt can claim the key
+// meanwhile, and a crash leaves no record at all. A key with a record (a
+// duplicate trigger, most often) is claimed as by Claim, after the same single
+// read and without the write lock when it is done.
+func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) error) (idemstore.Claim, bool, error) {
+	key := req.Key
+	c, settled, found, err := l.fastClaim(ctx, req)
+	switch {
+	case err != nil || settled:
+		return c, false, err
+	case found:
+		c, err := l.claimTx(ctx, req)
+		return c, false, err
+	}
+	var (
+		inserted bool
+		fnErr    error
+	)
+	err = l.withSQLTx(ctx, true, func(tx *wtx) error {
+		inserted, fnErr = false, nil
+		now, until := micros(req.Now), micros(req.Now.Add(req.Lease))
+		res, err := tx.exec(claimInsertSQL, key.Job, key.Period, req.Owner, until, now, now, key.Job, key.Period)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil // recorded meanwhile, or below the horizon: nothing written
+		}
+		inserted = true
+		if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, key); err != nil {
+			return err
+		}
+		if _, err := tx.exec(`SAVEPOINT idem_fn`); err != nil {
+			return err
+		}
+		if ferr := fn(tx.Tx); ferr != nil {
+			// fn's writes go; the claim stays, and is committed.
+			if _, err := tx.exec(`ROLLBACK TO idem_fn`); err != nil {
+				return err
+			}
+			if _, err := tx.exec(`RELEASE idem_fn`); err != nil {
+				return err
+			}
+			fnErr = ferr
+			return nil
+		}
+		if _, err := tx.exec(`RELEASE idem_fn`); err != nil {
+			return err
+		}
+		if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
+			return err
+		}
+		if _, err := finishExec(tx, key, 1, idemstore.End{Status: StatusDone, Now: req.Now}); err != nil || !cursor {
+			return err
+		}
+		return advanceExec(tx, key.Job, key.Period)
+	})
+	switch {
+	case err != nil:
+		return idemstore.Claim{}, false, l.opErr("run tx", key, err)
+	case !inserted:
+		c, err := l.claimTx(ctx, req) // decides under the write lock
+		return c, false, err
+	}
+	return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: Record{Key: key}}, fnErr == nil, fnErr
+}
+
+// FinishTx implements [idemstore.TxStore]: fn's writes and the done mark (and,
+// with cursor, the job's catch-up cursor) commit in one SQLite transaction,
+// with synchronous=FULL. The transaction holds SQLite's write lock from its
+// first statement until it ends, so keep fn short: other writers to the file
+// wait for it.
+func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) error) error {
+	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
+		// First statement: a write, which takes the lock and checks the fence.
+		res, err := tx.exec(`UPDATE idem_runs SET updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
+			micros(now), key.Job, key.Period, attempt)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w: %s attempt %d", ErrLeaseLost, key, attempt)
+		}
+		if err := fn(tx.Tx); err != nil {
+			return err
+		}
+		if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
+			return err
+		}
+		if _, err := finishExec(tx, key, attempt, idemstore.End{Status: StatusDone, Now: now}); err != nil || !cursor {
+			return err
+		}
+		return advanceExec(tx, key.Job, key.Period)
+	})
+	if err != nil {
+		return l.opErr("run tx", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// SchemaVersion is the version of the ledger's tables that this version of
+// idem writes. A ledger with a higher version is refused with
+// [ErrNewerSchema]; a lower one is upgraded (version 2 added the item
+// tables of Each; version 3 records and claims items in chunks).
+const SchemaVersion = 3
+
+const schema = `
+CREATE TABLE IF NOT EXISTS idem_meta (
+	name  TEXT PRIMARY KEY,
+	value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idem_runs (
+	job         TEXT    NOT NULL,
+	period      TEXT    NOT NULL,
+	status      TEXT    NOT NULL,
+	attempt     INTEGER NOT NULL,
+	failures    INTEGER NOT NULL DEFAULT 0,
+	owner       TEXT    NOT NULL DEFAULT '',
+	lease_until INTEGER NOT NULL DEFAULT 0,
+	not_before  INTEGER NOT NULL DEFAULT 0,
+	last_error  TEXT    NOT NULL DEFAULT '',
+	created     INTEGER NOT NULL,
+	updated     INTEGER NOT NULL,
+	PRIMARY KEY (job, period)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idem_jobs (
+	job     TEXT PRIMARY KEY,
+	cursor  TEXT NOT NULL DEFAULT '',
+	horizon TEXT NOT NULL DEFAULT ''
+) WITHOUT ROWID;
+-- Each's items: the item set (one row per item, for uniqueness), its
+-- chunks (claimed and marked done as a whole), and the records of the items
+-- whose attempt did not end done (failed, unknown, parked; from then on they
+-- are claimed one by one).
+CREATE TABLE IF NOT EXISTS idem_item_set (
+	job    TEXT NOT NULL,
+	period TEXT NOT NULL,
+	item   TEXT NOT NULL,
+	PRIMARY KEY (job, period, item)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idem_item_chunks (
+	job         TEXT    NOT NULL,
+	period      TEXT    NOT NULL,
+	chunk       INTEGER NOT NULL,
+	n           INTEGER NOT NULL, -- items in the chunk
+	status      TEXT    NOT NULL DEFAULT 'pending', -- pending, running, done
+	attempt     INTEGER NOT NULL DEFAULT 0,
+	failures    INTEGER NOT NULL DEFAULT 0,
+	owner       TEXT    NOT NULL DEFAULT '',
+	lease_until INTEGER NOT NULL DEFAULT 0,
+	settled     INTEGER NOT NULL DEFAULT 0, -- items before this position are settled
+	started     INTEGER NOT NULL DEFAULT 0, -- items before this position may have begun
+	doubt       INTEGER NOT NULL DEFAULT 0, -- at the last claim: the abandoned attempt's started
+	updated     INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (job, period, chunk)
+) WITHOUT ROWID;
+-- A chunk's item ids, one per line, written once (apart from the chunk's
+-- state, which changes with every window).
+CREATE TABLE IF NOT EXISTS idem_item_lists (
+	job    TEXT    NOT NULL,
+	period TEXT    NOT NULL,
+	chunk  INTEGER NOT NULL,
+	items  TEXT    NOT NULL,
+	PRIMARY KEY (job, period, chunk)
+);
+CREATE INDEX IF NOT EXISTS idem_item_chunks_by_status ON idem_item_chunks(job, period, status);
+CREATE TABLE IF NOT EXISTS idem_item_state (
+	job         TEXT    NOT NULL,
+	period      TEXT    NOT NULL,
+	item        TEXT    NOT NULL,
+	chunk       INTEGER NOT NULL DEFAULT 0, -- the chunk it left; 0 for an item recorded by version 2
+	status      TEXT    NOT NULL,
+	attempt     INTEGER NOT NULL DEFAULT 0,
+	failures    INTEGER NOT NULL DEFAULT 0,
+	doubt       INTEGER NOT NULL DEFAULT 0,
+	owner       TEXT    NOT NULL DEFAULT '',
+	lease_until INTEGER NOT NULL DEFAULT 0,
+	not_before  INTEGER NOT NULL DEFAULT 0,
+	last_error  TEXT    NOT NULL DEFAULT '',
+	updated     INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (job, period, item)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idem_item_state_by_status ON idem_item_state(job, period, status);
+CREATE TABLE IF NOT EXISTS idem_itemsets (
+	job    TEXT NOT NULL,
+	period TEXT NOT NULL,
+	sealed INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (job, period)
+) WITHOUT ROWID;
+`
+
+// schemaVersion reads the stored version; 0 if the ledger is new.
+func schemaVersion(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (int, error) {
+	var n int
+	err := q.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name='idem_meta'`).Scan(&n)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	var v int
+	err = q.QueryRowContext(ctx, `SELECT value FROM idem_meta WHERE name='schema_version'`).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
+}
+
+func (l *Ledger) migrate(ctx context.Context) error {
+	// Read first: a newer ledger, or a database whose idem_ tables are not
+	// idem's, must not see a single write.
+	v, err := schemaVersion(ctx, l.db)
+	if err != nil {
+		return l.wrapOpenErr(err)
+	}
+	if v > SchemaVersion {
+		return fmt.Errorf("%w: %s has version %d, this idem knows %d", ErrNewerSchema, l.where(), v, SchemaVersion)
+	}
+	if v == SchemaVersion {
+		return nil
+	}
+	if err := checkTableShapes(ctx, l.db, l.where()); err != nil {
+		return l.wrapOpenErr(err)
+	}
+	return busyRetry(ctx, func() error {
+		if _, err := l.db.ExecContext(ctx, `PRAGMA journal_mode=WAL`); err != nil {
+			return err
+		}
+		conn, err := l.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		tx, err := conn.BeginTx(ctx, nil) // first statement a write: CREATE
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, schema); err != nil {
+			return l.wrapOpenErr(err)
+		}
+		v, err := schemaVersion(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if v > SchemaVersion {
+			return fmt.Errorf("%w: %s has version %d, this idem knows %d", ErrNewerSchema, l.where(), v, SchemaVersion)
+		}
+		if err := upgradeItems(ctx, tx); err != nil {
+			return l.wrapOpenErr(err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)
+			ON CONFLICT(name) DO UPDATE SET value=excluded.value`, SchemaVersion); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+}
+
+func (l *Ledger) wrapOpenErr(err error) error {
+	if errors.Is(err, ErrNotLedger) || errors.Is(err, ErrLedgerReplaced) {
+		return err
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_NOTADB:
+			return fmt.Errorf("idem: %s: not a SQLite database (left untouched): %w", l.where(), err)
+		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_IOERR:
+			if l.path != "" {
+				if msg := unwritable(l.path); msg != "" {
+					return fmt.Errorf("idem: %s: cannot open or write: %s: %w", l.where(), msg, err)
+				}
+			}
+			return fmt.Errorf("idem: %s: cannot open or write: %w", l.where(), err)
+		}
+	}
+	return fmt.Errorf("idem: %s: %w", l.where(), err)
+}
+
+// upgradeItems moves the items of a version 2 ledger (one table,
+// idem_items, a row per item with its status) into version 3's tables:
+// every item joins the item set, and keeps its status as a record of its
+// own, so it is claimed one by one as before. Nothing is lost.
+func upgradeItems(ctx context.Context, tx *sql.Tx) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name='idem_items'`).Scan(&n); err != nil || n == 0 {
+		return err
+	}
+	for _, q := range []string{
+		`INSERT INTO idem_item_set(job, period, item) SELECT job, period, item FROM idem_items WHERE true ON CONFLICT DO NOTHING`,
+		`INSERT INTO idem_item_state(job, period, item, chunk, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated)
+			SELECT job, period, item, 0, status, attempt, failures, doubt, owner, lease_until, not_before, last_error, updated FROM idem_items WHERE true
+			ON CONFLICT DO NOTHING`,
+		`DROP TABLE idem_items`,
+	} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("upgrading the item tables: %w", err)
+		}
+	}
+	return nil
+}

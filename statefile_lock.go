@@ -1,0 +1,116 @@
+package idem
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// lockPath is the sidecar lock file of job.
+func (s *StateFile) lockPath(job string) string {
+	h := sha256.Sum256([]byte(job))
+	return s.path + "." + hex.EncodeToString(h[:6]) + ".lock"
+}
+
+// tryLock takes job's lock without waiting; ok is false if another holder
+// (process or goroutine) has it.
+func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
+	p := s.lockPath(job)
+	_, statErr := os.Stat(p)
+	f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, false, s.createErr(p, err)
+	}
+	if errors.Is(statErr, os.ErrNotExist) {
+		if err := syncDir(s.dir); err != nil {
+			f.Close()
+			return nil, false, err
+		}
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("idem: state file lock %s: %w", p, err)
+	}
+	return f, true, nil
+}
+
+// attemptMarkLen is the size of the attempt number a job's lock file keeps:
+// 20 digits and a newline.
+const attemptMarkLen = 21
+
+// lastClaimed reads the last attempt number claimed for the job whose lock
+// file f is (held): 0 for a lock file that has none (a new one, or one an
+// older idem left empty).
+func lastClaimed(f *os.File) (int64, error) {
+	var b [attemptMarkLen]byte
+	n, err := f.ReadAt(b[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, err
+	}
+	v, perr := strconv.ParseInt(strings.TrimSpace(string(b[:n])), 10, 64)
+	if perr != nil || v < 0 {
+		return 0, nil
+	}
+	return v, nil
+}
+
+// markClaimed records attempt as the last claimed in the held lock file f.
+// It is not synced: it survives the death of the process (what reuses an
+// attempt number without it), not a power loss.
+func markClaimed(f *os.File, attempt int64) error {
+	_, err := f.WriteAt([]byte(fmt.Sprintf("%20d\n", attempt)), 0)
+	return err
+}
+
+// lockFile takes the file-wide lock (a flock on path + ".lock") that
+// serializes every read-modify-write of the state file between processes;
+// s.mu does it between goroutines and must be held first. Every write
+// re-reads the file under it: the file holds all jobs, and a write based on
+// a stale read would undo another job's change.
+func (s *StateFile) lockFile() (unlock func(), err error) {
+	p := s.path + ".lock"
+	_, statErr := os.Stat(p)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, s.createErr(p, err)
+	}
+	if errors.Is(statErr, os.ErrNotExist) {
+		if err := syncDir(s.dir); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// readLocked takes the file-wide lock and reads the file under it; the
+// caller writes (if at all) and then calls unlock.
+func (s *StateFile) readLocked() (doc *stateDoc, unlock func(), err error) {
+	if unlock, err = s.lockFile(); err != nil {
+		return nil, nil, err
+	}
+	if doc, err = s.read(); err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return doc, unlock, nil
+}

@@ -1,0 +1,49 @@
+package idem_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+)
+
+// opaqueTx is a TxStore whose FinishTx reports every error as a text of
+// its own, keeping nothing of the error it got (no %w): the engine cannot
+// find fn's error in it.
+type opaqueTx struct {
+	idemstore.Store
+	l *idem.Ledger
+}
+
+func (s opaqueTx) FinishTx(ctx context.Context, key idem.Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) error) error {
+	if err := s.l.FinishTx(ctx, key, attempt, now, cursor, fn); err != nil {
+		return fmt.Errorf("opaque store: %v", err)
+	}
+	return nil
+}
+
+// TestRunTxFnFailureKnownToEngine: RunTxWith knows that fn failed (here
+// with a Permanent error) whatever the store makes of fn's error, as
+// idemstore.TxStore.FinishTx allows: the key is parked at once with fn's
+// own error, which Run's error wraps.
+func TestRunTxFnFailureKnownToEngine(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	ctx := context.Background()
+	bad := errors.New("bad input")
+	calls := 0
+	err := idem.RunTxWith(ctx, opaqueTx{l, l}, key, func(context.Context, *sql.Tx) error {
+		calls++
+		return idem.Permanent(bad)
+	})
+	if !errors.Is(err, idem.ErrGaveUp) || !errors.Is(err, bad) || calls != 1 {
+		t.Fatalf("RunTxWith: %v after %d calls; want ErrGaveUp wrapping fn's error after 1 call", err, calls)
+	}
+	if rec := mustLookup(t, l, key); rec.Status != idem.StatusParked || rec.LastError != bad.Error() {
+		t.Fatalf("record %+v, want parked with fn's error", rec)
+	}
+}
