@@ -18,8 +18,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/google/renameio/v2"
 )
 
 // StateFileVersion is the version of the state file format that this
@@ -57,6 +55,19 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 // kernel when its process dies; every read-modify-write of the file also
 // holds a file-wide flock (path + ".lock"). It works between processes of ONE host,
 // not across hosts (network filesystems do not honour flock reliably).
+//
+// On Windows the locks are LockFileEx's (an exclusive lock on all of the
+// lock file), which the system releases when their process ends, though
+// not always at once. A write there is a temp file in the same directory,
+// FlushFileBuffers, then MoveFileEx with MOVEFILE_REPLACE_EXISTING and
+// MOVEFILE_WRITE_THROUGH, which returns once the replace is on disk.
+// Windows has no directory fsync: the directory entry of a new lock file is
+// as durable as NTFS's journal makes it, no more. Windows refuses to
+// replace a file that another process has open: the replace is retried
+// while a store in another process reads the file (which takes it for one
+// read), for up to 2 s; a file held open longer than that (by a program
+// other than idem) fails the write, and the store refuses every later one,
+// as after a failed fsync.
 //
 // The lock never expires while its holder lives: a stalled holder is never
 // taken over, and every other Run of the job finds it in progress
@@ -333,52 +344,6 @@ func (s *StateFile) read() (*stateDoc, error) {
 	return decodeState(s.path, b)
 }
 
-// write replaces the file atomically and durably. key names the run for
-// crash points.
-func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
-	if s.broken != nil {
-		return s.broken
-	}
-	b, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	t, err := renameio.NewPendingFile(s.path, renameio.WithTempDir(s.dir), renameio.WithPermissions(0o644))
-	if err != nil {
-		return s.createErr(s.path, err)
-	}
-	crashed := false
-	defer func() {
-		if !crashed { // a crash leaves its temp file behind, as a real one would
-			t.Cleanup()
-		}
-	}()
-	if _, err := t.Write(b); err != nil {
-		return fmt.Errorf("idem: state file %s: %w", s.path, err)
-	}
-	if err := Checkpoint(ctx, MidWrite, key); err != nil {
-		crashed = true
-		return err
-	}
-	// fsync the temp file, then rename it over the state file. A failure
-	// here may be a failed fsync, after which the kernel's view of the data
-	// is unknown: it is fatal, never retried.
-	if err := t.CloseAtomicallyReplace(); err != nil {
-		s.broken = &fatalError{fmt.Errorf("idem: state file %s: fsync or rename failed, refusing further writes: %w", s.path, err)}
-		return s.broken
-	}
-	if err := Checkpoint(ctx, AfterRename, key); err != nil {
-		crashed = true
-		return err
-	}
-	if err := syncDir(s.dir); err != nil {
-		s.broken = &fatalError{fmt.Errorf("idem: state file %s: directory fsync failed, refusing further writes: %w", s.path, err)}
-		return s.broken
-	}
-	return nil
-}
-
 // createErr reports a file (the state file's temp file, or a lock file at
 // p) that could not be created, saying so plainly when the directory cannot
 // be written.
@@ -397,31 +362,6 @@ func (s *StateFile) createErr(p string, err error) error {
 func (s *StateFile) lockPath(job string) string {
 	h := sha256.Sum256([]byte(job))
 	return s.path + "." + hex.EncodeToString(h[:6]) + ".lock"
-}
-
-// tryLock takes job's lock without waiting; ok is false if another holder
-// (process or goroutine) has it.
-func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
-	p := s.lockPath(job)
-	_, statErr := os.Stat(p)
-	f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, false, s.createErr(p, err)
-	}
-	if errors.Is(statErr, os.ErrNotExist) {
-		if err := syncDir(s.dir); err != nil {
-			f.Close()
-			return nil, false, err
-		}
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, false, nil
-		}
-		return nil, false, fmt.Errorf("idem: state file lock %s: %w", p, err)
-	}
-	return f, true, nil
 }
 
 // attemptMarkLen is the size of the attempt number a job's lock file keeps:
@@ -450,37 +390,6 @@ func lastClaimed(f *os.File) (int64, error) {
 func markClaimed(f *os.File, attempt int64) error {
 	_, err := f.WriteAt([]byte(fmt.Sprintf("%20d\n", attempt)), 0)
 	return err
-}
-
-// lockFile takes the file-wide lock (a flock on path + ".lock") that
-// serializes every read-modify-write of the state file between processes;
-// s.mu does it between goroutines and must be held first. Every write
-// re-reads the file under it: the file holds all jobs, and a write based on
-// a stale read would undo another job's change.
-func (s *StateFile) lockFile() (unlock func(), err error) {
-	p := s.path + ".lock"
-	_, statErr := os.Stat(p)
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, s.createErr(p, err)
-	}
-	if errors.Is(statErr, os.ErrNotExist) {
-		if err := syncDir(s.dir); err != nil {
-			f.Close()
-			return nil, err
-		}
-	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
-	}
-	return func() { f.Close() }, nil
 }
 
 // readLocked takes the file-wide lock and reads the file under it; the
