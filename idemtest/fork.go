@@ -116,8 +116,7 @@ func (c *Child) Wait() Exit {
 	return e
 }
 
-// Kill SIGKILLs the child (on Windows: see [Kill]). It does nothing once
-// the child was waited for.
+// Kill SIGKILLs the child (on Windows: see [Kill]).
 func (c *Child) Kill() { _ = proc.Kill(c.cmd.Process) }
 
 // Fork is Start followed by Wait.
