@@ -72,9 +72,7 @@ func (a fileState) same(b fileState) bool { return a.mode == b.mode && bytes.Equ
 func TestStateFileRefusesNonRegular(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.json")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, fifo)
 	// Opening the FIFO for writing frees a reader stuck on it.
 	unblock := func() {
 		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
@@ -125,9 +123,7 @@ func TestStateFileRefusesNonRegular(t *testing.T) {
 	if err := os.Remove(s.Path()); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(s.Path(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, s.Path())
 	fifo = s.Path()
 	ran := false
 	err = within(t, "Run on a state file replaced by a FIFO", 10*time.Second, unblock, func() error {
@@ -146,9 +142,7 @@ func TestStateFileRefusesNonRegular(t *testing.T) {
 func TestOpenLedgerRefusesNonRegular(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.db")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, fifo)
 	unblock := func() {
 		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
 			f.Close()

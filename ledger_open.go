@@ -267,7 +267,7 @@ func unwritable(path string) string {
 		return fmt.Sprintf("%s; SQLite must create %s-wal and %s-shm in it", msg, base, base)
 	}
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {
-		if err := syscall.Access(p, wOK); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := checkWritable(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Sprintf("%s is read-only or not writable by this process (%v)", p, err)
 		}
 	}
@@ -281,7 +281,7 @@ const wOK = 2
 // read-only mount, permissions, an immutable directory: access(2) sees
 // them all, for root too), or "" if it can.
 func unwritableDir(dir string) string {
-	if err := syscall.Access(dir, wOK); err != nil {
+	if err := checkWritable(dir); err != nil {
 		return fmt.Sprintf("the directory %s is read-only or not writable by this process (%v)", dir, err)
 	}
 	return ""

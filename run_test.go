@@ -430,29 +430,6 @@ func TestFinishRetriedAfterTransientError(t *testing.T) {
 	})
 }
 
-// limitFileSize makes every write of this process past n bytes of a file
-// fail with EFBIG ("file too large"), as a full disk fails it, until the
-// returned function is called (or the test ends).
-func limitFileSize(t *testing.T, n uint64) (restore func()) {
-	t.Helper()
-	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
-		t.Fatal(err)
-	}
-	lim := old
-	lim.Cur = n
-	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
-		t.Fatalf("setrlimit RLIMIT_FSIZE: %v", err)
-	}
-	restore = sync.OnceFunc(func() {
-		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
-			panic(err)
-		}
-	})
-	t.Cleanup(restore)
-	return restore
-}
-
 // TestStateFileFinishWriteFails: the state file's write of an attempt's end
 // fails as on a full disk (the temp file's write returns EFBIG). Once: the
 // state file keeps the job's lock, Run writes the end again, and the key is
@@ -460,6 +437,7 @@ func limitFileSize(t *testing.T, n uint64) (restore func()) {
 // ErrLeaseLost), and the job's lock is released, so the next Run in this
 // process is not in progress.
 func TestStateFileFinishWriteFails(t *testing.T) {
+	needFileSizeLimit(t)
 	ctx := context.Background()
 	t.Run("once", func(t *testing.T) {
 		s := openState(t, t.TempDir())

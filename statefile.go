@@ -40,6 +40,19 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 // holds a file-wide flock (path + ".lock"). It works between processes of ONE host,
 // not across hosts (network filesystems do not honour flock reliably).
 //
+// On Windows the locks are LockFileEx's (an exclusive lock on all of the
+// lock file), which the system releases when their process ends, though
+// not always at once. A write there is a temp file in the same directory,
+// FlushFileBuffers, then MoveFileEx with MOVEFILE_REPLACE_EXISTING and
+// MOVEFILE_WRITE_THROUGH, which returns once the replace is on disk.
+// Windows has no directory fsync: the directory entry of a new lock file is
+// as durable as NTFS's journal makes it, no more. Windows refuses to
+// replace a file that another process has open: the replace is retried
+// while a store in another process reads the file (which takes it for one
+// read), for up to 2 s; a file held open longer than that (by a program
+// other than idem) fails the write, and the store refuses every later one,
+// as after a failed fsync.
+//
 // The lock never expires while its holder lives: a stalled holder is never
 // taken over, and every other Run of the job finds it in progress
 // ([ErrInProgress]) until the attempt ends or its process dies (the kernel

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/renameio/v2"
 	"github.com/idemgo/idem/idemstore"
 )
 
@@ -127,52 +126,6 @@ func (s *StateFile) read() (*stateDoc, error) {
 		return nil, err
 	}
 	return decodeState(s.path, b)
-}
-
-// write replaces the file atomically and durably. key names the run for
-// crash points.
-func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
-	if s.broken != nil {
-		return s.broken
-	}
-	b, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	t, err := renameio.NewPendingFile(s.path, renameio.WithTempDir(s.dir), renameio.WithPermissions(0o644))
-	if err != nil {
-		return s.createErr(s.path, err)
-	}
-	crashed := false
-	defer func() {
-		if !crashed { // a crash leaves its temp file behind, as a real one would
-			t.Cleanup()
-		}
-	}()
-	if _, err := t.Write(b); err != nil {
-		return fmt.Errorf("idem: state file %s: %w", s.path, err)
-	}
-	if err := idemstore.Checkpoint(ctx, idemstore.MidWrite, key); err != nil {
-		crashed = true
-		return err
-	}
-	// fsync the temp file, then rename it over the state file. A failure
-	// here may be a failed fsync, after which the kernel's view of the data
-	// is unknown: it is fatal, never retried.
-	if err := t.CloseAtomicallyReplace(); err != nil {
-		s.broken = idemstore.Fatal(fmt.Errorf("idem: state file %s: fsync or rename failed, refusing further writes: %w", s.path, err))
-		return s.broken
-	}
-	if err := idemstore.Checkpoint(ctx, idemstore.AfterRename, key); err != nil {
-		crashed = true
-		return err
-	}
-	if err := syncDir(s.dir); err != nil {
-		s.broken = idemstore.Fatal(fmt.Errorf("idem: state file %s: directory fsync failed, refusing further writes: %w", s.path, err))
-		return s.broken
-	}
-	return nil
 }
 
 // createErr reports a file (the state file's temp file, or a lock file at

@@ -9,8 +9,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 )
+
+// The state file's locks are whole-file exclusive locks on sidecar files
+// (see [StateFile]): flock(2) on Unix (statefile_lock_unix.go), LockFileEx
+// on Windows (statefile_lock_windows.go). Either way the lock belongs to the
+// open file, so two opens of one lock file exclude each other even within
+// one process, and the operating system releases it when the file is closed
+// or its process dies.
 
 // lockPath is the sidecar lock file of job.
 func (s *StateFile) lockPath(job string) string {
@@ -33,9 +39,9 @@ func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
 			return nil, false, err
 		}
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if ok, err := tryLockExclusive(f); !ok || err != nil {
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if err == nil {
 			return nil, false, nil
 		}
 		return nil, false, fmt.Errorf("idem: state file lock %s: %w", p, err)
@@ -71,11 +77,11 @@ func markClaimed(f *os.File, attempt int64) error {
 	return err
 }
 
-// lockFile takes the file-wide lock (a flock on path + ".lock") that
-// serializes every read-modify-write of the state file between processes;
-// s.mu does it between goroutines and must be held first. Every write
-// re-reads the file under it: the file holds all jobs, and a write based on
-// a stale read would undo another job's change.
+// lockFile takes the file-wide lock (an exclusive lock on path + ".lock")
+// that serializes every read-modify-write of the state file between
+// processes; s.mu does it between goroutines and must be held first. Every
+// write re-reads the file under it: the file holds all jobs, and a write
+// based on a stale read would undo another job's change.
 func (s *StateFile) lockFile() (unlock func(), err error) {
 	p := s.path + ".lock"
 	_, statErr := os.Stat(p)
@@ -89,13 +95,7 @@ func (s *StateFile) lockFile() (unlock func(), err error) {
 			return nil, err
 		}
 	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
+	if err := lockExclusive(f); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
 	}

@@ -8,12 +8,11 @@ package idemtest
 import (
 	"context"
 	"errors"
-	"os"
 	"sync"
-	"syscall"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/proc"
 )
 
 // Point is a crash point of the Run protocol (package idemstore's): where
@@ -56,9 +55,11 @@ func KillAt(ctx context.Context, p Point) context.Context {
 }
 
 // Kill SIGKILLs this process: no deferred function runs, no buffer is
-// flushed, no lock is released other than by the kernel.
+// flushed, no lock is released other than by the kernel. Windows has no
+// signals: there it ends the process with TerminateProcess and exit code
+// 137, which [Child.Wait] reports as Killed.
 func Kill() {
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	proc.KillSelf()
 	select {} // the signal is on its way
 }
 

@@ -8,9 +8,9 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 
+	"github.com/idemgo/idem/internal/proc"
 	"github.com/idemgo/idem/internal/testwait"
 )
 
@@ -21,12 +21,13 @@ const (
 
 // Exit is how a child process ended.
 type Exit struct {
-	Killed bool   // it died of SIGKILL (sent by the test, or by itself)
+	Killed bool   // it died of SIGKILL (sent by the test, or by itself; on Windows: see [Kill])
 	Code   int    // its exit code, when it exited
 	Output string // its stdout and stderr
 	// Stuck: it was still running when [Child.Wait] gave up on it; Wait sent
 	// it SIGQUIT (its goroutines are at the end of Output), then SIGKILL if
-	// need be, and marked the test failed. Killed is false then.
+	// need be, and marked the test failed. Killed is false then. (Windows
+	// has no SIGQUIT: there the goroutines are missing.)
 	Stuck bool
 }
 
@@ -49,6 +50,11 @@ func IsChild(t testing.TB) bool { return os.Getenv(envChild) == t.Name() }
 //
 // In the parent, Start returns the running child; in the child it does not
 // return.
+//
+// On Linux the child dies with the parent: the kernel SIGKILLs it when the
+// test binary ends, even if it is killed or times out. Elsewhere the child
+// is killed when the test ends (t.Cleanup), and a test binary that is
+// killed, or times out, may leave it running.
 func Start(t testing.TB, arg string, child func(arg string)) *Child {
 	t.Helper()
 	if IsChild(t) {
@@ -64,10 +70,14 @@ func Start(t testing.TB, arg string, child func(arg string)) *Child {
 	c.cmd.Stdout = &c.out
 	c.cmd.Stderr = &c.out
 	// The child dies with this process: a test binary that times out or is
-	// killed must not leave workers running.
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// killed must not leave workers running. Only Linux can do that; elsewhere
+	// the child is killed when the test ends.
+	dies := proc.DieWithParent(c.cmd)
 	if err := c.cmd.Start(); err != nil {
 		t.Fatalf("idemtest: start child: %v", err)
+	}
+	if !dies {
+		t.Cleanup(c.Kill)
 	}
 	return c
 }
@@ -94,7 +104,7 @@ func (c *Child) Wait() Exit {
 	e := Exit{Output: c.out.String()}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+		if proc.Killed(ee.ProcessState) {
 			e.Killed = true
 			return e
 		}
@@ -106,8 +116,8 @@ func (c *Child) Wait() Exit {
 	return e
 }
 
-// Kill SIGKILLs the child.
-func (c *Child) Kill() { _ = c.cmd.Process.Kill() }
+// Kill SIGKILLs the child (on Windows: see [Kill]).
+func (c *Child) Kill() { _ = proc.Kill(c.cmd.Process) }
 
 // Fork is Start followed by Wait.
 func Fork(t testing.TB, arg string, child func(arg string)) Exit {

@@ -1,3 +1,8 @@
+//go:build unix
+
+// The CLI's end-to-end tests run commands through sh, and kill process
+// groups: they need a Unix system.
+
 package main
 
 import (

@@ -34,10 +34,11 @@ const (
 )
 
 // exitError makes the process exit with code, after printing err (if any)
-// on stderr.
+// and then hint (if any) on stderr.
 type exitError struct {
 	code int
 	err  error
+	hint string // a line of advice printed after err
 }
 
 func (e *exitError) Error() string {
@@ -75,6 +76,9 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &ee) {
 		if ee.err != nil {
 			fmt.Fprintln(stderr, prefixed(ee.err))
+		}
+		if ee.hint != "" {
+			fmt.Fprintln(stderr, ee.hint)
 		}
 		return ee.code
 	}
@@ -123,7 +127,7 @@ prune, doctor.`,
 	root.PersistentFlags().String("postgres-schema", "idem", "with --postgres: the schema that holds the ledger's tables (ledgers in different schemas are independent)")
 	root.MarkFlagsMutuallyExclusive("ledger", "postgres")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageError(fmt.Errorf("%w\nRun '%s --help' for usage.", err, c.CommandPath()))
+		return &exitError{code: exitUsage, err: err, hint: fmt.Sprintf("Run '%s --help' for usage.", c.CommandPath())}
 	})
 	root.AddCommand(newRunCmd(), newLsCmd(), newShowCmd(), newResolveCmd(), newResetCmd(), newPruneCmd(), newDoctorCmd())
 	return root

@@ -8,6 +8,10 @@
 // upserts it by business date in the same transaction as idem's done mark
 // (Ledger.RunTx): a second trigger does nothing, and a run killed before its
 // commit leaves nothing behind, so the next trigger settles the day once.
+//
+// The kill is a SIGKILL, which Windows does not have: there the child ends
+// with exit status 1, and the demo stops at that step (it cannot tell the
+// kill from a failure).
 package main
 
 import (
@@ -190,7 +194,8 @@ func child(dir string) {
 			return err
 		}
 		fmt.Printf("        (child: settled %s inside the transaction; now killed before commit)\n", day)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		self, _ := os.FindProcess(os.Getpid())
+		_ = self.Kill() // SIGKILL
 		select {}
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/proc"
 )
 
 // Config is one torture run, as the flags give it.
@@ -302,8 +303,9 @@ func (r *runner) start(sl *slot) error {
 	cmd := exec.Command(r.exe)
 	cmd.Env = append(os.Environ(), workerEnv+"="+string(b))
 	cmd.Stdout, cmd.Stderr = r.log, stderr
-	// Workers die with the torture process: a stopped run leaves none behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Workers die with the torture process: a stopped run leaves none behind
+	// (on Linux only; elsewhere a killed torture process leaves them running).
+	proc.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		sl.cmd = nil
 		return fmt.Errorf("start worker %s: %w", sl.name(), err)
@@ -352,7 +354,7 @@ func (r *runner) killPhase(start time.Time) (kills int, why string) {
 		if time.Now().After(end) {
 			continue
 		}
-		_ = sl.cmd.Process.Signal(syscall.SIGKILL)
+		_ = proc.Kill(sl.cmd.Process)
 		if !r.wait(sl, reapLimit) {
 			r.errs = append(r.errs, fmt.Sprintf("worker %s (pid %d) still there %s after SIGKILL", sl.name(), sl.cmd.Process.Pid, reapLimit))
 			return kills, "a killed worker did not die"
@@ -370,8 +372,7 @@ func (r *runner) killPhase(start time.Time) (kills int, why string) {
 }
 
 func killed(cmd *exec.Cmd) bool {
-	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+	return proc.Killed(cmd.ProcessState)
 }
 
 // reap looks at an exited worker that was not killed by the parent: exit 0
