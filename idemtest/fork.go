@@ -49,6 +49,10 @@ func IsChild(t testing.TB) bool { return os.Getenv(envChild) == t.Name() }
 //
 // In the parent, Start returns the running child; in the child it does not
 // return.
+//
+// Under the race detector, the child runs with GORACE's atexit_sleep_ms=0
+// (unless GORACE sets it): its exit does not wait the race runtime's default
+// second, which a test forking many children would pay for each.
 func Start(t testing.TB, arg string, child func(arg string)) *Child {
 	t.Helper()
 	if IsChild(t) {
@@ -61,6 +65,9 @@ func Start(t testing.TB, arg string, child func(arg string)) *Child {
 	}
 	c := &Child{t: t, cmd: exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1", "-test.v=false")}
 	c.cmd.Env = append(os.Environ(), envChild+"="+t.Name(), envArg+"="+arg)
+	if gorace := os.Getenv("GORACE"); !strings.Contains(gorace, "atexit_sleep_ms") {
+		c.cmd.Env = append(c.cmd.Env, "GORACE="+strings.TrimSpace(gorace+" atexit_sleep_ms=0"))
+	}
 	c.cmd.Stdout = &c.out
 	c.cmd.Stderr = &c.out
 	// The child dies with this process: a test binary that times out or is

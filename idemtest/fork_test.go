@@ -90,3 +90,24 @@ func TestBlockUntilGivesUp(t *testing.T) {
 		t.Fatalf("BlockUntilContext with a timer pending: %v", err)
 	}
 }
+
+// TestStartChildSkipsRaceExitSleep: a child runs with GORACE's
+// atexit_sleep_ms=0 added to this process's GORACE, unless GORACE already
+// sets atexit_sleep_ms, which it then keeps as it is.
+func TestStartChildSkipsRaceExitSleep(t *testing.T) {
+	for _, c := range []struct{ name, parent, want string }{
+		{"unset", "", "atexit_sleep_ms=0"},
+		{"other options", "halt_on_error=1", "halt_on_error=1 atexit_sleep_ms=0"},
+		{"set by the caller", "atexit_sleep_ms=5 halt_on_error=1", "atexit_sleep_ms=5 halt_on_error=1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !IsChild(t) { // the child must see the environment Start gave it
+				t.Setenv("GORACE", c.parent)
+			}
+			e := Fork(t, "", func(string) { fmt.Printf("GORACE=%q\n", os.Getenv("GORACE")) })
+			if e.Code != 0 || e.Killed || !strings.Contains(e.Output, fmt.Sprintf("GORACE=%q\n", c.want)) {
+				t.Fatalf("child: %+v; want it to print GORACE=%q", e, c.want)
+			}
+		})
+	}
+}
