@@ -424,6 +424,16 @@ func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
 	return f, true, nil
 }
 
+// unlockClose releases the flock held on f and closes f. The explicit unlock
+// matters: a lock goes with the open file description, which a child this
+// process forks at that moment shares until its exec closes the copies of
+// every descriptor (os/exec in another goroutine): closing f alone would
+// leave the lock held that long.
+func unlockClose(f *os.File) {
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	f.Close()
+}
+
 // attemptMarkLen is the size of the attempt number a job's lock file keeps:
 // 20 digits and a newline.
 const attemptMarkLen = 21
@@ -480,7 +490,7 @@ func (s *StateFile) lockFile() (unlock func(), err error) {
 		f.Close()
 		return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
 	}
-	return func() { f.Close() }, nil
+	return func() { unlockClose(f) }, nil
 }
 
 // readLocked takes the file-wide lock and reads the file under it; the
@@ -581,7 +591,7 @@ func (s *StateFile) Claim(ctx context.Context, req ClaimRequest) (Claim, error) 
 	keep := false
 	defer func() {
 		if !keep {
-			f.Close()
+			unlockClose(f)
 		}
 	}()
 	// Under the locks, read again: the last holder may have just finished.
@@ -699,7 +709,7 @@ func (h *heldLock) owner() string { return processOwner() }
 
 func (s *StateFile) release(job string) {
 	if h := s.held[job]; h != nil {
-		h.f.Close()
+		unlockClose(h.f)
 		delete(s.held, job)
 	}
 }
@@ -736,7 +746,7 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 	if !ok {
 		return fmt.Errorf("%w: %s: an attempt holds the job's lock", ErrNotResolvable, key)
 	}
-	defer f.Close()
+	defer unlockClose(f)
 	doc, unlock, err := s.readLocked()
 	if err != nil {
 		return err
@@ -811,7 +821,7 @@ func (s *StateFile) Start(ctx context.Context, job, before string) (JobState, er
 		return JobState{}, fmt.Errorf("%w: %s: job %q: an attempt holds the job's lock; its catch-up can start once it ends",
 			ErrInProgress, s.path, job)
 	}
-	defer f.Close()
+	defer unlockClose(f)
 	doc, unlock, err := s.readLocked()
 	if err != nil {
 		return JobState{}, err
