@@ -30,16 +30,20 @@ var stateFileHarness = idemtest.Harness{
 	Watermark: true,
 }
 
-func TestLedgerConformance(t *testing.T) { idemtest.TestStore(t, ledgerHarness) }
+func TestLedgerConformance(t *testing.T) { t.Parallel(); idemtest.TestStore(t, ledgerHarness) }
 
-func TestStateFileConformance(t *testing.T) { idemtest.TestStore(t, stateFileHarness) }
+func TestStateFileConformance(t *testing.T) { t.Parallel(); idemtest.TestStore(t, stateFileHarness) }
 
 // TestLedgerModel and TestStateFileModel compare the stores with the
 // reference model of idemtest.TestModel after every operation of random
 // sequences; a long run: IDEM_MODEL_OPS=100000 (and IDEM_MODEL_SEED to
 // reproduce).
-func TestLedgerModel(t *testing.T) { idemtest.TestModel(t, ledgerHarness, idemtest.ModelOptions{}) }
+func TestLedgerModel(t *testing.T) {
+	t.Parallel()
+	idemtest.TestModel(t, ledgerHarness, idemtest.ModelOptions{Parallel: true})
+}
 
 func TestStateFileModel(t *testing.T) {
-	idemtest.TestModel(t, stateFileHarness, idemtest.ModelOptions{})
+	t.Parallel()
+	idemtest.TestModel(t, stateFileHarness, idemtest.ModelOptions{Parallel: true})
 }
