@@ -13,6 +13,7 @@ import (
 // and no after-rename point; EveryCrashPoint skips those subtests, saying
 // so, instead of passing them untested, and runs the others to the end.
 func TestEveryCrashPointSkipsUnreachedPoints(t *testing.T) {
+	t.Parallel()
 	key := idem.Key{Job: "daily_report", Period: "2026-10-27"}
 	subtests := map[idem.Point]*testing.T{}
 	recovered := map[idem.Point]bool{}

@@ -38,6 +38,7 @@ func hangInChild() {
 // sends it SIGQUIT, and reports (Exit.Stuck, a test error) with the child's
 // goroutines, instead of waiting without end.
 func TestWaitQuitsStuckChild(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	nt := &nearDeadline{T: t}
 	c := Start(nt, dir, func(dir string) {

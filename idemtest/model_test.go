@@ -33,6 +33,7 @@ func (s wrongAttempt) Lookup(ctx context.Context, k idem.Key) (idem.Record, bool
 // seed order. The model runs in a child process, whose test fails; this
 // test reads its output.
 func TestModelParallel(t *testing.T) {
+	t.Parallel()
 	const sequences = 4
 	if idemtest.IsChild(t) {
 		atOnce := min(sequences, runtime.GOMAXPROCS(0)) // the child's -parallel
