@@ -40,10 +40,21 @@ func TestStateFileConformance(t *testing.T) { t.Parallel(); idemtest.TestStore(t
 // reproduce).
 func TestLedgerModel(t *testing.T) {
 	t.Parallel()
-	idemtest.TestModel(t, ledgerHarness, idemtest.ModelOptions{Parallel: true})
+	idemtest.TestModel(t, ledgerHarness, modelOptions)
 }
 
 func TestStateFileModel(t *testing.T) {
 	t.Parallel()
-	idemtest.TestModel(t, stateFileHarness, idemtest.ModelOptions{Parallel: true})
+	idemtest.TestModel(t, stateFileHarness, modelOptions)
 }
+
+// modelOptions sizes the model tests: 2000 operations in sequences of 500
+// (TestModel's default), or under the race detector, which makes them some
+// eight times slower (SQLite is instrumented too), 500 in sequences of 250;
+// scripts/test.sh runs them at full size in its pass without it.
+var modelOptions = func() idemtest.ModelOptions {
+	if raceEnabled {
+		return idemtest.ModelOptions{Ops: 500, Len: 250, Parallel: true}
+	}
+	return idemtest.ModelOptions{Parallel: true}
+}()
