@@ -101,7 +101,9 @@ func TestConcurrentProcesses(t *testing.T) {
 		t.Run(fmt.Sprintf("keys=%d", nkeys), func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			openLedger(t, dir) // create the schema once, as a deployment would
+			if !idemtest.IsChild(t) { // (a child gets the directory as its arg)
+				openLedger(t, dir) // create the schema once, as a deployment would
+			}
 			children := make([]*idemtest.Child, 8)
 			for i := range children {
 				children[i] = idemtest.Start(t, dir, func(dir string) {
