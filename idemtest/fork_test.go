@@ -2,6 +2,7 @@ package idemtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -110,5 +111,27 @@ func TestStartChildSkipsRaceExitSleep(t *testing.T) {
 				t.Fatalf("child: %+v; want it to print GORACE=%q", e, c.want)
 			}
 		})
+	}
+}
+
+// TestStartChildTempDirRemoved: what a child creates with t.TempDir (it
+// runs the test up to Start, and never removes it) is removed with the
+// parent test's temporary directories.
+func TestStartChildTempDirRemoved(t *testing.T) {
+	t.Parallel()
+	var childDir string
+	t.Run("fork", func(t *testing.T) {
+		dir := t.TempDir() // in the child too: a directory of its own
+		e := Fork(t, "", func(string) { fmt.Print(dir) })
+		childDir = e.Output
+		if e.Code != 0 || !filepath.IsAbs(childDir) || childDir == dir {
+			t.Fatalf("child: %+v; want it to print a temporary directory of its own", e)
+		}
+		if _, err := os.Stat(childDir); err != nil {
+			t.Fatalf("the child's temporary directory: %v", err)
+		}
+	})
+	if _, err := os.Stat(childDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the child's temporary directory %s is still there after its test ended (%v)", childDir, err)
 	}
 }
