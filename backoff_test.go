@@ -9,6 +9,7 @@ import (
 )
 
 func TestExponentialCapAndMax(t *testing.T) {
+	t.Parallel()
 	b := WithMaxAttempts(5, WithCap(10*time.Second, Exponential(time.Second)))
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 	for i, w := range want {
@@ -30,6 +31,7 @@ func TestExponentialCapAndMax(t *testing.T) {
 }
 
 func TestFullJitterBounds(t *testing.T) {
+	t.Parallel()
 	b := WithFullJitter(WithCap(time.Minute, Exponential(time.Second)))
 	for n := 1; n <= 10; n++ {
 		bound := min(time.Minute, time.Second<<(n-1))
@@ -68,6 +70,7 @@ func TestFullJitterInjectable(t *testing.T) {
 }
 
 func TestEqualJitterBounds(t *testing.T) {
+	t.Parallel()
 	b := WithEqualJitter(WithCap(time.Minute, Exponential(time.Second)))
 	for n := 1; n <= 10; n++ {
 		bound := min(time.Minute, time.Second<<(n-1))
@@ -129,9 +132,11 @@ func TestDefaultBackoffParksAfterHalfAnHour(t *testing.T) {
 }
 
 func TestRetry(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	boom := errors.New("boom")
 	t.Run("succeeds", func(t *testing.T) {
+		t.Parallel()
 		calls := 0
 		err := Retry(ctx, Constant(time.Millisecond), func(context.Context) error {
 			if calls++; calls < 3 {
@@ -144,6 +149,7 @@ func TestRetry(t *testing.T) {
 		}
 	})
 	t.Run("gives up", func(t *testing.T) {
+		t.Parallel()
 		calls := 0
 		err := Retry(ctx, WithMaxAttempts(4, Constant(0)), func(context.Context) error { calls++; return boom })
 		if !errors.Is(err, ErrGaveUp) || !errors.Is(err, boom) || calls != 4 {
@@ -151,6 +157,7 @@ func TestRetry(t *testing.T) {
 		}
 	})
 	t.Run("permanent", func(t *testing.T) {
+		t.Parallel()
 		calls := 0
 		err := Retry(ctx, Constant(0), func(context.Context) error { calls++; return Permanent(boom) })
 		if !errors.Is(err, boom) || errors.Is(err, ErrGaveUp) || calls != 1 {
@@ -158,6 +165,7 @@ func TestRetry(t *testing.T) {
 		}
 	})
 	t.Run("context cancelled during sleep", func(t *testing.T) {
+		t.Parallel()
 		ctx, cancel := context.WithCancel(ctx)
 		calls := 0
 		err := Retry(ctx, Constant(time.Hour), func(context.Context) error { calls++; cancel(); return boom })

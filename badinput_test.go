@@ -70,6 +70,7 @@ func (a fileState) same(b fileState) bool { return a.mode == b.mode && bytes.Equ
 // and without touching it. A FIFO put in the file's place after the open is
 // refused by the next read, again without blocking.
 func TestStateFileRefusesNonRegular(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.json")
 	mkfifo(t, fifo)
@@ -140,6 +141,7 @@ func TestStateFileRefusesNonRegular(t *testing.T) {
 // TestOpenLedgerRefusesNonRegular: OpenLedger on a FIFO, a socket or a
 // device refuses at once, naming the path and what it is, and leaves it be.
 func TestOpenLedgerRefusesNonRegular(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.db")
 	mkfifo(t, fifo)
@@ -183,6 +185,7 @@ func TestOpenLedgerRefusesNonRegular(t *testing.T) {
 // followed: the link stays a link, the target gets every update, and the
 // lock is the target's, shared with a store opened on the target itself.
 func TestStateFileFollowsSymlink(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	linkDir, targetDir := t.TempDir(), t.TempDir()
 	target := filepath.Join(targetDir, "real.json")
@@ -276,6 +279,7 @@ func TestStateFileFollowsSymlink(t *testing.T) {
 // TestStateFileDanglingSymlink: a link whose target does not exist is
 // refused with both names, and nothing is created.
 func TestStateFileDanglingSymlink(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	link, target := filepath.Join(dir, "state.json"), filepath.Join(dir, "gone", "real.json")
 	if err := os.Symlink(target, link); err != nil {
@@ -360,6 +364,7 @@ func appDB(t *testing.T, path string, stmts ...string) {
 // -wal or -shm file. So does a database whose idem_runs is the
 // application's own table, through OpenLedger and NewLedger alike.
 func TestOpenLedgerRefusesForeignDatabase(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, c := range []struct {
 		name  string
@@ -374,6 +379,7 @@ func TestOpenLedgerRefusesForeignDatabase(t *testing.T) {
 			"its table idem_runs is not idem's: it has the columns (id, name) and lacks (job, period,"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			path := filepath.Join(dir, "app.db")
 			appDB(t, path, c.stmts...)
@@ -390,6 +396,7 @@ func TestOpenLedgerRefusesForeignDatabase(t *testing.T) {
 	}
 
 	t.Run("NewLedger, app's own idem_runs", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		path := filepath.Join(dir, "app.db")
 		appDB(t, path, `CREATE TABLE users(id INTEGER)`, `CREATE TABLE idem_runs(run_id INTEGER PRIMARY KEY, job TEXT, started TEXT)`)
@@ -410,6 +417,7 @@ func TestOpenLedgerRefusesForeignDatabase(t *testing.T) {
 	// to is an idem ledger (it has idem_meta), which OpenLedger (and so the
 	// idem command) opens.
 	t.Run("shared on purpose", func(t *testing.T) {
+		t.Parallel()
 		path := filepath.Join(t.TempDir(), "app.db")
 		appDB(t, path, `CREATE TABLE users(id INTEGER)`)
 		db, err := sql.Open("sqlite", path)
@@ -427,6 +435,7 @@ func TestOpenLedgerRefusesForeignDatabase(t *testing.T) {
 		l.Close()
 	})
 	t.Run("empty SQLite database", func(t *testing.T) {
+		t.Parallel()
 		path := filepath.Join(t.TempDir(), "new.db")
 		appDB(t, path, `CREATE TABLE x(a)`, `DROP TABLE x`)
 		l, err := idem.OpenLedger(path)
@@ -442,11 +451,13 @@ func TestOpenLedgerRefusesForeignDatabase(t *testing.T) {
 // every new connection, and no new, empty ledger is created in its place.
 // A file put in its place is not used either.
 func TestLedgerDeletedWhileOpen(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ok := func(context.Context) error { return nil }
 	for _, replace := range []bool{false, true} {
 		name := map[bool]string{false: "deleted", true: "replaced"}[replace]
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			l := openLedger(t, dir)
 			path := l.Path()
@@ -538,11 +549,13 @@ func readOnlyFile(t *testing.T, path string) {
 // not as SQLite's "unable to open database file (14)", and nothing in the
 // directory changes.
 func TestReadOnlyDirectory(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ok := func(context.Context) error { return nil }
 	const want = "is read-only or not writable by this process"
 	k := idem.Key{Job: "settle", Period: "2026-10-27"}
 	t.Run("new ledger", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		readOnlyDir(t, dir)
 		path := filepath.Join(dir, "ledger.db")
@@ -559,6 +572,7 @@ func TestReadOnlyDirectory(t *testing.T) {
 		}
 	})
 	t.Run("existing ledger", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		l := openLedger(t, dir)
 		if err := l.Run(ctx, k, ok); err != nil {
@@ -580,6 +594,7 @@ func TestReadOnlyDirectory(t *testing.T) {
 		sameDir(t, before, dirState(t, dir))
 	})
 	t.Run("read-only ledger file", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		l := openLedger(t, dir)
 		if err := l.Run(ctx, k, ok); err != nil {
@@ -603,6 +618,7 @@ func TestReadOnlyDirectory(t *testing.T) {
 		}
 	})
 	t.Run("state file", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		s := openState(t, dir)
 		if err := s.Run(ctx, k, ok); err != nil {

@@ -19,6 +19,7 @@ var (
 )
 
 func TestDaily(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		zone, date       string
 		wantLen          time.Duration
@@ -38,6 +39,7 @@ func TestDaily(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.zone+"/"+tt.date, func(t *testing.T) {
+			t.Parallel()
 			loc := mustLoc(t, tt.zone)
 			p := idem.Daily(loc).At(localDay(t, tt.date, loc))
 			if got, want := p.Name, tt.date; got != want {
@@ -63,6 +65,7 @@ func TestDaily(t *testing.T) {
 }
 
 func TestDailyFixedZonesAlways24h(t *testing.T) {
+	t.Parallel()
 	for _, zone := range []string{"Asia/Shanghai", "UTC"} {
 		loc := mustLoc(t, zone)
 		s := idem.Daily(loc)
@@ -82,6 +85,7 @@ func TestDailyFixedZonesAlways24h(t *testing.T) {
 // Some zones change their clocks at midnight, so a date can begin at 01:00,
 // or (Samoa, December 2011) not exist at all.
 func TestDailyMidnightGap(t *testing.T) {
+	t.Parallel()
 	havana := mustLoc(t, "America/Havana")
 	p := idem.Daily(havana).At(localDay(t, "2026-03-08", havana))
 	if got, want := p.Start.Format("2006-01-02 15:04 MST"), "2026-03-08 01:00 CDT"; got != want {
@@ -106,6 +110,7 @@ func TestDailyMidnightGap(t *testing.T) {
 }
 
 func TestHourlyFallBackNewYork(t *testing.T) {
+	t.Parallel()
 	loc := mustLoc(t, "America/New_York")
 	s := idem.Hourly(loc)
 	first := s.At(utc(t, "2026-11-01T05:30:00Z"))  // 01:30 EDT
@@ -140,6 +145,7 @@ func TestHourlyFallBackNewYork(t *testing.T) {
 }
 
 func TestHourlySpringForwardNewYork(t *testing.T) {
+	t.Parallel()
 	loc := mustLoc(t, "America/New_York")
 	s := idem.Hourly(loc)
 	p := s.At(utc(t, "2026-03-08T06:59:59Z"))
@@ -162,6 +168,7 @@ func TestHourlySpringForwardNewYork(t *testing.T) {
 }
 
 func TestHourlyTransitionDays(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		zone, date string
 		wantCount  int
@@ -178,6 +185,7 @@ func TestHourlyTransitionDays(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.zone+"/"+tt.date, func(t *testing.T) {
+			t.Parallel()
 			loc := mustLoc(t, tt.zone)
 			s := idem.Hourly(loc)
 			day := idem.Daily(loc).At(localDay(t, tt.date, loc))
@@ -226,6 +234,7 @@ func TestHourlyTransitionDays(t *testing.T) {
 }
 
 func TestHourlyLordHowe(t *testing.T) {
+	t.Parallel()
 	loc := mustLoc(t, "Australia/Lord_Howe")
 	s := idem.Hourly(loc)
 	tests := []struct {
@@ -258,6 +267,7 @@ func TestHourlyLordHowe(t *testing.T) {
 }
 
 func TestWeekly(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		date, wantName, wantMonday string
 	}{
@@ -291,6 +301,7 @@ func TestWeekly(t *testing.T) {
 }
 
 func TestWeeklyDSTLength(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		zone, date string
 		want       time.Duration
@@ -314,6 +325,7 @@ func TestWeeklyDSTLength(t *testing.T) {
 }
 
 func TestMonthly(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		zone, date, wantName string
 		want                 time.Duration
@@ -342,6 +354,7 @@ func TestMonthly(t *testing.T) {
 }
 
 func TestString(t *testing.T) {
+	t.Parallel()
 	ny := mustLoc(t, "America/New_York")
 	ldn := mustLoc(t, "Europe/London")
 	tests := []struct {
@@ -375,10 +388,12 @@ func schedulesFor(loc *time.Location) []namedSchedule {
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, zone := range schedtest.Zones {
 		loc := mustLoc(t, zone)
 		for _, ns := range schedulesFor(loc) {
 			t.Run(zone+"/"+ns.name, func(t *testing.T) {
+				t.Parallel()
 				schedtest.Walk(t, ns.s, loc, time.Date(2026, 1, 1, 0, 0, 0, 0, loc), 400)
 				if ns.name != "hourly" {
 					return // 400 periods from January already cross every 2026 transition
@@ -392,6 +407,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestParseRejects(t *testing.T) {
+	t.Parallel()
 	ny := mustLoc(t, "America/New_York")
 	lh := mustLoc(t, "Australia/Lord_Howe")
 	daily, weekly, monthly, hourly := idem.Daily(ny), idem.Weekly(ny), idem.Monthly(ny), idem.Hourly(ny)
@@ -438,6 +454,7 @@ func TestParseRejects(t *testing.T) {
 }
 
 func TestParseAccepts(t *testing.T) {
+	t.Parallel()
 	ny := mustLoc(t, "America/New_York")
 	lh := mustLoc(t, "Australia/Lord_Howe")
 	tests := []struct {
@@ -466,6 +483,7 @@ func TestParseAccepts(t *testing.T) {
 }
 
 func TestLastPeriod(t *testing.T) {
+	t.Parallel()
 	ny := mustLoc(t, "America/New_York")
 	now := time.Date(2026, 11, 1, 2, 0, 0, 0, ny) // 02:00 EST, after the repeated hour
 	tests := []struct {
@@ -485,6 +503,7 @@ func TestLastPeriod(t *testing.T) {
 }
 
 func TestNilLocationPanics(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		f    func()
@@ -509,6 +528,7 @@ func TestNilLocationPanics(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
 	loc := mustLoc(t, "Europe/London")
 	var scheds []idem.Schedule
 	for _, ns := range schedulesFor(loc) {

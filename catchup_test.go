@@ -50,14 +50,16 @@ func names(first, n int) []string {
 }
 
 func TestCatchUpMissedPeriods(t *testing.T) {
+	t.Parallel()
 	stores := map[string]func(t *testing.T, dir string) idemstore.CatchUpStore{
 		"ledger":    func(t *testing.T, dir string) idemstore.CatchUpStore { return openLedger(t, dir) },
 		"statefile": func(t *testing.T, dir string) idemstore.CatchUpStore { return openState(t, dir) },
 	}
 	for storeName, open := range stores {
-		for _, missed := range []int{0, 1, 40, 400} {
+		for _, missed := range []int{0, 1, 40, 250} { // 250: a capped catch-up defers twice, the last call partial
 			for _, policy := range []string{"all", "all-capped", "latest"} {
 				t.Run(fmt.Sprintf("%s/%s/missed=%d", storeName, policy, missed), func(t *testing.T) {
+					t.Parallel()
 					clk := idemtest.NewClock(day(1))
 					j := &catchUpJob{s: open(t, t.TempDir()), clk: clk}
 					// First run: no cursor, no Since: only the latest due period.
@@ -126,6 +128,7 @@ func TestCatchUpMissedPeriods(t *testing.T) {
 func head(s []string) []string { return s[:min(3, len(s))] }
 
 func TestCatchUpSinceAndDueAtStart(t *testing.T) {
+	t.Parallel()
 	clk := idemtest.NewClock(day(10))
 	j := &catchUpJob{s: openLedger(t, t.TempDir()), clk: clk}
 	if _, err := j.run(t, idem.Since(day(5))); err != nil {
@@ -144,6 +147,7 @@ func TestCatchUpSinceAndDueAtStart(t *testing.T) {
 }
 
 func TestCatchUpStopsAtFailure(t *testing.T) {
+	t.Parallel()
 	clk := idemtest.NewAutoClock(day(1))
 	j := &catchUpJob{s: openLedger(t, t.TempDir()), clk: clk, fail: map[string]bool{}}
 	j.run(t)
@@ -190,6 +194,7 @@ func TestCatchUpStopsAtFailure(t *testing.T) {
 }
 
 func TestCatchUpClockJumps(t *testing.T) {
+	t.Parallel()
 	clk := idemtest.NewClock(day(10))
 	j := &catchUpJob{s: openLedger(t, t.TempDir()), clk: clk}
 	if _, err := j.run(t, idem.Since(day(8))); err != nil {
@@ -218,6 +223,7 @@ func TestCatchUpClockJumps(t *testing.T) {
 }
 
 func TestPruneNeverReopens(t *testing.T) {
+	t.Parallel()
 	clk := idemtest.NewClock(day(30))
 	l := openLedger(t, t.TempDir())
 	j := &catchUpJob{s: l, clk: clk}
@@ -268,8 +274,10 @@ func TestPruneNeverReopens(t *testing.T) {
 // up again: every period ran, none twice but the one in flight (RunTx would
 // make even that one once; here the log shows the at-least-once re-run).
 func TestCatchUpKilledMidway(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"at-least-once", "two-phase"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			job := func(ctx context.Context, dir string, now time.Time) (idem.CatchUpResult, error) {
 				l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
@@ -333,6 +341,7 @@ func TestCatchUpKilledMidway(t *testing.T) {
 // with a later clock. The job's start is recorded before its first period
 // runs, so the later call starts there, not at its own latest due period.
 func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
+	t.Parallel()
 	shanghai, err := time.LoadLocation("Asia/Shanghai")
 	if err != nil {
 		t.Fatal(err)
@@ -349,6 +358,7 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 	for name, open := range stores {
 		for _, how := range []string{"backing-off", "parked-then-reset"} {
 			t.Run(name+"/"+how, func(t *testing.T) {
+				t.Parallel()
 				ctx := context.Background()
 				clk := idemtest.NewClock(time.Date(2026, 11, 30, 18, 5, 0, 0, time.UTC)) // 02:05 on 1 December in Shanghai
 				s := open(t, clk)

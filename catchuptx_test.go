@@ -24,6 +24,7 @@ import (
 // key held). It fails at once, saying to use CatchUpTx, and the period is
 // parked at once instead of after retrying a call that cannot succeed.
 func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := idemtest.NewAutoClock(day(1))
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
@@ -142,6 +143,7 @@ func openTxLedger(t *testing.T, dir string, opts ...idem.Option) *idem.Ledger {
 // commits each missed period's business row, done mark and cursor
 // together, oldest first; a second call does nothing.
 func TestCatchUpTxAfterDowntime(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := idemtest.NewClock(day(1))
 	l := openTxLedger(t, t.TempDir(), idem.WithClock(clk))
@@ -174,6 +176,7 @@ func TestCatchUpTxAfterDowntime(t *testing.T) {
 // writing stops the catch-up; its writes are rolled back, the cursor stays
 // before it, and the next call runs it and the rest.
 func TestCatchUpTxFailingPeriodRollsBack(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := idemtest.NewClock(day(4))
 	l := openTxLedger(t, t.TempDir(), idem.WithClock(clk))
@@ -209,8 +212,10 @@ func TestCatchUpTxFailingPeriodRollsBack(t *testing.T) {
 // it) or failed once before (the claim is its own transaction; FinishTx's
 // transaction is the one that crashes).
 func TestCatchUpTxCrashInTransaction(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{"first-attempt", "after-a-failure"} {
 		t.Run(path, func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			clk := idemtest.NewClock(day(4))
 			l := openTxLedger(t, t.TempDir(), idem.WithClock(clk))
@@ -249,6 +254,7 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 // the second of three due periods; the next CatchUpTx, in this process,
 // completes every period exactly once.
 func TestCatchUpTxKilled(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	job := func(ctx context.Context, dir string, now time.Time) (idem.CatchUpResult, error) {
 		l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"), idem.WithClock(idemtest.NewClock(now)))

@@ -30,16 +30,31 @@ var stateFileHarness = idemtest.Harness{
 	Watermark: true,
 }
 
-func TestLedgerConformance(t *testing.T) { idemtest.TestStore(t, ledgerHarness) }
+func TestLedgerConformance(t *testing.T) { t.Parallel(); idemtest.TestStore(t, ledgerHarness) }
 
-func TestStateFileConformance(t *testing.T) { idemtest.TestStore(t, stateFileHarness) }
+func TestStateFileConformance(t *testing.T) { t.Parallel(); idemtest.TestStore(t, stateFileHarness) }
 
 // TestLedgerModel and TestStateFileModel compare the stores with the
 // reference model of idemtest.TestModel after every operation of random
 // sequences; a long run: IDEM_MODEL_OPS=100000 (and IDEM_MODEL_SEED to
 // reproduce).
-func TestLedgerModel(t *testing.T) { idemtest.TestModel(t, ledgerHarness, idemtest.ModelOptions{}) }
+func TestLedgerModel(t *testing.T) {
+	t.Parallel()
+	idemtest.TestModel(t, ledgerHarness, modelOptions)
+}
 
 func TestStateFileModel(t *testing.T) {
-	idemtest.TestModel(t, stateFileHarness, idemtest.ModelOptions{})
+	t.Parallel()
+	idemtest.TestModel(t, stateFileHarness, modelOptions)
 }
+
+// modelOptions sizes the model tests: 2000 operations in sequences of 500
+// (TestModel's default), or under the race detector, which makes them some
+// eight times slower (SQLite is instrumented too), 500 in sequences of 250;
+// scripts/test.sh runs them at full size in its pass without it.
+var modelOptions = func() idemtest.ModelOptions {
+	if raceEnabled {
+		return idemtest.ModelOptions{Ops: 500, Len: 250, Parallel: true}
+	}
+	return idemtest.ModelOptions{Parallel: true}
+}()

@@ -20,6 +20,7 @@ import (
 // last before CheckLease refuses; and the stalled attempt's done mark is
 // still written when fn returns nil.
 func TestStateFileLease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := openState(t, dir)
@@ -61,6 +62,7 @@ func TestStateFileLease(t *testing.T) {
 // and runs: it appears, line for line (at any indentation), in a .go file
 // of the repository, whose tests run it.
 func TestReadmeGoSnippets(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)

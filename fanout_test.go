@@ -58,6 +58,7 @@ func (c *tally) check(t *testing.T, total int, atLeast bool) {
 }
 
 func TestEachAppliesEveryItemOnce(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	c := newTally()
@@ -95,8 +96,10 @@ func TestEachAppliesEveryItemOnce(t *testing.T) {
 }
 
 func TestEachResumesAfterCrash(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"at-least-once", "two-phase", "tx"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			l := openLedger(t, t.TempDir())
 			ctx := context.Background()
 			if _, err := l.DB().Exec(`CREATE TABLE granted(item TEXT PRIMARY KEY, n INTEGER NOT NULL)`); err != nil {
@@ -155,6 +158,7 @@ func TestEachResumesAfterCrash(t *testing.T) {
 }
 
 func TestEachParksPoisonItem(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewAutoClock(t0)))
 	c := newTally()
 	res, err := idem.Each(context.Background(), l, points, accounts(300), func(ctx context.Context, item string) error {
@@ -171,6 +175,7 @@ func TestEachParksPoisonItem(t *testing.T) {
 }
 
 func TestEachAtMostOnceUnknown(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	res, err := idem.Each(context.Background(), l, points, accounts(20), func(ctx context.Context, item string) error {
 		if item == "acct-000007" {
@@ -187,6 +192,7 @@ func TestEachAtMostOnceUnknown(t *testing.T) {
 }
 
 func TestEachInvalidItem(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	_, err := idem.Each(context.Background(), l, points, idem.Items(func(yield func(string) bool) { yield("ok"); yield("bad\n") }),
 		func(context.Context, string) error { return nil })
@@ -196,6 +202,7 @@ func TestEachInvalidItem(t *testing.T) {
 }
 
 func TestPruneDeletesItems(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	if _, err := idem.Each(ctx, l, points, accounts(50), func(context.Context, string) error { return nil }); err != nil {

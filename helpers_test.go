@@ -3,6 +3,9 @@ package idem_test
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,9 +19,46 @@ import (
 // t0 is the fake clocks' start.
 var t0 = time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC)
 
+// newLedgerFile is the file of a new, empty ledger, made once by
+// OpenLedger: openLedger starts a ledger that does not exist yet from a copy
+// of it, because creating the schema again for every test costs tens of
+// milliseconds of CPU under the race detector (SQLite parsing its DDL).
+// The tests of creating a ledger call idem.OpenLedger themselves.
+var newLedgerFile = sync.OnceValues(func() ([]byte, error) {
+	dir, err := os.MkdirTemp("", "idem-test-ledger")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "ledger.db")
+	l, err := idem.OpenLedger(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Close(); err != nil {
+		return nil, err
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 {
+		return nil, fmt.Errorf("a closed new ledger left %v (%v), want ledger.db alone", ents, err)
+	}
+	return os.ReadFile(path)
+})
+
+// openLedger opens the ledger dir/ledger.db, creating it if need be, and
+// closes it when t ends.
 func openLedger(t testing.TB, dir string, opts ...idem.Option) *idem.Ledger {
 	t.Helper()
-	l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"), opts...)
+	path := filepath.Join(dir, "ledger.db")
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		b, err := newLedgerFile()
+		if err == nil {
+			err = os.WriteFile(path, b, 0o644)
+		}
+		if err != nil {
+			t.Fatalf("new ledger file: %v", err)
+		}
+	}
+	l, err := idem.OpenLedger(path, opts...)
 	if err != nil {
 		t.Fatalf("OpenLedger: %v", err)
 	}

@@ -21,6 +21,7 @@ import (
 var key = idem.Key{Job: "daily_settle", Period: "2026-10-27"}
 
 func TestDuplicateTriggerRunsOnce(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	var runs int
@@ -48,8 +49,10 @@ func TestDuplicateTriggerRunsOnce(t *testing.T) {
 }
 
 func TestConcurrentGoroutines(t *testing.T) {
+	t.Parallel()
 	for _, nkeys := range []int{1, 200} {
 		t.Run(fmt.Sprintf("keys=%d", nkeys), func(t *testing.T) {
+			t.Parallel()
 			l := openLedger(t, t.TempDir())
 			ctx := context.Background()
 			var mu sync.Mutex
@@ -94,10 +97,14 @@ func TestConcurrentGoroutines(t *testing.T) {
 // TestConcurrentProcesses runs 8 OS processes (re-executions of this test
 // binary) on one ledger file, all triggering the same keys at once.
 func TestConcurrentProcesses(t *testing.T) {
+	t.Parallel()
 	for _, nkeys := range []int{1, 200} {
 		t.Run(fmt.Sprintf("keys=%d", nkeys), func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
-			openLedger(t, dir) // create the schema once, as a deployment would
+			if !idemtest.IsChild(t) { // (a child gets the directory as its arg)
+				openLedger(t, dir) // create the schema once, as a deployment would
+			}
 			children := make([]*idemtest.Child, 8)
 			for i := range children {
 				children[i] = idemtest.Start(t, dir, func(dir string) {
@@ -141,11 +148,13 @@ func TestConcurrentProcesses(t *testing.T) {
 // TestCrashAtEveryPoint kills a child process (SIGKILL) at each protocol
 // boundary, then recovers in this process, for each mode.
 func TestCrashAtEveryPoint(t *testing.T) {
+	t.Parallel()
 	points := []idemstore.Point{idemstore.BeforeClaim, idemstore.AfterClaim, idemstore.AfterFn, idemstore.AfterDone}
 	modes := []string{"at-least-once", "at-most-once", "two-phase", "tx"}
 	for _, mode := range modes {
 		for _, p := range points {
 			t.Run(mode+"/"+string(p), func(t *testing.T) {
+				t.Parallel()
 				dir := t.TempDir()
 				exit := idemtest.Fork(t, dir, func(dir string) {
 					ctx := idemtest.KillAt(context.Background(), p)
@@ -259,8 +268,10 @@ func settle(ctx context.Context, tx *sql.Tx, day string) error {
 // TestCrashInProcess stops Run at each point in-process and recovers with a
 // second Run on the same ledger once the clock passes the lease.
 func TestCrashInProcess(t *testing.T) {
+	t.Parallel()
 	for _, p := range []idemstore.Point{idemstore.BeforeClaim, idemstore.AfterClaim, idemstore.AfterFn, idemstore.AfterDone} {
 		t.Run(string(p), func(t *testing.T) {
+			t.Parallel()
 			clk := idemtest.NewClock(t0)
 			l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 			runs := 0
@@ -289,6 +300,7 @@ func TestCrashInProcess(t *testing.T) {
 }
 
 func TestLeaseExpiryFencing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clkA := idemtest.NewClock(t0)
 	clkB := idemtest.NewClock(t0.Add(idem.DefaultLease + time.Second))
@@ -350,6 +362,7 @@ func TestLeaseExpiryFencing(t *testing.T) {
 // TestDoneRefusedAfterTakeover: the stalled holder's fn returns before its
 // heartbeat notices; its done mark must still be refused.
 func TestDoneRefusedAfterTakeover(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clkA := idemtest.NewClock(t0)
 	clkB := idemtest.NewClock(t0.Add(idem.DefaultLease + time.Second))
@@ -371,6 +384,7 @@ func TestDoneRefusedAfterTakeover(t *testing.T) {
 }
 
 func TestHeartbeatKeepsLease(t *testing.T) {
+	t.Parallel()
 	clk := idemtest.NewClock(t0)
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	ctx := context.Background()
@@ -428,6 +442,7 @@ func TestHeartbeatKeepsLeaseSystemClock(t *testing.T) {
 }
 
 func TestInfoFromContext(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	var info idem.Info
 	if err := l.Run(context.Background(), key, func(ctx context.Context) error {
@@ -446,6 +461,7 @@ func TestInfoFromContext(t *testing.T) {
 }
 
 func TestFnErrorWrappedAndRetried(t *testing.T) {
+	t.Parallel()
 	clk := idemtest.NewAutoClock(t0)
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	boom := errors.New("gateway timeout")
@@ -487,6 +503,7 @@ func TestFnErrorWrappedAndRetried(t *testing.T) {
 }
 
 func TestPermanentErrorParksAtOnce(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewAutoClock(t0)))
 	bad := errors.New("account closed")
 	calls := 0
@@ -500,6 +517,7 @@ func TestPermanentErrorParksAtOnce(t *testing.T) {
 // process each time; the failure count and next-allowed time live in the
 // ledger, so each new Run honours them.
 func TestBackoffPersistsAcrossRuns(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clk := idemtest.NewClock(t0)
 	b := idem.WithMaxAttempts(3, idem.Exponential(time.Hour)) // 1h, 2h, then give up
@@ -550,6 +568,7 @@ func TestBackoffPersistsAcrossRuns(t *testing.T) {
 }
 
 func TestAtMostOnceErrors(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewAutoClock(t0)), idem.AtMostOnce())
 	ctx := context.Background()
 	calls := 0
@@ -588,6 +607,7 @@ func TestAtMostOnceErrors(t *testing.T) {
 }
 
 func TestResolveRefusals(t *testing.T) {
+	t.Parallel()
 	clk := idemtest.NewClock(t0)
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	ctx := context.Background()
@@ -614,6 +634,7 @@ func TestResolveRefusals(t *testing.T) {
 }
 
 func TestPanicPropagates(t *testing.T) {
+	t.Parallel()
 	clk := idemtest.NewClock(t0)
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	func() {
@@ -636,6 +657,7 @@ func TestPanicPropagates(t *testing.T) {
 }
 
 func TestInvalidKeyWritesNothing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := openLedger(t, dir)
 	long := strings.Repeat("x", idemstore.MaxKeyPart+1)
@@ -663,6 +685,7 @@ func TestInvalidKeyWritesNothing(t *testing.T) {
 }
 
 func TestOpenLedgerBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	notDB := filepath.Join(dir, "notes.txt")
 	if err := os.WriteFile(notDB, []byte("these are my notes, not a database\n"), 0o644); err != nil {
@@ -700,6 +723,7 @@ func TestOpenLedgerBadInput(t *testing.T) {
 }
 
 func TestNewerSchemaRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := openLedger(t, dir)
 	if _, err := l.DB().Exec(`UPDATE idem_meta SET value = ? WHERE name = 'schema_version'`, idem.SchemaVersion+1); err != nil {
@@ -718,6 +742,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 }
 
 func TestAttachCallersDB(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(5000)")
 	if err != nil {
@@ -748,6 +773,7 @@ func TestAttachCallersDB(t *testing.T) {
 }
 
 func TestRunTxRollsBackOnError(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewAutoClock(t0)))
 	ctx := context.Background()
 	if err := setupSettle(ctx, l.DB()); err != nil {
@@ -786,6 +812,7 @@ func TestRunTxRollsBackOnError(t *testing.T) {
 }
 
 func TestRunTxConcurrent(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	if err := setupSettle(ctx, l.DB()); err != nil {
@@ -840,6 +867,7 @@ func TestDefaultStore(t *testing.T) {
 }
 
 func TestList(t *testing.T) {
+	t.Parallel()
 	clk := idemtest.NewAutoClock(t0)
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	ctx := context.Background()
@@ -866,6 +894,7 @@ func TestList(t *testing.T) {
 }
 
 func TestOneAttemptAndCancelledCaller(t *testing.T) {
+	t.Parallel()
 	clk := idemtest.NewClock(t0)
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	calls := 0
@@ -901,6 +930,7 @@ func TestOneAttemptAndCancelledCaller(t *testing.T) {
 // TestStoreDefaultsApplyEverywhere: options given to OpenLedger apply to
 // RunWith, CatchUp and Each on it, not only to its methods.
 func TestStoreDefaultsApplyEverywhere(t *testing.T) {
+	t.Parallel()
 	clk := idemtest.NewClock(day(10))
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	var got time.Time
@@ -914,6 +944,7 @@ func TestStoreDefaultsApplyEverywhere(t *testing.T) {
 }
 
 func TestCheckLease(t *testing.T) {
+	t.Parallel()
 	clk := stalledClock{idemtest.NewClock(t0)} // no timer fires: the heartbeat cannot renew
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	if err := idem.CheckLease(context.Background()); err != nil {
@@ -943,6 +974,7 @@ func TestCheckLease(t *testing.T) {
 // reads and returns; it does not wait for SQLite's write lock, which another
 // connection holds throughout.
 func TestRunTxDuplicateTakesNoWriteLock(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	body := func(context.Context, *sql.Tx) error { return nil }

@@ -15,6 +15,7 @@ import (
 // bytes, each escaped as 4 characters) is named in the error by its first
 // bytes and its length, not echoed whole.
 func TestInvalidKeyErrorIsShort(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := openLedger(t, t.TempDir())
 	s := openState(t, t.TempDir())
@@ -68,6 +69,7 @@ func TestInvalidKeyErrorIsShort(t *testing.T) {
 // TestCatchUpInvalidJob: CatchUp names the job it was given and what is
 // wrong with it, with no period (there is none).
 func TestCatchUpInvalidJob(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	_, err := idem.CatchUp(context.Background(), l, "", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
 	if want := `idem: invalid job "": job is empty`; err == nil || err.Error() != want || !errors.Is(err, idem.ErrInvalidKey) {

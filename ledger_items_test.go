@@ -16,6 +16,7 @@ import (
 // the Basic Multilingual Plane reach fn exactly as generated (the ledger
 // inserts them as a JSON array).
 func TestItemIDsRoundTrip(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	ids := []string{`a"b`, `back\slash`, `\"`, `"`, `\`, "line\u2028sep", "tag\U000E0001", "emoji 🧾", "ünïcödé", "plain"}
 	got := newTally()
@@ -38,6 +39,7 @@ func TestItemIDsRoundTrip(t *testing.T) {
 // duplicates and new items mixed in, adds only the new items, once; once
 // the set is sealed nothing is added.
 func TestAddItemsAgain(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	if err := l.AddItems(ctx, points, []string{"a", "b", "c", "a"}); err != nil {
@@ -88,6 +90,7 @@ func TestAddItemsAgain(t *testing.T) {
 // attempt's doubt, and an item that failed becomes a record of its own,
 // claimed alone.
 func TestChunkDoubt(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	ids := []string{"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7", "i8", "i9"}
@@ -174,6 +177,7 @@ func TestChunkDoubt(t *testing.T) {
 // per item with its status) survive the upgrade with their status, and
 // Each finishes the period from there.
 func TestUpgradeVersion2Items(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := openLedger(t, dir)
 	for _, q := range []string{
@@ -224,6 +228,7 @@ func TestUpgradeVersion2Items(t *testing.T) {
 // is still worked by every worker at once: 8 items, 4 workers, and each of
 // the first 4 items waits until 4 are running.
 func TestEachSmallPeriodInParallel(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	var mu sync.Mutex
 	running, most, closed := 0, 0, false
@@ -258,6 +263,7 @@ func TestEachSmallPeriodInParallel(t *testing.T) {
 // TestWritesAfterCancelledWrites: write transactions cut short by a
 // cancelled context leave the ledger's kept write connections usable.
 func TestWritesAfterCancelledWrites(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	for i := range 20 {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -47,9 +47,11 @@ func modeAsking(mode string, eff *effects, asked *atomic.Int32) idem.Option {
 // minute) does not keep it busy. AtLeastOnce runs fn again, AtMostOnce
 // reports the outcome unknown, TwoPhase asks has and finds it done.
 func TestKilledHolderTakenOverAtOnce(t *testing.T) {
+	t.Parallel()
 	for _, store := range []string{"ledger", "statefile"} {
 		for _, mode := range []string{"at-least-once", "at-most-once", "two-phase"} {
 			t.Run(store+"/"+mode, func(t *testing.T) {
+				t.Parallel()
 				dir := t.TempDir()
 				exit := idemtest.Fork(t, dir, func(dir string) {
 					s, err := openStoreIn(store, dir)
@@ -120,6 +122,7 @@ func TestKilledHolderTakenOverAtOnce(t *testing.T) {
 // inside fn) cannot be proven dead from here: its key stays busy, and
 // Resolve refuses it, until its lease expires.
 func TestHolderOnAnotherHostWaitsOutItsLease(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	exit := idemtest.Fork(t, dir, func(dir string) {
 		holder.SetHostnameForTest("elsewhere.example")
@@ -186,6 +189,7 @@ func killChildHolding(t *testing.T, dir, mode string) {
 // TestResolveKilledHolderAtOnce: a key whose holder died on this host is
 // not held: Resolve settles it at once, without waiting out the lease.
 func TestResolveKilledHolderAtOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	killChildHolding(t, dir, "at-most-once")
 	l := openLedger(t, dir)
@@ -201,6 +205,7 @@ func TestResolveKilledHolderAtOnce(t *testing.T) {
 // connection pools), find the dead child's key at once; exactly one of them
 // takes it over and runs fn, the others find it held by the new attempt.
 func TestKilledHolderTakenOverOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	killChildHolding(t, dir, "at-least-once")
 	ls := []*idem.Ledger{openLedger(t, dir), openLedger(t, dir)}
@@ -242,9 +247,11 @@ func TestKilledHolderTakenOverOnce(t *testing.T) {
 // moves (so that the dead child's lease never expires), takes the chunk
 // over at once and completes the period.
 func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
+	t.Parallel()
 	const n = 20
 	for _, variant := range []string{"each", "eachtx"} {
 		t.Run(variant, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			setup := func(l *idem.Ledger) error {
 				_, err := l.DB().Exec(`CREATE TABLE IF NOT EXISTS applied(item TEXT PRIMARY KEY, n INTEGER NOT NULL)`)

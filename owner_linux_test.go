@@ -16,6 +16,7 @@ import (
 // TestHolderGone checks the predicate against real processes: this one, a
 // child that runs, a child that is a zombie, and a child that was reaped.
 func TestHolderGone(t *testing.T) {
+	t.Parallel()
 	me := idemstore.Owner()
 	head, _, ok := strings.Cut(me, ";")
 	if !ok {

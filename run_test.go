@@ -60,6 +60,7 @@ func modeOption(mode string, has bool) idem.Option {
 // it stays held. The next Run, in another process or in this one with
 // WithWait, finds the key as the mode left it, never in progress.
 func TestLeaseRunOutWithoutTakeover(t *testing.T) {
+	t.Parallel()
 	const lost = "lease lost: its lease ran out at 2026-10-28T02:01:00Z without a renewal (the process stalled)"
 	cases := []struct {
 		mode    string
@@ -85,6 +86,7 @@ func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 	for _, st := range lockStores {
 		for _, c := range cases {
 			t.Run(fmt.Sprintf("%s/%s/has=%v", st.name, c.mode, c.has), func(t *testing.T) {
+				t.Parallel()
 				opts := func(clk idem.Clock) []idem.Option {
 					return []idem.Option{idem.WithClock(clk), modeOption(c.mode, c.has),
 						idem.WithBackoff(idem.Constant(time.Minute))}
@@ -155,6 +157,7 @@ func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 // TestLeaseLostMessages: the texts of lease-lost errors say what happened,
 // a stall or a takeover, and never repeat their own prefix.
 func TestLeaseLostMessages(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	later := idemtest.NewClock(t0.Add(idem.DefaultLease + time.Second)) // another process, past A's lease
 	check := func(t *testing.T, what string, err error, want string) {
@@ -356,6 +359,7 @@ func (h *logRecorder) retries() []string {
 // answer was lost is not taken for a lost lease; and the retries stop at
 // the attempt's lease end.
 func TestFinishRetriedAfterTransientError(t *testing.T) {
+	t.Parallel()
 	injected := errors.New("injected: connection reset by peer")
 	bad := errors.New("account closed")
 	cases := []struct {
@@ -376,6 +380,7 @@ func TestFinishRetriedAfterTransientError(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			clk := idemtest.NewAutoClock(t0)
 			s := &flakyFinish{Store: openLedger(t, t.TempDir()), err: injected, fail: 1, answerLost: c.answerLost}
 			logs := &logRecorder{}
@@ -399,6 +404,7 @@ func TestFinishRetriedAfterTransientError(t *testing.T) {
 	}
 
 	t.Run("bounded", func(t *testing.T) {
+		t.Parallel()
 		for _, c := range []struct {
 			name  string
 			lease time.Duration
@@ -408,6 +414,7 @@ func TestFinishRetriedAfterTransientError(t *testing.T) {
 			{"by the lease's end", 3 * time.Millisecond, 1}, // the first retry (after 50ms) would start past it
 		} {
 			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
 				s := &flakyFinish{Store: openLedger(t, t.TempDir()), err: injected, fail: 1 << 30}
 				ran := 0
 				err := idem.RunWith(context.Background(), s, key, func(context.Context) error { ran++; return nil },
@@ -560,6 +567,7 @@ func (s triggerStore) Finish(ctx context.Context, key idem.Key, attempt int64, e
 // the failure and returns ErrBackingOff; OneAttempt is RetryWithin(0);
 // WithWait alone retries until the backoff gives up.
 func TestRetryWithin(t *testing.T) {
+	t.Parallel()
 	down := errors.New("downstream down")
 	every25s := idem.WithBackoff(idem.Constant(25 * time.Second)) // never gives up
 	for _, c := range []struct {
@@ -576,6 +584,7 @@ func TestRetryWithin(t *testing.T) {
 		{"WithWait", []idem.Option{idem.WithBackoff(idem.WithMaxAttempts(6, idem.Constant(25*time.Second))), idem.WithWait()}, 6, idem.ErrGaveUp, 125 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			clk := &triggerClock{now: t0}
 			s := triggerStore{openLedger(t, t.TempDir()), clk}
 			calls := 0
@@ -609,6 +618,7 @@ func TestRetryWithin(t *testing.T) {
 // TestInvalidOptionWritesNothing: a negative RetryWithin is refused with
 // ErrInvalidOption by Run, CatchUp and Each before they write anything.
 func TestInvalidOptionWritesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewClock(day(10))))
 	bad := idem.RetryWithin(-time.Second)
@@ -641,6 +651,7 @@ func TestInvalidOptionWritesNothing(t *testing.T) {
 // says until when, after which attempt, and why, as the run that failed
 // did: not as a failure of its own.
 func TestBackingOffSaysWhenAndWhy(t *testing.T) {
+	t.Parallel()
 	clk := idemtest.NewClock(t0)
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk), idem.WithBackoff(idem.Constant(time.Second)), idem.OneAttempt())
 	ctx := context.Background()
@@ -671,12 +682,14 @@ func TestBackingOffSaysWhenAndWhy(t *testing.T) {
 // outage that the backoff allows runs it, once. The waits are random (equal
 // jitter); the bounds hold for any, so the scenario runs a few times.
 func TestOutageHealsUnderDefaults(t *testing.T) {
+	t.Parallel()
 	start := t0                           // 2026-10-28 02:00 UTC: the due period is 2026-10-27
 	healed := start.Add(30 * time.Minute) // the downstream is back at 02:30
 	until := healed.Add(45 * time.Minute) // the last trigger
 	down := errors.New("downstream down")
 	for _, every := range []time.Duration{5 * time.Minute, time.Hour} {
 		t.Run("every "+every.String(), func(t *testing.T) {
+			t.Parallel()
 			for round := range 5 {
 				clk := &triggerClock{now: start}
 				s := triggerStore{openLedger(t, t.TempDir()), clk}
@@ -733,9 +746,11 @@ func TestOutageHealsUnderDefaults(t *testing.T) {
 // retried, not unknown (AtMostOnce), and the downstream is not asked
 // (TwoPhase).
 func TestCheckLeaseRefusalNothingHappened(t *testing.T) {
+	t.Parallel()
 	for _, st := range lockStores {
 		for _, mode := range []string{"at-least-once", "at-most-once", "two-phase"} {
 			t.Run(st.name+"/"+mode, func(t *testing.T) {
+				t.Parallel()
 				s := st.open(t, t.TempDir())
 				clk := stalledClock{idemtest.NewClock(t0)}
 				asked := 0

@@ -77,6 +77,15 @@ func markClaimed(f *os.File, attempt int64) error {
 	return err
 }
 
+// unlockClose releases the lock held on f and closes f. The explicit unlock
+// matters on Unix: a lock goes with the open file description, which a
+// child this process forks at that moment shares until its exec: closing f
+// alone would leave the lock held that long.
+func unlockClose(f *os.File) {
+	_ = unlockFile(f)
+	f.Close()
+}
+
 // lockFile takes the file-wide lock (an exclusive lock on path + ".lock")
 // that serializes every read-modify-write of the state file between
 // processes; s.mu does it between goroutines and must be held first. Every
@@ -99,7 +108,7 @@ func (s *StateFile) lockFile() (unlock func(), err error) {
 		f.Close()
 		return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
 	}
-	return func() { f.Close() }, nil
+	return func() { unlockClose(f) }, nil
 }
 
 // readLocked takes the file-wide lock and reads the file under it; the

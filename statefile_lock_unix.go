@@ -20,6 +20,12 @@ func tryLockExclusive(f *os.File) (ok bool, err error) {
 	return true, nil
 }
 
+// unlockFile releases the flock on f. Closing f alone is not enough at once: a
+// lock goes with the open file description, which a child this process
+// forks at that moment shares until its exec closes the copies of every
+// descriptor (os/exec in another goroutine).
+func unlockFile(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }
+
 // lockExclusive takes an exclusive flock on f, waiting while another open
 // file holds one.
 func lockExclusive(f *os.File) error {

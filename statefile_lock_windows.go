@@ -26,6 +26,12 @@ func lockExclusive(f *os.File) error {
 	return lockFileEx(f, windows.LOCKFILE_EXCLUSIVE_LOCK)
 }
 
+// unlockFile releases the lock lockFileEx took on f.
+func unlockFile(f *os.File) error {
+	const allBytes = ^uint32(0)
+	return windows.UnlockFileEx(windows.Handle(f.Fd()), 0, allBytes, allBytes, new(windows.Overlapped))
+}
+
 // lockFileEx locks every byte f may ever have. os.OpenFile's handles are
 // synchronous, so LockFileEx returns once the lock is taken (or refused); it
 // still needs an OVERLAPPED, whose zero offset is where the range starts.

@@ -81,7 +81,7 @@ func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 	keep := false
 	defer func() {
 		if !keep {
-			f.Close()
+			unlockClose(f)
 		}
 	}()
 	// Under the locks, read again: the last holder may have just finished.
@@ -197,7 +197,7 @@ func (h *heldLock) owner() string { return idemstore.Owner() }
 // dropLock closes the job's lock file, which releases its flock.
 func (s *StateFile) dropLock(job string) {
 	if h := s.held[job]; h != nil {
-		h.f.Close()
+		unlockClose(h.f)
 		delete(s.held, job)
 	}
 }
@@ -236,7 +236,7 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 	if !ok {
 		return fmt.Errorf("%w: %s: an attempt holds the job's lock", ErrNotResolvable, key)
 	}
-	defer f.Close()
+	defer unlockClose(f)
 	doc, unlock, err := s.readLocked()
 	if err != nil {
 		return err
@@ -310,7 +310,7 @@ func (s *StateFile) Start(ctx context.Context, job, before string) (JobState, er
 		return JobState{}, fmt.Errorf("%w: %s: job %q: an attempt holds the job's lock; its catch-up can start once it ends",
 			ErrInProgress, s.path, job)
 	}
-	defer f.Close()
+	defer unlockClose(f)
 	doc, unlock, err := s.readLocked()
 	if err != nil {
 		return JobState{}, err

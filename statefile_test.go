@@ -28,6 +28,7 @@ func openState(t testing.TB, dir string, opts ...idem.Option) *idem.StateFile {
 }
 
 func TestStateFileWatermark(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := openState(t, dir)
 	ctx := context.Background()
@@ -67,6 +68,7 @@ func TestStateFileWatermark(t *testing.T) {
 }
 
 func TestStateFilePendingBlocksLaterPeriods(t *testing.T) {
+	t.Parallel()
 	s := openState(t, t.TempDir())
 	ctx := context.Background()
 	k1 := idem.Key{Job: "pay", Period: "2026-10-27"}
@@ -90,6 +92,7 @@ func TestStateFilePendingBlocksLaterPeriods(t *testing.T) {
 // parent sees ErrInProgress. The child is SIGKILLed; the kernel drops the
 // lock and the parent recovers at once, without waiting for a lease.
 func TestStateFileLockAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "ready")
 	child := idemtest.Start(t, dir, func(dir string) {
@@ -119,9 +122,11 @@ func TestStateFileLockAcrossProcesses(t *testing.T) {
 // TestStateFileCrashAtEveryPoint SIGKILLs a child at each crash point of
 // the state file in each mode, then recovers in this process.
 func TestStateFileCrashAtEveryPoint(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"at-least-once", "at-most-once", "two-phase"} {
 		for _, p := range idemstore.Points() {
 			t.Run(mode+"/"+string(p), func(t *testing.T) {
+				t.Parallel()
 				dir := t.TempDir()
 				job := func(ctx context.Context, dir string) error {
 					s, err := idem.OpenStateFile(filepath.Join(dir, "state.json"))
@@ -173,6 +178,7 @@ func TestStateFileCrashAtEveryPoint(t *testing.T) {
 }
 
 func TestStateFileCorrupt(t *testing.T) {
+	t.Parallel()
 	cases := map[string]string{
 		"empty":         "",
 		"whitespace":    "  \n",
@@ -188,6 +194,7 @@ func TestStateFileCorrupt(t *testing.T) {
 	}
 	for name, content := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			path := filepath.Join(dir, "state.json")
 			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
@@ -218,6 +225,7 @@ func TestStateFileCorrupt(t *testing.T) {
 }
 
 func TestRepairStateFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.json")
 	if err := os.WriteFile(path, []byte(`{"version": 1, "jobs": {"daily_rep`), 0o644); err != nil {
@@ -241,6 +249,7 @@ func TestRepairStateFile(t *testing.T) {
 }
 
 func TestOpenStateFileBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	regular := filepath.Join(dir, "file")
 	os.WriteFile(regular, []byte("x"), 0o644)
@@ -265,6 +274,7 @@ func TestOpenStateFileBadInput(t *testing.T) {
 }
 
 func TestStateFileInvalidKey(t *testing.T) {
+	t.Parallel()
 	s := openState(t, t.TempDir())
 	err := s.Run(context.Background(), idem.Key{Job: "j\n", Period: "2026-10-27"}, func(context.Context) error { return nil })
 	if !errors.Is(err, idem.ErrInvalidKey) {
@@ -279,6 +289,7 @@ func TestStateFileInvalidKey(t *testing.T) {
 // one state file at once must not undo each other's writes (every write
 // re-reads the file under a file-wide lock).
 func TestStateFileManyJobsManyProcesses(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var children []*idemtest.Child
 	for i := range 4 {
@@ -332,6 +343,7 @@ func TestStateFileManyJobsManyProcesses(t *testing.T) {
 // The rename is made to fail by marking the state file immutable (chattr
 // +i), which stops root too; the test skips where chattr cannot do that.
 func TestStateFileFailedWriteIsFatal(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s := openState(t, dir)
 	ctx := context.Background()
@@ -369,6 +381,7 @@ func TestStateFileFailedWriteIsFatal(t *testing.T) {
 // then counts as done. It leaves a job with a pending period alone, and
 // refuses while an attempt holds the job's lock.
 func TestStateFileStart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := openState(t, t.TempDir())
 	js, err := s.Start(ctx, "new", "2026-10-26")
@@ -430,6 +443,7 @@ func TestStateFileStart(t *testing.T) {
 // the state file: a process SIGKILLed after its claim, and a run stopped in
 // this process after fn, leave the next attempt a higher number.
 func TestStateFileAttemptsNeverRepeat(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	attemptOf := func(ctx context.Context, s *idem.StateFile) (int64, error) {
 		var attempt int64

@@ -14,6 +14,7 @@ import (
 // and no after-rename point; EveryCrashPoint skips those subtests, saying
 // so, instead of passing them untested, and runs the others to the end.
 func TestEveryCrashPointSkipsUnreachedPoints(t *testing.T) {
+	t.Parallel()
 	key := idem.Key{Job: "daily_report", Period: "2026-10-27"}
 	subtests := map[idemstore.Point]*testing.T{}
 	recovered := map[idemstore.Point]bool{}

@@ -55,6 +55,14 @@ func IsChild(t testing.TB) bool { return os.Getenv(envChild) == t.Name() }
 // test binary ends, even if it is killed or times out. Elsewhere the child
 // is killed when the test ends (t.Cleanup), and a test binary that is
 // killed, or times out, may leave it running.
+//
+// The child's temporary directory ($TMPDIR) is one of t's (t.TempDir), so
+// that what the child creates with t.TempDir, which it never removes (it
+// exits or is killed), goes when t's temporary directories do.
+//
+// Under the race detector, the child runs with GORACE's atexit_sleep_ms=0
+// (unless GORACE sets it): its exit does not wait the race runtime's default
+// second, which a test forking many children would pay for each.
 func Start(t testing.TB, arg string, child func(arg string)) *Child {
 	t.Helper()
 	if IsChild(t) {
@@ -66,7 +74,10 @@ func Start(t testing.TB, arg string, child func(arg string)) *Child {
 		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
 	}
 	c := &Child{t: t, cmd: exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1", "-test.v=false")}
-	c.cmd.Env = append(os.Environ(), envChild+"="+t.Name(), envArg+"="+arg)
+	c.cmd.Env = append(os.Environ(), envChild+"="+t.Name(), envArg+"="+arg, "TMPDIR="+t.TempDir())
+	if gorace := os.Getenv("GORACE"); !strings.Contains(gorace, "atexit_sleep_ms") {
+		c.cmd.Env = append(c.cmd.Env, "GORACE="+strings.TrimSpace(gorace+" atexit_sleep_ms=0"))
+	}
 	c.cmd.Stdout = &c.out
 	c.cmd.Stderr = &c.out
 	// The child dies with this process: a test binary that times out or is

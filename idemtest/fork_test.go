@@ -2,6 +2,7 @@ package idemtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,6 +39,7 @@ func hangInChild() {
 // sends it SIGQUIT, and reports (Exit.Stuck, a test error) with the child's
 // goroutines, instead of waiting without end.
 func TestWaitQuitsStuckChild(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	nt := &nearDeadline{T: t}
 	c := Start(nt, dir, func(dir string) {
@@ -88,5 +90,48 @@ func TestBlockUntilGivesUp(t *testing.T) {
 	defer cancel2()
 	if err := clk.BlockUntilContext(ctx2, 1); err != nil {
 		t.Fatalf("BlockUntilContext with a timer pending: %v", err)
+	}
+}
+
+// TestStartChildSkipsRaceExitSleep: a child runs with GORACE's
+// atexit_sleep_ms=0 added to this process's GORACE, unless GORACE already
+// sets atexit_sleep_ms, which it then keeps as it is.
+func TestStartChildSkipsRaceExitSleep(t *testing.T) {
+	for _, c := range []struct{ name, parent, want string }{
+		{"unset", "", "atexit_sleep_ms=0"},
+		{"other options", "halt_on_error=1", "halt_on_error=1 atexit_sleep_ms=0"},
+		{"set by the caller", "atexit_sleep_ms=5 halt_on_error=1", "atexit_sleep_ms=5 halt_on_error=1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !IsChild(t) { // the child must see the environment Start gave it
+				t.Setenv("GORACE", c.parent)
+			}
+			e := Fork(t, "", func(string) { fmt.Printf("GORACE=%q\n", os.Getenv("GORACE")) })
+			if e.Code != 0 || e.Killed || !strings.Contains(e.Output, fmt.Sprintf("GORACE=%q\n", c.want)) {
+				t.Fatalf("child: %+v; want it to print GORACE=%q", e, c.want)
+			}
+		})
+	}
+}
+
+// TestStartChildTempDirRemoved: what a child creates with t.TempDir (it
+// runs the test up to Start, and never removes it) is removed with the
+// parent test's temporary directories.
+func TestStartChildTempDirRemoved(t *testing.T) {
+	t.Parallel()
+	var childDir string
+	t.Run("fork", func(t *testing.T) {
+		dir := t.TempDir() // in the child too: a directory of its own
+		e := Fork(t, "", func(string) { fmt.Print(dir) })
+		childDir = e.Output
+		if e.Code != 0 || !filepath.IsAbs(childDir) || childDir == dir {
+			t.Fatalf("child: %+v; want it to print a temporary directory of its own", e)
+		}
+		if _, err := os.Stat(childDir); err != nil {
+			t.Fatalf("the child's temporary directory: %v", err)
+		}
+	})
+	if _, err := os.Stat(childDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the child's temporary directory %s is still there after its test ended (%v)", childDir, err)
 	}
 }

@@ -38,6 +38,14 @@ type ModelOptions struct {
 	// StepTimeout bounds one operation (default one minute): a stuck
 	// step prints every goroutine's stack and fails.
 	StepTimeout time.Duration
+	// Parallel runs the sequences at once, each a parallel subtest
+	// (t.Parallel) of a subtest "parallel". The harness's Open must then be
+	// safe to call from several goroutines, and the stores it opens must
+	// not share a bounded resource that one sequence may hold while it
+	// waits for more (a small connection pool, say). Every sequence runs to
+	// its end or first mismatch; the first failing one in seed order is
+	// reported and shrunk, as without Parallel.
+	Parallel bool
 }
 
 // TxHarness lets [TestModel] exercise idem.RunTxWith on a store whose
@@ -173,21 +181,39 @@ func TestModel(t *testing.T, h Harness, o ModelOptions) {
 	t.Logf("model: %d operations from seed %d in sequences of %d (IDEM_MODEL_OPS, IDEM_MODEL_SEED, IDEM_MODEL_LEN)", o.Ops, o.Seed, o.Len)
 	began := time.Now()
 	tally := map[string]int{}
-	for i, done := 0, 0; done < o.Ops; i++ {
-		n := min(o.Len, o.Ops-done)
-		seed := o.Seed + uint64(i)
-		r := runSequence(t, h, cfg, o, seed, n, nil)
-		if r.fatal != "" {
-			t.Fatalf("model: seed %d: %s", seed, r.fatal)
+	type sequence struct {
+		seed uint64
+		r    *seqResult
+	}
+	var seqs []sequence
+	run := func(t *testing.T) {
+		for i, done := 0, 0; done < o.Ops; i++ {
+			n := min(o.Len, o.Ops-done)
+			seed := o.Seed + uint64(i)
+			r := runSequence(t, h, cfg, o, seed, n, nil)
+			seqs = append(seqs, sequence{seed, r})
+			if !o.Parallel && (r.fatal != "" || r.fail != nil) {
+				break
+			}
+			done += n
 		}
-		if r.fail != nil {
-			reportFailure(t, h, cfg, o, seed, r)
+	}
+	if o.Parallel {
+		t.Run("parallel", run) // returns when every sequence has ended
+	} else {
+		run(t)
+	}
+	for _, sq := range seqs {
+		if sq.r.fatal != "" {
+			t.Fatalf("model: seed %d: %s", sq.seed, sq.r.fatal)
+		}
+		if sq.r.fail != nil {
+			reportFailure(t, h, cfg, o, sq.seed, *sq.r)
 			return
 		}
-		for k, v := range r.tally {
+		for k, v := range sq.r.tally {
 			tally[k] += v
 		}
-		done += n
 	}
 	var kinds []string
 	for k, v := range tally {
@@ -1435,14 +1461,19 @@ type seqResult struct {
 }
 
 // runSequence runs n generated operations from seed, or the operations
-// given, on a new store, until the first mismatch.
-func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed uint64, n int, given []mOp) (out seqResult) {
+// given, on a new store, until the first mismatch. With o.Parallel, a
+// generated sequence is a parallel subtest: its result is filled in when
+// the subtest ends, after runSequence returns.
+func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed uint64, n int, given []mOp) *seqResult {
 	name := fmt.Sprintf("seed=%d", seed)
 	if given != nil {
 		name, n = "replay", len(given)
 	}
-	out.tally = map[string]int{}
+	out := &seqResult{tally: map[string]int{}}
 	t.Run(name, func(t *testing.T) {
+		if o.Parallel && given == nil {
+			t.Parallel()
+		}
 		clk := newMClock(mStart)
 		s := h.Open(t, clk)
 		if t.Failed() {
@@ -1561,7 +1592,7 @@ func shrink(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, r seqResu
 			replays++
 			rr := runSequence(t, h, cfg, o, 0, 0, cand)
 			if rr.fail != nil {
-				cur, last = rr.ops, rr
+				cur, last = rr.ops, *rr
 				n = max(n-1, 2)
 				reduced = true
 				break
@@ -1583,7 +1614,7 @@ func shrink(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, r seqResu
 				cand[i] = op
 				replays++
 				if rr := runSequence(t, h, cfg, o, 0, 0, cand); rr.fail != nil && len(rr.ops) == len(cur) {
-					cur, last, changed = rr.ops, rr, true
+					cur, last, changed = rr.ops, *rr, true
 					break
 				}
 			}

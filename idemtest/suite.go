@@ -286,9 +286,9 @@ func testTwoPhase(t *testing.T, h Harness) {
 			}
 			return d.apply(ctx)
 			// The auto clock also moves while fn runs (the heartbeat waits on
-			// it): RetryWithin lets the retry happen in this call whatever it
-			// reads.
-		}, idem.WithClock(clk), idem.TwoPhase(d.has), idem.RetryWithin(time.Hour))
+			// it, as often as the store renews): WithWait lets the retry
+			// happen in this call whatever it reads.
+		}, idem.WithClock(clk), idem.TwoPhase(d.has), idem.WithWait())
 		if err != nil || calls != 2 || d.count(k) != 1 {
 			t.Fatalf("%v, calls %d, effects %d", err, calls, d.count(k))
 		}

@@ -106,6 +106,7 @@ func openSettleLedger(t *testing.T, pool *pgxpool.Pool, clk idem.Clock) *pgledge
 // commits each missed period's business row, done mark and cursor
 // together, oldest first; a second call does nothing.
 func TestCatchUpTxAfterDowntime(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := idemtest.NewClock(cuDay(1))
 	l := openSettleLedger(t, newPool(t), clk)
@@ -129,6 +130,7 @@ func TestCatchUpTxAfterDowntime(t *testing.T) {
 // writing stops the catch-up, with its writes rolled back and the cursor
 // before it; the next call (after the backoff) runs it and the rest.
 func TestCatchUpTxFailingPeriodRollsBack(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := idemtest.NewClock(cuDay(4))
 	l := openSettleLedger(t, newPool(t), clk)
@@ -159,6 +161,7 @@ func TestCatchUpTxFailingPeriodRollsBack(t *testing.T) {
 // business row nor its done mark nor a cursor move remain, and the next
 // call, past the crashed attempt's lease, completes every period once.
 func TestCatchUpTxCrashInTransaction(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clk := idemtest.NewClock(cuDay(4))
 	l := openSettleLedger(t, newPool(t), clk)
@@ -182,6 +185,7 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 // of three due periods; the server rolls it back, and the next CatchUpTx
 // completes every period exactly once.
 func TestCatchUpTxKilled(t *testing.T) {
+	t.Parallel()
 	testDSN(t)
 	job := func(ctx context.Context, l *pgledger.Ledger) (idem.CatchUpResult, error) {
 		return l.CatchUpTx(ctx, "settle", daily, settleIn(l), idem.WithClock(idemtest.NewClock(cuDay(4))), idem.Since(cuDay(1)))

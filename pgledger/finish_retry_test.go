@@ -47,6 +47,7 @@ func (h *retryLog) retries() []string {
 // dead connection; Run retries it on a new one, and the key is done: fn
 // ran once, and AtMostOnce does not leave the key unknown.
 func TestDoneMarkRetriedAfterConnectionKilled(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	admin := newPool(t)
 	for _, mode := range []struct {
@@ -54,6 +55,7 @@ func TestDoneMarkRetriedAfterConnectionKilled(t *testing.T) {
 		opt  idem.Option
 	}{{"at-least-once", idem.AtLeastOnce()}, {"at-most-once", idem.AtMostOnce()}} {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			app := uniqueName("idem_finish_")
 			cfg, err := pgxpool.ParseConfig(testDSN(t))
 			if err != nil {

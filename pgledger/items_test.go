@@ -57,6 +57,7 @@ func shiftItems(t testing.TB, l *pgledger.Ledger, d time.Duration) {
 }
 
 func TestEachAppliesEveryItemOnce(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, newPool(t))
 	ctx := context.Background()
 	var mu sync.Mutex
@@ -107,6 +108,7 @@ func TestEachAppliesEveryItemOnce(t *testing.T) {
 // nothing behind while the rest of its batch commits; it is retried and,
 // failing for good, parked.
 func TestEachTxRollsBackFailedItem(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, newPool(t))
 	ctx := context.Background()
 	granted := createGranted(t, l)
@@ -142,6 +144,7 @@ func TestEachTxRollsBackFailedItem(t *testing.T) {
 // calls, before the commit) leaves nothing; the next EachTx, once the
 // leases expired, applies every item exactly once.
 func TestEachTxCrashBeforeCommit(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, newPool(t))
 	ctx := context.Background()
 	granted := createGranted(t, l)
@@ -239,6 +242,7 @@ func checkCounts(t testing.TB, l *pgledger.Ledger, want idem.ItemCounts) idem.It
 // chunks, their windows, the records of items that did not end done, and
 // single items.
 func TestItemClaimsFenceAndLease(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, newPool(t))
 	ctx := context.Background()
 	items := accountList(12)
@@ -427,6 +431,7 @@ func claimWhenExpired(t testing.TB, claim func(n int, takeUnknown bool) idemstor
 // never moves back, so a window that marked nothing more started (Next 0)
 // keeps an earlier claim's doubt.
 func TestChunkDoubtAfterExpiry(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, newPool(t))
 	ctx := context.Background()
 	items := accountList(20)
@@ -524,6 +529,7 @@ func TestItemsDatabaseClock(t *testing.T) {
 // TestClaimItemsConcurrent: 8 claimers on two pools ("hosts") take disjoint
 // chunks and single items until none is left.
 func TestClaimItemsConcurrent(t *testing.T) {
+	t.Parallel()
 	p1, p2 := newPool(t), newPool(t)
 	l1 := openLedger(t, p1)
 	l2, err := pgledger.New(context.Background(), p2, pgledger.WithSchema(l1.Schema()))
@@ -589,6 +595,7 @@ func TestClaimItemsConcurrent(t *testing.T) {
 // pools, with overlapping batches: every item is in exactly one chunk, and
 // the chunks are numbered 1, 2, 3... without a gap or a repeat.
 func TestAddItemsConcurrent(t *testing.T) {
+	t.Parallel()
 	p1, p2 := newPool(t), newPool(t)
 	l1 := openLedger(t, p1)
 	l2, err := pgledger.New(context.Background(), p2, pgledger.WithSchema(l1.Schema()))
@@ -649,6 +656,7 @@ func TestAddItemsConcurrent(t *testing.T) {
 // TestUpgradeFromVersion1: a schema written by pgledger's version 1 (no
 // items tables) is upgraded in place; its records stay.
 func TestUpgradeFromVersion1(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := context.Background()
 	l := openLedger(t, pool)
@@ -683,6 +691,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 // TestPruneDeletesItems: Prune deletes the pruned periods' rows from every
 // item table; a later Each of such a period is done at once.
 func TestPruneDeletesItems(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, newPool(t))
 	ctx := context.Background()
 	later := idem.Key{Job: points.Job, Period: "2026-10-28"}
@@ -772,6 +781,7 @@ INSERT INTO {s}.meta VALUES ('schema_version', 2);`
 // old table goes. Each then finishes the period, and AddItems knows the
 // items recorded before.
 func TestUpgradeFromVersion2(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := context.Background()
 	schema := uniqueName("idemtest_")

@@ -70,8 +70,10 @@ func killedRun(ctx context.Context, l *pgledger.Ledger, mode string, kill bool, 
 // outcome unknown, TwoPhase asks has and finds it done, RunTx runs fn again
 // (its transaction died with the child).
 func TestKilledHolderTakenOverAtOnce(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"at-least-once", "at-most-once", "two-phase", "tx"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			if idemtest.IsChild(t) {
 				idemtest.Start(t, "", func(schema string) { // does not return
 					l, err := openChildLedger(context.Background(), eachEnv{schema: schema})
@@ -129,6 +131,7 @@ func TestKilledHolderTakenOverAtOnce(t *testing.T) {
 // pools of their own, find the dead child's key at once; the take-over's
 // UPDATE is fenced by the dead attempt, so exactly one of them runs fn.
 func TestKilledHolderTakenOverOnce(t *testing.T) {
+	t.Parallel()
 	if idemtest.IsChild(t) {
 		idemtest.Start(t, "", func(schema string) { // does not return
 			l, err := openChildLedger(context.Background(), eachEnv{schema: schema})
@@ -185,6 +188,7 @@ func deadPid(t *testing.T) int {
 // a dead one here; the same owner with this host's name is taken over at
 // once (which shows that only the host name kept the first one).
 func TestHolderOnAnotherHostWaitsOutItsLease(t *testing.T) {
+	t.Parallel()
 	l := openLedger(t, newPool(t))
 	ctx := context.Background()
 	// This process's owner, as its claims record it.
@@ -244,6 +248,7 @@ func TestHolderOnAnotherHostWaitsOutItsLease(t *testing.T) {
 // TestResolveKilledHolderAtOnce: a key whose holder died on this host is not
 // held: Resolve settles it at once, without waiting out the lease.
 func TestResolveKilledHolderAtOnce(t *testing.T) {
+	t.Parallel()
 	if idemtest.IsChild(t) {
 		idemtest.Start(t, "", func(schema string) { // does not return
 			l, err := openChildLedger(context.Background(), eachEnv{schema: schema})
@@ -293,9 +298,11 @@ func within(t *testing.T, what string, d time.Duration, f func()) {
 // process's Each, which polls on a clock that never moves, takes the chunk
 // over at once and completes the period; every item is applied once.
 func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
+	t.Parallel()
 	const n = 20
 	for _, mode := range []string{"tx", "two-phase"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			run := func(l *pgledger.Ledger, granted string, kill bool, opts ...idem.Option) (idem.EachResult, error) {
 				ctx := context.Background()
 				maybeKill := func(item string) {

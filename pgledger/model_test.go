@@ -16,9 +16,16 @@ import (
 // in TestConformance. A long run: IDEM_MODEL_OPS=100000 (and
 // IDEM_MODEL_SEED to reproduce a failure).
 func TestModel(t *testing.T) {
+	t.Parallel()
 	h := harness(newPool(t))
+	// The sequences run in parallel, each on a pool of its own: one pool's
+	// few connections, shared, could all be held by sequences that each
+	// wait for one more.
+	h.Open = func(t *testing.T, clk idem.Clock) idem.Store {
+		return openLedger(t, newPool(t), pgledger.WithRunOptions(idem.WithClock(clk)))
+	}
 	h.Tx = modelTx()
-	idemtest.TestModel(t, h, idemtest.ModelOptions{})
+	idemtest.TestModel(t, h, idemtest.ModelOptions{Parallel: true})
 }
 
 // modelTx runs the model's RunTx and CatchUpTx jobs with their business

@@ -23,6 +23,7 @@ import (
 // suite calls Shift whenever its fake clock moves, including the moves an
 // auto-advancing clock makes in the engine's sleeps.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	idemtest.TestStore(t, harness(newPool(t)))
 }
 
@@ -72,6 +73,7 @@ func effects(t *testing.T, l *pgledger.Ledger, k idem.Key) int {
 // their own (two hosts, as far as the database can tell), run one key; the
 // business row is written once, and every caller gets nil or ErrInProgress.
 func TestRunTxConcurrent(t *testing.T) {
+	t.Parallel()
 	p1, p2 := newPool(t), newPool(t)
 	l1 := openLedger(t, p1)
 	l2, err := pgledger.New(context.Background(), p2, pgledger.WithSchema(l1.Schema()))
@@ -116,6 +118,7 @@ func TestRunTxConcurrent(t *testing.T) {
 // does not renew) waits for the lock instead of taking over, then finds the
 // key done.
 func TestRunTxRowLockKeepsOthersOut(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	l := openLedger(t, pool)
 	createEffects(t, l)
@@ -165,6 +168,7 @@ func TestRunTxRowLockKeepsOthersOut(t *testing.T) {
 // and nothing fn wrote stays; a crash before the commit leaves nothing
 // either, and the next Run commits once.
 func TestRunTxRollback(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	l := openLedger(t, pool)
 	createEffects(t, l)
@@ -211,6 +215,7 @@ func TestRunTxRollback(t *testing.T) {
 // TestFencing: Renew, Finish and FinishTx of an attempt that no longer holds
 // the key fail with ErrLeaseLost and change nothing.
 func TestFencing(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	l := openLedger(t, pool)
 	ctx := context.Background()
@@ -303,6 +308,7 @@ func TestDatabaseClock(t *testing.T) {
 // TestResolve: ResolveDone, ResolveRetry and ResolveSkip, and what they
 // refuse.
 func TestResolve(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	l := openLedger(t, pool)
 	ctx := context.Background()
@@ -360,6 +366,7 @@ func TestResolve(t *testing.T) {
 // with ErrNewerSchema, without a write: the ledger is opened through a
 // read-only session, where any write would fail with another error.
 func TestNewerSchemaRefused(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := context.Background()
 	l := openLedger(t, pool)
@@ -486,6 +493,7 @@ func TestSchemaCreationProcesses(t *testing.T) {
 // raises the horizon; a pruned period counts as done. Pruning beyond the
 // cursor or over an unsettled record is refused, and deletes nothing.
 func TestPruneHorizonCursor(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	l := openLedger(t, pool)
 	ctx := context.Background()
@@ -592,6 +600,7 @@ func TestPruneHorizonCursor(t *testing.T) {
 // TestCursor: a done mark with End.Cursor moves the job's cursor forward,
 // in byte order (COLLATE "C": "B" sorts before "a"), never back.
 func TestCursor(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	l := openLedger(t, pool)
 	ctx := context.Background()
@@ -642,6 +651,7 @@ func TestCursor(t *testing.T) {
 // TestOpen: Open owns its pool; options reach every Run; bad input is
 // refused before anything is written.
 func TestOpen(t *testing.T) {
+	t.Parallel()
 	dsn := testDSN(t)
 	ctx := context.Background()
 	schema := uniqueName("idemtest_")
@@ -681,6 +691,7 @@ func TestOpen(t *testing.T) {
 
 // TestList: records by job and status, in byte order, with a limit.
 func TestList(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	l := openLedger(t, pool)
 	ctx := context.Background()

@@ -90,6 +90,7 @@ func planScans(t *testing.T, pool *pgxpool.Pool, mode string, maxRows int64, que
 // a period the statistics know (90 % done), and for a new one they do not,
 // where a lookup by key could turn into a scan of the period.
 func TestClaimItemsPlan(t *testing.T) {
+	t.Parallel()
 	l, pool, s := planLedger(t)
 	ctx := context.Background()
 	fill := func(period string) {
@@ -131,6 +132,7 @@ func TestClaimItemsPlan(t *testing.T) {
 // key. For periods that have a pending chunk and for periods whose runnable
 // chunks are all expired; known to the statistics or not.
 func TestClaimChunkPlan(t *testing.T) {
+	t.Parallel()
 	l, pool, s := planLedger(t)
 	ctx := context.Background()
 	fill := func(period string, pending bool) {

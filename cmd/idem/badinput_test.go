@@ -15,6 +15,7 @@ import (
 // TestLedgerFIFORefused: a ledger path that names a FIFO is refused by
 // every command, saying what it is (doctor said it was an empty ledger).
 func TestLedgerFIFORefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	fifo := filepath.Join(e.dir, "fifo.db")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {

@@ -9,6 +9,7 @@ import (
 )
 
 func TestExitCode(t *testing.T) {
+	t.Parallel()
 	pr := func(o idem.Outcome, err error) idem.PeriodResult { return idem.PeriodResult{Outcome: o, Err: err} }
 	boom := errors.New("boom")
 	for _, c := range []struct {
@@ -37,6 +38,7 @@ func TestExitCode(t *testing.T) {
 }
 
 func TestParseDuration(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]time.Duration{
 		"90d": 90 * 24 * time.Hour, "2w": 14 * 24 * time.Hour, "36h": 36 * time.Hour, "1.5d": 36 * time.Hour, "30m": 30 * time.Minute,
 	} {
@@ -52,6 +54,7 @@ func TestParseDuration(t *testing.T) {
 }
 
 func TestParseScheduleAndTime(t *testing.T) {
+	t.Parallel()
 	berlin, err := loadZone("Europe/Berlin")
 	if err != nil {
 		t.Fatal(err)

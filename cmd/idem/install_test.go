@@ -57,6 +57,7 @@ func readmeBuild(path, out string) (env, args []string, err error) {
 // command builds (TestMain builds the tests' binary with it) is static, as
 // the README says: no dynamic loader, no shared libraries.
 func TestInstalledBinaryIsStatic(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skipf("checks an ELF binary; this is %s", runtime.GOOS)
 	}

@@ -228,6 +228,7 @@ func runArgs(extra ...string) []string {
 }
 
 func TestRunTwiceRunsOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.want(exitOK, runArgs()...)
 	e.want(exitDone, runArgs()...)
@@ -238,6 +239,7 @@ func TestRunTwiceRunsOnce(t *testing.T) {
 }
 
 func TestEnvironmentOfTheCommand(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.want(exitOK, "run", "--job", "settle", "--tz", "Asia/Shanghai", "--",
 		"sh", "-c", `printf '%s\n' "$IDEM_JOB" "$IDEM_PERIOD" "$IDEM_ATTEMPT" "$IDEM_REQUEST_ID" "$IDEM_PERIOD_START" "$IDEM_PERIOD_END" > env.txt`)
@@ -300,6 +302,7 @@ func killGroup(t *testing.T, cmd *exec.Cmd) {
 // ends), the next run on this host takes the period over at once, at the
 // same "now": it does not wait out the killed run's lease (1m).
 func TestKilledRunTakenOverAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	holder := e.started()
 	_, stderr := e.want(exitBusy, runArgs()...)
@@ -366,6 +369,7 @@ func lineWithin(t *testing.T, r *bufio.Reader, want string, d time.Duration) {
 // but starts its command only once the old one has ended: two commands of
 // one period never run at once on a host.
 func TestTakeOverWaitsForTheKilledRunsCommand(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	holder := e.command("run", "--ledger", e.ledger, "--job", "settle", "--tz", "UTC", "--",
 		"sh", "-c", `trap '' TERM; echo "$IDEM_PERIOD $IDEM_ATTEMPT" >> out.txt; echo started; sleep 600`)
@@ -435,6 +439,7 @@ func TestTakeOverWaitsForTheKilledRunsCommand(t *testing.T) {
 // host (its record written into the ledger) cannot be proven dead from
 // here: runs are busy until its lease expires, then take it over.
 func TestHolderElsewhereWaitsOutTheLease(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	l, err := idem.OpenLedger(e.ledger)
 	if err != nil {
@@ -461,6 +466,7 @@ func TestHolderElsewhereWaitsOutTheLease(t *testing.T) {
 }
 
 func TestKilledAtLeastOnceWithShortLease(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	killGroup(t, e.started("--lease", "1s"))
 	e.now = "2026-10-28T02:00:02Z" // past the 1s lease
@@ -471,6 +477,7 @@ func TestKilledAtLeastOnceWithShortLease(t *testing.T) {
 }
 
 func TestKilledAtMostOnceIsUnknownUntilResolved(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	killGroup(t, e.started("--mode", "at-most-once"))
 
@@ -500,6 +507,7 @@ func TestKilledAtMostOnceIsUnknownUntilResolved(t *testing.T) {
 }
 
 func TestResolveRetryRunsAgain(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.want(exitUnknown, "run", "--job", "pay", "--tz", "UTC", "--mode", "at-most-once", "--", "sh", "-c", `echo "$IDEM_ATTEMPT" >> out.txt; exit 1`)
 	e.want(exitOK, "resolve", "pay", "2026-10-27", "--retry")
@@ -510,6 +518,7 @@ func TestResolveRetryRunsAgain(t *testing.T) {
 }
 
 func TestCatchUpAllAfterThreeMissedDays(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.want(exitOK, runArgs()...)
 	e.now = "2026-10-31T02:00:00Z" // the host was down on the 29th, 30th and 31st
@@ -522,6 +531,7 @@ func TestCatchUpAllAfterThreeMissedDays(t *testing.T) {
 }
 
 func TestCatchUpMaxDefersTheRest(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.want(exitOK, runArgs("--since", "2026-10-20", "--max", "3")...)
 	if got := e.lines("out.txt"); len(got) != 3 || got[0] != "2026-10-20 1" || got[2] != "2026-10-22 1" {
@@ -534,6 +544,7 @@ func TestCatchUpMaxDefersTheRest(t *testing.T) {
 }
 
 func TestCatchUpLatestAndNone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.want(exitOK, runArgs("--catch-up", "latest")...)
 	e.now = "2026-10-31T02:00:00Z"
@@ -561,6 +572,7 @@ func TestCatchUpLatestAndNone(t *testing.T) {
 }
 
 func TestSchedules(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T13:20:00Z")
 	for _, c := range []struct{ schedule, tz, want string }{
 		{"hourly", "UTC", "2026-10-28T12:00Z"},
@@ -576,6 +588,7 @@ func TestSchedules(t *testing.T) {
 }
 
 func TestFailureParksThenReset(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	failing := []string{"run", "--job", "report", "--tz", "UTC", "--max-attempts", "1", "--", "sh", "-c", `echo "$IDEM_ATTEMPT" >> out.txt; exit 3`}
 	_, stderr := e.want(exitFailed, failing...)
@@ -602,6 +615,7 @@ func TestFailureParksThenReset(t *testing.T) {
 }
 
 func TestExitTempFailIsSafeToRetryAtMostOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.want(exitFailed, "run", "--job", "pay", "--tz", "UTC", "--mode", "at-most-once", "--max-attempts", "1", "--", "sh", "-c", "exit 75")
 	out, _ := e.want(exitOK, "show", "pay", "2026-10-27", "--json")
@@ -615,6 +629,7 @@ func TestExitTempFailIsSafeToRetryAtMostOnce(t *testing.T) {
 }
 
 func TestSignalIsForwarded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	cmd := e.command("run", "--ledger", e.ledger, "--job", "settle", "--tz", "UTC", "--",
 		"sh", "-c", `trap 'echo TERM > got.txt; exit 143' TERM; echo started; while :; do sleep 1; done`)
@@ -659,6 +674,7 @@ func TestSignalIsForwarded(t *testing.T) {
 }
 
 func TestLsTableAndFilters(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.want(exitOK, runArgs()...)
 	e.want(exitFailed, "run", "--job", "other", "--tz", "UTC", "--max-attempts", "1", "--", "false")
@@ -693,6 +709,7 @@ func TestLsTableAndFilters(t *testing.T) {
 }
 
 func TestPrune(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.want(exitOK, runArgs("--since", "2026-10-01")...) // 27 days: 2026-10-01 .. 2026-10-27
 	if got := e.lines("out.txt"); len(got) != 27 {
@@ -739,6 +756,7 @@ func TestPrune(t *testing.T) {
 }
 
 func TestDoctor(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.want(exitOK, runArgs()...)
 	e.want(exitUnknown, "run", "--job", "pay", "--tz", "UTC", "--mode", "at-most-once", "--", "false")
@@ -792,6 +810,7 @@ func TestDoctor(t *testing.T) {
 }
 
 func TestLedgerFromEnvironment(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	cmd := e.command(append([]string{"run", "--job", "settle", "--tz", "UTC"}, appendLine...)...)
 	cmd.Env = append(cmd.Env, "IDEM_LEDGER="+e.ledger)
@@ -811,6 +830,7 @@ func TestLedgerFromEnvironment(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	for _, args := range [][]string{
 		{"run", "--job", "j", "--tz", "UTC"},                             // no command
@@ -844,6 +864,7 @@ func TestUsageErrors(t *testing.T) {
 // TestBadFlagValues: a flag value out of range is a usage error (exit 2)
 // that names the flag, before anything runs or is written.
 func TestBadFlagValues(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.want(exitOK, runArgs()...)
 	before, err := os.ReadFile(e.ledger)
@@ -885,6 +906,7 @@ func TestBadFlagValues(t *testing.T) {
 // file, every command refuses (exit 2, naming the file) and leaves the
 // file and its directory as they were.
 func TestForeignDatabaseRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	db, err := sql.Open("sqlite", e.ledger)
 	if err != nil {
@@ -919,6 +941,7 @@ func TestForeignDatabaseRefused(t *testing.T) {
 }
 
 func TestHelpDocumentsExitCodes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "")
 	out, _ := e.want(exitOK, "run", "--help")
 	for _, want := range []string{"0  ran", "1  failed", "2  usage", "3  already done", "4  busy", "5  unknown", "IDEM_PERIOD", "75"} {
@@ -933,6 +956,7 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 // of its own. The database keeps its own clock for leases, so only due
 // periods follow $IDEM_NOW here.
 func TestPostgres(t *testing.T) {
+	t.Parallel()
 	dsn := os.Getenv("IDEM_TEST_PG_DSN")
 	if dsn == "" {
 		t.Skip("no PostgreSQL: set IDEM_TEST_PG_DSN (eval \"$(scripts/pg.sh start)\" from the repository's root)")
@@ -1004,6 +1028,7 @@ func TestPostgres(t *testing.T) {
 // runs it and the two days after it, in order. What ls and doctor say about
 // the parked period is then true.
 func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-11-30T18:05:00Z") // 02:05 on 1 December in Shanghai
 	run := func(cmd string, extra ...string) []string {
 		args := append([]string{"run", "--job", "j", "--tz", "Asia/Shanghai", "--max-attempts", "1"}, extra...)
@@ -1055,6 +1080,7 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 // never reached by 'idem run' again. ls, show, doctor, reset and resolve
 // say so and what to do, instead of "the next run retries it".
 func TestUnsettledBeforeTheCursor(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.want(exitFailed, "run", "--job", "settle", "--tz", "UTC", "--catch-up", "none", "--max-attempts", "1", "--", "false")
 	e.now = "2026-10-29T02:00:00Z"
@@ -1099,6 +1125,7 @@ func TestUnsettledBeforeTheCursor(t *testing.T) {
 // TestCatchUpNoneSaysWhenARetryHappens: with --catch-up none a failed
 // period is retried only while it is the latest due period; the run says so.
 func TestCatchUpNoneSaysWhenARetryHappens(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	_, stderr := e.want(exitFailed, "run", "--job", "report", "--tz", "UTC", "--catch-up", "none", "--max-attempts", "1", "--", "false")
 	if !strings.Contains(stderr, "only while it is the latest due period") {
@@ -1113,6 +1140,7 @@ func TestCatchUpNoneSaysWhenARetryHappens(t *testing.T) {
 // TestRunDefaultsFollowTheLibrary: idem run's retry flags default to the
 // library's defaults.
 func TestRunDefaultsFollowTheLibrary(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "")
 	out, _ := e.want(exitOK, "run", "--help")
 	for _, want := range []string{
@@ -1129,6 +1157,7 @@ func TestRunDefaultsFollowTheLibrary(t *testing.T) {
 // TestClockSkipNeedsNow: $IDEM_CLOCK is a test seam that only works with
 // $IDEM_NOW and only knows "skip".
 func TestClockSkipNeedsNow(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ now, clock string }{{"", "skip"}, {"2026-10-28T02:00:00Z", "fast"}} {
 		e := newEnv(t, c.now)
 		e.clock = c.clock
@@ -1177,6 +1206,7 @@ func mustTime(t *testing.T, s string) time.Time {
 // command); the period is never parked, and the first run after the outage
 // that the backoff allows does it, once.
 func TestOutageHealsWithoutAPerson(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "")
 	e.clock = "skip"
 	down := filepath.Join(e.dir, "down")

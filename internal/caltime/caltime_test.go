@@ -9,6 +9,7 @@ import (
 )
 
 func TestFloorDivMod(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ a, b, div, mod int64 }{
 		{7, 3, 2, 1},
 		{-7, 3, -3, 2},
@@ -27,6 +28,7 @@ func TestFloorDivMod(t *testing.T) {
 }
 
 func TestDays(t *testing.T) {
+	t.Parallel()
 	for _, day := range []int64{-719528, -1, 0, 1, 20000, 2932896} {
 		y, m, d := caltime.Civil(day)
 		if got := caltime.DayNumber(y, m, d); got != day {
@@ -43,6 +45,7 @@ func TestDays(t *testing.T) {
 }
 
 func TestUTCName(t *testing.T) {
+	t.Parallel()
 	sec := time.Date(2026, 11, 1, 5, 30, 0, 0, time.UTC).Unix()
 	tests := []struct {
 		sec  int64
@@ -67,6 +70,7 @@ func TestUTCName(t *testing.T) {
 }
 
 func TestResolve(t *testing.T) {
+	t.Parallel()
 	ny, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		t.Fatal(err)

@@ -67,6 +67,7 @@ func child(t *testing.T, kind string) (*exec.Cmd, *bytes.Buffer) {
 // TestProcessQuitsStuckChild: a child still running at the limit is sent
 // SIGQUIT and its goroutines end up in its stderr.
 func TestProcessQuitsStuckChild(t *testing.T) {
+	t.Parallel()
 	cmd, stderr := child(t, "hang")
 	err := Process(cmd, 100*time.Millisecond)
 	var stuck *StuckError
@@ -83,6 +84,7 @@ func TestProcessQuitsStuckChild(t *testing.T) {
 // TestProcessKillsDeafChild: a child that ignores SIGQUIT is sent SIGKILL
 // QuitGrace later.
 func TestProcessKillsDeafChild(t *testing.T) {
+	t.Parallel()
 	cmd, _ := child(t, "hang-deaf")
 	err := Process(cmd, 100*time.Millisecond)
 	var stuck *StuckError
@@ -96,6 +98,7 @@ func TestProcessKillsDeafChild(t *testing.T) {
 
 // TestProcessExited: a child that exits in time gives cmd.Wait's error.
 func TestProcessExited(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command("sh", "-c", "exit 3")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -131,6 +134,7 @@ func (f *fakeT) run(fn func()) {
 }
 
 func TestLimit(t *testing.T) {
+	t.Parallel()
 	if d := Limit(&fakeT{T: t}); d != Max {
 		t.Errorf("without a deadline: %s, want %s", d, Max)
 	}
@@ -148,6 +152,7 @@ func TestLimit(t *testing.T) {
 // TestGiveUp: Recv, Group and Until fail the test after the limit, naming
 // what they waited for, with the goroutines.
 func TestGiveUp(t *testing.T) {
+	t.Parallel()
 	near := func() *fakeT { return &fakeT{T: t, deadline: time.Now().Add(time.Second)} } // the 1s floor
 	var wg sync.WaitGroup
 	wg.Add(1)
