@@ -140,11 +140,13 @@ func checkGranted(t *testing.T, dir, mode string) {
 // TestEachKilled applies 10k items, SIGKILLing the process at 30 %, 60 % and
 // 90 % (one kill per run, each run resuming the last), then finishes.
 func TestEachKilled(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("10k items with real kills")
 	}
 	for _, mode := range []string{"tx", "two-phase"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			prepareGranted(t, dir)
 			for _, pct := range []int64{30, 60, 90} {
@@ -181,11 +183,13 @@ func TestEachKilled(t *testing.T) {
 
 // TestEachFourProcesses shares 10k items between 4 processes at once.
 func TestEachFourProcesses(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("4 processes, 10k items")
 	}
 	for _, mode := range []string{"tx", "two-phase"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			prepareGranted(t, dir)
 			var children []*idemtest.Child

@@ -95,11 +95,13 @@ func randomKillChild(dir, mode string, dieWhileRecording bool) error {
 // promise for all 3000 items: exactly once (tx, two-phase), at least once,
 // at most once with every missing effect accounted for as unknown.
 func TestEachRandomKills(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("3000 items, 13 kills per mode")
 	}
 	for _, mode := range []string{"tx", "two-phase", "at-most-once", "at-least-once"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			seed := time.Now().UnixNano()
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(uint64(seed), 0))

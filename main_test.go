@@ -1,0 +1,26 @@
+package idem_test
+
+import (
+	"flag"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+)
+
+// TestMain runs up to four parallel tests per CPU unless -parallel is given.
+// Most tests of this package wait rather than compute: on child processes
+// being started and killed, on fsync, on leases running out. The default of
+// one per CPU would leave the CPUs idle while they wait. Tests that depend on
+// a real clock's timing (heartbeats) are not parallel and run alone first.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(4*runtime.GOMAXPROCS(0))); err != nil {
+			panic(err)
+		}
+	}
+	os.Exit(m.Run())
+}
