@@ -105,7 +105,8 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // (attempts, next-allowed time and last error are kept per item); after the
 // Backoff's last attempt, or on a Permanent error, the item is parked and
 // reported. fn gets the item id, and its context carries [Info] with the
-// item and a request id of its own.
+// item and a request id of its own, [Key.ItemRequestID] (not the id of any
+// period).
 //
 // Each returns when every item is done or parked: then it marks the period
 // itself done (Outcome Ran). A later Each of a done period returns at once
@@ -311,8 +312,7 @@ func (e *eacher) work(ctx context.Context) error {
 }
 
 func (e *eacher) info(c idemstore.ItemClaim) Info {
-	ik := Key{Job: e.key.Job, Period: e.key.Period + "/" + c.Item}
-	return Info{Key: e.key, Item: c.Item, Attempt: c.Attempt, RequestID: ik.RequestID(), Owner: idemstore.Owner()}
+	return Info{Key: e.key, Item: c.Item, Attempt: c.Attempt, RequestID: e.key.ItemRequestID(c.Item), Owner: idemstore.Owner()}
 }
 
 // itemCtx is fn's context for one item: its Info (made when asked for: a

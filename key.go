@@ -7,8 +7,8 @@ import "github.com/idemgo/idem/idemstore"
 // Period is the period the work is FOR ("2026-10-27" for the settlement of
 // 27 October), never the wall-clock time the run started: a re-run tomorrow of
 // yesterday's settlement must produce the same Key. Schedules such as [Daily]
-// compute it. Its methods (Validate, String, RequestID) are those of
-// [idemstore.Key], where stores see it.
+// compute it. Its methods (Validate, String, RequestID, ItemRequestID) are
+// those of [idemstore.Key], where stores see it.
 type Key = idemstore.Key
 
 // KeyError describes an invalid [Key] (or an invalid job given to

@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -78,5 +79,77 @@ func TestCatchUpInvalidJob(t *testing.T) {
 	_, err = idem.CatchUp(context.Background(), l, "a\tb", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
 	if err == nil || strings.Contains(err.Error(), `"-"`) || !strings.Contains(err.Error(), `"a\tb"`) {
 		t.Fatalf("%v, want the job and no placeholder period", err)
+	}
+}
+
+// TestRequestIDPeriodAndItemDiffer: an item's request id (item format 2) is
+// domain-separated from every period's (format 1): item "acct-7" of period
+// "2026-10-27" and the period "2026-10-27/acct-7" of the same job get
+// different ids, in fn's Info (Run, Each, EachTx), in a TwoPhase check of
+// the item, and from the Key methods. Both formats are pinned by golden
+// values (computed outside Go: "idem-" + the first 32 hex digits of
+// SHA-256 of the bytes below), so that neither changes unnoticed: a changed
+// id is a new idempotency key downstream.
+func TestRequestIDPeriodAndItemDiffer(t *testing.T) {
+	t.Parallel()
+	const (
+		periodID = "idem-c0adeac731caa213d606d222473d9a2c" // "points" 0x00 "2026-10-27/acct-7"
+		itemID   = "idem-b80d900b316a4917fa022a6fcbc3d5c9" // "idem item request id v2" 0x00 "points" 0x00 "2026-10-27" 0x00 "acct-7"
+		ownID    = "idem-38441b3f3e62bc26896e61f72e876a4a" // "points" 0x00 "2026-10-27"
+	)
+	ctx := context.Background()
+	period := idem.Key{Job: "points", Period: "2026-10-27"}
+	slash := idem.Key{Job: "points", Period: "2026-10-27/acct-7"}
+	if got := slash.RequestID(); got != periodID {
+		t.Errorf("RequestID of %v = %s, want %s (format 1)", slash, got, periodID)
+	}
+	if got := period.RequestID(); got != ownID {
+		t.Errorf("RequestID of %v = %s, want %s (format 1)", period, got, ownID)
+	}
+	if got := period.ItemRequestID("acct-7"); got != itemID {
+		t.Errorf("ItemRequestID of %v, acct-7 = %s, want %s (item format 2)", period, got, itemID)
+	}
+
+	l := openLedger(t, t.TempDir())
+	if err := l.Run(ctx, slash, func(ctx context.Context) error {
+		if info, _ := idem.InfoFrom(ctx); info.RequestID != periodID {
+			t.Errorf("Run of %v: Info.RequestID %s, want %s", slash, info.RequestID, periodID)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	one := idem.Items(func(yield func(string) bool) { yield("acct-7") })
+	check := func(call string) func(ctx context.Context) {
+		return func(ctx context.Context) {
+			info, _ := idem.InfoFrom(ctx)
+			if info.Item != "acct-7" || info.RequestID != itemID {
+				t.Errorf("%s: Info %+v, want item acct-7 with request id %s", call, info, itemID)
+			}
+		}
+	}
+	// Each: fn fails once, so TwoPhase's check is asked about the item; it
+	// answers "there", and the item is done without a second fn.
+	var fns, checks int
+	has := func(ctx context.Context, k idem.Key) (bool, error) {
+		checks++
+		check("TwoPhase check")(ctx)
+		return true, nil
+	}
+	res, err := idem.Each(ctx, l, period, one, func(ctx context.Context, item string) error {
+		fns++
+		check("Each")(ctx)
+		return errors.New("timeout: the request may have reached the downstream")
+	}, idem.TwoPhase(has))
+	if err != nil || res.Counts.Done != 1 || fns != 1 || checks != 1 {
+		t.Fatalf("Each: %v, %+v; fn ran %d times, check %d (want 1, 1)", err, res, fns, checks)
+	}
+	l2 := openLedger(t, t.TempDir())
+	res, err = idem.EachTx(ctx, l2, period, one, func(ctx context.Context, _ *sql.Tx, item string) error {
+		check("EachTx")(ctx)
+		return nil
+	})
+	if err != nil || res.Counts.Done != 1 {
+		t.Fatalf("EachTx: %v, %+v", err, res)
 	}
 }

@@ -241,7 +241,7 @@ type Info struct {
 	Key       Key
 	Item      string // Each: the item being applied; "" for Run
 	Attempt   int64  // the attempt number: the fencing token, higher for every new attempt
-	RequestID string // Key.RequestID() (per item in Each): the same for every attempt
+	RequestID string // Key.RequestID(); in Each Key.ItemRequestID(Item), a format of its own: the same for every attempt
 	Owner     string // who holds the attempt
 }
 

@@ -75,12 +75,51 @@ func ValidatePart(what, s string) error {
 // every attempt, every process and every host. Hand it to a downstream
 // service as its idempotency key (a payment gateway's Idempotency-Key, a mail
 // gateway's message id), so that a retried attempt is recognised there, and so
-// a downstream check (idem.DownstreamHas) can ask for it.
+// a downstream check (idem.DownstreamHas) can ask for it. It is the request id
+// of a period (Info.RequestID of idem.Run, $IDEM_REQUEST_ID of the idem
+// command); an item of idem.Each has its own, [Key.ItemRequestID].
+//
+// Format 1, unchanged since the first version of idem and kept so that the
+// ids of retries in flight stay the same across an upgrade: "idem-" followed
+// by the lowercase hex of the first 16 bytes of SHA-256(Job 0x00 Period),
+// 37 characters in all.
 func (k Key) RequestID() string {
 	h := sha256.New()
 	h.Write([]byte(k.Job))
 	h.Write([]byte{0})
 	h.Write([]byte(k.Period))
+	return "idem-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// itemIDTag opens the hashed input of an item's request id: it names the
+// format, so that no other id of idem hashes the same bytes.
+const itemIDTag = "idem item request id v2"
+
+// ItemRequestID returns the request id of item of k's period in idem.Each
+// (Info.RequestID in the item's fn and in a DownstreamHas check of the
+// item): like [Key.RequestID], the same for every attempt, process and
+// host, to hand to the downstream as its idempotency key.
+//
+// Item format 2: "idem-" followed by the lowercase hex of the first 16 bytes
+// of SHA-256("idem item request id v2" 0x00 Job 0x00 Period 0x00 item),
+// 37 characters in all, the shape of a period's id. The tag and the NUL
+// separators (no job, period or item may contain a NUL: [ValidatePart])
+// keep it apart from every period's id and every other item's: item "x" of
+// period "P" and the period "P/x" have different ids. Format 1 item ids,
+// before this version, were those of the period Period+"/"+item; an item
+// started under format 1 and retried under format 2 reaches the downstream
+// with a new id, so let fan-outs finish before upgrading. For a job, period
+// or item that is not valid ([Key.Validate], [ValidatePart]) the id is
+// still a function of its input but is not promised to be distinct.
+func (k Key) ItemRequestID(item string) string {
+	h := sha256.New()
+	h.Write([]byte(itemIDTag))
+	h.Write([]byte{0})
+	h.Write([]byte(k.Job))
+	h.Write([]byte{0})
+	h.Write([]byte(k.Period))
+	h.Write([]byte{0})
+	h.Write([]byte(item))
 	return "idem-" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
