@@ -27,11 +27,18 @@ type catchUpConfig struct {
 }
 
 // CatchUpAll runs every due period, oldest first, at most max of them per
-// call (max <= 0: no limit). The rest are counted in
+// call (max = 0: no limit). The rest are counted in
 // CatchUpResult.Deferred and run by the next call. This is the default,
-// with max = DefaultMaxPeriods.
-func CatchUpAll(max int) Option {
-	return optionFunc(func(c *config) { c.catchUp.latest, c.catchUp.maxPeriods = false, max })
+// with max = DefaultMaxPeriods. A negative max is an error matching
+// [ErrInvalidOption].
+func CatchUpAll(max int) CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error {
+		if max < 0 {
+			return invalidOption("CatchUpAll(%d): the cap must not be negative (0 means no cap)", max)
+		}
+		c.catchUp.latest, c.catchUp.maxPeriods = false, max
+		return nil
+	})
 }
 
 // CatchUpLatest coalesces: only the newest due period runs; the older ones
@@ -39,32 +46,51 @@ func CatchUpAll(max int) Option {
 // applies to the skipping). Periods
 // that are unknown or parked are not skipped: catch-up stops at them, since
 // they need a person.
-func CatchUpLatest() Option { return optionFunc(func(c *config) { c.catchUp.latest = true }) }
+func CatchUpLatest() CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error { c.catchUp.latest = true; return nil })
+}
 
 // Since bounds the first catch-up of a job (one with no cursor yet): it
 // starts at the period containing t instead of only the latest due period,
-// so a new job backfills a chosen window and never from the epoch.
-func Since(t time.Time) Option { return optionFunc(func(c *config) { c.catchUp.since = t }) }
+// so a new job backfills a chosen window and never from the epoch. A zero t
+// is an error matching [ErrInvalidOption].
+func Since(t time.Time) CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error {
+		if t.IsZero() {
+			return invalidOption("Since(%v): the zero time is no start", t)
+		}
+		c.catchUp.since = t
+		return nil
+	})
+}
 
 // DueAtStart makes a period due as soon as it starts (a report FOR today,
 // sent in the morning). By default a period is due when it ends: you settle
 // a day once it is over.
-func DueAtStart() Option { return optionFunc(func(c *config) { c.catchUp.dueAtStart = true }) }
+func DueAtStart() CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error { c.catchUp.dueAtStart = true; return nil })
+}
 
 // ContinueAfterFailure makes catch-up go on with later periods when one
 // fails. By default it stops at the failed period and the later ones wait,
 // so periods complete in order. Either way the cursor only moves over an
 // unbroken run of settled periods.
-func ContinueAfterFailure() Option { return optionFunc(func(c *config) { c.catchUp.keepGoing = true }) }
-
-// OnPeriod calls f after each period catch-up handles, for progress
-// reporting on long catch-ups.
-func OnPeriod(f func(PeriodResult)) Option {
-	return optionFunc(func(c *config) { c.catchUp.onPeriod = f })
+func ContinueAfterFailure() CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error { c.catchUp.keepGoing = true; return nil })
 }
 
-// withCursor makes the done mark advance the job's catch-up cursor.
-func withCursor() Option { return optionFunc(func(c *config) { c.catchUp.cursor = true }) }
+// OnPeriod calls f after each period catch-up handles, for progress
+// reporting on long catch-ups. A nil f is an error matching
+// [ErrInvalidOption].
+func OnPeriod(f func(PeriodResult)) CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error {
+		if f == nil {
+			return invalidOption("OnPeriod(nil): no function to call")
+		}
+		c.catchUp.onPeriod = f
+		return nil
+	})
+}
 
 // PeriodResult is what catch-up did with one period.
 type PeriodResult struct {
@@ -127,12 +153,13 @@ func (r CatchUpResult) Count(o Outcome) int {
 // fn must not call Run or RunTx for its own period (the key is held by
 // the Run that called fn: [ErrNestedRun]); for business writes that commit
 // with each period's done mark, use [CatchUpTx].
-func CatchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...Option) (CatchUpResult, error) {
+func CatchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...CatchUpOption) (CatchUpResult, error) {
 	if fn == nil || sched == nil || s == nil {
 		panic("idem: CatchUp needs a store, a schedule and a fn")
 	}
-	return catchUp(ctx, s, job, sched, opts, func(ctx context.Context, key Key, p Period, o []Option) error {
-		return RunWith(ctx, s, key, func(ctx context.Context) error { return fn(ctx, p) }, o...)
+	cfg := configure(s, opts, CatchUpOption.applyCatchUp)
+	return catchUp(ctx, s, job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
+		return execute(ctx, s, key, cfg, func(ctx context.Context) error { return fn(ctx, p) }, nil, nil)
 	})
 }
 
@@ -144,25 +171,25 @@ func CatchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 // period whose transaction did not commit left neither business rows nor
 // a done mark nor a cursor move, and the next call runs it again.
 //
-// Periods, policies, the cursor and the options are as in CatchUp; mode
-// options are ignored (see RunTxWith). A failing period's writes are
+// Periods, policies, the cursor and the options are as in CatchUp; it
+// takes no mode option, and ignores a store's default mode (see RunTxWith). A failing period's writes are
 // rolled back and the catch-up stops there (unless
 // [ContinueAfterFailure]); the error returned is that period's. As in
 // RunTxWith, write idempotent, recomputing statements: they are what the
 // re-run of a rolled-back period repeats.
-func CatchUpTx[Tx any](ctx context.Context, s idemstore.CatchUpTxStore[Tx], job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...Option) (CatchUpResult, error) {
+func CatchUpTx[Tx any](ctx context.Context, s idemstore.CatchUpTxStore[Tx], job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...CatchUpTxOption) (CatchUpResult, error) {
 	if fn == nil || sched == nil || s == nil {
 		panic("idem: CatchUpTx needs a store, a schedule and a fn")
 	}
-	return catchUp(ctx, s, job, sched, opts, func(ctx context.Context, key Key, p Period, o []Option) error {
-		return RunTxWith(ctx, s, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) }, o...)
+	cfg := configure(s, opts, CatchUpTxOption.applyCatchUpTx)
+	return catchUp(ctx, s, job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
+		return runTx(ctx, s, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) }, cfg)
 	})
 }
 
-// catchUp is CatchUp's loop; run runs one period with the options o.
-func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, opts []Option,
-	run func(ctx context.Context, key Key, p Period, o []Option) error) (CatchUpResult, error) {
-	cfg := newConfig(s, []Option{CatchUpAll(DefaultMaxPeriods)}, opts)
+// catchUp is CatchUp's loop; run runs one period with the config cfg.
+func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, cfg *config,
+	run func(ctx context.Context, key Key, p Period, cfg *config) error) (CatchUpResult, error) {
 	cu := cfg.catchUp
 	var res CatchUpResult
 	if cfg.err != nil {
@@ -233,11 +260,10 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 			pr = skipPeriod(ctx, s, key, p)
 		} else {
 			var r Result
-			o := append(append([]Option(nil), opts...), ReportTo(&r), retryFrom(now))
-			if unbroken {
-				o = append(o, withCursor())
-			}
-			err := run(ctx, key, p, o)
+			pc := *cfg // this period's Run: its own copy
+			pc.report, pc.retryFrom = &r, now
+			pc.catchUp.cursor = unbroken
+			err := run(ctx, key, p, &pc)
 			pr = PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
 		}
 		if pr.Err != nil {

@@ -26,12 +26,12 @@ type catchUpJob struct {
 	clk   *idemtest.Clock
 	ran   []string
 	fail  map[string]bool
-	extra []idem.Option
+	extra []idem.CatchUpOption
 }
 
-func (j *catchUpJob) run(t *testing.T, opts ...idem.Option) (idem.CatchUpResult, error) {
+func (j *catchUpJob) run(t *testing.T, opts ...idem.CatchUpOption) (idem.CatchUpResult, error) {
 	t.Helper()
-	opts = append(append([]idem.Option{idem.WithClock(j.clk)}, j.extra...), opts...)
+	opts = append(append([]idem.CatchUpOption{idem.WithClock(j.clk)}, j.extra...), opts...)
 	return idem.CatchUp(context.Background(), j.s, "settle", daily, func(ctx context.Context, p idem.Period) error {
 		if j.fail[p.Name] {
 			return idem.Permanent(fmt.Errorf("no data for %s", p.Name))
@@ -72,7 +72,7 @@ func TestCatchUpMissedPeriods(t *testing.T) {
 					j.ran = nil
 					// The host is down for `missed` days.
 					clk.Set(day(1 + missed))
-					var opt idem.Option
+					var opt idem.CatchUpOption
 					switch policy {
 					case "all":
 						opt = idem.CatchUpAll(0)

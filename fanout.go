@@ -24,9 +24,15 @@ type eachConfig struct {
 }
 
 // WithWorkers sets how many items Each works on at once (default
-// DefaultWorkers).
-func WithWorkers(n int) Option {
-	return optionFunc(func(c *config) { c.each.workers = max(n, 1) })
+// DefaultWorkers). An n below 1 is an error matching [ErrInvalidOption].
+func WithWorkers(n int) FanOutOption {
+	return fanOutOption(func(c *config) error {
+		if n < 1 {
+			return invalidOption("WithWorkers(%d): at least one worker is needed", n)
+		}
+		c.each.workers = n
+		return nil
+	})
 }
 
 // WithBatch sets the window of Each: how many items a worker applies
@@ -36,16 +42,30 @@ func WithWorkers(n int) Option {
 // Before a window runs, its items are marked started, in the commit that
 // ends the window before it: after a crash those items, and no others, are
 // in doubt — run again (AtLeastOnce), unknown (AtMostOnce) or checked
-// (TwoPhase). Larger windows mean fewer commits and more doubt.
-func WithBatch(n int) Option {
-	return optionFunc(func(c *config) { c.each.batch = max(n, 1) })
+// (TwoPhase). Larger windows mean fewer commits and more doubt. An n below
+// 1 is an error matching [ErrInvalidOption].
+func WithBatch(n int) FanOutOption {
+	return fanOutOption(func(c *config) error {
+		if n < 1 {
+			return invalidOption("WithBatch(%d): a window holds at least one item", n)
+		}
+		c.each.batch = n
+		return nil
+	})
 }
 
 // OnProgress calls f after every committed batch with the period's
 // progress, enough to drive a progress bar or a log line every N items. f is
-// called from Each's workers, one call at a time.
-func OnProgress(f func(EachProgress)) Option {
-	return optionFunc(func(c *config) { c.each.progress = f })
+// called from Each's workers, one call at a time. A nil f is an error
+// matching [ErrInvalidOption].
+func OnProgress(f func(EachProgress)) FanOutOption {
+	return fanOutOption(func(c *config) error {
+		if f == nil {
+			return invalidOption("OnProgress(nil): no function to call")
+		}
+		c.each.progress = f
+		return nil
+	})
 }
 
 // EachProgress is the progress of a period's items.
@@ -112,24 +132,25 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // (AlreadyDone). Items that are unknown keep the period open: Each returns
 // an error matching ErrUnknownOutcome. While other holders work items, or
 // items back off, Each waits for them, until ctx ends.
-func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...Option) (EachResult, error) {
+func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...EachOption) (EachResult, error) {
 	if fn == nil {
 		panic("idem: Each with a nil fn")
 	}
-	return each(ctx, s, key, items, opts, fn, nil)
+	return each(ctx, s, key, items, configure(s, opts, EachOption.applyEach), fn, nil)
 }
 
 // EachTx is Each for an [idemstore.ItemTxStore]: fn gets the store's
 // transaction, and each item's business writes commit together with its done
 // mark, or not at all; a batch of items shares one transaction (one commit),
 // each item in a savepoint. For writes in that database every item takes effect
-// exactly once. Mode options are ignored: a failed or killed item left nothing
-// behind and is simply run again.
-func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...Option) (EachResult, error) {
+// exactly once. It takes no mode option, and ignores a store's default mode
+// for its items: a failed or killed item left nothing behind and is simply
+// run again.
+func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...EachTxOption) (EachResult, error) {
 	if fn == nil {
 		panic("idem: EachTx with a nil fn")
 	}
-	return each(ctx, s, key, items, opts, nil, func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, info func(idemstore.ItemClaim) Info, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
+	return each(ctx, s, key, items, configure(s, opts, EachTxOption.applyEachTx), nil, func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, info func(idemstore.ItemClaim) Info, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
 		return s.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c idemstore.ItemClaim) error {
 			return fn(context.WithValue(ctx, infoKey{}, info(c)), tx, c.Item)
 		}, failed)
@@ -151,8 +172,8 @@ type eacher struct {
 	parked []string
 }
 
-func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], opts []Option, fn func(context.Context, string) error, tx txItems) (EachResult, error) {
-	cfg := newConfig(s, []Option{WithWorkers(DefaultWorkers)}, opts)
+func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], cfg *config, fn func(context.Context, string) error, tx txItems) (EachResult, error) {
+	periodMode := cfg.mode // the mode of the period's done mark
 	if tx != nil {
 		cfg.mode = atLeastOnce
 	}
@@ -231,8 +252,10 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	}
 	// Every item is done or parked: mark the period done.
 	var r Result
-	// WithWait: another holder may be writing the same mark this instant.
-	err = RunWith(ctx, s, key, func(context.Context) error { return nil }, append(opts, WithWait(), ReportTo(&r))...)
+	pc := *cfg // the done mark's Run: its own copy
+	pc.mode, pc.report = periodMode, &r
+	pc.wait = true // another holder may be writing the same mark this instant
+	err = execute(ctx, s, key, &pc, func(context.Context) error { return nil }, nil, nil)
 	res.Outcome = r.Outcome
 	if r.Outcome == AlreadyDone {
 		res.Outcome = Ran // another holder marked it a moment ago; the items ran now

@@ -102,7 +102,7 @@ func DefaultLedgerPath() (string, error) {
 // Run runs fn for key on the default store (see [Default]) with the
 // protocol of [RunWith]: fn runs until the key is done, at most once at a
 // time, and not again once it is done.
-func Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...Option) error {
+func Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...RunOption) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}

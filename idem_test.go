@@ -224,9 +224,11 @@ func crashJob(ctx context.Context, dir, mode string, clk idem.Clock) error {
 		return err
 	}
 	defer l.Close()
-	var opts []idem.Option
+	var opts []idem.RunOption
+	var txOpts []idem.RunTxOption
 	if clk != nil {
 		opts = append(opts, idem.WithClock(clk))
+		txOpts = append(txOpts, idem.WithClock(clk))
 	}
 	eff := newEffects(dir)
 	switch mode {
@@ -236,7 +238,7 @@ func crashJob(ctx context.Context, dir, mode string, clk idem.Clock) error {
 		}
 		return l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 			return settle(ctx, tx, key.Period)
-		}, opts...)
+		}, txOpts...)
 	case "at-most-once":
 		opts = append(opts, idem.AtMostOnce())
 	case "two-phase":
@@ -482,7 +484,7 @@ func TestFnErrorWrappedAndRetried(t *testing.T) {
 	// it: RetryWithin keeps all 5 attempts in this call whatever it reads.)
 	k2 := idem.Key{Job: "daily_settle", Period: "2026-10-28"}
 	calls = 0
-	five := []idem.Option{idem.WithBackoff(idem.WithMaxAttempts(5, idem.Exponential(time.Second))), idem.RetryWithin(time.Hour)}
+	five := []idem.RunOption{idem.WithBackoff(idem.WithMaxAttempts(5, idem.Exponential(time.Second))), idem.RetryWithin(time.Hour)}
 	err = l.Run(context.Background(), k2, func(context.Context) error { calls++; return boom }, five...)
 	var ierr *idem.Error
 	if !errors.Is(err, idem.ErrGaveUp) || !errors.Is(err, boom) || !errors.As(err, &ierr) || calls != 5 {

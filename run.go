@@ -51,11 +51,11 @@ import (
 // Whenever an attempt ends without its end recorded (a panic, a store that
 // kept failing, a lost lease), Run releases what this process holds for it
 // (a state file's lock), as the kernel would if the process died.
-func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) error, opts ...Option) error {
+func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) error, opts ...RunOption) error {
 	if fn == nil {
 		panic("idem: Run with a nil fn")
 	}
-	return execute(ctx, s, key, newConfig(s, nil, opts), fn, nil, nil)
+	return execute(ctx, s, key, configure(s, opts, RunOption.applyRun), fn, nil, nil)
 }
 
 // RunTxWith is RunWith for a [idemstore.TxStore]: fn gets the store's
@@ -64,14 +64,19 @@ func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) err
 //
 // For writes in the store's database this gives an exactly-once effect, so
 // RunTxWith needs no mode: a failed or killed attempt left nothing behind and
-// is simply run again (mode options are ignored). The claim is a lease as in
-// RunWith, but no heartbeat runs while fn does: the transaction's lock keeps
-// other attempts out until it ends.
-func RunTxWith[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) error, opts ...Option) error {
+// is simply run again (it takes no mode option, and ignores a store's
+// default mode). The claim is a lease as in RunWith, but no heartbeat runs
+// while fn does: the transaction's lock keeps other attempts out until it
+// ends.
+func RunTxWith[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) error, opts ...RunTxOption) error {
 	if fn == nil {
 		panic("idem: RunTx with a nil fn")
 	}
-	cfg := newConfig(s, nil, opts)
+	return runTx(ctx, s, key, fn, configure(s, opts, RunTxOption.applyRunTx))
+}
+
+// runTx is RunTxWith with its config.
+func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) error, cfg *config) error {
 	cfg.mode = atLeastOnce
 	// body is fn as the store calls it. Whether fn failed is kept here, in
 	// *failed (reset at each call: a store may run the transaction again),

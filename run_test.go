@@ -43,7 +43,7 @@ var lockStores = []struct {
 }
 
 // modeOption is the option of a mode by name; "two-phase" asks has.
-func modeOption(mode string, has bool) idem.Option {
+func modeOption(mode string, has bool) idem.ModeOption {
 	switch mode {
 	case "at-most-once":
 		return idem.AtMostOnce()
@@ -87,8 +87,8 @@ func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 		for _, c := range cases {
 			t.Run(fmt.Sprintf("%s/%s/has=%v", st.name, c.mode, c.has), func(t *testing.T) {
 				t.Parallel()
-				opts := func(clk idem.Clock) []idem.Option {
-					return []idem.Option{idem.WithClock(clk), modeOption(c.mode, c.has),
+				opts := func(clk idem.Clock) []idem.RunOption {
+					return []idem.RunOption{idem.WithClock(clk), modeOption(c.mode, c.has),
 						idem.WithBackoff(idem.Constant(time.Minute))}
 				}
 				// The next trigger, in another process, before the backoff ends.
@@ -364,18 +364,18 @@ func TestFinishRetriedAfterTransientError(t *testing.T) {
 	bad := errors.New("account closed")
 	cases := []struct {
 		name       string
-		opts       []idem.Option
+		opts       []idem.RunOption
 		fn         func() error
 		answerLost bool
 		want       error // Run's error matches it; nil: no error
 		outcome    idem.Outcome
 		status     idem.Status
 	}{
-		{"done/at-least-once", []idem.Option{idem.AtLeastOnce()}, func() error { return nil }, false, nil, idem.Ran, idem.StatusDone},
-		{"done/at-most-once", []idem.Option{idem.AtMostOnce()}, func() error { return nil }, false, nil, idem.Ran, idem.StatusDone},
-		{"done/answer lost", []idem.Option{idem.AtLeastOnce()}, func() error { return nil }, true, nil, idem.Ran, idem.StatusDone},
-		{"failed", []idem.Option{idem.OneAttempt()}, func() error { return errors.New("down") }, false, idem.ErrBackingOff, idem.BackingOff, idem.StatusFailed},
-		{"unknown", []idem.Option{idem.AtMostOnce()}, func() error { return errors.New("timeout") }, false, idem.ErrUnknownOutcome, idem.Unknown, idem.StatusUnknown},
+		{"done/at-least-once", []idem.RunOption{idem.AtLeastOnce()}, func() error { return nil }, false, nil, idem.Ran, idem.StatusDone},
+		{"done/at-most-once", []idem.RunOption{idem.AtMostOnce()}, func() error { return nil }, false, nil, idem.Ran, idem.StatusDone},
+		{"done/answer lost", []idem.RunOption{idem.AtLeastOnce()}, func() error { return nil }, true, nil, idem.Ran, idem.StatusDone},
+		{"failed", []idem.RunOption{idem.OneAttempt()}, func() error { return errors.New("down") }, false, idem.ErrBackingOff, idem.BackingOff, idem.StatusFailed},
+		{"unknown", []idem.RunOption{idem.AtMostOnce()}, func() error { return errors.New("timeout") }, false, idem.ErrUnknownOutcome, idem.Unknown, idem.StatusUnknown},
 		{"parked", nil, func() error { return idem.Permanent(bad) }, false, idem.ErrGaveUp, idem.GaveUp, idem.StatusParked},
 	}
 	for _, c := range cases {
@@ -572,16 +572,16 @@ func TestRetryWithin(t *testing.T) {
 	every25s := idem.WithBackoff(idem.Constant(25 * time.Second)) // never gives up
 	for _, c := range []struct {
 		name     string
-		opts     []idem.Option
+		opts     []idem.RunOption
 		calls    int
 		want     error
 		notAfter time.Duration // of the call's start, on the clock, when it returns
 	}{
-		{"default", []idem.Option{every25s}, 3, idem.ErrBackingOff, 50 * time.Second}, // at 0s, 25s, 50s; 75s is past the minute
-		{"RetryWithin(2m)", []idem.Option{every25s, idem.RetryWithin(2 * time.Minute)}, 5, idem.ErrBackingOff, 100 * time.Second},
-		{"RetryWithin(0)", []idem.Option{every25s, idem.RetryWithin(0)}, 1, idem.ErrBackingOff, 0},
-		{"OneAttempt", []idem.Option{every25s, idem.OneAttempt()}, 1, idem.ErrBackingOff, 0},
-		{"WithWait", []idem.Option{idem.WithBackoff(idem.WithMaxAttempts(6, idem.Constant(25*time.Second))), idem.WithWait()}, 6, idem.ErrGaveUp, 125 * time.Second},
+		{"default", []idem.RunOption{every25s}, 3, idem.ErrBackingOff, 50 * time.Second}, // at 0s, 25s, 50s; 75s is past the minute
+		{"RetryWithin(2m)", []idem.RunOption{every25s, idem.RetryWithin(2 * time.Minute)}, 5, idem.ErrBackingOff, 100 * time.Second},
+		{"RetryWithin(0)", []idem.RunOption{every25s, idem.RetryWithin(0)}, 1, idem.ErrBackingOff, 0},
+		{"OneAttempt", []idem.RunOption{every25s, idem.OneAttempt()}, 1, idem.ErrBackingOff, 0},
+		{"WithWait", []idem.RunOption{idem.WithBackoff(idem.WithMaxAttempts(6, idem.Constant(25*time.Second))), idem.WithWait()}, 6, idem.ErrGaveUp, 125 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -635,7 +635,7 @@ func TestInvalidOptionWritesNothing(t *testing.T) {
 		t.Fatalf("CatchUp: %v, ran %v", err, ran)
 	}
 	_, err = idem.Each(ctx, l, key, idem.Items(func(yield func(string) bool) { yield("a") }),
-		func(context.Context, string) error { ran = true; return nil }, bad)
+		func(context.Context, string) error { ran = true; return nil }, idem.WithWorkers(0))
 	if !errors.Is(err, idem.ErrInvalidOption) || ran {
 		t.Fatalf("Each: %v, ran %v", err, ran)
 	}

@@ -36,11 +36,17 @@ type DownstreamHas func(ctx context.Context, key Key) (bool, error)
 // have it reject stale fencing tokens (Info.Attempt).
 // [AtLeastOnce] and [AtMostOnce] are this policy with a fixed answer: "not
 // there, run again" and "cannot know, ask a person".
-func TwoPhase(has DownstreamHas) Option {
-	if has == nil {
-		panic("idem: TwoPhase needs a DownstreamHas")
-	}
-	return optionFunc(func(c *config) { c.mode = mode{name: "two-phase", has: has} })
+//
+// A nil has is an error matching [ErrInvalidOption], returned by the call
+// before anything is written.
+func TwoPhase(has DownstreamHas) ModeOption {
+	return modeOption(func(c *config) error {
+		if has == nil {
+			return invalidOption("TwoPhase(nil): no DownstreamHas to ask")
+		}
+		c.mode = mode{name: "two-phase", has: has}
+		return nil
+	})
 }
 
 // mode is the recovery policy: what to do when an attempt may have had its

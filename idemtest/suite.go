@@ -52,11 +52,11 @@ type Harness struct {
 // Modes are the Run modes the suite exercises, by name.
 var modes = []struct {
 	name string
-	opt  func(has idem.DownstreamHas) idem.Option
+	opt  func(has idem.DownstreamHas) idem.ModeOption
 }{
-	{"at-least-once", func(idem.DownstreamHas) idem.Option { return idem.AtLeastOnce() }},
-	{"at-most-once", func(idem.DownstreamHas) idem.Option { return idem.AtMostOnce() }},
-	{"two-phase", func(h idem.DownstreamHas) idem.Option { return idem.TwoPhase(h) }},
+	{"at-least-once", func(idem.DownstreamHas) idem.ModeOption { return idem.AtLeastOnce() }},
+	{"at-most-once", func(idem.DownstreamHas) idem.ModeOption { return idem.AtMostOnce() }},
+	{"two-phase", func(h idem.DownstreamHas) idem.ModeOption { return idem.TwoPhase(h) }},
 }
 
 // downstream is the suite's fake downstream: it records each effect by key.
@@ -204,7 +204,7 @@ func testCrashPoints(t *testing.T, h Harness) {
 				s := h.open(t, clk)
 				d := newDownstream()
 				k := idem.Key{Job: "crash", Period: "2026-10-27"}
-				opts := []idem.Option{idem.WithClock(clk), m.opt(d.has)}
+				opts := []idem.RunOption{idem.WithClock(clk), m.opt(d.has)}
 				err := idem.RunWith(CrashAt(context.Background(), p), s, k, d.apply, opts...)
 				crashed := errors.Is(err, ErrCrashed)
 				if err != nil && !crashed {
