@@ -148,7 +148,8 @@ func (r CatchUpResult) Count(o Outcome) int {
 //
 // Other options (mode, backoff, logger, ...) apply to every period's Run;
 // [RetryWithin] bounds the in-process retries of the whole call, counted
-// from its start.
+// from its start. An observer ([WithObserver]) gets one Result per period
+// handled, skipped periods included; the call's result is CatchUpResult.
 //
 // fn must not call Run or RunTx for its own period (the key is held by
 // the Run that called fn: [ErrNestedRun]); for business writes that commit
@@ -257,7 +258,11 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 		key := Key{Job: job, Period: p.Name}
 		var pr PeriodResult
 		if cu.latest && p.Name != last.Name {
+			start := cfg.clock.Now()
 			pr = skipPeriod(ctx, s, key, p)
+			if cfg.observer != nil { // a Result per period, skipped ones too
+				cfg.observer(Result{Key: key, Outcome: pr.Outcome, Duration: cfg.clock.Now().Sub(start), Err: pr.Err})
+			}
 		} else {
 			var r Result
 			pc := *cfg // this period's Run: its own copy

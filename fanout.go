@@ -132,6 +132,9 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // (AlreadyDone). Items that are unknown keep the period open: Each returns
 // an error matching ErrUnknownOutcome. While other holders work items, or
 // items back off, Each waits for them, until ctx ends.
+//
+// An observer ([WithObserver]) gets one [Result] per call, whatever it
+// returns, with the period's item counts in Result.Items.
 func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...EachOption) (EachResult, error) {
 	if fn == nil {
 		panic("idem: Each with a nil fn")
@@ -172,7 +175,21 @@ type eacher struct {
 	parked []string
 }
 
-func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], cfg *config, fn func(context.Context, string) error, tx txItems) (EachResult, error) {
+func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], cfg *config, fn func(context.Context, string) error, tx txItems) (res EachResult, err error) {
+	var mark Result // the Run of the period's done mark, if it ran
+	if cfg.observer != nil {
+		// One Result for the period, with its item counts (the done mark's
+		// Run reports nothing of its own).
+		start := cfg.clock.Now()
+		defer func() {
+			o := res.Outcome
+			if o == 0 {
+				o = Failed
+			}
+			cfg.observer(Result{Key: key, Outcome: o, Attempt: mark.Attempt, Duration: cfg.clock.Now().Sub(start),
+				Err: err, Items: res.Counts})
+		}()
+	}
 	periodMode := cfg.mode // the mode of the period's done mark
 	if tx != nil {
 		cfg.mode = atLeastOnce
@@ -183,7 +200,7 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			cfg.each.batch = 1
 		}
 	}
-	res := EachResult{Key: key}
+	res = EachResult{Key: key}
 	if cfg.err != nil {
 		return res, cfg.err
 	}
@@ -251,13 +268,12 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			Err: fmt.Errorf("%d items may or may not have taken effect; resolve them", counts.Unknown)}
 	}
 	// Every item is done or parked: mark the period done.
-	var r Result
 	pc := *cfg // the done mark's Run: its own copy
-	pc.mode, pc.report = periodMode, &r
+	pc.mode, pc.report, pc.observer = periodMode, &mark, nil
 	pc.wait = true // another holder may be writing the same mark this instant
 	err = execute(ctx, s, key, &pc, func(context.Context) error { return nil }, nil, nil)
-	res.Outcome = r.Outcome
-	if r.Outcome == AlreadyDone {
+	res.Outcome = mark.Outcome
+	if mark.Outcome == AlreadyDone {
 		res.Outcome = Ran // another holder marked it a moment ago; the items ran now
 	}
 	return res, err
@@ -404,7 +420,7 @@ func (e *eacher) worker(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			e.report(ends, lost)
+			e.report(ctx, ends, lost)
 			if len(ends) > 0 {
 				if err := idemstore.Checkpoint(ctx, idemstore.AfterDone, e.key); err != nil {
 					return err
@@ -508,7 +524,7 @@ func (e *eacher) failed(c idemstore.ItemClaim, err error) idemstore.ItemEnd {
 
 // report counts a window's ends that were recorded (not lost) and calls
 // the progress callback.
-func (e *eacher) report(ends []idemstore.ItemEnd, lost []string) {
+func (e *eacher) report(ctx context.Context, ends []idemstore.ItemEnd, lost []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	gone := make(map[string]bool, len(lost))
@@ -528,7 +544,7 @@ func (e *eacher) report(ends []idemstore.ItemEnd, lost []string) {
 				e.parked = append(e.parked, end.Item)
 			}
 			if e.cfg.logger != nil {
-				e.cfg.logger.LogAttrs(context.Background(), slog.LevelError, "idem: item parked", slog.String("job", e.key.Job),
+				e.cfg.logger.LogAttrs(ctx, slog.LevelError, "idem: item parked", slog.String("job", e.key.Job),
 					slog.String("period", e.key.Period), slog.String("item", end.Item), slog.String("error", end.Error))
 			}
 		}

@@ -411,12 +411,15 @@ func ReportTo(r *Result) ReportOption {
 	})
 }
 
-// Result describes one call of Run.
+// Result describes one call of Run or RunTx (what [ReportTo] stores and
+// [WithObserver] gets), or one period of CatchUp, or one call of Each or
+// EachTx (for [WithObserver]).
 type Result struct {
 	Key      Key
 	Outcome  Outcome
-	Attempt  int64         // the last attempt number this call held (0 if none)
-	Attempts int           // how many times this call ran fn
+	Attempt  int64         // the last attempt number this call held (0 if none); Each: that of the period's done mark
+	Attempts int           // how many times this call ran fn; 0 for Each (see Items)
 	Duration time.Duration // how long the call took
-	Err      error         // what Run returned
+	Err      error         // what the call returned
+	Items    ItemCounts    // Each and EachTx: the period's items by status when the call returned; zero for Run
 }

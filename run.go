@@ -334,7 +334,8 @@ type runner struct {
 	held      int64     // the attempt this call holds and has not recorded the end of; 0 if none
 }
 
-func (r *runner) log(level slog.Level, msg string, attrs ...slog.Attr) {
+// log logs msg with the call's context ctx, if the call has a logger.
+func (r *runner) log(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {
 	if r.cfg.logger == nil {
 		return
 	}
@@ -342,7 +343,7 @@ func (r *runner) log(level slog.Level, msg string, attrs ...slog.Attr) {
 	if r.res.Attempt > 0 {
 		attrs = append(attrs, slog.Int64("attempt", r.res.Attempt))
 	}
-	r.cfg.logger.LogAttrs(context.Background(), level, "idem: "+msg, attrs...)
+	r.cfg.logger.LogAttrs(ctx, level, "idem: "+msg, attrs...)
 }
 
 // fail ends the run with an *Error of outcome o.
@@ -353,9 +354,9 @@ func (r *runner) fail(o Outcome, err error) error {
 
 // lost ends the run with ErrLeaseLost: a newer attempt holds the key. msg
 // says how that was found; errs are the errors behind it.
-func (r *runner) lost(msg string, errs ...error) error {
+func (r *runner) lost(ctx context.Context, msg string, errs ...error) error {
 	err := r.fail(LeaseLost, details(msg, errs...))
-	r.log(slog.LevelWarn, "lease lost: "+msg)
+	r.log(ctx, slog.LevelWarn, "lease lost: "+msg)
 	return err
 }
 
@@ -398,7 +399,7 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			switch {
 			case done:
 				r.res.Attempt, r.res.Attempts, r.res.Outcome = 1, 1, Ran
-				r.log(slog.LevelInfo, "done")
+				r.log(ctx, slog.LevelInfo, "done")
 				return idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
 			case fnErr != nil:
 				// fn failed; the claim of attempt 1 alone was committed. Go
@@ -410,7 +411,7 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 				return err
 			case err != nil:
 				// Nothing was committed: claim the usual way.
-				r.log(slog.LevelDebug, "one-transaction claim failed; claiming the usual way", slog.Any("error", err))
+				r.log(ctx, slog.LevelDebug, "one-transaction claim failed; claiming the usual way", slog.Any("error", err))
 			default:
 				haveClaim = true // the key had a record: c is its claim
 			}
@@ -465,7 +466,7 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 
 			r.res.Attempt = c.Attempt
 			r.acquired(c.Attempt)
-			r.log(slog.LevelDebug, "claimed", slog.Bool("doubt", c.Doubt))
+			r.log(ctx, slog.LevelDebug, "claimed", slog.Bool("doubt", c.Doubt))
 			if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, r.key); err != nil {
 				return err
 			}
@@ -480,7 +481,7 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			runErr = r.attempt(ctx, c.Attempt, fn, tx)
 			if runErr == nil {
 				r.res.Outcome = Ran
-				r.log(slog.LevelInfo, "done")
+				r.log(ctx, slog.LevelInfo, "done")
 				return nil
 			}
 		}
@@ -506,14 +507,14 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 				runErr = NothingHappened(runErr) // rolled back
 			}
 		case tx != nil && errors.Is(runErr, ErrLeaseLost):
-			return r.lost("taken over by a newer attempt: its transaction was refused", runErr)
+			return r.lost(ctx, "taken over by a newer attempt: its transaction was refused", runErr)
 		case tx != nil:
 			// The store's transaction failed, fn's writes with it. The attempt
 			// left nothing behind; count it as a failure and retry.
 			runErr = NothingHappened(runErr)
 		}
 		failures++
-		r.log(slog.LevelWarn, "attempt failed", slog.Any("error", runErr), slog.Int("failures", failures))
+		r.log(ctx, slog.LevelWarn, "attempt failed", slog.Any("error", runErr), slog.Int("failures", failures))
 
 		if isPermanent(runErr) {
 			return r.park(ctx, c.Attempt, failures, runErr)
@@ -531,7 +532,7 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 		now := cfg.clock.Now()
 		end := idemstore.End{Status: StatusFailed, Now: now, NotBefore: now.Add(delay), Failures: failures, Error: runErr.Error()}
 		if err := r.finish(ctx, c.Attempt, end); err != nil {
-			return r.finishFailed(end, err, runErr)
+			return r.finishFailed(ctx, end, err, runErr)
 		}
 		if !r.retryInProcess(end.NotBefore) {
 			// Leave the retry to the next trigger; the store keeps the backoff.
@@ -570,10 +571,10 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 	case verdictDone:
 		end := idemstore.End{Status: StatusDone, Now: now, Cursor: r.cfg.catchUp.cursor}
 		if err := r.finish(ctx, attempt, end); err != nil {
-			return true, r.finishFailed(end, err, nil)
+			return true, r.finishFailed(ctx, end, err, nil)
 		}
 		r.res.Outcome = Recovered
-		r.log(slog.LevelInfo, "recovered: the downstream has it")
+		r.log(ctx, slog.LevelInfo, "recovered: the downstream has it")
 		return true, idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
 	case verdictUnknown:
 		msg := cause.Error()
@@ -582,9 +583,9 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 		}
 		end := idemstore.End{Status: StatusUnknown, Now: now, Failures: failures, Error: msg}
 		if err := r.finish(ctx, attempt, end); err != nil {
-			return true, r.finishFailed(end, err, cause)
+			return true, r.finishFailed(ctx, end, err, cause)
 		}
-		r.log(slog.LevelError, "outcome unknown", slog.String("cause", msg))
+		r.log(ctx, slog.LevelError, "outcome unknown", slog.String("cause", msg))
 		return true, r.fail(Unknown, errors.Join(cause, herr))
 	}
 	// verdictRerun: an attempt that died counts as a failure.
@@ -597,15 +598,15 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 func (r *runner) park(ctx context.Context, attempt int64, failures int, cause error) error {
 	end := idemstore.End{Status: StatusParked, Now: r.cfg.clock.Now(), Failures: failures, Error: cause.Error()}
 	if err := r.finish(ctx, attempt, end); err != nil {
-		return r.finishFailed(end, err, cause)
+		return r.finishFailed(ctx, end, err, cause)
 	}
-	r.log(slog.LevelError, "gave up; parked until Reset", slog.Any("error", cause), slog.Int("failures", failures))
+	r.log(ctx, slog.LevelError, "gave up; parked until Reset", slog.Any("error", cause), slog.Int("failures", failures))
 	return r.fail(GaveUp, cause)
 }
 
 // finishFailed turns an error from Store.Finish, recording end, into the
 // run's error. cause is why the attempt failed, if it did.
-func (r *runner) finishFailed(end idemstore.End, err, cause error) error {
+func (r *runner) finishFailed(ctx context.Context, end idemstore.End, err, cause error) error {
 	if idemstore.IsStop(err) {
 		return err
 	}
@@ -614,13 +615,13 @@ func (r *runner) finishFailed(end idemstore.End, err, cause error) error {
 			StatusUnknown: "unknown mark", StatusParked: "parked mark"}[end.Status]
 		var sf *stalledFailure
 		if errors.As(cause, &sf) {
-			return r.lost(sf.st.detail()+" and a newer attempt took the key over: its "+what+" was refused", err, sf.st)
+			return r.lost(ctx, sf.st.detail()+" and a newer attempt took the key over: its "+what+" was refused", err, sf.st)
 		}
 		msg := "taken over by a newer attempt: its " + what + " was refused"
 		if cause != nil {
 			msg += " (after: " + cause.Error() + ")"
 		}
-		return r.lost(msg, err, cause)
+		return r.lost(ctx, msg, err, cause)
 	}
 	return r.fail(Failed, errors.Join(fmt.Errorf("finish: %w", err), cause))
 }
@@ -656,7 +657,7 @@ func (r *runner) finish(ctx context.Context, attempt int64, end idemstore.End) e
 		if !r.cfg.clock.Now().Add(delay).Before(r.leaseEnd) {
 			return err
 		}
-		r.log(slog.LevelWarn, "recording the attempt's end failed; retrying", slog.String("status", string(end.Status)),
+		r.log(ctx, slog.LevelWarn, "recording the attempt's end failed; retrying", slog.String("status", string(end.Status)),
 			slog.Int("try", try), slog.Duration("delay", delay), slog.Any("error", err))
 		if sleep(context.WithoutCancel(ctx), r.cfg.clock, delay) != nil {
 			return err
@@ -702,7 +703,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 			msg += "; fn returned: " + err.Error()
 			errs = append(errs, err)
 		}
-		return r.lost(msg, errs...)
+		return r.lost(ctx, msg, errs...)
 	}
 	if err != nil {
 		return &fnError{err}
@@ -716,7 +717,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 			return err
 		}
 		if errors.Is(err, ErrLeaseLost) {
-			return r.finishFailed(end, err, nil)
+			return r.finishFailed(ctx, end, err, nil)
 		}
 		// The done mark may not be durable. Do not report success; the
 		// attempt is recovered by its mode.
@@ -788,13 +789,13 @@ func (r *runner) heartbeat(ctx context.Context, attempt int64, lease *leaseState
 		case err == nil:
 			lease.until.Store(now.Add(r.cfg.lease).UnixNano())
 		case errors.Is(err, ErrLeaseLost):
-			r.log(slog.LevelWarn, "lease lost while running; cancelling fn")
+			r.log(ctx, slog.LevelWarn, "lease lost while running; cancelling fn")
 			cancel(&takeoverError{key: r.key, attempt: attempt, err: err})
 			return
 		case ctx.Err() != nil:
 			return
 		default:
-			r.log(slog.LevelWarn, "lease renewal failed; will retry", slog.Any("error", err))
+			r.log(ctx, slog.LevelWarn, "lease renewal failed; will retry", slog.Any("error", err))
 		}
 	}
 }

@@ -14,6 +14,14 @@
 //	idem_run_duration_seconds{job}    histogram  how long each call of Run took, waits and retries included
 //	idem_retries_total{job}           counter    extra attempts of fn within a call (Result.Attempts-1)
 //	idem_errors_total{job}            counter    calls of Run that returned an error
+//	idem_items_total{job,status}      counter    items of the fan-out periods completed (Each returned ran), by final status: done, parked
+//
+// A "call of Run" is one Run or RunTx, one period of CatchUp (skipped
+// periods included), or one call of Each or EachTx: a fan-out period is
+// counted once per call, with its outcome, not per item. Its items are
+// counted in idem_items_total by the call that completes the period (two
+// hosts completing one period at the same moment may both count them).
+//
 //	idem_keys{job,status}             gauge      keys that are pending (running or failed), unknown or parked, read from the Lister at scrape time
 //	idem_ledger_up                    gauge      1 if the last read of the Lister succeeded, 0 if it failed (only with a Lister)
 //
@@ -83,6 +91,7 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	retries  *prometheus.CounterVec
 	errors   *prometheus.CounterVec
+	items    *prometheus.CounterVec
 	keys     *keysCollector
 }
 
@@ -118,10 +127,15 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help:        "Calls of idem's Run that returned an error (the period is not done).",
 			ConstLabels: c.constLabels,
 		}, []string{"job"}),
+		items: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "idem_items_total",
+			Help:        "Items of the fan-out periods that idem's Each completed, by final status (done, parked).",
+			ConstLabels: c.constLabels,
+		}, []string{"job", "status"}),
 		keys: newKeysCollector(c.constLabels, c.scrapeTimeout),
 	}
 	m.keys.setLister(c.lister)
-	for _, col := range []prometheus.Collector{m.runs, m.duration, m.retries, m.errors, m.keys} {
+	for _, col := range []prometheus.Collector{m.runs, m.duration, m.retries, m.errors, m.items, m.keys} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("idem/prom: register: %w", err)
 		}
@@ -129,8 +143,15 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
-// Observe records one Run's result. It is the function to give
-// idem.WithObserver; [Metrics.Option] does that.
+// Item statuses of idem_items_total.
+const (
+	ItemsDone   = "done"
+	ItemsParked = "parked"
+)
+
+// Observe records one Run's result (or one Each's: see the package doc).
+// It is the function to give idem.WithObserver; [Metrics.Option] does
+// that.
 func (m *Metrics) Observe(r idem.Result) {
 	job := r.Key.Job
 	m.keys.seen(job)
@@ -146,11 +167,16 @@ func (m *Metrics) Observe(r idem.Result) {
 	} else {
 		m.errors.WithLabelValues(job)
 	}
+	if r.Outcome == idem.Ran && r.Items.Total() > 0 {
+		// Each completed the period now: every item is done or parked.
+		m.items.WithLabelValues(job, ItemsDone).Add(float64(r.Items.Done))
+		m.items.WithLabelValues(job, ItemsParked).Add(float64(r.Items.Parked))
+	}
 }
 
-// Option returns an idem option that records every Run it is passed to:
-// idem.WithObserver(m.Observe). Pass it to a Run, to CatchUp, or to
-// idem.OpenLedger to record every Run on that ledger.
+// Option returns an idem option that records every call it is passed to:
+// idem.WithObserver(m.Observe). Pass it to a Run, to CatchUp, to Each, or
+// to idem.OpenLedger to record every call on that ledger.
 func (m *Metrics) Option() idem.Option { return idem.WithObserver(m.Observe) }
 
 // Watch makes idem_keys report the records of l (a Ledger, or any
