@@ -15,15 +15,14 @@
 //	idem_retries_total{job}           counter    extra attempts of fn within a call (Result.Attempts-1)
 //	idem_errors_total{job}            counter    calls of Run that returned an error
 //	idem_items_total{job,status}      counter    items of the fan-out periods completed (Each returned ran), by final status: done, parked
+//	idem_keys{job,status}             gauge      keys that are pending (running or failed), unknown or parked, read from the Lister at scrape time
+//	idem_ledger_up                    gauge      1 if the last read of the Lister succeeded, 0 if it failed (only with a Lister)
 //
 // A "call of Run" is one Run or RunTx, one period of CatchUp (skipped
 // periods included), or one call of Each or EachTx: a fan-out period is
 // counted once per call, with its outcome, not per item. Its items are
 // counted in idem_items_total by the call that completes the period (two
 // hosts completing one period at the same moment may both count them).
-//
-//	idem_keys{job,status}             gauge      keys that are pending (running or failed), unknown or parked, read from the Lister at scrape time
-//	idem_ledger_up                    gauge      1 if the last read of the Lister succeeded, 0 if it failed (only with a Lister)
 //
 // Alert on idem_keys{status="unknown"} > 0 (a person must run Resolve) and
 // idem_keys{status="parked"} > 0 (a job gave up; Reset it once fixed).
