@@ -23,51 +23,6 @@ type eachConfig struct {
 	progress func(EachProgress)
 }
 
-// WithWorkers sets how many items Each works on at once (default
-// DefaultWorkers). An n below 1 is an error matching [ErrInvalidOption].
-func WithWorkers(n int) FanOutOption {
-	return fanOutOption(func(c *config) error {
-		if n < 1 {
-			return invalidOption("WithWorkers(%d): at least one worker is needed", n)
-		}
-		c.each.workers = n
-		return nil
-	})
-}
-
-// WithBatch sets the window of Each: how many items a worker applies
-// between two commits of their done marks (default 100; 1 in AtMostOnce).
-// A window also ends once a third of the lease has passed, so that its done
-// marks renew the lease of a chunk of slow items in time.
-// Before a window runs, its items are marked started, in the commit that
-// ends the window before it: after a crash those items, and no others, are
-// in doubt — run again (AtLeastOnce), unknown (AtMostOnce) or checked
-// (TwoPhase). Larger windows mean fewer commits and more doubt. An n below
-// 1 is an error matching [ErrInvalidOption].
-func WithBatch(n int) FanOutOption {
-	return fanOutOption(func(c *config) error {
-		if n < 1 {
-			return invalidOption("WithBatch(%d): a window holds at least one item", n)
-		}
-		c.each.batch = n
-		return nil
-	})
-}
-
-// OnProgress calls f after every committed batch with the period's
-// progress, enough to drive a progress bar or a log line every N items. f is
-// called from Each's workers, one call at a time. A nil f is an error
-// matching [ErrInvalidOption].
-func OnProgress(f func(EachProgress)) FanOutOption {
-	return fanOutOption(func(c *config) error {
-		if f == nil {
-			return invalidOption("OnProgress(nil): no function to call")
-		}
-		c.each.progress = f
-		return nil
-	})
-}
-
 // EachProgress is the progress of a period's items.
 type EachProgress struct {
 	Key   Key

@@ -235,50 +235,7 @@ func storeConfig(opts []StoreOption) *config {
 	return c
 }
 
-// CheckStoreOptions returns the error of the first invalid option among
-// opts (one matching [ErrInvalidOption] that names the option and its
-// value), or nil. A store's constructor calls it to refuse bad defaults
-// at once, rather than at every call that uses them.
-func CheckStoreOptions(opts ...StoreOption) error { return storeConfig(opts).err }
-
-// AtLeastOnce is the default mode: an attempt that died, or whose fn failed,
-// is run again. Use it when running fn twice is harmless: fn upserts
-// recomputed results by a business key, or the downstream deduplicates by
-// [Key.RequestID].
-//
-//	failure                           what happens
-//	crash before the claim            next Run runs fn
-//	crash after claim, before done    lease expires; next Run runs fn again
-//	crash after done                  next Run: AlreadyDone, fn does not run
-//	fn returns an error               retried with backoff; parked after the last attempt
-//	duplicate / concurrent trigger    one runs; others get AlreadyDone or ErrInProgress
-//	lease lost while fn runs          fn's context is cancelled; its done is refused (ErrLeaseLost)
-//	power loss                        a done mark that Run reported is never lost
-//
-// It does NOT promise that fn runs once: after a crash between fn's effect
-// and the done mark, fn runs again.
-func AtLeastOnce() ModeOption {
-	return modeOption(func(c *config) error { c.mode = atLeastOnce; return nil })
-}
-
-// AtMostOnce never runs fn again for a key once an attempt may have had its
-// effect. Use it when a second run is worse than none and nothing can be
-// asked afterwards.
-//
-//	failure                           what happens
-//	crash before the claim            next Run runs fn
-//	crash after claim, before done    next Run: ErrUnknownOutcome until Resolve
-//	crash after done                  next Run: AlreadyDone
-//	fn returns an error               ErrUnknownOutcome, unless fn wrapped it in NothingHappened (then retried)
-//	duplicate / concurrent trigger    one runs; others get AlreadyDone or ErrInProgress
-//	lease lost while fn runs          fn's context is cancelled; the key ends unknown
-//	power loss                        the claim is durable before fn starts, so fn is not run twice
-//
-// It does NOT promise that fn runs at all: a crash leaves the key unknown
-// for a person to Resolve.
-func AtMostOnce() ModeOption {
-	return modeOption(func(c *config) error { c.mode = atMostOnce; return nil })
-}
+// Options of every call (class Option).
 
 // WithLease sets how long a claim holds without renewal (default
 // [DefaultLease]). A running attempt renews it every third of d. A d below
@@ -311,15 +268,6 @@ func WithBackoff(b Backoff) Option {
 		c.backoff = b
 		return nil
 	})
-}
-
-// WithWait makes Run wait, until ctx ends, for a key that another holder is
-// running or that is backing off, instead of returning ErrInProgress or
-// ErrBackingOff at once; in CatchUp, every period's Run waits so. Unless
-// [RetryWithin] (or [OneAttempt]) is given as well, it also retries its own
-// failures in-process until ctx ends.
-func WithWait() AttemptOption {
-	return attemptOption(func(c *config) error { c.wait = true; return nil })
 }
 
 // WithClock sets the clock for leases, backoff and waits. A nil clk is an
@@ -361,6 +309,55 @@ func WithObserver(f func(Result)) Option {
 	})
 }
 
+// CheckStoreOptions returns the error of the first invalid option among
+// opts (one matching [ErrInvalidOption] that names the option and its
+// value), or nil. A store's constructor calls it to refuse bad defaults
+// at once, rather than at every call that uses them.
+func CheckStoreOptions(opts ...StoreOption) error { return storeConfig(opts).err }
+
+// Modes (class ModeOption; TwoPhase is in twophase.go).
+
+// AtLeastOnce is the default mode: an attempt that died, or whose fn failed,
+// is run again. Use it when running fn twice is harmless: fn upserts
+// recomputed results by a business key, or the downstream deduplicates by
+// [Key.RequestID].
+//
+//	failure                           what happens
+//	crash before the claim            next Run runs fn
+//	crash after claim, before done    lease expires; next Run runs fn again
+//	crash after done                  next Run: AlreadyDone, fn does not run
+//	fn returns an error               retried with backoff; parked after the last attempt
+//	duplicate / concurrent trigger    one runs; others get AlreadyDone or ErrInProgress
+//	lease lost while fn runs          fn's context is cancelled; its done is refused (ErrLeaseLost)
+//	power loss                        a done mark that Run reported is never lost
+//
+// It does NOT promise that fn runs once: after a crash between fn's effect
+// and the done mark, fn runs again.
+func AtLeastOnce() ModeOption {
+	return modeOption(func(c *config) error { c.mode = atLeastOnce; return nil })
+}
+
+// AtMostOnce never runs fn again for a key once an attempt may have had its
+// effect. Use it when a second run is worse than none and nothing can be
+// asked afterwards.
+//
+//	failure                           what happens
+//	crash before the claim            next Run runs fn
+//	crash after claim, before done    next Run: ErrUnknownOutcome until Resolve
+//	crash after done                  next Run: AlreadyDone
+//	fn returns an error               ErrUnknownOutcome, unless fn wrapped it in NothingHappened (then retried)
+//	duplicate / concurrent trigger    one runs; others get AlreadyDone or ErrInProgress
+//	lease lost while fn runs          fn's context is cancelled; the key ends unknown
+//	power loss                        the claim is durable before fn starts, so fn is not run twice
+//
+// It does NOT promise that fn runs at all: a crash leaves the key unknown
+// for a person to Resolve.
+func AtMostOnce() ModeOption {
+	return modeOption(func(c *config) error { c.mode = atMostOnce; return nil })
+}
+
+// How long a call tries (class AttemptOption).
+
 // DefaultRetryWithin is how long one call of Run (or CatchUp) goes on
 // retrying a failing fn in-process, unless [RetryWithin] says otherwise.
 const DefaultRetryWithin = time.Minute
@@ -398,6 +395,17 @@ func RetryWithin(d time.Duration) AttemptOption {
 // scheduler re-runs the job anyway. It is RetryWithin(0).
 func OneAttempt() AttemptOption { return RetryWithin(0) }
 
+// WithWait makes Run wait, until ctx ends, for a key that another holder is
+// running or that is backing off, instead of returning ErrInProgress or
+// ErrBackingOff at once; in CatchUp, every period's Run waits so. Unless
+// [RetryWithin] (or [OneAttempt]) is given as well, it also retries its own
+// failures in-process until ctx ends.
+func WithWait() AttemptOption {
+	return attemptOption(func(c *config) error { c.wait = true; return nil })
+}
+
+// Reports (class ReportOption).
+
 // ReportTo stores the Run's [Result] in *r when it returns, so the caller can
 // tell "ran now" from "already done" without looking at errors. A nil r is
 // an error matching [ErrInvalidOption].
@@ -411,15 +419,117 @@ func ReportTo(r *Result) ReportOption {
 	})
 }
 
-// Result describes one call of Run or RunTx (what [ReportTo] stores and
-// [WithObserver] gets), or one period of CatchUp, or one call of Each or
-// EachTx (for [WithObserver]).
-type Result struct {
-	Key      Key
-	Outcome  Outcome
-	Attempt  int64         // the last attempt number this call held (0 if none); Each: that of the period's done mark
-	Attempts int           // how many times this call ran fn; 0 for Each (see Items)
-	Duration time.Duration // how long the call took
-	Err      error         // what the call returned
-	Items    ItemCounts    // Each and EachTx: the period's items by status when the call returned; zero for Run
+// Catch-up policies (class CatchUpPolicy).
+
+// CatchUpAll runs every due period, oldest first, at most max of them per
+// call (max = 0: no limit). The rest are counted in
+// CatchUpResult.Deferred and run by the next call. This is the default,
+// with max = DefaultMaxPeriods. A negative max is an error matching
+// [ErrInvalidOption].
+func CatchUpAll(max int) CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error {
+		if max < 0 {
+			return invalidOption("CatchUpAll(%d): the cap must not be negative (0 means no cap)", max)
+		}
+		c.catchUp.latest, c.catchUp.maxPeriods = false, max
+		return nil
+	})
+}
+
+// CatchUpLatest coalesces: only the newest due period runs; the older ones
+// are recorded as skipped (ResolveSkip), not silently forgotten (no cap
+// applies to the skipping). Periods
+// that are unknown or parked are not skipped: catch-up stops at them, since
+// they need a person.
+func CatchUpLatest() CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error { c.catchUp.latest = true; return nil })
+}
+
+// Since bounds the first catch-up of a job (one with no cursor yet): it
+// starts at the period containing t instead of only the latest due period,
+// so a new job backfills a chosen window and never from the epoch. A zero t
+// is an error matching [ErrInvalidOption].
+func Since(t time.Time) CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error {
+		if t.IsZero() {
+			return invalidOption("Since(%v): the zero time is no start", t)
+		}
+		c.catchUp.since = t
+		return nil
+	})
+}
+
+// DueAtStart makes a period due as soon as it starts (a report FOR today,
+// sent in the morning). By default a period is due when it ends: you settle
+// a day once it is over.
+func DueAtStart() CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error { c.catchUp.dueAtStart = true; return nil })
+}
+
+// ContinueAfterFailure makes catch-up go on with later periods when one
+// fails. By default it stops at the failed period and the later ones wait,
+// so periods complete in order. Either way the cursor only moves over an
+// unbroken run of settled periods.
+func ContinueAfterFailure() CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error { c.catchUp.keepGoing = true; return nil })
+}
+
+// OnPeriod calls f after each period catch-up handles, for progress
+// reporting on long catch-ups. A nil f is an error matching
+// [ErrInvalidOption].
+func OnPeriod(f func(PeriodResult)) CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error {
+		if f == nil {
+			return invalidOption("OnPeriod(nil): no function to call")
+		}
+		c.catchUp.onPeriod = f
+		return nil
+	})
+}
+
+// Fan-out options (class FanOutOption).
+
+// WithWorkers sets how many items Each works on at once (default
+// DefaultWorkers). An n below 1 is an error matching [ErrInvalidOption].
+func WithWorkers(n int) FanOutOption {
+	return fanOutOption(func(c *config) error {
+		if n < 1 {
+			return invalidOption("WithWorkers(%d): at least one worker is needed", n)
+		}
+		c.each.workers = n
+		return nil
+	})
+}
+
+// WithBatch sets the window of Each: how many items a worker applies
+// between two commits of their done marks (default 100; 1 in AtMostOnce).
+// A window also ends once a third of the lease has passed, so that its done
+// marks renew the lease of a chunk of slow items in time.
+// Before a window runs, its items are marked started, in the commit that
+// ends the window before it: after a crash those items, and no others, are
+// in doubt — run again (AtLeastOnce), unknown (AtMostOnce) or checked
+// (TwoPhase). Larger windows mean fewer commits and more doubt. An n below
+// 1 is an error matching [ErrInvalidOption].
+func WithBatch(n int) FanOutOption {
+	return fanOutOption(func(c *config) error {
+		if n < 1 {
+			return invalidOption("WithBatch(%d): a window holds at least one item", n)
+		}
+		c.each.batch = n
+		return nil
+	})
+}
+
+// OnProgress calls f after every committed batch with the period's
+// progress, enough to drive a progress bar or a log line every N items. f is
+// called from Each's workers, one call at a time. A nil f is an error
+// matching [ErrInvalidOption].
+func OnProgress(f func(EachProgress)) FanOutOption {
+	return fanOutOption(func(c *config) error {
+		if f == nil {
+			return invalidOption("OnProgress(nil): no function to call")
+		}
+		c.each.progress = f
+		return nil
+	})
 }

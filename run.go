@@ -366,11 +366,49 @@ func (r *runner) acquired(attempt int64) {
 	r.leaseEnd = r.claimedAt.Add(r.cfg.lease)
 }
 
+// loop runs the protocol's steps until the call ends: claim the key,
+// settle a doubt that an earlier attempt left, attempt fn, record the
+// attempt's failure, and back off before claiming again.
 func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx txBody, fresh freshBody) error {
+	for {
+		c, runErr, end, err := r.claim(ctx, tx, &fresh)
+		if end {
+			return err
+		}
+		if runErr == nil { // fn has not run in the one-transaction claim
+			if c.Doubt {
+				// An earlier attempt may have had its effect.
+				if settled, err := r.settleDoubt(ctx, c.Attempt, c.Record.Failures, errors.New(c.Record.LastError)); settled || err != nil {
+					return err
+				}
+			}
+			if runErr = r.attempt(ctx, c.Attempt, fn, tx); runErr == nil {
+				r.res.Outcome = Ran
+				r.log(ctx, slog.LevelInfo, "done")
+				return nil
+			}
+		}
+		rec, cause, end, err := r.recordFailure(ctx, c, runErr, tx != nil)
+		if end {
+			return err
+		}
+		if err := r.backOff(ctx, c.Attempt, rec, cause); err != nil {
+			return err
+		}
+	}
+}
+
+// claim is the claim step. It returns the claim of an attempt that this
+// call now holds; or, with fnErr set, that of the attempt that the
+// one-transaction claim of RunTx (fresh, tried once) ran and whose fn
+// failed; or end = true with the call's result: the key is settled,
+// held, backing off, unknown or parked (with WithWait, claim waits for a
+// holder or a backoff and claims again), or the claim failed.
+func (r *runner) claim(ctx context.Context, tx txBody, fresh *freshBody) (c idemstore.Claim, fnErr error, end bool, err error) {
 	cfg := r.cfg
 	for {
 		if err := idemstore.Checkpoint(ctx, idemstore.BeforeClaim, r.key); err != nil {
-			return err
+			return c, nil, true, err
 		}
 		r.claimedAt = cfg.clock.Now()
 		req := idemstore.ClaimRequest{
@@ -381,170 +419,181 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			Durable:     tx == nil && cfg.mode.durableClaim(),
 			TakeUnknown: cfg.mode.takeUnknown(),
 		}
-		var c idemstore.Claim
-		var runErr error
-		haveClaim, ranFn := false, false
-		if fresh != nil {
-			// RunTx: a key with no record is claimed, run and marked done in
-			// one transaction. Only once: a retry goes the usual way.
-			f := fresh
-			fresh = nil
-			info := Info{Key: r.key, Attempt: 1, RequestID: r.key.RequestID(), Owner: req.Owner}
-			var (
-				done  bool
-				fnErr *fnError
-				err   error
-			)
-			c, done, fnErr, err = f(context.WithValue(ctx, infoKey{}, info), req)
-			switch {
-			case done:
-				r.res.Attempt, r.res.Attempts, r.res.Outcome = 1, 1, Ran
-				r.log(ctx, slog.LevelInfo, "done")
-				return idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
-			case fnErr != nil:
-				// fn failed; the claim of attempt 1 alone was committed. Go
-				// on as after any failed attempt.
-				r.res.Attempt, r.res.Attempts = 1, 1
-				r.acquired(1)
-				runErr, ranFn = fnErr, true
-			case idemstore.IsStop(err):
-				return err
-			case err != nil:
-				// Nothing was committed: claim the usual way.
-				r.log(ctx, slog.LevelDebug, "one-transaction claim failed; claiming the usual way", slog.Any("error", err))
-			default:
-				haveClaim = true // the key had a record: c is its claim
+		claimed := false
+		if f := *fresh; f != nil {
+			*fresh = nil // only once: a retry claims the usual way
+			if c, claimed, end, fnErr, err = r.claimFresh(ctx, f, req); end || fnErr != nil {
+				return c, fnErr, end, err
 			}
 		}
-		if !ranFn {
-			if !haveClaim {
-				var err error
-				if c, err = r.s.Claim(ctx, req); err != nil {
-					if idemstore.IsStop(err) {
-						return err
-					}
-					return r.fail(Failed, fmt.Errorf("claim: %w", err))
+		if !claimed {
+			if c, err = r.s.Claim(ctx, req); err != nil {
+				if idemstore.IsStop(err) {
+					return c, nil, true, err
 				}
+				return c, nil, true, r.fail(Failed, fmt.Errorf("claim: %w", err))
 			}
-			switch c.State {
-			case idemstore.ClaimDone:
-				r.res.Outcome = AlreadyDone
-				return nil
-			case idemstore.ClaimSkipped:
-				r.res.Outcome = Skipped
-				return nil
-			case idemstore.ClaimBusy:
-				if cfg.wait {
-					if err := sleep(ctx, cfg.clock, cfg.poll); err != nil {
-						return r.fail(InProgress, err)
-					}
-					continue
-				}
-				r.res.Outcome = InProgress
-				return &Error{Key: r.key, Outcome: InProgress, Attempt: c.Record.Attempt, Holder: c.Record.Owner}
-			case idemstore.ClaimBackingOff:
-				if cfg.wait {
-					// At least the poll interval: NotBefore may be on the store's clock.
-					if err := sleep(ctx, cfg.clock, max(cfg.poll, c.Record.NotBefore.Sub(cfg.clock.Now()))); err != nil {
-						return r.fail(BackingOff, err)
-					}
-					continue
-				}
-				r.res.Outcome = BackingOff
-				return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Record.Attempt, NotBefore: c.Record.NotBefore,
-					Err: lastError(c.Record)}
-			case idemstore.ClaimUnknown:
-				r.res.Attempt = c.Record.Attempt
-				return r.fail(Unknown, lastError(c.Record))
-			case idemstore.ClaimParked:
-				r.res.Attempt = c.Record.Attempt
-				return r.fail(GaveUp, lastError(c.Record))
-			case idemstore.ClaimAcquired:
-			default:
-				return r.fail(Failed, fmt.Errorf("store answered claim state %d", c.State))
+		}
+		if c.State != idemstore.ClaimAcquired {
+			if again, err := r.unacquired(ctx, c); !again {
+				return c, nil, true, err
 			}
+			continue
+		}
+		r.res.Attempt = c.Attempt
+		r.acquired(c.Attempt)
+		r.log(ctx, slog.LevelDebug, "claimed", slog.Bool("doubt", c.Doubt))
+		if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, r.key); err != nil {
+			return c, nil, true, err
+		}
+		return c, nil, false, nil
+	}
+}
 
-			r.res.Attempt = c.Attempt
-			r.acquired(c.Attempt)
-			r.log(ctx, slog.LevelDebug, "claimed", slog.Bool("doubt", c.Doubt))
-			if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, r.key); err != nil {
-				return err
-			}
-			if c.Doubt {
-				// An earlier attempt may have had its effect.
-				done, err := r.settleDoubt(ctx, c.Attempt, c.Record.Failures, errors.New(c.Record.LastError))
-				if done || err != nil {
-					return err
-				}
-			}
+// claimFresh is RunTx's one-transaction claim: a key with no record is
+// claimed, run and marked done in one transaction. It returns end = true
+// when the key is done now (or a crash point stopped it); fnErr when fn
+// failed and the claim of attempt 1 alone was committed; claimed when the
+// key had a record, and c is its claim; none of them when nothing was
+// committed, and the key is to be claimed the usual way.
+func (r *runner) claimFresh(ctx context.Context, f freshBody, req idemstore.ClaimRequest) (c idemstore.Claim, claimed, end bool, fnErr, err error) {
+	info := Info{Key: r.key, Attempt: 1, RequestID: r.key.RequestID(), Owner: req.Owner}
+	c, done, fe, err := f(context.WithValue(ctx, infoKey{}, info), req)
+	switch {
+	case done:
+		r.res.Attempt, r.res.Attempts, r.res.Outcome = 1, 1, Ran
+		r.log(ctx, slog.LevelInfo, "done")
+		return c, false, true, nil, idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
+	case fe != nil:
+		// Go on as after any failed attempt.
+		r.res.Attempt, r.res.Attempts = 1, 1
+		r.acquired(1)
+		return c, false, false, fe, nil
+	case idemstore.IsStop(err):
+		return c, false, true, nil, err
+	case err != nil:
+		r.log(ctx, slog.LevelDebug, "one-transaction claim failed; claiming the usual way", slog.Any("error", err))
+		return c, false, false, nil, nil
+	}
+	return c, true, false, nil, nil
+}
 
-			runErr = r.attempt(ctx, c.Attempt, fn, tx)
-			if runErr == nil {
-				r.res.Outcome = Ran
-				r.log(ctx, slog.LevelInfo, "done")
-				return nil
+// unacquired answers a claim that gave this call no attempt: it returns
+// the call's result (nil for a key that is done or skipped); or, with
+// WithWait, for a key that another holder runs or that backs off, it
+// waits and returns again = true to claim again.
+func (r *runner) unacquired(ctx context.Context, c idemstore.Claim) (again bool, err error) {
+	cfg := r.cfg
+	switch c.State {
+	case idemstore.ClaimDone:
+		r.res.Outcome = AlreadyDone
+		return false, nil
+	case idemstore.ClaimSkipped:
+		r.res.Outcome = Skipped
+		return false, nil
+	case idemstore.ClaimBusy:
+		if cfg.wait {
+			if err := sleep(ctx, cfg.clock, cfg.poll); err != nil {
+				return false, r.fail(InProgress, err)
 			}
+			return true, nil
 		}
-		failures := c.Record.Failures
-		if idemstore.IsStop(runErr) {
-			return runErr
-		}
-		if e, ok := runErr.(*Error); ok && e.Outcome == LeaseLost {
-			return e // a renewal or the fenced done mark found a newer attempt
-		}
-		var fe *fnError
-		switch {
-		case errors.As(runErr, &fe):
-			runErr = fe.err
-			if st, ok := runErr.(*stallError); ok {
-				// fn returned CheckLease's error: the process stalled past
-				// the lease, but no renewal found a newer attempt. An
-				// ordinary failure that may have had its effect; recording
-				// it is fenced, and refused if a newer attempt did take over.
-				runErr = &stalledFailure{st}
+		r.res.Outcome = InProgress
+		return false, &Error{Key: r.key, Outcome: InProgress, Attempt: c.Record.Attempt, Holder: c.Record.Owner}
+	case idemstore.ClaimBackingOff:
+		if cfg.wait {
+			// At least the poll interval: NotBefore may be on the store's clock.
+			if err := sleep(ctx, cfg.clock, max(cfg.poll, c.Record.NotBefore.Sub(cfg.clock.Now()))); err != nil {
+				return false, r.fail(BackingOff, err)
 			}
-			if tx != nil {
-				runErr = NothingHappened(runErr) // rolled back
-			}
-		case tx != nil && errors.Is(runErr, ErrLeaseLost):
-			return r.lost(ctx, "taken over by a newer attempt: its transaction was refused", runErr)
-		case tx != nil:
-			// The store's transaction failed, fn's writes with it. The attempt
-			// left nothing behind; count it as a failure and retry.
-			runErr = NothingHappened(runErr)
+			return true, nil
 		}
-		failures++
-		r.log(ctx, slog.LevelWarn, "attempt failed", slog.Any("error", runErr), slog.Int("failures", failures))
+		r.res.Outcome = BackingOff
+		return false, &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Record.Attempt, NotBefore: c.Record.NotBefore,
+			Err: lastError(c.Record)}
+	case idemstore.ClaimUnknown:
+		r.res.Attempt = c.Record.Attempt
+		return false, r.fail(Unknown, lastError(c.Record))
+	case idemstore.ClaimParked:
+		r.res.Attempt = c.Record.Attempt
+		return false, r.fail(GaveUp, lastError(c.Record))
+	}
+	return false, r.fail(Failed, fmt.Errorf("store answered claim state %d", c.State))
+}
 
-		if isPermanent(runErr) {
-			return r.park(ctx, c.Attempt, failures, runErr)
+// recordFailure is the step after an attempt of claim c failed with
+// runErr. It ends the call (end = true) when runErr says the attempt is
+// over for good (a crash point's stop, a lost lease), when the failure
+// parks the key, or when its mode settles the doubt it leaves; otherwise it
+// records the failure with the time of the next allowed attempt (rec) and
+// returns cause, the failure as recorded.
+func (r *runner) recordFailure(ctx context.Context, c idemstore.Claim, runErr error, isTx bool) (rec idemstore.End, cause error, end bool, err error) {
+	if idemstore.IsStop(runErr) {
+		return rec, nil, true, runErr
+	}
+	if e, ok := runErr.(*Error); ok && e.Outcome == LeaseLost {
+		return rec, nil, true, e // a renewal or the fenced done mark found a newer attempt
+	}
+	cause = runErr
+	var fe *fnError
+	switch {
+	case errors.As(runErr, &fe):
+		cause = fe.err
+		if st, ok := cause.(*stallError); ok {
+			// fn returned CheckLease's error: the process stalled past
+			// the lease, but no renewal found a newer attempt. An
+			// ordinary failure that may have had its effect; recording
+			// it is fenced, and refused if a newer attempt did take over.
+			cause = &stalledFailure{st}
 		}
-		if !isHarmless(runErr) {
-			done, err := r.settleDoubt(ctx, c.Attempt, failures, runErr)
-			if done || err != nil {
-				return err
-			}
+		if isTx {
+			cause = NothingHappened(cause) // rolled back
 		}
-		delay, ok := cfg.backoff.Next(failures)
-		if !ok {
-			return r.park(ctx, c.Attempt, failures, runErr)
-		}
-		now := cfg.clock.Now()
-		end := idemstore.End{Status: StatusFailed, Now: now, NotBefore: now.Add(delay), Failures: failures, Error: runErr.Error()}
-		if err := r.finish(ctx, c.Attempt, end); err != nil {
-			return r.finishFailed(ctx, end, err, runErr)
-		}
-		if !r.retryInProcess(end.NotBefore) {
-			// Leave the retry to the next trigger; the store keeps the backoff.
-			r.res.Outcome = BackingOff
-			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Attempt, NotBefore: end.NotBefore, Err: runErr}
-		}
-		if err := sleep(ctx, cfg.clock, delay); err != nil {
-			r.res.Outcome = BackingOff
-			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Attempt, NotBefore: end.NotBefore,
-				Err: errors.Join(runErr, err)}
+	case isTx && errors.Is(runErr, ErrLeaseLost):
+		return rec, nil, true, r.lost(ctx, "taken over by a newer attempt: its transaction was refused", runErr)
+	case isTx:
+		// The store's transaction failed, fn's writes with it. The attempt
+		// left nothing behind; count it as a failure and retry.
+		cause = NothingHappened(runErr)
+	}
+	failures := c.Record.Failures + 1
+	r.log(ctx, slog.LevelWarn, "attempt failed", slog.Any("error", cause), slog.Int("failures", failures))
+	if isPermanent(cause) {
+		return rec, cause, true, r.park(ctx, c.Attempt, failures, cause)
+	}
+	if !isHarmless(cause) {
+		if settled, err := r.settleDoubt(ctx, c.Attempt, failures, cause); settled || err != nil {
+			return rec, cause, true, err
 		}
 	}
+	delay, ok := r.cfg.backoff.Next(failures)
+	if !ok {
+		return rec, cause, true, r.park(ctx, c.Attempt, failures, cause)
+	}
+	now := r.cfg.clock.Now()
+	rec = idemstore.End{Status: StatusFailed, Now: now, NotBefore: now.Add(delay), Failures: failures, Error: cause.Error()}
+	if err := r.finish(ctx, c.Attempt, rec); err != nil {
+		return rec, cause, true, r.finishFailed(ctx, rec, err, cause)
+	}
+	return rec, cause, false, nil
+}
+
+// backOff is the step after a failure of attempt was recorded as rec: it
+// ends the call with ErrBackingOff when the next attempt, allowed at
+// rec.NotBefore, would not start within RetryWithin (the next trigger
+// makes it, honouring the stored backoff), and otherwise sleeps until then
+// and returns nil to claim again.
+func (r *runner) backOff(ctx context.Context, attempt int64, rec idemstore.End, cause error) error {
+	if !r.retryInProcess(rec.NotBefore) {
+		r.res.Outcome = BackingOff
+		return &Error{Key: r.key, Outcome: BackingOff, Attempt: attempt, NotBefore: rec.NotBefore, Err: cause}
+	}
+	if err := sleep(ctx, r.cfg.clock, rec.NotBefore.Sub(rec.Now)); err != nil {
+		r.res.Outcome = BackingOff
+		return &Error{Key: r.key, Outcome: BackingOff, Attempt: attempt, NotBefore: rec.NotBefore,
+			Err: errors.Join(cause, err)}
+	}
+	return nil
 }
 
 // retryInProcess reports whether this call sleeps until at and retries,
