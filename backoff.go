@@ -208,7 +208,8 @@ func DefaultBackoff() Backoff {
 // the call: to remember attempts across processes, use Run.
 //
 // The error it returns wraps fn's last error; when b gave up it also matches
-// [ErrGaveUp]. A b that cannot be used (nil, or made from a bad value) is an
+// [ErrParked] (Retry keeps no key, but its work is given up as a Run's key
+// would be parked). A b that cannot be used (nil, or made from a bad value) is an
 // error matching [ErrInvalidOption], returned before fn runs.
 func Retry(ctx context.Context, b Backoff, fn func(context.Context) error) error {
 	if err := checkBackoff(b); err != nil {
@@ -225,10 +226,22 @@ func retry(ctx context.Context, c Clock, b Backoff, fn func(context.Context) err
 		}
 		d, ok := b.Next(n)
 		if !ok {
-			return fmt.Errorf("%w after %d attempts: %w", ErrGaveUp, n, err)
+			return &retryGaveUp{attempts: n, err: err}
 		}
 		if serr := sleep(ctx, c, d); serr != nil {
 			return fmt.Errorf("idem: retry stopped after %d attempts: %w (last error: %w)", n, serr, err)
 		}
 	}
 }
+
+// retryGaveUp is Retry's error when its backoff gave up.
+type retryGaveUp struct {
+	attempts int
+	err      error // fn's last error
+}
+
+func (e *retryGaveUp) Error() string {
+	return fmt.Sprintf("idem: retry: the backoff gave up after %d attempts: %v", e.attempts, e.err)
+}
+
+func (e *retryGaveUp) Unwrap() []error { return []error{ErrParked, e.err} }

@@ -82,7 +82,7 @@ func (r CatchUpResult) Count(o Outcome) int {
 //
 // Other options (mode, backoff, logger, ...) apply to every period's Run;
 // [RetryWithin] bounds the in-process retries of the whole call, counted
-// from its start. An observer ([WithObserver]) gets one Result per period
+// from its start. An observer ([OnResult]) gets one Result per period
 // handled, skipped periods included; the call's result is CatchUpResult.
 //
 // fn must not call Run or RunTx for its own period (the key is held by
@@ -248,7 +248,7 @@ func skipPeriod(ctx context.Context, s idemstore.CatchUpStore, key Key, p Period
 	case ok && rec.Status == StatusSkipped:
 		return PeriodResult{Period: p, Outcome: Skipped}
 	case ok && (rec.Status == StatusUnknown || rec.Status == StatusParked):
-		o := map[Status]Outcome{StatusUnknown: Unknown, StatusParked: GaveUp}[rec.Status]
+		o := map[Status]Outcome{StatusUnknown: Unknown, StatusParked: Parked}[rec.Status]
 		return PeriodResult{Period: p, Outcome: o, Err: &Error{Key: key, Outcome: o, Attempt: rec.Attempt, Err: lastError(rec)}}
 	}
 	if err := s.Resolve(ctx, key, ResolveSkip); err != nil {

@@ -36,7 +36,7 @@ func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
 	if !errors.Is(err, idem.ErrNestedRun) || !strings.Contains(err.Error(), "CatchUpTx") || calls != 1 || inner != 0 {
 		t.Fatalf("RunTx inside CatchUp's fn: %v; fn called %d times, the inner fn %d; want one call, an error naming CatchUpTx", err, calls, inner)
 	}
-	if len(res.Periods) != 1 || res.Periods[0].Outcome != idem.GaveUp {
+	if len(res.Periods) != 1 || res.Periods[0].Outcome != idem.Parked {
 		t.Fatalf("periods %+v, want 2026-10-01 given up", res.Periods)
 	}
 
@@ -45,7 +45,7 @@ func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
 	err = l.Run(ctx, k, func(ctx context.Context) error {
 		return l.Run(ctx, k, func(context.Context) error { inner++; return nil })
 	})
-	if !errors.Is(err, idem.ErrNestedRun) || !errors.Is(err, idem.ErrGaveUp) || inner != 0 {
+	if !errors.Is(err, idem.ErrNestedRun) || !errors.Is(err, idem.ErrParked) || inner != 0 {
 		t.Fatalf("Run inside its own Run: %v, inner fn ran %d times", err, inner)
 	}
 	// Each for the period of the Run it runs in cannot mark the period done

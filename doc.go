@@ -39,15 +39,16 @@
 // The option constructors return a class, and each class fits a set of
 // calls:
 //
-//	class          options                                       Run  RunTx  CatchUp  CatchUpTx  Each  EachTx  store
-//	Option         WithLease, WithBackoff, WithClock,             x    x      x        x          x     x       x
-//	               WithLogger, WithObserver
-//	ModeOption     AtLeastOnce, AtMostOnce, TwoPhase              x           x                   x             x
-//	AttemptOption  RetryWithin, OneAttempt, WithWait              x    x      x        x                        x
-//	ReportOption   ReportTo                                       x    x
-//	CatchUpPolicy  CatchUpAll, CatchUpLatest, Since, DueAtStart,              x        x
-//	               ContinueAfterFailure, OnPeriod
-//	FanOutOption   WithWorkers, WithBatch, OnProgress                                             x     x
+//	class          options                                Run  RunTx  CatchUp  CatchUpTx  Each  EachTx  store
+//	Option         WithLease, WithBackoff, WithClock,      x    x      x        x          x     x       x
+//	               WithLogger, OnResult
+//	ModeOption     AtLeastOnce, AtMostOnce, TwoPhase       x           x                   x             x
+//	AttemptOption  RetryWithin, OneAttempt, WaitForTurn    x    x      x        x                        x
+//	ReportOption   ReportTo                                x    x
+//	CatchUpPolicy  CatchUpAll, CatchUpLatest, Since,                   x        x
+//	               DueAtStart, ContinueAfterFailure,
+//	               OnPeriod
+//	FanOutOption   WithWorkers, WithBatch, OnProgress                                      x     x
 //
 // The "store" column is the defaults given to a store's constructor
 // ([StoreOption]): they apply to every call on the store, and a default
@@ -55,4 +56,27 @@
 // value an option cannot take (a negative duration, a nil function) is an
 // error matching [ErrInvalidOption], returned by the call before anything
 // is written; nothing is clamped.
+//
+// # Names
+//
+// Options follow one pattern: With<Noun>(value) sets a setting
+// (WithLease, WithBackoff, WithClock, WithLogger, WithWorkers, WithBatch);
+// a bare name chooses a behaviour or a policy, with or without a value
+// (AtLeastOnce, TwoPhase(has), RetryWithin(d), OneAttempt, WaitForTurn,
+// ReportTo(&r), CatchUpAll(n), CatchUpLatest, Since(t), DueAtStart,
+// ContinueAfterFailure); On<Event>(f) registers a callback (OnResult,
+// OnPeriod, OnProgress). The Backoff decorators (WithCap, WithMaxAttempts,
+// WithFullJitter, WithEqualJitter) are not options: each returns a Backoff
+// "with" a cap, a limit or a jitter.
+//
+// A state has one name wherever it shows: a key that waits for an operator's
+// Reset is parked in its record ([StatusParked]), in a call's outcome
+// ([Parked]), in the sentinel ([ErrParked]), in metric labels
+// (Outcome.String: "parked") and in the command line's messages. It is
+// parked because its [Backoff] gave up (giving up is what a backoff does)
+// or because fn returned a [Permanent] error. Likewise a key in doubt is
+// unknown (StatusUnknown, Unknown, ErrUnknownOutcome); the other outcomes
+// say what a call found: a running record is in progress (InProgress,
+// ErrInProgress), a failed one is backing off until its next allowed
+// attempt (BackingOff, ErrBackingOff).
 package idem

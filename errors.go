@@ -20,7 +20,7 @@ var (
 
 	// ErrInProgress: another holder has a live lease on the key (or, for the
 	// state file, holds its lock). fn did not run. Try again later, or pass
-	// [WithWait] to wait for the holder.
+	// [WaitForTurn] to wait for the holder.
 	ErrInProgress = idemstore.ErrInProgress
 
 	// ErrUnknownOutcome: an earlier attempt may or may not have had its effect
@@ -33,9 +33,11 @@ var (
 	// allowed yet. [Error.NotBefore] says when it is.
 	ErrBackingOff = errors.New("idem: backing off after a failure")
 
-	// ErrGaveUp: the key failed as often as the [Backoff] allows, or with a
-	// [Permanent] error, and is parked until an operator calls Reset.
-	ErrGaveUp = errors.New("idem: gave up, key parked until Reset")
+	// ErrParked: the key is parked until an operator calls Reset: it
+	// failed as often as the [Backoff] allows (the backoff gave up), or
+	// with a [Permanent] error. [Retry] returns it when its backoff gives
+	// up.
+	ErrParked = errors.New("idem: key parked until Reset")
 
 	// ErrLeaseLost: the attempt no longer holds its key. Either a newer
 	// attempt took the key over (its holder stalled past the lease): a
@@ -73,8 +75,8 @@ var (
 )
 
 // Error is the error Run returns when the key's work is not done. It matches
-// the sentinel of its Outcome (ErrGaveUp, ErrInProgress, ...) and wraps Err,
-// so both errors.Is(err, idem.ErrGaveUp) and errors.Is(err, yourErr) hold.
+// the sentinel of its Outcome (ErrParked, ErrInProgress, ...) and wraps Err,
+// so both errors.Is(err, idem.ErrParked) and errors.Is(err, yourErr) hold.
 type Error struct {
 	Key       Key
 	Outcome   Outcome
@@ -126,7 +128,7 @@ func (e *Error) Unwrap() []error {
 }
 
 // Permanent wraps err to tell Run that retrying cannot help: the key is
-// parked at once (ErrGaveUp) instead of backing off. Permanent(nil) is nil.
+// parked at once (ErrParked) instead of backing off. Permanent(nil) is nil.
 func Permanent(err error) error {
 	if err == nil {
 		return nil

@@ -88,7 +88,7 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // an error matching ErrUnknownOutcome. While other holders work items, or
 // items back off, Each waits for them, until ctx ends.
 //
-// An observer ([WithObserver]) gets one [Result] per call, whatever it
+// An observer ([OnResult]) gets one [Result] per call, whatever it
 // returns, with the period's item counts in Result.Items.
 func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...EachOption) (EachResult, error) {
 	if fn == nil {

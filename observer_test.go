@@ -21,7 +21,7 @@ func TestObserverOnePerEach(t *testing.T) {
 	ctx := context.Background()
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewAutoClock(t0)))
 	var got []idem.Result
-	observe := idem.WithObserver(func(r idem.Result) { got = append(got, r) })
+	observe := idem.OnResult(func(r idem.Result) { got = append(got, r) })
 	abc := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") })
 	_, err := idem.Each(ctx, l, points, abc, func(_ context.Context, it string) error {
 		if it == "c" {
@@ -73,7 +73,7 @@ func TestObserverOnePerCatchUpPeriod(t *testing.T) {
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewClock(day(4))))
 	got := map[string]idem.Outcome{}
 	res, err := idem.CatchUp(ctx, l, "report", daily, func(context.Context, idem.Period) error { return nil },
-		idem.Since(day(1)), idem.CatchUpLatest(), idem.WithObserver(func(r idem.Result) { got[r.Key.Period] = r.Outcome }))
+		idem.Since(day(1)), idem.CatchUpLatest(), idem.OnResult(func(r idem.Result) { got[r.Key.Period] = r.Outcome }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestLogsUseCallerContext(t *testing.T) {
 		idem.WithBackoff(idem.WithMaxAttempts(2, idem.Constant(time.Second))))
 	ctx := context.WithValue(context.Background(), ctxMark{}, "caller")
 	fails := func(context.Context) error { return errors.New("down") }
-	if err := l.Run(ctx, key, fails, idem.RetryWithin(time.Hour)); !errors.Is(err, idem.ErrGaveUp) {
+	if err := l.Run(ctx, key, fails, idem.RetryWithin(time.Hour)); !errors.Is(err, idem.ErrParked) {
 		t.Fatalf("Run: %v", err)
 	}
 	if _, err := idem.Each(ctx, l, points, idem.Items(func(yield func(string) bool) { yield("a") }),

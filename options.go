@@ -48,7 +48,7 @@ type EachTxOption interface{ applyEachTx(*config) error }
 type StoreOption interface{ applyStore(*config) error }
 
 // An Option fits every call and every store: [WithLease], [WithBackoff],
-// [WithClock], [WithLogger], [WithObserver].
+// [WithClock], [WithLogger], [OnResult].
 type Option interface {
 	RunOption
 	RunTxOption
@@ -88,7 +88,7 @@ func (o modeOption) applyEach(c *config) error    { return o(c) }
 func (o modeOption) applyStore(c *config) error   { return o(c) }
 
 // An AttemptOption says how long a call goes on trying a key:
-// [RetryWithin], [OneAttempt], [WithWait]. It fits Run, RunTx, CatchUp,
+// [RetryWithin], [OneAttempt], [WaitForTurn]. It fits Run, RunTx, CatchUp,
 // CatchUpTx and the store defaults.
 type AttemptOption interface {
 	RunOption
@@ -288,17 +288,17 @@ func WithLogger(l *slog.Logger) Option {
 	return option(func(c *config) error { c.logger = l; return nil })
 }
 
-// WithObserver calls f with the [Result] of every call, for metrics: once
+// OnResult calls f with the [Result] of every call, for metrics: once
 // at the end of every Run and RunTx; once per period for CatchUp and
 // CatchUpTx (each period is a Run; a period CatchUpLatest skips is one
 // too); once per period for Each and EachTx, with the period's item counts
 // (Result.Items). f must be quick and must not block. Several observers
 // are all called, in order. A nil f is an error matching
 // [ErrInvalidOption].
-func WithObserver(f func(Result)) Option {
+func OnResult(f func(Result)) Option {
 	return option(func(c *config) error {
 		if f == nil {
-			return invalidOption("WithObserver(nil): no function to call")
+			return invalidOption("OnResult(nil): no function to call")
 		}
 		if prev := c.observer; prev != nil {
 			c.observer = func(r Result) { prev(r); f(r) }
@@ -368,7 +368,7 @@ const DefaultRetryWithin = time.Minute
 // call's start). Otherwise it records the failure with the time of the next
 // allowed attempt and returns ErrBackingOff at once, leaving the retry to
 // the next trigger (the next cron tick, timer or call), which honours the
-// stored backoff. Default [DefaultRetryWithin]; with [WithWait] and no
+// stored backoff. Default [DefaultRetryWithin]; with [WaitForTurn] and no
 // RetryWithin, retries go on until ctx ends.
 //
 // So a cron job is not blocked for the length of an outage: with the
@@ -390,17 +390,17 @@ func RetryWithin(d time.Duration) AttemptOption {
 
 // OneAttempt makes Run try fn at most once per call: a failure is recorded
 // with the backoff's next allowed time and Run returns ErrBackingOff (or
-// ErrGaveUp) at once, instead of sleeping and retrying in-process. The next
+// ErrParked) at once, instead of sleeping and retrying in-process. The next
 // call (the next cron tick) honours the stored backoff. Use it when a
 // scheduler re-runs the job anyway. It is RetryWithin(0).
 func OneAttempt() AttemptOption { return RetryWithin(0) }
 
-// WithWait makes Run wait, until ctx ends, for a key that another holder is
+// WaitForTurn makes Run wait, until ctx ends, for a key that another holder is
 // running or that is backing off, instead of returning ErrInProgress or
 // ErrBackingOff at once; in CatchUp, every period's Run waits so. Unless
 // [RetryWithin] (or [OneAttempt]) is given as well, it also retries its own
 // failures in-process until ctx ends.
-func WithWait() AttemptOption {
+func WaitForTurn() AttemptOption {
 	return attemptOption(func(c *config) error { c.wait = true; return nil })
 }
 

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -40,9 +39,9 @@ func main() {
 	_, _ = idem.Each(ctx, l, key, items, func(context.Context, string) error { return nil },
 		idem.WithWorkers(2), idem.AtLeastOnce(), idem.WithBatch(10), idem.OnProgress(func(idem.EachProgress) {}))
 	_, _ = idem.EachTx(ctx, l, key, items, func(context.Context, *sql.Tx, string) error { return nil },
-		idem.WithWorkers(2), idem.WithObserver(func(idem.Result) {}))
+		idem.WithWorkers(2), idem.OnResult(func(idem.Result) {}))
 	_, _ = idem.CatchUp(ctx, l, "j", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil },
-		idem.CatchUpAll(0), idem.AtMostOnce(), idem.WithWait(), idem.Since(time.Now()), idem.OnPeriod(func(idem.PeriodResult) {}))
+		idem.CatchUpAll(0), idem.AtMostOnce(), idem.WaitForTurn(), idem.Since(time.Now()), idem.OnPeriod(func(idem.PeriodResult) {}))
 	_, _ = l.CatchUpTx(ctx, "j", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
 		idem.CatchUpLatest(), idem.OneAttempt(), idem.DueAtStart(), idem.ContinueAfterFailure())
 }
@@ -84,6 +83,10 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds programs with the go command")
 	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command: %v", err)
+	}
 	root, err := filepath.Abs(".")
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +115,7 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 	build := func(pkg string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", os.DevNull, pkg)
+		cmd := exec.CommandContext(ctx, gobin, "build", "-o", os.DevNull, pkg)
 		cmd.Dir = dir
 		// The module cache and build cache are this test's own (inherited);
 		// nothing is downloaded.

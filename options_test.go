@@ -36,8 +36,8 @@ func TestInvalidOptionValues(t *testing.T) {
 		{"WithClock(nil)", "WithClock(nil)", func(l *idem.Ledger, ran *bool) error {
 			return l.Run(ctx, key, func(context.Context) error { *ran = true; return nil }, idem.WithClock(nil))
 		}},
-		{"WithObserver(nil)", "WithObserver(nil)", func(l *idem.Ledger, ran *bool) error {
-			return l.Run(ctx, key, func(context.Context) error { *ran = true; return nil }, idem.WithObserver(nil))
+		{"OnResult(nil)", "OnResult(nil)", func(l *idem.Ledger, ran *bool) error {
+			return l.Run(ctx, key, func(context.Context) error { *ran = true; return nil }, idem.OnResult(nil))
 		}},
 		{"TwoPhase(nil)", "TwoPhase(nil)", func(l *idem.Ledger, ran *bool) error {
 			return l.Run(ctx, key, func(context.Context) error { *ran = true; return nil }, idem.TwoPhase(nil))

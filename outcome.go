@@ -15,14 +15,14 @@ const (
 	InProgress                     // ErrInProgress
 	Unknown                        // ErrUnknownOutcome
 	BackingOff                     // ErrBackingOff
-	GaveUp                         // ErrGaveUp
+	Parked                         // ErrParked
 	LeaseLost                      // ErrLeaseLost
 	Failed                         // fn or the store failed, and the run stopped before the key was settled (its context ended, or the store returned an error)
 )
 
 var outcomeNames = [...]string{
 	Ran: "ran", AlreadyDone: "already_done", Recovered: "recovered", Skipped: "skipped", InProgress: "in_progress",
-	Unknown: "unknown", BackingOff: "backing_off", GaveUp: "gave_up", LeaseLost: "lease_lost", Failed: "failed",
+	Unknown: "unknown", BackingOff: "backing_off", Parked: "parked", LeaseLost: "lease_lost", Failed: "failed",
 }
 
 // String returns a short snake_case name, suitable as a metric label.
@@ -41,8 +41,8 @@ func (o Outcome) sentinel() error {
 		return ErrUnknownOutcome
 	case BackingOff:
 		return ErrBackingOff
-	case GaveUp:
-		return ErrGaveUp
+	case Parked:
+		return ErrParked
 	case LeaseLost:
 		return ErrLeaseLost
 	}

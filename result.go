@@ -3,8 +3,8 @@ package idem
 import "time"
 
 // Result describes one call of Run or RunTx (what [ReportTo] stores and
-// [WithObserver] gets), or one period of CatchUp, or one call of Each or
-// EachTx (for [WithObserver]).
+// [OnResult] gets), or one period of CatchUp, or one call of Each or
+// EachTx (for [OnResult]).
 type Result struct {
 	Key      Key
 	Outcome  Outcome

@@ -17,7 +17,7 @@ import (
 //
 //  1. Claim: a key that is done returns nil at once (AlreadyDone) without
 //     writing. A key held by a live lease returns ErrInProgress (or waits,
-//     with [WithWait]). Otherwise the claim takes a new attempt number,
+//     with [WaitForTurn]). Otherwise the claim takes a new attempt number,
 //     higher than any before: the fencing token.
 //  2. fn runs with a context that carries the key, attempt and request id
 //     ([InfoFrom]); a heartbeat renews the lease every third of it. If the
@@ -38,11 +38,11 @@ import (
 //     failure count and the time of the next allowed attempt are kept in the
 //     store, so a separate process, or the next trigger, honours them too.
 //     When the backoff gives up, or fn returns a [Permanent] error, the key
-//     is parked (ErrGaveUp) until Reset.
+//     is parked (ErrParked) until Reset.
 //
 // Run returns nil when the key's work is done, now or earlier; [ReportTo]
 // tells which. Otherwise the error is an *[Error] matching one of
-// ErrInProgress, ErrUnknownOutcome, ErrBackingOff, ErrGaveUp, ErrLeaseLost,
+// ErrInProgress, ErrUnknownOutcome, ErrBackingOff, ErrParked, ErrLeaseLost,
 // and wrapping fn's own error.
 //
 // A panic in fn propagates to the caller; Run does not recover it. The
@@ -402,7 +402,7 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 // call now holds; or, with fnErr set, that of the attempt that the
 // one-transaction claim of RunTx (fresh, tried once) ran and whose fn
 // failed; or end = true with the call's result: the key is settled,
-// held, backing off, unknown or parked (with WithWait, claim waits for a
+// held, backing off, unknown or parked (with WaitForTurn, claim waits for a
 // holder or a backoff and claims again), or the claim failed.
 func (r *runner) claim(ctx context.Context, tx txBody, fresh *freshBody) (c idemstore.Claim, fnErr error, end bool, err error) {
 	cfg := r.cfg
@@ -480,7 +480,7 @@ func (r *runner) claimFresh(ctx context.Context, f freshBody, req idemstore.Clai
 
 // unacquired answers a claim that gave this call no attempt: it returns
 // the call's result (nil for a key that is done or skipped); or, with
-// WithWait, for a key that another holder runs or that backs off, it
+// WaitForTurn, for a key that another holder runs or that backs off, it
 // waits and returns again = true to claim again.
 func (r *runner) unacquired(ctx context.Context, c idemstore.Claim) (again bool, err error) {
 	cfg := r.cfg
@@ -516,7 +516,7 @@ func (r *runner) unacquired(ctx context.Context, c idemstore.Claim) (again bool,
 		return false, r.fail(Unknown, lastError(c.Record))
 	case idemstore.ClaimParked:
 		r.res.Attempt = c.Record.Attempt
-		return false, r.fail(GaveUp, lastError(c.Record))
+		return false, r.fail(Parked, lastError(c.Record))
 	}
 	return false, r.fail(Failed, fmt.Errorf("store answered claim state %d", c.State))
 }
@@ -604,7 +604,7 @@ func (r *runner) retryInProcess(at time.Time) bool {
 	case r.cfg.retryWithinSet:
 		within = r.cfg.retryWithin
 	case r.cfg.wait:
-		return true // WithWait without RetryWithin: until ctx ends
+		return true // WaitForTurn without RetryWithin: until ctx ends
 	}
 	return within > 0 && !at.After(r.start.Add(within))
 }
@@ -649,8 +649,8 @@ func (r *runner) park(ctx context.Context, attempt int64, failures int, cause er
 	if err := r.finish(ctx, attempt, end); err != nil {
 		return r.finishFailed(ctx, end, err, cause)
 	}
-	r.log(ctx, slog.LevelError, "gave up; parked until Reset", slog.Any("error", cause), slog.Int("failures", failures))
-	return r.fail(GaveUp, cause)
+	r.log(ctx, slog.LevelError, "parked until Reset", slog.Any("error", cause), slog.Int("failures", failures))
+	return r.fail(Parked, cause)
 }
 
 // finishFailed turns an error from Store.Finish, recording end, into the

@@ -58,7 +58,7 @@ func modeOption(mode string, has bool) idem.ModeOption {
 // the key. The attempt is an ordinary failure that may have had its effect:
 // its end is recorded through the fenced Finish by its mode, and nothing of
 // it stays held. The next Run, in another process or in this one with
-// WithWait, finds the key as the mode left it, never in progress.
+// WaitForTurn, finds the key as the mode left it, never in progress.
 func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 	t.Parallel()
 	const lost = "lease lost: its lease ran out at 2026-10-28T02:01:00Z without a renewal (the process stalled)"
@@ -70,7 +70,7 @@ func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 		status  idem.Status  // the record afterwards
 		msg     string       // the stalled Run's error text
 		next    error        // another process, before the backoff ends
-		wait    idem.Outcome // this process with WithWait, after the backoff
+		wait    idem.Outcome // this process with WaitForTurn, after the backoff
 	}{
 		{"at-least-once", false, idem.ErrBackingOff, idem.BackingOff, idem.StatusFailed,
 			"idem: daily_settle/2026-10-27: backing off until 2026-10-28T02:02:01Z after attempt 1 failed: " + lost,
@@ -137,17 +137,17 @@ func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 					t.Fatalf("the child process: %+v", e)
 				}
 
-				// This process, with WithWait, once the backoff is over.
+				// This process, with WaitForTurn, once the backoff is over.
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				res = idem.Result{}
 				err = idem.RunWith(ctx, s, key, func(context.Context) error { ran++; return nil },
-					append(opts(idemtest.NewAutoClock(t0.Add(10*time.Minute))), idem.WithWait(), idem.ReportTo(&res))...)
+					append(opts(idemtest.NewAutoClock(t0.Add(10*time.Minute))), idem.WaitForTurn(), idem.ReportTo(&res))...)
 				if ctx.Err() != nil {
-					t.Fatalf("a WithWait Run in this process was still waiting for the key after 10s: %v (%s)", err, res.Outcome)
+					t.Fatalf("a WaitForTurn Run in this process was still waiting for the key after 10s: %v (%s)", err, res.Outcome)
 				}
 				if res.Outcome != c.wait || (c.wait == idem.Unknown) != errors.Is(err, idem.ErrUnknownOutcome) {
-					t.Fatalf("a WithWait Run in this process: %v (%s), want %s", err, res.Outcome, c.wait)
+					t.Fatalf("a WaitForTurn Run in this process: %v (%s), want %s", err, res.Outcome, c.wait)
 				}
 			})
 		}
@@ -376,7 +376,7 @@ func TestFinishRetriedAfterTransientError(t *testing.T) {
 		{"done/answer lost", []idem.RunOption{idem.AtLeastOnce()}, func() error { return nil }, true, nil, idem.Ran, idem.StatusDone},
 		{"failed", []idem.RunOption{idem.OneAttempt()}, func() error { return errors.New("down") }, false, idem.ErrBackingOff, idem.BackingOff, idem.StatusFailed},
 		{"unknown", []idem.RunOption{idem.AtMostOnce()}, func() error { return errors.New("timeout") }, false, idem.ErrUnknownOutcome, idem.Unknown, idem.StatusUnknown},
-		{"parked", nil, func() error { return idem.Permanent(bad) }, false, idem.ErrGaveUp, idem.GaveUp, idem.StatusParked},
+		{"parked", nil, func() error { return idem.Permanent(bad) }, false, idem.ErrParked, idem.Parked, idem.StatusParked},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -565,7 +565,7 @@ func (s triggerStore) Finish(ctx context.Context, key idem.Key, attempt int64, e
 // TestRetryWithin: one call retries in-process only while the retry starts
 // within RetryWithin of the call's start (default one minute), then records
 // the failure and returns ErrBackingOff; OneAttempt is RetryWithin(0);
-// WithWait alone retries until the backoff gives up.
+// WaitForTurn alone retries until the backoff gives up.
 func TestRetryWithin(t *testing.T) {
 	t.Parallel()
 	down := errors.New("downstream down")
@@ -581,7 +581,7 @@ func TestRetryWithin(t *testing.T) {
 		{"RetryWithin(2m)", []idem.RunOption{every25s, idem.RetryWithin(2 * time.Minute)}, 5, idem.ErrBackingOff, 100 * time.Second},
 		{"RetryWithin(0)", []idem.RunOption{every25s, idem.RetryWithin(0)}, 1, idem.ErrBackingOff, 0},
 		{"OneAttempt", []idem.RunOption{every25s, idem.OneAttempt()}, 1, idem.ErrBackingOff, 0},
-		{"WithWait", []idem.RunOption{idem.WithBackoff(idem.WithMaxAttempts(6, idem.Constant(25*time.Second))), idem.WithWait()}, 6, idem.ErrGaveUp, 125 * time.Second},
+		{"WaitForTurn", []idem.RunOption{idem.WithBackoff(idem.WithMaxAttempts(6, idem.Constant(25*time.Second))), idem.WaitForTurn()}, 6, idem.ErrParked, 125 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -719,7 +719,7 @@ func TestOutageHealsUnderDefaults(t *testing.T) {
 					}
 					rec := mustLookup(t, s, k)
 					switch {
-					case rec.Status == idem.StatusParked || errors.Is(err, idem.ErrGaveUp):
+					case rec.Status == idem.StatusParked || errors.Is(err, idem.ErrParked):
 						t.Fatalf("round %d: parked at %s after %d failures: %v", round, trig.Format("15:04"), rec.Failures, err)
 					case rec.Status == idem.StatusDone:
 						if err != nil {

@@ -163,7 +163,7 @@ func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched idem.Schedule,
 	return idem.CatchUpTx(ctx, l, job, sched, fn, opts...)
 }
 
-// Reset un-parks a key that gave up: it becomes runnable at once with its
+// Reset un-parks a parked key: it becomes runnable at once with its
 // failure count cleared. It is Resolve(ctx, key, idem.ResolveRetry).
 func (l *Ledger) Reset(ctx context.Context, key idemstore.Key) error {
 	return l.Resolve(ctx, key, idemstore.ResolveRetry)

@@ -10,7 +10,7 @@
 //
 // Metrics:
 //
-//	idem_runs_total{job,outcome}      counter    calls of Run by outcome (idem.Outcome.String(): ran, already_done, gave_up, ...)
+//	idem_runs_total{job,outcome}      counter    calls of Run by outcome (idem.Outcome.String(): ran, already_done, parked, ...)
 //	idem_run_duration_seconds{job}    histogram  how long each call of Run took, waits and retries included
 //	idem_retries_total{job}           counter    extra attempts of fn within a call (Result.Attempts-1)
 //	idem_errors_total{job}            counter    calls of Run that returned an error
@@ -25,7 +25,7 @@
 // hosts completing one period at the same moment may both count them).
 //
 // Alert on idem_keys{status="unknown"} > 0 (a person must run Resolve) and
-// idem_keys{status="parked"} > 0 (a job gave up; Reset it once fixed).
+// idem_keys{status="parked"} > 0 (a key is parked; Reset it once fixed).
 package prom
 
 import (
@@ -107,7 +107,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m := &Metrics{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "idem_runs_total",
-			Help:        "Calls of idem's Run, by job and outcome (ran, already_done, recovered, skipped, in_progress, unknown, backing_off, gave_up, lease_lost, failed).",
+			Help:        "Calls of idem's Run, by job and outcome (ran, already_done, recovered, skipped, in_progress, unknown, backing_off, parked, lease_lost, failed).",
 			ConstLabels: c.constLabels,
 		}, []string{"job", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -149,7 +149,7 @@ const (
 )
 
 // Observe records one Run's result (or one Each's: see the package doc).
-// It is the function to give idem.WithObserver; [Metrics.Option] does
+// It is the function to give idem.OnResult; [Metrics.Option] does
 // that.
 func (m *Metrics) Observe(r idem.Result) {
 	job := r.Key.Job
@@ -174,9 +174,9 @@ func (m *Metrics) Observe(r idem.Result) {
 }
 
 // Option returns an idem option that records every call it is passed to:
-// idem.WithObserver(m.Observe). Pass it to a Run, to CatchUp, to Each, or
+// idem.OnResult(m.Observe). Pass it to a Run, to CatchUp, to Each, or
 // to idem.OpenLedger to record every call on that ledger.
-func (m *Metrics) Option() idem.Option { return idem.WithObserver(m.Observe) }
+func (m *Metrics) Option() idem.Option { return idem.OnResult(m.Observe) }
 
 // Watch makes idem_keys report the records of l (a Ledger, or any
 // idemstore.Lister), read at every scrape. A later call replaces l; nil stops
@@ -197,7 +197,7 @@ type keysCollector struct {
 func newKeysCollector(constLabels prometheus.Labels, timeout time.Duration) *keysCollector {
 	return &keysCollector{
 		keys: prometheus.NewDesc("idem_keys",
-			"Keys of a job by status, read from the ledger at scrape time: pending (running or failed, idem retries them), unknown (awaiting Resolve), parked (gave up, awaiting Reset).",
+			"Keys of a job by status, read from the ledger at scrape time: pending (running or failed, idem retries them), unknown (awaiting Resolve), parked (awaiting Reset).",
 			[]string{"job", "status"}, constLabels),
 		up: prometheus.NewDesc("idem_ledger_up",
 			"1 if the last read of the ledger for idem_keys succeeded, 0 if it failed.",

@@ -94,8 +94,8 @@ func TestMetricsFromRealLedger(t *testing.T) {
 	// second Run finds it parked.
 	for range 2 {
 		err = l.Run(ctx, idem.Key{Job: "broken", Period: "2026-10-27"}, func(context.Context) error { return boom }, noWait, m.Option())
-		if !errors.Is(err, idem.ErrGaveUp) {
-			t.Fatalf("broken: got %v, want ErrGaveUp", err)
+		if !errors.Is(err, idem.ErrParked) {
+			t.Fatalf("broken: got %v, want ErrParked", err)
 		}
 	}
 	// pay: at-most-once and fails: the outcome is unknown.
@@ -112,7 +112,7 @@ func TestMetricsFromRealLedger(t *testing.T) {
 		{"idem_runs_total", "job=settle,outcome=ran", 1},
 		{"idem_runs_total", "job=settle,outcome=already_done", 1},
 		{"idem_runs_total", "job=flaky,outcome=ran", 1},
-		{"idem_runs_total", "job=broken,outcome=gave_up", 2},
+		{"idem_runs_total", "job=broken,outcome=parked", 2},
 		{"idem_runs_total", "job=pay,outcome=unknown", 1},
 		{"idem_run_duration_seconds", "job=settle", 2},
 		{"idem_run_duration_seconds", "job=broken", 2},

@@ -89,7 +89,7 @@ with --catch-up none) is left to you ('idem ls' says so).
 
 Exit status of 'idem run':
   0  ran: at least one period ran now, and every due period is settled
-  1  failed: COMMAND failed (it is backing off, or gave up and is parked),
+  1  failed: COMMAND failed (it is backing off, or parked),
      or idem was stopped by a signal
   2  usage or setup error: bad flags, unknown zone or schedule, COMMAND not
      found, ledger cannot be opened
@@ -424,8 +424,8 @@ func (r reporter) period(pr idem.PeriodResult) {
 		}
 		fmt.Fprintf(r.w, "idem: %s: backing off%s%s%s\n  A run after that time retries it%s; 'idem reset%s %s %s' allows it now.\n",
 			name, until, failed, cause(), r.whileLatest(), r.hint, r.job, pr.Period.Name)
-	case idem.GaveUp:
-		fmt.Fprintf(r.w, "idem: %s: gave up%s, parked%s\n  Fix the cause, then run: idem reset%s %s %s\n",
+	case idem.Parked:
+		fmt.Fprintf(r.w, "idem: %s: parked%s%s\n  Fix the cause, then run: idem reset%s %s %s\n",
 			name, attempt, cause(), r.hint, r.job, pr.Period.Name)
 		if r.none {
 			fmt.Fprintf(r.w, "  After the reset, a run retries it%s.\n", r.whileLatest())

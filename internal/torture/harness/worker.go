@@ -124,12 +124,12 @@ func runWorker(cfg workerConfig) int {
 		defer w.effects.Close()
 	}
 	w.txOpts = []idem.RunTxOption{
-		idem.WithWait(),
+		idem.WaitForTurn(),
 		idem.WithLease(cfg.Lease),
 		idem.WithBackoff(idem.WithMaxAttempts(1000, idem.Constant(time.Millisecond))),
 	}
 	w.opts = []idem.RunOption{
-		idem.WithWait(),
+		idem.WaitForTurn(),
 		idem.WithLease(cfg.Lease),
 		idem.WithBackoff(idem.WithMaxAttempts(1000, idem.Constant(time.Millisecond))),
 	}
@@ -142,7 +142,7 @@ func runWorker(cfg workerConfig) int {
 		w.opts = append(w.opts, idem.TwoPhase(w.downstreamHas))
 	}
 	lg.printf("start")
-	// Run waits out busy keys (WithWait) until its context ends: the
+	// Run waits out busy keys (WaitForTurn) until its context ends: the
 	// deadline bounds every call, and the watchdog gives up much sooner on a
 	// worker that settles nothing.
 	ctx, cancel := context.WithDeadline(ctx, cfg.Deadline)
@@ -280,7 +280,7 @@ func (w *worker) loop(ctx context.Context, watermark bool) int {
 			w.lg.printf("deadline: %d units unsettled, first %s", len(units), units[0][0])
 			return workerDeadline
 		}
-		// Run waits out leases and backoffs itself (WithWait): a worker
+		// Run waits out leases and backoffs itself (WaitForTurn): a worker
 		// that settles nothing for cfg.Stall is stopped by its watchdog.
 		// Visit the units in a random order; settle at most one key of each
 		// per visit, so that the workers' paths interleave.
