@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -27,15 +28,57 @@ type BackoffFunc func(n int) (time.Duration, bool)
 // Next calls f(n).
 func (f BackoffFunc) Next(n int) (time.Duration, bool) { return f(n) }
 
-// Constant waits d after every failure and never gives up.
+// badBackoff is what a Backoff constructor or decorator returns for a bad
+// value: [WithBackoff] and [Retry] refuse it with an error matching
+// [ErrInvalidOption]. Its Next gives up at once.
+type badBackoff struct{ why string }
+
+func (b badBackoff) Next(int) (time.Duration, bool) { return 0, false }
+
+// checkBackoff returns why b cannot be used, or nil.
+func checkBackoff(b Backoff) error {
+	switch b := b.(type) {
+	case nil:
+		return errors.New("no backoff (nil)")
+	case badBackoff:
+		return errors.New(b.why)
+	case BackoffFunc:
+		if b == nil {
+			return errors.New("no backoff (a nil BackoffFunc)")
+		}
+	}
+	return nil
+}
+
+// inner returns b, or, if b cannot be used, the badBackoff that says so
+// in the decorator named by what.
+func inner(what string, b Backoff) (Backoff, bool) {
+	if err := checkBackoff(b); err != nil {
+		if bb, ok := b.(badBackoff); ok {
+			return bb, false
+		}
+		return badBackoff{what + ": " + err.Error()}, false
+	}
+	return b, true
+}
+
+// Constant waits d after every failure and never gives up. A negative d
+// makes a Backoff that [WithBackoff] refuses.
 func Constant(d time.Duration) Backoff {
+	if d < 0 {
+		return badBackoff{fmt.Sprintf("Constant(%v): the delay must not be negative", d)}
+	}
 	return BackoffFunc(func(int) (time.Duration, bool) { return d, true })
 }
 
 // Exponential waits base, 2·base, 4·base, ... after the 1st, 2nd, 3rd failure,
 // saturating at the largest Duration. It never gives up and has no jitter:
-// wrap it with [WithFullJitter], [WithCap] and [WithMaxAttempts].
+// wrap it with [WithFullJitter], [WithCap] and [WithMaxAttempts]. A base
+// that is not positive makes a Backoff that [WithBackoff] refuses.
 func Exponential(base time.Duration) Backoff {
+	if base <= 0 {
+		return badBackoff{fmt.Sprintf("Exponential(%v): the base delay must be positive", base)}
+	}
 	return BackoffFunc(func(n int) (time.Duration, bool) {
 		if n < 1 {
 			n = 1
@@ -48,8 +91,17 @@ func Exponential(base time.Duration) Backoff {
 	})
 }
 
-// WithCap limits every delay of b to at most max.
+// WithCap limits every delay of b to at most max. A max that is not
+// positive, or a b that cannot be used, makes a Backoff that [WithBackoff]
+// refuses.
 func WithCap(max time.Duration, b Backoff) Backoff {
+	if max <= 0 {
+		return badBackoff{fmt.Sprintf("WithCap(%v): the cap must be positive", max)}
+	}
+	b, ok := inner(fmt.Sprintf("WithCap(%v)", max), b)
+	if !ok {
+		return b
+	}
 	return BackoffFunc(func(n int) (time.Duration, bool) {
 		d, ok := b.Next(n)
 		return min(d, max), ok
@@ -57,9 +109,16 @@ func WithCap(max time.Duration, b Backoff) Backoff {
 }
 
 // WithMaxAttempts gives up once n attempts have failed: the n-th failure
-// parks the key. n < 1 is treated as 1.
+// parks the key. An n below 1, or a b that cannot be used, makes a Backoff
+// that [WithBackoff] refuses.
 func WithMaxAttempts(n int, b Backoff) Backoff {
-	n = max(n, 1)
+	if n < 1 {
+		return badBackoff{fmt.Sprintf("WithMaxAttempts(%d): at least one attempt is needed", n)}
+	}
+	b, ok := inner(fmt.Sprintf("WithMaxAttempts(%d)", n), b)
+	if !ok {
+		return b
+	}
 	return BackoffFunc(func(failures int) (time.Duration, bool) {
 		if failures >= n {
 			return 0, false
@@ -84,7 +143,13 @@ var jitter = func(d time.Duration) time.Duration {
 // together. A delay may come out near zero, so the sum of the delays has no
 // lower bound: use [WithEqualJitter] when the backoff must also bound how
 // soon the attempts run out.
+//
+// A b that cannot be used makes a Backoff that [WithBackoff] refuses.
 func WithFullJitter(b Backoff) Backoff {
+	b, ok := inner("WithFullJitter", b)
+	if !ok {
+		return b
+	}
 	return BackoffFunc(func(n int) (time.Duration, bool) {
 		d, ok := b.Next(n)
 		if !ok {
@@ -98,8 +163,13 @@ func WithFullJitter(b Backoff) Backoff {
 // [d/2, d] ("equal jitter"): clients failing together still spread out, and
 // every delay is at least half of b's, so the sum of the delays before b
 // gives up is at least half of b's sum. [DefaultBackoff] uses it for that
-// bound.
+// bound. A b that cannot be used makes a Backoff that [WithBackoff]
+// refuses.
 func WithEqualJitter(b Backoff) Backoff {
+	b, ok := inner("WithEqualJitter", b)
+	if !ok {
+		return b
+	}
 	return BackoffFunc(func(n int) (time.Duration, bool) {
 		d, ok := b.Next(n)
 		if !ok {
@@ -138,8 +208,13 @@ func DefaultBackoff() Backoff {
 // the call: to remember attempts across processes, use Run.
 //
 // The error it returns wraps fn's last error; when b gave up it also matches
-// [ErrGaveUp].
+// [ErrParked] (Retry keeps no key, but its work is given up as a Run's key
+// would be parked). A b that cannot be used (nil, or made from a bad value) is an
+// error matching [ErrInvalidOption], returned before fn runs.
 func Retry(ctx context.Context, b Backoff, fn func(context.Context) error) error {
+	if err := checkBackoff(b); err != nil {
+		return invalidOption("Retry: %s", err)
+	}
 	return retry(ctx, systemClock{}, b, fn)
 }
 
@@ -151,10 +226,22 @@ func retry(ctx context.Context, c Clock, b Backoff, fn func(context.Context) err
 		}
 		d, ok := b.Next(n)
 		if !ok {
-			return fmt.Errorf("%w after %d attempts: %w", ErrGaveUp, n, err)
+			return &retryGaveUp{attempts: n, err: err}
 		}
 		if serr := sleep(ctx, c, d); serr != nil {
 			return fmt.Errorf("idem: retry stopped after %d attempts: %w (last error: %w)", n, serr, err)
 		}
 	}
 }
+
+// retryGaveUp is Retry's error when its backoff gave up.
+type retryGaveUp struct {
+	attempts int
+	err      error // fn's last error
+}
+
+func (e *retryGaveUp) Error() string {
+	return fmt.Sprintf("idem: retry: the backoff gave up after %d attempts: %v", e.attempts, e.err)
+}
+
+func (e *retryGaveUp) Unwrap() []error { return []error{ErrParked, e.err} }

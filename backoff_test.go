@@ -152,7 +152,7 @@ func TestRetry(t *testing.T) {
 		t.Parallel()
 		calls := 0
 		err := Retry(ctx, WithMaxAttempts(4, Constant(0)), func(context.Context) error { calls++; return boom })
-		if !errors.Is(err, ErrGaveUp) || !errors.Is(err, boom) || calls != 4 {
+		if !errors.Is(err, ErrParked) || !errors.Is(err, boom) || calls != 4 {
 			t.Fatalf("err %v, calls %d", err, calls)
 		}
 	})
@@ -160,7 +160,7 @@ func TestRetry(t *testing.T) {
 		t.Parallel()
 		calls := 0
 		err := Retry(ctx, Constant(0), func(context.Context) error { calls++; return Permanent(boom) })
-		if !errors.Is(err, boom) || errors.Is(err, ErrGaveUp) || calls != 1 {
+		if !errors.Is(err, boom) || errors.Is(err, ErrParked) || calls != 1 {
 			t.Fatalf("err %v, calls %d", err, calls)
 		}
 	})

@@ -26,46 +26,6 @@ type catchUpConfig struct {
 	cursor     bool // internal: the done mark advances the job's cursor
 }
 
-// CatchUpAll runs every due period, oldest first, at most max of them per
-// call (max <= 0: no limit). The rest are counted in
-// CatchUpResult.Deferred and run by the next call. This is the default,
-// with max = DefaultMaxPeriods.
-func CatchUpAll(max int) Option {
-	return optionFunc(func(c *config) { c.catchUp.latest, c.catchUp.maxPeriods = false, max })
-}
-
-// CatchUpLatest coalesces: only the newest due period runs; the older ones
-// are recorded as skipped (ResolveSkip), not silently forgotten (no cap
-// applies to the skipping). Periods
-// that are unknown or parked are not skipped: catch-up stops at them, since
-// they need a person.
-func CatchUpLatest() Option { return optionFunc(func(c *config) { c.catchUp.latest = true }) }
-
-// Since bounds the first catch-up of a job (one with no cursor yet): it
-// starts at the period containing t instead of only the latest due period,
-// so a new job backfills a chosen window and never from the epoch.
-func Since(t time.Time) Option { return optionFunc(func(c *config) { c.catchUp.since = t }) }
-
-// DueAtStart makes a period due as soon as it starts (a report FOR today,
-// sent in the morning). By default a period is due when it ends: you settle
-// a day once it is over.
-func DueAtStart() Option { return optionFunc(func(c *config) { c.catchUp.dueAtStart = true }) }
-
-// ContinueAfterFailure makes catch-up go on with later periods when one
-// fails. By default it stops at the failed period and the later ones wait,
-// so periods complete in order. Either way the cursor only moves over an
-// unbroken run of settled periods.
-func ContinueAfterFailure() Option { return optionFunc(func(c *config) { c.catchUp.keepGoing = true }) }
-
-// OnPeriod calls f after each period catch-up handles, for progress
-// reporting on long catch-ups.
-func OnPeriod(f func(PeriodResult)) Option {
-	return optionFunc(func(c *config) { c.catchUp.onPeriod = f })
-}
-
-// withCursor makes the done mark advance the job's catch-up cursor.
-func withCursor() Option { return optionFunc(func(c *config) { c.catchUp.cursor = true }) }
-
 // PeriodResult is what catch-up did with one period.
 type PeriodResult struct {
 	Period  Period
@@ -122,17 +82,19 @@ func (r CatchUpResult) Count(o Outcome) int {
 //
 // Other options (mode, backoff, logger, ...) apply to every period's Run;
 // [RetryWithin] bounds the in-process retries of the whole call, counted
-// from its start.
+// from its start. An observer ([OnResult]) gets one Result per period
+// handled, skipped periods included; the call's result is CatchUpResult.
 //
 // fn must not call Run or RunTx for its own period (the key is held by
 // the Run that called fn: [ErrNestedRun]); for business writes that commit
 // with each period's done mark, use [CatchUpTx].
-func CatchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...Option) (CatchUpResult, error) {
+func CatchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...CatchUpOption) (CatchUpResult, error) {
 	if fn == nil || sched == nil || s == nil {
 		panic("idem: CatchUp needs a store, a schedule and a fn")
 	}
-	return catchUp(ctx, s, job, sched, opts, func(ctx context.Context, key Key, p Period, o []Option) error {
-		return RunWith(ctx, s, key, func(ctx context.Context) error { return fn(ctx, p) }, o...)
+	cfg := configure(s, opts, CatchUpOption.applyCatchUp)
+	return catchUp(ctx, s, job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
+		return execute(ctx, s, key, cfg, func(ctx context.Context) error { return fn(ctx, p) }, nil, nil)
 	})
 }
 
@@ -144,25 +106,25 @@ func CatchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 // period whose transaction did not commit left neither business rows nor
 // a done mark nor a cursor move, and the next call runs it again.
 //
-// Periods, policies, the cursor and the options are as in CatchUp; mode
-// options are ignored (see RunTxWith). A failing period's writes are
+// Periods, policies, the cursor and the options are as in CatchUp; it
+// takes no mode option, and ignores a store's default mode (see RunTxWith). A failing period's writes are
 // rolled back and the catch-up stops there (unless
 // [ContinueAfterFailure]); the error returned is that period's. As in
 // RunTxWith, write idempotent, recomputing statements: they are what the
 // re-run of a rolled-back period repeats.
-func CatchUpTx[Tx any](ctx context.Context, s idemstore.CatchUpTxStore[Tx], job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...Option) (CatchUpResult, error) {
+func CatchUpTx[Tx any](ctx context.Context, s idemstore.CatchUpTxStore[Tx], job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...CatchUpTxOption) (CatchUpResult, error) {
 	if fn == nil || sched == nil || s == nil {
 		panic("idem: CatchUpTx needs a store, a schedule and a fn")
 	}
-	return catchUp(ctx, s, job, sched, opts, func(ctx context.Context, key Key, p Period, o []Option) error {
-		return RunTxWith(ctx, s, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) }, o...)
+	cfg := configure(s, opts, CatchUpTxOption.applyCatchUpTx)
+	return catchUp(ctx, s, job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
+		return runTx(ctx, s, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) }, cfg)
 	})
 }
 
-// catchUp is CatchUp's loop; run runs one period with the options o.
-func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, opts []Option,
-	run func(ctx context.Context, key Key, p Period, o []Option) error) (CatchUpResult, error) {
-	cfg := newConfig(s, []Option{CatchUpAll(DefaultMaxPeriods)}, opts)
+// catchUp is CatchUp's loop; run runs one period with the config cfg.
+func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, cfg *config,
+	run func(ctx context.Context, key Key, p Period, cfg *config) error) (CatchUpResult, error) {
 	cu := cfg.catchUp
 	var res CatchUpResult
 	if cfg.err != nil {
@@ -230,14 +192,17 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 		key := Key{Job: job, Period: p.Name}
 		var pr PeriodResult
 		if cu.latest && p.Name != last.Name {
+			start := cfg.clock.Now()
 			pr = skipPeriod(ctx, s, key, p)
+			if cfg.observer != nil { // a Result per period, skipped ones too
+				cfg.observer(Result{Key: key, Outcome: pr.Outcome, Duration: cfg.clock.Now().Sub(start), Err: pr.Err})
+			}
 		} else {
 			var r Result
-			o := append(append([]Option(nil), opts...), ReportTo(&r), retryFrom(now))
-			if unbroken {
-				o = append(o, withCursor())
-			}
-			err := run(ctx, key, p, o)
+			pc := *cfg // this period's Run: its own copy
+			pc.report, pc.retryFrom = &r, now
+			pc.catchUp.cursor = unbroken
+			err := run(ctx, key, p, &pc)
 			pr = PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
 		}
 		if pr.Err != nil {
@@ -283,7 +248,7 @@ func skipPeriod(ctx context.Context, s idemstore.CatchUpStore, key Key, p Period
 	case ok && rec.Status == StatusSkipped:
 		return PeriodResult{Period: p, Outcome: Skipped}
 	case ok && (rec.Status == StatusUnknown || rec.Status == StatusParked):
-		o := map[Status]Outcome{StatusUnknown: Unknown, StatusParked: GaveUp}[rec.Status]
+		o := map[Status]Outcome{StatusUnknown: Unknown, StatusParked: Parked}[rec.Status]
 		return PeriodResult{Period: p, Outcome: o, Err: &Error{Key: key, Outcome: o, Attempt: rec.Attempt, Err: lastError(rec)}}
 	}
 	if err := s.Resolve(ctx, key, ResolveSkip); err != nil {

@@ -26,12 +26,12 @@ type catchUpJob struct {
 	clk   *idemtest.Clock
 	ran   []string
 	fail  map[string]bool
-	extra []idem.Option
+	extra []idem.CatchUpOption
 }
 
-func (j *catchUpJob) run(t *testing.T, opts ...idem.Option) (idem.CatchUpResult, error) {
+func (j *catchUpJob) run(t *testing.T, opts ...idem.CatchUpOption) (idem.CatchUpResult, error) {
 	t.Helper()
-	opts = append(append([]idem.Option{idem.WithClock(j.clk)}, j.extra...), opts...)
+	opts = append(append([]idem.CatchUpOption{idem.WithClock(j.clk)}, j.extra...), opts...)
 	return idem.CatchUp(context.Background(), j.s, "settle", daily, func(ctx context.Context, p idem.Period) error {
 		if j.fail[p.Name] {
 			return idem.Permanent(fmt.Errorf("no data for %s", p.Name))
@@ -72,7 +72,7 @@ func TestCatchUpMissedPeriods(t *testing.T) {
 					j.ran = nil
 					// The host is down for `missed` days.
 					clk.Set(day(1 + missed))
-					var opt idem.Option
+					var opt idem.CatchUpOption
 					switch policy {
 					case "all":
 						opt = idem.CatchUpAll(0)
@@ -155,7 +155,7 @@ func TestCatchUpStopsAtFailure(t *testing.T) {
 	clk.Set(day(6)) // 5 due: 10-02 .. 10-06
 	j.fail["2026-10-04"] = true
 	res, err := j.run(t)
-	if !errors.Is(err, idem.ErrGaveUp) || !strings.Contains(err.Error(), "2026-10-04") {
+	if !errors.Is(err, idem.ErrParked) || !strings.Contains(err.Error(), "2026-10-04") {
 		t.Fatalf("err %v", err)
 	}
 	if !slices.Equal(j.ran, names(1, 2)) || res.Cursor != "2026-10-03" || res.Deferred != 2 {
@@ -163,7 +163,7 @@ func TestCatchUpStopsAtFailure(t *testing.T) {
 	}
 	// Continue past it: later periods run, but the cursor stays before the failure.
 	res, err = j.run(t, idem.ContinueAfterFailure())
-	if want := []string{"2026-10-02", "2026-10-03", "2026-10-05", "2026-10-06"}; !errors.Is(err, idem.ErrGaveUp) || !slices.Equal(j.ran, want) {
+	if want := []string{"2026-10-02", "2026-10-03", "2026-10-05", "2026-10-06"}; !errors.Is(err, idem.ErrParked) || !slices.Equal(j.ran, want) {
 		t.Fatalf("continue: %v, ran %v, want %v", err, j.ran, want)
 	}
 	if res.Cursor != "2026-10-03" {
@@ -381,8 +381,8 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 				res, err = idem.CatchUp(ctx, s, "j", sched, ok, idem.WithClock(clk), idem.OneAttempt())
 				if how == "parked-then-reset" {
 					// The parked period stops the catch-up; the later ones wait for it.
-					if !errors.Is(err, idem.ErrGaveUp) || len(ran) != 0 || res.Deferred != 2 {
-						t.Fatalf("with 2026-11-30 parked: %v, ran %v, deferred %d; want ErrGaveUp, nothing run, 2 deferred", err, ran, res.Deferred)
+					if !errors.Is(err, idem.ErrParked) || len(ran) != 0 || res.Deferred != 2 {
+						t.Fatalf("with 2026-11-30 parked: %v, ran %v, deferred %d; want ErrParked, nothing run, 2 deferred", err, ran, res.Deferred)
 					}
 					if err := s.Resolve(ctx, idem.Key{Job: "j", Period: "2026-11-30"}, idem.ResolveRetry); err != nil {
 						t.Fatal(err)

@@ -36,7 +36,7 @@ func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
 	if !errors.Is(err, idem.ErrNestedRun) || !strings.Contains(err.Error(), "CatchUpTx") || calls != 1 || inner != 0 {
 		t.Fatalf("RunTx inside CatchUp's fn: %v; fn called %d times, the inner fn %d; want one call, an error naming CatchUpTx", err, calls, inner)
 	}
-	if len(res.Periods) != 1 || res.Periods[0].Outcome != idem.GaveUp {
+	if len(res.Periods) != 1 || res.Periods[0].Outcome != idem.Parked {
 		t.Fatalf("periods %+v, want 2026-10-01 given up", res.Periods)
 	}
 
@@ -45,7 +45,7 @@ func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
 	err = l.Run(ctx, k, func(ctx context.Context) error {
 		return l.Run(ctx, k, func(context.Context) error { inner++; return nil })
 	})
-	if !errors.Is(err, idem.ErrNestedRun) || !errors.Is(err, idem.ErrGaveUp) || inner != 0 {
+	if !errors.Is(err, idem.ErrNestedRun) || !errors.Is(err, idem.ErrParked) || inner != 0 {
 		t.Fatalf("Run inside its own Run: %v, inner fn ran %d times", err, inner)
 	}
 	// Each for the period of the Run it runs in cannot mark the period done
@@ -130,7 +130,7 @@ func wantTxState(t *testing.T, l *idem.Ledger, job string, want []string) {
 	}
 }
 
-func openTxLedger(t *testing.T, dir string, opts ...idem.Option) *idem.Ledger {
+func openTxLedger(t *testing.T, dir string, opts ...idem.StoreOption) *idem.Ledger {
 	t.Helper()
 	l := openLedger(t, dir, opts...)
 	if _, err := l.DB().Exec(settledTable); err != nil {
@@ -219,7 +219,7 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 			ctx := context.Background()
 			clk := idemtest.NewClock(day(4))
 			l := openTxLedger(t, t.TempDir(), idem.WithClock(clk))
-			opts := []idem.Option{idem.Since(day(1)), idem.OneAttempt()}
+			opts := []idem.CatchUpTxOption{idem.Since(day(1)), idem.OneAttempt()}
 			if path == "after-a-failure" {
 				fail := func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 					if p.Name == "2026-10-03" {

@@ -20,7 +20,7 @@ var (
 
 	// ErrInProgress: another holder has a live lease on the key (or, for the
 	// state file, holds its lock). fn did not run. Try again later, or pass
-	// [WithWait] to wait for the holder.
+	// [WaitForTurn] to wait for the holder.
 	ErrInProgress = idemstore.ErrInProgress
 
 	// ErrUnknownOutcome: an earlier attempt may or may not have had its effect
@@ -33,9 +33,11 @@ var (
 	// allowed yet. [Error.NotBefore] says when it is.
 	ErrBackingOff = errors.New("idem: backing off after a failure")
 
-	// ErrGaveUp: the key failed as often as the [Backoff] allows, or with a
-	// [Permanent] error, and is parked until an operator calls Reset.
-	ErrGaveUp = errors.New("idem: gave up, key parked until Reset")
+	// ErrParked: the key is parked until an operator calls Reset: it
+	// failed as often as the [Backoff] allows (the backoff gave up), or
+	// with a [Permanent] error. [Retry] returns it when its backoff gives
+	// up.
+	ErrParked = errors.New("idem: key parked until Reset")
 
 	// ErrLeaseLost: the attempt no longer holds its key. Either a newer
 	// attempt took the key over (its holder stalled past the lease): a
@@ -72,56 +74,9 @@ var (
 	ErrNestedRun = errors.New("idem: run of a key inside the fn of its own run")
 )
 
-// Outcome says how a Run ended.
-type Outcome int
-
-// The outcomes of a Run. Run returns nil for [Ran], [AlreadyDone],
-// [Recovered] and [Skipped]; the others come with an error matching the sentinel named.
-const (
-	Ran         Outcome = iota + 1 // fn ran now and its done mark committed
-	AlreadyDone                    // an earlier run had finished the key; fn did not run
-	Recovered                      // a doubtful earlier attempt was confirmed by DownstreamHas and marked done; fn did not run
-	Skipped                        // the period was settled as skipped (catch-up coalesced it); fn did not run
-	InProgress                     // ErrInProgress
-	Unknown                        // ErrUnknownOutcome
-	BackingOff                     // ErrBackingOff
-	GaveUp                         // ErrGaveUp
-	LeaseLost                      // ErrLeaseLost
-	Failed                         // fn or the store failed, and the run stopped before the key was settled (its context ended, or the store returned an error)
-)
-
-var outcomeNames = [...]string{
-	Ran: "ran", AlreadyDone: "already_done", Recovered: "recovered", Skipped: "skipped", InProgress: "in_progress",
-	Unknown: "unknown", BackingOff: "backing_off", GaveUp: "gave_up", LeaseLost: "lease_lost", Failed: "failed",
-}
-
-// String returns a short snake_case name, suitable as a metric label.
-func (o Outcome) String() string {
-	if o > 0 && int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
-
-func (o Outcome) sentinel() error {
-	switch o {
-	case InProgress:
-		return ErrInProgress
-	case Unknown:
-		return ErrUnknownOutcome
-	case BackingOff:
-		return ErrBackingOff
-	case GaveUp:
-		return ErrGaveUp
-	case LeaseLost:
-		return ErrLeaseLost
-	}
-	return nil
-}
-
 // Error is the error Run returns when the key's work is not done. It matches
-// the sentinel of its Outcome (ErrGaveUp, ErrInProgress, ...) and wraps Err,
-// so both errors.Is(err, idem.ErrGaveUp) and errors.Is(err, yourErr) hold.
+// the sentinel of its Outcome (ErrParked, ErrInProgress, ...) and wraps Err,
+// so both errors.Is(err, idem.ErrParked) and errors.Is(err, yourErr) hold.
 type Error struct {
 	Key       Key
 	Outcome   Outcome
@@ -173,7 +128,7 @@ func (e *Error) Unwrap() []error {
 }
 
 // Permanent wraps err to tell Run that retrying cannot help: the key is
-// parked at once (ErrGaveUp) instead of backing off. Permanent(nil) is nil.
+// parked at once (ErrParked) instead of backing off. Permanent(nil) is nil.
 func Permanent(err error) error {
 	if err == nil {
 		return nil

@@ -90,7 +90,7 @@ func ExampleError() {
 		func(ctx context.Context) error { return idem.Permanent(errDown) })
 	var e *idem.Error
 	switch {
-	case errors.Is(err, idem.ErrGaveUp) && errors.As(err, &e):
+	case errors.Is(err, idem.ErrParked) && errors.As(err, &e):
 		fmt.Println("parked:", e.Key, "after attempt", e.Attempt, "-", errors.Is(err, errDown))
 	case errors.Is(err, idem.ErrInProgress):
 		fmt.Println("another run holds it")
@@ -106,7 +106,7 @@ func ExampleRetry() {
 		calls++
 		return errors.New("still down")
 	})
-	fmt.Println(calls, errors.Is(err, idem.ErrGaveUp))
+	fmt.Println(calls, errors.Is(err, idem.ErrParked))
 	// Output:
 	// 3 true
 }

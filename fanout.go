@@ -23,31 +23,6 @@ type eachConfig struct {
 	progress func(EachProgress)
 }
 
-// WithWorkers sets how many items Each works on at once (default
-// DefaultWorkers).
-func WithWorkers(n int) Option {
-	return optionFunc(func(c *config) { c.each.workers = max(n, 1) })
-}
-
-// WithBatch sets the window of Each: how many items a worker applies
-// between two commits of their done marks (default 100; 1 in AtMostOnce).
-// A window also ends once a third of the lease has passed, so that its done
-// marks renew the lease of a chunk of slow items in time.
-// Before a window runs, its items are marked started, in the commit that
-// ends the window before it: after a crash those items, and no others, are
-// in doubt — run again (AtLeastOnce), unknown (AtMostOnce) or checked
-// (TwoPhase). Larger windows mean fewer commits and more doubt.
-func WithBatch(n int) Option {
-	return optionFunc(func(c *config) { c.each.batch = max(n, 1) })
-}
-
-// OnProgress calls f after every committed batch with the period's
-// progress, enough to drive a progress bar or a log line every N items. f is
-// called from Each's workers, one call at a time.
-func OnProgress(f func(EachProgress)) Option {
-	return optionFunc(func(c *config) { c.each.progress = f })
-}
-
 // EachProgress is the progress of a period's items.
 type EachProgress struct {
 	Key   Key
@@ -113,24 +88,28 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // (AlreadyDone). Items that are unknown keep the period open: Each returns
 // an error matching ErrUnknownOutcome. While other holders work items, or
 // items back off, Each waits for them, until ctx ends.
-func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...Option) (EachResult, error) {
+//
+// An observer ([OnResult]) gets one [Result] per call, whatever it
+// returns, with the period's item counts in Result.Items.
+func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...EachOption) (EachResult, error) {
 	if fn == nil {
 		panic("idem: Each with a nil fn")
 	}
-	return each(ctx, s, key, items, opts, fn, nil)
+	return each(ctx, s, key, items, configure(s, opts, EachOption.applyEach), fn, nil)
 }
 
 // EachTx is Each for an [idemstore.ItemTxStore]: fn gets the store's
 // transaction, and each item's business writes commit together with its done
 // mark, or not at all; a batch of items shares one transaction (one commit),
 // each item in a savepoint. For writes in that database every item takes effect
-// exactly once. Mode options are ignored: a failed or killed item left nothing
-// behind and is simply run again.
-func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...Option) (EachResult, error) {
+// exactly once. It takes no mode option, and ignores a store's default mode
+// for its items: a failed or killed item left nothing behind and is simply
+// run again.
+func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...EachTxOption) (EachResult, error) {
 	if fn == nil {
 		panic("idem: EachTx with a nil fn")
 	}
-	return each(ctx, s, key, items, opts, nil, func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, info func(idemstore.ItemClaim) Info, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
+	return each(ctx, s, key, items, configure(s, opts, EachTxOption.applyEachTx), nil, func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, info func(idemstore.ItemClaim) Info, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
 		return s.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c idemstore.ItemClaim) error {
 			return fn(context.WithValue(ctx, infoKey{}, info(c)), tx, c.Item)
 		}, failed)
@@ -152,8 +131,22 @@ type eacher struct {
 	parked []string
 }
 
-func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], opts []Option, fn func(context.Context, string) error, tx txItems) (EachResult, error) {
-	cfg := newConfig(s, []Option{WithWorkers(DefaultWorkers)}, opts)
+func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], cfg *config, fn func(context.Context, string) error, tx txItems) (res EachResult, err error) {
+	var mark Result // the Run of the period's done mark, if it ran
+	if cfg.observer != nil {
+		// One Result for the period, with its item counts (the done mark's
+		// Run reports nothing of its own).
+		start := cfg.clock.Now()
+		defer func() {
+			o := res.Outcome
+			if o == 0 {
+				o = Failed
+			}
+			cfg.observer(Result{Key: key, Outcome: o, Attempt: mark.Attempt, Duration: cfg.clock.Now().Sub(start),
+				Err: err, Items: res.Counts})
+		}()
+	}
+	periodMode := cfg.mode // the mode of the period's done mark
 	if tx != nil {
 		cfg.mode = atLeastOnce
 	}
@@ -163,7 +156,7 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			cfg.each.batch = 1
 		}
 	}
-	res := EachResult{Key: key}
+	res = EachResult{Key: key}
 	if cfg.err != nil {
 		return res, cfg.err
 	}
@@ -231,11 +224,12 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			Err: fmt.Errorf("%d items may or may not have taken effect; resolve them", counts.Unknown)}
 	}
 	// Every item is done or parked: mark the period done.
-	var r Result
-	// WithWait: another holder may be writing the same mark this instant.
-	err = RunWith(ctx, s, key, func(context.Context) error { return nil }, append(opts, WithWait(), ReportTo(&r))...)
-	res.Outcome = r.Outcome
-	if r.Outcome == AlreadyDone {
+	pc := *cfg // the done mark's Run: its own copy
+	pc.mode, pc.report, pc.observer = periodMode, &mark, nil
+	pc.wait = true // another holder may be writing the same mark this instant
+	err = execute(ctx, s, key, &pc, func(context.Context) error { return nil }, nil, nil)
+	res.Outcome = mark.Outcome
+	if mark.Outcome == AlreadyDone {
 		res.Outcome = Ran // another holder marked it a moment ago; the items ran now
 	}
 	return res, err
@@ -381,7 +375,7 @@ func (e *eacher) worker(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			e.report(ends, lost)
+			e.report(ctx, ends, lost)
 			if len(ends) > 0 {
 				if err := idemstore.Checkpoint(ctx, idemstore.AfterDone, e.key); err != nil {
 					return err
@@ -485,7 +479,7 @@ func (e *eacher) failed(c idemstore.ItemClaim, err error) idemstore.ItemEnd {
 
 // report counts a window's ends that were recorded (not lost) and calls
 // the progress callback.
-func (e *eacher) report(ends []idemstore.ItemEnd, lost []string) {
+func (e *eacher) report(ctx context.Context, ends []idemstore.ItemEnd, lost []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	gone := make(map[string]bool, len(lost))
@@ -505,7 +499,7 @@ func (e *eacher) report(ends []idemstore.ItemEnd, lost []string) {
 				e.parked = append(e.parked, end.Item)
 			}
 			if e.cfg.logger != nil {
-				e.cfg.logger.LogAttrs(context.Background(), slog.LevelError, "idem: item parked", slog.String("job", e.key.Job),
+				e.cfg.logger.LogAttrs(ctx, slog.LevelError, "idem: item parked", slog.String("job", e.key.Job),
 					slog.String("period", e.key.Period), slog.String("item", end.Item), slog.String("error", end.Error))
 			}
 		}

@@ -37,7 +37,8 @@ func eachChild(dir, mode string, killAt int64, workers int) error {
 			idemtest.Kill()
 		}
 	}
-	opts := []idem.Option{idem.WithWorkers(workers), idem.WithLease(500 * time.Millisecond),
+	fanOut := idem.WithWorkers(workers)
+	opts := []idem.Option{idem.WithLease(500 * time.Millisecond),
 		idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Millisecond)))}
 	poison := func(item string) error {
 		if item == "acct-004242" {
@@ -53,7 +54,7 @@ func eachChild(dir, mode string, killAt int64, workers int) error {
 			maybeKill()
 			_, err := tx.ExecContext(ctx, `INSERT INTO granted VALUES(?, 1) ON CONFLICT DO UPDATE SET n = n + 1`, item)
 			return err
-		}, opts...)
+		}, fanOut, opts[0], opts[1])
 		return err
 	}
 	log, err := os.OpenFile(filepath.Join(dir, "effects.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -75,7 +76,7 @@ func eachChild(dir, mode string, killAt int64, workers int) error {
 		}
 		maybeKill()
 		return nil
-	}, append(opts, idem.TwoPhase(has))...)
+	}, fanOut, opts[0], opts[1], idem.TwoPhase(has))
 	return err
 }
 

@@ -44,7 +44,8 @@ func randomKillChild(dir, mode string, dieWhileRecording bool) error {
 			}
 		}
 	}
-	opts := []idem.Option{idem.WithWorkers(2), idem.WithLease(300 * time.Millisecond),
+	fanOut := idem.WithWorkers(2)
+	opts := []idem.Option{idem.WithLease(300 * time.Millisecond),
 		idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Millisecond)))}
 	work := func() { time.Sleep(time.Duration(100+rand.IntN(200)) * time.Microsecond) }
 	if mode == "tx" {
@@ -55,7 +56,7 @@ func randomKillChild(dir, mode string, dieWhileRecording bool) error {
 			}
 			_, err := tx.ExecContext(ctx, `INSERT INTO granted VALUES(?, 1) ON CONFLICT DO UPDATE SET n = n + 1`, item)
 			return err
-		}, opts...)
+		}, fanOut, opts[0], opts[1])
 		return err
 	}
 	log, err := os.OpenFile(filepath.Join(dir, "effects.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -63,16 +64,17 @@ func randomKillChild(dir, mode string, dieWhileRecording bool) error {
 		return err
 	}
 	defer log.Close()
+	var m idem.ModeOption
 	switch mode {
 	case "two-phase":
-		opts = append(opts, idem.TwoPhase(func(ctx context.Context, _ idem.Key) (bool, error) {
+		m = idem.TwoPhase(func(ctx context.Context, _ idem.Key) (bool, error) {
 			info, _ := idem.InfoFrom(ctx)
 			return newEffects(dir).counts(nil)[info.Item] > 0, nil
-		}))
+		})
 	case "at-most-once":
-		opts = append(opts, idem.AtMostOnce())
+		m = idem.AtMostOnce()
 	case "at-least-once":
-		opts = append(opts, idem.AtLeastOnce())
+		m = idem.AtLeastOnce()
 	}
 	_, err = idem.Each(ctx, l, points, items, func(ctx context.Context, item string) error {
 		work()
@@ -84,7 +86,7 @@ func randomKillChild(dir, mode string, dieWhileRecording bool) error {
 		}
 		_, err := log.WriteString(item + "\n") // a SIGKILL loses nothing written
 		return err
-	}, opts...)
+	}, fanOut, opts[0], opts[1], m)
 	return err
 }
 

@@ -70,7 +70,7 @@ func TestConcurrentGoroutines(t *testing.T) {
 							ran[k]++
 							mu.Unlock()
 							return nil
-						}, idem.WithWait())
+						}, idem.WaitForTurn())
 						if err != nil {
 							errs <- err
 						}
@@ -119,7 +119,7 @@ func TestConcurrentProcesses(t *testing.T) {
 						err := l.Run(context.Background(), k, func(context.Context) error {
 							eff.add(nil, k.String())
 							return nil
-						}, idem.WithWait())
+						}, idem.WaitForTurn())
 						if err != nil {
 							fmt.Println("run:", err)
 							os.Exit(3)
@@ -224,9 +224,11 @@ func crashJob(ctx context.Context, dir, mode string, clk idem.Clock) error {
 		return err
 	}
 	defer l.Close()
-	var opts []idem.Option
+	var opts []idem.RunOption
+	var txOpts []idem.RunTxOption
 	if clk != nil {
 		opts = append(opts, idem.WithClock(clk))
+		txOpts = append(txOpts, idem.WithClock(clk))
 	}
 	eff := newEffects(dir)
 	switch mode {
@@ -236,7 +238,7 @@ func crashJob(ctx context.Context, dir, mode string, clk idem.Clock) error {
 		}
 		return l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 			return settle(ctx, tx, key.Period)
-		}, opts...)
+		}, txOpts...)
 	case "at-most-once":
 		opts = append(opts, idem.AtMostOnce())
 	case "two-phase":
@@ -482,16 +484,16 @@ func TestFnErrorWrappedAndRetried(t *testing.T) {
 	// it: RetryWithin keeps all 5 attempts in this call whatever it reads.)
 	k2 := idem.Key{Job: "daily_settle", Period: "2026-10-28"}
 	calls = 0
-	five := []idem.Option{idem.WithBackoff(idem.WithMaxAttempts(5, idem.Exponential(time.Second))), idem.RetryWithin(time.Hour)}
+	five := []idem.RunOption{idem.WithBackoff(idem.WithMaxAttempts(5, idem.Exponential(time.Second))), idem.RetryWithin(time.Hour)}
 	err = l.Run(context.Background(), k2, func(context.Context) error { calls++; return boom }, five...)
 	var ierr *idem.Error
-	if !errors.Is(err, idem.ErrGaveUp) || !errors.Is(err, boom) || !errors.As(err, &ierr) || calls != 5 {
-		t.Fatalf("err %v, calls %d; want ErrGaveUp wrapping boom after 5 calls", err, calls)
+	if !errors.Is(err, idem.ErrParked) || !errors.Is(err, boom) || !errors.As(err, &ierr) || calls != 5 {
+		t.Fatalf("err %v, calls %d; want ErrParked wrapping boom after 5 calls", err, calls)
 	}
 	if rec := mustLookup(t, l, k2); rec.Status != idem.StatusParked || rec.Failures != 5 || rec.LastError != boom.Error() {
 		t.Fatalf("record %+v", rec)
 	}
-	if err := l.Run(context.Background(), k2, func(context.Context) error { calls++; return nil }); !errors.Is(err, idem.ErrGaveUp) || calls != 5 {
+	if err := l.Run(context.Background(), k2, func(context.Context) error { calls++; return nil }); !errors.Is(err, idem.ErrParked) || calls != 5 {
 		t.Fatalf("parked key ran: %v, calls %d", err, calls)
 	}
 	if err := l.Reset(context.Background(), k2); err != nil {
@@ -508,7 +510,7 @@ func TestPermanentErrorParksAtOnce(t *testing.T) {
 	bad := errors.New("account closed")
 	calls := 0
 	err := l.Run(context.Background(), key, func(context.Context) error { calls++; return idem.Permanent(bad) })
-	if !errors.Is(err, idem.ErrGaveUp) || !errors.Is(err, bad) || calls != 1 {
+	if !errors.Is(err, idem.ErrParked) || !errors.Is(err, bad) || calls != 1 {
 		t.Fatalf("err %v, calls %d", err, calls)
 	}
 }
@@ -559,10 +561,10 @@ func TestBackoffPersistsAcrossRuns(t *testing.T) {
 		t.Fatalf("after 2 failures: %+v", rec)
 	}
 	clk.Advance(2 * time.Hour)
-	if err := run(); !errors.Is(err, idem.ErrGaveUp) || calls != 3 {
+	if err := run(); !errors.Is(err, idem.ErrParked) || calls != 3 {
 		t.Fatalf("third attempt: %v, calls %d", err, calls)
 	}
-	if err := run(); !errors.Is(err, idem.ErrGaveUp) || calls != 3 {
+	if err := run(); !errors.Is(err, idem.ErrParked) || calls != 3 {
 		t.Fatalf("parked: %v, calls %d", err, calls)
 	}
 }
@@ -829,7 +831,7 @@ func TestRunTxConcurrent(t *testing.T) {
 			err := l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, `INSERT INTO hits VALUES (1)`)
 				return err
-			}, idem.WithWait())
+			}, idem.WaitForTurn())
 			if err != nil {
 				t.Error(err)
 			}

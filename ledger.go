@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -32,7 +33,7 @@ type Ledger struct {
 	owned    bool
 	path     string
 	file     *ledgerConnector // an owned ledger's file, checked before each write; nil when attached
-	defaults []Option
+	defaults []StoreOption
 	clock    Clock    // for the times the ledger takes itself (Resolve's); WithClock among defaults
 	stmts    sync.Map // stmtKey → *sql.Stmt: the driver caches no statements
 
@@ -57,7 +58,9 @@ var (
 var sqliteHeader = []byte("SQLite format 3\x00")
 
 // OpenLedger opens (creating it if needed) the ledger database at path. The
-// directory must exist. opts become defaults for every Run on the ledger.
+// directory must exist. opts become defaults for every call on the ledger
+// (see [StoreOption]); an invalid one is an error matching
+// [ErrInvalidOption] that names path, returned before the file is touched.
 //
 // It refuses, without writing anything: a path that is a directory or not
 // a regular file, a file that is not a SQLite database, another
@@ -75,9 +78,12 @@ var sqliteHeader = []byte("SQLite format 3\x00")
 //
 // A directory or file that cannot be written is reported with its path
 // and the reason (read-only, permission denied).
-func OpenLedger(path string, opts ...Option) (*Ledger, error) {
+func OpenLedger(path string, opts ...StoreOption) (*Ledger, error) {
 	if path == "" {
 		return nil, errors.New("idem: ledger path is empty")
+	}
+	if err := storeConfig(opts).err; err != nil {
+		return nil, fmt.Errorf("idem: ledger %s: %w", path, err)
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -163,12 +169,20 @@ func checkLedgerFile(path string) (exists bool, err error) {
 // idem sets PRAGMA synchronous on the connections it uses (FULL for done
 // marks) and leaves them at FULL. For the best concurrency, open db with a
 // busy_timeout and _txlock=immediate.
-func NewLedger(ctx context.Context, db *sql.DB, opts ...Option) (*Ledger, error) {
+//
+// opts become defaults for every call on the ledger (see [StoreOption]); an
+// invalid one is an error matching [ErrInvalidOption], returned before
+// anything is written.
+func NewLedger(ctx context.Context, db *sql.DB, opts ...StoreOption) (*Ledger, error) {
 	return newLedger(ctx, db, "", opts)
 }
 
-func newLedger(ctx context.Context, db *sql.DB, path string, opts []Option) (*Ledger, error) {
-	l := &Ledger{db: db, path: path, defaults: opts, clock: storeClock(opts)}
+func newLedger(ctx context.Context, db *sql.DB, path string, opts []StoreOption) (*Ledger, error) {
+	cfg := storeConfig(opts)
+	l := &Ledger{db: db, path: path, defaults: slices.Clone(opts), clock: cfg.clock}
+	if cfg.err != nil {
+		return nil, fmt.Errorf("idem: %s: %w", l.where(), cfg.err)
+	}
 	if err := l.migrate(ctx); err != nil {
 		return nil, err
 	}
@@ -219,7 +233,7 @@ func (l *Ledger) opErr(op string, key Key, err error) error {
 
 // Run runs fn for key on this ledger: see [RunWith] for the protocol and
 // [AtLeastOnce], [AtMostOnce] and [TwoPhase] for what each mode guarantees.
-func (l *Ledger) Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...Option) error {
+func (l *Ledger) Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...RunOption) error {
 	return RunWith(ctx, l, key, fn, opts...)
 }
 
@@ -232,19 +246,20 @@ func (l *Ledger) Run(ctx context.Context, key Key, fn func(context.Context) erro
 //
 // fn must use tx for its writes; writes through another connection are not
 // part of the transaction. See [RunTxWith].
-func (l *Ledger) RunTx(ctx context.Context, key Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
+func (l *Ledger) RunTx(ctx context.Context, key Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...RunTxOption) error {
 	return RunTxWith(ctx, l, key, fn, opts...)
 }
 
 // CatchUpTx is [CatchUpTx] on this ledger: each due period's writes in tx,
 // its done mark and the job's catch-up cursor commit in one transaction.
-func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched Schedule, fn func(ctx context.Context, tx *sql.Tx, p Period) error, opts ...Option) (CatchUpResult, error) {
+func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched Schedule, fn func(ctx context.Context, tx *sql.Tx, p Period) error, opts ...CatchUpTxOption) (CatchUpResult, error) {
 	return CatchUpTx(ctx, l, job, sched, fn, opts...)
 }
 
 // DefaultOptions returns the options given to OpenLedger or NewLedger: the
-// defaults of every Run, CatchUp and Each on the ledger.
-func (l *Ledger) DefaultOptions() []Option { return l.defaults }
+// defaults of every call on the ledger. The caller must not modify the
+// slice.
+func (l *Ledger) DefaultOptions() []StoreOption { return l.defaults }
 
 // String describes the ledger for logs.
 func (l *Ledger) String() string { return "idem.Ledger(" + strconv.Quote(l.path) + ")" }

@@ -219,6 +219,6 @@ func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
 	return nil
 }
 
-// Reset un-parks a key that gave up: it becomes runnable at once with its
+// Reset un-parks a parked key: it becomes runnable at once with its
 // failure count cleared. It is Resolve(ctx, key, ResolveRetry).
 func (l *Ledger) Reset(ctx context.Context, key Key) error { return l.Resolve(ctx, key, ResolveRetry) }

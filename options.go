@@ -6,21 +6,155 @@ import (
 	"time"
 )
 
-// An Option configures a Run (and CatchUp and Each). Options passed to
-// [OpenLedger] or [OpenStateFile] become that store's defaults, used by
-// every Run, CatchUp and Each on it; options passed to the call override
-// them. A store of another package provides defaults with a method
-// DefaultOptions() []Option.
-type Option interface{ apply(*config) }
+// The per-call option interfaces. Each call takes only the options that
+// mean something for it: passing one that does not (a fan-out option to
+// Run, ReportTo to Each) does not compile. The option constructors return
+// a class (Option, ModeOption, AttemptOption, ReportOption, CatchUpPolicy,
+// FanOutOption) that satisfies the interfaces of the calls it fits.
 
-type optionFunc func(*config)
+// A RunOption configures [Run], [RunWith] and the stores' Run methods:
+// every [Option], [ModeOption], [AttemptOption] and [ReportOption].
+type RunOption interface{ applyRun(*config) error }
 
-func (f optionFunc) apply(c *config) { f(c) }
+// A RunTxOption configures [RunTxWith] and the stores' RunTx methods:
+// every [Option], [AttemptOption] and [ReportOption]. RunTx takes no mode:
+// it is exactly once for writes in the store's database.
+type RunTxOption interface{ applyRunTx(*config) error }
+
+// A CatchUpOption configures [CatchUp]: every [Option], [ModeOption],
+// [AttemptOption] and [CatchUpPolicy].
+type CatchUpOption interface{ applyCatchUp(*config) error }
+
+// A CatchUpTxOption configures [CatchUpTx] and the stores' CatchUpTx
+// methods: every [Option], [AttemptOption] and [CatchUpPolicy].
+type CatchUpTxOption interface{ applyCatchUpTx(*config) error }
+
+// An EachOption configures [Each]: every [Option], [ModeOption] and
+// [FanOutOption].
+type EachOption interface{ applyEach(*config) error }
+
+// An EachTxOption configures [EachTx]: every [Option] and [FanOutOption].
+type EachTxOption interface{ applyEachTx(*config) error }
+
+// A StoreOption is a default given to a store's constructor
+// ([OpenLedger], [NewLedger], [OpenStateFile], pgledger's WithRunOptions):
+// every [Option], [ModeOption] and [AttemptOption]. The store's defaults
+// apply to every call that takes the store, before the call's own options,
+// which override them. A default that means nothing for a call is ignored
+// there: a mode on RunTx, CatchUpTx and EachTx (exactly once in the
+// store's database), an AttemptOption on Each (which waits for its items'
+// backoffs until its context ends). A store of another package provides
+// defaults with a method DefaultOptions() []StoreOption.
+type StoreOption interface{ applyStore(*config) error }
+
+// An Option fits every call and every store: [WithLease], [WithBackoff],
+// [WithClock], [WithLogger], [OnResult].
+type Option interface {
+	RunOption
+	RunTxOption
+	CatchUpOption
+	CatchUpTxOption
+	EachOption
+	EachTxOption
+	StoreOption
+}
+
+type option func(*config) error
+
+func (o option) applyRun(c *config) error       { return o(c) }
+func (o option) applyRunTx(c *config) error     { return o(c) }
+func (o option) applyCatchUp(c *config) error   { return o(c) }
+func (o option) applyCatchUpTx(c *config) error { return o(c) }
+func (o option) applyEach(c *config) error      { return o(c) }
+func (o option) applyEachTx(c *config) error    { return o(c) }
+func (o option) applyStore(c *config) error     { return o(c) }
+
+// A ModeOption chooses how a call recovers an attempt that may have had
+// its effect: [AtLeastOnce], [AtMostOnce], [TwoPhase]. It fits Run,
+// CatchUp, Each and the store defaults; the transactional calls take no
+// mode.
+type ModeOption interface {
+	RunOption
+	CatchUpOption
+	EachOption
+	StoreOption
+}
+
+type modeOption func(*config) error
+
+func (o modeOption) applyRun(c *config) error     { return o(c) }
+func (o modeOption) applyCatchUp(c *config) error { return o(c) }
+func (o modeOption) applyEach(c *config) error    { return o(c) }
+func (o modeOption) applyStore(c *config) error   { return o(c) }
+
+// An AttemptOption says how long a call goes on trying a key:
+// [RetryWithin], [OneAttempt], [WaitForTurn]. It fits Run, RunTx, CatchUp,
+// CatchUpTx and the store defaults.
+type AttemptOption interface {
+	RunOption
+	RunTxOption
+	CatchUpOption
+	CatchUpTxOption
+	StoreOption
+}
+
+type attemptOption func(*config) error
+
+func (o attemptOption) applyRun(c *config) error       { return o(c) }
+func (o attemptOption) applyRunTx(c *config) error     { return o(c) }
+func (o attemptOption) applyCatchUp(c *config) error   { return o(c) }
+func (o attemptOption) applyCatchUpTx(c *config) error { return o(c) }
+func (o attemptOption) applyStore(c *config) error     { return o(c) }
+
+// A ReportOption reports one Run's result to the caller: [ReportTo]. It
+// fits Run and RunTx; CatchUp and Each return their results.
+type ReportOption interface {
+	RunOption
+	RunTxOption
+}
+
+type reportOption func(*config) error
+
+func (o reportOption) applyRun(c *config) error   { return o(c) }
+func (o reportOption) applyRunTx(c *config) error { return o(c) }
+
+// A CatchUpPolicy says which due periods a catch-up runs, and how:
+// [CatchUpAll], [CatchUpLatest], [Since], [DueAtStart],
+// [ContinueAfterFailure], [OnPeriod]. It fits CatchUp and CatchUpTx.
+type CatchUpPolicy interface {
+	CatchUpOption
+	CatchUpTxOption
+}
+
+type catchUpPolicy func(*config) error
+
+func (o catchUpPolicy) applyCatchUp(c *config) error   { return o(c) }
+func (o catchUpPolicy) applyCatchUpTx(c *config) error { return o(c) }
+
+// A FanOutOption configures how Each works a period's items:
+// [WithWorkers], [WithBatch], [OnProgress]. It fits Each and EachTx.
+type FanOutOption interface {
+	EachOption
+	EachTxOption
+}
+
+type fanOutOption func(*config) error
+
+func (o fanOutOption) applyEach(c *config) error   { return o(c) }
+func (o fanOutOption) applyEachTx(c *config) error { return o(c) }
+
+// invalidOption is the error of an option given a value it cannot take.
+func invalidOption(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
+}
 
 // DefaultLease is how long a claim holds without renewal. A running attempt
 // renews it every third of the lease, so it only expires when the holder
 // has died or stalled.
 const DefaultLease = time.Minute
+
+// MinLease is the shortest lease [WithLease] accepts.
+const MinLease = 3 * time.Millisecond
 
 // defaultBackoff is built once: a Backoff is stateless.
 var defaultBackoff = DefaultBackoff()
@@ -42,44 +176,146 @@ type config struct {
 	retryWithinSet bool          // RetryWithin (or OneAttempt) was given
 	retryFrom      time.Time     // internal: the start of the call the bound counts from (CatchUp's), if not the Run's own
 
-	err error // an invalid option: Run, CatchUp and Each return it before doing anything
+	err error // the first invalid option: the call returns it before doing anything
 }
 
-// defaulter is a store with default options for the Runs on it: those
+// defaulter is a store with default options for the calls on it: those
 // given to OpenLedger, OpenStateFile or another store's constructor.
-type defaulter interface{ DefaultOptions() []Option }
+type defaulter interface{ DefaultOptions() []StoreOption }
 
-// newConfig applies base, then s's defaults, then opts: the caller's options
-// win.
-func newConfig(s Store, base []Option, opts []Option) *config {
-	if d, ok := s.(defaulter); ok {
-		base = append(append([]Option(nil), base...), d.DefaultOptions()...)
-	}
-	return newConfigFrom(base, opts)
-}
-
-// storeClock is the clock of a store opened with opts (OpenLedger,
-// NewLedger, OpenStateFile) for the times it takes itself, such as a
-// Resolve's now: that of WithClock among opts, else the system clock. The
-// store keeps it; it is read once, at open.
-func storeClock(opts []Option) Clock { return newConfigFrom(opts, nil).clock }
-
-func newConfigFrom(defaults []Option, opts []Option) *config {
+// newConfig is the engine's defaults, then s's defaults.
+func newConfig(s any) *config {
 	c := &config{
 		mode:    atLeastOnce,
 		lease:   DefaultLease,
 		backoff: defaultBackoff,
 		poll:    200 * time.Millisecond,
 		clock:   systemClock{},
+		catchUp: catchUpConfig{maxPeriods: DefaultMaxPeriods},
+		each:    eachConfig{workers: DefaultWorkers},
 	}
-	for _, o := range defaults {
-		o.apply(c)
-	}
-	for _, o := range opts {
-		o.apply(c)
+	if d, ok := s.(defaulter); ok {
+		applyOptions(c, d.DefaultOptions(), StoreOption.applyStore)
 	}
 	return c
 }
+
+// configure is the config of a call on s with the call's options opts:
+// the engine's defaults, then s's, then opts. The first invalid option's
+// error is kept in c.err; the others are applied all the same, so that a
+// ReportTo or an observer learns of the call's failure.
+func configure[O comparable](s any, opts []O, apply func(O, *config) error) *config {
+	c := newConfig(s)
+	applyOptions(c, opts, apply)
+	return c
+}
+
+func applyOptions[O comparable](c *config, opts []O, apply func(O, *config) error) {
+	var none O
+	for i, o := range opts {
+		var err error
+		if o == none {
+			err = invalidOption("option %d of %d is nil", i+1, len(opts))
+		} else {
+			err = apply(o, c)
+		}
+		if err != nil && c.err == nil {
+			c.err = err
+		}
+	}
+}
+
+// storeConfig is the config that the defaults opts of a store make: how
+// its constructor validates them, and takes the clock of the times the
+// store takes itself (a Resolve's now): that of WithClock among opts, else
+// the system clock.
+func storeConfig(opts []StoreOption) *config {
+	c := newConfig(nil)
+	applyOptions(c, opts, StoreOption.applyStore)
+	return c
+}
+
+// Options of every call (class Option).
+
+// WithLease sets how long a claim holds without renewal (default
+// [DefaultLease]). A running attempt renews it every third of d. A d below
+// [MinLease] is an error matching [ErrInvalidOption], returned by the call
+// before anything is written.
+//
+// A lease only expires when its holder died or stalled; a stalled holder
+// that wakes up after another took over is cancelled at its next renewal,
+// and its done mark is refused, but what fn did meanwhile stands. Choose d
+// far above any pause the process can suffer, and see [CheckLease].
+func WithLease(d time.Duration) Option {
+	return option(func(c *config) error {
+		if d < MinLease {
+			return invalidOption("WithLease(%v): a lease must be at least %v", d, MinLease)
+		}
+		c.lease = d
+		return nil
+	})
+}
+
+// WithBackoff sets the retry policy (default [DefaultBackoff]). A nil b, or
+// one that a Backoff constructor made from a bad value (Exponential(0),
+// say), is an error matching [ErrInvalidOption], returned by the call
+// before anything is written.
+func WithBackoff(b Backoff) Option {
+	return option(func(c *config) error {
+		if err := checkBackoff(b); err != nil {
+			return invalidOption("WithBackoff: %s", err)
+		}
+		c.backoff = b
+		return nil
+	})
+}
+
+// WithClock sets the clock for leases, backoff and waits. A nil clk is an
+// error matching [ErrInvalidOption].
+func WithClock(clk Clock) Option {
+	return option(func(c *config) error {
+		if clk == nil {
+			return invalidOption("WithClock(nil): no clock")
+		}
+		c.clock = clk
+		return nil
+	})
+}
+
+// WithLogger logs claims, completions, failures and recoveries to l, with
+// the call's context. By default, and with a nil l, nothing is logged.
+func WithLogger(l *slog.Logger) Option {
+	return option(func(c *config) error { c.logger = l; return nil })
+}
+
+// OnResult calls f with the [Result] of every call, for metrics: once
+// at the end of every Run and RunTx; once per period for CatchUp and
+// CatchUpTx (each period is a Run; a period CatchUpLatest skips is one
+// too); once per period for Each and EachTx, with the period's item counts
+// (Result.Items). f must be quick and must not block. Several observers
+// are all called, in order. A nil f is an error matching
+// [ErrInvalidOption].
+func OnResult(f func(Result)) Option {
+	return option(func(c *config) error {
+		if f == nil {
+			return invalidOption("OnResult(nil): no function to call")
+		}
+		if prev := c.observer; prev != nil {
+			c.observer = func(r Result) { prev(r); f(r) }
+			return nil
+		}
+		c.observer = f
+		return nil
+	})
+}
+
+// CheckStoreOptions returns the error of the first invalid option among
+// opts (one matching [ErrInvalidOption] that names the option and its
+// value), or nil. A store's constructor calls it to refuse bad defaults
+// at once, rather than at every call that uses them.
+func CheckStoreOptions(opts ...StoreOption) error { return storeConfig(opts).err }
+
+// Modes (class ModeOption; TwoPhase is in twophase.go).
 
 // AtLeastOnce is the default mode: an attempt that died, or whose fn failed,
 // is run again. Use it when running fn twice is harmless: fn upserts
@@ -97,7 +333,9 @@ func newConfigFrom(defaults []Option, opts []Option) *config {
 //
 // It does NOT promise that fn runs once: after a crash between fn's effect
 // and the done mark, fn runs again.
-func AtLeastOnce() Option { return optionFunc(func(c *config) { c.mode = atLeastOnce }) }
+func AtLeastOnce() ModeOption {
+	return modeOption(func(c *config) error { c.mode = atLeastOnce; return nil })
+}
 
 // AtMostOnce never runs fn again for a key once an attempt may have had its
 // effect. Use it when a second run is worse than none and nothing can be
@@ -114,47 +352,11 @@ func AtLeastOnce() Option { return optionFunc(func(c *config) { c.mode = atLeast
 //
 // It does NOT promise that fn runs at all: a crash leaves the key unknown
 // for a person to Resolve.
-func AtMostOnce() Option { return optionFunc(func(c *config) { c.mode = atMostOnce }) }
-
-// WithLease sets how long a claim holds without renewal (default
-// [DefaultLease]). A running attempt renews it every third of d. Values
-// below 3 ms are raised to 3 ms.
-//
-// A lease only expires when its holder died or stalled; a stalled holder
-// that wakes up after another took over is cancelled at its next renewal,
-// and its done mark is refused, but what fn did meanwhile stands. Choose d
-// far above any pause the process can suffer, and see [CheckLease].
-func WithLease(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.lease = max(d, 3*time.Millisecond) })
+func AtMostOnce() ModeOption {
+	return modeOption(func(c *config) error { c.mode = atMostOnce; return nil })
 }
 
-// WithBackoff sets the retry policy (default [DefaultBackoff]).
-func WithBackoff(b Backoff) Option { return optionFunc(func(c *config) { c.backoff = b }) }
-
-// WithWait makes Run wait, until ctx ends, for a key that another holder is
-// running or that is backing off, instead of returning ErrInProgress or
-// ErrBackingOff at once. Unless [RetryWithin] (or [OneAttempt]) is given as
-// well, it also retries its own failures in-process until ctx ends.
-func WithWait() Option { return optionFunc(func(c *config) { c.wait = true }) }
-
-// WithClock sets the clock for leases, backoff and waits.
-func WithClock(clk Clock) Option { return optionFunc(func(c *config) { c.clock = clk }) }
-
-// WithLogger logs claims, completions, failures and recoveries to l.
-// By default nothing is logged.
-func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
-
-// WithObserver calls f once at the end of every Run with its [Result]
-// (for metrics). f must be quick and must not block.
-func WithObserver(f func(Result)) Option {
-	return optionFunc(func(c *config) {
-		if prev := c.observer; prev != nil && f != nil {
-			c.observer = func(r Result) { prev(r); f(r) }
-			return
-		}
-		c.observer = f
-	})
-}
+// How long a call tries (class AttemptOption).
 
 // DefaultRetryWithin is how long one call of Run (or CatchUp) goes on
 // retrying a failing fn in-process, unless [RetryWithin] says otherwise.
@@ -166,7 +368,7 @@ const DefaultRetryWithin = time.Minute
 // call's start). Otherwise it records the failure with the time of the next
 // allowed attempt and returns ErrBackingOff at once, leaving the retry to
 // the next trigger (the next cron tick, timer or call), which honours the
-// stored backoff. Default [DefaultRetryWithin]; with [WithWait] and no
+// stored backoff. Default [DefaultRetryWithin]; with [WaitForTurn] and no
 // RetryWithin, retries go on until ctx ends.
 //
 // So a cron job is not blocked for the length of an outage: with the
@@ -176,37 +378,158 @@ const DefaultRetryWithin = time.Minute
 // d = 0 means one attempt per call ([OneAttempt]). A negative d is an error
 // matching [ErrInvalidOption], returned before anything is written. [Each]
 // waits for its items' backoffs until ctx ends, whatever d is.
-func RetryWithin(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+func RetryWithin(d time.Duration) AttemptOption {
+	return attemptOption(func(c *config) error {
 		if d < 0 {
-			c.err = fmt.Errorf("%w: RetryWithin(%v): the bound must not be negative", ErrInvalidOption, d)
-			return
+			return invalidOption("RetryWithin(%v): the bound must not be negative", d)
 		}
 		c.retryWithin, c.retryWithinSet = d, true
+		return nil
 	})
 }
 
 // OneAttempt makes Run try fn at most once per call: a failure is recorded
 // with the backoff's next allowed time and Run returns ErrBackingOff (or
-// ErrGaveUp) at once, instead of sleeping and retrying in-process. The next
+// ErrParked) at once, instead of sleeping and retrying in-process. The next
 // call (the next cron tick) honours the stored backoff. Use it when a
 // scheduler re-runs the job anyway. It is RetryWithin(0).
-func OneAttempt() Option { return RetryWithin(0) }
+func OneAttempt() AttemptOption { return RetryWithin(0) }
 
-// retryFrom makes the RetryWithin bound count from t, the start of the
-// call (CatchUp) that runs this Run.
-func retryFrom(t time.Time) Option { return optionFunc(func(c *config) { c.retryFrom = t }) }
+// WaitForTurn makes Run wait, until ctx ends, for a key that another holder is
+// running or that is backing off, instead of returning ErrInProgress or
+// ErrBackingOff at once; in CatchUp, every period's Run waits so. Unless
+// [RetryWithin] (or [OneAttempt]) is given as well, it also retries its own
+// failures in-process until ctx ends.
+func WaitForTurn() AttemptOption {
+	return attemptOption(func(c *config) error { c.wait = true; return nil })
+}
+
+// Reports (class ReportOption).
 
 // ReportTo stores the Run's [Result] in *r when it returns, so the caller can
-// tell "ran now" from "already done" without looking at errors.
-func ReportTo(r *Result) Option { return optionFunc(func(c *config) { c.report = r }) }
+// tell "ran now" from "already done" without looking at errors. A nil r is
+// an error matching [ErrInvalidOption].
+func ReportTo(r *Result) ReportOption {
+	return reportOption(func(c *config) error {
+		if r == nil {
+			return invalidOption("ReportTo(nil): nowhere to store the result")
+		}
+		c.report = r
+		return nil
+	})
+}
 
-// Result describes one call of Run.
-type Result struct {
-	Key      Key
-	Outcome  Outcome
-	Attempt  int64         // the last attempt number this call held (0 if none)
-	Attempts int           // how many times this call ran fn
-	Duration time.Duration // how long the call took
-	Err      error         // what Run returned
+// Catch-up policies (class CatchUpPolicy).
+
+// CatchUpAll runs every due period, oldest first, at most max of them per
+// call (max = 0: no limit). The rest are counted in
+// CatchUpResult.Deferred and run by the next call. This is the default,
+// with max = DefaultMaxPeriods. A negative max is an error matching
+// [ErrInvalidOption].
+func CatchUpAll(max int) CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error {
+		if max < 0 {
+			return invalidOption("CatchUpAll(%d): the cap must not be negative (0 means no cap)", max)
+		}
+		c.catchUp.latest, c.catchUp.maxPeriods = false, max
+		return nil
+	})
+}
+
+// CatchUpLatest coalesces: only the newest due period runs; the older ones
+// are recorded as skipped (ResolveSkip), not silently forgotten (no cap
+// applies to the skipping). Periods
+// that are unknown or parked are not skipped: catch-up stops at them, since
+// they need a person.
+func CatchUpLatest() CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error { c.catchUp.latest = true; return nil })
+}
+
+// Since bounds the first catch-up of a job (one with no cursor yet): it
+// starts at the period containing t instead of only the latest due period,
+// so a new job backfills a chosen window and never from the epoch. A zero t
+// is an error matching [ErrInvalidOption].
+func Since(t time.Time) CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error {
+		if t.IsZero() {
+			return invalidOption("Since(%v): the zero time is no start", t)
+		}
+		c.catchUp.since = t
+		return nil
+	})
+}
+
+// DueAtStart makes a period due as soon as it starts (a report FOR today,
+// sent in the morning). By default a period is due when it ends: you settle
+// a day once it is over.
+func DueAtStart() CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error { c.catchUp.dueAtStart = true; return nil })
+}
+
+// ContinueAfterFailure makes catch-up go on with later periods when one
+// fails. By default it stops at the failed period and the later ones wait,
+// so periods complete in order. Either way the cursor only moves over an
+// unbroken run of settled periods.
+func ContinueAfterFailure() CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error { c.catchUp.keepGoing = true; return nil })
+}
+
+// OnPeriod calls f after each period catch-up handles, for progress
+// reporting on long catch-ups. A nil f is an error matching
+// [ErrInvalidOption].
+func OnPeriod(f func(PeriodResult)) CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error {
+		if f == nil {
+			return invalidOption("OnPeriod(nil): no function to call")
+		}
+		c.catchUp.onPeriod = f
+		return nil
+	})
+}
+
+// Fan-out options (class FanOutOption).
+
+// WithWorkers sets how many items Each works on at once (default
+// DefaultWorkers). An n below 1 is an error matching [ErrInvalidOption].
+func WithWorkers(n int) FanOutOption {
+	return fanOutOption(func(c *config) error {
+		if n < 1 {
+			return invalidOption("WithWorkers(%d): at least one worker is needed", n)
+		}
+		c.each.workers = n
+		return nil
+	})
+}
+
+// WithBatch sets the window of Each: how many items a worker applies
+// between two commits of their done marks (default 100; 1 in AtMostOnce).
+// A window also ends once a third of the lease has passed, so that its done
+// marks renew the lease of a chunk of slow items in time.
+// Before a window runs, its items are marked started, in the commit that
+// ends the window before it: after a crash those items, and no others, are
+// in doubt — run again (AtLeastOnce), unknown (AtMostOnce) or checked
+// (TwoPhase). Larger windows mean fewer commits and more doubt. An n below
+// 1 is an error matching [ErrInvalidOption].
+func WithBatch(n int) FanOutOption {
+	return fanOutOption(func(c *config) error {
+		if n < 1 {
+			return invalidOption("WithBatch(%d): a window holds at least one item", n)
+		}
+		c.each.batch = n
+		return nil
+	})
+}
+
+// OnProgress calls f after every committed batch with the period's
+// progress, enough to drive a progress bar or a log line every N items. f is
+// called from Each's workers, one call at a time. A nil f is an error
+// matching [ErrInvalidOption].
+func OnProgress(f func(EachProgress)) FanOutOption {
+	return fanOutOption(func(c *config) error {
+		if f == nil {
+			return invalidOption("OnProgress(nil): no function to call")
+		}
+		c.each.progress = f
+		return nil
+	})
 }

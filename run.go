@@ -17,7 +17,7 @@ import (
 //
 //  1. Claim: a key that is done returns nil at once (AlreadyDone) without
 //     writing. A key held by a live lease returns ErrInProgress (or waits,
-//     with [WithWait]). Otherwise the claim takes a new attempt number,
+//     with [WaitForTurn]). Otherwise the claim takes a new attempt number,
 //     higher than any before: the fencing token.
 //  2. fn runs with a context that carries the key, attempt and request id
 //     ([InfoFrom]); a heartbeat renews the lease every third of it. If the
@@ -38,11 +38,11 @@ import (
 //     failure count and the time of the next allowed attempt are kept in the
 //     store, so a separate process, or the next trigger, honours them too.
 //     When the backoff gives up, or fn returns a [Permanent] error, the key
-//     is parked (ErrGaveUp) until Reset.
+//     is parked (ErrParked) until Reset.
 //
 // Run returns nil when the key's work is done, now or earlier; [ReportTo]
 // tells which. Otherwise the error is an *[Error] matching one of
-// ErrInProgress, ErrUnknownOutcome, ErrBackingOff, ErrGaveUp, ErrLeaseLost,
+// ErrInProgress, ErrUnknownOutcome, ErrBackingOff, ErrParked, ErrLeaseLost,
 // and wrapping fn's own error.
 //
 // A panic in fn propagates to the caller; Run does not recover it. The
@@ -51,11 +51,11 @@ import (
 // Whenever an attempt ends without its end recorded (a panic, a store that
 // kept failing, a lost lease), Run releases what this process holds for it
 // (a state file's lock), as the kernel would if the process died.
-func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) error, opts ...Option) error {
+func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) error, opts ...RunOption) error {
 	if fn == nil {
 		panic("idem: Run with a nil fn")
 	}
-	return execute(ctx, s, key, newConfig(s, nil, opts), fn, nil, nil)
+	return execute(ctx, s, key, configure(s, opts, RunOption.applyRun), fn, nil, nil)
 }
 
 // RunTxWith is RunWith for a [idemstore.TxStore]: fn gets the store's
@@ -64,14 +64,19 @@ func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) err
 //
 // For writes in the store's database this gives an exactly-once effect, so
 // RunTxWith needs no mode: a failed or killed attempt left nothing behind and
-// is simply run again (mode options are ignored). The claim is a lease as in
-// RunWith, but no heartbeat runs while fn does: the transaction's lock keeps
-// other attempts out until it ends.
-func RunTxWith[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) error, opts ...Option) error {
+// is simply run again (it takes no mode option, and ignores a store's
+// default mode). The claim is a lease as in RunWith, but no heartbeat runs
+// while fn does: the transaction's lock keeps other attempts out until it
+// ends.
+func RunTxWith[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) error, opts ...RunTxOption) error {
 	if fn == nil {
 		panic("idem: RunTx with a nil fn")
 	}
-	cfg := newConfig(s, nil, opts)
+	return runTx(ctx, s, key, fn, configure(s, opts, RunTxOption.applyRunTx))
+}
+
+// runTx is RunTxWith with its config.
+func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) error, cfg *config) error {
 	cfg.mode = atLeastOnce
 	// body is fn as the store calls it. Whether fn failed is kept here, in
 	// *failed (reset at each call: a store may run the transaction again),
@@ -329,7 +334,8 @@ type runner struct {
 	held      int64     // the attempt this call holds and has not recorded the end of; 0 if none
 }
 
-func (r *runner) log(level slog.Level, msg string, attrs ...slog.Attr) {
+// log logs msg with the call's context ctx, if the call has a logger.
+func (r *runner) log(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {
 	if r.cfg.logger == nil {
 		return
 	}
@@ -337,7 +343,7 @@ func (r *runner) log(level slog.Level, msg string, attrs ...slog.Attr) {
 	if r.res.Attempt > 0 {
 		attrs = append(attrs, slog.Int64("attempt", r.res.Attempt))
 	}
-	r.cfg.logger.LogAttrs(context.Background(), level, "idem: "+msg, attrs...)
+	r.cfg.logger.LogAttrs(ctx, level, "idem: "+msg, attrs...)
 }
 
 // fail ends the run with an *Error of outcome o.
@@ -348,9 +354,9 @@ func (r *runner) fail(o Outcome, err error) error {
 
 // lost ends the run with ErrLeaseLost: a newer attempt holds the key. msg
 // says how that was found; errs are the errors behind it.
-func (r *runner) lost(msg string, errs ...error) error {
+func (r *runner) lost(ctx context.Context, msg string, errs ...error) error {
 	err := r.fail(LeaseLost, details(msg, errs...))
-	r.log(slog.LevelWarn, "lease lost: "+msg)
+	r.log(ctx, slog.LevelWarn, "lease lost: "+msg)
 	return err
 }
 
@@ -360,11 +366,49 @@ func (r *runner) acquired(attempt int64) {
 	r.leaseEnd = r.claimedAt.Add(r.cfg.lease)
 }
 
+// loop runs the protocol's steps until the call ends: claim the key,
+// settle a doubt that an earlier attempt left, attempt fn, record the
+// attempt's failure, and back off before claiming again.
 func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx txBody, fresh freshBody) error {
+	for {
+		c, runErr, end, err := r.claim(ctx, tx, &fresh)
+		if end {
+			return err
+		}
+		if runErr == nil { // fn has not run in the one-transaction claim
+			if c.Doubt {
+				// An earlier attempt may have had its effect.
+				if settled, err := r.settleDoubt(ctx, c.Attempt, c.Record.Failures, errors.New(c.Record.LastError)); settled || err != nil {
+					return err
+				}
+			}
+			if runErr = r.attempt(ctx, c.Attempt, fn, tx); runErr == nil {
+				r.res.Outcome = Ran
+				r.log(ctx, slog.LevelInfo, "done")
+				return nil
+			}
+		}
+		rec, cause, end, err := r.recordFailure(ctx, c, runErr, tx != nil)
+		if end {
+			return err
+		}
+		if err := r.backOff(ctx, c.Attempt, rec, cause); err != nil {
+			return err
+		}
+	}
+}
+
+// claim is the claim step. It returns the claim of an attempt that this
+// call now holds; or, with fnErr set, that of the attempt that the
+// one-transaction claim of RunTx (fresh, tried once) ran and whose fn
+// failed; or end = true with the call's result: the key is settled,
+// held, backing off, unknown or parked (with WaitForTurn, claim waits for a
+// holder or a backoff and claims again), or the claim failed.
+func (r *runner) claim(ctx context.Context, tx txBody, fresh *freshBody) (c idemstore.Claim, fnErr error, end bool, err error) {
 	cfg := r.cfg
 	for {
 		if err := idemstore.Checkpoint(ctx, idemstore.BeforeClaim, r.key); err != nil {
-			return err
+			return c, nil, true, err
 		}
 		r.claimedAt = cfg.clock.Now()
 		req := idemstore.ClaimRequest{
@@ -375,170 +419,181 @@ func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx tx
 			Durable:     tx == nil && cfg.mode.durableClaim(),
 			TakeUnknown: cfg.mode.takeUnknown(),
 		}
-		var c idemstore.Claim
-		var runErr error
-		haveClaim, ranFn := false, false
-		if fresh != nil {
-			// RunTx: a key with no record is claimed, run and marked done in
-			// one transaction. Only once: a retry goes the usual way.
-			f := fresh
-			fresh = nil
-			info := Info{Key: r.key, Attempt: 1, RequestID: r.key.RequestID(), Owner: req.Owner}
-			var (
-				done  bool
-				fnErr *fnError
-				err   error
-			)
-			c, done, fnErr, err = f(context.WithValue(ctx, infoKey{}, info), req)
-			switch {
-			case done:
-				r.res.Attempt, r.res.Attempts, r.res.Outcome = 1, 1, Ran
-				r.log(slog.LevelInfo, "done")
-				return idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
-			case fnErr != nil:
-				// fn failed; the claim of attempt 1 alone was committed. Go
-				// on as after any failed attempt.
-				r.res.Attempt, r.res.Attempts = 1, 1
-				r.acquired(1)
-				runErr, ranFn = fnErr, true
-			case idemstore.IsStop(err):
-				return err
-			case err != nil:
-				// Nothing was committed: claim the usual way.
-				r.log(slog.LevelDebug, "one-transaction claim failed; claiming the usual way", slog.Any("error", err))
-			default:
-				haveClaim = true // the key had a record: c is its claim
+		claimed := false
+		if f := *fresh; f != nil {
+			*fresh = nil // only once: a retry claims the usual way
+			if c, claimed, end, fnErr, err = r.claimFresh(ctx, f, req); end || fnErr != nil {
+				return c, fnErr, end, err
 			}
 		}
-		if !ranFn {
-			if !haveClaim {
-				var err error
-				if c, err = r.s.Claim(ctx, req); err != nil {
-					if idemstore.IsStop(err) {
-						return err
-					}
-					return r.fail(Failed, fmt.Errorf("claim: %w", err))
+		if !claimed {
+			if c, err = r.s.Claim(ctx, req); err != nil {
+				if idemstore.IsStop(err) {
+					return c, nil, true, err
 				}
+				return c, nil, true, r.fail(Failed, fmt.Errorf("claim: %w", err))
 			}
-			switch c.State {
-			case idemstore.ClaimDone:
-				r.res.Outcome = AlreadyDone
-				return nil
-			case idemstore.ClaimSkipped:
-				r.res.Outcome = Skipped
-				return nil
-			case idemstore.ClaimBusy:
-				if cfg.wait {
-					if err := sleep(ctx, cfg.clock, cfg.poll); err != nil {
-						return r.fail(InProgress, err)
-					}
-					continue
-				}
-				r.res.Outcome = InProgress
-				return &Error{Key: r.key, Outcome: InProgress, Attempt: c.Record.Attempt, Holder: c.Record.Owner}
-			case idemstore.ClaimBackingOff:
-				if cfg.wait {
-					// At least the poll interval: NotBefore may be on the store's clock.
-					if err := sleep(ctx, cfg.clock, max(cfg.poll, c.Record.NotBefore.Sub(cfg.clock.Now()))); err != nil {
-						return r.fail(BackingOff, err)
-					}
-					continue
-				}
-				r.res.Outcome = BackingOff
-				return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Record.Attempt, NotBefore: c.Record.NotBefore,
-					Err: lastError(c.Record)}
-			case idemstore.ClaimUnknown:
-				r.res.Attempt = c.Record.Attempt
-				return r.fail(Unknown, lastError(c.Record))
-			case idemstore.ClaimParked:
-				r.res.Attempt = c.Record.Attempt
-				return r.fail(GaveUp, lastError(c.Record))
-			case idemstore.ClaimAcquired:
-			default:
-				return r.fail(Failed, fmt.Errorf("store answered claim state %d", c.State))
+		}
+		if c.State != idemstore.ClaimAcquired {
+			if again, err := r.unacquired(ctx, c); !again {
+				return c, nil, true, err
 			}
+			continue
+		}
+		r.res.Attempt = c.Attempt
+		r.acquired(c.Attempt)
+		r.log(ctx, slog.LevelDebug, "claimed", slog.Bool("doubt", c.Doubt))
+		if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, r.key); err != nil {
+			return c, nil, true, err
+		}
+		return c, nil, false, nil
+	}
+}
 
-			r.res.Attempt = c.Attempt
-			r.acquired(c.Attempt)
-			r.log(slog.LevelDebug, "claimed", slog.Bool("doubt", c.Doubt))
-			if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, r.key); err != nil {
-				return err
-			}
-			if c.Doubt {
-				// An earlier attempt may have had its effect.
-				done, err := r.settleDoubt(ctx, c.Attempt, c.Record.Failures, errors.New(c.Record.LastError))
-				if done || err != nil {
-					return err
-				}
-			}
+// claimFresh is RunTx's one-transaction claim: a key with no record is
+// claimed, run and marked done in one transaction. It returns end = true
+// when the key is done now (or a crash point stopped it); fnErr when fn
+// failed and the claim of attempt 1 alone was committed; claimed when the
+// key had a record, and c is its claim; none of them when nothing was
+// committed, and the key is to be claimed the usual way.
+func (r *runner) claimFresh(ctx context.Context, f freshBody, req idemstore.ClaimRequest) (c idemstore.Claim, claimed, end bool, fnErr, err error) {
+	info := Info{Key: r.key, Attempt: 1, RequestID: r.key.RequestID(), Owner: req.Owner}
+	c, done, fe, err := f(context.WithValue(ctx, infoKey{}, info), req)
+	switch {
+	case done:
+		r.res.Attempt, r.res.Attempts, r.res.Outcome = 1, 1, Ran
+		r.log(ctx, slog.LevelInfo, "done")
+		return c, false, true, nil, idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
+	case fe != nil:
+		// Go on as after any failed attempt.
+		r.res.Attempt, r.res.Attempts = 1, 1
+		r.acquired(1)
+		return c, false, false, fe, nil
+	case idemstore.IsStop(err):
+		return c, false, true, nil, err
+	case err != nil:
+		r.log(ctx, slog.LevelDebug, "one-transaction claim failed; claiming the usual way", slog.Any("error", err))
+		return c, false, false, nil, nil
+	}
+	return c, true, false, nil, nil
+}
 
-			runErr = r.attempt(ctx, c.Attempt, fn, tx)
-			if runErr == nil {
-				r.res.Outcome = Ran
-				r.log(slog.LevelInfo, "done")
-				return nil
+// unacquired answers a claim that gave this call no attempt: it returns
+// the call's result (nil for a key that is done or skipped); or, with
+// WaitForTurn, for a key that another holder runs or that backs off, it
+// waits and returns again = true to claim again.
+func (r *runner) unacquired(ctx context.Context, c idemstore.Claim) (again bool, err error) {
+	cfg := r.cfg
+	switch c.State {
+	case idemstore.ClaimDone:
+		r.res.Outcome = AlreadyDone
+		return false, nil
+	case idemstore.ClaimSkipped:
+		r.res.Outcome = Skipped
+		return false, nil
+	case idemstore.ClaimBusy:
+		if cfg.wait {
+			if err := sleep(ctx, cfg.clock, cfg.poll); err != nil {
+				return false, r.fail(InProgress, err)
 			}
+			return true, nil
 		}
-		failures := c.Record.Failures
-		if idemstore.IsStop(runErr) {
-			return runErr
-		}
-		if e, ok := runErr.(*Error); ok && e.Outcome == LeaseLost {
-			return e // a renewal or the fenced done mark found a newer attempt
-		}
-		var fe *fnError
-		switch {
-		case errors.As(runErr, &fe):
-			runErr = fe.err
-			if st, ok := runErr.(*stallError); ok {
-				// fn returned CheckLease's error: the process stalled past
-				// the lease, but no renewal found a newer attempt. An
-				// ordinary failure that may have had its effect; recording
-				// it is fenced, and refused if a newer attempt did take over.
-				runErr = &stalledFailure{st}
+		r.res.Outcome = InProgress
+		return false, &Error{Key: r.key, Outcome: InProgress, Attempt: c.Record.Attempt, Holder: c.Record.Owner}
+	case idemstore.ClaimBackingOff:
+		if cfg.wait {
+			// At least the poll interval: NotBefore may be on the store's clock.
+			if err := sleep(ctx, cfg.clock, max(cfg.poll, c.Record.NotBefore.Sub(cfg.clock.Now()))); err != nil {
+				return false, r.fail(BackingOff, err)
 			}
-			if tx != nil {
-				runErr = NothingHappened(runErr) // rolled back
-			}
-		case tx != nil && errors.Is(runErr, ErrLeaseLost):
-			return r.lost("taken over by a newer attempt: its transaction was refused", runErr)
-		case tx != nil:
-			// The store's transaction failed, fn's writes with it. The attempt
-			// left nothing behind; count it as a failure and retry.
-			runErr = NothingHappened(runErr)
+			return true, nil
 		}
-		failures++
-		r.log(slog.LevelWarn, "attempt failed", slog.Any("error", runErr), slog.Int("failures", failures))
+		r.res.Outcome = BackingOff
+		return false, &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Record.Attempt, NotBefore: c.Record.NotBefore,
+			Err: lastError(c.Record)}
+	case idemstore.ClaimUnknown:
+		r.res.Attempt = c.Record.Attempt
+		return false, r.fail(Unknown, lastError(c.Record))
+	case idemstore.ClaimParked:
+		r.res.Attempt = c.Record.Attempt
+		return false, r.fail(Parked, lastError(c.Record))
+	}
+	return false, r.fail(Failed, fmt.Errorf("store answered claim state %d", c.State))
+}
 
-		if isPermanent(runErr) {
-			return r.park(ctx, c.Attempt, failures, runErr)
+// recordFailure is the step after an attempt of claim c failed with
+// runErr. It ends the call (end = true) when runErr says the attempt is
+// over for good (a crash point's stop, a lost lease), when the failure
+// parks the key, or when its mode settles the doubt it leaves; otherwise it
+// records the failure with the time of the next allowed attempt (rec) and
+// returns cause, the failure as recorded.
+func (r *runner) recordFailure(ctx context.Context, c idemstore.Claim, runErr error, isTx bool) (rec idemstore.End, cause error, end bool, err error) {
+	if idemstore.IsStop(runErr) {
+		return rec, nil, true, runErr
+	}
+	if e, ok := runErr.(*Error); ok && e.Outcome == LeaseLost {
+		return rec, nil, true, e // a renewal or the fenced done mark found a newer attempt
+	}
+	cause = runErr
+	var fe *fnError
+	switch {
+	case errors.As(runErr, &fe):
+		cause = fe.err
+		if st, ok := cause.(*stallError); ok {
+			// fn returned CheckLease's error: the process stalled past
+			// the lease, but no renewal found a newer attempt. An
+			// ordinary failure that may have had its effect; recording
+			// it is fenced, and refused if a newer attempt did take over.
+			cause = &stalledFailure{st}
 		}
-		if !isHarmless(runErr) {
-			done, err := r.settleDoubt(ctx, c.Attempt, failures, runErr)
-			if done || err != nil {
-				return err
-			}
+		if isTx {
+			cause = NothingHappened(cause) // rolled back
 		}
-		delay, ok := cfg.backoff.Next(failures)
-		if !ok {
-			return r.park(ctx, c.Attempt, failures, runErr)
-		}
-		now := cfg.clock.Now()
-		end := idemstore.End{Status: StatusFailed, Now: now, NotBefore: now.Add(delay), Failures: failures, Error: runErr.Error()}
-		if err := r.finish(ctx, c.Attempt, end); err != nil {
-			return r.finishFailed(end, err, runErr)
-		}
-		if !r.retryInProcess(end.NotBefore) {
-			// Leave the retry to the next trigger; the store keeps the backoff.
-			r.res.Outcome = BackingOff
-			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Attempt, NotBefore: end.NotBefore, Err: runErr}
-		}
-		if err := sleep(ctx, cfg.clock, delay); err != nil {
-			r.res.Outcome = BackingOff
-			return &Error{Key: r.key, Outcome: BackingOff, Attempt: c.Attempt, NotBefore: end.NotBefore,
-				Err: errors.Join(runErr, err)}
+	case isTx && errors.Is(runErr, ErrLeaseLost):
+		return rec, nil, true, r.lost(ctx, "taken over by a newer attempt: its transaction was refused", runErr)
+	case isTx:
+		// The store's transaction failed, fn's writes with it. The attempt
+		// left nothing behind; count it as a failure and retry.
+		cause = NothingHappened(runErr)
+	}
+	failures := c.Record.Failures + 1
+	r.log(ctx, slog.LevelWarn, "attempt failed", slog.Any("error", cause), slog.Int("failures", failures))
+	if isPermanent(cause) {
+		return rec, cause, true, r.park(ctx, c.Attempt, failures, cause)
+	}
+	if !isHarmless(cause) {
+		if settled, err := r.settleDoubt(ctx, c.Attempt, failures, cause); settled || err != nil {
+			return rec, cause, true, err
 		}
 	}
+	delay, ok := r.cfg.backoff.Next(failures)
+	if !ok {
+		return rec, cause, true, r.park(ctx, c.Attempt, failures, cause)
+	}
+	now := r.cfg.clock.Now()
+	rec = idemstore.End{Status: StatusFailed, Now: now, NotBefore: now.Add(delay), Failures: failures, Error: cause.Error()}
+	if err := r.finish(ctx, c.Attempt, rec); err != nil {
+		return rec, cause, true, r.finishFailed(ctx, rec, err, cause)
+	}
+	return rec, cause, false, nil
+}
+
+// backOff is the step after a failure of attempt was recorded as rec: it
+// ends the call with ErrBackingOff when the next attempt, allowed at
+// rec.NotBefore, would not start within RetryWithin (the next trigger
+// makes it, honouring the stored backoff), and otherwise sleeps until then
+// and returns nil to claim again.
+func (r *runner) backOff(ctx context.Context, attempt int64, rec idemstore.End, cause error) error {
+	if !r.retryInProcess(rec.NotBefore) {
+		r.res.Outcome = BackingOff
+		return &Error{Key: r.key, Outcome: BackingOff, Attempt: attempt, NotBefore: rec.NotBefore, Err: cause}
+	}
+	if err := sleep(ctx, r.cfg.clock, rec.NotBefore.Sub(rec.Now)); err != nil {
+		r.res.Outcome = BackingOff
+		return &Error{Key: r.key, Outcome: BackingOff, Attempt: attempt, NotBefore: rec.NotBefore,
+			Err: errors.Join(cause, err)}
+	}
+	return nil
 }
 
 // retryInProcess reports whether this call sleeps until at and retries,
@@ -549,7 +604,7 @@ func (r *runner) retryInProcess(at time.Time) bool {
 	case r.cfg.retryWithinSet:
 		within = r.cfg.retryWithin
 	case r.cfg.wait:
-		return true // WithWait without RetryWithin: until ctx ends
+		return true // WaitForTurn without RetryWithin: until ctx ends
 	}
 	return within > 0 && !at.After(r.start.Add(within))
 }
@@ -565,10 +620,10 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 	case verdictDone:
 		end := idemstore.End{Status: StatusDone, Now: now, Cursor: r.cfg.catchUp.cursor}
 		if err := r.finish(ctx, attempt, end); err != nil {
-			return true, r.finishFailed(end, err, nil)
+			return true, r.finishFailed(ctx, end, err, nil)
 		}
 		r.res.Outcome = Recovered
-		r.log(slog.LevelInfo, "recovered: the downstream has it")
+		r.log(ctx, slog.LevelInfo, "recovered: the downstream has it")
 		return true, idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
 	case verdictUnknown:
 		msg := cause.Error()
@@ -577,9 +632,9 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 		}
 		end := idemstore.End{Status: StatusUnknown, Now: now, Failures: failures, Error: msg}
 		if err := r.finish(ctx, attempt, end); err != nil {
-			return true, r.finishFailed(end, err, cause)
+			return true, r.finishFailed(ctx, end, err, cause)
 		}
-		r.log(slog.LevelError, "outcome unknown", slog.String("cause", msg))
+		r.log(ctx, slog.LevelError, "outcome unknown", slog.String("cause", msg))
 		return true, r.fail(Unknown, errors.Join(cause, herr))
 	}
 	// verdictRerun: an attempt that died counts as a failure.
@@ -592,15 +647,15 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 func (r *runner) park(ctx context.Context, attempt int64, failures int, cause error) error {
 	end := idemstore.End{Status: StatusParked, Now: r.cfg.clock.Now(), Failures: failures, Error: cause.Error()}
 	if err := r.finish(ctx, attempt, end); err != nil {
-		return r.finishFailed(end, err, cause)
+		return r.finishFailed(ctx, end, err, cause)
 	}
-	r.log(slog.LevelError, "gave up; parked until Reset", slog.Any("error", cause), slog.Int("failures", failures))
-	return r.fail(GaveUp, cause)
+	r.log(ctx, slog.LevelError, "parked until Reset", slog.Any("error", cause), slog.Int("failures", failures))
+	return r.fail(Parked, cause)
 }
 
 // finishFailed turns an error from Store.Finish, recording end, into the
 // run's error. cause is why the attempt failed, if it did.
-func (r *runner) finishFailed(end idemstore.End, err, cause error) error {
+func (r *runner) finishFailed(ctx context.Context, end idemstore.End, err, cause error) error {
 	if idemstore.IsStop(err) {
 		return err
 	}
@@ -609,13 +664,13 @@ func (r *runner) finishFailed(end idemstore.End, err, cause error) error {
 			StatusUnknown: "unknown mark", StatusParked: "parked mark"}[end.Status]
 		var sf *stalledFailure
 		if errors.As(cause, &sf) {
-			return r.lost(sf.st.detail()+" and a newer attempt took the key over: its "+what+" was refused", err, sf.st)
+			return r.lost(ctx, sf.st.detail()+" and a newer attempt took the key over: its "+what+" was refused", err, sf.st)
 		}
 		msg := "taken over by a newer attempt: its " + what + " was refused"
 		if cause != nil {
 			msg += " (after: " + cause.Error() + ")"
 		}
-		return r.lost(msg, err, cause)
+		return r.lost(ctx, msg, err, cause)
 	}
 	return r.fail(Failed, errors.Join(fmt.Errorf("finish: %w", err), cause))
 }
@@ -651,7 +706,7 @@ func (r *runner) finish(ctx context.Context, attempt int64, end idemstore.End) e
 		if !r.cfg.clock.Now().Add(delay).Before(r.leaseEnd) {
 			return err
 		}
-		r.log(slog.LevelWarn, "recording the attempt's end failed; retrying", slog.String("status", string(end.Status)),
+		r.log(ctx, slog.LevelWarn, "recording the attempt's end failed; retrying", slog.String("status", string(end.Status)),
 			slog.Int("try", try), slog.Duration("delay", delay), slog.Any("error", err))
 		if sleep(context.WithoutCancel(ctx), r.cfg.clock, delay) != nil {
 			return err
@@ -697,7 +752,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 			msg += "; fn returned: " + err.Error()
 			errs = append(errs, err)
 		}
-		return r.lost(msg, errs...)
+		return r.lost(ctx, msg, errs...)
 	}
 	if err != nil {
 		return &fnError{err}
@@ -711,7 +766,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 			return err
 		}
 		if errors.Is(err, ErrLeaseLost) {
-			return r.finishFailed(end, err, nil)
+			return r.finishFailed(ctx, end, err, nil)
 		}
 		// The done mark may not be durable. Do not report success; the
 		// attempt is recovered by its mode.
@@ -783,13 +838,13 @@ func (r *runner) heartbeat(ctx context.Context, attempt int64, lease *leaseState
 		case err == nil:
 			lease.until.Store(now.Add(r.cfg.lease).UnixNano())
 		case errors.Is(err, ErrLeaseLost):
-			r.log(slog.LevelWarn, "lease lost while running; cancelling fn")
+			r.log(ctx, slog.LevelWarn, "lease lost while running; cancelling fn")
 			cancel(&takeoverError{key: r.key, attempt: attempt, err: err})
 			return
 		case ctx.Err() != nil:
 			return
 		default:
-			r.log(slog.LevelWarn, "lease renewal failed; will retry", slog.Any("error", err))
+			r.log(ctx, slog.LevelWarn, "lease renewal failed; will retry", slog.Any("error", err))
 		}
 	}
 }

@@ -43,7 +43,7 @@ var lockStores = []struct {
 }
 
 // modeOption is the option of a mode by name; "two-phase" asks has.
-func modeOption(mode string, has bool) idem.Option {
+func modeOption(mode string, has bool) idem.ModeOption {
 	switch mode {
 	case "at-most-once":
 		return idem.AtMostOnce()
@@ -58,7 +58,7 @@ func modeOption(mode string, has bool) idem.Option {
 // the key. The attempt is an ordinary failure that may have had its effect:
 // its end is recorded through the fenced Finish by its mode, and nothing of
 // it stays held. The next Run, in another process or in this one with
-// WithWait, finds the key as the mode left it, never in progress.
+// WaitForTurn, finds the key as the mode left it, never in progress.
 func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 	t.Parallel()
 	const lost = "lease lost: its lease ran out at 2026-10-28T02:01:00Z without a renewal (the process stalled)"
@@ -70,7 +70,7 @@ func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 		status  idem.Status  // the record afterwards
 		msg     string       // the stalled Run's error text
 		next    error        // another process, before the backoff ends
-		wait    idem.Outcome // this process with WithWait, after the backoff
+		wait    idem.Outcome // this process with WaitForTurn, after the backoff
 	}{
 		{"at-least-once", false, idem.ErrBackingOff, idem.BackingOff, idem.StatusFailed,
 			"idem: daily_settle/2026-10-27: backing off until 2026-10-28T02:02:01Z after attempt 1 failed: " + lost,
@@ -87,8 +87,8 @@ func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 		for _, c := range cases {
 			t.Run(fmt.Sprintf("%s/%s/has=%v", st.name, c.mode, c.has), func(t *testing.T) {
 				t.Parallel()
-				opts := func(clk idem.Clock) []idem.Option {
-					return []idem.Option{idem.WithClock(clk), modeOption(c.mode, c.has),
+				opts := func(clk idem.Clock) []idem.RunOption {
+					return []idem.RunOption{idem.WithClock(clk), modeOption(c.mode, c.has),
 						idem.WithBackoff(idem.Constant(time.Minute))}
 				}
 				// The next trigger, in another process, before the backoff ends.
@@ -137,17 +137,17 @@ func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 					t.Fatalf("the child process: %+v", e)
 				}
 
-				// This process, with WithWait, once the backoff is over.
+				// This process, with WaitForTurn, once the backoff is over.
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				res = idem.Result{}
 				err = idem.RunWith(ctx, s, key, func(context.Context) error { ran++; return nil },
-					append(opts(idemtest.NewAutoClock(t0.Add(10*time.Minute))), idem.WithWait(), idem.ReportTo(&res))...)
+					append(opts(idemtest.NewAutoClock(t0.Add(10*time.Minute))), idem.WaitForTurn(), idem.ReportTo(&res))...)
 				if ctx.Err() != nil {
-					t.Fatalf("a WithWait Run in this process was still waiting for the key after 10s: %v (%s)", err, res.Outcome)
+					t.Fatalf("a WaitForTurn Run in this process was still waiting for the key after 10s: %v (%s)", err, res.Outcome)
 				}
 				if res.Outcome != c.wait || (c.wait == idem.Unknown) != errors.Is(err, idem.ErrUnknownOutcome) {
-					t.Fatalf("a WithWait Run in this process: %v (%s), want %s", err, res.Outcome, c.wait)
+					t.Fatalf("a WaitForTurn Run in this process: %v (%s), want %s", err, res.Outcome, c.wait)
 				}
 			})
 		}
@@ -364,19 +364,19 @@ func TestFinishRetriedAfterTransientError(t *testing.T) {
 	bad := errors.New("account closed")
 	cases := []struct {
 		name       string
-		opts       []idem.Option
+		opts       []idem.RunOption
 		fn         func() error
 		answerLost bool
 		want       error // Run's error matches it; nil: no error
 		outcome    idem.Outcome
 		status     idem.Status
 	}{
-		{"done/at-least-once", []idem.Option{idem.AtLeastOnce()}, func() error { return nil }, false, nil, idem.Ran, idem.StatusDone},
-		{"done/at-most-once", []idem.Option{idem.AtMostOnce()}, func() error { return nil }, false, nil, idem.Ran, idem.StatusDone},
-		{"done/answer lost", []idem.Option{idem.AtLeastOnce()}, func() error { return nil }, true, nil, idem.Ran, idem.StatusDone},
-		{"failed", []idem.Option{idem.OneAttempt()}, func() error { return errors.New("down") }, false, idem.ErrBackingOff, idem.BackingOff, idem.StatusFailed},
-		{"unknown", []idem.Option{idem.AtMostOnce()}, func() error { return errors.New("timeout") }, false, idem.ErrUnknownOutcome, idem.Unknown, idem.StatusUnknown},
-		{"parked", nil, func() error { return idem.Permanent(bad) }, false, idem.ErrGaveUp, idem.GaveUp, idem.StatusParked},
+		{"done/at-least-once", []idem.RunOption{idem.AtLeastOnce()}, func() error { return nil }, false, nil, idem.Ran, idem.StatusDone},
+		{"done/at-most-once", []idem.RunOption{idem.AtMostOnce()}, func() error { return nil }, false, nil, idem.Ran, idem.StatusDone},
+		{"done/answer lost", []idem.RunOption{idem.AtLeastOnce()}, func() error { return nil }, true, nil, idem.Ran, idem.StatusDone},
+		{"failed", []idem.RunOption{idem.OneAttempt()}, func() error { return errors.New("down") }, false, idem.ErrBackingOff, idem.BackingOff, idem.StatusFailed},
+		{"unknown", []idem.RunOption{idem.AtMostOnce()}, func() error { return errors.New("timeout") }, false, idem.ErrUnknownOutcome, idem.Unknown, idem.StatusUnknown},
+		{"parked", nil, func() error { return idem.Permanent(bad) }, false, idem.ErrParked, idem.Parked, idem.StatusParked},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -565,23 +565,23 @@ func (s triggerStore) Finish(ctx context.Context, key idem.Key, attempt int64, e
 // TestRetryWithin: one call retries in-process only while the retry starts
 // within RetryWithin of the call's start (default one minute), then records
 // the failure and returns ErrBackingOff; OneAttempt is RetryWithin(0);
-// WithWait alone retries until the backoff gives up.
+// WaitForTurn alone retries until the backoff gives up.
 func TestRetryWithin(t *testing.T) {
 	t.Parallel()
 	down := errors.New("downstream down")
 	every25s := idem.WithBackoff(idem.Constant(25 * time.Second)) // never gives up
 	for _, c := range []struct {
 		name     string
-		opts     []idem.Option
+		opts     []idem.RunOption
 		calls    int
 		want     error
 		notAfter time.Duration // of the call's start, on the clock, when it returns
 	}{
-		{"default", []idem.Option{every25s}, 3, idem.ErrBackingOff, 50 * time.Second}, // at 0s, 25s, 50s; 75s is past the minute
-		{"RetryWithin(2m)", []idem.Option{every25s, idem.RetryWithin(2 * time.Minute)}, 5, idem.ErrBackingOff, 100 * time.Second},
-		{"RetryWithin(0)", []idem.Option{every25s, idem.RetryWithin(0)}, 1, idem.ErrBackingOff, 0},
-		{"OneAttempt", []idem.Option{every25s, idem.OneAttempt()}, 1, idem.ErrBackingOff, 0},
-		{"WithWait", []idem.Option{idem.WithBackoff(idem.WithMaxAttempts(6, idem.Constant(25*time.Second))), idem.WithWait()}, 6, idem.ErrGaveUp, 125 * time.Second},
+		{"default", []idem.RunOption{every25s}, 3, idem.ErrBackingOff, 50 * time.Second}, // at 0s, 25s, 50s; 75s is past the minute
+		{"RetryWithin(2m)", []idem.RunOption{every25s, idem.RetryWithin(2 * time.Minute)}, 5, idem.ErrBackingOff, 100 * time.Second},
+		{"RetryWithin(0)", []idem.RunOption{every25s, idem.RetryWithin(0)}, 1, idem.ErrBackingOff, 0},
+		{"OneAttempt", []idem.RunOption{every25s, idem.OneAttempt()}, 1, idem.ErrBackingOff, 0},
+		{"WaitForTurn", []idem.RunOption{idem.WithBackoff(idem.WithMaxAttempts(6, idem.Constant(25*time.Second))), idem.WaitForTurn()}, 6, idem.ErrParked, 125 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -635,7 +635,7 @@ func TestInvalidOptionWritesNothing(t *testing.T) {
 		t.Fatalf("CatchUp: %v, ran %v", err, ran)
 	}
 	_, err = idem.Each(ctx, l, key, idem.Items(func(yield func(string) bool) { yield("a") }),
-		func(context.Context, string) error { ran = true; return nil }, bad)
+		func(context.Context, string) error { ran = true; return nil }, idem.WithWorkers(0))
 	if !errors.Is(err, idem.ErrInvalidOption) || ran {
 		t.Fatalf("Each: %v, ran %v", err, ran)
 	}
@@ -719,7 +719,7 @@ func TestOutageHealsUnderDefaults(t *testing.T) {
 					}
 					rec := mustLookup(t, s, k)
 					switch {
-					case rec.Status == idem.StatusParked || errors.Is(err, idem.ErrGaveUp):
+					case rec.Status == idem.StatusParked || errors.Is(err, idem.ErrParked):
 						t.Fatalf("round %d: parked at %s after %d failures: %v", round, trig.Format("15:04"), rec.Failures, err)
 					case rec.Status == idem.StatusDone:
 						if err != nil {

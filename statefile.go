@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -73,7 +74,7 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 type StateFile struct {
 	path     string
 	dir      string
-	defaults []Option
+	defaults []StoreOption
 	clock    Clock // for the times the store takes itself (Start's); WithClock among defaults
 
 	mu     sync.Mutex // serializes read-modify-write in this process
@@ -90,7 +91,9 @@ var (
 // OpenStateFile returns the state file store at path. The directory must
 // exist; the file is created on the first write. An existing file is read
 // and checked at once: a corrupt one is reported ([ErrCorruptState]) with
-// its path and left untouched. opts become defaults for every Run.
+// its path and left untouched. opts become defaults for every call on the
+// store (see [StoreOption]); an invalid one is an error matching
+// [ErrInvalidOption] that names path, returned before the file is read.
 //
 // The file must be a regular file: a directory, a named pipe, a socket or
 // a device is refused (without opening it, so a FIFO cannot block).
@@ -104,9 +107,13 @@ var (
 // a store opened afterwards uses the new one, and the two do not exclude
 // each other (their locks lie beside different files). Re-point a link
 // only while no process has the state file open.
-func OpenStateFile(path string, opts ...Option) (*StateFile, error) {
+func OpenStateFile(path string, opts ...StoreOption) (*StateFile, error) {
 	if path == "" {
 		return nil, errors.New("idem: state file path is empty")
+	}
+	cfg := storeConfig(opts)
+	if cfg.err != nil {
+		return nil, fmt.Errorf("idem: state file %s: %w", path, cfg.err)
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -121,7 +128,7 @@ func OpenStateFile(path string, opts ...Option) (*StateFile, error) {
 	if abs, err = resolveStateFile(abs); err != nil {
 		return nil, err
 	}
-	s := &StateFile{path: abs, dir: filepath.Dir(abs), defaults: opts, clock: storeClock(opts), held: map[string]*heldLock{}}
+	s := &StateFile{path: abs, dir: filepath.Dir(abs), defaults: slices.Clone(opts), clock: cfg.clock, held: map[string]*heldLock{}}
 	if _, err := s.read(); err != nil {
 		return nil, err
 	}
@@ -212,10 +219,10 @@ func readRegular(path string) ([]byte, error) {
 func (s *StateFile) Path() string { return s.path }
 
 // Run runs fn for key with the protocol of [RunWith].
-func (s *StateFile) Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...Option) error {
+func (s *StateFile) Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...RunOption) error {
 	return RunWith(ctx, s, key, fn, opts...)
 }
 
 // DefaultOptions returns the options given to OpenStateFile: the defaults
 // of every Run and CatchUp on the store.
-func (s *StateFile) DefaultOptions() []Option { return s.defaults }
+func (s *StateFile) DefaultOptions() []StoreOption { return s.defaults }

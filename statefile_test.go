@@ -18,7 +18,7 @@ import (
 	"github.com/idemgo/idem/internal/testwait"
 )
 
-func openState(t testing.TB, dir string, opts ...idem.Option) *idem.StateFile {
+func openState(t testing.TB, dir string, opts ...idem.StoreOption) *idem.StateFile {
 	t.Helper()
 	s, err := idem.OpenStateFile(filepath.Join(dir, "state.json"), opts...)
 	if err != nil {
@@ -134,7 +134,7 @@ func TestStateFileCrashAtEveryPoint(t *testing.T) {
 						return err
 					}
 					eff := newEffects(dir)
-					opt := map[string]idem.Option{
+					opt := map[string]idem.ModeOption{
 						"at-least-once": idem.AtLeastOnce(),
 						"at-most-once":  idem.AtMostOnce(),
 						"two-phase": idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) {
@@ -304,7 +304,7 @@ func TestStateFileManyJobsManyProcesses(t *testing.T) {
 					k := idem.Key{Job: fmt.Sprintf("job%d", j), Period: fmt.Sprintf("2026-10-%02d", p+1)}
 					err := s.Run(context.Background(), k, func(context.Context) error { eff.add(nil, k.String()); return nil },
 						idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) { return eff.counts(nil)[k.String()] > 0, nil }),
-						idem.WithWait())
+						idem.WaitForTurn())
 					if err != nil {
 						fmt.Println(err)
 						os.Exit(3)
@@ -399,7 +399,7 @@ func TestStateFileStart(t *testing.T) {
 	// A job whose pending period has no watermark before it (a Run's, or an
 	// older idem's) keeps no start: its cursor stays "".
 	pend := idem.Key{Job: "pending", Period: "2026-10-27"}
-	if err := s.Run(ctx, pend, func(context.Context) error { return idem.Permanent(errors.New("no data")) }); !errors.Is(err, idem.ErrGaveUp) {
+	if err := s.Run(ctx, pend, func(context.Context) error { return idem.Permanent(errors.New("no data")) }); !errors.Is(err, idem.ErrParked) {
 		t.Fatal(err)
 	}
 	if js, err := s.Start(ctx, "pending", "2026-10-20"); err != nil || js.Cursor != "" {

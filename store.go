@@ -23,7 +23,7 @@ const (
 	StatusFailed  = idemstore.StatusFailed  // the last attempt failed; retry allowed from NotBefore
 	StatusDone    = idemstore.StatusDone    // settled: the work is done
 	StatusUnknown = idemstore.StatusUnknown // an attempt may or may not have had its effect; awaiting Resolve or a DownstreamHas check
-	StatusParked  = idemstore.StatusParked  // gave up; awaiting Reset
+	StatusParked  = idemstore.StatusParked  // the backoff gave up, or fn's error was Permanent: awaiting Reset
 	StatusSkipped = idemstore.StatusSkipped // settled without running: catch-up coalesced it into a later period
 )
 

@@ -38,54 +38,15 @@ type DownstreamHas func(ctx context.Context, key Key) (bool, error)
 // have it reject stale fencing tokens (Info.Attempt).
 // [AtLeastOnce] and [AtMostOnce] are this policy with a fixed answer: "not
 // there, run again" and "cannot know, ask a person".
-func TwoPhase(has DownstreamHas) Option {
-	if has == nil {
-		panic("idem: TwoPhase needs a DownstreamHas")
-	}
-	return optionFunc(func(c *config) { c.mode = mode{name: "two-phase", has: has} })
+//
+// A nil has is an error matching [ErrInvalidOption], returned by the call
+// before anything is written.
+func TwoPhase(has DownstreamHas) ModeOption {
+	return modeOption(func(c *config) error {
+		if has == nil {
+			return invalidOption("TwoPhase(nil): no DownstreamHas to ask")
+		}
+		c.mode = mode{name: "two-phase", has: has}
+		return nil
+	})
 }
-
-// mode is the recovery policy: what to do when an attempt may have had its
-// effect but was not marked done.
-type mode struct {
-	name  string
-	rerun bool          // answer "not there" without asking (AtLeastOnce)
-	has   DownstreamHas // ask; nil and !rerun means "cannot know" (AtMostOnce)
-}
-
-var (
-	atLeastOnce = mode{name: "at-least-once", rerun: true}
-	atMostOnce  = mode{name: "at-most-once"}
-)
-
-type verdict int
-
-const (
-	verdictRerun   verdict = iota // the effect did not happen: run fn again
-	verdictDone                   // the effect happened: mark done
-	verdictUnknown                // cannot tell: leave the key unknown
-)
-
-func (m mode) check(ctx context.Context, key Key) (verdict, error) {
-	switch {
-	case m.rerun:
-		return verdictRerun, nil
-	case m.has == nil:
-		return verdictUnknown, nil
-	}
-	ok, err := m.has(ctx, key)
-	switch {
-	case err != nil:
-		return verdictUnknown, err
-	case ok:
-		return verdictDone, nil
-	}
-	return verdictRerun, nil
-}
-
-// durableClaim reports whether the claim must be durable before fn runs:
-// whenever recovery must know that an attempt may have started.
-func (m mode) durableClaim() bool { return !m.rerun }
-
-// takeUnknown reports whether the mode can settle an unknown key itself.
-func (m mode) takeUnknown() bool { return m.has != nil }

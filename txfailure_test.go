@@ -40,8 +40,8 @@ func TestRunTxFnFailureKnownToEngine(t *testing.T) {
 		calls++
 		return idem.Permanent(bad)
 	})
-	if !errors.Is(err, idem.ErrGaveUp) || !errors.Is(err, bad) || calls != 1 {
-		t.Fatalf("RunTxWith: %v after %d calls; want ErrGaveUp wrapping fn's error after 1 call", err, calls)
+	if !errors.Is(err, idem.ErrParked) || !errors.Is(err, bad) || calls != 1 {
+		t.Fatalf("RunTxWith: %v after %d calls; want ErrParked wrapping fn's error after 1 call", err, calls)
 	}
 	if rec := mustLookup(t, l, key); rec.Status != idem.StatusParked || rec.LastError != bad.Error() {
 		t.Fatalf("record %+v, want parked with fn's error", rec)

@@ -13,7 +13,7 @@ var (
 
 	// ErrInProgress: another holder has a live lease on the key (or, for the
 	// state file, holds its lock). fn did not run. Try again later, or pass
-	// idem.WithWait to wait for the holder. A store returns it where it
+	// idem.WaitForTurn to wait for the holder. A store returns it where it
 	// cannot wait for the holder (the state file's Start).
 	ErrInProgress = errors.New("idem: key in progress elsewhere")
 

@@ -11,7 +11,7 @@ const (
 	StatusFailed  Status = "failed"  // the last attempt failed; retry allowed from NotBefore
 	StatusDone    Status = "done"    // settled: the work is done
 	StatusUnknown Status = "unknown" // an attempt may or may not have had its effect; awaiting Resolve or a DownstreamHas check
-	StatusParked  Status = "parked"  // gave up; awaiting Reset
+	StatusParked  Status = "parked"  // the backoff gave up, or fn's error was Permanent: awaiting Reset
 	StatusSkipped Status = "skipped" // settled without running: catch-up coalesced it into a later period
 )
 

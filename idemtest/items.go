@@ -134,7 +134,7 @@ func testItemsCrash(t *testing.T, h Harness) {
 				s := itemStore(t, h.open(t, clk))
 				k := idem.Key{Job: "items-crash", Period: "2026-10-27"}
 				d := newItemDownstream()
-				opts := []idem.Option{m.opt(d.has), idem.WithBatch(50), idem.WithWorkers(1)}
+				opts := []idem.EachOption{m.opt(d.has), idem.WithBatch(50), idem.WithWorkers(1)}
 				seen := 0
 				ctx := CrashWhen(context.Background(), func(p idemstore.Point, _ idem.Key) bool {
 					if p == c.at {

@@ -516,7 +516,7 @@ func (m *model) begin(k idem.Key, cr *crashState, cursor bool) (mResult, *mFligh
 	case idemstore.ClaimUnknown:
 		return mResult{outcome: idem.Unknown}, nil
 	case idemstore.ClaimParked:
-		return mResult{outcome: idem.GaveUp}, nil
+		return mResult{outcome: idem.Parked}, nil
 	}
 	f := &mFlight{key: k, mode: mode, attempt: c.attempt, failures: c.failures, cursor: cursor, leaseClient: m.now.Add(mLease)}
 	if cr.hit(idemstore.AfterClaim) {
@@ -657,7 +657,7 @@ func (m *model) park(f *mFlight, failures int, cr *crashState) mResult {
 	case lost:
 		return mResult{outcome: idem.LeaseLost}
 	}
-	return mResult{outcome: idem.GaveUp}
+	return mResult{outcome: idem.Parked}
 }
 
 // ownLeaseLost is what an attempt leaves when fn returns the ErrLeaseLost
@@ -894,7 +894,7 @@ func (m *model) skip(k idem.Key, cr *crashState) mPeriod {
 		pr.outcome, pr.err = idem.Unknown, true
 		return pr
 	case found && rec.status == idem.StatusParked:
-		pr.outcome, pr.err = idem.GaveUp, true
+		pr.outcome, pr.err = idem.Parked, true
 		return pr
 	}
 	e, c := m.resolve(k, idem.ResolveSkip, cr)

@@ -59,13 +59,13 @@ type TxHarness struct {
 	// opts, with a fn that first makes one business write for key in the
 	// transaction, then returns what fn(ctx) returns. ctx must be passed on
 	// as it is given to the transaction's fn (it carries idem.Info).
-	Run func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
+	Run func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.RunTxOption) error
 	// Rows returns the committed business writes, counted by key.
 	Rows func(ctx context.Context, s idemstore.Store) (map[idem.Key]int, error)
 	// CatchUp, if set, calls idem.CatchUpTx on s with the same business
 	// write for each period's key (job, p.Name), then fn(ctx, p); TestModel
 	// then also catches up a RunTx job.
-	CatchUp func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error)
+	CatchUp func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.CatchUpTxOption) (idem.CatchUpResult, error)
 }
 
 // SQLTx is the [TxHarness] of a store whose transactions are *sql.Tx and
@@ -94,7 +94,7 @@ func SQLTx() *TxHarness {
 				job TEXT NOT NULL, period TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (job, period))`)
 			return err
 		},
-		Run: func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
+		Run: func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.RunTxOption) error {
 			ts, ok := s.(idemstore.TxStore[*sql.Tx])
 			if !ok {
 				return fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.TxStore[*sql.Tx]", s)
@@ -106,7 +106,7 @@ func SQLTx() *TxHarness {
 				return fn(ctx)
 			}, opts...)
 		},
-		CatchUp: func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
+		CatchUp: func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.CatchUpTxOption) (idem.CatchUpResult, error) {
 			cs, ok := s.(idemstore.CatchUpTxStore[*sql.Tx])
 			if !ok {
 				return idem.CatchUpResult{}, fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.CatchUpTxStore[*sql.Tx]", s)
@@ -761,18 +761,31 @@ func (w *world) sync() {
 	}
 }
 
-func (w *world) opts(mode mMode) []idem.Option {
-	o := []idem.Option{idem.WithClock(w.clk), idem.WithLease(mLease), idem.OneAttempt(),
+// base is the options of every call of the model's jobs, but their mode.
+func (w *world) base() []idem.Option {
+	return []idem.Option{idem.WithClock(w.clk), idem.WithLease(mLease),
 		idem.WithBackoff(idem.WithMaxAttempts(mMaxAttempts, idem.Constant(mBackoff)))}
+}
+
+// mode is the mode option of a job in mode (the transactional calls take
+// none).
+func (w *world) mode(mode mMode) idem.ModeOption {
 	switch mode {
 	case modeAMO:
-		o = append(o, idem.AtMostOnce())
+		return idem.AtMostOnce()
 	case modeTP:
-		o = append(o, idem.TwoPhase(w.has))
-	default:
-		o = append(o, idem.AtLeastOnce())
+		return idem.TwoPhase(w.has)
 	}
-	return o
+	return idem.AtLeastOnce()
+}
+
+// optsOf is base's options as options of one call, followed by more.
+func optsOf[O any](base []idem.Option, more ...O) []O {
+	out := make([]O, 0, len(base)+len(more))
+	for _, o := range base {
+		out = append(out, any(o).(O))
+	}
+	return append(out, more...)
 }
 
 // queue returns the behaviours of fn's calls in order, then fnOK.
@@ -888,13 +901,12 @@ func (w *world) trigger(ctx context.Context, k idem.Key, fn func(context.Context
 	func() {
 		defer catch(&r)
 		mode := w.cfg.modes[k.Job]
-		opts := append(w.opts(mode), idem.ReportTo(&res))
 		ctx := crashCtx(ctx, crash)
 		if mode == modeTx {
-			r.err = w.h.Tx.Run(ctx, w.s, k, fn, opts...)
+			r.err = w.h.Tx.Run(ctx, w.s, k, fn, optsOf[idem.RunTxOption](w.base(), idem.OneAttempt(), idem.ReportTo(&res))...)
 			return
 		}
-		r.err = idem.RunWith(ctx, w.s, k, fn, opts...)
+		r.err = idem.RunWith(ctx, w.s, k, fn, optsOf[idem.RunOption](w.base(), w.mode(mode), idem.OneAttempt(), idem.ReportTo(&res))...)
 	}()
 	r.outcome, r.crashed = res.Outcome, errors.Is(r.err, ErrCrashed)
 	return r
@@ -928,7 +940,7 @@ func (w *world) exec(ctx context.Context, op mOp) (st rStep) {
 		var res idem.CatchUpResult
 		func() {
 			defer catch(&st.cu.rResult)
-			opts := append(w.opts(w.cfg.modes[op.cu.job]), idem.OnPeriod(func(idem.PeriodResult) { w.clk.clear() }))
+			opts := []idem.CatchUpPolicy{idem.OnPeriod(func(idem.PeriodResult) { w.clk.clear() })}
 			switch {
 			case op.cu.latest:
 				opts = append(opts, idem.CatchUpLatest())
@@ -953,10 +965,18 @@ func (w *world) exec(ctx context.Context, op mOp) (st rStep) {
 			}
 			ctx := crashCtx(ctx, op.crash)
 			if tx {
-				res, st.cu.err = w.h.Tx.CatchUp(ctx, w.s, op.cu.job, idem.Daily(time.UTC), fn, opts...)
+				txOpts := optsOf[idem.CatchUpTxOption](w.base(), idem.OneAttempt())
+				for _, o := range opts {
+					txOpts = append(txOpts, o)
+				}
+				res, st.cu.err = w.h.Tx.CatchUp(ctx, w.s, op.cu.job, idem.Daily(time.UTC), fn, txOpts...)
 				return
 			}
-			res, st.cu.err = idem.CatchUp(ctx, w.cs, op.cu.job, idem.Daily(time.UTC), fn, opts...)
+			cuOpts := optsOf[idem.CatchUpOption](w.base(), w.mode(w.cfg.modes[op.cu.job]), idem.OneAttempt())
+			for _, o := range opts {
+				cuOpts = append(cuOpts, o)
+			}
+			res, st.cu.err = idem.CatchUp(ctx, w.cs, op.cu.job, idem.Daily(time.UTC), fn, cuOpts...)
 		}()
 		st.cu.res = res
 	case opResolve:

@@ -52,11 +52,11 @@ type Harness struct {
 // Modes are the Run modes the suite exercises, by name.
 var modes = []struct {
 	name string
-	opt  func(has idem.DownstreamHas) idem.Option
+	opt  func(has idem.DownstreamHas) idem.ModeOption
 }{
-	{"at-least-once", func(idem.DownstreamHas) idem.Option { return idem.AtLeastOnce() }},
-	{"at-most-once", func(idem.DownstreamHas) idem.Option { return idem.AtMostOnce() }},
-	{"two-phase", func(h idem.DownstreamHas) idem.Option { return idem.TwoPhase(h) }},
+	{"at-least-once", func(idem.DownstreamHas) idem.ModeOption { return idem.AtLeastOnce() }},
+	{"at-most-once", func(idem.DownstreamHas) idem.ModeOption { return idem.AtMostOnce() }},
+	{"two-phase", func(h idem.DownstreamHas) idem.ModeOption { return idem.TwoPhase(h) }},
 }
 
 // downstream is the suite's fake downstream: it records each effect by key.
@@ -204,7 +204,7 @@ func testCrashPoints(t *testing.T, h Harness) {
 				s := h.open(t, clk)
 				d := newDownstream()
 				k := idem.Key{Job: "crash", Period: "2026-10-27"}
-				opts := []idem.Option{idem.WithClock(clk), m.opt(d.has)}
+				opts := []idem.RunOption{idem.WithClock(clk), m.opt(d.has)}
 				err := idem.RunWith(CrashAt(context.Background(), p), s, k, d.apply, opts...)
 				crashed := errors.Is(err, ErrCrashed)
 				if err != nil && !crashed {
@@ -286,9 +286,9 @@ func testTwoPhase(t *testing.T, h Harness) {
 			}
 			return d.apply(ctx)
 			// The auto clock also moves while fn runs (the heartbeat waits on
-			// it, as often as the store renews): WithWait lets the retry
+			// it, as often as the store renews): WaitForTurn lets the retry
 			// happen in this call whatever it reads.
-		}, idem.WithClock(clk), idem.TwoPhase(d.has), idem.WithWait())
+		}, idem.WithClock(clk), idem.TwoPhase(d.has), idem.WaitForTurn())
 		if err != nil || calls != 2 || d.count(k) != 1 {
 			t.Fatalf("%v, calls %d, effects %d", err, calls, d.count(k))
 		}
@@ -356,7 +356,7 @@ func testBackoff(t *testing.T, h Harness) {
 		t.Fatalf("record after 2 failures: %+v", rec)
 	}
 	h.advance(t, s, clk, 2*time.Hour)
-	if err := run(); !errors.Is(err, idem.ErrGaveUp) || calls != 3 {
+	if err := run(); !errors.Is(err, idem.ErrParked) || calls != 3 {
 		t.Fatalf("third attempt: %v, calls %d", err, calls)
 	}
 }
@@ -366,11 +366,11 @@ func testPark(t *testing.T, h Harness) {
 	s := h.open(t, clk)
 	k := idem.Key{Job: "park", Period: "2026-10-27"}
 	bad := errors.New("account closed")
-	if err := idem.RunWith(context.Background(), s, k, func(context.Context) error { return idem.Permanent(bad) }, idem.WithClock(clk)); !errors.Is(err, idem.ErrGaveUp) || !errors.Is(err, bad) {
+	if err := idem.RunWith(context.Background(), s, k, func(context.Context) error { return idem.Permanent(bad) }, idem.WithClock(clk)); !errors.Is(err, idem.ErrParked) || !errors.Is(err, bad) {
 		t.Fatalf("permanent error: %v", err)
 	}
 	ran := false
-	if err := idem.RunWith(context.Background(), s, k, func(context.Context) error { ran = true; return nil }, idem.WithClock(clk)); !errors.Is(err, idem.ErrGaveUp) || ran {
+	if err := idem.RunWith(context.Background(), s, k, func(context.Context) error { ran = true; return nil }, idem.WithClock(clk)); !errors.Is(err, idem.ErrParked) || ran {
 		t.Fatalf("parked key: %v, ran %v", err, ran)
 	}
 	if err := s.Resolve(context.Background(), k, idem.ResolveRetry); err != nil {
@@ -499,8 +499,8 @@ func testFirstPeriodFails(t *testing.T, h Harness, parked bool) {
 	res, err = idem.CatchUp(ctx, s, first.Job, sched, ok2, idem.WithClock(clk), idem.OneAttempt())
 	if parked {
 		// The parked period stops the catch-up; the two after it wait.
-		if !errors.Is(err, idem.ErrGaveUp) || len(ran) != 0 || res.Deferred != 2 {
-			t.Fatalf("with %s parked: %v, ran %v, deferred %d; want ErrGaveUp, nothing run, 2 deferred", first, err, ran, res.Deferred)
+		if !errors.Is(err, idem.ErrParked) || len(ran) != 0 || res.Deferred != 2 {
+			t.Fatalf("with %s parked: %v, ran %v, deferred %d; want ErrParked, nothing run, 2 deferred", first, err, ran, res.Deferred)
 		}
 		if err := s.Resolve(ctx, first, idem.ResolveRetry); err != nil {
 			t.Fatalf("Reset: %v", err)

@@ -75,11 +75,9 @@ func eachChild(env eachEnv, mode string, killAt int64) error {
 			idemtest.Kill()
 		}
 	}
-	opts := []idem.Option{idem.WithWorkers(2), idem.WithLease(500 * time.Millisecond),
-		idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Millisecond))),
-		// The period's own done mark: another process may be making it
-		// (this Each would otherwise return ErrInProgress).
-		idem.WithWait()}
+	fanOut := idem.WithWorkers(2)
+	opts := []idem.Option{idem.WithLease(500 * time.Millisecond),
+		idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Millisecond)))}
 	if mode == "tx" {
 		granted := table(l, "granted")
 		_, err = idem.EachTx(ctx, l, points, accounts(killItems), func(ctx context.Context, tx pgx.Tx, item string) error {
@@ -88,7 +86,7 @@ func eachChild(env eachEnv, mode string, killAt int64) error {
 			}
 			maybeKill() // mid-transaction: the batch rolls back
 			return grant(ctx, tx, granted, item)
-		}, opts...)
+		}, fanOut, opts[0], opts[1])
 		return err
 	}
 	log, err := os.OpenFile(filepath.Join(env.dir, "effects.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -116,7 +114,7 @@ func eachChild(env eachEnv, mode string, killAt int64) error {
 		}
 		maybeKill() // after the effect, before its done mark: in doubt
 		return nil
-	}, append(opts, idem.TwoPhase(has))...)
+	}, fanOut, opts[0], opts[1], idem.TwoPhase(has))
 	return err
 }
 

@@ -47,7 +47,8 @@ func randomKillChild(env eachEnv, mode string, dieWhileRecording bool) error {
 			}
 		}
 	}
-	opts := []idem.Option{idem.WithWorkers(2), idem.WithLease(300 * time.Millisecond),
+	fanOut := idem.WithWorkers(2)
+	opts := []idem.Option{idem.WithLease(300 * time.Millisecond),
 		idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Millisecond)))}
 	// An item's work, 100-300 µs in all, is half before its effect and half
 	// after it (waiting for the effect's acknowledgement, say), so that kills
@@ -69,7 +70,7 @@ func randomKillChild(env eachEnv, mode string, dieWhileRecording bool) error {
 			}
 			work()
 			return nil
-		}, opts...)
+		}, fanOut, opts[0], opts[1])
 		return err
 	}
 	path := filepath.Join(env.dir, "effects.log")
@@ -78,18 +79,19 @@ func randomKillChild(env eachEnv, mode string, dieWhileRecording bool) error {
 		return err
 	}
 	defer log.Close()
+	var m idem.ModeOption
 	switch mode {
 	case "two-phase":
 		seen := &effectsReader{path: path, n: map[string]int{}}
-		opts = append(opts, idem.TwoPhase(func(ctx context.Context, _ idem.Key) (bool, error) {
+		m = idem.TwoPhase(func(ctx context.Context, _ idem.Key) (bool, error) {
 			info, _ := idem.InfoFrom(ctx)
 			n, err := seen.count(info.Item)
 			return n > 0, err
-		}))
+		})
 	case "at-most-once":
-		opts = append(opts, idem.AtMostOnce())
+		m = idem.AtMostOnce()
 	case "at-least-once":
-		opts = append(opts, idem.AtLeastOnce())
+		m = idem.AtLeastOnce()
 	}
 	_, err = idem.Each(ctx, l, points, items, func(ctx context.Context, item string) error {
 		work()
@@ -104,7 +106,7 @@ func randomKillChild(env eachEnv, mode string, dieWhileRecording bool) error {
 		}
 		work()
 		return nil
-	}, opts...)
+	}, fanOut, opts[0], opts[1], m)
 	return err
 }
 

@@ -41,7 +41,7 @@ type Ledger struct {
 	pool     *pgxpool.Pool
 	owned    bool
 	schema   string
-	defaults []idem.Option
+	defaults []idem.StoreOption
 	q        queries
 }
 
@@ -57,7 +57,7 @@ type Option func(*config)
 
 type config struct {
 	schema  string
-	runOpts []idem.Option
+	runOpts []idem.StoreOption
 }
 
 // WithSchema keeps the ledger's tables in the schema name instead of
@@ -67,8 +67,10 @@ func WithSchema(name string) Option { return func(c *config) { c.schema = name }
 
 // WithRunOptions makes opts the defaults of every Run and RunTx on the
 // ledger (a lease, a backoff, a logger...), and of idem's other calls that
-// take the ledger as their store; options passed to a call override them.
-func WithRunOptions(opts ...idem.Option) Option {
+// take the ledger as their store; options passed to a call override them
+// (see [idem.StoreOption]). An invalid one makes New and Open return an
+// error matching [idem.ErrInvalidOption] before anything is written.
+func WithRunOptions(opts ...idem.StoreOption) Option {
 	return func(c *config) { c.runOpts = append(c.runOpts, opts...) }
 }
 
@@ -88,6 +90,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Ledger, erro
 	}
 	if c.schema == "" || len(c.schema) > 63 || strings.ContainsRune(c.schema, 0) {
 		return nil, fmt.Errorf("pgledger: invalid schema name %q (1 to 63 bytes, no NUL)", c.schema)
+	}
+	if err := idem.CheckStoreOptions(c.runOpts...); err != nil {
+		return nil, fmt.Errorf("pgledger: ledger in schema %q: %w", c.schema, err)
 	}
 	l := &Ledger{pool: pool, schema: c.schema, defaults: c.runOpts, q: newQueries(c.schema)}
 	if err := l.migrate(ctx); err != nil {
@@ -133,7 +138,7 @@ func (l *Ledger) String() string { return "pgledger.Ledger(schema " + strconv.Qu
 // Run runs fn for key on this ledger: see [idem.RunWith] for the protocol
 // and [idem.AtLeastOnce], [idem.AtMostOnce] and [idem.TwoPhase] for what
 // each mode guarantees.
-func (l *Ledger) Run(ctx context.Context, key idemstore.Key, fn func(context.Context) error, opts ...idem.Option) error {
+func (l *Ledger) Run(ctx context.Context, key idemstore.Key, fn func(context.Context) error, opts ...idem.RunOption) error {
 	return idem.RunWith(ctx, l, key, fn, opts...)
 }
 
@@ -147,18 +152,18 @@ func (l *Ledger) Run(ctx context.Context, key idemstore.Key, fn func(context.Con
 //
 // fn must use tx for its writes; writes through another connection are not
 // part of the transaction. See [idem.RunTxWith].
-func (l *Ledger) RunTx(ctx context.Context, key idemstore.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...idem.Option) error {
+func (l *Ledger) RunTx(ctx context.Context, key idemstore.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...idem.RunTxOption) error {
 	return idem.RunTxWith(ctx, l, key, fn, opts...)
 }
 
 // CatchUpTx is [idem.CatchUpTx] on this ledger: each due period's writes in
 // tx, its done mark and the job's catch-up cursor commit in one
 // transaction. See [Ledger.RunTx] for what fn must do.
-func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx pgx.Tx, p idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
+func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx pgx.Tx, p idem.Period) error, opts ...idem.CatchUpTxOption) (idem.CatchUpResult, error) {
 	return idem.CatchUpTx(ctx, l, job, sched, fn, opts...)
 }
 
-// Reset un-parks a key that gave up: it becomes runnable at once with its
+// Reset un-parks a parked key: it becomes runnable at once with its
 // failure count cleared. It is Resolve(ctx, key, idem.ResolveRetry).
 func (l *Ledger) Reset(ctx context.Context, key idemstore.Key) error {
 	return l.Resolve(ctx, key, idemstore.ResolveRetry)
@@ -167,7 +172,7 @@ func (l *Ledger) Reset(ctx context.Context, key idemstore.Key) error {
 // DefaultOptions returns the options given with [WithRunOptions]: the
 // defaults of every Run, RunTx, CatchUp and Each on the ledger, which the
 // idem engine applies before the call's own options.
-func (l *Ledger) DefaultOptions() []idem.Option { return l.defaults }
+func (l *Ledger) DefaultOptions() []idem.StoreOption { return l.defaults }
 
 // lockID is the key of a PostgreSQL advisory lock for what, in this
 // ledger's schema. Advisory locks are per database, so the schema is part

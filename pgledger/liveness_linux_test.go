@@ -26,8 +26,12 @@ var killedKey = idem.Key{Job: "settle", Period: "2026-10-27"}
 // killedRun is the job of TestKilledHolderTakenOverAtOnce in mode: it
 // counts its effect in the business table (in fn's transaction, in tx mode)
 // and, if kill, SIGKILLs this process inside fn, after the effect.
-func killedRun(ctx context.Context, l *pgledger.Ledger, mode string, kill bool, asked *atomic.Int32, opts ...idem.Option) error {
+func killedRun(ctx context.Context, l *pgledger.Ledger, mode string, kill bool, asked *atomic.Int32, opts ...idem.ReportOption) error {
 	if mode == "tx" {
+		var txOpts []idem.RunTxOption
+		for _, o := range opts {
+			txOpts = append(txOpts, o)
+		}
 		return l.RunTx(ctx, killedKey, func(ctx context.Context, tx pgx.Tx) error {
 			if err := addEffect(ctx, l, tx, killedKey); err != nil {
 				return err
@@ -36,13 +40,17 @@ func killedRun(ctx context.Context, l *pgledger.Ledger, mode string, kill bool, 
 				idemtest.Kill()
 			}
 			return nil
-		}, opts...)
+		}, txOpts...)
+	}
+	var runOpts []idem.RunOption
+	for _, o := range opts {
+		runOpts = append(runOpts, o)
 	}
 	switch mode {
 	case "at-most-once":
-		opts = append(opts, idem.AtMostOnce())
+		runOpts = append(runOpts, idem.AtMostOnce())
 	case "two-phase":
-		opts = append(opts, idem.TwoPhase(func(ctx context.Context, k idem.Key) (bool, error) {
+		runOpts = append(runOpts, idem.TwoPhase(func(ctx context.Context, k idem.Key) (bool, error) {
 			if asked != nil {
 				asked.Add(1)
 			}
@@ -60,7 +68,7 @@ func killedRun(ctx context.Context, l *pgledger.Ledger, mode string, kill bool, 
 			idemtest.Kill()
 		}
 		return nil
-	}, opts...)
+	}, runOpts...)
 }
 
 // TestKilledHolderTakenOverAtOnce: a child process (a pool of its own)
@@ -303,7 +311,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 	for _, mode := range []string{"tx", "two-phase"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			run := func(l *pgledger.Ledger, granted string, kill bool, opts ...idem.Option) (idem.EachResult, error) {
+			run := func(l *pgledger.Ledger, granted string, kill bool, opts ...idem.FanOutOption) (idem.EachResult, error) {
 				ctx := context.Background()
 				maybeKill := func(item string) {
 					if kill && item == "acct-000005" {
@@ -317,7 +325,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 						}
 						maybeKill(item)
 						return nil
-					}, opts...)
+					}, fanOut[idem.EachTxOption](opts)...)
 				}
 				has := func(ctx context.Context, _ idem.Key) (bool, error) {
 					info, _ := idem.InfoFrom(ctx)
@@ -331,7 +339,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 					}
 					maybeKill(item)
 					return nil
-				}, append(opts, idem.TwoPhase(has))...)
+				}, append(fanOut[idem.EachOption](opts), idem.TwoPhase(has))...)
 			}
 			if idemtest.IsChild(t) {
 				idemtest.Start(t, "", func(schema string) { // does not return
@@ -368,4 +376,13 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fanOut is opts as options of Each (O = idem.EachOption) or EachTx.
+func fanOut[O any](opts []idem.FanOutOption) []O {
+	out := make([]O, len(opts))
+	for i, o := range opts {
+		out[i] = any(o).(O)
+	}
+	return out
 }

@@ -38,7 +38,7 @@ func modelTx() *idemtest.TxHarness {
 				` (job text NOT NULL, period text NOT NULL, n int NOT NULL, PRIMARY KEY (job, period))`)
 			return err
 		},
-		Run: func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
+		Run: func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.RunTxOption) error {
 			l := s.(*pgledger.Ledger)
 			return l.RunTx(ctx, key, func(ctx context.Context, tx pgx.Tx) error {
 				if err := modelWrite(ctx, l, tx, key); err != nil {
@@ -47,7 +47,7 @@ func modelTx() *idemtest.TxHarness {
 				return fn(ctx)
 			}, opts...)
 		},
-		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
+		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.CatchUpTxOption) (idem.CatchUpResult, error) {
 			l := s.(*pgledger.Ledger)
 			return l.CatchUpTx(ctx, job, sched, func(ctx context.Context, tx pgx.Tx, p idem.Period) error {
 				if err := modelWrite(ctx, l, tx, idem.Key{Job: job, Period: p.Name}); err != nil {

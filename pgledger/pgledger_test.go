@@ -182,8 +182,8 @@ func TestRunTxRollback(t *testing.T) {
 		}
 		return idem.Permanent(bad)
 	})
-	if !errors.Is(err, bad) || !errors.Is(err, idem.ErrGaveUp) {
-		t.Fatalf("RunTx: %v; want ErrGaveUp wrapping fn's error", err)
+	if !errors.Is(err, bad) || !errors.Is(err, idem.ErrParked) {
+		t.Fatalf("RunTx: %v; want ErrParked wrapping fn's error", err)
 	}
 	if n := effects(t, l, k); n != 0 {
 		t.Fatalf("effects %d after a rolled-back attempt", n)
@@ -658,7 +658,7 @@ func TestOpen(t *testing.T) {
 	dropSchemaLater(t, newPool(t), schema)
 	var results []idem.Result
 	l, err := pgledger.Open(ctx, dsn, pgledger.WithSchema(schema),
-		pgledger.WithRunOptions(idem.WithObserver(func(r idem.Result) { results = append(results, r) })))
+		pgledger.WithRunOptions(idem.OnResult(func(r idem.Result) { results = append(results, r) })))
 	if err != nil {
 		t.Fatal(err)
 	}

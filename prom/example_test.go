@@ -66,7 +66,7 @@ func Example() {
 	// idem_errors_total{job="daily_report"} 1
 	// idem_errors_total{job="daily_settle"} 0
 	// idem_keys{job="daily_report",status="parked"} 1
-	// idem_runs_total{job="daily_report",outcome="gave_up"} 1
+	// idem_runs_total{job="daily_report",outcome="parked"} 1
 	// idem_runs_total{job="daily_settle",outcome="already_done"} 1
 	// idem_runs_total{job="daily_settle",outcome="ran"} 1
 }

@@ -10,15 +10,22 @@
 //
 // Metrics:
 //
-//	idem_runs_total{job,outcome}      counter    calls of Run by outcome (idem.Outcome.String(): ran, already_done, gave_up, ...)
+//	idem_runs_total{job,outcome}      counter    calls of Run by outcome (idem.Outcome.String(): ran, already_done, parked, ...)
 //	idem_run_duration_seconds{job}    histogram  how long each call of Run took, waits and retries included
 //	idem_retries_total{job}           counter    extra attempts of fn within a call (Result.Attempts-1)
 //	idem_errors_total{job}            counter    calls of Run that returned an error
+//	idem_items_total{job,status}      counter    items of the fan-out periods completed (Each returned ran), by final status: done, parked
 //	idem_keys{job,status}             gauge      keys that are pending (running or failed), unknown or parked, read from the Lister at scrape time
 //	idem_ledger_up                    gauge      1 if the last read of the Lister succeeded, 0 if it failed (only with a Lister)
 //
+// A "call of Run" is one Run or RunTx, one period of CatchUp (skipped
+// periods included), or one call of Each or EachTx: a fan-out period is
+// counted once per call, with its outcome, not per item. Its items are
+// counted in idem_items_total by the call that completes the period (two
+// hosts completing one period at the same moment may both count them).
+//
 // Alert on idem_keys{status="unknown"} > 0 (a person must run Resolve) and
-// idem_keys{status="parked"} > 0 (a job gave up; Reset it once fixed).
+// idem_keys{status="parked"} > 0 (a key is parked; Reset it once fixed).
 package prom
 
 import (
@@ -83,6 +90,7 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	retries  *prometheus.CounterVec
 	errors   *prometheus.CounterVec
+	items    *prometheus.CounterVec
 	keys     *keysCollector
 }
 
@@ -99,7 +107,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m := &Metrics{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "idem_runs_total",
-			Help:        "Calls of idem's Run, by job and outcome (ran, already_done, recovered, skipped, in_progress, unknown, backing_off, gave_up, lease_lost, failed).",
+			Help:        "Calls of idem's Run, by job and outcome (ran, already_done, recovered, skipped, in_progress, unknown, backing_off, parked, lease_lost, failed).",
 			ConstLabels: c.constLabels,
 		}, []string{"job", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -118,10 +126,15 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help:        "Calls of idem's Run that returned an error (the period is not done).",
 			ConstLabels: c.constLabels,
 		}, []string{"job"}),
+		items: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "idem_items_total",
+			Help:        "Items of the fan-out periods that idem's Each completed, by final status (done, parked).",
+			ConstLabels: c.constLabels,
+		}, []string{"job", "status"}),
 		keys: newKeysCollector(c.constLabels, c.scrapeTimeout),
 	}
 	m.keys.setLister(c.lister)
-	for _, col := range []prometheus.Collector{m.runs, m.duration, m.retries, m.errors, m.keys} {
+	for _, col := range []prometheus.Collector{m.runs, m.duration, m.retries, m.errors, m.items, m.keys} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("idem/prom: register: %w", err)
 		}
@@ -129,8 +142,15 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
-// Observe records one Run's result. It is the function to give
-// idem.WithObserver; [Metrics.Option] does that.
+// Item statuses of idem_items_total.
+const (
+	ItemsDone   = "done"
+	ItemsParked = "parked"
+)
+
+// Observe records one Run's result (or one Each's: see the package doc).
+// It is the function to give idem.OnResult; [Metrics.Option] does
+// that.
 func (m *Metrics) Observe(r idem.Result) {
 	job := r.Key.Job
 	m.keys.seen(job)
@@ -146,12 +166,17 @@ func (m *Metrics) Observe(r idem.Result) {
 	} else {
 		m.errors.WithLabelValues(job)
 	}
+	if r.Outcome == idem.Ran && r.Items.Total() > 0 {
+		// Each completed the period now: every item is done or parked.
+		m.items.WithLabelValues(job, ItemsDone).Add(float64(r.Items.Done))
+		m.items.WithLabelValues(job, ItemsParked).Add(float64(r.Items.Parked))
+	}
 }
 
-// Option returns an idem option that records every Run it is passed to:
-// idem.WithObserver(m.Observe). Pass it to a Run, to CatchUp, or to
-// idem.OpenLedger to record every Run on that ledger.
-func (m *Metrics) Option() idem.Option { return idem.WithObserver(m.Observe) }
+// Option returns an idem option that records every call it is passed to:
+// idem.OnResult(m.Observe). Pass it to a Run, to CatchUp, to Each, or
+// to idem.OpenLedger to record every call on that ledger.
+func (m *Metrics) Option() idem.Option { return idem.OnResult(m.Observe) }
 
 // Watch makes idem_keys report the records of l (a Ledger, or any
 // idemstore.Lister), read at every scrape. A later call replaces l; nil stops
@@ -172,7 +197,7 @@ type keysCollector struct {
 func newKeysCollector(constLabels prometheus.Labels, timeout time.Duration) *keysCollector {
 	return &keysCollector{
 		keys: prometheus.NewDesc("idem_keys",
-			"Keys of a job by status, read from the ledger at scrape time: pending (running or failed, idem retries them), unknown (awaiting Resolve), parked (gave up, awaiting Reset).",
+			"Keys of a job by status, read from the ledger at scrape time: pending (running or failed, idem retries them), unknown (awaiting Resolve), parked (awaiting Reset).",
 			[]string{"job", "status"}, constLabels),
 		up: prometheus.NewDesc("idem_ledger_up",
 			"1 if the last read of the ledger for idem_keys succeeded, 0 if it failed.",

@@ -94,8 +94,8 @@ func TestMetricsFromRealLedger(t *testing.T) {
 	// second Run finds it parked.
 	for range 2 {
 		err = l.Run(ctx, idem.Key{Job: "broken", Period: "2026-10-27"}, func(context.Context) error { return boom }, noWait, m.Option())
-		if !errors.Is(err, idem.ErrGaveUp) {
-			t.Fatalf("broken: got %v, want ErrGaveUp", err)
+		if !errors.Is(err, idem.ErrParked) {
+			t.Fatalf("broken: got %v, want ErrParked", err)
 		}
 	}
 	// pay: at-most-once and fails: the outcome is unknown.
@@ -112,7 +112,7 @@ func TestMetricsFromRealLedger(t *testing.T) {
 		{"idem_runs_total", "job=settle,outcome=ran", 1},
 		{"idem_runs_total", "job=settle,outcome=already_done", 1},
 		{"idem_runs_total", "job=flaky,outcome=ran", 1},
-		{"idem_runs_total", "job=broken,outcome=gave_up", 2},
+		{"idem_runs_total", "job=broken,outcome=parked", 2},
 		{"idem_runs_total", "job=pay,outcome=unknown", 1},
 		{"idem_run_duration_seconds", "job=settle", 2},
 		{"idem_run_duration_seconds", "job=broken", 2},
@@ -193,5 +193,65 @@ func TestNewRefusesDoubleRegistration(t *testing.T) {
 	}
 	if _, err := prom.New(reg); err == nil {
 		t.Fatal("second New on the same registry: no error")
+	}
+}
+
+// TestFanOutCountedOncePerCall: an Each is one observation of its period
+// (with its outcome, also when items are unknown), and its items are
+// counted by final status when the call completes the period; a later
+// Each of the done period adds an already_done and no items.
+func TestFanOutCountedOncePerCall(t *testing.T) {
+	ctx := context.Background()
+	l, err := idem.OpenLedger(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reg := prometheus.NewRegistry()
+	m, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abcd := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") && yield("d") })
+	grant := idem.Key{Job: "grant", Period: "2026-10-27"}
+	for range 2 {
+		_, err := idem.Each(ctx, l, grant, abcd, func(_ context.Context, it string) error {
+			if it == "d" {
+				return idem.Permanent(errors.New("account frozen"))
+			}
+			return nil
+		}, m.Option())
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// pay: at most once, an item fails: unknown, the period stays open.
+	_, err = idem.Each(ctx, l, idem.Key{Job: "pay", Period: "2026-10-27"}, abcd, func(_ context.Context, it string) error {
+		if it == "b" {
+			return errors.New("gateway timeout")
+		}
+		return nil
+	}, idem.AtMostOnce(), m.Option())
+	if !errors.Is(err, idem.ErrUnknownOutcome) {
+		t.Fatalf("pay: %v, want ErrUnknownOutcome", err)
+	}
+	g := gather(t, reg)
+	for _, c := range []struct {
+		name, labels string
+		want         float64
+	}{
+		{"idem_runs_total", "job=grant,outcome=ran", 1},
+		{"idem_runs_total", "job=grant,outcome=already_done", 1},
+		{"idem_run_duration_seconds", "job=grant", 2},
+		{"idem_items_total", "job=grant,status=done", 3},
+		{"idem_items_total", "job=grant,status=parked", 1},
+		{"idem_errors_total", "job=grant", 0},
+		{"idem_runs_total", "job=pay,outcome=unknown", 1},
+		{"idem_errors_total", "job=pay", 1},
+		{"idem_items_total", "job=pay,status=done", -1}, // not completed: no items counted
+	} {
+		if got := g.value(c.name, c.labels); got != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
+		}
 	}
 }

@@ -23,12 +23,12 @@ func TestExitCode(t *testing.T) {
 		{"ran", []idem.PeriodResult{pr(idem.AlreadyDone, nil), pr(idem.Ran, nil)}, exitOK},
 		{"recovered", []idem.PeriodResult{pr(idem.Recovered, nil)}, exitOK},
 		{"ran then failed", []idem.PeriodResult{pr(idem.Ran, nil), pr(idem.BackingOff, boom)}, exitFailed},
-		{"gave up", []idem.PeriodResult{pr(idem.GaveUp, boom)}, exitFailed},
+		{"parked", []idem.PeriodResult{pr(idem.Parked, boom)}, exitFailed},
 		{"store failed", []idem.PeriodResult{pr(idem.Failed, boom)}, exitFailed},
 		{"busy", []idem.PeriodResult{pr(idem.InProgress, boom)}, exitBusy},
 		{"lease lost", []idem.PeriodResult{pr(idem.LeaseLost, boom)}, exitBusy},
 		{"unknown", []idem.PeriodResult{pr(idem.Ran, nil), pr(idem.Unknown, boom)}, exitUnknown},
-		{"unknown beats failed", []idem.PeriodResult{pr(idem.GaveUp, boom), pr(idem.Unknown, boom)}, exitUnknown},
+		{"unknown beats failed", []idem.PeriodResult{pr(idem.Parked, boom), pr(idem.Unknown, boom)}, exitUnknown},
 		{"failed beats busy", []idem.PeriodResult{pr(idem.InProgress, boom), pr(idem.BackingOff, boom)}, exitFailed},
 	} {
 		if got := exitCode(c.periods); got != c.want {

@@ -26,7 +26,7 @@ import (
 // Exit codes. `idem run` uses all of them; the other commands use 0, 1 and 2.
 const (
 	exitOK      = 0 // run: at least one period ran and every due period is settled
-	exitFailed  = 1 // run: the command failed, is backing off, or gave up; others: the operation was refused or failed
+	exitFailed  = 1 // run: the command failed, is backing off, or is parked; others: the operation was refused or failed
 	exitUsage   = 2 // bad flags or arguments, or the ledger cannot be opened
 	exitDone    = 3 // run: nothing was due, every period was done already
 	exitBusy    = 4 // run: another run holds a period

@@ -592,8 +592,8 @@ func TestFailureParksThenReset(t *testing.T) {
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	failing := []string{"run", "--job", "report", "--tz", "UTC", "--max-attempts", "1", "--", "sh", "-c", `echo "$IDEM_ATTEMPT" >> out.txt; exit 3`}
 	_, stderr := e.want(exitFailed, failing...)
-	if !strings.Contains(stderr, "gave up") || !strings.Contains(stderr, "exited with status 3") || !strings.Contains(stderr, "idem reset --ledger") {
-		t.Errorf("stderr of a run that gave up: %q", stderr)
+	if !strings.Contains(stderr, ": parked") || !strings.Contains(stderr, "exited with status 3") || !strings.Contains(stderr, "idem reset --ledger") {
+		t.Errorf("stderr of a run that parked its period: %q", stderr)
 	}
 	e.want(exitFailed, failing...) // parked: does not run again
 	if got := e.lines("out.txt"); !equal(got, []string{"1"}) {
@@ -1035,7 +1035,7 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 		return append(args, "--", "sh", "-c", `echo "$IDEM_PERIOD" >> `+cmd)
 	}
 	_, stderr := e.want(exitFailed, run("tried.txt; exit 1")...)
-	if !strings.Contains(stderr, "j 2026-11-30: gave up") || !strings.Contains(stderr, "idem reset --ledger "+e.ledger+" j 2026-11-30") {
+	if !strings.Contains(stderr, "j 2026-11-30: parked") || !strings.Contains(stderr, "idem reset --ledger "+e.ledger+" j 2026-11-30") {
 		t.Fatalf("the failing first run says:\n%s", stderr)
 	}
 	out, _ := e.want(exitOK, "ls", "--job", "j")
@@ -1052,7 +1052,7 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 	if got := e.lines("out.txt"); len(got) != 0 {
 		t.Fatalf("ran %q past the parked first period", got)
 	}
-	if !strings.Contains(stderr, "j 2026-11-30: gave up") {
+	if !strings.Contains(stderr, "j 2026-11-30: parked") {
 		t.Fatalf("the run two days later says:\n%s", stderr)
 	}
 	out, _ = e.want(exitOK, "reset", "j", "2026-11-30")

@@ -423,7 +423,7 @@ func passedAfterRetry(cmd *cobra.Command, s idemstore.CatchUpStore, key idem.Key
 func newResetCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "reset JOB PERIOD",
-		Short: "Un-park a period that gave up (or cut a backoff short), so the next run retries it",
+		Short: "Un-park a parked period (or cut a backoff short), so the next run retries it",
 		Long: `Make a parked period runnable again: the next 'idem run' runs it, with its
 failure count cleared. A period is parked after --max-attempts failures;
 fix the cause first.

@@ -89,7 +89,7 @@ with --catch-up none) is left to you ('idem ls' says so).
 
 Exit status of 'idem run':
   0  ran: at least one period ran now, and every due period is settled
-  1  failed: COMMAND failed (it is backing off, or gave up and is parked),
+  1  failed: COMMAND failed (it is backing off, or parked),
      or idem was stopped by a signal
   2  usage or setup error: bad flags, unknown zone or schedule, COMMAND not
      found, ledger cannot be opened
@@ -170,20 +170,20 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if err != nil {
 		return usageError(err)
 	}
-	var opts []idem.Option
+	var mode idem.ModeOption
 	switch o.mode {
 	case "at-least-once", "atleastonce":
-		opts = append(opts, idem.AtLeastOnce())
+		mode = idem.AtLeastOnce()
 	case "at-most-once", "atmostonce":
-		opts = append(opts, idem.AtMostOnce())
+		mode = idem.AtMostOnce()
 	default:
 		return usageError(fmt.Errorf("--mode %q: use at-least-once or at-most-once", o.mode))
 	}
 	if o.max < 0 {
 		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
 	}
-	if o.lease <= 0 {
-		return usageError(fmt.Errorf("--lease %v: must be positive", o.lease))
+	if o.lease < idem.MinLease {
+		return usageError(fmt.Errorf("--lease %v: must be at least %v", o.lease, idem.MinLease))
 	}
 	if o.maxAttempts < 1 {
 		return usageError(fmt.Errorf("--max-attempts %d: must be at least 1", o.maxAttempts))
@@ -194,15 +194,16 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if o.retryWithin < 0 {
 		return usageError(fmt.Errorf("--retry-within %v: must not be negative", o.retryWithin))
 	}
+	var policies []idem.CatchUpPolicy
 	switch o.catchUp {
 	case "all":
-		opts = append(opts, idem.CatchUpAll(o.max))
+		policies = append(policies, idem.CatchUpAll(o.max))
 	case "latest", "none":
 		if cmd.Flags().Changed("max") {
 			return usageError(fmt.Errorf("--max applies to --catch-up all only"))
 		}
 		if o.catchUp == "latest" {
-			opts = append(opts, idem.CatchUpLatest())
+			policies = append(policies, idem.CatchUpLatest())
 		}
 	default:
 		return usageError(fmt.Errorf("--catch-up %q: use all, latest or none", o.catchUp))
@@ -215,22 +216,26 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		if err != nil {
 			return usageError(fmt.Errorf("--since: %w", err))
 		}
-		opts = append(opts, idem.Since(t))
+		policies = append(policies, idem.Since(t))
 	}
 	clk, err := clock()
 	if err != nil {
 		return err
 	}
-	opts = append(opts,
+	growth := idem.Exponential(o.backoff)
+	if o.backoff == 0 {
+		growth = idem.Constant(0) // --backoff 0: retry at once
+	}
+	common := []idem.Option{
 		idem.WithLease(o.lease),
 		idem.WithBackoff(idem.WithMaxAttempts(o.maxAttempts,
-			idem.WithEqualJitter(idem.WithCap(max(idem.DefaultBackoffCap, o.backoff), idem.Exponential(o.backoff))))),
-		idem.RetryWithin(o.retryWithin),
-		idem.WithClock(clk))
+			idem.WithEqualJitter(idem.WithCap(max(idem.DefaultBackoffCap, o.backoff), growth)))),
+		idem.WithClock(clk)}
 	if o.verbose {
 		// Retried failures and lost leases, which the summary lines do not show.
-		opts = append(opts, idem.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+		common = append(common, idem.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	}
+	attempt := idem.RetryWithin(o.retryWithin)
 
 	ctx, cancel := context.WithCancelCause(cmd.Context())
 	defer cancel(nil)
@@ -262,13 +267,23 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if o.catchUp == "none" {
 		p := idem.LastPeriod(sched, clk.Now())
 		var r idem.Result
+		opts := []idem.RunOption{mode, attempt, idem.ReportTo(&r)}
+		for _, c := range common {
+			opts = append(opts, c)
+		}
 		err := idem.RunWith(ctx, store, idem.Key{Job: o.job, Period: p.Name},
-			func(ctx context.Context) error { return sup.run(ctx, p) }, append(opts, idem.ReportTo(&r))...)
+			func(ctx context.Context) error { return sup.run(ctx, p) }, opts...)
 		pr := idem.PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
 		rep.period(pr)
 		periods = []idem.PeriodResult{pr}
 	} else {
-		opts = append(opts, idem.OnPeriod(rep.period))
+		opts := []idem.CatchUpOption{mode, attempt, idem.OnPeriod(rep.period)}
+		for _, c := range common {
+			opts = append(opts, c)
+		}
+		for _, p := range policies {
+			opts = append(opts, p)
+		}
 		res, err := idem.CatchUp(ctx, store, o.job, sched, sup.run, opts...)
 		periods, runErr = res.Periods, err
 		if err != nil && len(res.Periods) == 0 {
@@ -409,8 +424,8 @@ func (r reporter) period(pr idem.PeriodResult) {
 		}
 		fmt.Fprintf(r.w, "idem: %s: backing off%s%s%s\n  A run after that time retries it%s; 'idem reset%s %s %s' allows it now.\n",
 			name, until, failed, cause(), r.whileLatest(), r.hint, r.job, pr.Period.Name)
-	case idem.GaveUp:
-		fmt.Fprintf(r.w, "idem: %s: gave up%s, parked%s\n  Fix the cause, then run: idem reset%s %s %s\n",
+	case idem.Parked:
+		fmt.Fprintf(r.w, "idem: %s: parked%s%s\n  Fix the cause, then run: idem reset%s %s %s\n",
 			name, attempt, cause(), r.hint, r.job, pr.Period.Name)
 		if r.none {
 			fmt.Fprintf(r.w, "  After the reset, a run retries it%s.\n", r.whileLatest())

@@ -58,7 +58,7 @@ type TxRunner interface {
 	// RunTx runs key with the store's RunTx. fn is the attempt: it calls
 	// bump, which applies the deliberately non-idempotent effect (n = n + 1
 	// of key's row) through the transaction.
-	RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, bump func(context.Context) error) error, opts ...idem.Option) error
+	RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, bump func(context.Context) error) error, opts ...idem.RunTxOption) error
 	// Counts returns how often the effect was applied, per key
 	// ("job/period").
 	Counts(ctx context.Context) (map[string]int, error)
@@ -151,7 +151,7 @@ func (s sqliteTx) Setup(ctx context.Context) error {
 // that a second application shows as n = 2.
 const sqliteEffectSQL = `INSERT INTO effects(key, n) VALUES(?, 1) ON CONFLICT(key) DO UPDATE SET n = n + 1`
 
-func (s sqliteTx) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context) error) error, opts ...idem.Option) error {
+func (s sqliteTx) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context) error) error, opts ...idem.RunTxOption) error {
 	return s.l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 		return fn(ctx, func(ctx context.Context) error {
 			_, err := tx.ExecContext(ctx, sqliteEffectSQL, key.String())

@@ -123,8 +123,13 @@ func runWorker(cfg workerConfig) int {
 		}
 		defer w.effects.Close()
 	}
-	w.opts = []idem.Option{
-		idem.WithWait(),
+	w.txOpts = []idem.RunTxOption{
+		idem.WaitForTurn(),
+		idem.WithLease(cfg.Lease),
+		idem.WithBackoff(idem.WithMaxAttempts(1000, idem.Constant(time.Millisecond))),
+	}
+	w.opts = []idem.RunOption{
+		idem.WaitForTurn(),
 		idem.WithLease(cfg.Lease),
 		idem.WithBackoff(idem.WithMaxAttempts(1000, idem.Constant(time.Millisecond))),
 	}
@@ -137,7 +142,7 @@ func runWorker(cfg workerConfig) int {
 		w.opts = append(w.opts, idem.TwoPhase(w.downstreamHas))
 	}
 	lg.printf("start")
-	// Run waits out busy keys (WithWait) until its context ends: the
+	// Run waits out busy keys (WaitForTurn) until its context ends: the
 	// deadline bounds every call, and the watchdog gives up much sooner on a
 	// worker that settles nothing.
 	ctx, cancel := context.WithDeadline(ctx, cfg.Deadline)
@@ -157,7 +162,8 @@ type worker struct {
 	rng     *rand.Rand // key order: seeded
 	sleep   *rand.Rand // the effect's pauses (only the worker's goroutine uses it)
 	effects *os.File
-	opts    []idem.Option
+	opts    []idem.RunOption   // the options of every Run
+	txOpts  []idem.RunTxOption // the options of every RunTx (tx mode)
 	lastErr map[idem.Key]string
 
 	progress atomic.Int64          // when a key was last settled (UnixNano)
@@ -274,7 +280,7 @@ func (w *worker) loop(ctx context.Context, watermark bool) int {
 			w.lg.printf("deadline: %d units unsettled, first %s", len(units), units[0][0])
 			return workerDeadline
 		}
-		// Run waits out leases and backoffs itself (WithWait): a worker
+		// Run waits out leases and backoffs itself (WaitForTurn): a worker
 		// that settles nothing for cfg.Stall is stopped by its watchdog.
 		// Visit the units in a random order; settle at most one key of each
 		// per visit, so that the workers' paths interleave.
@@ -311,13 +317,12 @@ func (w *worker) loop(ctx context.Context, watermark bool) int {
 // ErrUnknownOutcome.
 func (w *worker) runKey(ctx context.Context, key idem.Key) (settled, unknown bool) {
 	var res idem.Result
-	opts := append(w.opts[:len(w.opts):len(w.opts)], idem.ReportTo(&res))
 	var err error
 	w.current.Store(&inRun{key: key, since: time.Now()})
 	if w.cfg.Mode == "tx" {
-		err = w.h.Tx.RunTx(ctx, key, w.txEffect, opts...)
+		err = w.h.Tx.RunTx(ctx, key, w.txEffect, append(w.txOpts[:len(w.txOpts):len(w.txOpts)], idem.ReportTo(&res))...)
 	} else {
-		err = idem.RunWith(ctx, w.h.Store, key, w.effect, opts...)
+		err = idem.RunWith(ctx, w.h.Store, key, w.effect, append(w.opts[:len(w.opts):len(w.opts)], idem.ReportTo(&res))...)
 	}
 	w.current.Store(nil)
 	switch {

@@ -109,7 +109,7 @@ func (p pgTx) Setup(ctx context.Context) error {
 	return err
 }
 
-func (p pgTx) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context) error) error, opts ...idem.Option) error {
+func (p pgTx) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context) error) error, opts ...idem.RunTxOption) error {
 	// NOT idempotent on purpose, so that a second application shows as n = 2.
 	bump := `INSERT INTO ` + p.table() + ` AS e (key, n) VALUES ($1, 1) ON CONFLICT (key) DO UPDATE SET n = e.n + 1`
 	return p.l.RunTx(ctx, key, func(ctx context.Context, tx pgx.Tx) error {
