@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/idemtest"
 )
 
 // TestItemIDsRoundTrip: item ids with quotes, backslashes and runes outside
@@ -292,24 +293,40 @@ func TestWritesAfterCancelledWrites(t *testing.T) {
 // TestEachSlowItemsKeepTheirChunk: items slower in total than the lease are
 // worked by the attempt that claimed their chunk, to the end: a window ends
 // after a third of the lease and its done marks renew the lease, so the
-// chunk is never left to expire and be claimed again.
+// chunk is never left to expire and be claimed again. The items take their
+// time on a fake clock, so that a busy machine cannot make them slower.
 func TestEachSlowItemsKeepTheirChunk(t *testing.T) {
+	t.Parallel()
 	const lease = 150 * time.Millisecond
-	l := openLedger(t, t.TempDir(), idem.WithLease(lease))
+	clk := idemtest.NewClock(t0)
+	l := openLedger(t, t.TempDir(), idem.WithLease(lease), idem.WithClock(clk))
 	got := newTally()
 	var mu sync.Mutex
 	attempts := map[int64]int{}
+	var commits []time.Time
 	res, err := idem.Each(context.Background(), l, points, accounts(30), func(ctx context.Context, item string) error {
 		info, _ := idem.InfoFrom(ctx)
 		mu.Lock()
 		attempts[info.Attempt]++
 		mu.Unlock()
-		time.Sleep(20 * time.Millisecond) // 30 items: four leases' worth
+		clk.Advance(20 * time.Millisecond) // 30 items: four leases' worth
 		got.add(item)
 		return nil
-	}, idem.WithWorkers(1))
+	}, idem.WithWorkers(1), idem.OnProgress(func(p idem.EachProgress) {
+		commits = append(commits, clk.Now()) // one call at a time
+	}))
 	if err != nil || res.Counts.Done != 30 {
 		t.Fatalf("Each: %v, %+v", err, res)
+	}
+	// Each commit renewed the chunk's lease before it ran out: from the
+	// claim (at t0) to each commit, and from each commit to the next, less
+	// than a lease passed.
+	last := t0
+	for i, at := range commits {
+		if at.Sub(last) >= lease {
+			t.Fatalf("commit %d of %d came %s after the one before (lease %s): the chunk's lease ran out; commits at %v", i+1, len(commits), at.Sub(last), lease, commits)
+		}
+		last = at
 	}
 	got.check(t, 30, false)
 	if len(attempts) != 1 || attempts[1] != 30 {
