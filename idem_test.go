@@ -417,7 +417,10 @@ func TestHeartbeatKeepsLease(t *testing.T) {
 // started by a timer a third of a lease after fn starts (no goroutine
 // before); it then renews the lease for as long as fn runs.
 func TestHeartbeatKeepsLeaseSystemClock(t *testing.T) {
-	const lease = 150 * time.Millisecond
+	t.Parallel()
+	// A renewal every 200 ms: a busy machine would have to stall the
+	// heartbeat (or its write) for 400 ms to lose the lease.
+	const lease = 600 * time.Millisecond
 	l := openLedger(t, t.TempDir(), idem.WithLease(lease))
 	ctx := context.Background()
 	inFn := make(chan struct{})
