@@ -3,6 +3,7 @@ package pgledger
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -38,22 +39,22 @@ var (
 // unnest of an array, ON CONFLICT DO NOTHING) unless the set is sealed, and
 // makes the items that were new one chunk, numbered after the period's
 // last.
-func (l *Ledger) AddItems(ctx context.Context, key idemstore.Key, items []string) error {
+func (l *core) AddItems(ctx context.Context, key idemstore.Key, items []string) error {
 	if len(items) == 0 {
 		return nil
 	}
-	b := &pgx.Batch{}
-	b.Queue(l.q.openItems, key.Job, key.Period)
-	b.Queue(l.q.addItems, key.Job, key.Period, items)
-	if err := l.pool.SendBatch(ctx, b).Close(); err != nil {
+	if _, err := l.db.batch(ctx, []stmt{
+		{l.q.openItems, []any{key.Job, key.Period}},
+		{l.q.addItems, []any{key.Job, key.Period, items}},
+	}); err != nil {
 		return l.opErr("add items", key, err)
 	}
 	return nil
 }
 
 // SealItems implements [idemstore.ItemStore].
-func (l *Ledger) SealItems(ctx context.Context, key idemstore.Key) error {
-	if _, err := l.pool.Exec(ctx, l.q.sealItems, key.Job, key.Period); err != nil {
+func (l *core) SealItems(ctx context.Context, key idemstore.Key) error {
+	if _, err := l.db.exec(ctx, l.q.sealItems, key.Job, key.Period); err != nil {
 		return l.opErr("seal items", key, err)
 	}
 	return nil
@@ -67,12 +68,12 @@ func (l *Ledger) SealItems(ctx context.Context, key idemstore.Key) error {
 // server's clock (so a wait for it is right whatever the clocks'
 // difference; a deadline already passed on the server's clock comes out in
 // this process's past).
-func (l *Ledger) CountItems(ctx context.Context, key idemstore.Key) (idemstore.ItemCounts, error) {
+func (l *core) CountItems(ctx context.Context, key idemstore.Key) (idemstore.ItemCounts, error) {
 	var c idemstore.ItemCounts
 	var chunkPending, chunkRunning, settled, fromChunks int64
 	var next *time.Time
 	var dbNow time.Time
-	err := l.pool.QueryRow(ctx, l.q.countItems, key.Job, key.Period).Scan(&c.Sealed,
+	err := l.db.queryRow(ctx, l.q.countItems, []any{key.Job, key.Period}, &c.Sealed,
 		&chunkPending, &chunkRunning, &settled,
 		&c.Pending, &c.Running, &c.Failed, &c.Done, &c.Unknown, &c.Parked, &fromChunks, &next,
 		&dbNow)
@@ -107,7 +108,7 @@ func (l *Ledger) CountItems(ctx context.Context, key idemstore.Key) (idemstore.I
 //
 // The lease runs until the server's time plus req.Lease (idem.DefaultLease
 // if not positive); req.Now is ignored. A req.N below 1 counts as 1.
-func (l *Ledger) ClaimItems(ctx context.Context, key idemstore.Key, req idemstore.ItemClaimRequest) (idemstore.ItemBatch, error) {
+func (l *core) ClaimItems(ctx context.Context, key idemstore.Key, req idemstore.ItemClaimRequest) (idemstore.ItemBatch, error) {
 	n := max(req.N, 1)
 	lease := req.Lease
 	if lease <= 0 {
@@ -120,11 +121,13 @@ func (l *Ledger) ClaimItems(ctx context.Context, key idemstore.Key, req idemstor
 			return b, err
 		}
 		// Nothing runnable: are some holders' processes gone?
-		rows, err := l.pool.Query(ctx, l.q.runningOwners, key.Job, key.Period)
-		if err != nil {
-			return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
-		}
-		owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		var owners []string
+		err = l.db.query(ctx, l.q.runningOwners, []any{key.Job, key.Period}, func(scan func(...any) error) error {
+			var o string
+			err := scan(&o)
+			owners = append(owners, o)
+			return err
+		})
 		if err != nil {
 			return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
 		}
@@ -141,12 +144,12 @@ func (l *Ledger) ClaimItems(ctx context.Context, key idemstore.Key, req idemstor
 
 // claimItems is one pass of ClaimItems: a chunk, else single items; the
 // work of the owners in gone counts as if their leases had expired.
-func (l *Ledger) claimItems(ctx context.Context, key idemstore.Key, req idemstore.ItemClaimRequest, n int, lease time.Duration, gone []string) (idemstore.ItemBatch, error) {
+func (l *core) claimItems(ctx context.Context, key idemstore.Key, req idemstore.ItemClaimRequest, n int, lease time.Duration, gone []string) (idemstore.ItemBatch, error) {
 	var b idemstore.ItemBatch
 	var size, doubt, failures int
 	var items []string
-	err := l.pool.QueryRow(ctx, l.q.claimChunk, key.Job, key.Period, req.Owner, micros(lease), n, gone).
-		Scan(&b.Chunk, &b.Attempt, &size, &b.Pos, &doubt, &failures, &items)
+	err := l.db.queryRow(ctx, l.q.claimChunk, []any{key.Job, key.Period, req.Owner, micros(lease), n, gone},
+		&b.Chunk, &b.Attempt, &size, &b.Pos, &doubt, &failures, &items)
 	if err == nil {
 		if len(items) != size-b.Pos {
 			return idemstore.ItemBatch{}, l.opErr("claim items", key,
@@ -162,18 +165,16 @@ func (l *Ledger) claimItems(ctx context.Context, key idemstore.Key, req idemstor
 		}
 		return b, nil
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	if !errors.Is(err, sql.ErrNoRows) {
 		return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
 	}
-	rows, err := l.pool.Query(ctx, l.q.claimItems, key.Job, key.Period, req.Owner, micros(lease), int64(n), req.TakeUnknown, gone,
-		idemstore.NoteDied, idemstore.NoteExpired)
-	if err != nil {
-		return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
-	}
-	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (idemstore.ItemClaim, error) {
+	claims := []idemstore.ItemClaim{}
+	err = l.db.query(ctx, l.q.claimItems, []any{key.Job, key.Period, req.Owner, micros(lease), int64(n), req.TakeUnknown, gone,
+		idemstore.NoteDied, idemstore.NoteExpired}, func(scan func(...any) error) error {
 		var c idemstore.ItemClaim
-		err := row.Scan(&c.Item, &c.Attempt, &c.Failures, &c.Doubt)
-		return c, err
+		err := scan(&c.Item, &c.Attempt, &c.Failures, &c.Doubt)
+		claims = append(claims, c)
+		return err
 	})
 	if err != nil {
 		return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
@@ -182,34 +183,22 @@ func (l *Ledger) claimItems(ctx context.Context, key idemstore.Key, req idemstor
 	return idemstore.ItemBatch{Items: claims}, nil
 }
 
-// batcher is what sends a batch of statements: the pool (the batch then
-// runs in one implicit transaction) or a transaction.
-type batcher interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// execEach runs query once per item of a batch, in one round trip, and
-// returns the items whose statement changed no row. args(i) are the
-// arguments of item i's statement.
-func execEach(ctx context.Context, q batcher, query string, items []string, args func(i int) []any) (unchanged []string, err error) {
-	b := &pgx.Batch{}
+// execEach runs query once per item, in one batch (conn.batch: all or
+// nothing; with pgx, one round trip), and returns the items whose statement
+// changed no row. args(i) are the arguments of item i's statement.
+func execEach(ctx context.Context, q conn, query string, items []string, args func(i int) []any) (unchanged []string, err error) {
+	stmts := make([]stmt, len(items))
 	for i := range items {
-		b.Queue(query, args(i)...)
+		stmts[i] = stmt{query, args(i)}
 	}
-	br := q.SendBatch(ctx, b)
-	for _, it := range items {
-		tag, err := br.Exec()
-		if err != nil {
-			br.Close()
-			return nil, err
-		}
-		if tag.RowsAffected() == 0 {
+	n, err := q.batch(ctx, stmts)
+	if err != nil {
+		return nil, err
+	}
+	for i, it := range items {
+		if n[i] == 0 {
 			unchanged = append(unchanged, it)
 		}
-	}
-	// Sent through the pool, the batch commits here.
-	if err := br.Close(); err != nil {
-		return nil, err
 	}
 	return unchanged, nil
 }
@@ -231,7 +220,7 @@ func backoff(e idemstore.ItemEnd) *float64 {
 // finishItems ends single items' attempts, each with a statement fenced by
 // its attempt, and returns the items it did not end: their attempt changed,
 // or they are no longer running. A done item's failure count is cleared.
-func (l *Ledger) finishItems(ctx context.Context, q batcher, key idemstore.Key, ends []idemstore.ItemEnd) (lost []string, err error) {
+func (l *core) finishItems(ctx context.Context, q conn, key idemstore.Key, ends []idemstore.ItemEnd) (lost []string, err error) {
 	if err := idemstore.CheckEnds(ends); err != nil {
 		return nil, err
 	}
@@ -249,7 +238,7 @@ func (l *Ledger) finishItems(ctx context.Context, q batcher, key idemstore.Key, 
 // position, and writes the records of the ends that are not done, in one
 // statement (finishChunkSQL); moved is false when the attempt no longer
 // holds the chunk, and then nothing was written.
-func (l *Ledger) finishChunk(ctx context.Context, q querier, key idemstore.Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) (moved bool, err error) {
+func (l *core) finishChunk(ctx context.Context, q conn, key idemstore.Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) (moved bool, err error) {
 	if err := idemstore.CheckEnds(ends); err != nil {
 		return false, err
 	}
@@ -274,9 +263,9 @@ func (l *Ledger) finishChunk(ctx context.Context, q querier, key idemstore.Key, 
 		lease = time.Until(step.LeaseUntil)
 	}
 	var rows, recorded int64
-	err = q.QueryRow(ctx, l.q.finishChunk, key.Job, key.Period, step.Chunk, step.Attempt,
-		step.From+len(ends), max(step.Next, 0), micros(lease), step.From,
-		items, statuses, attempts, failures, backoffs, errs).Scan(&rows, &recorded)
+	err = q.queryRow(ctx, l.q.finishChunk, []any{key.Job, key.Period, step.Chunk, step.Attempt,
+		step.From + len(ends), max(step.Next, 0), micros(lease), step.From,
+		items, statuses, attempts, failures, backoffs, errs}, &rows, &recorded)
 	if err != nil {
 		return false, err
 	}
@@ -297,19 +286,19 @@ func (l *Ledger) finishChunk(ctx context.Context, q querier, key idemstore.Key, 
 // times); a backoff deadline is kept on the server's clock the same way:
 // end.NotBefore - end.Now from the server's time. The ends are recorded even
 // if ctx is cancelled.
-func (l *Ledger) FinishItems(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) ([]string, error) {
+func (l *core) FinishItems(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) ([]string, error) {
 	if len(ends) == 0 {
 		return nil, nil
 	}
 	ctx = context.WithoutCancel(ctx) // finished attempts must be recorded even if the caller gave up
 	if step.Chunk == 0 {
-		lost, err := l.finishItems(ctx, l.pool, key, ends)
+		lost, err := l.finishItems(ctx, l.db, key, ends)
 		if err != nil {
 			return nil, l.opErr("finish items", key, err)
 		}
 		return lost, nil
 	}
-	moved, err := l.finishChunk(ctx, l.pool, key, step, ends)
+	moved, err := l.finishChunk(ctx, l.db, key, step, ends)
 	if err != nil {
 		return nil, l.opErr("finish items", key, err)
 	}
@@ -342,48 +331,55 @@ func (l *Ledger) FinishItems(ctx context.Context, key idemstore.Key, step idemst
 // default window of 100 is fine for most databases, lower it on a very busy
 // one.
 func (l *Ledger) FinishItemsTx(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, claims []idemstore.ItemClaim, fn func(tx pgx.Tx, c idemstore.ItemClaim) error, failed func(c idemstore.ItemClaim, err error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
+	return finishItemsTx(ctx, &l.core, key, step, claims, func(t tx) pgx.Tx { return t.(pgxTx).tx }, fn, failed)
+}
+
+// finishItemsTx is FinishItemsTx on either connection; raw gives fn the
+// adapter's own transaction.
+func finishItemsTx[T any](ctx context.Context, l *core, key idemstore.Key, step idemstore.ItemStep, claims []idemstore.ItemClaim, raw func(tx) T, fn func(tx T, c idemstore.ItemClaim) error, failed func(c idemstore.ItemClaim, err error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
 	if len(claims) == 0 {
 		return nil, nil, nil
 	}
-	tx, err := l.pool.Begin(ctx)
+	tx, err := l.db.begin(ctx)
 	if err != nil {
 		return nil, nil, l.opErr("run items", key, err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	ends, lost, err := idemstore.RunItemWindow(ctx, &itemWindow{l: l, tx: tx}, key, step, claims, fn, failed)
+	defer tx.rollback(context.WithoutCancel(ctx))
+	ends, lost, err := idemstore.RunItemWindow(ctx, &itemWindow[T]{l: l, tx: tx, raw: raw(tx)}, key, step, claims, fn, failed)
 	if idemstore.IsStop(err) {
 		return nil, nil, err
 	}
 	if err != nil {
 		return nil, nil, l.opErr("run items", key, err)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.commit(ctx); err != nil {
 		return nil, nil, l.opErr("run items: commit", key, err)
 	}
 	return ends, lost, nil
 }
 
 // itemWindow is a window of FinishItemsTx in a transaction
-// ([idemstore.ItemWindow]).
-type itemWindow struct {
-	l    *Ledger
-	tx   pgx.Tx
+// ([idemstore.ItemWindow]); raw is the transaction handed to fn.
+type itemWindow[T any] struct {
+	l    *core
+	tx   tx
+	raw  T
 	open bool // an item's savepoint is open
 }
 
-func (w *itemWindow) Tx() pgx.Tx { return w.tx }
+func (w *itemWindow[T]) Tx() T { return w.raw }
 
 // Fence locks the chunk's row, fenced by its attempt and the window's
 // position (one UPDATE), or the single items' rows, each fenced by its own
 // attempt (one statement per claim, in one round trip).
-func (w *itemWindow) Fence(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, claims []idemstore.ItemClaim) ([]string, error) {
+func (w *itemWindow[T]) Fence(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, claims []idemstore.ItemClaim) ([]string, error) {
 	items := make([]string, len(claims))
 	for i, c := range claims {
 		items[i] = c.Item
 	}
 	if step.Chunk != 0 {
-		tag, err := w.tx.Exec(ctx, w.l.q.fenceChunk, key.Job, key.Period, step.Chunk, step.Attempt, step.From)
-		if err != nil || tag.RowsAffected() == 1 {
+		n, err := w.tx.exec(ctx, w.l.q.fenceChunk, key.Job, key.Period, step.Chunk, step.Attempt, step.From)
+		if err != nil || n == 1 {
 			return nil, err
 		}
 		return items, nil
@@ -395,25 +391,25 @@ func (w *itemWindow) Fence(ctx context.Context, key idemstore.Key, step idemstor
 
 // Savepoint replaces the previous item's savepoint, if any, in the same
 // round trip.
-func (w *itemWindow) Savepoint(ctx context.Context) error {
+func (w *itemWindow[T]) Savepoint(ctx context.Context) error {
 	q := `SAVEPOINT idem_item`
 	if w.open {
 		q = `RELEASE SAVEPOINT idem_item; SAVEPOINT idem_item`
 	}
-	_, err := w.tx.Exec(ctx, q)
+	_, err := w.tx.exec(ctx, q)
 	w.open = err == nil
 	return err
 }
 
-func (w *itemWindow) RollbackTo(ctx context.Context) error {
-	_, err := w.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT idem_item`)
+func (w *itemWindow[T]) RollbackTo(ctx context.Context) error {
+	_, err := w.tx.exec(ctx, `ROLLBACK TO SAVEPOINT idem_item`)
 	return err
 }
 
 // Record moves the chunk forward with the records of the items that did
 // not end done (one statement), or writes the single items' ends (one
 // batch); the fence's locks keep every attempt holding its work.
-func (w *itemWindow) Record(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) error {
+func (w *itemWindow[T]) Record(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) error {
 	if step.Chunk != 0 {
 		moved, err := w.l.finishChunk(ctx, w.tx, key, step, ends)
 		if err == nil && !moved { // cannot happen while the row lock is held

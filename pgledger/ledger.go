@@ -2,6 +2,7 @@ package pgledger
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -38,8 +39,16 @@ const SchemaVersion = 3
 // A Ledger is safe for concurrent use by many goroutines, processes and
 // hosts.
 type Ledger struct {
-	pool     *pgxpool.Pool
-	owned    bool
+	core
+	pool  *pgxpool.Pool
+	owned bool
+}
+
+// core is the ledger on a connection of either kind: every statement and
+// the protocol around them, shared by [Ledger] (a pgx pool) and [DBLedger]
+// (a *sql.DB), which add what takes their own transaction type.
+type core struct {
+	db       db
 	schema   string
 	defaults []idem.StoreOption
 	q        queries
@@ -84,19 +93,29 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Ledger, erro
 	if pool == nil {
 		return nil, errors.New("pgledger: New with a nil pool")
 	}
+	c, err := newCore(ctx, pgxDB{pool}, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Ledger{core: c, pool: pool}, nil
+}
+
+// newCore checks opts and attaches a ledger to d, creating or upgrading its
+// schema (migrate).
+func newCore(ctx context.Context, d db, opts []Option) (core, error) {
 	c := config{schema: DefaultSchema}
 	for _, o := range opts {
 		o(&c)
 	}
 	if c.schema == "" || len(c.schema) > 63 || strings.ContainsRune(c.schema, 0) {
-		return nil, fmt.Errorf("pgledger: invalid schema name %q (1 to 63 bytes, no NUL)", c.schema)
+		return core{}, fmt.Errorf("pgledger: invalid schema name %q (1 to 63 bytes, no NUL)", c.schema)
 	}
 	if err := idem.CheckStoreOptions(c.runOpts...); err != nil {
-		return nil, fmt.Errorf("pgledger: ledger in schema %q: %w", c.schema, err)
+		return core{}, fmt.Errorf("pgledger: ledger in schema %q: %w", c.schema, err)
 	}
-	l := &Ledger{pool: pool, schema: c.schema, defaults: c.runOpts, q: newQueries(c.schema)}
+	l := core{db: d, schema: c.schema, defaults: c.runOpts, q: newQueries(c.schema)}
 	if err := l.migrate(ctx); err != nil {
-		return nil, err
+		return core{}, err
 	}
 	return l, nil
 }
@@ -122,7 +141,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Ledger, error) {
 func (l *Ledger) Pool() *pgxpool.Pool { return l.pool }
 
 // Schema returns the name of the schema that holds the ledger's tables.
-func (l *Ledger) Schema() string { return l.schema }
+func (l *core) Schema() string { return l.schema }
 
 // Close closes the pool if [Open] opened it; a pool passed to [New] stays
 // open.
@@ -165,20 +184,20 @@ func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched idem.Schedule,
 
 // Reset un-parks a parked key: it becomes runnable at once with its
 // failure count cleared. It is Resolve(ctx, key, idem.ResolveRetry).
-func (l *Ledger) Reset(ctx context.Context, key idemstore.Key) error {
+func (l *core) Reset(ctx context.Context, key idemstore.Key) error {
 	return l.Resolve(ctx, key, idemstore.ResolveRetry)
 }
 
 // DefaultOptions returns the options given with [WithRunOptions]: the
 // defaults of every Run, RunTx, CatchUp and Each on the ledger, which the
 // idem engine applies before the call's own options.
-func (l *Ledger) DefaultOptions() []idem.StoreOption { return l.defaults }
+func (l *core) DefaultOptions() []idem.StoreOption { return l.defaults }
 
 // lockID is the key of a PostgreSQL advisory lock for what, in this
 // ledger's schema. Advisory locks are per database, so the schema is part
 // of it; a collision only makes two unrelated operations wait for each
 // other.
-func (l *Ledger) lockID(kind, what string) int64 {
+func (l *core) lockID(kind, what string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("idem/pgledger\x00" + kind + "\x00" + l.schema + "\x00" + what))
 	return int64(h.Sum64())
@@ -191,22 +210,22 @@ func (l *Ledger) lockID(kind, what string) int64 {
 // (upgradeItemsSQL), in the same transaction. It reads first: a schema of
 // the current version needs no write (and no CREATE privilege), and a newer
 // one must not see a single write.
-func (l *Ledger) migrate(ctx context.Context) error {
-	v, err := l.version(ctx, l.pool)
+func (l *core) migrate(ctx context.Context) error {
+	v, err := l.version(ctx, l.db)
 	if err != nil {
 		return l.schemaErr(err)
 	}
 	if err := l.checkVersion(v); err != nil || v == SchemaVersion {
 		return err
 	}
-	tx, err := l.pool.Begin(ctx)
+	tx, err := l.db.begin(ctx)
 	if err != nil {
 		return l.schemaErr(err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	defer tx.rollback(context.WithoutCancel(ctx))
 	// One creator at a time: concurrent CREATE ... IF NOT EXISTS of the same
 	// schema or table can fail with a unique violation in the catalog.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, l.lockID("schema", "")); err != nil {
+	if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock($1)`, l.lockID("schema", "")); err != nil {
 		return l.schemaErr(err)
 	}
 	// Read again under the lock (a new statement sees what the last holder
@@ -217,42 +236,38 @@ func (l *Ledger) migrate(ctx context.Context) error {
 	if err := l.checkVersion(v); err != nil || v == SchemaVersion {
 		return err
 	}
-	if _, err := tx.Exec(ctx, l.q.ddl); err != nil {
+	if _, err := tx.exec(ctx, l.q.ddl); err != nil {
 		return l.schemaErr(err)
 	}
 	if v == 2 {
-		if _, err := tx.Exec(ctx, l.q.upgradeItems); err != nil {
+		if _, err := tx.exec(ctx, l.q.upgradeItems); err != nil {
 			return l.schemaErr(fmt.Errorf("upgrading the items from version 2: %w", err))
 		}
 	}
-	if _, err := tx.Exec(ctx, l.q.setVersion, SchemaVersion); err != nil {
+	if _, err := tx.exec(ctx, l.q.setVersion, SchemaVersion); err != nil {
 		return l.schemaErr(err)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.commit(ctx); err != nil {
 		return l.schemaErr(err)
 	}
 	return nil
 }
 
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // version reads the stored schema version; 0 if there is none yet.
-func (l *Ledger) version(ctx context.Context, q querier) (int64, error) {
+func (l *core) version(ctx context.Context, q conn) (int64, error) {
 	var exists bool
-	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{l.schema, "meta"}.Sanitize()).Scan(&exists); err != nil || !exists {
+	if err := q.queryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, []any{pgx.Identifier{l.schema, "meta"}.Sanitize()}, &exists); err != nil || !exists {
 		return 0, err
 	}
 	var v int64
-	err := q.QueryRow(ctx, l.q.getVersion).Scan(&v)
-	if errors.Is(err, pgx.ErrNoRows) {
+	err := q.queryRow(ctx, l.q.getVersion, nil, &v)
+	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
 	return v, err
 }
 
-func (l *Ledger) checkVersion(v int64) error {
+func (l *core) checkVersion(v int64) error {
 	if v > SchemaVersion {
 		return fmt.Errorf("%w: schema %q has version %d, this pgledger knows %d (left untouched)",
 			idem.ErrNewerSchema, l.schema, v, SchemaVersion)
@@ -260,6 +275,6 @@ func (l *Ledger) checkVersion(v int64) error {
 	return nil
 }
 
-func (l *Ledger) schemaErr(err error) error {
+func (l *core) schemaErr(err error) error {
 	return fmt.Errorf("pgledger: schema %q: %w", l.schema, err)
 }

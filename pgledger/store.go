@@ -2,6 +2,7 @@ package pgledger
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -19,11 +20,11 @@ type snapshot struct {
 	covered bool // the job's horizon covers the period: it counts as done
 }
 
-func (l *Ledger) read(ctx context.Context, q querier, key idemstore.Key) (snapshot, error) {
+func (l *core) read(ctx context.Context, q conn, key idemstore.Key) (snapshot, error) {
 	s := snapshot{rec: idemstore.Record{Key: key}}
 	var status string
 	var lease, notBefore, updated *time.Time
-	err := q.QueryRow(ctx, l.q.read, key.Job, key.Period).Scan(&s.now, &s.found, &status, &s.rec.Attempt,
+	err := q.queryRow(ctx, l.q.read, []any{key.Job, key.Period}, &s.now, &s.found, &status, &s.rec.Attempt,
 		&s.rec.Failures, &s.rec.Owner, &lease, &notBefore, &s.rec.LastError, &updated, &s.covered)
 	if err != nil {
 		return snapshot{}, err
@@ -98,11 +99,11 @@ func answer(req idemstore.ClaimRequest, s snapshot, state idemstore.ClaimState) 
 // that a wait for them is right whatever the clocks' difference. Lookup
 // returns the server's times. Every commit is durable, so req.Durable needs
 // nothing more.
-func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+func (l *core) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	if err := req.Key.Validate(); err != nil {
 		return idemstore.Claim{}, err
 	}
-	s, err := l.read(ctx, l.pool, req.Key)
+	s, err := l.read(ctx, l.db, req.Key)
 	if err != nil {
 		return idemstore.Claim{}, l.opErr("claim", req.Key, err)
 	}
@@ -117,27 +118,27 @@ func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemsto
 }
 
 // take is the claim's write path, starting from what the fast path read.
-func (l *Ledger) take(ctx context.Context, req idemstore.ClaimRequest, s snapshot) (idemstore.Claim, error) {
+func (l *core) take(ctx context.Context, req idemstore.ClaimRequest, s snapshot) (idemstore.Claim, error) {
 	lease := req.Lease
 	if lease <= 0 {
 		lease = idem.DefaultLease
 	}
-	tx, err := l.pool.Begin(ctx)
+	tx, err := l.db.begin(ctx)
 	if err != nil {
 		return idemstore.Claim{}, err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	defer tx.rollback(context.WithoutCancel(ctx))
 	// A claim that need not survive power loss (AtLeastOnce) does not wait
 	// for its WAL flush: the done mark's synchronous commit flushes the WAL
 	// through it anyway, so a fresh Run costs one WAL sync, not two.
 	if !req.Durable {
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+		if _, err := tx.exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
 			return idemstore.Claim{}, err
 		}
 	}
 	// A shared lock on the job: Prune takes it exclusively, so no period it
 	// could cover is being taken while it checks and deletes.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, l.lockID("job", req.Key.Job)); err != nil {
+	if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, l.lockID("job", req.Key.Job)); err != nil {
 		return idemstore.Claim{}, err
 	}
 	for tries := 0; ; tries++ {
@@ -150,14 +151,14 @@ func (l *Ledger) take(ctx context.Context, req idemstore.ClaimRequest, s snapsho
 		}
 		if !s.found {
 			var attempt int64
-			err := tx.QueryRow(ctx, l.q.insert, req.Key.Job, req.Key.Period, req.Owner, micros(lease)).Scan(&attempt)
+			err := tx.queryRow(ctx, l.q.insert, []any{req.Key.Job, req.Key.Period, req.Owner, micros(lease)}, &attempt)
 			if err == nil {
-				if err := tx.Commit(ctx); err != nil {
+				if err := tx.commit(ctx); err != nil {
 					return idemstore.Claim{}, err
 				}
 				return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: attempt, Record: idemstore.Record{Key: req.Key}}, nil
 			}
-			if !errors.Is(err, pgx.ErrNoRows) {
+			if !errors.Is(err, sql.ErrNoRows) {
 				return idemstore.Claim{}, err
 			}
 		} else {
@@ -168,18 +169,18 @@ func (l *Ledger) take(ctx context.Context, req idemstore.ClaimRequest, s snapsho
 			if s.rec.Status == idemstore.StatusRunning && s.now.Before(s.rec.LeaseUntil) {
 				gone = s.rec.Owner
 			}
-			err := tx.QueryRow(ctx, l.q.take, req.Key.Job, req.Key.Period, req.Owner, s.rec.Attempt,
-				string(s.rec.Status), micros(lease), req.TakeUnknown, gone, idemstore.NoteDied, idemstore.NoteExpired).
-				Scan(&attempt, &failures, &lastErr)
+			err := tx.queryRow(ctx, l.q.take, []any{req.Key.Job, req.Key.Period, req.Owner, s.rec.Attempt,
+				string(s.rec.Status), micros(lease), req.TakeUnknown, gone, idemstore.NoteDied, idemstore.NoteExpired},
+				&attempt, &failures, &lastErr)
 			if err == nil {
-				if err := tx.Commit(ctx); err != nil {
+				if err := tx.commit(ctx); err != nil {
 					return idemstore.Claim{}, err
 				}
 				rec := s.rec
 				rec.Failures, rec.LastError = failures, lastErr // an abandoned attempt counts already
 				return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: attempt, Doubt: doubt, Record: inFrame(req, s.now, rec)}, nil
 			}
-			if !errors.Is(err, pgx.ErrNoRows) {
+			if !errors.Is(err, sql.ErrNoRows) {
 				return idemstore.Claim{}, err
 			}
 		}
@@ -193,12 +194,12 @@ func (l *Ledger) take(ctx context.Context, req idemstore.ClaimRequest, s snapsho
 
 // Renew implements [idemstore.Store]: the lease runs until the server's time plus
 // lease (now is ignored).
-func (l *Ledger) Renew(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, lease time.Duration) error {
-	tag, err := l.pool.Exec(ctx, l.q.renew, key.Job, key.Period, attempt, micros(lease))
+func (l *core) Renew(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, lease time.Duration) error {
+	n, err := l.db.exec(ctx, l.q.renew, key.Job, key.Period, attempt, micros(lease))
 	if err != nil {
 		return l.opErr("renew", key, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return leaseLost(key, attempt)
 	}
 	return nil
@@ -212,7 +213,7 @@ func leaseLost(key idemstore.Key, attempt int64) error {
 // clock: end.NotBefore - end.Now from the server's time. With end.Cursor, a
 // done mark also moves the job's cursor forward to the period, in the same
 // transaction.
-func (l *Ledger) Finish(ctx context.Context, key idemstore.Key, attempt int64, end idemstore.End) error {
+func (l *core) Finish(ctx context.Context, key idemstore.Key, attempt int64, end idemstore.End) error {
 	switch end.Status {
 	case idemstore.StatusDone, idemstore.StatusFailed, idemstore.StatusUnknown, idemstore.StatusParked, idemstore.StatusSkipped:
 	default:
@@ -229,24 +230,24 @@ func (l *Ledger) Finish(ctx context.Context, key idemstore.Key, attempt int64, e
 	}
 	args := []any{key.Job, key.Period, attempt, string(end.Status), end.Failures, backoff, end.Error}
 	if !end.Cursor || end.Status != idemstore.StatusDone {
-		tag, err := l.pool.Exec(ctx, l.q.finish, args...)
+		n, err := l.db.exec(ctx, l.q.finish, args...)
 		if err != nil {
 			return l.opErr("finish", key, err)
 		}
-		if tag.RowsAffected() == 0 {
+		if n == 0 {
 			return leaseLost(key, attempt)
 		}
 		return nil
 	}
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, l.q.finish, args...)
+	err := inTx(ctx, l.db, func(tx tx) error {
+		n, err := tx.exec(ctx, l.q.finish, args...)
 		if err != nil {
 			return l.opErr("finish", key, err)
 		}
-		if tag.RowsAffected() == 0 {
+		if n == 0 {
 			return leaseLost(key, attempt)
 		}
-		if _, err := tx.Exec(ctx, l.q.advance, key.Job, key.Period); err != nil {
+		if _, err := tx.exec(ctx, l.q.advance, key.Job, key.Period); err != nil {
 			return l.opErr("finish: advance the cursor", key, err)
 		}
 		return nil
@@ -264,16 +265,22 @@ func (l *Ledger) Finish(ctx context.Context, key idemstore.Key, attempt int64, e
 // forward to the period too), and the transaction commits. fn's error is
 // returned as it is, and everything rolls back.
 func (l *Ledger) FinishTx(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, cursor bool, fn func(pgx.Tx) error) error {
-	tx, err := l.pool.Begin(ctx)
+	return l.finishTx(ctx, key, attempt, cursor, func(t tx) error { return fn(t.(pgxTx).tx) })
+}
+
+// finishTx is FinishTx on either connection; fn gets the adapter's
+// transaction.
+func (l *core) finishTx(ctx context.Context, key idemstore.Key, attempt int64, cursor bool, fn func(tx) error) error {
+	tx, err := l.db.begin(ctx)
 	if err != nil {
 		return l.opErr("run tx", key, err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	tag, err := tx.Exec(ctx, l.q.fence, key.Job, key.Period, attempt)
+	defer tx.rollback(context.WithoutCancel(ctx))
+	n, err := tx.exec(ctx, l.q.fence, key.Job, key.Period, attempt)
 	if err != nil {
 		return l.opErr("run tx", key, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return leaseLost(key, attempt)
 	}
 	if err := fn(tx); err != nil {
@@ -282,19 +289,19 @@ func (l *Ledger) FinishTx(ctx context.Context, key idemstore.Key, attempt int64,
 	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
 		return err
 	}
-	tag, err = tx.Exec(ctx, l.q.finish, key.Job, key.Period, attempt, string(idemstore.StatusDone), 0, nil, "")
+	n, err = tx.exec(ctx, l.q.finish, key.Job, key.Period, attempt, string(idemstore.StatusDone), 0, nil, "")
 	if err != nil {
 		return l.opErr("run tx: done mark", key, err)
 	}
-	if tag.RowsAffected() == 0 { // cannot happen while the row lock is held
+	if n == 0 { // cannot happen while the row lock is held
 		return leaseLost(key, attempt)
 	}
 	if cursor {
-		if _, err := tx.Exec(ctx, l.q.advance, key.Job, key.Period); err != nil {
+		if _, err := tx.exec(ctx, l.q.advance, key.Job, key.Period); err != nil {
 			return l.opErr("run tx: advance the cursor", key, err)
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.commit(ctx); err != nil {
 		return l.opErr("run tx: commit", key, err)
 	}
 	return nil
@@ -307,15 +314,15 @@ func (l *Ledger) FinishTx(ctx context.Context, key idemstore.Key, attempt int64,
 // skipped. It refuses, with [idemstore.ErrNotResolvable], a key that is done
 // (also by the job's horizon) or held by a live attempt, and a retry of a
 // key that has no record.
-func (l *Ledger) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Resolution) error {
+func (l *core) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Resolution) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
 	if err := to.Validate(); err != nil {
 		return err
 	}
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, l.lockID("job", key.Job)); err != nil {
+	err := inTx(ctx, l.db, func(tx tx) error {
+		if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, l.lockID("job", key.Job)); err != nil {
 			return err
 		}
 		for {
@@ -327,9 +334,9 @@ func (l *Ledger) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Re
 				// Lock the row: nothing changes it between the check and the write.
 				var status string
 				var lease, notBefore, updated *time.Time
-				err := tx.QueryRow(ctx, l.q.lockRow, key.Job, key.Period).Scan(&s.now, &status, &s.rec.Attempt,
+				err := tx.queryRow(ctx, l.q.lockRow, []any{key.Job, key.Period}, &s.now, &status, &s.rec.Attempt,
 					&s.rec.Failures, &s.rec.Owner, &lease, &notBefore, &s.rec.LastError, &updated)
-				if errors.Is(err, pgx.ErrNoRows) {
+				if errors.Is(err, sql.ErrNoRows) {
 					continue // deleted in between (pruned): read again
 				}
 				if err != nil {
@@ -347,11 +354,11 @@ func (l *Ledger) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Re
 			if !s.found {
 				q = l.q.resolveInsert
 			}
-			tag, err := tx.Exec(ctx, q, key.Job, key.Period, string(status), note)
+			n, err := tx.exec(ctx, q, key.Job, key.Period, string(status), note)
 			if err != nil {
 				return err
 			}
-			if tag.RowsAffected() == 1 {
+			if n == 1 {
 				return nil
 			}
 			// A claim inserted the record in between: decide on it.
@@ -366,11 +373,11 @@ func (l *Ledger) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Re
 // Lookup implements [idemstore.Store]: it returns the key's record. A period that
 // has no record but that the job's horizon covers (it was pruned) is
 // reported done. Times are the server's.
-func (l *Ledger) Lookup(ctx context.Context, key idemstore.Key) (idemstore.Record, bool, error) {
+func (l *core) Lookup(ctx context.Context, key idemstore.Key) (idemstore.Record, bool, error) {
 	if err := key.Validate(); err != nil {
 		return idemstore.Record{}, false, err
 	}
-	s, err := l.read(ctx, l.pool, key)
+	s, err := l.read(ctx, l.db, key)
 	if err != nil {
 		return idemstore.Record{}, false, l.opErr("lookup", key, err)
 	}
@@ -385,10 +392,10 @@ func (l *Ledger) Lookup(ctx context.Context, key idemstore.Key) (idemstore.Recor
 
 // Job implements [idemstore.CatchUpStore]: the job's catch-up cursor and
 // retention horizon ("" when none).
-func (l *Ledger) Job(ctx context.Context, job string) (idemstore.JobState, error) {
+func (l *core) Job(ctx context.Context, job string) (idemstore.JobState, error) {
 	js := idemstore.JobState{Job: job}
-	err := l.pool.QueryRow(ctx, l.q.job, job).Scan(&js.Cursor, &js.Horizon)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	err := l.db.queryRow(ctx, l.q.job, []any{job}, &js.Cursor, &js.Horizon)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return idemstore.JobState{}, fmt.Errorf("pgledger: job %q: %w", job, err)
 	}
 	return js, nil
@@ -398,17 +405,17 @@ func (l *Ledger) Job(ctx context.Context, job string) (idemstore.JobState, error
 // before unless the job has one, and reads the job back, in one
 // transaction. Of concurrent first calls, the first to commit sets the
 // start; the others read it.
-func (l *Ledger) Start(ctx context.Context, job, before string) (idemstore.JobState, error) {
+func (l *core) Start(ctx context.Context, job, before string) (idemstore.JobState, error) {
 	if err := (idemstore.Key{Job: job, Period: before}).Validate(); err != nil {
 		return idemstore.JobState{}, err
 	}
 	js := idemstore.JobState{Job: job}
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, l.q.start, job, before); err != nil {
+	err := inTx(ctx, l.db, func(tx tx) error {
+		if _, err := tx.exec(ctx, l.q.start, job, before); err != nil {
 			return err
 		}
 		// A new statement: it sees a start another call committed meanwhile.
-		return tx.QueryRow(ctx, l.q.job, job).Scan(&js.Cursor, &js.Horizon)
+		return tx.queryRow(ctx, l.q.job, []any{job}, &js.Cursor, &js.Horizon)
 	})
 	if err != nil {
 		return idemstore.JobState{}, fmt.Errorf("pgledger: start %q after %q: %w", job, before, err)
@@ -419,11 +426,11 @@ func (l *Ledger) Start(ctx context.Context, job, before string) (idemstore.JobSt
 // Advance implements [idemstore.CatchUpStore]: it moves the job's cursor forward
 // to period (byte order, as Go compares strings); a cursor at or after
 // period stays.
-func (l *Ledger) Advance(ctx context.Context, job, period string) error {
+func (l *core) Advance(ctx context.Context, job, period string) error {
 	if err := (idemstore.Key{Job: job, Period: period}).Validate(); err != nil {
 		return err
 	}
-	if _, err := l.pool.Exec(ctx, l.q.advance, job, period); err != nil {
+	if _, err := l.db.exec(ctx, l.q.advance, job, period); err != nil {
 		return fmt.Errorf("pgledger: advance %q to %q: %w", job, period, err)
 	}
 	return nil
@@ -435,43 +442,43 @@ func (l *Ledger) Advance(ctx context.Context, job, period string) error {
 // a through after the job's cursor when the job has one, and a through that
 // would cover a record that is not settled. While it runs, claims of the
 // job's keys wait for it.
-func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) {
+func (l *core) Prune(ctx context.Context, job, through string) (int64, error) {
 	if err := (idemstore.Key{Job: job, Period: through}).Validate(); err != nil {
 		return 0, err
 	}
 	var deleted int64
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, l.db, func(tx tx) error {
 		// Exclusive: no claim or Resolve of the job is between its read and
 		// its write while the records are checked and deleted.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, l.lockID("job", job)); err != nil {
+		if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock($1)`, l.lockID("job", job)); err != nil {
 			return err
 		}
 		var cursor string
-		err := tx.QueryRow(ctx, l.q.pruneCursor, job).Scan(&cursor)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		err := tx.queryRow(ctx, l.q.pruneCursor, []any{job}, &cursor)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		var open int64
 		var first string
-		if err := tx.QueryRow(ctx, l.q.pruneOpen, job, through).Scan(&open, &first); err != nil {
+		if err := tx.queryRow(ctx, l.q.pruneOpen, []any{job, through}, &open, &first); err != nil {
 			return err
 		}
 		if err := idemstore.Prunable(job, through, cursor, open, first); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, l.q.prune, job, through)
+		n, err := tx.exec(ctx, l.q.prune, job, through)
 		if err != nil {
 			return err
 		}
-		deleted = tag.RowsAffected()
+		deleted = n
 		// The item records of those periods (Each) go with them.
 		for _, t := range []string{"item_set", "item_chunks", "item_lists", "item_state", "itemsets"} {
 			q := `DELETE FROM ` + pgx.Identifier{l.schema, t}.Sanitize() + ` WHERE job = $1 AND period <= $2 COLLATE "C"`
-			if _, err := tx.Exec(ctx, q, job, through); err != nil {
+			if _, err := tx.exec(ctx, q, job, through); err != nil {
 				return err
 			}
 		}
-		_, err = tx.Exec(ctx, l.q.pruneJobs, job, through)
+		_, err = tx.exec(ctx, l.q.pruneJobs, job, through)
 		return err
 	})
 	if err != nil {
@@ -485,24 +492,22 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 
 // List implements [idemstore.Lister]: the records that match f, ordered by job,
 // then period (byte order). Times are the server's.
-func (l *Ledger) List(ctx context.Context, f idemstore.Filter) ([]idemstore.Record, error) {
+func (l *core) List(ctx context.Context, f idemstore.Filter) ([]idemstore.Record, error) {
 	var limit any // NULL: no limit
 	if f.Limit > 0 {
 		limit = int64(f.Limit)
 	}
-	rows, err := l.pool.Query(ctx, l.q.list, f.Job, string(f.Status), limit)
-	if err != nil {
-		return nil, fmt.Errorf("pgledger: list: %w", err)
-	}
-	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (idemstore.Record, error) {
+	recs := []idemstore.Record{}
+	err := l.db.query(ctx, l.q.list, []any{f.Job, string(f.Status), limit}, func(scan func(...any) error) error {
 		var r idemstore.Record
 		var status string
 		var lease, notBefore, updated *time.Time
-		err := row.Scan(&r.Key.Job, &r.Key.Period, &status, &r.Attempt, &r.Failures, &r.Owner,
+		err := scan(&r.Key.Job, &r.Key.Period, &status, &r.Attempt, &r.Failures, &r.Owner,
 			&lease, &notBefore, &r.LastError, &updated)
 		r.Status = idemstore.Status(status)
 		r.LeaseUntil, r.NotBefore, r.Updated = deref(lease), deref(notBefore), deref(updated)
-		return r, err
+		recs = append(recs, r)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pgledger: list: %w", err)
@@ -522,7 +527,7 @@ func (e *opError) Error() string {
 }
 func (e *opError) Unwrap() error { return e.err }
 
-func (l *Ledger) opErr(op string, key idemstore.Key, err error) error {
+func (l *core) opErr(op string, key idemstore.Key, err error) error {
 	return &opError{op: op, key: key, err: err}
 }
 

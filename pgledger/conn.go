@@ -1,0 +1,158 @@
+package pgledger
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The ledger's SQL and protocol are written once, against conn, db and tx:
+// a pgx pool ([New], [Open]) and a *sql.DB ([NewDB]) are two thin adapters
+// of them (pgxDB and sqlDB). Rows that match nothing are reported with an
+// error matching sql.ErrNoRows (pgx.ErrNoRows matches it too).
+
+// conn is where statements run: a pool or *sql.DB (each statement in a
+// transaction of its own), or a transaction.
+type conn interface {
+	// exec runs a statement and returns how many rows it changed. A
+	// statement without arguments may hold several statements (the DDL).
+	exec(ctx context.Context, query string, args ...any) (int64, error)
+	// queryRow runs a statement that returns one row and scans it into
+	// dest: a *[]string receives a text[] column.
+	queryRow(ctx context.Context, query string, args []any, dest ...any) error
+	// query runs a statement and calls each with a scan of every row.
+	query(ctx context.Context, query string, args []any, each func(scan func(dest ...any) error) error) error
+	// batch runs the statements in order and returns the rows each changed,
+	// all or nothing: in one transaction (on a pool or *sql.DB, one of its
+	// own). The pgx adapter sends them in one round trip.
+	batch(ctx context.Context, stmts []stmt) ([]int64, error)
+}
+
+// stmt is a statement of a batch.
+type stmt struct {
+	query string
+	args  []any
+}
+
+// db is a pool or *sql.DB: a conn that begins transactions.
+type db interface {
+	conn
+	begin(ctx context.Context) (tx, error)
+}
+
+// tx is a transaction. rollback after commit does nothing.
+type tx interface {
+	conn
+	commit(ctx context.Context) error
+	rollback(ctx context.Context)
+}
+
+// inTx runs fn in a transaction of d and commits it if fn returns nil.
+func inTx(ctx context.Context, d db, fn func(t tx) error) error {
+	t, err := d.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer t.rollback(context.WithoutCancel(ctx))
+	if err := fn(t); err != nil {
+		return err
+	}
+	return t.commit(ctx)
+}
+
+// pgxQuerier is what a pgx pool and a pgx.Tx both have.
+type pgxQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// pgxDB is the adapter of a pgx pool.
+type pgxDB struct{ pool *pgxpool.Pool }
+
+// pgxTx is the adapter of a pgx transaction.
+type pgxTx struct{ tx pgx.Tx }
+
+func (d pgxDB) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := d.pool.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+func (t pgxTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+func (d pgxDB) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return d.pool.QueryRow(ctx, query, args...).Scan(dest...)
+}
+
+func (t pgxTx) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return t.tx.QueryRow(ctx, query, args...).Scan(dest...)
+}
+
+func (d pgxDB) query(ctx context.Context, query string, args []any, each func(scan func(dest ...any) error) error) error {
+	return pgxQuery(ctx, d.pool, query, args, each)
+}
+
+func (t pgxTx) query(ctx context.Context, query string, args []any, each func(scan func(dest ...any) error) error) error {
+	return pgxQuery(ctx, t.tx, query, args, each)
+}
+
+func pgxQuery(ctx context.Context, q pgxQuerier, query string, args []any, each func(scan func(dest ...any) error) error) error {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// batch sends the statements in one round trip; sent through the pool,
+// PostgreSQL runs them as one implicit transaction.
+func (d pgxDB) batch(ctx context.Context, stmts []stmt) ([]int64, error) {
+	return pgxBatch(ctx, d.pool, stmts)
+}
+
+func (t pgxTx) batch(ctx context.Context, stmts []stmt) ([]int64, error) {
+	return pgxBatch(ctx, t.tx, stmts)
+}
+
+func pgxBatch(ctx context.Context, q pgxQuerier, stmts []stmt) ([]int64, error) {
+	b := &pgx.Batch{}
+	for _, s := range stmts {
+		b.Queue(s.query, s.args...)
+	}
+	br := q.SendBatch(ctx, b)
+	n := make([]int64, len(stmts))
+	for i := range stmts {
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return nil, err
+		}
+		n[i] = tag.RowsAffected()
+	}
+	// Sent through the pool, the batch commits here.
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (d pgxDB) begin(ctx context.Context) (tx, error) {
+	t, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pgxTx{t}, nil
+}
+
+func (t pgxTx) commit(ctx context.Context) error { return t.tx.Commit(ctx) }
+func (t pgxTx) rollback(ctx context.Context)     { _ = t.tx.Rollback(ctx) }
