@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -77,19 +78,64 @@ func openLedger(t testing.TB, pool *pgxpool.Pool, opts ...pgledger.Option) *pgle
 	return l
 }
 
+// schemaLedger is either kind of ledger (*pgledger.Ledger on a pgx pool,
+// *pgledger.DBLedger on a *sql.DB), for the helpers that work on both.
+type schemaLedger interface{ Schema() string }
+
+// execIn runs a statement on l's own connection.
+func execIn(ctx context.Context, l schemaLedger, q string, args ...any) error {
+	switch l := l.(type) {
+	case *pgledger.Ledger:
+		_, err := l.Pool().Exec(ctx, q, args...)
+		return err
+	case *pgledger.DBLedger:
+		_, err := l.DB().ExecContext(ctx, q, args...)
+		return err
+	}
+	return fmt.Errorf("execIn: %T is not a ledger", l)
+}
+
+// queryIn runs a query on l's own connection, scans each row into dest
+// and calls each.
+func queryIn(ctx context.Context, l schemaLedger, q string, dest []any, each func()) error {
+	switch l := l.(type) {
+	case *pgledger.Ledger:
+		rows, err := l.Pool().Query(ctx, q)
+		if err != nil {
+			return err
+		}
+		_, err = pgx.ForEachRow(rows, dest, func() error { each(); return nil })
+		return err
+	case *pgledger.DBLedger:
+		rows, err := l.DB().QueryContext(ctx, q)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := rows.Scan(dest...); err != nil {
+				return err
+			}
+			each()
+		}
+		return rows.Err()
+	}
+	return fmt.Errorf("queryIn: %T is not a ledger", l)
+}
+
 // shift makes d pass for l: the database's clock cannot be faked, so every
 // time l's schema stored moves back by d.
-func shift(t testing.TB, l *pgledger.Ledger, d time.Duration) {
+func shift(t testing.TB, l schemaLedger, d time.Duration) {
 	t.Helper()
 	if err := shiftTimes(l, d); err != nil {
 		t.Fatalf("shift: %v", err)
 	}
 }
 
-func shiftTimes(l *pgledger.Ledger, d time.Duration) error {
+func shiftTimes(l schemaLedger, d time.Duration) error {
 	ctx := context.Background()
 	us := float64(d / time.Microsecond)
-	_, err := l.Pool().Exec(ctx, `UPDATE `+pgx.Identifier{l.Schema()}.Sanitize()+`.runs SET
+	err := execIn(ctx, l, `UPDATE `+pgx.Identifier{l.Schema()}.Sanitize()+`.runs SET
 		lease_until = lease_until - $1::float8 * interval '1 microsecond',
 		not_before = not_before - $1::float8 * interval '1 microsecond',
 		created = created - $1::float8 * interval '1 microsecond',
@@ -98,17 +144,16 @@ func shiftTimes(l *pgledger.Ledger, d time.Duration) error {
 		return err
 	}
 	// Each's leases and backoff deadlines.
-	if _, err := l.Pool().Exec(ctx, `UPDATE `+table(l, "item_chunks")+` SET
+	if err := execIn(ctx, l, `UPDATE `+table(l, "item_chunks")+` SET
 		lease_until = lease_until - $1::float8 * interval '1 microsecond'`, us); err != nil {
 		return err
 	}
-	_, err = l.Pool().Exec(ctx, `UPDATE `+table(l, "item_state")+` SET
+	return execIn(ctx, l, `UPDATE `+table(l, "item_state")+` SET
 		lease_until = lease_until - $1::float8 * interval '1 microsecond',
 		not_before = not_before - $1::float8 * interval '1 microsecond'`, us)
-	return err
 }
 
 // table names a table in l's schema.
-func table(l *pgledger.Ledger, name string) string {
+func table(l schemaLedger, name string) string {
 	return pgx.Identifier{l.Schema(), name}.Sanitize()
 }

@@ -31,52 +31,58 @@ func TestModel(t *testing.T) {
 // modelTx runs the model's RunTx and CatchUpTx jobs with their business
 // writes in the ledger's schema, table model_effects.
 func modelTx() *idemtest.TxHarness {
+	return modelTxFor[*pgledger.Ledger](func(ctx context.Context, tx pgx.Tx, q string, args ...any) error {
+		_, err := tx.Exec(ctx, q, args...)
+		return err
+	})
+}
+
+// txLedger is a ledger whose transactions are T (pgx.Tx or *sql.Tx).
+type txLedger[T any] interface {
+	schemaLedger
+	RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx T) error, opts ...idem.RunTxOption) error
+	CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx T, p idem.Period) error, opts ...idem.CatchUpTxOption) (idem.CatchUpResult, error)
+}
+
+// modelTxFor is modelTx for ledgers of type L, whose transactions are T;
+// exec runs a business statement in one.
+func modelTxFor[L txLedger[T], T any](exec func(ctx context.Context, tx T, q string, args ...any) error) *idemtest.TxHarness {
+	// write is the model's business write for key: one more in its row.
+	write := func(ctx context.Context, l L, tx T, key idem.Key) error {
+		return exec(ctx, tx, `INSERT INTO `+table(l, "model_effects")+` AS e (job, period, n) VALUES ($1, $2, 1)
+		ON CONFLICT (job, period) DO UPDATE SET n = e.n + 1`, key.Job, key.Period)
+	}
 	return &idemtest.TxHarness{
 		Setup: func(ctx context.Context, s idem.Store) error {
-			l := s.(*pgledger.Ledger)
-			_, err := l.Pool().Exec(ctx, `CREATE TABLE `+table(l, "model_effects")+
+			return execIn(ctx, s.(L), `CREATE TABLE `+table(s.(L), "model_effects")+
 				` (job text NOT NULL, period text NOT NULL, n int NOT NULL, PRIMARY KEY (job, period))`)
-			return err
 		},
 		Run: func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.RunTxOption) error {
-			l := s.(*pgledger.Ledger)
-			return l.RunTx(ctx, key, func(ctx context.Context, tx pgx.Tx) error {
-				if err := modelWrite(ctx, l, tx, key); err != nil {
+			l := s.(L)
+			return l.RunTx(ctx, key, func(ctx context.Context, tx T) error {
+				if err := write(ctx, l, tx, key); err != nil {
 					return err
 				}
 				return fn(ctx)
 			}, opts...)
 		},
 		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.CatchUpTxOption) (idem.CatchUpResult, error) {
-			l := s.(*pgledger.Ledger)
-			return l.CatchUpTx(ctx, job, sched, func(ctx context.Context, tx pgx.Tx, p idem.Period) error {
-				if err := modelWrite(ctx, l, tx, idem.Key{Job: job, Period: p.Name}); err != nil {
+			l := s.(L)
+			return l.CatchUpTx(ctx, job, sched, func(ctx context.Context, tx T, p idem.Period) error {
+				if err := write(ctx, l, tx, idem.Key{Job: job, Period: p.Name}); err != nil {
 					return err
 				}
 				return fn(ctx, p)
 			}, opts...)
 		},
 		Rows: func(ctx context.Context, s idem.Store) (map[idem.Key]int, error) {
-			l := s.(*pgledger.Ledger)
-			rows, err := l.Pool().Query(ctx, `SELECT job, period, n FROM `+table(l, "model_effects"))
-			if err != nil {
-				return nil, err
-			}
 			out := map[idem.Key]int{}
 			var k idem.Key
 			var n int
-			_, err = pgx.ForEachRow(rows, []any{&k.Job, &k.Period, &n}, func() error {
+			err := queryIn(ctx, s.(L), `SELECT job, period, n FROM `+table(s.(L), "model_effects"), []any{&k.Job, &k.Period, &n}, func() {
 				out[k] = n
-				return nil
 			})
 			return out, err
 		},
 	}
-}
-
-// modelWrite is the model's business write for key: one more in its row.
-func modelWrite(ctx context.Context, l *pgledger.Ledger, tx pgx.Tx, key idem.Key) error {
-	_, err := tx.Exec(ctx, `INSERT INTO `+table(l, "model_effects")+` AS e (job, period, n) VALUES ($1, $2, 1)
-		ON CONFLICT (job, period) DO UPDATE SET n = e.n + 1`, key.Job, key.Period)
-	return err
 }

@@ -37,7 +37,7 @@ func harness(pool *pgxpool.Pool) idemtest.Harness {
 		LeaseExpiry: true,
 		Items:       true,
 		Shift: func(t *testing.T, s idem.Store, d time.Duration) {
-			if err := shiftTimes(s.(*pgledger.Ledger), d); err != nil {
+			if err := shiftTimes(s.(schemaLedger), d); err != nil {
 				t.Errorf("shift: %v", err) // maybe not on the test's goroutine: no Fatal
 			}
 		},

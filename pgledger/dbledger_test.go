@@ -1,0 +1,142 @@
+package pgledger_test
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"testing"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/pgledger"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	_ "github.com/lib/pq"              // database/sql driver "postgres"
+)
+
+// sqlDrivers are the database/sql drivers the DBLedger is tested with:
+// pgx's stdlib and lib/pq.
+var sqlDrivers = []string{"pgx", "postgres"}
+
+// openDB opens the test database through driver, closed when t ends.
+func openDB(t testing.TB, driver string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// openDBLedger attaches a ledger in a fresh schema of its own to db; the
+// schema is dropped when t ends.
+func openDBLedger(t testing.TB, db *sql.DB, opts ...pgledger.Option) *pgledger.DBLedger {
+	t.Helper()
+	schema := uniqueName("idemtest_")
+	dropSchemaLater(t, newPool(t), schema)
+	l, err := pgledger.NewDB(context.Background(), db, append([]pgledger.Option{pgledger.WithSchema(schema)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// dbHarness is harness on a *sql.DB of driver: each store gets a *sql.DB
+// of its own (sequences that run in parallel cannot then hold all of one's
+// connections while waiting for one more).
+func dbHarness(t *testing.T, driver string) idemtest.Harness {
+	h := harness(nil)
+	h.Open = func(t *testing.T, clk idem.Clock) idem.Store {
+		return openDBLedger(t, openDB(t, driver), pgledger.WithRunOptions(idem.WithClock(clk)))
+	}
+	return h
+}
+
+// TestDBConformance runs idem's conformance suite on the DBLedger with each
+// driver.
+func TestDBConformance(t *testing.T) {
+	t.Parallel()
+	testDSN(t)
+	for _, driver := range sqlDrivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			idemtest.TestStore(t, dbHarness(t, driver))
+		})
+	}
+}
+
+// TestDBModel is TestModel on the DBLedger with each driver, its RunTx and
+// CatchUpTx jobs writing through the *sql.Tx.
+func TestDBModel(t *testing.T) {
+	t.Parallel()
+	testDSN(t)
+	for _, driver := range sqlDrivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			h := dbHarness(t, driver)
+			h.Tx = modelTxFor[*pgledger.DBLedger](func(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
+				_, err := tx.ExecContext(ctx, q, args...)
+				return err
+			})
+			idemtest.TestModel(t, h, idemtest.ModelOptions{Parallel: true})
+		})
+	}
+}
+
+// TestDBSharesLedger: a Ledger on a pool and a DBLedger on a *sql.DB in the
+// same schema are one ledger: a key the one ran is done for the other.
+func TestDBSharesLedger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLedger(t, newPool(t))
+	d, err := pgledger.NewDB(ctx, openDB(t, "postgres"), pgledger.WithSchema(l.Schema()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := idem.Key{Job: "settle", Period: "2026-10-27"}
+	if err := l.Run(ctx, k, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	var res idem.Result
+	err = d.Run(ctx, k, func(context.Context) error { ran = true; return nil }, idem.ReportTo(&res))
+	if err != nil || ran || res.Outcome != idem.AlreadyDone {
+		t.Fatalf("DBLedger after Ledger: err %v, ran %v, outcome %v", err, ran, res.Outcome)
+	}
+	rec, ok, err := d.Lookup(ctx, k)
+	if err != nil || !ok || rec.Status != idem.StatusDone || rec.Updated.IsZero() {
+		t.Fatalf("Lookup: %+v %v %v", rec, ok, err)
+	}
+}
+
+// TestDBItemArrays: item ids that PostgreSQL's array syntax must quote or
+// escape (commas, quotes, backslashes, braces, spaces, the word NULL) go
+// out in an array argument and come back in a text[] column unchanged,
+// with each driver.
+func TestDBItemArrays(t *testing.T) {
+	t.Parallel()
+	items := []string{`a,b`, `"q"`, `back\slash`, `NULL`, ` sp `, `{x}`, `é`, `plain`}
+	for _, driver := range sqlDrivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			l := openDBLedger(t, openDB(t, driver))
+			key := idem.Key{Job: "fan", Period: "2026-10-27"}
+			if err := l.AddItems(ctx, key, items); err != nil {
+				t.Fatal(err)
+			}
+			b, err := l.ClaimItems(ctx, key, idemstore.ItemClaimRequest{Owner: "o", N: len(items)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range b.Items {
+				got = append(got, c.Item)
+			}
+			if !slices.Equal(got, items) {
+				t.Fatalf("claimed %q, added %q", got, items)
+			}
+		})
+	}
+}
