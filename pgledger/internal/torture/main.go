@@ -6,6 +6,12 @@
 //
 //	cd pgledger && go run ./internal/torture -store postgres -mode tx -kills 300 -keys 2000
 //
+// With -pg-conn sql the workers' ledgers are on a *sql.DB (pgledger.NewDB,
+// pgx's stdlib driver; in -mode tx the effect is written through RunTx's
+// *sql.Tx) instead of a pgx pool:
+//
+//	cd pgledger && go run ./internal/torture -store postgres -pg-conn sql -mode tx -kills 300 -keys 2000
+//
 // Every flag, the report and its last line,
 //
 //	torture: store=postgres mode=M kills=N keys=K effects=E duplicates=D lost=L unknown=U violations=V

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -16,6 +17,7 @@ import (
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" (-pg-conn sql)
 )
 
 // dsnEnv names the database when -pg-dsn does not: the variable the
@@ -27,15 +29,24 @@ const dsnEnv = "IDEM_TEST_PG_DSN"
 type pgLoc struct {
 	DSN    string `json:"dsn"`
 	Schema string `json:"schema"`
+	Conn   string `json:"conn"` // connPool or connSQL
 }
+
+// The connections a worker's ledger can use (-pg-conn).
+const (
+	connPool = "pool" // pgledger.New on a pgx pool
+	connSQL  = "sql"  // pgledger.NewDB on a *sql.DB with pgx's stdlib driver
+)
 
 func postgresBackend() *harness.Backend {
 	var dsnFlag string
+	connFlag := connPool
 	return &harness.Backend{
 		Name: "postgres",
 		Tx:   true,
 		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&dsnFlag, "pg-dsn", "", "-store postgres: the database (default $"+dsnEnv+"); each run keeps its tables in a new schema there")
+			fs.StringVar(&connFlag, "pg-conn", connPool, "-store postgres: each worker's ledger on a pgx pool ("+connPool+": pgledger.New) or on a *sql.DB with pgx's stdlib driver ("+connSQL+": pgledger.NewDB, RunTx with *sql.Tx)")
 		},
 		Prepare: func(ctx context.Context, dir string) (string, string, error) {
 			dsn := dsnFlag
@@ -45,13 +56,16 @@ func postgresBackend() *harness.Backend {
 			if dsn == "" {
 				return "", "", harness.UsageError(fmt.Errorf("-store postgres needs a database: -pg-dsn or $%s (scripts/pg.sh starts a throwaway one)", dsnEnv))
 			}
+			if connFlag != connPool && connFlag != connSQL {
+				return "", "", harness.UsageError(fmt.Errorf("-pg-conn %q: want %s or %s", connFlag, connPool, connSQL))
+			}
 			cfg, err := pgxpool.ParseConfig(dsn)
 			if err != nil {
 				return "", "", harness.UsageError(fmt.Errorf("-pg-dsn: %w", err))
 			}
 			var b [4]byte
 			_, _ = rand.Read(b[:])
-			loc := pgLoc{DSN: dsn, Schema: "idem_torture_" + time.Now().UTC().Format("20060102t150405") + "_" + hex.EncodeToString(b[:])}
+			loc := pgLoc{DSN: dsn, Schema: "idem_torture_" + time.Now().UTC().Format("20060102t150405") + "_" + hex.EncodeToString(b[:]), Conn: connFlag}
 			// Create the ledger now: the workers then find it (and the
 			// check finds it even if no worker ever started).
 			l, err := pgledger.Open(ctx, dsn, pgledger.WithSchema(loc.Schema))
@@ -67,8 +81,12 @@ func postgresBackend() *harness.Backend {
 			if err != nil {
 				return "", "", err
 			}
-			desc := fmt.Sprintf("postgres database %s on %s:%d, schema %s (a pool per worker process)",
-				cfg.ConnConfig.Database, cfg.ConnConfig.Host, cfg.ConnConfig.Port, loc.Schema)
+			each := "a pgx pool per worker process"
+			if loc.Conn == connSQL {
+				each = "a *sql.DB (pgx stdlib driver) per worker process"
+			}
+			desc := fmt.Sprintf("postgres database %s on %s:%d, schema %s (%s)",
+				cfg.ConnConfig.Database, cfg.ConnConfig.Host, cfg.ConnConfig.Port, loc.Schema, each)
 			return string(j), desc, nil
 		},
 		Open: func(ctx context.Context, dir, locJSON string) (*harness.Handle, error) {
@@ -76,11 +94,7 @@ func postgresBackend() *harness.Backend {
 			if err := json.Unmarshal([]byte(locJSON), &loc); err != nil || loc.Schema == "" {
 				return nil, fmt.Errorf("bad postgres locator %q: %v", locJSON, err)
 			}
-			l, err := pgledger.Open(ctx, loc.DSN, pgledger.WithSchema(loc.Schema))
-			if err != nil {
-				return nil, err
-			}
-			return &harness.Handle{Store: l, Close: func() error { l.Close(); return nil }, Tx: pgTx{l}}, nil
+			return openPostgres(ctx, loc)
 		},
 		Cleanup: func(ctx context.Context, locJSON string) error {
 			var loc pgLoc
@@ -98,30 +112,83 @@ func postgresBackend() *harness.Backend {
 	}
 }
 
-// pgTx is the tx mode on the Postgres ledger: the effect is a row of a
-// table in the ledger's schema, written through Ledger.RunTx's pgx.Tx.
-type pgTx struct{ l *pgledger.Ledger }
+// openPostgres opens a worker's ledger on the connection loc names.
+func openPostgres(ctx context.Context, loc pgLoc) (*harness.Handle, error) {
+	tx := pgTx{loc: loc}
+	if loc.Conn == connSQL {
+		db, err := sql.Open("pgx", loc.DSN)
+		if err != nil {
+			return nil, err
+		}
+		l, err := pgledger.NewDB(ctx, db, pgledger.WithSchema(loc.Schema))
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		tx.runTx = runTxOf(l.RunTx, func(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
+			_, err := tx.ExecContext(ctx, q, args...)
+			return err
+		})
+		return &harness.Handle{Store: l, Close: db.Close, Tx: tx}, nil
+	}
+	l, err := pgledger.Open(ctx, loc.DSN, pgledger.WithSchema(loc.Schema))
+	if err != nil {
+		return nil, err
+	}
+	tx.runTx = runTxOf(l.RunTx, func(ctx context.Context, tx pgx.Tx, q string, args ...any) error {
+		_, err := tx.Exec(ctx, q, args...)
+		return err
+	})
+	return &harness.Handle{Store: l, Close: func() error { l.Close(); return nil }, Tx: tx}, nil
+}
 
-func (p pgTx) table() string { return pgx.Identifier{p.l.Schema(), "effects"}.Sanitize() }
+// pgTx is the tx mode on the Postgres ledger: the effect is a row of a
+// table in the ledger's schema, written through RunTx's transaction (a
+// pgx.Tx on a pool, a *sql.Tx on a *sql.DB). Setup and Counts use a
+// connection of their own.
+type pgTx struct {
+	loc pgLoc
+	// runTx is the ledger's RunTx; exec runs a statement in its transaction.
+	runTx func(ctx context.Context, key idem.Key, fn func(ctx context.Context, exec func(ctx context.Context, q string, args ...any) error) error, opts ...idem.RunTxOption) error
+}
+
+// runTxOf is pgTx.runTx for a ledger whose transactions are T.
+func runTxOf[T any](runTx func(context.Context, idem.Key, func(context.Context, T) error, ...idem.RunTxOption) error,
+	exec func(ctx context.Context, tx T, q string, args ...any) error) func(context.Context, idem.Key, func(context.Context, func(context.Context, string, ...any) error) error, ...idem.RunTxOption) error {
+	return func(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context, string, ...any) error) error, opts ...idem.RunTxOption) error {
+		return runTx(ctx, key, func(ctx context.Context, tx T) error {
+			return fn(ctx, func(ctx context.Context, q string, args ...any) error { return exec(ctx, tx, q, args...) })
+		}, opts...)
+	}
+}
+
+func (p pgTx) table() string { return pgx.Identifier{p.loc.Schema, "effects"}.Sanitize() }
 
 func (p pgTx) Setup(ctx context.Context) error {
-	_, err := p.l.Pool().Exec(ctx, `CREATE TABLE IF NOT EXISTS `+p.table()+` (key text PRIMARY KEY, n int NOT NULL)`)
+	conn, err := pgx.Connect(ctx, p.loc.DSN)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+p.table()+` (key text PRIMARY KEY, n int NOT NULL)`)
 	return err
 }
 
 func (p pgTx) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context) error) error, opts ...idem.RunTxOption) error {
 	// NOT idempotent on purpose, so that a second application shows as n = 2.
 	bump := `INSERT INTO ` + p.table() + ` AS e (key, n) VALUES ($1, 1) ON CONFLICT (key) DO UPDATE SET n = e.n + 1`
-	return p.l.RunTx(ctx, key, func(ctx context.Context, tx pgx.Tx) error {
-		return fn(ctx, func(ctx context.Context) error {
-			_, err := tx.Exec(ctx, bump, key.String())
-			return err
-		})
+	return p.runTx(ctx, key, func(ctx context.Context, exec func(context.Context, string, ...any) error) error {
+		return fn(ctx, func(ctx context.Context) error { return exec(ctx, bump, key.String()) })
 	}, opts...)
 }
 
 func (p pgTx) Counts(ctx context.Context) (map[string]int, error) {
-	rows, err := p.l.Pool().Query(ctx, `SELECT key, n FROM `+p.table())
+	conn, err := pgx.Connect(ctx, p.loc.DSN)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT key, n FROM `+p.table())
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -70,6 +71,43 @@ func TestNoDatabase(t *testing.T) {
 	t.Setenv(dsnEnv, "")
 	var stdout, stderr bytes.Buffer
 	if got := harness.Main([]string{"-store", "postgres", "-kills", "1"}, &stdout, &stderr); got != 2 || !strings.Contains(stderr.String(), "-pg-dsn") {
+		t.Fatalf("status %d, stderr:\n%s", got, stderr.String())
+	}
+}
+
+// TestTorturePostgresSQL runs a short kill -9 pass of the tx mode with the
+// workers' ledgers on a *sql.DB (-pg-conn sql: pgledger.NewDB, RunTx with
+// *sql.Tx), through the command's flags.
+func TestTorturePostgresSQL(t *testing.T) {
+	if os.Getenv(dsnEnv) == "" {
+		t.Skipf("no PostgreSQL: set %s=postgres://...", dsnEnv)
+	}
+	// Main registers the backend's flags again, which puts -pg-conn back
+	// to its default for the tests that call harness.Run directly.
+	t.Cleanup(func() { harness.Main([]string{"-h"}, io.Discard, io.Discard) })
+	var stdout, stderr bytes.Buffer
+	args := []string{"-store", "postgres", "-pg-conn", "sql", "-mode", "tx", "-kills", "10", "-keys", "20", "-workers", "3", "-duration", "10s"}
+	if got := harness.Main(args, &stdout, &stderr); got != 0 {
+		t.Fatalf("torture %s: status %d\n%s\n%s", strings.Join(args, " "), got, stdout.String(), stderr.String())
+	}
+	out := strings.TrimSpace(stdout.String())
+	last := out[strings.LastIndex(out, "\n")+1:]
+	if !strings.HasPrefix(last, "torture: store=postgres mode=tx kills=10 ") || !strings.HasSuffix(last, " violations=0") ||
+		!strings.Contains(out, "*sql.DB (pgx stdlib driver) per worker process") {
+		t.Fatalf("last line %q; report:\n%s", last, out)
+	}
+	t.Log(last)
+}
+
+// TestBadConn: -pg-conn names a connection that does not exist: a usage
+// error naming the flag.
+func TestBadConn(t *testing.T) {
+	if os.Getenv(dsnEnv) == "" {
+		t.Skipf("no PostgreSQL: set %s=postgres://...", dsnEnv)
+	}
+	var stdout, stderr bytes.Buffer
+	got := harness.Main([]string{"-store", "postgres", "-pg-conn", "odbc", "-kills", "1"}, &stdout, &stderr)
+	if got != 2 || !strings.Contains(stderr.String(), `-pg-conn "odbc"`) {
 		t.Fatalf("status %d, stderr:\n%s", got, stderr.String())
 	}
 }
