@@ -57,31 +57,23 @@ func dbHarness(t *testing.T, driver string) idemtest.Harness {
 // driver.
 func TestDBConformance(t *testing.T) {
 	t.Parallel()
-	testDSN(t)
-	for _, driver := range sqlDrivers {
-		t.Run(driver, func(t *testing.T) {
-			t.Parallel()
-			idemtest.TestStore(t, dbHarness(t, driver))
-		})
-	}
+	eachDriver(t, func(t *testing.T, driver string) {
+		idemtest.TestStore(t, dbHarness(t, driver))
+	})
 }
 
 // TestDBModel is TestModel on the DBLedger with each driver, its RunTx and
 // CatchUpTx jobs writing through the *sql.Tx.
 func TestDBModel(t *testing.T) {
 	t.Parallel()
-	testDSN(t)
-	for _, driver := range sqlDrivers {
-		t.Run(driver, func(t *testing.T) {
-			t.Parallel()
-			h := dbHarness(t, driver)
-			h.Tx = modelTxFor[*pgledger.DBLedger](func(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
-				_, err := tx.ExecContext(ctx, q, args...)
-				return err
-			})
-			idemtest.TestModel(t, h, idemtest.ModelOptions{Parallel: true})
+	eachDriver(t, func(t *testing.T, driver string) {
+		h := dbHarness(t, driver)
+		h.Tx = modelTxFor[*pgledger.DBLedger](func(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
+			_, err := tx.ExecContext(ctx, q, args...)
+			return err
 		})
-	}
+		idemtest.TestModel(t, h, idemtest.ModelOptions{Parallel: true})
+	})
 }
 
 // TestDBSharesLedger: a Ledger on a pool and a DBLedger on a *sql.DB in the
@@ -117,26 +109,23 @@ func TestDBSharesLedger(t *testing.T) {
 func TestDBItemArrays(t *testing.T) {
 	t.Parallel()
 	items := []string{`a,b`, `"q"`, `back\slash`, `NULL`, ` sp `, `{x}`, `é`, `plain`}
-	for _, driver := range sqlDrivers {
-		t.Run(driver, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			l := openDBLedger(t, openDB(t, driver))
-			key := idem.Key{Job: "fan", Period: "2026-10-27"}
-			if err := l.AddItems(ctx, key, items); err != nil {
-				t.Fatal(err)
-			}
-			b, err := l.ClaimItems(ctx, key, idemstore.ItemClaimRequest{Owner: "o", N: len(items)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, c := range b.Items {
-				got = append(got, c.Item)
-			}
-			if !slices.Equal(got, items) {
-				t.Fatalf("claimed %q, added %q", got, items)
-			}
-		})
-	}
+	eachDriver(t, func(t *testing.T, driver string) {
+		ctx := context.Background()
+		l := openDBLedger(t, openDB(t, driver))
+		key := idem.Key{Job: "fan", Period: "2026-10-27"}
+		if err := l.AddItems(ctx, key, items); err != nil {
+			t.Fatal(err)
+		}
+		b, err := l.ClaimItems(ctx, key, idemstore.ItemClaimRequest{Owner: "o", N: len(items)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, c := range b.Items {
+			got = append(got, c.Item)
+		}
+		if !slices.Equal(got, items) {
+			t.Fatalf("claimed %q, added %q", got, items)
+		}
+	})
 }

@@ -30,7 +30,12 @@
 // suite (package idemtest). With [New] the ledger shares your pool, so
 // [Ledger.RunTx] commits your business writes (in your tables, in the same
 // database) together with the done mark: exactly once, whatever kills the
-// process. The SQLite file's history is not migrated: keys that are done
+// process.
+//
+// A service on database/sql (pgx's stdlib driver or lib/pq, with sqlx,
+// GORM, ent or sqlc on top) uses [NewDB] on its own *sql.DB instead: the
+// [DBLedger] it returns runs the same SQL and protocol, and its
+// [DBLedger.RunTx] hands fn a *sql.Tx. The SQLite file's history is not migrated: keys that are done
 // there would run again, so switch over at a period boundary (or mark the
 // done periods with [Ledger.Resolve] and [idem.ResolveDone]).
 //

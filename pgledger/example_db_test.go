@@ -10,6 +10,8 @@ import (
 	"github.com/idemgo/idem/pgledger"
 	_ "github.com/jackc/pgx/v5/stdlib" // or _ "github.com/lib/pq"
 	"github.com/jmoiron/sqlx"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
 )
 
 // payout is a business row, written with sqlx's named parameters.
@@ -53,5 +55,40 @@ func ExampleNewDB() {
 	})
 	if err != nil {
 		log.Print(err) // errors.Is(err, idem.ErrInProgress): another host has the day
+	}
+}
+
+// gormOn returns a GORM handle whose statements run on tx: a new session of
+// gdb (opened once on the service's *sql.DB) on the ledger's transaction,
+// as GORM's own Begin makes one on the transaction it opens.
+func gormOn(ctx context.Context, gdb *gorm.DB, tx *sql.Tx) *gorm.DB {
+	g := gdb.Session(&gorm.Session{NewDB: true, Context: ctx})
+	g.Statement.ConnPool = tx
+	return g
+}
+
+// RunTx with GORM: the payout created through GORM on the *sql.Tx commits
+// with the day's done mark. (Compiled, not run: it needs a database.)
+func ExampleDBLedger_RunTx_gorm() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	gdb, err := gorm.Open(postgres.New(postgres.Config{Conn: db}), &gorm.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	l, err := pgledger.NewDB(ctx, db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	day := "2026-10-27"
+	err = l.RunTx(ctx, idem.Key{Job: "payouts", Period: day}, func(ctx context.Context, tx *sql.Tx) error {
+		return gormOn(ctx, gdb, tx).Table("payouts").Create(&payout{Day: day, Account: "acme", AmountCents: 12000}).Error
+	})
+	if err != nil {
+		log.Print(err)
 	}
 }

@@ -4,11 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -156,4 +160,42 @@ func shiftTimes(l schemaLedger, d time.Duration) error {
 // table names a table in l's schema.
 func table(l schemaLedger, name string) string {
 	return pgx.Identifier{l.Schema(), name}.Sanitize()
+}
+
+// runTxConcurrently runs key's RunTx 16 times at once, through the ledgers
+// in turn, with fn as the attempt, and returns the callers' outcomes; only
+// nil or ErrInProgress may reach a caller.
+func runTxConcurrently[L txLedger[T], T any](t *testing.T, ls []L, key idem.Key, fn func(ctx context.Context, l L, tx T) error) map[idem.Outcome]int {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	outcomes := map[idem.Outcome]int{}
+	for i := range 16 {
+		l := ls[i%len(ls)]
+		wg.Go(func() {
+			var res idem.Result
+			err := l.RunTx(context.Background(), key, func(ctx context.Context, tx T) error {
+				return fn(ctx, l, tx)
+			}, idem.ReportTo(&res))
+			if err != nil && !errors.Is(err, idem.ErrInProgress) {
+				t.Errorf("RunTx: %v (only nil or ErrInProgress may reach a caller)", err)
+			}
+			mu.Lock()
+			outcomes[res.Outcome]++
+			mu.Unlock()
+		})
+	}
+	testwait.Group(t, &wg, "16 concurrent RunTx of %s", key)
+	return outcomes
+}
+
+// eachDriver runs test as a parallel subtest for each database/sql driver.
+func eachDriver(t *testing.T, test func(t *testing.T, driver string)) {
+	testDSN(t)
+	for _, driver := range sqlDrivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			test(t, driver)
+		})
+	}
 }

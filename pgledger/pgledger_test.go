@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -82,28 +81,12 @@ func TestRunTxConcurrent(t *testing.T) {
 	}
 	createEffects(t, l1)
 	k := idem.Key{Job: "settle", Period: "2026-10-27"}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	outcomes := map[idem.Outcome]int{}
-	for i := range 16 {
-		l := []*pgledger.Ledger{l1, l2}[i%2]
-		wg.Go(func() {
-			var res idem.Result
-			err := l.RunTx(context.Background(), k, func(ctx context.Context, tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, `SELECT pg_sleep(0.05)`); err != nil {
-					return err
-				}
-				return addEffect(ctx, l, tx, k)
-			}, idem.ReportTo(&res))
-			if err != nil && !errors.Is(err, idem.ErrInProgress) {
-				t.Errorf("RunTx: %v (only nil or ErrInProgress may reach a caller)", err)
-			}
-			mu.Lock()
-			outcomes[res.Outcome]++
-			mu.Unlock()
-		})
-	}
-	testwait.Group(t, &wg, "16 concurrent RunTx of %s", k)
+	outcomes := runTxConcurrently(t, []*pgledger.Ledger{l1, l2}, k, func(ctx context.Context, l *pgledger.Ledger, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_sleep(0.05)`); err != nil {
+			return err
+		}
+		return addEffect(ctx, l, tx, k)
+	})
 	if n := effects(t, l1, k); n != 1 || outcomes[idem.Ran] != 1 {
 		t.Fatalf("business row written %d times, outcomes %v; want once, one Ran", n, outcomes)
 	}
