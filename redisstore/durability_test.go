@@ -68,7 +68,9 @@ func TestWeakFsyncRefused(t *testing.T) {
 	}
 	// With appendfsync always (the server as scripts/redis.sh starts it)
 	// New opens without the option.
-	if _, err := redisstore.New(ctx, c, redisstore.WithPrefix(uniquePrefix())); err != nil {
+	prefix := uniquePrefix()
+	deleteLater(t, c, prefix)
+	if _, err := redisstore.New(ctx, c, redisstore.WithPrefix(prefix)); err != nil {
 		t.Fatalf("New with appendfsync always: %v", err)
 	}
 }
