@@ -94,3 +94,19 @@ func TestNewerLayoutRefused(t *testing.T) {
 		t.Fatalf("layout version after the refusal: %d, %v", v, err)
 	}
 }
+
+// TestUnreachableIsNotWeak: a server that cannot be reached is an error of
+// its own, not ErrWeakDurability (which would send the caller to
+// AllowWeakDurability for nothing), with or without the option.
+func TestUnreachableIsNotWeak(t *testing.T) {
+	t.Parallel()
+	testAddr(t)
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	for _, opts := range [][]redisstore.Option{nil, {redisstore.AllowWeakDurability()}} {
+		_, err := redisstore.New(context.Background(), c, opts...)
+		if err == nil || errors.Is(err, redisstore.ErrWeakDurability) || !strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Fatalf("New on 127.0.0.1:1 (%d options): %v; want a connection error naming the address, not ErrWeakDurability", len(opts), err)
+		}
+	}
+}

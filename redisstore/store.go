@@ -158,6 +158,10 @@ func (s *Store) checkDurability(ctx context.Context, weak bool) error {
 	}
 	cfg, err := s.client.ConfigGet(ctx, "append*").Result()
 	if err != nil {
+		var refused redis.Error
+		if !errors.As(err, &refused) { // not the server's answer: it was not reached
+			return fmt.Errorf("redisstore: store %q: reading the server's configuration: %w", s.name, err)
+		}
 		if weak {
 			return nil
 		}
