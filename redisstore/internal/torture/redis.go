@@ -5,12 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/torture/harness"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -86,13 +88,25 @@ func redisBackend() *harness.Backend {
 	}
 }
 
-// openRedis opens a worker's store on a client of its own.
+// openWait is how long a worker waits for the server to answer when it
+// opens its store: a run may kill and restart redis-server (while it
+// reloads its append-only file it answers LOADING).
+const openWait = 30 * time.Second
+
+// openRedis opens a worker's store on a client of its own, waiting
+// openWait at most for a server that is down or loading.
 func openRedis(ctx context.Context, loc redisLoc) (*harness.Handle, error) {
-	c := redis.NewClient(&redis.Options{Addr: loc.Addr})
-	s, err := redisstore.New(ctx, c, redisstore.WithPrefix(loc.Prefix))
-	if err != nil {
+	deadline := time.Now().Add(openWait)
+	for {
+		c := redis.NewClient(&redis.Options{Addr: loc.Addr})
+		s, err := redisstore.New(ctx, c, redisstore.WithPrefix(loc.Prefix))
+		if err == nil {
+			return &harness.Handle{Store: s, Close: c.Close}, nil
+		}
 		_ = c.Close()
-		return nil, err
+		if errors.Is(err, redisstore.ErrWeakDurability) || errors.Is(err, idem.ErrNewerSchema) || time.Now().After(deadline) {
+			return nil, err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return &harness.Handle{Store: s, Close: c.Close}, nil
 }
