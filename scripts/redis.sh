@@ -10,6 +10,9 @@
 #   eval "$(scripts/redis.sh start)"   # prints only: export IDEM_TEST_REDIS_ADDR='127.0.0.1:PORT'
 #   scripts/redis.sh addr [ADDR|PORT]  # prints the address of a running throwaway server
 #   scripts/redis.sh stop [ADDR|PORT]  # stops it and removes its directory
+#   scripts/redis.sh crash [ADDR|PORT] # SIGKILLs it and starts it again on the same port and
+#                                      # files: it reloads its append-only file (what a crash
+#                                      # of the server does to idem's store; see the torture command)
 #
 # stop and addr find the server by the port of ADDR (default:
 # $IDEM_TEST_REDIS_ADDR); with neither, they act on the only throwaway server
@@ -134,6 +137,29 @@ kill_server() {
 	kill -9 "$pid" 2>/dev/null || true
 }
 
+crash() {
+	local dir port pid i
+	dir=$(serverdir "${1:-}")
+	port=$(port_of "$(cat "$dir/addr")")
+	pid=$(cat "$dir/redis.pid")
+	kill -9 "$pid"
+	for i in $(seq 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -0 "$pid" 2>/dev/null && die "redis-server $pid did not die of SIGKILL in 10 s"
+	redis-server "$dir/redis.conf" >"$dir/start.log" 2>&1 || die "restart failed: $(cat "$dir/start.log")"
+	# The server answers PONG once it has reloaded its append-only file.
+	for i in $(seq 300); do
+		if ping "$port"; then
+			echo "redis.sh: redis-server on port $port killed (pid $pid) and restarted" >&2
+			return
+		fi
+		sleep 0.1
+	done
+	die "redis-server on port $port did not answer within 30 s of its restart (log: $dir/server.log)"
+}
+
 stop() {
 	local dir
 	dir=$(serverdir "${1:-}")
@@ -144,6 +170,7 @@ stop() {
 case ${1:-} in
 start) start ;;
 stop) stop "${2:-}" ;;
+crash) crash "${2:-}" ;;
 addr) cat "$(serverdir "${2:-}")/addr" ;;
 *)
 	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
