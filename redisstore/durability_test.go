@@ -11,46 +11,28 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// setFsync sets the server's appendfsync to policy until t ends. The test
-// that calls it must not be parallel: Go runs it before every parallel
-// test of the package starts, so no other store opens meanwhile.
-func setFsync(t *testing.T, c *redis.Client, policy string) {
-	t.Helper()
-	ctx := context.Background()
-	was, err := c.ConfigGet(ctx, "appendfsync").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ConfigSet(ctx, "appendfsync", policy).Err(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.ConfigSet(context.Background(), "appendfsync", was["appendfsync"]).Err(); err != nil {
-			t.Errorf("restore appendfsync %s: %v", was["appendfsync"], err)
-		}
-	})
-}
-
 // TestWeakFsyncRefused: against a server with appendfsync everysec or no,
 // New refuses with ErrWeakDurability, naming the policy, and writes
 // nothing; with AllowWeakDurability it opens and runs.
 func TestWeakFsyncRefused(t *testing.T) {
-	c := newClient(t)
+	t.Parallel()
+	testAddr(t) // skips (or fails in CI) without the test server, as the others
 	ctx := context.Background()
 	for _, policy := range []string{"everysec", "no"} {
 		t.Run(policy, func(t *testing.T) {
-			setFsync(t, c, policy)
-			prefix := uniquePrefix()
-			deleteLater(t, c, prefix)
-			_, err := redisstore.New(ctx, c, redisstore.WithPrefix(prefix))
+			t.Parallel()
+			// A server of the test's own: the shared one keeps appendfsync
+			// always for the tests and torture runs beside this one.
+			c := startServer(t, "--appendfsync", policy)
+			_, err := redisstore.New(ctx, c)
 			if !errors.Is(err, redisstore.ErrWeakDurability) || !strings.Contains(err.Error(), "appendfsync "+policy) ||
 				!strings.Contains(err.Error(), "AllowWeakDurability") {
 				t.Fatalf("New with appendfsync %s: %v; want ErrWeakDurability naming the policy and the option", policy, err)
 			}
-			if n, err := c.Keys(ctx, "{"+prefix+"}:*").Result(); err != nil || len(n) != 0 {
-				t.Fatalf("keys after the refusal: %v, %v; want none", n, err)
+			if n, err := c.DBSize(ctx).Result(); err != nil || n != 0 {
+				t.Fatalf("keys after the refusal: %d, %v; want none", n, err)
 			}
-			s, err := redisstore.New(ctx, c, redisstore.WithPrefix(prefix), redisstore.AllowWeakDurability())
+			s, err := redisstore.New(ctx, c, redisstore.AllowWeakDurability())
 			if err != nil {
 				t.Fatalf("New with AllowWeakDurability: %v", err)
 			}
@@ -66,13 +48,14 @@ func TestWeakFsyncRefused(t *testing.T) {
 			}
 		})
 	}
-	// With appendfsync always (the server as scripts/redis.sh starts it)
-	// New opens without the option.
-	prefix := uniquePrefix()
-	deleteLater(t, c, prefix)
-	if _, err := redisstore.New(ctx, c, redisstore.WithPrefix(prefix)); err != nil {
-		t.Fatalf("New with appendfsync always: %v", err)
-	}
+	// With appendfsync always (as scripts/redis.sh starts the shared
+	// server) New opens without the option.
+	t.Run("always", func(t *testing.T) {
+		t.Parallel()
+		if _, err := redisstore.New(ctx, startServer(t)); err != nil {
+			t.Fatalf("New with appendfsync always: %v", err)
+		}
+	})
 }
 
 // TestNewerLayoutRefused: a store whose layout version is newer than this
