@@ -39,6 +39,19 @@ if [ -n "$unformatted" ]; then
 	failed+=("gofmt")
 fi
 
+# The throwaway servers started below are stopped at exit, on every path.
+stop_pg="" stop_redis=""
+cleanup() {
+	if [ -n "$stop_pg" ]; then
+		scripts/pg.sh stop "$IDEM_TEST_PG_DSN" >/dev/null 2>&1 || true
+	fi
+	if [ -n "$stop_redis" ]; then
+		scripts/redis.sh stop "$IDEM_TEST_REDIS_ADDR" >/dev/null 2>&1 || true
+	fi
+}
+trap cleanup EXIT
+ci() { [ -n "${CI:-}" ] && [ "${CI}" != false ] && [ "${CI}" != 0 ]; }
+
 # The Postgres ledger's tests need a PostgreSQL: unless IDEM_TEST_PG_DSN
 # names one, start a throwaway server (scripts/pg.sh) and stop it at exit.
 # In CI (CI=true) a server that cannot start fails the run; elsewhere those
@@ -48,8 +61,8 @@ if [ -f pgledger/go.mod ] && [ -z "${IDEM_TEST_PG_DSN:-}" ]; then
 	if pgenv=$(scripts/pg.sh start 2>"$pglog"); then
 		eval "$pgenv"
 		export IDEM_TEST_PG_DSN
-		trap 'scripts/pg.sh stop "$IDEM_TEST_PG_DSN" >/dev/null 2>&1 || true' EXIT
-	elif [ -n "${CI:-}" ] && [ "${CI}" != false ] && [ "${CI}" != 0 ]; then
+		stop_pg=1
+	elif ci; then
 		cat "$pglog" >&2
 		echo "scripts/test.sh: cannot start PostgreSQL for ./pgledger's tests (CI requires them)" >&2
 		rm -f "$pglog"
@@ -58,6 +71,27 @@ if [ -f pgledger/go.mod ] && [ -z "${IDEM_TEST_PG_DSN:-}" ]; then
 		echo "== PostgreSQL not started ($(tail -n 1 "$pglog")): ./pgledger's database tests skip; install postgresql (initdb under /usr/lib/postgresql/*/bin) or set IDEM_TEST_PG_DSN=postgres://... and rerun scripts/test.sh"
 	fi
 	rm -f "$pglog"
+fi
+
+# The Redis store's tests need a redis-server: unless IDEM_TEST_REDIS_ADDR
+# names one, start a throwaway server (scripts/redis.sh: appendonly yes,
+# appendfsync always) and stop it at exit. In CI a server that cannot start
+# fails the run; elsewhere those tests skip.
+if [ -f redisstore/go.mod ] && [ -z "${IDEM_TEST_REDIS_ADDR:-}" ]; then
+	redislog=$(mktemp)
+	if redisenv=$(scripts/redis.sh start 2>"$redislog"); then
+		eval "$redisenv"
+		export IDEM_TEST_REDIS_ADDR
+		stop_redis=1
+	elif ci; then
+		cat "$redislog" >&2
+		echo "scripts/test.sh: cannot start redis-server for ./redisstore's tests (CI requires them)" >&2
+		rm -f "$redislog"
+		exit 1
+	else
+		echo "== redis-server not started ($(tail -n 1 "$redislog")): ./redisstore's tests skip; install redis-server or set IDEM_TEST_REDIS_ADDR=host:port and rerun scripts/test.sh"
+	fi
+	rm -f "$redislog"
 fi
 
 # Every directory with a go.mod is a module; test each on its own.

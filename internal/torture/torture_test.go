@@ -228,8 +228,10 @@ func TestUsage(t *testing.T) {
 		}
 	}
 	// A store of another module: the refusal says where it is.
-	var stdout, stderr bytes.Buffer
-	if got := harness.Main([]string{"-store", "postgres"}, &stdout, &stderr); got != 2 || !strings.Contains(stderr.String(), "cd pgledger") {
-		t.Errorf("-store postgres: status %d, stderr:\n%s", got, stderr.String())
+	for store, module := range map[string]string{"postgres": "pgledger", "redis": "redisstore"} {
+		var stdout, stderr bytes.Buffer
+		if got := harness.Main([]string{"-store", store}, &stdout, &stderr); got != 2 || !strings.Contains(stderr.String(), "cd "+module) {
+			t.Errorf("-store %s: status %d, stderr:\n%s", store, got, stderr.String())
+		}
 	}
 }

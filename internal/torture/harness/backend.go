@@ -97,6 +97,7 @@ var (
 	// elsewhere names the stores whose backend lives in another module.
 	elsewhere = map[string]string{
 		"postgres": "-store postgres is in the pgledger module: cd pgledger && go run ./internal/torture -store postgres",
+		"redis":    "-store redis is in the redisstore module: cd redisstore && go run ./internal/torture -store redis",
 	}
 )
 

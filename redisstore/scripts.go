@@ -1,0 +1,296 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// The store's Lua scripts. Each runs atomically on the server: no other
+// command runs between its read and its write, so each protocol step (a
+// claim, a renewal, a fenced done mark, a resolution, a prune) is one
+// atomic step. Times come from the server's TIME inside the script, in
+// microseconds since the Unix epoch; the client's clock is never used for
+// a lease or a deadline. Durations arrive as microseconds.
+//
+// Periods are compared as byte strings (lt below, as Go compares strings),
+// never with Lua's < on strings, which follows the server's locale.
+
+// luaLib is the helpers every script starts with.
+const luaLib = `
+local function now()
+	local t = redis.call('TIME')
+	return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- num: a stored time or count; 0 when absent or empty.
+local function num(v)
+	if not v or v == '' then return 0 end
+	return tonumber(v)
+end
+-- str: a number as the integer text Redis stores (never 1.7e+15).
+local function str(n) return string.format('%.0f', n) end
+-- lt: a < b in byte order.
+local function lt(a, b)
+	local n = math.min(#a, #b)
+	for i = 1, n do
+		local x, y = string.byte(a, i), string.byte(b, i)
+		if x ~= y then return x < y end
+	end
+	return #a < #b
+end
+-- utc: microseconds since the epoch as 2006-01-02T15:04:05.000000Z.
+local function utc(us)
+	local s = math.floor(us / 1000000)
+	local frac = us - s * 1000000
+	if frac < 0 then s = s - 1; frac = frac + 1000000 end
+	local days = math.floor(s / 86400)
+	local rem = s - days * 86400
+	local z = days + 719468
+	local era = math.floor(z / 146097)
+	local doe = z - era * 146097
+	local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+	local y = yoe + era * 400
+	local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+	local mp = math.floor((5 * doy + 2) / 153)
+	local d = doy - math.floor((153 * mp + 2) / 5) + 1
+	local m = mp + 3
+	if mp >= 10 then m = mp - 9 end
+	if m <= 2 then y = y + 1 end
+	return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', y, m, d,
+		math.floor(rem / 3600), math.floor((rem % 3600) / 60), rem % 60, frac)
+end
+local recFields = {'status', 'attempt', 'failures', 'owner', 'lease_until', 'not_before', 'last_error', 'updated'}
+-- rec: the record at key as a flat list (status first; status false when none).
+local function rec(key)
+	return redis.call('HMGET', key, unpack(recFields))
+end
+-- covered: the job's horizon covers period.
+local function covered(jobKey, period)
+	local h = redis.call('HGET', jobKey, 'horizon')
+	return h and h ~= '' and not lt(h, period)
+end
+-- index: the record of job's period is listed (for Prune and List).
+local function index(periodsKey, jobsKey, job, period)
+	redis.call('ZADD', periodsKey, 0, period)
+	redis.call('ZADD', jobsKey, 0, job)
+end
+-- advance: move job's cursor forward to period.
+local function advance(jobKey, jobsKey, job, period)
+	local c = redis.call('HGET', jobKey, 'cursor')
+	if not c or lt(c, period) then
+		redis.call('HSET', jobKey, 'cursor', period)
+		redis.call('ZADD', jobsKey, 0, job)
+	end
+end
+`
+
+// readScript is Lookup and the read before a resolution: the server's
+// time, the record and whether the job's horizon covers the period.
+//
+// KEYS: record, job. ARGV: period.
+// Returns {now, covered (0/1), status or false, attempt, failures, owner,
+// lease_until, not_before, last_error, updated}.
+var readScript = redis.NewScript(luaLib + `
+local r = rec(KEYS[1])
+local out = {now(), covered(KEYS[2], ARGV[1]) and 1 or 0}
+for i = 1, #r do out[#out + 1] = r[i] end
+return out
+`)
+
+// claimScript is Claim. A key with no record (unless the job's horizon
+// covers it) is taken as attempt 1; a running attempt whose lease expired
+// on the server's clock, or whose holder the client found gone (ARGV[4],
+// ARGV[5]: that attempt and its owner), is taken over for attempt+1, in
+// doubt, counted as a failure, with the note ARGV[6] (its lease held: its
+// process died) or ARGV[7] (its lease expired); a failed attempt from its
+// NotBefore on, and an unknown one with ARGV[3] = 1, likewise (the attempt
+// counter is the fencing token: HINCRBY, never reused). Anything else is
+// left as it is, and the client tells which (idemstore.Decide).
+//
+// KEYS: record, job, periods, jobs. ARGV: owner, lease µs, take unknown
+// (0/1), gone attempt, gone owner, note died, note expired, job, period.
+// Returns {taken (0/1), new attempt, doubt (0/1), now, covered (0/1),
+// status or false, attempt, failures, owner, lease_until, not_before,
+// last_error, updated} with the record as it was before the claim (an
+// abandoned attempt's failure and note counted already).
+var claimScript = redis.NewScript(luaLib + `
+local t = now()
+local r = rec(KEYS[1])
+local status = r[1]
+local function answer(taken, attempt, doubt, cov)
+	local out = {taken, attempt, doubt, t, cov}
+	for i = 1, #r do out[#out + 1] = r[i] end
+	return out
+end
+if not status then
+	if covered(KEYS[2], ARGV[9]) then return answer(0, 0, 0, 1) end
+	local a = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+	redis.call('HSET', KEYS[1], 'status', 'running', 'failures', 0, 'owner', ARGV[1],
+		'lease_until', str(t + tonumber(ARGV[2])), 'last_error', '', 'created', str(t), 'updated', str(t))
+	index(KEYS[3], KEYS[4], ARGV[8], ARGV[9])
+	return answer(1, a, 0, 0)
+end
+local take, doubt = false, 0
+local attempt, lease = num(r[2]), num(r[5])
+if status == 'running' then
+	if lease <= t or (ARGV[5] ~= '' and r[4] == ARGV[5] and r[2] == ARGV[4]) then
+		take, doubt = true, 1
+		local note = ARGV[7]
+		if lease > t then note = ARGV[6] end
+		r[3] = str(num(r[3]) + 1)
+		r[7] = string.format(note, str(attempt), r[4], utc(lease))
+		redis.call('HSET', KEYS[1], 'failures', r[3], 'last_error', r[7])
+	end
+elseif status == 'failed' then
+	take = num(r[6]) <= t
+elseif status == 'unknown' then
+	if ARGV[3] == '1' then take, doubt = true, 1 end
+end
+if not take then return answer(0, 0, 0, 0) end
+local a = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[1],
+	'lease_until', str(t + tonumber(ARGV[2])), 'updated', str(t))
+redis.call('HDEL', KEYS[1], 'not_before')
+return answer(1, a, doubt, 0)
+`)
+
+// renewScript is Renew: the lease of a running attempt runs until the
+// server's time plus ARGV[2] µs.
+//
+// KEYS: record. ARGV: attempt, lease µs. Returns 1, or 0 if the attempt no
+// longer holds the key.
+var renewScript = redis.NewScript(luaLib + `
+local r = redis.call('HMGET', KEYS[1], 'status', 'attempt')
+if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
+local t = now()
+redis.call('HSET', KEYS[1], 'lease_until', str(t + tonumber(ARGV[2])), 'updated', str(t))
+return 1
+`)
+
+// finishScript is Finish: it records how a running attempt ended, fenced
+// by its attempt number; a backoff (ARGV[4] µs, empty for none) runs from
+// the server's time. With ARGV[6] = 1 a done mark also moves the job's
+// cursor forward to the period, in the same step.
+//
+// KEYS: record, job, jobs. ARGV: attempt, status, failures, backoff µs,
+// error, cursor (0/1), job, period. Returns 1, or 0 if the attempt no
+// longer holds the key.
+var finishScript = redis.NewScript(luaLib + `
+local r = redis.call('HMGET', KEYS[1], 'status', 'attempt')
+if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
+local t = now()
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'failures', ARGV[3], 'last_error', ARGV[5], 'updated', str(t))
+redis.call('HDEL', KEYS[1], 'lease_until')
+if ARGV[4] ~= '' then
+	redis.call('HSET', KEYS[1], 'not_before', str(t + tonumber(ARGV[4])))
+else
+	redis.call('HDEL', KEYS[1], 'not_before')
+end
+if ARGV[6] == '1' and ARGV[2] == 'done' then advance(KEYS[2], KEYS[3], ARGV[7], ARGV[8]) end
+return 1
+`)
+
+// resolveScript is Resolve's write: the client read the record
+// (readScript), checked it with idemstore.Resolvable and computed the new
+// status and note with idemstore.Resolved; the write happens only if the
+// record is still as read (ARGV[1] = 1: found, with attempt ARGV[2], status
+// ARGV[3], lease_until ARGV[4] and updated ARGV[5]; 0: none, and the
+// horizon still does not cover the period).
+//
+// KEYS: record, job, periods, jobs. ARGV: found, attempt, status,
+// lease_until, updated, new status, note, job, period. Returns 1, or 0 if
+// the record changed (read it again).
+var resolveScript = redis.NewScript(luaLib + `
+local r = rec(KEYS[1])
+local t = now()
+if ARGV[1] == '1' then
+	if r[1] ~= ARGV[3] or (r[2] or '') ~= ARGV[2] or (r[5] or '') ~= ARGV[4] or (r[8] or '') ~= ARGV[5] then return 0 end
+	redis.call('HSET', KEYS[1], 'status', ARGV[6], 'failures', 0, 'last_error', ARGV[7], 'updated', str(t))
+	redis.call('HDEL', KEYS[1], 'not_before', 'lease_until')
+	return 1
+end
+if r[1] or covered(KEYS[2], ARGV[9]) then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[6], 'attempt', 0, 'failures', 0, 'owner', '', 'last_error', ARGV[7],
+	'created', str(t), 'updated', str(t))
+index(KEYS[3], KEYS[4], ARGV[8], ARGV[9])
+return 1
+`)
+
+// advanceScript is Advance.
+//
+// KEYS: job, jobs. ARGV: job, period.
+var advanceScript = redis.NewScript(luaLib + `
+advance(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+return 1
+`)
+
+// startScript is Start: it sets the job's cursor unless it has one, and
+// returns {cursor, horizon}.
+//
+// KEYS: job, jobs. ARGV: job, before.
+var startScript = redis.NewScript(luaLib + `
+local c = redis.call('HGET', KEYS[1], 'cursor')
+if not c or c == '' then
+	redis.call('HSET', KEYS[1], 'cursor', ARGV[2])
+	redis.call('ZADD', KEYS[2], 0, ARGV[1])
+end
+local j = redis.call('HMGET', KEYS[1], 'cursor', 'horizon')
+return {j[1] or '', j[2] or ''}
+`)
+
+// pruneScript is Prune: unless the job's cursor is before through, or a
+// record at or before through is not settled, it deletes the job's records
+// at or before through and raises the horizon to through.
+//
+// KEYS: job, periods, jobs. ARGV: record key prefix (the part before the
+// period), job, through. Returns {pruned (0/1), cursor, unsettled, first
+// unsettled, deleted}.
+var pruneScript = redis.NewScript(luaLib + `
+local cursor = redis.call('HGET', KEYS[1], 'cursor') or ''
+local periods = redis.call('ZRANGEBYLEX', KEYS[2], '-', '[' .. ARGV[3])
+local unsettled, first = 0, ''
+for _, p in ipairs(periods) do
+	local s = redis.call('HGET', ARGV[1] .. p, 'status')
+	if s and s ~= 'done' and s ~= 'skipped' then
+		unsettled = unsettled + 1
+		if first == '' then first = p end
+	end
+end
+if (cursor ~= '' and lt(cursor, ARGV[3])) or unsettled > 0 then
+	return {0, cursor, unsettled, first, 0}
+end
+local deleted = 0
+for _, p in ipairs(periods) do
+	deleted = deleted + redis.call('DEL', ARGV[1] .. p)
+	redis.call('ZREM', KEYS[2], p)
+end
+local h = redis.call('HGET', KEYS[1], 'horizon')
+if not h or lt(h, ARGV[3]) then redis.call('HSET', KEYS[1], 'horizon', ARGV[3]) end
+redis.call('ZADD', KEYS[3], 0, ARGV[2])
+return {1, cursor, 0, '', deleted}
+`)
+
+// listScript is List: the records of one job (ARGV[2]) or of every job,
+// in job then period order (members of a sorted set with one score come
+// in byte order), with status ARGV[3] (empty: any), at most ARGV[4] of
+// them (0: no limit).
+//
+// KEYS: jobs. ARGV: store prefix ({p}), job, status, limit. Returns a flat
+// list of job, period, status, attempt, failures, owner, lease_until,
+// not_before, last_error, updated per record.
+var listScript = redis.NewScript(luaLib + `
+local jobs
+if ARGV[2] ~= '' then jobs = {ARGV[2]} else jobs = redis.call('ZRANGE', KEYS[1], 0, -1) end
+local limit = tonumber(ARGV[4])
+local out, n = {}, 0
+for _, job in ipairs(jobs) do
+	local base = ARGV[1] .. ':run:' .. #job .. ':' .. job .. ':'
+	for _, p in ipairs(redis.call('ZRANGE', ARGV[1] .. ':periods:' .. job, 0, -1)) do
+		local r = rec(base .. p)
+		if r[1] and (ARGV[3] == '' or r[1] == ARGV[3]) then
+			out[#out + 1] = job
+			out[#out + 1] = p
+			for i = 1, #r do out[#out + 1] = r[i] or '' end
+			n = n + 1
+			if limit > 0 and n >= limit then return out end
+		end
+	end
+end
+return out
+`)
