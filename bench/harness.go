@@ -17,7 +17,8 @@ type config struct {
 	rounds   int    // measured rounds per side
 	pgDSN    string // flag value; pg resolves it
 	pg       *pgProvider
-	side     string // "idem", "other" or "both"
+	redis    *serverProvider // Redis address, for the redis_ comparisons
+	side     string          // "idem", "other" or "both"
 	noWarmup bool
 	other    string // the comparison's other side: "floor" or "river"
 }
@@ -42,6 +43,8 @@ var comparisons = []comparison{
 	{"fanout_vs_river", "river", fanoutVsRiver},
 	{"pg_fresh_run_vs_river", "river", pgFreshRunVsRiver},
 	{"pg_duplicate_vs_river", "river", pgDuplicateVsRiver},
+	{"redis_fresh_run_vs_floor", "floor", redisFreshRunVsFloor},
+	{"redis_duplicate_vs_floor", "floor", redisDuplicateVsFloor},
 }
 
 // result is the throughput of each side, in operations per second, or why
