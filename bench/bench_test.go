@@ -3,25 +3,41 @@ package main
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 )
+
+// ci reports whether $CI says the tests run in CI.
+func ci() bool {
+	v := os.Getenv("CI")
+	return v != "" && v != "false" && v != "0"
+}
 
 // TestComparisons runs every comparison on a few keys, one measured round
 // each, and checks that both sides did their work and reported a
 // throughput. It asserts nothing about speed. The pg_ comparisons run when
-// $IDEM_TEST_PG_DSN names a database; otherwise they are skipped.
+// $IDEM_TEST_PG_DSN names a database; otherwise they are skipped. The
+// redis_ comparisons run on the server $IDEM_TEST_REDIS_ADDR names, else on
+// a throwaway one from ../scripts/redis.sh; when none can be started they
+// are skipped, except in CI (CI=true), where they fail.
 func TestComparisons(t *testing.T) {
+	redisServer := newRedisProvider(os.Getenv("IDEM_TEST_REDIS_ADDR"))
+	t.Cleanup(redisServer.close)
 	for _, c := range comparisons {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := config{n: 5, rounds: 1, side: "both", other: c.other}
 			if dsn := os.Getenv("IDEM_TEST_PG_DSN"); dsn != "" {
 				cfg.pg = newPGProvider(dsn)
 			}
+			cfg.redis = redisServer
 			res, err := c.run(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if res.skipped != "" {
+				if strings.HasPrefix(c.name, "redis_") && ci() {
+					t.Fatalf("CI requires a redis-server: %s", res.skipped)
+				}
 				t.Skip(res.skipped)
 			}
 			if res.idem <= 0 || res.other <= 0 {

@@ -17,13 +17,14 @@ type config struct {
 	rounds   int    // measured rounds per side
 	pgDSN    string // flag value; pg resolves it
 	pg       *pgProvider
-	side     string // "idem", "other" or "both"
+	redis    *serverProvider // Redis address, for the redis_ comparisons
+	side     string          // "idem", "other" or "both"
 	noWarmup bool
-	other    string // the comparison's other side: "floor" or "river"
+	other    string // the comparison's other side: "floor", "river" or "asynq"
 }
 
-// comparison is one line of the output: idem against other ("floor" or
-// "river").
+// comparison is one line of the output: idem against other ("floor",
+// "river" or "asynq").
 type comparison struct {
 	name  string
 	other string
@@ -42,6 +43,9 @@ var comparisons = []comparison{
 	{"fanout_vs_river", "river", fanoutVsRiver},
 	{"pg_fresh_run_vs_river", "river", pgFreshRunVsRiver},
 	{"pg_duplicate_vs_river", "river", pgDuplicateVsRiver},
+	{"redis_fresh_run_vs_floor", "floor", redisFreshRunVsFloor},
+	{"redis_duplicate_vs_floor", "floor", redisDuplicateVsFloor},
+	{"redis_fresh_run_vs_asynq", "asynq", redisFreshRunVsAsynq},
 }
 
 // result is the throughput of each side, in operations per second, or why

@@ -1,6 +1,7 @@
 // Command bench compares idem's throughput with a hand-written floor (the
-// least SQL or file I/O that gives the same durability) and with River, a
-// job queue, measured alternately in one process. See BENCHMARKS.md.
+// least SQL, file I/O or Redis commands that give the same durability) and
+// with River and asynq, job queues, measured alternately in one process.
+// See BENCHMARKS.md.
 //
 //	cd bench && go run .             # the quick pass: one line per comparison
 //	go run . -only 'duplicate' -n 500
@@ -20,6 +21,7 @@ func main() {
 	flag.IntVar(&cfg.n, "n", 200, "keys per measurement (duplicate reads against the floor repeat them "+fmt.Sprint(dupPasses)+" times)")
 	flag.IntVar(&cfg.rounds, "rounds", 8, "measured rounds per side, alternating idem and the other (after one warm-up round)")
 	flag.StringVar(&cfg.pgDSN, "pg-dsn", os.Getenv("IDEM_TEST_PG_DSN"), "PostgreSQL DSN for the pg_ comparisons (default $IDEM_TEST_PG_DSN; else ../scripts/pg.sh starts a throwaway server)")
+	redisAddr := flag.String("redis-addr", os.Getenv("IDEM_TEST_REDIS_ADDR"), "Redis host:port for the redis_ comparisons, with appendfsync always (default $IDEM_TEST_REDIS_ADDR; else ../scripts/redis.sh starts a throwaway server)")
 	flag.StringVar(&cfg.side, "side", "both", "run only one side: idem, other or both (for counting fsyncs under strace)")
 	flag.BoolVar(&cfg.noWarmup, "no-warmup", false, "skip the warm-up round (for counting fsyncs under strace)")
 	flag.BoolVar(&countSQL, "count-sql", false, "also print the SQLite statements each side runs per operation (opens idem's ledger with NewLedger on a counting driver)")
@@ -33,12 +35,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -n and -rounds must be positive")
 		os.Exit(2)
 	}
-	ctx := context.Background()
-	pg := newPGProvider(cfg.pgDSN)
-	defer pg.close()
-	cfg.pg = pg
+	cfg.pg = newPGProvider(cfg.pgDSN)
+	cfg.redis = newRedisProvider(*redisAddr)
+	failed := run(context.Background(), cfg, re)
+	cfg.pg.close()
+	cfg.redis.close()
+	if failed {
+		os.Exit(1)
+	}
+}
 
-	failed := false
+// run prints the comparisons whose name re matches and reports whether
+// one failed.
+func run(ctx context.Context, cfg config, re *regexp.Regexp) (failed bool) {
 	for _, c := range comparisons {
 		if !re.MatchString(c.name) {
 			continue
@@ -52,7 +61,5 @@ func main() {
 		}
 		fmt.Println(res.line(c))
 	}
-	if failed {
-		os.Exit(1)
-	}
+	return failed
 }

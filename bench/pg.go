@@ -22,58 +22,66 @@ import (
 // or $IDEM_TEST_PG_DSN, else a throwaway server started with the
 // repository's scripts/pg.sh (the way the tests get one) and stopped at the
 // end.
-type pgProvider struct {
-	given   string
-	once    sync.Once
-	dsn     string
-	why     string // why there is none
-	started bool
-	script  string
+type pgProvider = serverProvider
+
+func newPGProvider(dsn string) *pgProvider {
+	return &serverProvider{given: dsn, what: "Postgres", flag: "-pg-dsn", env: "IDEM_TEST_PG_DSN", script: "pg.sh"}
 }
 
-func newPGProvider(dsn string) *pgProvider { return &pgProvider{given: dsn} }
+// serverProvider finds a server: the address or DSN given (a flag, or an
+// environment variable by default), else a throwaway server started with
+// the repository's scripts/<script> start (which prints export
+// VAR='value') and stopped by close.
+type serverProvider struct {
+	given             string
+	what              string // "Postgres", "Redis"
+	flag, env, script string // for the messages, and the script's name
+	once              sync.Once
+	value             string
+	why               string // why there is none
+	started           bool
+	scriptPath        string
+}
 
-// get returns a DSN, or "" and the reason there is none.
-func (p *pgProvider) get() (string, string) {
-	if p == nil {
-		return "", "no Postgres: IDEM_TEST_PG_DSN is not set"
-	}
+// get returns a DSN or address, or "" and the reason there is none.
+func (p *serverProvider) get() (string, string) {
 	p.once.Do(func() {
 		if p.given != "" {
-			p.dsn = p.given
+			p.value = p.given
 			return
 		}
-		script, err := filepath.Abs(filepath.Join("..", "scripts", "pg.sh")) // go run . runs in bench/
+		script, err := filepath.Abs(filepath.Join("..", "scripts", p.script)) // go run . runs in bench/
 		if err == nil {
 			_, err = os.Stat(script)
 		}
 		if err != nil {
-			p.why = "no Postgres: no -pg-dsn, no IDEM_TEST_PG_DSN, and no ../scripts/pg.sh to start one"
+			p.why = fmt.Sprintf("no %s: no %s, no %s, and no ../scripts/%s to start one", p.what, p.flag, p.env, p.script)
 			return
 		}
 		var out, errOut bytes.Buffer
 		cmd := exec.Command("bash", script, "start")
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		if err := cmd.Run(); err != nil {
-			p.why = fmt.Sprintf("no Postgres: scripts/pg.sh start failed: %v: %s", err, strings.TrimSpace(errOut.String()))
+			p.why = fmt.Sprintf("no %s: scripts/%s start failed: %v: %s", p.what, p.script, err, strings.TrimSpace(errOut.String()))
 			return
 		}
-		// It prints: export IDEM_TEST_PG_DSN='postgres://...'
+		// It prints: export VAR='value'
 		line := strings.TrimSpace(out.String())
-		_, dsn, ok := strings.Cut(line, "=")
-		dsn = strings.Trim(dsn, `'"`)
-		if !ok || dsn == "" {
-			p.why = "no Postgres: scripts/pg.sh start printed " + line
+		_, value, ok := strings.Cut(line, "=")
+		value = strings.Trim(value, `'"`)
+		if !ok || value == "" {
+			p.why = fmt.Sprintf("no %s: scripts/%s start printed %s", p.what, p.script, line)
 			return
 		}
-		p.dsn, p.started, p.script = dsn, true, script
+		p.value, p.started, p.scriptPath = value, true, script
 	})
-	return p.dsn, p.why
+	return p.value, p.why
 }
 
-func (p *pgProvider) close() {
-	if p != nil && p.started {
-		_ = exec.Command("bash", p.script, "stop", p.dsn).Run()
+// close stops the server get started, if it did.
+func (p *serverProvider) close() {
+	if p.started {
+		_ = exec.Command("bash", p.scriptPath, "stop", p.value).Run()
 		p.started = false
 	}
 }
@@ -94,6 +102,9 @@ type pgEnv struct {
 }
 
 func openPG(ctx context.Context, cfg config) (*pgEnv, string, error) {
+	if cfg.pg == nil {
+		return nil, "no Postgres: IDEM_TEST_PG_DSN is not set", nil
+	}
 	dsn, why := cfg.pg.get()
 	if dsn == "" {
 		return nil, why, nil
