@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/idemgo/idem/idemstore"
@@ -109,7 +108,7 @@ func (l *Ledger) Renew(ctx context.Context, key Key, attempt int64, now time.Tim
 		return l.opErr("renew", key, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %s attempt %d", ErrLeaseLost, key, attempt)
+		return idemstore.LeaseLost(key, attempt)
 	}
 	return nil
 }
@@ -131,7 +130,7 @@ func (l *Ledger) Finish(ctx context.Context, key Key, attempt int64, end idemsto
 		return l.opErr("finish", key, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %s attempt %d", ErrLeaseLost, key, attempt)
+		return idemstore.LeaseLost(key, attempt)
 	}
 	return nil
 }
@@ -244,7 +243,7 @@ func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("%w: %s attempt %d", ErrLeaseLost, key, attempt)
+			return idemstore.LeaseLost(key, attempt)
 		}
 		if err := fn(tx.Tx); err != nil {
 			return err

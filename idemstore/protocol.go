@@ -176,3 +176,36 @@ func Resolved(rec Record, to Resolution) (status Status, note string) {
 	}
 	return StatusFailed, note
 }
+
+// LeaseLost is the error a store returns when attempt no longer holds key:
+// a renewal or an end, fenced by the attempt number, found a newer attempt
+// (or none). It matches [ErrLeaseLost] and names the key and the attempt.
+func LeaseLost(key Key, attempt int64) error {
+	return fmt.Errorf("%w: %s attempt %d", ErrLeaseLost, key, attempt)
+}
+
+// Check reports whether an attempt can end as e.Status (done, failed,
+// unknown, parked or skipped); store names the store in the error. A store
+// checks it before writing anything.
+func (e End) Check(store string, key Key) error {
+	switch e.Status {
+	case StatusDone, StatusFailed, StatusUnknown, StatusParked, StatusSkipped:
+		return nil
+	}
+	return fmt.Errorf("%s: finish %s: cannot end an attempt as %q", store, key, e.Status)
+}
+
+// BackoffDelay is how long after the finisher's time the key may be tried
+// again: e.NotBefore - e.Now, or from the local clock when Now is zero. ok is
+// false when e sets no deadline. A store that keeps time on its server
+// stores the server's time plus d, so that hosts whose clocks differ agree
+// on the deadline.
+func (e End) BackoffDelay() (d time.Duration, ok bool) {
+	if e.NotBefore.IsZero() {
+		return 0, false
+	}
+	if e.Now.IsZero() {
+		return time.Until(e.NotBefore), true
+	}
+	return e.NotBefore.Sub(e.Now), true
+}

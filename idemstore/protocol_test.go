@@ -189,3 +189,26 @@ func TestPrunable(t *testing.T) {
 		}
 	}
 }
+
+func TestEndRules(t *testing.T) {
+	k := idemstore.Key{Job: "j", Period: "p"}
+	if err := (idemstore.End{Status: idemstore.StatusDone}).Check("s", k); err != nil {
+		t.Errorf("done: %v", err)
+	}
+	if err := (idemstore.End{Status: idemstore.StatusRunning}).Check("s", k); err == nil || !strings.Contains(err.Error(), `s: finish j/p: cannot end an attempt as "running"`) {
+		t.Errorf("running: %v", err)
+	}
+	if err := idemstore.LeaseLost(k, 7); !errors.Is(err, idemstore.ErrLeaseLost) || !strings.Contains(err.Error(), "j/p attempt 7") {
+		t.Errorf("LeaseLost: %v", err)
+	}
+	now := time.Date(2026, 10, 27, 2, 0, 0, 0, time.UTC)
+	if d, ok := (idemstore.End{Now: now, NotBefore: now.Add(90 * time.Second)}).BackoffDelay(); !ok || d != 90*time.Second {
+		t.Errorf("BackoffDelay: %v, %v; want 1m30s, true", d, ok)
+	}
+	if d, ok := (idemstore.End{Now: now}).BackoffDelay(); ok || d != 0 {
+		t.Errorf("BackoffDelay without a deadline: %v, %v; want 0, false", d, ok)
+	}
+	if d, ok := (idemstore.End{NotBefore: time.Now().Add(time.Hour)}).BackoffDelay(); !ok || d <= 0 || d > time.Hour {
+		t.Errorf("BackoffDelay from the local clock: %v, %v; want (0, 1h]", d, ok)
+	}
+}

@@ -200,13 +200,9 @@ func (l *core) Renew(ctx context.Context, key idemstore.Key, attempt int64, now 
 		return l.opErr("renew", key, err)
 	}
 	if n == 0 {
-		return leaseLost(key, attempt)
+		return idemstore.LeaseLost(key, attempt)
 	}
 	return nil
-}
-
-func leaseLost(key idemstore.Key, attempt int64) error {
-	return fmt.Errorf("%w: %s attempt %d", idemstore.ErrLeaseLost, key, attempt)
 }
 
 // Finish implements [idemstore.Store]. A backoff deadline is kept on the server's
@@ -214,19 +210,13 @@ func leaseLost(key idemstore.Key, attempt int64) error {
 // done mark also moves the job's cursor forward to the period, in the same
 // transaction.
 func (l *core) Finish(ctx context.Context, key idemstore.Key, attempt int64, end idemstore.End) error {
-	switch end.Status {
-	case idemstore.StatusDone, idemstore.StatusFailed, idemstore.StatusUnknown, idemstore.StatusParked, idemstore.StatusSkipped:
-	default:
-		return fmt.Errorf("pgledger: finish %s: cannot end an attempt as %q", key, end.Status)
+	if err := end.Check("pgledger", key); err != nil {
+		return err
 	}
 	ctx = context.WithoutCancel(ctx) // a finished attempt must be recorded even if the caller gave up
 	var backoff any                  // NULL: no deadline
-	if !end.NotBefore.IsZero() {
-		if end.Now.IsZero() {
-			backoff = micros(time.Until(end.NotBefore))
-		} else {
-			backoff = micros(end.NotBefore.Sub(end.Now))
-		}
+	if d, ok := end.BackoffDelay(); ok {
+		backoff = micros(d)
 	}
 	args := []any{key.Job, key.Period, attempt, string(end.Status), end.Failures, backoff, end.Error}
 	if !end.Cursor || end.Status != idemstore.StatusDone {
@@ -235,7 +225,7 @@ func (l *core) Finish(ctx context.Context, key idemstore.Key, attempt int64, end
 			return l.opErr("finish", key, err)
 		}
 		if n == 0 {
-			return leaseLost(key, attempt)
+			return idemstore.LeaseLost(key, attempt)
 		}
 		return nil
 	}
@@ -245,7 +235,7 @@ func (l *core) Finish(ctx context.Context, key idemstore.Key, attempt int64, end
 			return l.opErr("finish", key, err)
 		}
 		if n == 0 {
-			return leaseLost(key, attempt)
+			return idemstore.LeaseLost(key, attempt)
 		}
 		if _, err := tx.exec(ctx, l.q.advance, key.Job, key.Period); err != nil {
 			return l.opErr("finish: advance the cursor", key, err)
@@ -281,7 +271,7 @@ func (l *core) finishTx(ctx context.Context, key idemstore.Key, attempt int64, c
 		return l.opErr("run tx", key, err)
 	}
 	if n == 0 {
-		return leaseLost(key, attempt)
+		return idemstore.LeaseLost(key, attempt)
 	}
 	if err := fn(tx); err != nil {
 		return err
@@ -294,7 +284,7 @@ func (l *core) finishTx(ctx context.Context, key idemstore.Key, attempt int64, c
 		return l.opErr("run tx: done mark", key, err)
 	}
 	if n == 0 { // cannot happen while the row lock is held
-		return leaseLost(key, attempt)
+		return idemstore.LeaseLost(key, attempt)
 	}
 	if cursor {
 		if _, err := tx.exec(ctx, l.q.advance, key.Job, key.Period); err != nil {

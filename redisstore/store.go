@@ -444,13 +444,9 @@ func (s *Store) Renew(ctx context.Context, key idemstore.Key, attempt int64, now
 		return s.opErr("renew", key, err)
 	}
 	if n == 0 {
-		return leaseLost(key, attempt)
+		return idemstore.LeaseLost(key, attempt)
 	}
 	return nil
-}
-
-func leaseLost(key idemstore.Key, attempt int64) error {
-	return fmt.Errorf("%w: %s attempt %d", idemstore.ErrLeaseLost, key, attempt)
 }
 
 // Finish implements [idemstore.Store], fenced by attempt: it fails with
@@ -461,18 +457,12 @@ func leaseLost(key idemstore.Key, attempt int64) error {
 // mark is durable when Finish returns as far as the server's fsync policy
 // makes it (appendfsync always: fsynced before the reply).
 func (s *Store) Finish(ctx context.Context, key idemstore.Key, attempt int64, end idemstore.End) error {
-	switch end.Status {
-	case idemstore.StatusDone, idemstore.StatusFailed, idemstore.StatusUnknown, idemstore.StatusParked, idemstore.StatusSkipped:
-	default:
-		return fmt.Errorf("redisstore: finish %s: cannot end an attempt as %q", key, end.Status)
+	if err := end.Check("redisstore", key); err != nil {
+		return err
 	}
 	ctx = context.WithoutCancel(ctx) // a finished attempt must be recorded even if the caller gave up
 	backoff := ""
-	if !end.NotBefore.IsZero() {
-		d := end.NotBefore.Sub(end.Now)
-		if end.Now.IsZero() {
-			d = time.Until(end.NotBefore)
-		}
+	if d, ok := end.BackoffDelay(); ok {
 		backoff = strconv.FormatInt(micros(d), 10)
 	}
 	cursor := "0"
@@ -485,7 +475,7 @@ func (s *Store) Finish(ctx context.Context, key idemstore.Key, attempt int64, en
 		return s.opErr("finish", key, err)
 	}
 	if n == 0 {
-		return leaseLost(key, attempt)
+		return idemstore.LeaseLost(key, attempt)
 	}
 	return nil
 }
