@@ -13,7 +13,7 @@ import (
 
 // misuseGood uses every option class in calls it fits: it must build, or
 // the failure of misuseBad could have another cause.
-const misuseGood = `package main
+const misuseGood = `package good
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 	"github.com/idemgo/idem"
 )
 
-func main() {
+func Use() {
 	ctx := context.Background()
 	l, err := idem.OpenLedger("ledger.db", idem.WithLease(time.Minute), idem.AtMostOnce(), idem.OneAttempt())
 	if err != nil {
@@ -49,7 +49,7 @@ func main() {
 
 // misuseBad passes options to calls they mean nothing for, one per line
 // after the marker: each must be a compile error.
-const misuseBad = `package main
+const misuseBad = `package bad
 
 import (
 	"context"
@@ -59,7 +59,7 @@ import (
 	"github.com/idemgo/idem"
 )
 
-func main() {
+func Use() {
 	ctx := context.Background()
 	l, _ := idem.OpenLedger("ledger.db")
 	key := idem.Key{Job: "j", Period: "p"}
@@ -100,8 +100,8 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 		"go.mod": "module misuse\n\ngo 1.26\n\nrequire github.com/idemgo/idem v0.0.0\n\n" +
 			"replace github.com/idemgo/idem => " + root + "\n",
 		"go.sum":       string(sum),
-		"good/main.go": misuseGood,
-		"bad/main.go":  misuseBad,
+		"good/good.go": misuseGood,
+		"bad/bad.go":   misuseBad,
 	}
 	for name, text := range files {
 		p := filepath.Join(dir, name)
@@ -115,7 +115,9 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 	build := func(pkg string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, gobin, "build", "-o", os.DevNull, pkg)
+		// Library packages: go build type-checks and compiles them, and
+		// links nothing.
+		cmd := exec.CommandContext(ctx, gobin, "build", pkg)
 		cmd.Dir = dir
 		// The module cache and build cache are this test's own (inherited);
 		// nothing is downloaded.
@@ -136,10 +138,10 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 	}
 	t.Logf("go build ./bad:\n%s", out)
 	want := []string{
-		"bad/main.go:19:", "idem.FanOutOption does not implement idem.RunOption",
-		"bad/main.go:20:", "idem.ReportOption does not implement idem.EachOption",
-		"bad/main.go:21:", "idem.ModeOption does not implement idem.RunTxOption",
-		"bad/main.go:22:", "idem.CatchUpPolicy does not implement idem.EachOption",
+		"bad/bad.go:19:", "idem.FanOutOption does not implement idem.RunOption",
+		"bad/bad.go:20:", "idem.ReportOption does not implement idem.EachOption",
+		"bad/bad.go:21:", "idem.ModeOption does not implement idem.RunTxOption",
+		"bad/bad.go:22:", "idem.CatchUpPolicy does not implement idem.EachOption",
 	}
 	lines := strings.Split(out, "\n")
 	for i := 0; i < len(want); i += 2 {
