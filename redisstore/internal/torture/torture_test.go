@@ -5,7 +5,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idemgo/idem/internal/torture/harness"
 )
@@ -23,46 +22,7 @@ func TestMain(m *testing.M) {
 // TestTortureRedis runs a short kill -9 pass of every mode against the
 // Redis store.
 func TestTortureRedis(t *testing.T) {
-	if os.Getenv(addrEnv) == "" {
-		if v := os.Getenv("CI"); v != "" && v != "false" && v != "0" {
-			t.Fatalf("%s is not set, and CI must run the Redis tests: run scripts/test.sh (it starts redis-server with scripts/redis.sh)", addrEnv)
-		}
-		t.Skipf("no Redis: run scripts/test.sh (it starts a throwaway server), or set %s=host:port", addrEnv)
-	}
-	modes := []string{"atleastonce", "atmostonce", "twophase"}
-	for i, mode := range modes {
-		t.Run(mode, func(t *testing.T) {
-			var out bytes.Buffer
-			seed := time.Now().UnixNano()
-			const duration = 10 * time.Second // 10 kills take a few
-			// A minute to settle, or less so that the runs left end before
-			// the test's deadline (go test -timeout).
-			settle := time.Minute
-			if dl, ok := t.Deadline(); ok {
-				settle = max(10*time.Second, min(settle, (time.Until(dl)-30*time.Second)/time.Duration(len(modes)-i)-duration))
-			}
-			s, err := harness.Run(harness.Config{
-				Store: "redis", Mode: mode,
-				Kills: 10, Keys: 20, Workers: 3,
-				Seed: seed, Duration: duration, Settle: settle,
-				Lease: 100 * time.Millisecond,
-				Out:   &out,
-			})
-			if err != nil {
-				t.Fatalf("seed %d: %v\n%s", seed, err, out.String())
-			}
-			if s.Violations > 0 || s.Lost > 0 || len(s.Errors) > 0 {
-				t.Fatalf("seed %d: violations=%d lost=%d errors=%d\n%s", seed, s.Violations, s.Lost, len(s.Errors), out.String())
-			}
-			if s.Effects == 0 {
-				t.Fatalf("seed %d: no effects at all\n%s", seed, out.String())
-			}
-			if !strings.HasPrefix(s.Line(), "torture: store=redis mode="+mode+" ") {
-				t.Fatalf("last line %q", s.Line())
-			}
-			t.Log(s.Line())
-		})
-	}
+	harness.ShortRuns(t, "redis", addrEnv, "redis-server", []string{"atleastonce", "atmostonce", "twophase"})
 }
 
 // TestNoServer: without a server, -store redis is a usage error naming
