@@ -14,6 +14,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 var daily = idem.Daily(time.UTC)
@@ -403,5 +404,80 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// busySignal is a ledger that tells when a claim finds its key held by
+// another attempt.
+type busySignal struct {
+	*idem.Ledger
+	busy chan struct{}
+}
+
+func (b busySignal) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+	c, err := b.Ledger.Claim(ctx, req)
+	if err == nil && c.State == idemstore.ClaimBusy {
+		select {
+		case b.busy <- struct{}{}:
+		default:
+		}
+	}
+	return c, err
+}
+
+// TestCatchUpWaitForTurn: with WaitForTurn, a catch-up that reaches a
+// period another holder is running waits for it instead of stopping with
+// ErrInProgress, and goes on once it is done; without it, it stops there.
+func TestCatchUpWaitForTurn(t *testing.T) {
+	t.Parallel()
+	sched := idem.Daily(time.UTC)
+	now := time.Now()
+	held := idem.Key{Job: "j", Period: idem.LastPeriod(sched, now).Name} // the last of three due days
+	for _, wait := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
+			t.Parallel()
+			s := busySignal{openLedger(t, t.TempDir()), make(chan struct{}, 1)}
+			ctx := context.Background()
+			started, release, holderDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+			go func() {
+				holderDone <- s.Run(ctx, held, func(context.Context) error { close(started); <-release; return nil })
+			}()
+			testwait.Recv(t, started, "the holder's fn to start")
+			var ran []string
+			opts := []idem.CatchUpOption{idem.Since(now.AddDate(0, 0, -3))}
+			if wait {
+				opts = append(opts, idem.WaitForTurn())
+			}
+			type result struct {
+				res idem.CatchUpResult
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				res, err := idem.CatchUp(ctx, s, "j", sched, func(_ context.Context, p idem.Period) error {
+					ran = append(ran, p.Name)
+					return nil
+				}, opts...)
+				done <- result{res, err}
+			}()
+			testwait.Recv(t, s.busy, "the catch-up to find %s held", held)
+			if !wait {
+				r := testwait.Recv(t, done, "the catch-up to return")
+				if !errors.Is(r.err, idem.ErrInProgress) || slices.Contains(ran, held.Period) {
+					t.Fatalf("without WaitForTurn: %v, ran %v; want ErrInProgress at %s", r.err, ran, held.Period)
+				}
+				close(release)
+				testwait.Recv(t, holderDone, "the holder's Run to return")
+				return
+			}
+			close(release)
+			if err := testwait.Recv(t, holderDone, "the holder's Run to return"); err != nil {
+				t.Fatal(err)
+			}
+			r := testwait.Recv(t, done, "the catch-up to return once the holder is done")
+			if r.err != nil || len(ran) != 2 || slices.Contains(ran, held.Period) || len(r.res.Periods) != 3 {
+				t.Fatalf("with WaitForTurn: %v, ran %v, periods %+v; want the two days before %s run and %s done by its holder", r.err, ran, r.res.Periods, held.Period, held.Period)
+			}
+		})
 	}
 }
