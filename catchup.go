@@ -23,7 +23,9 @@ type catchUpConfig struct {
 	dueAtStart bool
 	keepGoing  bool
 	onPeriod   func(PeriodResult)
-	cursor     bool // internal: the done mark advances the job's cursor
+	window     time.Duration // CatchUpWindow: periods due longer ago are recorded skipped
+	cursor     bool          // internal: the done mark advances the job's cursor
+	stop       func() bool   // internal: a Scheduler shutting down; no further period starts
 }
 
 // PeriodResult is what catch-up did with one period.
@@ -185,13 +187,14 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 	}
 	unbroken := true // every period so far is settled: the cursor may move
 	var firstErr error
+	ran := 0 // periods run (not skipped): what the cap counts
 	for p := first; !p.Start.After(last.Start); p = sched.Next(p) {
-		if (!cu.latest && cu.maxPeriods > 0 && len(res.Periods) >= cu.maxPeriods) || (firstErr != nil && !cu.keepGoing) {
+		if (!cu.latest && cu.maxPeriods > 0 && ran >= cu.maxPeriods) || (firstErr != nil && !cu.keepGoing) || (cu.stop != nil && cu.stop()) {
 			break
 		}
 		key := Key{Job: job, Period: p.Name}
 		var pr PeriodResult
-		if cu.latest && p.Name != last.Name {
+		if (cu.latest && p.Name != last.Name) || (cu.window > 0 && p.Name != last.Name && dueTime(p, cu.dueAtStart).Before(now.Add(-cu.window))) {
 			start := cfg.clock.Now()
 			pr = skipPeriod(ctx, s, key, p)
 			if cfg.observer != nil { // a Result per period, skipped ones too
@@ -202,6 +205,7 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 			pc := *cfg // this period's Run: its own copy
 			pc.report, pc.retryFrom = &r, now
 			pc.catchUp.cursor = unbroken
+			ran++
 			err := run(ctx, key, p, &pc)
 			pr = PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
 		}
@@ -233,6 +237,14 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 	}
 	res.Deferred = due - len(res.Periods)
 	return res, firstErr
+}
+
+// dueTime is when p is due: at its end, or at its start with DueAtStart.
+func dueTime(p Period, atStart bool) time.Time {
+	if atStart {
+		return p.Start
+	}
+	return p.End
 }
 
 // skipPeriod records p as skipped (CatchUpLatest), unless it is settled
