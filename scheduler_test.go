@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testwait"
 )
@@ -99,60 +102,33 @@ func TestSchedulerRunsDuePeriods(t *testing.T) {
 	}
 }
 
+// openLedgerAt is a schedtest.Opener of the SQLite ledger at path.
+func openLedgerAt(_ context.Context, path string) (idemstore.CatchUpStore, func(), error) {
+	l, err := idem.OpenLedger(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, func() { l.Close() }, nil
+}
+
 // TestSchedulerReplicas: three Schedulers (three replicas of a service),
 // each with its own handle on one SQLite ledger, run each period of two
 // jobs exactly once over two days of hours.
 func TestSchedulerReplicas(t *testing.T) {
 	dir := t.TempDir()
-	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T00:30:00Z"))
-	var mu sync.Mutex
-	ran := map[string]int{}
-	fn := func(ctx context.Context, p idem.Period) error {
-		info, _ := idem.InfoFrom(ctx)
-		mu.Lock()
-		defer mu.Unlock()
-		ran[info.Key.String()]++
-		return nil
+	openLedger(t, dir)
+	schedtest.Goroutines(t, filepath.Join(dir, "ledger.db"), openLedgerAt)
+}
+
+// TestSchedulerReplicaProcesses: three replicas in processes of their own
+// on one SQLite ledger run each period once; the one SIGKILLed in the
+// middle of a period leaves it to another, which finishes it.
+func TestSchedulerReplicaProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	if !idemtest.IsChild(t) {
+		openLedger(t, filepath.Dir(path))
 	}
-	var scheds []*idem.Scheduler
-	for range 3 {
-		s := idem.NewScheduler(openLedger(t, dir), idem.WithClock(clk))
-		if err := s.Add("hourly", idem.Hourly(time.UTC), fn); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Add("daily", idem.Daily(schedtest.Location(t, "Asia/Shanghai")), fn); err != nil {
-			t.Fatal(err)
-		}
-		startScheduler(t, s)
-		scheds = append(scheds, s)
-	}
-	idleAll := func() {
-		for _, s := range scheds {
-			schedtest.Idle(t, s, clk.Now())
-		}
-	}
-	idleAll()
-	for range 48 {
-		clk.Advance(time.Hour)
-		idleAll()
-	}
-	// Replicas that found a period held look again after the lease.
-	clk.Advance(idem.DefaultLease)
-	idleAll()
-	mu.Lock()
-	defer mu.Unlock()
-	want := map[string]int{}
-	p := idem.Hourly(time.UTC).At(schedtest.UTC(t, "2026-02-28T23:59:00Z"))
-	for range 49 {
-		want["hourly/"+p.Name] = 1
-		p = idem.Hourly(time.UTC).Next(p)
-	}
-	for _, d := range []string{"2026-02-28", "2026-03-01", "2026-03-02"} {
-		want["daily/"+d] = 1
-	}
-	if fmt.Sprint(ran) != fmt.Sprint(want) {
-		t.Errorf("runs per period:\ngot  %v\nwant %v", ran, want)
-	}
+	schedtest.Processes(t, path, openLedgerAt)
 }
 
 // TestSchedulerSuspend: a machine suspended for three days wakes with its
