@@ -23,6 +23,7 @@ type catchUpConfig struct {
 	dueAtStart bool
 	keepGoing  bool
 	onPeriod   func(PeriodResult)
+	delay      time.Duration // DueAfter
 	window     time.Duration // CatchUpWindow: periods due longer ago are recorded skipped
 	cursor     bool          // internal: the done mark advances the job's cursor
 	stop       func() bool   // internal: a Scheduler shutting down; no further period starts
@@ -141,10 +142,7 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 	}
 
 	now := cfg.clock.Now()
-	last := sched.At(now)
-	if !cu.dueAtStart {
-		last = sched.Prev(last)
-	}
+	last := cu.lastDue(sched, now)
 	if js.Cursor == "" {
 		// The job's first catch-up: record where it starts before any
 		// period runs, so that a first period that fails is where the
@@ -194,7 +192,7 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 		}
 		key := Key{Job: job, Period: p.Name}
 		var pr PeriodResult
-		if (cu.latest && p.Name != last.Name) || (cu.window > 0 && p.Name != last.Name && dueTime(p, cu.dueAtStart).Before(now.Add(-cu.window))) {
+		if (cu.latest && p.Name != last.Name) || (cu.window > 0 && p.Name != last.Name && cu.due(p).Before(now.Add(-cu.window))) {
 			start := cfg.clock.Now()
 			pr = skipPeriod(ctx, s, key, p)
 			if cfg.observer != nil { // a Result per period, skipped ones too
@@ -239,12 +237,27 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 	return res, firstErr
 }
 
-// dueTime is when p is due: at its end, or at its start with DueAtStart.
-func dueTime(p Period, atStart bool) time.Time {
-	if atStart {
-		return p.Start
+// due is when p is due: at its end, or at its start with DueAtStart; in
+// either case plus the delay of DueAfter.
+func (cu *catchUpConfig) due(p Period) time.Time {
+	if cu.dueAtStart {
+		return p.Start.Add(cu.delay)
 	}
-	return p.End
+	return p.End.Add(cu.delay)
+}
+
+// lastDue is the latest period of sched due at now.
+func (cu *catchUpConfig) lastDue(sched Schedule, now time.Time) Period {
+	p := sched.At(now.Add(-cu.delay))
+	if !cu.dueAtStart {
+		p = sched.Prev(p)
+	}
+	return p
+}
+
+// nextDue is when the first period of sched not due at now is due.
+func (cu *catchUpConfig) nextDue(sched Schedule, now time.Time) time.Time {
+	return cu.due(sched.Next(cu.lastDue(sched, now)))
 }
 
 // skipPeriod records p as skipped (CatchUpLatest), unless it is settled

@@ -538,6 +538,20 @@ func CatchUpWindow(w time.Duration) CatchUpPolicy {
 	})
 }
 
+// DueAfter makes a period due d after it ends (or starts, with
+// [DueAtStart]): Daily(loc) with DueAfter(2*time.Hour) settles yesterday
+// at 02:00, once late records have landed. A negative d is an error
+// matching [ErrInvalidOption].
+func DueAfter(d time.Duration) CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error {
+		if d < 0 {
+			return invalidOption("DueAfter(%v): the delay must not be negative", d)
+		}
+		c.catchUp.delay = d
+		return nil
+	})
+}
+
 // ContinueAfterFailure makes catch-up go on with later periods when one
 // fails. By default it stops at the failed period and the later ones wait,
 // so periods complete in order. Either way the cursor only moves over an

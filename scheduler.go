@@ -483,7 +483,7 @@ func (s *Scheduler) slotCheck(*schedJob) string {
 // start starts j's due work: a catch-up, or, while one runs and j runs
 // overlapping, a run of each period due since. Called with s.mu held.
 func (s *Scheduler) start(ctx context.Context, j *schedJob, now time.Time) {
-	last := lastDue(j.sched, now, j.cfg.catchUp.dueAtStart)
+	last := j.cfg.catchUp.lastDue(j.sched, now)
 	if !j.catching {
 		j.catching = true
 		j.covered = last.Name
@@ -526,8 +526,8 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	if res.Cursor != "" {
 		j.oldest = time.Time{}
 		if c, perr := j.sched.Parse(res.Cursor); perr == nil {
-			if next := j.sched.Next(c); !dueTime(next, j.cfg.catchUp.dueAtStart).After(now) {
-				j.oldest = dueTime(next, j.cfg.catchUp.dueAtStart)
+			if due := j.cfg.catchUp.due(j.sched.Next(c)); !due.After(now) {
+				j.oldest = due
 			}
 		}
 	}
@@ -611,21 +611,12 @@ func (s *Scheduler) record(j *schedJob, periods []PeriodResult, now time.Time) {
 // nextWake is when j is to be looked at next, with nothing due now: when
 // its next period is due, plus its jitter.
 func (s *Scheduler) nextWake(j *schedJob, now time.Time) time.Time {
-	next := j.sched.At(now).End // due then, at its end or the next one's start
+	next := j.cfg.catchUp.nextDue(j.sched, now)
 	j.st.NextDue = next
 	if d := j.cfg.job.jitter; d > 0 {
 		next = next.Add(time.Duration(s.randInt(int64(d))))
 	}
 	return next
-}
-
-// lastDue is the latest period of sched due at now.
-func lastDue(sched Schedule, now time.Time, atStart bool) Period {
-	p := sched.At(now)
-	if !atStart {
-		p = sched.Prev(p)
-	}
-	return p
 }
 
 func mustParse(sched Schedule, name string) Period {

@@ -505,3 +505,27 @@ func TestSchedulerInvalid(t *testing.T) {
 		t.Error("AddTx with a Tx type the ledger does not have was accepted")
 	}
 }
+
+// TestSchedulerDueAfter: a daily job in Shanghai with DueAfter(2h) settles
+// yesterday at 02:00, not at midnight.
+func TestSchedulerDueAfter(t *testing.T) {
+	sh := schedtest.Location(t, "Asia/Shanghai")
+	clk := schedtest.NewClock(time.Date(2026, 3, 1, 0, 30, 0, 0, sh))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	var c calls
+	if err := s.Add("settle", idem.Daily(sh), c.fn, idem.DueAfter(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(t, s)
+	schedtest.Idle(t, s, clk.Now())
+	wantPeriods(t, "at 00:30", c.get(), "2026-02-27")
+	if got, want := s.Status().Jobs[0].NextDue, time.Date(2026, 3, 1, 2, 0, 0, 0, sh); !got.Equal(want) {
+		t.Fatalf("NextDue %v, want %v", got, want)
+	}
+	clk.Advance(time.Hour + 29*time.Minute) // 01:59
+	schedtest.Idle(t, s, clk.Now())
+	wantPeriods(t, "at 01:59", c.get(), "2026-02-27")
+	clk.Advance(time.Minute) // 02:00
+	schedtest.Idle(t, s, clk.Now())
+	wantPeriods(t, "at 02:00", c.get(), "2026-02-27", "2026-02-28")
+}
