@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -128,5 +129,71 @@ func TestServeRealTime(t *testing.T) {
 		if m := first.Add(time.Duration(i) * time.Minute).Format("2006-01-02T15:04Z"); !seen[m] {
 			t.Errorf("minute %s is missing; ticks: %q", m, ticks)
 		}
+	}
+}
+
+// TestServeSIGTERMMidRun: SIGTERM while a command runs reaches the command;
+// its end is recorded (here: killed, so failed), idem serve exits 0, and
+// the next idem serve runs the period again. Nothing is lost.
+func TestServeSIGTERMMidRun(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:30Z")
+	const period = "2026-10-28T02:00Z"
+	crontab := filepath.Join(e.dir, "crontab")
+	line := `* * * * * tick sh -c 'echo "started $IDEM_PERIOD $IDEM_ATTEMPT" >> out.txt; [ "$IDEM_ATTEMPT" = 1 ] || exit 0; while :; do sleep 0.1; done'` + "\n"
+	if err := os.WriteFile(crontab, []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	status := func() string {
+		out, _, code := e.idem("show", "tick", period, "--json")
+		if code != 0 {
+			return "(none)"
+		}
+		var rec struct{ Status string }
+		if err := json.Unmarshal([]byte(out), &rec); err != nil {
+			t.Fatalf("show --json: %v: %s", err, out)
+		}
+		return rec.Status
+	}
+	serve := func(wantLine string) (*exec.Cmd, *bytes.Buffer) {
+		cmd := e.command("serve", "--ledger", e.ledger, "--crontab", crontab)
+		var b bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &b, &b
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		e.await(cmd, &b, "the command to start ("+wantLine+" in out.txt)", func() {
+			for !slices.Contains(e.lines("out.txt"), wantLine) {
+				time.Sleep(20 * time.Millisecond) // a poll of the file
+			}
+		})
+		return cmd, &b
+	}
+	cmd, out := serve("started " + period + " 1")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.finish(cmd, out); err != nil {
+		t.Fatalf("idem serve after SIGTERM: %v; its output:\n%s", err, out)
+	}
+	if got := status(); got != "failed" {
+		t.Fatalf("after SIGTERM the period is %s, want failed (the command was killed); idem serve said:\n%s", got, out)
+	}
+	if !strings.Contains(out.String(), "killed by signal") {
+		t.Errorf("idem serve did not report the killed command:\n%s", out)
+	}
+
+	e.now = "2026-10-28T02:00:40Z" // past the backoff
+	cmd, out = serve("started " + period + " 2")
+	e.await(cmd, out, "the period to be done", func() {
+		for status() != "done" {
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.finish(cmd, out); err != nil {
+		t.Fatalf("idem serve after SIGTERM: %v; its output:\n%s", err, out)
 	}
 }
