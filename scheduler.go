@@ -522,7 +522,7 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	s.running--
 	j.catching = false
 	j.st.Running = j.extra > 0
-	s.record(j, res.Periods, now)
+	s.record(j, res.Periods, now, true)
 	if res.Cursor != "" {
 		j.oldest = time.Time{}
 		if c, perr := j.sched.Parse(res.Cursor); perr == nil {
@@ -579,7 +579,7 @@ func (s *Scheduler) runOne(ctx context.Context, j *schedJob, p Period) {
 	s.running--
 	j.extra--
 	j.st.Running = j.catching || j.extra > 0
-	s.record(j, []PeriodResult{{Period: p, Outcome: r.Outcome, Err: err}}, now)
+	s.record(j, []PeriodResult{{Period: p, Outcome: r.Outcome, Err: err}}, now, false)
 	if s.state < schedStopping {
 		// The next catch-up settles the cursor over it, or retries it.
 		s.schedule(j, earliest(j.wake, now))
@@ -587,8 +587,11 @@ func (s *Scheduler) runOne(ctx context.Context, j *schedJob, p Period) {
 	}
 }
 
-// record notes what happened to periods in j's status.
-func (s *Scheduler) record(j *schedJob, periods []PeriodResult, now time.Time) {
+// record notes what happened to periods in j's status. A catch-up's
+// periods (all of them: it stops at, or goes past, every parked or unknown
+// one after the cursor) set the parked and unknown counts; an overlapping
+// run's only add to them.
+func (s *Scheduler) record(j *schedJob, periods []PeriodResult, now time.Time, catchUp bool) {
 	parked, unknown := 0, 0
 	for _, pr := range periods {
 		j.st.LastPeriod, j.st.LastOutcome, j.st.LastAt = pr.Period.Name, pr.Outcome, now
@@ -603,8 +606,11 @@ func (s *Scheduler) record(j *schedJob, periods []PeriodResult, now time.Time) {
 			unknown++
 		}
 	}
-	if len(periods) > 0 || j.st.Parked+j.st.Unknown > 0 {
+	if catchUp {
 		j.st.Parked, j.st.Unknown = parked, unknown
+	} else {
+		j.st.Parked += parked
+		j.st.Unknown += unknown
 	}
 }
 
