@@ -21,6 +21,21 @@ import (
 	"github.com/idemgo/idem"
 )
 
+// tempLedger opens a ledger in a new temporary directory; done closes it
+// and removes the directory.
+func tempLedger() (l *idem.Ledger, done func(), err error) {
+	dir, err := os.MkdirTemp("", "idem-bench-sched-")
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err = idem.OpenLedger(filepath.Join(dir, "ledger.db"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return l, func() { l.Close(); os.RemoveAll(dir) }, nil
+}
+
 // startScheduler runs s until the returned stop is called.
 func startScheduler(s *idem.Scheduler) (stop func() error) {
 	done := make(chan error, 1)
@@ -37,16 +52,11 @@ func startScheduler(s *idem.Scheduler) (stop func() error) {
 }
 
 func schedulerIdleCPU(ctx context.Context, cfg config) (result, error) {
-	dir, err := os.MkdirTemp("", "idem-bench-sched-")
+	l, done, err := tempLedger()
 	if err != nil {
 		return result{}, err
 	}
-	defer os.RemoveAll(dir)
-	l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		return result{}, err
-	}
-	defer l.Close()
+	defer done()
 	const jobs = 1000
 	s := idem.NewScheduler(l)
 	fn := func(context.Context, idem.Period) error { return nil }
@@ -89,16 +99,11 @@ func schedulerIdleCPU(ctx context.Context, cfg config) (result, error) {
 }
 
 func schedulerWakeLatency(ctx context.Context, cfg config) (result, error) {
-	dir, err := os.MkdirTemp("", "idem-bench-sched-")
+	l, done, err := tempLedger()
 	if err != nil {
 		return result{}, err
 	}
-	defer os.RemoveAll(dir)
-	l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		return result{}, err
-	}
-	defer l.Close()
+	defer done()
 	const jobs = 10
 	var mu sync.Mutex
 	var lat []time.Duration

@@ -139,36 +139,38 @@ func (o *attemptFlags) add(f *pflag.FlagSet) {
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "report every period on stderr, not only failures (by default a successful run prints nothing, so cron sends no mail)")
 }
 
-// options checks the flags and returns the mode, the options of every
-// call (lease, backoff, clock, logger) and the attempt bound; clk is the
-// clock ($IDEM_NOW, or the system's).
-func (o attemptFlags) options(stderr io.Writer, clk idem.Clock) (idem.ModeOption, []idem.Option, idem.AttemptOption, error) {
-	var mode idem.ModeOption
+// options checks the flags and returns idem's clock ($IDEM_NOW, or the
+// system's), the mode, the options of every call (lease, backoff, clock,
+// logger) and the attempt bound.
+func (o attemptFlags) options(stderr io.Writer) (clk idem.Clock, mode idem.ModeOption, common []idem.Option, attempt idem.AttemptOption, err error) {
+	if clk, err = clock(); err != nil {
+		return nil, nil, nil, nil, err
+	}
 	switch o.mode {
 	case "at-least-once", "atleastonce":
 		mode = idem.AtLeastOnce()
 	case "at-most-once", "atmostonce":
 		mode = idem.AtMostOnce()
 	default:
-		return nil, nil, nil, usageError(fmt.Errorf("--mode %q: use at-least-once or at-most-once", o.mode))
+		return nil, nil, nil, nil, usageError(fmt.Errorf("--mode %q: use at-least-once or at-most-once", o.mode))
 	}
 	if o.lease < idem.MinLease {
-		return nil, nil, nil, usageError(fmt.Errorf("--lease %v: must be at least %v", o.lease, idem.MinLease))
+		return nil, nil, nil, nil, usageError(fmt.Errorf("--lease %v: must be at least %v", o.lease, idem.MinLease))
 	}
 	if o.maxAttempts < 1 {
-		return nil, nil, nil, usageError(fmt.Errorf("--max-attempts %d: must be at least 1", o.maxAttempts))
+		return nil, nil, nil, nil, usageError(fmt.Errorf("--max-attempts %d: must be at least 1", o.maxAttempts))
 	}
 	if o.backoff < 0 {
-		return nil, nil, nil, usageError(fmt.Errorf("--backoff %v: must not be negative", o.backoff))
+		return nil, nil, nil, nil, usageError(fmt.Errorf("--backoff %v: must not be negative", o.backoff))
 	}
 	if o.retryWithin < 0 {
-		return nil, nil, nil, usageError(fmt.Errorf("--retry-within %v: must not be negative", o.retryWithin))
+		return nil, nil, nil, nil, usageError(fmt.Errorf("--retry-within %v: must not be negative", o.retryWithin))
 	}
 	growth := idem.Exponential(o.backoff)
 	if o.backoff == 0 {
 		growth = idem.Constant(0) // --backoff 0: retry at once
 	}
-	common := []idem.Option{
+	common = []idem.Option{
 		idem.WithLease(o.lease),
 		idem.WithBackoff(idem.WithMaxAttempts(o.maxAttempts,
 			idem.WithEqualJitter(idem.WithCap(max(idem.DefaultBackoffCap, o.backoff), growth)))),
@@ -177,7 +179,7 @@ func (o attemptFlags) options(stderr io.Writer, clk idem.Clock) (idem.ModeOption
 		// Retried failures and lost leases, which the summary lines do not show.
 		common = append(common, idem.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	}
-	return mode, common, idem.RetryWithin(o.retryWithin), nil
+	return clk, mode, common, idem.RetryWithin(o.retryWithin), nil
 }
 
 func newRunCmd() *cobra.Command {
@@ -252,11 +254,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		}
 		policies = append(policies, idem.Since(t))
 	}
-	clk, err := clock()
-	if err != nil {
-		return err
-	}
-	mode, common, attempt, err := o.options(stderr, clk)
+	clk, mode, common, attempt, err := o.options(stderr)
 	if err != nil {
 		return err
 	}

@@ -136,11 +136,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if o.max < 0 {
 		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
 	}
-	clk, err := clock()
-	if err != nil {
-		return err
-	}
-	mode, common, attempt, err := o.options(stderr, clk)
+	clk, mode, common, attempt, err := o.options(stderr)
 	if err != nil {
 		return err
 	}
