@@ -529,3 +529,60 @@ func TestSchedulerDueAfter(t *testing.T) {
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "at 02:00", c.get(), "2026-02-27", "2026-02-28")
 }
+
+// TestSchedulerClockForwardCap: a clock that jumps forward makes every
+// period in between due; the job's CatchUpAll cap bounds each catch-up,
+// and the next ones, at once, run the rest, in order.
+func TestSchedulerClockForwardCap(t *testing.T) {
+	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	var c calls
+	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, idem.CatchUpAll(2)); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(t, s)
+	schedtest.Idle(t, s, clk.Now())
+	clk.Jump(5 * time.Hour) // 15:30: 10:00 to 14:00 are due
+	clk.Advance(idem.Recheck)
+	schedtest.Idle(t, s, clk.Now())
+	// Two per catch-up: without the next ones at once, 12:00 to 14:00
+	// would wait for the next hour.
+	wantPeriods(t, "ran", c.get(), "2026-03-01T09:00Z", "2026-03-01T10:00Z", "2026-03-01T11:00Z",
+		"2026-03-01T12:00Z", "2026-03-01T13:00Z", "2026-03-01T14:00Z")
+}
+
+// TestSchedulerRetriesAtBackoff: a period whose fn failed is looked at
+// again when its backoff ends, not at the next due time; a job added while
+// the Scheduler runs gets its first look at once.
+func TestSchedulerRetriesAtBackoff(t *testing.T) {
+	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	var c calls
+	failures := 1
+	fn := func(ctx context.Context, p idem.Period) error {
+		if failures > 0 {
+			failures--
+			return errors.New("the database is down")
+		}
+		return c.fn(ctx, p)
+	}
+	if err := s.Add("daily", idem.Daily(time.UTC), fn, idem.OneAttempt(), idem.WithBackoff(idem.Constant(10*time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(t, s)
+	schedtest.Idle(t, s, clk.Now())
+	st := s.Status().Jobs[0]
+	if want := clk.Now().Add(10 * time.Second); !st.NextRun.Equal(want) || st.LastOutcome != idem.BackingOff {
+		t.Fatalf("after a failure: NextRun %v, outcome %v; want %v, backing_off", st.NextRun, st.LastOutcome, want)
+	}
+	clk.Advance(10 * time.Second)
+	schedtest.Idle(t, s, clk.Now())
+	wantPeriods(t, "after the backoff", c.get(), "2026-02-28")
+
+	var late calls
+	if err := s.Add("late", idem.Hourly(time.UTC), late.fn); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, func() bool { return len(late.get()) == 1 }, "the job added while running to have its first look")
+	wantPeriods(t, "added while running", late.get(), "2026-03-01T09:00Z")
+}

@@ -41,7 +41,8 @@ those). Each slot starts a period that is due at once: the command for the
 slot 02:00 runs at 02:00, with IDEM_PERIOD the slot's start in UTC
 (2026-10-27T18:00Z for 02:00 in Shanghai). A wall time that a daylight-saving
 change skips runs at the gap's end; one it repeats runs at its first
-occurrence.
+occurrence. A job that has never run starts with its latest slot, at once
+(as 'idem run' does); the slots missed after that all run.
 
 Each command runs as under 'idem run': the same environment (IDEM_JOB,
 IDEM_PERIOD, IDEM_PERIOD_START, IDEM_PERIOD_END, IDEM_ATTEMPT,
