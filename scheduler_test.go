@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -585,4 +586,110 @@ func TestSchedulerRetriesAtBackoff(t *testing.T) {
 	}
 	testwait.Until(t, func() bool { return len(late.get()) == 1 }, "the job added while running to have its first look")
 	wantPeriods(t, "added while running", late.get(), "2026-03-01T09:00Z")
+}
+
+// TestSchedulerRunContextEnds: when Run's context ends, running fns are
+// cancelled at once, their ends recorded, and Run returns the context's
+// cause; the Scheduler does not run again. A Scheduler shut down before it
+// ran does not run either.
+func TestSchedulerRunContextEnds(t *testing.T) {
+	dir := t.TempDir()
+	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
+	s := idem.NewScheduler(openLedger(t, dir), idem.WithClock(clk))
+	started := make(chan string, 1)
+	fn := func(ctx context.Context, p idem.Period) error {
+		started <- p.Name
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}
+	if err := s.Add("hourly", idem.Hourly(time.UTC), fn); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stopped := errors.New("the service is stopping")
+	runErr := make(chan error, 1)
+	go func() { runErr <- s.Run(ctx) }()
+	period := testwait.Recv(t, started, "the first period to start")
+	cancel(stopped)
+	if err := testwait.Recv(t, runErr, "Run to return"); !errors.Is(err, stopped) {
+		t.Fatalf("Run: %v, want the context's cause", err)
+	}
+	if rec := mustLookup(t, openLedger(t, dir), idem.Key{Job: "hourly", Period: period}); rec.Status != idem.StatusFailed || !strings.Contains(rec.LastError, stopped.Error()) {
+		t.Errorf("%s: %s (%q), want failed with the cause", period, rec.Status, rec.LastError)
+	}
+	if err := s.Run(context.Background()); !errors.Is(err, idem.ErrSchedulerClosed) {
+		t.Errorf("a second Run: %v, want ErrSchedulerClosed", err)
+	}
+	never := idem.NewScheduler(openLedger(t, dir))
+	if err := never.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := never.Run(context.Background()); !errors.Is(err, idem.ErrSchedulerClosed) {
+		t.Errorf("Run after Shutdown: %v, want ErrSchedulerClosed", err)
+	}
+}
+
+// TestSchedulerLagTolerance: a job whose due period stays unsettled longer
+// than its tolerance makes the Scheduler unready.
+func TestSchedulerLagTolerance(t *testing.T) {
+	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	fail := func(context.Context, idem.Period) error { return errors.New("upstream is down") }
+	if err := s.Add("hourly", idem.Hourly(time.UTC), fail, idem.OneAttempt(),
+		idem.WithBackoff(idem.Constant(time.Hour)), idem.WithLagTolerance(45*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(t, s)
+	schedtest.Idle(t, s, clk.Now())
+	st := s.Status()
+	if j := st.Jobs[0]; !st.Ready || j.Lag != 30*time.Minute { // 09:00 was due at 10:00
+		t.Fatalf("at 10:30: ready %v, lag %v; want ready, 30m", st.Ready, j.Lag)
+	}
+	clk.Advance(20 * time.Minute)
+	schedtest.Idle(t, s, clk.Now())
+	st = s.Status()
+	if j := st.Jobs[0]; st.Ready || j.Ready || !strings.Contains(j.Why, "lagging 50m") {
+		t.Fatalf("at 10:50: %+v; want unready, lagging 50m", st)
+	}
+}
+
+// TestSchedulerAddTx: a transactional job's business write and its
+// period's done mark commit together.
+func TestSchedulerAddTx(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	if _, err := l.DB().Exec(`CREATE TABLE rollup(hour TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
+	fn := func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO rollup(hour) VALUES (?)`, p.Name)
+		return err
+	}
+	if err := idem.AddTx(s, "rollup", idem.Hourly(time.UTC), fn); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(t, s)
+	schedtest.Idle(t, s, clk.Now())
+	clk.Advance(time.Hour)
+	schedtest.Idle(t, s, clk.Now())
+	var hours []string
+	rows, err := l.DB().Query(`SELECT hour FROM rollup ORDER BY hour`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var h string
+		if err := rows.Scan(&h); err != nil {
+			t.Fatal(err)
+		}
+		hours = append(hours, h)
+	}
+	wantPeriods(t, "rows", hours, "2026-03-01T09:00Z", "2026-03-01T10:00Z")
+	for _, h := range hours {
+		if rec := mustLookup(t, l, idem.Key{Job: "rollup", Period: h}); rec.Status != idem.StatusDone {
+			t.Errorf("%s: %s, want done", h, rec.Status)
+		}
+	}
 }
