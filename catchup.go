@@ -23,7 +23,10 @@ type catchUpConfig struct {
 	dueAtStart bool
 	keepGoing  bool
 	onPeriod   func(PeriodResult)
-	cursor     bool // internal: the done mark advances the job's cursor
+	delay      time.Duration // DueAfter
+	window     time.Duration // CatchUpWindow: periods due longer ago are recorded skipped
+	cursor     bool          // internal: the done mark advances the job's cursor
+	stop       func() bool   // internal: a Scheduler shutting down; no further period starts
 }
 
 // PeriodResult is what catch-up did with one period.
@@ -139,10 +142,7 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 	}
 
 	now := cfg.clock.Now()
-	last := sched.At(now)
-	if !cu.dueAtStart {
-		last = sched.Prev(last)
-	}
+	last := cu.lastDue(sched, now)
 	if js.Cursor == "" {
 		// The job's first catch-up: record where it starts before any
 		// period runs, so that a first period that fails is where the
@@ -185,13 +185,14 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 	}
 	unbroken := true // every period so far is settled: the cursor may move
 	var firstErr error
+	ran := 0 // periods run (not skipped): what the cap counts
 	for p := first; !p.Start.After(last.Start); p = sched.Next(p) {
-		if (!cu.latest && cu.maxPeriods > 0 && len(res.Periods) >= cu.maxPeriods) || (firstErr != nil && !cu.keepGoing) {
+		if (!cu.latest && cu.maxPeriods > 0 && ran >= cu.maxPeriods) || (firstErr != nil && !cu.keepGoing) || (cu.stop != nil && cu.stop()) {
 			break
 		}
 		key := Key{Job: job, Period: p.Name}
 		var pr PeriodResult
-		if cu.latest && p.Name != last.Name {
+		if (cu.latest && p.Name != last.Name) || (cu.window > 0 && p.Name != last.Name && cu.due(p).Before(now.Add(-cu.window))) {
 			start := cfg.clock.Now()
 			pr = skipPeriod(ctx, s, key, p)
 			if cfg.observer != nil { // a Result per period, skipped ones too
@@ -202,6 +203,7 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 			pc := *cfg // this period's Run: its own copy
 			pc.report, pc.retryFrom = &r, now
 			pc.catchUp.cursor = unbroken
+			ran++
 			err := run(ctx, key, p, &pc)
 			pr = PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
 		}
@@ -233,6 +235,29 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 	}
 	res.Deferred = due - len(res.Periods)
 	return res, firstErr
+}
+
+// due is when p is due: at its end, or at its start with DueAtStart; in
+// either case plus the delay of DueAfter.
+func (cu *catchUpConfig) due(p Period) time.Time {
+	if cu.dueAtStart {
+		return p.Start.Add(cu.delay)
+	}
+	return p.End.Add(cu.delay)
+}
+
+// lastDue is the latest period of sched due at now.
+func (cu *catchUpConfig) lastDue(sched Schedule, now time.Time) Period {
+	p := sched.At(now.Add(-cu.delay))
+	if !cu.dueAtStart {
+		p = sched.Prev(p)
+	}
+	return p
+}
+
+// nextDue is when the first period of sched not due at now is due.
+func (cu *catchUpConfig) nextDue(sched Schedule, now time.Time) time.Time {
+	return cu.due(sched.Next(cu.lastDue(sched, now)))
 }
 
 // skipPeriod records p as skipped (CatchUpLatest), unless it is settled

@@ -46,9 +46,15 @@
 //	AttemptOption  RetryWithin, OneAttempt, WaitForTurn    x    x      x        x                        x
 //	ReportOption   ReportTo                                x    x
 //	CatchUpPolicy  CatchUpAll, CatchUpLatest, Since,                   x        x
-//	               DueAtStart, ContinueAfterFailure,
-//	               OnPeriod
+//	               DueAtStart, DueAfter, CatchUpWindow,
+//	               ContinueAfterFailure, OnPeriod
 //	FanOutOption   WithWorkers, WithBatch, OnProgress                                      x     x
+//
+// A [Scheduler]'s job takes what the catch-up it runs takes, plus a
+// [JobSetting] (WithJitter, RunOverlapping, WithLagTolerance): Scheduler.Add
+// takes a [JobOption] (the options of CatchUp), AddTx a [JobTxOption]
+// (those of CatchUpTx). NewScheduler takes a [SchedulerOption]: every
+// Option, as the default of every job, and WithMaxRunning.
 //
 // The "store" column is the defaults given to a store's constructor
 // ([StoreOption]): they apply to every call on the store, and a default

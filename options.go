@@ -36,6 +36,24 @@ type EachOption interface{ applyEach(*config) error }
 // An EachTxOption configures [EachTx]: every [Option] and [FanOutOption].
 type EachTxOption interface{ applyEachTx(*config) error }
 
+// A JobOption configures one job of a [Scheduler] ([Scheduler.Add]): every
+// [Option], [ModeOption], [AttemptOption], [CatchUpPolicy] and
+// [JobSetting]. They apply to every period the job runs, as they would to
+// CatchUp.
+type JobOption interface{ applyJob(*config) error }
+
+// A JobTxOption configures one transactional job of a Scheduler
+// ([AddTx]): every [Option], [AttemptOption], [CatchUpPolicy] and
+// [JobSetting]; no mode, as for CatchUpTx.
+type JobTxOption interface{ applyJobTx(*config) error }
+
+// A SchedulerOption configures [NewScheduler]: every [Option] (a default
+// for every job of the scheduler; WithClock and WithLogger are the
+// scheduler's own too) and [WithMaxRunning].
+type SchedulerOption interface {
+	applyScheduler(*schedulerConfig) error
+}
+
 // A StoreOption is a default given to a store's constructor
 // ([OpenLedger], [NewLedger], [OpenStateFile], pgledger's WithRunOptions):
 // every [Option], [ModeOption] and [AttemptOption]. The store's defaults
@@ -57,9 +75,19 @@ type Option interface {
 	EachOption
 	EachTxOption
 	StoreOption
+	JobOption
+	JobTxOption
+	SchedulerOption
 }
 
 type option func(*config) error
+
+func (o option) applyJob(c *config) error   { return o(c) }
+func (o option) applyJobTx(c *config) error { return o(c) }
+func (o option) applyScheduler(c *schedulerConfig) error {
+	c.defaults = append(c.defaults, o)
+	return o(&c.probe)
+}
 
 func (o option) applyRun(c *config) error       { return o(c) }
 func (o option) applyRunTx(c *config) error     { return o(c) }
@@ -78,7 +106,10 @@ type ModeOption interface {
 	CatchUpOption
 	EachOption
 	StoreOption
+	JobOption
 }
+
+func (o modeOption) applyJob(c *config) error { return o(c) }
 
 type modeOption func(*config) error
 
@@ -96,7 +127,12 @@ type AttemptOption interface {
 	CatchUpOption
 	CatchUpTxOption
 	StoreOption
+	JobOption
+	JobTxOption
 }
+
+func (o attemptOption) applyJob(c *config) error   { return o(c) }
+func (o attemptOption) applyJobTx(c *config) error { return o(c) }
 
 type attemptOption func(*config) error
 
@@ -124,7 +160,25 @@ func (o reportOption) applyRunTx(c *config) error { return o(c) }
 type CatchUpPolicy interface {
 	CatchUpOption
 	CatchUpTxOption
+	JobOption
+	JobTxOption
 }
+
+func (o catchUpPolicy) applyJob(c *config) error   { return o(c) }
+func (o catchUpPolicy) applyJobTx(c *config) error { return o(c) }
+
+// A JobSetting configures how a [Scheduler] triggers one job:
+// [WithJitter], [RunOverlapping], [WithLagTolerance]. It fits
+// Scheduler.Add and AddTx.
+type JobSetting interface {
+	JobOption
+	JobTxOption
+}
+
+type jobSetting func(*config) error
+
+func (o jobSetting) applyJob(c *config) error   { return o(c) }
+func (o jobSetting) applyJobTx(c *config) error { return o(c) }
 
 type catchUpPolicy func(*config) error
 
@@ -171,6 +225,7 @@ type config struct {
 	report   *Result
 	catchUp  catchUpConfig
 	each     eachConfig
+	job      jobConfig
 
 	retryWithin    time.Duration // RetryWithin's bound
 	retryWithinSet bool          // RetryWithin (or OneAttempt) was given
@@ -464,6 +519,37 @@ func Since(t time.Time) CatchUpPolicy {
 // a day once it is over.
 func DueAtStart() CatchUpPolicy {
 	return catchUpPolicy(func(c *config) error { c.catchUp.dueAtStart = true; return nil })
+}
+
+// CatchUpWindow records the due periods that became due more than w ago
+// as skipped (ResolveSkip) instead of running them: after a long outage,
+// only the periods of the last w run (Temporal's catchupWindow). The
+// latest due period always runs, however old. Skipped periods do not count
+// against the cap of [CatchUpAll]; unknown or parked periods are not
+// skipped (catch-up stops at them, as with [CatchUpLatest]). A w of zero
+// or less is an error matching [ErrInvalidOption].
+func CatchUpWindow(w time.Duration) CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error {
+		if w <= 0 {
+			return invalidOption("CatchUpWindow(%v): the window must be positive", w)
+		}
+		c.catchUp.window = w
+		return nil
+	})
+}
+
+// DueAfter makes a period due d after it ends (or starts, with
+// [DueAtStart]): Daily(loc) with DueAfter(2*time.Hour) settles yesterday
+// at 02:00, once late records have landed. A negative d is an error
+// matching [ErrInvalidOption].
+func DueAfter(d time.Duration) CatchUpPolicy {
+	return catchUpPolicy(func(c *config) error {
+		if d < 0 {
+			return invalidOption("DueAfter(%v): the delay must not be negative", d)
+		}
+		c.catchUp.delay = d
+		return nil
+	})
 }
 
 // ContinueAfterFailure makes catch-up go on with later periods when one

@@ -44,6 +44,11 @@ func Use() {
 		idem.CatchUpAll(0), idem.AtMostOnce(), idem.WaitForTurn(), idem.Since(time.Now()), idem.OnPeriod(func(idem.PeriodResult) {}))
 	_, _ = l.CatchUpTx(ctx, "j", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
 		idem.CatchUpLatest(), idem.OneAttempt(), idem.DueAtStart(), idem.ContinueAfterFailure())
+	s := idem.NewScheduler(l, idem.WithMaxRunning(2), idem.WithLogger(nil))
+	_ = s.Add("j", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil },
+		idem.WithJitter(time.Second), idem.AtMostOnce(), idem.CatchUpWindow(time.Hour), idem.DueAfter(time.Hour), idem.OneAttempt(), idem.WithLease(time.Minute))
+	_ = idem.AddTx(s, "t", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
+		idem.RunOverlapping(), idem.WithLagTolerance(time.Hour), idem.CatchUpLatest(), idem.OnResult(func(idem.Result) {}))
 }
 `
 
@@ -71,6 +76,10 @@ func Use() {
 	_, _ = idem.Each(ctx, l, key, items, func(context.Context, string) error { return nil }, idem.ReportTo(&r))
 	_ = l.RunTx(ctx, key, func(context.Context, *sql.Tx) error { return nil }, idem.AtMostOnce())
 	_, _ = idem.Each(ctx, l, key, items, func(context.Context, string) error { return nil }, idem.CatchUpAll(10))
+	_ = idem.NewScheduler(l).Add("j", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil }, idem.ReportTo(&r))
+	_ = idem.AddTx(idem.NewScheduler(l), "j", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil }, idem.AtMostOnce())
+	_ = l.Run(ctx, key, func(context.Context) error { return nil }, idem.WithJitter(time.Second))
+	_ = idem.NewScheduler(l, idem.WithWorkers(2))
 }
 `
 
@@ -142,6 +151,10 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 		"bad/bad.go:20:", "idem.ReportOption does not implement idem.EachOption",
 		"bad/bad.go:21:", "idem.ModeOption does not implement idem.RunTxOption",
 		"bad/bad.go:22:", "idem.CatchUpPolicy does not implement idem.EachOption",
+		"bad/bad.go:23:", "idem.ReportOption does not implement idem.JobOption",
+		"bad/bad.go:24:", "idem.ModeOption does not implement idem.JobTxOption",
+		"bad/bad.go:25:", "idem.JobSetting does not implement idem.RunOption",
+		"bad/bad.go:26:", "idem.FanOutOption does not implement idem.SchedulerOption",
 	}
 	lines := strings.Split(out, "\n")
 	for i := 0; i < len(want); i += 2 {
@@ -155,7 +168,7 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 			t.Errorf("no compile error at %s saying %q", want[i], want[i+1])
 		}
 	}
-	if n := strings.Count(out, "does not implement"); n != 4 {
-		t.Errorf("%d compile errors about options, want 4", n)
+	if n := strings.Count(out, "does not implement"); n != 8 {
+		t.Errorf("%d compile errors about options, want 8", n)
 	}
 }

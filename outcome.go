@@ -33,6 +33,21 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
 
+// MarshalText returns String's name, so that an Outcome reads as
+// "ran", "parked", ... in JSON.
+func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// UnmarshalText is MarshalText's inverse.
+func (o *Outcome) UnmarshalText(b []byte) error {
+	for i, name := range outcomeNames {
+		if name != "" && name == string(b) {
+			*o = Outcome(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("idem: no outcome is named %q", b)
+}
+
 func (o Outcome) sentinel() error {
 	switch o {
 	case InProgress:

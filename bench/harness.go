@@ -21,6 +21,9 @@ type config struct {
 	side     string          // "idem", "other" or "both"
 	noWarmup bool
 	other    string // the comparison's other side: "floor", "river" or "asynq"
+
+	idleWindow  time.Duration // scheduler_idle_cpu: the measured window
+	wakeSeconds int           // scheduler_wake_latency: seconds of one-second periods measured
 }
 
 // comparison is one line of the output: idem against other ("floor",
@@ -46,6 +49,8 @@ var comparisons = []comparison{
 	{"redis_fresh_run_vs_floor", "floor", redisFreshRunVsFloor},
 	{"redis_duplicate_vs_floor", "floor", redisDuplicateVsFloor},
 	{"redis_fresh_run_vs_asynq", "asynq", redisFreshRunVsAsynq},
+	{"scheduler_idle_cpu", "", schedulerIdleCPU},
+	{"scheduler_wake_latency", "", schedulerWakeLatency},
 }
 
 // result is the throughput of each side, in operations per second, or why
@@ -53,6 +58,7 @@ var comparisons = []comparison{
 type result struct {
 	idem, other float64
 	skipped     string
+	text        string // a measurement that is no comparison: the line's text
 
 	// With -count-sql: the statements each side ran in its measured
 	// rounds, and how many operations those rounds did.
@@ -63,6 +69,9 @@ type result struct {
 func (r result) line(c comparison) string {
 	if r.skipped != "" {
 		return fmt.Sprintf("%s: skipped (%s)", c.name, r.skipped)
+	}
+	if r.text != "" {
+		return c.name + ": " + r.text
 	}
 	ratio := "n/a"
 	if r.idem > 0 && r.other > 0 {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"time"
 )
 
 func main() {
@@ -24,6 +25,8 @@ func main() {
 	redisAddr := flag.String("redis-addr", os.Getenv("IDEM_TEST_REDIS_ADDR"), "Redis host:port for the redis_ comparisons, with appendfsync always (default $IDEM_TEST_REDIS_ADDR; else ../scripts/redis.sh starts a throwaway server)")
 	flag.StringVar(&cfg.side, "side", "both", "run only one side: idem, other or both (for counting fsyncs under strace)")
 	flag.BoolVar(&cfg.noWarmup, "no-warmup", false, "skip the warm-up round (for counting fsyncs under strace)")
+	flag.DurationVar(&cfg.idleWindow, "idle-window", 30*time.Second, "scheduler_idle_cpu: how long to measure the idle Scheduler's CPU time")
+	flag.IntVar(&cfg.wakeSeconds, "wake-seconds", 15, "scheduler_wake_latency: seconds of one-second periods to measure")
 	flag.BoolVar(&countSQL, "count-sql", false, "also print the SQLite statements each side runs per operation (opens idem's ledger with NewLedger on a counting driver)")
 	flag.Parse()
 	re, err := regexp.Compile(*only)

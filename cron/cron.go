@@ -9,6 +9,8 @@ package cron
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,10 +47,14 @@ import (
 // schedule's String is "cron(<spec>)@<zone>", e.g.
 // "cron(30 1 * * *)@Europe/London".
 //
+// Options change the daylight-saving policy: [SkipGap] makes a skipped
+// wall time fire not at all, [FoldBoth] makes a repeated one fire at both
+// occurrences.
+//
 // New returns an error if spec cannot be parsed or never fires (for
 // example "0 0 30 2 *"). It panics if loc is nil. The schedule is immutable
 // and safe for concurrent use.
-func New(spec string, loc *time.Location) (idem.Schedule, error) {
+func New(spec string, loc *time.Location, opts ...Option) (idem.Schedule, error) {
 	caltime.MustLocation(loc, "cron.New")
 	trimmed := strings.TrimSpace(spec)
 	if strings.HasPrefix(trimmed, "TZ=") || strings.HasPrefix(trimmed, "CRON_TZ=") {
@@ -68,6 +74,12 @@ func New(spec string, loc *time.Location) (idem.Schedule, error) {
 		dom:   ss.Dom,
 		month: ss.Month,
 		dow:   ss.Dow,
+	}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("idem: cron spec %q: a nil option", spec)
+		}
+		o(&c)
 	}
 	for h := 0; h < 24; h++ {
 		if ss.Hour&(1<<uint(h)) != 0 {
@@ -93,15 +105,110 @@ const starBit = 1 << 63
 // non-leap century year), so this is never reached.
 const searchDays = 4000
 
+// An Option sets a daylight-saving policy of [New].
+type Option func(*schedule)
+
+// SkipGap makes a wall time that does not exist on a spring-forward day
+// (02:30 in New York on 8 March 2026) no slot at all: the period that
+// contains the gap runs on to the next slot. By default it fires at the
+// gap's end.
+func SkipGap() Option { return func(c *schedule) { c.skipGap = true } }
+
+// FoldBoth makes a wall time that occurs twice on a fall-back day (01:30
+// in New York on 1 November 2026) two slots, one at each occurrence, so
+// that "30 1 * * *" has two periods starting that night. By default it
+// fires at its first occurrence only.
+func FoldBoth() Option { return func(c *schedule) { c.foldBoth = true } }
+
 // schedule implements New. All fields are read-only after construction.
 type schedule struct {
-	spec            string
-	loc             *time.Location
-	dom, month, dow uint64
-	hours, minutes  []int64 // ascending
+	spec              string
+	loc               *time.Location
+	dom, month, dow   uint64
+	hours, minutes    []int64 // ascending
+	skipGap, foldBoth bool    // the DST policies (SkipGap, FoldBoth)
 }
 
-func (c schedule) String() string { return "cron(" + c.spec + ")@" + c.loc.String() }
+func (c schedule) String() string {
+	s := "cron(" + c.spec + ")@" + c.loc.String()
+	if c.skipGap {
+		s += ",skip-gap"
+	}
+	if c.foldBoth {
+		s += ",fold-both"
+	}
+	return s
+}
+
+// daySlots returns the slots (Unix seconds, ascending, distinct) of the
+// matching wall times of local date day under the DST policies.
+func (c schedule) daySlots(day int64) []int64 {
+	if !c.dayMatches(day) {
+		return nil
+	}
+	var out []int64
+	for _, h := range c.hours {
+		for _, m := range c.minutes {
+			ww := day*caltime.SecondsPerDay + h*3600 + m*60
+			x := caltime.Resolve(c.loc, ww)
+			if caltime.WallSeconds(time.Unix(x, 0), c.loc) != ww { // in a gap
+				if !c.skipGap {
+					out = append(out, x)
+				}
+				continue
+			}
+			out = append(out, x)
+			if c.foldBoth {
+				// The second occurrence, in the segment after x's, if the
+				// wall clock reads ww there too.
+				_, _, end := caltime.Segment(c.loc, x)
+				if end != math.MaxInt64 {
+					off2, _, _ := caltime.Segment(c.loc, end)
+					if y := ww - off2; y >= end && y != x && caltime.WallSeconds(time.Unix(y, 0), c.loc) == ww {
+						out = append(out, y)
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// policyBounds is bounds under the DST policies: the latest slot at or
+// before s and the first after it, from the slots of the days around.
+func (c schedule) policyBounds(s, w int64) (start, end int64) {
+	day0 := caltime.FloorDiv(w, caltime.SecondsPerDay)
+	found := false
+	for day, below := day0+1, 0; day >= day0-searchDays && below < 2; day-- {
+		for _, x := range c.daySlots(day) {
+			if x <= s && (!found || x > start) {
+				start, found = x, true
+			}
+		}
+		if found {
+			below++
+		}
+	}
+	if !found {
+		panic("idem: " + c.String() + ": no slot found within the search horizon")
+	}
+	found = false
+	for day, above := day0-1, 0; day <= day0+searchDays && above < 2; day++ {
+		for _, x := range c.daySlots(day) {
+			if x > s && (!found || x < end) {
+				end, found = x, true
+			}
+		}
+		if found {
+			above++
+		}
+	}
+	if !found {
+		panic("idem: " + c.String() + ": no slot found within the search horizon")
+	}
+	return start, end
+}
 
 // dayMatches mirrors robfig/cron's month check and dayMatches: if day of
 // month or day of week is "*", both must match; otherwise either may.
@@ -137,6 +244,9 @@ func (c schedule) firesEver() bool {
 // non-decreasing in the wall time, and every matching wall time <= w
 // resolves to an instant <= s.
 func (c schedule) bounds(s, w int64) (start, end int64) {
+	if c.skipGap || c.foldBoth {
+		return c.policyBounds(s, w)
+	}
 	day0 := caltime.FloorDiv(w, caltime.SecondsPerDay)
 	lastMin := c.minutes[len(c.minutes)-1]
 	var prev int64

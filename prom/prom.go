@@ -17,12 +17,20 @@
 //	idem_items_total{job,status}      counter    items of the fan-out periods completed (Each returned ran), by final status: done, parked
 //	idem_keys{job,status}             gauge      keys that are pending (running or failed), unknown or parked, read from the Lister at scrape time
 //	idem_ledger_up                    gauge      1 if the last read of the Lister succeeded, 0 if it failed (only with a Lister)
+//	idem_last_success_timestamp_seconds{job}  gauge  when a period of the job last ran successfully (or was found done), in Unix seconds; 0 if not since the Scheduler started (only with WatchScheduler)
+//	idem_next_due_timestamp_seconds{job}      gauge  when the job's next period is due, in Unix seconds (only with WatchScheduler)
 //
 // A "call of Run" is one Run or RunTx, one period of CatchUp (skipped
 // periods included), or one call of Each or EachTx: a fan-out period is
 // counted once per call, with its outcome, not per item. Its items are
 // counted in idem_items_total by the call that completes the period (two
 // hosts completing one period at the same moment may both count them).
+//
+// With a Scheduler ([Metrics.WatchScheduler]), alert as cron monitoring
+// does: time() - idem_last_success_timestamp_seconds{job="settle"} > 26*3600
+// for a daily job (its last success is more than a day and its run's
+// length ago), or time() - idem_next_due_timestamp_seconds > 600 (the
+// Scheduler's loop is stuck: a due time stays in the past).
 //
 // Alert on idem_keys{status="unknown"} > 0 (a person must run Resolve) and
 // idem_keys{status="parked"} > 0 (a key is parked; Reset it once fixed).
@@ -32,6 +40,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -92,6 +101,7 @@ type Metrics struct {
 	errors   *prometheus.CounterVec
 	items    *prometheus.CounterVec
 	keys     *keysCollector
+	sched    *schedulerCollector
 }
 
 // New creates the metrics and registers them with reg
@@ -131,10 +141,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help:        "Items of the fan-out periods that idem's Each completed, by final status (done, parked).",
 			ConstLabels: c.constLabels,
 		}, []string{"job", "status"}),
-		keys: newKeysCollector(c.constLabels, c.scrapeTimeout),
+		keys:  newKeysCollector(c.constLabels, c.scrapeTimeout),
+		sched: newSchedulerCollector(c.constLabels),
 	}
 	m.keys.setLister(c.lister)
-	for _, col := range []prometheus.Collector{m.runs, m.duration, m.retries, m.errors, m.items, m.keys} {
+	for _, col := range []prometheus.Collector{m.runs, m.duration, m.retries, m.errors, m.items, m.keys, m.sched} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("idem/prom: register: %w", err)
 		}
@@ -289,4 +300,58 @@ func count(l idemstore.Lister, timeout time.Duration) (map[string]map[string]int
 		}
 	}
 	return counts, errors.Join(errs...)
+}
+
+// WatchScheduler makes idem_last_success_timestamp_seconds and
+// idem_next_due_timestamp_seconds report the jobs of s, read from
+// s.Status() at scrape time. Several Schedulers may be watched.
+func (m *Metrics) WatchScheduler(s *idem.Scheduler) { m.sched.add(s) }
+
+// schedulerCollector computes the Scheduler gauges at scrape time.
+type schedulerCollector struct {
+	lastSuccess, nextDue *prometheus.Desc
+	mu                   sync.Mutex
+	scheds               []*idem.Scheduler
+}
+
+func newSchedulerCollector(constLabels prometheus.Labels) *schedulerCollector {
+	return &schedulerCollector{
+		lastSuccess: prometheus.NewDesc("idem_last_success_timestamp_seconds",
+			"When a period of the job last ran successfully or was found done, in Unix seconds (0: not since the Scheduler started).",
+			[]string{"job"}, constLabels),
+		nextDue: prometheus.NewDesc("idem_next_due_timestamp_seconds",
+			"When the job's next period is due, in Unix seconds.",
+			[]string{"job"}, constLabels),
+	}
+}
+
+func (c *schedulerCollector) add(s *idem.Scheduler) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.scheds = append(c.scheds, s)
+}
+
+func (c *schedulerCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.lastSuccess
+	ch <- c.nextDue
+}
+
+func (c *schedulerCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	scheds := slices.Clone(c.scheds)
+	c.mu.Unlock()
+	unix := func(t time.Time) float64 {
+		if t.IsZero() {
+			return 0
+		}
+		return float64(t.UnixNano()) / 1e9
+	}
+	for _, s := range scheds {
+		for _, j := range s.Status().Jobs {
+			ch <- prometheus.MustNewConstMetric(c.lastSuccess, prometheus.GaugeValue, unix(j.LastSuccess), j.Job)
+			if !j.NextDue.IsZero() {
+				ch <- prometheus.MustNewConstMetric(c.nextDue, prometheus.GaugeValue, unix(j.NextDue), j.Job)
+			}
+		}
+	}
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/prom"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -253,5 +255,45 @@ func TestFanOutCountedOncePerCall(t *testing.T) {
 		if got := g.value(c.name, c.labels); got != c.want {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
 		}
+	}
+}
+
+// TestSchedulerGauges: idem_last_success_timestamp_seconds and
+// idem_next_due_timestamp_seconds follow a Scheduler's jobs.
+func TestSchedulerGauges(t *testing.T) {
+	l, err := idem.OpenLedger(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	start := time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC)
+	clk := schedtest.NewClock(start)
+	s := idem.NewScheduler(l, idem.WithClock(clk))
+	ok := func(context.Context, idem.Period) error { return nil }
+	if err := s.Add("hourly", idem.Hourly(time.UTC), ok); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.WatchScheduler(s)
+	if got := gather(t, reg).value("idem_last_success_timestamp_seconds", "job=hourly"); got != 0 {
+		t.Errorf("last success before Run: %v, want 0", got)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	defer func() {
+		_ = s.Shutdown(context.Background())
+		<-done
+	}()
+	schedtest.Idle(t, s, clk.Now())
+	g := gather(t, reg)
+	if got, want := g.value("idem_last_success_timestamp_seconds", "job=hourly"), float64(start.Unix()); got != want {
+		t.Errorf("last success: %v, want %v", got, want)
+	}
+	if got, want := g.value("idem_next_due_timestamp_seconds", "job=hourly"), float64(start.Add(30*time.Minute).Unix()); got != want {
+		t.Errorf("next due: %v, want %v", got, want)
 	}
 }

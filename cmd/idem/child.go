@@ -45,15 +45,20 @@ type supervisor struct {
 // recorded.
 func (s *supervisor) watch(sigs <-chan os.Signal) {
 	for sig := range sigs {
-		s.mu.Lock()
-		s.stopping = true
-		s.signalled = sig
-		if s.child != nil {
-			_ = s.child.Signal(sig)
-		} else {
-			s.cancel(fmt.Errorf("%w: %v", errStopping, sig))
-		}
-		s.mu.Unlock()
+		s.signal(sig)
+	}
+}
+
+// signal handles one signal idem received: see watch.
+func (s *supervisor) signal(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopping = true
+	s.signalled = sig
+	if s.child != nil {
+		_ = s.child.Signal(sig)
+	} else {
+		s.cancel(fmt.Errorf("%w: %v", errStopping, sig))
 	}
 }
 

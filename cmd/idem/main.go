@@ -129,6 +129,6 @@ prune, doctor.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err, hint: fmt.Sprintf("Run '%s --help' for usage.", c.CommandPath())}
 	})
-	root.AddCommand(newRunCmd(), newLsCmd(), newShowCmd(), newResolveCmd(), newResetCmd(), newPruneCmd(), newDoctorCmd())
+	root.AddCommand(newRunCmd(), newServeCmd(), newLsCmd(), newShowCmd(), newResolveCmd(), newResetCmd(), newPruneCmd(), newDoctorCmd())
 	return root
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 const runLong = `Run COMMAND once for every business period that is due and not done yet.
@@ -114,10 +115,71 @@ const runExample = `  # crontab: settle yesterday (Shanghai time) at 02:00; runs
   idem run --job sync --schedule "*/15 * * * *" --tz Europe/Berlin --since 2026-10-01 -- ./sync.sh`
 
 type runOptions struct {
-	job, schedule, tz, catchUp, mode, since string
-	max, maxAttempts                        int
-	lease, backoff, retryWithin             time.Duration
-	okIfDone, verbose                       bool
+	job, schedule, tz, catchUp, since string
+	max                               int
+	okIfDone                          bool
+	attemptFlags
+}
+
+// attemptFlags are the flags of how a command's attempts run, shared by
+// 'idem run' and 'idem serve'.
+type attemptFlags struct {
+	mode                        string
+	maxAttempts                 int
+	lease, backoff, retryWithin time.Duration
+	verbose                     bool
+}
+
+func (o *attemptFlags) add(f *pflag.FlagSet) {
+	f.StringVar(&o.mode, "mode", "at-least-once", "what to do with an attempt that failed or was killed: at-least-once (run it again) or at-most-once (never run twice; leave it unknown for 'idem resolve')")
+	f.DurationVar(&o.lease, "lease", idem.DefaultLease, "how long a killed run keeps its period before another run may take it over (a run killed on this host is taken over at once); a live run renews it every third of it")
+	f.IntVar(&o.maxAttempts, "max-attempts", idem.DefaultMaxAttempts, "attempts of a failing period (in this run and later ones) before it is parked until 'idem reset'")
+	f.DurationVar(&o.backoff, "backoff", time.Second, "wait before retrying a failed attempt; doubles each time (each wait random between half of it and all of it), at most 10m or this value if larger")
+	f.DurationVar(&o.retryWithin, "retry-within", idem.DefaultRetryWithin, "retry a failed attempt in this run only if the retry starts within this long of the run's start; a later retry is left to the next run (0: one attempt per run)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "report every period on stderr, not only failures (by default a successful run prints nothing, so cron sends no mail)")
+}
+
+// options checks the flags and returns idem's clock ($IDEM_NOW, or the
+// system's), the mode, the options of every call (lease, backoff, clock,
+// logger) and the attempt bound.
+func (o attemptFlags) options(stderr io.Writer) (clk idem.Clock, mode idem.ModeOption, common []idem.Option, attempt idem.AttemptOption, err error) {
+	if clk, err = clock(); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	switch o.mode {
+	case "at-least-once", "atleastonce":
+		mode = idem.AtLeastOnce()
+	case "at-most-once", "atmostonce":
+		mode = idem.AtMostOnce()
+	default:
+		return nil, nil, nil, nil, usageError(fmt.Errorf("--mode %q: use at-least-once or at-most-once", o.mode))
+	}
+	if o.lease < idem.MinLease {
+		return nil, nil, nil, nil, usageError(fmt.Errorf("--lease %v: must be at least %v", o.lease, idem.MinLease))
+	}
+	if o.maxAttempts < 1 {
+		return nil, nil, nil, nil, usageError(fmt.Errorf("--max-attempts %d: must be at least 1", o.maxAttempts))
+	}
+	if o.backoff < 0 {
+		return nil, nil, nil, nil, usageError(fmt.Errorf("--backoff %v: must not be negative", o.backoff))
+	}
+	if o.retryWithin < 0 {
+		return nil, nil, nil, nil, usageError(fmt.Errorf("--retry-within %v: must not be negative", o.retryWithin))
+	}
+	growth := idem.Exponential(o.backoff)
+	if o.backoff == 0 {
+		growth = idem.Constant(0) // --backoff 0: retry at once
+	}
+	common = []idem.Option{
+		idem.WithLease(o.lease),
+		idem.WithBackoff(idem.WithMaxAttempts(o.maxAttempts,
+			idem.WithEqualJitter(idem.WithCap(max(idem.DefaultBackoffCap, o.backoff), growth)))),
+		idem.WithClock(clk)}
+	if o.verbose {
+		// Retried failures and lost leases, which the summary lines do not show.
+		common = append(common, idem.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	}
+	return clk, mode, common, idem.RetryWithin(o.retryWithin), nil
 }
 
 func newRunCmd() *cobra.Command {
@@ -142,14 +204,9 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.tz, "tz", "Local", "the time zone the periods are cut in (IANA name: Asia/Shanghai, America/New_York, UTC); Local is the host's zone, usually UTC in containers")
 	f.StringVar(&o.catchUp, "catch-up", "all", "which due periods to run: all (missed ones too, oldest first), latest (only the newest; older ones are recorded as skipped), none (only the latest due period, no backfill)")
 	f.IntVar(&o.max, "max", idem.DefaultMaxPeriods, "with --catch-up all: run at most this many periods per call, leaving the rest for the next call (0 = no limit)")
-	f.StringVar(&o.mode, "mode", "at-least-once", "what to do with an attempt that failed or was killed: at-least-once (run it again) or at-most-once (never run twice; leave it unknown for 'idem resolve')")
-	f.DurationVar(&o.lease, "lease", idem.DefaultLease, "how long a killed run keeps its period before another run may take it over (a run killed on this host is taken over at once); a live run renews it every third of it")
 	f.StringVar(&o.since, "since", "", "for a job that has never run: catch up from the period containing this date (2026-10-01, 2026-10-01T02:00 in --tz, or RFC 3339) instead of only the latest due period")
-	f.IntVar(&o.maxAttempts, "max-attempts", idem.DefaultMaxAttempts, "attempts of a failing period (in this run and later ones) before it is parked until 'idem reset'")
-	f.DurationVar(&o.backoff, "backoff", time.Second, "wait before retrying a failed attempt; doubles each time (each wait random between half of it and all of it), at most 10m or this value if larger")
-	f.DurationVar(&o.retryWithin, "retry-within", idem.DefaultRetryWithin, "retry a failed attempt in this run only if the retry starts within this long of the run's start; a later retry is left to the next run (0: one attempt per run)")
 	f.BoolVar(&o.okIfDone, "ok-if-done", false, "exit 0 instead of 3 when nothing was due (for systemd and Kubernetes, which count any non-zero exit as a failure)")
-	f.BoolVarP(&o.verbose, "verbose", "v", false, "report every period on stderr, not only failures (by default a successful run prints nothing, so cron sends no mail)")
+	o.attemptFlags.add(f)
 	_ = cmd.MarkFlagRequired("job")
 	return cmd
 }
@@ -170,29 +227,8 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if err != nil {
 		return usageError(err)
 	}
-	var mode idem.ModeOption
-	switch o.mode {
-	case "at-least-once", "atleastonce":
-		mode = idem.AtLeastOnce()
-	case "at-most-once", "atmostonce":
-		mode = idem.AtMostOnce()
-	default:
-		return usageError(fmt.Errorf("--mode %q: use at-least-once or at-most-once", o.mode))
-	}
 	if o.max < 0 {
 		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
-	}
-	if o.lease < idem.MinLease {
-		return usageError(fmt.Errorf("--lease %v: must be at least %v", o.lease, idem.MinLease))
-	}
-	if o.maxAttempts < 1 {
-		return usageError(fmt.Errorf("--max-attempts %d: must be at least 1", o.maxAttempts))
-	}
-	if o.backoff < 0 {
-		return usageError(fmt.Errorf("--backoff %v: must not be negative", o.backoff))
-	}
-	if o.retryWithin < 0 {
-		return usageError(fmt.Errorf("--retry-within %v: must not be negative", o.retryWithin))
 	}
 	var policies []idem.CatchUpPolicy
 	switch o.catchUp {
@@ -218,24 +254,10 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		}
 		policies = append(policies, idem.Since(t))
 	}
-	clk, err := clock()
+	clk, mode, common, attempt, err := o.options(stderr)
 	if err != nil {
 		return err
 	}
-	growth := idem.Exponential(o.backoff)
-	if o.backoff == 0 {
-		growth = idem.Constant(0) // --backoff 0: retry at once
-	}
-	common := []idem.Option{
-		idem.WithLease(o.lease),
-		idem.WithBackoff(idem.WithMaxAttempts(o.maxAttempts,
-			idem.WithEqualJitter(idem.WithCap(max(idem.DefaultBackoffCap, o.backoff), growth)))),
-		idem.WithClock(clk)}
-	if o.verbose {
-		// Retried failures and lost leases, which the summary lines do not show.
-		common = append(common, idem.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-	}
-	attempt := idem.RetryWithin(o.retryWithin)
 
 	ctx, cancel := context.WithCancelCause(cmd.Context())
 	defer cancel(nil)

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cron"
+	"github.com/idemgo/idem/idemstore"
+	"github.com/spf13/cobra"
+)
+
+const serveLong = `Run the jobs of a crontab file in the foreground, each once per period:
+a cron daemon for containers whose replicas share one ledger.
+
+Every replica runs 'idem serve' with the same file and the same ledger
+(--postgres for several hosts; --ledger for processes on one host); each
+slot of each line runs once, on one of them, and the slots missed while
+every replica was down run when one comes back, oldest first (at most --max
+per job at a time). There is no leader: the ledger's claims decide.
+
+The file:
+
+  # comments and blank lines are ignored
+  CRON_TZ=Asia/Shanghai             the zone of the lines after it (default: --tz)
+  MIN HOUR DOM MON DOW JOB COMMAND [ARGS...]
+
+A job line has the five fields of a cron expression, the job's name (as for
+'idem run --job') and the command, split into words as a shell would
+(quotes and backslashes; no variables, globs or pipes: use sh -c '...' for
+those). Each slot starts a period that is due at once: the command for the
+slot 02:00 runs at 02:00, with IDEM_PERIOD the slot's start in UTC
+(2026-10-27T18:00Z for 02:00 in Shanghai). A wall time that a daylight-saving
+change skips runs at the gap's end; one it repeats runs at its first
+occurrence. A job that has never run starts with its latest slot, at once
+(as 'idem run' does); the slots missed after that all run.
+
+Each command runs as under 'idem run': the same environment (IDEM_JOB,
+IDEM_PERIOD, IDEM_PERIOD_START, IDEM_PERIOD_END, IDEM_ATTEMPT,
+IDEM_REQUEST_ID), the same --mode, the same meaning of its exit status (0
+done, 75 nothing happened, else failed: retried after a backoff, then
+parked), the same lock on the period. Its stdout and stderr are idem's; its
+stdin is empty. Failures are reported on stderr (every period with -v).
+
+SIGTERM or SIGINT stops idem serve: it starts nothing new, forwards the
+signal to the commands running, records how they ended, and exits 0.
+
+'idem serve --check FILE' only reads the file: exit 0 if it is valid, or 2
+with the line number and the reason.
+
+Exit status: 0 stopped by a signal, or --check found the file valid; 2 usage
+or setup error (bad flags, a bad line in the file, the ledger cannot be
+opened).`
+
+const serveExample = `  # a container's entrypoint
+  idem serve --crontab /etc/idem/crontab --postgres "$DATABASE_URL"
+
+  # /etc/idem/crontab
+  CRON_TZ=Asia/Shanghai
+  0 2 * * * settle /opt/settle.sh
+  */15 * * * * sync sh -c 'exec /opt/sync --since "$IDEM_PERIOD_START"'
+
+  # validate it in CI
+  idem serve --check /etc/idem/crontab`
+
+type serveOptions struct {
+	crontab, check, tz string
+	max                int
+	attemptFlags
+}
+
+func newServeCmd() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:     "serve --crontab FILE [--ledger PATH | --postgres DSN] [flags]",
+		Short:   "Run the jobs of a crontab file in the foreground, each period once across replicas (a container's cron)",
+		Long:    serveLong,
+		Example: serveExample,
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runServe(cmd, o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.crontab, "crontab", "", "the crontab file to run")
+	f.StringVar(&o.check, "check", "", "only check the crontab file: exit 0 if it is valid, 2 with the line and the reason if not")
+	f.StringVar(&o.tz, "tz", "Local", "the zone of the lines before any CRON_TZ= line (IANA name; Local is the host's zone, usually UTC in containers)")
+	f.IntVar(&o.max, "max", idem.DefaultMaxPeriods, "run at most this many missed periods of a job at a time (0 = no limit)")
+	o.attemptFlags.add(f)
+	cmd.MarkFlagsMutuallyExclusive("crontab", "check")
+	cmd.MarkFlagsOneRequired("crontab", "check")
+	return cmd
+}
+
+// crontabJob is a job line of a crontab file.
+type crontabJob struct {
+	line  int
+	name  string
+	sched idem.Schedule
+	argv  []string
+}
+
+func runServe(cmd *cobra.Command, o serveOptions) error {
+	stderr := cmd.ErrOrStderr()
+	path := o.crontab
+	if o.check != "" {
+		path = o.check
+	}
+	defLoc, err := loadZone(o.tz)
+	if err != nil {
+		return usageError(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return usageError(fmt.Errorf("crontab: %w", err))
+	}
+	jobs, err := parseCrontab(path, f, defLoc, o.check == "")
+	f.Close()
+	if err != nil {
+		return usageError(err)
+	}
+	if o.check != "" {
+		if o.verbose {
+			for _, j := range jobs {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s:%d: %s %s: %s\n", path, j.line, j.name, j.sched, strings.Join(j.argv, " "))
+			}
+		}
+		return nil
+	}
+	if o.max < 0 {
+		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
+	}
+	clk, mode, common, attempt, err := o.options(stderr)
+	if err != nil {
+		return err
+	}
+
+	// SIGTERM and SIGINT: forwarded to the running commands, and the
+	// Scheduler shuts down once they have ended (supervisor.signal).
+	stop, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	l, err := openLedger(cmd.Context(), cmd, clk, true)
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	skip, _ := clk.(*skipClock)
+	store := detached{l.store, skip}
+
+	var opts []idem.SchedulerOption
+	for _, c := range common {
+		opts = append(opts, c)
+	}
+	s := idem.NewScheduler(store, opts...)
+	var sups []*supervisor
+	for _, j := range jobs {
+		sup := &supervisor{argv: j.argv, stdin: strings.NewReader(""), stdout: cmd.OutOrStdout(), stderr: stderr, cancel: cancel, locks: l.locks}
+		sups = append(sups, sup)
+		rep := reporter{w: stderr, job: j.name, verbose: o.verbose, hint: ledgerHint(cmd)}
+		if skip != nil {
+			rep.ended = skip.attemptEnded
+		}
+		if err := s.Add(j.name, j.sched, sup.run, mode, attempt, idem.DueAtStart(), idem.CatchUpAll(o.max), idem.OnPeriod(rep.period)); err != nil {
+			return usageError(fmt.Errorf("%s:%d: %w", path, j.line, err))
+		}
+	}
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				for _, sup := range sups {
+					sup.signal(sig)
+				}
+			case <-stop.Done():
+				return
+			}
+		}
+	}()
+	go func() {
+		<-stop.Done()
+		// The commands got the signal: wait for them, record their ends.
+		_ = s.Shutdown(context.Background())
+	}()
+	if o.verbose {
+		fmt.Fprintf(stderr, "idem: serving %d jobs from %s\n", len(jobs), path)
+	}
+	if err := s.Run(context.Background()); !errors.Is(err, idem.ErrSchedulerClosed) {
+		return &exitError{code: exitFailed, err: err}
+	}
+	if o.verbose {
+		fmt.Fprintf(stderr, "idem: stopped: %v\n", context.Cause(stop))
+	}
+	return nil
+}
+
+// parseCrontab reads a crontab file (see serveLong). lookPath checks that
+// each command can be found.
+func parseCrontab(path string, r io.Reader, loc *time.Location, lookPath bool) ([]crontabJob, error) {
+	var jobs []crontabJob
+	seen := map[string]int{}
+	sc := bufio.NewScanner(r)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%s:%d: %s", path, n, fmt.Sprintf(format, args...))
+		}
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if zone, ok := strings.CutPrefix(line, "CRON_TZ="); ok {
+			l, err := time.LoadLocation(strings.TrimSpace(zone))
+			if err != nil || strings.TrimSpace(zone) == "" {
+				return nil, bad("CRON_TZ=%s: not a time zone (use an IANA name like Asia/Shanghai)", zone)
+			}
+			loc = l
+			continue
+		}
+		if k, _, ok := strings.Cut(line, "="); ok && !strings.ContainsAny(k, " \t") {
+			return nil, bad("%s=: the only setting is CRON_TZ= (the commands get idem's environment)", k)
+		}
+		words, err := shellWords(line)
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		if len(words) < 7 {
+			return nil, bad("want MIN HOUR DOM MON DOW JOB COMMAND [ARGS...], got %d fields", len(words))
+		}
+		spec := strings.Join(words[:5], " ")
+		sched, err := cron.New(spec, loc)
+		if err != nil {
+			return nil, bad("%q is not a 5-field cron expression: %v", spec, err)
+		}
+		name := words[5]
+		if err := idemstore.ValidateJob(name); err != nil {
+			return nil, bad("job %v", err)
+		}
+		if prev, dup := seen[name]; dup {
+			return nil, bad("job %s is on line %d already (a job's name must be unique: its periods are kept under it)", name, prev)
+		}
+		seen[name] = n
+		argv := words[6:]
+		if lookPath {
+			if _, err := exec.LookPath(argv[0]); err != nil {
+				return nil, bad("command %q: %v", argv[0], err)
+			}
+		}
+		jobs = append(jobs, crontabJob{line: n, name: name, sched: sched, argv: argv})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(jobs) == 0 {
+		return nil, fmt.Errorf("%s: no job lines", path)
+	}
+	return jobs, nil
+}
+
+// shellWords splits s into words as a POSIX shell does, with single and
+// double quotes and backslashes; it expands nothing.
+func shellWords(s string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == ' ' || c == '\t':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case c == '\'':
+			j := strings.IndexByte(s[i+1:], '\'')
+			if j < 0 {
+				return nil, errors.New("unterminated single quote")
+			}
+			cur.WriteString(s[i+1 : i+1+j])
+			i += j + 1
+			inWord = true
+		case c == '"':
+			i++
+			for ; i < len(s) && s[i] != '"'; i++ {
+				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("\"\\$`", s[i+1]) >= 0 {
+					i++
+				}
+				cur.WriteByte(s[i])
+			}
+			if i >= len(s) {
+				return nil, errors.New("unterminated double quote")
+			}
+			inWord = true
+		case c == '\\':
+			if i+1 >= len(s) {
+				return nil, errors.New("a backslash at the end of the line")
+			}
+			i++
+			cur.WriteByte(s[i])
+			inWord = true
+		default:
+			cur.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}

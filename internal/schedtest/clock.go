@@ -1,0 +1,158 @@
+package schedtest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testwait"
+)
+
+// Clock is a fake idem.Clock whose wall clock (Now) and monotonic clock
+// (the timers of After) move apart, as on a real machine: Advance moves
+// both, as time passing does; Jump moves the wall clock only, as a clock
+// step (NTP, a person) or a suspend does: a machine that sleeps for three
+// days wakes with its wall clock three days on and its monotonic timers
+// where they were.
+type Clock struct {
+	mu      sync.Mutex
+	wall    time.Time
+	mono    time.Duration
+	waiters []monoWaiter
+	changed chan struct{}
+}
+
+type monoWaiter struct {
+	at time.Duration
+	ch chan time.Time
+}
+
+// NewClock returns a Clock whose wall clock reads wall.
+func NewClock(wall time.Time) *Clock { return &Clock{wall: wall, changed: make(chan struct{})} }
+
+// Now returns the wall clock.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wall
+}
+
+// After fires once the monotonic clock has moved d.
+func (c *Clock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.wall
+		return ch
+	}
+	c.waiters = append(c.waiters, monoWaiter{c.mono + d, ch})
+	c.notify()
+	return ch
+}
+
+// Advance moves both clocks forward by d, firing the timers due.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wall = c.wall.Add(d)
+	c.mono += d
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.at <= c.mono {
+			w.ch <- c.wall
+			continue
+		}
+		kept = append(kept, w)
+	}
+	c.waiters = kept
+	c.notify()
+}
+
+// Jump moves the wall clock by d (back, if d < 0) and leaves the timers
+// where they are.
+func (c *Clock) Jump(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wall = c.wall.Add(d)
+	c.notify()
+}
+
+func (c *Clock) notify() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// FileClock is an idem.Clock that reads the time from a file that another
+// process writes ([SetFileClock]): the clock of the child processes of a
+// multi-process test, which the parent moves. Its timers poll the file.
+type FileClock struct{ Path string }
+
+// Now reads the file; it panics if the file cannot be read.
+func (c FileClock) Now() time.Time {
+	b, err := os.ReadFile(c.Path)
+	if err != nil {
+		panic(fmt.Sprintf("schedtest: FileClock: %v", err))
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(b))
+	if err != nil {
+		panic(fmt.Sprintf("schedtest: FileClock %s: %v", c.Path, err))
+	}
+	return t
+}
+
+// After fires once the file's time is d past what it was at the call.
+func (c FileClock) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	at := c.Now().Add(d)
+	go func() {
+		for {
+			if now := c.Now(); !now.Before(at) {
+				ch <- now
+				return
+			}
+			time.Sleep(2 * time.Millisecond) // a poll, not a timing assumption
+		}
+	}()
+	return ch
+}
+
+// SetFileClock writes t into the file of a FileClock, atomically.
+func SetFileClock(t testing.TB, path string, now time.Time) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), ".clock.tmp")
+	if err := os.WriteFile(tmp, []byte(now.UTC().Format(time.RFC3339Nano)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Idle waits until s has looked at its jobs at the wall time now, runs
+// nothing, and has nothing due at now: what it does at now, it has done.
+func Idle(t testing.TB, s *idem.Scheduler, now time.Time) {
+	t.Helper()
+	var last lastStatus
+	testwait.Until(t, func() bool {
+		st := s.Status()
+		last.st = st
+		if st.Checked.Before(now) {
+			return false
+		}
+		for _, j := range st.Jobs {
+			if j.Running || !j.NextRun.After(st.Checked) || j.Deferred != "" {
+				return false
+			}
+		}
+		return true
+	}, "the scheduler to be idle at %v; its last status: %v", now, &last)
+}
+
+type lastStatus struct{ st idem.SchedulerStatus }
+
+func (l *lastStatus) String() string { return fmt.Sprintf("%+v", l.st) }

@@ -1,0 +1,108 @@
+package idem
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// JobStatus is what a [Scheduler] knows of one job: from its own runs, and
+// only since it started (the store holds the rest).
+type JobStatus struct {
+	Job      string `json:"job"`
+	Schedule string `json:"schedule"` // the schedule's String
+	// NextDue is when the job's next period is due; NextRun is when the
+	// Scheduler looks at the job next (NextDue plus the jitter, or the end
+	// of a backoff, or the retry of a period another replica holds).
+	NextDue time.Time `json:"next_due"`
+	NextRun time.Time `json:"next_run"`
+	// The last period handled (ran, found done, failed...), its outcome
+	// and when; LastError is the error of the last catch-up, if it failed.
+	LastPeriod  string    `json:"last_period,omitempty"`
+	LastOutcome Outcome   `json:"last_outcome,omitempty"`
+	LastAt      time.Time `json:"last_at"`
+	LastError   string    `json:"last_error,omitempty"`
+	// LastSuccess is when a period last ran successfully, or was found
+	// done by another replica.
+	LastSuccess time.Time `json:"last_success"`
+	// Lag is how long the oldest due period that is known unsettled has
+	// been due (0: none, as far as this Scheduler knows).
+	Lag time.Duration `json:"lag_ns"`
+	// Running: a run of the job is in progress in this process.
+	Running bool `json:"running"`
+	// Parked and Unknown count the periods the job's last catch-up found
+	// parked or unknown: they wait for a person ('idem reset', 'idem
+	// resolve', or Reset and Resolve).
+	Parked  int `json:"parked"`
+	Unknown int `json:"unknown"`
+	// Deferred says why the job, although due, waits (a full
+	// WithMaxRunning); empty when it does not.
+	Deferred string `json:"deferred,omitempty"`
+	// Ready is false when a period is parked or unknown, or the job lags
+	// more than its WithLagTolerance; Why says which.
+	Ready bool   `json:"ready"`
+	Why   string `json:"why,omitempty"`
+}
+
+// SchedulerStatus is the status of a Scheduler and its jobs.
+type SchedulerStatus struct {
+	// Ready is true when every job is.
+	Ready bool `json:"ready"`
+	// Checked is the wall-clock time the Scheduler last looked at its
+	// jobs (zero before Run).
+	Checked time.Time   `json:"checked"`
+	Jobs    []JobStatus `json:"jobs"`
+}
+
+// Status returns the status of the Scheduler's jobs, in the order they
+// were added, as of now on the Scheduler's clock.
+func (s *Scheduler) Status() SchedulerStatus {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := SchedulerStatus{Ready: true, Checked: s.checked, Jobs: make([]JobStatus, 0, len(s.jobs))}
+	for _, j := range s.jobs {
+		js := j.st
+		if !j.oldest.IsZero() && now.After(j.oldest) {
+			js.Lag = now.Sub(j.oldest)
+		}
+		js.Ready = true
+		switch {
+		case js.Unknown > 0:
+			js.Ready, js.Why = false, "a period's outcome is unknown: resolve it"
+		case js.Parked > 0:
+			js.Ready, js.Why = false, "a period is parked: reset it once the cause is fixed"
+		case j.cfg.job.tolerance > 0 && js.Lag > j.cfg.job.tolerance:
+			js.Ready, js.Why = false, "lagging "+js.Lag.Round(time.Second).String()+", more than its tolerance "+j.cfg.job.tolerance.String()
+		}
+		if !js.Ready {
+			st.Ready = false
+		}
+		st.Jobs = append(st.Jobs, js)
+	}
+	return st
+}
+
+// Handler returns an http.Handler that serves the Scheduler's Status as
+// JSON, with status 200 when it is ready and 503 when it is not: mount it
+// as the service's readiness probe (/healthz, /readyz). With the query
+// ?live, it answers 200 whenever the Scheduler's loop has looked at its
+// jobs within twice [Recheck], a liveness probe.
+func (s *Scheduler) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := s.Status()
+		code := http.StatusOK
+		if _, live := r.URL.Query()["live"]; live {
+			if st.Checked.IsZero() || s.clock.Now().Sub(st.Checked) > 2*Recheck {
+				code = http.StatusServiceUnavailable
+			}
+		} else if !st.Ready {
+			code = http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(st)
+	})
+}
