@@ -94,7 +94,7 @@ func CatchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 	}
 	cfg := configure(s, opts, CatchUpOption.applyCatchUp)
 	return catchUp(ctx, s, job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
-		return execute(ctx, s, key, cfg, func(ctx context.Context) error { return fn(ctx, p) }, nil, nil)
+		return execute(ctx, s, key, cfg, noValue(func(ctx context.Context) error { return fn(ctx, p) }), nil, nil)
 	})
 }
 
@@ -118,7 +118,7 @@ func CatchUpTx[Tx any](ctx context.Context, s idemstore.CatchUpTxStore[Tx], job 
 	}
 	cfg := configure(s, opts, CatchUpTxOption.applyCatchUpTx)
 	return catchUp(ctx, s, job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
-		return runTx(ctx, s, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) }, cfg)
+		return runTx(ctx, s, key, func(ctx context.Context, tx Tx) ([]byte, error) { return nil, fn(ctx, tx, p) }, cfg)
 	})
 }
 
