@@ -166,9 +166,10 @@ func (l *Ledger) migrate(ctx context.Context) error {
 			// Version 4: the parameter fingerprint and the stored value
 			// of a key (idem.WithParams, idem.RunValue). Records of
 			// older versions have neither: no check, no value.
-			if _, err := tx.ExecContext(ctx, `ALTER TABLE idem_runs ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';
-				ALTER TABLE idem_runs ADD COLUMN value BLOB`); err != nil {
-				return l.wrapOpenErr(fmt.Errorf("upgrading to version 4: %w", err))
+			for _, c := range []struct{ name, decl string }{{"fingerprint", `TEXT NOT NULL DEFAULT ''`}, {"value", `BLOB`}} {
+				if err := addColumn(ctx, tx, "idem_runs", c.name, c.decl); err != nil {
+					return l.wrapOpenErr(fmt.Errorf("upgrading to version 4: %w", err))
+				}
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)
@@ -198,6 +199,16 @@ func (l *Ledger) wrapOpenErr(err error) error {
 		}
 	}
 	return fmt.Errorf("idem: %s: %w", l.where(), err)
+}
+
+// addColumn adds column name to table unless it has it.
+func addColumn(ctx context.Context, tx *sql.Tx, table, name, decl string) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, table, name).Scan(&n); err != nil || n > 0 {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `ALTER TABLE `+table+` ADD COLUMN `+name+` `+decl)
+	return err
 }
 
 // upgradeItems moves the items of a version 2 ledger (one table,

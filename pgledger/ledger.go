@@ -28,7 +28,7 @@ const DefaultSchema = "idem"
 // items keep their status. A process that still runs an older pgledger's
 // Each (or Prune) fails on the upgraded schema, whose table items is gone:
 // stop those first.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idemstore.Store],
@@ -242,6 +242,11 @@ func (l *core) migrate(ctx context.Context) error {
 	if v == 2 {
 		if _, err := tx.exec(ctx, l.q.upgradeItems); err != nil {
 			return l.schemaErr(fmt.Errorf("upgrading the items from version 2: %w", err))
+		}
+	}
+	if v < 4 {
+		if _, err := tx.exec(ctx, l.q.upgradeParams); err != nil {
+			return l.schemaErr(fmt.Errorf("upgrading to version 4: %w", err))
 		}
 	}
 	if _, err := tx.exec(ctx, l.q.setVersion, SchemaVersion); err != nil {
