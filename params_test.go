@@ -3,13 +3,16 @@ package idem_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
 )
 
 // copyTestdata copies testdata/name into a new temporary directory and
@@ -122,5 +125,71 @@ func TestStateFileUpgradeFromVersion1(t *testing.T) {
 	}
 	if strings.Contains(string(b), `"version": 1`) {
 		t.Fatalf("state file still says version 1:\n%s", b)
+	}
+}
+
+// TestParamsEveryCall: RunTx, CatchUp, CatchUpTx, Each and EachTx check the
+// key's fingerprint as Run does: other params → ErrParamsMismatch, nothing
+// runs, nothing is written.
+func TestParamsEveryCall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	a, b := idem.WithParams(map[string]int{"rates": 3}), idem.WithParams(map[string]int{"rates": 4})
+	mismatch := func(what string, err error) {
+		t.Helper()
+		var e *idem.Error
+		if !errors.Is(err, idem.ErrParamsMismatch) || !errors.As(err, &e) || e.Outcome != idem.ParamsMismatch {
+			t.Fatalf("%s with other params: %v; want ErrParamsMismatch", what, err)
+		}
+	}
+	ran := func(what string) func(context.Context) error {
+		return func(context.Context) error { t.Fatalf("%s ran with other params", what); return nil }
+	}
+
+	k := idem.Key{Job: "tx", Period: "2026-10-27"}
+	if err := l.RunTx(ctx, k, func(context.Context, *sql.Tx) error { return nil }, a); err != nil {
+		t.Fatal(err)
+	}
+	mismatch("RunTx", l.RunTx(ctx, k, func(context.Context, *sql.Tx) error { return ran("RunTx")(ctx) }, b))
+
+	// A period that a Run claimed with a: the catch-up that reaches it with b stops there.
+	clk := idemtest.NewClock(day(3))
+	if err := l.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-02"}, func(context.Context) error { return nil }, a); err != nil {
+		t.Fatal(err)
+	}
+	before := mustLookup(t, l, idem.Key{Job: "settle", Period: "2026-10-02"})
+	_, err := idem.CatchUp(ctx, l, "settle", daily, func(context.Context, idem.Period) error { return ran("CatchUp")(ctx) },
+		idem.WithClock(clk), idem.Since(day(1)), b)
+	mismatch("CatchUp", err)
+	_, err = idem.CatchUpTx(ctx, l, "settle", daily, func(context.Context, *sql.Tx, idem.Period) error { return ran("CatchUpTx")(ctx) },
+		idem.WithClock(clk), idem.Since(day(1)), b)
+	mismatch("CatchUpTx", err)
+	if after := mustLookup(t, l, before.Key); !reflect.DeepEqual(after, before) {
+		t.Fatalf("record changed: %+v → %+v", before, after)
+	}
+
+	p := idem.Key{Job: "points", Period: "2026-10-27"}
+	if _, err := idem.Each(ctx, l, p, accounts(3), func(context.Context, string) error { return nil }, a); err != nil {
+		t.Fatal(err)
+	}
+	_, err = idem.Each(ctx, l, p, accounts(3), func(context.Context, string) error { return ran("Each")(ctx) }, b)
+	mismatch("Each", err)
+	_, err = idem.EachTx(ctx, l, p, accounts(3), func(context.Context, *sql.Tx, string) error { return ran("EachTx")(ctx) }, b)
+	mismatch("EachTx", err)
+}
+
+// TestWithParamsInvalid: parameters that encoding/json cannot encode are
+// refused before anything is written.
+func TestWithParamsInvalid(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir())
+	k := idem.Key{Job: "bad-params", Period: "2026-10-27"}
+	err := l.Run(context.Background(), k, func(context.Context) error { t.Fatal("fn ran"); return nil }, idem.WithParams(make(chan int)))
+	if !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), "WithParams(chan int)") {
+		t.Fatalf("WithParams(chan int): %v; want ErrInvalidOption naming it", err)
+	}
+	if _, ok, err := l.Lookup(context.Background(), k); ok || err != nil {
+		t.Fatalf("a record was written (%v)", err)
 	}
 }
