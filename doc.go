@@ -49,6 +49,7 @@
 //	               DueAtStart, ContinueAfterFailure,
 //	               OnPeriod
 //	FanOutOption   WithWorkers, WithBatch, OnProgress                                      x     x
+//	ParamsOption   WithParams, WithParamsBytes             x    x      x        x          x     x
 //
 // The "store" column is the defaults given to a store's constructor
 // ([StoreOption]): they apply to every call on the store, and a default
@@ -60,7 +61,8 @@
 // # Names
 //
 // Options follow one pattern: With<Noun>(value) sets a setting
-// (WithLease, WithBackoff, WithClock, WithLogger, WithWorkers, WithBatch);
+// (WithLease, WithBackoff, WithClock, WithLogger, WithWorkers, WithBatch,
+// WithParams);
 // a bare name chooses a behaviour or a policy, with or without a value
 // (AtLeastOnce, TwoPhase(has), RetryWithin(d), OneAttempt, WaitForTurn,
 // ReportTo(&r), CatchUpAll(n), CatchUpLatest, Since(t), DueAtStart,

@@ -173,8 +173,7 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		return res, err
 	} else if ok && idemstore.Mismatch(rec.Fingerprint, cfg.fingerprint) {
 		res.Outcome = ParamsMismatch
-		return res, &Error{Key: key, Outcome: ParamsMismatch,
-			Err: &idemstore.MismatchError{Key: key, Stored: rec.Fingerprint, Given: cfg.fingerprint}}
+		return res, mismatch(key, rec.Fingerprint, cfg.fingerprint)
 	} else if ok && rec.Status == StatusDone {
 		res.Outcome = AlreadyDone
 		res.Counts, err = s.CountItems(ctx, key)

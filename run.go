@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/capture"
 )
 
 // RunWith runs fn for key on store s, at most once at a time, until the key
@@ -62,9 +63,23 @@ func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) err
 // the done mark, already encoded (nil for none).
 type valueFunc func(context.Context) ([]byte, error)
 
-// noValue is fn that stores no value.
+// noValue is fn that stores no value; unless the caller's context carries
+// a capture slot (the idem command's --capture), whose bytes fn sets.
 func noValue(fn func(context.Context) error) valueFunc {
-	return func(ctx context.Context) ([]byte, error) { return nil, fn(ctx) }
+	return func(ctx context.Context) ([]byte, error) {
+		slot := capture.From(ctx)
+		if slot == nil {
+			return nil, fn(ctx)
+		}
+		slot.Take() // nothing from an earlier attempt or period
+		err := fn(ctx)
+		b := slot.Take()
+		if err == nil && len(b) > idemstore.MaxValue {
+			return nil, Permanent(fmt.Errorf("%w: %d bytes, more than idemstore.MaxValue (%d); nothing was marked done",
+				ErrValueTooLarge, len(b), idemstore.MaxValue))
+		}
+		return b, err
+	}
 }
 
 // RunTxWith is RunWith for a [idemstore.TxStore]: fn gets the store's
@@ -513,8 +528,7 @@ func (r *runner) unacquired(ctx context.Context, c idemstore.Claim) (again bool,
 		return false, nil
 	case idemstore.ClaimMismatch:
 		r.res.Outcome = ParamsMismatch
-		return false, &Error{Key: r.key, Outcome: ParamsMismatch,
-			Err: &idemstore.MismatchError{Key: r.key, Stored: c.Record.Fingerprint, Given: r.cfg.fingerprint}}
+		return false, mismatch(r.key, c.Record.Fingerprint, r.cfg.fingerprint)
 	case idemstore.ClaimSkipped:
 		r.res.Outcome = Skipped
 		return false, nil
@@ -876,6 +890,14 @@ func (r *runner) heartbeat(ctx context.Context, attempt int64, lease *leaseState
 			r.log(ctx, slog.LevelWarn, "lease renewal failed; will retry", slog.Any("error", err))
 		}
 	}
+}
+
+// mismatch is the error of a call with fingerprint given for a key claimed
+// with stored: outcome ParamsMismatch, the detail naming both fingerprints.
+func mismatch(key Key, stored, given string) *Error {
+	me := &idemstore.MismatchError{Key: key, Stored: stored, Given: given}
+	return &Error{Key: key, Outcome: ParamsMismatch, Err: details(fmt.Sprintf("claimed with params %s, this call has %s; nothing ran",
+		idemstore.ShortFingerprint(stored), idemstore.ShortFingerprint(given)), me)}
 }
 
 func lastError(rec Record) error {
