@@ -33,17 +33,18 @@ func Use() {
 	items := idem.Items(func(yield func(string) bool) { yield("a") })
 	var r idem.Result
 	_ = l.Run(ctx, key, func(context.Context) error { return nil },
-		idem.AtMostOnce(), idem.RetryWithin(time.Second), idem.ReportTo(&r), idem.WithLogger(nil))
+		idem.AtMostOnce(), idem.RetryWithin(time.Second), idem.ReportTo(&r), idem.WithLogger(nil), idem.WithParams("v3"))
 	_ = l.RunTx(ctx, key, func(context.Context, *sql.Tx) error { return nil },
-		idem.ReportTo(&r), idem.OneAttempt(), idem.WithLease(time.Minute))
+		idem.ReportTo(&r), idem.OneAttempt(), idem.WithLease(time.Minute), idem.WithParamsBytes([]byte("v3")))
 	_, _ = idem.Each(ctx, l, key, items, func(context.Context, string) error { return nil },
-		idem.WithWorkers(2), idem.AtLeastOnce(), idem.WithBatch(10), idem.OnProgress(func(idem.EachProgress) {}))
+		idem.WithWorkers(2), idem.AtLeastOnce(), idem.WithBatch(10), idem.OnProgress(func(idem.EachProgress) {}), idem.WithParams(1))
 	_, _ = idem.EachTx(ctx, l, key, items, func(context.Context, *sql.Tx, string) error { return nil },
-		idem.WithWorkers(2), idem.OnResult(func(idem.Result) {}))
+		idem.WithWorkers(2), idem.OnResult(func(idem.Result) {}), idem.WithParams(1))
 	_, _ = idem.CatchUp(ctx, l, "j", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil },
-		idem.CatchUpAll(0), idem.AtMostOnce(), idem.WaitForTurn(), idem.Since(time.Now()), idem.OnPeriod(func(idem.PeriodResult) {}))
+		idem.CatchUpAll(0), idem.AtMostOnce(), idem.WaitForTurn(), idem.Since(time.Now()), idem.OnPeriod(func(idem.PeriodResult) {}), idem.WithParams(1))
 	_, _ = l.CatchUpTx(ctx, "j", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
-		idem.CatchUpLatest(), idem.OneAttempt(), idem.DueAtStart(), idem.ContinueAfterFailure())
+		idem.CatchUpLatest(), idem.OneAttempt(), idem.DueAtStart(), idem.ContinueAfterFailure(), idem.WithParams(1))
+	_, _ = idem.RunValueWith(ctx, l, key, func(context.Context) (int, error) { return 1, nil }, idem.WithParams(1), idem.AtMostOnce())
 }
 `
 
@@ -71,6 +72,7 @@ func Use() {
 	_, _ = idem.Each(ctx, l, key, items, func(context.Context, string) error { return nil }, idem.ReportTo(&r))
 	_ = l.RunTx(ctx, key, func(context.Context, *sql.Tx) error { return nil }, idem.AtMostOnce())
 	_, _ = idem.Each(ctx, l, key, items, func(context.Context, string) error { return nil }, idem.CatchUpAll(10))
+	_, _ = idem.OpenLedger("ledger.db", idem.WithParams(1))
 }
 `
 
@@ -142,6 +144,7 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 		"bad/bad.go:20:", "idem.ReportOption does not implement idem.EachOption",
 		"bad/bad.go:21:", "idem.ModeOption does not implement idem.RunTxOption",
 		"bad/bad.go:22:", "idem.CatchUpPolicy does not implement idem.EachOption",
+		"bad/bad.go:23:", "idem.ParamsOption does not implement idem.StoreOption",
 	}
 	lines := strings.Split(out, "\n")
 	for i := 0; i < len(want); i += 2 {
@@ -155,7 +158,7 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 			t.Errorf("no compile error at %s saying %q", want[i], want[i+1])
 		}
 	}
-	if n := strings.Count(out, "does not implement"); n != 4 {
-		t.Errorf("%d compile errors about options, want 4", n)
+	if n := strings.Count(out, "does not implement"); n != 5 {
+		t.Errorf("%d compile errors about options, want 5", n)
 	}
 }
