@@ -207,3 +207,31 @@ func TestWithParamsInvalid(t *testing.T) {
 		t.Fatalf("a record was written (%v)", err)
 	}
 }
+
+// TestStateFileKeepsLastDoneOnly: the state file keeps the fingerprint and
+// the value of a job's last done period only; an older period, done by
+// the watermark, has neither: no check, ErrNoValue.
+func TestStateFileKeepsLastDoneOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := idem.OpenStateFile(filepath.Join(t.TempDir(), "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := idem.WithParams("rates-v3"), idem.WithParams("rates-v4")
+	k26, k27 := idem.Key{Job: "report", Period: "2026-10-26"}, idem.Key{Job: "report", Period: "2026-10-27"}
+	for _, k := range []idem.Key{k26, k27} {
+		if _, err := idem.RunValueWith(ctx, s, k, func(context.Context) (string, error) { return "url-" + k.Period, nil }, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, err := idem.RunValueWith(ctx, s, k27, func(context.Context) (string, error) { return "", nil }, a); err != nil || v != "url-2026-10-27" {
+		t.Fatalf("last done period: %q, %v", v, err)
+	}
+	if _, err := idem.RunValueWith(ctx, s, k27, func(context.Context) (string, error) { return "", nil }, b); !errors.Is(err, idem.ErrParamsMismatch) {
+		t.Fatalf("last done period, other params: %v, want ErrParamsMismatch", err)
+	}
+	if _, err := idem.RunValueWith(ctx, s, k26, func(context.Context) (string, error) { return "", nil }, b); !errors.Is(err, idem.ErrNoValue) {
+		t.Fatalf("older done period, other params: %v; want ErrNoValue (no check, no value kept)", err)
+	}
+}

@@ -23,8 +23,10 @@ const DefaultSchema = "idem"
 // pgledger writes. A schema with a higher version is refused with
 // [idem.ErrNewerSchema]. Version 2 added the items of [idem.Each] (tables
 // items and itemsets); version 3 records and claims them in chunks (tables
-// item_set, item_chunks, item_lists and item_state replace items). [New]
-// upgrades a version-1 or version-2 schema in place; a version-2 schema's
+// item_set, item_chunks, item_lists and item_state replace items); version
+// 4 adds the columns fingerprint and value to runs (idem.WithParams,
+// idem.RunValue; the records of older versions have neither). [New]
+// upgrades a version-1, 2 or 3 schema in place; a version-2 schema's
 // items keep their status. A process that still runs an older pgledger's
 // Each (or Prune) fails on the upgraded schema, whose table items is gone:
 // stop those first.
