@@ -97,7 +97,7 @@ func CatchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 	}
 	cfg := configure(s, opts, CatchUpOption.applyCatchUp)
 	return catchUp(ctx, s, job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
-		return execute(ctx, s, key, cfg, func(ctx context.Context) error { return fn(ctx, p) }, nil, nil)
+		return execute(ctx, s, key, cfg, noValue(func(ctx context.Context) error { return fn(ctx, p) }), nil, nil)
 	})
 }
 
@@ -121,7 +121,7 @@ func CatchUpTx[Tx any](ctx context.Context, s idemstore.CatchUpTxStore[Tx], job 
 	}
 	cfg := configure(s, opts, CatchUpTxOption.applyCatchUpTx)
 	return catchUp(ctx, s, job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
-		return runTx(ctx, s, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) }, cfg)
+		return runTx(ctx, s, key, func(ctx context.Context, tx Tx) ([]byte, error) { return nil, fn(ctx, tx, p) }, cfg)
 	})
 }
 
@@ -175,7 +175,9 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 		first = sched.Next(first)
 	}
 	if first.Start.After(last.Start) {
-		return res, nil // nothing due: also what a clock that jumped back sees
+		// Nothing due: also what a clock that jumped back sees. A
+		// duplicate trigger with other parameters is refused all the same.
+		return checkLatest(ctx, s, job, last, cfg, res)
 	}
 
 	// Count what is due, to report what a cap or a stop leaves behind.
@@ -258,6 +260,35 @@ func (cu *catchUpConfig) lastDue(sched Schedule, now time.Time) Period {
 // nextDue is when the first period of sched not due at now is due.
 func (cu *catchUpConfig) nextDue(sched Schedule, now time.Time) time.Time {
 	return cu.due(sched.Next(cu.lastDue(sched, now)))
+}
+
+// checkLatest is the answer of a catch-up that found nothing due: with a
+// fingerprint (WithParams), the latest due period p, settled already, is
+// checked against it, so that a duplicate trigger with other parameters
+// gets ErrParamsMismatch (as one period, outcome ParamsMismatch) rather
+// than nothing. It writes nothing.
+func checkLatest(ctx context.Context, s idemstore.CatchUpStore, job string, p Period, cfg *config, res CatchUpResult) (CatchUpResult, error) {
+	if cfg.fingerprint == "" {
+		return res, nil
+	}
+	key := Key{Job: job, Period: p.Name}
+	rec, ok, err := s.Lookup(ctx, key)
+	if err != nil {
+		return res, err
+	}
+	if !ok || !idemstore.Mismatch(rec.Fingerprint, cfg.fingerprint) {
+		return res, nil
+	}
+	err = mismatch(key, rec.Fingerprint, cfg.fingerprint)
+	pr := PeriodResult{Period: p, Outcome: ParamsMismatch, Err: err}
+	if cfg.observer != nil {
+		cfg.observer(Result{Key: key, Outcome: ParamsMismatch, Err: err})
+	}
+	if cfg.catchUp.onPeriod != nil {
+		cfg.catchUp.onPeriod(pr)
+	}
+	res.Periods = append(res.Periods, pr)
+	return res, fmt.Errorf("idem: catch-up %s stopped at %s: %w", job, p.Name, err)
 }
 
 // skipPeriod records p as skipped (CatchUpLatest), unless it is settled

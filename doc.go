@@ -49,6 +49,7 @@
 //	               DueAtStart, DueAfter, CatchUpWindow,
 //	               ContinueAfterFailure, OnPeriod
 //	FanOutOption   WithWorkers, WithBatch, OnProgress                                      x     x
+//	ParamsOption   WithParams, WithParamsBytes             x    x      x        x          x     x
 //
 // A [Scheduler]'s job takes what the catch-up it runs takes, plus a
 // [JobSetting] (WithJitter, RunOverlapping, WithLagTolerance): Scheduler.Add
@@ -66,7 +67,8 @@
 // # Names
 //
 // Options follow one pattern: With<Noun>(value) sets a setting
-// (WithLease, WithBackoff, WithClock, WithLogger, WithWorkers, WithBatch);
+// (WithLease, WithBackoff, WithClock, WithLogger, WithWorkers, WithBatch,
+// WithParams);
 // a bare name chooses a behaviour or a policy, with or without a value
 // (AtLeastOnce, TwoPhase(has), RetryWithin(d), OneAttempt, WaitForTurn,
 // ReportTo(&r), CatchUpAll(n), CatchUpLatest, Since(t), DueAtStart,

@@ -10,8 +10,8 @@ import (
 
 // Errors that Run and the stores return. Match them with [errors.Is]; use
 // [errors.As] with *[Error] for the key, attempt and fn's own error.
-// ErrInvalidKey, ErrInProgress, ErrLeaseLost, ErrPruneRefused and
-// ErrNotResolvable are package idemstore's (the same values), since stores
+// ErrInvalidKey, ErrInProgress, ErrLeaseLost, ErrPruneRefused,
+// ErrNotResolvable and ErrParamsMismatch are package idemstore's (the same values), since stores
 // return them.
 var (
 	// ErrInvalidKey: the Key is empty, too long, not UTF-8 or has control
@@ -72,6 +72,29 @@ var (
 	// catch-up period's done mark, use [CatchUpTx] instead of RunTx inside
 	// [CatchUp].
 	ErrNestedRun = errors.New("idem: run of a key inside the fn of its own run")
+
+	// ErrParamsMismatch: the key was claimed for work with other
+	// parameters ([WithParams]): its stored fingerprint differs from the
+	// call's. Nothing ran and nothing was written. The *Error (outcome
+	// [ParamsMismatch]) wraps an *idemstore.MismatchError with both
+	// fingerprints.
+	ErrParamsMismatch = idemstore.ErrParamsMismatch
+
+	// ErrNoValue: [RunValue] found the key done, but no value stored with
+	// its done mark: it was marked done by Run, by Resolve, by a TwoPhase
+	// check of the downstream (Recovered), or its record was pruned.
+	ErrNoValue = errors.New("idem: no stored value")
+
+	// ErrValueTooLarge: the value fn returned to [RunValue] encodes to
+	// more than idemstore.MaxValue bytes. The key was not marked done; it
+	// is parked, since a retry would compute a value as large.
+	ErrValueTooLarge = errors.New("idem: value too large to store")
+
+	// ErrValueEncoding: the value fn returned to [RunValue] does not
+	// encode as JSON, or does not decode back into its type (the key was
+	// not marked done: parked); or a stored value does not decode into the
+	// type a later RunValue asks for (the key stays done).
+	ErrValueEncoding = errors.New("idem: value does not encode or decode")
 )
 
 // Error is the error Run returns when the key's work is not done. It matches

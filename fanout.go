@@ -171,6 +171,9 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	}
 	if rec, ok, err := s.Lookup(ctx, key); err != nil {
 		return res, err
+	} else if ok && idemstore.Mismatch(rec.Fingerprint, cfg.fingerprint) {
+		res.Outcome = ParamsMismatch
+		return res, mismatch(key, rec.Fingerprint, cfg.fingerprint)
 	} else if ok && rec.Status == StatusDone {
 		res.Outcome = AlreadyDone
 		res.Counts, err = s.CountItems(ctx, key)
@@ -227,7 +230,7 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	pc := *cfg // the done mark's Run: its own copy
 	pc.mode, pc.report, pc.observer = periodMode, &mark, nil
 	pc.wait = true // another holder may be writing the same mark this instant
-	err = execute(ctx, s, key, &pc, func(context.Context) error { return nil }, nil, nil)
+	err = execute(ctx, s, key, &pc, func(context.Context) ([]byte, error) { return nil, nil }, nil, nil)
 	res.Outcome = mark.Outcome
 	if mark.Outcome == AlreadyDone {
 		res.Outcome = Ran // another holder marked it a moment ago; the items ran now

@@ -25,17 +25,23 @@ func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemsto
 // write: settled, c is the answer. Otherwise the key is to be taken by
 // claimTx; found says whether it has a record.
 func (l *Ledger) fastClaim(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, settled, found bool, err error) {
-	var status string
+	var (
+		status, fp string
+		value      []byte
+	)
 	err = busyRetry(ctx, func() error {
-		return l.queryRow(ctx, `SELECT status FROM idem_runs WHERE job=? AND period=?`, req.Key.Job, req.Key.Period).Scan(&status)
+		return l.queryRow(ctx, `SELECT status, fingerprint, value FROM idem_runs WHERE job=? AND period=?`,
+			req.Key.Job, req.Key.Period).Scan(&status, &fp, &value)
 	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return idemstore.Claim{}, false, false, nil // the claim's INSERT checks the horizon
 	case err != nil:
 		return idemstore.Claim{}, false, false, l.opErr("claim", req.Key, err)
+	case idemstore.Mismatch(fp, req.Fingerprint):
+		return idemstore.Claim{State: idemstore.ClaimMismatch, Record: Record{Key: req.Key, Status: Status(status), Fingerprint: fp}}, true, true, nil
 	case Status(status) == StatusDone:
-		return idemstore.Claim{State: idemstore.ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}, true, true, nil
+		return idemstore.Claim{State: idemstore.ClaimDone, Record: Record{Key: req.Key, Status: StatusDone, Fingerprint: fp, Value: value}}, true, true, nil
 	}
 	rec, found, err := l.record(ctx, req.Key)
 	if err != nil {
@@ -54,7 +60,7 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idems
 	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
 		now := micros(req.Now)
 		until := micros(req.Now.Add(req.Lease))
-		res, err := tx.exec(claimInsertSQL, req.Key.Job, req.Key.Period, req.Owner, until, now, now, req.Key.Job, req.Key.Period)
+		res, err := tx.exec(claimInsertSQL, req.Key.Job, req.Key.Period, req.Owner, until, now, now, req.Fingerprint, req.Key.Job, req.Key.Period)
 		if err != nil {
 			return err
 		}
@@ -78,8 +84,9 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idems
 		}
 		c.Attempt, c.Doubt, c.Record = rec.Attempt+1, doubt, idemstore.TakenOver(rec, req.Now)
 		_, err = tx.exec(`UPDATE idem_runs SET status='running', attempt=?, failures=?, owner=?,
-			lease_until=?, not_before=0, last_error=?, updated=? WHERE job=? AND period=?`,
-			c.Attempt, c.Record.Failures, req.Owner, until, c.Record.LastError, now, req.Key.Job, req.Key.Period)
+			lease_until=?, not_before=0, last_error=?, updated=?, fingerprint=? WHERE job=? AND period=?`,
+			c.Attempt, c.Record.Failures, req.Owner, until, c.Record.LastError, now,
+			idemstore.KeptFingerprint(rec.Fingerprint, req.Fingerprint), req.Key.Job, req.Key.Period)
 		return err
 	})
 	if err != nil {
@@ -136,9 +143,13 @@ func (l *Ledger) Finish(ctx context.Context, key Key, attempt int64, end idemsto
 }
 
 func finishExec(tx *wtx, key Key, attempt int64, end idemstore.End) (int64, error) {
+	var value []byte
+	if end.Status == StatusDone {
+		value = end.Value
+	}
 	res, err := tx.exec(`UPDATE idem_runs SET status=?, failures=?, not_before=?, last_error=?,
-		lease_until=0, updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
-		string(end.Status), end.Failures, micros(end.NotBefore), end.Error, micros(end.Now),
+		lease_until=0, updated=?, value=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
+		string(end.Status), end.Failures, micros(end.NotBefore), end.Error, micros(end.Now), value,
 		key.Job, key.Period, attempt)
 	if err != nil {
 		return 0, err
@@ -154,8 +165,8 @@ func advanceExec(tx *wtx, job, period string) error {
 
 // claimInsertSQL records a key that has no record as attempt 1, running,
 // unless the key is at or below its job's retention horizon.
-const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated)
-	SELECT ?, ?, 'running', 1, ?, ?, ?, ?
+const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated, fingerprint)
+	SELECT ?, ?, 'running', 1, ?, ?, ?, ?, ?
 	WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
 	ON CONFLICT DO NOTHING`
 
@@ -166,7 +177,7 @@ const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owne
 // meanwhile, and a crash leaves no record at all. A key with a record (a
 // duplicate trigger, most often) is claimed as by Claim, after the same single
 // read and without the write lock when it is done.
-func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) error) (idemstore.Claim, bool, error) {
+func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) ([]byte, error)) (idemstore.Claim, bool, error) {
 	key := req.Key
 	c, settled, found, err := l.fastClaim(ctx, req)
 	switch {
@@ -183,7 +194,7 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, 
 	err = l.withSQLTx(ctx, true, func(tx *wtx) error {
 		inserted, fnErr = false, nil
 		now, until := micros(req.Now), micros(req.Now.Add(req.Lease))
-		res, err := tx.exec(claimInsertSQL, key.Job, key.Period, req.Owner, until, now, now, key.Job, key.Period)
+		res, err := tx.exec(claimInsertSQL, key.Job, key.Period, req.Owner, until, now, now, req.Fingerprint, key.Job, key.Period)
 		if err != nil {
 			return err
 		}
@@ -197,7 +208,8 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, 
 		if _, err := tx.exec(`SAVEPOINT idem_fn`); err != nil {
 			return err
 		}
-		if ferr := fn(tx.Tx); ferr != nil {
+		value, ferr := fn(tx.Tx)
+		if ferr != nil {
 			// fn's writes go; the claim stays, and is committed.
 			if _, err := tx.exec(`ROLLBACK TO idem_fn`); err != nil {
 				return err
@@ -214,7 +226,7 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, 
 		if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
 			return err
 		}
-		if _, err := finishExec(tx, key, 1, idemstore.End{Status: StatusDone, Now: req.Now}); err != nil || !cursor {
+		if _, err := finishExec(tx, key, 1, idemstore.End{Status: StatusDone, Now: req.Now, Value: value}); err != nil || !cursor {
 			return err
 		}
 		return advanceExec(tx, key.Job, key.Period)
@@ -234,7 +246,7 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, 
 // with synchronous=FULL. The transaction holds SQLite's write lock from its
 // first statement until it ends, so keep fn short: other writers to the file
 // wait for it.
-func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) error) error {
+func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) ([]byte, error)) error {
 	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
 		// First statement: a write, which takes the lock and checks the fence.
 		res, err := tx.exec(`UPDATE idem_runs SET updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
@@ -245,13 +257,14 @@ func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.
 		if n, _ := res.RowsAffected(); n == 0 {
 			return idemstore.LeaseLost(key, attempt)
 		}
-		if err := fn(tx.Tx); err != nil {
+		value, err := fn(tx.Tx)
+		if err != nil {
 			return err
 		}
 		if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
 			return err
 		}
-		if _, err := finishExec(tx, key, attempt, idemstore.End{Status: StatusDone, Now: now}); err != nil || !cursor {
+		if _, err := finishExec(tx, key, attempt, idemstore.End{Status: StatusDone, Now: now, Value: value}); err != nil || !cursor {
 			return err
 		}
 		return advanceExec(tx, key.Job, key.Period)

@@ -13,8 +13,9 @@ import (
 // SchemaVersion is the version of the ledger's tables that this version of
 // idem writes. A ledger with a higher version is refused with
 // [ErrNewerSchema]; a lower one is upgraded (version 2 added the item
-// tables of Each; version 3 records and claims items in chunks).
-const SchemaVersion = 3
+// tables of Each; version 3 records and claims items in chunks; version 4
+// keeps a key's parameter fingerprint and its stored value).
+const SchemaVersion = 4
 
 const schema = `
 CREATE TABLE IF NOT EXISTS idem_meta (
@@ -161,6 +162,16 @@ func (l *Ledger) migrate(ctx context.Context) error {
 		if err := upgradeItems(ctx, tx); err != nil {
 			return l.wrapOpenErr(err)
 		}
+		if v < 4 {
+			// Version 4: the parameter fingerprint and the stored value
+			// of a key (idem.WithParams, idem.RunValue). Records of
+			// older versions have neither: no check, no value.
+			for _, c := range []struct{ name, decl string }{{"fingerprint", `TEXT NOT NULL DEFAULT ''`}, {"value", `BLOB`}} {
+				if err := addColumn(ctx, tx, "idem_runs", c.name, c.decl); err != nil {
+					return l.wrapOpenErr(fmt.Errorf("upgrading to version 4: %w", err))
+				}
+			}
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)
 			ON CONFLICT(name) DO UPDATE SET value=excluded.value`, SchemaVersion); err != nil {
 			return err
@@ -188,6 +199,16 @@ func (l *Ledger) wrapOpenErr(err error) error {
 		}
 	}
 	return fmt.Errorf("idem: %s: %w", l.where(), err)
+}
+
+// addColumn adds column name to table unless it has it.
+func addColumn(ctx context.Context, tx *sql.Tx, table, name, decl string) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, table, name).Scan(&n); err != nil || n > 0 {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `ALTER TABLE `+table+` ADD COLUMN `+name+` `+decl)
+	return err
 }
 
 // upgradeItems moves the items of a version 2 ledger (one table,

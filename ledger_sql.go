@@ -263,13 +263,13 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 	}))
 }
 
-const recordCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated`
+const recordCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated, fingerprint, value`
 
 func scanRecord(key Key, row *sql.Row) (Record, bool, error) {
 	r := Record{Key: key}
 	var status string
 	var lease, notBefore, updated int64
-	err := row.Scan(&status, &r.Attempt, &r.Failures, &r.Owner, &lease, &notBefore, &r.LastError, &updated)
+	err := row.Scan(&status, &r.Attempt, &r.Failures, &r.Owner, &lease, &notBefore, &r.LastError, &updated, &r.Fingerprint, &r.Value)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Record{Key: key}, false, nil
 	}

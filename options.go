@@ -1,6 +1,10 @@
 package idem
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
@@ -197,6 +201,28 @@ type fanOutOption func(*config) error
 func (o fanOutOption) applyEach(c *config) error   { return o(c) }
 func (o fanOutOption) applyEachTx(c *config) error { return o(c) }
 
+// A ParamsOption says which parameters the work of a key is for:
+// [WithParams], [WithParamsBytes]. It fits Run, RunTx, CatchUp, CatchUpTx,
+// Each and EachTx, but not a store's defaults: parameters belong to a call,
+// not to every key of a store.
+type ParamsOption interface {
+	RunOption
+	RunTxOption
+	CatchUpOption
+	CatchUpTxOption
+	EachOption
+	EachTxOption
+}
+
+type paramsOption func(*config) error
+
+func (o paramsOption) applyRun(c *config) error       { return o(c) }
+func (o paramsOption) applyRunTx(c *config) error     { return o(c) }
+func (o paramsOption) applyCatchUp(c *config) error   { return o(c) }
+func (o paramsOption) applyCatchUpTx(c *config) error { return o(c) }
+func (o paramsOption) applyEach(c *config) error      { return o(c) }
+func (o paramsOption) applyEachTx(c *config) error    { return o(c) }
+
 // invalidOption is the error of an option given a value it cannot take.
 func invalidOption(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
@@ -223,9 +249,12 @@ type config struct {
 	logger   *slog.Logger
 	observer func(Result)
 	report   *Result
+	result   *Result // internal: RunValue's copy of the result
 	catchUp  catchUpConfig
 	each     eachConfig
 	job      jobConfig
+
+	fingerprint string // WithParams: the fingerprint of the work's parameters; "" for none
 
 	retryWithin    time.Duration // RetryWithin's bound
 	retryWithinSet bool          // RetryWithin (or OneAttempt) was given
@@ -369,6 +398,70 @@ func OnResult(f func(Result)) Option {
 // value), or nil. A store's constructor calls it to refuse bad defaults
 // at once, rather than at every call that uses them.
 func CheckStoreOptions(opts ...StoreOption) error { return storeConfig(opts).err }
+
+// Parameters (class ParamsOption).
+
+// WithParams makes v, the parameters of the work (a rate table's version,
+// the accounts to settle, a script's arguments), part of what a key means.
+// Its fingerprint, the SHA-256 of v's canonical JSON (encoding/json, object
+// keys sorted, no insignificant space: a struct and the map of the same
+// fields and values give the same one), is stored with the key at its first
+// claim. A later call for the key with a different fingerprint, whether a
+// Run, RunTx, CatchUp, Each or the idem command, returns an error matching
+// [ErrParamsMismatch] that names the key and both fingerprints; it runs
+// nothing and writes nothing, even when the key is done. A call without
+// WithParams is not checked, and a key first claimed without one takes the
+// fingerprint of the first call that gives one. Resolve and Reset keep it.
+//
+// In CatchUp every period's key is checked and stored with v. In Each the
+// period's key is checked before any item runs, but the fingerprint is only
+// stored with the period's done mark: while a first Each of the period is
+// still working its items, one with other parameters is not refused.
+//
+// A v that encoding/json cannot encode is an error matching
+// [ErrInvalidOption], returned before anything is written.
+func WithParams(v any) ParamsOption {
+	b, err := canonicalJSON(v)
+	return paramsOption(func(c *config) error {
+		if err != nil {
+			return invalidOption("WithParams(%T): %s", v, err)
+		}
+		c.fingerprint = fingerprint(b)
+		return nil
+	})
+}
+
+// WithParamsBytes is [WithParams] for parameters given as bytes: the
+// fingerprint is the SHA-256 of b as it is. WithParams(v) is
+// WithParamsBytes of v's canonical JSON; the idem command's --params s is
+// WithParamsBytes([]byte(s)).
+func WithParamsBytes(b []byte) ParamsOption {
+	fp := fingerprint(b)
+	return paramsOption(func(c *config) error { c.fingerprint = fp; return nil })
+}
+
+// fingerprint is the stored form of a fingerprint: lowercase hex SHA-256.
+func fingerprint(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// canonicalJSON encodes v as JSON, then decodes and encodes it again as a
+// generic value: object keys come out sorted, whatever v's field order, and
+// numbers keep their text.
+func canonicalJSON(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var g any
+	if err := d.Decode(&g); err != nil {
+		return nil, err
+	}
+	return json.Marshal(g)
+}
 
 // Modes (class ModeOption; TwoPhase is in twophase.go).
 

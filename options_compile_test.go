@@ -33,22 +33,23 @@ func Use() {
 	items := idem.Items(func(yield func(string) bool) { yield("a") })
 	var r idem.Result
 	_ = l.Run(ctx, key, func(context.Context) error { return nil },
-		idem.AtMostOnce(), idem.RetryWithin(time.Second), idem.ReportTo(&r), idem.WithLogger(nil))
+		idem.AtMostOnce(), idem.RetryWithin(time.Second), idem.ReportTo(&r), idem.WithLogger(nil), idem.WithParams("v3"))
 	_ = l.RunTx(ctx, key, func(context.Context, *sql.Tx) error { return nil },
-		idem.ReportTo(&r), idem.OneAttempt(), idem.WithLease(time.Minute))
+		idem.ReportTo(&r), idem.OneAttempt(), idem.WithLease(time.Minute), idem.WithParamsBytes([]byte("v3")))
 	_, _ = idem.Each(ctx, l, key, items, func(context.Context, string) error { return nil },
-		idem.WithWorkers(2), idem.AtLeastOnce(), idem.WithBatch(10), idem.OnProgress(func(idem.EachProgress) {}))
+		idem.WithWorkers(2), idem.AtLeastOnce(), idem.WithBatch(10), idem.OnProgress(func(idem.EachProgress) {}), idem.WithParams(1))
 	_, _ = idem.EachTx(ctx, l, key, items, func(context.Context, *sql.Tx, string) error { return nil },
-		idem.WithWorkers(2), idem.OnResult(func(idem.Result) {}))
+		idem.WithWorkers(2), idem.OnResult(func(idem.Result) {}), idem.WithParams(1))
 	_, _ = idem.CatchUp(ctx, l, "j", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil },
-		idem.CatchUpAll(0), idem.AtMostOnce(), idem.WaitForTurn(), idem.Since(time.Now()), idem.OnPeriod(func(idem.PeriodResult) {}))
+		idem.CatchUpAll(0), idem.AtMostOnce(), idem.WaitForTurn(), idem.Since(time.Now()), idem.OnPeriod(func(idem.PeriodResult) {}), idem.WithParams(1))
 	_, _ = l.CatchUpTx(ctx, "j", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
-		idem.CatchUpLatest(), idem.OneAttempt(), idem.DueAtStart(), idem.ContinueAfterFailure())
+		idem.CatchUpLatest(), idem.OneAttempt(), idem.DueAtStart(), idem.ContinueAfterFailure(), idem.WithParams(1))
 	s := idem.NewScheduler(l, idem.WithMaxRunning(2), idem.WithLogger(nil))
 	_ = s.Add("j", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil },
 		idem.WithJitter(time.Second), idem.AtMostOnce(), idem.CatchUpWindow(time.Hour), idem.DueAfter(time.Hour), idem.OneAttempt(), idem.WithLease(time.Minute))
 	_ = idem.AddTx(s, "t", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
 		idem.RunOverlapping(), idem.WithLagTolerance(time.Hour), idem.CatchUpLatest(), idem.OnResult(func(idem.Result) {}))
+	_, _ = idem.RunValueWith(ctx, l, key, func(context.Context) (int, error) { return 1, nil }, idem.WithParams(1), idem.AtMostOnce())
 }
 `
 
@@ -80,6 +81,7 @@ func Use() {
 	_ = idem.AddTx(idem.NewScheduler(l), "j", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil }, idem.AtMostOnce())
 	_ = l.Run(ctx, key, func(context.Context) error { return nil }, idem.WithJitter(time.Second))
 	_ = idem.NewScheduler(l, idem.WithWorkers(2))
+	_, _ = idem.OpenLedger("ledger.db", idem.WithParams(1))
 }
 `
 
@@ -155,6 +157,7 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 		"bad/bad.go:24:", "idem.ModeOption does not implement idem.JobTxOption",
 		"bad/bad.go:25:", "idem.JobSetting does not implement idem.RunOption",
 		"bad/bad.go:26:", "idem.FanOutOption does not implement idem.SchedulerOption",
+		"bad/bad.go:27:", "idem.ParamsOption does not implement idem.StoreOption",
 	}
 	lines := strings.Split(out, "\n")
 	for i := 0; i < len(want); i += 2 {
@@ -168,7 +171,7 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 			t.Errorf("no compile error at %s saying %q", want[i], want[i+1])
 		}
 	}
-	if n := strings.Count(out, "does not implement"); n != 8 {
-		t.Errorf("%d compile errors about options, want 8", n)
+	if n := strings.Count(out, "does not implement"); n != 9 {
+		t.Errorf("%d compile errors about options, want 9", n)
 	}
 }

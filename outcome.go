@@ -8,21 +8,23 @@ type Outcome int
 // The outcomes of a Run. Run returns nil for [Ran], [AlreadyDone],
 // [Recovered] and [Skipped]; the others come with an error matching the sentinel named.
 const (
-	Ran         Outcome = iota + 1 // fn ran now and its done mark committed
-	AlreadyDone                    // an earlier run had finished the key; fn did not run
-	Recovered                      // a doubtful earlier attempt was confirmed by DownstreamHas and marked done; fn did not run
-	Skipped                        // the period was settled as skipped (catch-up coalesced it); fn did not run
-	InProgress                     // ErrInProgress
-	Unknown                        // ErrUnknownOutcome
-	BackingOff                     // ErrBackingOff
-	Parked                         // ErrParked
-	LeaseLost                      // ErrLeaseLost
-	Failed                         // fn or the store failed, and the run stopped before the key was settled (its context ended, or the store returned an error)
+	Ran            Outcome = iota + 1 // fn ran now and its done mark committed
+	AlreadyDone                       // an earlier run had finished the key; fn did not run
+	Recovered                         // a doubtful earlier attempt was confirmed by DownstreamHas and marked done; fn did not run
+	Skipped                           // the period was settled as skipped (catch-up coalesced it); fn did not run
+	InProgress                        // ErrInProgress
+	Unknown                           // ErrUnknownOutcome
+	BackingOff                        // ErrBackingOff
+	Parked                            // ErrParked
+	LeaseLost                         // ErrLeaseLost
+	Failed                            // fn or the store failed, and the run stopped before the key was settled (its context ended, or the store returned an error)
+	ParamsMismatch                    // ErrParamsMismatch: the key was claimed with other parameters (WithParams); fn did not run, nothing was written
 )
 
 var outcomeNames = [...]string{
 	Ran: "ran", AlreadyDone: "already_done", Recovered: "recovered", Skipped: "skipped", InProgress: "in_progress",
 	Unknown: "unknown", BackingOff: "backing_off", Parked: "parked", LeaseLost: "lease_lost", Failed: "failed",
+	ParamsMismatch: "params_mismatch",
 }
 
 // String returns a short snake_case name, suitable as a metric label.
@@ -60,6 +62,8 @@ func (o Outcome) sentinel() error {
 		return ErrParked
 	case LeaseLost:
 		return ErrLeaseLost
+	case ParamsMismatch:
+		return ErrParamsMismatch
 	}
 	return nil
 }

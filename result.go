@@ -13,4 +13,9 @@ type Result struct {
 	Duration time.Duration // how long the call took
 	Err      error         // what the call returned
 	Items    ItemCounts    // Each and EachTx: the period's items by status when the call returned; zero for Run
+
+	// Value is the value stored with the key's done mark, as stored (JSON;
+	// see [RunValue]): the one this call stored (Ran), or the one a
+	// duplicate trigger found (AlreadyDone). nil when there is none.
+	Value []byte
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/capture"
 )
 
 // RunWith runs fn for key on store s, at most once at a time, until the key
@@ -55,7 +56,30 @@ func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) err
 	if fn == nil {
 		panic("idem: Run with a nil fn")
 	}
-	return execute(ctx, s, key, configure(s, opts, RunOption.applyRun), fn, nil, nil)
+	return execute(ctx, s, key, configure(s, opts, RunOption.applyRun), noValue(fn), nil, nil)
+}
+
+// valueFunc is fn as the engine runs it: it returns the value to store with
+// the done mark, already encoded (nil for none).
+type valueFunc func(context.Context) ([]byte, error)
+
+// noValue is fn that stores no value; unless the caller's context carries
+// a capture slot (the idem command's --capture), whose bytes fn sets.
+func noValue(fn func(context.Context) error) valueFunc {
+	return func(ctx context.Context) ([]byte, error) {
+		slot := capture.From(ctx)
+		if slot == nil {
+			return nil, fn(ctx)
+		}
+		slot.Take() // nothing from an earlier attempt or period
+		err := fn(ctx)
+		b := slot.Take()
+		if err == nil && len(b) > idemstore.MaxValue {
+			return nil, Permanent(fmt.Errorf("%w: %d bytes, more than idemstore.MaxValue (%d); nothing was marked done",
+				ErrValueTooLarge, len(b), idemstore.MaxValue))
+		}
+		return b, err
+	}
 }
 
 // RunTxWith is RunWith for a [idemstore.TxStore]: fn gets the store's
@@ -72,57 +96,67 @@ func RunTxWith[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn
 	if fn == nil {
 		panic("idem: RunTx with a nil fn")
 	}
-	return runTx(ctx, s, key, fn, configure(s, opts, RunTxOption.applyRunTx))
+	return runTx(ctx, s, key, noTxValue(fn), configure(s, opts, RunTxOption.applyRunTx))
+}
+
+// noTxValue is a RunTx fn that stores no value.
+func noTxValue[Tx any](fn func(context.Context, Tx) error) func(context.Context, Tx) ([]byte, error) {
+	return func(ctx context.Context, tx Tx) ([]byte, error) { return nil, fn(ctx, tx) }
 }
 
 // runTx is RunTxWith with its config.
-func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) error, cfg *config) error {
+func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) ([]byte, error), cfg *config) error {
 	cfg.mode = atLeastOnce
 	// body is fn as the store calls it. Whether fn failed is kept here, in
 	// *failed (reset at each call: a store may run the transaction again),
 	// not recognised in the store's answer, which may wrap fn's error or
 	// replace it.
-	body := func(ctx context.Context, failed **fnError) func(Tx) error {
-		return func(tx Tx) error {
-			*failed = nil
-			if err := fn(ctx, tx); err != nil {
+	body := func(ctx context.Context, failed **fnError, stored *[]byte) func(Tx) ([]byte, error) {
+		return func(tx Tx) ([]byte, error) {
+			*failed, *stored = nil, nil
+			v, err := fn(ctx, tx)
+			if err != nil {
 				*failed = &fnError{err}
-				return *failed
+				return nil, *failed
 			}
-			return nil
+			*stored = v
+			return v, nil
 		}
 	}
 	var fresh freshBody
 	if fs, ok := s.(idemstore.FreshTxStore[Tx]); ok {
-		fresh = func(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool, *fnError, error) {
+		fresh = func(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool, []byte, *fnError, error) {
 			var failed *fnError
-			c, done, err := fs.ClaimFinishTx(ctx, req, cfg.catchUp.cursor, body(ctx, &failed))
+			var stored []byte
+			c, done, err := fs.ClaimFinishTx(ctx, req, cfg.catchUp.cursor, body(ctx, &failed, &stored))
 			if failed != nil && err == error(failed) {
 				// fn's error as is: the claim alone was committed.
-				return c, false, failed, nil
+				return c, false, nil, failed, nil
 			}
-			return c, done, nil, err
+			return c, done, stored, nil, err
 		}
 	}
-	return execute(ctx, s, key, cfg, nil, func(ctx context.Context, attempt int64, now time.Time) error {
+	return execute(ctx, s, key, cfg, nil, func(ctx context.Context, attempt int64, now time.Time) ([]byte, error) {
 		var failed *fnError
-		err := s.FinishTx(ctx, key, attempt, now, cfg.catchUp.cursor, body(ctx, &failed))
+		var stored []byte
+		err := s.FinishTx(ctx, key, attempt, now, cfg.catchUp.cursor, body(ctx, &failed, &stored))
 		if err != nil && failed != nil {
-			return failed // fn failed: its writes rolled back with the done mark
+			return nil, failed // fn failed: its writes rolled back with the done mark
 		}
-		return err
+		return stored, err
 	}, fresh)
 }
 
-// txBody runs fn and marks the attempt done in one transaction. An error
-// that is an *fnError is fn's own.
-type txBody func(ctx context.Context, attempt int64, now time.Time) error
+// txBody runs fn and marks the attempt done in one transaction, with the
+// value it returns, the value stored. An error that is an *fnError is fn's
+// own.
+type txBody func(ctx context.Context, attempt int64, now time.Time) (stored []byte, err error)
 
 // freshBody claims the key, and if it has no record, runs fn and marks the
-// key done in the same transaction (FreshTxStore.ClaimFinishTx). fnErr is
-// set when fn failed and the claim of attempt 1 alone was committed; err,
-// when nothing was committed.
-type freshBody func(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, done bool, fnErr *fnError, err error)
+// key done in the same transaction (FreshTxStore.ClaimFinishTx), with the
+// value stored. fnErr is set when fn failed and the claim of attempt 1
+// alone was committed; err, when nothing was committed.
+type freshBody func(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, done bool, stored []byte, fnErr *fnError, err error)
 
 // fnError marks an error as fn's own, for the engine's loop. Stores never
 // see it as such: see RunTxWith.
@@ -259,7 +293,7 @@ func InfoFrom(ctx context.Context) (Info, bool) {
 }
 
 // execute runs the protocol. Exactly one of fn and tx is set.
-func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context.Context) error, tx txBody, fresh freshBody) (err error) {
+func execute(ctx context.Context, s Store, key Key, cfg *config, fn valueFunc, tx txBody, fresh freshBody) (err error) {
 	r := runner{s: finishAlways{s}, key: key, cfg: cfg, res: Result{Key: key}}
 	start := cfg.clock.Now()
 	r.start = start
@@ -274,6 +308,9 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn func(context
 		}
 		if cfg.report != nil {
 			*cfg.report = r.res
+		}
+		if cfg.result != nil {
+			*cfg.result = r.res
 		}
 		if cfg.observer != nil {
 			cfg.observer(r.res)
@@ -369,7 +406,7 @@ func (r *runner) acquired(attempt int64) {
 // loop runs the protocol's steps until the call ends: claim the key,
 // settle a doubt that an earlier attempt left, attempt fn, record the
 // attempt's failure, and back off before claiming again.
-func (r *runner) loop(ctx context.Context, fn func(context.Context) error, tx txBody, fresh freshBody) error {
+func (r *runner) loop(ctx context.Context, fn valueFunc, tx txBody, fresh freshBody) error {
 	for {
 		c, runErr, end, err := r.claim(ctx, tx, &fresh)
 		if end {
@@ -418,6 +455,7 @@ func (r *runner) claim(ctx context.Context, tx txBody, fresh *freshBody) (c idem
 			Lease:       cfg.lease,
 			Durable:     tx == nil && cfg.mode.durableClaim(),
 			TakeUnknown: cfg.mode.takeUnknown(),
+			Fingerprint: cfg.fingerprint,
 		}
 		claimed := false
 		if f := *fresh; f != nil {
@@ -458,10 +496,10 @@ func (r *runner) claim(ctx context.Context, tx txBody, fresh *freshBody) (c idem
 // committed, and the key is to be claimed the usual way.
 func (r *runner) claimFresh(ctx context.Context, f freshBody, req idemstore.ClaimRequest) (c idemstore.Claim, claimed, end bool, fnErr, err error) {
 	info := Info{Key: r.key, Attempt: 1, RequestID: r.key.RequestID(), Owner: req.Owner}
-	c, done, fe, err := f(context.WithValue(ctx, infoKey{}, info), req)
+	c, done, stored, fe, err := f(context.WithValue(ctx, infoKey{}, info), req)
 	switch {
 	case done:
-		r.res.Attempt, r.res.Attempts, r.res.Outcome = 1, 1, Ran
+		r.res.Attempt, r.res.Attempts, r.res.Outcome, r.res.Value = 1, 1, Ran, stored
 		r.log(ctx, slog.LevelInfo, "done")
 		return c, false, true, nil, idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
 	case fe != nil:
@@ -486,8 +524,11 @@ func (r *runner) unacquired(ctx context.Context, c idemstore.Claim) (again bool,
 	cfg := r.cfg
 	switch c.State {
 	case idemstore.ClaimDone:
-		r.res.Outcome = AlreadyDone
+		r.res.Outcome, r.res.Value = AlreadyDone, c.Record.Value
 		return false, nil
+	case idemstore.ClaimMismatch:
+		r.res.Outcome = ParamsMismatch
+		return false, mismatch(r.key, c.Record.Fingerprint, r.cfg.fingerprint)
 	case idemstore.ClaimSkipped:
 		r.res.Outcome = Skipped
 		return false, nil
@@ -725,15 +766,16 @@ func (r *runner) landed(ctx context.Context, attempt int64, end idemstore.End) b
 
 // attempt runs one attempt of fn (with heartbeat) and marks it done, or
 // runs tx. It returns nil when the key is done.
-func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Context) error, tx txBody) error {
+func (r *runner) attempt(ctx context.Context, attempt int64, fn valueFunc, tx txBody) error {
 	info := Info{Key: r.key, Attempt: attempt, RequestID: r.key.RequestID(), Owner: idemstore.Owner()}
 	fctx := context.WithValue(ctx, infoKey{}, info)
 	r.res.Attempts++
 	if tx != nil {
-		if err := tx(fctx, attempt, r.cfg.clock.Now()); err != nil {
+		stored, err := tx(fctx, attempt, r.cfg.clock.Now())
+		if err != nil {
 			return err
 		}
-		r.held = 0
+		r.held, r.res.Value = 0, stored
 		return idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
 	}
 
@@ -742,7 +784,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 	fctx, cancel := context.WithCancelCause(fctx)
 	stopHeartbeat := r.startHeartbeat(fctx, attempt, lease, cancel)
 	defer stopHeartbeat() // also when fn panics
-	err := fn(fctx)
+	value, err := fn(fctx)
 	stopHeartbeat()
 	r.leaseEnd = time.Unix(0, lease.until.Load())
 	var to *takeoverError
@@ -760,7 +802,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, r.key); err != nil {
 		return err
 	}
-	end := idemstore.End{Status: StatusDone, Now: r.cfg.clock.Now(), Cursor: r.cfg.catchUp.cursor}
+	end := idemstore.End{Status: StatusDone, Now: r.cfg.clock.Now(), Cursor: r.cfg.catchUp.cursor, Value: value}
 	if err := r.finish(ctx, attempt, end); err != nil {
 		if idemstore.IsStop(err) {
 			return err
@@ -772,6 +814,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn func(context.Con
 		// attempt is recovered by its mode.
 		return fmt.Errorf("idem: done mark: %w", err)
 	}
+	r.res.Value = value
 	return idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
 }
 
@@ -847,6 +890,14 @@ func (r *runner) heartbeat(ctx context.Context, attempt int64, lease *leaseState
 			r.log(ctx, slog.LevelWarn, "lease renewal failed; will retry", slog.Any("error", err))
 		}
 	}
+}
+
+// mismatch is the error of a call with fingerprint given for a key claimed
+// with stored: outcome ParamsMismatch, the detail naming both fingerprints.
+func mismatch(key Key, stored, given string) *Error {
+	me := &idemstore.MismatchError{Key: key, Stored: stored, Given: given}
+	return &Error{Key: key, Outcome: ParamsMismatch, Err: details(fmt.Sprintf("claimed with params %s, this call has %s; nothing ran",
+		idemstore.ShortFingerprint(stored), idemstore.ShortFingerprint(given)), me)}
 }
 
 func lastError(rec Record) error {

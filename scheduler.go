@@ -233,7 +233,7 @@ func (s *Scheduler) Add(job string, sched Schedule, fn func(ctx context.Context,
 	}
 	cfg := jobConfigOf(s, opts, JobOption.applyJob)
 	return s.add(job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
-		return execute(ctx, s.store, key, cfg, func(ctx context.Context) error { return fn(ctx, p) }, nil, nil)
+		return execute(ctx, s.store, key, cfg, noValue(func(ctx context.Context) error { return fn(ctx, p) }), nil, nil)
 	})
 }
 
@@ -254,7 +254,7 @@ func AddTx[Tx any](s *Scheduler, job string, sched Schedule, fn func(ctx context
 	}
 	cfg := jobConfigOf(s, opts, JobTxOption.applyJobTx)
 	return s.add(job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
-		return runTx(ctx, ts, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) }, cfg)
+		return runTx(ctx, ts, key, func(ctx context.Context, tx Tx) ([]byte, error) { return nil, fn(ctx, tx, p) }, cfg)
 	})
 }
 

@@ -22,6 +22,11 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 // StateFile is a [Store] in one JSON file, for jobs with no database: a
 // daily report mail, an IM push. Per job it keeps the seeds' watermark
 // ({"lastDonePeriod", "status", "pendingPeriod"}) plus what the modes need.
+// Of fingerprints ([WithParams]) and stored values ([RunValue]) it keeps
+// those of the pending period and of the last done period only: an older
+// done period, done by the watermark, has neither (no check, [ErrNoValue]).
+// In AtLeastOnce, whose claim writes nothing, the fingerprint is written
+// with the attempt's end.
 //
 // The file is a WATERMARK: a period at or before the job's last done period
 // counts as done. So a job's periods must sort in time order as strings

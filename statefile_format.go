@@ -16,8 +16,11 @@ import (
 )
 
 // StateFileVersion is the version of the state file format that this
-// version of idem writes. A newer file is refused as corrupt.
-const StateFileVersion = 1
+// version of idem writes. A newer file is refused as corrupt; an older one
+// is read, and written back in this version. Version 2 added the
+// fingerprints (idem.WithParams) and the value of the last done period
+// (idem.RunValue): fields a version-1 file does not have, read as none.
+const StateFileVersion = 2
 
 // ErrCorruptState: a state file is empty, truncated, not JSON, of the wrong
 // shape, or from a newer version of idem. It is never overwritten or reset
@@ -41,6 +44,12 @@ type jobState struct {
 	NotBefore      time.Time `json:"notBefore,omitzero"`
 	LastError      string    `json:"lastError,omitempty"`
 	Updated        time.Time `json:"updated,omitzero"`
+
+	// Version 2. Fingerprint is PendingPeriod's; DoneFingerprint and
+	// DoneValue are LastDonePeriod's (an older done period has neither).
+	Fingerprint     string `json:"fingerprint,omitempty"`
+	DoneFingerprint string `json:"doneFingerprint,omitempty"`
+	DoneValue       []byte `json:"doneValue,omitempty"`
 }
 
 // CorruptStateError reports a state file that cannot be used. It matches
@@ -153,11 +162,13 @@ func (st *jobState) record(key Key) (Record, bool) {
 	case key.Period <= st.LastDonePeriod:
 		r.Status, r.Failures, r.NotBefore, r.LastError = StatusDone, 0, time.Time{}, ""
 		if key.Period != st.LastDonePeriod {
-			r.Attempt = 0 // done by the watermark; its own attempts are not kept
+			r.Attempt = 0 // done by the watermark; its own attempts, fingerprint and value are not kept
+		} else {
+			r.Fingerprint, r.Value = st.DoneFingerprint, st.DoneValue
 		}
 		return r, true
 	case key.Period == st.PendingPeriod:
-		r.Status = st.Status
+		r.Status, r.Fingerprint = st.Status, st.Fingerprint
 		return r, true
 	}
 	return Record{Key: key}, false

@@ -11,9 +11,10 @@ import (
 )
 
 type heldLock struct {
-	f       *os.File
-	period  string
-	attempt int64
+	f           *os.File
+	period      string
+	attempt     int64
+	fingerprint string // the claim's (idemstore.KeptFingerprint), written with the attempt's end
 }
 
 // periodShape is a period's pattern of digits: periods of one job must
@@ -63,7 +64,9 @@ func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 	if err != nil {
 		return idemstore.Claim{}, err
 	}
-	if rec, ok := doc.Jobs[key.Job].record(key); ok && rec.Status == StatusDone {
+	if rec, ok := doc.Jobs[key.Job].record(key); ok && idemstore.Mismatch(rec.Fingerprint, req.Fingerprint) {
+		return idemstore.Claim{State: idemstore.ClaimMismatch, Record: rec}, nil
+	} else if ok && rec.Status == StatusDone {
 		return idemstore.Claim{State: idemstore.ClaimDone, Record: rec}, nil
 	}
 
@@ -102,7 +105,7 @@ func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 			ErrOutOfOrder, key, st.PendingPeriod, key.Job, st.Status, st.LastError)
 	}
 	state, take, doubt := idemstore.Decide(rec, found, req)
-	if rec.Status == StatusRunning {
+	if rec.Status == StatusRunning && state != idemstore.ClaimMismatch {
 		// We hold the lock, so its holder is gone: the attempt died.
 		state, take, doubt = idemstore.ClaimAcquired, true, true
 	}
@@ -122,9 +125,11 @@ func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 		return idemstore.Claim{}, fmt.Errorf("idem: state file lock %s: %w", f.Name(), err)
 	}
 	c.Record = idemstore.TakenOver(rec, req.Now) // a running record has no lease end: its lock died with it
+	fp := idemstore.KeptFingerprint(rec.Fingerprint, req.Fingerprint)
 	if req.Durable || doubt {
 		next := *st
 		next.Status, next.PendingPeriod, next.Attempt, next.Owner = StatusRunning, key.Period, c.Attempt, req.Owner
+		next.Fingerprint = fp
 		next.Failures, next.LastError, next.NotBefore, next.Updated = c.Record.Failures, c.Record.LastError, time.Time{}, req.Now
 		doc.Jobs[key.Job] = &next
 		if err := s.write(ctx, key, doc); err != nil {
@@ -132,7 +137,7 @@ func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 		}
 	}
 	keep = true
-	s.held[key.Job] = &heldLock{f: f, period: key.Period, attempt: c.Attempt}
+	s.held[key.Job] = &heldLock{f: f, period: key.Period, attempt: c.Attempt, fingerprint: fp}
 	return c, nil
 }
 
@@ -180,9 +185,11 @@ func (s *StateFile) Finish(ctx context.Context, key Key, attempt int64, end idem
 	if end.Status == StatusDone {
 		next.Status, next.LastDonePeriod, next.PendingPeriod = StatusDone, key.Period, ""
 		next.Failures, next.NotBefore, next.LastError = 0, time.Time{}, ""
+		next.DoneFingerprint, next.DoneValue, next.Fingerprint = h.fingerprint, end.Value, ""
 	} else {
 		next.Status, next.PendingPeriod = end.Status, key.Period
 		next.Failures, next.NotBefore, next.LastError = end.Failures, end.NotBefore, end.Error
+		next.Fingerprint = h.fingerprint
 	}
 	doc.Jobs[key.Job] = &next
 	if err := s.write(ctx, key, doc); err != nil {
@@ -260,6 +267,7 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 	next.Updated, next.LastError, next.Failures, next.NotBefore = time.Now(), note, 0, time.Time{}
 	if status == StatusDone || status == StatusSkipped { // a watermark cannot tell them apart
 		next.Status, next.LastDonePeriod, next.PendingPeriod, next.LastError = StatusDone, key.Period, "", ""
+		next.DoneFingerprint, next.DoneValue, next.Fingerprint = rec.Fingerprint, nil, "" // the pending period's fingerprint, if any
 	} else {
 		next.Status = status
 	}

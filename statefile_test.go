@@ -43,7 +43,7 @@ func TestStateFileWatermark(t *testing.T) {
 		t.Fatalf("sent %d, want 1", sent)
 	}
 	b, _ := os.ReadFile(s.Path())
-	for _, want := range []string{`"version": 1`, `"lastDonePeriod": "2026-10-27"`, `"status": "done"`, `"pendingPeriod": ""`} {
+	for _, want := range []string{`"version": 2`, `"lastDonePeriod": "2026-10-27"`, `"status": "done"`, `"pendingPeriod": ""`} {
 		if !strings.Contains(string(b), want) {
 			t.Fatalf("state file lacks %s:\n%s", want, b)
 		}
@@ -187,7 +187,7 @@ func TestStateFileCorrupt(t *testing.T) {
 		"wrong shape":   `{"version": 1, "jobs": ["daily_report"]}`,
 		"unknown field": `{"version": 1, "jobs": {}, "extra": true}`,
 		"no version":    `{"jobs": {}}`,
-		"newer version": `{"version": 2, "jobs": {}}`,
+		"newer version": `{"version": 3, "jobs": {}}`,
 		"bad status":    `{"version": 1, "jobs": {"j": {"lastDonePeriod": "2026-10-27", "status": "sent", "pendingPeriod": "", "attempt": 1, "failures": 0}}}`,
 		"two documents": `{"version": 1, "jobs": {}} {}`,
 		"null job":      `{"version": 1, "jobs": {"j": null}}`,

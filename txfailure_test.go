@@ -20,7 +20,7 @@ type opaqueTx struct {
 	l *idem.Ledger
 }
 
-func (s opaqueTx) FinishTx(ctx context.Context, key idem.Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) error) error {
+func (s opaqueTx) FinishTx(ctx context.Context, key idem.Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) ([]byte, error)) error {
 	if err := s.l.FinishTx(ctx, key, attempt, now, cursor, fn); err != nil {
 		return fmt.Errorf("opaque store: %v", err)
 	}

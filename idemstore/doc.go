@@ -18,9 +18,13 @@
 // records; a store that builds the note in SQL passes the formats as
 // parameters), [Resolvable] and [Resolved] (what an operator may resolve,
 // and what a resolution leaves), [Prunable] (what Prune may forget),
-// [CheckEnds] and [EndItems] (an item window's ends), and [RunItemWindow]
+// [CheckEnds] and [EndItems] (an item window's ends), [RunItemWindow]
 // (the transaction of an [ItemTxStore]'s window, over a store's
-// [ItemWindow]).
+// [ItemWindow]), and [Mismatch] and [KeptFingerprint] (a claim's
+// parameter fingerprint: refused when it differs from the record's, kept
+// once stored). A store keeps Record.Fingerprint and Record.Value as they
+// were written and returns them with a done claim; it writes End.Value
+// with a done mark only.
 //
 // Stores call [Checkpoint] at their crash points ([Point]), which package
 // idemtest uses to stop a run as a SIGKILL would; [HolderGone] tells a

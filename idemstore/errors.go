@@ -1,6 +1,9 @@
 package idemstore
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors that stores return, and that package idem re-exports under the
 // same names (the same values: errors.Is(err, idem.ErrLeaseLost) and
@@ -33,7 +36,29 @@ var (
 	// ErrNotResolvable: Resolve or Reset was asked to change a key that is
 	// done, or that a live attempt holds.
 	ErrNotResolvable = errors.New("idem: key cannot be resolved in its current state")
+
+	// ErrParamsMismatch: the key was claimed for work with other parameters
+	// (its fingerprint, idem.WithParams, differs from the call's). Nothing
+	// ran and nothing was written. [MismatchError] matches it.
+	ErrParamsMismatch = errors.New("idem: params mismatch")
 )
+
+// MismatchError is the error of a call whose fingerprint differs from the
+// one the key was claimed with. It matches [ErrParamsMismatch] and names
+// the key and both fingerprints in short form ([ShortFingerprint]).
+type MismatchError struct {
+	Key    Key
+	Stored string // the key's fingerprint (Record.Fingerprint)
+	Given  string // the call's
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("%v: %s was claimed with params %s, this call has %s; nothing ran",
+		ErrParamsMismatch, e.Key, ShortFingerprint(e.Stored), ShortFingerprint(e.Given))
+}
+
+// Is reports whether target is ErrParamsMismatch.
+func (e *MismatchError) Is(target error) bool { return target == ErrParamsMismatch }
 
 // Fatal marks err as an error after which the store refuses every write
 // (a state file whose fsync failed: the kernel may have dropped the data it

@@ -12,6 +12,7 @@ import (
 // whether it takes the key for a new attempt (take), in doubt (doubt: an
 // earlier attempt may have had its effect).
 //
+//	fingerprints differ (both not "")         ClaimMismatch
 //	no record                                 ClaimAcquired, take
 //	done                                      ClaimDone
 //	skipped                                   ClaimSkipped
@@ -36,6 +37,9 @@ func Decide(rec Record, found bool, req ClaimRequest) (state ClaimState, take, d
 	if !found {
 		return ClaimAcquired, true, false
 	}
+	if Mismatch(rec.Fingerprint, req.Fingerprint) {
+		return ClaimMismatch, false, false
+	}
 	switch rec.Status {
 	case StatusDone:
 		return ClaimDone, false, false
@@ -59,6 +63,11 @@ func Decide(rec Record, found bool, req ClaimRequest) (state ClaimState, take, d
 	}
 	return ClaimParked, false, false
 }
+
+// Mismatch reports whether a key whose record has fingerprint stored
+// refuses a claim with fingerprint given: both are set and they differ. A
+// call without one, or a record without one, is not checked.
+func Mismatch(stored, given string) bool { return stored != "" && given != "" && stored != given }
 
 // The notes (Record.LastError, ItemClaim's record) that a claim leaves when
 // it takes over a running attempt that ended without a done mark. Each is a
@@ -208,4 +217,13 @@ func (e End) BackoffDelay() (d time.Duration, ok bool) {
 		return time.Until(e.NotBefore), true
 	}
 	return e.NotBefore.Sub(e.Now), true
+}
+
+// KeptFingerprint is the fingerprint a claim that takes a key writes: the
+// record's (stored), or the request's (given) when the record has none.
+func KeptFingerprint(stored, given string) string {
+	if stored != "" {
+		return stored
+	}
+	return given
 }

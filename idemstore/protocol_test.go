@@ -2,6 +2,7 @@ package idemstore_test
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -167,7 +168,7 @@ func TestTakenOver(t *testing.T) {
 		t.Fatalf("TakenOver(running) = %+v", got)
 	}
 	failed := idemstore.Record{Key: key, Status: idemstore.StatusFailed, Attempt: 4, Failures: 2, LastError: "boom"}
-	if got := idemstore.TakenOver(failed, t0); got != failed {
+	if got := idemstore.TakenOver(failed, t0); !reflect.DeepEqual(got, failed) {
 		t.Fatalf("TakenOver(failed) = %+v, want it unchanged", got)
 	}
 }

@@ -26,6 +26,35 @@ type Record struct {
 	NotBefore  time.Time // failed: when the next attempt is allowed
 	LastError  string    // the last failure, for people
 	Updated    time.Time // when the record last changed
+
+	// Fingerprint identifies the parameters of the work the key was first
+	// claimed for (idem.WithParams): the lowercase hex of a SHA-256, or ""
+	// when no claim gave one. A store sets it with the claim that takes a
+	// key whose record has none, and keeps it through every later claim,
+	// end, Resolve and Reset.
+	Fingerprint string
+
+	// Value is what the attempt that marked the key done stored with the
+	// done mark (idem.RunValue: JSON, at most MaxValue bytes); nil when it
+	// stored none. A store writes it only with a done mark, in the same
+	// write, and keeps it while the key is done.
+	Value []byte
+}
+
+// MaxValue is the largest Value a store must keep: idem refuses, before
+// anything is marked done, a value that encodes to more bytes.
+const MaxValue = 64 << 10
+
+// ShortFingerprint is the short form of a fingerprint that messages show:
+// its first 12 characters; "none" for "".
+func ShortFingerprint(fp string) string {
+	switch {
+	case fp == "":
+		return "none"
+	case len(fp) > 12:
+		return fp[:12]
+	}
+	return fp
 }
 
 // Filter selects records for Lister.List. Zero fields match everything.

@@ -68,7 +68,10 @@ type TxStore[Tx any] interface {
 	// the same transaction also moves the job's catch-up cursor forward to
 	// key.Period, as Advance does (idem.CatchUpTx; a store that is not a
 	// [CatchUpStore] is never asked to).
-	FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, cursor bool, fn func(Tx) error) error
+	//
+	// fn returns the value to store with the done mark (End.Value; nil for
+	// none), in the same transaction.
+	FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, cursor bool, fn func(Tx) ([]byte, error)) error
 }
 
 // FreshTxStore is a TxStore that can also claim a key that has no record,
@@ -91,7 +94,9 @@ type FreshTxStore[Tx any] interface {
 	// other error means nothing was committed. While fn runs no other
 	// attempt can claim the key. With cursor, the done mark moves the job's
 	// catch-up cursor as in FinishTx, in the same transaction.
-	ClaimFinishTx(ctx context.Context, req ClaimRequest, cursor bool, fn func(Tx) error) (c Claim, done bool, err error)
+	// The claim stores req.Fingerprint; the done mark, the value fn returns,
+	// as in FinishTx.
+	ClaimFinishTx(ctx context.Context, req ClaimRequest, cursor bool, fn func(Tx) ([]byte, error)) (c Claim, done bool, err error)
 }
 
 // CatchUpStore is a Store that also keeps, per job, a catch-up cursor and
@@ -171,6 +176,12 @@ type ClaimRequest struct {
 	// TakeUnknown lets the claim take a key whose status is unknown, to
 	// check it (TwoPhase). Without it, such a key yields ClaimUnknown.
 	TakeUnknown bool
+
+	// Fingerprint identifies the parameters of the work (idem.WithParams),
+	// "" for none. A key whose record has a different fingerprint yields
+	// ClaimMismatch and nothing is written ([Decide]); a claim that takes
+	// a key whose record has none stores this one (Record.Fingerprint).
+	Fingerprint string
 }
 
 // ClaimState is what a Claim found.
@@ -185,6 +196,7 @@ const (
 	ClaimUnknown                          // status unknown, and TakeUnknown was not set
 	ClaimParked                           // parked until Reset
 	ClaimSkipped                          // settled as skipped; nothing was written
+	ClaimMismatch                         // the record's fingerprint differs from the request's; nothing was written
 )
 
 // Claim is the answer to a ClaimRequest.
@@ -197,8 +209,9 @@ type Claim struct {
 	Doubt bool
 	// Record is the record as it was before the claim; for ClaimAcquired
 	// Failures counts an abandoned attempt already. For ClaimDone a store
-	// may fill in only Key and Status (the engine needs no more, and a
-	// duplicate trigger is the path to keep cheap).
+	// may fill in only Key, Status, Fingerprint and Value (the engine needs
+	// no more, and a duplicate trigger is the path to keep cheap); for
+	// ClaimMismatch, Key, Status and Fingerprint.
 	Record Record
 }
 
@@ -209,6 +222,11 @@ type End struct {
 	NotBefore time.Time // StatusFailed: earliest next attempt
 	Failures  int       // the record's failure count from now on
 	Error     string    // what went wrong, for people; empty for done
+
+	// Value is stored with a StatusDone end, in the same write
+	// (Record.Value); nil stores none. The engine never sends more than
+	// [MaxValue] bytes.
+	Value []byte
 
 	// Cursor asks a StatusDone finish to also move the job's catch-up
 	// cursor forward to this period, in the same transaction (CatchUpStore).

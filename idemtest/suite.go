@@ -106,6 +106,8 @@ func TestStore(t *testing.T, h Harness) {
 		t.Run("LeaseExpiryFencing", func(t *testing.T) { testLease(t, h) })
 	}
 	t.Run("CatchUp", func(t *testing.T) { testCatchUp(t, h) })
+	t.Run("Params", func(t *testing.T) { testParams(t, h) })
+	t.Run("Values", func(t *testing.T) { testValues(t, h) })
 	if h.Items {
 		t.Run("Items", func(t *testing.T) { testItems(t, h) })
 	}

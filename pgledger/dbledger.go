@@ -88,8 +88,8 @@ func (l *DBLedger) CatchUpTx(ctx context.Context, job string, sched idem.Schedul
 
 // FinishTx implements [idemstore.TxStore] with *sql.Tx, as
 // [Ledger.FinishTx] does with pgx.Tx.
-func (l *DBLedger) FinishTx(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) error) error {
-	return l.finishTx(ctx, key, attempt, cursor, func(t tx) error { return fn(t.(sqlTx).tx) })
+func (l *DBLedger) FinishTx(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) ([]byte, error)) error {
+	return l.finishTx(ctx, key, attempt, cursor, func(t tx) ([]byte, error) { return fn(t.(sqlTx).tx) })
 }
 
 // FinishItemsTx implements [idemstore.ItemTxStore] with *sql.Tx, as

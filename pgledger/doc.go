@@ -53,7 +53,8 @@
 // start at once against an empty database. A schema written by a newer
 // version of pgledger is refused with [idem.ErrNewerSchema], without a
 // write; one of an older version is upgraded in place, under the same lock
-// (the upgrade creates tables: the user needs CREATE on the schema then;
+// (the upgrade creates tables and adds columns: the user needs CREATE on
+// the schema, and to own runs, then;
 // from version 2 it also drops the table items, which the user must own).
 // The database user needs CREATE on the database the first time (or create
 // the schema for it), and then only SELECT, INSERT, UPDATE and DELETE on the

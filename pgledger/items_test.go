@@ -814,8 +814,8 @@ func TestUpgradeFromVersion2(t *testing.T) {
 	l := ls[0]
 	var v int
 	var old bool
-	if err := pool.QueryRow(ctx, `SELECT value, to_regclass($1) IS NOT NULL FROM `+s+`.meta WHERE name = 'schema_version'`, s+".items").Scan(&v, &old); err != nil || v != 3 || old {
-		t.Fatalf("version %d, old items table left %v, %v; want 3 and none", v, old, err)
+	if err := pool.QueryRow(ctx, `SELECT value, to_regclass($1) IS NOT NULL FROM `+s+`.meta WHERE name = 'schema_version'`, s+".items").Scan(&v, &old); err != nil || v != pgledger.SchemaVersion || old {
+		t.Fatalf("version %d, old items table left %v, %v; want %d and none", v, old, err, pgledger.SchemaVersion)
 	}
 	checkCounts(t, l, idem.ItemCounts{Sealed: true, Pending: 1, Running: 1, Failed: 1, Done: 1, Parked: 1})
 	var attempt int64

@@ -23,12 +23,14 @@ const DefaultSchema = "idem"
 // pgledger writes. A schema with a higher version is refused with
 // [idem.ErrNewerSchema]. Version 2 added the items of [idem.Each] (tables
 // items and itemsets); version 3 records and claims them in chunks (tables
-// item_set, item_chunks, item_lists and item_state replace items). [New]
-// upgrades a version-1 or version-2 schema in place; a version-2 schema's
+// item_set, item_chunks, item_lists and item_state replace items); version
+// 4 adds the columns fingerprint and value to runs (idem.WithParams,
+// idem.RunValue; the records of older versions have neither). [New]
+// upgrades a version-1, 2 or 3 schema in place; a version-2 schema's
 // items keep their status. A process that still runs an older pgledger's
 // Each (or Prune) fails on the upgraded schema, whose table items is gone:
 // stop those first.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idemstore.Store],
@@ -242,6 +244,11 @@ func (l *core) migrate(ctx context.Context) error {
 	if v == 2 {
 		if _, err := tx.exec(ctx, l.q.upgradeItems); err != nil {
 			return l.schemaErr(fmt.Errorf("upgrading the items from version 2: %w", err))
+		}
+	}
+	if v < 4 {
+		if _, err := tx.exec(ctx, l.q.upgradeParams); err != nil {
+			return l.schemaErr(fmt.Errorf("upgrading to version 4: %w", err))
 		}
 	}
 	if _, err := tx.exec(ctx, l.q.setVersion, SchemaVersion); err != nil {

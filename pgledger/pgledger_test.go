@@ -225,7 +225,7 @@ func TestFencing(t *testing.T) {
 		t.Fatalf("finish of attempt 1: %v", err)
 	}
 	ran := false
-	if err := l.FinishTx(ctx, k, 1, time.Now(), false, func(pgx.Tx) error { ran = true; return nil }); !errors.Is(err, idem.ErrLeaseLost) || ran {
+	if err := l.FinishTx(ctx, k, 1, time.Now(), false, func(pgx.Tx) ([]byte, error) { ran = true; return nil, nil }); !errors.Is(err, idem.ErrLeaseLost) || ran {
 		t.Fatalf("FinishTx of attempt 1: %v, fn ran %v", err, ran)
 	}
 	if err := l.Renew(ctx, k, 2, time.Now(), time.Minute); err != nil {

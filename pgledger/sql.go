@@ -8,7 +8,7 @@ import (
 
 // queries are the ledger's SQL statements with its schema filled in.
 type queries struct {
-	ddl, getVersion, setVersion                   string
+	ddl, getVersion, setVersion, upgradeParams    string
 	read, insert, take, lockRow                   string
 	renew, finish, fence, advance                 string
 	resolveInsert, resolveUpdate                  string
@@ -122,6 +122,12 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 );`
 
 	getVersionSQL = `SELECT value FROM {s}.meta WHERE name = 'schema_version'`
+
+	// upgradeParamsSQL is version 4: a key's parameter fingerprint and its
+	// stored value (idem.WithParams, idem.RunValue). Records of older
+	// versions have neither.
+	upgradeParamsSQL = `ALTER TABLE {s}.runs ADD COLUMN IF NOT EXISTS fingerprint text NOT NULL DEFAULT '',
+		ADD COLUMN IF NOT EXISTS value bytea`
 	setVersionSQL = `INSERT INTO {s}.meta AS m (name, value) VALUES ('schema_version', $1)
 		ON CONFLICT (name) DO UPDATE SET value = excluded.value WHERE m.value < excluded.value`
 
@@ -130,15 +136,15 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	// time. It always returns one row.
 	readSQL = `SELECT clock_timestamp(), r.job IS NOT NULL, coalesce(r.status, ''), coalesce(r.attempt, 0),
 		coalesce(r.failures, 0), coalesce(r.owner, ''), r.lease_until, r.not_before, coalesce(r.last_error, ''), r.updated,
-		coalesce(j.horizon, '') >= $2 COLLATE "C"
+		coalesce(j.horizon, '') >= $2 COLLATE "C", coalesce(r.fingerprint, ''), r.value
 	FROM (SELECT) AS one
 	LEFT JOIN {s}.runs AS r ON r.job = $1 AND r.period = $2
 	LEFT JOIN {s}.jobs AS j ON j.job = $1`
 
 	// insertSQL takes a key that has no record, unless the job's horizon
-	// covers it.
-	insertSQL = `INSERT INTO {s}.runs(job, period, status, attempt, owner, lease_until, created, updated)
-	SELECT $1, $2, 'running', 1, $3, clock_timestamp() + $4::float8 * interval '1 microsecond', clock_timestamp(), clock_timestamp()
+	// covers it; $5 is the claim's fingerprint.
+	insertSQL = `INSERT INTO {s}.runs(job, period, status, attempt, owner, lease_until, created, updated, fingerprint)
+	SELECT $1, $2, 'running', 1, $3, clock_timestamp() + $4::float8 * interval '1 microsecond', clock_timestamp(), clock_timestamp(), $5
 	WHERE NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE job = $1 AND horizon >= $2 COLLATE "C")
 	ON CONFLICT (job, period) DO NOTHING
 	RETURNING attempt`
@@ -150,8 +156,9 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	// (idemstore.HolderGone). The abandoned attempt counts as a failure, and
 	// its note is $9 (idemstore.NoteDied: its lease held) or $10
 	// (idemstore.NoteExpired), filled in with its attempt, owner and lease
-	// end.
+	// end. A record without a fingerprint takes the claim's, $11.
 	takeSQL = `UPDATE {s}.runs SET status = 'running', attempt = attempt + 1, owner = $3,
+		fingerprint = CASE WHEN fingerprint = '' THEN $11::text ELSE fingerprint END,
 		lease_until = clock_timestamp() + $6::float8 * interval '1 microsecond', not_before = NULL,
 		failures = CASE WHEN status = 'running' THEN failures + 1 ELSE failures END,
 		last_error = CASE WHEN status = 'running'
@@ -171,10 +178,11 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	renewSQL = `UPDATE {s}.runs SET lease_until = clock_timestamp() + $4::float8 * interval '1 microsecond', updated = clock_timestamp()
 	WHERE job = $1 AND period = $2 AND attempt = $3 AND status = 'running'`
 
-	// finishSQL: $6 is the backoff in microseconds, NULL for none.
+	// finishSQL: $6 is the backoff in microseconds, NULL for none; $8 the
+	// value stored with a done mark, NULL for none.
 	finishSQL = `UPDATE {s}.runs SET status = $4, failures = $5,
 		not_before = clock_timestamp() + $6::float8 * interval '1 microsecond',
-		last_error = $7, lease_until = NULL, updated = clock_timestamp()
+		last_error = $7, lease_until = NULL, updated = clock_timestamp(), value = $8::bytea
 	WHERE job = $1 AND period = $2 AND attempt = $3 AND status = 'running'`
 
 	// fenceSQL opens FinishTx: it checks that the attempt still holds the
@@ -450,14 +458,14 @@ DROP TABLE {s}.items;`
 	WHERE job = $1 AND period = $2 AND item = $3 AND attempt = $4 AND status = 'running'`
 )
 
-const recordCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated`
+const recordCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated, fingerprint, value`
 
 func newQueries(schema string) queries {
 	s := pgx.Identifier{schema}.Sanitize()
 	r := strings.NewReplacer("{s}", s)
 	return queries{
 		ddl: r.Replace(ddlSQL), getVersion: r.Replace(getVersionSQL), setVersion: r.Replace(setVersionSQL),
-		read: r.Replace(readSQL), insert: r.Replace(insertSQL), take: r.Replace(takeSQL), lockRow: r.Replace(lockRowSQL),
+		upgradeParams: r.Replace(upgradeParamsSQL), read: r.Replace(readSQL), insert: r.Replace(insertSQL), take: r.Replace(takeSQL), lockRow: r.Replace(lockRowSQL),
 		renew: r.Replace(renewSQL), finish: r.Replace(finishSQL), fence: r.Replace(fenceSQL), advance: r.Replace(advanceSQL),
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),

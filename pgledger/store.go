@@ -25,7 +25,7 @@ func (l *core) read(ctx context.Context, q conn, key idemstore.Key) (snapshot, e
 	var status string
 	var lease, notBefore, updated *time.Time
 	err := q.queryRow(ctx, l.q.read, []any{key.Job, key.Period}, &s.now, &s.found, &status, &s.rec.Attempt,
-		&s.rec.Failures, &s.rec.Owner, &lease, &notBefore, &s.rec.LastError, &updated, &s.covered)
+		&s.rec.Failures, &s.rec.Owner, &lease, &notBefore, &s.rec.LastError, &updated, &s.covered, &s.rec.Fingerprint, &s.rec.Value)
 	if err != nil {
 		return snapshot{}, err
 	}
@@ -55,9 +55,9 @@ func (s snapshot) view() (rec idemstore.Record, found bool) {
 
 // decide is the claim rule ([idemstore.Decide]) applied to s, on the
 // server's clock.
-func decide(s snapshot, takeUnknown bool) (state idemstore.ClaimState, take, doubt bool) {
+func decide(s snapshot, req idemstore.ClaimRequest) (state idemstore.ClaimState, take, doubt bool) {
 	rec, found := s.view()
-	return idemstore.Decide(rec, found, idemstore.ClaimRequest{Key: rec.Key, Now: s.now, TakeUnknown: takeUnknown})
+	return idemstore.Decide(rec, found, idemstore.ClaimRequest{Key: rec.Key, Now: s.now, TakeUnknown: req.TakeUnknown, Fingerprint: req.Fingerprint})
 }
 
 // inFrame expresses the deadlines of rec, read at the server's time now, on
@@ -107,7 +107,7 @@ func (l *core) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore
 	if err != nil {
 		return idemstore.Claim{}, l.opErr("claim", req.Key, err)
 	}
-	if state, take, _ := decide(s, req.TakeUnknown); !take {
+	if state, take, _ := decide(s, req); !take {
 		return answer(req, s, state), nil
 	}
 	c, err := l.take(ctx, req, s)
@@ -142,7 +142,7 @@ func (l *core) take(ctx context.Context, req idemstore.ClaimRequest, s snapshot)
 		return idemstore.Claim{}, err
 	}
 	for tries := 0; ; tries++ {
-		state, take, doubt := decide(s, req.TakeUnknown)
+		state, take, doubt := decide(s, req)
 		if !take {
 			return answer(req, s, state), nil // nothing written; the rollback drops the lock
 		}
@@ -151,7 +151,7 @@ func (l *core) take(ctx context.Context, req idemstore.ClaimRequest, s snapshot)
 		}
 		if !s.found {
 			var attempt int64
-			err := tx.queryRow(ctx, l.q.insert, []any{req.Key.Job, req.Key.Period, req.Owner, micros(lease)}, &attempt)
+			err := tx.queryRow(ctx, l.q.insert, []any{req.Key.Job, req.Key.Period, req.Owner, micros(lease), req.Fingerprint}, &attempt)
 			if err == nil {
 				if err := tx.commit(ctx); err != nil {
 					return idemstore.Claim{}, err
@@ -170,7 +170,7 @@ func (l *core) take(ctx context.Context, req idemstore.ClaimRequest, s snapshot)
 				gone = s.rec.Owner
 			}
 			err := tx.queryRow(ctx, l.q.take, []any{req.Key.Job, req.Key.Period, req.Owner, s.rec.Attempt,
-				string(s.rec.Status), micros(lease), req.TakeUnknown, gone, idemstore.NoteDied, idemstore.NoteExpired},
+				string(s.rec.Status), micros(lease), req.TakeUnknown, gone, idemstore.NoteDied, idemstore.NoteExpired, req.Fingerprint},
 				&attempt, &failures, &lastErr)
 			if err == nil {
 				if err := tx.commit(ctx); err != nil {
@@ -178,6 +178,7 @@ func (l *core) take(ctx context.Context, req idemstore.ClaimRequest, s snapshot)
 				}
 				rec := s.rec
 				rec.Failures, rec.LastError = failures, lastErr // an abandoned attempt counts already
+				rec.Fingerprint = idemstore.KeptFingerprint(rec.Fingerprint, req.Fingerprint)
 				return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: attempt, Doubt: doubt, Record: inFrame(req, s.now, rec)}, nil
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
@@ -218,7 +219,11 @@ func (l *core) Finish(ctx context.Context, key idemstore.Key, attempt int64, end
 	if d, ok := end.BackoffDelay(); ok {
 		backoff = micros(d)
 	}
-	args := []any{key.Job, key.Period, attempt, string(end.Status), end.Failures, backoff, end.Error}
+	var value []byte // NULL: none
+	if end.Status == idemstore.StatusDone {
+		value = end.Value
+	}
+	args := []any{key.Job, key.Period, attempt, string(end.Status), end.Failures, backoff, end.Error, value}
 	if !end.Cursor || end.Status != idemstore.StatusDone {
 		n, err := l.db.exec(ctx, l.q.finish, args...)
 		if err != nil {
@@ -254,13 +259,14 @@ func (l *core) Finish(ctx context.Context, key idemstore.Key, attempt int64, end
 // attempt is marked done (with cursor, the job's catch-up cursor moves
 // forward to the period too), and the transaction commits. fn's error is
 // returned as it is, and everything rolls back.
-func (l *Ledger) FinishTx(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, cursor bool, fn func(pgx.Tx) error) error {
-	return l.finishTx(ctx, key, attempt, cursor, func(t tx) error { return fn(t.(pgxTx).tx) })
+// fn's value is stored with the done mark.
+func (l *Ledger) FinishTx(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, cursor bool, fn func(pgx.Tx) ([]byte, error)) error {
+	return l.finishTx(ctx, key, attempt, cursor, func(t tx) ([]byte, error) { return fn(t.(pgxTx).tx) })
 }
 
 // finishTx is FinishTx on either connection; fn gets the adapter's
 // transaction.
-func (l *core) finishTx(ctx context.Context, key idemstore.Key, attempt int64, cursor bool, fn func(tx) error) error {
+func (l *core) finishTx(ctx context.Context, key idemstore.Key, attempt int64, cursor bool, fn func(tx) ([]byte, error)) error {
 	tx, err := l.db.begin(ctx)
 	if err != nil {
 		return l.opErr("run tx", key, err)
@@ -273,13 +279,14 @@ func (l *core) finishTx(ctx context.Context, key idemstore.Key, attempt int64, c
 	if n == 0 {
 		return idemstore.LeaseLost(key, attempt)
 	}
-	if err := fn(tx); err != nil {
+	value, err := fn(tx)
+	if err != nil {
 		return err
 	}
 	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
 		return err
 	}
-	n, err = tx.exec(ctx, l.q.finish, key.Job, key.Period, attempt, string(idemstore.StatusDone), 0, nil, "")
+	n, err = tx.exec(ctx, l.q.finish, key.Job, key.Period, attempt, string(idemstore.StatusDone), 0, nil, "", value)
 	if err != nil {
 		return l.opErr("run tx: done mark", key, err)
 	}
@@ -325,7 +332,7 @@ func (l *core) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Reso
 				var status string
 				var lease, notBefore, updated *time.Time
 				err := tx.queryRow(ctx, l.q.lockRow, []any{key.Job, key.Period}, &s.now, &status, &s.rec.Attempt,
-					&s.rec.Failures, &s.rec.Owner, &lease, &notBefore, &s.rec.LastError, &updated)
+					&s.rec.Failures, &s.rec.Owner, &lease, &notBefore, &s.rec.LastError, &updated, &s.rec.Fingerprint, &s.rec.Value)
 				if errors.Is(err, sql.ErrNoRows) {
 					continue // deleted in between (pruned): read again
 				}
@@ -493,7 +500,7 @@ func (l *core) List(ctx context.Context, f idemstore.Filter) ([]idemstore.Record
 		var status string
 		var lease, notBefore, updated *time.Time
 		err := scan(&r.Key.Job, &r.Key.Period, &status, &r.Attempt, &r.Failures, &r.Owner,
-			&lease, &notBefore, &r.LastError, &updated)
+			&lease, &notBefore, &r.LastError, &updated, &r.Fingerprint, &r.Value)
 		r.Status = idemstore.Status(status)
 		r.LeaseUntil, r.NotBefore, r.Updated = deref(lease), deref(notBefore), deref(updated)
 		recs = append(recs, r)

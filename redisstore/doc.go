@@ -49,7 +49,9 @@
 //	{p}:meta                       hash: version (the layout version, LayoutVersion)
 //	{p}:run:<n>:<job>:<period>     hash: one record (n is the job's length in bytes):
 //	                               status, attempt, failures, owner, lease_until,
-//	                               not_before, last_error, created, updated
+//	                               not_before, last_error, created, updated,
+//	                               fingerprint (idem.WithParams), value (stored
+//	                               with the done mark; absent for none)
 //	                               (times in microseconds since the Unix epoch,
 //	                               on the server's clock)
 //	{p}:periods:<job>              sorted set (score 0): the job's periods that have a record

@@ -55,7 +55,8 @@ local function utc(us)
 	return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', y, m, d,
 		math.floor(rem / 3600), math.floor((rem % 3600) / 60), rem % 60, frac)
 end
-local recFields = {'status', 'attempt', 'failures', 'owner', 'lease_until', 'not_before', 'last_error', 'updated'}
+local recFields = {'status', 'attempt', 'failures', 'owner', 'lease_until', 'not_before', 'last_error', 'updated',
+	'fingerprint', 'value'}
 -- rec: the record at key as a flat list (status first; status false when none).
 local function rec(key)
 	return redis.call('HMGET', key, unpack(recFields))
@@ -85,7 +86,7 @@ end
 //
 // KEYS: record, job. ARGV: period.
 // Returns {now, covered (0/1), status or false, attempt, failures, owner,
-// lease_until, not_before, last_error, updated}.
+// lease_until, not_before, last_error, updated, fingerprint, value}.
 var readScript = redis.NewScript(luaLib + `
 local r = rec(KEYS[1])
 local out = {now(), covered(KEYS[2], ARGV[1]) and 1 or 0}
@@ -101,14 +102,18 @@ return out
 // process died) or ARGV[7] (its lease expired); a failed attempt from its
 // NotBefore on, and an unknown one with ARGV[3] = 1, likewise (the attempt
 // counter is the fencing token: HINCRBY, never reused). Anything else is
-// left as it is, and the client tells which (idemstore.Decide).
+// left as it is, and the client tells which (idemstore.Decide). A record
+// whose fingerprint differs from ARGV[10] (both not empty) is left as it
+// is (idemstore.ClaimMismatch); a claim that takes a key whose record has
+// no fingerprint stores ARGV[10].
 //
 // KEYS: record, job, periods, jobs. ARGV: owner, lease µs, take unknown
-// (0/1), gone attempt, gone owner, note died, note expired, job, period.
-// Returns {taken (0/1), new attempt, doubt (0/1), now, covered (0/1),
-// status or false, attempt, failures, owner, lease_until, not_before,
-// last_error, updated} with the record as it was before the claim (an
-// abandoned attempt's failure and note counted already).
+// (0/1), gone attempt, gone owner, note died, note expired, job, period,
+// fingerprint. Returns {taken (0/1), new attempt, doubt (0/1), now,
+// covered (0/1), status or false, attempt, failures, owner, lease_until,
+// not_before, last_error, updated, fingerprint, value} with the record as
+// it was before the claim (an abandoned attempt's failure and note counted
+// already).
 var claimScript = redis.NewScript(luaLib + `
 local t = now()
 local r = rec(KEYS[1])
@@ -122,10 +127,13 @@ if not status then
 	if covered(KEYS[2], ARGV[9]) then return answer(0, 0, 0, 1) end
 	local a = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 	redis.call('HSET', KEYS[1], 'status', 'running', 'failures', 0, 'owner', ARGV[1],
-		'lease_until', str(t + tonumber(ARGV[2])), 'last_error', '', 'created', str(t), 'updated', str(t))
+		'lease_until', str(t + tonumber(ARGV[2])), 'last_error', '', 'created', str(t), 'updated', str(t),
+		'fingerprint', ARGV[10])
 	index(KEYS[3], KEYS[4], ARGV[8], ARGV[9])
 	return answer(1, a, 0, 0)
 end
+local fp = r[9] or ''
+if ARGV[10] ~= '' and fp ~= '' and fp ~= ARGV[10] then return answer(0, 0, 0, 0) end
 local take, doubt = false, 0
 local attempt, lease = num(r[2]), num(r[5])
 if status == 'running' then
@@ -146,6 +154,7 @@ if not take then return answer(0, 0, 0, 0) end
 local a = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[1],
 	'lease_until', str(t + tonumber(ARGV[2])), 'updated', str(t))
+if fp == '' then redis.call('HSET', KEYS[1], 'fingerprint', ARGV[10]) end
 redis.call('HDEL', KEYS[1], 'not_before')
 return answer(1, a, doubt, 0)
 `)
@@ -166,11 +175,12 @@ return 1
 // finishScript is Finish: it records how a running attempt ended, fenced
 // by its attempt number; a backoff (ARGV[4] µs, empty for none) runs from
 // the server's time. With ARGV[6] = 1 a done mark also moves the job's
-// cursor forward to the period, in the same step.
+// cursor forward to the period, in the same step. A done mark stores the
+// value ARGV[9] (empty: none) in the same step.
 //
 // KEYS: record, job, jobs. ARGV: attempt, status, failures, backoff µs,
-// error, cursor (0/1), job, period. Returns 1, or 0 if the attempt no
-// longer holds the key.
+// error, cursor (0/1), job, period, value. Returns 1, or 0 if the attempt
+// no longer holds the key.
 var finishScript = redis.NewScript(luaLib + `
 local r = redis.call('HMGET', KEYS[1], 'status', 'attempt')
 if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
@@ -181,6 +191,11 @@ if ARGV[4] ~= '' then
 	redis.call('HSET', KEYS[1], 'not_before', str(t + tonumber(ARGV[4])))
 else
 	redis.call('HDEL', KEYS[1], 'not_before')
+end
+if ARGV[2] == 'done' and ARGV[9] ~= '' then
+	redis.call('HSET', KEYS[1], 'value', ARGV[9])
+else
+	redis.call('HDEL', KEYS[1], 'value')
 end
 if ARGV[6] == '1' and ARGV[2] == 'done' then advance(KEYS[2], KEYS[3], ARGV[7], ARGV[8]) end
 return 1
@@ -273,7 +288,7 @@ return {1, cursor, 0, '', deleted}
 //
 // KEYS: jobs. ARGV: store prefix ({p}), job, status, limit. Returns a flat
 // list of job, period, status, attempt, failures, owner, lease_until,
-// not_before, last_error, updated per record.
+// not_before, last_error, updated, fingerprint, value per record.
 var listScript = redis.NewScript(luaLib + `
 local jobs
 if ARGV[2] ~= '' then jobs = {ARGV[2]} else jobs = redis.call('ZRANGE', KEYS[1], 0, -1) end

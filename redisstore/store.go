@@ -311,11 +311,11 @@ func i64(v any) int64 {
 	return 0
 }
 
-// record decodes the 8 fields of a record (status first, nil when the key
+// record decodes the 10 fields of a record (status first, nil when the key
 // has none).
 func record(key idemstore.Key, f []any) (rec idemstore.Record, found bool) {
 	rec.Key = key
-	if len(f) < 8 || f[0] == nil {
+	if len(f) < recFields || f[0] == nil {
 		return rec, false
 	}
 	rec.Status = idemstore.Status(str(f[0]))
@@ -326,8 +326,16 @@ func record(key idemstore.Key, f []any) (rec idemstore.Record, found bool) {
 	rec.NotBefore = fromMicros(f[5])
 	rec.LastError = str(f[6])
 	rec.Updated = fromMicros(f[7])
+	rec.Fingerprint = str(f[8])
+	if v := str(f[9]); v != "" {
+		rec.Value = []byte(v)
+	}
 	return rec, true
 }
+
+// recFields is how many fields of a record the scripts return (luaLib's
+// recFields).
+const recFields = 10
 
 // snapshot is what one read of a key found, on the server's clock.
 type snapshot struct {
@@ -351,8 +359,8 @@ func (s *Store) read(ctx context.Context, key idemstore.Key) (snapshot, error) {
 	if err != nil {
 		return snapshot{}, err
 	}
-	if len(v) != 10 {
-		return snapshot{}, fmt.Errorf("read script returned %d values, want 10", len(v))
+	if len(v) != 2+recFields {
+		return snapshot{}, fmt.Errorf("read script returned %d values, want %d", len(v), 2+recFields)
 	}
 	sn := snapshot{now: fromMicros(v[0]), covered: i64(v[1]) == 1}
 	sn.rec, sn.found = record(key, v[2:])
@@ -408,21 +416,24 @@ func (s *Store) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstor
 		v, err := claimScript.Run(ctx, s.client,
 			[]string{s.runKey(req.Key), s.jobKey(req.Key.Job), s.periodsKey(req.Key.Job), s.jobsKey()},
 			req.Owner, micros(lease), takeUnknown, goneAttempt, goneOwner, idemstore.NoteDied, idemstore.NoteExpired,
-			req.Key.Job, req.Key.Period).Slice()
+			req.Key.Job, req.Key.Period, req.Fingerprint).Slice()
 		if err != nil {
 			return idemstore.Claim{}, s.opErr("claim", req.Key, err)
 		}
-		if len(v) != 13 {
-			return idemstore.Claim{}, s.opErr("claim", req.Key, fmt.Errorf("claim script returned %d values, want 13", len(v)))
+		if len(v) != 5+recFields {
+			return idemstore.Claim{}, s.opErr("claim", req.Key, fmt.Errorf("claim script returned %d values, want %d", len(v), 5+recFields))
 		}
 		sn := snapshot{now: fromMicros(v[3]), covered: i64(v[4]) == 1}
 		sn.rec, sn.found = record(req.Key, v[5:])
 		if i64(v[0]) == 1 {
+			rec := sn.rec
+			rec.Fingerprint = idemstore.KeptFingerprint(rec.Fingerprint, req.Fingerprint)
 			return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: i64(v[1]), Doubt: i64(v[2]) == 1,
-				Record: inFrame(req, sn.now, sn.rec)}, nil
+				Record: inFrame(req, sn.now, rec)}, nil
 		}
 		rec, found := sn.view()
-		state, take, _ := idemstore.Decide(rec, found, idemstore.ClaimRequest{Key: req.Key, Now: sn.now, TakeUnknown: req.TakeUnknown})
+		state, take, _ := idemstore.Decide(rec, found, idemstore.ClaimRequest{Key: req.Key, Now: sn.now, TakeUnknown: req.TakeUnknown,
+			Fingerprint: req.Fingerprint})
 		if !take || tries >= 3 {
 			if take { // the script kept refusing what Decide would take: report the key as busy
 				state = idemstore.ClaimBusy
@@ -469,8 +480,12 @@ func (s *Store) Finish(ctx context.Context, key idemstore.Key, attempt int64, en
 	if end.Cursor {
 		cursor = "1"
 	}
+	var value []byte
+	if end.Status == idemstore.StatusDone {
+		value = end.Value
+	}
 	n, err := finishScript.Run(ctx, s.client, []string{s.runKey(key), s.jobKey(key.Job), s.jobsKey()},
-		attempt, string(end.Status), end.Failures, backoff, end.Error, cursor, key.Job, key.Period).Int64()
+		attempt, string(end.Status), end.Failures, backoff, end.Error, cursor, key.Job, key.Period, value).Int64()
 	if err != nil {
 		return s.opErr("finish", key, err)
 	}
@@ -627,8 +642,8 @@ func (s *Store) List(ctx context.Context, f idemstore.Filter) ([]idemstore.Recor
 		return nil, fmt.Errorf("redisstore: list: %w", err)
 	}
 	recs := []idemstore.Record{}
-	for i := 0; i+10 <= len(v); i += 10 {
-		r, _ := record(idemstore.Key{Job: str(v[i]), Period: str(v[i+1])}, v[i+2:i+10])
+	for i := 0; i+2+recFields <= len(v); i += 2 + recFields {
+		r, _ := record(idemstore.Key{Job: str(v[i]), Period: str(v[i+1])}, v[i+2:i+2+recFields])
 		recs = append(recs, r)
 	}
 	return recs, nil

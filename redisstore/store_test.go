@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func TestFencing(t *testing.T) {
 		t.Fatalf("Finish of attempt 1: %v, want ErrLeaseLost", err)
 	}
 	after, _, err := s.Lookup(ctx, k)
-	if err != nil || after != before {
+	if err != nil || !reflect.DeepEqual(after, before) {
 		t.Fatalf("record after the fenced calls: %+v, %v; want it unchanged: %+v", after, err, before)
 	}
 	if err := s.Finish(ctx, k, b.Attempt, idemstore.End{Status: idemstore.StatusDone, Now: time.Now()}); err != nil {

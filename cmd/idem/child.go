@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/capture"
 )
 
 // ExitTempFail is the exit code (EX_TEMPFAIL in sysexits.h) by which the
@@ -36,6 +37,21 @@ type supervisor struct {
 	child          *os.Process // the running command, if any
 	stopping       bool        // a signal came: start nothing new
 	signalled      os.Signal
+	capture        int // --capture: keep up to this many bytes of the command's stdout with the done mark
+}
+
+// captured keeps the first limit bytes written to it, and counts the rest.
+type captured struct {
+	limit   int
+	b       []byte
+	dropped int64
+}
+
+func (c *captured) Write(p []byte) (int, error) {
+	keep := min(len(p), c.limit-len(c.b))
+	c.b = append(c.b, p[:keep]...)
+	c.dropped += int64(len(p) - keep)
+	return len(p), nil
 }
 
 // watch handles the signals idem receives until sigs is closed: it forwards
@@ -78,6 +94,11 @@ func (s *supervisor) run(ctx context.Context, p idem.Period) error {
 		"IDEM_REQUEST_ID="+info.RequestID,
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.stdin, s.stdout, s.stderr
+	var out *captured
+	if s.capture > 0 {
+		out = &captured{limit: s.capture}
+		cmd.Stdout = io.MultiWriter(s.stdout, out)
+	}
 	setParentDeathSignal(cmd)
 
 	// The period's command lock: a command of an earlier attempt, left
@@ -136,6 +157,15 @@ func (s *supervisor) run(ctx context.Context, p idem.Period) error {
 		// Let idem record this attempt, then return without waiting out a
 		// backoff or starting the next period.
 		defer s.cancel(fmt.Errorf("%w: %v", errStopping, sig))
+	}
+	if out != nil && err == nil {
+		if out.dropped > 0 {
+			fmt.Fprintf(s.stderr, "idem: %s %s: kept the first %d bytes of the command's output (--capture); %d more were not kept\n",
+				info.Key.Job, info.Key.Period, len(out.b), out.dropped)
+		}
+		if slot := capture.From(ctx); slot != nil {
+			slot.Set(out.b)
+		}
 	}
 	return commandError(err)
 }

@@ -31,6 +31,8 @@ const (
 	exitDone    = 3 // run: nothing was due, every period was done already
 	exitBusy    = 4 // run: another run holds a period
 	exitUnknown = 5 // run: a period's outcome is unknown and needs `idem resolve`
+
+	exitMismatch = 6 // run: a period was first run with other --params; nothing was started
 )
 
 // exitError makes the process exit with code, after printing err (if any)

@@ -944,7 +944,7 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "")
 	out, _ := e.want(exitOK, "run", "--help")
-	for _, want := range []string{"0  ran", "1  failed", "2  usage", "3  already done", "4  busy", "5  unknown", "IDEM_PERIOD", "75"} {
+	for _, want := range []string{"0  ran", "1  failed", "2  usage", "3  already done", "4  busy", "5  unknown", "6  params mismatch", "IDEM_PERIOD", "75"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("idem run --help lacks %q", want)
 		}

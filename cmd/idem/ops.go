@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
@@ -29,6 +32,10 @@ type recordJSON struct {
 	LastError  string     `json:"last_error,omitempty"`
 	Updated    *time.Time `json:"updated,omitempty"`
 	RequestID  string     `json:"request_id"`
+
+	Fingerprint string `json:"fingerprint,omitempty"`  // of the params (--params) it was first run with
+	Value       string `json:"value,omitempty"`        // stored with the done mark (--capture), when it is text
+	ValueBase64 string `json:"value_base64,omitempty"` // the same, when it is not UTF-8 text
 }
 
 func utcPtr(t time.Time) *time.Time {
@@ -40,11 +47,43 @@ func utcPtr(t time.Time) *time.Time {
 }
 
 func toJSON(r idem.Record) recordJSON {
-	return recordJSON{
+	j := recordJSON{
 		Job: r.Key.Job, Period: r.Key.Period, Status: string(r.Status), Attempt: r.Attempt, Failures: r.Failures,
 		Owner: r.Owner, LeaseUntil: utcPtr(r.LeaseUntil), NotBefore: utcPtr(r.NotBefore), LastError: r.LastError,
-		Updated: utcPtr(r.Updated), RequestID: r.Key.RequestID(),
+		Updated: utcPtr(r.Updated), RequestID: r.Key.RequestID(), Fingerprint: r.Fingerprint,
 	}
+	if utf8.Valid(r.Value) {
+		j.Value = string(r.Value)
+	} else {
+		j.ValueBase64 = base64.StdEncoding.EncodeToString(r.Value)
+	}
+	return j
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// inline reports whether show's table gives a stored value in its row:
+// none, or one short line of printable text. Any other value is printed
+// after the table, as it is.
+func inline(v []byte) bool {
+	return len(v) == 0 || len(v) <= 200 && utf8.Valid(v) && strings.IndexFunc(string(v), func(r rune) bool { return !strconv.IsPrint(r) }) < 0
+}
+
+// valueLine is a stored value in show's table: "-" for none, the value
+// when it is inline, else where to find it.
+func valueLine(v []byte) string {
+	switch {
+	case len(v) == 0:
+		return "-"
+	case inline(v):
+		return string(v)
+	}
+	return fmt.Sprintf("%d bytes, below", len(v))
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -334,6 +373,8 @@ Exit status: 0 shown, 1 no such record, 2 usage error or no ledger.`,
 				{"not before", fmtTime(rec.NotBefore)},
 				{"updated", fmtTime(rec.Updated)},
 				{"request id", rec.Key.RequestID()},
+				{"params", orDash(rec.Fingerprint)},
+				{"value", valueLine(rec.Value)},
 			} {
 				fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
 			}
@@ -342,7 +383,16 @@ Exit status: 0 shown, 1 no such record, 2 usage error or no ledger.`,
 			} else if n := note(rec, js.Cursor, clk.Now(), ledgerHint(cmd)); n != "" && n != rec.LastError {
 				fmt.Fprintf(tw, "note:\t%s\n", n)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if !inline(rec.Value) {
+				fmt.Fprintf(out, "--- value (%d bytes) ---\n%s", len(rec.Value), rec.Value)
+				if rec.Value[len(rec.Value)-1] != '\n' {
+					fmt.Fprintln(out)
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object, for scripts")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/capture"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -88,6 +89,20 @@ first period is retried by later runs, whatever day they run on. Catch-up
 never goes back before the cursor: a period there that is not settled (run
 with --catch-up none) is left to you ('idem ls' says so).
 
+Parameters (--params, --params-from-args): a period's work can depend on
+more than its name: a rate table, an account list, the script's arguments.
+Give them with --params STRING, or --params-from-args to take COMMAND and
+its arguments as they are. Their fingerprint (SHA-256) is stored with the
+period at its first run; a later run of the period with other parameters
+runs nothing, changes nothing and exits 6, naming both fingerprints. A run
+without them is not checked. 'idem show' prints the fingerprint.
+
+Output (--capture N): keep the first N bytes of COMMAND's standard output
+(at most 65536) with the period's done mark; a later trigger that finds
+the latest due period done prints them again on standard output, so that
+every trigger gets the first run's answer (a report's URL, an id). Only a
+run that succeeds keeps its output; 'idem show' prints it.
+
 Exit status of 'idem run':
   0  ran: at least one period ran now, and every due period is settled
   1  failed: COMMAND failed (it is backing off, or parked),
@@ -98,6 +113,8 @@ Exit status of 'idem run':
   4  busy: another run holds a period now (it is running, or was killed on
      another host less than --lease ago)
   5  unknown: a period's outcome is unknown; run 'idem resolve'
+  6  params mismatch: a period was first run with other --params; nothing
+     was started for it
 
 The ledger is --ledger PATH, else --postgres DSN, else $IDEM_POSTGRES, else
 $IDEM_LEDGER, else $XDG_STATE_HOME/idem/ledger.db or
@@ -118,6 +135,9 @@ type runOptions struct {
 	job, schedule, tz, catchUp, since string
 	max                               int
 	okIfDone                          bool
+	params                            string
+	paramsFromArgs                    bool
+	capture                           int
 	attemptFlags
 }
 
@@ -207,6 +227,9 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.since, "since", "", "for a job that has never run: catch up from the period containing this date (2026-10-01, 2026-10-01T02:00 in --tz, or RFC 3339) instead of only the latest due period")
 	f.BoolVar(&o.okIfDone, "ok-if-done", false, "exit 0 instead of 3 when nothing was due (for systemd and Kubernetes, which count any non-zero exit as a failure)")
 	o.attemptFlags.add(f)
+	f.StringVar(&o.params, "params", "", "the parameters of the work (a rate table's version, an account list): a period first run with other params is refused with exit 6")
+	f.BoolVar(&o.paramsFromArgs, "params-from-args", false, "take COMMAND and its arguments as the params: a period first run with another command line is refused with exit 6")
+	f.IntVar(&o.capture, "capture", 0, fmt.Sprintf("keep the first N bytes (at most %d) of COMMAND's stdout with the done mark, and print them again when a later trigger finds the latest due period done", idemstore.MaxValue))
 	_ = cmd.MarkFlagRequired("job")
 	return cmd
 }
@@ -229,6 +252,18 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	}
 	if o.max < 0 {
 		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
+	}
+	var params []idem.ParamsOption
+	switch {
+	case o.paramsFromArgs && cmd.Flags().Changed("params"):
+		return usageError(errors.New("--params and --params-from-args: give one of them"))
+	case o.paramsFromArgs:
+		params = append(params, idem.WithParams(argv))
+	case cmd.Flags().Changed("params"):
+		params = append(params, idem.WithParamsBytes([]byte(o.params)))
+	}
+	if o.capture < 0 || o.capture > idemstore.MaxValue {
+		return usageError(fmt.Errorf("--capture %d: must be 0 (keep nothing) to %d bytes", o.capture, idemstore.MaxValue))
 	}
 	var policies []idem.CatchUpPolicy
 	switch o.catchUp {
@@ -261,7 +296,10 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 
 	ctx, cancel := context.WithCancelCause(cmd.Context())
 	defer cancel(nil)
-	sup := &supervisor{argv: argv, stdin: cmd.InOrStdin(), stdout: cmd.OutOrStdout(), stderr: stderr, cancel: cancel}
+	sup := &supervisor{argv: argv, stdin: cmd.InOrStdin(), stdout: cmd.OutOrStdout(), stderr: stderr, cancel: cancel, capture: o.capture}
+	if o.capture > 0 {
+		ctx = capture.With(ctx, &capture.Slot{})
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go sup.watch(sigs)
@@ -286,12 +324,16 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 
 	var periods []idem.PeriodResult
 	var runErr error
+	latest := idem.LastPeriod(sched, clk.Now())
 	if o.catchUp == "none" {
-		p := idem.LastPeriod(sched, clk.Now())
+		p := latest
 		var r idem.Result
 		opts := []idem.RunOption{mode, attempt, idem.ReportTo(&r)}
 		for _, c := range common {
 			opts = append(opts, c)
+		}
+		for _, p := range params {
+			opts = append(opts, p)
 		}
 		err := idem.RunWith(ctx, store, idem.Key{Job: o.job, Period: p.Name},
 			func(ctx context.Context) error { return sup.run(ctx, p) }, opts...)
@@ -306,6 +348,9 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		for _, p := range policies {
 			opts = append(opts, p)
 		}
+		for _, p := range params {
+			opts = append(opts, p)
+		}
 		res, err := idem.CatchUp(ctx, store, o.job, sched, sup.run, opts...)
 		periods, runErr = res.Periods, err
 		if err != nil && len(res.Periods) == 0 {
@@ -317,6 +362,9 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	}
 	if len(periods) == 0 && o.verbose {
 		fmt.Fprintf(stderr, "idem: %s: nothing due (schedule %s)\n", o.job, sched)
+	}
+	if o.capture > 0 {
+		replay(ctx, store, cmd.OutOrStdout(), stderr, idem.Key{Job: o.job, Period: latest.Name}, periods)
 	}
 	code := exitCode(periods)
 	if runErr != nil && (code == exitOK || code == exitDone) {
@@ -333,11 +381,30 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	return nil
 }
 
+// replay prints, for --capture, the output stored with the done mark of
+// key (the latest due period) when this run did not run it now: a later
+// trigger gets the first run's answer.
+func replay(ctx context.Context, s idem.Store, stdout, stderr io.Writer, key idem.Key, periods []idem.PeriodResult) {
+	for _, p := range periods {
+		if p.Period.Name == key.Period && p.Outcome == idem.Ran {
+			return // its output went to stdout as it ran
+		}
+	}
+	rec, ok, err := s.Lookup(context.WithoutCancel(ctx), key)
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "idem: %s %s: cannot read its stored output: %v\n", key.Job, key.Period, err)
+	case ok && rec.Status == idem.StatusDone:
+		_, _ = stdout.Write(rec.Value)
+	}
+}
+
 // exitCode sums up the periods of a run: the most urgent problem wins
-// (unknown, then failed, then busy); otherwise 0 if one ran, 3 if none did.
+// (params mismatch, then unknown, then failed, then busy); otherwise 0 if
+// one ran, 3 if none did.
 func exitCode(periods []idem.PeriodResult) int {
 	rank := func(code int) int {
-		return map[int]int{exitDone: 0, exitOK: 1, exitBusy: 2, exitFailed: 3, exitUnknown: 4}[code]
+		return map[int]int{exitDone: 0, exitOK: 1, exitBusy: 2, exitFailed: 3, exitUnknown: 4, exitMismatch: 5}[code]
 	}
 	code := exitDone
 	for _, p := range periods {
@@ -351,6 +418,8 @@ func exitCode(periods []idem.PeriodResult) int {
 			c = exitUnknown
 		case idem.InProgress, idem.LeaseLost:
 			c = exitBusy
+		case idem.ParamsMismatch:
+			c = exitMismatch
 		}
 		if p.Err != nil && (c == exitOK || c == exitDone) {
 			c = exitFailed
@@ -454,6 +523,9 @@ func (r reporter) period(pr idem.PeriodResult) {
 		}
 	case idem.LeaseLost:
 		fmt.Fprintf(r.w, "idem: %s: lease lost%s%s\n  This run stalled longer than --lease and a newer run took the period over.\n", name, attempt, cause())
+	case idem.ParamsMismatch:
+		fmt.Fprintf(r.w, "idem: %s: params mismatch%s\n  The period was first run with other --params (or another command line, with --params-from-args); nothing was started. 'idem show%s %s %s' prints its fingerprint.\n",
+			name, cause(), r.hint, r.job, pr.Period.Name)
 	default:
 		fmt.Fprintf(r.w, "idem: %s: failed%s%s\n", name, attempt, cause())
 	}
