@@ -186,7 +186,7 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 	unbroken := true // every period so far is settled: the cursor may move
 	var firstErr error
 	for p := first; !p.Start.After(last.Start); p = sched.Next(p) {
-		if (!cu.latest && cu.maxPeriods > 0 && len(res.Periods) >= cu.maxPeriods) || (firstErr != nil && !cu.keepGoing) {
+		if (!cu.latest && cu.maxPeriods > 0 && len(res.Periods) >= cu.maxPeriods) || (firstErr != nil && (!cu.keepGoing || errors.Is(firstErr, ErrDeferred))) {
 			break
 		}
 		key := Key{Job: job, Period: p.Name}

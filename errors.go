@@ -72,6 +72,12 @@ var (
 	// catch-up period's done mark, use [CatchUpTx] instead of RunTx inside
 	// [CatchUp].
 	ErrNestedRun = errors.New("idem: run of a key inside the fn of its own run")
+
+	// ErrDeferred: a [Guard] found the host overloaded, or a [Breaker] was
+	// open, so the call stopped claiming work and left it for the next
+	// trigger: the work it did not start stays unclaimed, with no attempt,
+	// failure or park counted. [errors.As] with *[Deferral] tells why.
+	ErrDeferred = errors.New("idem: deferred: the host or its downstream cannot take more now")
 )
 
 // Error is the error Run returns when the key's work is not done. It matches

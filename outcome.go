@@ -18,11 +18,13 @@ const (
 	Parked                         // ErrParked
 	LeaseLost                      // ErrLeaseLost
 	Failed                         // fn or the store failed, and the run stopped before the key was settled (its context ended, or the store returned an error)
+	Deferred                       // ErrDeferred: a guard or a breaker stopped the call before it claimed (more) work; nothing was counted as a failure
 )
 
 var outcomeNames = [...]string{
 	Ran: "ran", AlreadyDone: "already_done", Recovered: "recovered", Skipped: "skipped", InProgress: "in_progress",
 	Unknown: "unknown", BackingOff: "backing_off", Parked: "parked", LeaseLost: "lease_lost", Failed: "failed",
+	Deferred: "deferred",
 }
 
 // String returns a short snake_case name, suitable as a metric label.
@@ -45,6 +47,8 @@ func (o Outcome) sentinel() error {
 		return ErrParked
 	case LeaseLost:
 		return ErrLeaseLost
+	case Deferred:
+		return ErrDeferred
 	}
 	return nil
 }
