@@ -143,6 +143,7 @@ type eacher struct {
 	guards   []Guard
 	limiter  *rate.Limiter            // WithRate; nil: no limit
 	deferral atomic.Pointer[Deferral] // set when the call is deferred: the workers stop claiming
+	broken   atomic.Bool              // the breaker opened: items not run yet are handed back
 }
 
 func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], cfg *config, fn func(context.Context, string) error, tx txItems) (res EachResult, err error) {
@@ -399,9 +400,10 @@ func (e *eacher) worker(ctx context.Context) error {
 			if b.Chunk == 0 {
 				win = items
 			}
-			if e.stopped() {
-				// Deferred while this window was marked started: hand its
-				// items back unrun.
+			if e.broken.Load() {
+				// The breaker opened while this window was marked started:
+				// hand its items back unrun. (A window marked started when
+				// a guard refused runs: settle marks nothing after it.)
 				return e.release(ctx, step, win)
 			}
 			// settle readies the step that settles the window's first n
@@ -538,7 +540,7 @@ var errDeferredItem = errors.New("idem: item deferred")
 func (e *eacher) itemTx(probe bool) itemFunc {
 	return func(ctx context.Context, c idemstore.ItemClaim, call func(context.Context) error) error {
 		br := e.cfg.each.breaker
-		if e.stopped() {
+		if e.broken.Load() {
 			return errDeferredItem
 		}
 		if br != nil && !probe {
@@ -571,6 +573,9 @@ func (e *eacher) gate(ctx context.Context) bool {
 
 // stop defers the call for d (the first reason is kept and logged).
 func (e *eacher) stop(ctx context.Context, d *Deferral) {
+	if d.Reason == ReasonBreaker {
+		e.broken.Store(true)
+	}
 	if e.deferral.CompareAndSwap(nil, d) {
 		logDeferral(ctx, e.cfg.logger, e.key, d)
 	}
@@ -613,7 +618,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 		checked := c.Doubt && !e.cfg.mode.rerun // settled by its check, fn may not run
 		probe := false
 		if !checked {
-			if e.stopped() {
+			if e.broken.Load() {
 				return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
 			}
 			if br != nil {
