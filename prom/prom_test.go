@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/prom"
@@ -249,6 +250,51 @@ func TestFanOutCountedOncePerCall(t *testing.T) {
 		{"idem_runs_total", "job=pay,outcome=unknown", 1},
 		{"idem_errors_total", "job=pay", 1},
 		{"idem_items_total", "job=pay,status=done", -1}, // not completed: no items counted
+	} {
+		if got := g.value(c.name, c.labels); got != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
+func TestDeferralsCounted(t *testing.T) {
+	ctx := context.Background()
+	l, err := idem.OpenLedger(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reg := prometheus.NewRegistry()
+	m, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := idem.GuardFunc("partner", func(context.Context) error { return errors.New("in maintenance") })
+	key := idem.Key{Job: "settle", Period: "2026-10-27"}
+	for range 2 {
+		if err := l.Run(ctx, key, func(context.Context) error { return nil }, idem.WithGuard(busy), m.Option()); !errors.Is(err, idem.ErrDeferred) {
+			t.Fatalf("Run: %v, want ErrDeferred", err)
+		}
+	}
+	// A breaker open after one failure defers the next Each.
+	br := idem.NewBreaker(1, time.Hour)
+	items := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") })
+	grant := idem.Key{Job: "grant", Period: "2026-10-27"}
+	fail := func(context.Context, string) error { return errors.New("503") }
+	for range 2 {
+		if _, err := idem.Each(ctx, l, grant, items, fail, idem.WithBreaker(br), idem.WithWorkers(1), m.Option()); !errors.Is(err, idem.ErrDeferred) {
+			t.Fatalf("Each: %v, want ErrDeferred", err)
+		}
+	}
+	g := gather(t, reg)
+	for _, c := range []struct {
+		name, labels string
+		want         float64
+	}{
+		{"idem_deferrals_total", "job=settle,reason=partner", 2},
+		{"idem_runs_total", "job=settle,outcome=deferred", 2},
+		{"idem_deferrals_total", "job=grant,reason=breaker", 2},
+		{"idem_runs_total", "job=grant,outcome=deferred", 2},
 	} {
 		if got := g.value(c.name, c.labels); got != c.want {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
