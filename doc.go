@@ -41,14 +41,15 @@
 //
 //	class          options                                Run  RunTx  CatchUp  CatchUpTx  Each  EachTx  store
 //	Option         WithLease, WithBackoff, WithClock,      x    x      x        x          x     x       x
-//	               WithLogger, OnResult
+//	               WithLogger, OnResult, WithGuard
 //	ModeOption     AtLeastOnce, AtMostOnce, TwoPhase       x           x                   x             x
 //	AttemptOption  RetryWithin, OneAttempt, WaitForTurn    x    x      x        x                        x
 //	ReportOption   ReportTo                                x    x
 //	CatchUpPolicy  CatchUpAll, CatchUpLatest, Since,                   x        x
 //	               DueAtStart, ContinueAfterFailure,
 //	               OnPeriod
-//	FanOutOption   WithWorkers, WithBatch, OnProgress                                      x     x
+//	FanOutOption   WithWorkers, WithBatch, OnProgress,                                     x     x
+//	               WithRate, WithPause, WithBreaker
 //
 // The "store" column is the defaults given to a store's constructor
 // ([StoreOption]): they apply to every call on the store, and a default
@@ -60,7 +61,8 @@
 // # Names
 //
 // Options follow one pattern: With<Noun>(value) sets a setting
-// (WithLease, WithBackoff, WithClock, WithLogger, WithWorkers, WithBatch);
+// (WithLease, WithBackoff, WithClock, WithLogger, WithGuard, WithWorkers,
+// WithBatch, WithRate, WithPause, WithBreaker);
 // a bare name chooses a behaviour or a policy, with or without a value
 // (AtLeastOnce, TwoPhase(has), RetryWithin(d), OneAttempt, WaitForTurn,
 // ReportTo(&r), CatchUpAll(n), CatchUpLatest, Since(t), DueAtStart,

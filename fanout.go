@@ -94,6 +94,24 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // an error matching ErrUnknownOutcome. While other holders work items, or
 // items back off, Each waits for them, until ctx ends.
 //
+// Overload: [WithRate] and [WithPause] pace the items; guards
+// ([WithGuard]: memory, free disk, a function of yours) are asked before
+// each claim and before each window is marked started, and a [Breaker]
+// ([WithBreaker]) counts fn's failures. A guard that refuses, or a breaker
+// that opens, DEFERS the call: the workers claim nothing more, the windows
+// already marked started run (a guard) or are handed back unrun (a
+// breaker: each of their items ends failed with its failure count
+// unchanged, due at once), the chunks' leases end at once, and Each returns
+// an error matching [ErrDeferred] (Outcome Deferred, the reason in
+// *[Deferral]) without waiting for anything. Items not started stay
+// unclaimed: no attempt, failure or park is counted for them, and the next
+// call goes on with them. It does NOT promise that no item starts after
+// the guard's measure crossed its limit (a window runs between two
+// checks), nor that no failure is recorded once a downstream is down (up
+// to the breaker's threshold, plus one per worker in flight); and a chunk
+// handed back counts, in the store, one abandoned attempt, which only
+// items a later crash leaves in doubt would carry.
+//
 // An observer ([OnResult]) gets one [Result] per call, whatever it
 // returns, with the period's item counts in Result.Items.
 func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...EachOption) (EachResult, error) {
