@@ -39,7 +39,8 @@ type Breaker struct {
 	mu        sync.Mutex
 	run       int       // consecutive failures
 	openUntil time.Time // zero: closed
-	probe     chan struct{}
+	probe     chan struct{} // a probe runs; closed when it ends
+	gen       uint64        // the number of the last probe let through
 }
 
 // BreakerState is a Breaker's state.
@@ -112,55 +113,70 @@ func (b *Breaker) open(now time.Time) *Deferral {
 	return nil
 }
 
-// acquire lets one item run: it returns probe = true when the item is the
-// half-open breaker's probe, or the deferral of an open breaker. While
-// another item probes it waits for that probe's end (a reason not to call
-// it inside a database transaction).
-func (b *Breaker) acquire(ctx context.Context, clock Clock) (probe bool, d *Deferral, err error) {
+// acquire lets one item run: it returns the probe's number (not 0) when
+// the item is the half-open breaker's probe, or the deferral of an open
+// breaker. While another item probes it waits for that probe's end (a
+// reason not to call it inside a database transaction).
+func (b *Breaker) acquire(ctx context.Context, clock Clock) (probe uint64, d *Deferral, err error) {
 	for {
 		b.mu.Lock()
 		switch b.state(clock.Now()) {
 		case BreakerClosed:
 			b.mu.Unlock()
-			return false, nil, nil
+			return 0, nil, nil
 		case BreakerOpen:
 			d := &Deferral{Reason: ReasonBreaker, Until: b.openUntil}
 			b.mu.Unlock()
-			return false, d, nil
+			return 0, d, nil
 		}
 		if b.probe == nil {
 			b.probe = make(chan struct{})
+			b.gen++
+			probe = b.gen
 			b.mu.Unlock()
-			return true, nil, nil
+			return probe, nil, nil
 		}
 		wait := b.probe
 		b.mu.Unlock()
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return false, nil, context.Cause(ctx)
+			return 0, nil, context.Cause(ctx)
 		}
 	}
 }
 
-// done records how an item that acquire let run ended: err is fn's error.
-func (b *Breaker) done(ctx context.Context, now time.Time, probe bool, err error) {
+// done records how an item that acquire let run ended: err is fn's error,
+// probe the number acquire gave it.
+func (b *Breaker) done(ctx context.Context, now time.Time, probe uint64, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	isProbe := probe != 0 && probe == b.gen && b.probe != nil
 	counts := err != nil && !isPermanent(err) && ctx.Err() == nil && !errors.Is(err, ErrLeaseLost)
 	switch {
 	case err == nil:
 		b.run = 0
-		if probe {
+		if isProbe {
 			b.openUntil = time.Time{}
 		}
 	case counts:
 		b.run++
-		if probe || (b.openUntil.IsZero() && b.run >= b.failures) {
+		if isProbe || (b.openUntil.IsZero() && b.run >= b.failures) {
 			b.openUntil = now.Add(b.coolDown)
 		}
 	}
-	if probe { // a probe that proved nothing (a permanent error) lets the next item probe
+	if isProbe { // a probe that proved nothing (a permanent error) lets the next item probe
+		close(b.probe)
+		b.probe = nil
+	}
+}
+
+// cancel ends the probe numbered probe if it has not told done how it
+// ended (it did not run: the call stopped first): the next item probes.
+func (b *Breaker) cancel(probe uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if probe != 0 && probe == b.gen && b.probe != nil {
 		close(b.probe)
 		b.probe = nil
 	}

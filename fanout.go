@@ -442,7 +442,7 @@ func (e *eacher) worker(ctx context.Context) error {
 			var ends []idemstore.ItemEnd
 			var lost []string
 			if e.tx != nil {
-				probe := false
+				var probe uint64 // the window is the breaker's probe
 				if br := e.cfg.each.breaker; br != nil {
 					// Acquired outside the transaction: a worker may wait
 					// here for another's probe.
@@ -453,15 +453,24 @@ func (e *eacher) worker(ctx context.Context) error {
 						e.stop(ctx, d)
 						return e.release(ctx, step, win)
 					}
-					if probe {
+					if probe != 0 {
 						win = win[:1]
 					}
 				}
 				if err := e.pace(ctx, len(win)); err != nil {
+					if probe != 0 {
+						e.cfg.each.breaker.cancel(probe)
+					}
 					return err
 				}
-				settle(len(win), probe)
+				settle(len(win), probe != 0)
 				ends, lost, err = e.tx(ctx, step, win, e.itemTx(probe), e.failed)
+				if probe != 0 {
+					// The probe ran and told the breaker (done), or did not
+					// run (the transaction failed first): then the next
+					// item probes.
+					e.cfg.each.breaker.cancel(probe)
+				}
 			} else {
 				ends, err = e.run(ctx, win, b.Chunk != 0, lease, e.cfg.clock.Now().Add(e.cfg.lease/3))
 				if err == nil && len(ends) > 0 {
@@ -555,13 +564,13 @@ var errDeferredItem = errors.New("idem: item deferred")
 // the item unless the call is deferred or the breaker is open (probe: the
 // window is the half-open breaker's probe), and tells the breaker how it
 // ended.
-func (e *eacher) itemTx(probe bool) itemFunc {
+func (e *eacher) itemTx(probe uint64) itemFunc {
 	return func(ctx context.Context, c idemstore.ItemClaim, call func(context.Context) error) error {
 		br := e.cfg.each.breaker
-		if e.broken.Load() {
+		if e.broken.Load() && probe == 0 {
 			return errDeferredItem
 		}
-		if br != nil && !probe {
+		if br != nil && probe == 0 {
 			if d := br.open(e.cfg.clock.Now()); d != nil {
 				e.stop(ctx, d)
 				return errDeferredItem
@@ -634,7 +643,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 	for i, c := range claims {
 		ictx := &itemCtx{Context: ctx, e: e, c: c, lease: lease}
 		checked := c.Doubt && !e.cfg.mode.rerun // settled by its check, fn may not run
-		probe := false
+		var probe uint64 // the item is the breaker's probe
 		if !checked {
 			if e.broken.Load() {
 				return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
@@ -649,15 +658,15 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 				}
 			}
 			if err := e.pace(ctx, 1); err != nil {
-				if probe {
-					br.done(ctx, e.cfg.clock.Now(), true, nil)
+				if probe != 0 {
+					br.cancel(probe)
 				}
 				return nil, err
 			}
 		}
 		if len(ends) > 0 && e.cfg.clock.Now().After(cut) {
-			if probe {
-				br.done(ctx, e.cfg.clock.Now(), true, nil)
+			if probe != 0 {
+				br.cancel(probe)
 			}
 			return ends, nil
 		}
@@ -666,29 +675,29 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 			// items now. Leave the rest unrecorded; they are claimed again
 			// (as doubtful) once the lease has expired, unless the done marks
 			// of the ones before find the chunk still ours.
-			if probe {
-				br.done(ctx, e.cfg.clock.Now(), true, nil)
+			if probe != 0 {
+				br.cancel(probe)
 			}
 			return ends, nil
 		}
 		if c.Doubt {
 			v, herr := e.cfg.mode.check(ictx, e.key)
 			if end, settled := e.settle(c, v, herr, errors.New("an earlier attempt died")); settled {
-				if probe {
-					br.done(ctx, e.cfg.clock.Now(), true, nil)
+				if probe != 0 {
+					br.cancel(probe)
 				}
 				ends = append(ends, end)
 				continue
 			}
 			if CheckLease(ictx) != nil { // the check took the rest of the lease
-				if probe {
-					br.done(ctx, e.cfg.clock.Now(), true, nil)
+				if probe != 0 {
+					br.cancel(probe)
 				}
 				return ends, nil
 			}
 		}
 		err := e.fn(ictx, c.Item)
-		if br != nil && (!checked || probe) {
+		if br != nil && !checked {
 			br.done(ctx, e.cfg.clock.Now(), probe, err)
 		}
 		if cerr := idemstore.Checkpoint(ctx, idemstore.AfterFn, e.key); cerr != nil {
