@@ -390,3 +390,36 @@ func TestDiskGuard(t *testing.T) {
 		t.Fatalf("Run with 1 byte required free: %v", err)
 	}
 }
+
+// TestBreakerPermanentStillParks: errors fn marks Permanent park as
+// without a breaker, and do not open it.
+func TestBreakerPermanentStillParks(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	br := idem.NewBreaker(2, time.Minute)
+	clk := idemtest.NewAutoClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
+	res, err := idem.Each(context.Background(), l, points, accounts(20), func(ctx context.Context, _ string) error {
+		return idem.Permanent(errors.New("account closed"))
+	}, idem.WithBreaker(br), idem.WithClock(clk))
+	if err != nil || res.Outcome != idem.Ran || res.Counts.Parked != 20 {
+		t.Fatalf("Each of 20 items failing permanently: %v, %v, %+v; want ran with 20 parked", err, res.Outcome, res.Counts)
+	}
+	if st, _ := br.State(clk.Now()); st != idem.BreakerClosed {
+		t.Errorf("breaker %v after permanent errors, want closed", st)
+	}
+}
+
+// TestGuardStopsCatchUp: a deferred period stops a catch-up, even with
+// ContinueAfterFailure: the later periods are left for the next call.
+func TestGuardStopsCatchUp(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
+	busy := idem.GuardFunc("partner", func(context.Context) error { return errors.New("in maintenance") })
+	ran := 0
+	res, err := idem.CatchUp(context.Background(), l, "daily_export", idem.Daily(time.UTC), func(context.Context, idem.Period) error {
+		ran++
+		return nil
+	}, idem.Since(time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC)), idem.ContinueAfterFailure(), idem.WithGuard(busy), idem.WithClock(clk))
+	if !errors.Is(err, idem.ErrDeferred) || ran != 0 || len(res.Periods) != 1 || res.Periods[0].Outcome != idem.Deferred || res.Deferred != 7 {
+		t.Fatalf("CatchUp of 8 days with the guard refusing: %v, fn ran %d times, %+v; want one period deferred and 7 left", err, ran, res)
+	}
+}
