@@ -37,8 +37,8 @@ type Breaker struct {
 	coolDown time.Duration
 
 	mu        sync.Mutex
-	run       int       // consecutive failures
-	openUntil time.Time // zero: closed
+	run       int           // consecutive failures
+	openUntil time.Time     // zero: closed
 	probe     chan struct{} // a probe runs; closed when it ends
 	gen       uint64        // the number of the last probe let through
 }

@@ -643,7 +643,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 	for i, c := range claims {
 		ictx := &itemCtx{Context: ctx, e: e, c: c, lease: lease}
 		checked := c.Doubt && !e.cfg.mode.rerun // settled by its check, fn may not run
-		var probe uint64 // the item is the breaker's probe
+		var probe uint64                        // the item is the breaker's probe
 		if !checked {
 			if e.broken.Load() {
 				return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
