@@ -102,12 +102,13 @@ func (b *Breaker) state(now time.Time) BreakerState {
 	return BreakerHalfOpen
 }
 
-// open returns the deferral of a breaker that is open at now (a half-open
-// one whose probe is running counts as open), or nil.
+// open returns the deferral of a breaker that is open at now, or nil. A
+// half-open breaker is not open: its probe is let through, and the other
+// items wait for the probe's end in acquire.
 func (b *Breaker) open(now time.Time) *Deferral {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if s := b.state(now); s == BreakerOpen || (s == BreakerHalfOpen && b.probe != nil) {
+	if b.state(now) == BreakerOpen {
 		return &Deferral{Reason: ReasonBreaker, Until: b.openUntil}
 	}
 	return nil

@@ -160,6 +160,8 @@ type eacher struct {
 
 	guards   []Guard
 	limiter  *rate.Limiter            // WithRate; nil: no limit
+	paceMu   sync.Mutex               // orders the limiter's reservations
+	paceLast time.Time                // the time of the last reservation
 	deferral atomic.Pointer[Deferral] // set when the call is deferred: the workers stop claiming
 	broken   atomic.Bool              // the breaker opened: items not run yet are handed back
 }
@@ -263,11 +265,11 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		if counts, err = s.CountItems(ctx, key); err != nil {
 			return res, err
 		}
+		if openItems(counts) == 0 {
+			break // settled, even if a guard refused after the last window: mark the period
+		}
 		if e.stopped() {
 			return deferred(counts)
-		}
-		if openItems(counts) == 0 {
-			break
 		}
 		// Others hold items, or items back off: wait for them.
 		wait := e.cfg.poll
@@ -413,6 +415,7 @@ func (e *eacher) worker(ctx context.Context) error {
 		// window started. Single items are one window.
 		lease := newLeaseState(e.cfg.clock, now.Add(e.cfg.lease))
 		step := idemstore.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: b.Pos}
+		started := true // the window is marked started (by the claim, or the last window's step)
 		for items := b.Items; len(items) > 0; {
 			win := items[:min(window, len(items))]
 			if b.Chunk == 0 {
@@ -422,7 +425,7 @@ func (e *eacher) worker(ctx context.Context) error {
 				// The breaker opened while this window was marked started:
 				// hand its items back unrun. (A window marked started when
 				// a guard refused runs: settle marks nothing after it.)
-				return e.release(ctx, step, win)
+				return e.release(ctx, step, win, started)
 			}
 			// settle readies the step that settles the window's first n
 			// items: it renews the lease and marks started the next window
@@ -451,7 +454,7 @@ func (e *eacher) worker(ctx context.Context) error {
 						return err
 					} else if d != nil {
 						e.stop(ctx, d)
-						return e.release(ctx, step, win)
+						return e.release(ctx, step, win, started)
 					}
 					if probe != 0 {
 						win = win[:1]
@@ -496,6 +499,7 @@ func (e *eacher) worker(ctx context.Context) error {
 			}
 			items = items[len(ends):]
 			step.From += len(ends)
+			started = step.Next > 0
 			lease.until.Store(step.LeaseUntil.UnixNano())
 			if err := e.pausing(ctx); err != nil {
 				return err
@@ -512,8 +516,12 @@ func (e *eacher) worker(ctx context.Context) error {
 // count unchanged, due at once (a record of its own), and the chunk's
 // lease ends now with nothing more marked started. Items in doubt in a
 // mode that must check them are left as they are (their claim's lease runs
-// out as after a crash).
-func (e *eacher) release(ctx context.Context, step idemstore.ItemStep, win []idemstore.ItemClaim) error {
+// out as after a crash). A window not marked started (after a step that
+// marked nothing, which ended the lease) needs nothing.
+func (e *eacher) release(ctx context.Context, step idemstore.ItemStep, win []idemstore.ItemClaim, started bool) error {
+	if !started {
+		return nil
+	}
 	ends := e.deferredEnds(win, step.Chunk != 0)
 	if len(ends) == 0 {
 		return nil
@@ -615,8 +623,18 @@ func (e *eacher) pace(ctx context.Context, n int) error {
 	if e.limiter == nil {
 		return nil
 	}
+	// The limiter must see its times in order: one that goes back (a
+	// worker that read the clock before another reserved) counts the time
+	// in between twice and grants tokens too early.
+	e.paceMu.Lock()
 	now := e.cfg.clock.Now()
-	r := e.limiter.ReserveN(now, n)
+	at := now
+	if at.Before(e.paceLast) {
+		at = e.paceLast
+	}
+	e.paceLast = at
+	r := e.limiter.ReserveN(at, n)
+	e.paceMu.Unlock()
 	if !r.OK() {
 		return fmt.Errorf("idem: each %s: a window of %d items exceeds the rate's burst %d", e.key, n, e.limiter.Burst())
 	}
