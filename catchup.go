@@ -189,7 +189,7 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 	var firstErr error
 	ran := 0 // periods run (not skipped): what the cap counts
 	for p := first; !p.Start.After(last.Start); p = sched.Next(p) {
-		if (!cu.latest && cu.maxPeriods > 0 && ran >= cu.maxPeriods) || (firstErr != nil && !cu.keepGoing) || (cu.stop != nil && cu.stop()) {
+		if (!cu.latest && cu.maxPeriods > 0 && ran >= cu.maxPeriods) || (firstErr != nil && (!cu.keepGoing || errors.Is(firstErr, ErrDeferred))) || (cu.stop != nil && cu.stop()) {
 			break
 		}
 		key := Key{Job: job, Period: p.Name}

@@ -41,14 +41,15 @@
 //
 //	class          options                                Run  RunTx  CatchUp  CatchUpTx  Each  EachTx  store
 //	Option         WithLease, WithBackoff, WithClock,      x    x      x        x          x     x       x
-//	               WithLogger, OnResult
+//	               WithLogger, OnResult, WithGuard
 //	ModeOption     AtLeastOnce, AtMostOnce, TwoPhase       x           x                   x             x
 //	AttemptOption  RetryWithin, OneAttempt, WaitForTurn    x    x      x        x                        x
 //	ReportOption   ReportTo                                x    x
 //	CatchUpPolicy  CatchUpAll, CatchUpLatest, Since,                   x        x
 //	               DueAtStart, DueAfter, CatchUpWindow,
 //	               ContinueAfterFailure, OnPeriod
-//	FanOutOption   WithWorkers, WithBatch, OnProgress                                      x     x
+//	FanOutOption   WithWorkers, WithBatch, OnProgress,                                     x     x
+//	               WithRate, WithPause, WithBreaker
 //	ParamsOption   WithParams, WithParamsBytes             x    x      x        x          x     x
 //
 // A [Scheduler]'s job takes what the catch-up it runs takes, plus a
@@ -67,8 +68,8 @@
 // # Names
 //
 // Options follow one pattern: With<Noun>(value) sets a setting
-// (WithLease, WithBackoff, WithClock, WithLogger, WithWorkers, WithBatch,
-// WithParams);
+// (WithLease, WithBackoff, WithClock, WithLogger, WithGuard, WithWorkers,
+// WithBatch, WithRate, WithPause, WithBreaker, WithParams);
 // a bare name chooses a behaviour or a policy, with or without a value
 // (AtLeastOnce, TwoPhase(has), RetryWithin(d), OneAttempt, WaitForTurn,
 // ReportTo(&r), CatchUpAll(n), CatchUpLatest, Since(t), DueAtStart,

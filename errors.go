@@ -95,6 +95,12 @@ var (
 	// not marked done: parked); or a stored value does not decode into the
 	// type a later RunValue asks for (the key stays done).
 	ErrValueEncoding = errors.New("idem: value does not encode or decode")
+
+	// ErrDeferred: a [Guard] found the host overloaded, or a [Breaker] was
+	// open, so the call stopped claiming work and left it for the next
+	// trigger: the work it did not start stays unclaimed, with no attempt,
+	// failure or park counted. [errors.As] with *[Deferral] tells why.
+	ErrDeferred = errors.New("idem: deferred: the host or its downstream cannot take more now")
 )
 
 // Error is the error Run returns when the key's work is not done. It matches

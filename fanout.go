@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/idemstore"
+	"golang.org/x/time/rate"
 )
 
 // DefaultWorkers is how many items Each works on at once unless told
@@ -21,6 +22,10 @@ type eachConfig struct {
 	workers  int
 	batch    int
 	progress func(EachProgress)
+	rate     float64 // items a second; 0: no limit
+	burst    int
+	pause    time.Duration
+	breaker  *Breaker
 }
 
 // EachProgress is the progress of a period's items.
@@ -89,6 +94,24 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // an error matching ErrUnknownOutcome. While other holders work items, or
 // items back off, Each waits for them, until ctx ends.
 //
+// Overload: [WithRate] and [WithPause] pace the items; guards
+// ([WithGuard]: memory, free disk, a function of yours) are asked before
+// each claim and before each window is marked started, and a [Breaker]
+// ([WithBreaker]) counts fn's failures. A guard that refuses, or a breaker
+// that opens, DEFERS the call: the workers claim nothing more, the windows
+// already marked started run (a guard) or are handed back unrun (a
+// breaker: each of their items ends failed with its failure count
+// unchanged, due at once), the chunks' leases end at once, and Each returns
+// an error matching [ErrDeferred] (Outcome Deferred, the reason in
+// *[Deferral]) without waiting for anything. Items not started stay
+// unclaimed: no attempt, failure or park is counted for them, and the next
+// call goes on with them. It does NOT promise that no item starts after
+// the guard's measure crossed its limit (a window runs between two
+// checks), nor that no failure is recorded once a downstream is down (up
+// to the breaker's threshold, plus one per worker in flight); and a chunk
+// handed back counts, in the store, one abandoned attempt, which only
+// items a later crash leaves in doubt would carry.
+//
 // An observer ([OnResult]) gets one [Result] per call, whatever it
 // returns, with the period's item counts in Result.Items.
 func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...EachOption) (EachResult, error) {
@@ -109,15 +132,20 @@ func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key Key, i
 	if fn == nil {
 		panic("idem: EachTx with a nil fn")
 	}
-	return each(ctx, s, key, items, configure(s, opts, EachTxOption.applyEachTx), nil, func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, info func(idemstore.ItemClaim) Info, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
+	return each(ctx, s, key, items, configure(s, opts, EachTxOption.applyEachTx), nil, func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, item itemFunc, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
 		return s.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c idemstore.ItemClaim) error {
-			return fn(context.WithValue(ctx, infoKey{}, info(c)), tx, c.Item)
+			return item(ctx, c, func(ctx context.Context) error { return fn(ctx, tx, c.Item) })
 		}, failed)
 	})
 }
 
-// txItems runs a window of items in the store's transaction (EachTx).
-type txItems func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, info func(idemstore.ItemClaim) Info, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) (ends []idemstore.ItemEnd, lost []string, err error)
+// txItems runs a window of items in the store's transaction (EachTx):
+// item runs an item's call of fn, with the item's Info in its context.
+type txItems func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, item itemFunc, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) (ends []idemstore.ItemEnd, lost []string, err error)
+
+// itemFunc runs call, fn's call for the claim c, or returns errDeferredItem
+// without calling it.
+type itemFunc func(ctx context.Context, c idemstore.ItemClaim, call func(context.Context) error) error
 
 type eacher struct {
 	s      idemstore.ItemStore
@@ -129,6 +157,13 @@ type eacher struct {
 	total  int64
 	mu     sync.Mutex // serializes progress calls and parked
 	parked []string
+
+	guards   []Guard
+	limiter  *rate.Limiter            // WithRate; nil: no limit
+	paceMu   sync.Mutex               // orders the limiter's reservations
+	paceLast time.Time                // the time of the last reservation
+	deferral atomic.Pointer[Deferral] // set when the call is deferred: the workers stop claiming
+	broken   atomic.Bool              // the breaker opened: items not run yet are handed back
 }
 
 func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], cfg *config, fn func(context.Context, string) error, tx txItems) (res EachResult, err error) {
@@ -169,6 +204,17 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		res.Outcome = Failed
 		return res, &Error{Key: key, Outcome: Failed, Err: err}
 	}
+	guards, err := bindGuards(cfg.guards, s)
+	if err != nil {
+		return res, err
+	}
+	if r := cfg.each.rate; r > 0 && time.Duration(float64(time.Second)/r) >= cfg.lease/3 {
+		return res, invalidOption("WithRate(%v, %d): one item per %v, not below a third of the lease (%v)", r, cfg.each.burst,
+			time.Duration(float64(time.Second)/r), cfg.lease)
+	}
+	if p := cfg.each.pause; p > 0 && p >= cfg.lease/3 {
+		return res, invalidOption("WithPause(%v): not below a third of the lease (%v)", p, cfg.lease)
+	}
 	if rec, ok, err := s.Lookup(ctx, key); err != nil {
 		return res, err
 	} else if ok && idemstore.Mismatch(rec.Fingerprint, cfg.fingerprint) {
@@ -179,7 +225,22 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		res.Counts, err = s.CountItems(ctx, key)
 		return res, err
 	}
-	e := &eacher{s: s, key: key, cfg: cfg, fn: fn, tx: tx}
+	e := &eacher{s: s, key: key, cfg: cfg, fn: fn, tx: tx, guards: guards}
+	if cfg.each.rate > 0 {
+		e.limiter = rate.NewLimiter(rate.Limit(cfg.each.rate), cfg.each.burst)
+		if tx != nil {
+			cfg.each.batch = min(cfg.each.batch, cfg.each.burst) // a window waits for all its tokens
+		}
+	}
+	deferred := func(counts ItemCounts) (EachResult, error) {
+		d := e.deferral.Load()
+		res.Outcome, res.Counts, res.Parked = Deferred, counts, e.parked
+		return res, &Error{Key: key, Outcome: Deferred, Err: d}
+	}
+	if e.gate(ctx) { // before anything is written
+		counts, _ := s.CountItems(ctx, key)
+		return deferred(counts)
+	}
 	counts, err := s.CountItems(ctx, key)
 	if err != nil {
 		return res, err
@@ -208,7 +269,10 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			return res, err
 		}
 		if openItems(counts) == 0 {
-			break
+			break // settled, even if a guard refused after the last window: mark the period
+		}
+		if e.stopped() {
+			return deferred(counts)
 		}
 		// Others hold items, or items back off: wait for them.
 		wait := e.cfg.poll
@@ -335,6 +399,9 @@ func (e *eacher) worker(ctx context.Context) error {
 	m := e.cfg.mode
 	window := e.cfg.each.batch
 	for {
+		if e.stopped() || e.gate(ctx) {
+			return nil
+		}
 		now := e.cfg.clock.Now()
 		b, err := e.s.ClaimItems(ctx, e.key, idemstore.ItemClaimRequest{
 			N: window, Owner: idemstore.Owner(), Now: now, Lease: e.cfg.lease,
@@ -351,27 +418,69 @@ func (e *eacher) worker(ctx context.Context) error {
 		// window started. Single items are one window.
 		lease := newLeaseState(e.cfg.clock, now.Add(e.cfg.lease))
 		step := idemstore.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: b.Pos}
+		started := true // the window is marked started (by the claim, or the last window's step)
 		for items := b.Items; len(items) > 0; {
 			win := items[:min(window, len(items))]
 			if b.Chunk == 0 {
 				win = items
 			}
+			if e.broken.Load() {
+				// The breaker opened while this window was marked started:
+				// hand its items back unrun. (A window marked started when
+				// a guard refused runs: settle marks nothing after it.)
+				return e.release(ctx, step, win, started)
+			}
 			// settle readies the step that settles the window's first n
 			// items: it renews the lease and marks started the next window
-			// of what is left.
-			settle := func(n int) {
+			// of what is left, unless the call is deferred (the guards are
+			// asked here): then it marks nothing more started and ends the
+			// chunk's lease at once, so any claimer may take the rest.
+			settle := func(n int, probe bool) {
 				step.Now = e.cfg.clock.Now()
 				step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(window, len(items)-n)
+				if step.Next > 0 && !probe && !e.stopped() {
+					e.gate(ctx)
+				}
+				if e.stopped() || probe {
+					step.LeaseUntil, step.Next = step.Now, 0
+				}
 			}
 			var ends []idemstore.ItemEnd
 			var lost []string
 			if e.tx != nil {
-				settle(len(win))
-				ends, lost, err = e.tx(ctx, step, win, e.info, e.failed)
+				var probe uint64 // the window is the breaker's probe
+				if br := e.cfg.each.breaker; br != nil {
+					// Acquired outside the transaction: a worker may wait
+					// here for another's probe.
+					var d *Deferral
+					if probe, d, err = br.acquire(ctx, e.cfg.clock); err != nil {
+						return err
+					} else if d != nil {
+						e.stop(ctx, d)
+						return e.release(ctx, step, win, started)
+					}
+					if probe != 0 {
+						win = win[:1]
+					}
+				}
+				if err := e.pace(ctx, len(win)); err != nil {
+					if probe != 0 {
+						e.cfg.each.breaker.cancel(probe)
+					}
+					return err
+				}
+				settle(len(win), probe != 0)
+				ends, lost, err = e.tx(ctx, step, win, e.itemTx(probe), e.failed)
+				if probe != 0 {
+					// The probe ran and told the breaker (done), or did not
+					// run (the transaction failed first): then the next
+					// item probes.
+					e.cfg.each.breaker.cancel(probe)
+				}
 			} else {
-				ends, err = e.run(ctx, win, lease, e.cfg.clock.Now().Add(e.cfg.lease/3))
+				ends, err = e.run(ctx, win, b.Chunk != 0, lease, e.cfg.clock.Now().Add(e.cfg.lease/3))
 				if err == nil && len(ends) > 0 {
-					settle(len(ends))
+					settle(len(ends), false)
 					lost, err = e.s.FinishItems(ctx, e.key, step, ends)
 				}
 			}
@@ -388,25 +497,198 @@ func (e *eacher) worker(ctx context.Context) error {
 			// run out by this process's clock) goes on from where it
 			// stopped: its done marks, fenced by the chunk's attempt,
 			// renewed the lease. Lost means another attempt has the chunk.
-			if len(ends) == 0 || len(lost) > 0 || b.Chunk == 0 {
+			if len(ends) == 0 || len(lost) > 0 || b.Chunk == 0 || step.Next == 0 && e.stopped() {
 				break
 			}
 			items = items[len(ends):]
 			step.From += len(ends)
+			started = step.Next > 0
 			lease.until.Store(step.LeaseUntil.UnixNano())
+			if err := e.pausing(ctx); err != nil {
+				return err
+			}
+		}
+		if err := e.pausing(ctx); err != nil {
+			return err
 		}
 	}
+}
+
+// release hands back the items of a window that was marked started but
+// will not run, the call being deferred: each ends failed with its failure
+// count unchanged, due at once (a record of its own), and the chunk's
+// lease ends now with nothing more marked started. Items in doubt in a
+// mode that must check them are left as they are (their claim's lease runs
+// out as after a crash). A window not marked started (after a step that
+// marked nothing, which ended the lease) needs nothing.
+func (e *eacher) release(ctx context.Context, step idemstore.ItemStep, win []idemstore.ItemClaim, started bool) error {
+	if !started {
+		return nil
+	}
+	ends := e.deferredEnds(win, step.Chunk != 0)
+	if len(ends) == 0 {
+		return nil
+	}
+	step.Now = e.cfg.clock.Now()
+	step.LeaseUntil, step.Next = step.Now, 0
+	lost, err := e.s.FinishItems(ctx, e.key, step, ends)
+	if err == nil {
+		e.report(ctx, ends, lost)
+	}
+	return err
+}
+
+// deferredEnds are the ends of claims that will not run now, the call
+// being deferred: see release. An item in doubt whose mode must check it
+// is left as it is: for a chunk (whose doubtful items come first) the ends
+// stop there, single items in doubt are left out.
+func (e *eacher) deferredEnds(claims []idemstore.ItemClaim, chunk bool) []idemstore.ItemEnd {
+	ends := make([]idemstore.ItemEnd, 0, len(claims))
+	for _, c := range claims {
+		if c.Doubt && e.tx == nil && !e.cfg.mode.rerun {
+			if chunk {
+				break
+			}
+			continue
+		}
+		ends = append(ends, e.deferredEnd(c))
+	}
+	return ends
+}
+
+// deferredEnd is the end of an item that did not run because the call
+// was deferred: failed, its failure count unchanged, due at once.
+func (e *eacher) deferredEnd(c idemstore.ItemClaim) idemstore.ItemEnd {
+	now := e.cfg.clock.Now()
+	msg := ErrDeferred.Error()
+	if d := e.deferral.Load(); d != nil {
+		msg += ": " + d.Error()
+	}
+	return idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusFailed, Failures: c.Failures, NotBefore: now, Error: msg, Now: now}
+}
+
+// errDeferredItem is what the item function of an EachTx window returns
+// for an item that did not run, the call being deferred.
+var errDeferredItem = errors.New("idem: item deferred")
+
+// itemTx is EachTx's item function for one window: it runs fn's call for
+// the item unless the call is deferred or the breaker is open (probe: the
+// window is the half-open breaker's probe), and tells the breaker how it
+// ended.
+func (e *eacher) itemTx(probe uint64) itemFunc {
+	return func(ctx context.Context, c idemstore.ItemClaim, call func(context.Context) error) error {
+		br := e.cfg.each.breaker
+		if e.broken.Load() && probe == 0 {
+			return errDeferredItem
+		}
+		if br != nil && probe == 0 {
+			if d := br.open(e.cfg.clock.Now()); d != nil {
+				e.stop(ctx, d)
+				return errDeferredItem
+			}
+		}
+		err := call(context.WithValue(ctx, infoKey{}, e.info(c)))
+		if br != nil {
+			br.done(ctx, e.cfg.clock.Now(), probe, err)
+		}
+		return err
+	}
+}
+
+// gate asks the guards, and whether the breaker is open; it stops the
+// call and returns true when one says no.
+func (e *eacher) gate(ctx context.Context) bool {
+	d := checkGuards(ctx, e.guards, nil, e.key)
+	if d == nil && e.cfg.each.breaker != nil {
+		d = e.cfg.each.breaker.open(e.cfg.clock.Now())
+	}
+	if d == nil {
+		return false
+	}
+	e.stop(ctx, d)
+	return true
+}
+
+// stop defers the call for d (the first reason is kept and logged).
+func (e *eacher) stop(ctx context.Context, d *Deferral) {
+	if d.Reason == ReasonBreaker {
+		e.broken.Store(true)
+	}
+	if e.deferral.CompareAndSwap(nil, d) {
+		logDeferral(ctx, e.cfg.logger, e.key, d)
+	}
+}
+
+func (e *eacher) stopped() bool { return e.deferral.Load() != nil }
+
+// pace waits until n items may start ([WithRate]).
+func (e *eacher) pace(ctx context.Context, n int) error {
+	if e.limiter == nil {
+		return nil
+	}
+	// The limiter must see its times in order: one that goes back (a
+	// worker that read the clock before another reserved) counts the time
+	// in between twice and grants tokens too early.
+	e.paceMu.Lock()
+	now := e.cfg.clock.Now()
+	at := now
+	if at.Before(e.paceLast) {
+		at = e.paceLast
+	}
+	e.paceLast = at
+	r := e.limiter.ReserveN(at, n)
+	e.paceMu.Unlock()
+	if !r.OK() {
+		return fmt.Errorf("idem: each %s: a window of %d items exceeds the rate's burst %d", e.key, n, e.limiter.Burst())
+	}
+	return sleep(ctx, e.cfg.clock, r.DelayFrom(now))
+}
+
+// pausing is the pause after a window ([WithPause]).
+func (e *eacher) pausing(ctx context.Context) error {
+	if e.cfg.each.pause == 0 || e.stopped() {
+		return nil
+	}
+	return sleep(ctx, e.cfg.clock, e.cfg.each.pause)
 }
 
 // run applies fn to a window of claimed items, in order, and returns how
 // each ended: all of the window's items, or fewer when it cut the window
 // short, at the first item after cut (so that the done marks renew the
-// lease in time) or when the lease ran out.
-func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, lease *leaseState, cut time.Time) (ends []idemstore.ItemEnd, err error) {
+// lease in time) or when the lease ran out. When the call is deferred (the
+// breaker opened, here or in another worker), the items not run yet end
+// deferred.
+func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bool, lease *leaseState, cut time.Time) (ends []idemstore.ItemEnd, err error) {
 	ends = make([]idemstore.ItemEnd, 0, len(claims))
-	for _, c := range claims {
+	br := e.cfg.each.breaker
+	for i, c := range claims {
 		ictx := &itemCtx{Context: ctx, e: e, c: c, lease: lease}
+		checked := c.Doubt && !e.cfg.mode.rerun // settled by its check, fn may not run
+		var probe uint64                        // the item is the breaker's probe
+		if !checked {
+			if e.broken.Load() {
+				return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
+			}
+			if br != nil {
+				var d *Deferral
+				if probe, d, err = br.acquire(ctx, e.cfg.clock); err != nil {
+					return nil, err
+				} else if d != nil {
+					e.stop(ctx, d)
+					return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
+				}
+			}
+			if err := e.pace(ctx, 1); err != nil {
+				if probe != 0 {
+					br.cancel(probe)
+				}
+				return nil, err
+			}
+		}
 		if len(ends) > 0 && e.cfg.clock.Now().After(cut) {
+			if probe != 0 {
+				br.cancel(probe)
+			}
 			return ends, nil
 		}
 		if CheckLease(ictx) != nil {
@@ -414,19 +696,31 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, lease *l
 			// items now. Leave the rest unrecorded; they are claimed again
 			// (as doubtful) once the lease has expired, unless the done marks
 			// of the ones before find the chunk still ours.
+			if probe != 0 {
+				br.cancel(probe)
+			}
 			return ends, nil
 		}
 		if c.Doubt {
 			v, herr := e.cfg.mode.check(ictx, e.key)
 			if end, settled := e.settle(c, v, herr, errors.New("an earlier attempt died")); settled {
+				if probe != 0 {
+					br.cancel(probe)
+				}
 				ends = append(ends, end)
 				continue
 			}
 			if CheckLease(ictx) != nil { // the check took the rest of the lease
+				if probe != 0 {
+					br.cancel(probe)
+				}
 				return ends, nil
 			}
 		}
 		err := e.fn(ictx, c.Item)
+		if br != nil && !checked {
+			br.done(ctx, e.cfg.clock.Now(), probe, err)
+		}
 		if cerr := idemstore.Checkpoint(ctx, idemstore.AfterFn, e.key); cerr != nil {
 			return nil, cerr
 		}
@@ -468,6 +762,9 @@ func (e *eacher) settle(c idemstore.ItemClaim, v verdict, herr, cause error) (id
 
 // failed is the end of an item attempt whose fn failed: backoff or park.
 func (e *eacher) failed(c idemstore.ItemClaim, err error) idemstore.ItemEnd {
+	if errors.Is(err, errDeferredItem) {
+		return e.deferredEnd(c)
+	}
 	now := e.cfg.clock.Now()
 	n := c.Failures + 1
 	end := idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Failures: n, Error: err.Error(), Now: now}

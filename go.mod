@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/google/renameio/v2 v2.0.2
 	golang.org/x/sys v0.49.0
+	golang.org/x/time v0.14.0
 	modernc.org/sqlite v1.62.0
 )
 

@@ -70,7 +70,7 @@ type SchedulerOption interface {
 type StoreOption interface{ applyStore(*config) error }
 
 // An Option fits every call and every store: [WithLease], [WithBackoff],
-// [WithClock], [WithLogger], [OnResult].
+// [WithClock], [WithLogger], [OnResult], [WithGuard].
 type Option interface {
 	RunOption
 	RunTxOption
@@ -190,7 +190,8 @@ func (o catchUpPolicy) applyCatchUp(c *config) error   { return o(c) }
 func (o catchUpPolicy) applyCatchUpTx(c *config) error { return o(c) }
 
 // A FanOutOption configures how Each works a period's items:
-// [WithWorkers], [WithBatch], [OnProgress]. It fits Each and EachTx.
+// [WithWorkers], [WithBatch], [OnProgress], [WithRate], [WithPause],
+// [WithBreaker]. It fits Each and EachTx.
 type FanOutOption interface {
 	EachOption
 	EachTxOption
@@ -255,6 +256,7 @@ type config struct {
 	job      jobConfig
 
 	fingerprint string // WithParams: the fingerprint of the work's parameters; "" for none
+	guards      []Guard
 
 	retryWithin    time.Duration // RetryWithin's bound
 	retryWithinSet bool          // RetryWithin (or OneAttempt) was given
@@ -389,6 +391,29 @@ func OnResult(f func(Result)) Option {
 			return nil
 		}
 		c.observer = f
+		return nil
+	})
+}
+
+// WithGuard adds g to the call's guards ([Guard]): Run asks them before
+// its claim, CatchUp before each period's, Each and EachTx before each
+// claim and before each window of items is marked started (the window
+// already started when a guard refuses still runs). A guard that refuses
+// defers the call ([ErrDeferred]). Several guards are asked in the order
+// given; as a store default ([OpenLedger]'s options) a guard applies to
+// every call on the store. A nil g, or a [MemoryGuard] whose Limit is not
+// a fraction, is an error matching [ErrInvalidOption].
+func WithGuard(g Guard) Option {
+	return option(func(c *config) error {
+		if g == nil {
+			return invalidOption("WithGuard(nil): no guard")
+		}
+		if m, ok := g.(MemoryGuard); ok {
+			if err := m.validate(); err != nil {
+				return invalidOption("WithGuard(%s)", err)
+			}
+		}
+		c.guards = append(c.guards[:len(c.guards):len(c.guards)], g)
 		return nil
 	})
 }
@@ -709,6 +734,54 @@ func OnProgress(f func(EachProgress)) FanOutOption {
 			return invalidOption("OnProgress(nil): no function to call")
 		}
 		c.each.progress = f
+		return nil
+	})
+}
+
+// WithRate paces Each's items: fn starts for at most perSecond items a
+// second, after a first burst of up to burst items (golang.org/x/time/rate,
+// on the call's clock). The limit is the call's, shared by its workers; two
+// calls (two hosts) each have their own. With EachTx a window of items is
+// one transaction, which waits for its items' tokens before it begins, so a
+// window holds at most burst items there. A perSecond not above 0, a burst
+// below 1, or (at the call) a pace slower than one item per third of the
+// lease is an error matching [ErrInvalidOption].
+func WithRate(perSecond float64, burst int) FanOutOption {
+	return fanOutOption(func(c *config) error {
+		if !(perSecond > 0) || burst < 1 {
+			return invalidOption("WithRate(%v, %d): the rate must be above 0 and the burst at least 1", perSecond, burst)
+		}
+		c.each.rate, c.each.burst = perSecond, burst
+		return nil
+	})
+}
+
+// WithPause makes each of Each's workers pause for d after each window it
+// commits (seed: "a pause of 0.5-1 s between batches, so the database can
+// breathe"). With several workers, their windows still overlap: the pause
+// spaces each worker's own. A negative d, or (at the call) a d not below a
+// third of the lease, which the pause would let run out, is an error
+// matching [ErrInvalidOption].
+func WithPause(d time.Duration) FanOutOption {
+	return fanOutOption(func(c *config) error {
+		if d < 0 {
+			return invalidOption("WithPause(%v): the pause must not be negative", d)
+		}
+		c.each.pause = d
+		return nil
+	})
+}
+
+// WithBreaker makes Each and EachTx stop feeding a failing downstream: b
+// counts fn's failures and, once open, defers the call ([Breaker]). Pass
+// the same b to every call of the job. A nil b, or one NewBreaker made of
+// bad values, is an error matching [ErrInvalidOption].
+func WithBreaker(b *Breaker) FanOutOption {
+	return fanOutOption(func(c *config) error {
+		if err := b.validate(); err != nil {
+			return invalidOption("WithBreaker: %s", err)
+		}
+		c.each.breaker = b
 		return nil
 	})
 }

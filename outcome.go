@@ -19,12 +19,14 @@ const (
 	LeaseLost                         // ErrLeaseLost
 	Failed                            // fn or the store failed, and the run stopped before the key was settled (its context ended, or the store returned an error)
 	ParamsMismatch                    // ErrParamsMismatch: the key was claimed with other parameters (WithParams); fn did not run, nothing was written
+	Deferred                          // ErrDeferred: a guard or a breaker stopped the call before it claimed (more) work; nothing was counted as a failure
 )
 
 var outcomeNames = [...]string{
 	Ran: "ran", AlreadyDone: "already_done", Recovered: "recovered", Skipped: "skipped", InProgress: "in_progress",
 	Unknown: "unknown", BackingOff: "backing_off", Parked: "parked", LeaseLost: "lease_lost", Failed: "failed",
 	ParamsMismatch: "params_mismatch",
+	Deferred:       "deferred",
 }
 
 // String returns a short snake_case name, suitable as a metric label.
@@ -64,6 +66,8 @@ func (o Outcome) sentinel() error {
 		return ErrLeaseLost
 	case ParamsMismatch:
 		return ErrParamsMismatch
+	case Deferred:
+		return ErrDeferred
 	}
 	return nil
 }

@@ -325,6 +325,13 @@ func execute(ctx context.Context, s Store, key Key, cfg *config, fn valueFunc, t
 	if err := nestedRun(ctx, key); err != nil {
 		return r.fail(Failed, err)
 	}
+	guards, err := bindGuards(cfg.guards, s)
+	if err != nil {
+		return err
+	}
+	if d := checkGuards(ctx, guards, cfg.logger, key); d != nil {
+		return r.fail(Deferred, d)
+	}
 	defer func() {
 		// The attempt this call holds ended without its end recorded: a
 		// crash point stopped the run, fn panicked, the store kept failing,

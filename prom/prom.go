@@ -15,6 +15,7 @@
 //	idem_retries_total{job}           counter    extra attempts of fn within a call (Result.Attempts-1)
 //	idem_errors_total{job}            counter    calls of Run that returned an error
 //	idem_items_total{job,status}      counter    items of the fan-out periods completed (Each returned ran), by final status: done, parked
+//	idem_deferrals_total{job,reason}  counter    calls deferred by a guard or a breaker (idem.ErrDeferred), by reason: the guard's name (memory, disk, ...) or breaker
 //	idem_keys{job,status}             gauge      keys that are pending (running or failed), unknown or parked, read from the Lister at scrape time
 //	idem_ledger_up                    gauge      1 if the last read of the Lister succeeded, 0 if it failed (only with a Lister)
 //	idem_last_success_timestamp_seconds{job}  gauge  when a period of the job last ran successfully (or was found done), in Unix seconds; 0 if not since the Scheduler started (only with WatchScheduler)
@@ -100,6 +101,7 @@ type Metrics struct {
 	retries  *prometheus.CounterVec
 	errors   *prometheus.CounterVec
 	items    *prometheus.CounterVec
+	deferred *prometheus.CounterVec
 	keys     *keysCollector
 	sched    *schedulerCollector
 }
@@ -141,11 +143,16 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help:        "Items of the fan-out periods that idem's Each completed, by final status (done, parked).",
 			ConstLabels: c.constLabels,
 		}, []string{"job", "status"}),
+		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "idem_deferrals_total",
+			Help:        "Calls of idem deferred because a guard refused (reason: its name, such as memory or disk) or a breaker was open (reason: breaker).",
+			ConstLabels: c.constLabels,
+		}, []string{"job", "reason"}),
 		keys:  newKeysCollector(c.constLabels, c.scrapeTimeout),
 		sched: newSchedulerCollector(c.constLabels),
 	}
 	m.keys.setLister(c.lister)
-	for _, col := range []prometheus.Collector{m.runs, m.duration, m.retries, m.errors, m.items, m.keys, m.sched} {
+	for _, col := range []prometheus.Collector{m.runs, m.duration, m.retries, m.errors, m.items, m.deferred, m.keys, m.sched} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("idem/prom: register: %w", err)
 		}
@@ -176,6 +183,10 @@ func (m *Metrics) Observe(r idem.Result) {
 		m.errors.WithLabelValues(job).Inc()
 	} else {
 		m.errors.WithLabelValues(job)
+	}
+	var d *idem.Deferral
+	if r.Outcome == idem.Deferred && errors.As(r.Err, &d) {
+		m.deferred.WithLabelValues(job, d.Reason).Inc()
 	}
 	if r.Outcome == idem.Ran && r.Items.Total() > 0 {
 		// Each completed the period now: every item is done or parked.

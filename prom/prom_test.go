@@ -42,6 +42,23 @@ func gather(t *testing.T, reg *prometheus.Registry) gathered {
 	return g
 }
 
+// series is a metric's expected value: that of its series with labels
+// ("job=a,outcome=ran").
+type series struct {
+	name, labels string
+	want         float64
+}
+
+// expect checks the series of ws.
+func (g gathered) expect(t *testing.T, ws []series) {
+	t.Helper()
+	for _, c := range ws {
+		if got := g.value(c.name, c.labels); got != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
 // value returns the value of a counter or gauge, or the sample count of a
 // histogram; -1 if the series does not exist.
 func (g gathered) value(name, labels string) float64 {
@@ -107,10 +124,7 @@ func TestMetricsFromRealLedger(t *testing.T) {
 	}
 
 	g := gather(t, reg)
-	for _, c := range []struct {
-		name, labels string
-		want         float64
-	}{
+	g.expect(t, []series{
 		{"idem_runs_total", "job=settle,outcome=ran", 1},
 		{"idem_runs_total", "job=settle,outcome=already_done", 1},
 		{"idem_runs_total", "job=flaky,outcome=ran", 1},
@@ -131,11 +145,7 @@ func TestMetricsFromRealLedger(t *testing.T) {
 		{"idem_keys", "job=settle,status=parked", 0},
 		{"idem_keys", "job=settle,status=pending", 0},
 		{"idem_ledger_up", "", 1},
-	} {
-		if got := g.value(c.name, c.labels); got != c.want {
-			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
-		}
-	}
+	})
 
 	// An operator un-parks broken and resolves pay: the gauges follow the
 	// ledger at the next scrape, without any Run.
@@ -238,10 +248,7 @@ func TestFanOutCountedOncePerCall(t *testing.T) {
 		t.Fatalf("pay: %v, want ErrUnknownOutcome", err)
 	}
 	g := gather(t, reg)
-	for _, c := range []struct {
-		name, labels string
-		want         float64
-	}{
+	g.expect(t, []series{
 		{"idem_runs_total", "job=grant,outcome=ran", 1},
 		{"idem_runs_total", "job=grant,outcome=already_done", 1},
 		{"idem_run_duration_seconds", "job=grant", 2},
@@ -251,11 +258,45 @@ func TestFanOutCountedOncePerCall(t *testing.T) {
 		{"idem_runs_total", "job=pay,outcome=unknown", 1},
 		{"idem_errors_total", "job=pay", 1},
 		{"idem_items_total", "job=pay,status=done", -1}, // not completed: no items counted
-	} {
-		if got := g.value(c.name, c.labels); got != c.want {
-			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
+	})
+}
+
+func TestDeferralsCounted(t *testing.T) {
+	ctx := context.Background()
+	l, err := idem.OpenLedger(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reg := prometheus.NewRegistry()
+	m, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := idem.GuardFunc("partner", func(context.Context) error { return errors.New("in maintenance") })
+	key := idem.Key{Job: "settle", Period: "2026-10-27"}
+	for range 2 {
+		if err := l.Run(ctx, key, func(context.Context) error { return nil }, idem.WithGuard(busy), m.Option()); !errors.Is(err, idem.ErrDeferred) {
+			t.Fatalf("Run: %v, want ErrDeferred", err)
 		}
 	}
+	// A breaker open after one failure defers the next Each.
+	br := idem.NewBreaker(1, time.Hour)
+	items := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") })
+	grant := idem.Key{Job: "grant", Period: "2026-10-27"}
+	fail := func(context.Context, string) error { return errors.New("503") }
+	for range 2 {
+		if _, err := idem.Each(ctx, l, grant, items, fail, idem.WithBreaker(br), idem.WithWorkers(1), m.Option()); !errors.Is(err, idem.ErrDeferred) {
+			t.Fatalf("Each: %v, want ErrDeferred", err)
+		}
+	}
+	g := gather(t, reg)
+	g.expect(t, []series{
+		{"idem_deferrals_total", "job=settle,reason=partner", 2},
+		{"idem_runs_total", "job=settle,outcome=deferred", 2},
+		{"idem_deferrals_total", "job=grant,reason=breaker", 2},
+		{"idem_runs_total", "job=grant,outcome=deferred", 2},
+	})
 }
 
 // TestSchedulerGauges: idem_last_success_timestamp_seconds and
