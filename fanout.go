@@ -132,9 +132,12 @@ func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key Key, i
 	if fn == nil {
 		panic("idem: EachTx with a nil fn")
 	}
-	return each(ctx, s, key, items, configure(s, opts, EachTxOption.applyEachTx), nil, func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, item itemFunc, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
+	cfg := configure(s, opts, EachTxOption.applyEachTx)
+	return each(ctx, s, key, items, cfg, nil, func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, item itemFunc, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
 		return s.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c idemstore.ItemClaim) error {
-			return item(ctx, c, func(ctx context.Context) error { return fn(ctx, tx, c.Item) })
+			return item(ctx, c, func(ctx context.Context) error {
+				return fn(withOutbox(ctx, s, tx, key, c.Item, cfg.clock), tx, c.Item)
+			})
 		}, failed)
 	})
 }

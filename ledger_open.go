@@ -135,6 +135,7 @@ var ledgerTables = map[string][]string{
 	"idem_item_chunks": {"job", "period", "chunk", "n", "status", "attempt", "failures", "owner", "lease_until", "settled", "started", "doubt", "updated"},
 	"idem_item_lists":  {"job", "period", "chunk", "items"},
 	"idem_item_state":  {"job", "period", "item", "chunk", "status", "attempt", "failures", "doubt", "owner", "lease_until", "not_before", "last_error", "updated"},
+	"idem_outbox":      {"seq", "id", "topic", "payload", "headers", "job", "period", "item", "status", "attempts", "token", "owner", "lease_until", "not_before", "last_error", "created", "delivered"}, // version 5
 }
 
 type querier interface {

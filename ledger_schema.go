@@ -14,8 +14,9 @@ import (
 // idem writes. A ledger with a higher version is refused with
 // [ErrNewerSchema]; a lower one is upgraded (version 2 added the item
 // tables of Each; version 3 records and claims items in chunks; version 4
-// keeps a key's parameter fingerprint and its stored value).
-const SchemaVersion = 4
+// keeps a key's parameter fingerprint and its stored value; version 5
+// adds the outbox, table idem_outbox).
+const SchemaVersion = 5
 
 const schema = `
 CREATE TABLE IF NOT EXISTS idem_meta (
@@ -170,6 +171,13 @@ func (l *Ledger) migrate(ctx context.Context) error {
 				if err := addColumn(ctx, tx, "idem_runs", c.name, c.decl); err != nil {
 					return l.wrapOpenErr(fmt.Errorf("upgrading to version 4: %w", err))
 				}
+			}
+		}
+		if v < 5 {
+			// Version 5: the outbox (idem.Put, idem.Relay). Older
+			// ledgers had none: an empty table.
+			if _, err := tx.ExecContext(ctx, outboxSchema); err != nil {
+				return l.wrapOpenErr(fmt.Errorf("upgrading to version 5: %w", err))
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)

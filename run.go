@@ -114,7 +114,7 @@ func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn fun
 	body := func(ctx context.Context, failed **fnError, stored *[]byte) func(Tx) ([]byte, error) {
 		return func(tx Tx) ([]byte, error) {
 			*failed, *stored = nil, nil
-			v, err := fn(ctx, tx)
+			v, err := fn(withOutbox(ctx, s, tx, key, "", cfg.clock), tx)
 			if err != nil {
 				*failed = &fnError{err}
 				return nil, *failed
@@ -787,7 +787,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn valueFunc, tx tx
 	}
 
 	lease := newLeaseState(r.cfg.clock, r.claimedAt.Add(r.cfg.lease))
-	fctx = context.WithValue(fctx, leaseKey{}, lease)
+	fctx = context.WithValue(withoutOutbox(fctx), leaseKey{}, lease)
 	fctx, cancel := context.WithCancelCause(fctx)
 	stopHeartbeat := r.startHeartbeat(fctx, attempt, lease, cancel)
 	defer stopHeartbeat() // also when fn panics

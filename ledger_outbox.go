@@ -1,0 +1,302 @@
+package idem
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idemgo/idem/idemstore"
+)
+
+var (
+	_ idemstore.OutboxTxStore[*sql.Tx] = (*Ledger)(nil)
+	_ idemstore.OutboxStore            = (*Ledger)(nil)
+)
+
+// outboxSchema is the outbox's table (version 5): one row per message,
+// seq its order (SQLite commits one transaction at a time, so seq order
+// is commit order).
+const outboxSchema = `
+CREATE TABLE IF NOT EXISTS idem_outbox (
+	seq         INTEGER PRIMARY KEY,
+	id          TEXT    NOT NULL UNIQUE,
+	topic       TEXT    NOT NULL,
+	payload     BLOB    NOT NULL,
+	headers     TEXT    NOT NULL DEFAULT '',
+	job         TEXT    NOT NULL,
+	period      TEXT    NOT NULL,
+	item        TEXT    NOT NULL DEFAULT '',
+	status      TEXT    NOT NULL DEFAULT 'pending',
+	attempts    INTEGER NOT NULL DEFAULT 0,
+	token       INTEGER NOT NULL DEFAULT 0,
+	owner       TEXT    NOT NULL DEFAULT '',
+	lease_until INTEGER NOT NULL DEFAULT 0,
+	not_before  INTEGER NOT NULL DEFAULT 0,
+	last_error  TEXT    NOT NULL DEFAULT '',
+	created     INTEGER NOT NULL,
+	delivered   INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS idem_outbox_by_topic ON idem_outbox(status, topic, seq);
+CREATE INDEX IF NOT EXISTS idem_outbox_by_delivered ON idem_outbox(status, delivered);
+`
+
+const outboxCols = `seq, id, topic, payload, headers, job, period, item, status, attempts, token, owner, lease_until, not_before, last_error, created, delivered`
+
+// encodeHeaders is the headers' column: their JSON, "" for none.
+func encodeHeaders(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(h)
+	return string(b), err
+}
+
+func decodeHeaders(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var h map[string]string
+	if err := json.Unmarshal([]byte(s), &h); err != nil {
+		return nil, fmt.Errorf("headers %q: %w", s, err)
+	}
+	return h, nil
+}
+
+// PutOutbox implements [idemstore.OutboxTxStore]: it inserts msgs into
+// table idem_outbox in tx.
+func (l *Ledger) PutOutbox(ctx context.Context, tx *sql.Tx, msgs []idemstore.OutboxMessage) error {
+	const q = `INSERT INTO idem_outbox(id, topic, payload, headers, job, period, item, created) VALUES(?, ?, ?, ?, ?, ?, ?, ?)`
+	st, err := l.prep(ctx, l.db, q)
+	if err != nil {
+		return err
+	}
+	st = tx.StmtContext(ctx, st)
+	for _, m := range msgs {
+		h, err := encodeHeaders(m.Headers)
+		if err != nil {
+			return err
+		}
+		if _, err := st.ExecContext(ctx, m.ID, m.Topic, m.Payload, h, m.Key.Job, m.Key.Period, m.Item, micros(m.Created)); err != nil {
+			if strings.Contains(err.Error(), "UNIQUE") {
+				return fmt.Errorf("message id %s is already in the outbox: %w", m.ID, err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func scanOutbox(scan func(...any) error) (idemstore.OutboxRecord, error) {
+	var r idemstore.OutboxRecord
+	var headers, status string
+	var lease, notBefore, created, delivered int64
+	err := scan(&r.Seq, &r.ID, &r.Topic, &r.Payload, &headers, &r.Key.Job, &r.Key.Period, &r.Item, &status,
+		&r.Attempts, &r.Token, &r.Owner, &lease, &notBefore, &r.LastError, &created, &delivered)
+	if err != nil {
+		return r, err
+	}
+	if r.Headers, err = decodeHeaders(headers); err != nil {
+		return r, fmt.Errorf("outbox message %s: %w", r.ID, err)
+	}
+	if r.Payload == nil {
+		r.Payload = []byte{}
+	}
+	r.Status = idemstore.OutboxStatus(status)
+	r.LeaseUntil, r.NotBefore, r.Created, r.Delivered = fromMicros(lease), fromMicros(notBefore), fromMicros(created), fromMicros(delivered)
+	return r, nil
+}
+
+func queryOutbox(ctx context.Context, q execer, query string, args ...any) ([]idemstore.OutboxRecord, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []idemstore.OutboxRecord
+	for rows.Next() {
+		r, err := scanOutbox(rows.Scan)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ClaimOutbox implements [idemstore.OutboxStore]: in one write
+// transaction it takes the first pending message of each topic that is
+// due and not leased, up to req.N of them, oldest first.
+func (l *Ledger) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimRequest) ([]idemstore.OutboxRecord, error) {
+	now := micros(req.Now)
+	var out []idemstore.OutboxRecord
+	err := l.withTx(ctx, false, func(tx *wtx) (err error) {
+		out, err = queryOutbox(ctx, tx, `UPDATE idem_outbox SET attempts = attempts + 1, token = token + 1, owner = ?, lease_until = ?
+			WHERE seq IN (
+				SELECT o.seq FROM idem_outbox o
+				WHERE o.status = 'pending' AND o.lease_until <= ? AND o.not_before <= ?
+				  AND o.seq = (SELECT min(p.seq) FROM idem_outbox p WHERE p.status = 'pending' AND p.topic = o.topic)
+				ORDER BY o.seq LIMIT ?)
+			RETURNING `+outboxCols, req.Owner, micros(req.Now.Add(req.Lease)), now, now, req.N)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idem: %s: claim outbox messages: %w", l.where(), err)
+	}
+	slices.SortFunc(out, func(a, b idemstore.OutboxRecord) int { return int(a.Seq - b.Seq) })
+	return out, nil
+}
+
+// outboxEnd runs a fenced end of the claim token of message id.
+func (l *Ledger) outboxEnd(ctx context.Context, what, id string, token int64, q string, args ...any) error {
+	err := l.withTx(ctx, false, func(tx *wtx) error {
+		res, err := tx.exec(q, args...)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("%w: outbox message %s: its claim %d is no longer the latest (its lease ran out and another relay took it, or it was dropped or settled); %s refused",
+				ErrLeaseLost, id, token, what)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
+		return fmt.Errorf("idem: %s: outbox message %s: %s: %w", l.where(), id, what, err)
+	}
+	return err
+}
+
+// DeliveredOutbox implements [idemstore.OutboxStore].
+func (l *Ledger) DeliveredOutbox(ctx context.Context, id string, token int64, now time.Time) error {
+	return l.outboxEnd(ctx, "delivered mark", id, token,
+		`UPDATE idem_outbox SET status = 'delivered', delivered = ?, lease_until = 0, last_error = '' WHERE id = ? AND token = ? AND status = 'pending'`,
+		micros(now), id, token)
+}
+
+// FailOutbox implements [idemstore.OutboxStore].
+func (l *Ledger) FailOutbox(ctx context.Context, id string, token int64, f idemstore.OutboxFailure) error {
+	status := idemstore.OutboxPending
+	if f.Park {
+		status = idemstore.OutboxParked
+	}
+	return l.outboxEnd(ctx, "failure record", id, token,
+		`UPDATE idem_outbox SET status = ?, not_before = ?, lease_until = 0, last_error = ? WHERE id = ? AND token = ? AND status = 'pending'`,
+		string(status), micros(f.NotBefore), f.Error, id, token)
+}
+
+// ListOutbox implements [idemstore.OutboxStore].
+func (l *Ledger) ListOutbox(ctx context.Context, f idemstore.OutboxFilter) ([]idemstore.OutboxRecord, error) {
+	var where []string
+	var args []any
+	for _, c := range []struct{ col, v string }{{"topic", f.Topic}, {"status", string(f.Status)}, {"id", f.ID}} {
+		if c.v != "" {
+			where = append(where, c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	q := `SELECT ` + outboxCols + ` FROM idem_outbox`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY seq`
+	if f.Limit > 0 {
+		q += fmt.Sprintf(` LIMIT %d`, f.Limit)
+	}
+	var out []idemstore.OutboxRecord
+	err := busyRetry(ctx, func() (err error) {
+		out, err = queryOutbox(ctx, l.db, q, args...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idem: %s: list outbox: %w", l.where(), err)
+	}
+	return out, nil
+}
+
+// RetryOutbox implements [idemstore.OutboxStore].
+func (l *Ledger) RetryOutbox(ctx context.Context, id string, now time.Time) error {
+	return l.outboxOp(ctx, "retry", id, `UPDATE idem_outbox SET status = 'pending', attempts = 0, not_before = ?, lease_until = 0 WHERE id = ? AND status = 'parked'`,
+		micros(now), id)
+}
+
+// DropOutbox implements [idemstore.OutboxStore].
+func (l *Ledger) DropOutbox(ctx context.Context, id string) error {
+	return l.outboxOp(ctx, "drop", id, `DELETE FROM idem_outbox WHERE id = ?`, id)
+}
+
+func (l *Ledger) outboxOp(ctx context.Context, op, id, q string, args ...any) error {
+	var n int64
+	err := l.withTx(ctx, true, func(tx *wtx) error {
+		res, err := tx.exec(q, args...)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("idem: %s: %s outbox message %s: %w", l.where(), op, id, err)
+	case n == 0:
+		what := "no message"
+		if op == "retry" {
+			what = "no parked message"
+		}
+		return fmt.Errorf("%w: %s: %s has %s with id %s; nothing was written", ErrMessageNotFound, op, l.where(), what, id)
+	}
+	return nil
+}
+
+// PruneOutbox implements [idemstore.OutboxStore].
+func (l *Ledger) PruneOutbox(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	err := l.withTx(ctx, false, func(tx *wtx) error {
+		res, err := tx.exec(`DELETE FROM idem_outbox WHERE status = 'delivered' AND delivered < ?`, micros(before))
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("idem: %s: prune outbox: %w", l.where(), err)
+	}
+	return n, nil
+}
+
+// OutboxStats implements [idemstore.OutboxStore].
+func (l *Ledger) OutboxStats(ctx context.Context) ([]idemstore.OutboxTopicStats, error) {
+	var out []idemstore.OutboxTopicStats
+	err := busyRetry(ctx, func() error {
+		out = nil
+		rows, err := l.db.QueryContext(ctx, `SELECT topic,
+				sum(status = 'pending'),
+				coalesce(min(CASE WHEN status = 'pending' THEN created END), 0),
+				sum(status = 'delivered'),
+				sum(status = 'pending' AND last_error != ''),
+				sum(status = 'parked')
+			FROM idem_outbox GROUP BY topic ORDER BY topic`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s idemstore.OutboxTopicStats
+			var oldest int64
+			if err := rows.Scan(&s.Topic, &s.Backlog, &oldest, &s.Delivered, &s.Failed, &s.Parked); err != nil {
+				return err
+			}
+			s.Oldest = fromMicros(oldest)
+			out = append(out, s)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idem: %s: outbox stats: %w", l.where(), err)
+	}
+	return out, nil
+}

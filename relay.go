@@ -1,0 +1,410 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemgo/idem/idemstore"
+)
+
+// Delivery is one attempt to deliver an outbox message: what a
+// [Deliverer] gets.
+type Delivery struct {
+	// ID is the message's stable id ([Put]): the same at every attempt,
+	// in every relay. A receiver dedupes by it: delivery is at least once.
+	ID      string
+	Topic   string
+	Payload []byte
+	Headers map[string]string
+	// Attempt counts the attempts handed out for this message, 1 for the
+	// first (a relay that died while delivering counts one too).
+	Attempt int
+	// Key (and Item, in EachTx) is the key whose transaction queued the
+	// message; Created is when, by the run's clock.
+	Key     Key
+	Item    string
+	Created time.Time
+}
+
+// Deliverer delivers outbox messages: the relay calls Deliver for each
+// message that is due. A nil error means delivered (the relay marks it
+// so); an error, a failed attempt, retried after the relay's backoff, or
+// at once parked when it is [Permanent] or the backoff gives up. Deliver
+// may be called again for a message it already delivered (the relay died
+// before marking it, or its lease ran out): make the receiver dedupe by
+// Delivery.ID. ctx ends when the message's lease does. A Deliver that
+// panics fails the attempt (the relay goes on with the other messages).
+type Deliverer interface {
+	Deliver(ctx context.Context, d Delivery) error
+}
+
+// DeliverFunc adapts a function to a [Deliverer].
+type DeliverFunc func(ctx context.Context, d Delivery) error
+
+// Deliver calls f.
+func (f DeliverFunc) Deliver(ctx context.Context, d Delivery) error { return f(ctx, d) }
+
+// DeliveryOutcome is how one delivery attempt ended.
+type DeliveryOutcome int
+
+// The outcomes of a delivery attempt.
+const (
+	DeliverySent       DeliveryOutcome = iota + 1 // the deliverer accepted it; marked delivered
+	DeliveryRetrying                              // it failed; due again at NotBefore
+	DeliveryParked                                // it failed for good (Permanent, or the backoff gave up): parked
+	DeliverySuperseded                            // its end was refused: its lease ran out and another relay took it, or it was dropped
+)
+
+func (o DeliveryOutcome) String() string {
+	switch o {
+	case DeliverySent:
+		return "delivered"
+	case DeliveryRetrying:
+		return "retrying"
+	case DeliveryParked:
+		return "parked"
+	case DeliverySuperseded:
+		return "superseded"
+	}
+	return fmt.Sprintf("DeliveryOutcome(%d)", int(o))
+}
+
+// DeliveryResult is what [OnDelivery] gets for every delivery attempt.
+// When recording the attempt's end failed, Err joins the store's error
+// (the message is handed out again after its lease).
+type DeliveryResult struct {
+	Delivery
+	Outcome   DeliveryOutcome
+	Err       error         // the deliverer's error (nil when delivered), or the store's
+	NotBefore time.Time     // Retrying: the next attempt's earliest time
+	Duration  time.Duration // how long Deliver took, by the relay's clock
+}
+
+// RelayResult counts what one pass of the relay ([RelayOnce]) did.
+type RelayResult struct {
+	Claimed    int   // delivery attempts handed out
+	Delivered  int   // marked delivered
+	Retrying   int   // failed; due again later
+	Parked     int   // failed for good
+	Superseded int   // ends refused: another relay took the message over, or it was dropped
+	Pruned     int64 // delivered messages deleted after the retention
+}
+
+// A RelayOption configures [Relay], [RelayOnce] and [Scheduler.AddRelay].
+type RelayOption interface{ applyRelay(*relayConfig) error }
+
+type relayOption func(*relayConfig) error
+
+func (o relayOption) applyRelay(c *relayConfig) error { return o(c) }
+
+// Defaults of the relay.
+const (
+	DefaultRelayBatch = 32
+	DefaultRelayLease = time.Minute
+	DefaultRelayPoll  = time.Second
+)
+
+type relayConfig struct {
+	batch     int
+	lease     time.Duration
+	poll      time.Duration
+	retention time.Duration // 0: keep delivered messages
+	backoff   Backoff
+	clock     Clock
+	logger    *slog.Logger
+	owner     string
+	onResult  func(DeliveryResult)
+	err       error
+}
+
+func newRelayConfig(opts []RelayOption) *relayConfig {
+	c := &relayConfig{batch: DefaultRelayBatch, lease: DefaultRelayLease, poll: DefaultRelayPoll,
+		backoff: DefaultBackoff(), clock: systemClock{}, owner: idemstore.Owner()}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.applyRelay(c); err != nil && c.err == nil {
+			c.err = fmt.Errorf("idem: relay: %w", err)
+		}
+	}
+	return c
+}
+
+// RelayBatch sets how many messages one claim takes at most (default
+// [DefaultRelayBatch]). Since a topic's messages go one at a time, a claim
+// takes at most one message per topic. n below 1 is an error matching
+// [ErrInvalidOption].
+func RelayBatch(n int) RelayOption {
+	return relayOption(func(c *relayConfig) error {
+		if n < 1 {
+			return invalidOption("RelayBatch(%d): at least 1", n)
+		}
+		c.batch = n
+		return nil
+	})
+}
+
+// RelayLease sets how long a claim holds a message (default
+// [DefaultRelayLease]): the deliverer's context ends with it, and after it
+// another relay may deliver the message again. Make it much longer than a
+// delivery takes. Below [MinLease] it is an error matching
+// [ErrInvalidOption].
+func RelayLease(d time.Duration) RelayOption {
+	return relayOption(func(c *relayConfig) error {
+		if d < MinLease {
+			return invalidOption("RelayLease(%v): at least %v", d, MinLease)
+		}
+		c.lease = d
+		return nil
+	})
+}
+
+// RelayPoll sets how long [Relay] waits, when nothing is due, before it
+// looks again (default [DefaultRelayPoll]). Not positive: an error
+// matching [ErrInvalidOption].
+func RelayPoll(d time.Duration) RelayOption {
+	return relayOption(func(c *relayConfig) error {
+		if d <= 0 {
+			return invalidOption("RelayPoll(%v): must be positive", d)
+		}
+		c.poll = d
+		return nil
+	})
+}
+
+// RelayRetention makes each pass delete the messages delivered more than
+// d ago (by the relay's clock). By default delivered messages are kept.
+// Not positive: an error matching [ErrInvalidOption].
+func RelayRetention(d time.Duration) RelayOption {
+	return relayOption(func(c *relayConfig) error {
+		if d <= 0 {
+			return invalidOption("RelayRetention(%v): must be positive", d)
+		}
+		c.retention = d
+		return nil
+	})
+}
+
+// RelayBackoff sets the retry policy of failed deliveries (default
+// [DefaultBackoff]): after the n-th failed attempt of a message it is due
+// again after b.Next(n); when b gives up it is parked. The attempt count
+// and the next time are kept in the store. A nil or invalid b is an error
+// matching [ErrInvalidOption].
+func RelayBackoff(b Backoff) RelayOption {
+	return relayOption(func(c *relayConfig) error {
+		if err := checkBackoff(b); err != nil {
+			return err
+		}
+		c.backoff = b
+		return nil
+	})
+}
+
+// RelayClock sets the relay's clock (leases, backoff, waits, retention;
+// default the system clock). A nil clk is an error matching
+// [ErrInvalidOption].
+func RelayClock(clk Clock) RelayOption {
+	return relayOption(func(c *relayConfig) error {
+		if clk == nil {
+			return invalidOption("RelayClock(nil)")
+		}
+		c.clock = clk
+		return nil
+	})
+}
+
+// RelayLogger logs failed deliveries, parked messages and store errors to
+// l (default: nothing).
+func RelayLogger(l *slog.Logger) RelayOption {
+	return relayOption(func(c *relayConfig) error { c.logger = l; return nil })
+}
+
+// RelayOwner names the relay in the store's records (default
+// idemstore.Owner(): host, pid and what proves the process's death). An
+// empty name is an error matching [ErrInvalidOption].
+func RelayOwner(name string) RelayOption {
+	return relayOption(func(c *relayConfig) error {
+		if name == "" {
+			return invalidOption("RelayOwner(\"\")")
+		}
+		c.owner = name
+		return nil
+	})
+}
+
+// OnDelivery calls f with the result of every delivery attempt, after its
+// end was recorded (or refused), for metrics and tests. f runs on the
+// relay's goroutine: keep it short.
+func OnDelivery(f func(DeliveryResult)) RelayOption {
+	return relayOption(func(c *relayConfig) error { c.onResult = f; return nil })
+}
+
+// RelayOnce delivers the outbox messages of s that are due, with d, until
+// none is due: it claims a batch (the first pending message of each topic,
+// leased to this relay with a fencing token), calls d for each, records
+// each end (fenced: an end whose lease another relay took over is
+// refused), and claims again. Then, with [RelayRetention], it prunes the
+// delivered messages older than the retention.
+//
+// What it promises: a message whose transaction committed is delivered at
+// least once, unless an operator drops it or it parks; a rolled-back
+// transaction's message never is; a message is not handed out while an
+// earlier message of its topic is pending. What it does NOT promise:
+// delivery exactly once. A relay that dies (or stalls past its lease)
+// between Deliver and the delivered mark delivers the message again, with
+// the same id: the receiver must dedupe by Delivery.ID.
+//
+// It returns what it did, and the first store error, which ends the pass
+// (a message claimed and not ended is delivered again after its lease).
+func RelayOnce(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts ...RelayOption) (RelayResult, error) {
+	if s == nil || d == nil {
+		panic("idem: RelayOnce needs a store and a deliverer")
+	}
+	c := newRelayConfig(opts)
+	if c.err != nil {
+		return RelayResult{}, c.err
+	}
+	return c.once(ctx, s, d)
+}
+
+// Relay runs [RelayOnce] passes until ctx ends, waiting [RelayPoll]
+// between passes that found nothing due, and then returns nil. A store
+// error is logged and the relay goes on after the poll interval. Run
+// several relays (processes, or the Postgres ledger's SKIP LOCKED claims
+// across hosts) to share the work: each message is held by one at a time.
+// An invalid option is returned at once.
+func Relay(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts ...RelayOption) error {
+	if s == nil || d == nil {
+		panic("idem: Relay needs a store and a deliverer")
+	}
+	c := newRelayConfig(opts)
+	if c.err != nil {
+		return c.err
+	}
+	c.loop(ctx, s, d, nil)
+	return nil
+}
+
+// loop runs passes until ctx ends; after each, pass (if set) gets its
+// result and error.
+func (c *relayConfig) loop(ctx context.Context, s idemstore.OutboxStore, d Deliverer, pass func(RelayResult, error)) {
+	for ctx.Err() == nil {
+		res, err := c.once(ctx, s, d)
+		if pass != nil {
+			pass(res, err)
+		}
+		if err != nil && ctx.Err() == nil {
+			c.log(ctx, slog.LevelWarn, "outbox relay: store error; trying again", slog.Any("error", err))
+		}
+		if sleep(ctx, c.clock, c.poll) != nil {
+			return
+		}
+	}
+}
+
+func (c *relayConfig) log(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {
+	if c.logger != nil {
+		c.logger.LogAttrs(ctx, level, msg, attrs...)
+	}
+}
+
+func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliverer) (res RelayResult, err error) {
+	for ctx.Err() == nil {
+		batch, err := s.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: c.batch, Owner: c.owner, Now: c.clock.Now(), Lease: c.lease})
+		if err != nil {
+			return res, err
+		}
+		if len(batch) == 0 {
+			break
+		}
+		res.Claimed += len(batch)
+		for _, rec := range batch {
+			if err := c.deliver(ctx, s, d, rec, &res); err != nil {
+				// The rest of the batch was claimed and not handed out:
+				// delivered after its lease, by this relay or another.
+				return res, err
+			}
+		}
+	}
+	if c.retention > 0 && ctx.Err() == nil {
+		n, err := s.PruneOutbox(ctx, c.clock.Now().Add(-c.retention))
+		res.Pruned += n
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// deliver hands rec to d and records how it ended.
+func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d Deliverer, rec idemstore.OutboxRecord, res *RelayResult) error {
+	dl := Delivery{ID: rec.ID, Topic: rec.Topic, Payload: rec.Payload, Headers: rec.Headers, Attempt: rec.Attempts,
+		Key: rec.Key, Item: rec.Item, Created: rec.Created}
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := c.clock.(systemClock); ok {
+		dctx, cancel = context.WithDeadline(ctx, rec.LeaseUntil)
+	}
+	start := c.clock.Now()
+	derr := callDeliver(dctx, d, dl)
+	cancel()
+	now := c.clock.Now()
+	r := DeliveryResult{Delivery: dl, Err: derr, Duration: now.Sub(start)}
+	var serr error
+	switch {
+	case derr == nil:
+		r.Outcome = DeliverySent
+		serr = s.DeliveredOutbox(context.WithoutCancel(ctx), rec.ID, rec.Token, now)
+	default:
+		f := idemstore.OutboxFailure{Now: now, Error: derr.Error()}
+		delay, ok := c.backoff.Next(rec.Attempts)
+		switch {
+		case ctx.Err() != nil:
+			// The relay is stopping: the message is due again at once,
+			// for the next relay.
+			f.NotBefore, r.Outcome, r.NotBefore = now, DeliveryRetrying, now
+		case isPermanent(derr) || !ok:
+			f.Park, r.Outcome = true, DeliveryParked
+		default:
+			f.NotBefore, r.Outcome, r.NotBefore = now.Add(delay), DeliveryRetrying, now.Add(delay)
+		}
+		serr = s.FailOutbox(context.WithoutCancel(ctx), rec.ID, rec.Token, f)
+	}
+	switch {
+	case errors.Is(serr, ErrLeaseLost):
+		r.Outcome = DeliverySuperseded
+		res.Superseded++
+		c.log(ctx, slog.LevelWarn, "outbox relay: end refused", slog.String("id", rec.ID), slog.Any("error", serr))
+		serr = nil
+	case serr != nil:
+		r.Err = errors.Join(derr, serr)
+	case r.Outcome == DeliverySent:
+		res.Delivered++
+	case r.Outcome == DeliveryRetrying:
+		res.Retrying++
+		c.log(ctx, slog.LevelWarn, "outbox relay: delivery failed; will retry", slog.String("id", rec.ID), slog.String("topic", rec.Topic),
+			slog.Int("attempt", rec.Attempts), slog.Time("not_before", r.NotBefore), slog.Any("error", derr))
+	case r.Outcome == DeliveryParked:
+		res.Parked++
+		c.log(ctx, slog.LevelError, "outbox relay: message parked", slog.String("id", rec.ID), slog.String("topic", rec.Topic),
+			slog.Int("attempt", rec.Attempts), slog.Any("error", derr))
+	}
+	if c.onResult != nil {
+		c.onResult(r)
+	}
+	return serr
+}
+
+// callDeliver calls d, turning a panic into an error: a deliverer that
+// panics on one message must not stop the relay for every other.
+func callDeliver(ctx context.Context, d Deliverer, dl Delivery) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("idem: deliverer panicked: %v", p)
+		}
+	}()
+	return d.Deliver(ctx, dl)
+}
