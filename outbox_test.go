@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
 )
 
 // collect is a deliverer that records what it was handed, in order.
@@ -58,4 +59,11 @@ func TestOutboxPutInRunTxThenRelay(t *testing.T) {
 	if _, err := idem.Put(ctx, (*sql.Tx)(nil), idem.Message{Topic: "x"}); !errors.Is(err, idem.ErrNoOutbox) {
 		t.Fatalf("Put outside a body: %v, want ErrNoOutbox", err)
 	}
+}
+
+// TestLedgerOutboxConformance runs idemtest's outbox suite on the SQLite
+// ledger.
+func TestLedgerOutboxConformance(t *testing.T) {
+	t.Parallel()
+	idemtest.TestOutbox(t, func(t *testing.T) idemtest.OutboxLedger[*sql.Tx] { return openLedger(t, t.TempDir()) })
 }

@@ -29,8 +29,9 @@ const DefaultSchema = "idem"
 // upgrades a version-1, 2 or 3 schema in place; a version-2 schema's
 // items keep their status. A process that still runs an older pgledger's
 // Each (or Prune) fails on the upgraded schema, whose table items is gone:
-// stop those first.
-const SchemaVersion = 4
+// stop those first. Version 5 adds the outbox (table outbox; idem.Put,
+// idem.Relay).
+const SchemaVersion = 5
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idemstore.Store],
@@ -249,6 +250,11 @@ func (l *core) migrate(ctx context.Context) error {
 	if v < 4 {
 		if _, err := tx.exec(ctx, l.q.upgradeParams); err != nil {
 			return l.schemaErr(fmt.Errorf("upgrading to version 4: %w", err))
+		}
+	}
+	if v < 5 {
+		if _, err := tx.exec(ctx, l.oq(outboxDDL)); err != nil {
+			return l.schemaErr(fmt.Errorf("upgrading to version 5: %w", err))
 		}
 	}
 	if _, err := tx.exec(ctx, l.q.setVersion, SchemaVersion); err != nil {

@@ -1,0 +1,712 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+)
+
+// OutboxLedger is a store with an outbox in the database of its
+// transactions of type Tx: what [TestOutbox] checks. idem.Ledger is one
+// with *sql.Tx, the Postgres ledger with pgx.Tx.
+type OutboxLedger[Tx any] interface {
+	idemstore.TxStore[Tx]
+	idemstore.OutboxTxStore[Tx]
+	idemstore.OutboxStore
+}
+
+// TestOutbox runs the outbox's conformance suite against the stores open
+// returns (each call a new, empty store): idem.Put in RunTxWith, EachTx
+// (when the store is an idemstore.ItemTxStore) and CatchUpTx (when it is
+// an idemstore.CatchUpTxStore); stable ids across a rolled-back attempt; no
+// message of a rolled-back transaction ever listed or delivered; per-topic
+// order through failures; backoff through a receiver down for an hour (on
+// a fake clock); poison messages parked without blocking other topics;
+// fencing of a relay whose lease ran out; retry, drop, prune and stats;
+// and concurrent relays that deliver no message twice. The store must use
+// the times it is given (the relay's clock), as idem's ledgers do.
+func TestOutbox[Tx any](t *testing.T, open func(t *testing.T) OutboxLedger[Tx]) {
+	t.Run("PutAndDeliver", func(t *testing.T) { testOutboxPut(t, open(t)) })
+	t.Run("RolledBackAttempt", func(t *testing.T) { testOutboxRollback(t, open(t)) })
+	t.Run("TopicOrder", func(t *testing.T) { testOutboxOrder(t, open(t)) })
+	t.Run("ReceiverDownAnHour", func(t *testing.T) { testOutboxDown(t, open(t)) })
+	t.Run("Poison", func(t *testing.T) { testOutboxPoison(t, open(t)) })
+	t.Run("Fencing", func(t *testing.T) { testOutboxFencing(t, open(t)) })
+	t.Run("PruneAndStats", func(t *testing.T) { testOutboxPrune(t, open(t)) })
+	t.Run("ConcurrentRelays", func(t *testing.T) { testOutboxRelays(t, open(t)) })
+	t.Run("EachTx", func(t *testing.T) { testOutboxEach(t, open(t)) })
+	t.Run("CatchUpTx", func(t *testing.T) { testOutboxCatchUp(t, open(t)) })
+}
+
+var outboxT0 = time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
+
+// receiver is the suite's deliverer: it records every delivery attempt
+// in order, and fails the ones fail says.
+type receiver struct {
+	mu   sync.Mutex
+	log  []idem.Delivery // every attempt handed to it
+	ok   []idem.Delivery // the accepted ones
+	fail func(d idem.Delivery) error
+}
+
+func (r *receiver) Deliver(_ context.Context, d idem.Delivery) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, d)
+	if r.fail != nil {
+		if err := r.fail(d); err != nil {
+			return err
+		}
+	}
+	r.ok = append(r.ok, d)
+	return nil
+}
+
+func (r *receiver) accepted() []idem.Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ok)
+}
+
+func (r *receiver) ids() []string {
+	var ids []string
+	for _, d := range r.accepted() {
+		ids = append(ids, d.ID)
+	}
+	return ids
+}
+
+// putTx runs a RunTx of key on s that puts msgs, then returns fnErr.
+func putTx[Tx any](ctx context.Context, s OutboxLedger[Tx], key idem.Key, fnErr error, msgs []idem.Message, opts ...idem.RunTxOption) ([]string, error) {
+	var ids []string
+	err := idem.RunTxWith(ctx, s, key, func(ctx context.Context, tx Tx) error {
+		ids = ids[:0]
+		for _, m := range msgs {
+			id, err := idem.Put(ctx, tx, m)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return fnErr
+	}, opts...)
+	return ids, err
+}
+
+func msg(topic string, n int) idem.Message {
+	return idem.Message{Topic: topic, Payload: []byte(topic + "#" + strconv.Itoa(n))}
+}
+
+func list(t *testing.T, s idemstore.OutboxStore, f idemstore.OutboxFilter) []idemstore.OutboxRecord {
+	t.Helper()
+	recs, err := s.ListOutbox(context.Background(), f)
+	if err != nil {
+		t.Fatalf("ListOutbox(%+v): %v", f, err)
+	}
+	return recs
+}
+
+func relayOnce(t *testing.T, s idemstore.OutboxStore, d idem.Deliverer, opts ...idem.RelayOption) idem.RelayResult {
+	t.Helper()
+	res, err := idem.RelayOnce(context.Background(), s, d, opts...)
+	if err != nil {
+		t.Fatalf("RelayOnce: %v (%+v)", err, res)
+	}
+	return res
+}
+
+func testOutboxPut[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+	ctx := context.Background()
+	clk := NewClock(outboxT0)
+	key := idem.Key{Job: "settle", Period: "2026-11-02"}
+	msgs := []idem.Message{
+		{Topic: "payments", Payload: []byte(`{"amount":5}`), Headers: map[string]string{"Content-Type": "application/json", "X-Tenant": "a"}},
+		{Topic: "payments", Payload: nil},
+		{Topic: "mail", Payload: []byte("hello")},
+	}
+	ids, err := putTx(ctx, s, key, nil, msgs, idem.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{key.RequestID() + "-0", key.RequestID() + "-1", key.RequestID() + "-2"}
+	if !slices.Equal(ids, want) {
+		t.Fatalf("ids %v, want %v", ids, want)
+	}
+	recs := list(t, s, idemstore.OutboxFilter{})
+	if len(recs) != 3 {
+		t.Fatalf("listed %d messages, want 3: %+v", len(recs), recs)
+	}
+	for i, r := range recs {
+		if r.ID != want[i] || r.Status != idemstore.OutboxPending || r.Key != key || r.Topic != msgs[i].Topic ||
+			string(r.Payload) != string(msgs[i].Payload) || len(r.Headers) != len(msgs[i].Headers) || !r.Created.Equal(outboxT0) {
+			t.Fatalf("message %d: %+v", i, r)
+		}
+	}
+	if got := list(t, s, idemstore.OutboxFilter{Topic: "mail"}); len(got) != 1 || got[0].ID != want[2] {
+		t.Fatalf("topic filter: %+v", got)
+	}
+	if got := list(t, s, idemstore.OutboxFilter{ID: want[1]}); len(got) != 1 || got[0].ID != want[1] {
+		t.Fatalf("id filter: %+v", got)
+	}
+	// A second run of the done key queues nothing more.
+	if _, err := putTx(ctx, s, key, nil, msgs, idem.WithClock(clk)); err != nil {
+		t.Fatal(err)
+	}
+	var r receiver
+	var results []idem.DeliveryResult
+	res := relayOnce(t, s, &r, idem.RelayClock(clk), idem.OnDelivery(func(dr idem.DeliveryResult) { results = append(results, dr) }))
+	if res.Delivered != 3 || res.Claimed != 3 || len(results) != 3 {
+		t.Fatalf("relay result %+v, %d results; want 3 delivered", res, len(results))
+	}
+	got := map[string]idem.Delivery{}
+	for i, d := range r.accepted() {
+		got[d.ID] = d
+		if results[i].Outcome != idem.DeliverySent || results[i].ID != d.ID {
+			t.Fatalf("result %d: %+v", i, results[i])
+		}
+	}
+	for i, id := range want {
+		d := got[id]
+		if d.ID != id || d.Topic != msgs[i].Topic || string(d.Payload) != string(msgs[i].Payload) || d.Attempt != 1 || d.Key != key {
+			t.Fatalf("delivery of message %d: %+v", i, d)
+		}
+	}
+	if h := got[want[0]].Headers; h["X-Tenant"] != "a" || h["Content-Type"] != "application/json" {
+		t.Fatalf("headers %v", h)
+	}
+	for _, rec := range list(t, s, idemstore.OutboxFilter{}) {
+		if rec.Status != idemstore.OutboxDelivered || !rec.Delivered.Equal(outboxT0) {
+			t.Fatalf("after the relay: %+v", rec)
+		}
+	}
+	if res := relayOnce(t, s, &r, idem.RelayClock(clk)); res.Claimed != 0 {
+		t.Fatalf("a second pass claimed %+v", res)
+	}
+	// Put with another transaction type, or outside a body.
+	err = idem.RunTxWith(ctx, s, idem.Key{Job: "settle", Period: "other"}, func(ctx context.Context, tx Tx) error {
+		_, err := idem.Put(ctx, "not a tx", idem.Message{Topic: "x"})
+		return idem.Permanent(err)
+	}, idem.WithClock(clk))
+	if !errors.Is(err, idem.ErrNoOutbox) {
+		t.Fatalf("Put with another tx: %v, want ErrNoOutbox", err)
+	}
+	if _, err := idem.Put(ctx, 0, idem.Message{Topic: "x"}); !errors.Is(err, idem.ErrNoOutbox) {
+		t.Fatalf("Put outside a body: %v, want ErrNoOutbox", err)
+	}
+	err = idem.RunTxWith(ctx, s, idem.Key{Job: "settle", Period: "bad"}, func(ctx context.Context, tx Tx) error {
+		_, err := idem.Put(ctx, tx, idem.Message{Topic: ""})
+		return idem.Permanent(err)
+	}, idem.WithClock(clk))
+	if !errors.Is(err, idem.ErrInvalidMessage) {
+		t.Fatalf("Put of an empty topic: %v, want ErrInvalidMessage", err)
+	}
+	if n := len(list(t, s, idemstore.OutboxFilter{})); n != 3 {
+		t.Fatalf("%d messages after refused Puts, want 3", n)
+	}
+}
+
+func testOutboxRollback[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+	ctx := context.Background()
+	clk := NewAutoClock(outboxT0)
+	key := idem.Key{Job: "grant", Period: "2026-11-02"}
+	msgs := []idem.Message{msg("points", 0), msg("points", 1)}
+	boom := errors.New("boom after the Puts")
+	if _, err := putTx(ctx, s, key, boom, msgs, idem.WithClock(clk), idem.OneAttempt()); !errors.Is(err, boom) {
+		t.Fatalf("failing attempt: %v, want boom", err)
+	}
+	if recs := list(t, s, idemstore.OutboxFilter{}); len(recs) != 0 {
+		t.Fatalf("a rolled-back attempt left messages: %+v", recs)
+	}
+	var r receiver
+	if res := relayOnce(t, s, &r, idem.RelayClock(clk)); res.Claimed != 0 {
+		t.Fatalf("relay after a rollback: %+v", res)
+	}
+	// In-process retries: fails twice, then commits.
+	fails := 2
+	var ids []string
+	err := idem.RunTxWith(ctx, s, key, func(ctx context.Context, tx Tx) error {
+		ids = ids[:0]
+		for _, m := range msgs {
+			id, err := idem.Put(ctx, tx, m)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		if fails > 0 {
+			fails--
+			return boom
+		}
+		return nil
+	}, idem.WithClock(clk), idem.WithBackoff(idem.Constant(time.Second)), idem.WaitForTurn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{key.RequestID() + "-0", key.RequestID() + "-1"}
+	if !slices.Equal(ids, want) {
+		t.Fatalf("ids after retries %v, want %v", ids, want)
+	}
+	recs := list(t, s, idemstore.OutboxFilter{})
+	if len(recs) != 2 || recs[0].ID != want[0] || recs[1].ID != want[1] {
+		t.Fatalf("after the retried attempt: %+v", recs)
+	}
+	relayOnce(t, s, &r, idem.RelayClock(clk))
+	if got := r.ids(); !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+}
+
+// checkOrder fails unless, per topic, the accepted deliveries come in
+// the order of the messages' Seq, and no attempt of a message came before
+// the acceptance of every earlier message of its topic that was not
+// parked.
+func checkOrder(t *testing.T, s idemstore.OutboxStore, log []idem.Delivery) {
+	t.Helper()
+	recs := list(t, s, idemstore.OutboxFilter{})
+	seq := map[string]idemstore.OutboxRecord{}
+	for _, r := range recs {
+		seq[r.ID] = r
+	}
+	settled := map[string]bool{}
+	for _, r := range recs {
+		if r.Status == idemstore.OutboxParked {
+			settled[r.ID] = true
+		}
+	}
+	for i, d := range log {
+		me := seq[d.ID]
+		for _, r := range recs {
+			if r.Topic == me.Topic && r.Seq < me.Seq && !settled[r.ID] {
+				t.Fatalf("attempt %d: %s (topic %s) handed out before %s was delivered", i, d.ID, d.Topic, r.ID)
+			}
+		}
+		// Accepted now? (the log holds attempts; an accepted one is the
+		// last attempt of its id)
+		last := true
+		for _, e := range log[i+1:] {
+			if e.ID == d.ID {
+				last = false
+			}
+		}
+		if last && me.Status == idemstore.OutboxDelivered {
+			settled[d.ID] = true
+		}
+	}
+}
+
+func testOutboxOrder[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+	ctx := context.Background()
+	clk := NewClock(outboxT0)
+	// Five transactions, each two messages of topic a and one of b.
+	for p := range 5 {
+		key := idem.Key{Job: "order", Period: fmt.Sprintf("p%d", p)}
+		if _, err := putTx(ctx, s, key, nil, []idem.Message{msg("a", 2*p), msg("b", p), msg("a", 2*p+1)}, idem.WithClock(clk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a's messages fail twice each; b's never.
+	tries := map[string]int{}
+	r := receiver{fail: func(d idem.Delivery) error {
+		tries[d.ID]++
+		if d.Topic == "a" && tries[d.ID] <= 2 {
+			return errors.New("a is flaky")
+		}
+		return nil
+	}}
+	opts := []idem.RelayOption{idem.RelayClock(clk), idem.RelayBackoff(idem.Constant(time.Second)), idem.RelayBatch(4)}
+	for round := 0; round < 100 && len(r.accepted()) < 15; round++ {
+		relayOnce(t, s, &r, opts...)
+		clk.Advance(time.Second)
+	}
+	if n := len(r.accepted()); n != 15 {
+		t.Fatalf("%d of 15 delivered", n)
+	}
+	checkOrder(t, s, r.log)
+	var a, b []string
+	for _, d := range r.accepted() {
+		if d.Topic == "a" {
+			a = append(a, string(d.Payload))
+		} else {
+			b = append(b, string(d.Payload))
+		}
+	}
+	for i := range a {
+		if a[i] != "a#"+strconv.Itoa(i) {
+			t.Fatalf("topic a delivered in the order %v", a)
+		}
+	}
+	for i := range b {
+		if b[i] != "b#"+strconv.Itoa(i) {
+			t.Fatalf("topic b delivered in the order %v", b)
+		}
+	}
+	// b did not wait for a: all of b was delivered before the last of a.
+	lastA, lastB := -1, -1
+	for i, d := range r.accepted() {
+		if d.Topic == "a" {
+			lastA = i
+		} else {
+			lastB = i
+		}
+	}
+	if lastB > lastA {
+		t.Fatalf("topic b waited for a's retries: %v", r.ids())
+	}
+}
+
+func testOutboxDown[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+	ctx := context.Background()
+	clk := NewClock(outboxT0)
+	for p := range 3 {
+		key := idem.Key{Job: "notify", Period: fmt.Sprintf("p%d", p)}
+		if _, err := putTx(ctx, s, key, nil, []idem.Message{msg("n"+strconv.Itoa(p), 0), msg("n"+strconv.Itoa(p), 1)}, idem.WithClock(clk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	back := outboxT0.Add(time.Hour)
+	var mu sync.Mutex
+	r := receiver{fail: func(idem.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if clk.Now().Before(back) {
+			return errors.New("connection refused")
+		}
+		return nil
+	}}
+	b := idem.WithMaxAttempts(50, idem.WithCap(10*time.Minute, idem.Exponential(time.Second)))
+	opts := []idem.RelayOption{idem.RelayClock(clk), idem.RelayBackoff(b)}
+	// The relay passes every 30 seconds for two hours of fake time.
+	var attempts []time.Time
+	for clk.Now().Before(outboxT0.Add(2 * time.Hour)) {
+		res := relayOnce(t, s, &r, opts...)
+		if res.Claimed > 0 && clk.Now().Before(back) {
+			attempts = append(attempts, clk.Now())
+		}
+		if res.Parked > 0 {
+			t.Fatalf("a message parked while the receiver was down: %+v", res)
+		}
+		clk.Advance(30 * time.Second)
+	}
+	if got := len(r.accepted()); got != 6 {
+		t.Fatalf("%d of 6 messages arrived after the receiver returned", got)
+	}
+	// Backoff: while down, the attempts thinned out (far fewer than one
+	// per pass: 120 passes in the hour).
+	if len(attempts) >= 40 {
+		t.Fatalf("%d passes handed out messages while the receiver was down: no backoff", len(attempts))
+	}
+	for _, rec := range list(t, s, idemstore.OutboxFilter{}) {
+		first := strings.HasSuffix(string(rec.Payload), "#0") // the head of its topic, tried while down
+		if rec.Status != idemstore.OutboxDelivered || (first && rec.Attempts < 5) || (!first && rec.Attempts != 1) {
+			t.Fatalf("after the outage: %+v", rec)
+		}
+		if rec.Delivered.Before(back) {
+			t.Fatalf("delivered while the receiver was down: %+v", rec)
+		}
+	}
+	checkOrder(t, s, r.log)
+}
+
+
+func testOutboxPoison[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+	ctx := context.Background()
+	clk := NewClock(outboxT0)
+	key := idem.Key{Job: "poison", Period: "p"}
+	msgs := []idem.Message{msg("bad", 0), msg("bad", 1), msg("good", 0), msg("flaky", 0), msg("good", 1)}
+	ids, err := putTx(ctx, s, key, nil, msgs, idem.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := receiver{fail: func(d idem.Delivery) error {
+		switch {
+		case d.ID == ids[0]:
+			return idem.Permanent(errors.New("422: schema rejected"))
+		case d.Topic == "flaky":
+			return errors.New("503 always")
+		}
+		return nil
+	}}
+	opts := []idem.RelayOption{idem.RelayClock(clk), idem.RelayBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Minute)))}
+	for range 10 {
+		relayOnce(t, s, &r, opts...)
+		clk.Advance(time.Minute)
+	}
+	parked := list(t, s, idemstore.OutboxFilter{Status: idemstore.OutboxParked})
+	if len(parked) != 2 || parked[0].ID != ids[0] || parked[1].ID != ids[3] {
+		t.Fatalf("parked %+v, want %s and %s", parked, ids[0], ids[3])
+	}
+	if parked[0].LastError != "422: schema rejected" || parked[0].Attempts != 1 {
+		t.Fatalf("poison parked as %+v", parked[0])
+	}
+	if parked[1].LastError != "503 always" || parked[1].Attempts != 3 {
+		t.Fatalf("flaky parked as %+v", parked[1])
+	}
+	if got, want := r.ids(), []string{ids[1], ids[2], ids[4]}; !slices.Equal(sorted(got), sorted(want)) {
+		t.Fatalf("delivered %v, want %v (a parked message blocks nothing)", got, want)
+	}
+	checkOrder(t, s, r.log)
+	// An operator retries the poison message (fixed downstream) and drops
+	// the flaky one.
+	r.fail = nil
+	if err := s.RetryOutbox(ctx, ids[0], clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RetryOutbox(ctx, ids[0], clk.Now()); !errors.Is(err, idem.ErrMessageNotFound) {
+		t.Fatalf("retry of a pending message: %v, want ErrMessageNotFound", err)
+	}
+	if err := s.DropOutbox(ctx, ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DropOutbox(ctx, ids[3]); !errors.Is(err, idem.ErrMessageNotFound) {
+		t.Fatalf("second drop: %v, want ErrMessageNotFound", err)
+	}
+	res := relayOnce(t, s, &r, opts...)
+	if res.Delivered != 1 {
+		t.Fatalf("after retry: %+v", res)
+	}
+	last := r.accepted()[len(r.accepted())-1]
+	if last.ID != ids[0] || last.Attempt != 1 {
+		t.Fatalf("retried message delivered as %+v", last)
+	}
+	if n := len(list(t, s, idemstore.OutboxFilter{})); n != 4 {
+		t.Fatalf("%d messages after a drop, want 4", n)
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+func testOutboxFencing[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+	ctx := context.Background()
+	clk := NewClock(outboxT0)
+	ids, err := putTx(ctx, s, idem.Key{Job: "fence", Period: "p"}, nil, []idem.Message{msg("f", 0)}, idem.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: 10, Owner: "relay-a", Now: clk.Now(), Lease: time.Minute})
+	if err != nil || len(a) != 1 || a[0].ID != ids[0] || a[0].Attempts != 1 || a[0].Owner != "relay-a" {
+		t.Fatalf("claim a: %+v, %v", a, err)
+	}
+	// Held: nobody else gets it.
+	if b, err := s.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: 10, Owner: "relay-b", Now: clk.Now().Add(59 * time.Second), Lease: time.Minute}); err != nil || len(b) != 0 {
+		t.Fatalf("claim during the lease: %+v, %v", b, err)
+	}
+	clk.Advance(time.Minute)
+	b, err := s.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: 10, Owner: "relay-b", Now: clk.Now(), Lease: time.Minute})
+	if err != nil || len(b) != 1 || b[0].Token <= a[0].Token || b[0].Attempts != 2 {
+		t.Fatalf("claim after the lease: %+v, %v", b, err)
+	}
+	if err := s.DeliveredOutbox(ctx, ids[0], a[0].Token, clk.Now()); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("stale delivered mark: %v, want ErrLeaseLost", err)
+	}
+	if err := s.FailOutbox(ctx, ids[0], a[0].Token, idemstore.OutboxFailure{Now: clk.Now(), Park: true, Error: "stale"}); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("stale failure: %v, want ErrLeaseLost", err)
+	}
+	if err := s.DeliveredOutbox(ctx, ids[0], b[0].Token, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeliveredOutbox(ctx, ids[0], b[0].Token, clk.Now()); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("second delivered mark: %v, want ErrLeaseLost", err)
+	}
+	// The relay reports a refused end as superseded, and calls OnDelivery.
+	ids, err = putTx(ctx, s, idem.Key{Job: "fence", Period: "q"}, nil, []idem.Message{msg("g", 0)}, idem.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []idem.DeliveryResult
+	steal := idem.DeliverFunc(func(ctx context.Context, d idem.Delivery) error {
+		// Another relay takes the message over while this one delivers.
+		if _, err := s.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: 1, Owner: "thief", Now: clk.Now().Add(2 * time.Minute), Lease: time.Minute}); err != nil {
+			return err
+		}
+		return nil
+	})
+	res := relayOnce(t, s, steal, idem.RelayClock(clk), idem.OnDelivery(func(r idem.DeliveryResult) { got = append(got, r) }))
+	if res.Superseded != 1 || res.Delivered != 0 || len(got) != 1 || got[0].Outcome != idem.DeliverySuperseded || got[0].ID != ids[0] {
+		t.Fatalf("relay whose lease was taken over: %+v, %+v", res, got)
+	}
+}
+
+func testOutboxPrune[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+	ctx := context.Background()
+	clk := NewClock(outboxT0)
+	for p := range 4 {
+		if _, err := putTx(ctx, s, idem.Key{Job: "prune", Period: fmt.Sprintf("p%d", p)}, nil, []idem.Message{msg("t", p), msg("u", p)}, idem.WithClock(clk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stats, err := s.OutboxStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stats) != 2 || stats[0].Topic != "t" || stats[0].Backlog != 4 || !stats[0].Oldest.Equal(outboxT0) || stats[1].Topic != "u" {
+		t.Fatalf("stats %+v", stats)
+	}
+	// t's messages fail once each, u's for good: each pass delivers one
+	// of t's.
+	tries := map[string]int{}
+	r := receiver{fail: func(d idem.Delivery) error {
+		tries[d.ID]++
+		switch {
+		case d.Topic == "u":
+			return idem.Permanent(errors.New("no"))
+		case tries[d.ID] == 1:
+			return errors.New("not yet")
+		}
+		return nil
+	}}
+	for range 5 {
+		relayOnce(t, s, &r, idem.RelayClock(clk), idem.RelayBackoff(idem.Constant(time.Minute)))
+		clk.Advance(time.Minute)
+	}
+	stats, err = s.OutboxStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats[0].Backlog != 0 || stats[0].Delivered != 4 || !stats[0].Oldest.IsZero() || stats[1].Parked != 4 {
+		t.Fatalf("stats after delivery %+v", stats)
+	}
+	// Delivered 4, 3, 2 and 1 minutes ago; retention 150 s: two go.
+	res := relayOnce(t, s, &r, idem.RelayClock(clk), idem.RelayRetention(150*time.Second))
+	if res.Pruned != 2 {
+		t.Fatalf("pruned %d, want 2", res.Pruned)
+	}
+	if n := len(list(t, s, idemstore.OutboxFilter{Status: idemstore.OutboxDelivered})); n != 2 {
+		t.Fatalf("%d delivered left, want 2", n)
+	}
+	if n := len(list(t, s, idemstore.OutboxFilter{Status: idemstore.OutboxParked})); n != 4 {
+		t.Fatalf("prune touched parked messages: %d left, want 4", n)
+	}
+	if n := len(list(t, s, idemstore.OutboxFilter{Limit: 3})); n != 3 {
+		t.Fatalf("Limit 3 listed %d", n)
+	}
+}
+
+func testOutboxRelays[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+	ctx := context.Background()
+	const topics, per = 6, 5
+	for p := range per {
+		var msgs []idem.Message
+		for tp := range topics {
+			msgs = append(msgs, msg("c"+strconv.Itoa(tp), p))
+		}
+		if _, err := putTx(ctx, s, idem.Key{Job: "relays", Period: fmt.Sprintf("p%d", p)}, nil, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var r receiver
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				if _, err := idem.RelayOnce(ctx, s, &r, idem.RelayBatch(2), idem.RelayOwner(fmt.Sprintf("relay-%d", i))); err != nil {
+					errs <- err
+					return
+				}
+				if len(r.accepted()) == topics*per {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, d := range r.accepted() {
+		seen[d.ID]++
+	}
+	if len(seen) != topics*per {
+		t.Fatalf("%d of %d messages delivered", len(seen), topics*per)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("%s delivered %d times by concurrent relays", id, n)
+		}
+	}
+	checkOrder(t, s, r.log)
+}
+
+func testOutboxEach[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+	its, ok := any(s).(idemstore.ItemTxStore[Tx])
+	if !ok {
+		t.Skipf("%T is not an idemstore.ItemTxStore", s)
+	}
+	ctx := context.Background()
+	clk := NewAutoClock(outboxT0)
+	key := idem.Key{Job: "fan", Period: "p"}
+	failed := map[string]bool{}
+	var mu sync.Mutex
+	_, err := idem.EachTx(ctx, its, key, idem.Items(func(yield func(string) bool) {
+		for i := range 5 {
+			if !yield("acct-" + strconv.Itoa(i)) {
+				return
+			}
+		}
+	}), func(ctx context.Context, tx Tx, item string) error {
+		if _, err := idem.Put(ctx, tx, idem.Message{Topic: "grants", Payload: []byte(item)}); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if item == "acct-3" && !failed[item] {
+			failed[item] = true
+			return errors.New("first attempt of acct-3 fails after its Put")
+		}
+		return nil
+	}, idem.WithClock(clk), idem.WithBackoff(idem.Constant(time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := list(t, s, idemstore.OutboxFilter{})
+	if len(recs) != 5 {
+		t.Fatalf("%d messages for 5 items (one retried), want 5: %+v", len(recs), recs)
+	}
+	for _, r := range recs {
+		if r.ID != key.ItemRequestID(r.Item)+"-0" || string(r.Payload) != r.Item || r.Key != key {
+			t.Fatalf("item message %+v", r)
+		}
+	}
+}
+
+func testOutboxCatchUp[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+	cs, ok := any(s).(idemstore.CatchUpTxStore[Tx])
+	if !ok {
+		t.Skipf("%T is not an idemstore.CatchUpTxStore", s)
+	}
+	ctx := context.Background()
+	clk := NewClock(outboxT0)
+	res, err := idem.CatchUpTx(ctx, cs, "daily", idem.Daily(time.UTC), func(ctx context.Context, tx Tx, p idem.Period) error {
+		_, err := idem.Put(ctx, tx, idem.Message{Topic: "daily", Payload: []byte(p.Name)})
+		return err
+	}, idem.WithClock(clk), idem.Since(outboxT0.Add(-72*time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := list(t, s, idemstore.OutboxFilter{})
+	if len(recs) != res.Count(idem.Ran) || res.Count(idem.Ran) < 3 {
+		t.Fatalf("%d messages for %d periods run", len(recs), res.Count(idem.Ran))
+	}
+	for i, r := range recs {
+		if r.ID != r.Key.RequestID()+"-0" || string(r.Payload) != r.Key.Period || (i > 0 && r.Key.Period <= recs[i-1].Key.Period) {
+			t.Fatalf("catch-up message %d: %+v", i, r)
+		}
+	}
+}

@@ -1,0 +1,309 @@
+package pgledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+	"github.com/jackc/pgx/v5"
+)
+
+var (
+	_ idemstore.OutboxTxStore[pgx.Tx]  = (*Ledger)(nil)
+	_ idemstore.OutboxTxStore[*sql.Tx] = (*DBLedger)(nil)
+	_ idemstore.OutboxStore            = (*Ledger)(nil)
+	_ idemstore.OutboxStore            = (*DBLedger)(nil)
+)
+
+// The outbox (version 5): one row per message in table outbox, seq its
+// order. A transaction that puts a message takes a transaction-scoped
+// advisory lock on its topic first, so that within a topic seq order is
+// commit order: transactions that put messages of one topic commit one
+// after the other (from their first Put of it to their commit). Times are
+// the callers' clocks (the run's for created, the relay's for leases and
+// backoff), in microseconds since the Unix epoch, 0 for none: relays on
+// several hosts need clocks that agree to well within the relay's lease.
+const (
+	outboxDDL = `
+CREATE TABLE IF NOT EXISTS {s}.outbox (
+	seq         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	id          text COLLATE "C" NOT NULL UNIQUE,
+	topic       text COLLATE "C" NOT NULL,
+	payload     bytea NOT NULL,
+	headers     text NOT NULL DEFAULT '',
+	job         text COLLATE "C" NOT NULL,
+	period      text COLLATE "C" NOT NULL,
+	item        text COLLATE "C" NOT NULL DEFAULT '',
+	status      text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'delivered', 'parked')),
+	attempts    integer NOT NULL DEFAULT 0,
+	token       bigint NOT NULL DEFAULT 0,
+	owner       text NOT NULL DEFAULT '',
+	lease_until bigint NOT NULL DEFAULT 0,
+	not_before  bigint NOT NULL DEFAULT 0,
+	last_error  text NOT NULL DEFAULT '',
+	created     bigint NOT NULL,
+	delivered   bigint NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS outbox_pending ON {s}.outbox (topic, seq) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS outbox_delivered ON {s}.outbox (delivered) WHERE status = 'delivered';`
+
+	outboxCols = `seq, id, topic, payload, headers, job, period, item, status, attempts, token, owner, lease_until, not_before, last_error, created, delivered`
+
+	// outboxPutSQL locks the topic ($1: its advisory lock id) for the rest
+	// of the transaction, then inserts: the row's seq is drawn under the
+	// lock.
+	outboxPutSQL = `WITH l AS (SELECT pg_advisory_xact_lock($1))
+	INSERT INTO {s}.outbox(id, topic, payload, headers, job, period, item, created)
+	SELECT $2::text, $3::text, $4::bytea, $5::text, $6::text, $7::text, $8::text, $9::bigint FROM l`
+
+	// outboxClaimSQL takes the first pending message of each topic that is
+	// due and not leased ($3: now), up to $4, skipping rows another claim
+	// holds locked.
+	outboxClaimSQL = `UPDATE {s}.outbox SET attempts = attempts + 1, token = token + 1, owner = $1::text, lease_until = $2::bigint
+	WHERE seq IN (
+		SELECT c.seq FROM {s}.outbox c
+		WHERE c.status = 'pending' AND c.lease_until <= $3::bigint AND c.not_before <= $3::bigint
+		  AND NOT EXISTS (SELECT 1 FROM {s}.outbox e WHERE e.status = 'pending' AND e.topic = c.topic AND e.seq < c.seq)
+		ORDER BY c.seq LIMIT $4::bigint
+		FOR UPDATE SKIP LOCKED)
+	RETURNING ` + outboxCols
+
+	outboxDeliveredSQL = `UPDATE {s}.outbox SET status = 'delivered', delivered = $1, lease_until = 0, last_error = ''
+	WHERE id = $2 AND token = $3 AND status = 'pending'`
+	outboxFailSQL = `UPDATE {s}.outbox SET status = $1, not_before = $2, lease_until = 0, last_error = $3
+	WHERE id = $4 AND token = $5 AND status = 'pending'`
+	outboxRetrySQL = `UPDATE {s}.outbox SET status = 'pending', attempts = 0, not_before = $1, lease_until = 0
+	WHERE id = $2 AND status = 'parked'`
+	outboxDropSQL  = `DELETE FROM {s}.outbox WHERE id = $1`
+	outboxPruneSQL = `DELETE FROM {s}.outbox WHERE status = 'delivered' AND delivered < $1`
+	outboxStatsSQL = `SELECT topic,
+		count(*) FILTER (WHERE status = 'pending'),
+		coalesce(min(created) FILTER (WHERE status = 'pending'), 0),
+		count(*) FILTER (WHERE status = 'delivered'),
+		count(*) FILTER (WHERE status = 'pending' AND last_error <> ''),
+		count(*) FILTER (WHERE status = 'parked')
+	FROM {s}.outbox GROUP BY topic ORDER BY topic`
+)
+
+func (l *core) oq(q string) string {
+	return strings.ReplaceAll(q, "{s}", pgx.Identifier{l.schema}.Sanitize())
+}
+
+func usMicros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func fromUs(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us)
+}
+
+// PutOutbox implements [idemstore.OutboxTxStore] with pgx.Tx: it inserts
+// msgs into the schema's table outbox in tx (idem.Put).
+func (l *Ledger) PutOutbox(ctx context.Context, t pgx.Tx, msgs []idemstore.OutboxMessage) error {
+	return l.putOutbox(ctx, pgxTx{t}, msgs)
+}
+
+// PutOutbox implements [idemstore.OutboxTxStore] with *sql.Tx, as
+// [Ledger.PutOutbox] does with pgx.Tx.
+func (l *DBLedger) PutOutbox(ctx context.Context, t *sql.Tx, msgs []idemstore.OutboxMessage) error {
+	return l.putOutbox(ctx, sqlTx{t}, msgs)
+}
+
+func (l *core) putOutbox(ctx context.Context, t conn, msgs []idemstore.OutboxMessage) error {
+	q := l.oq(outboxPutSQL)
+	for _, m := range msgs {
+		h := ""
+		if len(m.Headers) > 0 {
+			b, err := json.Marshal(m.Headers)
+			if err != nil {
+				return err
+			}
+			h = string(b)
+		}
+		payload := m.Payload
+		if payload == nil {
+			payload = []byte{}
+		}
+		if _, err := t.exec(ctx, q, l.lockID("outbox", m.Topic), m.ID, m.Topic, payload, h, m.Key.Job, m.Key.Period, m.Item, usMicros(m.Created)); err != nil {
+			if strings.Contains(err.Error(), "23505") || strings.Contains(err.Error(), "duplicate key") {
+				return fmt.Errorf("message id %s is already in the outbox: %w", m.ID, err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func scanOutbox(scan func(dest ...any) error) (idemstore.OutboxRecord, error) {
+	var r idemstore.OutboxRecord
+	var headers, status string
+	var attempts int32
+	var lease, notBefore, created, delivered int64
+	err := scan(&r.Seq, &r.ID, &r.Topic, &r.Payload, &headers, &r.Key.Job, &r.Key.Period, &r.Item, &status,
+		&attempts, &r.Token, &r.Owner, &lease, &notBefore, &r.LastError, &created, &delivered)
+	if err != nil {
+		return r, err
+	}
+	if headers != "" {
+		if err := json.Unmarshal([]byte(headers), &r.Headers); err != nil {
+			return r, fmt.Errorf("outbox message %s: headers %q: %w", r.ID, headers, err)
+		}
+	}
+	if r.Payload == nil {
+		r.Payload = []byte{}
+	}
+	r.Attempts = int(attempts)
+	r.Status = idemstore.OutboxStatus(status)
+	r.LeaseUntil, r.NotBefore, r.Created, r.Delivered = fromUs(lease), fromUs(notBefore), fromUs(created), fromUs(delivered)
+	return r, nil
+}
+
+func (l *core) queryOutbox(ctx context.Context, c conn, q string, args ...any) ([]idemstore.OutboxRecord, error) {
+	var out []idemstore.OutboxRecord
+	err := c.query(ctx, q, args, func(scan func(dest ...any) error) error {
+		r, err := scanOutbox(scan)
+		if err != nil {
+			return err
+		}
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// ClaimOutbox implements [idemstore.OutboxStore]: one statement takes the
+// first pending message of each topic that is due and not leased, with
+// FOR UPDATE SKIP LOCKED, so that relays on many hosts share the work and
+// never hold one message at once.
+func (l *core) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimRequest) ([]idemstore.OutboxRecord, error) {
+	out, err := l.queryOutbox(ctx, l.db, l.oq(outboxClaimSQL), req.Owner, usMicros(req.Now.Add(req.Lease)), usMicros(req.Now), req.N)
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: schema %q: claim outbox messages: %w", l.schema, err)
+	}
+	sortSeq(out)
+	return out, nil
+}
+
+func sortSeq(out []idemstore.OutboxRecord) {
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].Seq < out[j-1].Seq; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+}
+
+func (l *core) outboxEnd(ctx context.Context, what, id string, token int64, q string, args ...any) error {
+	n, err := l.db.exec(ctx, l.oq(q), args...)
+	if err != nil {
+		return fmt.Errorf("pgledger: schema %q: outbox message %s: %s: %w", l.schema, id, what, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: outbox message %s: its claim %d is no longer the latest (its lease ran out and another relay took it, or it was dropped or settled); %s refused",
+			idem.ErrLeaseLost, id, token, what)
+	}
+	return nil
+}
+
+// DeliveredOutbox implements [idemstore.OutboxStore].
+func (l *core) DeliveredOutbox(ctx context.Context, id string, token int64, now time.Time) error {
+	return l.outboxEnd(ctx, "delivered mark", id, token, outboxDeliveredSQL, usMicros(now), id, token)
+}
+
+// FailOutbox implements [idemstore.OutboxStore].
+func (l *core) FailOutbox(ctx context.Context, id string, token int64, f idemstore.OutboxFailure) error {
+	status := idemstore.OutboxPending
+	if f.Park {
+		status = idemstore.OutboxParked
+	}
+	return l.outboxEnd(ctx, "failure record", id, token, outboxFailSQL, string(status), usMicros(f.NotBefore), f.Error, id, token)
+}
+
+// ListOutbox implements [idemstore.OutboxStore].
+func (l *core) ListOutbox(ctx context.Context, f idemstore.OutboxFilter) ([]idemstore.OutboxRecord, error) {
+	var where []string
+	var args []any
+	for _, c := range []struct{ col, v string }{{"topic", f.Topic}, {"status", string(f.Status)}, {"id", f.ID}} {
+		if c.v != "" {
+			args = append(args, c.v)
+			where = append(where, fmt.Sprintf("%s = $%d", c.col, len(args)))
+		}
+	}
+	q := `SELECT ` + outboxCols + ` FROM {s}.outbox`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY seq`
+	if f.Limit > 0 {
+		q += fmt.Sprintf(` LIMIT %d`, f.Limit)
+	}
+	out, err := l.queryOutbox(ctx, l.db, l.oq(q), args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgledger: schema %q: list outbox: %w", l.schema, err)
+	}
+	return out, nil
+}
+
+// RetryOutbox implements [idemstore.OutboxStore].
+func (l *core) RetryOutbox(ctx context.Context, id string, now time.Time) error {
+	return l.outboxOp(ctx, "retry", id, outboxRetrySQL, usMicros(now), id)
+}
+
+// DropOutbox implements [idemstore.OutboxStore].
+func (l *core) DropOutbox(ctx context.Context, id string) error {
+	return l.outboxOp(ctx, "drop", id, outboxDropSQL, id)
+}
+
+func (l *core) outboxOp(ctx context.Context, op, id, q string, args ...any) error {
+	n, err := l.db.exec(ctx, l.oq(q), args...)
+	switch {
+	case err != nil:
+		return fmt.Errorf("pgledger: schema %q: %s outbox message %s: %w", l.schema, op, id, err)
+	case n == 0:
+		what := "no message"
+		if op == "retry" {
+			what = "no parked message"
+		}
+		return fmt.Errorf("%w: %s: schema %q has %s with id %s; nothing was written", idem.ErrMessageNotFound, op, l.schema, what, id)
+	}
+	return nil
+}
+
+// PruneOutbox implements [idemstore.OutboxStore].
+func (l *core) PruneOutbox(ctx context.Context, before time.Time) (int64, error) {
+	n, err := l.db.exec(ctx, l.oq(outboxPruneSQL), usMicros(before))
+	if err != nil {
+		return 0, fmt.Errorf("pgledger: schema %q: prune outbox: %w", l.schema, err)
+	}
+	return n, nil
+}
+
+// OutboxStats implements [idemstore.OutboxStore].
+func (l *core) OutboxStats(ctx context.Context) ([]idemstore.OutboxTopicStats, error) {
+	var out []idemstore.OutboxTopicStats
+	err := l.db.query(ctx, l.oq(outboxStatsSQL), nil, func(scan func(dest ...any) error) error {
+		var s idemstore.OutboxTopicStats
+		var oldest int64
+		if err := scan(&s.Topic, &s.Backlog, &oldest, &s.Delivered, &s.Failed, &s.Parked); err != nil {
+			return err
+		}
+		s.Oldest = fromUs(oldest)
+		out = append(out, s)
+		return nil
+	})
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("pgledger: schema %q: outbox stats: %w", l.schema, err)
+	}
+	return out, nil
+}
