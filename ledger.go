@@ -26,6 +26,10 @@ import (
 // shared memory, and network filesystems break its locks. For services on
 // several machines use the Postgres ledger.
 //
+// Its outbox (table idem_outbox: [Put] in a RunTx, EachTx or CatchUpTx
+// body, delivered by [Relay]) makes it an [idemstore.OutboxTxStore] of
+// *sql.Tx and an [idemstore.OutboxStore].
+//
 // A Ledger is safe for concurrent use by many goroutines and processes.
 type Ledger struct {
 	db       *sql.DB // synchronous=FULL (on an attached database: the caller's pool)

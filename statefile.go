@@ -34,6 +34,9 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 // done in order: while one period is pending (running, failed, unknown or
 // parked), another period of the job waits ([ErrOutOfOrder]). Backfilling a
 // period older than the watermark is not possible here; use a [Ledger].
+// Nor has it an outbox: it is no transactional store, so there is no
+// RunTx body in which [Put] could queue a message ([ErrNoOutbox]); a job
+// that must notify another system after its own writes needs a Ledger.
 //
 // Every write is atomic and durable: a temp file in the same directory,
 // fsync, rename over the file, fsync of the directory. A failed fsync is

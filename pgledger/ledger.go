@@ -37,7 +37,9 @@ const SchemaVersion = 5
 // of its schema, keyed by (job, period). It implements [idemstore.Store],
 // [idemstore.TxStore] (with [pgx.Tx]), [idemstore.CatchUpStore], [idemstore.Lister], and,
 // for [idem.Each] and [idem.EachTx], [idemstore.ItemStore] and
-// [idemstore.ItemTxStore] (with [pgx.Tx]).
+// [idemstore.ItemTxStore] (with [pgx.Tx]), and, for [idem.Put] and
+// [idem.Relay], [idemstore.OutboxTxStore] (with [pgx.Tx]) and
+// [idemstore.OutboxStore] (table outbox).
 //
 // A Ledger is safe for concurrent use by many goroutines, processes and
 // hosts.
