@@ -71,11 +71,13 @@ func Put[Tx any](ctx context.Context, tx Tx, msg Message) (id string, err error)
 	if w == nil {
 		return "", fmt.Errorf("%w: Put outside the body of a RunTx, EachTx or CatchUpTx", ErrNoOutbox)
 	}
-	if w.put == nil {
-		return "", fmt.Errorf("%w: store %s has no outbox (the SQLite Ledger and the Postgres ledgers have one)", ErrNoOutbox, w.store)
+	own, ok := w.tx.(Tx)
+	if !ok || !sameTx(own, tx) {
+		return "", fmt.Errorf("%w: Put with a transaction (%T) other than the body's own (%T)", ErrNoOutbox, tx, w.tx)
 	}
-	if own, ok := w.tx.(Tx); !ok || !sameTx(own, tx) {
-		return "", fmt.Errorf("%w: Put with a transaction (%T) other than the body's own", ErrNoOutbox, tx)
+	store, ok := w.store.(idemstore.OutboxTxStore[Tx])
+	if !ok {
+		return "", fmt.Errorf("%w: store %T has no outbox (the SQLite Ledger and the Postgres ledgers have one)", ErrNoOutbox, w.store)
 	}
 	if err := checkMessage(msg); err != nil {
 		return "", err
@@ -89,7 +91,7 @@ func Put[Tx any](ctx context.Context, tx Tx, msg Message) (id string, err error)
 	if m.Payload == nil {
 		m.Payload = []byte{}
 	}
-	if err := w.put(ctx, []idemstore.OutboxMessage{m}); err != nil {
+	if err := store.PutOutbox(ctx, own, []idemstore.OutboxMessage{m}); err != nil {
 		return "", fmt.Errorf("idem: put %s (topic %q) for %s: %w", id, msg.Topic, w.key, err)
 	}
 	return id, nil
@@ -143,8 +145,7 @@ type outboxKey struct{}
 // Put writes through, and the index of its next message.
 type outboxWriter struct {
 	tx    any // the body's transaction
-	put   func(context.Context, []idemstore.OutboxMessage) error
-	store string // the store, for errors
+	store any // the body's store: an OutboxTxStore of the transaction's type, or a store without an outbox
 	key   Key
 	item  string
 	clock Clock
@@ -170,11 +171,7 @@ func (w *outboxWriter) requestID() string {
 // EachTx). A store that is not an OutboxTxStore of Tx gives an outbox that
 // refuses every Put with ErrNoOutbox.
 func withOutbox[Tx any](ctx context.Context, s any, tx Tx, key Key, item string, clock Clock) context.Context {
-	w := &outboxWriter{tx: tx, key: key, item: item, clock: clock, store: fmt.Sprintf("%T", s)}
-	if os, ok := s.(idemstore.OutboxTxStore[Tx]); ok {
-		w.put = func(ctx context.Context, msgs []idemstore.OutboxMessage) error { return os.PutOutbox(ctx, tx, msgs) }
-	}
-	return context.WithValue(ctx, outboxKey{}, w)
+	return context.WithValue(ctx, outboxKey{}, &outboxWriter{tx: tx, key: key, item: item, clock: clock, store: s})
 }
 
 // withoutOutbox hides an enclosing body's outbox from a fn that does not
