@@ -88,7 +88,9 @@ type OutboxStore interface {
 
 	// RetryOutbox puts a parked message back to pending, due at now, its
 	// attempts cleared ([ErrMessageNotFound] when there is no parked
-	// message with that id).
+	// message with that id). It keeps its place (Seq): it holds back the
+	// later messages of its topic that are still pending, and comes after
+	// those delivered while it was parked.
 	RetryOutbox(ctx context.Context, id string, now time.Time) error
 
 	// DropOutbox deletes the message, whatever its state
