@@ -58,6 +58,8 @@ const (
 	DeliverySuperseded                            // its end was refused: its lease ran out and another relay took it, or it was dropped
 )
 
+// String returns the outcome's name: delivered, retrying, parked or
+// superseded.
 func (o DeliveryOutcome) String() string {
 	switch o {
 	case DeliverySent:
@@ -102,9 +104,9 @@ func (o relayOption) applyRelay(c *relayConfig) error { return o(c) }
 
 // Defaults of the relay.
 const (
-	DefaultRelayBatch = 32
-	DefaultRelayLease = time.Minute
-	DefaultRelayPoll  = time.Second
+	DefaultRelayBatch = 32          // messages a claim takes at most (RelayBatch)
+	DefaultRelayLease = time.Minute // how long a claim holds a message (RelayLease)
+	DefaultRelayPoll  = time.Second // the wait between passes that found nothing due (RelayPoll)
 )
 
 type relayConfig struct {
