@@ -260,7 +260,8 @@ func OnDelivery(f func(DeliveryResult)) RelayOption {
 // between Deliver and the delivered mark delivers the message again, with
 // the same id: the receiver must dedupe by Delivery.ID.
 //
-// It returns what it did, and the first store error, which ends the pass
+// It returns what it did, and the first store error (or ctx's, if ctx
+// ended first), which ends the pass
 // (a message claimed and not ended is delivered again after its lease).
 // A message that fails is due again after the backoff's delay: with
 // delays shorter than a pass, and a backoff that never gives up, a pass
@@ -274,7 +275,11 @@ func RelayOnce(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts .
 	if c.err != nil {
 		return RelayResult{}, c.err
 	}
-	return c.once(ctx, s, d)
+	res, err := c.once(ctx, s, d)
+	if err == nil && ctx.Err() != nil {
+		err = context.Cause(ctx) // the pass stopped before nothing was due
+	}
+	return res, err
 }
 
 // Relay runs [RelayOnce] passes until ctx ends, waiting [RelayPoll]
