@@ -148,7 +148,14 @@ func (l *core) claimItems(ctx context.Context, key idemstore.Key, req idemstore.
 	var b idemstore.ItemBatch
 	var size, doubt, failures int
 	var items []string
-	err := l.db.queryRow(ctx, l.q.claimChunk, []any{key.Job, key.Period, req.Owner, micros(lease), n, gone},
+	// A claim that need not survive power loss (AtLeastOnce) does not wait
+	// for its WAL flush: the synchronous commit of the chunk's first window
+	// flushes the WAL through it, as a Run's done mark does its claim.
+	var pre []stmt
+	if !req.Durable {
+		pre = []stmt{{query: syncOffSQL}}
+	}
+	err := l.db.batchRow(ctx, pre, l.q.claimChunk, []any{key.Job, key.Period, req.Owner, micros(lease), n, gone},
 		&b.Chunk, &b.Attempt, &size, &b.Pos, &doubt, &failures, &items)
 	if err == nil {
 		if len(items) != size-b.Pos {
