@@ -13,7 +13,8 @@
 # did meanwhile (River's idle client in the idem runs, the WAL writer).
 #
 # Usage: bench/fsyncs.sh [n] [pg]   (default n=100; needs strace, and psql
-# for pg; with "pg" as the second argument, only the Postgres lines)
+# for pg; with "pg" as the second argument, only the Postgres lines, and of
+# them only those $PG_ONLY matches, a bash regexp, if set)
 set -euo pipefail
 cd "$(dirname "$0")"
 n=${1:-100}
@@ -79,6 +80,7 @@ pgsyncs() { # NAME SIDE ROUNDS
 }
 for name in pg_fresh_run_vs_river pg_duplicate_vs_river pg_fresh_run_vs_floor pg_duplicate_vs_floor pg_runtx_vs_floor \
 	pg_fanout_vs_floor pg_fanout_vs_river pg_concurrent_fresh_run_vs_floor; do
+	[[ $name =~ ${PG_ONLY:-.} ]] || continue
 	line="$name: WAL syncs per op:"
 	for side in idem other; do
 		s1=$(pgsyncs "$name" "$side" 1)
@@ -87,7 +89,8 @@ for name in pg_fresh_run_vs_river pg_duplicate_vs_river pg_fresh_run_vs_floor pg
 		if [ "$side" = other ]; then
 			case $name in *river) role=river ;; *) role=floor ;; esac
 		fi
-		line+=$(awk -v d=$((s3 - s1)) -v o="$(ops "$role" "$name")" -v r="$role" 'BEGIN { printf "  %s %.2f", r, d / (2 * o) }')
+		line+=$(awk -v d=$((s3 - s1)) -v o="$(ops "$role" "$name")" -v r="$role" \
+			'BEGIN { v = d / (2 * o); printf (v < 0.1 && v > -0.1 ? "  %s %.4f" : "  %s %.2f"), r, v }')
 	done
 	echo "$line"
 done

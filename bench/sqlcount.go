@@ -63,7 +63,12 @@ func (a countSnapshot) perOp(ops int) string {
 	if ops == 0 {
 		return "-"
 	}
-	f := func(x int64) string { return fmt.Sprintf("%.2f", float64(x)/float64(ops)) }
+	f := func(x int64) string {
+		if v := float64(x) / float64(ops); v != 0 && v < 0.1 {
+			return fmt.Sprintf("%.4f", v) // a fan-out's statements per item
+		}
+		return fmt.Sprintf("%.2f", float64(x)/float64(ops))
+	}
 	if a.trips > 0 { // Postgres: SET and set_config count as pragmas
 		return "round trips " + f(a.trips) + " (reads " + f(a.reads) + " writes " + f(a.writes) + " begin/commit " + f(a.tx) + " settings " + f(a.pragmas) + ")"
 	}
