@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgledger"
@@ -21,16 +20,25 @@ import (
 // comparisons.
 const pgFanoutClients = 4
 
+// extraPool opens one more pool for role on e's database, closed with e.
+func (e *pgEnv) extraPool(ctx context.Context, role string) (*pgxpool.Pool, error) {
+	p, err := pgPool(ctx, e.dsn, role, 0, nil)
+	if err != nil {
+		return nil, err
+	}
+	e.extraPools = append(e.extraPools, p)
+	return p, nil
+}
+
 // pgFanoutLedgers opens pgFanoutClients-1 more ledgers on e's schema, each
 // on a pool of its own, and returns them with e's.
 func pgFanoutLedgers(ctx context.Context, e *pgEnv) ([]*pgledger.Ledger, error) {
 	ls := []*pgledger.Ledger{e.ledger}
 	for len(ls) < pgFanoutClients {
-		p, err := pgPool(ctx, e.dsn, "idem", 0, nil)
+		p, err := e.extraPool(ctx, "idem")
 		if err != nil {
 			return nil, err
 		}
-		e.extraPools = append(e.extraPools, p)
 		l, err := pgledger.New(ctx, p, pgledger.WithSchema(e.ledger.Schema()))
 		if err != nil {
 			return nil, err
@@ -142,11 +150,10 @@ func pgFanoutVsFloor(ctx context.Context, cfg config) (result, error) {
 	insert, claim, done := r.Replace(pgFanInsertSQL), r.Replace(pgFanClaimSQL), r.Replace(pgFanDoneSQL)
 	pools := []*pgxpool.Pool{e.pool}
 	for len(pools) < pgFanoutClients {
-		p, err := pgPool(ctx, e.dsn, "floor", 0, nil)
+		p, err := e.extraPool(ctx, "floor")
 		if err != nil {
 			return result{}, err
 		}
-		e.extraPools = append(e.extraPools, p)
 		pools = append(pools, p)
 	}
 	ids := fanoutItemIDs(n)
@@ -251,11 +258,10 @@ func pgFanoutVsRiver(ctx context.Context, cfg config) (result, error) {
 	fwd, stopFwd := context.WithCancel(ctx)
 	defer stopFwd()
 	for range pgFanoutClients {
-		p, err := pgPool(ctx, e.dsn, "river", 0, nil)
+		p, err := e.extraPool(ctx, "river")
 		if err != nil {
 			return result{}, err
 		}
-		e.extraPools = append(e.extraPools, p)
 		env, err := startRiver(ctx, riverpgxv5.New(p), riverSchema, n, func(w *river.Workers) { river.AddWorker(w, &itemWorker{}) })
 		if err != nil {
 			return result{}, err
@@ -281,29 +287,7 @@ func pgFanoutVsRiver(ctx context.Context, cfg config) (result, error) {
 	}
 	ids := fanoutItemIDs(n)
 	riverSide := side{ops: func(ctx context.Context, round int) (int, error) {
-		period := fmt.Sprintf("%03d", round)
-		for start := 0; start < n; start += fanoutBatch {
-			var params []river.InsertManyParams
-			for _, id := range ids[start:min(start+fanoutBatch, n)] {
-				params = append(params, river.InsertManyParams{Args: itemArgs{Period: period, Item: id}})
-			}
-			if _, err := clients[0].client.InsertMany(ctx, params); err != nil {
-				return 0, err
-			}
-		}
-		timeout := time.NewTimer(2 * time.Minute)
-		defer timeout.Stop()
-		for range n {
-			select {
-			case ev := <-done:
-				if ev.Kind != river.EventKindJobCompleted {
-					return 0, fmt.Errorf("river: event %s", ev.Kind)
-				}
-			case <-timeout.C:
-				return 0, errors.New("river: items not worked within two minutes")
-			}
-		}
-		return n, nil
+		return n, riverInsertItems(ctx, clients[0].client, done, fmt.Sprintf("%03d", round), ids)
 	}}
 	return alternate(ctx, cfg, pgLedgerFanoutSide(ls, n), riverSide)
 }
