@@ -102,9 +102,11 @@ func answer(req idemstore.ClaimRequest, s snapshot, state idemstore.ClaimState) 
 // LeaseUntil and NotBefore of the returned Record are expressed on the
 // claimer's clock (req.Now plus what remains of them on the server's), so
 // that a wait for them is right whatever the clocks' difference. Lookup
-// returns the server's times. Every commit is durable, so req.Durable needs
-// nothing more; an AtLeastOnce claim (not req.Durable) does not wait for
-// its commit's WAL flush (see take).
+// returns the server's times. A claim with req.Durable commits
+// synchronously; one without (AtLeastOnce) does not wait for its commit's
+// WAL flush: the done mark's synchronous commit flushes the WAL through it
+// (see take). A duplicate's answer for a done key carries only Key,
+// Status, Fingerprint and Value, as idemstore.Claim allows.
 func (l *core) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	if err := req.Key.Validate(); err != nil {
 		return idemstore.Claim{}, err
