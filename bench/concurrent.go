@@ -61,10 +61,10 @@ func concurrentSide(n int, run func(context.Context, idem.Key) error) side {
 
 // concurrentFreshRunVsFloor: Ledger.Run (AtLeastOnce) of new keys from 16
 // goroutines at once against fresh_run_vs_floor's floor run from 16
-// goroutines at once. SQLite has one writer at a time: the floor's two
-// connections are each used by one goroutine at a time (a mutex each), as
-// idem queues its writers on a mutex. Neither side shares a commit between
-// keys.
+// goroutines at once. SQLite has one writer at a time: the floor's claims
+// and done marks take turns on one mutex, as idem queues its writers on a
+// mutex (SQLite's busy handler would make a waiting writer sleep). Neither
+// side shares a commit between keys.
 func concurrentFreshRunVsFloor(ctx context.Context, cfg config) (result, error) {
 	dir, l, cleanup, err := ledgerInTempDir(ctx, "concurrent")
 	if err != nil {
@@ -76,19 +76,19 @@ func concurrentFreshRunVsFloor(ctx context.Context, cfg config) (result, error) 
 		return result{}, err
 	}
 	defer fl.close()
-	var claimMu, doneMu sync.Mutex
+	var writer sync.Mutex // one writer at a time, as SQLite allows: no wait in its busy handler
 	floorRun := func(ctx context.Context, k idem.Key) error {
-		claimMu.Lock()
+		writer.Lock()
 		err := fl.claim(ctx, k)
-		claimMu.Unlock()
+		writer.Unlock()
 		if err != nil {
 			return err
 		}
 		if err := noop(ctx); err != nil {
 			return err
 		}
-		doneMu.Lock()
-		defer doneMu.Unlock()
+		writer.Lock()
+		defer writer.Unlock()
 		return execOne(ctx, fl.done, nowMicros(), k.Job, k.Period)
 	}
 	idemRun := func(ctx context.Context, k idem.Key) error { return l.Run(ctx, k, noop) }
