@@ -92,7 +92,9 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // itself done (Outcome Ran). A later Each of a done period returns at once
 // (AlreadyDone). Items that are unknown keep the period open: Each returns
 // an error matching ErrUnknownOutcome. While other holders work items, or
-// items back off, Each waits for them, until ctx ends.
+// items back off, Each waits for them, until ctx ends: it looks at the
+// items again after 5 ms, then after twice as long each time, up to 200 ms
+// (a backoff, until its deadline).
 //
 // Overload: [WithRate] and [WithPause] pace the items; guards
 // ([WithGuard]: memory, free disk, a function of yours) are asked before
@@ -260,6 +262,7 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	e.done.Store(counts.Done + counts.Parked)
 	e.total = counts.Total()
 
+	var held time.Duration // the last wait for items that others hold
 	for {
 		if err := e.work(ctx); err != nil {
 			res.Outcome, res.Counts, res.Parked = Failed, counts, e.parked
@@ -277,10 +280,16 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		if e.stopped() {
 			return deferred(counts)
 		}
-		// Others hold items, or items back off: wait for them.
+		// Others hold items, or items back off: wait for them. While others
+		// hold items, look again soon, then less and less often (heldPoll,
+		// doubling up to the poll interval): the end of a period's last
+		// chunk is seen about as soon as it has been waited for.
 		wait := e.cfg.poll
 		if counts.Pending+counts.Running == 0 && !counts.NextRetry.IsZero() {
 			wait = max(wait, counts.NextRetry.Sub(e.cfg.clock.Now()))
+		} else if counts.Pending+counts.Running > 0 {
+			held = min(max(2*held, heldPoll), e.cfg.poll)
+			wait = held
 		}
 		if err := sleep(ctx, e.cfg.clock, wait); err != nil {
 			res.Outcome, res.Counts, res.Parked = Failed, counts, e.parked
@@ -296,7 +305,8 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	// Every item is done or parked: mark the period done.
 	pc := *cfg // the done mark's Run: its own copy
 	pc.mode, pc.report, pc.observer = periodMode, &mark, nil
-	pc.wait = true // another holder may be writing the same mark this instant
+	pc.wait = true          // another holder may be writing the same mark this instant
+	pc.pollFirst = heldPoll // which takes it a moment: look again soon
 	err = execute(ctx, s, key, &pc, func(context.Context) ([]byte, error) { return nil, nil }, nil, nil)
 	res.Outcome = mark.Outcome
 	if mark.Outcome == AlreadyDone {
@@ -304,6 +314,11 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	}
 	return res, err
 }
+
+// heldPoll is Each's first wait for items that other holders work, and
+// for another holder's mark of the period: the waits double from there up
+// to the poll interval.
+const heldPoll = 5 * time.Millisecond
 
 // chunkSize is how many items a chunk holds at most.
 const chunkSize = 500

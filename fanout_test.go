@@ -15,6 +15,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 var points = idem.Key{Job: "daily_points", Period: "2026-10-27"}
@@ -218,5 +219,77 @@ func TestPruneDeletesItems(t *testing.T) {
 	res, err := idem.Each(ctx, l, points, accounts(50), func(context.Context, string) error { t.Error("ran a pruned period's item"); return nil })
 	if err != nil || res.Outcome != idem.AlreadyDone {
 		t.Fatalf("Each of a pruned period: %v, %v", err, res.Outcome)
+	}
+}
+
+// waitClock is the system clock that records every wait asked of it.
+type waitClock struct {
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func (c *waitClock) Now() time.Time { return time.Now() }
+
+func (c *waitClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	c.waits = append(c.waits, d)
+	c.mu.Unlock()
+	return time.After(d)
+}
+
+func (c *waitClock) asked() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.waits...)
+}
+
+// TestEachWaitsForOtherHoldersSoonThenLess: an Each that finds every item
+// held by another Each looks at them again after 5 ms, then after twice as
+// long each time, up to the poll interval (200 ms); both calls return once
+// the holder is done, and every item ran once.
+func TestEachWaitsForOtherHoldersSoonThenLess(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir())
+	ctx := context.Background()
+	key := idem.Key{Job: "held", Period: "2026-10-27"}
+	var ran atomic.Int64
+	started, release := make(chan struct{}), make(chan struct{})
+	aDone := make(chan error, 1)
+	go func() {
+		var once sync.Once
+		_, err := idem.Each(ctx, l, key, accounts(2), func(context.Context, string) error {
+			ran.Add(1)
+			once.Do(func() { close(started) })
+			<-release
+			return nil
+		}, idem.WithWorkers(1))
+		aDone <- err
+	}()
+	testwait.Recv(t, started, "A to hold the period's only chunk")
+	clk := &waitClock{}
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := idem.Each(ctx, l, key, accounts(2), func(context.Context, string) error {
+			ran.Add(1)
+			return nil
+		}, idem.WithWorkers(1), idem.WithClock(clk))
+		bDone <- err
+	}()
+	want := []time.Duration{5, 10, 20, 40, 80, 160, 200, 200}
+	testwait.Until(t, func() bool { return len(clk.asked()) >= len(want) }, "B to wait %d times for A's chunk", len(want))
+	close(release)
+	if err := testwait.Recv(t, aDone, "A's Each to return"); err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	if err := testwait.Recv(t, bDone, "B's Each to return"); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	for i, w := range clk.asked()[:len(want)] {
+		if w != want[i]*time.Millisecond {
+			t.Fatalf("B's waits %v; want %v ms first", clk.asked(), want)
+		}
+	}
+	if n := ran.Load(); n != 2 {
+		t.Fatalf("fn ran %d times for 2 items", n)
 	}
 }

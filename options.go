@@ -246,19 +246,23 @@ const MinLease = 3 * time.Millisecond
 var defaultBackoff = DefaultBackoff()
 
 type config struct {
-	mode     mode
-	lease    time.Duration
-	backoff  Backoff
-	wait     bool
-	poll     time.Duration
-	clock    Clock
-	logger   *slog.Logger
-	observer func(Result)
-	report   *Result
-	result   *Result // internal: RunValue's copy of the result
-	catchUp  catchUpConfig
-	each     eachConfig
-	job      jobConfig
+	mode    mode
+	lease   time.Duration
+	backoff Backoff
+	wait    bool
+	poll    time.Duration
+	// pollFirst, if set, is the first wait for a key another holder runs
+	// (WaitForTurn): the waits double from there up to poll. Each's own
+	// mark of its period sets it.
+	pollFirst time.Duration
+	clock     Clock
+	logger    *slog.Logger
+	observer  func(Result)
+	report    *Result
+	result    *Result // internal: RunValue's copy of the result
+	catchUp   catchUpConfig
+	each      eachConfig
+	job       jobConfig
 
 	fingerprint string // WithParams: the fingerprint of the work's parameters; "" for none
 	guards      []Guard

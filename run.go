@@ -372,10 +372,11 @@ type runner struct {
 	key       Key
 	cfg       *config
 	res       Result
-	start     time.Time // the call's start, by cfg.clock: RetryWithin counts from it
-	claimedAt time.Time // when the current attempt was claimed, by cfg.clock
-	leaseEnd  time.Time // the current attempt's lease end, by cfg.clock, as of its claim or last renewal
-	held      int64     // the attempt this call holds and has not recorded the end of; 0 if none
+	start     time.Time     // the call's start, by cfg.clock: RetryWithin counts from it
+	claimedAt time.Time     // when the current attempt was claimed, by cfg.clock
+	leaseEnd  time.Time     // the current attempt's lease end, by cfg.clock, as of its claim or last renewal
+	held      int64         // the attempt this call holds and has not recorded the end of; 0 if none
+	busyWait  time.Duration // with cfg.pollFirst: the last wait for another holder
 }
 
 // log logs msg with the call's context ctx, if the call has a logger.
@@ -541,7 +542,12 @@ func (r *runner) unacquired(ctx context.Context, c idemstore.Claim) (again bool,
 		return false, nil
 	case idemstore.ClaimBusy:
 		if cfg.wait {
-			if err := sleep(ctx, cfg.clock, cfg.poll); err != nil {
+			wait := cfg.poll
+			if cfg.pollFirst > 0 {
+				r.busyWait = min(max(2*r.busyWait, cfg.pollFirst), cfg.poll)
+				wait = r.busyWait
+			}
+			if err := sleep(ctx, cfg.clock, wait); err != nil {
 				return false, r.fail(InProgress, err)
 			}
 			return true, nil

@@ -161,32 +161,38 @@ func fanoutVsRiver(ctx context.Context, cfg config) (result, error) {
 	defer stop()
 	ids := fanoutItemIDs(n)
 	riverSide := side{ops: func(ctx context.Context, round int) (int, error) {
-		period := fmt.Sprintf("%03d", round)
-		for start := 0; start < n; start += fanoutBatch {
-			var params []river.InsertManyParams
-			for _, id := range ids[start:min(start+fanoutBatch, n)] {
-				params = append(params, river.InsertManyParams{Args: itemArgs{Period: period, Item: id}})
-			}
-			if _, err := env.client.InsertMany(ctx, params); err != nil {
-				return 0, err
-			}
-		}
-		timeout := time.NewTimer(2 * time.Minute)
-		defer timeout.Stop()
-		for range n {
-			select {
-			case ev, ok := <-env.done:
-				if !ok {
-					return 0, errors.New("river: subscription closed")
-				}
-				if ev.Kind != river.EventKindJobCompleted {
-					return 0, fmt.Errorf("river: event %s", ev.Kind)
-				}
-			case <-timeout.C:
-				return 0, errors.New("river: items not worked within two minutes")
-			}
-		}
-		return n, nil
+		return n, riverInsertItems(ctx, env.client, env.done, fmt.Sprintf("%03d", round), ids)
 	}}
 	return alternate(ctx, cfg, ledgerFanoutSide(l, n), riverSide)
+}
+
+// riverInsertItems inserts one job per item of period with InsertMany in
+// batches of 500 (unique by arguments) and returns once done has delivered
+// the completion of every one.
+func riverInsertItems[TTx any](ctx context.Context, client *river.Client[TTx], done <-chan *river.Event, period string, ids []string) error {
+	for start := 0; start < len(ids); start += fanoutBatch {
+		var params []river.InsertManyParams
+		for _, id := range ids[start:min(start+fanoutBatch, len(ids))] {
+			params = append(params, river.InsertManyParams{Args: itemArgs{Period: period, Item: id}})
+		}
+		if _, err := client.InsertMany(ctx, params); err != nil {
+			return err
+		}
+	}
+	timeout := time.NewTimer(2 * time.Minute)
+	defer timeout.Stop()
+	for range ids {
+		select {
+		case ev, ok := <-done:
+			if !ok {
+				return errors.New("river: subscription closed")
+			}
+			if ev.Kind != river.EventKindJobCompleted {
+				return fmt.Errorf("river: event %s", ev.Kind)
+			}
+		case <-timeout.C:
+			return errors.New("river: items not worked within two minutes")
+		}
+	}
+	return nil
 }

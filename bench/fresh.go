@@ -105,6 +105,17 @@ func (f *freshFloor) init(ctx context.Context) error {
 
 // run is the floor's Run: durable claim, fn, durable done mark.
 func (f *freshFloor) run(ctx context.Context, k idem.Key, fn func(context.Context) error) error {
+	if err := f.claim(ctx, k); err != nil {
+		return err
+	}
+	if err := fn(ctx); err != nil {
+		return err
+	}
+	return execOne(ctx, f.done, nowMicros(), k.Job, k.Period)
+}
+
+// claim is the floor's claim of k: BEGIN IMMEDIATE, INSERT, COMMIT.
+func (f *freshFloor) claim(ctx context.Context, k idem.Key) error {
 	now := nowMicros()
 	if _, err := f.begin.ExecContext(ctx); err != nil {
 		return err
@@ -117,10 +128,7 @@ func (f *freshFloor) run(ctx context.Context, k idem.Key, fn func(context.Contex
 		f.rollback(ctx)
 		return err
 	}
-	if err := fn(ctx); err != nil {
-		return err
-	}
-	return execOne(ctx, f.done, nowMicros(), k.Job, k.Period)
+	return nil
 }
 
 func (f *freshFloor) rollback(ctx context.Context) {

@@ -12,10 +12,13 @@
 # one side at a time (-side); those counts include whatever else the server
 # did meanwhile (River's idle client in the idem runs, the WAL writer).
 #
-# Usage: bench/fsyncs.sh [n]   (default n=100; needs strace, and psql for pg)
+# Usage: bench/fsyncs.sh [n] [pg]   (default n=100; needs strace, and psql
+# for pg; with "pg" as the second argument, only the Postgres lines, and of
+# them only those $PG_ONLY matches, a bash regexp, if set)
 set -euo pipefail
 cd "$(dirname "$0")"
 n=${1:-100}
+only=${2:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/bench" .
@@ -23,7 +26,9 @@ go build -o "$tmp/bench" .
 # ops ROLE NAME: operations per measured round.
 ops() {
 	case $2 in
-	duplicate_vs_floor) echo $((n * 20)) ;;
+	*duplicate_vs_floor) echo $((n * 20)) ;;
+	*fanout_vs_floor) echo $((n * 50)) ;;
+	*fanout_vs_river) echo $((n * 5)) ;;
 	*duplicate_vs_river) if [ "$1" = idem ]; then echo $((n * 20)); else echo "$n"; fi ;;
 	*) echo "$n" ;;
 	esac
@@ -40,7 +45,7 @@ syncs() {
 		END { print i+0, f+0, r+0 }' "$tmp/trace"
 }
 
-for name in fresh_run_vs_floor fresh_run_vs_river duplicate_vs_floor duplicate_vs_river runtx_vs_floor statefile_vs_floor; do
+[ "$only" = pg ] || for name in fresh_run_vs_floor fresh_run_vs_river duplicate_vs_floor duplicate_vs_river runtx_vs_floor statefile_vs_floor concurrent_fresh_run_vs_floor; do
 	read -r i1 f1 r1 < <(syncs "$name" 1)
 	read -r i3 f3 r3 < <(syncs "$name" 3)
 	other=floor o1=$f1 o3=$f3
@@ -73,14 +78,19 @@ pgsyncs() { # NAME SIDE ROUNDS
 	b=$(walsyncs)
 	echo $((b - a))
 }
-for name in pg_fresh_run_vs_river pg_duplicate_vs_river; do
+for name in pg_fresh_run_vs_river pg_duplicate_vs_river pg_fresh_run_vs_floor pg_duplicate_vs_floor pg_runtx_vs_floor \
+	pg_fanout_vs_floor pg_fanout_vs_river pg_concurrent_fresh_run_vs_floor; do
+	[[ $name =~ ${PG_ONLY:-.} ]] || continue
 	line="$name: WAL syncs per op:"
 	for side in idem other; do
 		s1=$(pgsyncs "$name" "$side" 1)
 		s3=$(pgsyncs "$name" "$side" 3)
 		role=$side
-		[ "$side" = other ] && role=river
-		line+=$(awk -v d=$((s3 - s1)) -v o="$(ops "$role" "$name")" -v r="$role" 'BEGIN { printf "  %s %.2f", r, d / (2 * o) }')
+		if [ "$side" = other ]; then
+			case $name in *river) role=river ;; *) role=floor ;; esac
+		fi
+		line+=$(awk -v d=$((s3 - s1)) -v o="$(ops "$role" "$name")" -v r="$role" \
+			'BEGIN { v = d / (2 * o); printf (v < 0.1 && v > -0.1 ? "  %s %.4f" : "  %s %.2f"), r, v }')
 	done
 	echo "$line"
 done

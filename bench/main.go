@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"runtime/pprof"
 	"time"
 )
 
@@ -28,7 +29,20 @@ func main() {
 	flag.DurationVar(&cfg.idleWindow, "idle-window", 30*time.Second, "scheduler_idle_cpu: how long to measure the idle Scheduler's CPU time")
 	flag.IntVar(&cfg.wakeSeconds, "wake-seconds", 15, "scheduler_wake_latency: seconds of one-second periods to measure")
 	flag.BoolVar(&countSQL, "count-sql", false, "also print the SQLite statements each side runs per operation (opens idem's ledger with NewLedger on a counting driver)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	re, err := regexp.Compile(*only)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -only:", err)
@@ -44,6 +58,7 @@ func main() {
 	cfg.pg.close()
 	cfg.redis.close()
 	if failed {
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

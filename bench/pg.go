@@ -92,16 +92,31 @@ func randomName(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// pgEnv is an idem pgledger and a River client (riverpgxv5) on one
-// database, each in a fresh schema of its own, dropped at the end.
+// pgEnv is an idem pgledger and a River client (riverpgxv5) or a floor on
+// one database, each in a fresh schema of its own, dropped at the end.
 type pgEnv struct {
-	ledger *pgledger.Ledger
-	river  *riverEnv[pgx.Tx]
-	pool   *pgxpool.Pool // River's
-	drop   []string
+	ledger     *pgledger.Ledger
+	idemPool   *pgxpool.Pool // the ledger's
+	river      *riverEnv[pgx.Tx]
+	pool       *pgxpool.Pool // River's, or the floor's; drops the schemas
+	floor      string        // the floor's schema, quoted: tables of the ledger's shape
+	dsn        string
+	drop       []string
+	extraPools []*pgxpool.Pool
+}
+
+// pgOptions says what openPG sets up beside the ledger.
+type pgOptions struct {
+	river    bool
+	floor    bool
+	maxConns int32 // of the ledger's pool and the floor's; 0 for pgxpool's default
 }
 
 func openPG(ctx context.Context, cfg config) (*pgEnv, string, error) {
+	return openPGWith(ctx, cfg, pgOptions{river: true})
+}
+
+func openPGWith(ctx context.Context, cfg config, o pgOptions) (*pgEnv, string, error) {
 	if cfg.pg == nil {
 		return nil, "no Postgres: IDEM_TEST_PG_DSN is not set", nil
 	}
@@ -109,29 +124,53 @@ func openPG(ctx context.Context, cfg config) (*pgEnv, string, error) {
 	if dsn == "" {
 		return nil, why, nil
 	}
-	e := &pgEnv{}
-	idemSchema, riverSchema := randomName("idem_bench_"), randomName("river_bench_")
-	l, err := pgledger.Open(ctx, dsn, pgledger.WithSchema(idemSchema))
+	e := &pgEnv{dsn: dsn}
+	idemSchema := randomName("idem_bench_")
+	ip, err := pgPool(ctx, dsn, "idem", o.maxConns, nil)
 	if err != nil {
 		return nil, "", err
 	}
-	e.ledger = l
+	e.idemPool = ip
 	e.drop = append(e.drop, idemSchema)
-	pool, err := pgxpool.New(ctx, dsn)
+	l, err := pgledger.New(ctx, ip, pgledger.WithSchema(idemSchema))
+	if err != nil {
+		e.close(ctx)
+		return nil, "", err
+	}
+	e.ledger = l
+	role := "river"
+	if o.floor {
+		role = "floor"
+	}
+	pool, err := pgPool(ctx, dsn, role, o.maxConns, nil)
 	if err != nil {
 		e.close(ctx)
 		return nil, "", err
 	}
 	e.pool = pool
-	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{riverSchema}.Sanitize()); err != nil {
-		e.close(ctx)
-		return nil, "", err
+	if o.floor {
+		// The floor's tables: the ledger's own, made by pgledger in a
+		// schema of their own (untimed); the floor's SQL is its own.
+		floorSchema := randomName("floor_bench_")
+		e.drop = append(e.drop, floorSchema)
+		if _, err := pgledger.New(ctx, pool, pgledger.WithSchema(floorSchema)); err != nil {
+			e.close(ctx)
+			return nil, "", err
+		}
+		e.floor = pgx.Identifier{floorSchema}.Sanitize()
 	}
-	e.drop = append(e.drop, riverSchema)
-	e.river, err = startRiver(ctx, riverpgxv5.New(pool), riverSchema, cfg.n)
-	if err != nil {
-		e.close(ctx)
-		return nil, "", err
+	if o.river {
+		riverSchema := randomName("river_bench_")
+		if _, err := pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{riverSchema}.Sanitize()); err != nil {
+			e.close(ctx)
+			return nil, "", err
+		}
+		e.drop = append(e.drop, riverSchema)
+		e.river, err = startRiver(ctx, riverpgxv5.New(pool), riverSchema, cfg.n)
+		if err != nil {
+			e.close(ctx)
+			return nil, "", err
+		}
 	}
 	return e, "", nil
 }
@@ -140,8 +179,11 @@ func (e *pgEnv) close(ctx context.Context) {
 	if e.river != nil {
 		e.river.stop(ctx)
 	}
-	if e.ledger != nil {
-		e.ledger.Close()
+	for _, p := range e.extraPools {
+		p.Close()
+	}
+	if e.idemPool != nil {
+		e.idemPool.Close()
 	}
 	if e.pool != nil {
 		for _, s := range e.drop {

@@ -25,6 +25,7 @@ var countSQL bool
 // "idem", "floor" or "river".
 type sqlCount struct {
 	reads, writes, tx, pragmas atomic.Int64
+	trips                      atomic.Int64 // round trips to a Postgres server (pgTracer)
 }
 
 var (
@@ -43,18 +44,18 @@ func countFor(role string) *sqlCount {
 	return c
 }
 
-type countSnapshot struct{ reads, writes, tx, pragmas int64 }
+type countSnapshot struct{ reads, writes, tx, pragmas, trips int64 }
 
 func (c *sqlCount) snapshot() countSnapshot {
-	return countSnapshot{c.reads.Load(), c.writes.Load(), c.tx.Load(), c.pragmas.Load()}
+	return countSnapshot{c.reads.Load(), c.writes.Load(), c.tx.Load(), c.pragmas.Load(), c.trips.Load()}
 }
 
 func (a countSnapshot) sub(b countSnapshot) countSnapshot {
-	return countSnapshot{a.reads - b.reads, a.writes - b.writes, a.tx - b.tx, a.pragmas - b.pragmas}
+	return countSnapshot{a.reads - b.reads, a.writes - b.writes, a.tx - b.tx, a.pragmas - b.pragmas, a.trips - b.trips}
 }
 
 func (a countSnapshot) add(b countSnapshot) countSnapshot {
-	return countSnapshot{a.reads + b.reads, a.writes + b.writes, a.tx + b.tx, a.pragmas + b.pragmas}
+	return countSnapshot{a.reads + b.reads, a.writes + b.writes, a.tx + b.tx, a.pragmas + b.pragmas, a.trips + b.trips}
 }
 
 // perOp formats the counts per operation.
@@ -62,7 +63,15 @@ func (a countSnapshot) perOp(ops int) string {
 	if ops == 0 {
 		return "-"
 	}
-	f := func(x int64) string { return fmt.Sprintf("%.2f", float64(x)/float64(ops)) }
+	f := func(x int64) string {
+		if v := float64(x) / float64(ops); v != 0 && v < 0.1 {
+			return fmt.Sprintf("%.4f", v) // a fan-out's statements per item
+		}
+		return fmt.Sprintf("%.2f", float64(x)/float64(ops))
+	}
+	if a.trips > 0 { // Postgres: SET and set_config count as pragmas
+		return "round trips " + f(a.trips) + " (reads " + f(a.reads) + " writes " + f(a.writes) + " begin/commit " + f(a.tx) + " settings " + f(a.pragmas) + ")"
+	}
 	return "reads " + f(a.reads) + " writes " + f(a.writes) + " begin/commit " + f(a.tx) + " pragmas " + f(a.pragmas)
 }
 
@@ -85,10 +94,14 @@ func (c *sqlCount) count(query string) {
 	}
 	switch strings.ToUpper(words[0]) {
 	case "SELECT", "WITH":
+		if strings.Contains(q, "set_config(") {
+			c.pragmas.Add(1)
+			return
+		}
 		c.reads.Add(1)
 	case "BEGIN", "COMMIT", "ROLLBACK", "END", "SAVEPOINT", "RELEASE":
 		c.tx.Add(1)
-	case "PRAGMA":
+	case "PRAGMA", "SET":
 		c.pragmas.Add(1)
 	default:
 		c.writes.Add(1)

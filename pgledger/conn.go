@@ -2,6 +2,7 @@ package pgledger
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,6 +28,11 @@ type conn interface {
 	// all or nothing: in one transaction (on a pool or *sql.DB, one of its
 	// own). The pgx adapter sends them in one round trip.
 	batch(ctx context.Context, stmts []stmt) ([]int64, error)
+	// batchRow runs the statements pre, then query, which returns one row
+	// scanned into dest as queryRow does, all or nothing as batch does (a
+	// query that matches no row is no failure of the statements before
+	// it). The pgx adapter sends them in one round trip.
+	batchRow(ctx context.Context, pre []stmt, query string, args []any, dest ...any) error
 }
 
 // stmt is a statement of a batch.
@@ -144,6 +150,34 @@ func pgxBatch(ctx context.Context, q pgxQuerier, stmts []stmt) ([]int64, error) 
 		return nil, err
 	}
 	return n, nil
+}
+
+func (d pgxDB) batchRow(ctx context.Context, pre []stmt, query string, args []any, dest ...any) error {
+	return pgxBatchRow(ctx, d.pool, pre, query, args, dest)
+}
+
+func (t pgxTx) batchRow(ctx context.Context, pre []stmt, query string, args []any, dest ...any) error {
+	return pgxBatchRow(ctx, t.tx, pre, query, args, dest)
+}
+
+func pgxBatchRow(ctx context.Context, q pgxQuerier, pre []stmt, query string, args, dest []any) error {
+	b := &pgx.Batch{}
+	for _, s := range pre {
+		b.Queue(s.query, s.args...)
+	}
+	b.Queue(query, args...)
+	br := q.SendBatch(ctx, b)
+	for range pre {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+	}
+	err := br.QueryRow().Scan(dest...)
+	if cerr := br.Close(); cerr != nil && (err == nil || errors.Is(err, pgx.ErrNoRows)) {
+		return cerr // sent through the pool, the batch commits here
+	}
+	return err
 }
 
 func (d pgxDB) begin(ctx context.Context) (tx, error) {

@@ -25,8 +25,8 @@ import (
 //
 // What it does not do as a pool does: database/sql has no batches, so
 // the statements that the pgx pool sends in one round trip (AddItems, a
-// window of single items' ends) are sent one after the other, in one
-// transaction. A DBLedger is safe for concurrent use.
+// new key's claim, a window of single items' ends) are sent one after the
+// other, in one transaction. A DBLedger is safe for concurrent use.
 type DBLedger struct {
 	core
 	sdb *sql.DB

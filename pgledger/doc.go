@@ -87,6 +87,9 @@
 //
 // A done mark is durable when its commit returns, as long as the server
 // runs with synchronous_commit on (PostgreSQL's default); pgledger never
-// turns it off. Periods are compared as byte strings (COLLATE "C"), as Go
+// turns it off for a done mark. It turns it off, for their own transaction
+// only, where nothing needs to survive power loss on its own: AtLeastOnce
+// claims (of keys and of Each's chunks) and AddItems, whose commits the
+// next synchronous commit flushes with it (WAL is flushed in order). Periods are compared as byte strings (COLLATE "C"), as Go
 // compares strings, whatever the database's collation.
 package pgledger

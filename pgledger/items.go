@@ -29,21 +29,34 @@ var (
 // in itemsets. As for keys, leases and backoff deadlines are kept on the
 // server's clock (clock_timestamp()); of the times the engine passes only
 // the durations between them count (LeaseUntil - Now, NotBefore - Now).
-// Every commit is durable (synchronous_commit on, PostgreSQL's default), so
-// a claim is durable whether or not the request asks for it.
+// Every commit is durable (synchronous_commit on, PostgreSQL's default),
+// except AddItems' and the chunk claims of a request that does not ask for
+// durability (AtLeastOnce): those do not wait for their WAL flush (see
+// AddItems and claimItems).
 
-// AddItems implements [idemstore.ItemStore] with two statements sent in one batch
+// AddItems implements [idemstore.ItemStore] with statements sent in one batch
 // (one round trip), which PostgreSQL runs as one implicit transaction: the
 // first locks the period's itemsets row (concurrent AddItems of the period
 // take turns there); the second inserts the whole batch into item_set (an
 // unnest of an array, ON CONFLICT DO NOTHING) unless the set is sealed, and
 // makes the items that were new one chunk, numbered after the period's
 // last.
+//
+// Its commit does not wait for its WAL flush (synchronous_commit off for
+// the batch): nothing is promised of an item set before SealItems, whose
+// synchronous commit flushes the WAL through every AddItems before it, as
+// does the synchronous commit of any claim or done mark of a chunk. A
+// server crash can only lose the last AddItems of a period together with
+// everything committed after them, so the set that survives is the one an
+// unsealed period's next Each completes by generating the items again.
+// Concurrent AddItems of a period take turns on its itemsets row; they no
+// longer hold it for a WAL flush each.
 func (l *core) AddItems(ctx context.Context, key idemstore.Key, items []string) error {
 	if len(items) == 0 {
 		return nil
 	}
 	if _, err := l.db.batch(ctx, []stmt{
+		{query: syncOffSQL},
 		{l.q.openItems, []any{key.Job, key.Period}},
 		{l.q.addItems, []any{key.Job, key.Period, items}},
 	}); err != nil {
@@ -148,7 +161,14 @@ func (l *core) claimItems(ctx context.Context, key idemstore.Key, req idemstore.
 	var b idemstore.ItemBatch
 	var size, doubt, failures int
 	var items []string
-	err := l.db.queryRow(ctx, l.q.claimChunk, []any{key.Job, key.Period, req.Owner, micros(lease), n, gone},
+	// A claim that need not survive power loss (AtLeastOnce) does not wait
+	// for its WAL flush: the synchronous commit of the chunk's first window
+	// flushes the WAL through it, as a Run's done mark does its claim.
+	var pre []stmt
+	if !req.Durable {
+		pre = []stmt{{query: syncOffSQL}}
+	}
+	err := l.db.batchRow(ctx, pre, l.q.claimChunk, []any{key.Job, key.Period, req.Owner, micros(lease), n, gone},
 		&b.Chunk, &b.Attempt, &size, &b.Pos, &doubt, &failures, &items)
 	if err == nil {
 		if len(items) != size-b.Pos {

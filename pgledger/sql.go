@@ -9,7 +9,7 @@ import (
 // queries are the ledger's SQL statements with its schema filled in.
 type queries struct {
 	ddl, getVersion, setVersion, upgradeParams    string
-	read, insert, take, lockRow                   string
+	read, status, insert, take, lockRow           string
 	renew, finish, fence, advance                 string
 	resolveInsert, resolveUpdate                  string
 	job, pruneCursor, pruneOpen, prune, pruneJobs string
@@ -140,6 +140,10 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	FROM (SELECT) AS one
 	LEFT JOIN {s}.runs AS r ON r.job = $1 AND r.period = $2
 	LEFT JOIN {s}.jobs AS j ON j.job = $1`
+
+	// statusSQL is the claim's first read (fastClaim): what a done key's
+	// answer needs, by primary key.
+	statusSQL = `SELECT status, fingerprint, value FROM {s}.runs WHERE job = $1 AND period = $2`
 
 	// insertSQL takes a key that has no record, unless the job's horizon
 	// covers it; $5 is the claim's fingerprint.
@@ -458,6 +462,15 @@ DROP TABLE {s}.items;`
 	WHERE job = $1 AND period = $2 AND item = $3 AND attempt = $4 AND status = 'running'`
 )
 
+// syncOffSQL makes the transaction's commit not wait for its WAL flush
+// (SET LOCAL synchronous_commit = off, as a function: it also holds for the
+// implicit transaction of a batch).
+const syncOffSQL = `SELECT set_config('synchronous_commit', 'off', true)`
+
+// lockSharedSQL takes a job's advisory lock, shared, until the transaction
+// ends (Prune takes it exclusively).
+const lockSharedSQL = `SELECT pg_advisory_xact_lock_shared($1)`
+
 const recordCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated, fingerprint, value`
 
 func newQueries(schema string) queries {
@@ -465,7 +478,7 @@ func newQueries(schema string) queries {
 	r := strings.NewReplacer("{s}", s)
 	return queries{
 		ddl: r.Replace(ddlSQL), getVersion: r.Replace(getVersionSQL), setVersion: r.Replace(setVersionSQL),
-		upgradeParams: r.Replace(upgradeParamsSQL), read: r.Replace(readSQL), insert: r.Replace(insertSQL), take: r.Replace(takeSQL), lockRow: r.Replace(lockRowSQL),
+		upgradeParams: r.Replace(upgradeParamsSQL), read: r.Replace(readSQL), status: r.Replace(statusSQL), insert: r.Replace(insertSQL), take: r.Replace(takeSQL), lockRow: r.Replace(lockRowSQL),
 		renew: r.Replace(renewSQL), finish: r.Replace(finishSQL), fence: r.Replace(fenceSQL), advance: r.Replace(advanceSQL),
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),

@@ -72,6 +72,32 @@ func sqlQuery(ctx context.Context, c sqlConn, query string, args []any, each fun
 	return rows.Err()
 }
 
+// batchRow runs the statements and the query one after the other in a
+// transaction of its own (database/sql has no batches).
+func (d sqlDB) batchRow(ctx context.Context, pre []stmt, query string, args []any, dest ...any) error {
+	var rowErr error
+	err := inTx(ctx, d, func(t tx) error {
+		rowErr = t.batchRow(ctx, pre, query, args, dest...)
+		if errors.Is(rowErr, sql.ErrNoRows) {
+			return nil // commit what pre did
+		}
+		return rowErr
+	})
+	if err != nil {
+		return err
+	}
+	return rowErr
+}
+
+func (t sqlTx) batchRow(ctx context.Context, pre []stmt, query string, args []any, dest ...any) error {
+	for _, s := range pre {
+		if _, err := t.exec(ctx, s.query, s.args...); err != nil {
+			return err
+		}
+	}
+	return t.queryRow(ctx, query, args, dest...)
+}
+
 // batch runs the statements one after the other in a transaction of its
 // own (database/sql has no batches).
 func (d sqlDB) batch(ctx context.Context, stmts []stmt) ([]int64, error) {

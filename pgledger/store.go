@@ -84,25 +84,54 @@ func answer(req idemstore.ClaimRequest, s snapshot, state idemstore.ClaimState) 
 	return idemstore.Claim{State: state, Record: inFrame(req, s.now, rec)}
 }
 
-// Claim implements [idemstore.Store]. A key that is done, skipped, held by a live
-// lease, backing off, unknown or parked costs one plain SELECT and no write.
+// Claim implements [idemstore.Store]. A key that is done costs one
+// primary-key read of its status, fingerprint and value, and no write; a
+// key held by a live lease, backing off, unknown or parked, a second read
+// of the whole record (with the job's horizon and the server's time) and no
+// write. A key with no record is taken in one round trip on a pool: the
+// job's shared advisory lock and the claim's INSERT, sent as one batch (one
+// implicit transaction).
 // A lease whose holder's process is gone ([idemstore.HolderGone]: a process of
 // this host that died) does not hold: the key is taken over at once, as if
 // the lease had expired.
-// Otherwise the key is taken with an INSERT (no record yet) or an UPDATE
-// fenced by the attempt number the read found; if another claimer changed
-// the record in between, the claim reads it again and decides anew.
+// Otherwise the key is taken with an UPDATE fenced by the attempt number
+// the read found; if another claimer changed the record in between, the
+// claim reads it again and decides anew.
 //
 // Leases are kept on the server's clock: req.Now is ignored, except that the
 // LeaseUntil and NotBefore of the returned Record are expressed on the
 // claimer's clock (req.Now plus what remains of them on the server's), so
 // that a wait for them is right whatever the clocks' difference. Lookup
-// returns the server's times. Every commit is durable, so req.Durable needs
-// nothing more.
+// returns the server's times. A claim with req.Durable commits
+// synchronously; one without (AtLeastOnce) does not wait for its commit's
+// WAL flush: the done mark's synchronous commit flushes the WAL through it
+// (see take). A duplicate's answer for a done key carries only Key,
+// Status, Fingerprint and Value, as idemstore.Claim allows.
 func (l *core) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	if err := req.Key.Validate(); err != nil {
 		return idemstore.Claim{}, err
 	}
+	c, settled, found, err := l.fastClaim(ctx, req)
+	if err != nil || settled {
+		return c, err
+	}
+	if !found {
+		acquired, err := l.insertClaim(ctx, req)
+		if err != nil {
+			return idemstore.Claim{}, l.opErr("claim", req.Key, err)
+		}
+		if acquired {
+			return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: req.Key}}, nil
+		}
+		// Recorded meanwhile, or below the job's horizon: decide on the record.
+	}
+	return l.claimRecorded(ctx, req)
+}
+
+// claimRecorded is the claim of a key that has a record, or that the job's
+// horizon covers: the whole record is read, and taken if the claim rule
+// says so.
+func (l *core) claimRecorded(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	s, err := l.read(ctx, l.db, req.Key)
 	if err != nil {
 		return idemstore.Claim{}, l.opErr("claim", req.Key, err)
@@ -115,6 +144,56 @@ func (l *core) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore
 		return idemstore.Claim{}, l.opErr("claim", req.Key, err)
 	}
 	return c, nil
+}
+
+// fastClaim is the claim's first read: the key's status, fingerprint and
+// value alone, by primary key. A done key (the common duplicate trigger)
+// or a fingerprint that does not match needs nothing more: settled, c is
+// the answer (with the fields idemstore.Claim says a store may fill in
+// alone). Otherwise found says whether the key has a record.
+func (l *core) fastClaim(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, settled, found bool, err error) {
+	var (
+		status, fp string
+		value      []byte
+	)
+	err = l.db.queryRow(ctx, l.q.status, []any{req.Key.Job, req.Key.Period}, &status, &fp, &value)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return idemstore.Claim{}, false, false, nil // the claim's INSERT checks the horizon
+	case err != nil:
+		return idemstore.Claim{}, false, false, l.opErr("claim", req.Key, err)
+	case idemstore.Mismatch(fp, req.Fingerprint):
+		return idemstore.Claim{State: idemstore.ClaimMismatch, Record: idemstore.Record{Key: req.Key, Status: idemstore.Status(status), Fingerprint: fp}}, true, true, nil
+	case idemstore.Status(status) == idemstore.StatusDone:
+		return idemstore.Claim{State: idemstore.ClaimDone, Record: idemstore.Record{Key: req.Key, Status: idemstore.StatusDone, Fingerprint: fp, Value: value}}, true, true, nil
+	}
+	return idemstore.Claim{}, false, true, nil
+}
+
+// insertClaim takes a key that had no record as attempt 1, in one batch
+// (one round trip on a pool, one implicit transaction): unless req.Durable,
+// synchronous_commit off for this transaction (see take); the job's shared
+// advisory lock (see take); the claim's INSERT, which a record or the job's
+// horizon turns into nothing. It reports whether it inserted the record.
+// The INSERT is a statement of its own, after the lock: it sees a horizon
+// that a Prune committed while the claim waited for the lock.
+func (l *core) insertClaim(ctx context.Context, req idemstore.ClaimRequest) (bool, error) {
+	lease := req.Lease
+	if lease <= 0 {
+		lease = idem.DefaultLease
+	}
+	stmts := make([]stmt, 0, 3)
+	if !req.Durable {
+		stmts = append(stmts, stmt{query: syncOffSQL})
+	}
+	stmts = append(stmts,
+		stmt{query: lockSharedSQL, args: []any{l.lockID("job", req.Key.Job)}},
+		stmt{query: l.q.insert, args: []any{req.Key.Job, req.Key.Period, req.Owner, micros(lease), req.Fingerprint}})
+	n, err := l.db.batch(ctx, stmts)
+	if err != nil {
+		return false, err
+	}
+	return n[len(n)-1] == 1, nil
 }
 
 // take is the claim's write path, starting from what the fast path read.
@@ -132,13 +211,13 @@ func (l *core) take(ctx context.Context, req idemstore.ClaimRequest, s snapshot)
 	// for its WAL flush: the done mark's synchronous commit flushes the WAL
 	// through it anyway, so a fresh Run costs one WAL sync, not two.
 	if !req.Durable {
-		if _, err := tx.exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+		if _, err := tx.exec(ctx, syncOffSQL); err != nil {
 			return idemstore.Claim{}, err
 		}
 	}
 	// A shared lock on the job: Prune takes it exclusively, so no period it
 	// could cover is being taken while it checks and deletes.
-	if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock_shared($1)`, l.lockID("job", req.Key.Job)); err != nil {
+	if _, err := tx.exec(ctx, lockSharedSQL, l.lockID("job", req.Key.Job)); err != nil {
 		return idemstore.Claim{}, err
 	}
 	for tries := 0; ; tries++ {

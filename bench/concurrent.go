@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+
+	"github.com/idemgo/idem"
+)
+
+// concurrency is how many goroutines the concurrent_ comparisons run at
+// once, on each side.
+const concurrency = 16
+
+// concurrently runs fn over keys from concurrency goroutines, each taking
+// the next key not yet taken, and returns the first error.
+func concurrently(ctx context.Context, keys []idem.Key, fn func(context.Context, idem.Key) error) error {
+	var (
+		mu    sync.Mutex
+		next  int
+		first error
+		wg    sync.WaitGroup
+	)
+	take := func() (idem.Key, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if next == len(keys) || first != nil {
+			return idem.Key{}, false
+		}
+		next++
+		return keys[next-1], true
+	}
+	for range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k, ok := take(); ok; k, ok = take() {
+				if err := fn(ctx, k); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// concurrentSide runs n new keys a round through run, from concurrency
+// goroutines.
+func concurrentSide(n int, run func(context.Context, idem.Key) error) side {
+	return side{ops: func(ctx context.Context, round int) (int, error) {
+		keys := roundKeys("fresh", round, n)
+		return len(keys), concurrently(ctx, keys, run)
+	}}
+}
+
+// concurrentFreshRunVsFloor: Ledger.Run (AtLeastOnce) of new keys from 16
+// goroutines at once against fresh_run_vs_floor's floor run from 16
+// goroutines at once. SQLite has one writer at a time: the floor's claims
+// and done marks take turns on one mutex, as idem queues its writers on a
+// mutex (SQLite's busy handler would make a waiting writer sleep). Neither
+// side shares a commit between keys.
+func concurrentFreshRunVsFloor(ctx context.Context, cfg config) (result, error) {
+	dir, l, cleanup, err := ledgerInTempDir(ctx, "concurrent")
+	if err != nil {
+		return result{}, err
+	}
+	defer cleanup()
+	fl, err := newFreshFloor(ctx, filepath.Join(dir, "floor.db"))
+	if err != nil {
+		return result{}, err
+	}
+	defer fl.close()
+	var writer sync.Mutex // one writer at a time, as SQLite allows: no wait in its busy handler
+	floorRun := func(ctx context.Context, k idem.Key) error {
+		writer.Lock()
+		err := fl.claim(ctx, k)
+		writer.Unlock()
+		if err != nil {
+			return err
+		}
+		if err := noop(ctx); err != nil {
+			return err
+		}
+		writer.Lock()
+		defer writer.Unlock()
+		return execOne(ctx, fl.done, nowMicros(), k.Job, k.Period)
+	}
+	idemRun := func(ctx context.Context, k idem.Key) error { return l.Run(ctx, k, noop) }
+	return alternate(ctx, cfg, concurrentSide(cfg.n, idemRun), concurrentSide(cfg.n, floorRun))
+}
+
+// pgConcurrentFreshRunVsFloor: pgledger's Run (AtLeastOnce) of new keys
+// from 16 goroutines at once against pg_fresh_run_vs_floor's floor from 16
+// goroutines at once; each side's pool holds up to 16 connections.
+func pgConcurrentFreshRunVsFloor(ctx context.Context, cfg config) (result, error) {
+	e, why, err := openPGWith(ctx, cfg, pgOptions{floor: true, maxConns: concurrency})
+	if err != nil || e == nil {
+		return result{skipped: why}, err
+	}
+	defer e.close(ctx)
+	f := newPGFloor(e)
+	idemRun := func(ctx context.Context, k idem.Key) error { return e.ledger.Run(ctx, k, noop) }
+	floorRun := func(ctx context.Context, k idem.Key) error { return f.run(ctx, k, noop) }
+	return alternate(ctx, cfg, concurrentSide(cfg.n, idemRun), concurrentSide(cfg.n, floorRun))
+}
