@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,6 +53,7 @@ type riverEnv[TTx any] struct {
 	client *river.Client[TTx]
 	done   <-chan *river.Event
 	unsub  func()
+	db     *sql.DB // River's database, when it is SQLite (openRiverSQLite)
 }
 
 // startRiver migrates River's tables (in schema, "" for the default) and
