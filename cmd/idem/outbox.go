@@ -84,8 +84,8 @@ in the order their transactions committed.
   4xx but 408, 429    a permanent failure: the message is parked at once
                       (fix the cause, then 'idem outbox retry ID')
   anything else, or   a failed attempt: retried after the backoff (1 s,
-  no answer           doubling up to 1 h, with jitter); parked after the
-                      library's default number of attempts
+  no answer           doubling up to 10 min, with jitter); parked after
+                      16 attempts (at least about 33 minutes of failing)
 
 Several relays may run at once, on one host or many (the Postgres ledger
 hands each message to one of them at a time); a relay that dies leaves
