@@ -154,6 +154,7 @@ type Scheduler struct {
 	state    int       // schedIdle, schedRunning, schedStopping, schedStopped
 	checked  time.Time // the wall time the loop last looked at
 	hardStop context.CancelCauseFunc
+	relayState
 }
 
 const (
@@ -333,6 +334,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	for _, j := range s.jobs {
 		s.schedule(j, now)
 	}
+	s.startRelays(work)
 	s.mu.Unlock()
 	defer close(s.finished)
 
@@ -372,6 +374,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			timer = nil
 		}
 	}
+	s.stopRelays()
 	s.runs.Wait()
 	hard(ErrSchedulerClosed)
 	s.mu.Lock()

@@ -52,6 +52,9 @@ type SchedulerStatus struct {
 	// jobs (zero before Run).
 	Checked time.Time   `json:"checked"`
 	Jobs    []JobStatus `json:"jobs"`
+	// Relays are the outbox relays ([Scheduler.AddRelay]), in the order
+	// they were added.
+	Relays []RelayStatus `json:"relays,omitempty"`
 }
 
 // Status returns the status of the Scheduler's jobs, in the order they
@@ -79,6 +82,12 @@ func (s *Scheduler) Status() SchedulerStatus {
 			st.Ready = false
 		}
 		st.Jobs = append(st.Jobs, js)
+	}
+	for _, r := range s.relays {
+		if !r.st.Ready {
+			st.Ready = false
+		}
+		st.Relays = append(st.Relays, r.st)
 	}
 	return st
 }

@@ -416,7 +416,6 @@ func testOutboxDown[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	checkOrder(t, s, r.log)
 }
 
-
 func testOutboxPoison[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewClock(outboxT0)

@@ -111,6 +111,14 @@ func fromUs(us int64) time.Time {
 
 // PutOutbox implements [idemstore.OutboxTxStore] with pgx.Tx: it inserts
 // msgs into the schema's table outbox in tx (idem.Put).
+//
+// Each message first takes a transaction-scoped advisory lock on its
+// topic, held until tx ends: transactions that put messages of one topic
+// commit one after the other, which is what keeps a topic's order equal
+// to its commit order. Two transactions that put messages of the same two
+// topics in opposite orders can deadlock; PostgreSQL then aborts one of
+// them, and its run counts a failed attempt that is retried. Put a
+// transaction's topics in a fixed order (sorted, say) to avoid it.
 func (l *Ledger) PutOutbox(ctx context.Context, t pgx.Tx, msgs []idemstore.OutboxMessage) error {
 	return l.putOutbox(ctx, pgxTx{t}, msgs)
 }

@@ -1,0 +1,137 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemgo/idem/idemstore"
+)
+
+// RelayStatus is what a [Scheduler] knows of one of its outbox relays
+// ([Scheduler.AddRelay]), since it started.
+type RelayStatus struct {
+	Name    string `json:"name"`
+	Running bool   `json:"running"`
+	// LastPass is when the relay's last pass ended (by the Scheduler's
+	// clock); LastError is that pass's store error, if it had one.
+	LastPass  time.Time `json:"last_pass"`
+	LastError string    `json:"last_error,omitempty"`
+	// Counts of the delivery attempts since the Scheduler started.
+	Delivered  int64 `json:"delivered"`
+	Retrying   int64 `json:"retrying"`
+	Parked     int64 `json:"parked"`
+	Superseded int64 `json:"superseded"`
+	// Ready is false while the relay's last pass failed on a store error.
+	Ready bool   `json:"ready"`
+	Why   string `json:"why,omitempty"`
+}
+
+// schedRelay is one relay of a Scheduler.
+type schedRelay struct {
+	name  string
+	store idemstore.OutboxStore
+	d     Deliverer
+	cfg   *relayConfig
+	st    RelayStatus // under the Scheduler's lock
+}
+
+// AddRelay adds an outbox relay to the Scheduler: while [Scheduler.Run]
+// runs, it runs [Relay] on store with d and opts (the Scheduler's clock
+// and logger unless opts set others), and it stops when Run stops (a
+// delivery in progress has its context cancelled; the message is due again
+// at once, and delivered again: at least once). Its state shows in
+// Status().Relays, and a relay whose last pass failed on a store error
+// makes the Scheduler unready.
+//
+// name names it in Status (it must be new). An invalid option is an error
+// matching [ErrInvalidOption]; a Scheduler that has stopped returns
+// [ErrSchedulerClosed]. A relay added while Run runs starts at once.
+func (s *Scheduler) AddRelay(name string, store idemstore.OutboxStore, d Deliverer, opts ...RelayOption) error {
+	if store == nil || d == nil {
+		panic("idem: AddRelay needs a store and a deliverer")
+	}
+	base := []RelayOption{RelayClock(s.clock)}
+	if s.logger != nil {
+		base = append(base, RelayLogger(s.logger))
+	}
+	cfg := newRelayConfig(append(base, opts...))
+	if cfg.err != nil {
+		return fmt.Errorf("idem: Scheduler.AddRelay %s: %w", name, cfg.err)
+	}
+	if name == "" {
+		return fmt.Errorf("idem: Scheduler.AddRelay: %w: the relay needs a name", ErrInvalidOption)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state >= schedStopping {
+		return ErrSchedulerClosed
+	}
+	for _, r := range s.relays {
+		if r.name == name {
+			return fmt.Errorf("idem: Scheduler.AddRelay %s: a relay of this name was added already", name)
+		}
+	}
+	r := &schedRelay{name: name, store: store, d: d, cfg: cfg, st: RelayStatus{Name: name, Ready: true}}
+	s.relays = append(s.relays, r)
+	if s.state == schedRunning {
+		s.startRelay(r)
+	}
+	return nil
+}
+
+// startRelay starts r's loop, under the Scheduler's lock, while it runs.
+func (s *Scheduler) startRelay(r *schedRelay) {
+	ctx := s.relayCtx
+	r.st.Running = true
+	s.relayRuns.Add(1)
+	go func() {
+		defer s.relayRuns.Done()
+		r.cfg.loop(ctx, r.store, r.d, func(res RelayResult, err error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			st := &r.st
+			st.LastPass = s.clock.Now()
+			st.Delivered += int64(res.Delivered)
+			st.Retrying += int64(res.Retrying)
+			st.Parked += int64(res.Parked)
+			st.Superseded += int64(res.Superseded)
+			st.LastError, st.Ready, st.Why = "", true, ""
+			if err != nil && ctx.Err() == nil {
+				st.LastError, st.Ready, st.Why = err.Error(), false, "the relay's last pass failed: "+err.Error()
+			}
+		})
+		s.mu.Lock()
+		r.st.Running = false
+		s.mu.Unlock()
+	}()
+}
+
+// startRelays starts every relay, under the Scheduler's lock, as Run
+// starts; the relays stop when stopRelays is called.
+func (s *Scheduler) startRelays(work context.Context) {
+	s.relayCtx, s.relayStop = context.WithCancel(work)
+	for _, r := range s.relays {
+		s.startRelay(r)
+	}
+}
+
+// stopRelays stops the relays and waits for them.
+func (s *Scheduler) stopRelays() {
+	s.mu.Lock()
+	stop := s.relayStop
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	s.relayRuns.Wait()
+}
+
+// relayState is the Scheduler's relays' part of its state.
+type relayState struct {
+	relays    []*schedRelay
+	relayCtx  context.Context
+	relayStop context.CancelFunc
+	relayRuns sync.WaitGroup
+}
