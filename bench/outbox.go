@@ -276,22 +276,7 @@ func outboxIdemSide(ctx context.Context, l *idem.Ledger, n int) (side, func(), e
 // outboxVsFloor: idem's outbox (RunTx + Put, RelayOnce) against the
 // hand-written floor (outboxFloorSide), both on SQLite.
 func outboxVsFloor(ctx context.Context, cfg config) (result, error) {
-	dir, l, cleanup, err := ledgerInTempDir(ctx, "outbox")
-	if err != nil {
-		return result{}, err
-	}
-	defer cleanup()
-	idemSide, closeIdem, err := outboxIdemSide(ctx, l, cfg.n)
-	if err != nil {
-		return result{}, err
-	}
-	defer closeIdem()
-	floorSide, closeFloor, err := outboxFloorSide(ctx, dir, cfg.n)
-	if err != nil {
-		return result{}, err
-	}
-	defer closeFloor()
-	return alternate(ctx, cfg, idemSide, floorSide)
+	return outboxVs(ctx, cfg, "outbox", outboxFloorSide)
 }
 
 // outboxVsRiver: idem's outbox against River as the outbox (the job
@@ -299,7 +284,13 @@ func outboxVsFloor(ctx context.Context, cfg config) (result, error) {
 // on SQLite. River works its jobs concurrently and in no order; idem
 // delivers the messages of a topic one at a time, in commit order.
 func outboxVsRiver(ctx context.Context, cfg config) (result, error) {
-	dir, l, cleanup, err := ledgerInTempDir(ctx, "outbox-river")
+	return outboxVs(ctx, cfg, "outbox-river", outboxRiverSide)
+}
+
+// outboxVs measures idem's outbox side against other, set up in the same
+// fresh directory.
+func outboxVs(ctx context.Context, cfg config, pattern string, other func(ctx context.Context, dir string, n int) (side, func(), error)) (result, error) {
+	dir, l, cleanup, err := ledgerInTempDir(ctx, pattern)
 	if err != nil {
 		return result{}, err
 	}
@@ -309,10 +300,10 @@ func outboxVsRiver(ctx context.Context, cfg config) (result, error) {
 		return result{}, err
 	}
 	defer closeIdem()
-	riverSide, stop, err := outboxRiverSide(ctx, dir, cfg.n)
+	otherSide, closeOther, err := other(ctx, dir, cfg.n)
 	if err != nil {
 		return result{}, err
 	}
-	defer stop()
-	return alternate(ctx, cfg, idemSide, riverSide)
+	defer closeOther()
+	return alternate(ctx, cfg, idemSide, otherSide)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -114,22 +113,7 @@ func (e *riverEnv[TTx]) insertAndWork(ctx context.Context, keys []idem.Key) erro
 			return fmt.Errorf("river: %s was a duplicate", k)
 		}
 	}
-	timeout := time.NewTimer(time.Minute)
-	defer timeout.Stop()
-	for range keys {
-		select {
-		case ev, ok := <-e.done:
-			if !ok {
-				return errors.New("river: subscription closed")
-			}
-			if ev.Kind != river.EventKindJobCompleted {
-				return fmt.Errorf("river: event %s", ev.Kind)
-			}
-		case <-timeout.C:
-			return errors.New("river: jobs not worked within a minute")
-		}
-	}
-	return nil
+	return e.awaitCompleted(ctx, len(keys))
 }
 
 // insertDuplicates inserts keys whose jobs exist (and are completed) again;
