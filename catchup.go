@@ -27,6 +27,10 @@ type catchUpConfig struct {
 	window     time.Duration // CatchUpWindow: periods due longer ago are recorded skipped
 	cursor     bool          // internal: the done mark advances the job's cursor
 	stop       func() bool   // internal: a Scheduler shutting down; no further period starts
+	// internal: a Scheduler's look, not a trigger of its periods: with
+	// nothing due it checks nothing, and a period settled (done or
+	// skipped) with other parameters is passed over as done.
+	scheduled bool
 }
 
 // PeriodResult is what catch-up did with one period.
@@ -177,6 +181,9 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 	if first.Start.After(last.Start) {
 		// Nothing due: also what a clock that jumped back sees. A
 		// duplicate trigger with other parameters is refused all the same.
+		if cu.scheduled {
+			return res, nil
+		}
 		return checkLatest(ctx, s, job, last, cfg, res)
 	}
 
@@ -208,6 +215,9 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 			ran++
 			err := run(ctx, key, p, &pc)
 			pr = PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
+			if cu.scheduled && errors.Is(err, ErrParamsMismatch) && settledElsewise(ctx, s, key) {
+				pr = PeriodResult{Period: p, Outcome: AlreadyDone}
+			}
 		}
 		if pr.Err != nil {
 			unbroken = false
@@ -289,6 +299,15 @@ func checkLatest(ctx context.Context, s idemstore.CatchUpStore, job string, p Pe
 	}
 	res.Periods = append(res.Periods, pr)
 	return res, fmt.Errorf("idem: catch-up %s stopped at %s: %w", job, p.Name, err)
+}
+
+// settledElsewise reports whether key, which refused a scheduled run's
+// parameters, is settled (done or skipped): the Scheduler passes over it,
+// as it does over any settled period; the parameters it was settled with
+// are its own.
+func settledElsewise(ctx context.Context, s idemstore.CatchUpStore, key Key) bool {
+	rec, ok, err := s.Lookup(ctx, key)
+	return err == nil && ok && (rec.Status == StatusDone || rec.Status == StatusSkipped)
 }
 
 // skipPeriod records p as skipped (CatchUpLatest), unless it is settled

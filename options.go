@@ -204,8 +204,9 @@ func (o fanOutOption) applyEachTx(c *config) error { return o(c) }
 
 // A ParamsOption says which parameters the work of a key is for:
 // [WithParams], [WithParamsBytes]. It fits Run, RunTx, CatchUp, CatchUpTx,
-// Each and EachTx, but not a store's defaults: parameters belong to a call,
-// not to every key of a store.
+// Each, EachTx and a Scheduler's jobs ([Scheduler.Add], [AddTx]), but not
+// a store's or a Scheduler's defaults: parameters belong to a call or a
+// job, not to every key of a store.
 type ParamsOption interface {
 	RunOption
 	RunTxOption
@@ -213,6 +214,8 @@ type ParamsOption interface {
 	CatchUpTxOption
 	EachOption
 	EachTxOption
+	JobOption
+	JobTxOption
 }
 
 type paramsOption func(*config) error
@@ -223,6 +226,8 @@ func (o paramsOption) applyCatchUp(c *config) error   { return o(c) }
 func (o paramsOption) applyCatchUpTx(c *config) error { return o(c) }
 func (o paramsOption) applyEach(c *config) error      { return o(c) }
 func (o paramsOption) applyEachTx(c *config) error    { return o(c) }
+func (o paramsOption) applyJob(c *config) error       { return o(c) }
+func (o paramsOption) applyJobTx(c *config) error     { return o(c) }
 
 // invalidOption is the error of an option given a value it cannot take.
 func invalidOption(format string, args ...any) error {
@@ -432,13 +437,20 @@ func CheckStoreOptions(opts ...StoreOption) error { return storeConfig(opts).err
 // keys sorted, no insignificant space: a struct and the map of the same
 // fields and values give the same one), is stored with the key at its first
 // claim. A later call for the key with a different fingerprint, whether a
-// Run, RunTx, CatchUp, Each or the idem command, returns an error matching
+// Run, RunTx, CatchUp, Each, a Scheduler's job or the idem command, returns an error matching
 // [ErrParamsMismatch] that names the key and both fingerprints; it runs
 // nothing and writes nothing, even when the key is done. A call without
 // WithParams is not checked, and a key first claimed without one takes the
 // fingerprint of the first call that gives one. Resolve and Reset keep it.
 //
-// In CatchUp every period's key is checked and stored with v. In Each the
+// In CatchUp every period's key is checked and stored with v; so is every
+// period a Scheduler's job runs. There, a period left unsettled (failed,
+// running, parked) by a run with other parameters stops the job's
+// catch-up, as a parked period does, and makes the Scheduler unready
+// ([JobStatus].ParamsMismatch) until a person settles it: runs it with its
+// own parameters, or resolves it. A period settled with other parameters
+// is passed over, and a look with nothing due checks nothing: a deploy
+// with new parameters applies them from the next unsettled period on. In Each the
 // period's key is checked before any item runs, but the fingerprint is only
 // stored with the period's done mark: while a first Each of the period is
 // still working its items, one with other parameters is not refused.

@@ -46,9 +46,9 @@ func Use() {
 		idem.CatchUpLatest(), idem.OneAttempt(), idem.DueAtStart(), idem.ContinueAfterFailure(), idem.WithParams(1))
 	s := idem.NewScheduler(l, idem.WithMaxRunning(2), idem.WithLogger(nil))
 	_ = s.Add("j", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil },
-		idem.WithJitter(time.Second), idem.AtMostOnce(), idem.CatchUpWindow(time.Hour), idem.DueAfter(time.Hour), idem.OneAttempt(), idem.WithLease(time.Minute))
+		idem.WithJitter(time.Second), idem.AtMostOnce(), idem.CatchUpWindow(time.Hour), idem.DueAfter(time.Hour), idem.OneAttempt(), idem.WithLease(time.Minute), idem.WithParams(1))
 	_ = idem.AddTx(s, "t", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
-		idem.RunOverlapping(), idem.WithLagTolerance(time.Hour), idem.CatchUpLatest(), idem.OnResult(func(idem.Result) {}))
+		idem.RunOverlapping(), idem.WithLagTolerance(time.Hour), idem.CatchUpLatest(), idem.OnResult(func(idem.Result) {}), idem.WithParamsBytes([]byte("v3")), idem.WithGuard(idem.MemoryGuard{}))
 	_, _ = idem.RunValueWith(ctx, l, key, func(context.Context) (int, error) { return 1, nil }, idem.WithParams(1), idem.AtMostOnce())
 }
 `
@@ -82,6 +82,7 @@ func Use() {
 	_ = l.Run(ctx, key, func(context.Context) error { return nil }, idem.WithJitter(time.Second))
 	_ = idem.NewScheduler(l, idem.WithWorkers(2))
 	_, _ = idem.OpenLedger("ledger.db", idem.WithParams(1))
+	_ = idem.NewScheduler(l, idem.WithParams(1))
 }
 `
 
@@ -158,6 +159,7 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 		"bad/bad.go:25:", "idem.JobSetting does not implement idem.RunOption",
 		"bad/bad.go:26:", "idem.FanOutOption does not implement idem.SchedulerOption",
 		"bad/bad.go:27:", "idem.ParamsOption does not implement idem.StoreOption",
+		"bad/bad.go:28:", "idem.ParamsOption does not implement idem.SchedulerOption",
 	}
 	lines := strings.Split(out, "\n")
 	for i := 0; i < len(want); i += 2 {
@@ -171,7 +173,7 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 			t.Errorf("no compile error at %s saying %q", want[i], want[i+1])
 		}
 	}
-	if n := strings.Count(out, "does not implement"); n != 9 {
-		t.Errorf("%d compile errors about options, want 9", n)
+	if n := strings.Count(out, "does not implement"); n != 10 {
+		t.Errorf("%d compile errors about options, want 10", n)
 	}
 }

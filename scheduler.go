@@ -121,6 +121,11 @@ func WithLagTolerance(d time.Duration) JobSetting {
 // [CatchUpWindow]). One that jumps back runs nothing again: the job's
 // cursor in the store is past those periods.
 //
+// Guards ([WithGuard], as a job's option or the Scheduler's default) are
+// asked before each period's claim. One that refuses defers the job: nothing
+// is claimed or counted as a failure, [JobStatus].Deferred says why, and
+// the Scheduler looks at the job again at the next [Recheck], not at once.
+//
 // A period another replica holds (ErrInProgress) is looked at again after
 // the job's lease, so that if that replica died its period is taken over
 // then. A failed period is retried when its backoff allows; a parked or
@@ -290,6 +295,7 @@ func (s *Scheduler) add(job string, sched Schedule, cfg *config, run func(contex
 	}
 	j := &schedJob{name: job, sched: sched, cfg: cfg, run: run, index: -1}
 	j.cfg.catchUp.stop = s.stopping
+	j.cfg.catchUp.scheduled = true
 	j.st = JobStatus{Job: job, Schedule: sched.String()}
 	s.jobs = append(s.jobs, j)
 	s.byName[job] = j
@@ -539,6 +545,7 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 		wake = earliest(wake, j.wake)
 	}
 	var ie *Error
+	deferred := ""
 	switch {
 	case s.state >= schedStopping:
 		return
@@ -551,7 +558,20 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	case errors.As(err, &ie) && (ie.Outcome == InProgress || ie.Outcome == LeaseLost):
 		// Another replica holds a period: if it died, its lease ends.
 		wake = earliest(wake, now.Add(j.cfg.lease))
-	case errors.As(err, &ie) && (ie.Outcome == Parked || ie.Outcome == Unknown):
+	case errors.As(err, &ie) && ie.Outcome == Deferred:
+		// A guard or a breaker said this host cannot take more now: nothing
+		// was claimed. Look again at the next recheck (an open breaker: when
+		// it lets a probe through), not at once.
+		next := now.Add(Recheck)
+		var d *Deferral
+		if errors.As(err, &d) {
+			deferred = d.Error()
+			if d.Until.After(now) {
+				next = d.Until
+			}
+		}
+		wake = earliest(wake, next)
+	case errors.As(err, &ie) && (ie.Outcome == Parked || ie.Outcome == Unknown || ie.Outcome == ParamsMismatch):
 		// A person must settle it; look again at the next due time.
 	case err != nil:
 		if s.logger != nil {
@@ -560,7 +580,8 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 		}
 		wake = earliest(wake, now.Add(Recheck))
 	}
-	if err != nil {
+	j.st.Deferred = deferred
+	if err != nil && deferred == "" {
 		j.st.LastError = err.Error()
 	} else {
 		j.st.LastError = ""
@@ -595,7 +616,7 @@ func (s *Scheduler) runOne(ctx context.Context, j *schedJob, p Period) {
 // one after the cursor) set the parked and unknown counts; an overlapping
 // run's only add to them.
 func (s *Scheduler) record(j *schedJob, periods []PeriodResult, now time.Time, catchUp bool) {
-	parked, unknown := 0, 0
+	parked, unknown, mismatched := 0, 0, 0
 	for _, pr := range periods {
 		j.st.LastPeriod, j.st.LastOutcome, j.st.LastAt = pr.Period.Name, pr.Outcome, now
 		switch pr.Outcome {
@@ -607,13 +628,16 @@ func (s *Scheduler) record(j *schedJob, periods []PeriodResult, now time.Time, c
 			parked++
 		case Unknown:
 			unknown++
+		case ParamsMismatch:
+			mismatched++
 		}
 	}
 	if catchUp {
-		j.st.Parked, j.st.Unknown = parked, unknown
+		j.st.Parked, j.st.Unknown, j.st.ParamsMismatch = parked, unknown, mismatched
 	} else {
 		j.st.Parked += parked
 		j.st.Unknown += unknown
+		j.st.ParamsMismatch += mismatched
 	}
 }
 

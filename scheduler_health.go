@@ -35,11 +35,22 @@ type JobStatus struct {
 	// resolve', or Reset and Resolve).
 	Parked  int `json:"parked"`
 	Unknown int `json:"unknown"`
-	// Deferred says why the job, although due, waits (a full
-	// WithMaxRunning); empty when it does not.
+	// ParamsMismatch counts the periods the job's last catch-up found
+	// claimed with other parameters than the job's WithParams: the job
+	// stops there until a person settles it (restores the parameters, or
+	// resolves or resets the period).
+	ParamsMismatch int `json:"params_mismatch"`
+	// Deferred says why the job, although due, waits: a full
+	// WithMaxRunning, or a guard or breaker (WithGuard, WithBreaker) that
+	// deferred its last catch-up, which the Scheduler tries again at the
+	// next recheck (an open breaker: when it lets a probe through). Empty
+	// when it does not wait. A deferred job is still ready: the host is
+	// busy, not broken; it turns unready once it lags more than its
+	// WithLagTolerance.
 	Deferred string `json:"deferred,omitempty"`
-	// Ready is false when a period is parked or unknown, or the job lags
-	// more than its WithLagTolerance; Why says which.
+	// Ready is false when a period is parked, unknown or claimed with
+	// other parameters, or the job lags more than its WithLagTolerance;
+	// Why says which.
 	Ready bool   `json:"ready"`
 	Why   string `json:"why,omitempty"`
 }
@@ -75,6 +86,8 @@ func (s *Scheduler) Status() SchedulerStatus {
 			js.Ready, js.Why = false, "a period's outcome is unknown: resolve it"
 		case js.Parked > 0:
 			js.Ready, js.Why = false, "a period is parked: reset it once the cause is fixed"
+		case js.ParamsMismatch > 0:
+			js.Ready, js.Why = false, "a period was claimed with other parameters (WithParams): restore them, or resolve or reset the period"
 		case j.cfg.job.tolerance > 0 && js.Lag > j.cfg.job.tolerance:
 			js.Ready, js.Why = false, "lagging "+js.Lag.Round(time.Second).String()+", more than its tolerance "+j.cfg.job.tolerance.String()
 		}
