@@ -245,8 +245,10 @@ func TestOutbox(t *testing.T) {
 }
 
 // TestOutboxRelayKilled: a relay SIGKILLed while the webhook holds its
-// request leaves the message pending; after its lease, the next relay
-// posts it again with the same Idempotency-Key, and marks it delivered.
+// request leaves the message pending; after its lease (2 s: far longer
+// than the kill takes, so that the first relay cannot time the request
+// out and retry it first), the next relay posts it again with the same
+// Idempotency-Key, and marks it delivered.
 func TestOutboxRelayKilled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "")
@@ -259,7 +261,7 @@ func TestOutboxRelayKilled(t *testing.T) {
 	var release sync.Once
 	unhold := func() { release.Do(func() { close(hold) }) }
 	t.Cleanup(unhold) // before the server's Close: a held request would block it
-	relay, stderr := e.relay("--webhook", h.srv.URL, "--poll", "10ms", "--lease", "300ms")
+	relay, stderr := e.relay("--webhook", h.srv.URL, "--poll", "10ms", "--lease", "2s")
 	var first string
 	e.await(relay, stderr, "the relay's first request", func() { first = <-h.held }) // h.held is not written again
 	if err := relay.Process.Kill(); err != nil {
