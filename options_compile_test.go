@@ -50,6 +50,9 @@ func Use() {
 	_ = idem.AddTx(s, "t", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
 		idem.RunOverlapping(), idem.WithLagTolerance(time.Hour), idem.CatchUpLatest(), idem.OnResult(func(idem.Result) {}), idem.WithParamsBytes([]byte("v3")), idem.WithGuard(idem.MemoryGuard{}))
 	_, _ = idem.RunValueWith(ctx, l, key, func(context.Context) (int, error) { return 1, nil }, idem.WithParams(1), idem.AtMostOnce())
+	_ = s.AddRelay("r", l, idem.Webhook("http://localhost", nil), idem.RelayBatch(8), idem.RelayLease(time.Minute), idem.RelayPoll(time.Second),
+		idem.RelayRetention(time.Hour), idem.RelayBackoff(idem.DefaultBackoff()), idem.RelayLogger(nil), idem.OnDelivery(func(idem.DeliveryResult) {}))
+	_, _ = idem.RelayOnce(ctx, l, idem.DeliverFunc(func(context.Context, idem.Delivery) error { return nil }), idem.RelayClock(nil), idem.RelayOwner("me"))
 }
 `
 
@@ -83,6 +86,7 @@ func Use() {
 	_ = idem.NewScheduler(l, idem.WithWorkers(2))
 	_, _ = idem.OpenLedger("ledger.db", idem.WithParams(1))
 	_ = idem.NewScheduler(l, idem.WithParams(1))
+	_, _ = idem.RelayOnce(ctx, l, idem.Webhook("http://localhost", nil), idem.WithClock(nil))
 }
 `
 
@@ -129,7 +133,8 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 		defer cancel()
 		// Library packages: go build type-checks and compiles them, and
 		// links nothing.
-		cmd := exec.CommandContext(ctx, gobin, "build", pkg)
+		// -gcflags=-e: every error, not the compiler's first ten.
+		cmd := exec.CommandContext(ctx, gobin, "build", "-gcflags=-e", pkg)
 		cmd.Dir = dir
 		// The module cache and build cache are this test's own (inherited);
 		// nothing is downloaded.
@@ -160,6 +165,7 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 		"bad/bad.go:26:", "idem.FanOutOption does not implement idem.SchedulerOption",
 		"bad/bad.go:27:", "idem.ParamsOption does not implement idem.StoreOption",
 		"bad/bad.go:28:", "idem.ParamsOption does not implement idem.SchedulerOption",
+		"bad/bad.go:29:", "idem.Option does not implement idem.RelayOption",
 	}
 	lines := strings.Split(out, "\n")
 	for i := 0; i < len(want); i += 2 {
@@ -173,7 +179,7 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 			t.Errorf("no compile error at %s saying %q", want[i], want[i+1])
 		}
 	}
-	if n := strings.Count(out, "does not implement"); n != 10 {
-		t.Errorf("%d compile errors about options, want 10", n)
+	if n := strings.Count(out, "does not implement"); n != 11 {
+		t.Errorf("%d compile errors about options, want 11", n)
 	}
 }

@@ -5,10 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 // collect is a deliverer that records what it was handed, in order.
@@ -66,4 +71,159 @@ func TestOutboxPutInRunTxThenRelay(t *testing.T) {
 func TestLedgerOutboxConformance(t *testing.T) {
 	t.Parallel()
 	idemtest.TestOutbox(t, func(t *testing.T) idemtest.OutboxLedger[*sql.Tx] { return openLedger(t, t.TempDir()) })
+}
+
+// TestLedgerUpgradeFromVersion4: a ledger file that version 4 wrote
+// (testdata/ledger-v4.db: no outbox) opens, is upgraded to version 5 with
+// its records and business table kept, and its outbox works.
+func TestLedgerUpgradeFromVersion4(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := copyTestdata(t, "ledger-v4.db")
+	l, err := idem.OpenLedger(p)
+	if err != nil {
+		t.Fatalf("OpenLedger of a version-4 ledger: %v", err)
+	}
+	defer l.Close()
+	var v int
+	if err := l.DB().QueryRow(`SELECT value FROM idem_meta WHERE name = 'schema_version'`).Scan(&v); err != nil || v != idem.SchemaVersion {
+		t.Fatalf("version %d, %v; want 5", v, err)
+	}
+	recs, err := l.List(ctx, idem.Filter{})
+	if err != nil || len(recs) != 2 || recs[0].Key.Job != "notify" || recs[0].Status != idem.StatusFailed || recs[1].Status != idem.StatusDone {
+		t.Fatalf("List: %+v, %v", recs, err)
+	}
+	var total int
+	if err := l.DB().QueryRow(`SELECT total FROM settlements WHERE day = '2026-10-27'`).Scan(&total); err != nil || total != 42 {
+		t.Fatalf("business row: %d, %v", total, err)
+	}
+	key := idem.Key{Job: "settle", Period: "2026-10-28"}
+	err = l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := idem.Put(ctx, tx, idem.Message{Topic: "settlements", Payload: []byte("2026-10-28")})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c collect
+	if res, err := idem.RelayOnce(ctx, l, &c); err != nil || res.Delivered != 1 || c.got[0].ID != key.RequestID()+"-0" {
+		t.Fatalf("relay on the upgraded ledger: %+v, %v, %+v", res, err, c.got)
+	}
+}
+
+// noOutbox is a transactional store without an outbox: the ledger with
+// its outbox methods hidden (a store of another package might be so).
+type noOutbox struct{ idemstore.TxStore[*sql.Tx] }
+
+// TestPutWhereNoOutbox: Put refuses, with ErrNoOutbox and nothing queued,
+// on a store without an outbox, in a plain Run's fn (also one nested in a
+// RunTx body, which must not write to the enclosing transaction), and in
+// Each's fn.
+func TestPutWhereNoOutbox(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	err := idem.RunTxWith(ctx, noOutbox{l}, idem.Key{Job: "j", Period: "a"}, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := idem.Put(ctx, tx, idem.Message{Topic: "t"})
+		return idem.Permanent(err)
+	})
+	if !errors.Is(err, idem.ErrNoOutbox) || !strings.Contains(err.Error(), "has no outbox") {
+		t.Fatalf("Put on a store without an outbox: %v", err)
+	}
+	other := openLedger(t, t.TempDir()) // (a Run on l would wait for the RunTx's write lock)
+	err = l.RunTx(ctx, idem.Key{Job: "j", Period: "b"}, func(ctx context.Context, tx *sql.Tx) error {
+		return other.Run(ctx, idem.Key{Job: "inner", Period: "b"}, func(ctx context.Context) error {
+			_, err := idem.Put(ctx, tx, idem.Message{Topic: "t"})
+			return idem.Permanent(err)
+		})
+	})
+	if !errors.Is(err, idem.ErrNoOutbox) {
+		t.Fatalf("Put in a Run nested in a RunTx body: %v", err)
+	}
+	var putErr error
+	res, err := idem.Each(ctx, l, idem.Key{Job: "j", Period: "c"}, idem.Items(func(yield func(string) bool) { yield("x") }),
+		func(ctx context.Context, item string) error {
+			_, putErr = idem.Put(ctx, (*sql.Tx)(nil), idem.Message{Topic: "t"})
+			return idem.Permanent(putErr)
+		})
+	if err != nil || res.Counts.Parked != 1 || !errors.Is(putErr, idem.ErrNoOutbox) {
+		t.Fatalf("Put in Each's fn: %v; Each: %+v, %v", putErr, res, err)
+	}
+	if recs, err := l.ListOutbox(ctx, idemstore.OutboxFilter{}); err != nil || len(recs) != 0 {
+		t.Fatalf("outbox after refused Puts: %+v, %v", recs, err)
+	}
+}
+
+// TestSchedulerRelay: a relay added to a Scheduler delivers while the
+// Scheduler runs (here: what an AddTx job queues), shows in Status, and
+// stops with it.
+func TestSchedulerRelay(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir())
+	clk := idemtest.NewClock(t0)
+	s := idem.NewScheduler(l, idem.WithClock(clk))
+	err := idem.AddTx(s, "settle", idem.Daily(time.UTC), func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
+		_, err := idem.Put(ctx, tx, idem.Message{Topic: "settled", Payload: []byte(p.Name)})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []string
+	var results []idem.DeliveryResult
+	deliver := idem.DeliverFunc(func(_ context.Context, d idem.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, string(d.Payload))
+		return nil
+	})
+	if err := s.AddRelay("notify", l, deliver, idem.OnDelivery(func(r idem.DeliveryResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		results = append(results, r)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddRelay("notify", l, deliver); err == nil {
+		t.Fatal("a second relay of the same name was added")
+	}
+	if err := s.AddRelay("bad", l, deliver, idem.RelayBatch(0)); !errors.Is(err, idem.ErrInvalidOption) {
+		t.Fatalf("invalid option: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	// delivered(n) reports whether n messages arrived; if not, it moves
+	// the fake clock by the relay's poll interval, so that it looks again.
+	delivered := func(n int) func() bool {
+		return func() bool {
+			mu.Lock()
+			ok := len(got) == n
+			mu.Unlock()
+			if !ok {
+				clk.Advance(idem.DefaultRelayPoll)
+			}
+			return ok
+		}
+	}
+	testwait.Until(t, delivered(1), "the relay to deliver the first period's message")
+	st := s.Status()
+	if len(st.Relays) != 1 || st.Relays[0].Name != "notify" || !st.Relays[0].Running || !st.Ready {
+		t.Fatalf("status %+v", st)
+	}
+	testwait.Until(t, func() bool { return s.Status().Relays[0].Delivered == 1 }, "the relay's status to count the delivery")
+	// The next day: the job runs and the relay delivers its message.
+	clk.Advance(24 * time.Hour)
+	testwait.Until(t, delivered(2), "the relay to deliver the second period's message")
+	cancel()
+	testwait.Recv(t, done, "the Scheduler to stop")
+	if st := s.Status(); st.Relays[0].Running {
+		t.Fatalf("the relay runs after the Scheduler stopped: %+v", st.Relays[0])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got[0] >= got[1] || len(results) != 2 || results[0].Outcome != idem.DeliverySent {
+		t.Fatalf("delivered %v, results %+v", got, results)
+	}
 }
