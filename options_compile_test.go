@@ -132,8 +132,7 @@ func TestMisusedOptionDoesNotCompile(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		// Library packages: go build type-checks and compiles them, and
-		// links nothing.
-		// -gcflags=-e: every error, not the compiler's first ten.
+		// links nothing. -e: every error, not the first ten.
 		cmd := exec.CommandContext(ctx, gobin, "build", "-gcflags=-e", pkg)
 		cmd.Dir = dir
 		// The module cache and build cache are this test's own (inherited);

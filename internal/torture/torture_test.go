@@ -103,7 +103,13 @@ func TestTorture(t *testing.T) {
 				Kills: 40, Keys: 300, Workers: 3,
 				Seed: seed, Duration: duration, Settle: settleFor(t, len(combos)-i, duration),
 				Dir: t.TempDir(), Lease: 100 * time.Millisecond,
-				Out: &out,
+				// A state file serializes every worker of every process
+				// through one flock, which is not fair: on a machine
+				// loaded far past its cores (seen at a load of 9-12 on
+				// 2 cores) a worker can wait more than the default 10 s
+				// for it. Stuck still means stuck, with its goroutines.
+				Stall: 30 * time.Second,
+				Out:   &out,
 			})
 			if err != nil {
 				t.Fatalf("seed %d: %v\n%s", seed, err, out.String())
