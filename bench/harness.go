@@ -44,6 +44,8 @@ var comparisons = []comparison{
 	{"statefile_vs_floor", "floor", stateFileVsFloor},
 	{"fanout_vs_floor", "floor", fanoutVsFloor},
 	{"fanout_vs_river", "river", fanoutVsRiver},
+	{"outbox_vs_floor", "floor", outboxVsFloor},
+	{"outbox_vs_river", "river", outboxVsRiver},
 	{"pg_fresh_run_vs_river", "river", pgFreshRunVsRiver},
 	{"pg_duplicate_vs_river", "river", pgDuplicateVsRiver},
 	{"pg_fresh_run_vs_floor", "floor", pgFreshRunVsFloor},

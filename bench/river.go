@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"time"
@@ -52,6 +52,7 @@ type riverEnv[TTx any] struct {
 	client *river.Client[TTx]
 	done   <-chan *river.Event
 	unsub  func()
+	db     *sql.DB // River's database, when it is SQLite (openRiverSQLite)
 }
 
 // startRiver migrates River's tables (in schema, "" for the default) and
@@ -112,22 +113,7 @@ func (e *riverEnv[TTx]) insertAndWork(ctx context.Context, keys []idem.Key) erro
 			return fmt.Errorf("river: %s was a duplicate", k)
 		}
 	}
-	timeout := time.NewTimer(time.Minute)
-	defer timeout.Stop()
-	for range keys {
-		select {
-		case ev, ok := <-e.done:
-			if !ok {
-				return errors.New("river: subscription closed")
-			}
-			if ev.Kind != river.EventKindJobCompleted {
-				return fmt.Errorf("river: event %s", ev.Kind)
-			}
-		case <-timeout.C:
-			return errors.New("river: jobs not worked within a minute")
-		}
-	}
-	return nil
+	return e.awaitCompleted(ctx, len(keys))
 }
 
 // insertDuplicates inserts keys whose jobs exist (and are completed) again;

@@ -27,6 +27,7 @@ func openRiverSQLite(ctx context.Context, dir string, n int, extra ...func(*rive
 		db.Close()
 		return nil, nil, err
 	}
+	env.db = db
 	return env, func() { env.stop(ctx); db.Close() }, nil
 }
 

@@ -35,6 +35,15 @@
 //
 // Alert on idem_keys{status="unknown"} > 0 (a person must run Resolve) and
 // idem_keys{status="parked"} > 0 (a key is parked; Reset it once fixed).
+//
+// The transactional outbox (idem.Put, idem.Relay) has metrics of its own:
+// [NewOutbox], fed by the relay ([Outbox.RelayOption]) and reading the
+// store at scrape time ([Outbox.Watch]):
+//
+//	o, err := prom.NewOutbox(prometheus.DefaultRegisterer)
+//	if err != nil { ... }
+//	o.Watch(ledger) // idem_outbox_messages, idem_outbox_oldest_pending_age_seconds
+//	err = idem.Relay(ctx, ledger, idem.Webhook(url, nil), o.RelayOption())
 package prom
 
 import (

@@ -120,7 +120,8 @@ shared by many hosts (--postgres, or $IDEM_POSTGRES).
   idem run --ledger /var/lib/idem/ledger.db --job settle --tz Asia/Shanghai -- /opt/settle.sh
 
 The other commands look at and repair the ledger: ls, show, resolve, reset,
-prune, doctor.`,
+prune, doctor; and 'idem outbox' relays the transactional outbox's
+messages to a webhook and lists, retries and drops them.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -131,6 +132,6 @@ prune, doctor.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err, hint: fmt.Sprintf("Run '%s --help' for usage.", c.CommandPath())}
 	})
-	root.AddCommand(newRunCmd(), newServeCmd(), newLsCmd(), newShowCmd(), newResolveCmd(), newResetCmd(), newPruneCmd(), newDoctorCmd())
+	root.AddCommand(newRunCmd(), newServeCmd(), newLsCmd(), newShowCmd(), newResolveCmd(), newResetCmd(), newPruneCmd(), newDoctorCmd(), newOutboxCmd())
 	return root
 }

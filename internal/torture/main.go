@@ -1,6 +1,7 @@
 // Command torture is a kill -9 torture test of idem's Run protocol.
 //
 //	go run ./internal/torture -store sqlite -mode tx -kills 100
+//	go run ./internal/torture -store sqlite -mode outbox -kills 300 -keys 2500
 //
 // It starts -workers worker processes (this binary, re-executed with
 // $IDEM_TORTURE_WORKER set) that each run every key with idem.Run until it
@@ -30,11 +31,32 @@
 // stderr is <dir>/w<slot>.<restart>.stderr), so a hang ends the run fast
 // instead of holding it.
 //
+// -mode outbox (stores with an outbox: sqlite, and postgres in the
+// pgledger module) tests the transactional outbox instead: each key is a
+// RunTx that bumps its business row, writing the attempt's nonce, and queues
+// 1 to 3 messages with idem.Put on four topics; the first attempt of every
+// fourth key is rolled back on purpose after its Puts, and every tenth key
+// never commits (it parks). Each worker also runs a relay (idem.Relay with
+// the Webhook deliverer) posting to a receiver in this process on loopback,
+// which records every request and refuses one in twenty (503). The kills
+// hit transactions and relays alike. The checker: every committed message
+// delivered at least once; no message of a rolled-back or killed attempt
+// ever delivered (its nonce is not the row's); per topic, no message sent
+// before every earlier one of its topic was accepted; one stable id per
+// message, so that a receiver deduping by it applies each exactly once; each
+// committed row bumped once. A line before the last one gives the figures:
+//
+//	torture: outbox: messages=M requests=R refused=F redelivered=D applied=A rolledback_keys=B abandoned_keys=N
+//
+// and in the last line, effects counts the business rows' bumps, lost the
+// keys not settled and the messages not delivered.
+//
 // The stores here are sqlite and statefile. The logic is package harness,
 // which other modules' commands reuse with stores of their own: the
 // Postgres ledger's is in the pgledger module,
 //
 //	cd pgledger && go run ./internal/torture -store postgres -mode tx -kills 100
+//	cd pgledger && go run ./internal/torture -store postgres -mode outbox -kills 300 -keys 2500
 package main
 
 import (

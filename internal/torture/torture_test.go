@@ -88,6 +88,7 @@ func TestTorture(t *testing.T) {
 		{"sqlite", "atmostonce"},
 		{"sqlite", "twophase"},
 		{"sqlite", "tx"},
+		{"sqlite", "outbox"},
 		{"statefile", "atleastonce"},
 		{"statefile", "atmostonce"},
 		{"statefile", "twophase"},
@@ -218,6 +219,7 @@ func TestHungWorkerQuit(t *testing.T) {
 func TestUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"-store", "statefile", "-mode", "tx"},
+		{"-store", "statefile", "-mode", "outbox"},
 		{"-store", "postgres"},
 		{"-mode", "exactlyonce"},
 		{"-keys", "0"},

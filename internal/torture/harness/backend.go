@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 )
 
 // A Backend is a store the torture test can run against. The sqlite and
@@ -24,6 +25,9 @@ type Backend struct {
 	Watermark bool
 	// Tx: Open returns a Handle with a TxRunner, so -mode tx is allowed.
 	Tx bool
+	// Outbox: Open returns a Handle with an OutboxRunner, so -mode outbox
+	// is allowed.
+	Outbox bool
 	// Flags, if set, adds the backend's flags to the command's.
 	Flags func(fs *flag.FlagSet)
 	// Prepare, if set, is called once by the parent, before anything else,
@@ -48,6 +52,9 @@ type Handle struct {
 	// Tx is set when the store can commit business writes together with its
 	// done marks (RunTx); nil otherwise.
 	Tx TxRunner
+	// Outbox is set when the store has an outbox (idem.Put in RunTx, and
+	// the relay's side); nil otherwise.
+	Outbox OutboxRunner
 }
 
 // TxRunner runs the tx mode's effect inside the store's own transaction.
@@ -72,14 +79,15 @@ var (
 	backendsMu sync.Mutex
 	backends   = map[string]*Backend{
 		"sqlite": {
-			Name: "sqlite",
-			Tx:   true,
+			Name:   "sqlite",
+			Tx:     true,
+			Outbox: true,
 			Open: func(ctx context.Context, dir, _ string) (*Handle, error) {
 				l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
 				if err != nil {
 					return nil, err
 				}
-				return &Handle{Store: l, Close: l.Close, Tx: sqliteTx{l}}, nil
+				return &Handle{Store: l, Close: l.Close, Tx: sqliteTx{l}, Outbox: sqliteOutbox{l}}, nil
 			},
 		},
 		"statefile": {
@@ -188,6 +196,63 @@ func checkCombo(b *Backend, mode string) error {
 			return nil
 		}
 		return fmt.Errorf("-mode tx needs a store with RunTx; -store %s has none", b.Name)
+	case "outbox":
+		if b.Outbox {
+			return nil
+		}
+		return fmt.Errorf("-mode outbox needs a store with an outbox; -store %s has none", b.Name)
 	}
-	return fmt.Errorf("unknown -mode %q (want atleastonce|atmostonce|twophase|tx)", mode)
+	return fmt.Errorf("unknown -mode %q (want atleastonce|atmostonce|twophase|tx|outbox)", mode)
 }
+
+// sqliteOutbox is the outbox mode on a SQLite ledger: the business row in
+// the ledger's own database, the messages in its outbox, both written
+// through Ledger.RunTx's *sql.Tx.
+type sqliteOutbox struct{ l *idem.Ledger }
+
+func (s sqliteOutbox) Setup(ctx context.Context) error {
+	_, err := s.l.DB().ExecContext(ctx, `CREATE TABLE IF NOT EXISTS outbox_effects(key TEXT PRIMARY KEY, n INTEGER NOT NULL, nonce TEXT NOT NULL)`)
+	return err
+}
+
+func (s sqliteOutbox) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, OutboxTx) error, opts ...idem.RunTxOption) error {
+	return s.l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
+		return fn(ctx, sqliteOutboxTx{key: key, tx: tx})
+	}, opts...)
+}
+
+type sqliteOutboxTx struct {
+	key idem.Key
+	tx  *sql.Tx
+}
+
+func (t sqliteOutboxTx) Bump(ctx context.Context, nonce string) error {
+	// NOT idempotent on purpose, so that a second application shows as n = 2.
+	_, err := t.tx.ExecContext(ctx, `INSERT INTO outbox_effects(key, n, nonce) VALUES(?, 1, ?)
+		ON CONFLICT(key) DO UPDATE SET n = n + 1, nonce = excluded.nonce`, t.key.String(), nonce)
+	return err
+}
+
+func (t sqliteOutboxTx) Put(ctx context.Context, msg idem.Message) (string, error) {
+	return idem.Put(ctx, t.tx, msg)
+}
+
+func (s sqliteOutbox) Rows(ctx context.Context) (map[string]Row, error) {
+	rows, err := s.l.DB().QueryContext(ctx, `SELECT key, n, nonce FROM outbox_effects`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[string]Row{}
+	for rows.Next() {
+		var k string
+		var r Row
+		if err := rows.Scan(&k, &r.N, &r.Nonce); err != nil {
+			return nil, err
+		}
+		m[k] = r
+	}
+	return m, rows.Err()
+}
+
+func (s sqliteOutbox) Store() idemstore.OutboxStore { return s.l }

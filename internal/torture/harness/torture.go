@@ -131,6 +131,7 @@ type runner struct {
 	deadline time.Time
 	slots    []*slot
 	errs     []string
+	recv     *receiver // -mode outbox: the relays' downstream
 }
 
 func (r *runner) printf(format string, a ...any) {
@@ -208,10 +209,16 @@ func Run(cfg Config) (s *Summary, err error) {
 	}
 
 	if err := r.setup(); err != nil {
+		if r.recv != nil {
+			r.recv.close()
+		}
 		keep = true
 		return nil, err
 	}
 	defer r.log.Close()
+	if r.recv != nil {
+		defer r.recv.close()
+	}
 	defer r.killAll() // on a panic or an early return
 
 	start := time.Now()
@@ -272,10 +279,25 @@ func (r *runner) setup() error {
 			return fmt.Errorf("create effects table: %w", err)
 		}
 	}
+	if r.cfg.Mode == "outbox" {
+		if h.Outbox == nil {
+			h.Close()
+			return usageError{fmt.Errorf("-store %s has no outbox", r.cfg.Store)}
+		}
+		if err := h.Outbox.Setup(ctx); err != nil {
+			h.Close()
+			return fmt.Errorf("create the business table: %w", err)
+		}
+		if r.recv, err = startReceiver(r.dir, r.cfg.Seed); err != nil {
+			h.Close()
+			return err
+		}
+		r.printf("receiver: %s", r.recv.url)
+	}
 	if err := h.Close(); err != nil {
 		return err
 	}
-	if r.cfg.Mode != "tx" {
+	if r.cfg.Mode != "tx" && r.cfg.Mode != "outbox" {
 		if err := os.WriteFile(filepath.Join(r.dir, effectsFile), nil, 0o644); err != nil {
 			return err
 		}
@@ -288,6 +310,9 @@ func (r *runner) setup() error {
 func (r *runner) start(sl *slot) error {
 	wc := workerConfig{Store: r.cfg.Store, Loc: r.loc, Mode: r.cfg.Mode, Dir: r.dir, Keys: r.cfg.Keys, Seed: r.cfg.Seed,
 		Lease: r.cfg.Lease, Stall: r.cfg.Stall, Slot: sl.i, Gen: sl.gen, Deadline: r.deadline}
+	if r.recv != nil {
+		wc.URL = r.recv.url
+	}
 	b, err := json.Marshal(wc)
 	if err != nil {
 		return err
@@ -543,6 +568,14 @@ func (r *runner) check() (*Summary, error) {
 	}
 	defer h.Close()
 	s := &Summary{Store: r.cfg.Store, Mode: r.cfg.Mode, Keys: r.cfg.Keys}
+	if r.cfg.Mode == "outbox" {
+		vs, err := r.checkOutbox(ctx, h, s)
+		if err != nil {
+			return nil, err
+		}
+		r.report(vs)
+		return s, nil
+	}
 
 	var counts map[string]int
 	if r.cfg.Mode == "tx" {

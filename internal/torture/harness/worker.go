@@ -42,6 +42,7 @@ type workerConfig struct {
 	Slot     int           `json:"slot"`
 	Gen      int           `json:"gen"` // how many times this slot was started before
 	Deadline time.Time     `json:"deadline"`
+	URL      string        `json:"url,omitempty"` // -mode outbox: the receiver the relays post to
 }
 
 const (
@@ -115,7 +116,7 @@ func runWorker(cfg workerConfig) int {
 		rng:   rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Slot)<<32|uint64(cfg.Gen))),
 		sleep: rand.New(rand.NewPCG(uint64(cfg.Seed)^0x5eed, uint64(cfg.Slot)<<32|uint64(cfg.Gen))),
 	}
-	if cfg.Mode != "tx" {
+	if cfg.Mode != "tx" && cfg.Mode != "outbox" {
 		w.effects, err = os.OpenFile(filepath.Join(cfg.Dir, effectsFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
 			lg.printf("setup: %v", err)
@@ -152,6 +153,9 @@ func runWorker(cfg workerConfig) int {
 	}
 	w.progress.Store(time.Now().UnixNano())
 	go w.watchdog()
+	if cfg.Mode == "outbox" {
+		return w.loopOutbox(ctx)
+	}
 	return w.loop(ctx, b.Watermark)
 }
 

@@ -42,8 +42,9 @@ func postgresBackend() *harness.Backend {
 	var dsnFlag string
 	connFlag := connPool
 	return &harness.Backend{
-		Name: "postgres",
-		Tx:   true,
+		Name:   "postgres",
+		Tx:     true,
+		Outbox: true,
 		Flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&dsnFlag, "pg-dsn", "", "-store postgres: the database (default $"+dsnEnv+"); each run keeps its tables in a new schema there")
 			fs.StringVar(&connFlag, "pg-conn", connPool, "-store postgres: each worker's ledger on a pgx pool ("+connPool+": pgledger.New) or on a *sql.DB with pgx's stdlib driver ("+connSQL+": pgledger.NewDB, RunTx with *sql.Tx)")
@@ -125,21 +126,25 @@ func openPostgres(ctx context.Context, loc pgLoc) (*harness.Handle, error) {
 			db.Close()
 			return nil, err
 		}
-		tx.runTx = runTxOf(l.RunTx, func(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
+		execSQL := func(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
 			_, err := tx.ExecContext(ctx, q, args...)
 			return err
-		})
-		return &harness.Handle{Store: l, Close: db.Close, Tx: tx}, nil
+		}
+		tx.runTx = runTxOf(l.RunTx, execSQL)
+		ob := pgOutbox{loc: loc, store: l, runTx: outboxRunTxOf(l.RunTx, execSQL)}
+		return &harness.Handle{Store: l, Close: db.Close, Tx: tx, Outbox: ob}, nil
 	}
 	l, err := pgledger.Open(ctx, loc.DSN, pgledger.WithSchema(loc.Schema))
 	if err != nil {
 		return nil, err
 	}
-	tx.runTx = runTxOf(l.RunTx, func(ctx context.Context, tx pgx.Tx, q string, args ...any) error {
+	execPgx := func(ctx context.Context, tx pgx.Tx, q string, args ...any) error {
 		_, err := tx.Exec(ctx, q, args...)
 		return err
-	})
-	return &harness.Handle{Store: l, Close: func() error { l.Close(); return nil }, Tx: tx}, nil
+	}
+	tx.runTx = runTxOf(l.RunTx, execPgx)
+	ob := pgOutbox{loc: loc, store: l, runTx: outboxRunTxOf(l.RunTx, execPgx)}
+	return &harness.Handle{Store: l, Close: func() error { l.Close(); return nil }, Tx: tx, Outbox: ob}, nil
 }
 
 // pgTx is the tx mode on the Postgres ledger: the effect is a row of a

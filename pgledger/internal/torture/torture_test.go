@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 // TestTorturePostgres runs a short kill -9 pass of every mode against the
 // Postgres ledger.
 func TestTorturePostgres(t *testing.T) {
-	harness.ShortRuns(t, "postgres", dsnEnv, "PostgreSQL", []string{"atleastonce", "atmostonce", "twophase", "tx"})
+	harness.ShortRuns(t, "postgres", dsnEnv, "PostgreSQL", []string{"atleastonce", "atmostonce", "twophase", "tx", "outbox"})
 }
 
 // TestNoDatabase: without a database, -store postgres is a usage error.

@@ -1,0 +1,348 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/pgledger"
+	"github.com/jackc/pgx/v5"
+)
+
+// hook is a webhook receiver for the tests: it records every request's
+// Idempotency-Key and topic, answers 400 to topic "poison", and can hold a
+// request until released.
+type hook struct {
+	mu   sync.Mutex
+	got  []string // "topic id", in arrival order
+	hold chan struct{}
+	held chan string // gets the id of a held request
+	srv  *httptest.Server
+}
+
+func newHook(t *testing.T) *hook {
+	h := &hook{}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		id, topic := r.Header.Get("Idempotency-Key"), r.Header.Get("Idem-Topic")
+		h.mu.Lock()
+		h.got = append(h.got, topic+" "+id)
+		hold, held := h.hold, h.held
+		h.hold = nil
+		h.mu.Unlock()
+		if hold != nil {
+			held <- id
+			<-hold
+		}
+		if topic == "poison" {
+			http.Error(w, "no such account", http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *hook) requests() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.got...)
+}
+
+// putMessages commits two settlements whose transactions queue messages:
+// settle 2026-10-27 puts one on "payments" and one on "poison", settle
+// 2026-10-28 one on "payments". It returns their ids in that order.
+func putMessages(t *testing.T, runTx func(ctx context.Context, key idem.Key, fn func(ctx context.Context, put func(context.Context, idem.Message) (string, error)) error) error) []string {
+	t.Helper()
+	var ids []string
+	for _, day := range []string{"2026-10-27", "2026-10-28"} {
+		err := runTx(context.Background(), idem.Key{Job: "settle", Period: day}, func(ctx context.Context, put func(context.Context, idem.Message) (string, error)) error {
+			id, err := put(ctx, idem.Message{Topic: "payments", Payload: []byte(`{"day":"` + day + `"}`), Headers: map[string]string{"Content-Type": "application/json"}})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+			if day == "2026-10-27" {
+				if id, err = put(ctx, idem.Message{Topic: "poison", Payload: []byte("bad")}); err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+// sqlitePut commits the messages of putMessages on the test's SQLite ledger.
+func (e *env) sqlitePut() []string {
+	l, err := idem.OpenLedger(e.ledger)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer l.Close()
+	return putMessages(e.t, func(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context, idem.Message) (string, error)) error) error {
+		return l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
+			return fn(ctx, func(ctx context.Context, m idem.Message) (string, error) { return idem.Put(ctx, tx, m) })
+		})
+	})
+}
+
+// outboxLs runs 'idem outbox ls --json' and returns the messages by id.
+func (e *env) outboxLs(args ...string) map[string]messageJSON {
+	e.t.Helper()
+	out, _ := e.want(exitOK, append([]string{"outbox", "ls", "--json"}, args...)...)
+	var list []messageJSON
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		e.t.Fatalf("outbox ls --json: %v\n%s", err, out)
+	}
+	m := map[string]messageJSON{}
+	for _, msg := range list {
+		m[msg.ID] = msg
+	}
+	return m
+}
+
+// relay starts 'idem outbox relay' with the test's ledger flags and args.
+func (e *env) relay(args ...string) (*exec.Cmd, *bytes.Buffer) {
+	e.t.Helper()
+	store := []string{"--ledger", e.ledger}
+	if e.pg != nil {
+		store = e.pg
+	}
+	cmd := e.command(append(append([]string{"outbox", "relay"}, store...), args...)...)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd, &stderr
+}
+
+// until polls cond every 20 ms for testwait.Limit(t) at most; then it
+// fails the test, saying what it waited for.
+func (e *env) until(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(testwait.Limit(e.t))
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// outboxScenario: the relay delivers the messages, parks the poison one
+// (400) without holding up the other topic, stops on SIGTERM; ls shows it
+// all; retry puts the parked message back, drop deletes it; both refuse an
+// id they cannot change (exit 1).
+func outboxScenario(t *testing.T, e *env, ids []string) {
+	pay1, poison, pay2 := ids[0], ids[1], ids[2]
+	for i, id := range []string{pay1, poison, pay2} {
+		want := (idem.Key{Job: "settle", Period: "2026-10-27"}).RequestID() + "-" + fmt.Sprint(i)
+		if i == 2 {
+			want = (idem.Key{Job: "settle", Period: "2026-10-28"}).RequestID() + "-0"
+		}
+		if id != want {
+			t.Fatalf("message %d has id %s, want %s", i, id, want)
+		}
+	}
+
+	out, _ := e.want(exitOK, "outbox", "ls")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 ||
+		!strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[1], pay1) || !strings.Contains(lines[1], "pending") ||
+		!strings.Contains(lines[1], "settle 2026-10-27") {
+		t.Fatalf("outbox ls:\n%s", out)
+	}
+	msgs := e.outboxLs()
+	if len(msgs) != 3 || msgs[pay1].Status != "pending" || msgs[pay1].Payload != `{"day":"2026-10-27"}` || msgs[pay1].Topic != "payments" ||
+		msgs[pay1].Headers["Content-Type"] != "application/json" {
+		t.Fatalf("outbox ls --json: %+v", msgs)
+	}
+
+	h := newHook(t)
+	relay, stderr := e.relay("--webhook", h.srv.URL, "--poll", "10ms", "-v")
+	e.until("the relay to deliver both payments messages and park the poison one", func() bool {
+		m := e.outboxLs()
+		return m[pay1].Status == "delivered" && m[pay2].Status == "delivered" && m[poison].Status == "parked"
+	})
+	if err := relay.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.finish(relay, stderr); err != nil {
+		t.Fatalf("relay after SIGTERM: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "delivered") || !strings.Contains(stderr.String(), "parked") {
+		t.Errorf("relay -v: stderr:\n%s", stderr.String())
+	}
+	got := h.requests()
+	if len(got) != 3 {
+		t.Fatalf("webhook got %q, want one request per message", got)
+	}
+	if got[0] != "payments "+pay1 && got[1] != "payments "+pay1 {
+		t.Errorf("webhook got %q: payments in order", got)
+	}
+
+	out, _ = e.want(exitOK, "outbox", "ls", "--status", "parked")
+	if !strings.Contains(out, poison) || !strings.Contains(out, "idem outbox retry "+poison) || strings.Contains(out, pay1) {
+		t.Fatalf("outbox ls --status parked:\n%s", out)
+	}
+	if m := e.outboxLs("--topic", "poison"); len(m) != 1 || m[poison].Attempts != 1 || !strings.Contains(m[poison].LastError, "400") {
+		t.Fatalf("outbox ls --topic poison: %+v", m)
+	}
+
+	out, _ = e.want(exitOK, "outbox", "retry", poison)
+	if !strings.Contains(out, poison) {
+		t.Errorf("retry: %q", out)
+	}
+	if m := e.outboxLs("--status", "pending"); len(m) != 1 || m[poison].Attempts != 0 {
+		t.Fatalf("after retry: %+v", m)
+	}
+	if _, stderr := e.want(exitFailed, "outbox", "retry", poison); !strings.Contains(stderr, "no parked message") {
+		t.Errorf("retry of a pending message: %q", stderr)
+	}
+	e.want(exitOK, "outbox", "drop", poison)
+	if m := e.outboxLs(); len(m) != 2 {
+		t.Fatalf("after drop: %+v", m)
+	}
+	if _, stderr := e.want(exitFailed, "outbox", "drop", poison); !strings.Contains(stderr, "no message with this id") {
+		t.Errorf("drop of a dropped message: %q", stderr)
+	}
+}
+
+func TestOutbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	outboxScenario(t, e, e.sqlitePut())
+}
+
+// TestOutboxRelayKilled: a relay SIGKILLed while the webhook holds its
+// request leaves the message pending; after its lease (2 s: far longer
+// than the kill takes, so that the first relay cannot time the request
+// out and retry it first), the next relay posts it again with the same
+// Idempotency-Key, and marks it delivered.
+func TestOutboxRelayKilled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	ids := e.sqlitePut()
+	h := newHook(t)
+	hold := make(chan struct{})
+	h.mu.Lock()
+	h.hold, h.held = hold, make(chan string, 1)
+	h.mu.Unlock()
+	var release sync.Once
+	unhold := func() { release.Do(func() { close(hold) }) }
+	t.Cleanup(unhold) // before the server's Close: a held request would block it
+	relay, stderr := e.relay("--webhook", h.srv.URL, "--poll", "10ms", "--lease", "2s")
+	var first string
+	e.await(relay, stderr, "the relay's first request", func() { first = <-h.held }) // h.held is not written again
+	if err := relay.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = relay.Wait()
+	unhold()
+	if m := e.outboxLs(); m[first].Status != "pending" || m[first].Attempts != 1 {
+		t.Fatalf("after the kill, %s: %+v", first, m[first])
+	}
+	relay2, stderr2 := e.relay("--webhook", h.srv.URL, "--poll", "10ms")
+	e.until("the second relay to deliver "+first, func() bool { return e.outboxLs()[first].Status == "delivered" })
+	_ = relay2.Process.Signal(syscall.SIGTERM)
+	if err := e.finish(relay2, stderr2); err != nil {
+		t.Fatalf("relay after SIGTERM: %v\n%s", err, stderr2.String())
+	}
+	n := 0
+	for _, r := range h.requests() {
+		if strings.HasSuffix(r, " "+first) {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%s posted %d times, want 2 (the killed relay's, then the next one's, same key): %q", first, n, h.requests())
+	}
+	if m := e.outboxLs(); m[first].Attempts != 2 || len(ids) != 3 {
+		t.Fatalf("%s: %+v", first, m[first])
+	}
+}
+
+func TestOutboxUsage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	e.sqlitePut()
+	for _, args := range [][]string{
+		{"outbox", "relay"},
+		{"outbox", "relay", "--webhook", "ftp://example.com/x"},
+		{"outbox", "relay", "--webhook", "http://127.0.0.1:1/x", "--retention", "forever"},
+		{"outbox", "relay", "--webhook", "http://127.0.0.1:1/x", "--lease", "1ms"},
+		{"outbox", "ls", "--status", "lost"},
+		{"outbox", "ls", "--limit", "-1"},
+		{"outbox", "retry"},
+		{"outbox", "drop", "a", "b"},
+		{"outbox"},
+	} {
+		if _, stderr, code := e.idem(args...); code != exitUsage || stderr == "" {
+			t.Errorf("idem %s: exit %d, want %d; stderr %q", strings.Join(args, " "), code, exitUsage, stderr)
+		}
+	}
+	e2 := newEnv(t, "")
+	if _, stderr := e2.want(exitUsage, "outbox", "ls"); !strings.Contains(stderr, "no ledger at") {
+		t.Errorf("outbox ls without a ledger: %q", stderr)
+	}
+}
+
+// TestOutboxPostgres is TestOutbox on the Postgres ledger.
+func TestOutboxPostgres(t *testing.T) {
+	t.Parallel()
+	dsn := os.Getenv("IDEM_TEST_PG_DSN")
+	if dsn == "" {
+		t.Skip("no PostgreSQL: set IDEM_TEST_PG_DSN (eval \"$(scripts/pg.sh start)\" from the repository's root)")
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "idemcli_" + hex.EncodeToString(b[:])
+	l, err := pgledger.Open(context.Background(), dsn, pgledger.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := l.Pool().Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+		}
+		l.Close()
+	})
+	e := newEnv(t, "")
+	e.pg = []string{"--postgres", dsn, "--postgres-schema", schema}
+	ids := putMessages(t, func(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context, idem.Message) (string, error)) error) error {
+		return l.RunTx(ctx, key, func(ctx context.Context, tx pgx.Tx) error {
+			return fn(ctx, func(ctx context.Context, m idem.Message) (string, error) { return idem.Put(ctx, tx, m) })
+		})
+	})
+	outboxScenario(t, e, ids)
+}
