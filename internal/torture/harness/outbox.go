@@ -176,7 +176,7 @@ func (w *worker) loopOutbox(ctx context.Context) int {
 	go func() {
 		defer close(relayDone)
 		err := idem.Relay(rctx, store, idem.Webhook(w.cfg.URL, client),
-			idem.RelayLease(w.cfg.Lease), idem.RelayPoll(2*time.Millisecond), idem.RelayBatch(outboxTopics),
+			idem.RelayLease(relayLease(w.cfg.Lease)), idem.RelayPoll(2*time.Millisecond), idem.RelayBatch(outboxTopics),
 			idem.RelayBackoff(idem.WithMaxAttempts(100_000, idem.Constant(2*time.Millisecond))),
 			idem.RelayOwner(strings.Fields(string(w.lg))[0]),
 			idem.OnDelivery(func(r idem.DeliveryResult) {
@@ -230,6 +230,14 @@ func (w *worker) loopOutbox(ctx context.Context) int {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// relayLease is the relays' lease: the run's, but at least a second. A
+// delivery's deadline is its lease, and a topic hands out one message at a
+// time: with the runs' 100 ms, a receiver slowed by a loaded machine (the
+// race detector and other work on 2 cores) made most deliveries time out,
+// and the topics did not drain before the deadline. A killed relay's
+// message waits a second for the next.
+func relayLease(run time.Duration) time.Duration { return max(run, time.Second) }
 
 // delivery is one request the receiver got.
 type delivery struct {
