@@ -227,3 +227,41 @@ func TestSchedulerRelay(t *testing.T) {
 		t.Fatalf("delivered %v, results %+v", got, results)
 	}
 }
+
+// TestRelayInvalidOptions: a relay option given a value it cannot take,
+// or a nil one, is an error matching ErrInvalidOption, returned before
+// anything is claimed or delivered.
+func TestRelayInvalidOptions(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	key := idem.Key{Job: "settle", Period: "2026-10-28"}
+	if err := l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := idem.Put(ctx, tx, idem.Message{Topic: "pay"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for name, o := range map[string]idem.RelayOption{
+		"nil":               nil,
+		"RelayBatch(0)":     idem.RelayBatch(0),
+		"RelayLease(0)":     idem.RelayLease(0),
+		"RelayPoll(0)":      idem.RelayPoll(0),
+		"RelayRetention(0)": idem.RelayRetention(0),
+		"RelayBackoff(nil)": idem.RelayBackoff(nil),
+		"RelayClock(nil)":   idem.RelayClock(nil),
+		`RelayOwner("")`:    idem.RelayOwner(""),
+	} {
+		var c collect
+		res, err := idem.RelayOnce(ctx, l, &c, o)
+		if !errors.Is(err, idem.ErrInvalidOption) || res != (idem.RelayResult{}) || len(c.got) != 0 {
+			t.Errorf("RelayOnce with %s: %+v, %v, delivered %d; want ErrInvalidOption and nothing done", name, res, err, len(c.got))
+		}
+		if err := idem.Relay(ctx, l, &c, o); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Errorf("Relay with %s: %v, want ErrInvalidOption", name, err)
+		}
+	}
+	msgs, err := l.ListOutbox(ctx, idemstore.OutboxFilter{})
+	if err != nil || len(msgs) != 1 || msgs[0].Status != idemstore.OutboxPending || msgs[0].Attempts != 0 {
+		t.Fatalf("outbox after the refused relays: %+v, %v; want the message pending, never attempted", msgs, err)
+	}
+}

@@ -35,7 +35,8 @@ type Delivery struct {
 // at once parked when it is [Permanent] or the backoff gives up. Deliver
 // may be called again for a message it already delivered (the relay died
 // before marking it, or its lease ran out): make the receiver dedupe by
-// Delivery.ID. ctx ends when the message's lease does. A Deliver that
+// Delivery.ID. ctx ends when the message's lease does (on the system
+// clock; see [RelayLease]). A Deliver that
 // panics fails the attempt (the relay goes on with the other messages).
 type Deliverer interface {
 	Deliver(ctx context.Context, d Delivery) error
@@ -125,11 +126,14 @@ type relayConfig struct {
 func newRelayConfig(opts []RelayOption) *relayConfig {
 	c := &relayConfig{batch: DefaultRelayBatch, lease: DefaultRelayLease, poll: DefaultRelayPoll,
 		backoff: DefaultBackoff(), clock: systemClock{}, owner: idemstore.Owner()}
-	for _, o := range opts {
+	for i, o := range opts {
+		var err error
 		if o == nil {
-			continue
+			err = invalidOption("option %d of %d is nil", i+1, len(opts))
+		} else {
+			err = o.applyRelay(c)
 		}
-		if err := o.applyRelay(c); err != nil && c.err == nil {
+		if err != nil && c.err == nil {
 			c.err = fmt.Errorf("idem: relay: %w", err)
 		}
 	}
@@ -151,8 +155,9 @@ func RelayBatch(n int) RelayOption {
 }
 
 // RelayLease sets how long a claim holds a message (default
-// [DefaultRelayLease]): the deliverer's context ends with it, and after it
-// another relay may deliver the message again. Make it much longer than a
+// [DefaultRelayLease]): on the system clock the deliverer's context ends
+// with it (with [RelayClock], it is no deadline on that context), and
+// after it another relay may deliver the message again. Make it much longer than a
 // delivery takes. Below [MinLease] it is an error matching
 // [ErrInvalidOption].
 func RelayLease(d time.Duration) RelayOption {
@@ -199,7 +204,7 @@ func RelayRetention(d time.Duration) RelayOption {
 func RelayBackoff(b Backoff) RelayOption {
 	return relayOption(func(c *relayConfig) error {
 		if err := checkBackoff(b); err != nil {
-			return err
+			return invalidOption("RelayBackoff: %s", err)
 		}
 		c.backoff = b
 		return nil

@@ -19,7 +19,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testwait"
@@ -147,19 +146,6 @@ func (e *env) relay(args ...string) (*exec.Cmd, *bytes.Buffer) {
 	return cmd, &stderr
 }
 
-// until polls cond every 20 ms for testwait.Limit(t) at most; then it
-// fails the test, saying what it waited for.
-func (e *env) until(what string, cond func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(testwait.Limit(e.t))
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // outboxScenario: the relay delivers the messages, parks the poison one
 // (400) without holding up the other topic, stops on SIGTERM; ls shows it
 // all; retry puts the parked message back, drop deletes it; both refuse an
@@ -190,10 +176,10 @@ func outboxScenario(t *testing.T, e *env, ids []string) {
 
 	h := newHook(t)
 	relay, stderr := e.relay("--webhook", h.srv.URL, "--poll", "10ms", "-v")
-	e.until("the relay to deliver both payments messages and park the poison one", func() bool {
+	testwait.Until(t, func() bool {
 		m := e.outboxLs()
 		return m[pay1].Status == "delivered" && m[pay2].Status == "delivered" && m[poison].Status == "parked"
-	})
+	}, "the relay to deliver both payments messages and park the poison one")
 	if err := relay.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +259,7 @@ func TestOutboxRelayKilled(t *testing.T) {
 		t.Fatalf("after the kill, %s: %+v", first, m[first])
 	}
 	relay2, stderr2 := e.relay("--webhook", h.srv.URL, "--poll", "10ms")
-	e.until("the second relay to deliver "+first, func() bool { return e.outboxLs()[first].Status == "delivered" })
+	testwait.Until(t, func() bool { return e.outboxLs()[first].Status == "delivered" }, "the second relay to deliver %s", first)
 	_ = relay2.Process.Signal(syscall.SIGTERM)
 	if err := e.finish(relay2, stderr2); err != nil {
 		t.Fatalf("relay after SIGTERM: %v\n%s", err, stderr2.String())
