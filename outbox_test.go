@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -263,5 +264,79 @@ func TestRelayInvalidOptions(t *testing.T) {
 	msgs, err := l.ListOutbox(ctx, idemstore.OutboxFilter{})
 	if err != nil || len(msgs) != 1 || msgs[0].Status != idemstore.OutboxPending || msgs[0].Attempts != 0 {
 		t.Fatalf("outbox after the refused relays: %+v, %v; want the message pending, never attempted", msgs, err)
+	}
+}
+
+// failingClaims is a real ledger whose outbox claims fail while fail is
+// set: a transient store error on the relay's path.
+type failingClaims struct {
+	*idem.Ledger
+	fail atomic.Bool
+}
+
+func (f *failingClaims) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimRequest) ([]idemstore.OutboxRecord, error) {
+	if f.fail.Load() {
+		return nil, errors.New("database is locked (injected)")
+	}
+	return f.Ledger.ClaimOutbox(ctx, req)
+}
+
+// TestSchedulerRelayStoreError: a relay whose pass fails on a store error
+// makes the Scheduler unready, with the error in its status; once the
+// store answers again, the next pass delivers and the Scheduler is ready.
+func TestSchedulerRelayStoreError(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	key := idem.Key{Job: "settle", Period: "2026-10-28"}
+	if err := l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := idem.Put(ctx, tx, idem.Message{Topic: "pay"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	fc := &failingClaims{Ledger: l}
+	fc.fail.Store(true)
+	clk := idemtest.NewClock(t0)
+	s := idem.NewScheduler(l, idem.WithClock(clk))
+	var c collect
+	var mu sync.Mutex
+	deliver := idem.DeliverFunc(func(ctx context.Context, d idem.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return c.Deliver(ctx, d)
+	})
+	if err := s.AddRelay("notify", fc, deliver); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	defer func() {
+		cancel()
+		testwait.Recv(t, done, "the Scheduler to stop")
+	}()
+	testwait.Until(t, func() bool {
+		st := s.Status()
+		return len(st.Relays) == 1 && !st.Relays[0].Ready
+	}, "the relay's failed pass to show in the status")
+	st := s.Status()
+	if st.Ready || !strings.Contains(st.Relays[0].LastError, "injected") || !strings.Contains(st.Relays[0].Why, "injected") {
+		t.Fatalf("status after a failed pass: %+v", st)
+	}
+	fc.fail.Store(false)
+	testwait.Until(t, func() bool {
+		if s.Status().Relays[0].Delivered == 1 {
+			return true
+		}
+		clk.Advance(idem.DefaultRelayPoll) // the next pass
+		return false
+	}, "the relay to deliver once the store answers")
+	if st := s.Status(); !st.Ready || !st.Relays[0].Ready || st.Relays[0].LastError != "" {
+		t.Fatalf("status after the store recovered: %+v", st)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(c.got) != 1 || c.got[0].Attempt != 1 {
+		t.Fatalf("delivered %+v, want the message once at attempt 1 (the failed claims took none)", c.got)
 	}
 }
