@@ -3,8 +3,10 @@ package idem
 import (
 	"bytes"
 	"context"
+	"encoding"
 	"encoding/json"
 	"fmt"
+	"reflect"
 
 	"github.com/idemgo/idem/idemstore"
 )
@@ -18,8 +20,10 @@ import (
 // the value of a function that runs once.
 //
 // The value must encode to at most idemstore.MaxValue bytes, and decode
-// back into T as it was stored (no field JSON drops, no interface that
-// does not decode): otherwise the attempt fails with an error matching
+// back into T as it was (no set field that JSON skips — `json:"-"` or
+// unexported —, no interface holding a type JSON gives back as another;
+// values of types that encode themselves, like time.Time, count as the same
+// when they encode the same; a nil and an empty slice or map are the same): otherwise the attempt fails with an error matching
 // [ErrValueTooLarge] or [ErrValueEncoding], before anything is marked done,
 // and the key is parked (a retry would compute the same value). A stored
 // value that does not decode into the T of a later call (unknown fields
@@ -106,10 +110,111 @@ func encodeValue[T any](key Key, v T) ([]byte, error) {
 		return nil, Permanent(fmt.Errorf("%w: %s: the value encodes to %d bytes, more than idemstore.MaxValue (%d); nothing was marked done",
 			ErrValueTooLarge, key, len(b), idemstore.MaxValue))
 	}
-	if _, err := decodeValue[T](key, b); err != nil {
+	back, err := decodeValue[T](key, b)
+	if err != nil {
 		return nil, Permanent(err)
 	}
+	if path, ok := sameAsJSON(v, back); !ok {
+		return nil, Permanent(fmt.Errorf("%w: %s: the value of type %T does not come back from JSON as it was (%s differs: a field JSON skips, an unexported field, or an interface holding another type); nothing was marked done",
+			ErrValueEncoding, key, v, path))
+	}
 	return b, nil
+}
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// sameAsJSON reports whether back, v decoded from its own JSON, is v as a
+// later caller would see it; when it is not, path names the first place that
+// differs. Values whose type encodes itself (json.Marshaler,
+// encoding.TextMarshaler: time.Time, for one) are the same when they encode
+// the same; a nil and an empty slice or map are the same; everything else
+// compares by kind, unexported fields included (JSON drops them, so one that
+// is set does not come back).
+func sameAsJSON[T any](v, back T) (path string, ok bool) {
+	a, b := reflect.New(reflect.TypeFor[T]()).Elem(), reflect.New(reflect.TypeFor[T]()).Elem()
+	a.Set(reflect.ValueOf(&v).Elem())
+	b.Set(reflect.ValueOf(&back).Elem())
+	return sameValue(a, b, "the value")
+}
+
+func sameValue(a, b reflect.Value, path string) (string, bool) {
+	if a.CanInterface() && a.CanAddr() {
+		t := a.Type()
+		if t.Implements(jsonMarshaler) || t.Implements(textMarshaler) ||
+			reflect.PointerTo(t).Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(textMarshaler) {
+			ja, errA := json.Marshal(a.Addr().Interface())
+			jb, errB := json.Marshal(b.Addr().Interface())
+			return path, errA == nil && errB == nil && bytes.Equal(ja, jb)
+		}
+	}
+	switch a.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if a.IsNil() || b.IsNil() {
+			return path, a.IsNil() == b.IsNil()
+		}
+		if a.Kind() == reflect.Interface && a.Elem().Type() != b.Elem().Type() {
+			return path, false
+		}
+		if a.Kind() == reflect.Interface { // an interface's value is not addressable: copy it
+			ea, eb := reflect.New(a.Elem().Type()).Elem(), reflect.New(b.Elem().Type()).Elem()
+			ea.Set(a.Elem())
+			eb.Set(b.Elem())
+			return sameValue(ea, eb, path)
+		}
+		return sameValue(a.Elem(), b.Elem(), path)
+	case reflect.Struct:
+		for i := range a.NumField() {
+			if p, ok := sameValue(a.Field(i), b.Field(i), path+"."+a.Type().Field(i).Name); !ok {
+				return p, false
+			}
+		}
+		return path, true
+	case reflect.Slice, reflect.Array:
+		if a.Len() != b.Len() {
+			return path, false
+		}
+		for i := range a.Len() {
+			if p, ok := sameValue(a.Index(i), b.Index(i), fmt.Sprintf("%s[%d]", path, i)); !ok {
+				return p, false
+			}
+		}
+		return path, true
+	case reflect.Map:
+		if a.Len() != b.Len() {
+			return path, false
+		}
+		for it := a.MapRange(); it.Next(); {
+			eb := b.MapIndex(it.Key())
+			if !eb.IsValid() {
+				return fmt.Sprintf("%s[%v]", path, it.Key()), false
+			}
+			ca, cb := reflect.New(it.Value().Type()).Elem(), reflect.New(eb.Type()).Elem()
+			ca.Set(it.Value())
+			cb.Set(eb)
+			if p, ok := sameValue(ca, cb, fmt.Sprintf("%s[%v]", path, it.Key())); !ok {
+				return p, false
+			}
+		}
+		return path, true
+	case reflect.Func, reflect.Chan, reflect.UnsafePointer:
+		return path, a.IsNil() == b.IsNil()
+	case reflect.Bool:
+		return path, a.Bool() == b.Bool()
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return path, a.Int() == b.Int()
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return path, a.Uint() == b.Uint()
+	case reflect.Float32, reflect.Float64:
+		return path, a.Float() == b.Float()
+	case reflect.Complex64, reflect.Complex128:
+		return path, a.Complex() == b.Complex()
+	case reflect.String:
+		return path, a.String() == b.String()
+	}
+	return path, false
 }
 
 // decodeValue is a stored value as a T. Unknown fields are an error.
