@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/holder"
 )
 
 // Errors that Run and the stores return. Match them with [errors.Is]; use
@@ -111,7 +112,7 @@ type Error struct {
 	Outcome   Outcome
 	Attempt   int64     // the attempt concerned; 0 if none was taken (BackingOff: the attempt that failed last)
 	NotBefore time.Time // BackingOff: when the next attempt is allowed
-	Holder    string    // InProgress: the owner of the live lease, when the store knows it
+	Holder    string    // InProgress: the owner of the live lease, when the store knows it, as stored (Error shows its host and pid)
 	Err       error     // fn's error, the store's error, or nil (BackingOff: the last attempt's error)
 }
 
@@ -136,7 +137,7 @@ func (e *Error) Error() string {
 	}
 	msg += ": " + e.Outcome.String()
 	if e.Outcome == InProgress && e.Holder != "" {
-		msg += " (held by " + e.Holder + ")"
+		msg += " (held by " + holder.Short(e.Holder) + ")"
 	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()

@@ -16,6 +16,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/capture"
+	idemholder "github.com/idemgo/idem/internal/holder"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -497,7 +498,7 @@ func (r reporter) period(pr idem.PeriodResult) {
 	case idem.InProgress:
 		holder := ""
 		if ie != nil && ie.Holder != "" {
-			holder = " (" + ie.Holder + ")"
+			holder = " (" + idemholder.Short(ie.Holder) + ")"
 		}
 		fmt.Fprintf(r.w, "idem: %s: busy: another run holds this period%s; nothing was started. A run killed on another host holds it until its lease expires (one killed on this host is taken over at once).\n", name, holder)
 	case idem.Unknown:

@@ -163,3 +163,14 @@ func EndedForTest() string {
 	}
 	return ""
 }
+
+// Short is owner as a person reads it in a message: "host pid N" for an
+// owner of the form idemstore.HolderGone describes (the random part and the
+// fields that prove a process's death left out), owner itself otherwise.
+func Short(owner string) string {
+	o, ok := parseOwner(owner)
+	if !ok {
+		return owner
+	}
+	return o.host + " pid " + strconv.Itoa(o.pid)
+}
