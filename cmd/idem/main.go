@@ -60,6 +60,22 @@ func fail(code int, format string, args ...any) error {
 // usageError marks err as a usage or setup error (exit 2).
 func usageError(err error) error { return &exitError{code: exitUsage, err: err} }
 
+// flagError is usageError of err, the error a flag's value gave, as
+// "--flag: why": the library's "idem: " prefix is left out of the middle of
+// the line (the line starts with it once). err stays matchable.
+func flagError(flag string, err error) error { return usageError(&flagValueError{flag, err}) }
+
+type flagValueError struct {
+	flag string
+	err  error
+}
+
+func (e *flagValueError) Error() string {
+	return e.flag + ": " + strings.TrimPrefix(e.err.Error(), "idem: ")
+}
+
+func (e *flagValueError) Unwrap() error { return e.err }
+
 func main() {
 	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -862,7 +862,8 @@ func TestUsageErrors(t *testing.T) {
 }
 
 // TestBadFlagValues: a flag value out of range is a usage error (exit 2)
-// that names the flag, before anything runs or is written.
+// that names the flag, before anything runs or is written; its line says
+// "idem: " once, not again after the flag's name.
 func TestBadFlagValues(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "2026-10-28T02:00:00Z")
@@ -880,17 +881,17 @@ func TestBadFlagValues(t *testing.T) {
 		{runArgs("--lease", "0s"), "--lease 0s"},
 		{runArgs("--lease", "-1m"), "--lease -1m"},
 		{runArgs("--since", "yesterday"), "--since"},
-		{runArgs("--job", ""), `--job: idem: invalid job "": job is empty`},
+		{runArgs("--job", ""), `idem: --job: invalid job "": job is empty`},
 		{runArgs("--job", strings.Repeat("j", 10240)), `(10240 bytes): job is 10240 bytes, more than 200`},
 		{[]string{"ls", "--limit", "-1"}, "--limit -1"},
-		{[]string{"ls", "--job", "a\tb"}, `--job: idem: invalid job "a\tb"`},
-		{[]string{"prune", "--job", "", "--through", "2026-10-01"}, `--job: idem: invalid job "": job is empty`},
+		{[]string{"ls", "--job", "a\tb"}, `idem: --job: invalid job "a\tb"`},
+		{[]string{"prune", "--job", "", "--through", "2026-10-01"}, `idem: --job: invalid job "": job is empty`},
 		{[]string{"prune", "--job", "settle", "--keep", "NaNd", "--schedule", "daily"}, "--keep"},
 		{[]string{"prune", "--job", "settle", "--keep", "1e300d", "--schedule", "daily"}, "--keep"},
 		{[]string{"prune", "--job", "settle", "--keep", "-2w", "--schedule", "daily"}, "--keep"},
 	} {
 		_, stderr, code := e.idem(c.args...)
-		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Contains(stderr, `"-"`) || len(stderr) > 1000 {
+		if code != exitUsage || !strings.Contains(stderr, c.want) || strings.Contains(stderr, `"-"`) || len(stderr) > 1000 || strings.Count(stderr, "idem: ") > 1 {
 			t.Errorf("idem %q: exit %d, want %d with %q\n%s", c.args, code, exitUsage, c.want, stderr)
 		}
 	}

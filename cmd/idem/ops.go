@@ -248,7 +248,7 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 			}
 			if job != "" {
 				if err := idemstore.ValidateJob(job); err != nil {
-					return usageError(fmt.Errorf("--job: %w", err))
+					return flagError("--job", err)
 				}
 			}
 			if status == "pending" && limit > 0 {
@@ -557,7 +557,7 @@ ledger.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := idemstore.ValidateJob(job); err != nil {
-				return usageError(fmt.Errorf("--job: %w", err))
+				return flagError("--job", err)
 			}
 			var sched idem.Schedule
 			if schedule != "" {
@@ -589,7 +589,7 @@ ledger.`,
 			if keep != "" {
 				d, err := parseDuration(keep)
 				if err != nil {
-					return usageError(fmt.Errorf("--keep: %w", err))
+					return flagError("--keep", err)
 				}
 				through = idem.LastPeriod(sched, clk.Now().Add(-d)).Name
 				if js.Cursor != "" && through > js.Cursor {
@@ -597,11 +597,11 @@ ledger.`,
 				}
 			} else if sched != nil {
 				if _, err := sched.Parse(through); err != nil {
-					return usageError(fmt.Errorf("--through: %w", err))
+					return flagError("--through", err)
 				}
 			}
 			if err := (idem.Key{Job: job, Period: through}).Validate(); err != nil {
-				return usageError(fmt.Errorf("--through: %w", err))
+				return flagError("--through", err)
 			}
 			n, err := l.store.Prune(ctx, job, through)
 			if err != nil {

@@ -238,7 +238,7 @@ func newRunCmd() *cobra.Command {
 func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	stderr := cmd.ErrOrStderr()
 	if err := idemstore.ValidateJob(o.job); err != nil {
-		return usageError(fmt.Errorf("--job: %w", err))
+		return flagError("--job", err)
 	}
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		return usageError(fmt.Errorf("command %q: %w", argv[0], err))
@@ -286,7 +286,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		}
 		t, err := parseTime(o.since, loc)
 		if err != nil {
-			return usageError(fmt.Errorf("--since: %w", err))
+			return flagError("--since", err)
 		}
 		policies = append(policies, idem.Since(t))
 	}
