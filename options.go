@@ -447,14 +447,17 @@ func CheckStoreOptions(opts ...StoreOption) error { return storeConfig(opts).err
 // WithParams is not checked, and a key first claimed without one takes the
 // fingerprint of the first call that gives one. Resolve and Reset keep it.
 //
-// In CatchUp every period's key is checked and stored with v; so is every
-// period a Scheduler's job runs. There, a period left unsettled (failed,
-// running, parked) by a run with other parameters stops the job's
-// catch-up, as a parked period does, and makes the Scheduler unready
-// ([JobStatus].ParamsMismatch) until a person settles it: runs it with its
-// own parameters, or resolves it. A period settled with other parameters
-// is passed over, and a look with nothing due checks nothing: a deploy
-// with new parameters applies them from the next unsettled period on. In Each the
+// In CatchUp every period's key is checked and stored with v: a period
+// recorded with other parameters, settled or not, stops the call with
+// ErrParamsMismatch, and a call with nothing due checks the latest due
+// period (a duplicate trigger with other parameters is refused). A Scheduler's jobs differ (and only they): a period
+// left unsettled (failed, running, parked) by a run with other parameters
+// stops the job's catch-up, as a parked period does, and makes the
+// Scheduler unready ([JobStatus].ParamsMismatch) until a person settles
+// it: runs it with its own parameters, or resolves it; but a period
+// settled with other parameters is passed over, and a look with nothing
+// due checks nothing, so that a deploy with new parameters applies them
+// from the next unsettled period on. In Each the
 // period's key is checked before any item runs, but the fingerprint is only
 // stored with the period's done mark: while a first Each of the period is
 // still working its items, one with other parameters is not refused.

@@ -16,7 +16,16 @@ import (
 // Idem-Topic and Idem-Attempt. A 2xx answer means delivered; 4xx other
 // than 408 and 429 is a [Permanent] failure (the message parks at once:
 // a retry would get the same answer); any other answer, or no answer,
-// fails the attempt, retried after the relay's backoff.
+// fails the attempt, retried after the relay's backoff. The request's
+// deadline is the delivery's: the relay's lease (see [RelayLease]), or
+// client.Timeout if that is shorter.
+//
+// The receiver must dedupe by Idempotency-Key alone, not by the pair of id
+// and Idem-Attempt: besides redeliveries after a crash or a lost answer
+// (each a new attempt), net/http's Transport itself sends a request that
+// carries an Idempotency-Key header again, unchanged, when the kept-alive
+// connection it went out on was closed before any answer came, so one
+// attempt can reach the receiver twice.
 func Webhook(url string, client *http.Client) Deliverer {
 	if client == nil {
 		client = http.DefaultClient

@@ -102,7 +102,9 @@ Output (--capture N): keep the first N bytes of COMMAND's standard output
 (at most 65536) with the period's done mark; a later trigger that finds
 the latest due period done prints them again on standard output, so that
 every trigger gets the first run's answer (a report's URL, an id). Only a
-run that succeeds keeps its output; 'idem show' prints it.
+run that succeeds keeps its output; 'idem show' prints it. The replaying
+trigger needs --capture too: without it, a trigger of a done period prints
+nothing (the output stays stored).
 
 Exit status of 'idem run':
   0  ran: at least one period ran now, and every due period is settled
