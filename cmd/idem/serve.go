@@ -73,9 +73,16 @@ const serveExample = `  # a container's entrypoint
   idem serve --check /etc/idem/crontab`
 
 type serveOptions struct {
-	crontab, check, tz string
-	max                int
+	crontab, check, tz, since string
+	max                       int
 	attemptFlags
+}
+
+// serveTestHook is set by this package's tests only: it replaces idem
+// serve's clock and is given the Scheduler and a stop that acts as SIGTERM.
+var serveTestHook *struct {
+	clock   idem.Clock
+	started func(s *idem.Scheduler, stop func())
 }
 
 func newServeCmd() *cobra.Command {
@@ -93,6 +100,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.check, "check", "", "only check the crontab file: exit 0 if it is valid, 2 with the line and the reason if not")
 	f.StringVar(&o.tz, "tz", "Local", "the zone of the lines before any CRON_TZ= line (IANA name; Local is the host's zone, usually UTC in containers)")
 	f.IntVar(&o.max, "max", idem.DefaultMaxPeriods, "run at most this many missed periods of a job at a time (0 = no limit)")
+	f.StringVar(&o.since, "since", "next", "where a job that has never run starts: next (its first period due after idem serve starts; nothing at once), latest (its latest due period, at once, as 'idem run'), or a date (2026-10-01, 2026-10-01T02:00 in the line's zone, or RFC 3339) to catch up from")
 	o.attemptFlags.add(f)
 	cmd.MarkFlagsMutuallyExclusive("crontab", "check")
 	cmd.MarkFlagsOneRequired("crontab", "check")
@@ -104,7 +112,91 @@ type crontabJob struct {
 	line  int
 	name  string
 	sched idem.Schedule
+	loc   *time.Location // the line's zone (CRON_TZ=, or --tz)
 	argv  []string
+	// A cron line's periods (slots) are due when they start; a business
+	// line's (daily, ...) when they end, plus delay.
+	atStart bool
+	delay   time.Duration
+}
+
+// String describes the line's periods, for --check -v.
+func (j crontabJob) String() string {
+	if j.atStart {
+		return j.sched.String()
+	}
+	return fmt.Sprintf("%s, each due %v after it ends", j.sched, j.delay)
+}
+
+// due are the line's Scheduler options of when a period is due.
+func (j crontabJob) due() []idem.JobOption {
+	if j.atStart {
+		return []idem.JobOption{idem.DueAtStart()}
+	}
+	return []idem.JobOption{idem.DueAfter(j.delay)}
+}
+
+// since is the Scheduler option of where the job starts if it has never
+// run, by --since (checked by checkSince): nil for latest (the latest due
+// period, as 'idem run'); for next, the first period not due at now.
+func (j crontabJob) since(since string, now time.Time) (idem.JobOption, error) {
+	switch since {
+	case "latest":
+		return nil, nil
+	case "next":
+		p := j.sched.At(now.Add(-j.delay)) // due at its end: not due yet
+		if j.atStart {
+			p = j.sched.Next(j.sched.At(now)) // due at its start
+		}
+		return idem.Since(p.Start), nil
+	}
+	t, err := parseTime(since, j.loc)
+	if err != nil {
+		return nil, fmt.Errorf("--since: %w", err)
+	}
+	return idem.Since(t), nil
+}
+
+// checkSince checks --since: next, latest or a time.
+func checkSince(since string) error {
+	if since == "next" || since == "latest" {
+		return nil
+	}
+	if _, err := parseTime(since, time.UTC); err != nil {
+		return fmt.Errorf("--since %q: not next, latest or a time: %w", since, err)
+	}
+	return nil
+}
+
+// checkStored refuses a job that the ledger has under another schedule:
+// the last period its catch-up settled (its cursor) is not a period of the
+// line's schedule. Run, the line would only fail each look ("did the
+// schedule change?"). A change of schedule under which that period is
+// still one (from "*/5 * * * *" to "* * * * *", from idem run --schedule
+// daily to a daily line) is not detected: the job goes on from it.
+func checkStored(ctx context.Context, store idemstore.CatchUpStore, desc, path string, jobs []crontabJob) error {
+	for _, j := range jobs {
+		js, err := store.Job(ctx, j.name)
+		if err != nil {
+			return fmt.Errorf("%s:%d: job %s: cannot read it from the %s: %w", path, j.line, j.name, desc, err)
+		}
+		if js.Cursor == "" {
+			continue
+		}
+		if _, err := j.sched.Parse(js.Cursor); err != nil {
+			return fmt.Errorf("%s:%d: job %s ran with another schedule: the %s has it settled up to %s, which is not a period of %s. "+
+				"Give the line a new job name (a new job starts as --since says), or put back the schedule it ran with",
+				path, j.line, j.name, desc, js.Cursor, j.sched)
+		}
+	}
+	return nil
+}
+
+// storeGiven reports whether the command line or the environment names a
+// ledger (--check reads it only then).
+func storeGiven(cmd *cobra.Command) bool {
+	return cmd.Flags().Changed("ledger") || cmd.Flags().Changed("postgres") ||
+		os.Getenv(EnvPostgres) != "" || os.Getenv(idem.EnvLedger) != ""
 }
 
 func runServe(cmd *cobra.Command, o serveOptions) error {
@@ -126,13 +218,16 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if err != nil {
 		return usageError(err)
 	}
+	if err := checkSince(o.since); err != nil {
+		return usageError(err)
+	}
 	if o.check != "" {
 		if o.verbose {
 			for _, j := range jobs {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s:%d: %s %s: %s\n", path, j.line, j.name, j.sched, strings.Join(j.argv, " "))
+				fmt.Fprintf(cmd.OutOrStdout(), "%s:%d: %s %s: %s\n", path, j.line, j.name, j, strings.Join(j.argv, " "))
 			}
 		}
-		return nil
+		return checkLedger(cmd, path, jobs)
 	}
 	if o.max < 0 {
 		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
@@ -140,6 +235,10 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	clk, mode, common, attempt, err := o.options(stderr)
 	if err != nil {
 		return err
+	}
+	if h := serveTestHook; h != nil && h.clock != nil {
+		clk = h.clock
+		common = append(common, idem.WithClock(clk))
 	}
 
 	// SIGTERM and SIGINT: forwarded to the running commands, and the
@@ -155,8 +254,12 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		return err
 	}
 	defer l.close()
+	if err := checkStored(cmd.Context(), l.store, l.desc, path, jobs); err != nil {
+		return usageError(err)
+	}
 	skip, _ := clk.(*skipClock)
 	store := detached{l.store, skip}
+	now := clk.Now()
 
 	var opts []idem.SchedulerOption
 	for _, c := range common {
@@ -167,13 +270,24 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	for _, j := range jobs {
 		sup := &supervisor{argv: j.argv, stdin: strings.NewReader(""), stdout: cmd.OutOrStdout(), stderr: stderr, cancel: cancel, locks: l.locks}
 		sups = append(sups, sup)
-		rep := reporter{w: stderr, job: j.name, verbose: o.verbose, hint: ledgerHint(cmd)}
+		rep := reporter{w: stderr, job: j.name, verbose: o.verbose, hint: ledgerHint(cmd), replicas: true}
 		if skip != nil {
 			rep.ended = skip.attemptEnded
 		}
-		if err := s.Add(j.name, j.sched, sup.run, mode, attempt, idem.DueAtStart(), idem.CatchUpAll(o.max), idem.OnPeriod(rep.period)); err != nil {
+		opts := append(j.due(), mode, attempt, idem.CatchUpAll(o.max), idem.OnPeriod(rep.period))
+		since, err := j.since(o.since, now)
+		if err != nil {
 			return usageError(fmt.Errorf("%s:%d: %w", path, j.line, err))
 		}
+		if since != nil {
+			opts = append(opts, since)
+		}
+		if err := s.Add(j.name, j.sched, sup.run, opts...); err != nil {
+			return usageError(fmt.Errorf("%s:%d: %w", path, j.line, err))
+		}
+	}
+	if h := serveTestHook; h != nil && h.started != nil {
+		h.started(s, func() { sigs <- syscall.SIGTERM })
 	}
 	go func() {
 		for {
@@ -200,6 +314,36 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	}
 	if o.verbose {
 		fmt.Fprintf(stderr, "idem: stopped: %v\n", context.Cause(stop))
+	}
+	return nil
+}
+
+// checkLedger is --check's look at the ledger, when one is named
+// (storeGiven): a job it has under another schedule is an error
+// (checkStored). A SQLite ledger that does not exist yet has no jobs: it
+// is not created.
+func checkLedger(cmd *cobra.Command, path string, jobs []crontabJob) error {
+	if !storeGiven(cmd) {
+		return nil
+	}
+	if t, err := ledgerTarget(cmd); err != nil {
+		return err
+	} else if t.path != "" {
+		if _, err := os.Stat(t.path); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+	}
+	clk, err := clock()
+	if err != nil {
+		return err
+	}
+	l, err := openLedger(cmd.Context(), cmd, clk, false)
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	if err := checkStored(cmd.Context(), l.store, l.desc, path, jobs); err != nil {
+		return usageError(err)
 	}
 	return nil
 }
@@ -235,15 +379,48 @@ func parseCrontab(path string, r io.Reader, loc *time.Location, lookPath bool) (
 		if err != nil {
 			return nil, bad("%v", err)
 		}
-		if len(words) < 7 {
-			return nil, bad("want MIN HOUR DOM MON DOW JOB COMMAND [ARGS...], got %d fields", len(words))
+		job := crontabJob{line: n, loc: loc}
+		var rest []string // JOB COMMAND [ARGS...]
+		base, delay, hasDelay := strings.Cut(words[0], "+")
+		named, isNamed := namedSchedule(base, loc)
+		switch {
+		case isNamed:
+			// A business line: PERIODS[+DELAY] JOB COMMAND [ARGS...]
+			if len(words) < 3 {
+				return nil, bad("want %s[+DELAY] JOB COMMAND [ARGS...], got %d fields", base, len(words))
+			}
+			if hasDelay {
+				d, err := parseDuration(delay)
+				if err != nil {
+					return nil, bad("%s: the delay after each period's end: %v", words[0], err)
+				}
+				job.delay = d
+			}
+			job.sched, rest = named, words[1:]
+		case words[0] == "@reboot":
+			return nil, bad("@reboot: idem serve runs periods, not a command at start-up (run it before idem serve, in the entrypoint)")
+		case strings.HasPrefix(words[0], "@"):
+			// @daily, @hourly, ...: a cron descriptor, as in cronie.
+			if len(words) < 3 {
+				return nil, bad("want %s JOB COMMAND [ARGS...], got %d fields", words[0], len(words))
+			}
+			sched, err := cron.New(words[0], loc)
+			if err != nil {
+				return nil, bad("%s is not a cron descriptor (@yearly, @monthly, @weekly, @daily, @hourly): %v", words[0], err)
+			}
+			job.sched, job.atStart, rest = sched, true, words[1:]
+		default:
+			if len(words) < 7 {
+				return nil, bad("want MIN HOUR DOM MON DOW JOB COMMAND [ARGS...] (or daily[+DELAY] JOB COMMAND...), got %d fields", len(words))
+			}
+			spec := strings.Join(words[:5], " ")
+			sched, err := cron.New(spec, loc)
+			if err != nil {
+				return nil, bad("%q is not a 5-field cron expression: %v", spec, err)
+			}
+			job.sched, job.atStart, rest = sched, true, words[5:]
 		}
-		spec := strings.Join(words[:5], " ")
-		sched, err := cron.New(spec, loc)
-		if err != nil {
-			return nil, bad("%q is not a 5-field cron expression: %v", spec, err)
-		}
-		name := words[5]
+		name := rest[0]
 		if err := idemstore.ValidateJob(name); err != nil {
 			return nil, bad("job %v", err)
 		}
@@ -251,13 +428,14 @@ func parseCrontab(path string, r io.Reader, loc *time.Location, lookPath bool) (
 			return nil, bad("job %s is on line %d already (a job's name must be unique: its periods are kept under it)", name, prev)
 		}
 		seen[name] = n
-		argv := words[6:]
+		argv := rest[1:]
 		if lookPath {
 			if _, err := exec.LookPath(argv[0]); err != nil {
 				return nil, bad("command %q: %v", argv[0], err)
 			}
 		}
-		jobs = append(jobs, crontabJob{line: n, name: name, sched: sched, argv: argv})
+		job.name, job.argv = name, argv
+		jobs = append(jobs, job)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
