@@ -32,30 +32,59 @@ The file:
 
   # comments and blank lines are ignored
   CRON_TZ=Asia/Shanghai             the zone of the lines after it (default: --tz)
-  MIN HOUR DOM MON DOW JOB COMMAND [ARGS...]
+  MIN HOUR DOM MON DOW JOB COMMAND [ARGS...]    a cron line
+  @daily JOB COMMAND [ARGS...]                  a cron line (@hourly, @weekly,
+                                                @monthly, @yearly too)
+  daily+2h JOB COMMAND [ARGS...]                a business line
 
-A job line has the five fields of a cron expression, the job's name (as for
-'idem run --job') and the command, split into words as a shell would
-(quotes and backslashes; no variables, globs or pipes: use sh -c '...' for
-those). Each slot starts a period that is due at once: the command for the
-slot 02:00 runs at 02:00, with IDEM_PERIOD the slot's start in UTC
-(2026-10-27T18:00Z for 02:00 in Shanghai). A wall time that a daylight-saving
-change skips runs at the gap's end; one it repeats runs at its first
-occurrence. A job that has never run starts with its latest slot, at once
-(as 'idem run' does); the slots missed after that all run.
+A job line has when it runs, the job's name (as for 'idem run --job') and
+the command, split into words as a shell would (quotes and backslashes; no
+variables, globs or pipes: use sh -c '...' for those).
+
+A cron line's five fields are read as cronie reads them: a day-of-month or
+day-of-week field that starts with * (*/2) is unrestricted in the rule "if
+both are restricted, either may match", and day of week 7 is Sunday. @reboot
+is refused. Each slot starts a period that is due at once: the command for
+the slot 02:00 runs at 02:00, with IDEM_PERIOD the slot's start in UTC
+(2026-10-27T18:00Z for 02:00 in Shanghai). A wall time that a
+daylight-saving change skips runs at the gap's end; one it repeats runs at
+its first occurrence.
+
+A business line runs the periods of 'idem run --schedule daily' (or hourly,
+weekly, monthly) in the line's zone, each due when it ends, plus the delay
+after + (a duration: 2h, 90m, 1d): "daily+2h" runs the day 2026-10-27 at
+02:00 on the 28th, with IDEM_PERIOD=2026-10-27, as 'idem run --schedule
+daily --tz ZONE' gives it. Use it for a script that does the work of a
+business day (settle.sh); a cron line's IDEM_PERIOD is a slot in UTC.
+
+A job that has never run (the ledger has nothing of it) starts as --since
+says: next (the default) with its first period due after idem serve
+started, so a line deployed at 10:00 does not run the slot of 02:00 at
+once; latest with its latest due period, at once, as 'idem run' does; a
+date with the period that contains it. (A daily+2h line deployed at 10:00
+first runs today, tomorrow at 02:00: yesterday was due before it started;
+--since latest runs it at once.) A job that has run goes on from
+the last period it settled: the periods missed since all run. A job the
+ledger has under another schedule (its last settled period is not a
+period of the line) is refused: idem serve exits 2 naming the line.
 
 Each command runs as under 'idem run': the same environment (IDEM_JOB,
 IDEM_PERIOD, IDEM_PERIOD_START, IDEM_PERIOD_END, IDEM_ATTEMPT,
 IDEM_REQUEST_ID), the same --mode, the same meaning of its exit status (0
 done, 75 nothing happened, else failed: retried after a backoff, then
 parked), the same lock on the period. Its stdout and stderr are idem's; its
-stdin is empty. Failures are reported on stderr (every period with -v).
+stdin is empty. Failures are reported on stderr; with -v, every period,
+and also a period another replica holds (the normal case with several
+replicas; without -v it is not reported).
 
 SIGTERM or SIGINT stops idem serve: it starts nothing new, forwards the
 signal to the commands running, records how they ended, and exits 0.
 
-'idem serve --check FILE' only reads the file: exit 0 if it is valid, or 2
-with the line number and the reason.
+'idem serve --check FILE' reads the file: exit 0 if it is valid, or 2
+with the line number and the reason. With a ledger named (--ledger,
+--postgres, $IDEM_POSTGRES, $IDEM_LEDGER) it also exits 2 naming a job the
+ledger has under another schedule; a SQLite ledger that does not exist yet
+is not created.
 
 Exit status: 0 stopped by a signal, or --check found the file valid; 2 usage
 or setup error (bad flags, a bad line in the file, the ledger cannot be
@@ -66,11 +95,12 @@ const serveExample = `  # a container's entrypoint
 
   # /etc/idem/crontab
   CRON_TZ=Asia/Shanghai
-  0 2 * * * settle /opt/settle.sh
+  daily+2h settle /opt/settle.sh
   */15 * * * * sync sh -c 'exec /opt/sync --since "$IDEM_PERIOD_START"'
 
-  # validate it in CI
-  idem serve --check /etc/idem/crontab`
+  # validate it in CI; against the ledger before a deploy
+  idem serve --check /etc/idem/crontab
+  idem serve --check /etc/idem/crontab --postgres "$DATABASE_URL"`
 
 type serveOptions struct {
 	crontab, check, tz, since string

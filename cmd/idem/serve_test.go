@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemgo/idem"
 )
 
 func TestServeCheck(t *testing.T) {
@@ -272,5 +274,37 @@ func TestServeBusyOnOtherReplicaIsNotAFault(t *testing.T) {
 	}
 	if n := strings.Count(strings.Join(e.lines("out.txt"), "\n"), "started"); n != 1 {
 		t.Errorf("the slot started %d times, want once: %q", n, e.lines("out.txt"))
+	}
+	// Without -v, idem serve says nothing of it.
+	var w bytes.Buffer
+	held := &idem.Error{Key: idem.Key{Job: "tick", Period: period}, Outcome: idem.InProgress, Holder: "other:1:x"}
+	reporter{w: &w, job: "tick", replicas: true}.period(idem.PeriodResult{Period: idem.Period{Name: period}, Outcome: idem.InProgress, Err: held})
+	if w.Len() != 0 {
+		t.Errorf("without -v, idem serve reported a slot held by another replica: %q", w.String())
+	}
+}
+
+// TestServeReadmeCrontab: the crontab of the README's "As a container's
+// cron" passes idem serve --check, and its settle line is a business line
+// (IDEM_PERIOD a day, as settle.sh reads it).
+func TestServeReadmeCrontab(t *testing.T) {
+	e := newEnv(t, "")
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "## As a container's cron\n")
+	_, block, ok2 := strings.Cut(section, "```sh\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatalf("README.md: no sh block in the section \"As a container's cron\"")
+	}
+	path := filepath.Join(e.dir, "crontab")
+	if err := os.WriteFile(path, []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _ := e.want(exitOK, "serve", "-v", "--check", path)
+	if want := "settle daily@Asia/Shanghai, each due 2h0m0s after it ends: /opt/settle.sh"; !strings.Contains(stdout, want) {
+		t.Errorf("--check -v of the README's crontab printed %q, want %q in it", stdout, want)
 	}
 }
