@@ -4,6 +4,9 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/pgledger"
 )
 
 func TestServeCheck(t *testing.T) {
@@ -306,5 +310,46 @@ func TestServeReadmeCrontab(t *testing.T) {
 	stdout, _ := e.want(exitOK, "serve", "-v", "--check", path)
 	if want := "settle daily@Asia/Shanghai, each due 2h0m0s after it ends: /opt/settle.sh"; !strings.Contains(stdout, want) {
 		t.Errorf("--check -v of the README's crontab printed %q, want %q in it", stdout, want)
+	}
+}
+
+// TestServeCheckNamesJobWithOtherSchedulePostgres is
+// TestServeCheckNamesJobWithOtherSchedule and
+// TestServeRefusesJobWithOtherSchedule with the Postgres ledger of
+// $IDEM_TEST_PG_DSN.
+func TestServeCheckNamesJobWithOtherSchedulePostgres(t *testing.T) {
+	t.Parallel()
+	dsn := os.Getenv("IDEM_TEST_PG_DSN")
+	if dsn == "" {
+		t.Skip("no PostgreSQL: set IDEM_TEST_PG_DSN (eval \"$(scripts/pg.sh start)\" from the repository's root)")
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "idemserve_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		l, err := pgledger.Open(context.Background(), dsn, pgledger.WithSchema(schema))
+		if err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+			return
+		}
+		defer l.Close()
+		if _, err := l.Pool().Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+		}
+	})
+	e := newEnv(t, "2026-10-28T02:00:30Z")
+	e.pg = []string{"--postgres", dsn, "--postgres-schema", schema}
+	path := filepath.Join(e.dir, "crontab")
+	if err := os.WriteFile(path, []byte("0 2 * * * settle true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.want(exitOK, "serve", "--check", path)
+	ranWithDaily(e)
+	want := "crontab:1: job settle ran with another schedule: the postgres ledger (schema " + schema + ") has it settled up to 2026-10-27"
+	if _, stderr := e.want(exitUsage, "serve", "--check", path); !strings.Contains(stderr, want) {
+		t.Errorf("--check: stderr %q, want %q in it", stderr, want)
+	}
+	if _, stderr := e.want(exitUsage, "serve", "--crontab", path); !strings.Contains(stderr, want) {
+		t.Errorf("serve: stderr %q, want %q in it", stderr, want)
 	}
 }
