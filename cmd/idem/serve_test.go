@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
 )
 
@@ -233,9 +234,9 @@ func TestServeBusyOnOtherReplicaIsNotAFault(t *testing.T) {
 	if err := os.WriteFile(crontab, []byte(line), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	serve := func(extra ...string) (*exec.Cmd, *bytes.Buffer) {
+	serve := func(extra ...string) (*exec.Cmd, *lockedBuffer) {
 		cmd := e.command(append([]string{"serve", "--ledger", e.ledger, "--crontab", crontab, "--since", "latest"}, extra...)...)
-		var b bytes.Buffer
+		var b lockedBuffer
 		cmd.Stdout, cmd.Stderr = &b, &b
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -244,26 +245,20 @@ func TestServeBusyOnOtherReplicaIsNotAFault(t *testing.T) {
 		return cmd, &b
 	}
 	a, aOut := serve()
-	e.await(a, aOut, "the first replica to start the command", func() {
-		for !slices.Contains(e.lines("out.txt"), "started "+period) {
-			time.Sleep(20 * time.Millisecond) // a poll of the file
-		}
-	})
+	testwait.Until(t, func() bool { return slices.Contains(e.lines("out.txt"), "started "+period) },
+		"the first replica to start the command; its output: %s", aOut)
 	b, bOut := serve("-v")
-	e.await(b, bOut, "the second replica to report the held slot", func() {
-		for !strings.Contains(bOut.String(), "tick "+period+":") {
-			time.Sleep(20 * time.Millisecond)
-		}
-	})
+	testwait.Until(t, func() bool { return strings.Contains(bOut.String(), "tick "+period+":") },
+		"the second replica to report the held slot; its output: %s", bOut)
 	if err := os.WriteFile(filepath.Join(e.dir, "release"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		cmd *exec.Cmd
-		out *bytes.Buffer
+		out *lockedBuffer
 	}{{a, aOut}, {b, bOut}} {
 		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-		if err := e.finish(c.cmd, c.out); err != nil {
+		if err := testwait.Process(c.cmd, testwait.Limit(t)); err != nil {
 			t.Errorf("idem serve after SIGTERM: %v; its output:\n%s", err, c.out)
 		}
 	}
