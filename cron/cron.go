@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,10 +25,17 @@ import (
 // [s_i, s_{i+1}). spec is a standard five-field cron expression (minute,
 // hour, day of month, month, day of week) or one of the descriptors @yearly,
 // @annually, @monthly, @weekly, @daily, @midnight and @hourly, as accepted by
-// github.com/robfig/cron/v3's ParseStandard. As in standard cron, when both
-// day of month and day of week are restricted (neither is "*"), a day
-// matches if either of them matches. @every and CRON_TZ=/TZ= prefixes are
-// rejected; the zone is always loc.
+// github.com/robfig/cron/v3's ParseStandard, read as Vixie cron and cronie
+// read a crontab where the two differ:
+//
+//   - When both day of month and day of week are restricted, a day matches
+//     if either of them matches; when either is unrestricted, both must
+//     match. A field is unrestricted when it starts with "*", as in cronie:
+//     "0 0 */2 * 1" is the odd days that are Mondays, not the odd days and
+//     every Monday (robfig/cron counts only a bare "*").
+//   - Day of week 7 is Sunday, as 0 is ("0 0 * * 7", "0 0 * * 5-7").
+//
+// @every and CRON_TZ=/TZ= prefixes are rejected; the zone is always loc.
 //
 // Slots are local wall-clock times in loc that match spec, mapped to
 // instants as follows:
@@ -60,7 +68,17 @@ func New(spec string, loc *time.Location, opts ...Option) (idem.Schedule, error)
 	if strings.HasPrefix(trimmed, "TZ=") || strings.HasPrefix(trimmed, "CRON_TZ=") {
 		return nil, fmt.Errorf("idem: cron spec %q: time zone prefixes are not supported, pass the location instead", spec)
 	}
-	parsed, err := robfig.ParseStandard(trimmed)
+	fields := strings.Fields(trimmed)
+	toParse := trimmed
+	if len(fields) == 5 {
+		// Day of week as cronie reads it: 7 is Sunday too.
+		dow, err := sundaySeven(fields[4])
+		if err != nil {
+			return nil, fmt.Errorf("idem: cron spec %q: %w", spec, err)
+		}
+		toParse = strings.Join(append(slices.Clone(fields[:4]), dow), " ")
+	}
+	parsed, err := robfig.ParseStandard(toParse)
 	if err != nil {
 		return nil, fmt.Errorf("idem: cron spec %q: %w", spec, err)
 	}
@@ -69,11 +87,18 @@ func New(spec string, loc *time.Location, opts ...Option) (idem.Schedule, error)
 		return nil, fmt.Errorf("idem: cron spec %q: only calendar expressions are supported, not fixed intervals", spec)
 	}
 	c := schedule{
-		spec:  strings.Join(strings.Fields(trimmed), " "),
+		spec:  strings.Join(fields, " "),
 		loc:   loc,
 		dom:   ss.Dom,
 		month: ss.Month,
 		dow:   ss.Dow,
+	}
+	if len(fields) == 5 {
+		// The DOM/DOW rule as in Vixie cron and cronie: a field is
+		// unrestricted when it starts with "*" ("*/2" too), where robfig
+		// counts only a bare "*" (or "*/1").
+		c.dom = c.dom&^starBit | starIf(fields[2])
+		c.dow = c.dow&^starBit | starIf(fields[4])
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -99,6 +124,70 @@ func New(spec string, loc *time.Location, opts ...Option) (idem.Schedule, error)
 
 // starBit mirrors robfig/cron's marker bit for fields written as "*" or "?".
 const starBit = 1 << 63
+
+// starIf is starBit if the day-of-month or day-of-week field f counts as
+// unrestricted in the rule "if either is unrestricted, both must match;
+// otherwise either may": as in Vixie cron and cronie, when it starts with
+// "*" (so "*/2" and "*,5" do, "5,*" does not), or, as in robfig/cron, is
+// "?".
+func starIf(f string) uint64 {
+	if strings.HasPrefix(f, "*") || f == "?" {
+		return starBit
+	}
+	return 0
+}
+
+// dowNames are the day-of-week names robfig/cron and cronie accept.
+var dowNames = map[string]int{"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
+
+// sundaySeven rewrites a day-of-week field for robfig/cron, whose days are
+// 0-6, so that 7 means Sunday as in Vixie cron and cronie (days 0-7): each
+// element of the list that reaches 7 ("7", "5-7", "1-7/2", "1/2", which is
+// "1-7/2") becomes the explicit days it means there, with 7 as 0 ("0",
+// "5,6,0", "1,3,5,0"). The other elements are left to robfig/cron,
+// unchanged.
+func sundaySeven(f string) (string, error) {
+	num := func(s string) (int, bool) {
+		if n, ok := dowNames[strings.ToLower(s)]; ok {
+			return n, true
+		}
+		n, err := strconv.Atoi(s)
+		return n, err == nil
+	}
+	elems := strings.Split(f, ",")
+	for i, e := range elems {
+		rng, stepStr, hasStep := strings.Cut(e, "/")
+		lo, hi, isRange := strings.Cut(rng, "-")
+		a, okA := num(lo)
+		b, okB := a, okA
+		if isRange {
+			b, okB = num(hi)
+		}
+		if hasStep && !isRange {
+			b = 7 // "N/S" is "N-7/S", as robfig/cron reads it "N-6/S"
+		}
+		if !okA || !okB || (a != 7 && b != 7) {
+			continue // not about 7: robfig/cron's reading is cronie's
+		}
+		step := 1
+		if hasStep {
+			n, err := strconv.Atoi(stepStr)
+			if err != nil || n < 1 {
+				return "", fmt.Errorf("day of week %q: the step of %q is not a positive number", f, e)
+			}
+			step = n
+		}
+		if a > b {
+			return "", fmt.Errorf("day of week %q: the range %q runs backwards", f, e)
+		}
+		var days []string
+		for d := a; d <= b; d += step {
+			days = append(days, strconv.Itoa(d%7))
+		}
+		elems[i] = strings.Join(days, ",")
+	}
+	return strings.Join(elems, ","), nil
+}
 
 // searchDays bounds the search for the neighbouring slots. Matching dates of
 // a spec that fires at all are at most 8 years apart (29 February across a

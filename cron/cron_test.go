@@ -114,11 +114,12 @@ func TestDayFields(t *testing.T) {
 		spec string
 		want int
 	}{
-		{"0 12 13 * 5", 6},   // both restricted: 13th OR Friday
-		{"0 12 * * 5", 5},    // dom is *: Fridays only
-		{"0 12 13 * *", 1},   // dow is *: 13th only
-		{"0 12 ? * fri", 5},  // ? counts as *
-		{"0 12 */2 * 5", 19}, // */2 is restricted (odd days) OR Friday
+		{"0 12 13 * 5", 6},      // both restricted: 13th OR Friday
+		{"0 12 * * 5", 5},       // dom is *: Fridays only
+		{"0 12 13 * *", 1},      // dow is *: 13th only
+		{"0 12 ? * fri", 5},     // ? counts as *
+		{"0 12 */2 * 5", 2},     // */2 starts with *, as in cronie: odd days AND Friday (9th, 23rd)
+		{"0 12 1-31/2 * 5", 19}, // 1-31/2 is restricted: odd days OR Friday
 		{"0 12 1-31 * 5", 31},
 		{"@daily", 31},
 		{"@weekly", 4}, // Sundays
@@ -344,4 +345,101 @@ func ExampleNew() {
 	// 2026-03-28T01:30Z Mar 28 01:30 GMT 23h30m0s
 	// 2026-03-29T01:00Z Mar 29 02:00 BST 23h30m0s
 	// 2026-03-30T00:30Z Mar 30 01:30 BST 24h0m0s
+}
+
+// countSlots counts the slots of s in [from, to).
+func countSlots(s idem.Schedule, from, to time.Time) (n int, starts []time.Time) {
+	p := s.At(from)
+	if p.Start.Before(from) {
+		p = s.Next(p)
+	}
+	for ; p.Start.Before(to); p = s.Next(p) {
+		n++
+		starts = append(starts, p.Start)
+	}
+	return n, starts
+}
+
+// TestStarStepDomDowLikeCronie: a day-of-month or day-of-week field that
+// starts with "*" ("*/2") is unrestricted in the DOM/DOW rule, as in Vixie
+// cron and cronie (entry.c sets DOM_STAR/DOW_STAR on a leading "*"): "0 0
+// */2 * 1" fires on the odd days that are Mondays, not on the odd days and
+// every Monday (robfig/cron's reading: several times as many days). The
+// expected days are counted by brute force with cronie's rule.
+func TestStarStepDomDowLikeCronie(t *testing.T) {
+	from, to := utc(t, "2026-01-01T00:00:00Z"), utc(t, "2046-01-01T00:00:00Z")
+	// cronie's rule, by brute force over the days.
+	match := func(d time.Time, dom func(int) bool, dow func(time.Weekday) bool, either bool) bool {
+		if either {
+			return dom(d.Day()) || dow(d.Weekday())
+		}
+		return dom(d.Day()) && dow(d.Weekday())
+	}
+	odd := func(d int) bool { return d%2 == 1 }
+	for _, tc := range []struct {
+		spec   string
+		dom    func(int) bool
+		dow    func(time.Weekday) bool
+		either bool // both fields restricted (neither starts with *)
+	}{
+		{"0 0 */2 * 1", odd, func(w time.Weekday) bool { return w == time.Monday }, false},
+		{"0 0 1 * */2", func(d int) bool { return d == 1 }, func(w time.Weekday) bool { return w%2 == 0 }, false},
+		{"0 0 *,15 * 1", func(int) bool { return true }, func(w time.Weekday) bool { return w == time.Monday }, false},
+		{"0 0 1-31/2 * 1", odd, func(w time.Weekday) bool { return w == time.Monday }, true},
+		{"0 0 15,* * 1", func(int) bool { return true }, func(w time.Weekday) bool { return w == time.Monday }, true},
+	} {
+		want := 0
+		for d := from; d.Before(to); d = d.AddDate(0, 0, 1) {
+			if match(d, tc.dom, tc.dow, tc.either) {
+				want++
+			}
+		}
+		got, starts := countSlots(mustCron(t, tc.spec, time.UTC), from, to)
+		if got != want {
+			t.Errorf("%s: %d slots in 2026-2045, want %d as cronie (either=%v)", tc.spec, got, want, tc.either)
+		}
+		for _, st := range starts {
+			if !match(st, tc.dom, tc.dow, tc.either) {
+				t.Errorf("%s: slot %s on a day cronie does not fire", tc.spec, st.Format(time.RFC3339))
+				break
+			}
+		}
+	}
+}
+
+// TestSundayIsSevenLikeCronie: day of week 7 is Sunday, as in Vixie cron
+// and cronie, alone, in ranges, with steps and in lists.
+func TestSundayIsSevenLikeCronie(t *testing.T) {
+	from, to := utc(t, "2026-01-01T00:00:00Z"), utc(t, "2027-01-01T00:00:00Z")
+	for spec, same := range map[string]string{
+		"0 0 * * 7":     "0 0 * * 0",
+		"0 0 * * 5-7":   "0 0 * * 5,6,0",
+		"0 0 * * 1-7/2": "0 0 * * 1,3,5,0",
+		"0 0 * * 1/2":   "0 0 * * 1,3,5,0",
+		"0 0 * * 7,wed": "0 0 * * 0,3",
+		"0 0 * * sat-7": "0 0 * * 6,0",
+		"0 0 13 * 7":    "0 0 13 * 0",
+		"30 9 * * 1-7":  "30 9 * * *",
+		"0 0 * * */7":   "0 0 * * 0",
+		"0 0 1-7 * 7-7": "0 0 1-7 * 0",
+	} {
+		s, err := cron.New(spec, time.UTC)
+		if err != nil {
+			t.Errorf("New(%q): %v; want it read as %q", spec, err, same)
+			continue
+		}
+		_, got := countSlots(s, from, to)
+		_, want := countSlots(mustCron(t, same, time.UTC), from, to)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%q fires %d times in 2026, %q %d times; want the same slots", spec, len(got), same, len(want))
+		}
+		if s.String() != "cron("+spec+")@UTC" {
+			t.Errorf("New(%q).String() = %s: the spec as written", spec, s)
+		}
+	}
+	for _, spec := range []string{"0 0 * * 8", "0 0 * * 7-1", "0 0 * * 5-7/0"} {
+		if _, err := cron.New(spec, time.UTC); err == nil {
+			t.Errorf("New(%q): no error", spec)
+		}
+	}
 }

@@ -460,8 +460,11 @@ type reporter struct {
 	job     string
 	verbose bool
 	hint    string
-	none    bool   // --catch-up none: a later run retries a period only while it is the latest due one
-	ended   func() // called first for every period (the $IDEM_CLOCK=skip clock's)
+	none    bool // --catch-up none: a later run retries a period only while it is the latest due one
+	// idem serve: a period another replica holds is the normal case, not
+	// a fault: reported with verbose only, and as such.
+	replicas bool
+	ended    func() // called first for every period (the $IDEM_CLOCK=skip clock's)
 }
 
 func (r reporter) period(pr idem.PeriodResult) {
@@ -501,6 +504,12 @@ func (r reporter) period(pr idem.PeriodResult) {
 		holder := ""
 		if ie != nil && ie.Holder != "" {
 			holder = " (" + idemholder.Short(ie.Holder) + ")"
+		}
+		if r.replicas {
+			if r.verbose {
+				fmt.Fprintf(r.w, "idem: %s: held by another replica%s; not started here (looked at again after --lease, in case that replica died)\n", name, holder)
+			}
+			return
 		}
 		fmt.Fprintf(r.w, "idem: %s: busy: another run holds this period%s; nothing was started. A run killed on another host holds it until its lease expires (one killed on this host is taken over at once).\n", name, holder)
 	case idem.Unknown:

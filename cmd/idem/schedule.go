@@ -23,19 +23,31 @@ func loadZone(name string) (*time.Location, error) {
 	return loc, nil
 }
 
+// namedSchedule is the business calendar that word names in loc (daily,
+// hourly, weekly, monthly, as --schedule takes them); ok is false for any
+// other word. 'idem run --schedule' and the business lines of 'idem serve'
+// share it, so that their periods and IDEM_PERIOD are the same.
+func namedSchedule(word string, loc *time.Location) (s idem.Schedule, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(word)) {
+	case "daily", "day":
+		return idem.Daily(loc), true
+	case "hourly", "hour":
+		return idem.Hourly(loc), true
+	case "weekly", "week":
+		return idem.Weekly(loc), true
+	case "monthly", "month":
+		return idem.Monthly(loc), true
+	}
+	return nil, false
+}
+
 // parseSchedule turns --schedule into a schedule in loc: daily, hourly,
 // weekly, monthly, or a cron expression.
 func parseSchedule(spec string, loc *time.Location) (idem.Schedule, error) {
-	switch strings.ToLower(strings.TrimSpace(spec)) {
-	case "daily", "day":
-		return idem.Daily(loc), nil
-	case "hourly", "hour":
-		return idem.Hourly(loc), nil
-	case "weekly", "week":
-		return idem.Weekly(loc), nil
-	case "monthly", "month":
-		return idem.Monthly(loc), nil
-	case "":
+	if s, ok := namedSchedule(spec, loc); ok {
+		return s, nil
+	}
+	if strings.TrimSpace(spec) == "" {
 		return nil, fmt.Errorf("--schedule is empty: use daily, hourly, weekly, monthly or a cron expression like \"30 2 * * *\"")
 	}
 	s, err := cron.New(spec, loc)

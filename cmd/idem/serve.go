@@ -32,30 +32,59 @@ The file:
 
   # comments and blank lines are ignored
   CRON_TZ=Asia/Shanghai             the zone of the lines after it (default: --tz)
-  MIN HOUR DOM MON DOW JOB COMMAND [ARGS...]
+  MIN HOUR DOM MON DOW JOB COMMAND [ARGS...]    a cron line
+  @daily JOB COMMAND [ARGS...]                  a cron line (@hourly, @weekly,
+                                                @monthly, @yearly too)
+  daily+2h JOB COMMAND [ARGS...]                a business line
 
-A job line has the five fields of a cron expression, the job's name (as for
-'idem run --job') and the command, split into words as a shell would
-(quotes and backslashes; no variables, globs or pipes: use sh -c '...' for
-those). Each slot starts a period that is due at once: the command for the
-slot 02:00 runs at 02:00, with IDEM_PERIOD the slot's start in UTC
-(2026-10-27T18:00Z for 02:00 in Shanghai). A wall time that a daylight-saving
-change skips runs at the gap's end; one it repeats runs at its first
-occurrence. A job that has never run starts with its latest slot, at once
-(as 'idem run' does); the slots missed after that all run.
+A job line has when it runs, the job's name (as for 'idem run --job') and
+the command, split into words as a shell would (quotes and backslashes; no
+variables, globs or pipes: use sh -c '...' for those).
+
+A cron line's five fields are read as cronie reads them: a day-of-month or
+day-of-week field that starts with * (*/2) is unrestricted in the rule "if
+both are restricted, either may match", and day of week 7 is Sunday. @reboot
+is refused. Each slot starts a period that is due at once: the command for
+the slot 02:00 runs at 02:00, with IDEM_PERIOD the slot's start in UTC
+(2026-10-27T18:00Z for 02:00 in Shanghai). A wall time that a
+daylight-saving change skips runs at the gap's end; one it repeats runs at
+its first occurrence.
+
+A business line runs the periods of 'idem run --schedule daily' (or hourly,
+weekly, monthly) in the line's zone, each due when it ends, plus the delay
+after + (a duration: 2h, 90m, 1d): "daily+2h" runs the day 2026-10-27 at
+02:00 on the 28th, with IDEM_PERIOD=2026-10-27, as 'idem run --schedule
+daily --tz ZONE' gives it. Use it for a script that does the work of a
+business day (settle.sh); a cron line's IDEM_PERIOD is a slot in UTC.
+
+A job that has never run (the ledger has nothing of it) starts as --since
+says: next (the default) with its first period due after idem serve
+started, so a line deployed at 10:00 does not run the slot of 02:00 at
+once; latest with its latest due period, at once, as 'idem run' does; a
+date with the period that contains it. (A daily+2h line deployed at 10:00
+first runs today, tomorrow at 02:00: yesterday was due before it started;
+--since latest runs it at once.) A job that has run goes on from
+the last period it settled: the periods missed since all run. A job the
+ledger has under another schedule (its last settled period is not a
+period of the line) is refused: idem serve exits 2 naming the line.
 
 Each command runs as under 'idem run': the same environment (IDEM_JOB,
 IDEM_PERIOD, IDEM_PERIOD_START, IDEM_PERIOD_END, IDEM_ATTEMPT,
 IDEM_REQUEST_ID), the same --mode, the same meaning of its exit status (0
 done, 75 nothing happened, else failed: retried after a backoff, then
 parked), the same lock on the period. Its stdout and stderr are idem's; its
-stdin is empty. Failures are reported on stderr (every period with -v).
+stdin is empty. Failures are reported on stderr; with -v, every period,
+and also a period another replica holds (the normal case with several
+replicas; without -v it is not reported).
 
 SIGTERM or SIGINT stops idem serve: it starts nothing new, forwards the
 signal to the commands running, records how they ended, and exits 0.
 
-'idem serve --check FILE' only reads the file: exit 0 if it is valid, or 2
-with the line number and the reason.
+'idem serve --check FILE' reads the file: exit 0 if it is valid, or 2
+with the line number and the reason. With a ledger named (--ledger,
+--postgres, $IDEM_POSTGRES, $IDEM_LEDGER) it also exits 2 naming a job the
+ledger has under another schedule; a SQLite ledger that does not exist yet
+is not created.
 
 Exit status: 0 stopped by a signal, or --check found the file valid; 2 usage
 or setup error (bad flags, a bad line in the file, the ledger cannot be
@@ -66,16 +95,24 @@ const serveExample = `  # a container's entrypoint
 
   # /etc/idem/crontab
   CRON_TZ=Asia/Shanghai
-  0 2 * * * settle /opt/settle.sh
+  daily+2h settle /opt/settle.sh
   */15 * * * * sync sh -c 'exec /opt/sync --since "$IDEM_PERIOD_START"'
 
-  # validate it in CI
-  idem serve --check /etc/idem/crontab`
+  # validate it in CI; against the ledger before a deploy
+  idem serve --check /etc/idem/crontab
+  idem serve --check /etc/idem/crontab --postgres "$DATABASE_URL"`
 
 type serveOptions struct {
-	crontab, check, tz string
-	max                int
+	crontab, check, tz, since string
+	max                       int
 	attemptFlags
+}
+
+// serveTestHook is set by this package's tests only: it replaces idem
+// serve's clock and is given the Scheduler and a stop that acts as SIGTERM.
+var serveTestHook *struct {
+	clock   idem.Clock
+	started func(s *idem.Scheduler, stop func())
 }
 
 func newServeCmd() *cobra.Command {
@@ -93,6 +130,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.check, "check", "", "only check the crontab file: exit 0 if it is valid, 2 with the line and the reason if not")
 	f.StringVar(&o.tz, "tz", "Local", "the zone of the lines before any CRON_TZ= line (IANA name; Local is the host's zone, usually UTC in containers)")
 	f.IntVar(&o.max, "max", idem.DefaultMaxPeriods, "run at most this many missed periods of a job at a time (0 = no limit)")
+	f.StringVar(&o.since, "since", "next", "where a job that has never run starts: next (its first period due after idem serve starts; nothing at once), latest (its latest due period, at once, as 'idem run'), or a date (2026-10-01, 2026-10-01T02:00 in the line's zone, or RFC 3339) to catch up from")
 	o.attemptFlags.add(f)
 	cmd.MarkFlagsMutuallyExclusive("crontab", "check")
 	cmd.MarkFlagsOneRequired("crontab", "check")
@@ -104,7 +142,91 @@ type crontabJob struct {
 	line  int
 	name  string
 	sched idem.Schedule
+	loc   *time.Location // the line's zone (CRON_TZ=, or --tz)
 	argv  []string
+	// A cron line's periods (slots) are due when they start; a business
+	// line's (daily, ...) when they end, plus delay.
+	atStart bool
+	delay   time.Duration
+}
+
+// String describes the line's periods, for --check -v.
+func (j crontabJob) String() string {
+	if j.atStart {
+		return j.sched.String()
+	}
+	return fmt.Sprintf("%s, each due %v after it ends", j.sched, j.delay)
+}
+
+// due are the line's Scheduler options of when a period is due.
+func (j crontabJob) due() []idem.JobOption {
+	if j.atStart {
+		return []idem.JobOption{idem.DueAtStart()}
+	}
+	return []idem.JobOption{idem.DueAfter(j.delay)}
+}
+
+// since is the Scheduler option of where the job starts if it has never
+// run, by --since (checked by checkSince): nil for latest (the latest due
+// period, as 'idem run'); for next, the first period not due at now.
+func (j crontabJob) since(since string, now time.Time) (idem.JobOption, error) {
+	switch since {
+	case "latest":
+		return nil, nil
+	case "next":
+		p := j.sched.At(now.Add(-j.delay)) // due at its end: not due yet
+		if j.atStart {
+			p = j.sched.Next(j.sched.At(now)) // due at its start
+		}
+		return idem.Since(p.Start), nil
+	}
+	t, err := parseTime(since, j.loc)
+	if err != nil {
+		return nil, fmt.Errorf("--since: %w", err)
+	}
+	return idem.Since(t), nil
+}
+
+// checkSince checks --since: next, latest or a time.
+func checkSince(since string) error {
+	if since == "next" || since == "latest" {
+		return nil
+	}
+	if _, err := parseTime(since, time.UTC); err != nil {
+		return fmt.Errorf("--since %q: not next, latest or a time: %w", since, err)
+	}
+	return nil
+}
+
+// checkStored refuses a job that the ledger has under another schedule:
+// the last period its catch-up settled (its cursor) is not a period of the
+// line's schedule. Run, the line would only fail each look ("did the
+// schedule change?"). A change of schedule under which that period is
+// still one (from "*/5 * * * *" to "* * * * *", from idem run --schedule
+// daily to a daily line) is not detected: the job goes on from it.
+func checkStored(ctx context.Context, store idemstore.CatchUpStore, desc, path string, jobs []crontabJob) error {
+	for _, j := range jobs {
+		js, err := store.Job(ctx, j.name)
+		if err != nil {
+			return fmt.Errorf("%s:%d: job %s: cannot read it from the %s: %w", path, j.line, j.name, desc, err)
+		}
+		if js.Cursor == "" {
+			continue
+		}
+		if _, err := j.sched.Parse(js.Cursor); err != nil {
+			return fmt.Errorf("%s:%d: job %s ran with another schedule: the %s has it settled up to %s, which is not a period of %s. "+
+				"Give the line a new job name (a new job starts as --since says), or put back the schedule it ran with",
+				path, j.line, j.name, desc, js.Cursor, j.sched)
+		}
+	}
+	return nil
+}
+
+// storeGiven reports whether the command line or the environment names a
+// ledger (--check reads it only then).
+func storeGiven(cmd *cobra.Command) bool {
+	return cmd.Flags().Changed("ledger") || cmd.Flags().Changed("postgres") ||
+		os.Getenv(EnvPostgres) != "" || os.Getenv(idem.EnvLedger) != ""
 }
 
 func runServe(cmd *cobra.Command, o serveOptions) error {
@@ -126,13 +248,16 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if err != nil {
 		return usageError(err)
 	}
+	if err := checkSince(o.since); err != nil {
+		return usageError(err)
+	}
 	if o.check != "" {
 		if o.verbose {
 			for _, j := range jobs {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s:%d: %s %s: %s\n", path, j.line, j.name, j.sched, strings.Join(j.argv, " "))
+				fmt.Fprintf(cmd.OutOrStdout(), "%s:%d: %s %s: %s\n", path, j.line, j.name, j, strings.Join(j.argv, " "))
 			}
 		}
-		return nil
+		return checkLedger(cmd, path, jobs)
 	}
 	if o.max < 0 {
 		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
@@ -140,6 +265,10 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	clk, mode, common, attempt, err := o.options(stderr)
 	if err != nil {
 		return err
+	}
+	if h := serveTestHook; h != nil && h.clock != nil {
+		clk = h.clock
+		common = append(common, idem.WithClock(clk))
 	}
 
 	// SIGTERM and SIGINT: forwarded to the running commands, and the
@@ -155,8 +284,12 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		return err
 	}
 	defer l.close()
+	if err := checkStored(cmd.Context(), l.store, l.desc, path, jobs); err != nil {
+		return usageError(err)
+	}
 	skip, _ := clk.(*skipClock)
 	store := detached{l.store, skip}
+	now := clk.Now()
 
 	var opts []idem.SchedulerOption
 	for _, c := range common {
@@ -167,13 +300,24 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	for _, j := range jobs {
 		sup := &supervisor{argv: j.argv, stdin: strings.NewReader(""), stdout: cmd.OutOrStdout(), stderr: stderr, cancel: cancel, locks: l.locks}
 		sups = append(sups, sup)
-		rep := reporter{w: stderr, job: j.name, verbose: o.verbose, hint: ledgerHint(cmd)}
+		rep := reporter{w: stderr, job: j.name, verbose: o.verbose, hint: ledgerHint(cmd), replicas: true}
 		if skip != nil {
 			rep.ended = skip.attemptEnded
 		}
-		if err := s.Add(j.name, j.sched, sup.run, mode, attempt, idem.DueAtStart(), idem.CatchUpAll(o.max), idem.OnPeriod(rep.period)); err != nil {
+		opts := append(j.due(), mode, attempt, idem.CatchUpAll(o.max), idem.OnPeriod(rep.period))
+		since, err := j.since(o.since, now)
+		if err != nil {
 			return usageError(fmt.Errorf("%s:%d: %w", path, j.line, err))
 		}
+		if since != nil {
+			opts = append(opts, since)
+		}
+		if err := s.Add(j.name, j.sched, sup.run, opts...); err != nil {
+			return usageError(fmt.Errorf("%s:%d: %w", path, j.line, err))
+		}
+	}
+	if h := serveTestHook; h != nil && h.started != nil {
+		h.started(s, func() { sigs <- syscall.SIGTERM })
 	}
 	go func() {
 		for {
@@ -200,6 +344,36 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	}
 	if o.verbose {
 		fmt.Fprintf(stderr, "idem: stopped: %v\n", context.Cause(stop))
+	}
+	return nil
+}
+
+// checkLedger is --check's look at the ledger, when one is named
+// (storeGiven): a job it has under another schedule is an error
+// (checkStored). A SQLite ledger that does not exist yet has no jobs: it
+// is not created.
+func checkLedger(cmd *cobra.Command, path string, jobs []crontabJob) error {
+	if !storeGiven(cmd) {
+		return nil
+	}
+	if t, err := ledgerTarget(cmd); err != nil {
+		return err
+	} else if t.path != "" {
+		if _, err := os.Stat(t.path); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+	}
+	clk, err := clock()
+	if err != nil {
+		return err
+	}
+	l, err := openLedger(cmd.Context(), cmd, clk, false)
+	if err != nil {
+		return err
+	}
+	defer l.close()
+	if err := checkStored(cmd.Context(), l.store, l.desc, path, jobs); err != nil {
+		return usageError(err)
 	}
 	return nil
 }
@@ -235,15 +409,48 @@ func parseCrontab(path string, r io.Reader, loc *time.Location, lookPath bool) (
 		if err != nil {
 			return nil, bad("%v", err)
 		}
-		if len(words) < 7 {
-			return nil, bad("want MIN HOUR DOM MON DOW JOB COMMAND [ARGS...], got %d fields", len(words))
+		job := crontabJob{line: n, loc: loc}
+		var rest []string // JOB COMMAND [ARGS...]
+		base, delay, hasDelay := strings.Cut(words[0], "+")
+		named, isNamed := namedSchedule(base, loc)
+		switch {
+		case isNamed:
+			// A business line: PERIODS[+DELAY] JOB COMMAND [ARGS...]
+			if len(words) < 3 {
+				return nil, bad("want %s[+DELAY] JOB COMMAND [ARGS...], got %d fields", base, len(words))
+			}
+			if hasDelay {
+				d, err := parseDuration(delay)
+				if err != nil {
+					return nil, bad("%s: the delay after each period's end: %v", words[0], err)
+				}
+				job.delay = d
+			}
+			job.sched, rest = named, words[1:]
+		case words[0] == "@reboot":
+			return nil, bad("@reboot: idem serve runs periods, not a command at start-up (run it before idem serve, in the entrypoint)")
+		case strings.HasPrefix(words[0], "@"):
+			// @daily, @hourly, ...: a cron descriptor, as in cronie.
+			if len(words) < 3 {
+				return nil, bad("want %s JOB COMMAND [ARGS...], got %d fields", words[0], len(words))
+			}
+			sched, err := cron.New(words[0], loc)
+			if err != nil {
+				return nil, bad("%s is not a cron descriptor (@yearly, @monthly, @weekly, @daily, @hourly): %v", words[0], err)
+			}
+			job.sched, job.atStart, rest = sched, true, words[1:]
+		default:
+			if len(words) < 7 {
+				return nil, bad("want MIN HOUR DOM MON DOW JOB COMMAND [ARGS...] (or daily[+DELAY] JOB COMMAND...), got %d fields", len(words))
+			}
+			spec := strings.Join(words[:5], " ")
+			sched, err := cron.New(spec, loc)
+			if err != nil {
+				return nil, bad("%q is not a 5-field cron expression: %v", spec, err)
+			}
+			job.sched, job.atStart, rest = sched, true, words[5:]
 		}
-		spec := strings.Join(words[:5], " ")
-		sched, err := cron.New(spec, loc)
-		if err != nil {
-			return nil, bad("%q is not a 5-field cron expression: %v", spec, err)
-		}
-		name := words[5]
+		name := rest[0]
 		if err := idemstore.ValidateJob(name); err != nil {
 			return nil, bad("job %v", err)
 		}
@@ -251,13 +458,14 @@ func parseCrontab(path string, r io.Reader, loc *time.Location, lookPath bool) (
 			return nil, bad("job %s is on line %d already (a job's name must be unique: its periods are kept under it)", name, prev)
 		}
 		seen[name] = n
-		argv := words[6:]
+		argv := rest[1:]
 		if lookPath {
 			if _, err := exec.LookPath(argv[0]); err != nil {
 				return nil, bad("command %q: %v", argv[0], err)
 			}
 		}
-		jobs = append(jobs, crontabJob{line: n, name: name, sched: sched, argv: argv})
+		job.name, job.argv = name, argv
+		jobs = append(jobs, job)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

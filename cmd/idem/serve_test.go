@@ -4,8 +4,10 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/pgledger"
 )
 
 func TestServeCheck(t *testing.T) {
@@ -56,87 +62,6 @@ func TestServeCheck(t *testing.T) {
 	}
 }
 
-// TestServeRealTime runs three `idem serve` processes on one ledger with a
-// job every minute, for three minutes of real time: each minute's line is
-// in the file once, none is missing. It runs in parallel with the other
-// tests: it mostly waits.
-func TestServeRealTime(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, "")
-	out := filepath.Join(e.dir, "ticks")
-	crontab := filepath.Join(e.dir, "crontab")
-	line := fmt.Sprintf("* * * * * tick sh -c 'echo $IDEM_PERIOD >> %s'\n", out)
-	if err := os.WriteFile(crontab, []byte(line), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var cmds []*exec.Cmd
-	var errs []*bytes.Buffer
-	for range 3 {
-		cmd := e.command("serve", "--ledger", e.ledger, "--crontab", crontab, "--tz", "UTC")
-		var b bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &b, &b
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill() })
-		cmds, errs = append(cmds, cmd), append(errs, &b)
-	}
-	// Three minutes of real time, which cross three minute boundaries:
-	// the minute running at the start and at least three more.
-	const minutes = 4
-	start := time.Now()
-	deadline := start.Add(minutes*time.Minute + 90*time.Second)
-	if dl, ok := t.Deadline(); ok && dl.Add(-30*time.Second).Before(deadline) {
-		deadline = dl.Add(-30 * time.Second)
-	}
-	var ticks []string
-	for {
-		b, _ := os.ReadFile(out)
-		ticks = strings.Fields(string(b))
-		if time.Since(start) >= 3*time.Minute && len(slices.Compact(slices.Sorted(slices.Values(ticks)))) >= minutes {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("TestServeRealTime: gave up at %s waiting for %d minutes of ticks from 3 idem serve processes; %s has %q; their output:\n%s\n%s\n%s",
-				time.Now().UTC().Format(time.RFC3339), minutes, out, ticks, errs[0], errs[1], errs[2])
-		}
-		time.Sleep(250 * time.Millisecond) // a poll of the file
-	}
-	for _, cmd := range cmds {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for i, cmd := range cmds {
-		if err := e.finish(cmd, errs[i]); err != nil {
-			t.Errorf("idem serve %d after SIGTERM: %v; its output:\n%s", i, err, errs[i])
-		}
-	}
-	b, _ := os.ReadFile(out)
-	ticks = strings.Fields(string(b))
-	seen := map[string]bool{}
-	var first time.Time
-	for _, tick := range ticks {
-		if seen[tick] {
-			t.Errorf("minute %s ran twice; ticks: %q", tick, ticks)
-		}
-		seen[tick] = true
-		m, err := time.Parse("2006-01-02T15:04Z", tick)
-		if err != nil {
-			t.Fatalf("tick %q: %v", tick, err)
-		}
-		if first.IsZero() || m.Before(first) {
-			first = m
-		}
-	}
-	for i := range len(seen) {
-		if m := first.Add(time.Duration(i) * time.Minute).Format("2006-01-02T15:04Z"); !seen[m] {
-			t.Errorf("minute %s is missing; ticks: %q", m, ticks)
-		}
-	}
-	if len(seen) < minutes {
-		t.Errorf("%d minutes in 3 minutes of real time, want at least %d: %q", len(seen), minutes, ticks)
-	}
-}
-
 // TestServeSIGTERMMidRun: SIGTERM while a command runs reaches the command;
 // its end is recorded (here: killed, so failed), idem serve exits 0, and
 // the next idem serve runs the period again. Nothing is lost.
@@ -160,7 +85,7 @@ func TestServeSIGTERMMidRun(t *testing.T) {
 		return rec.Status
 	}
 	serve := func(wantLine string) (*exec.Cmd, *bytes.Buffer) {
-		cmd := e.command("serve", "--ledger", e.ledger, "--crontab", crontab)
+		cmd := e.command("serve", "--ledger", e.ledger, "--crontab", crontab, "--since", "latest")
 		var b bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &b, &b
 		if err := cmd.Start(); err != nil {
@@ -200,5 +125,226 @@ func TestServeSIGTERMMidRun(t *testing.T) {
 	}
 	if err := e.finish(cmd, out); err != nil {
 		t.Fatalf("idem serve after SIGTERM: %v; its output:\n%s", err, out)
+	}
+}
+
+// TestServeCheckCronieLines: lines pasted from a crontab mean in idem serve
+// what they mean in cronie: 7 is Sunday, descriptors (@daily) are lines,
+// and @reboot, which idem serve cannot honour, is refused saying why.
+func TestServeCheckCronieLines(t *testing.T) {
+	e := newEnv(t, "")
+	path := filepath.Join(e.dir, "crontab")
+	good := "0 0 * * 7 sunday true\n0 0 */2 * 1 odd_mondays true\n@daily midnight true\n"
+	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _ := e.want(exitOK, "serve", "-v", "--check", path)
+	for _, want := range []string{"crontab:1: sunday cron(0 0 * * 7)@", "crontab:3: midnight cron(@daily)@"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("--check -v printed %q, want %q in it", stdout, want)
+		}
+	}
+	for file, want := range map[string]string{
+		"@reboot warm true\n":    "crontab:1: @reboot: idem serve runs periods, not a command at start-up",
+		"daily+2x settle true\n": "crontab:1: daily+2x: the delay after each period's end",
+		"0 0 * * 8 bad true\n":   `crontab:1: "0 0 * * 8" is not a 5-field cron expression`,
+		"daily settle\n":         "crontab:1: want daily[+DELAY] JOB COMMAND",
+		"* * * * * tick true\n":  "--since \"yesterday\": not next, latest or a time",
+	} {
+		if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"serve", "--check", path}
+		if strings.HasPrefix(want, "--since") {
+			args = append(args, "--since", "yesterday")
+		}
+		if _, stderr := e.want(exitUsage, args...); !strings.Contains(stderr, want) {
+			t.Errorf("%q: stderr %q, want %q in it", file, stderr, want)
+		}
+	}
+}
+
+// ranWithDaily runs the job settle once under idem run --schedule daily,
+// so that the ledger has it with that schedule (its cursor 2026-10-27).
+func ranWithDaily(e *env) {
+	e.t.Helper()
+	e.want(exitOK, "run", "--job", "settle", "--schedule", "daily", "--tz", "UTC", "--", "true")
+}
+
+// TestServeCheckNamesJobWithOtherSchedule: --check with a ledger (--ledger
+// here; --postgres likewise) exits 2 naming a job of the file that the
+// ledger has under another schedule; one it has under the same periods
+// passes; with no ledger named, or one that does not exist yet, the file
+// alone is checked and nothing is created.
+func TestServeCheckNamesJobWithOtherSchedule(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:30Z")
+	path := filepath.Join(e.dir, "crontab")
+	if err := os.WriteFile(path, []byte("# settle\n0 2 * * * settle true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.want(exitOK, "serve", "--check", path) // no such ledger yet: nothing to compare
+	if _, err := os.Stat(e.ledger); err == nil {
+		t.Fatalf("--check created the ledger")
+	}
+	ranWithDaily(e)
+	_, stderr := e.want(exitUsage, "serve", "--check", path)
+	if want := "crontab:2: job settle ran with another schedule: the ledger " + e.ledger + " has it settled up to 2026-10-27, which is not a period of cron(0 2 * * *)@"; !strings.Contains(stderr, want) {
+		t.Errorf("--check with the ledger: stderr %q, want %q in it", stderr, want)
+	}
+	// Without a ledger named, only the file is checked.
+	cmd := e.command("serve", "--check", path)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("--check without a ledger: %v\n%s", err, out)
+	}
+	// The same periods under a business line: not a change.
+	if err := os.WriteFile(path, []byte("CRON_TZ=UTC\ndaily+2h settle true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.want(exitOK, "serve", "--check", path)
+}
+
+// TestServeRefusesJobWithOtherSchedule: idem serve refuses to start (exit 2)
+// on a line whose job the ledger has under another schedule, naming the
+// line and the job, instead of failing its catch-up at every look.
+func TestServeRefusesJobWithOtherSchedule(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:30Z")
+	ranWithDaily(e)
+	path := filepath.Join(e.dir, "crontab")
+	if err := os.WriteFile(path, []byte("0 2 * * * settle sh -c 'echo ran >> out.txt'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr := e.want(exitUsage, "serve", "--crontab", path)
+	if want := "crontab:1: job settle ran with another schedule"; !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q, want %q in it", stderr, want)
+	}
+	if got := e.lines("out.txt"); len(got) != 0 {
+		t.Errorf("the refused line ran: %q", got)
+	}
+}
+
+// TestServeBusyOnOtherReplicaIsNotAFault: a replica that finds the slot
+// held by another one (the normal case with several replicas) reports it
+// only with -v, as what it is, not as a run killed on another host; the
+// slot runs once.
+func TestServeBusyOnOtherReplicaIsNotAFault(t *testing.T) {
+	e := newEnv(t, "2026-10-28T02:00:30Z")
+	const period = "2026-10-28T02:00Z"
+	crontab := filepath.Join(e.dir, "crontab")
+	line := `* * * * * tick sh -c 'echo "started $IDEM_PERIOD" >> out.txt; while [ ! -e release ]; do sleep 0.05; done'` + "\n"
+	if err := os.WriteFile(crontab, []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	serve := func(extra ...string) (*exec.Cmd, *lockedBuffer) {
+		cmd := e.command(append([]string{"serve", "--ledger", e.ledger, "--crontab", crontab, "--since", "latest"}, extra...)...)
+		var b lockedBuffer
+		cmd.Stdout, cmd.Stderr = &b, &b
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		return cmd, &b
+	}
+	a, aOut := serve()
+	testwait.Until(t, func() bool { return slices.Contains(e.lines("out.txt"), "started "+period) },
+		"the first replica to start the command; its output: %s", aOut)
+	b, bOut := serve("-v")
+	testwait.Until(t, func() bool { return strings.Contains(bOut.String(), "tick "+period+":") },
+		"the second replica to report the held slot; its output: %s", bOut)
+	if err := os.WriteFile(filepath.Join(e.dir, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cmd *exec.Cmd
+		out *lockedBuffer
+	}{{a, aOut}, {b, bOut}} {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		if err := testwait.Process(c.cmd, testwait.Limit(t)); err != nil {
+			t.Errorf("idem serve after SIGTERM: %v; its output:\n%s", err, c.out)
+		}
+	}
+	got := bOut.String()
+	if !strings.Contains(got, "idem: tick "+period+": held by another replica") {
+		t.Errorf("the second replica (-v) said %q; want that another replica holds the slot", got)
+	}
+	for _, fault := range []string{"busy", "killed on another host"} {
+		if strings.Contains(got, fault) {
+			t.Errorf("the second replica reports the held slot as a fault (%q): %q", fault, got)
+		}
+	}
+	if n := strings.Count(strings.Join(e.lines("out.txt"), "\n"), "started"); n != 1 {
+		t.Errorf("the slot started %d times, want once: %q", n, e.lines("out.txt"))
+	}
+	// Without -v, idem serve says nothing of it.
+	var w bytes.Buffer
+	held := &idem.Error{Key: idem.Key{Job: "tick", Period: period}, Outcome: idem.InProgress, Holder: "other:1:x"}
+	reporter{w: &w, job: "tick", replicas: true}.period(idem.PeriodResult{Period: idem.Period{Name: period}, Outcome: idem.InProgress, Err: held})
+	if w.Len() != 0 {
+		t.Errorf("without -v, idem serve reported a slot held by another replica: %q", w.String())
+	}
+}
+
+// TestServeReadmeCrontab: the crontab of the README's "As a container's
+// cron" passes idem serve --check, and its settle line is a business line
+// (IDEM_PERIOD a day, as settle.sh reads it).
+func TestServeReadmeCrontab(t *testing.T) {
+	e := newEnv(t, "")
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "## As a container's cron\n")
+	_, block, ok2 := strings.Cut(section, "```sh\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatalf("README.md: no sh block in the section \"As a container's cron\"")
+	}
+	path := filepath.Join(e.dir, "crontab")
+	if err := os.WriteFile(path, []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _ := e.want(exitOK, "serve", "-v", "--check", path)
+	if want := "settle daily@Asia/Shanghai, each due 2h0m0s after it ends: /opt/settle.sh"; !strings.Contains(stdout, want) {
+		t.Errorf("--check -v of the README's crontab printed %q, want %q in it", stdout, want)
+	}
+}
+
+// TestServeCheckNamesJobWithOtherSchedulePostgres is
+// TestServeCheckNamesJobWithOtherSchedule and
+// TestServeRefusesJobWithOtherSchedule with the Postgres ledger of
+// $IDEM_TEST_PG_DSN.
+func TestServeCheckNamesJobWithOtherSchedulePostgres(t *testing.T) {
+	t.Parallel()
+	dsn := os.Getenv("IDEM_TEST_PG_DSN")
+	if dsn == "" {
+		t.Skip("no PostgreSQL: set IDEM_TEST_PG_DSN (eval \"$(scripts/pg.sh start)\" from the repository's root)")
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "idemserve_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		l, err := pgledger.Open(context.Background(), dsn, pgledger.WithSchema(schema))
+		if err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+			return
+		}
+		defer l.Close()
+		if _, err := l.Pool().Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+		}
+	})
+	e := newEnv(t, "2026-10-28T02:00:30Z")
+	e.pg = []string{"--postgres", dsn, "--postgres-schema", schema}
+	path := filepath.Join(e.dir, "crontab")
+	if err := os.WriteFile(path, []byte("0 2 * * * settle true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.want(exitOK, "serve", "--check", path)
+	ranWithDaily(e)
+	want := "crontab:1: job settle ran with another schedule: the postgres ledger (schema " + schema + ") has it settled up to 2026-10-27"
+	if _, stderr := e.want(exitUsage, "serve", "--check", path); !strings.Contains(stderr, want) {
+		t.Errorf("--check: stderr %q, want %q in it", stderr, want)
+	}
+	if _, stderr := e.want(exitUsage, "serve", "--crontab", path); !strings.Contains(stderr, want) {
+		t.Errorf("serve: stderr %q, want %q in it", stderr, want)
 	}
 }
