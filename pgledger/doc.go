@@ -50,7 +50,11 @@
 // period's item set is complete) and meta (the schema version,
 // [SchemaVersion]).
 // [New] creates them if needed, idempotently: any number of processes may
-// start at once against an empty database. A schema written by a newer
+// start at once against an empty database, through [New] or [NewDB], also
+// when their connections have run the application's own migrations first
+// (one creates the tables under an advisory lock; the others find them; a
+// creator that races another program's CREATE SCHEMA outside that lock
+// retries). A schema written by a newer
 // version of pgledger is refused with [idem.ErrNewerSchema], without a
 // write; one of an older version is upgraded in place, under the same lock
 // (the upgrade creates tables and adds columns: the user needs CREATE on
