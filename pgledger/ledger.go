@@ -70,8 +70,9 @@ var (
 type Option func(*config)
 
 type config struct {
-	schema  string
-	runOpts []idem.StoreOption
+	schema          string
+	runOpts         []idem.StoreOption
+	allowSearchPath bool
 }
 
 // WithSchema keeps the ledger's tables in the schema name instead of
@@ -93,7 +94,9 @@ func WithRunOptions(opts ...idem.StoreOption) Option {
 // with the ledger's done marks ([Ledger.RunTx]). Close does not close pool.
 //
 // It refuses, without writing anything, a schema written by a newer version
-// of pgledger ([idem.ErrNewerSchema]).
+// of pgledger ([idem.ErrNewerSchema]), and a connection whose search_path
+// names the schema ([ErrSchemaOnSearchPath]: a role named like the schema,
+// with the default search_path), unless [AllowSchemaOnSearchPath].
 func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Ledger, error) {
 	if pool == nil {
 		return nil, errors.New("pgledger: New with a nil pool")
@@ -119,6 +122,11 @@ func newCore(ctx context.Context, d db, opts []Option) (core, error) {
 		return core{}, fmt.Errorf("pgledger: ledger in schema %q: %w", c.schema, err)
 	}
 	l := core{db: d, schema: c.schema, defaults: c.runOpts, q: newQueries(c.schema)}
+	if !c.allowSearchPath {
+		if err := checkSearchPath(ctx, d, c.schema); err != nil {
+			return core{}, err
+		}
+	}
 	if err := l.migrate(ctx); err != nil {
 		return core{}, err
 	}
