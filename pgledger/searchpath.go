@@ -61,7 +61,7 @@ func checkSearchPath(ctx context.Context, q conn, schema string) error {
 	if role == schema {
 		why = fmt.Sprintf(", where \"$user\" means the role %q", role)
 	}
-	return fmt.Errorf("%w: schema %q is on search_path %q of role %q%s: the application's unqualified table names "+
+	return fmt.Errorf("%w: schema %q is on search_path %s of role %q%s: the application's unqualified table names "+
 		"would resolve into the ledger's schema (its CREATE TABLE would create its tables there, its queries could read "+
 		"%s.runs and %s.jobs). Connect as a role with another name, or give the role a search_path without %s "+
 		"(ALTER ROLE %s SET search_path = public), or keep the ledger in another schema (pgledger.WithSchema; "+
