@@ -64,6 +64,13 @@
 // the schema for it), and then only SELECT, INSERT, UPDATE and DELETE on the
 // schema's tables.
 //
+// The schema must not be on the connection's search_path, where it would
+// capture the application's unqualified table names: a role named like
+// the schema ("idem") has it there with PostgreSQL's default search_path
+// ("$user", public). New and NewDB refuse such a connection before they
+// write anything ([ErrSchemaOnSearchPath]); connect as a role with another
+// name, or give the role a search_path without it.
+//
 // # Fan-out: Each and EachTx
 //
 // The ledger is an [idemstore.ItemStore] and an [idemstore.ItemTxStore] with
