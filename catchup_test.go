@@ -475,8 +475,15 @@ func TestCatchUpWaitForTurn(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := testwait.Recv(t, done, "the catch-up to return once the holder is done")
-			if r.err != nil || len(ran) != 2 || slices.Contains(ran, held.Period) || len(r.res.Periods) != 3 {
-				t.Fatalf("with WaitForTurn: %v, ran %v, periods %+v; want the two days before %s run and %s done by its holder", r.err, ran, r.res.Periods, held.Period, held.Period)
+			// Three due days, unless the day changed (UTC midnight) since
+			// now was read: then a fourth, after the held one. Either way
+			// every due day but the held one ran here.
+			periods := make([]string, len(r.res.Periods))
+			for i, p := range r.res.Periods {
+				periods[i] = p.Period.Name
+			}
+			if r.err != nil || len(periods) < 3 || len(ran) != len(periods)-1 || slices.Contains(ran, held.Period) || !slices.Contains(periods, held.Period) {
+				t.Fatalf("with WaitForTurn: %v, ran %v, periods %+v; want every due day but %s run and %s done by its holder", r.err, ran, r.res.Periods, held.Period, held.Period)
 			}
 		})
 	}

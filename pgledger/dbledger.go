@@ -45,7 +45,8 @@ var (
 // ([DBLedger.RunTx]). The ledger never closes db.
 //
 // It refuses, without writing anything, a schema written by a newer version
-// of pgledger ([idem.ErrNewerSchema]).
+// of pgledger ([idem.ErrNewerSchema]), and a connection whose search_path
+// names the schema ([ErrSchemaOnSearchPath]), as New does.
 func NewDB(ctx context.Context, db *sql.DB, opts ...Option) (*DBLedger, error) {
 	if db == nil {
 		return nil, errors.New("pgledger: NewDB with a nil *sql.DB")

@@ -50,7 +50,11 @@
 // period's item set is complete) and meta (the schema version,
 // [SchemaVersion]).
 // [New] creates them if needed, idempotently: any number of processes may
-// start at once against an empty database. A schema written by a newer
+// start at once against an empty database, through [New] or [NewDB], also
+// when their connections have run the application's own migrations first
+// (one creates the tables under an advisory lock; the others find them; a
+// creator that races another program's CREATE SCHEMA outside that lock
+// retries). A schema written by a newer
 // version of pgledger is refused with [idem.ErrNewerSchema], without a
 // write; one of an older version is upgraded in place, under the same lock
 // (the upgrade creates tables and adds columns: the user needs CREATE on
@@ -59,6 +63,13 @@
 // The database user needs CREATE on the database the first time (or create
 // the schema for it), and then only SELECT, INSERT, UPDATE and DELETE on the
 // schema's tables.
+//
+// The schema must not be on the connection's search_path, where it would
+// capture the application's unqualified table names: a role named like
+// the schema ("idem") has it there with PostgreSQL's default search_path
+// ("$user", public). New and NewDB refuse such a connection before they
+// write anything ([ErrSchemaOnSearchPath]); connect as a role with another
+// name, or give the role a search_path without it.
 //
 // # Fan-out: Each and EachTx
 //

@@ -70,8 +70,9 @@ var (
 type Option func(*config)
 
 type config struct {
-	schema  string
-	runOpts []idem.StoreOption
+	schema          string
+	runOpts         []idem.StoreOption
+	allowSearchPath bool
 }
 
 // WithSchema keeps the ledger's tables in the schema name instead of
@@ -93,7 +94,9 @@ func WithRunOptions(opts ...idem.StoreOption) Option {
 // with the ledger's done marks ([Ledger.RunTx]). Close does not close pool.
 //
 // It refuses, without writing anything, a schema written by a newer version
-// of pgledger ([idem.ErrNewerSchema]).
+// of pgledger ([idem.ErrNewerSchema]), and a connection whose search_path
+// names the schema ([ErrSchemaOnSearchPath]: a role named like the schema,
+// with the default search_path), unless [AllowSchemaOnSearchPath].
 func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Ledger, error) {
 	if pool == nil {
 		return nil, errors.New("pgledger: New with a nil pool")
@@ -119,6 +122,11 @@ func newCore(ctx context.Context, d db, opts []Option) (core, error) {
 		return core{}, fmt.Errorf("pgledger: ledger in schema %q: %w", c.schema, err)
 	}
 	l := core{db: d, schema: c.schema, defaults: c.runOpts, q: newQueries(c.schema)}
+	if !c.allowSearchPath {
+		if err := checkSearchPath(ctx, d, c.schema); err != nil {
+			return core{}, err
+		}
+	}
 	if err := l.migrate(ctx); err != nil {
 		return core{}, err
 	}
@@ -216,6 +224,37 @@ func (l *core) lockID(kind, what string) int64 {
 // the current version needs no write (and no CREATE privilege), and a newer
 // one must not see a single write.
 func (l *core) migrate(ctx context.Context) error {
+	// A creator that lost a race it could not see (another program's CREATE
+	// SCHEMA, say, outside the advisory lock) fails with a unique violation
+	// in the catalog: the next transaction sees what the winner committed,
+	// so a few retries settle it.
+	var err error
+	for range 5 {
+		if err = l.migrateOnce(ctx); err == nil || !catalogRace(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// catalogRace reports whether err is a creation's race with a concurrent
+// creator of the same object: unique_violation (23505, on a catalog's
+// index), duplicate_schema (42P06), duplicate_table (42P07) or
+// duplicate_object (42710).
+func catalogRace(err error) bool {
+	var e interface{ SQLState() string }
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.SQLState() {
+	case "23505", "42P06", "42P07", "42710":
+		return true
+	}
+	return false
+}
+
+// migrateOnce is one attempt of migrate, in one transaction.
+func (l *core) migrateOnce(ctx context.Context) error {
 	v, err := l.version(ctx, l.db)
 	if err != nil {
 		return l.schemaErr(err)
@@ -233,8 +272,10 @@ func (l *core) migrate(ctx context.Context) error {
 	if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock($1)`, l.lockID("schema", "")); err != nil {
 		return l.schemaErr(err)
 	}
-	// Read again under the lock (a new statement sees what the last holder
-	// committed).
+	// Read again under the lock: a new statement's snapshot sees what the
+	// last holder committed. version reads the catalog tables themselves
+	// (see there): this session's catalog caches may still say that the
+	// schema is missing, as they said before the wait.
 	if v, err = l.version(ctx, tx); err != nil {
 		return l.schemaErr(err)
 	}
@@ -269,9 +310,21 @@ func (l *core) migrate(ctx context.Context) error {
 }
 
 // version reads the stored schema version; 0 if there is none yet.
+//
+// Whether the table meta exists is read from pg_class and pg_namespace
+// with the statement's snapshot, not looked up by name (to_regclass): a
+// name lookup goes through the session's catalog caches, which a wait for
+// an advisory lock does not refresh. A session that looked the schema up
+// before waiting for the creator's lock (its application's own DDL does,
+// with a search_path that names it) would still find it missing after the
+// creator committed, and its CREATE SCHEMA IF NOT EXISTS would then fail
+// with a unique violation on pg_namespace. Opening the catalog tables in
+// the statement also makes the session take in the creator's catalog
+// changes (PostgreSQL processes them when it locks a relation), so that
+// the statements after it see the schema's tables too.
 func (l *core) version(ctx context.Context, q conn) (int64, error) {
 	var exists bool
-	if err := q.queryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, []any{pgx.Identifier{l.schema, "meta"}.Sanitize()}, &exists); err != nil || !exists {
+	if err := q.queryRow(ctx, versionExistsSQL, []any{l.schema}, &exists); err != nil || !exists {
 		return 0, err
 	}
 	var v int64
@@ -281,6 +334,11 @@ func (l *core) version(ctx context.Context, q conn) (int64, error) {
 	}
 	return v, err
 }
+
+// versionExistsSQL reports whether the table meta exists in schema $1.
+const versionExistsSQL = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c
+	JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+	WHERE n.nspname = $1 AND c.relname = 'meta')`
 
 func (l *core) checkVersion(v int64) error {
 	if v > SchemaVersion {

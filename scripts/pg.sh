@@ -7,6 +7,11 @@
 # user idem-pg, and runs the server through runuser). Nothing is shared with
 # a system-wide PostgreSQL; fsync stays on.
 #
+# Its superuser role is named app, not idem: a role named like the ledger's
+# default schema (idem) would have that schema on its default search_path
+# ("$user", public), where it captures the application's unqualified table
+# names; pgledger refuses such a connection (ErrSchemaOnSearchPath).
+#
 # Usage:
 #   eval "$(scripts/pg.sh start)"   # prints only: export IDEM_TEST_PG_DSN='postgres://...'
 #   scripts/pg.sh dsn [DSN|PORT]    # prints the DSN of a running throwaway server
@@ -123,7 +128,7 @@ start() {
 			chown "$user" "$dir"
 		fi
 		chmod 700 "$dir"
-		if ! as "$bin/initdb" -D "$dir/data" -U idem --auth=trust --encoding=UTF8 --locale=C \
+		if ! as "$bin/initdb" -D "$dir/data" -U app --auth=trust --encoding=UTF8 --locale=C \
 			--no-instructions >"$dir/initdb.log" 2>&1; then
 			cat "$dir/initdb.log" >&2
 			rm -rf "$dir"
@@ -139,12 +144,12 @@ start() {
 			synchronous_commit = on
 		EOF
 		if as "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null 2>&1; then
-			if ! as "$bin/createdb" -h "$dir" -p "$port" -U idem idem >/dev/null 2>&1; then
+			if ! as "$bin/createdb" -h "$dir" -p "$port" -U app idem >/dev/null 2>&1; then
 				as "$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
 				rm -rf "$dir"
 				die "createdb failed"
 			fi
-			local dsn="postgres://idem@127.0.0.1:$port/idem?sslmode=disable"
+			local dsn="postgres://app@127.0.0.1:$port/idem?sslmode=disable"
 			echo "$dsn" >"$dir/dsn"
 			echo "export IDEM_TEST_PG_DSN='$dsn'"
 			return

@@ -47,8 +47,9 @@ func newDoctorCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "doctor [PATH]",
-		Short: "Check a SQLite ledger: local filesystem, SQLite, journal mode, schema, periods needing a person",
-		Long: `Check a SQLite ledger file and say what to do about each problem.
+		Short: "Check a ledger (SQLite file or --postgres): filesystem, journal, search_path, schema, periods needing a person",
+		Long: `Check a SQLite ledger file, or with --postgres DSN (or $IDEM_POSTGRES) a
+Postgres ledger, and say what to do about each problem.
 
   file        the file exists and is a SQLite database
   filesystem  it is on a local filesystem: SQLite's locks and WAL shared
@@ -69,13 +70,26 @@ func newDoctorCmd() *cobra.Command {
 The ledger is opened read-only and never created: doctor changes nothing.
 PATH defaults to --ledger, $IDEM_LEDGER, or the default ledger path.
 
+With --postgres DSN (--postgres-schema names the schema, default idem),
+in a read-only session:
+
+  connection   the server answers, its version, the role
+  search_path  the ledger's schema is not on the role's search_path (a
+               role named like the schema, "idem", with PostgreSQL's
+               default search_path "$user", public, has it there: the
+               application's unqualified CREATE TABLE and SELECT would go
+               into the ledger's schema; idem refuses such a connection)
+  schema       the ledger's schema exists, with a version this idem knows
+  keys         periods pending, unknown and parked, as above
+
 Exit status: 0 if no finding is an error (warnings, such as unknown or
 parked periods, still exit 0), 1 if one is, 2 usage error.`,
 		Example: `  idem doctor /var/lib/idem/ledger.db
+  idem doctor --postgres postgres://app@db/app
   idem doctor --json /var/lib/idem/ledger.db | jq -r '.findings[] | select(.level != "ok") | .message'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path := ""
+			path, dsn := "", ""
 			if len(args) == 1 {
 				path = args[0]
 			} else {
@@ -83,16 +97,19 @@ parked periods, still exit 0), 1 if one is, 2 usage error.`,
 				if err != nil {
 					return err
 				}
-				if t.dsn != "" {
-					return usageError(errors.New("doctor checks SQLite ledgers; give it the ledger file's PATH"))
+				path, dsn = t.path, t.dsn
+			}
+			var rep *doctorReport
+			if dsn != "" {
+				schema, _ := cmd.Flags().GetString("postgres-schema")
+				rep = diagnosePostgres(cmd.Context(), dsn, schema)
+			} else {
+				clk, err := clock()
+				if err != nil {
+					return err
 				}
-				path = t.path
+				rep = diagnose(cmd.Context(), path, clk.Now())
 			}
-			clk, err := clock()
-			if err != nil {
-				return err
-			}
-			rep := diagnose(cmd.Context(), path, clk.Now())
 			out := cmd.OutOrStdout()
 			if asJSON {
 				if err := writeJSON(out, rep); err != nil {

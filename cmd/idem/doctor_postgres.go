@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemgo/idem/pgledger"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// diagnosePostgres checks the Postgres ledger in schema of the database at
+// dsn without writing to it: its session is read-only
+// (default_transaction_read_only), and it never creates the schema.
+func diagnosePostgres(ctx context.Context, dsn, schema string) *doctorReport {
+	if schema == "" {
+		schema = pgledger.DefaultSchema
+	}
+	rep := &doctorReport{Path: "postgres (schema " + schema + ")"}
+	defer func() {
+		rep.OK = true
+		for _, f := range rep.Findings {
+			if f.Level == levelError {
+				rep.OK = false
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		rep.add(levelError, "connection", "cannot parse the DSN (--postgres / $%s): %v", EnvPostgres, err)
+		return rep
+	}
+	cc := cfg.ConnConfig
+	where := fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database)
+	rep.Path = fmt.Sprintf("postgres://%s@%s (schema %s)", cc.User, where, schema)
+	cfg.MaxConns = 1
+	cc.RuntimeParams["default_transaction_read_only"] = "on"
+	cc.RuntimeParams["application_name"] = "idem doctor"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		defer pool.Close()
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		rep.add(levelError, "connection", "cannot connect to %s as role %q: %v. Check the DSN (--postgres / $%s), that the server runs and accepts this host, and the role's password", where, cc.User, err, EnvPostgres)
+		return rep
+	}
+	var version, role, path string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_user::text, current_setting('search_path')`).Scan(&version, &role, &path); err != nil {
+		rep.add(levelError, "connection", "%s: %v", where, err)
+		return rep
+	}
+	rep.add(levelOK, "connection", "PostgreSQL %s at %s, role %s", version, where, role)
+
+	switch err := pgledger.CheckSearchPath(ctx, pool, schema); {
+	case errors.Is(err, pgledger.ErrSchemaOnSearchPath):
+		rep.add(levelError, "search_path", "%s. idem and pgledger refuse this connection", strings.TrimPrefix(err.Error(), "pgledger: "))
+	case err != nil:
+		rep.add(levelError, "search_path", "%v", err)
+	default:
+		rep.add(levelOK, "search_path", "search_path %s of role %s does not reach the ledger's schema %s: the application's unqualified names stay out of it", path, role, schema)
+	}
+
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c
+		JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = 'meta')`, schema).Scan(&exists); err != nil {
+		rep.add(levelError, "schema", "cannot read the catalog: %v", err)
+		return rep
+	}
+	if !exists {
+		rep.add(levelWarn, "schema", "no ledger in schema %s yet (no table %s.meta): the first 'idem run' (or pgledger.New) creates it, if role %s may create schemas in the database; check --postgres-schema if one should be there", schema, schema, role)
+		return rep
+	}
+	q := func(sql string) string {
+		return strings.ReplaceAll(sql, "{s}", pgx.Identifier{schema}.Sanitize())
+	}
+	var sv int64
+	err = pool.QueryRow(ctx, q(`SELECT value FROM {s}.meta WHERE name = 'schema_version'`)).Scan(&sv)
+	switch {
+	case err != nil:
+		rep.add(levelError, "schema", "no schema version in %s.meta (%v): the ledger's schema is incomplete, or role %s may not read it (it needs SELECT, INSERT, UPDATE and DELETE on the schema's tables)", schema, err, role)
+		return rep
+	case sv > pgledger.SchemaVersion:
+		rep.add(levelError, "schema", "schema version %d, newer than this idem knows (%d): a newer idem or pgledger wrote it; upgrade this idem binary (it refuses to touch the ledger)", sv, pgledger.SchemaVersion)
+		return rep
+	case sv < pgledger.SchemaVersion:
+		rep.add(levelWarn, "schema", "schema version %d, older than this idem's %d: the next 'idem run' upgrades it (role %s then needs CREATE on schema %s and to own its tables)", sv, pgledger.SchemaVersion, role, schema)
+	default:
+		rep.add(levelOK, "schema", "pgledger schema %s, version %d", schema, sv)
+	}
+
+	rows, err := pool.Query(ctx, q(`SELECT status, count(*), count(*) FILTER (WHERE status = 'running' AND lease_until < clock_timestamp())
+		FROM {s}.runs GROUP BY status`))
+	if err != nil {
+		rep.add(levelError, "keys", "cannot read %s.runs: %v", schema, err)
+		return rep
+	}
+	counts := map[string]int64{}
+	var expired, total int64
+	for rows.Next() {
+		var status string
+		var n, exp int64
+		if err := rows.Scan(&status, &n, &exp); err != nil {
+			rows.Close()
+			rep.add(levelError, "keys", "cannot read %s.runs: %v", schema, err)
+			return rep
+		}
+		counts[status] = n
+		expired += exp
+		total += n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		rep.add(levelError, "keys", "cannot read %s.runs: %v", schema, err)
+		return rep
+	}
+	var jobs int64
+	_ = pool.QueryRow(ctx, q(`SELECT count(DISTINCT job) FROM {s}.runs`)).Scan(&jobs)
+	rep.add(levelOK, "keys", "%d records of %d jobs: %d done, %d skipped", total, jobs, counts["done"], counts["skipped"])
+	hint := " --postgres DSN --postgres-schema " + shellQuote(schema)
+	if pending := counts["running"] + counts["failed"]; pending == 0 {
+		rep.add(levelOK, "keys", "0 pending")
+	} else {
+		rep.add(levelOK, "keys", "%d pending (%d running, %d of them with an expired lease: runs that died, recovered by the next run; %d failed, retried by the next run after their backoff): 'idem ls%s --status pending'",
+			pending, counts["running"], expired, counts["failed"], hint)
+	}
+	if n := counts["unknown"]; n > 0 {
+		rep.add(levelWarn, "keys", "%d unknown: an at-most-once run failed or was killed, and idem will not run them again by itself. List them with 'idem ls%s --status unknown', check whether each one's work happened, then 'idem resolve%s JOB PERIOD --done' or '--retry'", n, hint, hint)
+	} else {
+		rep.add(levelOK, "keys", "0 unknown")
+	}
+	if n := counts["parked"]; n > 0 {
+		rep.add(levelWarn, "keys", "%d parked: they failed --max-attempts times. List them with 'idem ls%s --status parked' (see the last error), fix the cause, then 'idem reset%s JOB PERIOD'", n, hint, hint)
+	} else {
+		rep.add(levelOK, "keys", "0 parked")
+	}
+	return rep
+}
