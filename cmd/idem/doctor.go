@@ -83,7 +83,7 @@ parked periods, still exit 0), 1 if one is, 2 usage error.`,
 				if err != nil {
 					return err
 				}
-				if t.dsn != "" {
+				if t.dsn != "" || t.redis != "" {
 					return usageError(errors.New("doctor checks SQLite ledgers; give it the ledger file's PATH"))
 				}
 				path = t.path
