@@ -29,8 +29,8 @@ func redisAddr(t *testing.T) string {
 }
 
 // TestRedisStoreCLI: --redis ADDR (or $IDEM_REDIS, host:port or a
-// redis:// URL) puts the ledger in the Redis store for run, ls, show and
-// resolve, under --redis-prefix; the outbox commands and doctor refuse it
+// redis:// URL) puts the ledger in the Redis store for run, ls, show,
+// resolve and prune, under --redis-prefix; the outbox commands and doctor refuse it
 // with a clear error, as does an unreachable server or two stores named at
 // once.
 func TestRedisStoreCLI(t *testing.T) {
@@ -87,6 +87,12 @@ func TestRedisStoreCLI(t *testing.T) {
 	if got, want := e.lines("out.txt"), []string{"2026-10-27 1", "pay 1", "pay 2"}; !equal(got, want) {
 		t.Fatalf("out.txt = %q, want %q", got, want)
 	}
+	// prune deletes the done record; the period stays done (the horizon).
+	e.want(exitOK, "prune", "--job", "settle", "--through", "2026-10-27")
+	if n, err := c.Exists(context.Background(), "{"+prefix+"}:run:6:settle:2026-10-27").Result(); err != nil || n != 0 {
+		t.Fatalf("the pruned record in Redis: %d, %v; want it gone", n, err)
+	}
+	e.want(exitDone, runArgs()...)
 	// Another prefix is another store.
 	if _, stderr := e.want(exitOK, "ls", "--redis-prefix", prefix+"-other"); !strings.Contains(stderr, "no") {
 		t.Errorf("ls of an empty store: %q", stderr)
