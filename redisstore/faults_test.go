@@ -53,6 +53,35 @@ func TestFinishResentIsIdempotent(t *testing.T) {
 	if rec, _, _ := s.Lookup(ctx, k); rec.Status != idemstore.StatusDone {
 		t.Fatalf("record after the refused ends: %+v", rec)
 	}
+
+	// An end that another writer replaced is refused when re-sent: a
+	// Resolve of it, or a later attempt.
+	for _, replace := range []string{"resolve", "later attempt"} {
+		k := idem.Key{Job: "resent", Period: "replaced by " + replace}
+		cl, err := s.Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: idemstore.Owner(), Now: time.Now(), Lease: time.Minute})
+		if err != nil || cl.State != idemstore.ClaimAcquired {
+			t.Fatalf("claim: %+v, %v", cl, err)
+		}
+		failed := idemstore.End{Status: idemstore.StatusFailed, Now: time.Now(), Failures: 1, Error: "boom", NotBefore: time.Now()}
+		if err := s.Finish(ctx, k, cl.Attempt, failed); err != nil {
+			t.Fatal(err)
+		}
+		if replace == "resolve" {
+			err = s.Resolve(ctx, k, idemstore.ResolveRetry)
+		} else {
+			var next idemstore.Claim
+			next, err = s.Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: idemstore.Owner(), Now: time.Now(), Lease: time.Minute})
+			if err == nil && next.State != idemstore.ClaimAcquired {
+				t.Fatalf("the later attempt's claim: %+v", next)
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Finish(ctx, k, cl.Attempt, failed); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("attempt %d's end re-sent after a %s: %v; want ErrLeaseLost", cl.Attempt, replace, err)
+		}
+	}
 }
 
 // replyDropper is a TCP proxy on loopback in front of a redis-server: once
