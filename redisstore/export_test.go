@@ -1,5 +1,6 @@
 package redisstore
 
-// FinishScriptHash is the SHA-1 of the Finish script, by which a test's
-// proxy recognises its EVALSHA on the wire.
-var FinishScriptHash = finishScript.Hash()
+// FinishScriptMarks are byte strings by which a test's proxy recognises
+// the Finish script on the wire: its SHA-1 (EVALSHA) or a line only its
+// source has (EVAL, after NOSCRIPT).
+var FinishScriptMarks = [][]byte{[]byte(finishScript.Hash()), []byte("'status', 'attempt', 'ended_by')")}

@@ -92,7 +92,7 @@ type replyDropper struct {
 	ln      net.Listener
 	target  string
 	mu      sync.Mutex
-	match   []byte // armed when not nil
+	match   [][]byte // armed when not nil: any of them
 	dropped int
 }
 
@@ -116,7 +116,7 @@ func newReplyDropper(t *testing.T, target string) *replyDropper {
 	return p
 }
 
-func (p *replyDropper) arm(match []byte) {
+func (p *replyDropper) arm(match ...[]byte) {
 	p.mu.Lock()
 	p.match = match
 	p.mu.Unlock()
@@ -169,13 +169,16 @@ func (p *replyDropper) pipe(client net.Conn) {
 		if n > 0 {
 			seen = append(seen, buf[:n]...)
 			p.mu.Lock()
-			if p.match != nil && bytes.Contains(seen, p.match) {
-				p.match = nil
-				mu.Lock()
-				dropNext = true // set before the command reaches the server
-				mu.Unlock()
+			for _, m := range p.match {
+				if bytes.Contains(seen, m) {
+					p.match = nil
+					mu.Lock()
+					dropNext = true // set before the command reaches the server
+					mu.Unlock()
+					break
+				}
 			}
-			if keep := 256; len(seen) > keep {
+			if keep := 4096; len(seen) > keep {
 				seen = append(seen[:0], seen[len(seen)-keep:]...)
 			}
 			p.mu.Unlock()
@@ -216,7 +219,7 @@ func TestDoneMarkReplyLost(t *testing.T) {
 		ran := 0
 		err := s.Run(ctx, k, func(context.Context) error {
 			ran++
-			p.arm([]byte(redisstore.FinishScriptHash))
+			p.arm(redisstore.FinishScriptMarks...)
 			return nil
 		}, mode)
 		if err != nil {
