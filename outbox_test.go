@@ -340,3 +340,49 @@ func TestSchedulerRelayStoreError(t *testing.T) {
 		t.Fatalf("delivered %+v, want the message once at attempt 1 (the failed claims took none)", c.got)
 	}
 }
+
+// TestRelayCancelAbortsDelivery: what Relay's doc says of a cancelled ctx.
+// The delivery under way sees its context end, Relay returns nil, and the
+// message stays pending, due again at once, and is handed out again (the
+// same id) by the next relay.
+func TestRelayCancelAbortsDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	key := idem.Key{Job: "settle", Period: "2026-10-28"}
+	var id string
+	err := l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		id, err = idem.Put(ctx, tx, idem.Message{Topic: "pay", Payload: []byte("x")})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	started, aborted := make(chan struct{}), make(chan error, 1)
+	deliver := idem.DeliverFunc(func(dctx context.Context, d idem.Delivery) error {
+		close(started)
+		<-dctx.Done()
+		aborted <- dctx.Err()
+		return dctx.Err()
+	})
+	done := make(chan error, 1)
+	go func() { done <- idem.Relay(runCtx, l, deliver, idem.RelayPoll(10*time.Millisecond)) }()
+	testwait.Recv(t, started, "the relay to hand the message out")
+	cancel()
+	if err := testwait.Recv(t, aborted, "the delivery under way to see its context end"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the deliverer's context ended with %v, want context.Canceled", err)
+	}
+	if err := testwait.Recv(t, done, "Relay to return"); err != nil {
+		t.Fatalf("Relay after cancel: %v, want nil", err)
+	}
+	msgs, err := l.ListOutbox(ctx, idemstore.OutboxFilter{})
+	if err != nil || len(msgs) != 1 || msgs[0].Status != idemstore.OutboxPending || msgs[0].Attempts != 1 || msgs[0].NotBefore.After(time.Now()) {
+		t.Fatalf("after the cancelled delivery: %+v, %v; want pending, due now, one attempt", msgs, err)
+	}
+	var c collect
+	if res, err := idem.RelayOnce(ctx, l, &c); err != nil || res.Delivered != 1 || c.got[0].ID != id || c.got[0].Attempt != 2 {
+		t.Fatalf("the next relay: %+v, %v, %+v; want %s delivered again, attempt 2", res, err, c.got, id)
+	}
+}

@@ -293,6 +293,15 @@ func RelayOnce(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts .
 // several relays (processes, or the Postgres ledger's SKIP LOCKED claims
 // across hosts) to share the work: each message is held by one at a time.
 // An invalid option is returned at once.
+//
+// Cancelling ctx aborts the delivery under way: the deliverer's context
+// derives from ctx, and the attempt is recorded as failed, due again at
+// once (as are the messages claimed with it and not yet handed out), so
+// the next relay delivers it again, even if the receiver had applied it.
+// To stop without that duplicate, do not cancel the ctx given to Relay
+// while a Deliver runs: on shutdown, have the deliverer refuse new
+// messages and cancel ctx once the delivery under way has returned (its
+// own deadline is the lease), as 'idem outbox relay' does on SIGTERM.
 func Relay(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts ...RelayOption) error {
 	if s == nil || d == nil {
 		panic("idem: Relay needs a store and a deliverer")

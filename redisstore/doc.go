@@ -51,7 +51,9 @@
 //	                               status, attempt, failures, owner, lease_until,
 //	                               not_before, last_error, created, updated,
 //	                               fingerprint (idem.WithParams), value (stored
-//	                               with the done mark; absent for none)
+//	                               with the done mark; absent for none),
+//	                               ended_by (the attempt whose Finish wrote the
+//	                               end, so that the same end re-sent succeeds)
 //	                               (times in microseconds since the Unix epoch,
 //	                               on the server's clock)
 //	{p}:periods:<job>              sorted set (score 0): the job's periods that have a record

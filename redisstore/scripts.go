@@ -5,7 +5,10 @@ import "github.com/redis/go-redis/v9"
 // The store's Lua scripts. Each runs atomically on the server: no other
 // command runs between its read and its write, so each protocol step (a
 // claim, a renewal, a fenced done mark, a resolution, a prune) is one
-// atomic step. Times come from the server's TIME inside the script, in
+// atomic step. Redis does not roll back a script that fails half-way:
+// each one checks the types of its keys (types, below) and reads what it
+// decides on before its first write, so that an error leaves nothing
+// written. Times come from the server's TIME inside the script, in
 // microseconds since the Unix epoch; the client's clock is never used for
 // a lease or a deadline. Durations arrive as microseconds.
 //
@@ -54,6 +57,27 @@ local function utc(us)
 	if m <= 2 then y = y + 1 end
 	return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', y, m, d,
 		math.floor(rem / 3600), math.floor((rem % 3600) / 60), rem % 60, frac)
+end
+-- types: refuses, before anything is written, a key of the wrong type:
+-- Redis does not roll a script back, so a script that failed half-way
+-- (WRONGTYPE on its third command) would leave its first writes behind.
+-- Each argument is {key, type}; a missing key passes. It also refuses a
+-- record whose attempt counter is not an integer (HINCRBY would fail).
+local function types(...)
+	for _, kt in ipairs({...}) do
+		local t = redis.call('TYPE', kt[1])['ok']
+		if t ~= 'none' and t ~= kt[2] then
+			return redis.error_reply('WRONGTYPE key ' .. kt[1] .. ' holds a ' .. t .. ', not a ' .. kt[2] ..
+				' (nothing written; delete or rename the key)')
+		end
+		if kt[2] == 'hash' and kt[3] then
+			local a = redis.call('HGET', kt[1], 'attempt')
+			if a and not tonumber(a) then
+				return redis.error_reply('ERR key ' .. kt[1] .. ' has attempt ' .. a .. ', not a number (nothing written)')
+			end
+		end
+	end
+	return nil
 end
 local recFields = {'status', 'attempt', 'failures', 'owner', 'lease_until', 'not_before', 'last_error', 'updated',
 	'fingerprint', 'value'}
@@ -115,6 +139,8 @@ return out
 // it was before the claim (an abandoned attempt's failure and note counted
 // already).
 var claimScript = redis.NewScript(luaLib + `
+local bad = types({KEYS[1], 'hash', true}, {KEYS[2], 'hash'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'})
+if bad then return bad end
 local t = now()
 local r = rec(KEYS[1])
 local status = r[1]
@@ -155,7 +181,7 @@ local a = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[1],
 	'lease_until', str(t + tonumber(ARGV[2])), 'updated', str(t))
 if fp == '' then redis.call('HSET', KEYS[1], 'fingerprint', ARGV[10]) end
-redis.call('HDEL', KEYS[1], 'not_before')
+redis.call('HDEL', KEYS[1], 'not_before', 'ended_by')
 return answer(1, a, doubt, 0)
 `)
 
@@ -165,6 +191,8 @@ return answer(1, a, doubt, 0)
 // KEYS: record. ARGV: attempt, lease µs. Returns 1, or 0 if the attempt no
 // longer holds the key.
 var renewScript = redis.NewScript(luaLib + `
+local bad = types({KEYS[1], 'hash'})
+if bad then return bad end
 local r = redis.call('HMGET', KEYS[1], 'status', 'attempt')
 if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
 local t = now()
@@ -178,14 +206,23 @@ return 1
 // cursor forward to the period, in the same step. A done mark stores the
 // value ARGV[9] (empty: none) in the same step.
 //
+// The record keeps the attempt that ended it (ended_by): the same end
+// sent again by that attempt (go-redis re-sends a command whose reply was
+// lost: a dropped connection, a server killed after its fsync) finds it
+// and returns 1 without writing, rather than 0 for an end that stands.
+//
 // KEYS: record, job, jobs. ARGV: attempt, status, failures, backoff µs,
 // error, cursor (0/1), job, period, value. Returns 1, or 0 if the attempt
 // no longer holds the key.
 var finishScript = redis.NewScript(luaLib + `
-local r = redis.call('HMGET', KEYS[1], 'status', 'attempt')
+local bad = types({KEYS[1], 'hash'}, {KEYS[2], 'hash'}, {KEYS[3], 'zset'})
+if bad then return bad end
+local r = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'ended_by')
+if r[2] == ARGV[1] and r[3] == ARGV[1] and r[1] == ARGV[2] then return 1 end
 if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
 local t = now()
-redis.call('HSET', KEYS[1], 'status', ARGV[2], 'failures', ARGV[3], 'last_error', ARGV[5], 'updated', str(t))
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'failures', ARGV[3], 'last_error', ARGV[5], 'updated', str(t),
+	'ended_by', ARGV[1])
 redis.call('HDEL', KEYS[1], 'lease_until')
 if ARGV[4] ~= '' then
 	redis.call('HSET', KEYS[1], 'not_before', str(t + tonumber(ARGV[4])))
@@ -212,12 +249,14 @@ return 1
 // lease_until, updated, new status, note, job, period. Returns 1, or 0 if
 // the record changed (read it again).
 var resolveScript = redis.NewScript(luaLib + `
+local bad = types({KEYS[1], 'hash'}, {KEYS[2], 'hash'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'})
+if bad then return bad end
 local r = rec(KEYS[1])
 local t = now()
 if ARGV[1] == '1' then
 	if r[1] ~= ARGV[3] or (r[2] or '') ~= ARGV[2] or (r[5] or '') ~= ARGV[4] or (r[8] or '') ~= ARGV[5] then return 0 end
 	redis.call('HSET', KEYS[1], 'status', ARGV[6], 'failures', 0, 'last_error', ARGV[7], 'updated', str(t))
-	redis.call('HDEL', KEYS[1], 'not_before', 'lease_until')
+	redis.call('HDEL', KEYS[1], 'not_before', 'lease_until', 'ended_by')
 	return 1
 end
 if r[1] or covered(KEYS[2], ARGV[9]) then return 0 end
@@ -231,6 +270,8 @@ return 1
 //
 // KEYS: job, jobs. ARGV: job, period.
 var advanceScript = redis.NewScript(luaLib + `
+local bad = types({KEYS[1], 'hash'}, {KEYS[2], 'zset'})
+if bad then return bad end
 advance(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 return 1
 `)
@@ -240,6 +281,8 @@ return 1
 //
 // KEYS: job, jobs. ARGV: job, before.
 var startScript = redis.NewScript(luaLib + `
+local bad = types({KEYS[1], 'hash'}, {KEYS[2], 'zset'})
+if bad then return bad end
 local c = redis.call('HGET', KEYS[1], 'cursor')
 if not c or c == '' then
 	redis.call('HSET', KEYS[1], 'cursor', ARGV[2])
@@ -257,6 +300,8 @@ return {j[1] or '', j[2] or ''}
 // period), job, through. Returns {pruned (0/1), cursor, unsettled, first
 // unsettled, deleted}.
 var pruneScript = redis.NewScript(luaLib + `
+local bad = types({KEYS[1], 'hash'}, {KEYS[2], 'zset'}, {KEYS[3], 'zset'})
+if bad then return bad end
 local cursor = redis.call('HGET', KEYS[1], 'cursor') or ''
 local periods = redis.call('ZRANGEBYLEX', KEYS[2], '-', '[' .. ARGV[3])
 local unsettled, first = 0, ''

@@ -30,6 +30,14 @@ const LayoutVersion = 1
 // error's text says what the server has.
 var ErrWeakDurability = errors.New("idem: redis server does not make every write durable")
 
+// ErrAuth: the Redis server refused the connection's authentication: it
+// requires a password and none was given (NOAUTH), or the user name or
+// password is wrong (WRONGPASS). [New] and [Open] return an error that
+// matches it and wraps the server's reply; pass the password in the URL
+// (redis://:password@host:port, redis://user:password@host:port) or in the
+// client's options.
+var ErrAuth = errors.New("idem: redis server refused authentication")
+
 // Store is an idem store in Redis. It implements [idemstore.Store],
 // [idemstore.CatchUpStore] and [idemstore.Lister]. It is not an
 // [idemstore.ItemStore]: idem.Each does not take it (a call does not
@@ -105,7 +113,8 @@ func AllowWeakDurability() Option { return func(c *config) { c.weak = true } }
 //
 // It first checks the server's durability (see [ErrWeakDurability] and
 // [AllowWeakDurability]) with CONFIG GET appendonly and appendfsync and
-// ROLE, on the node the client sends them to; then the layout version of
+// ROLE, on the node the client sends them to (a server that refuses the
+// client's authentication is [ErrAuth], with or without the option); then the layout version of
 // the store's keys, refusing one written by a newer redisstore
 // ([idem.ErrNewerSchema]) without a write.
 func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Store, error) {
@@ -156,11 +165,17 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 // every write before replying unless weak.
 func (s *Store) checkDurability(ctx context.Context, weak bool) error {
 	role, err := s.client.Do(ctx, "ROLE").Slice()
+	if redis.IsAuthError(err) {
+		return s.authErr(err)
+	}
 	if err == nil && len(role) > 0 && role[0] == "slave" {
 		return fmt.Errorf("%w: the server is a replica (ROLE slave): connect to its primary", ErrWeakDurability)
 	}
 	cfg, err := s.client.ConfigGet(ctx, "append*").Result()
 	if err != nil {
+		if redis.IsAuthError(err) {
+			return s.authErr(err)
+		}
 		var refused redis.Error
 		if !errors.As(err, &refused) { // not the server's answer: it was not reached
 			return fmt.Errorf("redisstore: store %q: reading the server's configuration: %w", s.name, err)
@@ -181,6 +196,12 @@ func (s *Store) checkDurability(ctx context.Context, weak bool) error {
 	return fmt.Errorf("%w: it has appendonly %s, appendfsync %s; a done mark it acknowledged could be lost in a crash. "+
 		"Set appendonly yes and appendfsync always, or pass redisstore.AllowWeakDurability() to accept the loss",
 		ErrWeakDurability, orNone(cfg["appendonly"]), orNone(cfg["appendfsync"]))
+}
+
+// authErr is ErrAuth with the server's reply err.
+func (s *Store) authErr(err error) error {
+	return fmt.Errorf("%w: store %q: %w (give the password in the URL, redis://[user]:password@host:port, or in the client's options)",
+		ErrAuth, s.name, err)
 }
 
 func orNone(v string) string {
@@ -470,6 +491,13 @@ func (s *Store) Renew(ctx context.Context, key idemstore.Key, attempt int64, now
 // moves the job's cursor forward to the period, in the same script. A done
 // mark is durable when Finish returns as far as the server's fsync policy
 // makes it (appendfsync always: fsynced before the reply).
+//
+// Finish by the same attempt is idempotent: when the reply to the script
+// is lost (a dropped connection, a server killed after its fsync), go-redis
+// sends it again, and the second run, finding the end this attempt wrote,
+// returns nil rather than ErrLeaseLost. An end that another writer
+// replaced in between (a Resolve, a later attempt, a Prune of the done
+// record) is still refused.
 func (s *Store) Finish(ctx context.Context, key idemstore.Key, attempt int64, end idemstore.End) error {
 	if err := end.Check("redisstore", key); err != nil {
 		return err

@@ -38,6 +38,13 @@ func sqliteLocks(path string) cmdLocks {
 // server, database and schema: files in this user's idem state directory
 // ($XDG_STATE_HOME/idem, else ~/.local/state/idem).
 func postgresLocks(server, schema string) cmdLocks {
+	return sharedLocks("postgres", server+"\x00"+schema)
+}
+
+// sharedLocks are the command locks of a store of kind (postgres, redis)
+// on a server, identified by id: files in this user's idem state directory
+// ($XDG_STATE_HOME/idem, else ~/.local/state/idem).
+func sharedLocks(kind, id string) cmdLocks {
 	dir := os.Getenv("XDG_STATE_HOME")
 	if dir == "" {
 		home, err := os.UserHomeDir()
@@ -46,8 +53,8 @@ func postgresLocks(server, schema string) cmdLocks {
 		}
 		dir = filepath.Join(home, ".local", "state")
 	}
-	h := sha256.Sum256([]byte(server + "\x00" + schema))
-	return cmdLocks{dir: filepath.Join(dir, "idem"), prefix: "postgres-" + hex.EncodeToString(h[:6]) + ".cmd-"}
+	h := sha256.Sum256([]byte(id))
+	return cmdLocks{dir: filepath.Join(dir, "idem"), prefix: kind + "-" + hex.EncodeToString(h[:6]) + ".cmd-"}
 }
 
 // path is the lock file of key's command.

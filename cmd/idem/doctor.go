@@ -97,6 +97,9 @@ parked periods, still exit 0), 1 if one is, 2 usage error.`,
 				if err != nil {
 					return err
 				}
+				if t.redis != "" {
+					return usageError(errors.New("doctor checks SQLite and Postgres ledgers, not the Redis store"))
+				}
 				path, dsn = t.path, t.dsn
 			}
 			var rep *doctorReport

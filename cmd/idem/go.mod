@@ -6,13 +6,16 @@ require (
 	github.com/idemgo/idem v0.0.0
 	github.com/idemgo/idem/cron v0.0.0
 	github.com/idemgo/idem/pgledger v0.0.0
+	github.com/idemgo/idem/redisstore v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	modernc.org/sqlite v1.62.0
 )
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/renameio/v2 v2.0.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
@@ -24,6 +27,7 @@ require (
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
@@ -37,4 +41,5 @@ replace (
 	github.com/idemgo/idem => ../../
 	github.com/idemgo/idem/cron => ../../cron
 	github.com/idemgo/idem/pgledger => ../../pgledger
+	github.com/idemgo/idem/redisstore => ../../redisstore
 )

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,4 +92,23 @@ func TestParseScheduleAndTime(t *testing.T) {
 	if _, err := loadZone("Mars/Olympus"); err == nil {
 		t.Error("loadZone(Mars/Olympus): no error")
 	}
+}
+
+// lockedBuffer is a bytes.Buffer for concurrent writers: a process's output
+// that the test reads while the process writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

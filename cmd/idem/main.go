@@ -20,6 +20,7 @@ import (
 	"strings"
 	_ "time/tzdata" // --tz must work on minimal images without /usr/share/zoneinfo
 
+	"github.com/idemgo/idem/redisstore"
 	"github.com/spf13/cobra"
 )
 
@@ -131,7 +132,8 @@ periods missed while the host was down run in order afterwards.
 
 idem keeps what ran in a ledger: a SQLite file on a local disk (--ledger, or
 $IDEM_LEDGER, or ~/.local/state/idem/ledger.db) or a Postgres database
-shared by many hosts (--postgres, or $IDEM_POSTGRES).
+shared by many hosts (--postgres, or $IDEM_POSTGRES), or a Redis server
+(--redis, or $IDEM_REDIS).
 
   idem run --ledger /var/lib/idem/ledger.db --job settle --tz Asia/Shanghai -- /opt/settle.sh
 
@@ -144,7 +146,10 @@ messages to a webhook and lists, retries and drops them.`,
 	root.PersistentFlags().String("ledger", "", "SQLite ledger file (default $IDEM_LEDGER, else $XDG_STATE_HOME/idem/ledger.db or ~/.local/state/idem/ledger.db)")
 	root.PersistentFlags().String("postgres", "", "use the Postgres ledger at this DSN (postgres://user@host/db) instead of a SQLite file (default $IDEM_POSTGRES); leave the password to $PGPASSWORD or ~/.pgpass")
 	root.PersistentFlags().String("postgres-schema", "idem", "with --postgres: the schema that holds the ledger's tables (ledgers in different schemas are independent)")
-	root.MarkFlagsMutuallyExclusive("ledger", "postgres")
+	root.PersistentFlags().String("redis", "", "use the Redis store on this server (host:port, or redis://[user:password@]host:port/db) instead of a SQLite file (default $IDEM_REDIS); it must run with appendonly yes and appendfsync always")
+	root.PersistentFlags().String("redis-prefix", redisstore.DefaultPrefix, "with --redis: the prefix of the store's keys (stores with different prefixes are independent)")
+	root.PersistentFlags().Bool("redis-allow-weak-durability", false, "with --redis: accept a server that does not fsync every write before replying (a crash can lose done marks and claims: work may run again)")
+	root.MarkFlagsMutuallyExclusive("ledger", "postgres", "redis")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err, hint: fmt.Sprintf("Run '%s --help' for usage.", c.CommandPath())}
 	})

@@ -5,11 +5,13 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -90,7 +92,10 @@ in the order their transactions committed.
 Several relays may run at once, on one host or many (the Postgres ledger
 hands each message to one of them at a time); a relay that dies leaves
 its messages to the others after --lease. It runs until SIGTERM or
-SIGINT, then finishes the delivery under way and exits 0.
+SIGINT, then claims nothing more, finishes the delivery under way (within
+its deadline: --timeout, and the message's --lease), records it, and exits
+0; the messages it had claimed and not yet posted are due again at once,
+for the next relay.
 
 With --retention, delivered messages older than that are deleted after
 each pass; by default they are kept (list them with 'idem outbox ls').
@@ -130,7 +135,7 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 				}
 			}))
 
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			sig, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			l, ob, clk, err := openOutbox(cmd)
 			if err != nil {
@@ -142,7 +147,8 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 			if verbose {
 				fmt.Fprintf(stderr, "idem: relaying the outbox of %s to %s\n", l.desc, webhook)
 			}
-			if err := idem.Relay(ctx, ob, idem.Webhook(webhook, client), opts...); err != nil {
+			d, ctx := drainOnSignal(sig, idem.Webhook(webhook, client), stderr)
+			if err := idem.Relay(ctx, ob, d, opts...); err != nil {
 				return usageError(err)
 			}
 			if verbose {
@@ -159,6 +165,69 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "HTTP timeout of one delivery")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every delivery on stderr")
 	return cmd
+}
+
+// draining is a Deliverer that lets the delivery under way finish when the
+// relay is asked to stop. The relay's context is not the signal's: a
+// delivery's context derives from it (ending with the message's lease), so
+// cancelling it on SIGTERM would abort the POST under way, leave the
+// message pending although the receiver may have applied it, and have the
+// next relay post it again: a duplicate on every deploy. Instead, on the
+// signal, the relay's context ends at once if no delivery is under way,
+// else as soon as that delivery returns (within its own deadline: the
+// lease and --timeout), after which the relay marks it delivered (that
+// write does not depend on the context) and stops claiming. Messages
+// claimed with it and not yet handed out are not posted: the relay
+// releases them, due again at once, for the next relay.
+type draining struct {
+	next    idem.Deliverer
+	stderr  io.Writer
+	mu      sync.Mutex
+	cancel  context.CancelFunc // ends the relay's context
+	busy    string             // the id of the delivery under way, "" for none
+	stopped bool               // the signal came
+}
+
+// drainOnSignal returns next wrapped in a draining deliverer, and the
+// context to run the relay with: it ends when sig does, but not while a
+// delivery is under way (see draining).
+func drainOnSignal(sig context.Context, next idem.Deliverer, stderr io.Writer) (idem.Deliverer, context.Context) {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &draining{next: next, stderr: stderr, cancel: cancel}
+	context.AfterFunc(sig, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.stopped = true
+		if d.busy == "" {
+			d.cancel()
+			return
+		}
+		fmt.Fprintf(d.stderr, "idem: stopping: finishing the delivery of %s under way first\n", d.busy)
+	})
+	return d, ctx
+}
+
+// errRelayStopping is the end of a message handed out after the signal: not
+// posted, due again at once.
+var errRelayStopping = errors.New("not delivered: the relay is stopping")
+
+func (d *draining) Deliver(ctx context.Context, dl idem.Delivery) error {
+	d.mu.Lock()
+	if d.stopped {
+		d.mu.Unlock()
+		return errRelayStopping
+	}
+	d.busy = dl.ID
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.busy = ""
+		if d.stopped {
+			d.cancel()
+		}
+		d.mu.Unlock()
+	}()
+	return d.next.Deliver(ctx, dl)
 }
 
 // messageJSON is an outbox message as 'idem outbox ls --json' prints it.

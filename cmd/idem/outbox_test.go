@@ -332,3 +332,114 @@ func TestOutboxPostgres(t *testing.T) {
 	})
 	outboxScenario(t, e, ids)
 }
+
+// TestOutboxRelaySIGTERMFinishesDelivery: SIGTERM while the webhook holds
+// the relay's POST does not abort it. The receiver answers 200 only once
+// the relay has taken the signal (it says so on stderr; the old relay
+// cancelled the request instead, which the receiver sees); the relay then
+// marks the message delivered and exits 0, and a second relay does not
+// post it again: the receiver saw its id exactly once.
+func TestOutboxRelaySIGTERMFinishesDelivery(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	put := func(day string) string {
+		l, err := idem.OpenLedger(e.ledger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		var id string
+		err = l.RunTx(context.Background(), idem.Key{Job: "settle", Period: day}, func(ctx context.Context, tx *sql.Tx) error {
+			id, err = idem.Put(ctx, tx, idem.Message{Topic: "payments", Payload: []byte(day)})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	first := put("2026-10-27")
+
+	var (
+		mu        sync.Mutex
+		got       []string
+		cancelled bool // a request's context ended before the answer
+	)
+	held, release := make(chan string, 1), make(chan struct{})
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		id := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		got = append(got, id)
+		mu.Unlock()
+		if id == first {
+			select {
+			case held <- id:
+			default:
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				mu.Lock()
+				cancelled = true
+				mu.Unlock()
+				<-release
+			}
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(unhold) // before the server's Close: a held request would block it
+
+	relay := e.command("outbox", "relay", "--ledger", e.ledger, "--webhook", srv.URL, "--poll", "10ms", "--lease", "1m", "-v")
+	var stderr lockedBuffer
+	relay.Stdout, relay.Stderr = io.Discard, &stderr
+	if err := relay.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if relay.ProcessState == nil {
+			_ = relay.Process.Kill()
+			_ = relay.Wait()
+		}
+	})
+	var dump bytes.Buffer
+	e.await(relay, &dump, "the relay's POST of "+first, func() { <-held })
+	if err := relay.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return cancelled || strings.Contains(stderr.String(), "finishing the delivery of "+first)
+	}, "the relay to take SIGTERM (it says so on stderr, or cancels the held POST)")
+	unhold() // the receiver applies the message and answers 200
+	err := testwait.Process(relay, testwait.Limit(t))
+	if err != nil {
+		t.Fatalf("relay after SIGTERM: %v; want exit 0\n%s", err, stderr.String())
+	}
+	if cancelled {
+		t.Errorf("the relay cancelled the POST under way on SIGTERM")
+	}
+	if m := e.outboxLs(); m[first].Status != "delivered" || m[first].Attempts != 1 {
+		t.Fatalf("after SIGTERM, %s: %+v; want delivered at its first attempt\nrelay's stderr:\n%s", first, m[first], stderr.String())
+	}
+
+	// A second relay: a later message of the same topic is delivered only
+	// after the first is settled, so once it is, the second relay has
+	// posted the first again if it ever will.
+	second := put("2026-10-28")
+	relay2, stderr2 := e.relay("--webhook", srv.URL, "--poll", "10ms")
+	testwait.Until(t, func() bool { return e.outboxLs()[second].Status == "delivered" }, "the second relay to deliver %s", second)
+	_ = relay2.Process.Signal(syscall.SIGTERM)
+	if err := e.finish(relay2, stderr2); err != nil {
+		t.Fatalf("second relay after SIGTERM: %v\n%s", err, stderr2.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(strings.Join(got, " "), first); n != 1 {
+		t.Fatalf("the receiver got %s %d times, want once: %q", first, n, got)
+	}
+}

@@ -442,6 +442,9 @@ func ledgerHint(cmd *cobra.Command) string {
 	if d, _ := cmd.Flags().GetString("postgres"); d != "" {
 		return " --postgres DSN"
 	}
+	if a, _ := cmd.Flags().GetString("redis"); a != "" {
+		return " --redis ADDR"
+	}
 	return ""
 }
 

@@ -6,18 +6,25 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/pgledger"
+	"github.com/idemgo/idem/redisstore"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 )
 
 // EnvPostgres is the environment variable that names the Postgres ledger's
 // DSN when --postgres is not given.
 const EnvPostgres = "IDEM_POSTGRES"
+
+// EnvRedis is the environment variable that names the Redis store's
+// server (host:port or a redis:// URL) when --redis is not given.
+const EnvRedis = "IDEM_REDIS"
 
 // EnvNow fixes idem's clock to an RFC 3339 instant. It is for tests only:
 // it lets a test move "now" forward by days without waiting. Leases,
@@ -119,28 +126,43 @@ type ledger struct {
 	locks cmdLocks // where idem run keeps its periods' command locks
 }
 
-// target is where the ledger is: a SQLite file or a Postgres DSN.
+// target is where the ledger is: a SQLite file, a Postgres DSN or a Redis
+// server.
 type target struct {
-	path string
-	dsn  string
+	path  string
+	dsn   string
+	redis string // host:port or a redis:// (rediss://) URL
 }
 
-// ledgerTarget resolves --ledger, --postgres, $IDEM_POSTGRES, $IDEM_LEDGER
-// and the default path, in that order.
+// ledgerTarget resolves --ledger, --postgres, --redis, $IDEM_POSTGRES,
+// $IDEM_REDIS, $IDEM_LEDGER and the default path, in that order (two of
+// the variables set at once, with no flag, is an error).
 func ledgerTarget(cmd *cobra.Command) (target, error) {
 	path, _ := cmd.Flags().GetString("ledger")
 	dsn, _ := cmd.Flags().GetString("postgres")
+	addr, _ := cmd.Flags().GetString("redis")
 	switch {
 	case path != "":
 		return target{path: path}, nil
 	case dsn != "":
 		return target{dsn: dsn}, nil
+	case addr != "":
+		return target{redis: addr}, nil
+	}
+	var set []string
+	for _, v := range []string{EnvPostgres, EnvRedis, idem.EnvLedger} {
+		if os.Getenv(v) != "" {
+			set = append(set, "$"+v)
+		}
+	}
+	if len(set) > 1 {
+		return target{}, usageError(fmt.Errorf("%s are all set: unset all but one, or pass --ledger, --postgres or --redis", strings.Join(set, " and ")))
 	}
 	if dsn := os.Getenv(EnvPostgres); dsn != "" {
-		if os.Getenv(idem.EnvLedger) != "" {
-			return target{}, usageError(fmt.Errorf("both $%s and $%s are set: unset one, or pass --ledger or --postgres", EnvPostgres, idem.EnvLedger))
-		}
 		return target{dsn: dsn}, nil
+	}
+	if addr := os.Getenv(EnvRedis); addr != "" {
+		return target{redis: addr}, nil
 	}
 	p, err := idem.DefaultLedgerPath()
 	if err != nil {
@@ -167,6 +189,9 @@ func openLedger(ctx context.Context, cmd *cobra.Command, clk idem.Clock, create 
 		locks := postgresLocks(fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database), pl.Schema())
 		return &ledger{store: pl, desc: "postgres ledger (schema " + pl.Schema() + ")", close: pl.Close, locks: locks}, nil
 	}
+	if t.redis != "" {
+		return openRedis(ctx, cmd, t.redis, clk)
+	}
 	if create {
 		if err := os.MkdirAll(filepath.Dir(t.path), 0o755); err != nil {
 			return nil, usageError(fmt.Errorf("ledger %s: %w", t.path, err))
@@ -179,6 +204,32 @@ func openLedger(ctx context.Context, cmd *cobra.Command, clk idem.Clock, create 
 		return nil, usageError(err)
 	}
 	return &ledger{store: l, desc: "ledger " + l.Path(), close: func() { l.Close() }, locks: sqliteLocks(l.Path())}, nil
+}
+
+// openRedis opens the Redis store on the server at addr (host:port, or a
+// redis:// or rediss:// URL, which may carry the password and database).
+func openRedis(ctx context.Context, cmd *cobra.Command, addr string, clk idem.Clock) (*ledger, error) {
+	url := addr
+	if !strings.Contains(addr, "://") {
+		url = "redis://" + addr
+	}
+	prefix, _ := cmd.Flags().GetString("redis-prefix")
+	opts := []redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithRunOptions(idem.WithClock(clk))}
+	if weak, _ := cmd.Flags().GetBool("redis-allow-weak-durability"); weak {
+		opts = append(opts, redisstore.AllowWeakDurability())
+	}
+	s, err := redisstore.Open(ctx, url, opts...)
+	if err != nil {
+		hint := ""
+		if errors.Is(err, redisstore.ErrWeakDurability) {
+			hint = " (the option is --redis-allow-weak-durability here)"
+		}
+		return nil, usageError(fmt.Errorf("redis store: %w%s", err, hint))
+	}
+	o := s.Client().(*redis.Client).Options()
+	where := fmt.Sprintf("%s/%d", o.Addr, o.DB)
+	return &ledger{store: s, desc: fmt.Sprintf("redis store (prefix %s on %s)", s.Prefix(), where),
+		close: func() { _ = s.Close() }, locks: sharedLocks("redis", where+"\x00"+s.Prefix())}, nil
 }
 
 // storeTimeout bounds one ledger operation that must complete although the
