@@ -33,12 +33,14 @@ import (
 //
 // Crash and Recover each run the job as one trigger: a call in it (Run,
 // RunTx, CatchUp, CatchUpTx) that is not given [idem.RetryWithin] makes
-// one attempt, as with [idem.OneAttempt], with [idem.WaitForTurn] too. A
-// job whose fn fails returns at once its error (matching
-// idem.ErrBackingOff, or idem.ErrParked, and wrapping fn's) instead of
-// retrying in-process for [idem.DefaultRetryWithin], on a clock that
-// nothing moves. (Each waits for its items' backoffs as it always does:
-// move Clock yourself.)
+// one attempt, as with [idem.OneAttempt] (with [idem.WaitForTurn] too,
+// which otherwise retries until ctx ends). A job whose fn fails returns its
+// error at once (matching idem.ErrBackingOff, or idem.ErrParked, and
+// wrapping fn's) instead of retrying in-process for
+// [idem.DefaultRetryWithin]: a minute of real time, or forever on a clock
+// that nothing moves. What the job waits for by its own options still
+// waits on its clock: WaitForTurn for a key that backs off after a
+// failure, Each for its items' backoffs; move Clock yourself there.
 type Crash struct {
 	Point Point
 	Clock *Clock // the fake clock the job's Runs should use: pass Option() to them
