@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/runctx"
 	"golang.org/x/time/rate"
 )
 
@@ -169,6 +170,7 @@ type eacher struct {
 	paceLast time.Time                // the time of the last reservation
 	deferral atomic.Pointer[Deferral] // set when the call is deferred: the workers stop claiming
 	broken   atomic.Bool              // the breaker opened: items not run yet are handed back
+	owner    string                   // who the item claims name: this process, or a crashed run's own (internal/runctx)
 }
 
 func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], cfg *config, fn func(context.Context, string) error, tx txItems) (res EachResult, err error) {
@@ -230,7 +232,7 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		res.Counts, err = s.CountItems(ctx, key)
 		return res, err
 	}
-	e := &eacher{s: s, key: key, cfg: cfg, fn: fn, tx: tx, guards: guards}
+	e := &eacher{s: s, key: key, cfg: cfg, fn: fn, tx: tx, guards: guards, owner: runctx.Owner(ctx)}
 	if cfg.each.rate > 0 {
 		e.limiter = rate.NewLimiter(rate.Limit(cfg.each.rate), cfg.each.burst)
 		if tx != nil {
@@ -391,7 +393,7 @@ func (e *eacher) work(ctx context.Context) error {
 }
 
 func (e *eacher) info(c idemstore.ItemClaim) Info {
-	return Info{Key: e.key, Item: c.Item, Attempt: c.Attempt, RequestID: e.key.ItemRequestID(c.Item), Owner: idemstore.Owner()}
+	return Info{Key: e.key, Item: c.Item, Attempt: c.Attempt, RequestID: e.key.ItemRequestID(c.Item), Owner: e.owner}
 }
 
 // itemCtx is fn's context for one item: its Info (made when asked for: a
@@ -422,7 +424,7 @@ func (e *eacher) worker(ctx context.Context) error {
 		}
 		now := e.cfg.clock.Now()
 		b, err := e.s.ClaimItems(ctx, e.key, idemstore.ItemClaimRequest{
-			N: window, Owner: idemstore.Owner(), Now: now, Lease: e.cfg.lease,
+			N: window, Owner: e.owner, Now: now, Lease: e.cfg.lease,
 			Durable: e.tx == nil && m.durableClaim(), TakeUnknown: e.tx == nil && m.takeUnknown(),
 		})
 		if err != nil || len(b.Items) == 0 {

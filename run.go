@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/capture"
+	"github.com/idemgo/idem/internal/runctx"
 )
 
 // RunWith runs fn for key on store s, at most once at a time, until the key
@@ -294,7 +295,8 @@ func InfoFrom(ctx context.Context) (Info, bool) {
 
 // execute runs the protocol. Exactly one of fn and tx is set.
 func execute(ctx context.Context, s Store, key Key, cfg *config, fn valueFunc, tx txBody, fresh freshBody) (err error) {
-	r := runner{s: finishAlways{s}, key: key, cfg: cfg, res: Result{Key: key}}
+	r := runner{s: finishAlways{s}, key: key, cfg: cfg, res: Result{Key: key},
+		owner: runctx.Owner(ctx), oneAttempt: runctx.OneAttempt(ctx)}
 	start := cfg.clock.Now()
 	r.start = start
 	if !cfg.retryFrom.IsZero() {
@@ -377,6 +379,15 @@ type runner struct {
 	leaseEnd  time.Time     // the current attempt's lease end, by cfg.clock, as of its claim or last renewal
 	held      int64         // the attempt this call holds and has not recorded the end of; 0 if none
 	busyWait  time.Duration // with cfg.pollFirst: the last wait for another holder
+
+	// owner is who the call's claims name: this process (idemstore.Owner),
+	// or, in a run that idemtest's crash kit crashes, an owner of its own
+	// (internal/runctx).
+	owner string
+	// oneAttempt: the call runs under idemtest's crash kit (Crash.Crash,
+	// Crash.Recover), where it makes one attempt unless RetryWithin is
+	// given (internal/runctx).
+	oneAttempt bool
 }
 
 // log logs msg with the call's context ctx, if the call has a logger.
@@ -458,7 +469,7 @@ func (r *runner) claim(ctx context.Context, tx txBody, fresh *freshBody) (c idem
 		r.claimedAt = cfg.clock.Now()
 		req := idemstore.ClaimRequest{
 			Key:         r.key,
-			Owner:       idemstore.Owner(),
+			Owner:       r.owner,
 			Now:         r.claimedAt,
 			Lease:       cfg.lease,
 			Durable:     tx == nil && cfg.mode.durableClaim(),
@@ -657,6 +668,8 @@ func (r *runner) retryInProcess(at time.Time) bool {
 	switch {
 	case r.cfg.retryWithinSet:
 		within = r.cfg.retryWithin
+	case r.oneAttempt:
+		return false // idemtest's crash kit: one attempt per call
 	case r.cfg.wait:
 		return true // WaitForTurn without RetryWithin: until ctx ends
 	}
@@ -780,7 +793,7 @@ func (r *runner) landed(ctx context.Context, attempt int64, end idemstore.End) b
 // attempt runs one attempt of fn (with heartbeat) and marks it done, or
 // runs tx. It returns nil when the key is done.
 func (r *runner) attempt(ctx context.Context, attempt int64, fn valueFunc, tx txBody) error {
-	info := Info{Key: r.key, Attempt: attempt, RequestID: r.key.RequestID(), Owner: idemstore.Owner()}
+	info := Info{Key: r.key, Attempt: attempt, RequestID: r.key.RequestID(), Owner: r.owner}
 	fctx := context.WithValue(ctx, infoKey{}, info)
 	r.res.Attempts++
 	if tx != nil {

@@ -9,29 +9,65 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/holder"
+	"github.com/idemgo/idem/internal/runctx"
 )
 
 // Crash is one crash scenario of [EveryCrashPoint]: the job's first run is
 // stopped at Point, as a SIGKILL would stop it, and a second run recovers.
+//
+// It works alike on every store: one on the engine's clock (the SQLite
+// ledger, the state file) and one on its server's (pgledger, redisstore).
+// The crashed run claims as an owner of its own, a process that Crash
+// declares ended once the job has returned: [idemstore.HolderGone] reports
+// it so, in this process, and the recovery's claim takes the crashed
+// attempt over at once, whatever its lease ([idem.WithLease]) and whoever
+// keeps the time, exactly as the next run on the host takes over the
+// attempt of a process that SIGKILL ended (the claim is in doubt, the
+// abandoned attempt counts as a failure, its LastError says its process
+// died: [idemstore.NoteDied]). The state file, whose lock dies with its
+// holder, takes it over by its lock. A store of your own takes it over so
+// if its Claim applies [idemstore.Decide] (or calls HolderGone) as the
+// Store interface asks; one that does not finds the lease held until it
+// expires.
+//
+// Crash and Recover each run the job as one trigger: a call in it (Run,
+// RunTx, CatchUp, CatchUpTx) that is not given [idem.RetryWithin] makes
+// one attempt, as with [idem.OneAttempt] (with [idem.WaitForTurn] too,
+// which otherwise retries until ctx ends). A job whose fn fails returns its
+// error at once (matching idem.ErrBackingOff, or idem.ErrParked, and
+// wrapping fn's) instead of retrying in-process for
+// [idem.DefaultRetryWithin]: a minute of real time, or forever on a clock
+// that nothing moves. What the job waits for by its own options still
+// waits on its clock: WaitForTurn for a key that backs off after a
+// failure, Each for its items' backoffs; move Clock yourself there.
 type Crash struct {
 	Point Point
-	Clock *Clock // the fake clock the job's Runs must use: pass Option() to them
+	Clock *Clock // the fake clock the job's Runs should use: pass Option() to them
 
 	t *testing.T // EveryCrashPoint's subtest, skipped when the point is not reached
 }
 
 // Option returns the option that makes a Run use the scenario's clock.
+// Crash and Recover work without it too, on the system clock.
 func (c *Crash) Option() idem.Option { return idem.WithClock(c.Clock) }
 
 // Crash runs job with every Run in it stopped at c.Point. It reports
 // whether the point was reached (a store may not have it: a ledger has no
 // mid-write point), and returns job's error if it failed otherwise.
 //
+// The attempt it stopped stays as a SIGKILL leaves it: its record is
+// running, its lease is not released. Its owner is one of its own, which
+// Crash declares ended when job returns (see [Crash]). Every Run in job
+// must have returned by then.
+//
 // Under [EveryCrashPoint], a point that job ran through without reaching
 // it (job returned nil) skips the subtest, saying so, instead of letting a
 // scenario that tested nothing pass: Crash does not return then.
 func (c *Crash) Crash(job func(ctx context.Context) error) (reached bool, err error) {
-	err = job(CrashAt(context.Background(), c.Point))
+	owner := holder.Stand()
+	err = job(runctx.WithOneAttempt(runctx.WithOwner(CrashAt(context.Background(), c.Point), owner)))
+	holder.End(owner) // the crashed run's process is gone: its attempt is abandoned
 	if errors.Is(err, ErrCrashed) {
 		return true, nil
 	}
@@ -42,11 +78,12 @@ func (c *Crash) Crash(job func(ctx context.Context) error) (reached bool, err er
 	return false, err
 }
 
-// Recover moves the clock past every lease and runs job again, as the next
-// trigger after the crash would.
+// Recover runs job again, as the next trigger after the crash would: its
+// claim takes over the attempt that Crash stopped at once (its holder is
+// gone), on every store and whatever the job's lease. It does not move
+// Clock.
 func (c *Crash) Recover(job func(ctx context.Context) error) error {
-	c.Clock.Advance(idem.DefaultLease + time.Second)
-	return job(context.Background())
+	return job(runctx.WithOneAttempt(context.Background()))
 }
 
 // EachCrashPoint calls scenario once for every crash point (idemstore.Points),

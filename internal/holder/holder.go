@@ -135,6 +135,9 @@ func validField(v string) bool { return !strings.ContainsAny(v, "=; \t\n") }
 // Gone reports whether owner names a process that has certainly ended:
 // idemstore.HolderGone.
 func Gone(owner string) bool {
+	if standEnded(owner) {
+		return true
+	}
 	o, ok := parseOwner(owner)
 	if !ok || !o.scoped {
 		return false
@@ -173,4 +176,57 @@ func Short(owner string) string {
 		return owner
 	}
 	return o.host + " pid " + strconv.Itoa(o.pid)
+}
+
+var (
+	standMu sync.Mutex
+	// stands are the owners Stand made: true once End ended them.
+	stands = map[string]bool{}
+)
+
+// Stand returns a new owner of this process, for one attempt that is to end
+// as if its process had died: this process's owner with another random
+// part. Gone reports it alive (its process, this one, lives) until End is
+// called with it; from then on Gone, in this process, reports it ended.
+// Other processes see the owner of a live process: in them its lease holds.
+//
+// Package idemtest's crash kit gives each run it crashes such an owner and
+// ends it once the run has returned, so that the recovery's claim takes
+// the crashed attempt over at once, as the next process on the host takes
+// over the attempt of a process that SIGKILL ended, whatever its lease.
+func Stand() string {
+	Self()
+	standMu.Lock()
+	defer standMu.Unlock()
+	for {
+		o := self
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		o.rand = hex.EncodeToString(b[:])
+		s := o.String()
+		if _, dup := stands[s]; dup || o.rand == self.rand {
+			continue // drawn before: draw again
+		}
+		stands[s] = false
+		return s
+	}
+}
+
+// End marks owner, made by Stand, ended: from now on Gone reports it so.
+// The caller must know that nothing of this process holds anything as
+// owner any more (every run made with it has returned). An owner that Stand
+// did not make is left as it is.
+func End(owner string) {
+	standMu.Lock()
+	defer standMu.Unlock()
+	if _, ok := stands[owner]; ok {
+		stands[owner] = true
+	}
+}
+
+// standEnded reports whether owner was made by Stand and ended by End.
+func standEnded(owner string) bool {
+	standMu.Lock()
+	defer standMu.Unlock()
+	return stands[owner]
 }
