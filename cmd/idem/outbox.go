@@ -162,7 +162,7 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 	cmd.Flags().DurationVar(&poll, "poll", idem.DefaultRelayPoll, "how long to wait before looking again when nothing is due")
 	cmd.Flags().IntVar(&batch, "batch", idem.DefaultRelayBatch, "messages claimed at once (at most one per topic)")
 	cmd.Flags().StringVar(&retention, "retention", "", "delete delivered messages older than this (e.g. 7d, 36h); default: keep them")
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "HTTP timeout of one delivery")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "HTTP timeout of one delivery (a delivery also ends with --lease, if that is shorter)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every delivery on stderr")
 	return cmd
 }
