@@ -120,7 +120,7 @@ func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	if fn == nil {
 		panic("idem: Each with a nil fn")
 	}
-	return each(ctx, s, key, items, configure(s, opts, EachOption.applyEach), fn, nil)
+	return each(ctx, s, key, items, configureEach(ctx, s, opts, EachOption.applyEach), fn, nil)
 }
 
 // EachTx is Each for an [idemstore.ItemTxStore]: fn gets the store's
@@ -134,7 +134,7 @@ func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key Key, i
 	if fn == nil {
 		panic("idem: EachTx with a nil fn")
 	}
-	cfg := configure(s, opts, EachTxOption.applyEachTx)
+	cfg := configureEach(ctx, s, opts, EachTxOption.applyEachTx)
 	return each(ctx, s, key, items, cfg, nil, func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, item itemFunc, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
 		return s.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c idemstore.ItemClaim) error {
 			return item(ctx, c, func(ctx context.Context) error {

@@ -264,7 +264,7 @@ func (s *Scheduler) Add(job string, sched Schedule, fn func(ctx context.Context,
 	}
 	cfg := jobConfigOf(s, opts, JobOption.applyJob)
 	return s.add(job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
-		return execute(ctx, s.store, key, cfg, noValue(func(ctx context.Context) error { return fn(ctx, p) }), nil, nil)
+		return execute(withJobObserver(ctx, cfg), s.store, key, cfg, noValue(func(ctx context.Context) error { return fn(ctx, p) }), nil, nil)
 	})
 }
 
@@ -285,7 +285,7 @@ func AddTx[Tx any](s *Scheduler, job string, sched Schedule, fn func(ctx context
 	}
 	cfg := jobConfigOf(s, opts, JobTxOption.applyJobTx)
 	return s.add(job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
-		return runTx(ctx, ts, key, func(ctx context.Context, tx Tx) ([]byte, error) { return nil, fn(ctx, tx, p) }, cfg)
+		return runTx(withJobObserver(ctx, cfg), ts, key, func(ctx context.Context, tx Tx) ([]byte, error) { return nil, fn(ctx, tx, p) }, cfg)
 	})
 }
 
@@ -294,12 +294,16 @@ func AddTx[Tx any](s *Scheduler, job string, sched Schedule, fn func(ctx context
 func jobConfigOf[O comparable](s *Scheduler, opts []O, apply func(O, *config) error) *config {
 	c := newConfig(s.store)
 	c.err = s.cfg.probe.err
+	base := c.observer // the store's defaults
+	c.observer = nil
 	for _, o := range s.cfg.defaults {
 		if err := o.applyJob(c); err != nil && c.err == nil {
 			c.err = err
 		}
 	}
 	applyOptions(c, opts, apply)
+	c.jobObserver = c.observer
+	c.observer = chainObservers(base, c.observer)
 	return c
 }
 
