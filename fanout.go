@@ -103,7 +103,8 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // that opens, DEFERS the call: the workers claim nothing more, the windows
 // already marked started run (a guard) or are handed back unrun (a
 // breaker: each of their items ends failed with its failure count
-// unchanged, due at once), the chunks' leases end at once, and Each returns
+// unchanged, due at once), the chunks' leases end at once (CountItems counts
+// what was handed back as pending, not running or failed), and Each returns
 // an error matching [ErrDeferred] (Outcome Deferred, the reason in
 // *[Deferral]) without waiting for anything. Items not started stay
 // unclaimed: no attempt, failure or park is counted for them, and the next
