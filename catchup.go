@@ -31,6 +31,9 @@ type catchUpConfig struct {
 	// nothing due it checks nothing, and a period settled (done or
 	// skipped) with other parameters is passed over as done.
 	scheduled bool
+	// internal: told the job's cursor as the catch-up reads it and moves
+	// it (a Scheduler's lag does not wait for the catch-up to return).
+	progress func(cursor string)
 }
 
 // PeriodResult is what catch-up did with one period.
@@ -160,6 +163,9 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 		}
 	}
 	res.Cursor = js.Cursor
+	if cu.progress != nil && res.Cursor != "" {
+		cu.progress(res.Cursor)
+	}
 	var first Period
 	switch {
 	case js.Cursor != "":
@@ -235,6 +241,9 @@ func catchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 		}
 		if unbroken {
 			res.Cursor = p.Name
+			if cu.progress != nil {
+				cu.progress(res.Cursor)
+			}
 		}
 		if cfg.logger != nil {
 			cfg.logger.LogAttrs(ctx, slog.LevelInfo, "idem: catch-up period", slog.String("job", job),

@@ -113,7 +113,10 @@ type Error struct {
 	Attempt   int64     // the attempt concerned; 0 if none was taken (BackingOff: the attempt that failed last)
 	NotBefore time.Time // BackingOff: when the next attempt is allowed
 	Holder    string    // InProgress: the owner of the live lease, when the store knows it, as stored (Error shows its host and pid)
-	Err       error     // fn's error, the store's error, or nil (BackingOff: the last attempt's error)
+	// LeaseUntil (InProgress) is when the holder's lease ends unless it
+	// renews it, as the store reported it; zero when it did not.
+	LeaseUntil time.Time
+	Err        error // fn's error, the store's error, or nil (BackingOff: the last attempt's error)
 }
 
 func (e *Error) Error() string {

@@ -104,7 +104,8 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // that opens, DEFERS the call: the workers claim nothing more, the windows
 // already marked started run (a guard) or are handed back unrun (a
 // breaker: each of their items ends failed with its failure count
-// unchanged, due at once), the chunks' leases end at once, and Each returns
+// unchanged, due at once), the chunks' leases end at once (CountItems counts
+// what was handed back as pending, not running or failed), and Each returns
 // an error matching [ErrDeferred] (Outcome Deferred, the reason in
 // *[Deferral]) without waiting for anything. Items not started stay
 // unclaimed: no attempt, failure or park is counted for them, and the next
@@ -121,7 +122,7 @@ func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	if fn == nil {
 		panic("idem: Each with a nil fn")
 	}
-	return each(ctx, s, key, items, configure(s, opts, EachOption.applyEach), fn, nil)
+	return each(ctx, s, key, items, configureEach(ctx, s, opts, EachOption.applyEach), fn, nil)
 }
 
 // EachTx is Each for an [idemstore.ItemTxStore]: fn gets the store's
@@ -135,7 +136,7 @@ func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key Key, i
 	if fn == nil {
 		panic("idem: EachTx with a nil fn")
 	}
-	cfg := configure(s, opts, EachTxOption.applyEachTx)
+	cfg := configureEach(ctx, s, opts, EachTxOption.applyEachTx)
 	return each(ctx, s, key, items, cfg, nil, func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, item itemFunc, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
 		return s.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c idemstore.ItemClaim) error {
 			return item(ctx, c, func(ctx context.Context) error {

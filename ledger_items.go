@@ -161,7 +161,10 @@ func (l *Ledger) SealItems(ctx context.Context, key Key) error {
 }
 
 // CountItems implements [idemstore.ItemStore]. An item of a chunk counts as the
-// chunk's status until the chunk settles it: done, or a record of its own.
+// chunk's status until the chunk settles it: done, or a record of its own. A
+// running chunk with no item marked started past its settled ones (handed
+// back by a deferred call) counts as pending, and so does a failed item that
+// never failed (handed back).
 func (l *Ledger) CountItems(ctx context.Context, key Key) (ItemCounts, error) {
 	var c ItemCounts
 	err := busyRetry(ctx, func() error {
@@ -174,15 +177,18 @@ func (l *Ledger) CountItems(ctx context.Context, key Key) (ItemCounts, error) {
 		c.Sealed = sealed == 1
 		var pending, running, settled, own sql.NullInt64
 		if err := l.queryRow(ctx, `SELECT
-				sum(CASE WHEN status = 'pending' THEN n - settled END),
-				sum(CASE WHEN status = 'running' THEN n - settled END),
+				sum(CASE WHEN status = 'pending' OR status = 'running' AND started <= settled THEN n - settled END),
+				sum(CASE WHEN status = 'running' AND started > settled THEN n - settled END),
 				sum(settled)
 			FROM idem_item_chunks WHERE job=? AND period=?`, key.Job, key.Period).Scan(&pending, &running, &settled); err != nil {
 			return err
 		}
 		c.Pending, c.Running, c.Done = pending.Int64, running.Int64, settled.Int64
-		rows, err := l.db.QueryContext(ctx, `SELECT status, count(*), sum(chunk > 0), min(not_before) FROM idem_item_state
-			WHERE job=? AND period=? GROUP BY status`, key.Job, key.Period)
+		// A failed item that never failed (failures 0) was handed back
+		// by a deferred call: pending.
+		rows, err := l.db.QueryContext(ctx, `SELECT CASE WHEN status = 'failed' AND failures = 0 THEN 'pending' ELSE status END AS st,
+				count(*), sum(chunk > 0), min(not_before) FROM idem_item_state
+			WHERE job=? AND period=? GROUP BY st`, key.Job, key.Period)
 		if err != nil {
 			return err
 		}

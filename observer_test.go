@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"log/slog"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/schedtest"
 )
 
 // TestObserverOnePerEach: the observer gets one Result per Each call, with
@@ -135,6 +137,96 @@ func TestLogsUseCallerContext(t *testing.T) {
 	for _, s := range seen {
 		if s[:7] != "caller " {
 			t.Fatalf("logged without the caller's context: %q (all: %q)", s, seen)
+		}
+	}
+}
+
+// recorder is an observer that keeps the Results it gets.
+type recorder struct {
+	mu  sync.Mutex
+	got []idem.Result
+}
+
+func (r *recorder) observe(res idem.Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, res)
+}
+
+// of returns the Results of job.
+func (r *recorder) of(job string) []idem.Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var rs []idem.Result
+	for _, res := range r.got {
+		if res.Key.Job == job {
+			rs = append(rs, res)
+		}
+	}
+	return rs
+}
+
+// TestSchedulerObserverReachesEach: the observers given to a Scheduler
+// (and to a job) observe the Each and EachTx calls that the job's fn makes
+// with its context, once each, without being passed to them again; a call
+// given an observer of its own reports to that one only (no double
+// count). The store's default observer sees each call once.
+func TestSchedulerObserverReachesEach(t *testing.T) {
+	t.Parallel()
+	var sched, job, own, store recorder
+	l := openLedger(t, t.TempDir(), idem.OnResult(store.observe))
+	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
+	s := idem.NewScheduler(l, idem.WithClock(clk), idem.OnResult(sched.observe))
+	abc := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") })
+	if err := s.Add("grant", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
+		_, err := idem.Each(ctx, l, idem.Key{Job: "grant_items", Period: p.Name}, abc, func(context.Context, string) error { return nil })
+		return err
+	}, idem.OnResult(job.observe)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add("credit", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
+		_, err := idem.EachTx(ctx, l, idem.Key{Job: "credit_items", Period: p.Name}, abc, func(context.Context, *sql.Tx, string) error { return nil })
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add("own", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
+		_, err := idem.Each(ctx, l, idem.Key{Job: "own_items", Period: p.Name}, abc, func(context.Context, string) error { return nil },
+			idem.OnResult(own.observe))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(t, s)
+	schedtest.Idle(t, s, clk.Now())
+
+	items := func(who string, r *recorder, job string, want int) {
+		t.Helper()
+		got := r.of(job)
+		if len(got) != want {
+			t.Fatalf("%s observed %d Results of %s, want %d: %+v", who, len(got), job, want, got)
+		}
+		for _, res := range got {
+			if res.Outcome != idem.Ran || res.Items.Done != 3 {
+				t.Errorf("%s observed %+v for %s; want ran, 3 items done", who, res, job)
+			}
+		}
+	}
+	items("the Scheduler's observer", &sched, "grant_items", 1)
+	items("the job's observer", &job, "grant_items", 1)
+	items("the Scheduler's observer", &sched, "credit_items", 1)
+	items("the store's observer", &store, "grant_items", 1)
+	items("the store's observer", &store, "credit_items", 1)
+	items("the call's own observer", &own, "own_items", 1)
+	items("the Scheduler's observer", &sched, "own_items", 0)
+	items("the store's observer", &store, "own_items", 1)
+	items("the other job's observer", &job, "credit_items", 0)
+	for _, j := range []string{"grant", "credit", "own"} {
+		if n := len(sched.of(j)); n != 1 {
+			t.Errorf("the Scheduler's observer got %d Results of %s's period, want 1", n, j)
+		}
+		if n := len(store.of(j)); n != 1 {
+			t.Errorf("the store's observer got %d Results of %s's period, want 1", n, j)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -258,11 +259,14 @@ type config struct {
 	clock     Clock
 	logger    *slog.Logger
 	observer  func(Result)
-	report    *Result
-	result    *Result // internal: RunValue's copy of the result
-	catchUp   catchUpConfig
-	each      eachConfig
-	job       jobConfig
+	// jobObserver is a Scheduler job's observers, its store's defaults
+	// left out: what the Each and EachTx calls of its fn report to too.
+	jobObserver func(Result)
+	report      *Result
+	result      *Result // internal: RunValue's copy of the result
+	catchUp     catchUpConfig
+	each        eachConfig
+	job         jobConfig
 
 	fingerprint string // WithParams: the fingerprint of the work's parameters; "" for none
 	guards      []Guard
@@ -303,6 +307,46 @@ func configure[O comparable](s any, opts []O, apply func(O, *config) error) *con
 	c := newConfig(s)
 	applyOptions(c, opts, apply)
 	return c
+}
+
+// configureEach is configure for Each and EachTx: a call that has no
+// OnResult of its own (its store's defaults aside) reports to the
+// observers of the Scheduler job whose fn made it (ctx), after its
+// store's.
+func configureEach[O comparable](ctx context.Context, s any, opts []O, apply func(O, *config) error) *config {
+	c := newConfig(s)
+	base := c.observer
+	c.observer = nil
+	applyOptions(c, opts, apply)
+	own := c.observer
+	if own == nil {
+		own, _ = ctx.Value(jobObserverKey{}).(func(Result))
+	}
+	c.observer = chainObservers(base, own)
+	return c
+}
+
+// jobObserverKey carries a Scheduler job's observers (config.jobObserver)
+// in the context of its fn.
+type jobObserverKey struct{}
+
+// withJobObserver is ctx carrying the job's observers of cfg, if any.
+func withJobObserver(ctx context.Context, cfg *config) context.Context {
+	if cfg.jobObserver == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, jobObserverKey{}, cfg.jobObserver)
+}
+
+// chainObservers calls a, then b; either may be nil.
+func chainObservers(a, b func(Result)) func(Result) {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return func(r Result) { a(r); b(r) }
 }
 
 func applyOptions[O comparable](c *config, opts []O, apply func(O, *config) error) {
@@ -390,6 +434,12 @@ func WithLogger(l *slog.Logger) Option {
 // (Result.Items). f must be quick and must not block. Several observers
 // are all called, in order. A nil f is an error matching
 // [ErrInvalidOption].
+//
+// Given to a [Scheduler] (a default of its jobs) or to one of its jobs, f
+// also observes the Each and EachTx calls that the job's fn makes with
+// the context it gets, unless such a call is given an OnResult of its
+// own (then only that one, and the store's defaults, observe it): pass
+// the Scheduler's metrics once.
 func OnResult(f func(Result)) Option {
 	return option(func(c *config) error {
 		if f == nil {

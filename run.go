@@ -564,7 +564,8 @@ func (r *runner) unacquired(ctx context.Context, c idemstore.Claim) (again bool,
 			return true, nil
 		}
 		r.res.Outcome = InProgress
-		return false, &Error{Key: r.key, Outcome: InProgress, Attempt: c.Record.Attempt, Holder: c.Record.Owner}
+		return false, &Error{Key: r.key, Outcome: InProgress, Attempt: c.Record.Attempt, Holder: c.Record.Owner,
+			LeaseUntil: c.Record.LeaseUntil}
 	case idemstore.ClaimBackingOff:
 		if cfg.wait {
 			// At least the poll interval: NotBefore may be on the store's clock.

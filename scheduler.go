@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/holder"
 )
 
 // Recheck is the longest a [Scheduler] waits before it reads the wall
@@ -84,9 +85,13 @@ func RunOverlapping() JobSetting {
 }
 
 // WithLagTolerance makes the job unready ([SchedulerStatus.Ready]) once a
-// due period has waited longer than d without being settled. By default
-// lag does not make a job unready. A d of zero or less is an error
-// matching [ErrInvalidOption].
+// due period has waited longer than d without being settled. The lag is
+// measured at every read of the status, from the due time of the oldest
+// period after the job's cursor as the Scheduler last read it: it grows
+// while the store fails, while a claim waits for a lock and while fn
+// hangs, not only once a catch-up returns. By default lag does not make a
+// job unready. A d of zero or less is an error matching
+// [ErrInvalidOption].
 func WithLagTolerance(d time.Duration) JobSetting {
 	return jobSetting(func(c *config) error {
 		if d <= 0 {
@@ -126,9 +131,16 @@ func WithLagTolerance(d time.Duration) JobSetting {
 // is claimed or counted as a failure, [JobStatus].Deferred says why, and
 // the Scheduler looks at the job again at the next [Recheck], not at once.
 //
-// A period another replica holds (ErrInProgress) is looked at again after
-// the job's lease, so that if that replica died its period is taken over
-// then. A failed period is retried when its backoff allows; a parked or
+// A period another replica holds (ErrInProgress) is looked at again when
+// the holder's lease ends, as the store reported it (without a report: a
+// lease after the look), so that if that replica died or stalled its
+// period is taken over then. When the holder is a process of this host
+// whose death [idemstore.HolderGone] can prove (the same host name, boot
+// and namespaces, on Linux), the Scheduler also checks every second (at
+// most every third of the job's lease), without asking the store, whether
+// that process still lives, and takes the period over at the first check
+// that finds it gone. A holder on another host gets no such check: only
+// its lease's end tells. A failed period is retried when its backoff allows; a parked or
 // unknown one stops the job's catch-up until a person settles it, and makes
 // the Scheduler unready ([Scheduler.Handler]).
 //
@@ -188,8 +200,21 @@ type schedJob struct {
 	covered  string    // the latest period a catch-up or overlapping run has taken on
 	extra    int       // overlapping single-period runs in flight
 	st       JobStatus // what Status reports
-	oldest   time.Time // due time of the oldest period known unsettled (zero: none)
+	cursor   string    // the job's cursor as a catch-up last read or moved it ("": not read yet)
+	since    time.Time // the job's first look: where its lag counts from until its cursor is read
+	// A period another replica holds whose holder is a process of this
+	// host (ErrInProgress): while its lease lasts, and until the job's
+	// next due time (slot), the Scheduler checks every holderProbe whether
+	// the holder's process still lives, without asking the store.
+	holder      string
+	holderUntil time.Time
+	slot        time.Time
 }
+
+// holderProbe is how often a Scheduler checks whether the holder of a
+// period, a process of this host, still lives (at most a third of the
+// job's lease).
+const holderProbe = time.Second
 
 // NewScheduler returns a Scheduler whose jobs keep their periods in store.
 // opts are the Scheduler's: [WithMaxRunning], and [Option]s, which are the
@@ -239,7 +264,7 @@ func (s *Scheduler) Add(job string, sched Schedule, fn func(ctx context.Context,
 	}
 	cfg := jobConfigOf(s, opts, JobOption.applyJob)
 	return s.add(job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
-		return execute(ctx, s.store, key, cfg, noValue(func(ctx context.Context) error { return fn(ctx, p) }), nil, nil)
+		return execute(withJobObserver(ctx, cfg), s.store, key, cfg, noValue(func(ctx context.Context) error { return fn(ctx, p) }), nil, nil)
 	})
 }
 
@@ -260,7 +285,7 @@ func AddTx[Tx any](s *Scheduler, job string, sched Schedule, fn func(ctx context
 	}
 	cfg := jobConfigOf(s, opts, JobTxOption.applyJobTx)
 	return s.add(job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
-		return runTx(ctx, ts, key, func(ctx context.Context, tx Tx) ([]byte, error) { return nil, fn(ctx, tx, p) }, cfg)
+		return runTx(withJobObserver(ctx, cfg), ts, key, func(ctx context.Context, tx Tx) ([]byte, error) { return nil, fn(ctx, tx, p) }, cfg)
 	})
 }
 
@@ -269,12 +294,16 @@ func AddTx[Tx any](s *Scheduler, job string, sched Schedule, fn func(ctx context
 func jobConfigOf[O comparable](s *Scheduler, opts []O, apply func(O, *config) error) *config {
 	c := newConfig(s.store)
 	c.err = s.cfg.probe.err
+	base := c.observer // the store's defaults
+	c.observer = nil
 	for _, o := range s.cfg.defaults {
 		if err := o.applyJob(c); err != nil && c.err == nil {
 			c.err = err
 		}
 	}
 	applyOptions(c, opts, apply)
+	c.jobObserver = c.observer
+	c.observer = chainObservers(base, c.observer)
 	return c
 }
 
@@ -439,6 +468,9 @@ func (s *Scheduler) wake() {
 // schedule puts j in the due heap to be looked at at wake (now for a job
 // not looked at yet).
 func (s *Scheduler) schedule(j *schedJob, wake time.Time) {
+	if j.since.IsZero() {
+		j.since = wake // its first look
+	}
 	j.wake = wake
 	j.st.NextRun = wake
 	if j.index >= 0 {
@@ -455,6 +487,14 @@ func (s *Scheduler) dispatchWork(ctx context.Context, now time.Time) {
 		j := heap.Pop(&s.due).(*schedJob)
 		if j.catching && !j.cfg.job.overlapping {
 			continue // its catch-up's end looks at it again
+		}
+		if j.holder != "" {
+			if now.Before(j.holderUntil) && now.Before(j.slot) && !holder.Gone(j.holder) {
+				// The holder lives and its lease lasts: nothing to take over.
+				s.schedule(j, earliest(earliest(j.slot, j.holderUntil), now.Add(probeEvery(j))))
+				continue
+			}
+			j.holder = "" // gone, or its lease ended, or the job is due: look
 		}
 		if !j.queued {
 			j.queued = true
@@ -524,6 +564,11 @@ func (s *Scheduler) launch(j *schedJob, f func()) {
 // catchUp runs j's catch-up and schedules its next look.
 func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	cfg := *j.cfg
+	cfg.catchUp.progress = func(cursor string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		j.cursor = cursor
+	}
 	res, err := catchUp(ctx, s.store, j.name, j.sched, &cfg, j.run)
 	now := s.clock.Now()
 	s.mu.Lock()
@@ -533,12 +578,7 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	j.st.Running = j.extra > 0
 	s.record(j, res.Periods, now, true)
 	if res.Cursor != "" {
-		j.oldest = time.Time{}
-		if c, perr := j.sched.Parse(res.Cursor); perr == nil {
-			if due := j.cfg.catchUp.due(j.sched.Next(c)); !due.After(now) {
-				j.oldest = due
-			}
-		}
+		j.cursor = res.Cursor
 	}
 	wake := s.nextWake(j, now)
 	if j.index >= 0 { // an overlapping job, looked at while its catch-up ran
@@ -551,12 +591,14 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 		return
 	case err == nil && res.Deferred > 0:
 		wake = now // the cap: go on, after the others due now
-	case err == nil && !j.oldest.IsZero() && len(res.Periods) > 0:
+	case err == nil && res.Cursor != "" && !s.oldestDue(j, now).IsZero() && len(res.Periods) > 0:
 		wake = now // due since the catch-up looked
 	case errors.As(err, &ie) && ie.Outcome == BackingOff && !ie.NotBefore.IsZero():
 		wake = earliest(wake, ie.NotBefore)
-	case errors.As(err, &ie) && (ie.Outcome == InProgress || ie.Outcome == LeaseLost):
-		// Another replica holds a period: if it died, its lease ends.
+	case errors.As(err, &ie) && ie.Outcome == InProgress:
+		wake = s.watchHolder(j, ie, now, wake)
+	case errors.As(err, &ie) && ie.Outcome == LeaseLost:
+		// A newer attempt holds the period: if it died, its lease ends.
 		wake = earliest(wake, now.Add(j.cfg.lease))
 	case errors.As(err, &ie) && ie.Outcome == Deferred:
 		// A guard or a breaker said this host cannot take more now: nothing
@@ -588,6 +630,49 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	}
 	s.schedule(j, wake)
 	s.wake()
+}
+
+// watchHolder is the next look at j, whose catch-up found a period held by
+// another replica (ie), the next one being due at slot: when the holder's
+// lease ends, as the store reported it (a lease from now, if it did not
+// or if its clock is behind this one); and, if the holder is a process of
+// this host, as soon as a probe finds it dead (see dispatchWork).
+func (s *Scheduler) watchHolder(j *schedJob, ie *Error, now, slot time.Time) time.Time {
+	until := ie.LeaseUntil
+	if !until.After(now) {
+		until = now.Add(j.cfg.lease)
+	}
+	wake := earliest(slot, until)
+	if holder.Local(ie.Holder) {
+		j.holder, j.holderUntil, j.slot = ie.Holder, until, slot
+		wake = earliest(wake, now.Add(probeEvery(j)))
+	}
+	return wake
+}
+
+// probeEvery is how often the holder of j's period is checked.
+func probeEvery(j *schedJob) time.Duration { return min(holderProbe, j.cfg.lease/3) }
+
+// oldestDue is the due time of j's oldest due period that is not known
+// settled, zero if none: the period after the job's cursor, as a catch-up
+// last read or moved it, if it is due at now; before any catch-up read the
+// cursor, the job's first look (a period was due then, as far as this
+// Scheduler knows). It does not wait for a catch-up to return.
+func (s *Scheduler) oldestDue(j *schedJob, now time.Time) time.Time {
+	if j.cursor == "" {
+		if j.since.IsZero() || !now.After(j.since) {
+			return time.Time{}
+		}
+		return j.since
+	}
+	c, err := j.sched.Parse(j.cursor)
+	if err != nil {
+		return time.Time{}
+	}
+	if due := j.cfg.catchUp.due(j.sched.Next(c)); !due.After(now) {
+		return due
+	}
+	return time.Time{}
 }
 
 // runOne runs the single period p of an overlapping job.

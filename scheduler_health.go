@@ -25,8 +25,13 @@ type JobStatus struct {
 	// LastSuccess is when a period last ran successfully, or was found
 	// done by another replica.
 	LastSuccess time.Time `json:"last_success"`
-	// Lag is how long the oldest due period that is known unsettled has
-	// been due (0: none, as far as this Scheduler knows).
+	// Lag is how long the oldest due period not known settled has been
+	// due, as of the status's read: the period after the job's cursor as
+	// a catch-up of this Scheduler last read or moved it (a catch-up that
+	// has not returned, whose claim waits or whose fn hangs, included);
+	// before any catch-up read the cursor (the store failing since the
+	// start), since the job's first look. 0: nothing due is unsettled, as
+	// far as this Scheduler knows.
 	Lag time.Duration `json:"lag_ns"`
 	// Running: a run of the job is in progress in this process.
 	Running bool `json:"running"`
@@ -77,8 +82,8 @@ func (s *Scheduler) Status() SchedulerStatus {
 	st := SchedulerStatus{Ready: true, Checked: s.checked, Jobs: make([]JobStatus, 0, len(s.jobs))}
 	for _, j := range s.jobs {
 		js := j.st
-		if !j.oldest.IsZero() && now.After(j.oldest) {
-			js.Lag = now.Sub(j.oldest)
+		if oldest := s.oldestDue(j, now); !oldest.IsZero() && now.After(oldest) {
+			js.Lag = now.Sub(oldest)
 		}
 		js.Ready = true
 		switch {

@@ -30,7 +30,11 @@ type ItemStore interface {
 	// Each need not generate it again.
 	SealItems(ctx context.Context, key Key) error
 
-	// CountItems counts key's items by status.
+	// CountItems counts key's items by status. Work a deferred call
+	// handed back counts as pending, not running or failed: the unsettled
+	// items of a running chunk with no item marked started past its
+	// settled ones (its last step marked nothing started: Next 0), and an
+	// item whose record is failed with Failures 0 (it never failed).
 	CountItems(ctx context.Context, key Key) (ItemCounts, error)
 
 	// ClaimItems takes runnable work of key for a new attempt, on the

@@ -278,29 +278,31 @@ DROP TABLE {s}.items;`
 	ON CONFLICT (job, period) DO UPDATE SET sealed = true WHERE NOT st.sealed`
 
 	// countItemsSQL: one pass over the period's chunks (an item of a chunk
-	// counts as the chunk's status until the chunk settles it), one over its
-	// records (those of items that left a chunk were counted as settled
-	// there: from_chunks), and the server's time, to express the earliest
-	// backoff deadline on the caller's clock.
+	// counts as the chunk's status until the chunk settles it; a running
+	// chunk with nothing marked started past its settled items was handed
+	// back by a deferred call: pending), one over its records (a failed one
+	// that never failed was handed back: pending; those of items that left
+	// a chunk were counted as settled there: from_chunks), and the server's
+	// time, to express the earliest backoff deadline on the caller's clock.
 	countItemsSQL = `SELECT
 		coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false),
 		c.pending, c.running, c.settled,
 		r.pending, r.running, r.failed, r.done, r.unknown, r.parked, r.from_chunks, r.next_retry,
 		clock_timestamp()
 	FROM (SELECT
-			coalesce(sum(n - settled) FILTER (WHERE status = 'pending'), 0) AS pending,
-			coalesce(sum(n - settled) FILTER (WHERE status = 'running'), 0) AS running,
+			coalesce(sum(n - settled) FILTER (WHERE status = 'pending' OR status = 'running' AND started <= settled), 0) AS pending,
+			coalesce(sum(n - settled) FILTER (WHERE status = 'running' AND started > settled), 0) AS running,
 			coalesce(sum(settled), 0) AS settled
 		FROM {s}.item_chunks WHERE job = $1 AND period = $2) AS c,
 		(SELECT
-			count(*) FILTER (WHERE status = 'pending') AS pending,
+			count(*) FILTER (WHERE status = 'pending' OR status = 'failed' AND failures = 0) AS pending,
 			count(*) FILTER (WHERE status = 'running') AS running,
-			count(*) FILTER (WHERE status = 'failed') AS failed,
+			count(*) FILTER (WHERE status = 'failed' AND failures > 0) AS failed,
 			count(*) FILTER (WHERE status = 'done') AS done,
 			count(*) FILTER (WHERE status = 'unknown') AS unknown,
 			count(*) FILTER (WHERE status = 'parked') AS parked,
 			count(*) FILTER (WHERE chunk > 0) AS from_chunks,
-			min(not_before) FILTER (WHERE status = 'failed') AS next_retry
+			min(not_before) FILTER (WHERE status = 'failed' AND failures > 0) AS next_retry
 		FROM {s}.item_state WHERE job = $1 AND period = $2) AS r`
 
 	// claimChunkSQL takes one runnable chunk: pending (the first added), or

@@ -338,3 +338,40 @@ func TestSchedulerGauges(t *testing.T) {
 		t.Errorf("next due: %v, want %v", got, want)
 	}
 }
+
+// TestSchedulerMetricsReachEach: the metrics given once to a Scheduler
+// count the items of the Each calls its jobs make, with no option passed
+// to Each again.
+func TestSchedulerMetricsReachEach(t *testing.T) {
+	l, err := idem.OpenLedger(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reg := prometheus.NewRegistry()
+	m, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := schedtest.NewClock(time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC))
+	s := idem.NewScheduler(l, idem.WithClock(clk), m.Option())
+	abcd := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") && yield("d") })
+	if err := s.Add("grant", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
+		_, err := idem.Each(ctx, l, idem.Key{Job: "grant_items", Period: p.Name}, abcd, func(context.Context, string) error { return nil })
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	defer func() {
+		_ = s.Shutdown(context.Background())
+		<-done
+	}()
+	schedtest.Idle(t, s, clk.Now())
+	gather(t, reg).expect(t, []series{
+		{"idem_runs_total", "job=grant,outcome=ran", 1},
+		{"idem_runs_total", "job=grant_items,outcome=ran", 1},
+		{"idem_items_total", "job=grant_items,status=done", 4},
+	})
+}

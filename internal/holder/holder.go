@@ -138,15 +138,29 @@ func Gone(owner string) bool {
 	if standEnded(owner) {
 		return true
 	}
+	o, ok := local(owner)
+	return ok && processGone(o.pid, o.start)
+}
+
+// Local reports whether Gone can tell whether owner's process lives: an
+// owner with the fields after rand, of this host, this boot of its kernel
+// and this process's pid and time namespaces. For any other owner Gone is
+// always false.
+func Local(owner string) bool {
+	_, ok := local(owner)
+	return ok
+}
+
+func local(owner string) (ownerID, bool) {
 	o, ok := parseOwner(owner)
 	if !ok || !o.scoped {
-		return false
+		return ownerID{}, false
 	}
 	Self()
 	if !self.scoped || o.host != self.host || o.boot != self.boot || o.pidns != self.pidns || o.timens != self.timens {
-		return false
+		return ownerID{}, false
 	}
-	return processGone(o.pid, o.start)
+	return o, true
 }
 
 // EndedForTest returns an owner that Gone reports ended: this process's
