@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +25,17 @@ import (
 // transaction; it is also called when t ends.
 func holdWriteLock(t *testing.T, path string) (release func()) {
 	t.Helper()
+	lock, release := writeLockHandle(t, path)
+	if err := lock(); err != nil {
+		t.Fatal(err)
+	}
+	return release
+}
+
+// writeLockHandle opens that other handle; lock (safe to call from any
+// goroutine) takes the lock, release gives it back.
+func writeLockHandle(t *testing.T, path string) (lock func() error, release func()) {
+	t.Helper()
 	u := url.URL{Scheme: "file", Path: path}
 	db, err := sql.Open("sqlite", "file:"+u.EscapedPath()+"?_pragma=busy_timeout(10000)")
 	if err != nil {
@@ -32,23 +45,33 @@ func holdWriteLock(t *testing.T, path string) (release func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.ExecContext(context.Background(), `BEGIN EXCLUSIVE`); err != nil {
-		t.Fatalf("another handle's BEGIN EXCLUSIVE on %s: %v", path, err)
+	var mu sync.Mutex
+	held := false
+	lock = func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := conn.ExecContext(context.Background(), `BEGIN EXCLUSIVE`); err != nil {
+			return fmt.Errorf("another handle's BEGIN EXCLUSIVE on %s: %w", path, err)
+		}
+		held = true
+		return nil
 	}
-	done := false
 	release = func() {
-		if done {
-			return
+		mu.Lock()
+		defer mu.Unlock()
+		if held {
+			held = false
+			if _, err := conn.ExecContext(context.Background(), `ROLLBACK`); err != nil {
+				t.Errorf("ROLLBACK of the other handle: %v", err)
+			}
 		}
-		done = true
-		if _, err := conn.ExecContext(context.Background(), `ROLLBACK`); err != nil {
-			t.Errorf("ROLLBACK of the other handle: %v", err)
-		}
+	}
+	t.Cleanup(func() {
+		release()
 		conn.Close()
 		db.Close()
-	}
-	t.Cleanup(release)
-	return release
+	})
+	return lock, release
 }
 
 // TestLedgerClaimLeaseCountsFromWrite: a claim that waited for SQLite's
@@ -128,6 +151,15 @@ func TestLedgerWriteLockWaitBounded(t *testing.T) {
 	path := filepath.Join(dir, "ledger.db")
 	l := openLedger(t, dir, idem.WithLockWait(100*time.Millisecond))
 	ctx := context.Background()
+	// bounded runs f with a context that never ends and waits for its
+	// answer (testwait's limit at most: a write that waits for the lock
+	// without bound fails the test there).
+	bounded := func(what string, f func() error) error {
+		t.Helper()
+		ch := make(chan error, 1)
+		go func() { ch <- f() }()
+		return testwait.Recv(t, ch, "%s to return while the write lock is held elsewhere", what)
+	}
 	checkErr := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, idem.ErrWriteLockHeld) {
@@ -142,7 +174,9 @@ func TestLedgerWriteLockWaitBounded(t *testing.T) {
 	fresh := idem.Key{Job: "lock", Period: "fresh"}
 	release := holdWriteLock(t, path)
 	ran := false
-	err := l.Run(ctx, fresh, func(context.Context) error { ran = true; return nil }, idem.AtMostOnce())
+	err := bounded("Run's claim", func() error {
+		return l.Run(ctx, fresh, func(context.Context) error { ran = true; return nil }, idem.AtMostOnce())
+	})
 	checkErr("Run's claim", err)
 	if ran {
 		t.Errorf("fn ran though its claim failed")
@@ -159,8 +193,10 @@ func TestLedgerWriteLockWaitBounded(t *testing.T) {
 		t.Fatalf("Claim(%s) = %+v, %v", held, c, err)
 	}
 	release = holdWriteLock(t, path)
-	checkErr("Renew", l.Renew(ctx, held, c.Attempt, time.Now(), time.Minute))
-	checkErr("Finish", l.Finish(ctx, held, c.Attempt, idemstore.End{Status: idem.StatusDone, Now: time.Now()}))
+	checkErr("Renew", bounded("Renew", func() error { return l.Renew(ctx, held, c.Attempt, time.Now(), time.Minute) }))
+	checkErr("Finish", bounded("Finish", func() error {
+		return l.Finish(ctx, held, c.Attempt, idemstore.End{Status: idem.StatusDone, Now: time.Now()})
+	}))
 	if rec, _, err := l.Lookup(ctx, held); err != nil || rec.Status != idem.StatusRunning {
 		t.Errorf("after the failed done mark: %s is %q (%v), want running", held, rec.Status, err)
 	}
@@ -171,11 +207,12 @@ func TestLedgerWriteLockWaitBounded(t *testing.T) {
 
 	// A Run whose done mark cannot be written: not reported as success.
 	key := idem.Key{Job: "lock", Period: "done-mark"}
-	var rel func()
-	err = l.Run(ctx, key, func(context.Context) error {
-		rel = holdWriteLock(t, path) // taken as fn ends: the done mark waits
-		return nil
-	}, idem.AtLeastOnce())
+	lock, rel := writeLockHandle(t, path)
+	err = bounded("Run's done mark", func() error {
+		return l.Run(ctx, key, func(context.Context) error {
+			return lock() // taken as fn ends: the done mark waits
+		}, idem.AtLeastOnce())
+	})
 	checkErr("Run's done mark", err)
 	if rec, _, err := l.Lookup(ctx, key); err != nil || rec.Status == idem.StatusDone {
 		t.Errorf("after the failed done mark: %s is %q (%v), want not done", key, rec.Status, err)

@@ -174,8 +174,19 @@ func busyRetry(ctx context.Context, f func() error) error {
 // lockWait runs try until it does not fail with "database is locked", at
 // most until deadline (then the error matches ErrWriteLockHeld) or ctx's
 // end, sleeping pollWait between tries.
+//
+// A write that got its turn from another writer of this process (that
+// has just committed) waits one poll interval before its first try too:
+// trying at once would take the lock back before the other processes'
+// writers, polling, see it free, and a process with a queue of writers
+// would keep it for as long as its queue lasts.
 func lockWait(ctx context.Context, ls *lockStart, try func() error) error {
 	start, deadline := ls.real, ls.deadline
+	if ls.waited {
+		if err := sleepCtx(ctx, pollWait(time.Since(start))); err != nil {
+			return err
+		}
+	}
 	for {
 		err := try()
 		if err == nil || !isBusy(err) {
@@ -194,6 +205,18 @@ func lockWait(ctx context.Context, ls *lockStart, try func() error) error {
 			return fmt.Errorf("%w (while waiting for the write lock: %w)", context.Cause(ctx), err)
 		case <-t.C:
 		}
+	}
+}
+
+// sleepCtx sleeps d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
 	}
 }
 
