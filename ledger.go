@@ -31,6 +31,21 @@ import (
 // body, delivered by [Relay]) makes it an [idemstore.OutboxTxStore] of
 // *sql.Tx and an [idemstore.OutboxStore].
 //
+// Writes (claims, lease renewals, done marks, outbox claims and ends) take
+// the database's write lock, one at a time. A process's writers queue in
+// the order they come; across processes they wait in SQLite's busy
+// handler. A write waits at most about [WithLockWait]
+// (default [DefaultLockWait]) for it, and then fails with an error
+// matching [ErrWriteLockHeld] that names the ledger, having written
+// nothing: a long transaction of another writer (a backup, a migration,
+// the application's own on a database shared through NewLedger) is
+// reported, not waited out until the context ends. A write that waited
+// writes the times it was given moved forward by its wait (by the
+// ledger's clock): a lease counts from when its claim or renewal is
+// written. An outbox claim that finds nothing due writes nothing. NOT
+// promised: a bound on the wait below WithLockWait (that depends on the
+// other writers), or an order of writers across processes.
+//
 // A Ledger is safe for concurrent use by many goroutines and processes.
 type Ledger struct {
 	db       *sql.DB // synchronous=FULL (on an attached database: the caller's pool)

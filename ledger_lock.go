@@ -49,36 +49,18 @@ func (o storeOnlyOption) applyStore(c *config) error { return o(c) }
 
 // writeLock is the ledger's way to its write lock. In this process the
 // writers queue on sem, first come first served (a channel's waiting
-// senders are served in order), with the wait bounded. Across processes an
-// owned ledger tries BEGIN IMMEDIATE without SQLite's busy handler and polls
-// itself: SQLite's handler sleeps longer the longer a writer has waited (up
-// to 100 ms between tries), so that a writer that has waited long loses
-// every race to the ones that just came, and may wait for seconds behind a
-// steady stream of other processes' writes. Here it is the reverse: the
-// longer a writer has waited, the more often it tries.
+// senders are served in order), with the wait bounded; across processes
+// each waits for SQLite's lock in SQLite's busy handler, bounded too.
 type writeLock struct {
 	sem     chan struct{}
 	wait    time.Duration // the bound of each write's wait
 	waiters atomic.Int32  // writes waiting for the lock now (for tests)
 }
 
-// pollWait is how long a writer that has waited w sleeps before it tries
-// BEGIN IMMEDIATE again: a few milliseconds at first, and less as w grows,
-// so that a writer that has waited long takes the lock before one that
-// just came (with jitter, so that pollers do not march in step).
-func pollWait(w time.Duration) time.Duration {
-	var d time.Duration
-	switch {
-	case w < 20*time.Millisecond:
-		d = 2 * time.Millisecond
-	case w < 200*time.Millisecond:
-		d = time.Millisecond
-	case w < time.Second:
-		d = 500 * time.Microsecond
-	default:
-		d = 200 * time.Microsecond
-	}
-	return d/2 + rand.N(d)
+// pollWait is how long a write that found the database locked (and
+// SQLite's busy handler did not wait) sleeps before it tries again.
+func pollWait(time.Duration) time.Duration {
+	return 500*time.Microsecond + rand.N(2*time.Millisecond)
 }
 
 // lockHeld is the error of a write that waited d for the write lock.

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"modernc.org/sqlite"
@@ -173,19 +175,18 @@ func busyRetry(ctx context.Context, f func() error) error {
 
 // lockWait runs try until it does not fail with "database is locked", at
 // most until deadline (then the error matches ErrWriteLockHeld) or ctx's
-// end, sleeping pollWait between tries.
-//
-// A write that got its turn from another writer of this process (that
-// has just committed) waits one poll interval before its first try too:
-// trying at once would take the lock back before the other processes'
-// writers, polling, see it free, and a process with a queue of writers
-// would keep it for as long as its queue lasts.
-func lockWait(ctx context.Context, ls *lockStart, try func() error) error {
+// end. After a try found the database locked, the next waits for the lock
+// in SQLite's busy handler, up to the time left (setTimeout sets the
+// connection's busy_timeout; it is reset to 0 at the end), or, with
+// setTimeout nil (an attached database), after a pollWait sleep.
+func lockWait(ctx context.Context, ls *lockStart, setTimeout func(time.Duration), try func() error) error {
 	start, deadline := ls.real, ls.deadline
-	if ls.waited {
-		if err := sleepCtx(ctx, pollWait(time.Since(start))); err != nil {
-			return err
-		}
+	if setTimeout != nil {
+		defer func() {
+			if ls.waited {
+				setTimeout(0)
+			}
+		}()
 	}
 	for {
 		err := try()
@@ -193,17 +194,19 @@ func lockWait(ctx context.Context, ls *lockStart, try func() error) error {
 			return err
 		}
 		ls.waited = true
-		waited := time.Since(start)
-		d := pollWait(waited)
-		if !time.Now().Add(d).Before(deadline) {
-			return lockHeld(waited, err)
+		left := time.Until(deadline)
+		if left <= 0 {
+			return lockHeld(time.Since(start), err)
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (while waiting for the write lock: %w)", context.Cause(ctx), err)
-		case <-t.C:
+		if setTimeout != nil {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("%w (while waiting for the write lock: %w)", context.Cause(ctx), err)
+			}
+			setTimeout(left)
+			continue
+		}
+		if serr := sleepCtx(ctx, min(pollWait(time.Since(start)), left)); serr != nil {
+			return fmt.Errorf("%w (while waiting for the write lock: %w)", serr, err)
 		}
 	}
 }
@@ -261,8 +264,18 @@ func (ls *lockStart) shift(clock Clock) time.Duration {
 }
 
 // writeConn returns the kept write connection i of an owned ledger, on
-// pool, opening it if needed. SQLite's busy handler is off on it: lockWait
-// polls instead.
+// pool, opening it if needed, with busy_timeout 0: a BEGIN that finds the
+// database locked says so at once (the write waited: see lockStart.shift),
+// and lockWait sets the timeout for the next.
+func (l *Ledger) busyTimeout(i int) func(time.Duration) {
+	return func(d time.Duration) {
+		if w := l.wconns[i]; w != nil {
+			ms := min(d.Milliseconds()+1, math.MaxInt32)
+			w.conn.ExecContext(context.Background(), `PRAGMA busy_timeout=`+strconv.FormatInt(ms, 10))
+		}
+	}
+}
+
 func (l *Ledger) writeConn(ctx context.Context, i int, pool *sql.DB) (*wconn, error) {
 	if w := l.wconns[i]; w != nil {
 		return w, nil
@@ -321,7 +334,7 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 			l.wl.waiters.Add(-1)
 		}
 	}()
-	return l.writeErr(lockWait(ctx, ls, func() error {
+	return l.writeErr(lockWait(ctx, ls, l.busyTimeout(i), func() error {
 		w, err := l.writeConn(ctx, i, pool)
 		if err != nil {
 			return err
@@ -384,7 +397,14 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 			l.wl.waiters.Add(-1)
 		}
 	}()
-	return l.writeErr(lockWait(ctx, ls, func() error {
+	var setTimeout func(time.Duration)
+	if l.fast != nil {
+		setTimeout = l.busyTimeout(0)
+		if !durable {
+			setTimeout = l.busyTimeout(1)
+		}
+	}
+	return l.writeErr(lockWait(ctx, ls, setTimeout, func() error {
 		pool := l.db
 		var tx *sql.Tx
 		var err error
