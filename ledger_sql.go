@@ -104,17 +104,28 @@ type wtx struct {
 	// shift is how long the transaction waited for the write lock, by the
 	// ledger's clock: at moves a time taken before it forward by as much.
 	shift time.Duration
+	began time.Time // the ledger's clock as the write began
 }
 
-// at is t (a time the caller took before the write) moved forward by the
+// at is tm (a time the caller took before the write) moved forward by the
 // transaction's wait for the write lock: what the clock read once the
-// lock was held. A zero t stays zero.
+// lock was held. A zero tm stays zero, and so does one that is not on the
+// ledger's clock (more than sameClock from its reading as the write
+// began: a call given a clock of its own, WithClock, whose times the
+// ledger's clock cannot measure).
 func (t *wtx) at(tm time.Time) time.Time {
-	if tm.IsZero() {
+	if tm.IsZero() || t.shift == 0 {
+		return tm
+	}
+	if d := tm.Sub(t.began); d < -sameClock || d > sameClock {
 		return tm
 	}
 	return tm.Add(t.shift)
 }
+
+// sameClock is how far a caller's time may be from the ledger's clock
+// for at to take it as read on that clock.
+const sameClock = time.Minute
 
 func (t *wtx) stmt(q string) (*sql.Stmt, error) {
 	if t.wc != nil {
@@ -363,7 +374,7 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 		} else {
 			shift = ls.shift(l.clock)
 		}
-		if err := f(&wtx{execer: w.conn, wc: w, ctx: ctx, l: l, pool: pool, shift: shift}); err != nil {
+		if err := f(&wtx{execer: w.conn, wc: w, ctx: ctx, l: l, pool: pool, shift: shift, began: ls.clock}); err != nil {
 			return err
 		}
 		if _, err := w.exec(ctx, `COMMIT`); err != nil {
@@ -455,7 +466,7 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 		} else {
 			shift = ls.shift(l.clock)
 		}
-		if err := f(&wtx{execer: tx, Tx: tx, ctx: ctx, l: l, pool: pool, shift: shift}); err != nil {
+		if err := f(&wtx{execer: tx, Tx: tx, ctx: ctx, l: l, pool: pool, shift: shift, began: ls.clock}); err != nil {
 			return err
 		}
 		return tx.Commit()
