@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -30,6 +31,21 @@ import (
 // body, delivered by [Relay]) makes it an [idemstore.OutboxTxStore] of
 // *sql.Tx and an [idemstore.OutboxStore].
 //
+// Writes (claims, lease renewals, done marks, outbox claims and ends) take
+// the database's write lock, one at a time. A process's writers queue in
+// the order they come; across processes they wait in SQLite's busy
+// handler. A write waits at most about [WithLockWait]
+// (default [DefaultLockWait]) for it, and then fails with an error
+// matching [ErrWriteLockHeld] that names the ledger, having written
+// nothing: a long transaction of another writer (a backup, a migration,
+// the application's own on a database shared through NewLedger) is
+// reported, not waited out until the context ends. A write that waited
+// writes the times it was given moved forward by its wait (by the
+// ledger's clock): a lease counts from when its claim or renewal is
+// written. An outbox claim that finds nothing due writes nothing. NOT
+// promised: a bound on the wait below WithLockWait (that depends on the
+// other writers), or an order of writers across processes.
+//
 // A Ledger is safe for concurrent use by many goroutines and processes.
 type Ledger struct {
 	db       *sql.DB // synchronous=FULL (on an attached database: the caller's pool)
@@ -41,12 +57,12 @@ type Ledger struct {
 	clock    Clock    // for the times the ledger takes itself (Resolve's); WithClock among defaults
 	stmts    sync.Map // stmtKey → *sql.Stmt: the driver caches no statements
 
-	// wmu serializes this process's write transactions. SQLite allows one
-	// writer at a time anyway; queueing here wakes the next writer at once,
-	// where SQLite's busy handler would poll with sleeps of up to 100 ms.
-	wmu sync.Mutex
+	// wl serializes this process's write transactions, in the order they
+	// come, each waiting at most WithLockWait. SQLite allows one writer at
+	// a time anyway; queueing here wakes the next writer at once.
+	wl writeLock
 	// wconns are the connections an owned ledger keeps for its own write
-	// transactions, under wmu: [0] on db (synced commits), [1] on fast.
+	// transactions, under wl: [0] on db (synced commits), [1] on fast.
 	wconns [2]*wconn
 }
 
@@ -184,6 +200,8 @@ func NewLedger(ctx context.Context, db *sql.DB, opts ...StoreOption) (*Ledger, e
 func newLedger(ctx context.Context, db *sql.DB, path string, opts []StoreOption) (*Ledger, error) {
 	cfg := storeConfig(opts)
 	l := &Ledger{db: db, path: path, defaults: slices.Clone(opts), clock: cfg.clock}
+	l.wl.sem = make(chan struct{}, 1)
+	l.wl.wait = cmp.Or(cfg.lockWait, DefaultLockWait)
 	if cfg.err != nil {
 		return nil, fmt.Errorf("idem: %s: %w", l.where(), cfg.err)
 	}
@@ -202,14 +220,14 @@ func (l *Ledger) DB() *sql.DB { return l.db }
 // Close closes the database if OpenLedger opened it, and the statements
 // the ledger prepared.
 func (l *Ledger) Close() error {
-	l.wmu.Lock()
+	l.wl.sem <- struct{}{}
 	for i, w := range l.wconns {
 		if w != nil {
 			w.close()
 			l.wconns[i] = nil
 		}
 	}
-	l.wmu.Unlock()
+	l.wl.release()
 	l.stmts.Range(func(k, v any) bool {
 		v.(*sql.Stmt).Close()
 		l.stmts.Delete(k)

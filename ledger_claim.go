@@ -58,14 +58,17 @@ func (l *Ledger) fastClaim(ctx context.Context, req idemstore.ClaimRequest) (c i
 func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	var c idemstore.Claim
 	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
-		now := micros(req.Now)
-		until := micros(req.Now.Add(req.Lease))
+		// The claim's time is the request's moved forward by the wait for
+		// the write lock: its lease counts from when it is written.
+		at := tx.at(req.Now)
+		now := micros(at)
+		until := micros(at.Add(req.Lease))
 		res, err := tx.exec(claimInsertSQL, req.Key.Job, req.Key.Period, req.Owner, until, now, now, req.Fingerprint, req.Key.Job, req.Key.Period)
 		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
-			c = idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: Record{Key: req.Key}}
+			c = idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: Record{Key: req.Key}, Now: at}
 			return nil
 		}
 		// The row exists: decide again under the write lock.
@@ -77,12 +80,14 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idems
 			c = idemstore.Claim{State: idemstore.ClaimDone, Record: Record{Key: req.Key, Status: StatusDone}}
 			return nil
 		}
-		state, take, doubt := idemstore.Decide(rec, found, req)
+		treq := req
+		treq.Now = at
+		state, take, doubt := idemstore.Decide(rec, found, treq)
 		c = idemstore.Claim{State: state, Record: rec}
 		if !take {
 			return nil
 		}
-		c.Attempt, c.Doubt, c.Record = rec.Attempt+1, doubt, idemstore.TakenOver(rec, req.Now)
+		c.Attempt, c.Doubt, c.Record, c.Now = rec.Attempt+1, doubt, idemstore.TakenOver(rec, at), at
 		_, err = tx.exec(`UPDATE idem_runs SET status='running', attempt=?, failures=?, owner=?,
 			lease_until=?, not_before=0, last_error=?, updated=?, fingerprint=? WHERE job=? AND period=?`,
 			c.Attempt, c.Record.Failures, req.Owner, until, c.Record.LastError, now,
@@ -95,16 +100,15 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idems
 	return c, nil
 }
 
-// Renew implements [idemstore.Store].
+// Renew implements [idemstore.Store]. The new lease counts from when it is
+// written: now moved forward by the renewal's wait for the write lock.
 func (l *Ledger) Renew(ctx context.Context, key Key, attempt int64, now time.Time, lease time.Duration) error {
 	var n int64
-	err := busyRetry(ctx, func() error {
-		st, err := l.prep(ctx, l.db, `UPDATE idem_runs SET lease_until=?, updated=?
-			WHERE job=? AND period=? AND attempt=? AND status='running'`)
-		if err != nil {
-			return err
-		}
-		res, err := st.ExecContext(ctx, micros(now.Add(lease)), micros(now), key.Job, key.Period, attempt)
+	err := l.withTx(ctx, true, func(tx *wtx) error {
+		at := tx.at(now)
+		res, err := tx.exec(`UPDATE idem_runs SET lease_until=?, updated=?
+			WHERE job=? AND period=? AND attempt=? AND status='running'`,
+			micros(at.Add(lease)), micros(at), key.Job, key.Period, attempt)
 		if err != nil {
 			return err
 		}
@@ -149,7 +153,7 @@ func finishExec(tx *wtx, key Key, attempt int64, end idemstore.End) (int64, erro
 	}
 	res, err := tx.exec(`UPDATE idem_runs SET status=?, failures=?, not_before=?, last_error=?,
 		lease_until=0, updated=?, value=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
-		string(end.Status), end.Failures, micros(end.NotBefore), end.Error, micros(end.Now), value,
+		string(end.Status), end.Failures, micros(tx.at(end.NotBefore)), end.Error, micros(tx.at(end.Now)), value,
 		key.Job, key.Period, attempt)
 	if err != nil {
 		return 0, err
@@ -193,7 +197,8 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, 
 	)
 	err = l.withSQLTx(ctx, true, func(tx *wtx) error {
 		inserted, fnErr = false, nil
-		now, until := micros(req.Now), micros(req.Now.Add(req.Lease))
+		at := tx.at(req.Now)
+		now, until := micros(at), micros(at.Add(req.Lease))
 		res, err := tx.exec(claimInsertSQL, key.Job, key.Period, req.Owner, until, now, now, req.Fingerprint, key.Job, key.Period)
 		if err != nil {
 			return err
@@ -250,7 +255,7 @@ func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.
 	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
 		// First statement: a write, which takes the lock and checks the fence.
 		res, err := tx.exec(`UPDATE idem_runs SET updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
-			micros(now), key.Job, key.Period, attempt)
+			micros(tx.at(now)), key.Job, key.Period, attempt)
 		if err != nil {
 			return err
 		}

@@ -280,7 +280,8 @@ func (l *Ledger) ClaimItems(ctx context.Context, key Key, req idemstore.ItemClai
 	var b idemstore.ItemBatch
 	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
 		b = idemstore.ItemBatch{}
-		now, until := micros(req.Now), micros(req.Now.Add(req.Lease))
+		at := tx.at(req.Now) // the lease counts from when it is written
+		now, until := micros(at), micros(at.Add(req.Lease))
 		for dead := "[]"; ; {
 			var doubt, failures int
 			var items string
@@ -393,7 +394,7 @@ func advanceChunk(tx *wtx, key Key, step idemstore.ItemStep, n int) (ok bool, er
 	res, err := tx.exec(`UPDATE idem_item_chunks SET settled = ?1, started = max(started, min(?2, n)), lease_until = ?3, updated = ?4,
 			status = CASE WHEN ?1 >= n THEN 'done' ELSE 'running' END
 		WHERE job = ?5 AND period = ?6 AND chunk = ?7 AND attempt = ?8 AND status = 'running' AND settled = ?9`,
-		settled, settled+step.Next, micros(step.LeaseUntil), micros(step.Now),
+		settled, settled+step.Next, micros(tx.at(step.LeaseUntil)), micros(tx.at(step.Now)),
 		key.Job, key.Period, step.Chunk, step.Attempt, step.From)
 	if err != nil {
 		return false, err

@@ -130,18 +130,34 @@ func queryOutbox(ctx context.Context, q execer, query string, args ...any) ([]id
 
 // ClaimOutbox implements [idemstore.OutboxStore]: in one write
 // transaction it takes the first pending message of each topic that is
-// due and not leased, up to req.N of them, oldest first.
+// due and not leased, up to req.N of them, oldest first. A read comes
+// first: when nothing is due (an idle relay's pass, and the last claim of
+// every pass) it writes nothing and does not wait for the write lock.
 func (l *Ledger) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimRequest) ([]idemstore.OutboxRecord, error) {
-	now := micros(req.Now)
+	var due int
+	err := busyRetry(ctx, func() error {
+		return l.queryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM idem_outbox o
+			WHERE o.status = 'pending' AND o.lease_until <= ?1 AND o.not_before <= ?1
+			  AND o.seq = (SELECT min(p.seq) FROM idem_outbox p WHERE p.status = 'pending' AND p.topic = o.topic)
+			LIMIT 1)`, micros(req.Now)).Scan(&due)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idem: %s: claim outbox messages: %w", l.where(), err)
+	}
+	if due == 0 {
+		return nil, nil
+	}
 	var out []idemstore.OutboxRecord
-	err := l.withTx(ctx, false, func(tx *wtx) (err error) {
+	err = l.withTx(ctx, false, func(tx *wtx) (err error) {
+		at := tx.at(req.Now) // the lease counts from when it is written
+		now := micros(at)
 		out, err = queryOutbox(ctx, tx, `UPDATE idem_outbox SET attempts = attempts + 1, token = token + 1, owner = ?, lease_until = ?
 			WHERE seq IN (
 				SELECT o.seq FROM idem_outbox o
 				WHERE o.status = 'pending' AND o.lease_until <= ? AND o.not_before <= ?
 				  AND o.seq = (SELECT min(p.seq) FROM idem_outbox p WHERE p.status = 'pending' AND p.topic = o.topic)
 				ORDER BY o.seq LIMIT ?)
-			RETURNING `+outboxCols, req.Owner, micros(req.Now.Add(req.Lease)), now, now, req.N)
+			RETURNING `+outboxCols, req.Owner, micros(at.Add(req.Lease)), now, now, req.N)
 		return err
 	})
 	if err != nil {

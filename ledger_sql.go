@@ -5,10 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/idemgo/idem/idemstore"
 )
 
 // wconn is a connection kept for the ledger's write transactions, with
@@ -97,7 +101,31 @@ type wtx struct {
 	ctx  context.Context
 	l    *Ledger
 	pool *sql.DB
+	// shift is how long the transaction waited for the write lock, by the
+	// ledger's clock: at moves a time taken before it forward by as much.
+	shift time.Duration
+	began time.Time // the ledger's clock as the write began
 }
+
+// at is tm (a time the caller took before the write) moved forward by the
+// transaction's wait for the write lock: what the clock read once the
+// lock was held. A zero tm stays zero, and so does one that is not on the
+// ledger's clock (more than sameClock from its reading as the write
+// began: a call given a clock of its own, WithClock, whose times the
+// ledger's clock cannot measure).
+func (t *wtx) at(tm time.Time) time.Time {
+	if tm.IsZero() || t.shift == 0 {
+		return tm
+	}
+	if d := tm.Sub(t.began); d < -sameClock || d > sameClock {
+		return tm
+	}
+	return tm.Add(t.shift)
+}
+
+// sameClock is how far a caller's time may be from the ledger's clock
+// for at to take it as read on that clock.
+const sameClock = time.Minute
 
 func (t *wtx) stmt(q string) (*sql.Stmt, error) {
 	if t.wc != nil {
@@ -137,7 +165,9 @@ func isBusy(err error) bool {
 }
 
 // busyRetry runs f again while it fails with "database is locked", until
-// ctx ends, so that lock contention never reaches a caller as an error.
+// ctx ends, so that lock contention never reaches a caller as an error. It
+// is for reads, which WAL mode lets run beside a writer; writes go through
+// withTx, whose wait is bounded.
 func busyRetry(ctx context.Context, f func() error) error {
 	wait := time.Millisecond
 	for {
@@ -154,11 +184,137 @@ func busyRetry(ctx context.Context, f func() error) error {
 	}
 }
 
+// lockWait runs try until it does not fail with "database is locked", at
+// most until deadline (then the error matches ErrWriteLockHeld) or ctx's
+// end. After a try found the database locked, the next waits for the lock
+// in SQLite's busy handler, up to the time left (setTimeout sets the
+// connection's busy_timeout; it is reset to 0 at the end), or, with
+// setTimeout nil (an attached database), after a pollWait sleep.
+func lockWait(ctx context.Context, ls *lockStart, setTimeout func(time.Duration), try func() error) error {
+	start, deadline := ls.real, ls.deadline
+	if setTimeout != nil {
+		defer func() {
+			if ls.waited {
+				setTimeout(0)
+			}
+		}()
+	}
+	for {
+		err := try()
+		if err == nil || !isBusy(err) {
+			return err
+		}
+		ls.waited = true
+		left := time.Until(deadline)
+		if left <= 0 {
+			return lockHeld(time.Since(start), err)
+		}
+		if setTimeout != nil {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("%w (while waiting for the write lock: %w)", context.Cause(ctx), err)
+			}
+			setTimeout(left)
+			continue
+		}
+		if serr := sleepCtx(ctx, min(pollWait(time.Since(start)), left)); serr != nil {
+			return fmt.Errorf("%w (while waiting for the write lock: %w)", serr, err)
+		}
+	}
+}
+
+// sleepCtx sleeps d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// lockStart is the start of a write's wait for the write lock.
+type lockStart struct {
+	real     time.Time // by the system clock: the bound counts from it
+	clock    time.Time // by the ledger's clock
+	deadline time.Time
+	waited   bool // it had to wait (for another writer of this process, or SQLite's lock)
+}
+
+// beginWrite takes this process's turn to write (release gives it back),
+// waiting at most the ledger's WithLockWait.
+func (l *Ledger) beginWrite(ctx context.Context) (*lockStart, error) {
+	now := time.Now()
+	ls := &lockStart{real: now, clock: l.clock.Now(), deadline: now.Add(l.wl.wait)}
+	l.wl.waiters.Add(1)
+	waited, err := l.wl.acquire(ctx, ls.real, ls.deadline)
+	ls.waited = waited
+	if err != nil {
+		l.wl.waiters.Add(-1)
+	}
+	return ls, err
+}
+
+// locked is called once a write holds the write lock: it ends the wait,
+// reports it to ctx's trace and returns shift (see wtx.shift).
+func (l *Ledger) locked(ctx context.Context, ls *lockStart) time.Duration {
+	l.wl.waiters.Add(-1)
+	idemstore.WriteLockWaited(ctx, time.Since(ls.real))
+	return ls.shift(l.clock)
+}
+
+// shift is how long the write waited for the write lock by clock, if it
+// had to wait: the times the caller took before it are moved forward by as
+// much. A write that got the lock at once writes them as they are.
+func (ls *lockStart) shift(clock Clock) time.Duration {
+	if !ls.waited {
+		return 0
+	}
+	return max(clock.Now().Sub(ls.clock), 0)
+}
+
+// writeConn returns the kept write connection i of an owned ledger, on
+// pool, opening it if needed, with busy_timeout 0: a BEGIN that finds the
+// database locked says so at once (the write waited: see lockStart.shift),
+// and lockWait sets the timeout for the next.
+func (l *Ledger) busyTimeout(i int) func(time.Duration) {
+	return func(d time.Duration) {
+		if w := l.wconns[i]; w != nil {
+			ms := min(d.Milliseconds()+1, math.MaxInt32)
+			w.conn.ExecContext(context.Background(), `PRAGMA busy_timeout=`+strconv.FormatInt(ms, 10))
+		}
+	}
+}
+
+func (l *Ledger) writeConn(ctx context.Context, i int, pool *sql.DB) (*wconn, error) {
+	if w := l.wconns[i]; w != nil {
+		return w, nil
+	}
+	c, err := pool.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.ExecContext(ctx, `PRAGMA busy_timeout=0`); err != nil {
+		c.Close()
+		return nil, err
+	}
+	w := &wconn{conn: c, stmts: map[string]*sql.Stmt{}}
+	l.wconns[i] = w
+	return w, nil
+}
+
 // withTx runs f in a write transaction and commits it when f returns nil,
-// one write at a time in this process, again while SQLite answers "database
-// is locked". Without durable, the commit is not synced (the NORMAL pool, or
-// PRAGMA synchronous=NORMAL on an attached database's connection, set back to
-// FULL afterwards); with it, it is.
+// one write at a time in this process (in the order they came), again while
+// SQLite answers "database is locked", for at most the ledger's
+// WithLockWait: then it fails with an error matching ErrWriteLockHeld,
+// having written nothing. Without durable, the commit is not synced (the
+// NORMAL pool, or PRAGMA synchronous=NORMAL on an attached database's
+// connection, set back to FULL afterwards); with it, it is.
+//
+// f runs once the transaction holds the write lock; tx.at moves the times
+// the caller took before the write forward by how long it waited for the
+// lock, so that a lease written counts from the write.
 //
 // Every transaction's first statement is a write, so it holds SQLite's write
 // lock from its start whatever the database's _txlock: a deferred
@@ -174,21 +330,25 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 	if err := l.file.check(); err != nil {
 		return err
 	}
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
+	ls, err := l.beginWrite(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.wl.release()
 	i, pool := 0, l.db
 	if !durable {
 		i, pool = 1, l.fast
 	}
-	return l.writeErr(busyRetry(ctx, func() error {
-		w := l.wconns[i]
-		if w == nil {
-			c, err := pool.Conn(ctx)
-			if err != nil {
-				return err
-			}
-			w = &wconn{conn: c, stmts: map[string]*sql.Stmt{}}
-			l.wconns[i] = w
+	waiting := true
+	defer func() {
+		if waiting {
+			l.wl.waiters.Add(-1)
+		}
+	}()
+	return l.writeErr(lockWait(ctx, ls, l.busyTimeout(i), func() error {
+		w, err := l.writeConn(ctx, i, pool)
+		if err != nil {
+			return err
 		}
 		if _, err := w.exec(ctx, `BEGIN IMMEDIATE`); err != nil {
 			if !isBusy(err) { // a connection in an unknown state: take a new one next time
@@ -207,7 +367,14 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 				l.wconns[i] = nil
 			}
 		}()
-		if err := f(&wtx{execer: w.conn, wc: w, ctx: ctx, l: l, pool: pool}); err != nil {
+		var shift time.Duration
+		if waiting {
+			waiting = false
+			shift = l.locked(ctx, ls)
+		} else {
+			shift = ls.shift(l.clock)
+		}
+		if err := f(&wtx{execer: w.conn, wc: w, ctx: ctx, l: l, pool: pool, shift: shift, began: ls.clock}); err != nil {
 			return err
 		}
 		if _, err := w.exec(ctx, `COMMIT`); err != nil {
@@ -218,6 +385,11 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 	}))
 }
 
+// takeLockSQL is a write that changes nothing: run first in a transaction
+// on an attached database, it takes the write lock whatever the database's
+// _txlock.
+const takeLockSQL = `UPDATE idem_meta SET value = value WHERE 0`
+
 // withSQLTx is withTx in a database/sql Tx, for transactions that hand the
 // caller's fn a *sql.Tx (FinishTx, FinishItemsTx) and for attached
 // databases.
@@ -225,17 +397,45 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 	if err := l.file.check(); err != nil {
 		return err
 	}
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	return l.writeErr(busyRetry(ctx, func() error {
+	ls, err := l.beginWrite(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.wl.release()
+	waiting := true
+	defer func() {
+		if waiting {
+			l.wl.waiters.Add(-1)
+		}
+	}()
+	var setTimeout func(time.Duration)
+	if l.fast != nil {
+		setTimeout = l.busyTimeout(0)
+		if !durable {
+			setTimeout = l.busyTimeout(1)
+		}
+	}
+	return l.writeErr(lockWait(ctx, ls, setTimeout, func() error {
 		pool := l.db
 		var tx *sql.Tx
 		var err error
 		if l.fast != nil {
+			i := 0
 			if !durable {
-				pool = l.fast
+				i, pool = 1, l.fast
 			}
-			tx, err = pool.BeginTx(ctx, nil)
+			w, err := l.writeConn(ctx, i, pool)
+			if err != nil {
+				return err
+			}
+			// _txlock=immediate: BEGIN IMMEDIATE.
+			if tx, err = w.conn.BeginTx(ctx, nil); err != nil {
+				if !isBusy(err) {
+					w.close()
+					l.wconns[i] = nil
+				}
+				return err
+			}
 		} else {
 			var conn *sql.Conn
 			if conn, err = l.db.Conn(ctx); err != nil {
@@ -250,13 +450,23 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 			if _, err = conn.ExecContext(ctx, `PRAGMA synchronous=`+sync); err != nil {
 				return err
 			}
-			tx, err = conn.BeginTx(ctx, nil)
-		}
-		if err != nil {
-			return err
+			if tx, err = conn.BeginTx(ctx, nil); err != nil {
+				return err
+			}
+			if _, err = tx.ExecContext(ctx, takeLockSQL); err != nil {
+				tx.Rollback()
+				return err
+			}
 		}
 		defer tx.Rollback()
-		if err := f(&wtx{execer: tx, Tx: tx, ctx: ctx, l: l, pool: pool}); err != nil {
+		var shift time.Duration
+		if waiting {
+			waiting = false
+			shift = l.locked(ctx, ls)
+		} else {
+			shift = ls.shift(l.clock)
+		}
+		if err := f(&wtx{execer: tx, Tx: tx, ctx: ctx, l: l, pool: pool, shift: shift, began: ls.clock}); err != nil {
 			return err
 		}
 		return tx.Commit()

@@ -498,6 +498,9 @@ func (r *runner) claim(ctx context.Context, tx txBody, fresh *freshBody) (c idem
 			continue
 		}
 		r.res.Attempt = c.Attempt
+		if !c.Now.IsZero() { // the lease counts from when the store wrote the claim
+			r.claimedAt = c.Now
+		}
 		r.acquired(c.Attempt)
 		r.log(ctx, slog.LevelDebug, "claimed", slog.Bool("doubt", c.Doubt))
 		if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, r.key); err != nil {

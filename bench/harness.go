@@ -54,6 +54,7 @@ var comparisons = []comparison{
 	{"pg_fanout_vs_floor", "floor", pgFanoutVsFloor},
 	{"pg_fanout_vs_river", "river", pgFanoutVsRiver},
 	{"concurrent_fresh_run_vs_floor", "floor", concurrentFreshRunVsFloor},
+	{"sqlite_write_lock_wait", "", sqliteWriteLockWait},
 	{"pg_concurrent_fresh_run_vs_floor", "floor", pgConcurrentFreshRunVsFloor},
 	{"redis_fresh_run_vs_floor", "floor", redisFreshRunVsFloor},
 	{"redis_duplicate_vs_floor", "floor", redisDuplicateVsFloor},

@@ -18,6 +18,9 @@ import (
 )
 
 func main() {
+	if os.Getenv(lockWaitChildEnv) != "" {
+		os.Exit(lockWaitChild())
+	}
 	var cfg config
 	only := flag.String("only", "", "run only the comparisons whose name matches this regexp")
 	flag.IntVar(&cfg.n, "n", 200, "keys per measurement (duplicate reads against the floor repeat them "+fmt.Sprint(dupPasses)+" times)")

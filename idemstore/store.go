@@ -213,6 +213,12 @@ type Claim struct {
 	// no more, and a duplicate trigger is the path to keep cheap); for
 	// ClaimMismatch, Key, Status and Fingerprint.
 	Record Record
+
+	// Now, for ClaimAcquired, is the time the claim was written as, from
+	// which its lease counts, on the claimer's clock: a store that waited
+	// for a lock before it could write moves ClaimRequest.Now forward by
+	// the wait (the SQLite ledger does). Zero means ClaimRequest.Now.
+	Now time.Time
 }
 
 // End is how an attempt ended, for Store.Finish.

@@ -3,6 +3,7 @@ package idemstore
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Point names a boundary of the Run protocol where a process can die. The
@@ -34,6 +35,12 @@ type Trace struct {
 	// written, no lease is released, the heartbeat stops, and Run returns
 	// an error wrapping the one returned here.
 	Checkpoint func(ctx context.Context, p Point, key Key) error
+
+	// WriteLock, if set, is called by a store that takes a database's
+	// write lock (the SQLite ledger) each time one of its writes got it,
+	// with how long it waited for it (queued in the process and at the
+	// database). It must be quick and safe for concurrent use.
+	WriteLock func(waited time.Duration)
 }
 
 type traceKey struct{}
@@ -76,4 +83,12 @@ func (e *stopError) Unwrap() error { return e.err }
 func IsStop(err error) bool {
 	var s *stopError
 	return errors.As(err, &s)
+}
+
+// WriteLockWaited reports to ctx's [Trace], if it has a WriteLock hook,
+// that a write waited d for the database's write lock.
+func WriteLockWaited(ctx context.Context, d time.Duration) {
+	if t, _ := ctx.Value(traceKey{}).(*Trace); t != nil && t.WriteLock != nil {
+		t.WriteLock(d)
+	}
 }

@@ -1,0 +1,96 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+)
+
+// ErrWriteLockHeld: a write of a SQLite ledger (a claim, a lease renewal, a
+// done mark, an outbox message's claim or end, ...) waited longer than
+// [WithLockWait] for the database's write lock, which another writer held
+// (a long transaction of the application's on a database shared through
+// [NewLedger], a backup, a migration, another process's writes). Nothing was
+// written. It is transient: the key is as it was, and the next try may
+// succeed. The error names the ledger's path and how long it waited.
+var ErrWriteLockHeld = errors.New("idem: ledger write lock held by another writer")
+
+// DefaultLockWait is how long a write of a SQLite ledger waits for the
+// database's write lock before it fails with [ErrWriteLockHeld] (see
+// [WithLockWait]).
+const DefaultLockWait = 30 * time.Second
+
+// WithLockWait bounds how long each write of a SQLite ledger ([OpenLedger],
+// [NewLedger]) waits for the database's write lock (default
+// [DefaultLockWait]); past it, the write fails with an error matching
+// [ErrWriteLockHeld] that names the ledger, and writes nothing. The
+// context's end bounds the wait too. A d that is not positive is an error
+// matching [ErrInvalidOption]. Other stores ignore it.
+//
+// On an attached database ([NewLedger]) the bound is checked between the
+// tries of a BEGIN, each of which may itself wait up to the database's
+// busy_timeout.
+func WithLockWait(d time.Duration) StoreOption {
+	return storeOnlyOption(func(c *config) error {
+		if d <= 0 {
+			return invalidOption("WithLockWait(%v): must be positive", d)
+		}
+		c.lockWait = d
+		return nil
+	})
+}
+
+type storeOnlyOption func(*config) error
+
+func (o storeOnlyOption) applyStore(c *config) error { return o(c) }
+
+// writeLock is the ledger's way to its write lock. In this process the
+// writers queue on sem, first come first served (a channel's waiting
+// senders are served in order), with the wait bounded; across processes
+// each waits for SQLite's lock in SQLite's busy handler, bounded too.
+type writeLock struct {
+	sem     chan struct{}
+	wait    time.Duration // the bound of each write's wait
+	waiters atomic.Int32  // writes waiting for the lock now (for tests)
+}
+
+// pollWait is how long a write that found the database locked (and
+// SQLite's busy handler did not wait) sleeps before it tries again.
+func pollWait(time.Duration) time.Duration {
+	return 500*time.Microsecond + rand.N(2*time.Millisecond)
+}
+
+// lockHeld is the error of a write that waited d for the write lock.
+func lockHeld(d time.Duration, why error) error {
+	msg := fmt.Sprintf("waited %v for the database's write lock, which another writer held (see WithLockWait); nothing was written", d.Round(time.Millisecond))
+	if why != nil {
+		return fmt.Errorf("%w: %s (last try: %w)", ErrWriteLockHeld, msg, why)
+	}
+	return fmt.Errorf("%w: %s", ErrWriteLockHeld, msg)
+}
+
+// acquire takes this process's turn to write, waiting at most until
+// deadline or ctx's end; waited says whether it had to wait. release gives
+// it back.
+func (wl *writeLock) acquire(ctx context.Context, start, deadline time.Time) (waited bool, err error) {
+	select {
+	case wl.sem <- struct{}{}:
+		return false, nil
+	default:
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case wl.sem <- struct{}{}:
+		return true, nil
+	case <-ctx.Done():
+		return true, context.Cause(ctx)
+	case <-t.C:
+		return true, lockHeld(time.Since(start), nil)
+	}
+}
+
+func (wl *writeLock) release() { <-wl.sem }
