@@ -952,19 +952,18 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 	}
 }
 
-// TestPostgres runs the CLI against the Postgres ledger named by
-// $IDEM_TEST_PG_DSN (scripts/pg.sh starts a throwaway server), in a schema
-// of its own. The database keeps its own clock for leases, so only due
-// periods follow $IDEM_NOW here.
-func TestPostgres(t *testing.T) {
-	t.Parallel()
-	dsn := os.Getenv("IDEM_TEST_PG_DSN")
+// pgSchema returns $IDEM_TEST_PG_DSN and the name of a new schema, prefix
+// and a random part, that is dropped when the test ends; without a
+// PostgreSQL it skips the test.
+func pgSchema(t *testing.T, prefix string) (dsn, schema string) {
+	t.Helper()
+	dsn = os.Getenv("IDEM_TEST_PG_DSN")
 	if dsn == "" {
 		t.Skip("no PostgreSQL: set IDEM_TEST_PG_DSN (eval \"$(scripts/pg.sh start)\" from the repository's root)")
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	schema := "idemcli_" + hex.EncodeToString(b[:])
+	schema = prefix + hex.EncodeToString(b[:])
 	t.Cleanup(func() {
 		l, err := pgledger.Open(context.Background(), dsn, pgledger.WithSchema(schema))
 		if err != nil {
@@ -976,6 +975,16 @@ func TestPostgres(t *testing.T) {
 			t.Errorf("dropping schema %s: %v", schema, err)
 		}
 	})
+	return dsn, schema
+}
+
+// TestPostgres runs the CLI against the Postgres ledger named by
+// $IDEM_TEST_PG_DSN (scripts/pg.sh starts a throwaway server), in a schema
+// of its own. The database keeps its own clock for leases, so only due
+// periods follow $IDEM_NOW here.
+func TestPostgres(t *testing.T) {
+	t.Parallel()
+	dsn, schema := pgSchema(t, "idemcli_")
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.pg = []string{"--postgres", dsn, "--postgres-schema", schema}
 

@@ -4,9 +4,6 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -19,7 +16,6 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testwait"
-	"github.com/idemgo/idem/pgledger"
 )
 
 func TestServeCheck(t *testing.T) {
@@ -314,24 +310,7 @@ func TestServeReadmeCrontab(t *testing.T) {
 // $IDEM_TEST_PG_DSN.
 func TestServeCheckNamesJobWithOtherSchedulePostgres(t *testing.T) {
 	t.Parallel()
-	dsn := os.Getenv("IDEM_TEST_PG_DSN")
-	if dsn == "" {
-		t.Skip("no PostgreSQL: set IDEM_TEST_PG_DSN (eval \"$(scripts/pg.sh start)\" from the repository's root)")
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "idemserve_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		l, err := pgledger.Open(context.Background(), dsn, pgledger.WithSchema(schema))
-		if err != nil {
-			t.Errorf("dropping schema %s: %v", schema, err)
-			return
-		}
-		defer l.Close()
-		if _, err := l.Pool().Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
-			t.Errorf("dropping schema %s: %v", schema, err)
-		}
-	})
+	dsn, schema := pgSchema(t, "idemserve_")
 	e := newEnv(t, "2026-10-28T02:00:30Z")
 	e.pg = []string{"--postgres", dsn, "--postgres-schema", schema}
 	path := filepath.Join(e.dir, "crontab")
