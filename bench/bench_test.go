@@ -8,6 +8,17 @@ import (
 	"time"
 )
 
+// TestMain makes the test binary, re-executed by sqlite_write_lock_wait, a
+// writer process as the bench binary is (main does this for it): without
+// it each writer would run every comparison again, and start writers of
+// its own.
+func TestMain(m *testing.M) {
+	if os.Getenv(lockWaitChildEnv) != "" {
+		os.Exit(lockWaitChild())
+	}
+	os.Exit(m.Run())
+}
+
 // ci reports whether $CI says the tests run in CI.
 func ci() bool {
 	v := os.Getenv("CI")

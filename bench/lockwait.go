@@ -100,8 +100,8 @@ func sqliteWriteLockWait(ctx context.Context, cfg config) (result, error) {
 	slices.Sort(waits)
 	q := func(p float64) time.Duration { return waits[min(len(waits)-1, int(p*float64(len(waits))))] }
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
-	return result{text: fmt.Sprintf("%d writer processes, %d writes in %.1f s: wait for the write lock p50 %s  p99 %s  max %s",
-		lockWaitWriters, len(waits), elapsed.Seconds(), ms(q(0.50)), ms(q(0.99)), ms(waits[len(waits)-1]))}, nil
+	return result{text: fmt.Sprintf("p50=%s p99=%s max=%s (wait for the write lock; %d writer processes, %d writes in %.1f s)",
+		ms(q(0.50)), ms(q(0.99)), ms(waits[len(waits)-1]), lockWaitWriters, len(waits), elapsed.Seconds())}, nil
 }
 
 // lockWaitChild is a writer process of sqlite_write_lock_wait: it prints
