@@ -54,7 +54,7 @@ func (o storeOnlyOption) applyStore(c *config) error { return o(c) }
 type writeLock struct {
 	sem     chan struct{}
 	wait    time.Duration // the bound of each write's wait
-	waiters atomic.Int32  // writes waiting for the lock now (for tests)
+	blocked atomic.Int32  // writes that found the database locked and wait for SQLite's lock now (for tests)
 }
 
 // pollWait is how long a write that found the database locked (and

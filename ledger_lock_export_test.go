@@ -1,5 +1,5 @@
 package idem
 
-// LedgerLockWaiters returns how many writes of l wait for the write lock
-// now (queued in this process or polling SQLite).
-func LedgerLockWaiters(l *Ledger) int { return int(l.wl.waiters.Load()) }
+// LedgerLockBlocked returns how many writes of l found the database locked
+// by another handle and wait for SQLite's lock now.
+func LedgerLockBlocked(l *Ledger) int { return int(l.wl.blocked.Load()) }

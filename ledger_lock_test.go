@@ -102,7 +102,9 @@ func TestLedgerClaimLeaseCountsFromWrite(t *testing.T) {
 			return nil
 		}, idem.WithLease(lease), idem.AtMostOnce())
 	}()
-	testwait.Until(t, func() bool { return idem.LedgerLockWaiters(l) > 0 }, "A's claim waiting for the write lock")
+	// Only once A's claim found the database locked does it wait for the
+	// lock (queued, it could still be about to try: then it would not wait).
+	testwait.Until(t, func() bool { return idem.LedgerLockBlocked(l) > 0 }, "A's claim to find the database locked by the other handle")
 	clk.Advance(4 * time.Second) // the other writer holds the lock 4 s
 	release()
 

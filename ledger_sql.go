@@ -192,6 +192,12 @@ func busyRetry(ctx context.Context, f func() error) error {
 // setTimeout nil (an attached database), after a pollWait sleep.
 func lockWait(ctx context.Context, ls *lockStart, setTimeout func(time.Duration), try func() error) error {
 	start, deadline := ls.real, ls.deadline
+	blocked := false // counted in ls.wl.blocked
+	defer func() {
+		if blocked {
+			ls.wl.blocked.Add(-1)
+		}
+	}()
 	if setTimeout != nil {
 		defer func() {
 			if ls.waited {
@@ -205,6 +211,10 @@ func lockWait(ctx context.Context, ls *lockStart, setTimeout func(time.Duration)
 			return err
 		}
 		ls.waited = true
+		if !blocked && ls.wl != nil {
+			blocked = true
+			ls.wl.blocked.Add(1)
+		}
 		left := time.Until(deadline)
 		if left <= 0 {
 			return lockHeld(time.Since(start), err)
@@ -240,26 +250,22 @@ type lockStart struct {
 	clock    time.Time // by the ledger's clock
 	deadline time.Time
 	waited   bool // it had to wait (for another writer of this process, or SQLite's lock)
+	wl       *writeLock
 }
 
 // beginWrite takes this process's turn to write (release gives it back),
 // waiting at most the ledger's WithLockWait.
 func (l *Ledger) beginWrite(ctx context.Context) (*lockStart, error) {
 	now := time.Now()
-	ls := &lockStart{real: now, clock: l.clock.Now(), deadline: now.Add(l.wl.wait)}
-	l.wl.waiters.Add(1)
+	ls := &lockStart{real: now, clock: l.clock.Now(), deadline: now.Add(l.wl.wait), wl: &l.wl}
 	waited, err := l.wl.acquire(ctx, ls.real, ls.deadline)
 	ls.waited = waited
-	if err != nil {
-		l.wl.waiters.Add(-1)
-	}
 	return ls, err
 }
 
 // locked is called once a write holds the write lock: it ends the wait,
 // reports it to ctx's trace and returns shift (see wtx.shift).
 func (l *Ledger) locked(ctx context.Context, ls *lockStart) time.Duration {
-	l.wl.waiters.Add(-1)
 	idemstore.WriteLockWaited(ctx, time.Since(ls.real))
 	return ls.shift(l.clock)
 }
@@ -339,12 +345,7 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 	if !durable {
 		i, pool = 1, l.fast
 	}
-	waiting := true
-	defer func() {
-		if waiting {
-			l.wl.waiters.Add(-1)
-		}
-	}()
+	waiting := true // until the first try that gets the lock: locked reports the wait once
 	return l.writeErr(lockWait(ctx, ls, l.busyTimeout(i), func() error {
 		w, err := l.writeConn(ctx, i, pool)
 		if err != nil {
@@ -402,12 +403,7 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 		return err
 	}
 	defer l.wl.release()
-	waiting := true
-	defer func() {
-		if waiting {
-			l.wl.waiters.Add(-1)
-		}
-	}()
+	waiting := true // until the first try that gets the lock: locked reports the wait once
 	var setTimeout func(time.Duration)
 	if l.fast != nil {
 		setTimeout = l.busyTimeout(0)
