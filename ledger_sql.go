@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math"
@@ -46,10 +47,16 @@ func (w *wconn) exec(ctx context.Context, q string) (sql.Result, error) {
 	return st.ExecContext(ctx)
 }
 
+// close ends a kept connection whose state is not known (a BEGIN, COMMIT
+// or ROLLBACK failed: a transaction may still be open on it). The driver's
+// connection is discarded, not handed back to the pool: sql.Conn.Close
+// alone would return it, and the next write taking it from the pool would
+// find itself inside that transaction.
 func (w *wconn) close() error {
 	for _, st := range w.stmts {
 		st.Close()
 	}
+	_ = w.conn.Raw(func(any) error { return driver.ErrBadConn }) // database/sql closes a connection that says it is bad
 	return w.conn.Close()
 }
 
