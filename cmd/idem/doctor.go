@@ -323,16 +323,7 @@ func checkKeys(ctx context.Context, rep *doctorReport, db *sql.DB, now time.Time
 		rep.add(levelOK, "keys", "%d pending (%d running, %d failed and retried by the next run after their backoff): 'idem ls%s --status pending'",
 			pending, counts["running"], counts["failed"], hint)
 	}
-	if n := counts["unknown"]; n > 0 {
-		rep.add(levelWarn, "keys", "%d unknown: an at-most-once run failed or was killed, and idem will not run them again by itself. List them with 'idem ls%s --status unknown', check whether each one's work happened, then 'idem resolve%s JOB PERIOD --done' or '--retry'", n, hint, hint)
-	} else {
-		rep.add(levelOK, "keys", "0 unknown")
-	}
-	if n := counts["parked"]; n > 0 {
-		rep.add(levelWarn, "keys", "%d parked: they failed --max-attempts times. List them with 'idem ls%s --status parked' (see the last error), fix the cause, then 'idem reset%s JOB PERIOD'", n, hint, hint)
-	} else {
-		rep.add(levelOK, "keys", "0 parked")
-	}
+	rep.needPerson(int64(counts["unknown"]), int64(counts["parked"]), hint)
 	if passedAll > 0 {
 		rep.add(levelWarn, "keys", "%d not settled at or before their job's catch-up cursor (%d failed, %d unknown, %d parked, %d died running): catch-up has passed them, so no 'idem run' retries them, and reset or resolve --retry does not help (they were run with --catch-up none, or left by an older idem whose catch-up skipped a failed first period). Find them with 'idem ls%s' (note: catch-up has passed it); for each, do its work by hand if it is not done, then 'idem resolve%s JOB PERIOD --done'",
 			passedAll, passed["failed"], passed["unknown"], passed["parked"], passed["running"], hint, hint)
@@ -349,4 +340,20 @@ func size(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// needPerson adds the findings for the periods that wait for a person:
+// unknown ones (idem resolve) and parked ones (idem reset); hint is the
+// store flags to repeat in the commands it suggests.
+func (rep *doctorReport) needPerson(unknown, parked int64, hint string) {
+	if unknown > 0 {
+		rep.add(levelWarn, "keys", "%d unknown: an at-most-once run failed or was killed, and idem will not run them again by itself. List them with 'idem ls%s --status unknown', check whether each one's work happened, then 'idem resolve%s JOB PERIOD --done' or '--retry'", unknown, hint, hint)
+	} else {
+		rep.add(levelOK, "keys", "0 unknown")
+	}
+	if parked > 0 {
+		rep.add(levelWarn, "keys", "%d parked: they failed --max-attempts times. List them with 'idem ls%s --status parked' (see the last error), fix the cause, then 'idem reset%s JOB PERIOD'", parked, hint, hint)
+	} else {
+		rep.add(levelOK, "keys", "0 parked")
+	}
 }

@@ -130,15 +130,6 @@ func diagnosePostgres(ctx context.Context, dsn, schema string) *doctorReport {
 		rep.add(levelOK, "keys", "%d pending (%d running, %d of them with an expired lease: runs that died, recovered by the next run; %d failed, retried by the next run after their backoff): 'idem ls%s --status pending'",
 			pending, counts["running"], expired, counts["failed"], hint)
 	}
-	if n := counts["unknown"]; n > 0 {
-		rep.add(levelWarn, "keys", "%d unknown: an at-most-once run failed or was killed, and idem will not run them again by itself. List them with 'idem ls%s --status unknown', check whether each one's work happened, then 'idem resolve%s JOB PERIOD --done' or '--retry'", n, hint, hint)
-	} else {
-		rep.add(levelOK, "keys", "0 unknown")
-	}
-	if n := counts["parked"]; n > 0 {
-		rep.add(levelWarn, "keys", "%d parked: they failed --max-attempts times. List them with 'idem ls%s --status parked' (see the last error), fix the cause, then 'idem reset%s JOB PERIOD'", n, hint, hint)
-	} else {
-		rep.add(levelOK, "keys", "0 parked")
-	}
+	rep.needPerson(counts["unknown"], counts["parked"], hint)
 	return rep
 }
