@@ -14,6 +14,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/holder"
 	"github.com/idemgo/idem/internal/proc"
 	"github.com/idemgo/idem/internal/testwait"
 )
@@ -144,18 +145,25 @@ func Processes(t *testing.T, arg string, open Opener) {
 			if !x.e.Killed {
 				t.Fatalf("replica %d ended, not killed: code %d\n%s", x.i, x.e.Code, x.e.Output)
 			}
-			// The others look again once its lease ended. One that looked
-			// just after the kill took the period over already (its holder
-			// is gone); a jump now would end that one's lease too, and a
-			// live run's lease ending is a second run (AtLeastOnce).
+			// The others take the period over. Where a replica can tell
+			// that the killed holder is gone (a process of this host), it
+			// probes it every second of its clock: a step of two seconds
+			// lets the probe through, and it leaves the lease of a replica
+			// that took the period over already (its claim saw the holder
+			// gone) running. Elsewhere they look again once the dead
+			// holder's lease ended — a jump no replica can have taken the
+			// period over before, as none can see the holder's death.
 			rec, ok, err := st.Lookup(context.Background(), idem.Key{Job: "hourly", Period: p.Name})
 			if err != nil || !ok {
 				t.Fatalf("Lookup %s after the kill: found %v, %v", p.Name, ok, err)
 			}
-			if rec.Attempt == 1 {
+			switch {
+			case holder.Local(rec.Owner):
+				now = now.Add(2 * time.Second)
+			case rec.Attempt == 1:
 				now = now.Add(idem.DefaultLease + time.Second)
-				SetFileClock(t, clock, now)
 			}
+			SetFileClock(t, clock, now)
 		}
 		// Done in the store, not only in fn's log: a run that still holds
 		// its period when the clock jumps an hour on would lose its lease.
