@@ -15,7 +15,7 @@ import (
 // Run can persist the count in the store and honour the same backoff across
 // separate processes: a cron that fires every minute does not hammer a
 // failing downstream. There is no hidden elapsed-time limit; bound the number
-// of attempts with [WithMaxAttempts] and the wait with [WithCap].
+// of attempts with [MaxAttempts] and the wait with [Capped].
 type Backoff interface {
 	// Next returns the delay before the next attempt after n consecutive
 	// failures (n >= 1), or ok == false to give up.
@@ -73,7 +73,7 @@ func Constant(d time.Duration) Backoff {
 
 // Exponential waits base, 2·base, 4·base, ... after the 1st, 2nd, 3rd failure,
 // saturating at the largest Duration. It never gives up and has no jitter:
-// wrap it with [WithFullJitter], [WithCap] and [WithMaxAttempts]. A base
+// wrap it with [FullJitter], [Capped] and [MaxAttempts]. A base
 // that is not positive makes a Backoff that [WithBackoff] refuses.
 func Exponential(base time.Duration) Backoff {
 	if base <= 0 {
@@ -91,14 +91,14 @@ func Exponential(base time.Duration) Backoff {
 	})
 }
 
-// WithCap limits every delay of b to at most max. A max that is not
+// Capped limits every delay of b to at most max. A max that is not
 // positive, or a b that cannot be used, makes a Backoff that [WithBackoff]
 // refuses.
-func WithCap(max time.Duration, b Backoff) Backoff {
+func Capped(max time.Duration, b Backoff) Backoff {
 	if max <= 0 {
-		return badBackoff{fmt.Sprintf("WithCap(%v): the cap must be positive", max)}
+		return badBackoff{fmt.Sprintf("Capped(%v): the cap must be positive", max)}
 	}
-	b, ok := inner(fmt.Sprintf("WithCap(%v)", max), b)
+	b, ok := inner(fmt.Sprintf("Capped(%v)", max), b)
 	if !ok {
 		return b
 	}
@@ -108,14 +108,14 @@ func WithCap(max time.Duration, b Backoff) Backoff {
 	})
 }
 
-// WithMaxAttempts gives up once n attempts have failed: the n-th failure
+// MaxAttempts gives up once n attempts have failed: the n-th failure
 // parks the key. An n below 1, or a b that cannot be used, makes a Backoff
 // that [WithBackoff] refuses.
-func WithMaxAttempts(n int, b Backoff) Backoff {
+func MaxAttempts(n int, b Backoff) Backoff {
 	if n < 1 {
-		return badBackoff{fmt.Sprintf("WithMaxAttempts(%d): at least one attempt is needed", n)}
+		return badBackoff{fmt.Sprintf("MaxAttempts(%d): at least one attempt is needed", n)}
 	}
-	b, ok := inner(fmt.Sprintf("WithMaxAttempts(%d)", n), b)
+	b, ok := inner(fmt.Sprintf("MaxAttempts(%d)", n), b)
 	if !ok {
 		return b
 	}
@@ -138,15 +138,15 @@ var jitter = func(d time.Duration) time.Duration {
 	return time.Duration(rand.Int64N(int64(d) + 1))
 }
 
-// WithFullJitter replaces each delay d of b by a uniform random delay in
+// FullJitter replaces each delay d of b by a uniform random delay in
 // [0, d] ("full jitter"), so that many clients failing together do not retry
 // together. A delay may come out near zero, so the sum of the delays has no
-// lower bound: use [WithEqualJitter] when the backoff must also bound how
+// lower bound: use [EqualJitter] when the backoff must also bound how
 // soon the attempts run out.
 //
 // A b that cannot be used makes a Backoff that [WithBackoff] refuses.
-func WithFullJitter(b Backoff) Backoff {
-	b, ok := inner("WithFullJitter", b)
+func FullJitter(b Backoff) Backoff {
+	b, ok := inner("FullJitter", b)
 	if !ok {
 		return b
 	}
@@ -159,14 +159,14 @@ func WithFullJitter(b Backoff) Backoff {
 	})
 }
 
-// WithEqualJitter replaces each delay d of b by a uniform random delay in
+// EqualJitter replaces each delay d of b by a uniform random delay in
 // [d/2, d] ("equal jitter"): clients failing together still spread out, and
 // every delay is at least half of b's, so the sum of the delays before b
 // gives up is at least half of b's sum. [DefaultBackoff] uses it for that
 // bound. A b that cannot be used makes a Backoff that [WithBackoff]
 // refuses.
-func WithEqualJitter(b Backoff) Backoff {
-	b, ok := inner("WithEqualJitter", b)
+func EqualJitter(b Backoff) Backoff {
+	b, ok := inner("EqualJitter", b)
 	if !ok {
 		return b
 	}
@@ -200,7 +200,7 @@ const (
 // are kept in the store, and [RetryWithin] keeps one call from waiting them
 // out in-process. At most, the waits add up to 67 min 3 s.
 func DefaultBackoff() Backoff {
-	return WithMaxAttempts(DefaultMaxAttempts, WithEqualJitter(WithCap(DefaultBackoffCap, Exponential(time.Second))))
+	return MaxAttempts(DefaultMaxAttempts, EqualJitter(Capped(DefaultBackoffCap, Exponential(time.Second))))
 }
 
 // Retry calls fn until it succeeds, returns a [Permanent] error, b gives up,

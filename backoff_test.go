@@ -10,7 +10,7 @@ import (
 
 func TestExponentialCapAndMax(t *testing.T) {
 	t.Parallel()
-	b := WithMaxAttempts(5, WithCap(10*time.Second, Exponential(time.Second)))
+	b := MaxAttempts(5, Capped(10*time.Second, Exponential(time.Second)))
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 	for i, w := range want {
 		got, ok := b.Next(i + 1)
@@ -21,7 +21,7 @@ func TestExponentialCapAndMax(t *testing.T) {
 	if _, ok := b.Next(5); ok {
 		t.Fatal("Next(5) of a 5-attempt backoff: want give up")
 	}
-	uncapped := WithCap(10*time.Second, Exponential(time.Second))
+	uncapped := Capped(10*time.Second, Exponential(time.Second))
 	if got, _ := uncapped.Next(5); got != 10*time.Second {
 		t.Fatalf("capped Next(5) = %v, want 10s", got)
 	}
@@ -32,7 +32,7 @@ func TestExponentialCapAndMax(t *testing.T) {
 
 func TestFullJitterBounds(t *testing.T) {
 	t.Parallel()
-	b := WithFullJitter(WithCap(time.Minute, Exponential(time.Second)))
+	b := FullJitter(Capped(time.Minute, Exponential(time.Second)))
 	for n := 1; n <= 10; n++ {
 		bound := min(time.Minute, time.Second<<(n-1))
 		var hi time.Duration
@@ -54,7 +54,7 @@ func TestFullJitterInjectable(t *testing.T) {
 	defer func(old func(time.Duration) time.Duration) { jitter = old }(jitter)
 	var asked []time.Duration
 	jitter = func(d time.Duration) time.Duration { asked = append(asked, d); return d / 2 }
-	b := WithMaxAttempts(5, WithFullJitter(WithCap(time.Minute, Exponential(time.Second))))
+	b := MaxAttempts(5, FullJitter(Capped(time.Minute, Exponential(time.Second))))
 	for n := 1; n <= 4; n++ {
 		d, ok := b.Next(n)
 		if want := (time.Second << (n - 1)) / 2; !ok || d != want {
@@ -71,7 +71,7 @@ func TestFullJitterInjectable(t *testing.T) {
 
 func TestEqualJitterBounds(t *testing.T) {
 	t.Parallel()
-	b := WithEqualJitter(WithCap(time.Minute, Exponential(time.Second)))
+	b := EqualJitter(Capped(time.Minute, Exponential(time.Second)))
 	for n := 1; n <= 10; n++ {
 		bound := min(time.Minute, time.Second<<(n-1))
 		lo, hi := bound, time.Duration(0)
@@ -87,8 +87,8 @@ func TestEqualJitterBounds(t *testing.T) {
 			t.Fatalf("Next(%d): 2000 draws within [%v, %v], want them spread over [%v, %v]", n, lo, hi, bound/2, bound)
 		}
 	}
-	if _, ok := WithEqualJitter(WithMaxAttempts(2, Constant(time.Second))).Next(2); ok {
-		t.Fatal("WithEqualJitter does not give up when the wrapped backoff does")
+	if _, ok := EqualJitter(MaxAttempts(2, Constant(time.Second))).Next(2); ok {
+		t.Fatal("EqualJitter does not give up when the wrapped backoff does")
 	}
 }
 
@@ -151,7 +151,7 @@ func TestRetry(t *testing.T) {
 	t.Run("gives up", func(t *testing.T) {
 		t.Parallel()
 		calls := 0
-		err := Retry(ctx, WithMaxAttempts(4, Constant(0)), func(context.Context) error { calls++; return boom })
+		err := Retry(ctx, MaxAttempts(4, Constant(0)), func(context.Context) error { calls++; return boom })
 		if !errors.Is(err, ErrParked) || !errors.Is(err, boom) || calls != 4 {
 			t.Fatalf("err %v, calls %d", err, calls)
 		}

@@ -626,7 +626,7 @@ func TestReadOnlyDirectory(t *testing.T) {
 		}
 		before := dirState(t, dir)
 		readOnlyDir(t, dir)
-		for _, opt := range []idem.ModeOption{idem.AtLeastOnce(), idem.AtMostOnce()} {
+		for _, opt := range []idem.Option{idem.AtLeastOnce(), idem.AtMostOnce()} {
 			err := s.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-28"}, ok, opt)
 			if err == nil || !strings.Contains(err.Error(), s.Path()) || !strings.Contains(err.Error(), "directory "+dir+" "+want) {
 				t.Errorf("state file in a read-only directory: %v, want the path and the directory %s", err, want)

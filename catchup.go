@@ -98,18 +98,18 @@ func (r CatchUpResult) Count(o Outcome) int {
 // fn must not call Run or RunTx for its own period (the key is held by
 // the Run that called fn: [ErrNestedRun]); for business writes that commit
 // with each period's done mark, use [CatchUpTx].
-func CatchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...CatchUpOption) (CatchUpResult, error) {
+func CatchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...Option) (CatchUpResult, error) {
 	if fn == nil || sched == nil || s == nil {
 		panic("idem: CatchUp needs a store, a schedule and a fn")
 	}
-	cfg := configure(s, opts, CatchUpOption.applyCatchUp)
+	cfg := configure(s, callCatchUp, opts)
 	return catchUp(ctx, s, job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
 		return execute(ctx, s, key, cfg, noValue(func(ctx context.Context) error { return fn(ctx, p) }), nil, nil)
 	})
 }
 
 // CatchUpTx is [CatchUp] for a transactional job: each due period runs
-// through [RunTxWith], and fn's writes, the period's done mark and the
+// through [RunTx], and fn's writes, the period's done mark and the
 // move of the job's cursor to the period commit in ONE transaction of the
 // store's database, or not at all. After downtime every missed period is
 // done exactly once in that database, whatever kills the process: a
@@ -117,16 +117,16 @@ func CatchUp(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sc
 // a done mark nor a cursor move, and the next call runs it again.
 //
 // Periods, policies, the cursor and the options are as in CatchUp; it
-// takes no mode option, and ignores a store's default mode (see RunTxWith). A failing period's writes are
+// takes no mode option, and ignores a store's default mode (see RunTx). A failing period's writes are
 // rolled back and the catch-up stops there (unless
 // [ContinueAfterFailure]); the error returned is that period's. As in
-// RunTxWith, write idempotent, recomputing statements: they are what the
+// RunTx, write idempotent, recomputing statements: they are what the
 // re-run of a rolled-back period repeats.
-func CatchUpTx[Tx any](ctx context.Context, s idemstore.CatchUpTxStore[Tx], job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...CatchUpTxOption) (CatchUpResult, error) {
+func CatchUpTx[Tx any](ctx context.Context, s idemstore.CatchUpTxStore[Tx], job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...Option) (CatchUpResult, error) {
 	if fn == nil || sched == nil || s == nil {
 		panic("idem: CatchUpTx needs a store, a schedule and a fn")
 	}
-	cfg := configure(s, opts, CatchUpTxOption.applyCatchUpTx)
+	cfg := configure(s, callCatchUpTx, opts)
 	return catchUp(ctx, s, job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
 		return runTx(ctx, s, key, func(ctx context.Context, tx Tx) ([]byte, error) { return nil, fn(ctx, tx, p) }, cfg)
 	})

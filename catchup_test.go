@@ -27,12 +27,12 @@ type catchUpJob struct {
 	clk   *idemtest.Clock
 	ran   []string
 	fail  map[string]bool
-	extra []idem.CatchUpOption
+	extra []idem.Option
 }
 
-func (j *catchUpJob) run(t *testing.T, opts ...idem.CatchUpOption) (idem.CatchUpResult, error) {
+func (j *catchUpJob) run(t *testing.T, opts ...idem.Option) (idem.CatchUpResult, error) {
 	t.Helper()
-	opts = append(append([]idem.CatchUpOption{idem.WithClock(j.clk)}, j.extra...), opts...)
+	opts = append(append([]idem.Option{idem.WithClock(j.clk)}, j.extra...), opts...)
 	return idem.CatchUp(context.Background(), j.s, "settle", daily, func(ctx context.Context, p idem.Period) error {
 		if j.fail[p.Name] {
 			return idem.Permanent(fmt.Errorf("no data for %s", p.Name))
@@ -73,7 +73,7 @@ func TestCatchUpMissedPeriods(t *testing.T) {
 					j.ran = nil
 					// The host is down for `missed` days.
 					clk.Set(day(1 + missed))
-					var opt idem.CatchUpOption
+					var opt idem.Option
 					switch policy {
 					case "all":
 						opt = idem.CatchUpAll(0)
@@ -444,7 +444,7 @@ func TestCatchUpWaitForTurn(t *testing.T) {
 			}()
 			testwait.Recv(t, started, "the holder's fn to start")
 			var ran []string
-			opts := []idem.CatchUpOption{idem.Since(now.AddDate(0, 0, -3))}
+			opts := []idem.Option{idem.Since(now.AddDate(0, 0, -3))}
 			if wait {
 				opts = append(opts, idem.WaitForTurn())
 			}

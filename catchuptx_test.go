@@ -130,7 +130,7 @@ func wantTxState(t *testing.T, l *idem.Ledger, job string, want []string) {
 	}
 }
 
-func openTxLedger(t *testing.T, dir string, opts ...idem.StoreOption) *idem.Ledger {
+func openTxLedger(t *testing.T, dir string, opts ...idem.Option) *idem.Ledger {
 	t.Helper()
 	l := openLedger(t, dir, opts...)
 	if _, err := l.DB().Exec(settledTable); err != nil {
@@ -219,7 +219,7 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 			ctx := context.Background()
 			clk := idemtest.NewClock(day(4))
 			l := openTxLedger(t, t.TempDir(), idem.WithClock(clk))
-			opts := []idem.CatchUpTxOption{idem.Since(day(1)), idem.OneAttempt()}
+			opts := []idem.Option{idem.Since(day(1)), idem.OneAttempt()}
 			if path == "after-a-failure" {
 				fail := func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 					if p.Name == "2026-10-03" {

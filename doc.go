@@ -74,8 +74,8 @@
 // (AtLeastOnce, TwoPhase(has), RetryWithin(d), OneAttempt, WaitForTurn,
 // ReportTo(&r), CatchUpAll(n), CatchUpLatest, Since(t), DueAtStart,
 // ContinueAfterFailure); On<Event>(f) registers a callback (OnResult,
-// OnPeriod, OnProgress). The Backoff decorators (WithCap, WithMaxAttempts,
-// WithFullJitter, WithEqualJitter) are not options: each returns a Backoff
+// OnPeriod, OnProgress). The Backoff decorators (Capped, MaxAttempts,
+// FullJitter, EqualJitter) are not options: each returns a Backoff
 // "with" a cap, a limit or a jitter.
 //
 // A state has one name wherever it shows: a key that waits for an operator's

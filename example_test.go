@@ -102,7 +102,7 @@ func ExampleError() {
 // Retry on its own, without a store.
 func ExampleRetry() {
 	calls := 0
-	err := idem.Retry(context.Background(), idem.WithMaxAttempts(3, idem.Constant(0)), func(ctx context.Context) error {
+	err := idem.Retry(context.Background(), idem.MaxAttempts(3, idem.Constant(0)), func(ctx context.Context) error {
 		calls++
 		return errors.New("still down")
 	})

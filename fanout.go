@@ -118,11 +118,11 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 //
 // An observer ([OnResult]) gets one [Result] per call, whatever it
 // returns, with the period's item counts in Result.Items.
-func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...EachOption) (EachResult, error) {
+func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...Option) (EachResult, error) {
 	if fn == nil {
 		panic("idem: Each with a nil fn")
 	}
-	return each(ctx, s, key, items, configureEach(ctx, s, opts, EachOption.applyEach), fn, nil)
+	return each(ctx, s, key, items, configureEach(ctx, s, callEach, opts), fn, nil)
 }
 
 // EachTx is Each for an [idemstore.ItemTxStore]: fn gets the store's
@@ -132,11 +132,11 @@ func Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 // exactly once. It takes no mode option, and ignores a store's default mode
 // for its items: a failed or killed item left nothing behind and is simply
 // run again.
-func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...EachTxOption) (EachResult, error) {
+func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...Option) (EachResult, error) {
 	if fn == nil {
 		panic("idem: EachTx with a nil fn")
 	}
-	cfg := configureEach(ctx, s, opts, EachTxOption.applyEachTx)
+	cfg := configureEach(ctx, s, callEachTx, opts)
 	return each(ctx, s, key, items, cfg, nil, func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, item itemFunc, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
 		return s.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c idemstore.ItemClaim) error {
 			return item(ctx, c, func(ctx context.Context) error {

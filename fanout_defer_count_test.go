@@ -40,7 +40,7 @@ func TestCountItemsAfterDeferral(t *testing.T) {
 					}
 					return nil
 				}
-				var opt idem.FanOutOption = idem.WithGuard(idem.MemoryGuard{Limit: 0.85, Cgroup: cg.dir})
+				var opt idem.Option = idem.WithGuard(idem.MemoryGuard{Limit: 0.85, Cgroup: cg.dir})
 				if by == "breaker" {
 					opt = idem.WithBreaker(idem.NewBreaker(3, time.Hour))
 				}

@@ -39,7 +39,7 @@ func eachChild(dir, mode string, killAt int64, workers int) error {
 	}
 	fanOut := idem.WithWorkers(workers)
 	opts := []idem.Option{idem.WithLease(500 * time.Millisecond),
-		idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Millisecond)))}
+		idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Millisecond)))}
 	poison := func(item string) error {
 		if item == "acct-004242" {
 			return errors.New("account frozen")

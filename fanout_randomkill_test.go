@@ -46,7 +46,7 @@ func randomKillChild(dir, mode string, dieWhileRecording bool) error {
 	}
 	fanOut := idem.WithWorkers(2)
 	opts := []idem.Option{idem.WithLease(300 * time.Millisecond),
-		idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Millisecond)))}
+		idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Millisecond)))}
 	work := func() { time.Sleep(time.Duration(100+rand.IntN(200)) * time.Microsecond) }
 	if mode == "tx" {
 		_, err = idem.EachTx(ctx, l, points, items, func(ctx context.Context, tx *sql.Tx, item string) error {
@@ -64,7 +64,7 @@ func randomKillChild(dir, mode string, dieWhileRecording bool) error {
 		return err
 	}
 	defer log.Close()
-	var m idem.ModeOption
+	var m idem.Option
 	switch mode {
 	case "two-phase":
 		m = idem.TwoPhase(func(ctx context.Context, _ idem.Key) (bool, error) {

@@ -168,7 +168,7 @@ func TestEachParksPoisonItem(t *testing.T) {
 		}
 		c.add(item)
 		return nil
-	}, idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Second))))
+	}, idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Second))))
 	if err != nil || res.Counts.Parked != 1 || res.Counts.Done != 299 || len(res.Parked) != 1 || res.Parked[0] != "acct-000042" {
 		t.Fatalf("Each: %v, %+v", err, res)
 	}

@@ -75,7 +75,7 @@ func TestMemoryGuardDefersEachTx(t *testing.T) {
 		_, err := tx.ExecContext(ctx, `INSERT INTO effects(item) VALUES(?)`, item)
 		return err
 	}
-	opts := []idem.EachTxOption{idem.WithGuard(guard), idem.WithClock(clk), idem.WithBatch(100)}
+	opts := []idem.Option{idem.WithGuard(guard), idem.WithClock(clk), idem.WithBatch(100)}
 
 	res, err := idem.EachTx(ctx, l, points, accounts(n), fn, opts...)
 	var d *idem.Deferral
@@ -238,7 +238,7 @@ func TestBreakerProbe(t *testing.T) {
 		calls.Add(1)
 		return errors.New("down")
 	}
-	opts := []idem.EachOption{idem.WithBreaker(br), idem.WithClock(clk), idem.WithWorkers(1)}
+	opts := []idem.Option{idem.WithBreaker(br), idem.WithClock(clk), idem.WithWorkers(1)}
 	if _, err := idem.Each(ctx, l, points, accounts(50), fail, opts...); !errors.Is(err, idem.ErrDeferred) || calls.Load() != 2 {
 		t.Fatalf("first call: %v after %d calls of fn, want deferred after 2", err, calls.Load())
 	}
@@ -324,7 +324,7 @@ func TestGuardOptions(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	noop := func(context.Context, string) error { return nil }
-	for name, opt := range map[string]idem.EachOption{
+	for name, opt := range map[string]idem.Option{
 		"nil guard":       idem.WithGuard(nil),
 		"limit 0.0001%":   idem.WithGuard(idem.MemoryGuard{Limit: 1.5}),
 		"rate 0":          idem.WithRate(0, 1),

@@ -46,7 +46,7 @@ var newLedgerFile = sync.OnceValues(func() ([]byte, error) {
 
 // openLedger opens the ledger dir/ledger.db, creating it if need be, and
 // closes it when t ends.
-func openLedger(t testing.TB, dir string, opts ...idem.StoreOption) *idem.Ledger {
+func openLedger(t testing.TB, dir string, opts ...idem.Option) *idem.Ledger {
 	t.Helper()
 	path := filepath.Join(dir, "ledger.db")
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {

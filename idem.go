@@ -66,9 +66,9 @@ func DefaultLedgerPath() (string, error) {
 }
 
 // Run runs fn for key on the default store (see [Default]) with the
-// protocol of [RunWith]: fn runs until the key is done, at most once at a
+// protocol of [RunOn]: fn runs until the key is done, at most once at a
 // time, and not again once it is done.
-func Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...RunOption) error {
+func Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...Option) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}
@@ -79,5 +79,5 @@ func Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...R
 	if l, ok := s.(*Ledger); ok {
 		return l.Run(ctx, key, fn, opts...)
 	}
-	return RunWith(ctx, s, key, fn, opts...)
+	return RunOn(ctx, s, key, fn, opts...)
 }

@@ -224,8 +224,8 @@ func crashJob(ctx context.Context, dir, mode string, clk idem.Clock) error {
 		return err
 	}
 	defer l.Close()
-	var opts []idem.RunOption
-	var txOpts []idem.RunTxOption
+	var opts []idem.Option
+	var txOpts []idem.Option
 	if clk != nil {
 		opts = append(opts, idem.WithClock(clk))
 		txOpts = append(txOpts, idem.WithClock(clk))
@@ -487,7 +487,7 @@ func TestFnErrorWrappedAndRetried(t *testing.T) {
 	// it: RetryWithin keeps all 5 attempts in this call whatever it reads.)
 	k2 := idem.Key{Job: "daily_settle", Period: "2026-10-28"}
 	calls = 0
-	five := []idem.RunOption{idem.WithBackoff(idem.WithMaxAttempts(5, idem.Exponential(time.Second))), idem.RetryWithin(time.Hour)}
+	five := []idem.Option{idem.WithBackoff(idem.MaxAttempts(5, idem.Exponential(time.Second))), idem.RetryWithin(time.Hour)}
 	err = l.Run(context.Background(), k2, func(context.Context) error { calls++; return boom }, five...)
 	var ierr *idem.Error
 	if !errors.Is(err, idem.ErrParked) || !errors.Is(err, boom) || !errors.As(err, &ierr) || calls != 5 {
@@ -525,7 +525,7 @@ func TestBackoffPersistsAcrossRuns(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	clk := idemtest.NewClock(t0)
-	b := idem.WithMaxAttempts(3, idem.Exponential(time.Hour)) // 1h, 2h, then give up
+	b := idem.MaxAttempts(3, idem.Exponential(time.Hour)) // 1h, 2h, then give up
 	calls := 0
 	fail := func(context.Context) error { calls++; return errors.New("downstream down") }
 	run := func() error {
@@ -933,7 +933,7 @@ func TestOneAttemptAndCancelledCaller(t *testing.T) {
 }
 
 // TestStoreDefaultsApplyEverywhere: options given to OpenLedger apply to
-// RunWith, CatchUp and Each on it, not only to its methods.
+// RunOn, CatchUp and Each on it, not only to its methods.
 func TestStoreDefaultsApplyEverywhere(t *testing.T) {
 	t.Parallel()
 	clk := idemtest.NewClock(day(10))

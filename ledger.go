@@ -53,7 +53,7 @@ type Ledger struct {
 	owned    bool
 	path     string
 	file     *ledgerConnector // an owned ledger's file, checked before each write; nil when attached
-	defaults []StoreOption
+	defaults []Option
 	clock    Clock    // for the times the ledger takes itself (Resolve's); WithClock among defaults
 	stmts    sync.Map // stmtKey → *sql.Stmt: the driver caches no statements
 
@@ -98,7 +98,7 @@ var sqliteHeader = []byte("SQLite format 3\x00")
 //
 // A directory or file that cannot be written is reported with its path
 // and the reason (read-only, permission denied).
-func OpenLedger(path string, opts ...StoreOption) (*Ledger, error) {
+func OpenLedger(path string, opts ...Option) (*Ledger, error) {
 	if path == "" {
 		return nil, errors.New("idem: ledger path is empty")
 	}
@@ -193,11 +193,11 @@ func checkLedgerFile(path string) (exists bool, err error) {
 // opts become defaults for every call on the ledger (see [StoreOption]); an
 // invalid one is an error matching [ErrInvalidOption], returned before
 // anything is written.
-func NewLedger(ctx context.Context, db *sql.DB, opts ...StoreOption) (*Ledger, error) {
+func NewLedger(ctx context.Context, db *sql.DB, opts ...Option) (*Ledger, error) {
 	return newLedger(ctx, db, "", opts)
 }
 
-func newLedger(ctx context.Context, db *sql.DB, path string, opts []StoreOption) (*Ledger, error) {
+func newLedger(ctx context.Context, db *sql.DB, path string, opts []Option) (*Ledger, error) {
 	cfg := storeConfig(opts)
 	l := &Ledger{db: db, path: path, defaults: slices.Clone(opts), clock: cfg.clock}
 	l.wl.sem = make(chan struct{}, 1)
@@ -253,10 +253,10 @@ func (l *Ledger) opErr(op string, key Key, err error) error {
 	return fmt.Errorf("idem: %s: %s %s: %w", l.where(), op, key, err)
 }
 
-// Run runs fn for key on this ledger: see [RunWith] for the protocol and
+// Run runs fn for key on this ledger: see [RunOn] for the protocol and
 // [AtLeastOnce], [AtMostOnce] and [TwoPhase] for what each mode guarantees.
-func (l *Ledger) Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...RunOption) error {
-	return RunWith(ctx, l, key, fn, opts...)
+func (l *Ledger) Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...Option) error {
+	return RunOn(ctx, l, key, fn, opts...)
 }
 
 // RunTx runs fn in a transaction on the ledger's database and commits its
@@ -267,21 +267,21 @@ func (l *Ledger) Run(ctx context.Context, key Key, fn func(context.Context) erro
 // rolled-back attempt repeats.
 //
 // fn must use tx for its writes; writes through another connection are not
-// part of the transaction. See [RunTxWith].
-func (l *Ledger) RunTx(ctx context.Context, key Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...RunTxOption) error {
-	return RunTxWith(ctx, l, key, fn, opts...)
+// part of the transaction. See [RunTx].
+func (l *Ledger) RunTx(ctx context.Context, key Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...Option) error {
+	return RunTx(ctx, l, key, fn, opts...)
 }
 
 // CatchUpTx is [CatchUpTx] on this ledger: each due period's writes in tx,
 // its done mark and the job's catch-up cursor commit in one transaction.
-func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched Schedule, fn func(ctx context.Context, tx *sql.Tx, p Period) error, opts ...CatchUpTxOption) (CatchUpResult, error) {
+func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched Schedule, fn func(ctx context.Context, tx *sql.Tx, p Period) error, opts ...Option) (CatchUpResult, error) {
 	return CatchUpTx(ctx, l, job, sched, fn, opts...)
 }
 
 // DefaultOptions returns the options given to OpenLedger or NewLedger: the
 // defaults of every call on the ledger. The caller must not modify the
 // slice.
-func (l *Ledger) DefaultOptions() []StoreOption { return l.defaults }
+func (l *Ledger) DefaultOptions() []Option { return l.defaults }
 
 // String describes the ledger for logs.
 func (l *Ledger) String() string { return "idem.Ledger(" + strconv.Quote(l.path) + ")" }

@@ -33,8 +33,8 @@ const DefaultLockWait = 30 * time.Second
 // On an attached database ([NewLedger]) the bound is checked between the
 // tries of a BEGIN, each of which may itself wait up to the database's
 // busy_timeout.
-func WithLockWait(d time.Duration) StoreOption {
-	return storeOnlyOption(func(c *config) error {
+func WithLockWait(d time.Duration) Option {
+	return newOption("WithLockWait", classStore, func(c *config) error {
 		if d <= 0 {
 			return invalidOption("WithLockWait(%v): must be positive", d)
 		}
@@ -43,9 +43,7 @@ func WithLockWait(d time.Duration) StoreOption {
 	})
 }
 
-type storeOnlyOption func(*config) error
 
-func (o storeOnlyOption) applyStore(c *config) error { return o(c) }
 
 // writeLock is the ledger's way to its write lock. In this process the
 // writers queue on sem, first come first served (a channel's waiting

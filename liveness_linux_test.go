@@ -26,7 +26,7 @@ func openStoreIn(kind, dir string) (idem.Store, error) {
 }
 
 // modeAsking is the option of mode; has counts its calls in asked.
-func modeAsking(mode string, eff *effects, asked *atomic.Int32) idem.ModeOption {
+func modeAsking(mode string, eff *effects, asked *atomic.Int32) idem.Option {
 	switch mode {
 	case "at-most-once":
 		return idem.AtMostOnce()
@@ -60,7 +60,7 @@ func TestKilledHolderTakenOverAtOnce(t *testing.T) {
 						os.Exit(2)
 					}
 					eff := newEffects(dir)
-					err = idem.RunWith(context.Background(), s, key, func(context.Context) error {
+					err = idem.RunOn(context.Background(), s, key, func(context.Context) error {
 						eff.add(nil, key.String())
 						idemtest.Kill()
 						return nil
@@ -88,7 +88,7 @@ func TestKilledHolderTakenOverAtOnce(t *testing.T) {
 				eff := newEffects(dir)
 				var asked atomic.Int32
 				var res idem.Result
-				err = idem.RunWith(context.Background(), s, key, func(context.Context) error {
+				err = idem.RunOn(context.Background(), s, key, func(context.Context) error {
 					eff.add(nil, key.String())
 					return nil
 				}, modeAsking(mode, eff, &asked), idem.ReportTo(&res))
@@ -261,7 +261,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 				_, err := tx.ExecContext(ctx, `INSERT INTO applied VALUES(?, 1) ON CONFLICT DO UPDATE SET n = n + 1`, item)
 				return err
 			}
-			run := func(l *idem.Ledger, kill bool, opts ...idem.FanOutOption) (idem.EachResult, error) {
+			run := func(l *idem.Ledger, kill bool, opts ...idem.Option) (idem.EachResult, error) {
 				eff := newEffects(dir)
 				maybeKill := func(item string) {
 					if kill && item == "acct-000005" {
@@ -275,13 +275,13 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 						}
 						maybeKill(item)
 						return nil
-					}, fanOut[idem.EachTxOption](opts)...)
+					}, fanOut[idem.Option](opts)...)
 				}
 				return idem.Each(context.Background(), l, points, accounts(n), func(ctx context.Context, item string) error {
 					eff.add(nil, item)
 					maybeKill(item)
 					return nil
-				}, fanOut[idem.EachOption](opts)...)
+				}, fanOut[idem.Option](opts)...)
 			}
 			exit := idemtest.Fork(t, dir, func(dir string) {
 				l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
@@ -336,8 +336,8 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 	}
 }
 
-// fanOut is opts as options of Each (O = idem.EachOption) or EachTx.
-func fanOut[O any](opts []idem.FanOutOption) []O {
+// fanOut is opts as options of Each (O = idem.Option) or EachTx.
+func fanOut[O any](opts []idem.Option) []O {
 	out := make([]O, len(opts))
 	for i, o := range opts {
 		out[i] = any(o).(O)

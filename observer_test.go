@@ -117,7 +117,7 @@ func TestLogsUseCallerContext(t *testing.T) {
 	logger := slog.New(ctxHandler{mu: &sync.Mutex{}, seen: &seen})
 	clk := idemtest.NewAutoClock(day(3))
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk), idem.WithLogger(logger),
-		idem.WithBackoff(idem.WithMaxAttempts(2, idem.Constant(time.Second))))
+		idem.WithBackoff(idem.MaxAttempts(2, idem.Constant(time.Second))))
 	ctx := context.WithValue(context.Background(), ctxMark{}, "caller")
 	fails := func(context.Context) error { return errors.New("down") }
 	if err := l.Run(ctx, key, fails, idem.RetryWithin(time.Hour)); !errors.Is(err, idem.ErrParked) {

@@ -11,224 +11,101 @@ import (
 	"time"
 )
 
-// The per-call option interfaces. Each call takes only the options that
-// mean something for it: passing one that does not (a fan-out option to
-// Run, ReportTo to Each) does not compile. The option constructors return
-// a class (Option, ModeOption, AttemptOption, ReportOption, CatchUpPolicy,
-// FanOutOption) that satisfies the interfaces of the calls it fits.
-
-// A RunOption configures [Run], [RunWith] and the stores' Run methods:
-// every [Option], [ModeOption], [AttemptOption] and [ReportOption].
-type RunOption interface{ applyRun(*config) error }
-
-// A RunTxOption configures [RunTxWith] and the stores' RunTx methods:
-// every [Option], [AttemptOption] and [ReportOption]. RunTx takes no mode:
-// it is exactly once for writes in the store's database.
-type RunTxOption interface{ applyRunTx(*config) error }
-
-// A CatchUpOption configures [CatchUp]: every [Option], [ModeOption],
-// [AttemptOption] and [CatchUpPolicy].
-type CatchUpOption interface{ applyCatchUp(*config) error }
-
-// A CatchUpTxOption configures [CatchUpTx] and the stores' CatchUpTx
-// methods: every [Option], [AttemptOption] and [CatchUpPolicy].
-type CatchUpTxOption interface{ applyCatchUpTx(*config) error }
-
-// An EachOption configures [Each]: every [Option], [ModeOption] and
-// [FanOutOption].
-type EachOption interface{ applyEach(*config) error }
-
-// An EachTxOption configures [EachTx]: every [Option] and [FanOutOption].
-type EachTxOption interface{ applyEachTx(*config) error }
-
-// A JobOption configures one job of a [Scheduler] ([Scheduler.Add]): every
-// [Option], [ModeOption], [AttemptOption], [CatchUpPolicy] and
-// [JobSetting]. They apply to every period the job runs, as they would to
-// CatchUp.
-type JobOption interface{ applyJob(*config) error }
-
-// A JobTxOption configures one transactional job of a Scheduler
-// ([AddTx]): every [Option], [AttemptOption], [CatchUpPolicy] and
-// [JobSetting]; no mode, as for CatchUpTx.
-type JobTxOption interface{ applyJobTx(*config) error }
-
-// A SchedulerOption configures [NewScheduler]: every [Option] (a default
-// for every job of the scheduler; WithClock and WithLogger are the
-// scheduler's own too) and [WithMaxRunning].
-type SchedulerOption interface {
-	applyScheduler(*schedulerConfig) error
-}
-
-// A StoreOption is a default given to a store's constructor
-// ([OpenLedger], [NewLedger], [OpenStateFile], pgledger's WithRunOptions):
-// every [Option], [ModeOption] and [AttemptOption]. The store's defaults
-// apply to every call that takes the store, before the call's own options,
-// which override them. A default that means nothing for a call is ignored
-// there: a mode on RunTx, CatchUpTx and EachTx (exactly once in the
-// store's database), an AttemptOption on Each (which waits for its items'
-// backoffs until its context ends). A store of another package provides
-// defaults with a method DefaultOptions() []StoreOption.
-type StoreOption interface{ applyStore(*config) error }
-
-// An Option fits every call and every store: [WithLease], [WithBackoff],
-// [WithClock], [WithLogger], [OnResult], [WithGuard].
+// An Option configures a call: [Run], [RunTx] and their variants, a
+// catch-up, a fan-out, a Scheduler or one of its jobs, or a store's
+// defaults (the options given to [OpenLedger], [OpenStateFile] or another
+// store's constructor). It is one type for every call, so that one slice
+// of options can be shared; each option says which calls it is for, and
+// one given to a call it is not for is an error matching
+// [ErrInvalidOption] that names the option and the call, returned before
+// anything is written. A store's default that does not fit a call is
+// ignored there (a mode on RunTx, which is exactly once in the store's
+// database).
+//
+// The options: for every call, [WithLease], [WithBackoff], [WithClock],
+// [WithLogger], [OnResult], [WithGuard]; the modes [AtLeastOnce],
+// [AtMostOnce], [TwoPhase] (not for the transactional calls); how long to
+// try, [RetryWithin], [OneAttempt], [WaitForTurn] (not for a fan-out);
+// the work's parameters, [WithParams], [WithParamsBytes] (not for a
+// store's or a Scheduler's defaults); [ReportTo] (Run and RunTx only);
+// [WithLockWait] (a store's only).
 type Option interface {
-	RunOption
-	RunTxOption
-	CatchUpOption
-	CatchUpTxOption
-	EachOption
-	EachTxOption
-	StoreOption
-	JobOption
-	JobTxOption
-	SchedulerOption
+	option() *option
 }
 
-type option func(*config) error
-
-func (o option) applyJob(c *config) error   { return o(c) }
-func (o option) applyJobTx(c *config) error { return o(c) }
-func (o option) applyScheduler(c *schedulerConfig) error {
-	c.defaults = append(c.defaults, o)
-	return o(&c.probe)
+// An option is an Option: its name for errors, the calls it is for, and
+// what it sets.
+type option struct {
+	name  string
+	class optionClass
+	apply func(*config) error
+	// sched is what a Scheduler's own option sets; nil for the others.
+	sched func(*schedulerConfig) error
 }
 
-func (o option) applyRun(c *config) error       { return o(c) }
-func (o option) applyRunTx(c *config) error     { return o(c) }
-func (o option) applyCatchUp(c *config) error   { return o(c) }
-func (o option) applyCatchUpTx(c *config) error { return o(c) }
-func (o option) applyEach(c *config) error      { return o(c) }
-func (o option) applyEachTx(c *config) error    { return o(c) }
-func (o option) applyStore(c *config) error     { return o(c) }
+func (o *option) option() *option { return o }
 
-// A ModeOption chooses how a call recovers an attempt that may have had
-// its effect: [AtLeastOnce], [AtMostOnce], [TwoPhase]. It fits Run,
-// CatchUp, Each and the store defaults; the transactional calls take no
-// mode.
-type ModeOption interface {
-	RunOption
-	CatchUpOption
-	EachOption
-	StoreOption
-	JobOption
+// newOption is the option named name (its constructor's name) of class.
+func newOption(name string, class optionClass, apply func(*config) error) Option {
+	return &option{name: name, class: class, apply: apply}
 }
 
-func (o modeOption) applyJob(c *config) error { return o(c) }
+// An optionClass is the kind of an option; each call takes some kinds.
+type optionClass uint16
 
-type modeOption func(*config) error
+const (
+	classCommon    optionClass = 1 << iota // every call and store
+	classMode                              // a recovery mode
+	classAttempt                           // how long a call tries a key
+	classReport                            // ReportTo
+	classCatchUp                           // a catch-up policy
+	classJob                               // how a Scheduler triggers a job
+	classFanOut                            // how Each works its items
+	classParams                            // the work's parameters
+	classScheduler                         // a Scheduler's own
+	classStore                             // a store's own
+)
 
-func (o modeOption) applyRun(c *config) error     { return o(c) }
-func (o modeOption) applyCatchUp(c *config) error { return o(c) }
-func (o modeOption) applyEach(c *config) error    { return o(c) }
-func (o modeOption) applyStore(c *config) error   { return o(c) }
-
-// An AttemptOption says how long a call goes on trying a key:
-// [RetryWithin], [OneAttempt], [WaitForTurn]. It fits Run, RunTx, CatchUp,
-// CatchUpTx and the store defaults.
-type AttemptOption interface {
-	RunOption
-	RunTxOption
-	CatchUpOption
-	CatchUpTxOption
-	StoreOption
-	JobOption
-	JobTxOption
+// A call is a call that takes options, by what it takes.
+type call struct {
+	name  string
+	takes optionClass
 }
 
-func (o attemptOption) applyJob(c *config) error   { return o(c) }
-func (o attemptOption) applyJobTx(c *config) error { return o(c) }
+var (
+	callRun       = call{"Run", classCommon | classMode | classAttempt | classReport | classParams}
+	callRunTx     = call{"RunTx", classCommon | classAttempt | classReport | classParams}
+	callCatchUp   = call{"CatchUp", classCommon | classMode | classAttempt | classCatchUp | classParams}
+	callCatchUpTx = call{"CatchUpTx", classCommon | classAttempt | classCatchUp | classParams}
+	callEach      = call{"Each", classCommon | classMode | classFanOut | classParams}
+	callEachTx    = call{"EachTx", classCommon | classFanOut | classParams}
+	callJob       = call{"Scheduler.Add", classCommon | classMode | classAttempt | classCatchUp | classJob | classParams}
+	callJobTx     = call{"AddTx", classCommon | classAttempt | classCatchUp | classJob | classParams}
+	callScheduler = call{"NewScheduler", classCommon | classScheduler}
+	callStore     = call{"a store's defaults", classCommon | classMode | classAttempt | classStore}
+)
 
-type attemptOption func(*config) error
-
-func (o attemptOption) applyRun(c *config) error       { return o(c) }
-func (o attemptOption) applyRunTx(c *config) error     { return o(c) }
-func (o attemptOption) applyCatchUp(c *config) error   { return o(c) }
-func (o attemptOption) applyCatchUpTx(c *config) error { return o(c) }
-func (o attemptOption) applyStore(c *config) error     { return o(c) }
-
-// A ReportOption reports one Run's result to the caller: [ReportTo]. It
-// fits Run and RunTx; CatchUp and Each return their results.
-type ReportOption interface {
-	RunOption
-	RunTxOption
+// classNames names the calls each class of option is for, for errors.
+var classNames = map[optionClass]string{
+	classCommon:    "every call",
+	classMode:      "Run, CatchUp, Each, Scheduler.Add and a store's defaults",
+	classAttempt:   "Run, RunTx, CatchUp, CatchUpTx, Scheduler.Add, AddTx and a store's defaults",
+	classReport:    "Run and RunTx",
+	classCatchUp:   "CatchUp, CatchUpTx, Scheduler.Add and AddTx",
+	classJob:       "Scheduler.Add and AddTx",
+	classFanOut:    "Each and EachTx",
+	classParams:    "Run, RunTx, CatchUp, CatchUpTx, Each, EachTx, Scheduler.Add and AddTx",
+	classScheduler: "NewScheduler",
+	classStore:     "a store's constructor",
 }
 
-type reportOption func(*config) error
+// fits reports whether o is for c.
+func (c call) fits(o *option) bool { return c.takes&o.class != 0 }
 
-func (o reportOption) applyRun(c *config) error   { return o(c) }
-func (o reportOption) applyRunTx(c *config) error { return o(c) }
-
-// A CatchUpPolicy says which due periods a catch-up runs, and how:
-// [CatchUpAll], [CatchUpLatest], [Since], [DueAtStart],
-// [ContinueAfterFailure], [OnPeriod]. It fits CatchUp and CatchUpTx.
-type CatchUpPolicy interface {
-	CatchUpOption
-	CatchUpTxOption
-	JobOption
-	JobTxOption
+// misfit is the error of o given to c, which it is not for.
+func (c call) misfit(o *option) error {
+	return invalidOption("%s is not an option of %s: it is for %s", o.name, c.name, classNames[o.class])
 }
-
-func (o catchUpPolicy) applyJob(c *config) error   { return o(c) }
-func (o catchUpPolicy) applyJobTx(c *config) error { return o(c) }
-
-// A JobSetting configures how a [Scheduler] triggers one job:
-// [WithJitter], [RunOverlapping], [WithLagTolerance]. It fits
-// Scheduler.Add and AddTx.
-type JobSetting interface {
-	JobOption
-	JobTxOption
-}
-
-type jobSetting func(*config) error
-
-func (o jobSetting) applyJob(c *config) error   { return o(c) }
-func (o jobSetting) applyJobTx(c *config) error { return o(c) }
-
-type catchUpPolicy func(*config) error
-
-func (o catchUpPolicy) applyCatchUp(c *config) error   { return o(c) }
-func (o catchUpPolicy) applyCatchUpTx(c *config) error { return o(c) }
-
-// A FanOutOption configures how Each works a period's items:
-// [WithWorkers], [WithBatch], [OnProgress], [WithRate], [WithPause],
-// [WithBreaker]. It fits Each and EachTx.
-type FanOutOption interface {
-	EachOption
-	EachTxOption
-}
-
-type fanOutOption func(*config) error
-
-func (o fanOutOption) applyEach(c *config) error   { return o(c) }
-func (o fanOutOption) applyEachTx(c *config) error { return o(c) }
-
-// A ParamsOption says which parameters the work of a key is for:
-// [WithParams], [WithParamsBytes]. It fits Run, RunTx, CatchUp, CatchUpTx,
-// Each, EachTx and a Scheduler's jobs ([Scheduler.Add], [AddTx]), but not
-// a store's or a Scheduler's defaults: parameters belong to a call or a
-// job, not to every key of a store.
-type ParamsOption interface {
-	RunOption
-	RunTxOption
-	CatchUpOption
-	CatchUpTxOption
-	EachOption
-	EachTxOption
-	JobOption
-	JobTxOption
-}
-
-type paramsOption func(*config) error
-
-func (o paramsOption) applyRun(c *config) error       { return o(c) }
-func (o paramsOption) applyRunTx(c *config) error     { return o(c) }
-func (o paramsOption) applyCatchUp(c *config) error   { return o(c) }
-func (o paramsOption) applyCatchUpTx(c *config) error { return o(c) }
-func (o paramsOption) applyEach(c *config) error      { return o(c) }
-func (o paramsOption) applyEachTx(c *config) error    { return o(c) }
-func (o paramsOption) applyJob(c *config) error       { return o(c) }
-func (o paramsOption) applyJobTx(c *config) error     { return o(c) }
 
 // invalidOption is the error of an option given a value it cannot take.
 func invalidOption(format string, args ...any) error {
@@ -282,10 +159,11 @@ type config struct {
 
 // defaulter is a store with default options for the calls on it: those
 // given to OpenLedger, OpenStateFile or another store's constructor.
-type defaulter interface{ DefaultOptions() []StoreOption }
+type defaulter interface{ DefaultOptions() []Option }
 
-// newConfig is the engine's defaults, then s's defaults.
-func newConfig(s any) *config {
+// newConfig is the engine's defaults, then those of s's defaults that fit
+// the call cl.
+func newConfig(s any, cl call) *config {
 	c := &config{
 		mode:    atLeastOnce,
 		lease:   DefaultLease,
@@ -296,18 +174,29 @@ func newConfig(s any) *config {
 		each:    eachConfig{workers: DefaultWorkers},
 	}
 	if d, ok := s.(defaulter); ok {
-		applyOptions(c, d.DefaultOptions(), StoreOption.applyStore)
+		for _, o := range d.DefaultOptions() {
+			if o != nil && cl.fits(o.option()) {
+				c.keep(o.option().apply(c))
+			}
+		}
 	}
 	return c
 }
 
-// configure is the config of a call on s with the call's options opts:
-// the engine's defaults, then s's, then opts. The first invalid option's
-// error is kept in c.err; the others are applied all the same, so that a
-// ReportTo or an observer learns of the call's failure.
-func configure[O comparable](s any, opts []O, apply func(O, *config) error) *config {
-	c := newConfig(s)
-	applyOptions(c, opts, apply)
+// keep keeps err as the config's error if it is the first.
+func (c *config) keep(err error) {
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+}
+
+// configure is the config of the call cl on s with the call's options
+// opts: the engine's defaults, then s's, then opts. The first invalid
+// option's error is kept in c.err; the others are applied all the same, so
+// that a ReportTo or an observer learns of the call's failure.
+func configure(s any, cl call, opts []Option) *config {
+	c := newConfig(s, cl)
+	applyOptions(c, cl, opts)
 	return c
 }
 
@@ -315,11 +204,11 @@ func configure[O comparable](s any, opts []O, apply func(O, *config) error) *con
 // OnResult of its own (its store's defaults aside) reports to the
 // observers of the Scheduler job whose fn made it (ctx), after its
 // store's.
-func configureEach[O comparable](ctx context.Context, s any, opts []O, apply func(O, *config) error) *config {
-	c := newConfig(s)
+func configureEach(ctx context.Context, s any, cl call, opts []Option) *config {
+	c := newConfig(s, cl)
 	base := c.observer
 	c.observer = nil
-	applyOptions(c, opts, apply)
+	applyOptions(c, cl, opts)
 	own := c.observer
 	if own == nil {
 		own, _ = ctx.Value(jobObserverKey{}).(func(Result))
@@ -351,17 +240,17 @@ func chainObservers(a, b func(Result)) func(Result) {
 	return func(r Result) { a(r); b(r) }
 }
 
-func applyOptions[O comparable](c *config, opts []O, apply func(O, *config) error) {
-	var none O
+// applyOptions applies opts, the options of the call cl, to c: an option
+// that cl does not take is an error naming both.
+func applyOptions(c *config, cl call, opts []Option) {
 	for i, o := range opts {
-		var err error
-		if o == none {
-			err = invalidOption("option %d of %d is nil", i+1, len(opts))
-		} else {
-			err = apply(o, c)
-		}
-		if err != nil && c.err == nil {
-			c.err = err
+		switch {
+		case o == nil:
+			c.keep(invalidOption("%s: option %d of %d is nil", cl.name, i+1, len(opts)))
+		case !cl.fits(o.option()):
+			c.keep(cl.misfit(o.option()))
+		case o.option().apply != nil:
+			c.keep(o.option().apply(c))
 		}
 	}
 }
@@ -370,9 +259,9 @@ func applyOptions[O comparable](c *config, opts []O, apply func(O, *config) erro
 // its constructor validates them, and takes the clock of the times the
 // store takes itself (a Resolve's now): that of WithClock among opts, else
 // the system clock.
-func storeConfig(opts []StoreOption) *config {
-	c := newConfig(nil)
-	applyOptions(c, opts, StoreOption.applyStore)
+func storeConfig(opts []Option) *config {
+	c := newConfig(nil, callStore)
+	applyOptions(c, callStore, opts)
 	return c
 }
 
@@ -388,7 +277,7 @@ func storeConfig(opts []StoreOption) *config {
 // and its done mark is refused, but what fn did meanwhile stands. Choose d
 // far above any pause the process can suffer, and see [CheckLease].
 func WithLease(d time.Duration) Option {
-	return option(func(c *config) error {
+	return newOption("WithLease", classCommon, func(c *config) error {
 		if d < MinLease {
 			return invalidOption("WithLease(%v): a lease must be at least %v", d, MinLease)
 		}
@@ -402,7 +291,7 @@ func WithLease(d time.Duration) Option {
 // say), is an error matching [ErrInvalidOption], returned by the call
 // before anything is written.
 func WithBackoff(b Backoff) Option {
-	return option(func(c *config) error {
+	return newOption("WithBackoff", classCommon, func(c *config) error {
 		if err := checkBackoff(b); err != nil {
 			return invalidOption("WithBackoff: %s", err)
 		}
@@ -414,7 +303,7 @@ func WithBackoff(b Backoff) Option {
 // WithClock sets the clock for leases, backoff and waits. A nil clk is an
 // error matching [ErrInvalidOption].
 func WithClock(clk Clock) Option {
-	return option(func(c *config) error {
+	return newOption("WithClock", classCommon, func(c *config) error {
 		if clk == nil {
 			return invalidOption("WithClock(nil): no clock")
 		}
@@ -426,7 +315,7 @@ func WithClock(clk Clock) Option {
 // WithLogger logs claims, completions, failures and recoveries to l, with
 // the call's context. By default, and with a nil l, nothing is logged.
 func WithLogger(l *slog.Logger) Option {
-	return option(func(c *config) error { c.logger = l; return nil })
+	return newOption("WithLogger", classCommon, func(c *config) error { c.logger = l; return nil })
 }
 
 // OnResult calls f with the [Result] of every call, for metrics: once
@@ -443,7 +332,7 @@ func WithLogger(l *slog.Logger) Option {
 // own (then only that one, and the store's defaults, observe it): pass
 // the Scheduler's metrics once.
 func OnResult(f func(Result)) Option {
-	return option(func(c *config) error {
+	return newOption("OnResult", classCommon, func(c *config) error {
 		if f == nil {
 			return invalidOption("OnResult(nil): no function to call")
 		}
@@ -465,7 +354,7 @@ func OnResult(f func(Result)) Option {
 // every call on the store. A nil g, or a [MemoryGuard] whose Limit is not
 // a fraction, is an error matching [ErrInvalidOption].
 func WithGuard(g Guard) Option {
-	return option(func(c *config) error {
+	return newOption("WithGuard", classCommon, func(c *config) error {
 		if g == nil {
 			return invalidOption("WithGuard(nil): no guard")
 		}
@@ -483,7 +372,7 @@ func WithGuard(g Guard) Option {
 // opts (one matching [ErrInvalidOption] that names the option and its
 // value), or nil. A store's constructor calls it to refuse bad defaults
 // at once, rather than at every call that uses them.
-func CheckStoreOptions(opts ...StoreOption) error { return storeConfig(opts).err }
+func CheckStoreOptions(opts ...Option) error { return storeConfig(opts).err }
 
 // Parameters (class ParamsOption).
 
@@ -516,9 +405,9 @@ func CheckStoreOptions(opts ...StoreOption) error { return storeConfig(opts).err
 //
 // A v that encoding/json cannot encode is an error matching
 // [ErrInvalidOption], returned before anything is written.
-func WithParams(v any) ParamsOption {
+func WithParams(v any) Option {
 	b, err := canonicalJSON(v)
-	return paramsOption(func(c *config) error {
+	return newOption("WithParams", classParams, func(c *config) error {
 		if err != nil {
 			return invalidOption("WithParams(%T): %s", v, err)
 		}
@@ -531,9 +420,9 @@ func WithParams(v any) ParamsOption {
 // fingerprint is the SHA-256 of b as it is. WithParams(v) is
 // WithParamsBytes of v's canonical JSON; the idem command's --params s is
 // WithParamsBytes([]byte(s)).
-func WithParamsBytes(b []byte) ParamsOption {
+func WithParamsBytes(b []byte) Option {
 	fp := fingerprint(b)
-	return paramsOption(func(c *config) error { c.fingerprint = fp; return nil })
+	return newOption("WithParamsBytes", classParams, func(c *config) error { c.fingerprint = fp; return nil })
 }
 
 // fingerprint is the stored form of a fingerprint: lowercase hex SHA-256.
@@ -577,8 +466,8 @@ func canonicalJSON(v any) ([]byte, error) {
 //
 // It does NOT promise that fn runs once: after a crash between fn's effect
 // and the done mark, fn runs again.
-func AtLeastOnce() ModeOption {
-	return modeOption(func(c *config) error { c.mode = atLeastOnce; return nil })
+func AtLeastOnce() Option {
+	return newOption("AtLeastOnce", classMode, func(c *config) error { c.mode = atLeastOnce; return nil })
 }
 
 // AtMostOnce never runs fn again for a key once an attempt may have had its
@@ -596,8 +485,8 @@ func AtLeastOnce() ModeOption {
 //
 // It does NOT promise that fn runs at all: a crash leaves the key unknown
 // for a person to Resolve.
-func AtMostOnce() ModeOption {
-	return modeOption(func(c *config) error { c.mode = atMostOnce; return nil })
+func AtMostOnce() Option {
+	return newOption("AtMostOnce", classMode, func(c *config) error { c.mode = atMostOnce; return nil })
 }
 
 // How long a call tries (class AttemptOption).
@@ -622,8 +511,8 @@ const DefaultRetryWithin = time.Minute
 // d = 0 means one attempt per call ([OneAttempt]). A negative d is an error
 // matching [ErrInvalidOption], returned before anything is written. [Each]
 // waits for its items' backoffs until ctx ends, whatever d is.
-func RetryWithin(d time.Duration) AttemptOption {
-	return attemptOption(func(c *config) error {
+func RetryWithin(d time.Duration) Option {
+	return newOption("RetryWithin", classAttempt, func(c *config) error {
 		if d < 0 {
 			return invalidOption("RetryWithin(%v): the bound must not be negative", d)
 		}
@@ -637,15 +526,15 @@ func RetryWithin(d time.Duration) AttemptOption {
 // ErrParked) at once, instead of sleeping and retrying in-process. The next
 // call (the next cron tick) honours the stored backoff. Use it when a
 // scheduler re-runs the job anyway. It is RetryWithin(0).
-func OneAttempt() AttemptOption { return RetryWithin(0) }
+func OneAttempt() Option { return RetryWithin(0) }
 
 // WaitForTurn makes Run wait, until ctx ends, for a key that another holder is
 // running or that is backing off, instead of returning ErrInProgress or
 // ErrBackingOff at once; in CatchUp, every period's Run waits so. Unless
 // [RetryWithin] (or [OneAttempt]) is given as well, it also retries its own
 // failures in-process until ctx ends.
-func WaitForTurn() AttemptOption {
-	return attemptOption(func(c *config) error { c.wait = true; return nil })
+func WaitForTurn() Option {
+	return newOption("WaitForTurn", classAttempt, func(c *config) error { c.wait = true; return nil })
 }
 
 // Reports (class ReportOption).
@@ -653,8 +542,8 @@ func WaitForTurn() AttemptOption {
 // ReportTo stores the Run's [Result] in *r when it returns, so the caller can
 // tell "ran now" from "already done" without looking at errors. A nil r is
 // an error matching [ErrInvalidOption].
-func ReportTo(r *Result) ReportOption {
-	return reportOption(func(c *config) error {
+func ReportTo(r *Result) Option {
+	return newOption("ReportTo", classReport, func(c *config) error {
 		if r == nil {
 			return invalidOption("ReportTo(nil): nowhere to store the result")
 		}
@@ -670,8 +559,8 @@ func ReportTo(r *Result) ReportOption {
 // CatchUpResult.Deferred and run by the next call. This is the default,
 // with max = DefaultMaxPeriods. A negative max is an error matching
 // [ErrInvalidOption].
-func CatchUpAll(max int) CatchUpPolicy {
-	return catchUpPolicy(func(c *config) error {
+func CatchUpAll(max int) Option {
+	return newOption("CatchUpAll", classCatchUp, func(c *config) error {
 		if max < 0 {
 			return invalidOption("CatchUpAll(%d): the cap must not be negative (0 means no cap)", max)
 		}
@@ -685,16 +574,16 @@ func CatchUpAll(max int) CatchUpPolicy {
 // applies to the skipping). Periods
 // that are unknown or parked are not skipped: catch-up stops at them, since
 // they need a person.
-func CatchUpLatest() CatchUpPolicy {
-	return catchUpPolicy(func(c *config) error { c.catchUp.latest = true; return nil })
+func CatchUpLatest() Option {
+	return newOption("CatchUpLatest", classCatchUp, func(c *config) error { c.catchUp.latest = true; return nil })
 }
 
 // Since bounds the first catch-up of a job (one with no cursor yet): it
 // starts at the period containing t instead of only the latest due period,
 // so a new job backfills a chosen window and never from the epoch. A zero t
 // is an error matching [ErrInvalidOption].
-func Since(t time.Time) CatchUpPolicy {
-	return catchUpPolicy(func(c *config) error {
+func Since(t time.Time) Option {
+	return newOption("Since", classCatchUp, func(c *config) error {
 		if t.IsZero() {
 			return invalidOption("Since(%v): the zero time is no start", t)
 		}
@@ -706,8 +595,8 @@ func Since(t time.Time) CatchUpPolicy {
 // DueAtStart makes a period due as soon as it starts (a report FOR today,
 // sent in the morning). By default a period is due when it ends: you settle
 // a day once it is over.
-func DueAtStart() CatchUpPolicy {
-	return catchUpPolicy(func(c *config) error { c.catchUp.dueAtStart = true; return nil })
+func DueAtStart() Option {
+	return newOption("DueAtStart", classCatchUp, func(c *config) error { c.catchUp.dueAtStart = true; return nil })
 }
 
 // CatchUpWindow records the due periods that became due more than w ago
@@ -717,8 +606,8 @@ func DueAtStart() CatchUpPolicy {
 // against the cap of [CatchUpAll]; unknown or parked periods are not
 // skipped (catch-up stops at them, as with [CatchUpLatest]). A w of zero
 // or less is an error matching [ErrInvalidOption].
-func CatchUpWindow(w time.Duration) CatchUpPolicy {
-	return catchUpPolicy(func(c *config) error {
+func CatchUpWindow(w time.Duration) Option {
+	return newOption("CatchUpWindow", classCatchUp, func(c *config) error {
 		if w <= 0 {
 			return invalidOption("CatchUpWindow(%v): the window must be positive", w)
 		}
@@ -731,8 +620,8 @@ func CatchUpWindow(w time.Duration) CatchUpPolicy {
 // [DueAtStart]): Daily(loc) with DueAfter(2*time.Hour) settles yesterday
 // at 02:00, once late records have landed. A negative d is an error
 // matching [ErrInvalidOption].
-func DueAfter(d time.Duration) CatchUpPolicy {
-	return catchUpPolicy(func(c *config) error {
+func DueAfter(d time.Duration) Option {
+	return newOption("DueAfter", classCatchUp, func(c *config) error {
 		if d < 0 {
 			return invalidOption("DueAfter(%v): the delay must not be negative", d)
 		}
@@ -745,15 +634,15 @@ func DueAfter(d time.Duration) CatchUpPolicy {
 // fails. By default it stops at the failed period and the later ones wait,
 // so periods complete in order. Either way the cursor only moves over an
 // unbroken run of settled periods.
-func ContinueAfterFailure() CatchUpPolicy {
-	return catchUpPolicy(func(c *config) error { c.catchUp.keepGoing = true; return nil })
+func ContinueAfterFailure() Option {
+	return newOption("ContinueAfterFailure", classCatchUp, func(c *config) error { c.catchUp.keepGoing = true; return nil })
 }
 
 // OnPeriod calls f after each period catch-up handles, for progress
 // reporting on long catch-ups. A nil f is an error matching
 // [ErrInvalidOption].
-func OnPeriod(f func(PeriodResult)) CatchUpPolicy {
-	return catchUpPolicy(func(c *config) error {
+func OnPeriod(f func(PeriodResult)) Option {
+	return newOption("OnPeriod", classCatchUp, func(c *config) error {
 		if f == nil {
 			return invalidOption("OnPeriod(nil): no function to call")
 		}
@@ -766,8 +655,8 @@ func OnPeriod(f func(PeriodResult)) CatchUpPolicy {
 
 // WithWorkers sets how many items Each works on at once (default
 // DefaultWorkers). An n below 1 is an error matching [ErrInvalidOption].
-func WithWorkers(n int) FanOutOption {
-	return fanOutOption(func(c *config) error {
+func WithWorkers(n int) Option {
+	return newOption("WithWorkers", classFanOut, func(c *config) error {
 		if n < 1 {
 			return invalidOption("WithWorkers(%d): at least one worker is needed", n)
 		}
@@ -785,8 +674,8 @@ func WithWorkers(n int) FanOutOption {
 // in doubt — run again (AtLeastOnce), unknown (AtMostOnce) or checked
 // (TwoPhase). Larger windows mean fewer commits and more doubt. An n below
 // 1 is an error matching [ErrInvalidOption].
-func WithBatch(n int) FanOutOption {
-	return fanOutOption(func(c *config) error {
+func WithBatch(n int) Option {
+	return newOption("WithBatch", classFanOut, func(c *config) error {
 		if n < 1 {
 			return invalidOption("WithBatch(%d): a window holds at least one item", n)
 		}
@@ -799,8 +688,8 @@ func WithBatch(n int) FanOutOption {
 // progress, enough to drive a progress bar or a log line every N items. f is
 // called from Each's workers, one call at a time. A nil f is an error
 // matching [ErrInvalidOption].
-func OnProgress(f func(EachProgress)) FanOutOption {
-	return fanOutOption(func(c *config) error {
+func OnProgress(f func(EachProgress)) Option {
+	return newOption("OnProgress", classFanOut, func(c *config) error {
 		if f == nil {
 			return invalidOption("OnProgress(nil): no function to call")
 		}
@@ -817,8 +706,8 @@ func OnProgress(f func(EachProgress)) FanOutOption {
 // window holds at most burst items there. A perSecond not above 0, a burst
 // below 1, or (at the call) a pace slower than one item per third of the
 // lease is an error matching [ErrInvalidOption].
-func WithRate(perSecond float64, burst int) FanOutOption {
-	return fanOutOption(func(c *config) error {
+func WithRate(perSecond float64, burst int) Option {
+	return newOption("WithRate", classFanOut, func(c *config) error {
 		if !(perSecond > 0) || burst < 1 {
 			return invalidOption("WithRate(%v, %d): the rate must be above 0 and the burst at least 1", perSecond, burst)
 		}
@@ -833,8 +722,8 @@ func WithRate(perSecond float64, burst int) FanOutOption {
 // spaces each worker's own. A negative d, or (at the call) a d not below a
 // third of the lease, which the pause would let run out, is an error
 // matching [ErrInvalidOption].
-func WithPause(d time.Duration) FanOutOption {
-	return fanOutOption(func(c *config) error {
+func WithPause(d time.Duration) Option {
+	return newOption("WithPause", classFanOut, func(c *config) error {
 		if d < 0 {
 			return invalidOption("WithPause(%v): the pause must not be negative", d)
 		}
@@ -847,8 +736,8 @@ func WithPause(d time.Duration) FanOutOption {
 // counts fn's failures and, once open, defers the call ([Breaker]). Pass
 // the same b to every call of the job. A nil b, or one NewBreaker made of
 // bad values, is an error matching [ErrInvalidOption].
-func WithBreaker(b *Breaker) FanOutOption {
-	return fanOutOption(func(c *config) error {
+func WithBreaker(b *Breaker) Option {
+	return newOption("WithBreaker", classFanOut, func(c *config) error {
 		if err := b.validate(); err != nil {
 			return invalidOption("WithBreaker: %s", err)
 		}

@@ -54,21 +54,21 @@ func TestInvalidOptionValues(t *testing.T) {
 		{"Constant(-1s)", "WithBackoff: Constant(-1s)", func(l *idem.Ledger, ran *bool) error {
 			return l.Run(ctx, key, func(context.Context) error { *ran = true; return nil }, idem.WithBackoff(idem.Constant(-time.Second)))
 		}},
-		{"WithCap(0)", "WithBackoff: WithCap(0s)", func(l *idem.Ledger, ran *bool) error {
+		{"Capped(0)", "WithBackoff: Capped(0s)", func(l *idem.Ledger, ran *bool) error {
 			return l.Run(ctx, key, func(context.Context) error { *ran = true; return nil },
-				idem.WithBackoff(idem.WithCap(0, idem.Constant(time.Second))))
+				idem.WithBackoff(idem.Capped(0, idem.Constant(time.Second))))
 		}},
-		{"WithMaxAttempts(0)", "WithBackoff: WithMaxAttempts(0)", func(l *idem.Ledger, ran *bool) error {
+		{"MaxAttempts(0)", "WithBackoff: MaxAttempts(0)", func(l *idem.Ledger, ran *bool) error {
 			return l.Run(ctx, key, func(context.Context) error { *ran = true; return nil },
-				idem.WithBackoff(idem.WithMaxAttempts(0, idem.Constant(time.Second))))
+				idem.WithBackoff(idem.MaxAttempts(0, idem.Constant(time.Second))))
 		}},
-		{"nil inner backoff", "WithBackoff: WithFullJitter: no backoff (nil)", func(l *idem.Ledger, ran *bool) error {
+		{"nil inner backoff", "WithBackoff: FullJitter: no backoff (nil)", func(l *idem.Ledger, ran *bool) error {
 			return l.Run(ctx, key, func(context.Context) error { *ran = true; return nil },
-				idem.WithBackoff(idem.WithCap(time.Minute, idem.WithFullJitter(nil))))
+				idem.WithBackoff(idem.Capped(time.Minute, idem.FullJitter(nil))))
 		}},
 		{"bad inner backoff", "WithBackoff: Exponential(-1s)", func(l *idem.Ledger, ran *bool) error {
 			return l.Run(ctx, key, func(context.Context) error { *ran = true; return nil },
-				idem.WithBackoff(idem.WithMaxAttempts(3, idem.WithEqualJitter(idem.Exponential(-time.Second)))))
+				idem.WithBackoff(idem.MaxAttempts(3, idem.EqualJitter(idem.Exponential(-time.Second)))))
 		}},
 		{"CatchUpAll", "CatchUpAll(-1)", func(l *idem.Ledger, ran *bool) error {
 			_, err := idem.CatchUp(ctx, l, "j", daily, func(context.Context, idem.Period) error { *ran = true; return nil },
@@ -146,12 +146,12 @@ func TestInvalidStoreOption(t *testing.T) {
 func TestRetryRefusesInvalidBackoff(t *testing.T) {
 	t.Parallel()
 	calls := 0
-	err := idem.Retry(context.Background(), idem.WithMaxAttempts(0, idem.Constant(0)), func(context.Context) error {
+	err := idem.Retry(context.Background(), idem.MaxAttempts(0, idem.Constant(0)), func(context.Context) error {
 		calls++
 		return errors.New("down")
 	})
-	if !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), "WithMaxAttempts(0)") || calls != 0 {
-		t.Fatalf("Retry: %v after %d calls; want ErrInvalidOption naming WithMaxAttempts(0), no call", err, calls)
+	if !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), "MaxAttempts(0)") || calls != 0 {
+		t.Fatalf("Retry: %v after %d calls; want ErrInvalidOption naming MaxAttempts(0), no call", err, calls)
 	}
 }
 
@@ -163,7 +163,7 @@ func TestCallerOptionSliceNotWritten(t *testing.T) {
 	ctx := context.Background()
 	clk := idemtest.NewClock(day(10))
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
-	each := make([]idem.EachOption, 4)
+	each := make([]idem.Option, 4)
 	opts := each[:1]
 	opts[0] = idem.WithWorkers(1)
 	if _, err := idem.Each(ctx, l, points, idem.Items(func(yield func(string) bool) { yield("a") }),
@@ -175,7 +175,7 @@ func TestCallerOptionSliceNotWritten(t *testing.T) {
 			t.Fatalf("Each wrote %T into the caller's slice at %d", o, i+1)
 		}
 	}
-	cu := make([]idem.CatchUpOption, 4)
+	cu := make([]idem.Option, 4)
 	copts := cu[:1]
 	copts[0] = idem.Since(day(8))
 	if _, err := idem.CatchUp(ctx, l, "j", daily, func(context.Context, idem.Period) error { return nil }, copts...); err != nil {

@@ -48,7 +48,7 @@ type Message struct {
 const MaxTopic = 200
 
 // Put queues msg in the outbox of tx, the transaction of the body that
-// ctx belongs to: a RunTx (RunTxWith, Ledger.RunTx, the Postgres ledgers'
+// ctx belongs to: a RunTx (RunTx, Ledger.RunTx, the Postgres ledgers'
 // RunTx), EachTx or CatchUpTx body, or a Scheduler's AddTx job. The
 // message commits with the body's business writes and the key's done
 // mark, or not at all: a body that fails, or a transaction that is rolled

@@ -124,7 +124,7 @@ func TestPutWhereNoOutbox(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l := openLedger(t, t.TempDir())
-	err := idem.RunTxWith(ctx, noOutbox{l}, idem.Key{Job: "j", Period: "a"}, func(ctx context.Context, tx *sql.Tx) error {
+	err := idem.RunTx(ctx, noOutbox{l}, idem.Key{Job: "j", Period: "a"}, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := idem.Put(ctx, tx, idem.Message{Topic: "t"})
 		return idem.Permanent(err)
 	})

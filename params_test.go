@@ -47,15 +47,15 @@ func checkUpgraded(t *testing.T, s idem.Store) {
 		t.Fatalf("upgraded failed record: %+v, %v, %v", rec, ok, err)
 	}
 	var res idem.Result
-	if err := idem.RunWith(ctx, s, done, func(context.Context) error { return errors.New("ran") },
+	if err := idem.RunOn(ctx, s, done, func(context.Context) error { return errors.New("ran") },
 		idem.WithParams("rates-v9"), idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
 		t.Fatalf("Run of an upgraded done key with params: %v, %v; want AlreadyDone (no check)", err, res.Outcome)
 	}
-	if _, err := idem.RunValueWith(ctx, s, done, func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, idem.ErrNoValue) {
+	if _, err := idem.RunValueOn(ctx, s, done, func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, idem.ErrNoValue) {
 		t.Fatalf("RunValue of an upgraded done key: %v, want ErrNoValue", err)
 	}
 	// The failed period, run now with params, takes them and a value.
-	v, err := idem.RunValueWith(ctx, s, failed, func(context.Context) (string, error) { return "EUR 1,234.56", nil },
+	v, err := idem.RunValueOn(ctx, s, failed, func(context.Context) (string, error) { return "EUR 1,234.56", nil },
 		idem.WithParams("rates-v9"), idem.WithBackoff(idem.Constant(0)))
 	if err != nil && !errors.Is(err, idem.ErrBackingOff) {
 		t.Fatalf("RunValue of the upgraded failed key: %v", err)
@@ -65,7 +65,7 @@ func checkUpgraded(t *testing.T, s idem.Store) {
 		if err := s.Resolve(ctx, failed, idem.ResolveRetry); err != nil {
 			t.Fatal(err)
 		}
-		if v, err = idem.RunValueWith(ctx, s, failed, func(context.Context) (string, error) { return "EUR 1,234.56", nil },
+		if v, err = idem.RunValueOn(ctx, s, failed, func(context.Context) (string, error) { return "EUR 1,234.56", nil },
 			idem.WithParams("rates-v9")); err != nil {
 			t.Fatalf("RunValue after Reset: %v", err)
 		}
@@ -73,11 +73,11 @@ func checkUpgraded(t *testing.T, s idem.Store) {
 	if v != "EUR 1,234.56" {
 		t.Fatalf("value %q", v)
 	}
-	if _, err := idem.RunValueWith(ctx, s, failed, func(context.Context) (string, error) { return "", nil },
+	if _, err := idem.RunValueOn(ctx, s, failed, func(context.Context) (string, error) { return "", nil },
 		idem.WithParams("rates-v10")); !errors.Is(err, idem.ErrParamsMismatch) {
 		t.Fatalf("other params: %v, want ErrParamsMismatch", err)
 	}
-	if got, err := idem.RunValueWith(ctx, s, failed, func(context.Context) (string, error) { return "", nil }); err != nil || got != v {
+	if got, err := idem.RunValueOn(ctx, s, failed, func(context.Context) (string, error) { return "", nil }); err != nil || got != v {
 		t.Fatalf("duplicate trigger: %q, %v; want %q", got, err, v)
 	}
 }
@@ -221,17 +221,17 @@ func TestStateFileKeepsLastDoneOnly(t *testing.T) {
 	a, b := idem.WithParams("rates-v3"), idem.WithParams("rates-v4")
 	k26, k27 := idem.Key{Job: "report", Period: "2026-10-26"}, idem.Key{Job: "report", Period: "2026-10-27"}
 	for _, k := range []idem.Key{k26, k27} {
-		if _, err := idem.RunValueWith(ctx, s, k, func(context.Context) (string, error) { return "url-" + k.Period, nil }, a); err != nil {
+		if _, err := idem.RunValueOn(ctx, s, k, func(context.Context) (string, error) { return "url-" + k.Period, nil }, a); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if v, err := idem.RunValueWith(ctx, s, k27, func(context.Context) (string, error) { return "", nil }, a); err != nil || v != "url-2026-10-27" {
+	if v, err := idem.RunValueOn(ctx, s, k27, func(context.Context) (string, error) { return "", nil }, a); err != nil || v != "url-2026-10-27" {
 		t.Fatalf("last done period: %q, %v", v, err)
 	}
-	if _, err := idem.RunValueWith(ctx, s, k27, func(context.Context) (string, error) { return "", nil }, b); !errors.Is(err, idem.ErrParamsMismatch) {
+	if _, err := idem.RunValueOn(ctx, s, k27, func(context.Context) (string, error) { return "", nil }, b); !errors.Is(err, idem.ErrParamsMismatch) {
 		t.Fatalf("last done period, other params: %v, want ErrParamsMismatch", err)
 	}
-	if _, err := idem.RunValueWith(ctx, s, k26, func(context.Context) (string, error) { return "", nil }, b); !errors.Is(err, idem.ErrNoValue) {
+	if _, err := idem.RunValueOn(ctx, s, k26, func(context.Context) (string, error) { return "", nil }, b); !errors.Is(err, idem.ErrNoValue) {
 		t.Fatalf("older done period, other params: %v; want ErrNoValue (no check, no value kept)", err)
 	}
 }

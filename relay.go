@@ -271,7 +271,7 @@ func OnDelivery(f func(DeliveryResult)) RelayOption {
 // A message that fails is due again after the backoff's delay: with
 // delays shorter than a pass, and a backoff that never gives up, a pass
 // over a receiver that keeps failing does not end (give such a backoff a
-// cap on attempts, [WithMaxAttempts], as DefaultBackoff has).
+// cap on attempts, [MaxAttempts], as DefaultBackoff has).
 func RelayOnce(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts ...RelayOption) (RelayResult, error) {
 	if s == nil || d == nil {
 		panic("idem: RelayOnce needs a store and a deliverer")

@@ -14,7 +14,7 @@ import (
 	"github.com/idemgo/idem/internal/runctx"
 )
 
-// RunWith runs fn for key on store s, at most once at a time, until the key
+// RunOn runs fn for key on store s, at most once at a time, until the key
 // is done: the protocol behind [Run] and (*Ledger).Run, for any [Store].
 //
 //  1. Claim: a key that is done returns nil at once (AlreadyDone) without
@@ -53,11 +53,11 @@ import (
 // Whenever an attempt ends without its end recorded (a panic, a store that
 // kept failing, a lost lease), Run releases what this process holds for it
 // (a state file's lock), as the kernel would if the process died.
-func RunWith(ctx context.Context, s Store, key Key, fn func(context.Context) error, opts ...RunOption) error {
+func RunOn(ctx context.Context, s Store, key Key, fn func(context.Context) error, opts ...Option) error {
 	if fn == nil {
 		panic("idem: Run with a nil fn")
 	}
-	return execute(ctx, s, key, configure(s, opts, RunOption.applyRun), noValue(fn), nil, nil)
+	return execute(ctx, s, key, configure(s, callRun, opts), noValue(fn), nil, nil)
 }
 
 // valueFunc is fn as the engine runs it: it returns the value to store with
@@ -83,21 +83,21 @@ func noValue(fn func(context.Context) error) valueFunc {
 	}
 }
 
-// RunTxWith is RunWith for a [idemstore.TxStore]: fn gets the store's
+// RunTx is RunOn for a [idemstore.TxStore]: fn gets the store's
 // transaction, and its writes commit together with the done mark, or not at
 // all.
 //
 // For writes in the store's database this gives an exactly-once effect, so
-// RunTxWith needs no mode: a failed or killed attempt left nothing behind and
+// RunTx needs no mode: a failed or killed attempt left nothing behind and
 // is simply run again (it takes no mode option, and ignores a store's
-// default mode). The claim is a lease as in RunWith, but no heartbeat runs
+// default mode). The claim is a lease as in RunOn, but no heartbeat runs
 // while fn does: the transaction's lock keeps other attempts out until it
 // ends.
-func RunTxWith[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) error, opts ...RunTxOption) error {
+func RunTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) error, opts ...Option) error {
 	if fn == nil {
 		panic("idem: RunTx with a nil fn")
 	}
-	return runTx(ctx, s, key, noTxValue(fn), configure(s, opts, RunTxOption.applyRunTx))
+	return runTx(ctx, s, key, noTxValue(fn), configure(s, callRunTx, opts))
 }
 
 // noTxValue is a RunTx fn that stores no value.
@@ -105,7 +105,7 @@ func noTxValue[Tx any](fn func(context.Context, Tx) error) func(context.Context,
 	return func(ctx context.Context, tx Tx) ([]byte, error) { return nil, fn(ctx, tx) }
 }
 
-// runTx is RunTxWith with its config.
+// runTx is RunTx with its config.
 func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) ([]byte, error), cfg *config) error {
 	cfg.mode = atLeastOnce
 	// body is fn as the store calls it. Whether fn failed is kept here, in
@@ -160,7 +160,7 @@ type txBody func(ctx context.Context, attempt int64, now time.Time) (stored []by
 type freshBody func(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, done bool, stored []byte, fnErr *fnError, err error)
 
 // fnError marks an error as fn's own, for the engine's loop. Stores never
-// see it as such: see RunTxWith.
+// see it as such: see RunTx.
 type fnError struct{ err error }
 
 func (e *fnError) Error() string { return e.err.Error() }

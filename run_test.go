@@ -43,7 +43,7 @@ var lockStores = []struct {
 }
 
 // modeOption is the option of a mode by name; "two-phase" asks has.
-func modeOption(mode string, has bool) idem.ModeOption {
+func modeOption(mode string, has bool) idem.Option {
 	switch mode {
 	case "at-most-once":
 		return idem.AtMostOnce()
@@ -87,8 +87,8 @@ func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 		for _, c := range cases {
 			t.Run(fmt.Sprintf("%s/%s/has=%v", st.name, c.mode, c.has), func(t *testing.T) {
 				t.Parallel()
-				opts := func(clk idem.Clock) []idem.RunOption {
-					return []idem.RunOption{idem.WithClock(clk), modeOption(c.mode, c.has),
+				opts := func(clk idem.Clock) []idem.Option {
+					return []idem.Option{idem.WithClock(clk), modeOption(c.mode, c.has),
 						idem.WithBackoff(idem.Constant(time.Minute))}
 				}
 				// The next trigger, in another process, before the backoff ends.
@@ -97,7 +97,7 @@ func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 					s := st.open(t, dir)
 					var res idem.Result
 					ran := false
-					err := idem.RunWith(context.Background(), s, key, func(context.Context) error { ran = true; return nil },
+					err := idem.RunOn(context.Background(), s, key, func(context.Context) error { ran = true; return nil },
 						append(opts(idemtest.NewClock(t0.Add(idem.DefaultLease+2*time.Second))), idem.OneAttempt(), idem.ReportTo(&res))...)
 					if ran || errors.Is(err, idem.ErrInProgress) || (c.next == nil && err != nil) || (c.next != nil && !errors.Is(err, c.next)) {
 						t.Fatalf("another process, after the stalled attempt: %v (%s), ran fn: %v; want %v", err, res.Outcome, ran, c.next)
@@ -111,7 +111,7 @@ func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 				clk := stalledClock{idemtest.NewClock(t0)}
 				ran := 0
 				var res idem.Result
-				err := idem.RunWith(stallGuard(t), s, key, func(ctx context.Context) error {
+				err := idem.RunOn(stallGuard(t), s, key, func(ctx context.Context) error {
 					ran++
 					clk.Set(t0.Add(idem.DefaultLease + time.Second)) // the process stalls past its lease
 					return idem.CheckLease(ctx)
@@ -141,7 +141,7 @@ func TestLeaseRunOutWithoutTakeover(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				res = idem.Result{}
-				err = idem.RunWith(ctx, s, key, func(context.Context) error { ran++; return nil },
+				err = idem.RunOn(ctx, s, key, func(context.Context) error { ran++; return nil },
 					append(opts(idemtest.NewAutoClock(t0.Add(10*time.Minute))), idem.WaitForTurn(), idem.ReportTo(&res))...)
 				if ctx.Err() != nil {
 					t.Fatalf("a WaitForTurn Run in this process was still waiting for the key after 10s: %v (%s)", err, res.Outcome)
@@ -364,18 +364,18 @@ func TestFinishRetriedAfterTransientError(t *testing.T) {
 	bad := errors.New("account closed")
 	cases := []struct {
 		name       string
-		opts       []idem.RunOption
+		opts       []idem.Option
 		fn         func() error
 		answerLost bool
 		want       error // Run's error matches it; nil: no error
 		outcome    idem.Outcome
 		status     idem.Status
 	}{
-		{"done/at-least-once", []idem.RunOption{idem.AtLeastOnce()}, func() error { return nil }, false, nil, idem.Ran, idem.StatusDone},
-		{"done/at-most-once", []idem.RunOption{idem.AtMostOnce()}, func() error { return nil }, false, nil, idem.Ran, idem.StatusDone},
-		{"done/answer lost", []idem.RunOption{idem.AtLeastOnce()}, func() error { return nil }, true, nil, idem.Ran, idem.StatusDone},
-		{"failed", []idem.RunOption{idem.OneAttempt()}, func() error { return errors.New("down") }, false, idem.ErrBackingOff, idem.BackingOff, idem.StatusFailed},
-		{"unknown", []idem.RunOption{idem.AtMostOnce()}, func() error { return errors.New("timeout") }, false, idem.ErrUnknownOutcome, idem.Unknown, idem.StatusUnknown},
+		{"done/at-least-once", []idem.Option{idem.AtLeastOnce()}, func() error { return nil }, false, nil, idem.Ran, idem.StatusDone},
+		{"done/at-most-once", []idem.Option{idem.AtMostOnce()}, func() error { return nil }, false, nil, idem.Ran, idem.StatusDone},
+		{"done/answer lost", []idem.Option{idem.AtLeastOnce()}, func() error { return nil }, true, nil, idem.Ran, idem.StatusDone},
+		{"failed", []idem.Option{idem.OneAttempt()}, func() error { return errors.New("down") }, false, idem.ErrBackingOff, idem.BackingOff, idem.StatusFailed},
+		{"unknown", []idem.Option{idem.AtMostOnce()}, func() error { return errors.New("timeout") }, false, idem.ErrUnknownOutcome, idem.Unknown, idem.StatusUnknown},
 		{"parked", nil, func() error { return idem.Permanent(bad) }, false, idem.ErrParked, idem.Parked, idem.StatusParked},
 	}
 	for _, c := range cases {
@@ -386,7 +386,7 @@ func TestFinishRetriedAfterTransientError(t *testing.T) {
 			logs := &logRecorder{}
 			ran := 0
 			var res idem.Result
-			err := idem.RunWith(context.Background(), s, key, func(context.Context) error { ran++; return c.fn() },
+			err := idem.RunOn(context.Background(), s, key, func(context.Context) error { ran++; return c.fn() },
 				append(c.opts, idem.WithClock(clk), idem.WithLogger(slog.New(logs)), idem.ReportTo(&res))...)
 			if (c.want == nil) != (err == nil) || (c.want != nil && !errors.Is(err, c.want)) || res.Outcome != c.outcome || ran != 1 {
 				t.Fatalf("Run: %v (%s), fn ran %d times; want %v (%s), once", err, res.Outcome, ran, c.want, c.outcome)
@@ -417,7 +417,7 @@ func TestFinishRetriedAfterTransientError(t *testing.T) {
 				t.Parallel()
 				s := &flakyFinish{Store: openLedger(t, t.TempDir()), err: injected, fail: 1 << 30}
 				ran := 0
-				err := idem.RunWith(context.Background(), s, key, func(context.Context) error { ran++; return nil },
+				err := idem.RunOn(context.Background(), s, key, func(context.Context) error { ran++; return nil },
 					idem.WithClock(idemtest.NewAutoClock(t0)), idem.WithLease(c.lease))
 				var ierr *idem.Error
 				if !errors.Is(err, injected) || !errors.As(err, &ierr) || ierr.Outcome != idem.Failed || ran != 1 {
@@ -572,16 +572,16 @@ func TestRetryWithin(t *testing.T) {
 	every25s := idem.WithBackoff(idem.Constant(25 * time.Second)) // never gives up
 	for _, c := range []struct {
 		name     string
-		opts     []idem.RunOption
+		opts     []idem.Option
 		calls    int
 		want     error
 		notAfter time.Duration // of the call's start, on the clock, when it returns
 	}{
-		{"default", []idem.RunOption{every25s}, 3, idem.ErrBackingOff, 50 * time.Second}, // at 0s, 25s, 50s; 75s is past the minute
-		{"RetryWithin(2m)", []idem.RunOption{every25s, idem.RetryWithin(2 * time.Minute)}, 5, idem.ErrBackingOff, 100 * time.Second},
-		{"RetryWithin(0)", []idem.RunOption{every25s, idem.RetryWithin(0)}, 1, idem.ErrBackingOff, 0},
-		{"OneAttempt", []idem.RunOption{every25s, idem.OneAttempt()}, 1, idem.ErrBackingOff, 0},
-		{"WaitForTurn", []idem.RunOption{idem.WithBackoff(idem.WithMaxAttempts(6, idem.Constant(25*time.Second))), idem.WaitForTurn()}, 6, idem.ErrParked, 125 * time.Second},
+		{"default", []idem.Option{every25s}, 3, idem.ErrBackingOff, 50 * time.Second}, // at 0s, 25s, 50s; 75s is past the minute
+		{"RetryWithin(2m)", []idem.Option{every25s, idem.RetryWithin(2 * time.Minute)}, 5, idem.ErrBackingOff, 100 * time.Second},
+		{"RetryWithin(0)", []idem.Option{every25s, idem.RetryWithin(0)}, 1, idem.ErrBackingOff, 0},
+		{"OneAttempt", []idem.Option{every25s, idem.OneAttempt()}, 1, idem.ErrBackingOff, 0},
+		{"WaitForTurn", []idem.Option{idem.WithBackoff(idem.MaxAttempts(6, idem.Constant(25*time.Second))), idem.WaitForTurn()}, 6, idem.ErrParked, 125 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -590,7 +590,7 @@ func TestRetryWithin(t *testing.T) {
 			calls := 0
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a Run that never stops retrying
 			defer cancel()
-			err := idem.RunWith(ctx, s, key, func(context.Context) error { calls++; return down },
+			err := idem.RunOn(ctx, s, key, func(context.Context) error { calls++; return down },
 				append(c.opts, idem.WithClock(clk))...)
 			if ctx.Err() != nil {
 				t.Fatalf("the Run was still retrying after 10s: %d attempts, %v", calls, err)
@@ -759,7 +759,7 @@ func TestCheckLeaseRefusalNothingHappened(t *testing.T) {
 					modeOpt = idem.TwoPhase(func(context.Context, idem.Key) (bool, error) { asked++; return false, nil })
 				}
 				var res idem.Result
-				err := idem.RunWith(stallGuard(t), s, key, func(ctx context.Context) error {
+				err := idem.RunOn(stallGuard(t), s, key, func(ctx context.Context) error {
 					clk.Set(t0.Add(idem.DefaultLease + time.Second)) // the process stalls past its lease
 					return idem.NothingHappened(idem.CheckLease(ctx))
 				}, idem.WithClock(clk), modeOpt, idem.WithBackoff(idem.Constant(time.Minute)), idem.OneAttempt(), idem.ReportTo(&res))
@@ -771,7 +771,7 @@ func TestCheckLeaseRefusalNothingHappened(t *testing.T) {
 				}
 				clk.Advance(2 * time.Minute)
 				ran := false
-				if err := idem.RunWith(context.Background(), s, key, func(context.Context) error { ran = true; return nil },
+				if err := idem.RunOn(context.Background(), s, key, func(context.Context) error { ran = true; return nil },
 					idem.WithClock(clk), modeOpt); err != nil || !ran {
 					t.Fatalf("the retry: %v, ran %v", err, ran)
 				}

@@ -40,19 +40,17 @@ type schedulerConfig struct {
 // connection budget: a running job holds a connection for each of its
 // writes, and its lease renewals. An n below 1 is an error matching
 // [ErrInvalidOption].
-func WithMaxRunning(n int) SchedulerOption {
-	return schedulerSetting(func(c *schedulerConfig) error {
+func WithMaxRunning(n int) Option {
+	return &option{name: "WithMaxRunning", class: classScheduler, sched: func(c *schedulerConfig) error {
 		if n < 1 {
 			return invalidOption("WithMaxRunning(%d): at least one job must be able to run", n)
 		}
 		c.maxRunning = n
 		return nil
-	})
+	}}
 }
 
-type schedulerSetting func(*schedulerConfig) error
 
-func (o schedulerSetting) applyScheduler(c *schedulerConfig) error { return o(c) }
 
 // jobConfig is what a Scheduler needs of a job besides the catch-up's
 // config.
@@ -66,8 +64,8 @@ type jobConfig struct {
 // so that the replicas of a service, which all run the same jobs, do not
 // reach the store at the same instant. A negative d is an error matching
 // [ErrInvalidOption].
-func WithJitter(d time.Duration) JobSetting {
-	return jobSetting(func(c *config) error {
+func WithJitter(d time.Duration) Option {
+	return newOption("WithJitter", classJob, func(c *config) error {
 		if d < 0 {
 			return invalidOption("WithJitter(%v): the jitter must not be negative", d)
 		}
@@ -80,8 +78,8 @@ func WithJitter(d time.Duration) JobSetting {
 // periods still run start at once, as a Run of its own key, alongside
 // them. By default the job waits: its periods run one after the other, in
 // order, each once the one before it has ended.
-func RunOverlapping() JobSetting {
-	return jobSetting(func(c *config) error { c.job.overlapping = true; return nil })
+func RunOverlapping() Option {
+	return newOption("RunOverlapping", classJob, func(c *config) error { c.job.overlapping = true; return nil })
 }
 
 // WithLagTolerance makes the job unready ([SchedulerStatus.Ready]) once a
@@ -92,8 +90,8 @@ func RunOverlapping() JobSetting {
 // hangs, not only once a catch-up returns. By default lag does not make a
 // job unready. A d of zero or less is an error matching
 // [ErrInvalidOption].
-func WithLagTolerance(d time.Duration) JobSetting {
-	return jobSetting(func(c *config) error {
+func WithLagTolerance(d time.Duration) Option {
+	return newOption("WithLagTolerance", classJob, func(c *config) error {
 		if d <= 0 {
 			return invalidOption("WithLagTolerance(%v): the tolerance must be positive", d)
 		}
@@ -223,27 +221,29 @@ const holderProbe = time.Second
 // option makes Add return its error.
 //
 // NewScheduler panics if store is nil.
-func NewScheduler(store idemstore.CatchUpStore, opts ...SchedulerOption) *Scheduler {
+func NewScheduler(store idemstore.CatchUpStore, opts ...Option) *Scheduler {
 	if store == nil {
 		panic("idem: NewScheduler needs a store")
 	}
 	s := &Scheduler{
 		store:    store,
-		cfg:      schedulerConfig{maxRunning: DefaultMaxRunning, probe: *newConfig(store)},
+		cfg:      schedulerConfig{maxRunning: DefaultMaxRunning, probe: *newConfig(store, callScheduler)},
 		randInt:  rand.Int64N,
 		kick:     make(chan struct{}, 1),
 		finished: make(chan struct{}),
 		byName:   map[string]*schedJob{},
 	}
 	for i, o := range opts {
-		var err error
-		if o == nil {
-			err = invalidOption("scheduler option %d of %d is nil", i+1, len(opts))
-		} else {
-			err = o.applyScheduler(&s.cfg)
-		}
-		if err != nil && s.cfg.probe.err == nil {
-			s.cfg.probe.err = err
+		switch {
+		case o == nil:
+			s.cfg.probe.keep(invalidOption("NewScheduler: option %d of %d is nil", i+1, len(opts)))
+		case !callScheduler.fits(o.option()):
+			s.cfg.probe.keep(callScheduler.misfit(o.option()))
+		case o.option().sched != nil:
+			s.cfg.probe.keep(o.option().sched(&s.cfg))
+		default: // an option of every call: a default of every job
+			s.cfg.defaults = append(s.cfg.defaults, o)
+			s.cfg.probe.keep(o.option().apply(&s.cfg.probe))
 		}
 	}
 	s.clock, s.logger = s.cfg.probe.clock, s.cfg.probe.logger
@@ -258,11 +258,11 @@ func NewScheduler(store idemstore.CatchUpStore, opts ...SchedulerOption) *Schedu
 // An invalid job name, option or schedule, or a name added twice, is an
 // error (ErrInvalidOption for options; the job is not added). fn must not
 // be nil.
-func (s *Scheduler) Add(job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...JobOption) error {
+func (s *Scheduler) Add(job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...Option) error {
 	if fn == nil || sched == nil {
 		panic("idem: Scheduler.Add needs a schedule and a fn")
 	}
-	cfg := jobConfigOf(s, opts, JobOption.applyJob)
+	cfg := jobConfigOf(s, callJob, opts)
 	return s.add(job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
 		return execute(withJobObserver(ctx, cfg), s.store, key, cfg, noValue(func(ctx context.Context) error { return fn(ctx, p) }), nil, nil)
 	})
@@ -274,7 +274,7 @@ func (s *Scheduler) Add(job string, sched Schedule, fn func(ctx context.Context,
 // database. The Scheduler's store must be an
 // [idemstore.CatchUpTxStore] of Tx (a Ledger's is *sql.Tx); otherwise AddTx
 // returns an error and adds nothing.
-func AddTx[Tx any](s *Scheduler, job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...JobTxOption) error {
+func AddTx[Tx any](s *Scheduler, job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...Option) error {
 	if fn == nil || sched == nil {
 		panic("idem: AddTx needs a schedule and a fn")
 	}
@@ -283,7 +283,7 @@ func AddTx[Tx any](s *Scheduler, job string, sched Schedule, fn func(ctx context
 		var tx Tx
 		return fmt.Errorf("idem: AddTx %s: the scheduler's store %T has no transactions of type %T", job, s.store, tx)
 	}
-	cfg := jobConfigOf(s, opts, JobTxOption.applyJobTx)
+	cfg := jobConfigOf(s, callJobTx, opts)
 	return s.add(job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
 		return runTx(withJobObserver(ctx, cfg), ts, key, func(ctx context.Context, tx Tx) ([]byte, error) { return nil, fn(ctx, tx, p) }, cfg)
 	})
@@ -291,17 +291,15 @@ func AddTx[Tx any](s *Scheduler, job string, sched Schedule, fn func(ctx context
 
 // jobConfigOf is a job's config: the engine's and the store's defaults, the
 // Scheduler's, then the job's opts.
-func jobConfigOf[O comparable](s *Scheduler, opts []O, apply func(O, *config) error) *config {
-	c := newConfig(s.store)
+func jobConfigOf(s *Scheduler, cl call, opts []Option) *config {
+	c := newConfig(s.store, cl)
 	c.err = s.cfg.probe.err
 	base := c.observer // the store's defaults
 	c.observer = nil
 	for _, o := range s.cfg.defaults {
-		if err := o.applyJob(c); err != nil && c.err == nil {
-			c.err = err
-		}
+		c.keep(o.option().apply(c))
 	}
-	applyOptions(c, opts, apply)
+	applyOptions(c, cl, opts)
 	c.jobObserver = c.observer
 	c.observer = chainObservers(base, c.observer)
 	return c

@@ -176,7 +176,7 @@ func TestSchedulerParamsDeploy(t *testing.T) {
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "after the deploy", c.get(), "2026-03-01T10:00Z")
 	// The same parameters as a duplicate trigger of the done 10:00: done.
-	err := idem.RunWith(ctx, l, idem.Key{Job: "settle", Period: "2026-03-01T10:00Z"}, func(context.Context) error {
+	err := idem.RunOn(ctx, l, idem.Key{Job: "settle", Period: "2026-03-01T10:00Z"}, func(context.Context) error {
 		t.Error("ran a done period")
 		return nil
 	}, idem.WithParams("rates-v2"))
@@ -184,7 +184,7 @@ func TestSchedulerParamsDeploy(t *testing.T) {
 		t.Errorf("a duplicate with the job's parameters: %v", err)
 	}
 	// Other ones: refused.
-	err = idem.RunWith(ctx, l, idem.Key{Job: "settle", Period: "2026-03-01T10:00Z"}, func(context.Context) error { return nil }, idem.WithParams("rates-v1"))
+	err = idem.RunOn(ctx, l, idem.Key{Job: "settle", Period: "2026-03-01T10:00Z"}, func(context.Context) error { return nil }, idem.WithParams("rates-v1"))
 	if !errors.Is(err, idem.ErrParamsMismatch) {
 		t.Errorf("a duplicate with other parameters: %v, want ErrParamsMismatch", err)
 	}

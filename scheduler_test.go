@@ -316,7 +316,7 @@ func TestSchedulerOverlap(t *testing.T) {
 				<-release
 				return nil
 			}
-			var opts []idem.JobOption
+			var opts []idem.Option
 			if overlapping {
 				opts = append(opts, idem.RunOverlapping())
 			}
@@ -479,7 +479,7 @@ func TestSchedulerInvalid(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	s := idem.NewScheduler(l)
 	fn := func(context.Context, idem.Period) error { return nil }
-	for name, opt := range map[string]idem.JobOption{
+	for name, opt := range map[string]idem.Option{
 		"jitter":    idem.WithJitter(-time.Second),
 		"tolerance": idem.WithLagTolerance(0),
 		"window":    idem.CatchUpWindow(0),

@@ -82,7 +82,7 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 type StateFile struct {
 	path     string
 	dir      string
-	defaults []StoreOption
+	defaults []Option
 	clock    Clock // for the times the store takes itself (Start's); WithClock among defaults
 
 	mu     sync.Mutex // serializes read-modify-write in this process
@@ -115,7 +115,7 @@ var (
 // a store opened afterwards uses the new one, and the two do not exclude
 // each other (their locks lie beside different files). Re-point a link
 // only while no process has the state file open.
-func OpenStateFile(path string, opts ...StoreOption) (*StateFile, error) {
+func OpenStateFile(path string, opts ...Option) (*StateFile, error) {
 	if path == "" {
 		return nil, errors.New("idem: state file path is empty")
 	}
@@ -226,11 +226,11 @@ func readRegular(path string) ([]byte, error) {
 // OpenStateFile was a symbolic link.
 func (s *StateFile) Path() string { return s.path }
 
-// Run runs fn for key with the protocol of [RunWith].
-func (s *StateFile) Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...RunOption) error {
-	return RunWith(ctx, s, key, fn, opts...)
+// Run runs fn for key with the protocol of [RunOn].
+func (s *StateFile) Run(ctx context.Context, key Key, fn func(context.Context) error, opts ...Option) error {
+	return RunOn(ctx, s, key, fn, opts...)
 }
 
 // DefaultOptions returns the options given to OpenStateFile: the defaults
 // of every Run and CatchUp on the store.
-func (s *StateFile) DefaultOptions() []StoreOption { return s.defaults }
+func (s *StateFile) DefaultOptions() []Option { return s.defaults }

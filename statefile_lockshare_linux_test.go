@@ -28,7 +28,7 @@ func TestStateFileLockReleasedWhileShared(t *testing.T) {
 			syscall.Close(fd)
 		}
 	})
-	for i, mode := range []idem.ModeOption{idem.AtLeastOnce(), idem.AtMostOnce()} {
+	for i, mode := range []idem.Option{idem.AtLeastOnce(), idem.AtMostOnce()} {
 		k := idem.Key{Job: "report" + strconv.Itoa(i), Period: "2026-10-27"}
 		shared := 0
 		err := s.Run(ctx, k, func(context.Context) error {

@@ -18,7 +18,7 @@ import (
 	"github.com/idemgo/idem/internal/testwait"
 )
 
-func openState(t testing.TB, dir string, opts ...idem.StoreOption) *idem.StateFile {
+func openState(t testing.TB, dir string, opts ...idem.Option) *idem.StateFile {
 	t.Helper()
 	s, err := idem.OpenStateFile(filepath.Join(dir, "state.json"), opts...)
 	if err != nil {
@@ -134,7 +134,7 @@ func TestStateFileCrashAtEveryPoint(t *testing.T) {
 						return err
 					}
 					eff := newEffects(dir)
-					opt := map[string]idem.ModeOption{
+					opt := map[string]idem.Option{
 						"at-least-once": idem.AtLeastOnce(),
 						"at-most-once":  idem.AtMostOnce(),
 						"two-phase": idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) {

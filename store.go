@@ -3,7 +3,7 @@ package idem
 import "github.com/idemgo/idem/idemstore"
 
 // Store keeps one record per [Key] and makes the state changes of the Run
-// protocol atomic: what [SetDefault] and [RunWith] take. [Ledger]
+// protocol atomic: what [SetDefault] and [RunOn] take. [Ledger]
 // (SQLite), [StateFile] and the Postgres ledger (module pgledger) implement
 // it. The interfaces stores implement, and the protocol rules they share,
 // are in package idemstore; a store of your own is written against it and

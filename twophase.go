@@ -41,8 +41,8 @@ type DownstreamHas func(ctx context.Context, key Key) (bool, error)
 //
 // A nil has is an error matching [ErrInvalidOption], returned by the call
 // before anything is written.
-func TwoPhase(has DownstreamHas) ModeOption {
-	return modeOption(func(c *config) error {
+func TwoPhase(has DownstreamHas) Option {
+	return newOption("TwoPhase", classMode, func(c *config) error {
 		if has == nil {
 			return invalidOption("TwoPhase(nil): no DownstreamHas to ask")
 		}

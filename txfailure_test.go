@@ -27,7 +27,7 @@ func (s opaqueTx) FinishTx(ctx context.Context, key idem.Key, attempt int64, now
 	return nil
 }
 
-// TestRunTxFnFailureKnownToEngine: RunTxWith knows that fn failed (here
+// TestRunTxFnFailureKnownToEngine: RunTx knows that fn failed (here
 // with a Permanent error) whatever the store makes of fn's error, as
 // idemstore.TxStore.FinishTx allows: the key is parked at once with fn's
 // own error, which Run's error wraps.
@@ -36,12 +36,12 @@ func TestRunTxFnFailureKnownToEngine(t *testing.T) {
 	ctx := context.Background()
 	bad := errors.New("bad input")
 	calls := 0
-	err := idem.RunTxWith(ctx, opaqueTx{l, l}, key, func(context.Context, *sql.Tx) error {
+	err := idem.RunTx(ctx, opaqueTx{l, l}, key, func(context.Context, *sql.Tx) error {
 		calls++
 		return idem.Permanent(bad)
 	})
 	if !errors.Is(err, idem.ErrParked) || !errors.Is(err, bad) || calls != 1 {
-		t.Fatalf("RunTxWith: %v after %d calls; want ErrParked wrapping fn's error after 1 call", err, calls)
+		t.Fatalf("RunTx: %v after %d calls; want ErrParked wrapping fn's error after 1 call", err, calls)
 	}
 	if rec := mustLookup(t, l, key); rec.Status != idem.StatusParked || rec.LastError != bad.Error() {
 		t.Fatalf("record %+v, want parked with fn's error", rec)

@@ -38,7 +38,7 @@ import (
 // [ErrNoValue] and the zero T: the work is done, but its answer was not
 // kept. Run and RunValue of one key agree on the key: use one of them for
 // it. [Result].Value holds the stored bytes.
-func RunValue[T any](ctx context.Context, key Key, fn func(context.Context) (T, error), opts ...RunOption) (T, error) {
+func RunValue[T any](ctx context.Context, key Key, fn func(context.Context) (T, error), opts ...Option) (T, error) {
 	if err := key.Validate(); err != nil {
 		var zero T
 		return zero, err
@@ -48,15 +48,15 @@ func RunValue[T any](ctx context.Context, key Key, fn func(context.Context) (T, 
 		var zero T
 		return zero, err
 	}
-	return RunValueWith(ctx, s, key, fn, opts...)
+	return RunValueOn(ctx, s, key, fn, opts...)
 }
 
-// RunValueWith is [RunValue] on store s, with the protocol of [RunWith].
-func RunValueWith[T any](ctx context.Context, s Store, key Key, fn func(context.Context) (T, error), opts ...RunOption) (T, error) {
+// RunValueOn is [RunValue] on store s, with the protocol of [RunOn].
+func RunValueOn[T any](ctx context.Context, s Store, key Key, fn func(context.Context) (T, error), opts ...Option) (T, error) {
 	if fn == nil {
 		panic("idem: RunValue with a nil fn")
 	}
-	cfg := configure(s, opts, RunOption.applyRun)
+	cfg := configure(s, callRun, opts)
 	var res Result
 	var got T
 	cfg.result = &res
@@ -71,15 +71,15 @@ func RunValueWith[T any](ctx context.Context, s Store, key Key, fn func(context.
 	return valueOf(key, res, got, err)
 }
 
-// RunTxValueWith is [RunTxWith] for a job whose work has an answer, as in
+// RunTxValue is [RunTx] for a job whose work has an answer, as in
 // [RunValue]: fn's value is stored with the done mark in the transaction
 // that commits fn's writes, so a crash leaves both or neither, and the next
 // call computes it again with its writes.
-func RunTxValueWith[T, Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) (T, error), opts ...RunTxOption) (T, error) {
+func RunTxValue[T, Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) (T, error), opts ...Option) (T, error) {
 	if fn == nil {
 		panic("idem: RunTxValue with a nil fn")
 	}
-	cfg := configure(s, opts, RunTxOption.applyRunTx)
+	cfg := configure(s, callRunTx, opts)
 	var res Result
 	var got T
 	cfg.result = &res

@@ -13,7 +13,7 @@ import (
 
 // A settlement's total is computed once; every later trigger of the period
 // gets the stored total, and fn does not run again.
-func ExampleRunValueWith() {
+func ExampleRunValueOn() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
 	l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
@@ -29,7 +29,7 @@ func ExampleRunValueWith() {
 	key := idem.Key{Job: "daily_settle", Period: "2026-10-27"}
 	for range 2 {
 		var res idem.Result
-		t, err := idem.RunValueWith(context.Background(), l, key, func(ctx context.Context) (total, error) {
+		t, err := idem.RunValueOn(context.Background(), l, key, func(ctx context.Context) (total, error) {
 			fmt.Println("settling", key.Period)
 			return total{Cents: 123456, Currency: "EUR"}, nil
 		}, idem.ReportTo(&res))

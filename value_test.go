@@ -42,22 +42,22 @@ func TestRunValueRoundTrip(t *testing.T) {
 		}
 	}
 	refuse("skipped", func(k idem.Key) error {
-		_, err := idem.RunValueWith(ctx, l, k, func(context.Context) (skipped, error) { return skipped{A: 1, B: 2}, nil })
+		_, err := idem.RunValueOn(ctx, l, k, func(context.Context) (skipped, error) { return skipped{A: 1, B: 2}, nil })
 		return err
 	}, ".B")
 	refuse("hidden", func(k idem.Key) error {
-		_, err := idem.RunValueWith(ctx, l, k, func(context.Context) (hidden, error) { return hidden{A: 1, b: 2}, nil })
+		_, err := idem.RunValueOn(ctx, l, k, func(context.Context) (hidden, error) { return hidden{A: 1, b: 2}, nil })
 		return err
 	}, ".b")
 	refuse("loose", func(k idem.Key) error {
-		_, err := idem.RunValueWith(ctx, l, k, func(context.Context) (loose, error) { return loose{N: 3}, nil })
+		_, err := idem.RunValueOn(ctx, l, k, func(context.Context) (loose, error) { return loose{N: 3}, nil })
 		return err
 	}, ".N")
 
 	// A skipped or unexported field left at its zero value loses nothing.
 	k := idem.Key{Job: "value_zero_skipped", Period: "2026-10-27"}
 	for i := range 2 {
-		v, err := idem.RunValueWith(ctx, l, k, func(context.Context) (skipped, error) { return skipped{A: 1}, nil })
+		v, err := idem.RunValueOn(ctx, l, k, func(context.Context) (skipped, error) { return skipped{A: 1}, nil })
 		if err != nil || v != (skipped{A: 1}) {
 			t.Fatalf("call %d: %+v, %v; want {A:1}", i, v, err)
 		}
@@ -76,11 +76,11 @@ func TestRunValueRoundTrip(t *testing.T) {
 	n := 7
 	want := whole{At: at, Since: &at, Tags: map[string][]int{"a": {1, 2}}, Empty: []string{}, Any: "text", Ptr: &n}
 	k = idem.Key{Job: "value_whole", Period: "2026-10-27"}
-	first, err := idem.RunValueWith(ctx, l, k, func(context.Context) (whole, error) { return want, nil })
+	first, err := idem.RunValueOn(ctx, l, k, func(context.Context) (whole, error) { return want, nil })
 	if err != nil || !first.At.Equal(at) {
 		t.Fatalf("first call: %+v, %v", first, err)
 	}
-	again, err := idem.RunValueWith(ctx, l, k, func(context.Context) (whole, error) {
+	again, err := idem.RunValueOn(ctx, l, k, func(context.Context) (whole, error) {
 		t.Fatal("fn ran for a done key")
 		return whole{}, nil
 	})

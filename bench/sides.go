@@ -13,7 +13,7 @@ const dupPasses = 20
 
 // runner is a ledger: *idem.Ledger or *pgledger.Ledger.
 type runner interface {
-	Run(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.RunOption) error
+	Run(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
 }
 
 // ledgerFreshSide runs n new keys through l.Run (AtLeastOnce, the default)

@@ -7,7 +7,7 @@ import (
 
 // Store keeps one record per [Key] and makes the state changes of the Run
 // protocol atomic. idem.Ledger (SQLite), idem.StateFile and the Postgres
-// ledger implement it; a store of your own plugs into idem.RunWith the same
+// ledger implement it; a store of your own plugs into idem.RunOn the same
 // way and can prove itself with the conformance suite in package idemtest.
 //
 // Every method must be atomic: after a crash at any instruction, the record
@@ -75,7 +75,7 @@ type TxStore[Tx any] interface {
 }
 
 // FreshTxStore is a TxStore that can also claim a key that has no record,
-// run fn and mark the key done in ONE transaction: idem.RunTxWith's common
+// run fn and mark the key done in ONE transaction: idem.RunTx's common
 // case, a new key, then costs one transaction instead of two. The SQLite
 // ledger implements it.
 type FreshTxStore[Tx any] interface {

@@ -134,7 +134,7 @@ func testItemsCrash(t *testing.T, h Harness) {
 				s := itemStore(t, h.open(t, clk))
 				k := idem.Key{Job: "items-crash", Period: "2026-10-27"}
 				d := newItemDownstream()
-				opts := []idem.EachOption{m.opt(d.has), idem.WithBatch(50), idem.WithWorkers(1)}
+				opts := []idem.Option{m.opt(d.has), idem.WithBatch(50), idem.WithWorkers(1)}
 				seen := 0
 				ctx := CrashWhen(context.Background(), func(p idemstore.Point, _ idem.Key) bool {
 					if p == c.at {
@@ -205,7 +205,7 @@ func testItemsPoison(t *testing.T, h Harness) {
 			return idem.NothingHappened(errors.New("account frozen"))
 		}
 		return d.apply(ctx, item)
-	}, idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Minute))), idem.WithBatch(10))
+	}, idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Minute))), idem.WithBatch(10))
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Parked != 1 || res.Counts.Done != 59 ||
 		len(res.Parked) != 1 || res.Parked[0] != "item-00017" {
 		t.Fatalf("Each: %v, %+v", err, res)

@@ -2,7 +2,7 @@ package idemtest
 
 // The reference model of TestModel: what every key and job of a store must
 // be after each operation, in plain Go. It knows nothing of how a store
-// keeps its records; it follows the protocol of idem.RunWith, CatchUp,
+// keeps its records; it follows the protocol of idem.RunOn, CatchUp,
 // Resolve and Prune as their documentation states it, step by step, with
 // the crash points a run passes.
 //
@@ -476,7 +476,7 @@ type mFlight struct {
 	leaseClient time.Time // the lease's end as the attempt's own process sees it (CheckLease)
 }
 
-// run is one call of idem.RunWith with idem.OneAttempt: next gives what
+// run is one call of idem.RunOn with idem.OneAttempt: next gives what
 // fn does when it is called.
 func (m *model) run(k idem.Key, next func() mFn, cr *crashState, cursor bool) mResult {
 	if m.modes[k.Job] == modeTx {
@@ -683,7 +683,7 @@ func (m *model) resume(f *mFlight, noCheck bool) mResult {
 	return m.done(f, nil)
 }
 
-// runTx is one call of idem.RunTxWith: fn's business write commits with
+// runTx is one call of idem.RunTx: fn's business write commits with
 // the done mark (and, for CatchUpTx, the cursor), or not at all; the mode
 // is AtLeastOnce.
 func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) mResult {

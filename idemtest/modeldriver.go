@@ -48,24 +48,24 @@ type ModelOptions struct {
 	Parallel bool
 }
 
-// TxHarness lets [TestModel] exercise idem.RunTxWith on a store whose
+// TxHarness lets [TestModel] exercise idem.RunTx on a store whose
 // records share a database with business data: the business write of each
 // attempt must commit with the done mark, or not at all (exactly once).
 type TxHarness struct {
 	// Setup prepares a new store for Run and Rows (creates the business
 	// table). It may be nil.
 	Setup func(ctx context.Context, s idemstore.Store) error
-	// Run calls idem.RunTxWith (or the store's RunTx) on s for key with
+	// Run calls idem.RunTx (or the store's RunTx) on s for key with
 	// opts, with a fn that first makes one business write for key in the
 	// transaction, then returns what fn(ctx) returns. ctx must be passed on
 	// as it is given to the transaction's fn (it carries idem.Info).
-	Run func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.RunTxOption) error
+	Run func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
 	// Rows returns the committed business writes, counted by key.
 	Rows func(ctx context.Context, s idemstore.Store) (map[idem.Key]int, error)
 	// CatchUp, if set, calls idem.CatchUpTx on s with the same business
 	// write for each period's key (job, p.Name), then fn(ctx, p); TestModel
 	// then also catches up a RunTx job.
-	CatchUp func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.CatchUpTxOption) (idem.CatchUpResult, error)
+	CatchUp func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error)
 }
 
 // SQLTx is the [TxHarness] of a store whose transactions are *sql.Tx and
@@ -94,19 +94,19 @@ func SQLTx() *TxHarness {
 				job TEXT NOT NULL, period TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (job, period))`)
 			return err
 		},
-		Run: func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.RunTxOption) error {
+		Run: func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
 			ts, ok := s.(idemstore.TxStore[*sql.Tx])
 			if !ok {
 				return fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.TxStore[*sql.Tx]", s)
 			}
-			return idem.RunTxWith(ctx, ts, key, func(ctx context.Context, tx *sql.Tx) error {
+			return idem.RunTx(ctx, ts, key, func(ctx context.Context, tx *sql.Tx) error {
 				if err := write(ctx, tx, key); err != nil {
 					return err
 				}
 				return fn(ctx)
 			}, opts...)
 		},
-		CatchUp: func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.CatchUpTxOption) (idem.CatchUpResult, error) {
+		CatchUp: func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
 			cs, ok := s.(idemstore.CatchUpTxStore[*sql.Tx])
 			if !ok {
 				return idem.CatchUpResult{}, fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.CatchUpTxStore[*sql.Tx]", s)
@@ -163,7 +163,7 @@ func SQLTx() *TxHarness {
 // business write committed exactly once.
 //
 // Runs use a fake clock given to h.Open, with idem.OneAttempt and a fixed
-// backoff (idem.WithMaxAttempts(3, idem.Constant(30m30s))), a lease of
+// backoff (idem.MaxAttempts(3, idem.Constant(30m30s))), a lease of
 // 10m30s, and the periods of idem.Daily(time.UTC). h.Watermark selects the
 // state file's semantics (one watermark and one pending period per job);
 // without h.LeaseExpiry, a running attempt holds a lock that only its end
@@ -764,12 +764,12 @@ func (w *world) sync() {
 // base is the options of every call of the model's jobs, but their mode.
 func (w *world) base() []idem.Option {
 	return []idem.Option{idem.WithClock(w.clk), idem.WithLease(mLease),
-		idem.WithBackoff(idem.WithMaxAttempts(mMaxAttempts, idem.Constant(mBackoff)))}
+		idem.WithBackoff(idem.MaxAttempts(mMaxAttempts, idem.Constant(mBackoff)))}
 }
 
 // mode is the mode option of a job in mode (the transactional calls take
 // none).
-func (w *world) mode(mode mMode) idem.ModeOption {
+func (w *world) mode(mode mMode) idem.Option {
 	switch mode {
 	case modeAMO:
 		return idem.AtMostOnce()
@@ -903,10 +903,10 @@ func (w *world) trigger(ctx context.Context, k idem.Key, fn func(context.Context
 		mode := w.cfg.modes[k.Job]
 		ctx := crashCtx(ctx, crash)
 		if mode == modeTx {
-			r.err = w.h.Tx.Run(ctx, w.s, k, fn, optsOf[idem.RunTxOption](w.base(), idem.OneAttempt(), idem.ReportTo(&res))...)
+			r.err = w.h.Tx.Run(ctx, w.s, k, fn, optsOf[idem.Option](w.base(), idem.OneAttempt(), idem.ReportTo(&res))...)
 			return
 		}
-		r.err = idem.RunWith(ctx, w.s, k, fn, optsOf[idem.RunOption](w.base(), w.mode(mode), idem.OneAttempt(), idem.ReportTo(&res))...)
+		r.err = idem.RunOn(ctx, w.s, k, fn, optsOf[idem.Option](w.base(), w.mode(mode), idem.OneAttempt(), idem.ReportTo(&res))...)
 	}()
 	r.outcome, r.crashed = res.Outcome, errors.Is(r.err, ErrCrashed)
 	return r
@@ -940,7 +940,7 @@ func (w *world) exec(ctx context.Context, op mOp) (st rStep) {
 		var res idem.CatchUpResult
 		func() {
 			defer catch(&st.cu.rResult)
-			opts := []idem.CatchUpPolicy{idem.OnPeriod(func(idem.PeriodResult) { w.clk.clear() })}
+			opts := []idem.Option{idem.OnPeriod(func(idem.PeriodResult) { w.clk.clear() })}
 			switch {
 			case op.cu.latest:
 				opts = append(opts, idem.CatchUpLatest())
@@ -965,14 +965,14 @@ func (w *world) exec(ctx context.Context, op mOp) (st rStep) {
 			}
 			ctx := crashCtx(ctx, op.crash)
 			if tx {
-				txOpts := optsOf[idem.CatchUpTxOption](w.base(), idem.OneAttempt())
+				txOpts := optsOf[idem.Option](w.base(), idem.OneAttempt())
 				for _, o := range opts {
 					txOpts = append(txOpts, o)
 				}
 				res, st.cu.err = w.h.Tx.CatchUp(ctx, w.s, op.cu.job, idem.Daily(time.UTC), fn, txOpts...)
 				return
 			}
-			cuOpts := optsOf[idem.CatchUpOption](w.base(), w.mode(w.cfg.modes[op.cu.job]), idem.OneAttempt())
+			cuOpts := optsOf[idem.Option](w.base(), w.mode(w.cfg.modes[op.cu.job]), idem.OneAttempt())
 			for _, o := range opts {
 				cuOpts = append(cuOpts, o)
 			}

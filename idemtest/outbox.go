@@ -25,7 +25,7 @@ type OutboxLedger[Tx any] interface {
 }
 
 // TestOutbox runs the outbox's conformance suite against the stores open
-// returns (each call a new, empty store): idem.Put in RunTxWith, EachTx
+// returns (each call a new, empty store): idem.Put in RunTx, EachTx
 // (when the store is an idemstore.ItemTxStore) and CatchUpTx (when it is
 // an idemstore.CatchUpTxStore); stable ids across a rolled-back attempt; no
 // message of a rolled-back transaction ever listed or delivered; per-topic
@@ -86,9 +86,9 @@ func (r *receiver) ids() []string {
 }
 
 // putTx runs a RunTx of key on s that puts msgs, then returns fnErr.
-func putTx[Tx any](ctx context.Context, s OutboxLedger[Tx], key idem.Key, fnErr error, msgs []idem.Message, opts ...idem.RunTxOption) ([]string, error) {
+func putTx[Tx any](ctx context.Context, s OutboxLedger[Tx], key idem.Key, fnErr error, msgs []idem.Message, opts ...idem.Option) ([]string, error) {
 	var ids []string
-	err := idem.RunTxWith(ctx, s, key, func(ctx context.Context, tx Tx) error {
+	err := idem.RunTx(ctx, s, key, func(ctx context.Context, tx Tx) error {
 		ids = ids[:0]
 		for _, m := range msgs {
 			id, err := idem.Put(ctx, tx, m)
@@ -192,7 +192,7 @@ func testOutboxPut[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 		t.Fatalf("a second pass claimed %+v", res)
 	}
 	// Put with another transaction type, or outside a body.
-	err = idem.RunTxWith(ctx, s, idem.Key{Job: "settle", Period: "other"}, func(ctx context.Context, tx Tx) error {
+	err = idem.RunTx(ctx, s, idem.Key{Job: "settle", Period: "other"}, func(ctx context.Context, tx Tx) error {
 		_, err := idem.Put(ctx, "not a tx", idem.Message{Topic: "x"})
 		return idem.Permanent(err)
 	}, idem.WithClock(clk))
@@ -202,7 +202,7 @@ func testOutboxPut[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	if _, err := idem.Put(ctx, 0, idem.Message{Topic: "x"}); !errors.Is(err, idem.ErrNoOutbox) {
 		t.Fatalf("Put outside a body: %v, want ErrNoOutbox", err)
 	}
-	err = idem.RunTxWith(ctx, s, idem.Key{Job: "settle", Period: "bad"}, func(ctx context.Context, tx Tx) error {
+	err = idem.RunTx(ctx, s, idem.Key{Job: "settle", Period: "bad"}, func(ctx context.Context, tx Tx) error {
 		_, err := idem.Put(ctx, tx, idem.Message{Topic: ""})
 		return idem.Permanent(err)
 	}, idem.WithClock(clk))
@@ -233,7 +233,7 @@ func testOutboxRollback[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	// In-process retries: fails twice, then commits.
 	fails := 2
 	var ids []string
-	err := idem.RunTxWith(ctx, s, key, func(ctx context.Context, tx Tx) error {
+	err := idem.RunTx(ctx, s, key, func(ctx context.Context, tx Tx) error {
 		ids = ids[:0]
 		for _, m := range msgs {
 			id, err := idem.Put(ctx, tx, m)
@@ -382,7 +382,7 @@ func testOutboxDown[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 		}
 		return nil
 	}}
-	b := idem.WithMaxAttempts(50, idem.WithCap(10*time.Minute, idem.Exponential(time.Second)))
+	b := idem.MaxAttempts(50, idem.Capped(10*time.Minute, idem.Exponential(time.Second)))
 	opts := []idem.RelayOption{idem.RelayClock(clk), idem.RelayBackoff(b)}
 	// The relay passes every 30 seconds for two hours of fake time.
 	var attempts []time.Time
@@ -434,7 +434,7 @@ func testOutboxPoison[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 		}
 		return nil
 	}}
-	opts := []idem.RelayOption{idem.RelayClock(clk), idem.RelayBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Minute)))}
+	opts := []idem.RelayOption{idem.RelayClock(clk), idem.RelayBackoff(idem.MaxAttempts(3, idem.Constant(time.Minute)))}
 	for range 10 {
 		relayOnce(t, s, &r, opts...)
 		clk.Advance(time.Minute)

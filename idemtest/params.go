@@ -35,7 +35,7 @@ func testParams(t *testing.T, h Harness) {
 		k := idem.Key{Job: "params-done", Period: "2026-10-27"}
 		for i := range 3 {
 			var res idem.Result
-			if err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.WithParams(a), idem.ReportTo(&res)); err != nil {
+			if err := idem.RunOn(ctx, s, k, d.apply, idem.WithClock(clk), idem.WithParams(a), idem.ReportTo(&res)); err != nil {
 				t.Fatalf("run %d with the same params: %v", i, err)
 			}
 			if want := map[bool]idem.Outcome{true: idem.Ran, false: idem.AlreadyDone}[i == 0]; res.Outcome != want {
@@ -44,7 +44,7 @@ func testParams(t *testing.T, h Harness) {
 		}
 		// The same parameters as a map: the same canonical JSON.
 		same := map[string]any{"version": 3, "accounts": []string{"acme", "globex"}, "table": "eur"}
-		if err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.WithParams(same)); err != nil {
+		if err := idem.RunOn(ctx, s, k, d.apply, idem.WithClock(clk), idem.WithParams(same)); err != nil {
 			t.Fatalf("the same params as a map: %v", err)
 		}
 		before := lookup(t, s, k)
@@ -53,7 +53,7 @@ func testParams(t *testing.T, h Harness) {
 		}
 		checkMismatch(t, s, k, before, d, idem.WithClock(clk), idem.WithParams(b))
 		var res idem.Result
-		if err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
+		if err := idem.RunOn(ctx, s, k, d.apply, idem.WithClock(clk), idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
 			t.Fatalf("no params: %v, outcome %v; want AlreadyDone (no check)", err, res.Outcome)
 		}
 		if got := d.count(k); got != 1 {
@@ -67,7 +67,7 @@ func testParams(t *testing.T, h Harness) {
 		d := newDownstream()
 		k := idem.Key{Job: "params-failed", Period: "2026-10-27"}
 		fail := func(context.Context) error { return errors.New("bank closed") }
-		err := idem.RunWith(ctx, s, k, fail, idem.WithClock(clk), idem.WithParams(a), idem.OneAttempt(),
+		err := idem.RunOn(ctx, s, k, fail, idem.WithClock(clk), idem.WithParams(a), idem.OneAttempt(),
 			idem.WithBackoff(idem.Constant(time.Minute)))
 		if !errors.Is(err, idem.ErrBackingOff) {
 			t.Fatalf("failing run: %v, want ErrBackingOff", err)
@@ -75,8 +75,8 @@ func testParams(t *testing.T, h Harness) {
 		h.advance(t, s, clk, time.Hour)
 		before := lookup(t, s, k)
 		checkMismatch(t, s, k, before, d, idem.WithClock(clk), idem.WithParams(b))
-		if err := idem.RunWith(ctx, s, k, fail, idem.WithClock(clk), idem.WithParams(a), idem.OneAttempt(),
-			idem.WithBackoff(idem.WithMaxAttempts(1, idem.Constant(time.Minute)))); !errors.Is(err, idem.ErrParked) {
+		if err := idem.RunOn(ctx, s, k, fail, idem.WithClock(clk), idem.WithParams(a), idem.OneAttempt(),
+			idem.WithBackoff(idem.MaxAttempts(1, idem.Constant(time.Minute)))); !errors.Is(err, idem.ErrParked) {
 			t.Fatalf("second failing run: %v, want ErrParked", err)
 		}
 		if err := s.Resolve(ctx, k, idem.ResolveRetry); err != nil {
@@ -86,7 +86,7 @@ func testParams(t *testing.T, h Harness) {
 			t.Fatalf("fingerprint after Reset %q, want %q kept", rec.Fingerprint, before.Fingerprint)
 		}
 		checkMismatch(t, s, k, lookup(t, s, k), d, idem.WithClock(clk), idem.WithParams(b))
-		if err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.WithParams(a)); err != nil {
+		if err := idem.RunOn(ctx, s, k, d.apply, idem.WithClock(clk), idem.WithParams(a)); err != nil {
 			t.Fatalf("run with the first params after Reset: %v", err)
 		}
 		if rec := lookup(t, s, k); rec.Status != idem.StatusDone || rec.Fingerprint != before.Fingerprint || d.count(k) != 1 {
@@ -99,7 +99,7 @@ func testParams(t *testing.T, h Harness) {
 		s := h.open(t, clk)
 		d := newDownstream()
 		k := idem.Key{Job: "params-bytes", Period: "2026-10-27"}
-		if err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.WithParamsBytes([]byte("--rates eur"))); err != nil {
+		if err := idem.RunOn(ctx, s, k, d.apply, idem.WithClock(clk), idem.WithParamsBytes([]byte("--rates eur"))); err != nil {
 			t.Fatal(err)
 		}
 		checkMismatch(t, s, k, lookup(t, s, k), d, idem.WithClock(clk), idem.WithParamsBytes([]byte("--rates usd")))
@@ -109,11 +109,11 @@ func testParams(t *testing.T, h Harness) {
 // checkMismatch runs k with opts (other params than the stored ones): the
 // call must return ErrParamsMismatch naming the key and both short
 // fingerprints, run nothing and leave the record as before.
-func checkMismatch(t *testing.T, s idemstore.Store, k idem.Key, before idem.Record, d *downstream, opts ...idem.RunOption) {
+func checkMismatch(t *testing.T, s idemstore.Store, k idem.Key, before idem.Record, d *downstream, opts ...idem.Option) {
 	t.Helper()
 	n := d.count(k)
 	var res idem.Result
-	err := idem.RunWith(context.Background(), s, k, d.apply, append(opts, idem.ReportTo(&res))...)
+	err := idem.RunOn(context.Background(), s, k, d.apply, append(opts, idem.ReportTo(&res))...)
 	var me *idemstore.MismatchError
 	if !errors.Is(err, idem.ErrParamsMismatch) || !errors.As(err, &me) || res.Outcome != idem.ParamsMismatch {
 		t.Fatalf("other params: %v, outcome %v; want ErrParamsMismatch", err, res.Outcome)
@@ -160,14 +160,14 @@ func testValues(t *testing.T, h Harness) {
 			runs++
 			return total{Cents: 1234567, Run: runs, URL: "s3://reports/2026-10-27.pdf"}, nil
 		}
-		first, err := idem.RunValueWith(ctx, s, k, fn, idem.WithClock(clk))
+		first, err := idem.RunValueOn(ctx, s, k, fn, idem.WithClock(clk))
 		if err != nil || first.Run != 1 {
 			t.Fatalf("first run: %+v, %v", first, err)
 		}
 		want, _ := json.Marshal(first)
 		for i := range 100 {
 			var res idem.Result
-			got, err := idem.RunValueWith(ctx, s, k, fn, idem.WithClock(clk), idem.ReportTo(&res))
+			got, err := idem.RunValueOn(ctx, s, k, fn, idem.WithClock(clk), idem.ReportTo(&res))
 			if err != nil || got != first || res.Outcome != idem.AlreadyDone || string(res.Value) != string(want) {
 				t.Fatalf("trigger %d: %+v, %v, outcome %v, value %s; want %+v, AlreadyDone, %s", i, got, err, res.Outcome, res.Value, first, want)
 			}
@@ -180,12 +180,12 @@ func testValues(t *testing.T, h Harness) {
 		}
 		// Another type that the stored value does not decode into.
 		type other struct{ Name string }
-		if v, err := idem.RunValueWith(ctx, s, k, func(context.Context) (other, error) { return other{"x"}, nil }, idem.WithClock(clk)); !errors.Is(err, idem.ErrValueEncoding) || v != (other{}) {
+		if v, err := idem.RunValueOn(ctx, s, k, func(context.Context) (other, error) { return other{"x"}, nil }, idem.WithClock(clk)); !errors.Is(err, idem.ErrValueEncoding) || v != (other{}) {
 			t.Fatalf("stored value as another type: %+v, %v; want ErrValueEncoding and the zero value", v, err)
 		}
 		// A plain Run of the done key sees the stored bytes.
 		var res idem.Result
-		if err := idem.RunWith(ctx, s, k, func(context.Context) error { return nil }, idem.WithClock(clk), idem.ReportTo(&res)); err != nil || string(res.Value) != string(want) {
+		if err := idem.RunOn(ctx, s, k, func(context.Context) error { return nil }, idem.WithClock(clk), idem.ReportTo(&res)); err != nil || string(res.Value) != string(want) {
 			t.Fatalf("Run of the done key: %v, Result.Value %s", err, res.Value)
 		}
 	})
@@ -194,10 +194,10 @@ func testValues(t *testing.T, h Harness) {
 		clk := NewClock(start)
 		s := h.open(t, clk)
 		k := idem.Key{Job: "value-none", Period: "2026-10-27"}
-		if err := idem.RunWith(ctx, s, k, func(context.Context) error { return nil }, idem.WithClock(clk)); err != nil {
+		if err := idem.RunOn(ctx, s, k, func(context.Context) error { return nil }, idem.WithClock(clk)); err != nil {
 			t.Fatal(err)
 		}
-		if v, err := idem.RunValueWith(ctx, s, k, func(context.Context) (int, error) { return 7, nil }, idem.WithClock(clk)); !errors.Is(err, idem.ErrNoValue) || v != 0 {
+		if v, err := idem.RunValueOn(ctx, s, k, func(context.Context) (int, error) { return 7, nil }, idem.WithClock(clk)); !errors.Is(err, idem.ErrNoValue) || v != 0 {
 			t.Fatalf("RunValue of a key done by Run: %v, %v; want ErrNoValue", v, err)
 		}
 	})
@@ -207,7 +207,7 @@ func testValues(t *testing.T, h Harness) {
 		s := h.open(t, clk)
 		k := idem.Key{Job: "value-large", Period: "2026-10-27"}
 		big := strings.Repeat("x", idemstore.MaxValue)
-		_, err := idem.RunValueWith(ctx, s, k, func(context.Context) (string, error) { return big, nil }, idem.WithClock(clk))
+		_, err := idem.RunValueOn(ctx, s, k, func(context.Context) (string, error) { return big, nil }, idem.WithClock(clk))
 		if !errors.Is(err, idem.ErrValueTooLarge) || !errors.Is(err, idem.ErrParked) || !strings.Contains(err.Error(), k.String()) {
 			t.Fatalf("a value too large: %v; want ErrValueTooLarge, parked, naming the key", err)
 		}
@@ -227,13 +227,13 @@ func testValues(t *testing.T, h Harness) {
 				runs++
 				return total{Cents: 100, Run: runs}, d.apply(ctx)
 			}
-			opts := []idem.RunOption{idem.WithClock(clk), m.opt(d.has)}
-			if _, err := idem.RunValueWith(CrashAt(ctx, idemstore.AfterFn), s, k, fn, opts...); !errors.Is(err, ErrCrashed) {
+			opts := []idem.Option{idem.WithClock(clk), m.opt(d.has)}
+			if _, err := idem.RunValueOn(CrashAt(ctx, idemstore.AfterFn), s, k, fn, opts...); !errors.Is(err, ErrCrashed) {
 				t.Fatalf("crashing run: %v", err)
 			}
 			h.expire(t, s, clk)
 			var res idem.Result
-			v, err := idem.RunValueWith(ctx, s, k, fn, append(opts, idem.ReportTo(&res))...)
+			v, err := idem.RunValueOn(ctx, s, k, fn, append(opts, idem.ReportTo(&res))...)
 			switch m.name {
 			case "at-least-once": // fn runs again: the value is the new run's
 				if err != nil || v.Run != 2 || res.Outcome != idem.Ran {
@@ -246,7 +246,7 @@ func testValues(t *testing.T, h Harness) {
 				if err := s.Resolve(ctx, k, idem.ResolveDone); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := idem.RunValueWith(ctx, s, k, fn, opts...); !errors.Is(err, idem.ErrNoValue) {
+				if _, err := idem.RunValueOn(ctx, s, k, fn, opts...); !errors.Is(err, idem.ErrNoValue) {
 					t.Fatalf("after Resolve: %v, want ErrNoValue", err)
 				}
 				return
@@ -257,7 +257,7 @@ func testValues(t *testing.T, h Harness) {
 				return
 			}
 			for i := range 3 {
-				got, err := idem.RunValueWith(ctx, s, k, fn, opts...)
+				got, err := idem.RunValueOn(ctx, s, k, fn, opts...)
 				if err != nil || got != v {
 					t.Fatalf("trigger %d after recovery: %+v, %v; want %+v", i, got, err, v)
 				}
@@ -274,16 +274,16 @@ func testValues(t *testing.T, h Harness) {
 		k := idem.Key{Job: "value-tx", Period: "2026-10-27"}
 		runs := 0
 		fn := func(context.Context, *sql.Tx) (total, error) { runs++; return total{Cents: 5, Run: runs}, nil }
-		if _, err := idem.RunTxValueWith(CrashAt(ctx, idemstore.AfterFn), s, k, fn, idem.WithClock(clk)); !errors.Is(err, ErrCrashed) {
+		if _, err := idem.RunTxValue(CrashAt(ctx, idemstore.AfterFn), s, k, fn, idem.WithClock(clk)); !errors.Is(err, ErrCrashed) {
 			t.Fatalf("crashing run: %v", err)
 		}
 		h.expire(t, s, clk)
-		v, err := idem.RunTxValueWith(ctx, s, k, fn, idem.WithClock(clk))
+		v, err := idem.RunTxValue(ctx, s, k, fn, idem.WithClock(clk))
 		if err != nil || v.Run != 2 {
 			t.Fatalf("recovery: %+v, %v; want run 2's value (the crashed transaction stored none)", v, err)
 		}
 		for i := range 100 {
-			got, err := idem.RunTxValueWith(ctx, s, k, fn, idem.WithClock(clk))
+			got, err := idem.RunTxValue(ctx, s, k, fn, idem.WithClock(clk))
 			if err != nil || got != v {
 				t.Fatalf("trigger %d: %+v, %v; want %+v", i, got, err, v)
 			}

@@ -44,7 +44,7 @@ type Harness struct {
 	Items bool
 
 	// Tx is set for stores whose records share a database with business
-	// data: TestModel then also runs a job with idem.RunTxWith and checks
+	// data: TestModel then also runs a job with idem.RunTx and checks
 	// that its business write commits exactly once. See SQLTx.
 	Tx *TxHarness
 }
@@ -52,11 +52,11 @@ type Harness struct {
 // Modes are the Run modes the suite exercises, by name.
 var modes = []struct {
 	name string
-	opt  func(has idem.DownstreamHas) idem.ModeOption
+	opt  func(has idem.DownstreamHas) idem.Option
 }{
-	{"at-least-once", func(idem.DownstreamHas) idem.ModeOption { return idem.AtLeastOnce() }},
-	{"at-most-once", func(idem.DownstreamHas) idem.ModeOption { return idem.AtMostOnce() }},
-	{"two-phase", func(h idem.DownstreamHas) idem.ModeOption { return idem.TwoPhase(h) }},
+	{"at-least-once", func(idem.DownstreamHas) idem.Option { return idem.AtLeastOnce() }},
+	{"at-most-once", func(idem.DownstreamHas) idem.Option { return idem.AtMostOnce() }},
+	{"two-phase", func(h idem.DownstreamHas) idem.Option { return idem.TwoPhase(h) }},
 }
 
 // downstream is the suite's fake downstream: it records each effect by key.
@@ -145,7 +145,7 @@ func testDuplicate(t *testing.T, h Harness) {
 	k := idem.Key{Job: "dup", Period: "2026-10-27"}
 	for i := range 20 {
 		var res idem.Result
-		if err := idem.RunWith(context.Background(), s, k, d.apply, idem.WithClock(clk), idem.ReportTo(&res)); err != nil {
+		if err := idem.RunOn(context.Background(), s, k, d.apply, idem.WithClock(clk), idem.ReportTo(&res)); err != nil {
 			t.Fatalf("run %d: %v", i, err)
 		}
 		if want := map[bool]idem.Outcome{true: idem.Ran, false: idem.AlreadyDone}[i == 0]; res.Outcome != want {
@@ -159,7 +159,7 @@ func testDuplicate(t *testing.T, h Harness) {
 	if h.Watermark {
 		early := idem.Key{Job: "dup", Period: "2026-10-26"}
 		var res idem.Result
-		if err := idem.RunWith(context.Background(), s, early, d.apply, idem.WithClock(clk), idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
+		if err := idem.RunOn(context.Background(), s, early, d.apply, idem.WithClock(clk), idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
 			t.Fatalf("period below the watermark: %v, %v", err, res.Outcome)
 		}
 	}
@@ -176,7 +176,7 @@ func testConcurrent(t *testing.T, h Harness) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := idem.RunWith(context.Background(), s, k, d.apply, idem.WithClock(clk))
+			err := idem.RunOn(context.Background(), s, k, d.apply, idem.WithClock(clk))
 			if err != nil && !errors.Is(err, idem.ErrInProgress) {
 				errs <- err
 			}
@@ -188,7 +188,7 @@ func testConcurrent(t *testing.T, h Harness) {
 		t.Errorf("Run: %v (only nil or ErrInProgress may reach a caller)", err)
 	}
 	// Whoever got ErrInProgress, the key is done and ran once.
-	if err := idem.RunWith(context.Background(), s, k, d.apply, idem.WithClock(clk)); err != nil {
+	if err := idem.RunOn(context.Background(), s, k, d.apply, idem.WithClock(clk)); err != nil {
 		t.Fatal(err)
 	}
 	if got := d.count(k); got != 1 {
@@ -206,8 +206,8 @@ func testCrashPoints(t *testing.T, h Harness) {
 				s := h.open(t, clk)
 				d := newDownstream()
 				k := idem.Key{Job: "crash", Period: "2026-10-27"}
-				opts := []idem.RunOption{idem.WithClock(clk), m.opt(d.has)}
-				err := idem.RunWith(CrashAt(context.Background(), p), s, k, d.apply, opts...)
+				opts := []idem.Option{idem.WithClock(clk), m.opt(d.has)}
+				err := idem.RunOn(CrashAt(context.Background(), p), s, k, d.apply, opts...)
 				crashed := errors.Is(err, ErrCrashed)
 				if err != nil && !crashed {
 					t.Fatalf("crashing run: %v", err)
@@ -217,7 +217,7 @@ func testCrashPoints(t *testing.T, h Harness) {
 				}
 				h.expire(t, s, clk)
 				var res idem.Result
-				err = idem.RunWith(context.Background(), s, k, d.apply, append(opts, idem.ReportTo(&res))...)
+				err = idem.RunOn(context.Background(), s, k, d.apply, append(opts, idem.ReportTo(&res))...)
 				n := d.count(k)
 				rec, ok, lerr := s.Lookup(context.Background(), k)
 				if lerr != nil || !ok {
@@ -251,7 +251,7 @@ func testCrashPoints(t *testing.T, h Harness) {
 				}
 				// One more trigger changes nothing.
 				before := d.count(k)
-				err = idem.RunWith(context.Background(), s, k, d.apply, opts...)
+				err = idem.RunOn(context.Background(), s, k, d.apply, opts...)
 				if d.count(k) != before || (err != nil && !errors.Is(err, idem.ErrUnknownOutcome)) {
 					t.Fatalf("trigger after recovery: %v, effects %d → %d", err, before, d.count(k))
 				}
@@ -268,7 +268,7 @@ func testTwoPhase(t *testing.T, h Harness) {
 		d := newDownstream()
 		k := idem.Key{Job: "tp-timeout", Period: "2026-10-27"}
 		var res idem.Result
-		err := idem.RunWith(ctx, s, k, func(ctx context.Context) error {
+		err := idem.RunOn(ctx, s, k, func(ctx context.Context) error {
 			_ = d.apply(ctx)
 			return errors.New("gateway timeout after sending")
 		}, idem.WithClock(clk), idem.TwoPhase(d.has), idem.ReportTo(&res))
@@ -282,7 +282,7 @@ func testTwoPhase(t *testing.T, h Harness) {
 		d := newDownstream()
 		k := idem.Key{Job: "tp-retry", Period: "2026-10-27"}
 		calls := 0
-		err := idem.RunWith(ctx, s, k, func(ctx context.Context) error {
+		err := idem.RunOn(ctx, s, k, func(ctx context.Context) error {
 			if calls++; calls == 1 {
 				return errors.New("connection refused")
 			}
@@ -302,17 +302,17 @@ func testTwoPhase(t *testing.T, h Harness) {
 		k := idem.Key{Job: "tp-checkfail", Period: "2026-10-27"}
 		down := errors.New("gateway unreachable")
 		broken := func(context.Context, idem.Key) (bool, error) { return false, down }
-		if err := idem.RunWith(CrashAt(ctx, idemstore.AfterFn), s, k, d.apply, idem.WithClock(clk), idem.TwoPhase(broken)); !errors.Is(err, ErrCrashed) {
+		if err := idem.RunOn(CrashAt(ctx, idemstore.AfterFn), s, k, d.apply, idem.WithClock(clk), idem.TwoPhase(broken)); !errors.Is(err, ErrCrashed) {
 			t.Fatalf("crash: %v", err)
 		}
 		h.expire(t, s, clk)
-		err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.TwoPhase(broken))
+		err := idem.RunOn(ctx, s, k, d.apply, idem.WithClock(clk), idem.TwoPhase(broken))
 		if !errors.Is(err, down) || !errors.Is(err, idem.ErrUnknownOutcome) || d.count(k) != 1 {
 			t.Fatalf("%v, effects %d; want the check's error, unknown, 1 effect", err, d.count(k))
 		}
 		// The key stays pending; once the check works, it settles without a second effect.
 		var res idem.Result
-		if err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.TwoPhase(d.has), idem.ReportTo(&res)); err != nil || res.Outcome != idem.Recovered {
+		if err := idem.RunOn(ctx, s, k, d.apply, idem.WithClock(clk), idem.TwoPhase(d.has), idem.ReportTo(&res)); err != nil || res.Outcome != idem.Recovered {
 			t.Fatalf("%v, outcome %v; want Recovered", err, res.Outcome)
 		}
 		if d.count(k) != 1 {
@@ -327,7 +327,7 @@ func testBackoff(t *testing.T, h Harness) {
 	clk := NewClock(start)
 	s := h.open(t, clk)
 	k := idem.Key{Job: "backoff", Period: "2026-10-27"}
-	b := idem.WithMaxAttempts(3, idem.Exponential(time.Hour))
+	b := idem.MaxAttempts(3, idem.Exponential(time.Hour))
 	calls := 0
 	fail := func(context.Context) error { calls++; return errors.New("downstream down") }
 	run := func() error {
@@ -339,7 +339,7 @@ func testBackoff(t *testing.T, h Harness) {
 				cancel()
 			}
 		}()
-		return idem.RunWith(ctx, s, k, fail, idem.WithClock(clk), idem.WithBackoff(b))
+		return idem.RunOn(ctx, s, k, fail, idem.WithClock(clk), idem.WithBackoff(b))
 	}
 	if err := run(); !errors.Is(err, idem.ErrBackingOff) || calls != 1 {
 		t.Fatalf("first run: %v, calls %d", err, calls)
@@ -368,17 +368,17 @@ func testPark(t *testing.T, h Harness) {
 	s := h.open(t, clk)
 	k := idem.Key{Job: "park", Period: "2026-10-27"}
 	bad := errors.New("account closed")
-	if err := idem.RunWith(context.Background(), s, k, func(context.Context) error { return idem.Permanent(bad) }, idem.WithClock(clk)); !errors.Is(err, idem.ErrParked) || !errors.Is(err, bad) {
+	if err := idem.RunOn(context.Background(), s, k, func(context.Context) error { return idem.Permanent(bad) }, idem.WithClock(clk)); !errors.Is(err, idem.ErrParked) || !errors.Is(err, bad) {
 		t.Fatalf("permanent error: %v", err)
 	}
 	ran := false
-	if err := idem.RunWith(context.Background(), s, k, func(context.Context) error { ran = true; return nil }, idem.WithClock(clk)); !errors.Is(err, idem.ErrParked) || ran {
+	if err := idem.RunOn(context.Background(), s, k, func(context.Context) error { ran = true; return nil }, idem.WithClock(clk)); !errors.Is(err, idem.ErrParked) || ran {
 		t.Fatalf("parked key: %v, ran %v", err, ran)
 	}
 	if err := s.Resolve(context.Background(), k, idem.ResolveRetry); err != nil {
 		t.Fatalf("Reset: %v", err)
 	}
-	if err := idem.RunWith(context.Background(), s, k, func(context.Context) error { ran = true; return nil }, idem.WithClock(clk)); err != nil || !ran {
+	if err := idem.RunOn(context.Background(), s, k, func(context.Context) error { ran = true; return nil }, idem.WithClock(clk)); err != nil || !ran {
 		t.Fatalf("after Reset: %v, ran %v", err, ran)
 	}
 }
@@ -390,18 +390,18 @@ func testResolve(t *testing.T, h Harness) {
 	for _, to := range []idem.Resolution{idem.ResolveDone, idem.ResolveRetry} {
 		k := idem.Key{Job: fmt.Sprintf("resolve-%d", to), Period: "2026-10-27"}
 		d := newDownstream()
-		if err := idem.RunWith(CrashAt(ctx, idemstore.AfterFn), s, k, d.apply, idem.WithClock(clk), idem.AtMostOnce()); !errors.Is(err, ErrCrashed) {
+		if err := idem.RunOn(CrashAt(ctx, idemstore.AfterFn), s, k, d.apply, idem.WithClock(clk), idem.AtMostOnce()); !errors.Is(err, ErrCrashed) {
 			t.Fatalf("crash: %v", err)
 		}
 		h.expire(t, s, clk)
-		if err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.AtMostOnce()); !errors.Is(err, idem.ErrUnknownOutcome) {
+		if err := idem.RunOn(ctx, s, k, d.apply, idem.WithClock(clk), idem.AtMostOnce()); !errors.Is(err, idem.ErrUnknownOutcome) {
 			t.Fatalf("after the crash: %v, want ErrUnknownOutcome", err)
 		}
 		if err := s.Resolve(ctx, k, to); err != nil {
 			t.Fatalf("Resolve: %v", err)
 		}
 		var res idem.Result
-		if err := idem.RunWith(ctx, s, k, d.apply, idem.WithClock(clk), idem.AtMostOnce(), idem.ReportTo(&res)); err != nil {
+		if err := idem.RunOn(ctx, s, k, d.apply, idem.WithClock(clk), idem.AtMostOnce(), idem.ReportTo(&res)); err != nil {
 			t.Fatalf("after Resolve: %v", err)
 		}
 		want, effects := idem.AlreadyDone, 1
@@ -429,7 +429,7 @@ func testLease(t *testing.T, h Harness) {
 		// A runs on a clock of its own that never moves: its heartbeat
 		// never renews, as if it had stalled.
 		frozen := NewClock(start)
-		aErr <- idem.RunWith(ctx, s, k, func(context.Context) error {
+		aErr <- idem.RunOn(ctx, s, k, func(context.Context) error {
 			close(started)
 			<-release
 			return nil
@@ -438,7 +438,7 @@ func testLease(t *testing.T, h Harness) {
 	testwait.Recv(t, started, "A's fn to start")
 	h.expire(t, s, clk)
 	var info idem.Info
-	if err := idem.RunWith(ctx, s, k, func(ctx context.Context) error { info, _ = idem.InfoFrom(ctx); return nil }, idem.WithClock(clk)); err != nil {
+	if err := idem.RunOn(ctx, s, k, func(ctx context.Context) error { info, _ = idem.InfoFrom(ctx); return nil }, idem.WithClock(clk)); err != nil {
 		t.Fatalf("B after A's lease expired: %v", err)
 	}
 	if info.Attempt != 2 {

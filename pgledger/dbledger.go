@@ -66,9 +66,9 @@ func (l *DBLedger) String() string {
 	return "pgledger.DBLedger(schema " + strconv.Quote(l.schema) + ")"
 }
 
-// Run runs fn for key on this ledger: see [idem.RunWith].
-func (l *DBLedger) Run(ctx context.Context, key idemstore.Key, fn func(context.Context) error, opts ...idem.RunOption) error {
-	return idem.RunWith(ctx, l, key, fn, opts...)
+// Run runs fn for key on this ledger: see [idem.RunOn].
+func (l *DBLedger) Run(ctx context.Context, key idemstore.Key, fn func(context.Context) error, opts ...idem.Option) error {
+	return idem.RunOn(ctx, l, key, fn, opts...)
 }
 
 // RunTx runs fn in a transaction on the ledger's *sql.DB and commits its
@@ -76,14 +76,14 @@ func (l *DBLedger) Run(ctx context.Context, key idemstore.Key, fn func(context.C
 // business effect in this database happens exactly once, whatever kills
 // the process. See [Ledger.RunTx] for what fn must do; here its writes go
 // through tx (sqlx, GORM and ent each have a way to work on a *sql.Tx).
-func (l *DBLedger) RunTx(ctx context.Context, key idemstore.Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...idem.RunTxOption) error {
-	return idem.RunTxWith(ctx, l, key, fn, opts...)
+func (l *DBLedger) RunTx(ctx context.Context, key idemstore.Key, fn func(ctx context.Context, tx *sql.Tx) error, opts ...idem.Option) error {
+	return idem.RunTx(ctx, l, key, fn, opts...)
 }
 
 // CatchUpTx is [idem.CatchUpTx] on this ledger: each due period's writes in
 // tx, its done mark and the job's catch-up cursor commit in one
 // transaction.
-func (l *DBLedger) CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx *sql.Tx, p idem.Period) error, opts ...idem.CatchUpTxOption) (idem.CatchUpResult, error) {
+func (l *DBLedger) CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx *sql.Tx, p idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
 	return idem.CatchUpTx(ctx, l, job, sched, fn, opts...)
 }
 

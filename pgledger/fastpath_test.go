@@ -36,7 +36,7 @@ func TestFreshClaimPaths(t *testing.T) {
 	ctx := context.Background()
 
 	k := idem.Key{Job: "fresh", Period: "2026-10-27"}
-	v, err := idem.RunValueWith(ctx, l, k, func(ctx context.Context) (int, error) {
+	v, err := idem.RunValueOn(ctx, l, k, func(ctx context.Context) (int, error) {
 		if status, attempt, _ := record(t, l, k); status != "running" || attempt != 1 {
 			return 0, errors.New("the record while fn runs is " + status + ", want running attempt 1")
 		}
@@ -46,7 +46,7 @@ func TestFreshClaimPaths(t *testing.T) {
 		t.Fatalf("RunValue: %d, %v", v, err)
 	}
 	var res idem.Result
-	v, err = idem.RunValueWith(ctx, l, k, func(context.Context) (int, error) {
+	v, err = idem.RunValueOn(ctx, l, k, func(context.Context) (int, error) {
 		t.Error("fn ran for a done key")
 		return 0, nil
 	}, idem.ReportTo(&res))

@@ -52,7 +52,7 @@ func TestDoneMarkRetriedAfterConnectionKilled(t *testing.T) {
 	admin := newPool(t)
 	for _, mode := range []struct {
 		name string
-		opt  idem.ModeOption
+		opt  idem.Option
 	}{{"at-least-once", idem.AtLeastOnce()}, {"at-most-once", idem.AtMostOnce()}} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()

@@ -40,7 +40,7 @@ func TestCountItemsAfterDeferral(t *testing.T) {
 					}
 					return nil
 				}
-				var opt idem.FanOutOption = idem.WithGuard(idem.GuardFunc("load", func(context.Context) error {
+				var opt idem.Option = idem.WithGuard(idem.GuardFunc("load", func(context.Context) error {
 					if over.Load() {
 						return errors.New("load too high")
 					}

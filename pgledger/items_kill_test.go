@@ -77,7 +77,7 @@ func eachChild(env eachEnv, mode string, killAt int64) error {
 	}
 	fanOut := idem.WithWorkers(2)
 	opts := []idem.Option{idem.WithLease(500 * time.Millisecond),
-		idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Millisecond)))}
+		idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Millisecond)))}
 	if mode == "tx" {
 		granted := table(l, "granted")
 		_, err = idem.EachTx(ctx, l, points, accounts(killItems), func(ctx context.Context, tx pgx.Tx, item string) error {

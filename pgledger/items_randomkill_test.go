@@ -49,7 +49,7 @@ func randomKillChild(env eachEnv, mode string, dieWhileRecording bool) error {
 	}
 	fanOut := idem.WithWorkers(2)
 	opts := []idem.Option{idem.WithLease(300 * time.Millisecond),
-		idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Millisecond)))}
+		idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Millisecond)))}
 	// An item's work, 100-300 µs in all, is half before its effect and half
 	// after it (waiting for the effect's acknowledgement, say), so that kills
 	// land after an effect, before its done mark is sent, about as often as
@@ -79,7 +79,7 @@ func randomKillChild(env eachEnv, mode string, dieWhileRecording bool) error {
 		return err
 	}
 	defer log.Close()
-	var m idem.ModeOption
+	var m idem.Option
 	switch mode {
 	case "two-phase":
 		seen := &effectsReader{path: path, n: map[string]int{}}

@@ -122,7 +122,7 @@ func TestEachTxRollsBackFailedItem(t *testing.T) {
 			return errors.New("account frozen") // after its write: the savepoint must undo it
 		}
 		return nil
-	}, idem.WithWorkers(1), idem.WithBatch(20), idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(time.Millisecond))))
+	}, idem.WithWorkers(1), idem.WithBatch(20), idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Millisecond))))
 	if err != nil || res.Counts.Done != 49 || res.Counts.Parked != 1 || !slices.Equal(res.Parked, []string{"acct-000007"}) {
 		t.Fatalf("EachTx: %v, %+v", err, res)
 	}

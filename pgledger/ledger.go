@@ -55,7 +55,7 @@ type Ledger struct {
 type core struct {
 	db       db
 	schema   string
-	defaults []idem.StoreOption
+	defaults []idem.Option
 	q        queries
 }
 
@@ -71,7 +71,7 @@ type Option func(*config)
 
 type config struct {
 	schema          string
-	runOpts         []idem.StoreOption
+	runOpts         []idem.Option
 	allowSearchPath bool
 }
 
@@ -83,9 +83,9 @@ func WithSchema(name string) Option { return func(c *config) { c.schema = name }
 // WithRunOptions makes opts the defaults of every Run and RunTx on the
 // ledger (a lease, a backoff, a logger...), and of idem's other calls that
 // take the ledger as their store; options passed to a call override them
-// (see [idem.StoreOption]). An invalid one makes New and Open return an
+// (see [idem.Option]). An invalid one makes New and Open return an
 // error matching [idem.ErrInvalidOption] before anything is written.
-func WithRunOptions(opts ...idem.StoreOption) Option {
+func WithRunOptions(opts ...idem.Option) Option {
 	return func(c *config) { c.runOpts = append(c.runOpts, opts...) }
 }
 
@@ -167,11 +167,11 @@ func (l *Ledger) Close() {
 // String describes the ledger for logs.
 func (l *Ledger) String() string { return "pgledger.Ledger(schema " + strconv.Quote(l.schema) + ")" }
 
-// Run runs fn for key on this ledger: see [idem.RunWith] for the protocol
+// Run runs fn for key on this ledger: see [idem.RunOn] for the protocol
 // and [idem.AtLeastOnce], [idem.AtMostOnce] and [idem.TwoPhase] for what
 // each mode guarantees.
-func (l *Ledger) Run(ctx context.Context, key idemstore.Key, fn func(context.Context) error, opts ...idem.RunOption) error {
-	return idem.RunWith(ctx, l, key, fn, opts...)
+func (l *Ledger) Run(ctx context.Context, key idemstore.Key, fn func(context.Context) error, opts ...idem.Option) error {
+	return idem.RunOn(ctx, l, key, fn, opts...)
 }
 
 // RunTx runs fn in a transaction on the ledger's pool and commits its writes
@@ -183,15 +183,15 @@ func (l *Ledger) Run(ctx context.Context, key idemstore.Key, fn func(context.Con
 // what a re-run of a rolled-back attempt repeats.
 //
 // fn must use tx for its writes; writes through another connection are not
-// part of the transaction. See [idem.RunTxWith].
-func (l *Ledger) RunTx(ctx context.Context, key idemstore.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...idem.RunTxOption) error {
-	return idem.RunTxWith(ctx, l, key, fn, opts...)
+// part of the transaction. See [idem.RunTx].
+func (l *Ledger) RunTx(ctx context.Context, key idemstore.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...idem.Option) error {
+	return idem.RunTx(ctx, l, key, fn, opts...)
 }
 
 // CatchUpTx is [idem.CatchUpTx] on this ledger: each due period's writes in
 // tx, its done mark and the job's catch-up cursor commit in one
 // transaction. See [Ledger.RunTx] for what fn must do.
-func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx pgx.Tx, p idem.Period) error, opts ...idem.CatchUpTxOption) (idem.CatchUpResult, error) {
+func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx pgx.Tx, p idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
 	return idem.CatchUpTx(ctx, l, job, sched, fn, opts...)
 }
 
@@ -204,7 +204,7 @@ func (l *core) Reset(ctx context.Context, key idemstore.Key) error {
 // DefaultOptions returns the options given with [WithRunOptions]: the
 // defaults of every Run, RunTx, CatchUp and Each on the ledger, which the
 // idem engine applies before the call's own options.
-func (l *core) DefaultOptions() []idem.StoreOption { return l.defaults }
+func (l *core) DefaultOptions() []idem.Option { return l.defaults }
 
 // lockID is the key of a PostgreSQL advisory lock for what, in this
 // ledger's schema. Advisory locks are per database, so the schema is part

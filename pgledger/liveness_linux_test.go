@@ -26,9 +26,9 @@ var killedKey = idem.Key{Job: "settle", Period: "2026-10-27"}
 // killedRun is the job of TestKilledHolderTakenOverAtOnce in mode: it
 // counts its effect in the business table (in fn's transaction, in tx mode)
 // and, if kill, SIGKILLs this process inside fn, after the effect.
-func killedRun(ctx context.Context, l *pgledger.Ledger, mode string, kill bool, asked *atomic.Int32, opts ...idem.ReportOption) error {
+func killedRun(ctx context.Context, l *pgledger.Ledger, mode string, kill bool, asked *atomic.Int32, opts ...idem.Option) error {
 	if mode == "tx" {
-		var txOpts []idem.RunTxOption
+		var txOpts []idem.Option
 		for _, o := range opts {
 			txOpts = append(txOpts, o)
 		}
@@ -42,7 +42,7 @@ func killedRun(ctx context.Context, l *pgledger.Ledger, mode string, kill bool, 
 			return nil
 		}, txOpts...)
 	}
-	var runOpts []idem.RunOption
+	var runOpts []idem.Option
 	for _, o := range opts {
 		runOpts = append(runOpts, o)
 	}
@@ -311,7 +311,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 	for _, mode := range []string{"tx", "two-phase"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			run := func(l *pgledger.Ledger, granted string, kill bool, opts ...idem.FanOutOption) (idem.EachResult, error) {
+			run := func(l *pgledger.Ledger, granted string, kill bool, opts ...idem.Option) (idem.EachResult, error) {
 				ctx := context.Background()
 				maybeKill := func(item string) {
 					if kill && item == "acct-000005" {
@@ -325,7 +325,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 						}
 						maybeKill(item)
 						return nil
-					}, fanOut[idem.EachTxOption](opts)...)
+					}, fanOut[idem.Option](opts)...)
 				}
 				has := func(ctx context.Context, _ idem.Key) (bool, error) {
 					info, _ := idem.InfoFrom(ctx)
@@ -339,7 +339,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 					}
 					maybeKill(item)
 					return nil
-				}, append(fanOut[idem.EachOption](opts), idem.TwoPhase(has))...)
+				}, append(fanOut[idem.Option](opts), idem.TwoPhase(has))...)
 			}
 			if idemtest.IsChild(t) {
 				idemtest.Start(t, "", func(schema string) { // does not return
@@ -378,8 +378,8 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 	}
 }
 
-// fanOut is opts as options of Each (O = idem.EachOption) or EachTx.
-func fanOut[O any](opts []idem.FanOutOption) []O {
+// fanOut is opts as options of Each (O = idem.Option) or EachTx.
+func fanOut[O any](opts []idem.Option) []O {
 	out := make([]O, len(opts))
 	for i, o := range opts {
 		out[i] = any(o).(O)

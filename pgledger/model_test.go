@@ -40,8 +40,8 @@ func modelTx() *idemtest.TxHarness {
 // txLedger is a ledger whose transactions are T (pgx.Tx or *sql.Tx).
 type txLedger[T any] interface {
 	schemaLedger
-	RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx T) error, opts ...idem.RunTxOption) error
-	CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx T, p idem.Period) error, opts ...idem.CatchUpTxOption) (idem.CatchUpResult, error)
+	RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx T) error, opts ...idem.Option) error
+	CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx T, p idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error)
 }
 
 // modelTxFor is modelTx for ledgers of type L, whose transactions are T;
@@ -57,7 +57,7 @@ func modelTxFor[L txLedger[T], T any](exec func(ctx context.Context, tx T, q str
 			return execIn(ctx, s.(L), `CREATE TABLE `+table(s.(L), "model_effects")+
 				` (job text NOT NULL, period text NOT NULL, n int NOT NULL, PRIMARY KEY (job, period))`)
 		},
-		Run: func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.RunTxOption) error {
+		Run: func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
 			l := s.(L)
 			return l.RunTx(ctx, key, func(ctx context.Context, tx T) error {
 				if err := write(ctx, l, tx, key); err != nil {
@@ -66,7 +66,7 @@ func modelTxFor[L txLedger[T], T any](exec func(ctx context.Context, tx T, q str
 				return fn(ctx)
 			}, opts...)
 		},
-		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.CatchUpTxOption) (idem.CatchUpResult, error) {
+		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
 			l := s.(L)
 			return l.CatchUpTx(ctx, job, sched, func(ctx context.Context, tx T, p idem.Period) error {
 				if err := write(ctx, l, tx, idem.Key{Job: job, Period: p.Name}); err != nil {

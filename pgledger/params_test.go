@@ -62,20 +62,20 @@ func TestUpgradeFromVersion3(t *testing.T) {
 		idem.WithParams("rates-v9"), idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
 		t.Fatalf("Run of an upgraded done key: %v, %v", err, res.Outcome)
 	}
-	if _, err := idem.RunValueWith(ctx, l, done, func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, idem.ErrNoValue) {
+	if _, err := idem.RunValueOn(ctx, l, done, func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, idem.ErrNoValue) {
 		t.Fatalf("RunValue of an upgraded done key: %v, want ErrNoValue", err)
 	}
 	// A new key takes both.
 	k := idem.Key{Job: "daily_settle", Period: "2026-10-29"}
-	if got, err := idem.RunValueWith(ctx, l, k, func(context.Context) (int, error) { return 42, nil }, idem.WithParams("rates-v9")); err != nil || got != 42 {
+	if got, err := idem.RunValueOn(ctx, l, k, func(context.Context) (int, error) { return 42, nil }, idem.WithParams("rates-v9")); err != nil || got != 42 {
 		t.Fatalf("RunValue of a new key: %v, %v", got, err)
 	}
-	if _, err := idem.RunValueWith(ctx, l, k, func(context.Context) (int, error) { return 0, nil }, idem.WithParams("rates-v10")); !errors.Is(err, idem.ErrParamsMismatch) {
+	if _, err := idem.RunValueOn(ctx, l, k, func(context.Context) (int, error) { return 0, nil }, idem.WithParams("rates-v10")); !errors.Is(err, idem.ErrParamsMismatch) {
 		t.Fatalf("other params: %v, want ErrParamsMismatch", err)
 	}
 }
 
-// TestRunTxValue: RunTxValueWith through pgx.Tx stores fn's value in the
+// TestRunTxValue: RunTxValue through pgx.Tx stores fn's value in the
 // transaction of fn's writes; a crash before the commit leaves neither,
 // and the next call computes it again with its writes.
 func TestRunTxValue(t *testing.T) {
@@ -95,7 +95,7 @@ func TestRunTxValue(t *testing.T) {
 		_, err := tx.Exec(ctx, `INSERT INTO `+tbl+` VALUES ($1, $2) ON CONFLICT (period) DO UPDATE SET cents = excluded.cents`, k.Period, cents)
 		return cents, err
 	}
-	if _, err := idem.RunTxValueWith(idemtest.CrashAt(ctx, idemstore.AfterFn), l, k, fn); !errors.Is(err, idemtest.ErrCrashed) {
+	if _, err := idem.RunTxValue(idemtest.CrashAt(ctx, idemstore.AfterFn), l, k, fn); !errors.Is(err, idemtest.ErrCrashed) {
 		t.Fatalf("crashing run: %v", err)
 	}
 	var rows int
@@ -103,12 +103,12 @@ func TestRunTxValue(t *testing.T) {
 		t.Fatalf("%d rows after the crash (%v), want none", rows, err)
 	}
 	shift(t, l, idem.DefaultLease+time.Second) // the crashed attempt's lease expires
-	got, err := idem.RunTxValueWith(ctx, l, k, fn)
+	got, err := idem.RunTxValue(ctx, l, k, fn)
 	if err != nil || got != 1002 {
 		t.Fatalf("second run: %v, %v; want run 2's value", got, err)
 	}
 	for i := range 100 {
-		if v, err := idem.RunTxValueWith(ctx, l, k, fn); err != nil || v != got {
+		if v, err := idem.RunTxValue(ctx, l, k, fn); err != nil || v != got {
 			t.Fatalf("trigger %d: %v, %v; want %v", i, v, err, got)
 		}
 	}

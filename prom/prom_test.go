@@ -88,7 +88,7 @@ func TestMetricsFromRealLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	noWait := idem.WithBackoff(idem.WithMaxAttempts(3, idem.Constant(0)))
+	noWait := idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(0)))
 	boom := errors.New("boom")
 
 	// settle: runs, then is already done.

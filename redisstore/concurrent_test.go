@@ -25,7 +25,7 @@ func TestTwoClientsRunOnce(t *testing.T) {
 	}
 	for _, mode := range []struct {
 		name string
-		opt  idem.ModeOption
+		opt  idem.Option
 	}{
 		{"at-least-once", idem.AtLeastOnce()},
 		{"at-most-once", idem.AtMostOnce()},

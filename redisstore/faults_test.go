@@ -215,7 +215,7 @@ func TestDoneMarkReplyLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := idem.Key{Job: "lost", Period: "2026-10-27"}
-	for _, mode := range []idem.RunOption{idem.AtMostOnce()} {
+	for _, mode := range []idem.Option{idem.AtMostOnce()} {
 		ran := 0
 		err := s.Run(ctx, k, func(context.Context) error {
 			ran++

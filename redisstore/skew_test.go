@@ -38,7 +38,7 @@ func TestSkewedClocksOneHolder(t *testing.T) {
 	k := idem.Key{Job: "skew", Period: "2026-10-27"}
 	for _, mode := range []struct {
 		name string
-		opt  func() idem.ModeOption
+		opt  func() idem.Option
 	}{
 		{"at-least-once", idem.AtLeastOnce},
 		{"at-most-once", idem.AtMostOnce},

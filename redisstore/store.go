@@ -54,7 +54,7 @@ type Store struct {
 	owned    bool
 	prefix   string // "{" + the prefix + "}": every key's hash tag
 	name     string // the prefix as given
-	defaults []idem.StoreOption
+	defaults []idem.Option
 }
 
 var (
@@ -68,7 +68,7 @@ type Option func(*config)
 
 type config struct {
 	prefix  string
-	runOpts []idem.StoreOption
+	runOpts []idem.Option
 	weak    bool
 }
 
@@ -79,10 +79,10 @@ func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = pref
 
 // WithRunOptions makes opts the defaults of every Run on the store (a
 // lease, a backoff, a logger...), and of idem's other calls that take the
-// store; options passed to a call override them (see [idem.StoreOption]).
+// store; options passed to a call override them (see [idem.Option]).
 // An invalid one makes New and Open return an error matching
 // [idem.ErrInvalidOption] before anything is written.
-func WithRunOptions(opts ...idem.StoreOption) Option {
+func WithRunOptions(opts ...idem.Option) Option {
 	return func(c *config) { c.runOpts = append(c.runOpts, opts...) }
 }
 
@@ -265,13 +265,13 @@ func (s *Store) String() string { return "redisstore.Store(prefix " + strconv.Qu
 // DefaultOptions returns the options given with [WithRunOptions]: the
 // defaults of every Run and CatchUp on the store, which the idem engine
 // applies before the call's own options.
-func (s *Store) DefaultOptions() []idem.StoreOption { return s.defaults }
+func (s *Store) DefaultOptions() []idem.Option { return s.defaults }
 
-// Run runs fn for key on this store: see [idem.RunWith] for the protocol
+// Run runs fn for key on this store: see [idem.RunOn] for the protocol
 // and [idem.AtLeastOnce], [idem.AtMostOnce] and [idem.TwoPhase] for what
 // each mode guarantees.
-func (s *Store) Run(ctx context.Context, key idemstore.Key, fn func(context.Context) error, opts ...idem.RunOption) error {
-	return idem.RunWith(ctx, s, key, fn, opts...)
+func (s *Store) Run(ctx context.Context, key idemstore.Key, fn func(context.Context) error, opts ...idem.Option) error {
+	return idem.RunOn(ctx, s, key, fn, opts...)
 }
 
 // Reset un-parks a parked key: it becomes runnable at once with its

@@ -165,7 +165,7 @@ func (o *attemptFlags) add(f *pflag.FlagSet) {
 // options checks the flags and returns idem's clock ($IDEM_NOW, or the
 // system's), the mode, the options of every call (lease, backoff, clock,
 // logger) and the attempt bound.
-func (o attemptFlags) options(stderr io.Writer) (clk idem.Clock, mode idem.ModeOption, common []idem.Option, attempt idem.AttemptOption, err error) {
+func (o attemptFlags) options(stderr io.Writer) (clk idem.Clock, mode idem.Option, common []idem.Option, attempt idem.Option, err error) {
 	if clk, err = clock(); err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -195,8 +195,8 @@ func (o attemptFlags) options(stderr io.Writer) (clk idem.Clock, mode idem.ModeO
 	}
 	common = []idem.Option{
 		idem.WithLease(o.lease),
-		idem.WithBackoff(idem.WithMaxAttempts(o.maxAttempts,
-			idem.WithEqualJitter(idem.WithCap(max(idem.DefaultBackoffCap, o.backoff), growth)))),
+		idem.WithBackoff(idem.MaxAttempts(o.maxAttempts,
+			idem.EqualJitter(idem.Capped(max(idem.DefaultBackoffCap, o.backoff), growth)))),
 		idem.WithClock(clk)}
 	if o.verbose {
 		// Retried failures and lost leases, which the summary lines do not show.
@@ -256,7 +256,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if o.max < 0 {
 		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
 	}
-	var params []idem.ParamsOption
+	var params []idem.Option
 	switch {
 	case o.paramsFromArgs && cmd.Flags().Changed("params"):
 		return usageError(errors.New("--params and --params-from-args: give one of them"))
@@ -268,7 +268,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if o.capture < 0 || o.capture > idemstore.MaxValue {
 		return usageError(fmt.Errorf("--capture %d: must be 0 (keep nothing) to %d bytes", o.capture, idemstore.MaxValue))
 	}
-	var policies []idem.CatchUpPolicy
+	var policies []idem.Option
 	switch o.catchUp {
 	case "all":
 		policies = append(policies, idem.CatchUpAll(o.max))
@@ -331,20 +331,20 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if o.catchUp == "none" {
 		p := latest
 		var r idem.Result
-		opts := []idem.RunOption{mode, attempt, idem.ReportTo(&r)}
+		opts := []idem.Option{mode, attempt, idem.ReportTo(&r)}
 		for _, c := range common {
 			opts = append(opts, c)
 		}
 		for _, p := range params {
 			opts = append(opts, p)
 		}
-		err := idem.RunWith(ctx, store, idem.Key{Job: o.job, Period: p.Name},
+		err := idem.RunOn(ctx, store, idem.Key{Job: o.job, Period: p.Name},
 			func(ctx context.Context) error { return sup.run(ctx, p) }, opts...)
 		pr := idem.PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
 		rep.period(pr)
 		periods = []idem.PeriodResult{pr}
 	} else {
-		opts := []idem.CatchUpOption{mode, attempt, idem.OnPeriod(rep.period)}
+		opts := []idem.Option{mode, attempt, idem.OnPeriod(rep.period)}
 		for _, c := range common {
 			opts = append(opts, c)
 		}

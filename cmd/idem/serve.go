@@ -159,17 +159,17 @@ func (j crontabJob) String() string {
 }
 
 // due are the line's Scheduler options of when a period is due.
-func (j crontabJob) due() []idem.JobOption {
+func (j crontabJob) due() []idem.Option {
 	if j.atStart {
-		return []idem.JobOption{idem.DueAtStart()}
+		return []idem.Option{idem.DueAtStart()}
 	}
-	return []idem.JobOption{idem.DueAfter(j.delay)}
+	return []idem.Option{idem.DueAfter(j.delay)}
 }
 
 // since is the Scheduler option of where the job starts if it has never
 // run, by --since (checked by checkSince): nil for latest (the latest due
 // period, as 'idem run'); for next, the first period not due at now.
-func (j crontabJob) since(since string, now time.Time) (idem.JobOption, error) {
+func (j crontabJob) since(since string, now time.Time) (idem.Option, error) {
 	switch since {
 	case "latest":
 		return nil, nil
@@ -291,7 +291,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	store := detached{l.store, skip}
 	now := clk.Now()
 
-	var opts []idem.SchedulerOption
+	var opts []idem.Option
 	for _, c := range common {
 		opts = append(opts, c)
 	}

@@ -80,7 +80,7 @@ func serve(addr, ledgerPath string) error {
 
 // newScheduler is the service's Scheduler and its two jobs; out is where
 // the jobs report.
-func newScheduler(l *idem.Ledger, out io.Writer, opts ...idem.SchedulerOption) (*idem.Scheduler, error) {
+func newScheduler(l *idem.Ledger, out io.Writer, opts ...idem.Option) (*idem.Scheduler, error) {
 	shanghai, err := time.LoadLocation("Asia/Shanghai")
 	if err != nil {
 		return nil, err

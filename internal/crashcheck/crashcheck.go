@@ -18,7 +18,7 @@ import (
 // Store is what the README's job needs of a store: its Run method, which
 // every store of idem has.
 type Store interface {
-	Run(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.RunOption) error
+	Run(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
 }
 
 // Open opens a new, empty store for t.
@@ -54,7 +54,7 @@ func All(t *testing.T, open Open) {
 // the README's job). It logs how long the scenario took, every crash point
 // included, and how much of it opening the stores took (a Postgres schema
 // of its own per crash point).
-func ReportSentOnce(t *testing.T, open Open, opts ...idem.RunOption) {
+func ReportSentOnce(t *testing.T, open Open, opts ...idem.Option) {
 	start, opening := time.Now(), time.Duration(0)
 	key := idem.Key{Job: "daily_report", Period: "2026-10-27"}
 	idemtest.EveryCrashPoint(t, func(t *testing.T, c *idemtest.Crash) {
@@ -63,7 +63,7 @@ func ReportSentOnce(t *testing.T, open Open, opts ...idem.RunOption) {
 		opening += time.Since(began)
 		gw := &mailGateway{sent: map[string]int{}}
 		job := func(ctx context.Context) error {
-			return s.Run(ctx, key, gw.SendReport, append([]idem.RunOption{idem.TwoPhase(gw.Has), c.Option()}, opts...)...)
+			return s.Run(ctx, key, gw.SendReport, append([]idem.Option{idem.TwoPhase(gw.Has), c.Option()}, opts...)...)
 		}
 		c.Crash(job) // stopped at c.Point, as a SIGKILL would; a point never reached skips the subtest
 		if err := c.Recover(job); err != nil || gw.sent[key.RequestID()] != 1 {
@@ -91,7 +91,7 @@ func FailingJob(t *testing.T, open Open) {
 				calls := 0
 				var res idem.Result
 				job := func(ctx context.Context) error {
-					opts := []idem.RunOption{idem.ReportTo(&res)}
+					opts := []idem.Option{idem.ReportTo(&res)}
 					if clock == "kit-clock" {
 						opts = append(opts, c.Option())
 					}

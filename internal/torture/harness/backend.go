@@ -65,7 +65,7 @@ type TxRunner interface {
 	// RunTx runs key with the store's RunTx. fn is the attempt: it calls
 	// bump, which applies the deliberately non-idempotent effect (n = n + 1
 	// of key's row) through the transaction.
-	RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, bump func(context.Context) error) error, opts ...idem.RunTxOption) error
+	RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, bump func(context.Context) error) error, opts ...idem.Option) error
 	// Counts returns how often the effect was applied, per key
 	// ("job/period").
 	Counts(ctx context.Context) (map[string]int, error)
@@ -160,7 +160,7 @@ func (s sqliteTx) Setup(ctx context.Context) error {
 // that a second application shows as n = 2.
 const sqliteEffectSQL = `INSERT INTO effects(key, n) VALUES(?, 1) ON CONFLICT(key) DO UPDATE SET n = n + 1`
 
-func (s sqliteTx) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context) error) error, opts ...idem.RunTxOption) error {
+func (s sqliteTx) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context) error) error, opts ...idem.Option) error {
 	return s.l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 		return fn(ctx, func(ctx context.Context) error {
 			_, err := tx.ExecContext(ctx, sqliteEffectSQL, key.String())
@@ -215,7 +215,7 @@ func (s sqliteOutbox) Setup(ctx context.Context) error {
 	return err
 }
 
-func (s sqliteOutbox) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, OutboxTx) error, opts ...idem.RunTxOption) error {
+func (s sqliteOutbox) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, OutboxTx) error, opts ...idem.Option) error {
 	return s.l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 		return fn(ctx, sqliteOutboxTx{key: key, tx: tx})
 	}, opts...)

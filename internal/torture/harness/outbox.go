@@ -58,7 +58,7 @@ type OutboxRunner interface {
 	Setup(ctx context.Context) error
 	// RunTx runs key with the store's RunTx; fn is the attempt, given its
 	// transaction's operations.
-	RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx OutboxTx) error, opts ...idem.RunTxOption) error
+	RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx OutboxTx) error, opts ...idem.Option) error
 	// Rows returns the business rows: per key ("job/period"), how often it
 	// was bumped and the nonce of the last bump.
 	Rows(ctx context.Context) (map[string]Row, error)
@@ -146,7 +146,7 @@ func (w *worker) runOutboxKey(ctx context.Context, key idem.Key) bool {
 	var res idem.Result
 	opts := append(w.txOpts[:len(w.txOpts):len(w.txOpts)], idem.ReportTo(&res))
 	if planFor(key).abandoned {
-		opts = append(opts, idem.WithBackoff(idem.WithMaxAttempts(2, idem.Constant(time.Millisecond))))
+		opts = append(opts, idem.WithBackoff(idem.MaxAttempts(2, idem.Constant(time.Millisecond))))
 	}
 	w.current.Store(&inRun{key: key, since: time.Now()})
 	err := w.h.Outbox.RunTx(ctx, key, w.attemptOutbox(key), opts...)
@@ -177,7 +177,7 @@ func (w *worker) loopOutbox(ctx context.Context) int {
 		defer close(relayDone)
 		err := idem.Relay(rctx, store, idem.Webhook(w.cfg.URL, client),
 			idem.RelayLease(relayLease(w.cfg.Lease)), idem.RelayPoll(2*time.Millisecond), idem.RelayBatch(outboxTopics),
-			idem.RelayBackoff(idem.WithMaxAttempts(100_000, idem.Constant(2*time.Millisecond))),
+			idem.RelayBackoff(idem.MaxAttempts(100_000, idem.Constant(2*time.Millisecond))),
 			idem.RelayOwner(strings.Fields(string(w.lg))[0]),
 			idem.OnDelivery(func(r idem.DeliveryResult) {
 				if r.Outcome == idem.DeliverySent {

@@ -124,15 +124,15 @@ func runWorker(cfg workerConfig) int {
 		}
 		defer w.effects.Close()
 	}
-	w.txOpts = []idem.RunTxOption{
+	w.txOpts = []idem.Option{
 		idem.WaitForTurn(),
 		idem.WithLease(cfg.Lease),
-		idem.WithBackoff(idem.WithMaxAttempts(1000, idem.Constant(time.Millisecond))),
+		idem.WithBackoff(idem.MaxAttempts(1000, idem.Constant(time.Millisecond))),
 	}
-	w.opts = []idem.RunOption{
+	w.opts = []idem.Option{
 		idem.WaitForTurn(),
 		idem.WithLease(cfg.Lease),
-		idem.WithBackoff(idem.WithMaxAttempts(1000, idem.Constant(time.Millisecond))),
+		idem.WithBackoff(idem.MaxAttempts(1000, idem.Constant(time.Millisecond))),
 	}
 	switch cfg.Mode {
 	case "atleastonce":
@@ -166,8 +166,8 @@ type worker struct {
 	rng     *rand.Rand // key order: seeded
 	sleep   *rand.Rand // the effect's pauses (only the worker's goroutine uses it)
 	effects *os.File
-	opts    []idem.RunOption   // the options of every Run
-	txOpts  []idem.RunTxOption // the options of every RunTx (tx mode)
+	opts    []idem.Option   // the options of every Run
+	txOpts  []idem.Option // the options of every RunTx (tx mode)
 	lastErr map[idem.Key]string
 
 	progress atomic.Int64          // when a key was last settled (UnixNano)
@@ -326,7 +326,7 @@ func (w *worker) runKey(ctx context.Context, key idem.Key) (settled, unknown boo
 	if w.cfg.Mode == "tx" {
 		err = w.h.Tx.RunTx(ctx, key, w.txEffect, append(w.txOpts[:len(w.txOpts):len(w.txOpts)], idem.ReportTo(&res))...)
 	} else {
-		err = idem.RunWith(ctx, w.h.Store, key, w.effect, append(w.opts[:len(w.opts):len(w.opts)], idem.ReportTo(&res))...)
+		err = idem.RunOn(ctx, w.h.Store, key, w.effect, append(w.opts[:len(w.opts):len(w.opts)], idem.ReportTo(&res))...)
 	}
 	w.current.Store(nil)
 	switch {

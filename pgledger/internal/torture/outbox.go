@@ -16,7 +16,7 @@ import (
 type pgOutbox struct {
 	loc   pgLoc
 	store idemstore.OutboxStore
-	runTx func(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx pgOutboxTx) error, opts ...idem.RunTxOption) error
+	runTx func(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx pgOutboxTx) error, opts ...idem.Option) error
 }
 
 // pgOutboxTx is one attempt's transaction: a statement, and idem.Put.
@@ -26,9 +26,9 @@ type pgOutboxTx struct {
 }
 
 // outboxRunTxOf is pgOutbox.runTx for a ledger whose transactions are T.
-func outboxRunTxOf[T any](runTx func(context.Context, idem.Key, func(context.Context, T) error, ...idem.RunTxOption) error,
-	exec func(ctx context.Context, tx T, q string, args ...any) error) func(context.Context, idem.Key, func(context.Context, pgOutboxTx) error, ...idem.RunTxOption) error {
-	return func(ctx context.Context, key idem.Key, fn func(context.Context, pgOutboxTx) error, opts ...idem.RunTxOption) error {
+func outboxRunTxOf[T any](runTx func(context.Context, idem.Key, func(context.Context, T) error, ...idem.Option) error,
+	exec func(ctx context.Context, tx T, q string, args ...any) error) func(context.Context, idem.Key, func(context.Context, pgOutboxTx) error, ...idem.Option) error {
+	return func(ctx context.Context, key idem.Key, fn func(context.Context, pgOutboxTx) error, opts ...idem.Option) error {
 		return runTx(ctx, key, func(ctx context.Context, tx T) error {
 			return fn(ctx, pgOutboxTx{
 				exec: func(ctx context.Context, q string, args ...any) error { return exec(ctx, tx, q, args...) },
@@ -50,7 +50,7 @@ func (p pgOutbox) Setup(ctx context.Context) error {
 	return err
 }
 
-func (p pgOutbox) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, harness.OutboxTx) error, opts ...idem.RunTxOption) error {
+func (p pgOutbox) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, harness.OutboxTx) error, opts ...idem.Option) error {
 	// NOT idempotent on purpose, so that a second application shows as n = 2.
 	bump := `INSERT INTO ` + p.table() + ` AS e (key, n, nonce) VALUES ($1, 1, $2) ON CONFLICT (key) DO UPDATE SET n = e.n + 1, nonce = excluded.nonce`
 	return p.runTx(ctx, key, func(ctx context.Context, tx pgOutboxTx) error {

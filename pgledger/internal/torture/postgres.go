@@ -154,13 +154,13 @@ func openPostgres(ctx context.Context, loc pgLoc) (*harness.Handle, error) {
 type pgTx struct {
 	loc pgLoc
 	// runTx is the ledger's RunTx; exec runs a statement in its transaction.
-	runTx func(ctx context.Context, key idem.Key, fn func(ctx context.Context, exec func(ctx context.Context, q string, args ...any) error) error, opts ...idem.RunTxOption) error
+	runTx func(ctx context.Context, key idem.Key, fn func(ctx context.Context, exec func(ctx context.Context, q string, args ...any) error) error, opts ...idem.Option) error
 }
 
 // runTxOf is pgTx.runTx for a ledger whose transactions are T.
-func runTxOf[T any](runTx func(context.Context, idem.Key, func(context.Context, T) error, ...idem.RunTxOption) error,
-	exec func(ctx context.Context, tx T, q string, args ...any) error) func(context.Context, idem.Key, func(context.Context, func(context.Context, string, ...any) error) error, ...idem.RunTxOption) error {
-	return func(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context, string, ...any) error) error, opts ...idem.RunTxOption) error {
+func runTxOf[T any](runTx func(context.Context, idem.Key, func(context.Context, T) error, ...idem.Option) error,
+	exec func(ctx context.Context, tx T, q string, args ...any) error) func(context.Context, idem.Key, func(context.Context, func(context.Context, string, ...any) error) error, ...idem.Option) error {
+	return func(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context, string, ...any) error) error, opts ...idem.Option) error {
 		return runTx(ctx, key, func(ctx context.Context, tx T) error {
 			return fn(ctx, func(ctx context.Context, q string, args ...any) error { return exec(ctx, tx, q, args...) })
 		}, opts...)
@@ -179,7 +179,7 @@ func (p pgTx) Setup(ctx context.Context) error {
 	return err
 }
 
-func (p pgTx) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context) error) error, opts ...idem.RunTxOption) error {
+func (p pgTx) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context) error) error, opts ...idem.Option) error {
 	// NOT idempotent on purpose, so that a second application shows as n = 2.
 	bump := `INSERT INTO ` + p.table() + ` AS e (key, n) VALUES ($1, 1) ON CONFLICT (key) DO UPDATE SET n = e.n + 1`
 	return p.runTx(ctx, key, func(ctx context.Context, exec func(context.Context, string, ...any) error) error {
