@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log"
 	"maps"
 	"os"
 	"path/filepath"
@@ -15,13 +14,14 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 )
 
 // TestRunInsideItsOwnRunFailsAtOnce: RunTx (or Run) called inside fn for
 // the key that the enclosing Run holds cannot work (it would find its own
-// key held). It fails at once, saying to use CatchUpTx, and the period is
+// key held). It fails at once, saying to use catchup.RunTx, and the period is
 // parked at once instead of after retrying a call that cannot succeed.
 func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
 	t.Parallel()
@@ -29,12 +29,12 @@ func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
 	clk := idemtest.NewAutoClock(day(1))
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	calls, inner := 0, 0
-	res, err := idem.CatchUp(ctx, l, "settle", daily, func(ctx context.Context, p idem.Period) error {
+	res, err := catchup.Run(ctx, l, "settle", daily, func(ctx context.Context, p idem.Period) error {
 		calls++
 		return l.RunTx(ctx, idem.Key{Job: "settle", Period: p.Name}, func(context.Context, *sql.Tx) error { inner++; return nil })
 	})
-	if !errors.Is(err, idem.ErrNestedRun) || !strings.Contains(err.Error(), "CatchUpTx") || calls != 1 || inner != 0 {
-		t.Fatalf("RunTx inside CatchUp's fn: %v; fn called %d times, the inner fn %d; want one call, an error naming CatchUpTx", err, calls, inner)
+	if !errors.Is(err, idem.ErrNestedRun) || !strings.Contains(err.Error(), "catchup.RunTx") || calls != 1 || inner != 0 {
+		t.Fatalf("RunTx inside CatchUp's fn: %v; fn called %d times, the inner fn %d; want one call, an error naming catchup.RunTx", err, calls, inner)
 	}
 	if len(res.Periods) != 1 || res.Periods[0].Outcome != idem.Parked {
 		t.Fatalf("periods %+v, want 2026-10-01 given up", res.Periods)
@@ -147,13 +147,13 @@ func TestCatchUpTxAfterDowntime(t *testing.T) {
 	ctx := context.Background()
 	clk := idemtest.NewClock(day(1))
 	l := openTxLedger(t, t.TempDir(), idem.WithClock(clk))
-	if _, err := l.CatchUpTx(ctx, "settle", daily, settlePeriod); err != nil {
+	if _, err := catchup.RunTx(ctx, l, "settle", daily, settlePeriod); err != nil {
 		t.Fatal(err)
 	}
 	wantTxState(t, l, "settle", names(0, 1))
 	clk.Set(day(4)) // down on the 2nd, 3rd and 4th
 	var seen []string
-	res, err := l.CatchUpTx(ctx, "settle", daily, settlePeriod, idem.OnPeriod(func(pr idem.PeriodResult) {
+	res, err := catchup.RunTx(ctx, l, "settle", daily, settlePeriod, catchup.OnPeriod(func(pr catchup.PeriodResult) {
 		// Each period is committed, cursor and all, before the next runs.
 		_, _, cursor := txState(t, l, "settle")
 		seen = append(seen, pr.Period.Name+"@"+cursor)
@@ -165,7 +165,7 @@ func TestCatchUpTxAfterDowntime(t *testing.T) {
 		t.Fatalf("period@cursor after each period: %v, want %v", seen, want)
 	}
 	wantTxState(t, l, "settle", names(0, 4))
-	res, err = l.CatchUpTx(ctx, "settle", daily, settlePeriod)
+	res, err = catchup.RunTx(ctx, l, "settle", daily, settlePeriod)
 	if err != nil || len(res.Periods) != 0 {
 		t.Fatalf("second call: %v, %+v", err, res.Periods)
 	}
@@ -189,7 +189,7 @@ func TestCatchUpTxFailingPeriodRollsBack(t *testing.T) {
 		}
 		return nil
 	}
-	res, err := l.CatchUpTx(ctx, "settle", daily, failing, idem.Since(day(1)), idem.OneAttempt())
+	res, err := catchup.RunTx(ctx, l, "settle", daily, failing, catchup.Since(day(1)), idem.OneAttempt())
 	if !errors.Is(err, idem.ErrBackingOff) || !strings.Contains(err.Error(), "2026-10-03") || res.Deferred != 1 || res.Cursor != "2026-10-02" {
 		t.Fatalf("failing period: %v, deferred %d, cursor %q", err, res.Deferred, res.Cursor)
 	}
@@ -198,7 +198,7 @@ func TestCatchUpTxFailingPeriodRollsBack(t *testing.T) {
 		t.Fatalf("the failed period: %+v", rec)
 	}
 	clk.Advance(time.Hour) // past its backoff
-	if _, err := l.CatchUpTx(ctx, "settle", daily, settlePeriod, idem.OneAttempt()); err != nil {
+	if _, err := catchup.RunTx(ctx, l, "settle", daily, settlePeriod, idem.OneAttempt()); err != nil {
 		t.Fatal(err)
 	}
 	wantTxState(t, l, "settle", names(1, 3))
@@ -219,7 +219,7 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 			ctx := context.Background()
 			clk := idemtest.NewClock(day(4))
 			l := openTxLedger(t, t.TempDir(), idem.WithClock(clk))
-			opts := []idem.Option{idem.Since(day(1)), idem.OneAttempt()}
+			opts := []idem.Option{catchup.Since(day(1)), idem.OneAttempt()}
 			if path == "after-a-failure" {
 				fail := func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 					if p.Name == "2026-10-03" {
@@ -227,7 +227,7 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 					}
 					return settlePeriod(ctx, tx, p)
 				}
-				if _, err := l.CatchUpTx(ctx, "settle", daily, fail, opts...); !errors.Is(err, idem.ErrBackingOff) {
+				if _, err := catchup.RunTx(ctx, l, "settle", daily, fail, opts...); !errors.Is(err, idem.ErrBackingOff) {
 					t.Fatalf("failing call: %v", err)
 				}
 				clk.Advance(time.Hour)
@@ -235,13 +235,13 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 			crash := idemtest.CrashWhen(ctx, func(p idemstore.Point, k idem.Key) bool {
 				return p == idemstore.AfterFn && k.Period == "2026-10-03"
 			})
-			_, err := l.CatchUpTx(crash, "settle", daily, settlePeriod, opts...)
+			_, err := catchup.RunTx(crash, l, "settle", daily, settlePeriod, opts...)
 			if !errors.Is(err, idemtest.ErrCrashed) {
 				t.Fatalf("crashing call: %v", err)
 			}
 			wantTxState(t, l, "settle", []string{"2026-10-02"})
 			clk.Advance(idem.DefaultLease + time.Second) // the crashed attempt's lease, if it has one
-			res, err := l.CatchUpTx(ctx, "settle", daily, settlePeriod, opts...)
+			res, err := catchup.RunTx(ctx, l, "settle", daily, settlePeriod, opts...)
 			if err != nil || res.Count(idem.Ran) != 2 {
 				t.Fatalf("recovery: %v, %+v", err, res.Periods)
 			}
@@ -256,16 +256,16 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 func TestCatchUpTxKilled(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	job := func(ctx context.Context, dir string, now time.Time) (idem.CatchUpResult, error) {
+	job := func(ctx context.Context, dir string, now time.Time) (catchup.Result, error) {
 		l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"), idem.WithClock(idemtest.NewClock(now)))
 		if err != nil {
-			return idem.CatchUpResult{}, err
+			return catchup.Result{}, err
 		}
 		defer l.Close()
 		if _, err := l.DB().Exec(settledTable); err != nil {
-			return idem.CatchUpResult{}, err
+			return catchup.Result{}, err
 		}
-		return l.CatchUpTx(ctx, "settle", daily, settlePeriod, idem.Since(day(1)))
+		return catchup.RunTx(ctx, l, "settle", daily, settlePeriod, catchup.Since(day(1)))
 	}
 	exit := idemtest.Fork(t, dir, func(dir string) {
 		ctx := idemtest.KillWhen(context.Background(), func(p idemstore.Point, k idem.Key) bool {
@@ -285,46 +285,4 @@ func TestCatchUpTxKilled(t *testing.T) {
 		t.Fatalf("recovery: %v, %+v", err, res.Periods)
 	}
 	wantTxState(t, l, "settle", names(1, 3))
-}
-
-// A daily settlement that was down for three days catches up: each missed
-// day's rows, its done mark and the job's cursor commit in one transaction.
-func ExampleLedger_CatchUpTx() {
-	dir, _ := os.MkdirTemp("", "idem-example")
-	defer os.RemoveAll(dir)
-	l, err := idem.OpenLedger(filepath.Join(dir, "app.db"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer l.Close()
-	ctx := context.Background()
-	if _, err := l.DB().ExecContext(ctx, `CREATE TABLE daily_settle(biz_date TEXT PRIMARY KEY, amount_cent INTEGER NOT NULL)`); err != nil {
-		log.Fatal(err)
-	}
-	settle := func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO daily_settle(biz_date, amount_cent) VALUES (?, 1500)
-			ON CONFLICT(biz_date) DO UPDATE SET amount_cent = excluded.amount_cent`, p.Name)
-		return err
-	}
-	utc := idem.Daily(time.UTC)
-	// The job's first run, at 02:00 on 28 October, settles the 27th.
-	first := idem.WithClock(idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC)))
-	if _, err := l.CatchUpTx(ctx, "daily_settle", utc, settle, first); err != nil {
-		log.Fatal(err)
-	}
-	// The host is down until the 31st: the 28th, 29th and 30th are due.
-	later := idem.WithClock(idemtest.NewClock(time.Date(2026, 10, 31, 2, 0, 0, 0, time.UTC)))
-	res, err := l.CatchUpTx(ctx, "daily_settle", utc, settle, later)
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, pr := range res.Periods {
-		fmt.Println(pr.Period.Name, pr.Outcome)
-	}
-	fmt.Println("cursor", res.Cursor)
-	// Output:
-	// 2026-10-28 ran
-	// 2026-10-29 ran
-	// 2026-10-30 ran
-	// cursor 2026-10-30
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 )
 
@@ -415,10 +416,10 @@ func TestGuardStopsCatchUp(t *testing.T) {
 	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
 	busy := idem.GuardFunc("partner", func(context.Context) error { return errors.New("in maintenance") })
 	ran := 0
-	res, err := idem.CatchUp(context.Background(), l, "daily_export", idem.Daily(time.UTC), func(context.Context, idem.Period) error {
+	res, err := catchup.Run(context.Background(), l, "daily_export", idem.Daily(time.UTC), func(context.Context, idem.Period) error {
 		ran++
 		return nil
-	}, idem.Since(time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC)), idem.ContinueAfterFailure(), idem.WithGuard(busy), idem.WithClock(clk))
+	}, catchup.Since(time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC)), catchup.ContinueAfterFailure(), idem.WithGuard(busy), idem.WithClock(clk))
 	if !errors.Is(err, idem.ErrDeferred) || ran != 0 || len(res.Periods) != 1 || res.Periods[0].Outcome != idem.Deferred || res.Deferred != 7 {
 		t.Fatalf("CatchUp of 8 days with the guard refusing: %v, fn ran %d times, %+v; want one period deferred and 7 left", err, ran, res)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 )
 
@@ -35,7 +36,7 @@ func TestInvalidKeyErrorIsShort(t *testing.T) {
 		{"state file Run", func() error { return s.Run(ctx, idem.Key{Job: nul, Period: "2026-10-27"}, fn) }},
 		{"Resolve", func() error { return l.Resolve(ctx, idem.Key{Job: "j", Period: nul}, idem.ResolveDone) }},
 		{"CatchUp", func() error {
-			_, err := idem.CatchUp(ctx, l, nul, idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
+			_, err := catchup.Run(ctx, l, nul, idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
 			return err
 		}},
 		{"Each", func() error {
@@ -72,11 +73,11 @@ func TestInvalidKeyErrorIsShort(t *testing.T) {
 func TestCatchUpInvalidJob(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir())
-	_, err := idem.CatchUp(context.Background(), l, "", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
+	_, err := catchup.Run(context.Background(), l, "", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
 	if want := `idem: invalid job "": job is empty`; err == nil || err.Error() != want || !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("%v, want %s", err, want)
 	}
-	_, err = idem.CatchUp(context.Background(), l, "a\tb", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
+	_, err = catchup.Run(context.Background(), l, "a\tb", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
 	if err == nil || strings.Contains(err.Error(), `"-"`) || !strings.Contains(err.Error(), `"a\tb"`) {
 		t.Fatalf("%v, want the job and no placeholder period", err)
 	}

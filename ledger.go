@@ -272,12 +272,6 @@ func (l *Ledger) RunTx(ctx context.Context, key Key, fn func(ctx context.Context
 	return RunTx(ctx, l, key, fn, opts...)
 }
 
-// CatchUpTx is [CatchUpTx] on this ledger: each due period's writes in tx,
-// its done mark and the job's catch-up cursor commit in one transaction.
-func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched Schedule, fn func(ctx context.Context, tx *sql.Tx, p Period) error, opts ...Option) (CatchUpResult, error) {
-	return CatchUpTx(ctx, l, job, sched, fn, opts...)
-}
-
 // DefaultOptions returns the options given to OpenLedger or NewLedger: the
 // defaults of every call on the ledger. The caller must not modify the
 // slice.

@@ -43,8 +43,6 @@ func WithLockWait(d time.Duration) Option {
 	})
 }
 
-
-
 // writeLock is the ledger's way to its write lock. In this process the
 // writers queue on sem, first come first served (a channel's waiting
 // senders are served in order), with the wait bounded; across processes

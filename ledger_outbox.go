@@ -262,7 +262,7 @@ func (l *Ledger) outboxOp(ctx context.Context, op, id, q string, args ...any) er
 		if op == "retry" {
 			what = "no parked message"
 		}
-		return fmt.Errorf("%w: %s: %s has %s with id %s; nothing was written", ErrMessageNotFound, op, l.where(), what, id)
+		return fmt.Errorf("%w: %s: %s has %s with id %s; nothing was written", idemstore.ErrMessageNotFound, op, l.where(), what, id)
 	}
 	return nil
 }

@@ -174,7 +174,7 @@ func (l *Ledger) migrate(ctx context.Context) error {
 			}
 		}
 		if v < 5 {
-			// Version 5: the outbox (idem.Put, idem.Relay). Older
+			// Version 5: the outbox (outbox.Put, idem.Relay). Older
 			// ledgers had none: an empty table.
 			if _, err := tx.ExecContext(ctx, outboxSchema); err != nil {
 				return l.wrapOpenErr(fmt.Errorf("upgrading to version 5: %w", err))

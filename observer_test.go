@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/schedtest"
+	"github.com/idemgo/idem/scheduler"
 )
 
 // TestObserverOnePerEach: the observer gets one Result per Each call, with
@@ -74,8 +76,8 @@ func TestObserverOnePerCatchUpPeriod(t *testing.T) {
 	ctx := context.Background()
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewClock(day(4))))
 	got := map[string]idem.Outcome{}
-	res, err := idem.CatchUp(ctx, l, "report", daily, func(context.Context, idem.Period) error { return nil },
-		idem.Since(day(1)), idem.CatchUpLatest(), idem.OnResult(func(r idem.Result) { got[r.Key.Period] = r.Outcome }))
+	res, err := catchup.Run(ctx, l, "report", daily, func(context.Context, idem.Period) error { return nil },
+		catchup.Since(day(1)), catchup.Latest(), idem.OnResult(func(r idem.Result) { got[r.Key.Period] = r.Outcome }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +129,8 @@ func TestLogsUseCallerContext(t *testing.T) {
 		func(context.Context, string) error { return idem.Permanent(errors.New("frozen")) }); err != nil {
 		t.Fatalf("Each: %v", err)
 	}
-	if _, err := idem.CatchUp(ctx, l, "report", daily, func(context.Context, idem.Period) error { return nil },
-		idem.Since(day(1))); err != nil {
+	if _, err := catchup.Run(ctx, l, "report", daily, func(context.Context, idem.Period) error { return nil },
+		catchup.Since(day(1))); err != nil {
 		t.Fatalf("CatchUp: %v", err)
 	}
 	if len(seen) < 5 {
@@ -176,7 +178,7 @@ func TestSchedulerObserverReachesEach(t *testing.T) {
 	var sched, job, own, store recorder
 	l := openLedger(t, t.TempDir(), idem.OnResult(store.observe))
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := idem.NewScheduler(l, idem.WithClock(clk), idem.OnResult(sched.observe))
+	s := scheduler.New(l, idem.WithClock(clk), idem.OnResult(sched.observe))
 	abc := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") })
 	if err := s.Add("grant", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
 		_, err := idem.Each(ctx, l, idem.Key{Job: "grant_items", Period: p.Name}, abc, func(context.Context, string) error { return nil })

@@ -39,8 +39,10 @@ type option struct {
 	name  string
 	class optionClass
 	apply func(*config) error
-	// sched is what a Scheduler's own option sets; nil for the others.
-	sched func(*schedulerConfig) error
+	// payload, for an option of a subsystem package (catchup,
+	// scheduler), is what that package reads of it (config.ext); apply is
+	// nil then.
+	payload any
 }
 
 func (o *option) option() *option { return o }
@@ -64,6 +66,7 @@ const (
 	classParams                            // the work's parameters
 	classScheduler                         // a Scheduler's own
 	classStore                             // a store's own
+	classInternal                          // made by a subsystem package for the calls it makes
 )
 
 // A call is a call that takes options, by what it takes.
@@ -73,30 +76,40 @@ type call struct {
 }
 
 var (
-	callRun       = call{"Run", classCommon | classMode | classAttempt | classReport | classParams}
-	callRunTx     = call{"RunTx", classCommon | classAttempt | classReport | classParams}
-	callCatchUp   = call{"CatchUp", classCommon | classMode | classAttempt | classCatchUp | classParams}
-	callCatchUpTx = call{"CatchUpTx", classCommon | classAttempt | classCatchUp | classParams}
+	callRun       = call{"Run", classCommon | classMode | classAttempt | classReport | classParams | classInternal}
+	callRunTx     = call{"RunTx", classCommon | classAttempt | classReport | classParams | classInternal}
+	callCatchUp   = call{"catchup.Run", classCommon | classMode | classAttempt | classCatchUp | classParams | classInternal}
+	callCatchUpTx = call{"catchup.RunTx", classCommon | classAttempt | classCatchUp | classParams | classInternal}
 	callEach      = call{"Each", classCommon | classMode | classFanOut | classParams}
 	callEachTx    = call{"EachTx", classCommon | classFanOut | classParams}
 	callJob       = call{"Scheduler.Add", classCommon | classMode | classAttempt | classCatchUp | classJob | classParams}
-	callJobTx     = call{"AddTx", classCommon | classAttempt | classCatchUp | classJob | classParams}
-	callScheduler = call{"NewScheduler", classCommon | classScheduler}
+	callJobTx     = call{"scheduler.AddTx", classCommon | classAttempt | classCatchUp | classJob | classParams}
+	callScheduler = call{"scheduler.New", classCommon | classScheduler}
 	callStore     = call{"a store's defaults", classCommon | classMode | classAttempt | classStore}
 )
+
+// calls are the calls of the subsystem packages, by name (see hooks).
+var calls = map[string]call{}
+
+func init() {
+	for _, c := range []call{callCatchUp, callCatchUpTx, callJob, callJobTx, callScheduler} {
+		calls[c.name] = c
+	}
+}
 
 // classNames names the calls each class of option is for, for errors.
 var classNames = map[optionClass]string{
 	classCommon:    "every call",
-	classMode:      "Run, CatchUp, Each, Scheduler.Add and a store's defaults",
-	classAttempt:   "Run, RunTx, CatchUp, CatchUpTx, Scheduler.Add, AddTx and a store's defaults",
+	classMode:      "Run, catchup.Run, Each, Scheduler.Add and a store's defaults",
+	classAttempt:   "Run, RunTx, catchup.Run, catchup.RunTx, Scheduler.Add, scheduler.AddTx and a store's defaults",
 	classReport:    "Run and RunTx",
-	classCatchUp:   "CatchUp, CatchUpTx, Scheduler.Add and AddTx",
-	classJob:       "Scheduler.Add and AddTx",
+	classCatchUp:   "catchup.Run, catchup.RunTx, Scheduler.Add and scheduler.AddTx",
+	classJob:       "Scheduler.Add and scheduler.AddTx",
 	classFanOut:    "Each and EachTx",
-	classParams:    "Run, RunTx, CatchUp, CatchUpTx, Each, EachTx, Scheduler.Add and AddTx",
-	classScheduler: "NewScheduler",
+	classParams:    "Run, RunTx, catchup.Run, catchup.RunTx, Each, EachTx, Scheduler.Add and scheduler.AddTx",
+	classScheduler: "scheduler.New",
 	classStore:     "a store's constructor",
+	classInternal:  "the calls of this module's packages",
 }
 
 // fits reports whether o is for c.
@@ -141,9 +154,13 @@ type config struct {
 	jobObserver func(Result)
 	report      *Result
 	result      *Result // internal: RunValue's copy of the result
-	catchUp     catchUpConfig
 	each        eachConfig
-	job         jobConfig
+	// ext is the payloads of the options of a subsystem package given to
+	// its call, in order: what that package reads (see hooks).
+	ext []any
+	// cursor: the done mark advances the job's cursor (a catch-up's
+	// period in an unbroken run of settled ones).
+	cursor bool
 
 	fingerprint string // WithParams: the fingerprint of the work's parameters; "" for none
 	guards      []Guard
@@ -170,7 +187,6 @@ func newConfig(s any, cl call) *config {
 		backoff: defaultBackoff,
 		poll:    200 * time.Millisecond,
 		clock:   systemClock{},
-		catchUp: catchUpConfig{maxPeriods: DefaultMaxPeriods},
 		each:    eachConfig{workers: DefaultWorkers},
 	}
 	if d, ok := s.(defaulter); ok {
@@ -249,7 +265,9 @@ func applyOptions(c *config, cl call, opts []Option) {
 			c.keep(invalidOption("%s: option %d of %d is nil", cl.name, i+1, len(opts)))
 		case !cl.fits(o.option()):
 			c.keep(cl.misfit(o.option()))
-		case o.option().apply != nil:
+		case o.option().payload != nil:
+			c.ext = append(c.ext, o.option().payload)
+		default:
 			c.keep(o.option().apply(c))
 		}
 	}
@@ -548,105 +566,6 @@ func ReportTo(r *Result) Option {
 			return invalidOption("ReportTo(nil): nowhere to store the result")
 		}
 		c.report = r
-		return nil
-	})
-}
-
-// Catch-up policies (class CatchUpPolicy).
-
-// CatchUpAll runs every due period, oldest first, at most max of them per
-// call (max = 0: no limit). The rest are counted in
-// CatchUpResult.Deferred and run by the next call. This is the default,
-// with max = DefaultMaxPeriods. A negative max is an error matching
-// [ErrInvalidOption].
-func CatchUpAll(max int) Option {
-	return newOption("CatchUpAll", classCatchUp, func(c *config) error {
-		if max < 0 {
-			return invalidOption("CatchUpAll(%d): the cap must not be negative (0 means no cap)", max)
-		}
-		c.catchUp.latest, c.catchUp.maxPeriods = false, max
-		return nil
-	})
-}
-
-// CatchUpLatest coalesces: only the newest due period runs; the older ones
-// are recorded as skipped (ResolveSkip), not silently forgotten (no cap
-// applies to the skipping). Periods
-// that are unknown or parked are not skipped: catch-up stops at them, since
-// they need a person.
-func CatchUpLatest() Option {
-	return newOption("CatchUpLatest", classCatchUp, func(c *config) error { c.catchUp.latest = true; return nil })
-}
-
-// Since bounds the first catch-up of a job (one with no cursor yet): it
-// starts at the period containing t instead of only the latest due period,
-// so a new job backfills a chosen window and never from the epoch. A zero t
-// is an error matching [ErrInvalidOption].
-func Since(t time.Time) Option {
-	return newOption("Since", classCatchUp, func(c *config) error {
-		if t.IsZero() {
-			return invalidOption("Since(%v): the zero time is no start", t)
-		}
-		c.catchUp.since = t
-		return nil
-	})
-}
-
-// DueAtStart makes a period due as soon as it starts (a report FOR today,
-// sent in the morning). By default a period is due when it ends: you settle
-// a day once it is over.
-func DueAtStart() Option {
-	return newOption("DueAtStart", classCatchUp, func(c *config) error { c.catchUp.dueAtStart = true; return nil })
-}
-
-// CatchUpWindow records the due periods that became due more than w ago
-// as skipped (ResolveSkip) instead of running them: after a long outage,
-// only the periods of the last w run (Temporal's catchupWindow). The
-// latest due period always runs, however old. Skipped periods do not count
-// against the cap of [CatchUpAll]; unknown or parked periods are not
-// skipped (catch-up stops at them, as with [CatchUpLatest]). A w of zero
-// or less is an error matching [ErrInvalidOption].
-func CatchUpWindow(w time.Duration) Option {
-	return newOption("CatchUpWindow", classCatchUp, func(c *config) error {
-		if w <= 0 {
-			return invalidOption("CatchUpWindow(%v): the window must be positive", w)
-		}
-		c.catchUp.window = w
-		return nil
-	})
-}
-
-// DueAfter makes a period due d after it ends (or starts, with
-// [DueAtStart]): Daily(loc) with DueAfter(2*time.Hour) settles yesterday
-// at 02:00, once late records have landed. A negative d is an error
-// matching [ErrInvalidOption].
-func DueAfter(d time.Duration) Option {
-	return newOption("DueAfter", classCatchUp, func(c *config) error {
-		if d < 0 {
-			return invalidOption("DueAfter(%v): the delay must not be negative", d)
-		}
-		c.catchUp.delay = d
-		return nil
-	})
-}
-
-// ContinueAfterFailure makes catch-up go on with later periods when one
-// fails. By default it stops at the failed period and the later ones wait,
-// so periods complete in order. Either way the cursor only moves over an
-// unbroken run of settled periods.
-func ContinueAfterFailure() Option {
-	return newOption("ContinueAfterFailure", classCatchUp, func(c *config) error { c.catchUp.keepGoing = true; return nil })
-}
-
-// OnPeriod calls f after each period catch-up handles, for progress
-// reporting on long catch-ups. A nil f is an error matching
-// [ErrInvalidOption].
-func OnPeriod(f func(PeriodResult)) Option {
-	return newOption("OnPeriod", classCatchUp, func(c *config) error {
-		if f == nil {
-			return invalidOption("OnPeriod(nil): no function to call")
-		}
-		c.catchUp.onPeriod = f
 		return nil
 	})
 }

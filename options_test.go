@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 )
 
@@ -71,18 +72,18 @@ func TestInvalidOptionValues(t *testing.T) {
 				idem.WithBackoff(idem.MaxAttempts(3, idem.EqualJitter(idem.Exponential(-time.Second)))))
 		}},
 		{"CatchUpAll", "CatchUpAll(-1)", func(l *idem.Ledger, ran *bool) error {
-			_, err := idem.CatchUp(ctx, l, "j", daily, func(context.Context, idem.Period) error { *ran = true; return nil },
-				idem.Since(day(1)), idem.CatchUpAll(-1))
+			_, err := catchup.Run(ctx, l, "j", daily, func(context.Context, idem.Period) error { *ran = true; return nil },
+				catchup.Since(day(1)), catchup.All(-1))
 			return err
 		}},
 		{"Since", "Since(0001-01-01 00:00:00 +0000 UTC)", func(l *idem.Ledger, ran *bool) error {
-			_, err := idem.CatchUp(ctx, l, "j", daily, func(context.Context, idem.Period) error { *ran = true; return nil },
-				idem.Since(time.Time{}))
+			_, err := catchup.Run(ctx, l, "j", daily, func(context.Context, idem.Period) error { *ran = true; return nil },
+				catchup.Since(time.Time{}))
 			return err
 		}},
 		{"OnPeriod(nil)", "OnPeriod(nil)", func(l *idem.Ledger, ran *bool) error {
-			_, err := l.CatchUpTx(ctx, "j", daily, func(context.Context, *sql.Tx, idem.Period) error { *ran = true; return nil },
-				idem.Since(day(1)), idem.OnPeriod(nil))
+			_, err := catchup.RunTx(ctx, l, "j", daily, func(context.Context, *sql.Tx, idem.Period) error { *ran = true; return nil },
+				catchup.Since(day(1)), catchup.OnPeriod(nil))
 			return err
 		}},
 		{"WithWorkers", "WithWorkers(0)", func(l *idem.Ledger, ran *bool) error {
@@ -177,8 +178,8 @@ func TestCallerOptionSliceNotWritten(t *testing.T) {
 	}
 	cu := make([]idem.Option, 4)
 	copts := cu[:1]
-	copts[0] = idem.Since(day(8))
-	if _, err := idem.CatchUp(ctx, l, "j", daily, func(context.Context, idem.Period) error { return nil }, copts...); err != nil {
+	copts[0] = catchup.Since(day(8))
+	if _, err := catchup.Run(ctx, l, "j", daily, func(context.Context, idem.Period) error { return nil }, copts...); err != nil {
 		t.Fatal(err)
 	}
 	for i, o := range cu[1:] {

@@ -19,6 +19,7 @@ import (
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/outbox"
 )
 
 // TestOutboxRelayKilledMidDelivery: a relay process is SIGKILLed while
@@ -50,7 +51,7 @@ func testRelayKilled(t *testing.T, killAt int) {
 				fmt.Println("open:", err)
 				os.Exit(2)
 			}
-			err = idem.Relay(context.Background(), l, idem.Webhook(url, nil), idem.RelayPoll(5*time.Millisecond), idem.RelayBatch(2))
+			err = outbox.Relay(context.Background(), l, outbox.Webhook(url, nil), outbox.WithPoll(5*time.Millisecond), outbox.WithBatch(2))
 			fmt.Println("relay returned:", err)
 			os.Exit(3)
 		})
@@ -62,7 +63,7 @@ func testRelayKilled(t *testing.T, killAt int) {
 		key := idem.Key{Job: "notify", Period: fmt.Sprintf("2026-11-%02d", i+1)}
 		err := l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 			for tp := range topics {
-				if _, err := idem.Put(ctx, tx, idem.Message{Topic: fmt.Sprintf("t%d", tp), Payload: []byte(fmt.Sprintf("%s t%d", key.Period, tp))}); err != nil {
+				if _, err := outbox.Put(ctx, tx, outbox.Message{Topic: fmt.Sprintf("t%d", tp), Payload: []byte(fmt.Sprintf("%s t%d", key.Period, tp))}); err != nil {
 					return err
 				}
 			}
@@ -106,8 +107,8 @@ func testRelayKilled(t *testing.T, killAt int) {
 	mu.Unlock()
 
 	// The restart: a relay whose clock is past the dead relay's leases.
-	clk := idemtest.NewClock(time.Now().Add(2 * idem.DefaultRelayLease))
-	res, err := idem.RelayOnce(ctx, l, idem.Webhook(srv.URL, nil), idem.RelayClock(clk))
+	clk := idemtest.NewClock(time.Now().Add(2 * outbox.DefaultLease))
+	res, err := outbox.RelayOnce(ctx, l, outbox.Webhook(srv.URL, nil), outbox.WithClock(clk))
 	if err != nil {
 		t.Fatalf("relay after the restart: %v (%+v)", err, res)
 	}

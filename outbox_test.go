@@ -15,14 +15,16 @@ import (
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/outbox"
+	"github.com/idemgo/idem/scheduler"
 )
 
 // collect is a deliverer that records what it was handed, in order.
 type collect struct {
-	got []idem.Delivery
+	got []outbox.Delivery
 }
 
-func (c *collect) Deliver(_ context.Context, d idem.Delivery) error {
+func (c *collect) Deliver(_ context.Context, d outbox.Delivery) error {
 	c.got = append(c.got, d)
 	return nil
 }
@@ -34,7 +36,7 @@ func TestOutboxPutInRunTxThenRelay(t *testing.T) {
 	var ids []string
 	err := l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 		for i := range 3 {
-			id, err := idem.Put(ctx, tx, idem.Message{Topic: "pay", Payload: []byte(fmt.Sprint(i)), Headers: map[string]string{"X-N": fmt.Sprint(i)}})
+			id, err := outbox.Put(ctx, tx, outbox.Message{Topic: "pay", Payload: []byte(fmt.Sprint(i)), Headers: map[string]string{"X-N": fmt.Sprint(i)}})
 			if err != nil {
 				return err
 			}
@@ -50,7 +52,7 @@ func TestOutboxPutInRunTxThenRelay(t *testing.T) {
 		t.Fatalf("ids %v, want %v", ids, want)
 	}
 	var c collect
-	res, err := idem.RelayOnce(ctx, l, &c)
+	res, err := outbox.RelayOnce(ctx, l, &c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func TestOutboxPutInRunTxThenRelay(t *testing.T) {
 			t.Fatalf("delivery %d: %+v", i, d)
 		}
 	}
-	if _, err := idem.Put(ctx, (*sql.Tx)(nil), idem.Message{Topic: "x"}); !errors.Is(err, idem.ErrNoOutbox) {
+	if _, err := outbox.Put(ctx, (*sql.Tx)(nil), outbox.Message{Topic: "x"}); !errors.Is(err, outbox.ErrNoOutbox) {
 		t.Fatalf("Put outside a body: %v, want ErrNoOutbox", err)
 	}
 }
@@ -100,14 +102,14 @@ func TestLedgerUpgradeFromVersion4(t *testing.T) {
 	}
 	key := idem.Key{Job: "settle", Period: "2026-10-28"}
 	err = l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := idem.Put(ctx, tx, idem.Message{Topic: "settlements", Payload: []byte("2026-10-28")})
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "settlements", Payload: []byte("2026-10-28")})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var c collect
-	if res, err := idem.RelayOnce(ctx, l, &c); err != nil || res.Delivered != 1 || c.got[0].ID != key.RequestID()+"-0" {
+	if res, err := outbox.RelayOnce(ctx, l, &c); err != nil || res.Delivered != 1 || c.got[0].ID != key.RequestID()+"-0" {
 		t.Fatalf("relay on the upgraded ledger: %+v, %v, %+v", res, err, c.got)
 	}
 }
@@ -125,29 +127,29 @@ func TestPutWhereNoOutbox(t *testing.T) {
 	ctx := context.Background()
 	l := openLedger(t, t.TempDir())
 	err := idem.RunTx(ctx, noOutbox{l}, idem.Key{Job: "j", Period: "a"}, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := idem.Put(ctx, tx, idem.Message{Topic: "t"})
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "t"})
 		return idem.Permanent(err)
 	})
-	if !errors.Is(err, idem.ErrNoOutbox) || !strings.Contains(err.Error(), "has no outbox") {
+	if !errors.Is(err, outbox.ErrNoOutbox) || !strings.Contains(err.Error(), "has no outbox") {
 		t.Fatalf("Put on a store without an outbox: %v", err)
 	}
 	other := openLedger(t, t.TempDir()) // (a Run on l would wait for the RunTx's write lock)
 	err = l.RunTx(ctx, idem.Key{Job: "j", Period: "b"}, func(ctx context.Context, tx *sql.Tx) error {
 		return other.Run(ctx, idem.Key{Job: "inner", Period: "b"}, func(ctx context.Context) error {
-			_, err := idem.Put(ctx, tx, idem.Message{Topic: "t"})
+			_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "t"})
 			return idem.Permanent(err)
 		})
 	})
-	if !errors.Is(err, idem.ErrNoOutbox) {
+	if !errors.Is(err, outbox.ErrNoOutbox) {
 		t.Fatalf("Put in a Run nested in a RunTx body: %v", err)
 	}
 	var putErr error
 	res, err := idem.Each(ctx, l, idem.Key{Job: "j", Period: "c"}, idem.Items(func(yield func(string) bool) { yield("x") }),
 		func(ctx context.Context, item string) error {
-			_, putErr = idem.Put(ctx, (*sql.Tx)(nil), idem.Message{Topic: "t"})
+			_, putErr = outbox.Put(ctx, (*sql.Tx)(nil), outbox.Message{Topic: "t"})
 			return idem.Permanent(putErr)
 		})
-	if err != nil || res.Counts.Parked != 1 || !errors.Is(putErr, idem.ErrNoOutbox) {
+	if err != nil || res.Counts.Parked != 1 || !errors.Is(putErr, outbox.ErrNoOutbox) {
 		t.Fatalf("Put in Each's fn: %v; Each: %+v, %v", putErr, res, err)
 	}
 	if recs, err := l.ListOutbox(ctx, idemstore.OutboxFilter{}); err != nil || len(recs) != 0 {
@@ -162,9 +164,9 @@ func TestSchedulerRelay(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	clk := idemtest.NewClock(t0)
-	s := idem.NewScheduler(l, idem.WithClock(clk))
-	err := idem.AddTx(s, "settle", idem.Daily(time.UTC), func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
-		_, err := idem.Put(ctx, tx, idem.Message{Topic: "settled", Payload: []byte(p.Name)})
+	s := scheduler.New(l, idem.WithClock(clk))
+	err := scheduler.AddTx(s, "settle", idem.Daily(time.UTC), func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "settled", Payload: []byte(p.Name)})
 		return err
 	})
 	if err != nil {
@@ -172,14 +174,14 @@ func TestSchedulerRelay(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []string
-	var results []idem.DeliveryResult
-	deliver := idem.DeliverFunc(func(_ context.Context, d idem.Delivery) error {
+	var results []outbox.DeliveryResult
+	deliver := outbox.DeliverFunc(func(_ context.Context, d outbox.Delivery) error {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, string(d.Payload))
 		return nil
 	})
-	if err := s.AddRelay("notify", l, deliver, idem.OnDelivery(func(r idem.DeliveryResult) {
+	if err := s.AddRelay("notify", l, deliver, outbox.OnDelivery(func(r outbox.DeliveryResult) {
 		mu.Lock()
 		defer mu.Unlock()
 		results = append(results, r)
@@ -189,7 +191,7 @@ func TestSchedulerRelay(t *testing.T) {
 	if err := s.AddRelay("notify", l, deliver); err == nil {
 		t.Fatal("a second relay of the same name was added")
 	}
-	if err := s.AddRelay("bad", l, deliver, idem.RelayBatch(0)); !errors.Is(err, idem.ErrInvalidOption) {
+	if err := s.AddRelay("bad", l, deliver, outbox.WithBatch(0)); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("invalid option: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -203,7 +205,7 @@ func TestSchedulerRelay(t *testing.T) {
 			ok := len(got) == n
 			mu.Unlock()
 			if !ok {
-				clk.Advance(idem.DefaultRelayPoll)
+				clk.Advance(outbox.DefaultPoll)
 			}
 			return ok
 		}
@@ -224,7 +226,7 @@ func TestSchedulerRelay(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if got[0] >= got[1] || len(results) != 2 || results[0].Outcome != idem.DeliverySent {
+	if got[0] >= got[1] || len(results) != 2 || results[0].Outcome != outbox.DeliverySent {
 		t.Fatalf("delivered %v, results %+v", got, results)
 	}
 }
@@ -237,27 +239,27 @@ func TestRelayInvalidOptions(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	key := idem.Key{Job: "settle", Period: "2026-10-28"}
 	if err := l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := idem.Put(ctx, tx, idem.Message{Topic: "pay"})
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "pay"})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for name, o := range map[string]idem.RelayOption{
+	for name, o := range map[string]outbox.Option{
 		"nil":               nil,
-		"RelayBatch(0)":     idem.RelayBatch(0),
-		"RelayLease(0)":     idem.RelayLease(0),
-		"RelayPoll(0)":      idem.RelayPoll(0),
-		"RelayRetention(0)": idem.RelayRetention(0),
-		"RelayBackoff(nil)": idem.RelayBackoff(nil),
-		"RelayClock(nil)":   idem.RelayClock(nil),
-		`RelayOwner("")`:    idem.RelayOwner(""),
+		"RelayBatch(0)":     outbox.WithBatch(0),
+		"RelayLease(0)":     outbox.WithLease(0),
+		"RelayPoll(0)":      outbox.WithPoll(0),
+		"RelayRetention(0)": outbox.WithRetention(0),
+		"RelayBackoff(nil)": outbox.WithBackoff(nil),
+		"RelayClock(nil)":   outbox.WithClock(nil),
+		`RelayOwner("")`:    outbox.WithOwner(""),
 	} {
 		var c collect
-		res, err := idem.RelayOnce(ctx, l, &c, o)
-		if !errors.Is(err, idem.ErrInvalidOption) || res != (idem.RelayResult{}) || len(c.got) != 0 {
+		res, err := outbox.RelayOnce(ctx, l, &c, o)
+		if !errors.Is(err, idem.ErrInvalidOption) || res != (outbox.Result{}) || len(c.got) != 0 {
 			t.Errorf("RelayOnce with %s: %+v, %v, delivered %d; want ErrInvalidOption and nothing done", name, res, err, len(c.got))
 		}
-		if err := idem.Relay(ctx, l, &c, o); !errors.Is(err, idem.ErrInvalidOption) {
+		if err := outbox.Relay(ctx, l, &c, o); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("Relay with %s: %v, want ErrInvalidOption", name, err)
 		}
 	}
@@ -289,7 +291,7 @@ func TestSchedulerRelayStoreError(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	key := idem.Key{Job: "settle", Period: "2026-10-28"}
 	if err := l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := idem.Put(ctx, tx, idem.Message{Topic: "pay"})
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "pay"})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -297,10 +299,10 @@ func TestSchedulerRelayStoreError(t *testing.T) {
 	fc := &failingClaims{Ledger: l}
 	fc.fail.Store(true)
 	clk := idemtest.NewClock(t0)
-	s := idem.NewScheduler(l, idem.WithClock(clk))
+	s := scheduler.New(l, idem.WithClock(clk))
 	var c collect
 	var mu sync.Mutex
-	deliver := idem.DeliverFunc(func(ctx context.Context, d idem.Delivery) error {
+	deliver := outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
 		mu.Lock()
 		defer mu.Unlock()
 		return c.Deliver(ctx, d)
@@ -328,7 +330,7 @@ func TestSchedulerRelayStoreError(t *testing.T) {
 		if s.Status().Relays[0].Delivered == 1 {
 			return true
 		}
-		clk.Advance(idem.DefaultRelayPoll) // the next pass
+		clk.Advance(outbox.DefaultPoll) // the next pass
 		return false
 	}, "the relay to deliver once the store answers")
 	if st := s.Status(); !st.Ready || !st.Relays[0].Ready || st.Relays[0].LastError != "" {
@@ -353,7 +355,7 @@ func TestRelayCancelAbortsDelivery(t *testing.T) {
 	var id string
 	err := l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		id, err = idem.Put(ctx, tx, idem.Message{Topic: "pay", Payload: []byte("x")})
+		id, err = outbox.Put(ctx, tx, outbox.Message{Topic: "pay", Payload: []byte("x")})
 		return err
 	})
 	if err != nil {
@@ -361,14 +363,14 @@ func TestRelayCancelAbortsDelivery(t *testing.T) {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	started, aborted := make(chan struct{}), make(chan error, 1)
-	deliver := idem.DeliverFunc(func(dctx context.Context, d idem.Delivery) error {
+	deliver := outbox.DeliverFunc(func(dctx context.Context, d outbox.Delivery) error {
 		close(started)
 		<-dctx.Done()
 		aborted <- dctx.Err()
 		return dctx.Err()
 	})
 	done := make(chan error, 1)
-	go func() { done <- idem.Relay(runCtx, l, deliver, idem.RelayPoll(10*time.Millisecond)) }()
+	go func() { done <- outbox.Relay(runCtx, l, deliver, outbox.WithPoll(10*time.Millisecond)) }()
 	testwait.Recv(t, started, "the relay to hand the message out")
 	cancel()
 	if err := testwait.Recv(t, aborted, "the delivery under way to see its context end"); !errors.Is(err, context.Canceled) {
@@ -382,7 +384,7 @@ func TestRelayCancelAbortsDelivery(t *testing.T) {
 		t.Fatalf("after the cancelled delivery: %+v, %v; want pending, due now, one attempt", msgs, err)
 	}
 	var c collect
-	if res, err := idem.RelayOnce(ctx, l, &c); err != nil || res.Delivered != 1 || c.got[0].ID != id || c.got[0].Attempt != 2 {
+	if res, err := outbox.RelayOnce(ctx, l, &c); err != nil || res.Delivered != 1 || c.got[0].ID != id || c.got[0].Attempt != 2 {
 		t.Fatalf("the next relay: %+v, %v, %+v; want %s delivered again, attempt 2", res, err, c.got, id)
 	}
 }

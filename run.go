@@ -129,7 +129,7 @@ func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn fun
 		fresh = func(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool, []byte, *fnError, error) {
 			var failed *fnError
 			var stored []byte
-			c, done, err := fs.ClaimFinishTx(ctx, req, cfg.catchUp.cursor, body(ctx, &failed, &stored))
+			c, done, err := fs.ClaimFinishTx(ctx, req, cfg.cursor, body(ctx, &failed, &stored))
 			if failed != nil && err == error(failed) {
 				// fn's error as is: the claim alone was committed.
 				return c, false, nil, failed, nil
@@ -140,7 +140,7 @@ func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn fun
 	return execute(ctx, s, key, cfg, nil, func(ctx context.Context, attempt int64, now time.Time) ([]byte, error) {
 		var failed *fnError
 		var stored []byte
-		err := s.FinishTx(ctx, key, attempt, now, cfg.catchUp.cursor, body(ctx, &failed, &stored))
+		err := s.FinishTx(ctx, key, attempt, now, cfg.cursor, body(ctx, &failed, &stored))
 		if err != nil && failed != nil {
 			return nil, failed // fn failed: its writes rolled back with the done mark
 		}
@@ -356,7 +356,7 @@ func nestedRun(ctx context.Context, key Key) error {
 		return nil
 	}
 	return Permanent(fmt.Errorf("%w: attempt %d of the enclosing run holds %s, so this run would find it held. "+
-		"Do not call Run, RunTx or Each for the key inside its own run; to commit business writes with a catch-up period's done mark and cursor, use idem.CatchUpTx",
+		"Do not call Run, RunTx or Each for the key inside its own run; to commit business writes with a catch-up period's done mark and cursor, use catchup.RunTx",
 		ErrNestedRun, info.Attempt, key))
 }
 
@@ -689,7 +689,7 @@ func (r *runner) settleDoubt(ctx context.Context, attempt int64, failures int, c
 	now := r.cfg.clock.Now()
 	switch v {
 	case verdictDone:
-		end := idemstore.End{Status: StatusDone, Now: now, Cursor: r.cfg.catchUp.cursor}
+		end := idemstore.End{Status: StatusDone, Now: now, Cursor: r.cfg.cursor}
 		if err := r.finish(ctx, attempt, end); err != nil {
 			return true, r.finishFailed(ctx, end, err, nil)
 		}
@@ -832,7 +832,7 @@ func (r *runner) attempt(ctx context.Context, attempt int64, fn valueFunc, tx tx
 	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, r.key); err != nil {
 		return err
 	}
-	end := idemstore.End{Status: StatusDone, Now: r.cfg.clock.Now(), Cursor: r.cfg.catchUp.cursor, Value: value}
+	end := idemstore.End{Status: StatusDone, Now: r.cfg.clock.Now(), Cursor: r.cfg.cursor, Value: value}
 	if err := r.finish(ctx, attempt, end); err != nil {
 		if idemstore.IsStop(err) {
 			return err

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/scheduler"
 )
 
 // startJobs is the README's "Inside a Go service": a service's daily job at
@@ -23,11 +25,11 @@ func startJobs(ctx context.Context, mux *http.ServeMux, path string, settle func
 	if err != nil {
 		return nil, err
 	}
-	s := idem.NewScheduler(ledger)
+	s := scheduler.New(ledger)
 	// Settle yesterday at 02:00 Shanghai time, once across all replicas.
 	err = s.Add("settle", idem.Daily(shanghai), func(ctx context.Context, day idem.Period) error {
 		return settle(ctx, day.Name) // "2026-10-27"; day.Start and day.End bound the day
-	}, idem.DueAfter(2*time.Hour))
+	}, catchup.DueAfter(2*time.Hour))
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/idemgo/idem/internal/holder"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/scheduler"
 )
 
 // holdPeriod claims key for owner at now with lease, as another replica's
@@ -39,7 +40,7 @@ func TestSchedulerLooksAgainAtHolderLeaseEnd(t *testing.T) {
 	// lease of 45 s: its lease ends at 10:30:25.
 	leaseEnd := clk.Now().Add(25 * time.Second)
 	holdPeriod(t, l, key, "elsewhere:4242:0badcafe", clk.Now().Add(-20*time.Second), 45*time.Second)
-	s := idem.NewScheduler(l, idem.WithClock(clk))
+	s := scheduler.New(l, idem.WithClock(clk))
 	var c calls
 	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn); err != nil {
 		t.Fatal(err)
@@ -100,7 +101,7 @@ func TestSchedulerTakesOverKilledHolder(t *testing.T) {
 	}
 
 	clk := schedtest.NewClock(start)
-	s := idem.NewScheduler(l, idem.WithClock(clk))
+	s := scheduler.New(l, idem.WithClock(clk))
 	var c calls
 	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn); err != nil {
 		t.Fatal(err)

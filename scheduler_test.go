@@ -14,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/scheduler"
+
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/schedtest"
@@ -42,7 +45,7 @@ func (c *calls) get() []string {
 
 // startScheduler runs s until the test ends; the test fails if Run
 // returns anything but ErrSchedulerClosed.
-func startScheduler(t *testing.T, s *idem.Scheduler) {
+func startScheduler(t *testing.T, s *scheduler.Scheduler) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- s.Run(context.Background()) }()
@@ -52,7 +55,7 @@ func startScheduler(t *testing.T, s *idem.Scheduler) {
 		if err := s.Shutdown(ctx); err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
-		if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, idem.ErrSchedulerClosed) {
+		if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, scheduler.ErrClosed) {
 			t.Errorf("Run returned %v, want ErrSchedulerClosed", err)
 		}
 	})
@@ -74,7 +77,7 @@ func wantPeriods(t *testing.T, what string, got []string, want ...string) {
 func TestSchedulerRunsDuePeriods(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := idem.NewScheduler(l, idem.WithClock(clk))
+	s := scheduler.New(l, idem.WithClock(clk))
 	var c calls
 	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn); err != nil {
 		t.Fatal(err)
@@ -139,7 +142,7 @@ func TestSchedulerSuspend(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	sh := schedtest.Location(t, "Asia/Shanghai")
 	clk := schedtest.NewClock(time.Date(2026, 3, 1, 2, 0, 0, 0, sh))
-	s := idem.NewScheduler(l, idem.WithClock(clk))
+	s := scheduler.New(l, idem.WithClock(clk))
 	var c calls
 	if err := s.Add("settle", idem.Daily(sh), c.fn); err != nil {
 		t.Fatal(err)
@@ -148,7 +151,7 @@ func TestSchedulerSuspend(t *testing.T) {
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "first look", c.get(), "2026-02-28")
 	clk.Jump(72 * time.Hour) // suspended: no timer fired
-	clk.Advance(idem.Recheck)
+	clk.Advance(scheduler.Recheck)
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "after the suspend", c.get(), "2026-02-28", "2026-03-01", "2026-03-02", "2026-03-03")
 }
@@ -158,7 +161,7 @@ func TestSchedulerSuspend(t *testing.T) {
 func TestSchedulerClockBack(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-05T00:10:00Z"))
-	s := idem.NewScheduler(l, idem.WithClock(clk))
+	s := scheduler.New(l, idem.WithClock(clk))
 	var daily, hourly calls
 	if err := s.Add("daily", idem.Daily(time.UTC), daily.fn); err != nil {
 		t.Fatal(err)
@@ -178,7 +181,7 @@ func TestSchedulerClockBack(t *testing.T) {
 	wantPeriods(t, "daily, clock back", daily.get(), "2026-03-04")
 	wantPeriods(t, "hourly, clock back", hourly.get(), "2026-03-04T23:00Z")
 	clk.Jump(72*time.Hour - 3*time.Hour + 50*time.Minute) // 2026-03-05T01:00Z
-	clk.Advance(idem.Recheck)
+	clk.Advance(scheduler.Recheck)
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "daily, clock forward again", daily.get(), "2026-03-04")
 	wantPeriods(t, "hourly, clock forward again", hourly.get(), "2026-03-04T23:00Z", "2026-03-05T00:00Z")
@@ -200,7 +203,7 @@ func TestSchedulerDSTHourly(t *testing.T) {
 				sched := idem.Hourly(loc)
 				start := schedtest.LocalDay(t, day, loc).Add(-12*time.Hour + 30*time.Minute)
 				clk := schedtest.NewClock(start)
-				s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+				s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
 				var c calls
 				if err := s.Add("hourly", sched, c.fn); err != nil {
 					t.Fatal(err)
@@ -233,7 +236,7 @@ func TestSchedulerShutdownMidRun(t *testing.T) {
 		t.Run(fmt.Sprintf("deadline=%v", deadline), func(t *testing.T) {
 			dir := t.TempDir()
 			clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-			s := idem.NewScheduler(openLedger(t, dir), idem.WithClock(clk))
+			s := scheduler.New(openLedger(t, dir), idem.WithClock(clk))
 			started, release := make(chan string, 1), make(chan struct{})
 			var c calls
 			fn := func(ctx context.Context, p idem.Period) error {
@@ -257,7 +260,7 @@ func TestSchedulerShutdownMidRun(t *testing.T) {
 			go func() { shut <- s.Shutdown(ctx) }()
 			testwait.Until(t, func() bool {
 				err := s.Add("late", idem.Daily(time.UTC), c.fn)
-				return errors.Is(err, idem.ErrSchedulerClosed)
+				return errors.Is(err, scheduler.ErrClosed)
 			},
 				"Add to be refused once Shutdown began")
 			if deadline {
@@ -269,7 +272,7 @@ func TestSchedulerShutdownMidRun(t *testing.T) {
 			if deadline != (err != nil) {
 				t.Fatalf("Shutdown: %v", err)
 			}
-			if err := testwait.Recv(t, runErr, "Run to return"); !errors.Is(err, idem.ErrSchedulerClosed) {
+			if err := testwait.Recv(t, runErr, "Run to return"); !errors.Is(err, scheduler.ErrClosed) {
 				t.Fatalf("Run: %v, want ErrSchedulerClosed", err)
 			}
 			l := openLedger(t, dir)
@@ -285,7 +288,7 @@ func TestSchedulerShutdownMidRun(t *testing.T) {
 				t.Fatalf("%s: %s, want failed (fn cancelled)", period, rec.Status)
 			}
 			// The next Scheduler runs it, once its backoff allows.
-			s2 := idem.NewScheduler(l, idem.WithClock(clk))
+			s2 := scheduler.New(l, idem.WithClock(clk))
 			if err := s2.Add("hourly", idem.Hourly(time.UTC), c.fn); err != nil {
 				t.Fatal(err)
 			}
@@ -308,7 +311,7 @@ func TestSchedulerOverlap(t *testing.T) {
 	for _, overlapping := range []bool{false, true} {
 		t.Run(fmt.Sprintf("overlapping=%v", overlapping), func(t *testing.T) {
 			clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-			s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+			s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
 			started := make(chan string, 4)
 			release := make(chan struct{})
 			fn := func(ctx context.Context, p idem.Period) error {
@@ -318,7 +321,7 @@ func TestSchedulerOverlap(t *testing.T) {
 			}
 			var opts []idem.Option
 			if overlapping {
-				opts = append(opts, idem.RunOverlapping())
+				opts = append(opts, scheduler.RunOverlapping())
 			}
 			if err := s.Add("hourly", idem.Hourly(time.UTC), fn, opts...); err != nil {
 				t.Fatal(err)
@@ -355,7 +358,7 @@ func TestSchedulerOverlap(t *testing.T) {
 // deferred, until the first ends.
 func TestSchedulerMaxRunning(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk), idem.WithMaxRunning(1))
+	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk), scheduler.WithMaxRunning(1))
 	started, release := make(chan string, 2), make(chan struct{})
 	fn := func(ctx context.Context, p idem.Period) error {
 		info, _ := idem.InfoFrom(ctx)
@@ -389,9 +392,9 @@ func TestSchedulerMaxRunning(t *testing.T) {
 // time, never before.
 func TestSchedulerJitter(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	var c calls
-	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, idem.WithJitter(10*time.Minute)); err != nil {
+	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, scheduler.WithJitter(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
@@ -414,15 +417,15 @@ func TestSchedulerJitter(t *testing.T) {
 func TestSchedulerCatchUpWindow(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := idem.NewScheduler(l, idem.WithClock(clk))
+	s := scheduler.New(l, idem.WithClock(clk))
 	var c calls
-	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, idem.CatchUpWindow(2*time.Hour)); err != nil {
+	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, catchup.Window(2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
 	schedtest.Idle(t, s, clk.Now())
 	clk.Jump(5 * time.Hour) // 15:30: 10:00 to 14:00 are due
-	clk.Advance(idem.Recheck)
+	clk.Advance(scheduler.Recheck)
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "ran", c.get(), "2026-03-01T09:00Z", "2026-03-01T13:00Z", "2026-03-01T14:00Z")
 	for _, p := range []string{"2026-03-01T10:00Z", "2026-03-01T11:00Z", "2026-03-01T12:00Z"} {
@@ -436,20 +439,20 @@ func TestSchedulerCatchUpWindow(t *testing.T) {
 // unready; the JSON names it.
 func TestSchedulerHealth(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	ok := func(context.Context, idem.Period) error { return nil }
 	bad := func(context.Context, idem.Period) error { return idem.Permanent(errors.New("no such account")) }
-	if err := s.Add("good", idem.Hourly(time.UTC), ok, idem.WithLagTolerance(time.Hour)); err != nil {
+	if err := s.Add("good", idem.Hourly(time.UTC), ok, scheduler.WithLagTolerance(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Add("bad", idem.Hourly(time.UTC), bad); err != nil {
 		t.Fatal(err)
 	}
 	h := s.Handler()
-	get := func(query string) (int, idem.SchedulerStatus) {
+	get := func(query string) (int, scheduler.Status) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz"+query, nil))
-		var st idem.SchedulerStatus
+		var st scheduler.Status
 		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 			t.Fatalf("%s: %v", rec.Body, err)
 		}
@@ -477,12 +480,12 @@ func TestSchedulerHealth(t *testing.T) {
 
 func TestSchedulerInvalid(t *testing.T) {
 	l := openLedger(t, t.TempDir())
-	s := idem.NewScheduler(l)
+	s := scheduler.New(l)
 	fn := func(context.Context, idem.Period) error { return nil }
 	for name, opt := range map[string]idem.Option{
-		"jitter":    idem.WithJitter(-time.Second),
-		"tolerance": idem.WithLagTolerance(0),
-		"window":    idem.CatchUpWindow(0),
+		"jitter":    scheduler.WithJitter(-time.Second),
+		"tolerance": scheduler.WithLagTolerance(0),
+		"window":    catchup.Window(0),
 		"lease":     idem.WithLease(0),
 	} {
 		if err := s.Add("j", idem.Daily(time.UTC), fn, opt); !errors.Is(err, idem.ErrInvalidOption) {
@@ -498,11 +501,11 @@ func TestSchedulerInvalid(t *testing.T) {
 	if err := s.Add("j", idem.Daily(time.UTC), fn); err == nil || !strings.Contains(err.Error(), "added already") {
 		t.Errorf("a second j: %v", err)
 	}
-	bad := idem.NewScheduler(l, idem.WithMaxRunning(0))
+	bad := scheduler.New(l, scheduler.WithMaxRunning(0))
 	if err := bad.Run(context.Background()); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("Run with WithMaxRunning(0): %v", err)
 	}
-	if err := idem.AddTx(s, "tx", idem.Daily(time.UTC), func(context.Context, *struct{}, idem.Period) error { return nil }); err == nil {
+	if err := scheduler.AddTx(s, "tx", idem.Daily(time.UTC), func(context.Context, *struct{}, idem.Period) error { return nil }); err == nil {
 		t.Error("AddTx with a Tx type the ledger does not have was accepted")
 	}
 }
@@ -512,9 +515,9 @@ func TestSchedulerInvalid(t *testing.T) {
 func TestSchedulerDueAfter(t *testing.T) {
 	sh := schedtest.Location(t, "Asia/Shanghai")
 	clk := schedtest.NewClock(time.Date(2026, 3, 1, 0, 30, 0, 0, sh))
-	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	var c calls
-	if err := s.Add("settle", idem.Daily(sh), c.fn, idem.DueAfter(2*time.Hour)); err != nil {
+	if err := s.Add("settle", idem.Daily(sh), c.fn, catchup.DueAfter(2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
@@ -536,15 +539,15 @@ func TestSchedulerDueAfter(t *testing.T) {
 // and the next ones, at once, run the rest, in order.
 func TestSchedulerClockForwardCap(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	var c calls
-	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, idem.CatchUpAll(2)); err != nil {
+	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, catchup.All(2)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
 	schedtest.Idle(t, s, clk.Now())
 	clk.Jump(5 * time.Hour) // 15:30: 10:00 to 14:00 are due
-	clk.Advance(idem.Recheck)
+	clk.Advance(scheduler.Recheck)
 	schedtest.Idle(t, s, clk.Now())
 	// Two per catch-up: without the next ones at once, 12:00 to 14:00
 	// would wait for the next hour.
@@ -557,7 +560,7 @@ func TestSchedulerClockForwardCap(t *testing.T) {
 // the Scheduler runs gets its first look at once.
 func TestSchedulerRetriesAtBackoff(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	var c calls
 	failures := 1
 	fn := func(ctx context.Context, p idem.Period) error {
@@ -595,7 +598,7 @@ func TestSchedulerRetriesAtBackoff(t *testing.T) {
 func TestSchedulerRunContextEnds(t *testing.T) {
 	dir := t.TempDir()
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := idem.NewScheduler(openLedger(t, dir), idem.WithClock(clk))
+	s := scheduler.New(openLedger(t, dir), idem.WithClock(clk))
 	started := make(chan string, 1)
 	fn := func(ctx context.Context, p idem.Period) error {
 		started <- p.Name
@@ -617,14 +620,14 @@ func TestSchedulerRunContextEnds(t *testing.T) {
 	if rec := mustLookup(t, openLedger(t, dir), idem.Key{Job: "hourly", Period: period}); rec.Status != idem.StatusFailed || !strings.Contains(rec.LastError, stopped.Error()) {
 		t.Errorf("%s: %s (%q), want failed with the cause", period, rec.Status, rec.LastError)
 	}
-	if err := s.Run(context.Background()); !errors.Is(err, idem.ErrSchedulerClosed) {
+	if err := s.Run(context.Background()); !errors.Is(err, scheduler.ErrClosed) {
 		t.Errorf("a second Run: %v, want ErrSchedulerClosed", err)
 	}
-	never := idem.NewScheduler(openLedger(t, dir))
+	never := scheduler.New(openLedger(t, dir))
 	if err := never.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := never.Run(context.Background()); !errors.Is(err, idem.ErrSchedulerClosed) {
+	if err := never.Run(context.Background()); !errors.Is(err, scheduler.ErrClosed) {
 		t.Errorf("Run after Shutdown: %v, want ErrSchedulerClosed", err)
 	}
 }
@@ -633,10 +636,10 @@ func TestSchedulerRunContextEnds(t *testing.T) {
 // than its tolerance makes the Scheduler unready.
 func TestSchedulerLagTolerance(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	fail := func(context.Context, idem.Period) error { return errors.New("upstream is down") }
 	if err := s.Add("hourly", idem.Hourly(time.UTC), fail, idem.OneAttempt(),
-		idem.WithBackoff(idem.Constant(time.Hour)), idem.WithLagTolerance(45*time.Minute)); err != nil {
+		idem.WithBackoff(idem.Constant(time.Hour)), scheduler.WithLagTolerance(45*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
@@ -661,12 +664,12 @@ func TestSchedulerAddTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := idem.NewScheduler(l, idem.WithClock(clk))
+	s := scheduler.New(l, idem.WithClock(clk))
 	fn := func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO rollup(hour) VALUES (?)`, p.Name)
 		return err
 	}
-	if err := idem.AddTx(s, "rollup", idem.Hourly(time.UTC), fn); err != nil {
+	if err := scheduler.AddTx(s, "rollup", idem.Hourly(time.UTC), fn); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)

@@ -12,6 +12,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/outbox"
 )
 
 // TestWebhookThroughRelay: a relay with the webhook parks a message the
@@ -37,7 +38,7 @@ func TestWebhookThroughRelay(t *testing.T) {
 	key := idem.Key{Job: "hooks", Period: "p"}
 	err := l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
 		for _, p := range []string{"a", "poison", "b"} {
-			if _, err := idem.Put(ctx, tx, idem.Message{Topic: "t-" + p, Payload: []byte(p)}); err != nil {
+			if _, err := outbox.Put(ctx, tx, outbox.Message{Topic: "t-" + p, Payload: []byte(p)}); err != nil {
 				return err
 			}
 		}
@@ -47,7 +48,7 @@ func TestWebhookThroughRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := idemtest.NewClock(t0)
-	res, err := idem.RelayOnce(ctx, l, idem.Webhook(srv.URL, srv.Client()), idem.RelayClock(clk))
+	res, err := outbox.RelayOnce(ctx, l, outbox.Webhook(srv.URL, srv.Client()), outbox.WithClock(clk))
 	if err != nil || res.Delivered != 2 || res.Parked != 1 {
 		t.Fatalf("relay: %+v, %v", res, err)
 	}

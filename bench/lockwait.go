@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/outbox"
 )
 
 // lockWaitWriters is how many processes write to one ledger file in
@@ -127,7 +128,7 @@ func lockWaitChild() int {
 	relayDone := make(chan struct{})
 	go func() {
 		defer close(relayDone)
-		idem.Relay(rctx, l, idem.DeliverFunc(func(context.Context, idem.Delivery) error { return nil }), idem.RelayPoll(2*time.Millisecond))
+		outbox.Relay(rctx, l, outbox.DeliverFunc(func(context.Context, outbox.Delivery) error { return nil }), outbox.WithPoll(2*time.Millisecond))
 	}()
 	var wg sync.WaitGroup
 	var runErr error

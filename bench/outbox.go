@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/outbox"
 	"github.com/riverqueue/river"
 )
 
@@ -229,7 +230,7 @@ func (e *riverEnv[TTx]) awaitCompleted(ctx context.Context, n int) error {
 
 // outboxIdemSide is idem's outbox on its SQLite ledger: per key one
 // Ledger.RunTx that upserts the business row (a statement prepared once)
-// and queues the notice with idem.Put, then idem.RelayOnce with a
+// and queues the notice with outbox.Put, then idem.RelayOnce with a
 // deliverer that does nothing, until every message is marked delivered.
 // The notices share one topic, so the relay delivers them one at a time
 // in commit order: per message a claim (a write: lease and fencing token)
@@ -242,7 +243,7 @@ func outboxIdemSide(ctx context.Context, l *idem.Ledger, n int) (side, func(), e
 	if err != nil {
 		return side{}, nil, err
 	}
-	nothing := idem.DeliverFunc(func(ctx context.Context, d idem.Delivery) error {
+	nothing := outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
 		if len(d.Payload) == 0 || d.ID == "" {
 			return idem.Permanent(fmt.Errorf("message %s: empty", d.ID))
 		}
@@ -255,14 +256,14 @@ func outboxIdemSide(ctx context.Context, l *idem.Ledger, n int) (side, func(), e
 				if _, err := tx.StmtContext(ctx, upsert).ExecContext(ctx, k.Period, int64(i)); err != nil {
 					return err
 				}
-				_, err := idem.Put(ctx, tx, idem.Message{Topic: "settlements", Payload: outboxPayload(k, i)})
+				_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "settlements", Payload: outboxPayload(k, i)})
 				return err
 			})
 			if err != nil {
 				return 0, err
 			}
 		}
-		res, err := idem.RelayOnce(ctx, l, nothing)
+		res, err := outbox.RelayOnce(ctx, l, nothing)
 		if err != nil {
 			return 0, err
 		}

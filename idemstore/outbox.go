@@ -21,7 +21,7 @@ const (
 	OutboxParked    OutboxStatus = "parked"    // given up on: the last attempt failed, or the error was permanent
 )
 
-// OutboxMessage is a message that a transaction queued (idem.Put), as the
+// OutboxMessage is a message that a transaction queued (outbox.Put), as the
 // store writes it.
 type OutboxMessage struct {
 	ID      string            // stable: the request id of its key (or item) and its index in the attempt
@@ -48,7 +48,7 @@ type OutboxRecord struct {
 }
 
 // OutboxTxStore is a store whose database can hold the outbox of a
-// transaction of type Tx (idem.Put). The SQLite ledger implements it with
+// transaction of type Tx (outbox.Put). The SQLite ledger implements it with
 // *sql.Tx, the Postgres ledger with pgx.Tx (and DBLedger with *sql.Tx).
 type OutboxTxStore[Tx any] interface {
 	// PutOutbox writes msgs, pending and due at once, in tx: the

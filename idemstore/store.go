@@ -66,7 +66,7 @@ type TxStore[Tx any] interface {
 	// (a write lock or row lock held by the transaction ensures it).
 	// Before committing it calls [Checkpoint] with [AfterFn]. With cursor,
 	// the same transaction also moves the job's catch-up cursor forward to
-	// key.Period, as Advance does (idem.CatchUpTx; a store that is not a
+	// key.Period, as Advance does (catchup.RunTx; a store that is not a
 	// [CatchUpStore] is never asked to).
 	//
 	// fn returns the value to store with the done mark (End.Value; nil for
@@ -133,7 +133,7 @@ type CatchUpStore interface {
 	Prune(ctx context.Context, job, through string) (deleted int64, err error)
 }
 
-// CatchUpTxStore is a store that idem.CatchUpTx can use: a
+// CatchUpTxStore is a store that catchup.RunTx can use: a
 // [CatchUpStore] whose records live in the database of the business data
 // ([TxStore]). idem.Ledger is one with *sql.Tx; the Postgres ledger with
 // pgx.Tx.

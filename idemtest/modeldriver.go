@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 )
 
@@ -62,10 +63,10 @@ type TxHarness struct {
 	Run func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
 	// Rows returns the committed business writes, counted by key.
 	Rows func(ctx context.Context, s idemstore.Store) (map[idem.Key]int, error)
-	// CatchUp, if set, calls idem.CatchUpTx on s with the same business
+	// CatchUp, if set, calls catchup.RunTx on s with the same business
 	// write for each period's key (job, p.Name), then fn(ctx, p); TestModel
 	// then also catches up a RunTx job.
-	CatchUp func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error)
+	CatchUp func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (catchup.Result, error)
 }
 
 // SQLTx is the [TxHarness] of a store whose transactions are *sql.Tx and
@@ -106,12 +107,12 @@ func SQLTx() *TxHarness {
 				return fn(ctx)
 			}, opts...)
 		},
-		CatchUp: func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
+		CatchUp: func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (catchup.Result, error) {
 			cs, ok := s.(idemstore.CatchUpTxStore[*sql.Tx])
 			if !ok {
-				return idem.CatchUpResult{}, fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.CatchUpTxStore[*sql.Tx]", s)
+				return catchup.Result{}, fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.CatchUpTxStore[*sql.Tx]", s)
 			}
-			return idem.CatchUpTx(ctx, cs, job, sched, func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
+			return catchup.RunTx(ctx, cs, job, sched, func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 				if err := write(ctx, tx, idem.Key{Job: job, Period: p.Name}); err != nil {
 					return err
 				}
@@ -914,7 +915,7 @@ func (w *world) trigger(ctx context.Context, k idem.Key, fn func(context.Context
 
 // rCatchUp is how a real CatchUp ended.
 type rCatchUp struct {
-	res idem.CatchUpResult
+	res catchup.Result
 	rResult
 }
 
@@ -937,22 +938,22 @@ func (w *world) exec(ctx context.Context, op mOp) (st rStep) {
 	case opRun:
 		st.a = w.trigger(ctx, op.key, w.fn(queue([]mFn{op.fn}), w.cfg.modes[op.key.Job] == modeTx), op.crash)
 	case opCatchUp:
-		var res idem.CatchUpResult
+		var res catchup.Result
 		func() {
 			defer catch(&st.cu.rResult)
-			opts := []idem.Option{idem.OnPeriod(func(idem.PeriodResult) { w.clk.clear() })}
+			opts := []idem.Option{catchup.OnPeriod(func(catchup.PeriodResult) { w.clk.clear() })}
 			switch {
 			case op.cu.latest:
-				opts = append(opts, idem.CatchUpLatest())
+				opts = append(opts, catchup.Latest())
 			case op.cu.max >= 0:
-				opts = append(opts, idem.CatchUpAll(op.cu.max))
+				opts = append(opts, catchup.All(op.cu.max))
 			}
 			if op.cu.keepGoing {
-				opts = append(opts, idem.ContinueAfterFailure())
+				opts = append(opts, catchup.ContinueAfterFailure())
 			}
 			if op.cu.since != "" {
 				t, _ := time.Parse(time.DateOnly, op.cu.since)
-				opts = append(opts, idem.Since(t))
+				opts = append(opts, catchup.Since(t))
 			}
 			next := queue(op.fns)
 			tx := w.cfg.modes[op.cu.job] == modeTx
@@ -976,7 +977,7 @@ func (w *world) exec(ctx context.Context, op mOp) (st rStep) {
 			for _, o := range opts {
 				cuOpts = append(cuOpts, o)
 			}
-			res, st.cu.err = idem.CatchUp(ctx, w.cs, op.cu.job, idem.Daily(time.UTC), fn, cuOpts...)
+			res, st.cu.err = catchup.Run(ctx, w.cs, op.cu.job, idem.Daily(time.UTC), fn, cuOpts...)
 		}()
 		st.cu.res = res
 	case opResolve:

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/outbox"
 )
 
 // OutboxLedger is a store with an outbox in the database of its
@@ -25,7 +27,7 @@ type OutboxLedger[Tx any] interface {
 }
 
 // TestOutbox runs the outbox's conformance suite against the stores open
-// returns (each call a new, empty store): idem.Put in RunTx, EachTx
+// returns (each call a new, empty store): outbox.Put in RunTx, EachTx
 // (when the store is an idemstore.ItemTxStore) and CatchUpTx (when it is
 // an idemstore.CatchUpTxStore); stable ids across a rolled-back attempt; no
 // message of a rolled-back transaction ever listed or delivered; per-topic
@@ -53,12 +55,12 @@ var outboxT0 = time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
 // in order, and fails the ones fail says.
 type receiver struct {
 	mu   sync.Mutex
-	log  []idem.Delivery // every attempt handed to it
-	ok   []idem.Delivery // the accepted ones
-	fail func(d idem.Delivery) error
+	log  []outbox.Delivery // every attempt handed to it
+	ok   []outbox.Delivery // the accepted ones
+	fail func(d outbox.Delivery) error
 }
 
-func (r *receiver) Deliver(_ context.Context, d idem.Delivery) error {
+func (r *receiver) Deliver(_ context.Context, d outbox.Delivery) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.log = append(r.log, d)
@@ -71,7 +73,7 @@ func (r *receiver) Deliver(_ context.Context, d idem.Delivery) error {
 	return nil
 }
 
-func (r *receiver) accepted() []idem.Delivery {
+func (r *receiver) accepted() []outbox.Delivery {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.ok)
@@ -86,12 +88,12 @@ func (r *receiver) ids() []string {
 }
 
 // putTx runs a RunTx of key on s that puts msgs, then returns fnErr.
-func putTx[Tx any](ctx context.Context, s OutboxLedger[Tx], key idem.Key, fnErr error, msgs []idem.Message, opts ...idem.Option) ([]string, error) {
+func putTx[Tx any](ctx context.Context, s OutboxLedger[Tx], key idem.Key, fnErr error, msgs []outbox.Message, opts ...idem.Option) ([]string, error) {
 	var ids []string
 	err := idem.RunTx(ctx, s, key, func(ctx context.Context, tx Tx) error {
 		ids = ids[:0]
 		for _, m := range msgs {
-			id, err := idem.Put(ctx, tx, m)
+			id, err := outbox.Put(ctx, tx, m)
 			if err != nil {
 				return err
 			}
@@ -102,8 +104,8 @@ func putTx[Tx any](ctx context.Context, s OutboxLedger[Tx], key idem.Key, fnErr 
 	return ids, err
 }
 
-func msg(topic string, n int) idem.Message {
-	return idem.Message{Topic: topic, Payload: []byte(topic + "#" + strconv.Itoa(n))}
+func msg(topic string, n int) outbox.Message {
+	return outbox.Message{Topic: topic, Payload: []byte(topic + "#" + strconv.Itoa(n))}
 }
 
 func list(t *testing.T, s idemstore.OutboxStore, f idemstore.OutboxFilter) []idemstore.OutboxRecord {
@@ -115,9 +117,9 @@ func list(t *testing.T, s idemstore.OutboxStore, f idemstore.OutboxFilter) []ide
 	return recs
 }
 
-func relayOnce(t *testing.T, s idemstore.OutboxStore, d idem.Deliverer, opts ...idem.RelayOption) idem.RelayResult {
+func relayOnce(t *testing.T, s idemstore.OutboxStore, d outbox.Deliverer, opts ...outbox.Option) outbox.Result {
 	t.Helper()
-	res, err := idem.RelayOnce(context.Background(), s, d, opts...)
+	res, err := outbox.RelayOnce(context.Background(), s, d, opts...)
 	if err != nil {
 		t.Fatalf("RelayOnce: %v (%+v)", err, res)
 	}
@@ -128,7 +130,7 @@ func testOutboxPut[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewClock(outboxT0)
 	key := idem.Key{Job: "settle", Period: "2026-11-02"}
-	msgs := []idem.Message{
+	msgs := []outbox.Message{
 		{Topic: "payments", Payload: []byte(`{"amount":5}`), Headers: map[string]string{"Content-Type": "application/json", "X-Tenant": "a"}},
 		{Topic: "payments", Payload: nil},
 		{Topic: "mail", Payload: []byte("hello")},
@@ -162,15 +164,15 @@ func testOutboxPut[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 		t.Fatal(err)
 	}
 	var r receiver
-	var results []idem.DeliveryResult
-	res := relayOnce(t, s, &r, idem.RelayClock(clk), idem.OnDelivery(func(dr idem.DeliveryResult) { results = append(results, dr) }))
+	var results []outbox.DeliveryResult
+	res := relayOnce(t, s, &r, outbox.WithClock(clk), outbox.OnDelivery(func(dr outbox.DeliveryResult) { results = append(results, dr) }))
 	if res.Delivered != 3 || res.Claimed != 3 || len(results) != 3 {
 		t.Fatalf("relay result %+v, %d results; want 3 delivered", res, len(results))
 	}
-	got := map[string]idem.Delivery{}
+	got := map[string]outbox.Delivery{}
 	for i, d := range r.accepted() {
 		got[d.ID] = d
-		if results[i].Outcome != idem.DeliverySent || results[i].ID != d.ID {
+		if results[i].Outcome != outbox.DeliverySent || results[i].ID != d.ID {
 			t.Fatalf("result %d: %+v", i, results[i])
 		}
 	}
@@ -188,25 +190,25 @@ func testOutboxPut[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 			t.Fatalf("after the relay: %+v", rec)
 		}
 	}
-	if res := relayOnce(t, s, &r, idem.RelayClock(clk)); res.Claimed != 0 {
+	if res := relayOnce(t, s, &r, outbox.WithClock(clk)); res.Claimed != 0 {
 		t.Fatalf("a second pass claimed %+v", res)
 	}
 	// Put with another transaction type, or outside a body.
 	err = idem.RunTx(ctx, s, idem.Key{Job: "settle", Period: "other"}, func(ctx context.Context, tx Tx) error {
-		_, err := idem.Put(ctx, "not a tx", idem.Message{Topic: "x"})
+		_, err := outbox.Put(ctx, "not a tx", outbox.Message{Topic: "x"})
 		return idem.Permanent(err)
 	}, idem.WithClock(clk))
-	if !errors.Is(err, idem.ErrNoOutbox) {
+	if !errors.Is(err, outbox.ErrNoOutbox) {
 		t.Fatalf("Put with another tx: %v, want ErrNoOutbox", err)
 	}
-	if _, err := idem.Put(ctx, 0, idem.Message{Topic: "x"}); !errors.Is(err, idem.ErrNoOutbox) {
+	if _, err := outbox.Put(ctx, 0, outbox.Message{Topic: "x"}); !errors.Is(err, outbox.ErrNoOutbox) {
 		t.Fatalf("Put outside a body: %v, want ErrNoOutbox", err)
 	}
 	err = idem.RunTx(ctx, s, idem.Key{Job: "settle", Period: "bad"}, func(ctx context.Context, tx Tx) error {
-		_, err := idem.Put(ctx, tx, idem.Message{Topic: ""})
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: ""})
 		return idem.Permanent(err)
 	}, idem.WithClock(clk))
-	if !errors.Is(err, idem.ErrInvalidMessage) {
+	if !errors.Is(err, outbox.ErrInvalidMessage) {
 		t.Fatalf("Put of an empty topic: %v, want ErrInvalidMessage", err)
 	}
 	if n := len(list(t, s, idemstore.OutboxFilter{})); n != 3 {
@@ -218,7 +220,7 @@ func testOutboxRollback[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewAutoClock(outboxT0)
 	key := idem.Key{Job: "grant", Period: "2026-11-02"}
-	msgs := []idem.Message{msg("points", 0), msg("points", 1)}
+	msgs := []outbox.Message{msg("points", 0), msg("points", 1)}
 	boom := errors.New("boom after the Puts")
 	if _, err := putTx(ctx, s, key, boom, msgs, idem.WithClock(clk), idem.OneAttempt()); !errors.Is(err, boom) {
 		t.Fatalf("failing attempt: %v, want boom", err)
@@ -227,7 +229,7 @@ func testOutboxRollback[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 		t.Fatalf("a rolled-back attempt left messages: %+v", recs)
 	}
 	var r receiver
-	if res := relayOnce(t, s, &r, idem.RelayClock(clk)); res.Claimed != 0 {
+	if res := relayOnce(t, s, &r, outbox.WithClock(clk)); res.Claimed != 0 {
 		t.Fatalf("relay after a rollback: %+v", res)
 	}
 	// In-process retries: fails twice, then commits.
@@ -236,7 +238,7 @@ func testOutboxRollback[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	err := idem.RunTx(ctx, s, key, func(ctx context.Context, tx Tx) error {
 		ids = ids[:0]
 		for _, m := range msgs {
-			id, err := idem.Put(ctx, tx, m)
+			id, err := outbox.Put(ctx, tx, m)
 			if err != nil {
 				return err
 			}
@@ -259,7 +261,7 @@ func testOutboxRollback[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	if len(recs) != 2 || recs[0].ID != want[0] || recs[1].ID != want[1] {
 		t.Fatalf("after the retried attempt: %+v", recs)
 	}
-	relayOnce(t, s, &r, idem.RelayClock(clk))
+	relayOnce(t, s, &r, outbox.WithClock(clk))
 	if got := r.ids(); !slices.Equal(got, want) {
 		t.Fatalf("delivered %v, want %v", got, want)
 	}
@@ -269,7 +271,7 @@ func testOutboxRollback[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 // the order of the messages' Seq, and no attempt of a message came before
 // the acceptance of every earlier message of its topic that was not
 // parked.
-func checkOrder(t *testing.T, s idemstore.OutboxStore, log []idem.Delivery) {
+func checkOrder(t *testing.T, s idemstore.OutboxStore, log []outbox.Delivery) {
 	t.Helper()
 	recs := list(t, s, idemstore.OutboxFilter{})
 	seq := map[string]idemstore.OutboxRecord{}
@@ -309,20 +311,20 @@ func testOutboxOrder[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	// Five transactions, each two messages of topic a and one of b.
 	for p := range 5 {
 		key := idem.Key{Job: "order", Period: fmt.Sprintf("p%d", p)}
-		if _, err := putTx(ctx, s, key, nil, []idem.Message{msg("a", 2*p), msg("b", p), msg("a", 2*p+1)}, idem.WithClock(clk)); err != nil {
+		if _, err := putTx(ctx, s, key, nil, []outbox.Message{msg("a", 2*p), msg("b", p), msg("a", 2*p+1)}, idem.WithClock(clk)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// a's messages fail twice each; b's never.
 	tries := map[string]int{}
-	r := receiver{fail: func(d idem.Delivery) error {
+	r := receiver{fail: func(d outbox.Delivery) error {
 		tries[d.ID]++
 		if d.Topic == "a" && tries[d.ID] <= 2 {
 			return errors.New("a is flaky")
 		}
 		return nil
 	}}
-	opts := []idem.RelayOption{idem.RelayClock(clk), idem.RelayBackoff(idem.Constant(time.Second)), idem.RelayBatch(4)}
+	opts := []outbox.Option{outbox.WithClock(clk), outbox.WithBackoff(idem.Constant(time.Second)), outbox.WithBatch(4)}
 	for round := 0; round < 100 && len(r.accepted()) < 15; round++ {
 		relayOnce(t, s, &r, opts...)
 		clk.Advance(time.Second)
@@ -368,13 +370,13 @@ func testOutboxDown[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	clk := NewClock(outboxT0)
 	for p := range 3 {
 		key := idem.Key{Job: "notify", Period: fmt.Sprintf("p%d", p)}
-		if _, err := putTx(ctx, s, key, nil, []idem.Message{msg("n"+strconv.Itoa(p), 0), msg("n"+strconv.Itoa(p), 1)}, idem.WithClock(clk)); err != nil {
+		if _, err := putTx(ctx, s, key, nil, []outbox.Message{msg("n"+strconv.Itoa(p), 0), msg("n"+strconv.Itoa(p), 1)}, idem.WithClock(clk)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	back := outboxT0.Add(time.Hour)
 	var mu sync.Mutex
-	r := receiver{fail: func(idem.Delivery) error {
+	r := receiver{fail: func(outbox.Delivery) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if clk.Now().Before(back) {
@@ -383,7 +385,7 @@ func testOutboxDown[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 		return nil
 	}}
 	b := idem.MaxAttempts(50, idem.Capped(10*time.Minute, idem.Exponential(time.Second)))
-	opts := []idem.RelayOption{idem.RelayClock(clk), idem.RelayBackoff(b)}
+	opts := []outbox.Option{outbox.WithClock(clk), outbox.WithBackoff(b)}
 	// The relay passes every 30 seconds for two hours of fake time.
 	var attempts []time.Time
 	for clk.Now().Before(outboxT0.Add(2 * time.Hour)) {
@@ -420,12 +422,12 @@ func testOutboxPoison[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewClock(outboxT0)
 	key := idem.Key{Job: "poison", Period: "p"}
-	msgs := []idem.Message{msg("bad", 0), msg("bad", 1), msg("good", 0), msg("flaky", 0), msg("good", 1)}
+	msgs := []outbox.Message{msg("bad", 0), msg("bad", 1), msg("good", 0), msg("flaky", 0), msg("good", 1)}
 	ids, err := putTx(ctx, s, key, nil, msgs, idem.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := receiver{fail: func(d idem.Delivery) error {
+	r := receiver{fail: func(d outbox.Delivery) error {
 		switch {
 		case d.ID == ids[0]:
 			return idem.Permanent(errors.New("422: schema rejected"))
@@ -434,7 +436,7 @@ func testOutboxPoison[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 		}
 		return nil
 	}}
-	opts := []idem.RelayOption{idem.RelayClock(clk), idem.RelayBackoff(idem.MaxAttempts(3, idem.Constant(time.Minute)))}
+	opts := []outbox.Option{outbox.WithClock(clk), outbox.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Minute)))}
 	for range 10 {
 		relayOnce(t, s, &r, opts...)
 		clk.Advance(time.Minute)
@@ -459,13 +461,13 @@ func testOutboxPoison[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	if err := s.RetryOutbox(ctx, ids[0], clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RetryOutbox(ctx, ids[0], clk.Now()); !errors.Is(err, idem.ErrMessageNotFound) {
+	if err := s.RetryOutbox(ctx, ids[0], clk.Now()); !errors.Is(err, outbox.ErrMessageNotFound) {
 		t.Fatalf("retry of a pending message: %v, want ErrMessageNotFound", err)
 	}
 	if err := s.DropOutbox(ctx, ids[3]); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DropOutbox(ctx, ids[3]); !errors.Is(err, idem.ErrMessageNotFound) {
+	if err := s.DropOutbox(ctx, ids[3]); !errors.Is(err, outbox.ErrMessageNotFound) {
 		t.Fatalf("second drop: %v, want ErrMessageNotFound", err)
 	}
 	res := relayOnce(t, s, &r, opts...)
@@ -490,7 +492,7 @@ func sorted(s []string) []string {
 func testOutboxFencing[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewClock(outboxT0)
-	ids, err := putTx(ctx, s, idem.Key{Job: "fence", Period: "p"}, nil, []idem.Message{msg("f", 0)}, idem.WithClock(clk))
+	ids, err := putTx(ctx, s, idem.Key{Job: "fence", Period: "p"}, nil, []outbox.Message{msg("f", 0)}, idem.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,20 +522,20 @@ func testOutboxFencing[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 		t.Fatalf("second delivered mark: %v, want ErrLeaseLost", err)
 	}
 	// The relay reports a refused end as superseded, and calls OnDelivery.
-	ids, err = putTx(ctx, s, idem.Key{Job: "fence", Period: "q"}, nil, []idem.Message{msg("g", 0)}, idem.WithClock(clk))
+	ids, err = putTx(ctx, s, idem.Key{Job: "fence", Period: "q"}, nil, []outbox.Message{msg("g", 0)}, idem.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []idem.DeliveryResult
-	steal := idem.DeliverFunc(func(ctx context.Context, d idem.Delivery) error {
+	var got []outbox.DeliveryResult
+	steal := outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
 		// Another relay takes the message over while this one delivers.
 		if _, err := s.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: 1, Owner: "thief", Now: clk.Now().Add(2 * time.Minute), Lease: time.Minute}); err != nil {
 			return err
 		}
 		return nil
 	})
-	res := relayOnce(t, s, steal, idem.RelayClock(clk), idem.OnDelivery(func(r idem.DeliveryResult) { got = append(got, r) }))
-	if res.Superseded != 1 || res.Delivered != 0 || len(got) != 1 || got[0].Outcome != idem.DeliverySuperseded || got[0].ID != ids[0] {
+	res := relayOnce(t, s, steal, outbox.WithClock(clk), outbox.OnDelivery(func(r outbox.DeliveryResult) { got = append(got, r) }))
+	if res.Superseded != 1 || res.Delivered != 0 || len(got) != 1 || got[0].Outcome != outbox.DeliverySuperseded || got[0].ID != ids[0] {
 		t.Fatalf("relay whose lease was taken over: %+v, %+v", res, got)
 	}
 }
@@ -542,7 +544,7 @@ func testOutboxPrune[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewClock(outboxT0)
 	for p := range 4 {
-		if _, err := putTx(ctx, s, idem.Key{Job: "prune", Period: fmt.Sprintf("p%d", p)}, nil, []idem.Message{msg("t", p), msg("u", p)}, idem.WithClock(clk)); err != nil {
+		if _, err := putTx(ctx, s, idem.Key{Job: "prune", Period: fmt.Sprintf("p%d", p)}, nil, []outbox.Message{msg("t", p), msg("u", p)}, idem.WithClock(clk)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -556,7 +558,7 @@ func testOutboxPrune[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	// t's messages fail once each, u's for good: each pass delivers one
 	// of t's.
 	tries := map[string]int{}
-	r := receiver{fail: func(d idem.Delivery) error {
+	r := receiver{fail: func(d outbox.Delivery) error {
 		tries[d.ID]++
 		switch {
 		case d.Topic == "u":
@@ -567,7 +569,7 @@ func testOutboxPrune[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 		return nil
 	}}
 	for range 5 {
-		relayOnce(t, s, &r, idem.RelayClock(clk), idem.RelayBackoff(idem.Constant(time.Minute)))
+		relayOnce(t, s, &r, outbox.WithClock(clk), outbox.WithBackoff(idem.Constant(time.Minute)))
 		clk.Advance(time.Minute)
 	}
 	stats, err = s.OutboxStats(ctx)
@@ -578,7 +580,7 @@ func testOutboxPrune[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 		t.Fatalf("stats after delivery %+v", stats)
 	}
 	// Delivered 4, 3, 2 and 1 minutes ago; retention 150 s: two go.
-	res := relayOnce(t, s, &r, idem.RelayClock(clk), idem.RelayRetention(150*time.Second))
+	res := relayOnce(t, s, &r, outbox.WithClock(clk), outbox.WithRetention(150*time.Second))
 	if res.Pruned != 2 {
 		t.Fatalf("pruned %d, want 2", res.Pruned)
 	}
@@ -597,7 +599,7 @@ func testOutboxRelays[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	ctx := context.Background()
 	const topics, per = 6, 5
 	for p := range per {
-		var msgs []idem.Message
+		var msgs []outbox.Message
 		for tp := range topics {
 			msgs = append(msgs, msg("c"+strconv.Itoa(tp), p))
 		}
@@ -613,7 +615,7 @@ func testOutboxRelays[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 		go func() {
 			defer wg.Done()
 			for range 50 {
-				if _, err := idem.RelayOnce(ctx, s, &r, idem.RelayBatch(2), idem.RelayOwner(fmt.Sprintf("relay-%d", i))); err != nil {
+				if _, err := outbox.RelayOnce(ctx, s, &r, outbox.WithBatch(2), outbox.WithOwner(fmt.Sprintf("relay-%d", i))); err != nil {
 					errs <- err
 					return
 				}
@@ -660,7 +662,7 @@ func testOutboxEach[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 			}
 		}
 	}), func(ctx context.Context, tx Tx, item string) error {
-		if _, err := idem.Put(ctx, tx, idem.Message{Topic: "grants", Payload: []byte(item)}); err != nil {
+		if _, err := outbox.Put(ctx, tx, outbox.Message{Topic: "grants", Payload: []byte(item)}); err != nil {
 			return err
 		}
 		mu.Lock()
@@ -692,10 +694,10 @@ func testOutboxCatchUp[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	}
 	ctx := context.Background()
 	clk := NewClock(outboxT0)
-	res, err := idem.CatchUpTx(ctx, cs, "daily", idem.Daily(time.UTC), func(ctx context.Context, tx Tx, p idem.Period) error {
-		_, err := idem.Put(ctx, tx, idem.Message{Topic: "daily", Payload: []byte(p.Name)})
+	res, err := catchup.RunTx(ctx, cs, "daily", idem.Daily(time.UTC), func(ctx context.Context, tx Tx, p idem.Period) error {
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "daily", Payload: []byte(p.Name)})
 		return err
-	}, idem.WithClock(clk), idem.Since(outboxT0.Add(-72*time.Hour)))
+	}, idem.WithClock(clk), catchup.Since(outboxT0.Add(-72*time.Hour)))
 	if err != nil {
 		t.Fatal(err)
 	}

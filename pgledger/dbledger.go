@@ -80,13 +80,6 @@ func (l *DBLedger) RunTx(ctx context.Context, key idemstore.Key, fn func(ctx con
 	return idem.RunTx(ctx, l, key, fn, opts...)
 }
 
-// CatchUpTx is [idem.CatchUpTx] on this ledger: each due period's writes in
-// tx, its done mark and the job's catch-up cursor commit in one
-// transaction.
-func (l *DBLedger) CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx *sql.Tx, p idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
-	return idem.CatchUpTx(ctx, l, job, sched, fn, opts...)
-}
-
 // FinishTx implements [idemstore.TxStore] with *sql.Tx, as
 // [Ledger.FinishTx] does with pgx.Tx.
 func (l *DBLedger) FinishTx(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) ([]byte, error)) error {

@@ -29,7 +29,7 @@ const DefaultSchema = "idem"
 // upgrades a version-1, 2 or 3 schema in place; a version-2 schema's
 // items keep their status. A process that still runs an older pgledger's
 // Each (or Prune) fails on the upgraded schema, whose table items is gone:
-// stop those first. Version 5 adds the outbox (table outbox; idem.Put,
+// stop those first. Version 5 adds the outbox (table outbox; outbox.Put,
 // idem.Relay).
 const SchemaVersion = 5
 
@@ -37,7 +37,7 @@ const SchemaVersion = 5
 // of its schema, keyed by (job, period). It implements [idemstore.Store],
 // [idemstore.TxStore] (with [pgx.Tx]), [idemstore.CatchUpStore], [idemstore.Lister], and,
 // for [idem.Each] and [idem.EachTx], [idemstore.ItemStore] and
-// [idemstore.ItemTxStore] (with [pgx.Tx]), and, for [idem.Put] and
+// [idemstore.ItemTxStore] (with [pgx.Tx]), and, for [outbox.Put] and
 // [idem.Relay], [idemstore.OutboxTxStore] (with [pgx.Tx]) and
 // [idemstore.OutboxStore] (table outbox).
 //
@@ -186,13 +186,6 @@ func (l *Ledger) Run(ctx context.Context, key idemstore.Key, fn func(context.Con
 // part of the transaction. See [idem.RunTx].
 func (l *Ledger) RunTx(ctx context.Context, key idemstore.Key, fn func(ctx context.Context, tx pgx.Tx) error, opts ...idem.Option) error {
 	return idem.RunTx(ctx, l, key, fn, opts...)
-}
-
-// CatchUpTx is [idem.CatchUpTx] on this ledger: each due period's writes in
-// tx, its done mark and the job's catch-up cursor commit in one
-// transaction. See [Ledger.RunTx] for what fn must do.
-func (l *Ledger) CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx pgx.Tx, p idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
-	return idem.CatchUpTx(ctx, l, job, sched, fn, opts...)
 }
 
 // Reset un-parks a parked key: it becomes runnable at once with its

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
@@ -41,7 +43,7 @@ func modelTx() *idemtest.TxHarness {
 type txLedger[T any] interface {
 	schemaLedger
 	RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx T) error, opts ...idem.Option) error
-	CatchUpTx(ctx context.Context, job string, sched idem.Schedule, fn func(ctx context.Context, tx T, p idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error)
+	idemstore.CatchUpTxStore[T]
 }
 
 // modelTxFor is modelTx for ledgers of type L, whose transactions are T;
@@ -66,9 +68,9 @@ func modelTxFor[L txLedger[T], T any](exec func(ctx context.Context, tx T, q str
 				return fn(ctx)
 			}, opts...)
 		},
-		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
+		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (catchup.Result, error) {
 			l := s.(L)
-			return l.CatchUpTx(ctx, job, sched, func(ctx context.Context, tx T, p idem.Period) error {
+			return catchup.RunTx(ctx, l, job, sched, func(ctx context.Context, tx T, p idem.Period) error {
 				if err := write(ctx, l, tx, idem.Key{Job: job, Period: p.Name}); err != nil {
 					return err
 				}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/outbox"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -110,7 +111,7 @@ func fromUs(us int64) time.Time {
 }
 
 // PutOutbox implements [idemstore.OutboxTxStore] with pgx.Tx: it inserts
-// msgs into the schema's table outbox in tx (idem.Put).
+// msgs into the schema's table outbox in tx (outbox.Put).
 //
 // Each message first takes a transaction-scoped advisory lock on its
 // topic, held until tx ends: transactions that put messages of one topic
@@ -283,7 +284,7 @@ func (l *core) outboxOp(ctx context.Context, op, id, q string, args ...any) erro
 		if op == "retry" {
 			what = "no parked message"
 		}
-		return fmt.Errorf("%w: %s: schema %q has %s with id %s; nothing was written", idem.ErrMessageNotFound, op, l.schema, what, id)
+		return fmt.Errorf("%w: %s: schema %q has %s with id %s; nothing was written", outbox.ErrMessageNotFound, op, l.schema, what, id)
 	}
 	return nil
 }

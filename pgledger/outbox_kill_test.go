@@ -17,6 +17,7 @@ import (
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/outbox"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -36,7 +37,7 @@ func TestOutboxRelayKilledMidDelivery(t *testing.T) {
 						fmt.Println(err)
 						os.Exit(2)
 					}
-					err = idem.Relay(context.Background(), l, idem.Webhook(url, nil), idem.RelayPoll(5*time.Millisecond), idem.RelayBatch(2))
+					err = outbox.Relay(context.Background(), l, outbox.Webhook(url, nil), outbox.WithPoll(5*time.Millisecond), outbox.WithBatch(2))
 					fmt.Println("relay returned:", err)
 					os.Exit(3)
 				})
@@ -54,7 +55,7 @@ func testPGRelayKilled(t *testing.T, killAt int) {
 		key := idem.Key{Job: "notify", Period: fmt.Sprintf("2026-11-%02d", i+1)}
 		err := l.RunTx(ctx, key, func(ctx context.Context, tx pgx.Tx) error {
 			for tp := range topics {
-				if _, err := idem.Put(ctx, tx, idem.Message{Topic: fmt.Sprintf("t%d", tp), Payload: []byte(key.Period)}); err != nil {
+				if _, err := outbox.Put(ctx, tx, outbox.Message{Topic: fmt.Sprintf("t%d", tp), Payload: []byte(key.Period)}); err != nil {
 					return err
 				}
 			}
@@ -96,8 +97,8 @@ func testPGRelayKilled(t *testing.T, killAt int) {
 	mu.Lock()
 	interrupted := got[killAt-1].id
 	mu.Unlock()
-	clk := idemtest.NewClock(time.Now().Add(2 * idem.DefaultRelayLease)) // past the dead relay's leases
-	if res, err := idem.RelayOnce(ctx, l, idem.Webhook(srv.URL, nil), idem.RelayClock(clk)); err != nil {
+	clk := idemtest.NewClock(time.Now().Add(2 * outbox.DefaultLease)) // past the dead relay's leases
+	if res, err := outbox.RelayOnce(ctx, l, outbox.Webhook(srv.URL, nil), outbox.WithClock(clk)); err != nil {
 		t.Fatalf("relay after the restart: %v (%+v)", err, res)
 	}
 	recs, err := l.ListOutbox(ctx, idemstore.OutboxFilter{})

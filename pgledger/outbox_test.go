@@ -12,6 +12,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
 )
@@ -53,7 +54,7 @@ func TestOutboxTwoRelays(t *testing.T) {
 		var mu sync.Mutex
 		got := map[string]int{}
 		order := map[string][]string{}
-		deliver := idem.DeliverFunc(func(_ context.Context, d idem.Delivery) error {
+		deliver := outbox.DeliverFunc(func(_ context.Context, d outbox.Delivery) error {
 			mu.Lock()
 			defer mu.Unlock()
 			got[d.ID]++
@@ -76,7 +77,7 @@ func TestOutboxTwoRelays(t *testing.T) {
 						tps := []int{w, (w + 1) % topics}
 						slices.Sort(tps)
 						for _, tp := range tps {
-							id, err := idem.Put(ctx, tx, idem.Message{Topic: fmt.Sprintf("r%d-t%d", round, tp), Payload: []byte(key.String())})
+							id, err := outbox.Put(ctx, tx, outbox.Message{Topic: fmt.Sprintf("r%d-t%d", round, tp), Payload: []byte(key.String())})
 							if err != nil {
 								return err
 							}
@@ -100,7 +101,7 @@ func TestOutboxTwoRelays(t *testing.T) {
 			go func() {
 				defer rw.Done()
 				for {
-					if _, err := idem.RelayOnce(ctx, r, deliver, idem.RelayBatch(3), idem.RelayOwner(fmt.Sprintf("relay-%d", i))); err != nil {
+					if _, err := outbox.RelayOnce(ctx, r, deliver, outbox.WithBatch(3), outbox.WithOwner(fmt.Sprintf("relay-%d", i))); err != nil {
 						t.Error(err)
 						return
 					}
@@ -117,7 +118,7 @@ func TestOutboxTwoRelays(t *testing.T) {
 		close(stop)
 		rw.Wait()
 		for _, r := range relays {
-			if _, err := idem.RelayOnce(ctx, r, deliver); err != nil {
+			if _, err := outbox.RelayOnce(ctx, r, deliver); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -177,14 +178,14 @@ func TestOutboxUpgradeFromVersion4(t *testing.T) {
 	}
 	k2 := idem.Key{Job: "new", Period: "2026-10-27"}
 	err := ls[1].RunTx(ctx, k2, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := idem.Put(ctx, tx, idem.Message{Topic: "t", Payload: []byte("after the upgrade")})
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "t", Payload: []byte("after the upgrade")})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	res, err := idem.RelayOnce(ctx, ls[2], idem.DeliverFunc(func(_ context.Context, d idem.Delivery) error {
+	res, err := outbox.RelayOnce(ctx, ls[2], outbox.DeliverFunc(func(_ context.Context, d outbox.Delivery) error {
 		got = append(got, d.ID)
 		return nil
 	}))

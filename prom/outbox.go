@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/outbox"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -72,16 +72,16 @@ func NewOutbox(reg prometheus.Registerer, opts ...Option) (*Outbox, error) {
 
 // ObserveDelivery records one delivery attempt. It is the function to
 // give idem.OnDelivery; [Outbox.RelayOption] does that.
-func (o *Outbox) ObserveDelivery(r idem.DeliveryResult) {
+func (o *Outbox) ObserveDelivery(r outbox.DeliveryResult) {
 	o.backlog.seen(r.Topic)
 	o.deliveries.WithLabelValues(r.Topic, r.Outcome.String()).Inc()
 }
 
 // RelayOption returns a relay option that records every delivery attempt:
-// idem.OnDelivery(o.ObserveDelivery). Pass it to idem.Relay, idem.RelayOnce
+// outbox.OnDelivery(o.ObserveDelivery). Pass it to idem.Relay, idem.RelayOnce
 // or Scheduler.AddRelay. (A relay has one OnDelivery: to do more in it,
 // call ObserveDelivery from your own.)
-func (o *Outbox) RelayOption() idem.RelayOption { return idem.OnDelivery(o.ObserveDelivery) }
+func (o *Outbox) RelayOption() outbox.Option { return outbox.OnDelivery(o.ObserveDelivery) }
 
 // Watch makes idem_outbox_messages and idem_outbox_oldest_pending_age_seconds
 // report the outbox of s (a Ledger or a Postgres ledger), read at every

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/prom"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -35,7 +36,7 @@ func ExampleNewOutbox() {
 	ctx := context.Background()
 	err = l.RunTx(ctx, idem.Key{Job: "daily_settle", Period: "2026-10-27"}, func(ctx context.Context, tx *sql.Tx) error {
 		// ... the settlement's writes, then its notification:
-		_, err := idem.Put(ctx, tx, idem.Message{Topic: "payments", Payload: []byte(`{"biz_date":"2026-10-27"}`)})
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "payments", Payload: []byte(`{"biz_date":"2026-10-27"}`)})
 		return err
 	})
 	if err != nil {
@@ -68,8 +69,8 @@ func ExampleNewOutbox() {
 	}
 	show()
 	// A relay (here one pass) posts it; the receiver accepts it.
-	deliver := idem.DeliverFunc(func(ctx context.Context, d idem.Delivery) error { return nil })
-	if _, err := idem.RelayOnce(ctx, l, deliver, o.RelayOption()); err != nil {
+	deliver := outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error { return nil })
+	if _, err := outbox.RelayOnce(ctx, l, deliver, o.RelayOption()); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("after the relay:")

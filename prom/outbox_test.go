@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/prom"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -39,7 +40,7 @@ func TestOutboxMetricsFromRealLedger(t *testing.T) {
 	o.Watch(l)
 	err = l.RunTx(ctx, idem.Key{Job: "settle", Period: "2026-10-27"}, func(ctx context.Context, tx *sql.Tx) error {
 		for _, topic := range []string{"payments", "payments", "mail"} {
-			if _, err := idem.Put(ctx, tx, idem.Message{Topic: topic, Payload: []byte("x")}); err != nil {
+			if _, err := outbox.Put(ctx, tx, outbox.Message{Topic: topic, Payload: []byte("x")}); err != nil {
 				return err
 			}
 		}
@@ -65,7 +66,7 @@ func TestOutboxMetricsFromRealLedger(t *testing.T) {
 	}
 
 	mailDown := errors.New("mail server says: no such mailbox")
-	res, err := idem.RelayOnce(ctx, l, idem.DeliverFunc(func(ctx context.Context, d idem.Delivery) error {
+	res, err := outbox.RelayOnce(ctx, l, outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
 		if d.Topic == "mail" {
 			return idem.Permanent(mailDown)
 		}

@@ -36,14 +36,14 @@
 // Alert on idem_keys{status="unknown"} > 0 (a person must run Resolve) and
 // idem_keys{status="parked"} > 0 (a key is parked; Reset it once fixed).
 //
-// The transactional outbox (idem.Put, idem.Relay) has metrics of its own:
+// The transactional outbox (outbox.Put, idem.Relay) has metrics of its own:
 // [NewOutbox], fed by the relay ([Outbox.RelayOption]) and reading the
 // store at scrape time ([Outbox.Watch]):
 //
 //	o, err := prom.NewOutbox(prometheus.DefaultRegisterer)
 //	if err != nil { ... }
 //	o.Watch(ledger) // idem_outbox_messages, idem_outbox_oldest_pending_age_seconds
-//	err = idem.Relay(ctx, ledger, idem.Webhook(url, nil), o.RelayOption())
+//	err = outbox.Relay(ctx, ledger, outbox.Webhook(url, nil), o.RelayOption())
 package prom
 
 import (
@@ -56,6 +56,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/scheduler"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -325,13 +326,13 @@ func count(l idemstore.Lister, timeout time.Duration) (map[string]map[string]int
 // WatchScheduler makes idem_last_success_timestamp_seconds and
 // idem_next_due_timestamp_seconds report the jobs of s, read from
 // s.Status() at scrape time. Several Schedulers may be watched.
-func (m *Metrics) WatchScheduler(s *idem.Scheduler) { m.sched.add(s) }
+func (m *Metrics) WatchScheduler(s *scheduler.Scheduler) { m.sched.add(s) }
 
 // schedulerCollector computes the Scheduler gauges at scrape time.
 type schedulerCollector struct {
 	lastSuccess, nextDue *prometheus.Desc
 	mu                   sync.Mutex
-	scheds               []*idem.Scheduler
+	scheds               []*scheduler.Scheduler
 }
 
 func newSchedulerCollector(constLabels prometheus.Labels) *schedulerCollector {
@@ -345,7 +346,7 @@ func newSchedulerCollector(constLabels prometheus.Labels) *schedulerCollector {
 	}
 }
 
-func (c *schedulerCollector) add(s *idem.Scheduler) {
+func (c *schedulerCollector) add(s *scheduler.Scheduler) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.scheds = append(c.scheds, s)

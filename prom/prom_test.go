@@ -10,6 +10,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/prom"
+	"github.com/idemgo/idem/scheduler"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -309,7 +310,7 @@ func TestSchedulerGauges(t *testing.T) {
 	defer l.Close()
 	start := time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC)
 	clk := schedtest.NewClock(start)
-	s := idem.NewScheduler(l, idem.WithClock(clk))
+	s := scheduler.New(l, idem.WithClock(clk))
 	ok := func(context.Context, idem.Period) error { return nil }
 	if err := s.Add("hourly", idem.Hourly(time.UTC), ok); err != nil {
 		t.Fatal(err)
@@ -354,7 +355,7 @@ func TestSchedulerMetricsReachEach(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := schedtest.NewClock(time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC))
-	s := idem.NewScheduler(l, idem.WithClock(clk), m.Option())
+	s := scheduler.New(l, idem.WithClock(clk), m.Option())
 	abcd := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") && yield("d") })
 	if err := s.Add("grant", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
 		_, err := idem.Each(ctx, l, idem.Key{Job: "grant_items", Period: p.Name}, abcd, func(context.Context, string) error { return nil })

@@ -43,8 +43,8 @@ var ErrAuth = errors.New("idem: redis server refused authentication")
 // [idemstore.ItemStore]: idem.Each does not take it (a call does not
 // compile), and neither is it an [idemstore.TxStore], since Redis holds
 // no business data to commit with a done mark. For the same reason it has
-// no outbox: idem.Put has no transaction of it to write to (it returns
-// idem.ErrNoOutbox wherever no outbox is at hand), and idem.Relay does not
+// no outbox: outbox.Put has no transaction of it to write to (it returns
+// outbox.ErrNoOutbox wherever no outbox is at hand), and idem.Relay does not
 // take it.
 //
 // A Store is safe for concurrent use by many goroutines, processes and

@@ -19,18 +19,19 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/outbox"
 	"github.com/spf13/cobra"
 )
 
 // The outbox commands: a relay with the Webhook deliverer, and the
 // operator's view and repairs of the messages that transactions queued
-// with idem.Put.
+// with outbox.Put.
 
 func newOutboxCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "outbox",
 		Short: "Relay, list, retry and drop the messages of the transactional outbox",
-		Long: `The outbox holds the messages that transactions queued with idem.Put (in a
+		Long: `The outbox holds the messages that transactions queued with outbox.Put (in a
 RunTx, EachTx or CatchUpTx body): each committed with its transaction's
 business writes, and waits for a relay to deliver it.
 
@@ -125,12 +126,12 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 				level = slog.LevelInfo
 			}
 			logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-			opts := []idem.RelayOption{idem.RelayLease(lease), idem.RelayPoll(poll), idem.RelayBatch(batch), idem.RelayLogger(logger)}
+			opts := []outbox.Option{outbox.WithLease(lease), outbox.WithPoll(poll), outbox.WithBatch(batch), outbox.WithLogger(logger)}
 			if ret > 0 {
-				opts = append(opts, idem.RelayRetention(ret))
+				opts = append(opts, outbox.WithRetention(ret))
 			}
-			opts = append(opts, idem.OnDelivery(func(r idem.DeliveryResult) {
-				if r.Outcome == idem.DeliverySent {
+			opts = append(opts, outbox.OnDelivery(func(r outbox.DeliveryResult) {
+				if r.Outcome == outbox.DeliverySent {
 					logger.Info("outbox relay: delivered", slog.String("id", r.ID), slog.String("topic", r.Topic), slog.Int("attempt", r.Attempt))
 				}
 			}))
@@ -142,13 +143,13 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 				return err
 			}
 			defer l.close()
-			opts = append(opts, idem.RelayClock(clk))
+			opts = append(opts, outbox.WithClock(clk))
 			client := &http.Client{Timeout: timeout}
 			if verbose {
 				fmt.Fprintf(stderr, "idem: relaying the outbox of %s to %s\n", l.desc, webhook)
 			}
-			d, ctx := drainOnSignal(sig, idem.Webhook(webhook, client), stderr)
-			if err := idem.Relay(ctx, ob, d, opts...); err != nil {
+			d, ctx := drainOnSignal(sig, outbox.Webhook(webhook, client), stderr)
+			if err := outbox.Relay(ctx, ob, d, opts...); err != nil {
 				return usageError(err)
 			}
 			if verbose {
@@ -158,9 +159,9 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 		},
 	}
 	cmd.Flags().StringVar(&webhook, "webhook", "", "POST each message to this http:// or https:// URL (required)")
-	cmd.Flags().DurationVar(&lease, "lease", idem.DefaultRelayLease, "how long a relay holds a message it delivers; after it, another relay may deliver it again")
-	cmd.Flags().DurationVar(&poll, "poll", idem.DefaultRelayPoll, "how long to wait before looking again when nothing is due")
-	cmd.Flags().IntVar(&batch, "batch", idem.DefaultRelayBatch, "messages claimed at once (at most one per topic)")
+	cmd.Flags().DurationVar(&lease, "lease", outbox.DefaultLease, "how long a relay holds a message it delivers; after it, another relay may deliver it again")
+	cmd.Flags().DurationVar(&poll, "poll", outbox.DefaultPoll, "how long to wait before looking again when nothing is due")
+	cmd.Flags().IntVar(&batch, "batch", outbox.DefaultBatch, "messages claimed at once (at most one per topic)")
 	cmd.Flags().StringVar(&retention, "retention", "", "delete delivered messages older than this (e.g. 7d, 36h); default: keep them")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "HTTP timeout of one delivery (a delivery also ends with --lease, if that is shorter)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every delivery on stderr")
@@ -180,7 +181,7 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 // claimed with it and not yet handed out are not posted: the relay
 // releases them, due again at once, for the next relay.
 type draining struct {
-	next    idem.Deliverer
+	next    outbox.Deliverer
 	stderr  io.Writer
 	mu      sync.Mutex
 	cancel  context.CancelFunc // ends the relay's context
@@ -191,7 +192,7 @@ type draining struct {
 // drainOnSignal returns next wrapped in a draining deliverer, and the
 // context to run the relay with: it ends when sig does, but not while a
 // delivery is under way (see draining).
-func drainOnSignal(sig context.Context, next idem.Deliverer, stderr io.Writer) (idem.Deliverer, context.Context) {
+func drainOnSignal(sig context.Context, next outbox.Deliverer, stderr io.Writer) (outbox.Deliverer, context.Context) {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &draining{next: next, stderr: stderr, cancel: cancel}
 	context.AfterFunc(sig, func() {
@@ -211,7 +212,7 @@ func drainOnSignal(sig context.Context, next idem.Deliverer, stderr io.Writer) (
 // posted, due again at once.
 var errRelayStopping = errors.New("not delivered: the relay is stopping")
 
-func (d *draining) Deliver(ctx context.Context, dl idem.Delivery) error {
+func (d *draining) Deliver(ctx context.Context, dl outbox.Delivery) error {
 	d.mu.Lock()
 	if d.stopped {
 		d.mu.Unlock()
@@ -382,7 +383,7 @@ Exit status: 0 done, 1 no parked message with that id, 2 usage error or no ledge
 			}
 			defer l.close()
 			if err := ob.RetryOutbox(cmd.Context(), args[0], clk.Now()); err != nil {
-				if errors.Is(err, idem.ErrMessageNotFound) {
+				if errors.Is(err, outbox.ErrMessageNotFound) {
 					return fail(exitFailed, "outbox message %s: no parked message with this id in %s (see 'idem outbox ls --status parked%s')", args[0], l.desc, ledgerHint(cmd))
 				}
 				return fail(exitFailed, "%w", err)
@@ -413,7 +414,7 @@ Exit status: 0 dropped, 1 no message with that id, 2 usage error or no ledger.`,
 			}
 			defer l.close()
 			if err := ob.DropOutbox(cmd.Context(), args[0]); err != nil {
-				if errors.Is(err, idem.ErrMessageNotFound) {
+				if errors.Is(err, outbox.ErrMessageNotFound) {
 					return fail(exitFailed, "outbox message %s: no message with this id in %s (see 'idem outbox ls%s')", args[0], l.desc, ledgerHint(cmd))
 				}
 				return fail(exitFailed, "%w", err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
 )
@@ -70,18 +71,18 @@ func (h *hook) requests() []string {
 // putMessages commits two settlements whose transactions queue messages:
 // settle 2026-10-27 puts one on "payments" and one on "poison", settle
 // 2026-10-28 one on "payments". It returns their ids in that order.
-func putMessages(t *testing.T, runTx func(ctx context.Context, key idem.Key, fn func(ctx context.Context, put func(context.Context, idem.Message) (string, error)) error) error) []string {
+func putMessages(t *testing.T, runTx func(ctx context.Context, key idem.Key, fn func(ctx context.Context, put func(context.Context, outbox.Message) (string, error)) error) error) []string {
 	t.Helper()
 	var ids []string
 	for _, day := range []string{"2026-10-27", "2026-10-28"} {
-		err := runTx(context.Background(), idem.Key{Job: "settle", Period: day}, func(ctx context.Context, put func(context.Context, idem.Message) (string, error)) error {
-			id, err := put(ctx, idem.Message{Topic: "payments", Payload: []byte(`{"day":"` + day + `"}`), Headers: map[string]string{"Content-Type": "application/json"}})
+		err := runTx(context.Background(), idem.Key{Job: "settle", Period: day}, func(ctx context.Context, put func(context.Context, outbox.Message) (string, error)) error {
+			id, err := put(ctx, outbox.Message{Topic: "payments", Payload: []byte(`{"day":"` + day + `"}`), Headers: map[string]string{"Content-Type": "application/json"}})
 			if err != nil {
 				return err
 			}
 			ids = append(ids, id)
 			if day == "2026-10-27" {
-				if id, err = put(ctx, idem.Message{Topic: "poison", Payload: []byte("bad")}); err != nil {
+				if id, err = put(ctx, outbox.Message{Topic: "poison", Payload: []byte("bad")}); err != nil {
 					return err
 				}
 				ids = append(ids, id)
@@ -102,9 +103,9 @@ func (e *env) sqlitePut() []string {
 		e.t.Fatal(err)
 	}
 	defer l.Close()
-	return putMessages(e.t, func(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context, idem.Message) (string, error)) error) error {
+	return putMessages(e.t, func(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context, outbox.Message) (string, error)) error) error {
 		return l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
-			return fn(ctx, func(ctx context.Context, m idem.Message) (string, error) { return idem.Put(ctx, tx, m) })
+			return fn(ctx, func(ctx context.Context, m outbox.Message) (string, error) { return outbox.Put(ctx, tx, m) })
 		})
 	})
 }
@@ -325,9 +326,9 @@ func TestOutboxPostgres(t *testing.T) {
 	})
 	e := newEnv(t, "")
 	e.pg = []string{"--postgres", dsn, "--postgres-schema", schema}
-	ids := putMessages(t, func(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context, idem.Message) (string, error)) error) error {
+	ids := putMessages(t, func(ctx context.Context, key idem.Key, fn func(context.Context, func(context.Context, outbox.Message) (string, error)) error) error {
 		return l.RunTx(ctx, key, func(ctx context.Context, tx pgx.Tx) error {
-			return fn(ctx, func(ctx context.Context, m idem.Message) (string, error) { return idem.Put(ctx, tx, m) })
+			return fn(ctx, func(ctx context.Context, m outbox.Message) (string, error) { return outbox.Put(ctx, tx, m) })
 		})
 	})
 	outboxScenario(t, e, ids)
@@ -350,7 +351,7 @@ func TestOutboxRelaySIGTERMFinishesDelivery(t *testing.T) {
 		defer l.Close()
 		var id string
 		err = l.RunTx(context.Background(), idem.Key{Job: "settle", Period: day}, func(ctx context.Context, tx *sql.Tx) error {
-			id, err = idem.Put(ctx, tx, idem.Message{Topic: "payments", Payload: []byte(day)})
+			id, err = outbox.Put(ctx, tx, outbox.Message{Topic: "payments", Payload: []byte(day)})
 			return err
 		})
 		if err != nil {

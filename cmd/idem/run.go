@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/capture"
 	idemholder "github.com/idemgo/idem/internal/holder"
@@ -226,7 +227,7 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.schedule, "schedule", "daily", `the business periods: daily, hourly, weekly (ISO weeks), monthly, or a 5-field cron expression such as "30 2 * * *" whose slots start the periods`)
 	f.StringVar(&o.tz, "tz", "Local", "the time zone the periods are cut in (IANA name: Asia/Shanghai, America/New_York, UTC); Local is the host's zone, usually UTC in containers")
 	f.StringVar(&o.catchUp, "catch-up", "all", "which due periods to run: all (missed ones too, oldest first), latest (only the newest; older ones are recorded as skipped), none (only the latest due period, no backfill)")
-	f.IntVar(&o.max, "max", idem.DefaultMaxPeriods, "with --catch-up all: run at most this many periods per call, leaving the rest for the next call (0 = no limit)")
+	f.IntVar(&o.max, "max", catchup.DefaultMaxPeriods, "with --catch-up all: run at most this many periods per call, leaving the rest for the next call (0 = no limit)")
 	f.StringVar(&o.since, "since", "", "for a job that has never run: catch up from the period containing this date (2026-10-01, 2026-10-01T02:00 in --tz, or RFC 3339) instead of only the latest due period")
 	f.BoolVar(&o.okIfDone, "ok-if-done", false, "exit 0 instead of 3 when nothing was due (for systemd and Kubernetes, which count any non-zero exit as a failure)")
 	o.attemptFlags.add(f)
@@ -271,13 +272,13 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	var policies []idem.Option
 	switch o.catchUp {
 	case "all":
-		policies = append(policies, idem.CatchUpAll(o.max))
+		policies = append(policies, catchup.All(o.max))
 	case "latest", "none":
 		if cmd.Flags().Changed("max") {
 			return usageError(fmt.Errorf("--max applies to --catch-up all only"))
 		}
 		if o.catchUp == "latest" {
-			policies = append(policies, idem.CatchUpLatest())
+			policies = append(policies, catchup.Latest())
 		}
 	default:
 		return usageError(fmt.Errorf("--catch-up %q: use all, latest or none", o.catchUp))
@@ -290,7 +291,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		if err != nil {
 			return flagError("--since", err)
 		}
-		policies = append(policies, idem.Since(t))
+		policies = append(policies, catchup.Since(t))
 	}
 	clk, mode, common, attempt, err := o.options(stderr)
 	if err != nil {
@@ -325,7 +326,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		rep.ended = skip.attemptEnded
 	}
 
-	var periods []idem.PeriodResult
+	var periods []catchup.PeriodResult
 	var runErr error
 	latest := idem.LastPeriod(sched, clk.Now())
 	if o.catchUp == "none" {
@@ -340,11 +341,11 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		}
 		err := idem.RunOn(ctx, store, idem.Key{Job: o.job, Period: p.Name},
 			func(ctx context.Context) error { return sup.run(ctx, p) }, opts...)
-		pr := idem.PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
+		pr := catchup.PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
 		rep.period(pr)
-		periods = []idem.PeriodResult{pr}
+		periods = []catchup.PeriodResult{pr}
 	} else {
-		opts := []idem.Option{mode, attempt, idem.OnPeriod(rep.period)}
+		opts := []idem.Option{mode, attempt, catchup.OnPeriod(rep.period)}
 		for _, c := range common {
 			opts = append(opts, c)
 		}
@@ -354,7 +355,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		for _, p := range params {
 			opts = append(opts, p)
 		}
-		res, err := idem.CatchUp(ctx, store, o.job, sched, sup.run, opts...)
+		res, err := catchup.Run(ctx, store, o.job, sched, sup.run, opts...)
 		periods, runErr = res.Periods, err
 		if err != nil && len(res.Periods) == 0 {
 			return usageError(err) // the job's state cannot be read, or its cursor does not fit --schedule
@@ -387,7 +388,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 // replay prints, for --capture, the output stored with the done mark of
 // key (the latest due period) when this run did not run it now: a later
 // trigger gets the first run's answer.
-func replay(ctx context.Context, s idem.Store, stdout, stderr io.Writer, key idem.Key, periods []idem.PeriodResult) {
+func replay(ctx context.Context, s idem.Store, stdout, stderr io.Writer, key idem.Key, periods []catchup.PeriodResult) {
 	for _, p := range periods {
 		if p.Period.Name == key.Period && p.Outcome == idem.Ran {
 			return // its output went to stdout as it ran
@@ -405,7 +406,7 @@ func replay(ctx context.Context, s idem.Store, stdout, stderr io.Writer, key ide
 // exitCode sums up the periods of a run: the most urgent problem wins
 // (params mismatch, then unknown, then failed, then busy); otherwise 0 if
 // one ran, 3 if none did.
-func exitCode(periods []idem.PeriodResult) int {
+func exitCode(periods []catchup.PeriodResult) int {
 	rank := func(code int) int {
 		return map[int]int{exitDone: 0, exitOK: 1, exitBusy: 2, exitFailed: 3, exitUnknown: 4, exitMismatch: 5}[code]
 	}
@@ -470,7 +471,7 @@ type reporter struct {
 	ended    func() // called first for every period (the $IDEM_CLOCK=skip clock's)
 }
 
-func (r reporter) period(pr idem.PeriodResult) {
+func (r reporter) period(pr catchup.PeriodResult) {
 	if r.ended != nil {
 		r.ended()
 	}

@@ -6,7 +6,7 @@
 //	go run ./examples/outbox
 //
 // The settlement upserts the day's amount and queues its notification
-// (idem.Put) in one transaction with idem's done mark (Ledger.RunTx): the
+// (outbox.Put) in one transaction with idem's done mark (Ledger.RunTx): the
 // notification exists if and only if the settlement committed. A relay
 // (idem.Relay with the Webhook deliverer) posts it to the payment system,
 // here an HTTP server in this program that dedupes by the Idempotency-Key
@@ -41,6 +41,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/outbox"
 )
 
 const (
@@ -134,7 +135,7 @@ func settle(ctx context.Context, tx *sql.Tx, day string) error {
 	if err != nil {
 		return err
 	}
-	_, err = idem.Put(ctx, tx, idem.Message{Topic: "payments", Payload: body, Headers: map[string]string{"Content-Type": "application/json"}})
+	_, err = outbox.Put(ctx, tx, outbox.Message{Topic: "payments", Payload: body, Headers: map[string]string{"Content-Type": "application/json"}})
 	return err
 }
 
@@ -228,28 +229,28 @@ func demo(ctx context.Context, dir string) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	fmt.Printf("        -> %s (attempt %d); %s\n", res.Outcome, res.Attempt, outbox(ctx, l))
+	fmt.Printf("        -> %s (attempt %d); %s\n", res.Outcome, res.Attempt, outboxState(ctx, l))
 
 	fmt.Printf("step 2: triggered again for %s\n", day)
 	if res, err = trigger(ctx, l, day); err != nil {
 		return Report{}, err
 	}
-	fmt.Printf("        -> %s: no second notification queued; %s\n", res.Outcome, outbox(ctx, l))
+	fmt.Printf("        -> %s: no second notification queued; %s\n", res.Outcome, outboxState(ctx, l))
 
 	fmt.Printf("step 3: a relay in another process posts the notification, and is killed (SIGKILL) once the payment system has applied it, before it marks it delivered\n")
 	killed, err := relayKilled(ctx, dir, srv.URL, clk.Now(), pay)
 	if err != nil {
 		return Report{}, err
 	}
-	fmt.Printf("        -> child %s; %s\n", killed, outbox(ctx, l))
+	fmt.Printf("        -> child %s; %s\n", killed, outboxState(ctx, l))
 
 	clk.set(clk.Now().Add(lease + time.Second))
 	fmt.Printf("step 4: at %s, the dead relay's lease has run out; a relay here delivers the notification again, with the same key\n", clk.Now().Format("15:04:05"))
-	rr, err := idem.RelayOnce(ctx, l, idem.Webhook(srv.URL, srv.Client()), idem.RelayClock(clk), idem.RelayLease(lease))
+	rr, err := outbox.RelayOnce(ctx, l, outbox.Webhook(srv.URL, srv.Client()), outbox.WithClock(clk), outbox.WithLease(lease))
 	if err != nil {
 		return Report{}, err
 	}
-	fmt.Printf("        -> delivered %d; %s\n", rr.Delivered, outbox(ctx, l))
+	fmt.Printf("        -> delivered %d; %s\n", rr.Delivered, outboxState(ctx, l))
 
 	run2 := run1.AddDate(0, 0, 1)
 	day2 := idem.LastPeriod(idem.Daily(loc), run2).Name
@@ -258,10 +259,10 @@ func demo(ctx context.Context, dir string) (Report, error) {
 	if res, err = trigger(ctx, l, day2); err != nil {
 		return Report{}, err
 	}
-	if rr, err = idem.RelayOnce(ctx, l, idem.Webhook(srv.URL, srv.Client()), idem.RelayClock(clk), idem.RelayLease(lease)); err != nil {
+	if rr, err = outbox.RelayOnce(ctx, l, outbox.Webhook(srv.URL, srv.Client()), outbox.WithClock(clk), outbox.WithLease(lease)); err != nil {
 		return Report{}, err
 	}
-	fmt.Printf("        -> %s (attempt %d), delivered %d; %s\n", res.Outcome, res.Attempt, rr.Delivered, outbox(ctx, l))
+	fmt.Printf("        -> %s (attempt %d), delivered %d; %s\n", res.Outcome, res.Attempt, rr.Delivered, outboxState(ctx, l))
 
 	rep := Report{Applied: pay.perDay()}
 	pay.mu.Lock()
@@ -339,13 +340,13 @@ func child(dir string) {
 		log.Fatal(err)
 	}
 	fmt.Printf("        (child relay: started, pid %d)\n", os.Getpid())
-	err = idem.Relay(context.Background(), l, idem.Webhook(os.Getenv(urlEnv), nil),
-		idem.RelayClock(clk), idem.RelayLease(lease), idem.RelayPoll(10*time.Millisecond))
+	err = outbox.Relay(context.Background(), l, outbox.Webhook(os.Getenv(urlEnv), nil),
+		outbox.WithClock(clk), outbox.WithLease(lease), outbox.WithPoll(10*time.Millisecond))
 	log.Fatalf("child relay: returned: %v", err)
 }
 
-// outbox describes the outbox's messages: id, status and attempts.
-func outbox(ctx context.Context, l *idem.Ledger) string {
+// outboxState describes the outbox's messages: id, status and attempts.
+func outboxState(ctx context.Context, l *idem.Ledger) string {
 	msgs, err := l.ListOutbox(ctx, idemstore.OutboxFilter{})
 	if err != nil {
 		return err.Error()

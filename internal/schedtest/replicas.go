@@ -17,6 +17,7 @@ import (
 	"github.com/idemgo/idem/internal/holder"
 	"github.com/idemgo/idem/internal/proc"
 	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/scheduler"
 )
 
 // An Opener opens the store under test from the argument the test passed
@@ -41,14 +42,14 @@ func Goroutines(t *testing.T, arg string, open Opener) {
 		ran[info.Key.String()]++
 		return nil
 	}
-	var scheds []*idem.Scheduler
+	var scheds []*scheduler.Scheduler
 	for range 3 {
 		st, closeStore, err := open(context.Background(), arg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(closeStore)
-		s := idem.NewScheduler(st, idem.WithClock(clk))
+		s := scheduler.New(st, idem.WithClock(clk))
 		if err := s.Add("hourly", idem.Hourly(time.UTC), fn); err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +62,7 @@ func Goroutines(t *testing.T, arg string, open Opener) {
 			if err := s.Shutdown(context.Background()); err != nil {
 				t.Errorf("Shutdown: %v", err)
 			}
-			if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, idem.ErrSchedulerClosed) {
+			if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, scheduler.ErrClosed) {
 				t.Errorf("Run: %v", err)
 			}
 		})
@@ -203,7 +204,7 @@ func replica(dir, arg string, open Opener) error {
 	}
 	defer closeStore()
 	clk := FileClock{Path: filepath.Join(dir, "clock")}
-	s := idem.NewScheduler(st, idem.WithClock(clk))
+	s := scheduler.New(st, idem.WithClock(clk))
 	logPath := filepath.Join(dir, "fn.log")
 	fn := func(ctx context.Context, p idem.Period) error {
 		info, _ := idem.InfoFrom(ctx)
@@ -228,7 +229,7 @@ func replica(dir, arg string, open Opener) error {
 			time.Sleep(5 * time.Millisecond) // a poll for the parent's signal
 		}
 	}()
-	if err := s.Run(ctx); !errors.Is(err, idem.ErrSchedulerClosed) {
+	if err := s.Run(ctx); !errors.Is(err, scheduler.ErrClosed) {
 		return err
 	}
 	return nil

@@ -34,7 +34,7 @@
 // -mode outbox (stores with an outbox: sqlite, and postgres in the
 // pgledger module) tests the transactional outbox instead: each key is a
 // RunTx that bumps its business row, writing the attempt's nonce, and queues
-// 1 to 3 messages with idem.Put on four topics; the first attempt of every
+// 1 to 3 messages with outbox.Put on four topics; the first attempt of every
 // fourth key is rolled back on purpose after its Puts, and every tenth key
 // never commits (it parks). Each worker also runs a relay (idem.Relay with
 // the Webhook deliverer) posting to a receiver in this process on loopback,

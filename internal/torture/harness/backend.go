@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/outbox"
 )
 
 // A Backend is a store the torture test can run against. The sqlite and
@@ -52,7 +53,7 @@ type Handle struct {
 	// Tx is set when the store can commit business writes together with its
 	// done marks (RunTx); nil otherwise.
 	Tx TxRunner
-	// Outbox is set when the store has an outbox (idem.Put in RunTx, and
+	// Outbox is set when the store has an outbox (outbox.Put in RunTx, and
 	// the relay's side); nil otherwise.
 	Outbox OutboxRunner
 }
@@ -233,8 +234,8 @@ func (t sqliteOutboxTx) Bump(ctx context.Context, nonce string) error {
 	return err
 }
 
-func (t sqliteOutboxTx) Put(ctx context.Context, msg idem.Message) (string, error) {
-	return idem.Put(ctx, t.tx, msg)
+func (t sqliteOutboxTx) Put(ctx context.Context, msg outbox.Message) (string, error) {
+	return outbox.Put(ctx, t.tx, msg)
 }
 
 func (s sqliteOutbox) Rows(ctx context.Context) (map[string]Row, error) {

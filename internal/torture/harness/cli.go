@@ -20,7 +20,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cfg Config
 	fs.StringVar(&cfg.Store, "store", "sqlite", "store: "+backendNames())
-	fs.StringVar(&cfg.Mode, "mode", "atleastonce", "mode: atleastonce|atmostonce|twophase|tx|outbox (tx = Ledger.RunTx; outbox = RunTx with idem.Put, and relays posting to a receiver; stores with RunTx or an outbox only)")
+	fs.StringVar(&cfg.Mode, "mode", "atleastonce", "mode: atleastonce|atmostonce|twophase|tx|outbox (tx = Ledger.RunTx; outbox = RunTx with outbox.Put, and relays posting to a receiver; stores with RunTx or an outbox only)")
 	fs.IntVar(&cfg.Kills, "kills", 100, "number of SIGKILLs in the kill phase")
 	fs.IntVar(&cfg.Keys, "keys", 50, "number of keys (jobs of 5 daily periods each)")
 	fs.IntVar(&cfg.Workers, "workers", 4, "number of worker processes")

@@ -19,11 +19,12 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/outbox"
 )
 
 // The outbox mode (-mode outbox): every key is a business transaction
 // (the store's RunTx) that bumps the key's row, writing the attempt's nonce
-// into it, and queues 1 to 3 messages (idem.Put) on a few topics, each
+// into it, and queues 1 to 3 messages (outbox.Put) on a few topics, each
 // carrying that nonce. Some attempts are rolled back on purpose (fn returns
 // an error after its Puts: the first attempt of every fourth key), and
 // some keys never commit (every tenth: fn always fails, and the key parks
@@ -70,8 +71,8 @@ type OutboxRunner interface {
 type OutboxTx interface {
 	// Bump applies n = n + 1 to key's row and sets its nonce.
 	Bump(ctx context.Context, nonce string) error
-	// Put queues msg in the transaction (idem.Put with the transaction).
-	Put(ctx context.Context, msg idem.Message) (string, error)
+	// Put queues msg in the transaction (outbox.Put with the transaction).
+	Put(ctx context.Context, msg outbox.Message) (string, error)
 }
 
 // Row is a business row of the outbox mode.
@@ -124,7 +125,7 @@ func (w *worker) attemptOutbox(key idem.Key) func(ctx context.Context, tx Outbox
 		}
 		for i := range plan.msgs {
 			body, _ := json.Marshal(outboxBody{Key: key.String(), I: i, Nonce: nonce, Doomed: doomed})
-			if _, err := tx.Put(ctx, idem.Message{Topic: topicName(plan.topic0 + i), Payload: body,
+			if _, err := tx.Put(ctx, outbox.Message{Topic: topicName(plan.topic0 + i), Payload: body,
 				Headers: map[string]string{"Content-Type": "application/json"}}); err != nil {
 				return err
 			}
@@ -175,12 +176,12 @@ func (w *worker) loopOutbox(ctx context.Context) int {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	go func() {
 		defer close(relayDone)
-		err := idem.Relay(rctx, store, idem.Webhook(w.cfg.URL, client),
-			idem.RelayLease(relayLease(w.cfg.Lease)), idem.RelayPoll(2*time.Millisecond), idem.RelayBatch(outboxTopics),
-			idem.RelayBackoff(idem.MaxAttempts(100_000, idem.Constant(2*time.Millisecond))),
-			idem.RelayOwner(strings.Fields(string(w.lg))[0]),
-			idem.OnDelivery(func(r idem.DeliveryResult) {
-				if r.Outcome == idem.DeliverySent {
+		err := outbox.Relay(rctx, store, outbox.Webhook(w.cfg.URL, client),
+			outbox.WithLease(relayLease(w.cfg.Lease)), outbox.WithPoll(2*time.Millisecond), outbox.WithBatch(outboxTopics),
+			outbox.WithBackoff(idem.MaxAttempts(100_000, idem.Constant(2*time.Millisecond))),
+			outbox.WithOwner(strings.Fields(string(w.lg))[0]),
+			outbox.OnDelivery(func(r outbox.DeliveryResult) {
+				if r.Outcome == outbox.DeliverySent {
 					w.progress.Store(time.Now().UnixNano())
 				}
 			}))

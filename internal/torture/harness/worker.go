@@ -166,7 +166,7 @@ type worker struct {
 	rng     *rand.Rand // key order: seeded
 	sleep   *rand.Rand // the effect's pauses (only the worker's goroutine uses it)
 	effects *os.File
-	opts    []idem.Option   // the options of every Run
+	opts    []idem.Option // the options of every Run
 	txOpts  []idem.Option // the options of every RunTx (tx mode)
 	lastErr map[idem.Key]string
 

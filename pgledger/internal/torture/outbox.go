@@ -6,6 +6,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/torture/harness"
+	"github.com/idemgo/idem/outbox"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -19,10 +20,10 @@ type pgOutbox struct {
 	runTx func(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx pgOutboxTx) error, opts ...idem.Option) error
 }
 
-// pgOutboxTx is one attempt's transaction: a statement, and idem.Put.
+// pgOutboxTx is one attempt's transaction: a statement, and outbox.Put.
 type pgOutboxTx struct {
 	exec func(ctx context.Context, q string, args ...any) error
-	put  func(ctx context.Context, msg idem.Message) (string, error)
+	put  func(ctx context.Context, msg outbox.Message) (string, error)
 }
 
 // outboxRunTxOf is pgOutbox.runTx for a ledger whose transactions are T.
@@ -32,7 +33,7 @@ func outboxRunTxOf[T any](runTx func(context.Context, idem.Key, func(context.Con
 		return runTx(ctx, key, func(ctx context.Context, tx T) error {
 			return fn(ctx, pgOutboxTx{
 				exec: func(ctx context.Context, q string, args ...any) error { return exec(ctx, tx, q, args...) },
-				put:  func(ctx context.Context, msg idem.Message) (string, error) { return idem.Put(ctx, tx, msg) },
+				put:  func(ctx context.Context, msg outbox.Message) (string, error) { return outbox.Put(ctx, tx, msg) },
 			})
 		}, opts...)
 	}
@@ -69,7 +70,7 @@ func (a pgAttempt) Bump(ctx context.Context, nonce string) error {
 	return a.tx.exec(ctx, a.bump, a.key.String(), nonce)
 }
 
-func (a pgAttempt) Put(ctx context.Context, msg idem.Message) (string, error) {
+func (a pgAttempt) Put(ctx context.Context, msg outbox.Message) (string, error) {
 	return a.tx.put(ctx, msg)
 }
 

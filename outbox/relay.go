@@ -1,4 +1,4 @@
-package idem
+package outbox
 
 import (
 	"context"
@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/core"
+	"github.com/idemgo/idem/internal/hook"
 )
 
 // Delivery is one attempt to deliver an outbox message: what a
@@ -24,7 +27,7 @@ type Delivery struct {
 	Attempt int
 	// Key (and Item, in EachTx) is the key whose transaction queued the
 	// message; Created is when, by the run's clock.
-	Key     Key
+	Key     idem.Key
 	Item    string
 	Created time.Time
 }
@@ -32,11 +35,11 @@ type Delivery struct {
 // Deliverer delivers outbox messages: the relay calls Deliver for each
 // message that is due. A nil error means delivered (the relay marks it
 // so); an error, a failed attempt, retried after the relay's backoff, or
-// at once parked when it is [Permanent] or the backoff gives up. Deliver
+// at once parked when it is [idem.Permanent] or the backoff gives up. Deliver
 // may be called again for a message it already delivered (the relay died
 // before marking it, or its lease ran out): make the receiver dedupe by
 // Delivery.ID. ctx ends when the message's lease does (on the system
-// clock; see [RelayLease]). A Deliver that
+// clock; see [WithLease]). A Deliver that
 // panics fails the attempt (the relay goes on with the other messages).
 type Deliverer interface {
 	Deliver(ctx context.Context, d Delivery) error
@@ -86,8 +89,8 @@ type DeliveryResult struct {
 	Duration  time.Duration // how long Deliver took, by the relay's clock
 }
 
-// RelayResult counts what one pass of the relay ([RelayOnce]) did.
-type RelayResult struct {
+// Result counts what one pass of the relay ([RelayOnce]) did.
+type Result struct {
 	Claimed    int   // delivery attempts handed out
 	Delivered  int   // marked delivered
 	Retrying   int   // failed; due again later
@@ -96,8 +99,9 @@ type RelayResult struct {
 	Pruned     int64 // delivered messages deleted after the retention
 }
 
-// A RelayOption configures [Relay], [RelayOnce] and [Scheduler.AddRelay].
-type RelayOption interface{ applyRelay(*relayConfig) error }
+// An Option configures [Relay], [RelayOnce] and a Scheduler's relay
+// (scheduler's AddRelay).
+type Option interface{ applyRelay(*relayConfig) error }
 
 type relayOption func(*relayConfig) error
 
@@ -105,9 +109,9 @@ func (o relayOption) applyRelay(c *relayConfig) error { return o(c) }
 
 // Defaults of the relay.
 const (
-	DefaultRelayBatch = 32          // messages a claim takes at most (RelayBatch)
-	DefaultRelayLease = time.Minute // how long a claim holds a message (RelayLease)
-	DefaultRelayPoll  = time.Second // the wait between passes that found nothing due (RelayPoll)
+	DefaultBatch = 32          // messages a claim takes at most (WithBatch)
+	DefaultLease = time.Minute // how long a claim holds a message (WithLease)
+	DefaultPoll  = time.Second // the wait between passes that found nothing due (WithPoll)
 )
 
 type relayConfig struct {
@@ -115,17 +119,18 @@ type relayConfig struct {
 	lease     time.Duration
 	poll      time.Duration
 	retention time.Duration // 0: keep delivered messages
-	backoff   Backoff
-	clock     Clock
+	backoff   idem.Backoff
+	clock     idem.Clock
 	logger    *slog.Logger
 	owner     string
 	onResult  func(DeliveryResult)
+	onPass    func(Result, error)
 	err       error
 }
 
-func newRelayConfig(opts []RelayOption) *relayConfig {
-	c := &relayConfig{batch: DefaultRelayBatch, lease: DefaultRelayLease, poll: DefaultRelayPoll,
-		backoff: DefaultBackoff(), clock: systemClock{}, owner: idemstore.Owner()}
+func newRelayConfig(opts []Option) *relayConfig {
+	c := &relayConfig{batch: DefaultBatch, lease: DefaultLease, poll: DefaultPoll,
+		backoff: idem.DefaultBackoff(), clock: systemClock{}, owner: idemstore.Owner()}
 	for i, o := range opts {
 		var err error
 		if o == nil {
@@ -140,103 +145,103 @@ func newRelayConfig(opts []RelayOption) *relayConfig {
 	return c
 }
 
-// RelayBatch sets how many messages one claim takes at most (default
-// [DefaultRelayBatch]). Since a topic's messages go one at a time, a claim
+// WithBatch sets how many messages one claim takes at most (default
+// [DefaultBatch]). Since a topic's messages go one at a time, a claim
 // takes at most one message per topic. n below 1 is an error matching
 // [ErrInvalidOption].
-func RelayBatch(n int) RelayOption {
+func WithBatch(n int) Option {
 	return relayOption(func(c *relayConfig) error {
 		if n < 1 {
-			return invalidOption("RelayBatch(%d): at least 1", n)
+			return invalidOption("outbox.WithBatch(%d): at least 1", n)
 		}
 		c.batch = n
 		return nil
 	})
 }
 
-// RelayLease sets how long a claim holds a message (default
-// [DefaultRelayLease]): on the system clock the deliverer's context ends
-// with it (with [RelayClock], it is no deadline on that context), and
+// WithLease sets how long a claim holds a message (default
+// [DefaultLease]): on the system clock the deliverer's context ends
+// with it (with [WithClock], it is no deadline on that context), and
 // after it another relay may deliver the message again. Make it much longer than a
-// delivery takes. Below [MinLease] it is an error matching
+// delivery takes. Below [idem.MinLease] it is an error matching
 // [ErrInvalidOption].
-func RelayLease(d time.Duration) RelayOption {
+func WithLease(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
-		if d < MinLease {
-			return invalidOption("RelayLease(%v): at least %v", d, MinLease)
+		if d < idem.MinLease {
+			return invalidOption("outbox.WithLease(%v): at least %v", d, idem.MinLease)
 		}
 		c.lease = d
 		return nil
 	})
 }
 
-// RelayPoll sets how long [Relay] waits, when nothing is due, before it
-// looks again (default [DefaultRelayPoll]). Not positive: an error
+// WithPoll sets how long [Relay] waits, when nothing is due, before it
+// looks again (default [DefaultPoll]). Not positive: an error
 // matching [ErrInvalidOption].
-func RelayPoll(d time.Duration) RelayOption {
+func WithPoll(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
 		if d <= 0 {
-			return invalidOption("RelayPoll(%v): must be positive", d)
+			return invalidOption("outbox.WithPoll(%v): must be positive", d)
 		}
 		c.poll = d
 		return nil
 	})
 }
 
-// RelayRetention makes each pass delete the messages delivered more than
+// WithRetention makes each pass delete the messages delivered more than
 // d ago (by the relay's clock). By default delivered messages are kept.
 // Not positive: an error matching [ErrInvalidOption].
-func RelayRetention(d time.Duration) RelayOption {
+func WithRetention(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
 		if d <= 0 {
-			return invalidOption("RelayRetention(%v): must be positive", d)
+			return invalidOption("outbox.WithRetention(%v): must be positive", d)
 		}
 		c.retention = d
 		return nil
 	})
 }
 
-// RelayBackoff sets the retry policy of failed deliveries (default
-// [DefaultBackoff]): after the n-th failed attempt of a message it is due
+// WithBackoff sets the retry policy of failed deliveries (default
+// [idem.DefaultBackoff]): after the n-th failed attempt of a message it is due
 // again after b.Next(n); when b gives up it is parked. The attempt count
 // and the next time are kept in the store. A nil or invalid b is an error
 // matching [ErrInvalidOption].
-func RelayBackoff(b Backoff) RelayOption {
+func WithBackoff(b idem.Backoff) Option {
 	return relayOption(func(c *relayConfig) error {
-		if err := checkBackoff(b); err != nil {
-			return invalidOption("RelayBackoff: %s", err)
+		if err := core.R.CheckBackoff(b); err != nil {
+			return invalidOption("outbox.WithBackoff: %s", err)
 		}
 		c.backoff = b
 		return nil
 	})
 }
 
-// RelayClock sets the relay's clock (leases, backoff, waits, retention;
+// WithClock sets the relay's clock (leases, backoff, waits, retention;
 // default the system clock). A nil clk is an error matching
 // [ErrInvalidOption].
-func RelayClock(clk Clock) RelayOption {
+func WithClock(clk idem.Clock) Option {
 	return relayOption(func(c *relayConfig) error {
 		if clk == nil {
-			return invalidOption("RelayClock(nil)")
+			return invalidOption("outbox.WithClock(nil)")
 		}
 		c.clock = clk
 		return nil
 	})
 }
 
-// RelayLogger logs failed deliveries, parked messages and store errors to
+// WithLogger logs failed deliveries, parked messages and store errors to
 // l (default: nothing).
-func RelayLogger(l *slog.Logger) RelayOption {
+func WithLogger(l *slog.Logger) Option {
 	return relayOption(func(c *relayConfig) error { c.logger = l; return nil })
 }
 
-// RelayOwner names the relay in the store's records (default
+// WithOwner names the relay in the store's records (default
 // idemstore.Owner(): host, pid and what proves the process's death). An
 // empty name is an error matching [ErrInvalidOption].
-func RelayOwner(name string) RelayOption {
+func WithOwner(name string) Option {
 	return relayOption(func(c *relayConfig) error {
 		if name == "" {
-			return invalidOption("RelayOwner(\"\")")
+			return invalidOption("outbox.WithOwner(\"\")")
 		}
 		c.owner = name
 		return nil
@@ -246,7 +251,7 @@ func RelayOwner(name string) RelayOption {
 // OnDelivery calls f with the result of every delivery attempt, after its
 // end was recorded (or refused), for metrics and tests. f runs on the
 // relay's goroutine: keep it short.
-func OnDelivery(f func(DeliveryResult)) RelayOption {
+func OnDelivery(f func(DeliveryResult)) Option {
 	return relayOption(func(c *relayConfig) error { c.onResult = f; return nil })
 }
 
@@ -254,7 +259,7 @@ func OnDelivery(f func(DeliveryResult)) RelayOption {
 // none is due: it claims a batch (the first pending message of each topic,
 // leased to this relay with a fencing token), calls d for each, records
 // each end (fenced: an end whose lease another relay took over is
-// refused), and claims again. Then, with [RelayRetention], it prunes the
+// refused), and claims again. Then, with [WithRetention], it prunes the
 // delivered messages older than the retention.
 //
 // What it promises: a message whose transaction committed is delivered at
@@ -271,14 +276,14 @@ func OnDelivery(f func(DeliveryResult)) RelayOption {
 // A message that fails is due again after the backoff's delay: with
 // delays shorter than a pass, and a backoff that never gives up, a pass
 // over a receiver that keeps failing does not end (give such a backoff a
-// cap on attempts, [MaxAttempts], as DefaultBackoff has).
-func RelayOnce(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts ...RelayOption) (RelayResult, error) {
+// cap on attempts, [idem.MaxAttempts], as idem.DefaultBackoff has).
+func RelayOnce(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts ...Option) (Result, error) {
 	if s == nil || d == nil {
-		panic("idem: RelayOnce needs a store and a deliverer")
+		panic("outbox: RelayOnce needs a store and a deliverer")
 	}
 	c := newRelayConfig(opts)
 	if c.err != nil {
-		return RelayResult{}, c.err
+		return Result{}, c.err
 	}
 	res, err := c.once(ctx, s, d)
 	if err == nil && ctx.Err() != nil {
@@ -287,7 +292,7 @@ func RelayOnce(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts .
 	return res, err
 }
 
-// Relay runs [RelayOnce] passes until ctx ends, waiting [RelayPoll]
+// Relay runs [RelayOnce] passes until ctx ends, waiting [WithPoll]
 // between passes that found nothing due, and then returns nil. A store
 // error is logged and the relay goes on after the poll interval. Run
 // several relays (processes, or the Postgres ledger's SKIP LOCKED claims
@@ -302,25 +307,25 @@ func RelayOnce(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts .
 // while a Deliver runs: on shutdown, have the deliverer refuse new
 // messages and cancel ctx once the delivery under way has returned (its
 // own deadline is the lease), as 'idem outbox relay' does on SIGTERM.
-func Relay(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts ...RelayOption) error {
+func Relay(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts ...Option) error {
 	if s == nil || d == nil {
-		panic("idem: Relay needs a store and a deliverer")
+		panic("outbox: Relay needs a store and a deliverer")
 	}
 	c := newRelayConfig(opts)
 	if c.err != nil {
 		return c.err
 	}
-	c.loop(ctx, s, d, nil)
+	c.loop(ctx, s, d)
 	return nil
 }
 
-// loop runs passes until ctx ends; after each, pass (if set) gets its
+// loop runs passes until ctx ends; after each, onPass (if set) gets its
 // result and error.
-func (c *relayConfig) loop(ctx context.Context, s idemstore.OutboxStore, d Deliverer, pass func(RelayResult, error)) {
+func (c *relayConfig) loop(ctx context.Context, s idemstore.OutboxStore, d Deliverer) {
 	for ctx.Err() == nil {
 		res, err := c.once(ctx, s, d)
-		if pass != nil {
-			pass(res, err)
+		if c.onPass != nil {
+			c.onPass(res, err)
 		}
 		if err != nil && ctx.Err() == nil {
 			c.log(ctx, slog.LevelWarn, "outbox relay: store error; trying again", slog.Any("error", err))
@@ -337,7 +342,7 @@ func (c *relayConfig) log(ctx context.Context, level slog.Level, msg string, att
 	}
 }
 
-func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliverer) (res RelayResult, err error) {
+func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliverer) (res Result, err error) {
 	for ctx.Err() == nil {
 		batch, err := s.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: c.batch, Owner: c.owner, Now: c.clock.Now(), Lease: c.lease})
 		if err != nil {
@@ -366,7 +371,7 @@ func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliv
 }
 
 // deliver hands rec to d and records how it ended.
-func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d Deliverer, rec idemstore.OutboxRecord, res *RelayResult) error {
+func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d Deliverer, rec idemstore.OutboxRecord, res *Result) error {
 	dl := Delivery{ID: rec.ID, Topic: rec.Topic, Payload: rec.Payload, Headers: rec.Headers, Attempt: rec.Attempts,
 		Key: rec.Key, Item: rec.Item, Created: rec.Created}
 	dctx, cancel := ctx, context.CancelFunc(func() {})
@@ -391,7 +396,7 @@ func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d De
 			// The relay is stopping: the message is due again at once,
 			// for the next relay.
 			f.NotBefore, r.Outcome, r.NotBefore = now, DeliveryRetrying, now
-		case isPermanent(derr) || !ok:
+		case core.R.IsPermanent(derr) || !ok:
 			f.Park, r.Outcome = true, DeliveryParked
 		default:
 			f.NotBefore, r.Outcome, r.NotBefore = now.Add(delay), DeliveryRetrying, now.Add(delay)
@@ -399,7 +404,7 @@ func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d De
 		serr = s.FailOutbox(context.WithoutCancel(ctx), rec.ID, rec.Token, f)
 	}
 	switch {
-	case errors.Is(serr, ErrLeaseLost):
+	case errors.Is(serr, idem.ErrLeaseLost):
 		r.Outcome = DeliverySuperseded
 		res.Superseded++
 		c.log(ctx, slog.LevelWarn, "outbox relay: end refused", slog.String("id", rec.ID), slog.Any("error", serr))
@@ -428,8 +433,58 @@ func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d De
 func callDeliver(ctx context.Context, d Deliverer, dl Delivery) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("idem: deliverer panicked: %v", p)
+			err = fmt.Errorf("outbox: deliverer panicked: %v", p)
 		}
 	}()
 	return d.Deliver(ctx, dl)
+}
+
+// invalidOption is the error of an option given a value it cannot take.
+func invalidOption(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
+}
+
+// systemClock is the relay's default clock: on it, a delivery's context
+// ends with its lease.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// sleep waits d on c, or until ctx ends (its cause is returned then).
+func sleep(ctx context.Context, c idem.Clock, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-c.After(d):
+		return nil
+	}
+}
+
+// OnPass calls f after each pass of [Relay] (a Scheduler's relay too) with
+// what it did and its store error, if any; f runs on the relay's
+// goroutine: keep it short.
+func OnPass(f func(Result, error)) Option {
+	return relayOption(func(c *relayConfig) error {
+		if f == nil {
+			return invalidOption("outbox.OnPass(nil): no function to call")
+		}
+		c.onPass = f
+		return nil
+	})
+}
+
+func init() {
+	// A Scheduler's relay (package scheduler): its options are checked
+	// when it is added, and it runs until its context ends.
+	hook.Relay = func(s idemstore.OutboxStore, d Deliverer, opts []Option) (func(ctx context.Context), error) {
+		c := newRelayConfig(opts)
+		if c.err != nil {
+			return nil, c.err
+		}
+		return func(ctx context.Context) { c.loop(ctx, s, d) }, nil
+	}
 }

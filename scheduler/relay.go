@@ -1,4 +1,4 @@
-package idem
+package scheduler
 
 import (
 	"context"
@@ -6,7 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/hook"
+	"github.com/idemgo/idem/outbox"
 )
 
 // RelayStatus is what a [Scheduler] knows of one of its outbox relays
@@ -30,15 +33,17 @@ type RelayStatus struct {
 
 // schedRelay is one relay of a Scheduler.
 type schedRelay struct {
-	name  string
-	store idemstore.OutboxStore
-	d     Deliverer
-	cfg   *relayConfig
-	st    RelayStatus // under the Scheduler's lock
+	name string
+	loop func(ctx context.Context) // the relay's passes, until ctx ends
+	st   RelayStatus               // under the Scheduler's lock
 }
 
+// relayLoop is package outbox's: it checks a relay's options and returns
+// its loop.
+var relayLoop = hook.Relay.(func(idemstore.OutboxStore, outbox.Deliverer, []outbox.Option) (func(context.Context), error))
+
 // AddRelay adds an outbox relay to the Scheduler: while [Scheduler.Run]
-// runs, it runs [Relay] on store with d and opts (the Scheduler's clock
+// runs, it runs [outbox.Relay] on store with d and opts (the Scheduler's clock
 // and logger unless opts set others), and it stops when Run stops (a
 // delivery in progress has its context cancelled; the message is due again
 // at once, and delivered again: at least once). Its state shows in
@@ -46,34 +51,36 @@ type schedRelay struct {
 // makes the Scheduler unready.
 //
 // name names it in Status (it must be new). An invalid option is an error
-// matching [ErrInvalidOption]; a Scheduler that has stopped returns
-// [ErrSchedulerClosed]. A relay added while Run runs starts at once.
-func (s *Scheduler) AddRelay(name string, store idemstore.OutboxStore, d Deliverer, opts ...RelayOption) error {
+// matching [idem.ErrInvalidOption]; a Scheduler that has stopped returns
+// [ErrClosed]. A relay added while Run runs starts at once.
+func (s *Scheduler) AddRelay(name string, store idemstore.OutboxStore, d outbox.Deliverer, opts ...outbox.Option) error {
 	if store == nil || d == nil {
-		panic("idem: AddRelay needs a store and a deliverer")
-	}
-	base := []RelayOption{RelayClock(s.clock)}
-	if s.logger != nil {
-		base = append(base, RelayLogger(s.logger))
-	}
-	cfg := newRelayConfig(append(base, opts...))
-	if cfg.err != nil {
-		return fmt.Errorf("idem: Scheduler.AddRelay %s: %w", name, cfg.err)
+		panic("scheduler: AddRelay needs a store and a deliverer")
 	}
 	if name == "" {
-		return fmt.Errorf("idem: Scheduler.AddRelay: %w: the relay needs a name", ErrInvalidOption)
+		return fmt.Errorf("idem: Scheduler.AddRelay: %w: the relay needs a name", idem.ErrInvalidOption)
 	}
+	r := &schedRelay{name: name, st: RelayStatus{Name: name, Ready: true}}
+	base := []outbox.Option{outbox.WithClock(s.clock)}
+	if s.logger != nil {
+		base = append(base, outbox.WithLogger(s.logger))
+	}
+	all := append(append(base, opts...), outbox.OnPass(func(res outbox.Result, err error) { s.pass(r, res, err) }))
+	loop, err := relayLoop(store, d, all)
+	if err != nil {
+		return fmt.Errorf("idem: Scheduler.AddRelay %s: %w", name, err)
+	}
+	r.loop = loop
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state >= schedStopping {
-		return ErrSchedulerClosed
+		return ErrClosed
 	}
 	for _, r := range s.relays {
 		if r.name == name {
 			return fmt.Errorf("idem: Scheduler.AddRelay %s: a relay of this name was added already", name)
 		}
 	}
-	r := &schedRelay{name: name, store: store, d: d, cfg: cfg, st: RelayStatus{Name: name, Ready: true}}
 	s.relays = append(s.relays, r)
 	if s.state == schedRunning {
 		s.startRelay(r)
@@ -88,20 +95,7 @@ func (s *Scheduler) startRelay(r *schedRelay) {
 	s.relayRuns.Add(1)
 	go func() {
 		defer s.relayRuns.Done()
-		r.cfg.loop(ctx, r.store, r.d, func(res RelayResult, err error) {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			st := &r.st
-			st.LastPass = s.clock.Now()
-			st.Delivered += int64(res.Delivered)
-			st.Retrying += int64(res.Retrying)
-			st.Parked += int64(res.Parked)
-			st.Superseded += int64(res.Superseded)
-			st.LastError, st.Ready, st.Why = "", true, ""
-			if err != nil && ctx.Err() == nil {
-				st.LastError, st.Ready, st.Why = err.Error(), false, "the relay's last pass failed: "+err.Error()
-			}
-		})
+		r.loop(ctx)
 		s.mu.Lock()
 		r.st.Running = false
 		s.mu.Unlock()
@@ -134,4 +128,20 @@ type relayState struct {
 	relayCtx  context.Context
 	relayStop context.CancelFunc
 	relayRuns sync.WaitGroup
+}
+
+// pass records a pass of r (its result and store error) in its status.
+func (s *Scheduler) pass(r *schedRelay, res outbox.Result, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &r.st
+	st.LastPass = s.clock.Now()
+	st.Delivered += int64(res.Delivered)
+	st.Retrying += int64(res.Retrying)
+	st.Parked += int64(res.Parked)
+	st.Superseded += int64(res.Superseded)
+	st.LastError, st.Ready, st.Why = "", true, ""
+	if err != nil && s.relayCtx.Err() == nil {
+		st.LastError, st.Ready, st.Why = err.Error(), false, "the relay's last pass failed: "+err.Error()
+	}
 }

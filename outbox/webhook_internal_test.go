@@ -1,4 +1,4 @@
-package idem
+package outbox
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/idemgo/idem/internal/core"
 )
 
 // TestWebhook: the webhook deliverer against a real HTTP server: the
@@ -66,7 +68,7 @@ func TestWebhook(t *testing.T) {
 		if (err == nil) != ok {
 			t.Fatalf("status %d: %v", c.code, err)
 		}
-		if err != nil && isPermanent(err) != c.permanent {
+		if err != nil && core.R.IsPermanent(err) != c.permanent {
 			t.Fatalf("status %d: %v, permanent %v, want %v", c.code, err, !c.permanent, c.permanent)
 		}
 	}

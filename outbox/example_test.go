@@ -1,4 +1,4 @@
-package idem_test
+package outbox_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/outbox"
 )
 
 // A settlement writes its rows and queues a notification to a payment
@@ -51,7 +52,7 @@ func ExamplePut() {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO settlements VALUES(?, ?)`, day, total); err != nil {
 				return err
 			}
-			_, err := idem.Put(ctx, tx, idem.Message{Topic: "payments", Payload: []byte(fmt.Sprintf(`{"day":%q,"total":%d}`, day, total))})
+			_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "payments", Payload: []byte(fmt.Sprintf(`{"day":%q,"total":%d}`, day, total))})
 			if total < 0 {
 				return idem.Permanent(fmt.Errorf("negative total %d", total)) // rolls back the row and the message
 			}
@@ -62,7 +63,7 @@ func ExamplePut() {
 	fmt.Println("2026-10-27 again:", settle("2026-10-27", 1200))
 	fmt.Println("2026-10-28 fails:", settle("2026-10-28", -5) != nil)
 
-	res, err := idem.RelayOnce(ctx, ledger, idem.Webhook(receiver.URL, receiver.Client()))
+	res, err := outbox.RelayOnce(ctx, ledger, outbox.Webhook(receiver.URL, receiver.Client()))
 	fmt.Printf("relay: %d delivered, %v\n", res.Delivered, err)
 	mu.Lock()
 	defer mu.Unlock()

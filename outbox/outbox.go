@@ -1,19 +1,24 @@
-package idem
+// Package outbox queues messages in the transaction of a job's body
+// (idem.RunTx and the other transactional calls) and delivers them after
+// it commits: Put, a Relay that hands them to a Deliverer, and a Webhook
+// deliverer. A message whose transaction committed is delivered at least
+// once, in the order of its topic; one whose transaction rolled back
+// never is.
+package outbox
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/runctx"
 )
 
 // ErrNoOutbox: [Put] was called where no outbox can take the message:
-// outside the body of a RunTx, EachTx or CatchUpTx (or a Scheduler's AddTx
-// job), with a transaction other than the body's, or on a store that has
+// outside the body of a RunTx, EachTx or catch-up's RunTx (or a
+// Scheduler's AddTx job), with a transaction other than the body's, or on a store that has
 // no outbox. The SQLite Ledger and the Postgres ledgers have one; the
 // state file and the redis store do not (they share no transaction with
 // business data). Nothing was queued.
@@ -29,7 +34,7 @@ var ErrInvalidMessage = errors.New("idem: invalid outbox message")
 // Nothing was written.
 var ErrMessageNotFound = idemstore.ErrMessageNotFound
 
-// Message is what [Put] queues: the relay ([Relay]) hands it to a
+// Message is what [Put] queues: a [Relay] hands it to a
 // [Deliverer] after the transaction that queued it commits.
 type Message struct {
 	// Topic orders messages: the relay delivers the messages of one
@@ -48,18 +53,20 @@ type Message struct {
 const MaxTopic = 200
 
 // Put queues msg in the outbox of tx, the transaction of the body that
-// ctx belongs to: a RunTx (RunTx, Ledger.RunTx, the Postgres ledgers'
-// RunTx), EachTx or CatchUpTx body, or a Scheduler's AddTx job. The
-// message commits with the body's business writes and the key's done
-// mark, or not at all: a body that fails, or a transaction that is rolled
-// back or killed, leaves no message behind, and none is ever delivered.
+// ctx belongs to: an idem.RunTx body (or a store's RunTx method's), a
+// fanout.EachTx item's, a catchup.RunTx period's, or a Scheduler's AddTx
+// job's. The message commits with the body's business writes and the
+// key's done mark, or not at all: a body that fails, or a transaction that
+// is rolled back or killed, leaves no message behind, and none is ever
+// delivered.
 //
-// It returns the message's id: the key's request id ([Key.RequestID]; in
-// EachTx the item's, [Key.ItemRequestID]), a dash and the message's index
-// among the messages this attempt has put so far (0, 1, ...). A retried
-// attempt that puts its messages in the same order gets the same ids, so
-// a receiver that dedupes by the id applies each message once. The relay
-// hands the id to the deliverer (the webhook sends it as Idempotency-Key).
+// It returns the message's id: the key's request id
+// ([idem.Key.RequestID]; in EachTx the item's, [idem.Key.ItemRequestID]), a
+// dash and the message's index among the messages this attempt has put so
+// far (0, 1, ...). A retried attempt that puts its messages in the same
+// order gets the same ids, so a receiver that dedupes by the id applies
+// each message once. The relay hands the id to the deliverer (the webhook
+// sends it as Idempotency-Key).
 //
 // Outside such a body, with another transaction than the body's, or on a
 // store without an outbox (the state file, redisstore), Put returns an
@@ -67,32 +74,29 @@ const MaxTopic = 200
 // Either way nothing was queued; return the error from the body so that
 // the transaction rolls back.
 func Put[Tx any](ctx context.Context, tx Tx, msg Message) (id string, err error) {
-	w, _ := ctx.Value(outboxKey{}).(*outboxWriter)
+	w := runctx.OutboxOf(ctx)
 	if w == nil {
-		return "", fmt.Errorf("%w: Put outside the body of a RunTx, EachTx or CatchUpTx", ErrNoOutbox)
+		return "", fmt.Errorf("%w: Put outside the body of a RunTx, EachTx or catch-up's RunTx", ErrNoOutbox)
 	}
-	own, ok := w.tx.(Tx)
+	own, ok := w.Tx.(Tx)
 	if !ok || !sameTx(own, tx) {
-		return "", fmt.Errorf("%w: Put with a transaction (%T) other than the body's own (%T)", ErrNoOutbox, tx, w.tx)
+		return "", fmt.Errorf("%w: Put with a transaction (%T) other than the body's own (%T)", ErrNoOutbox, tx, w.Tx)
 	}
-	store, ok := w.store.(idemstore.OutboxTxStore[Tx])
+	store, ok := w.Store.(idemstore.OutboxTxStore[Tx])
 	if !ok {
-		return "", fmt.Errorf("%w: store %T has no outbox (the SQLite Ledger and the Postgres ledgers have one)", ErrNoOutbox, w.store)
+		return "", fmt.Errorf("%w: store %T has no outbox (the SQLite Ledger and the Postgres ledgers have one)", ErrNoOutbox, w.Store)
 	}
 	if err := checkMessage(msg); err != nil {
 		return "", err
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	id = w.requestID() + "-" + strconv.Itoa(w.next)
-	w.next++ // whether or not the write succeeds: the ids depend on the order of Puts alone
+	id = w.NextID()
 	m := idemstore.OutboxMessage{ID: id, Topic: msg.Topic, Payload: msg.Payload, Headers: msg.Headers,
-		Key: w.key, Item: w.item, Created: w.clock.Now()}
+		Key: w.Key, Item: w.Item, Created: w.Now()}
 	if m.Payload == nil {
 		m.Payload = []byte{}
 	}
 	if err := store.PutOutbox(ctx, own, []idemstore.OutboxMessage{m}); err != nil {
-		return "", fmt.Errorf("idem: put %s (topic %q) for %s: %w", id, msg.Topic, w.key, err)
+		return "", fmt.Errorf("idem: put %s (topic %q) for %s: %w", id, msg.Topic, w.Key, err)
 	}
 	return id, nil
 }
@@ -137,48 +141,4 @@ func hasControl(s string) bool {
 		}
 	}
 	return false
-}
-
-type outboxKey struct{}
-
-// outboxWriter is the outbox of one transactional body's attempt: what
-// Put writes through, and the index of its next message.
-type outboxWriter struct {
-	tx    any // the body's transaction
-	store any // the body's store: an OutboxTxStore of the transaction's type, or a store without an outbox
-	key   Key
-	item  string
-	clock Clock
-
-	mu   sync.Mutex
-	id   string // the request id, made at the first Put
-	next int
-}
-
-func (w *outboxWriter) requestID() string {
-	if w.id == "" {
-		if w.item != "" {
-			w.id = w.key.ItemRequestID(w.item)
-		} else {
-			w.id = w.key.RequestID()
-		}
-	}
-	return w.id
-}
-
-// withOutbox returns ctx carrying the outbox of one attempt of a body
-// that runs in tx, a transaction of store s, for key (and item, in
-// EachTx). A store that is not an OutboxTxStore of Tx gives an outbox that
-// refuses every Put with ErrNoOutbox.
-func withOutbox[Tx any](ctx context.Context, s any, tx Tx, key Key, item string, clock Clock) context.Context {
-	return context.WithValue(ctx, outboxKey{}, &outboxWriter{tx: tx, key: key, item: item, clock: clock, store: s})
-}
-
-// withoutOutbox hides an enclosing body's outbox from a fn that does not
-// run in its transaction (a Run inside a RunTx body).
-func withoutOutbox(ctx context.Context) context.Context {
-	if ctx.Value(outboxKey{}) == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, outboxKey{}, (*outboxWriter)(nil))
 }

@@ -1,4 +1,4 @@
-package idem
+package outbox
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+
+	"github.com/idemgo/idem"
 )
 
 // Webhook returns a [Deliverer] that POSTs each message's payload to url
@@ -14,10 +16,10 @@ import (
 // message's headers, and Idempotency-Key set to the message id (the
 // receiver dedupes by it: a message may arrive more than once), plus
 // Idem-Topic and Idem-Attempt. A 2xx answer means delivered; 4xx other
-// than 408 and 429 is a [Permanent] failure (the message parks at once:
+// than 408 and 429 is an [idem.Permanent] failure (the message parks at once:
 // a retry would get the same answer); any other answer, or no answer,
 // fails the attempt, retried after the relay's backoff. The request's
-// deadline is the delivery's: the relay's lease (see [RelayLease]), or
+// deadline is the delivery's: the relay's lease (see [WithLease]), or
 // client.Timeout if that is shorter.
 //
 // The receiver must dedupe by Idempotency-Key alone, not by the pair of id
@@ -33,7 +35,7 @@ func Webhook(url string, client *http.Client) Deliverer {
 	return DeliverFunc(func(ctx context.Context, d Delivery) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(d.Payload))
 		if err != nil {
-			return Permanent(fmt.Errorf("idem: webhook %s: %w", url, err))
+			return idem.Permanent(fmt.Errorf("idem: webhook %s: %w", url, err))
 		}
 		for k, v := range d.Headers {
 			req.Header.Set(k, v)
@@ -57,7 +59,7 @@ func Webhook(url string, client *http.Client) Deliverer {
 		}
 		err = fmt.Errorf("idem: webhook %s: message %s: %s: %q", url, d.ID, resp.Status, body)
 		if code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests {
-			return Permanent(err)
+			return idem.Permanent(err)
 		}
 		return err
 	})

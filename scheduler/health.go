@@ -1,9 +1,11 @@
-package idem
+package scheduler
 
 import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/idemgo/idem"
 )
 
 // JobStatus is what a [Scheduler] knows of one job: from its own runs, and
@@ -18,10 +20,10 @@ type JobStatus struct {
 	NextRun time.Time `json:"next_run"`
 	// The last period handled (ran, found done, failed...), its outcome
 	// and when; LastError is the error of the last catch-up, if it failed.
-	LastPeriod  string    `json:"last_period,omitempty"`
-	LastOutcome Outcome   `json:"last_outcome,omitempty"`
-	LastAt      time.Time `json:"last_at"`
-	LastError   string    `json:"last_error,omitempty"`
+	LastPeriod  string       `json:"last_period,omitempty"`
+	LastOutcome idem.Outcome `json:"last_outcome,omitempty"`
+	LastAt      time.Time    `json:"last_at"`
+	LastError   string       `json:"last_error,omitempty"`
 	// LastSuccess is when a period last ran successfully, or was found
 	// done by another replica.
 	LastSuccess time.Time `json:"last_success"`
@@ -60,8 +62,8 @@ type JobStatus struct {
 	Why   string `json:"why,omitempty"`
 }
 
-// SchedulerStatus is the status of a Scheduler and its jobs.
-type SchedulerStatus struct {
+// Status is the status of a Scheduler and its jobs.
+type Status struct {
 	// Ready is true when every job is.
 	Ready bool `json:"ready"`
 	// Checked is the wall-clock time the Scheduler last looked at its
@@ -75,11 +77,11 @@ type SchedulerStatus struct {
 
 // Status returns the status of the Scheduler's jobs, in the order they
 // were added, as of now on the Scheduler's clock.
-func (s *Scheduler) Status() SchedulerStatus {
+func (s *Scheduler) Status() Status {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := SchedulerStatus{Ready: true, Checked: s.checked, Jobs: make([]JobStatus, 0, len(s.jobs))}
+	st := Status{Ready: true, Checked: s.checked, Jobs: make([]JobStatus, 0, len(s.jobs))}
 	for _, j := range s.jobs {
 		js := j.st
 		if oldest := s.oldestDue(j, now); !oldest.IsZero() && now.After(oldest) {
@@ -93,8 +95,8 @@ func (s *Scheduler) Status() SchedulerStatus {
 			js.Ready, js.Why = false, "a period is parked: reset it once the cause is fixed"
 		case js.ParamsMismatch > 0:
 			js.Ready, js.Why = false, "a period was claimed with other parameters (WithParams): restore them, or resolve or reset the period"
-		case j.cfg.job.tolerance > 0 && js.Lag > j.cfg.job.tolerance:
-			js.Ready, js.Why = false, "lagging "+js.Lag.Round(time.Second).String()+", more than its tolerance "+j.cfg.job.tolerance.String()
+		case j.job.tolerance > 0 && js.Lag > j.job.tolerance:
+			js.Ready, js.Why = false, "lagging "+js.Lag.Round(time.Second).String()+", more than its tolerance "+j.job.tolerance.String()
 		}
 		if !js.Ready {
 			st.Ready = false

@@ -1,4 +1,8 @@
-package idem
+// Package scheduler runs jobs on their schedules inside a long-running
+// process, each due period through a catch-up (package catchup): a period
+// is done once per store however many replicas run the same jobs, and
+// the periods missed while the service was down run afterwards, in order.
+package scheduler
 
 import (
 	"container/heap"
@@ -10,7 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/catchupcfg"
+	"github.com/idemgo/idem/internal/core"
 	"github.com/idemgo/idem/internal/holder"
 )
 
@@ -24,33 +32,34 @@ const Recheck = time.Minute
 // [WithMaxRunning] says otherwise.
 const DefaultMaxRunning = 8
 
-// ErrSchedulerClosed is returned by [Scheduler.Run] after [Scheduler.Shutdown],
+// ErrClosed is returned by [Scheduler.Run] after [Scheduler.Shutdown],
 // and by Add, AddTx and a second Run on a scheduler that has run.
-var ErrSchedulerClosed = errors.New("idem: scheduler closed")
+var ErrClosed = errors.New("idem: scheduler closed")
 
 type schedulerConfig struct {
-	defaults   []Option // every job's defaults, before its own options
-	probe      config   // the defaults applied: the scheduler's clock and logger
+	defaults   []idem.Option // every job's defaults, before its own options
+	err        error         // the first invalid option's
 	maxRunning int
 }
+
+// A schedulerSet is the payload of a Scheduler's own option.
+type schedulerSet func(*schedulerConfig) error
 
 // WithMaxRunning caps how many jobs of a Scheduler run at once (default
 // [DefaultMaxRunning]): a job that is due while n others run waits for one
 // of them to end, its Status showing why. Size it from the store's
 // connection budget: a running job holds a connection for each of its
 // writes, and its lease renewals. An n below 1 is an error matching
-// [ErrInvalidOption].
-func WithMaxRunning(n int) Option {
-	return &option{name: "WithMaxRunning", class: classScheduler, sched: func(c *schedulerConfig) error {
+// [idem.ErrInvalidOption].
+func WithMaxRunning(n int) idem.Option {
+	return core.NewOption("scheduler.WithMaxRunning", "scheduler", schedulerSet(func(c *schedulerConfig) error {
 		if n < 1 {
-			return invalidOption("WithMaxRunning(%d): at least one job must be able to run", n)
+			return invalidOption("scheduler.WithMaxRunning(%d): at least one job must be able to run", n)
 		}
 		c.maxRunning = n
 		return nil
-	}}
+	}))
 }
-
-
 
 // jobConfig is what a Scheduler needs of a job besides the catch-up's
 // config.
@@ -60,16 +69,21 @@ type jobConfig struct {
 	tolerance   time.Duration
 }
 
+// A jobSet is the payload of a job's option.
+type jobSet func(*jobConfig) error
+
+func jobOption(name string, set jobSet) idem.Option { return core.NewOption(name, "job", set) }
+
 // WithJitter delays each due run of the job by a random duration in [0, d),
 // so that the replicas of a service, which all run the same jobs, do not
 // reach the store at the same instant. A negative d is an error matching
-// [ErrInvalidOption].
-func WithJitter(d time.Duration) Option {
-	return newOption("WithJitter", classJob, func(c *config) error {
+// [idem.ErrInvalidOption].
+func WithJitter(d time.Duration) idem.Option {
+	return jobOption("scheduler.WithJitter", func(c *jobConfig) error {
 		if d < 0 {
-			return invalidOption("WithJitter(%v): the jitter must not be negative", d)
+			return invalidOption("scheduler.WithJitter(%v): the jitter must not be negative", d)
 		}
-		c.job.jitter = d
+		c.jitter = d
 		return nil
 	})
 }
@@ -78,24 +92,24 @@ func WithJitter(d time.Duration) Option {
 // periods still run start at once, as a Run of its own key, alongside
 // them. By default the job waits: its periods run one after the other, in
 // order, each once the one before it has ended.
-func RunOverlapping() Option {
-	return newOption("RunOverlapping", classJob, func(c *config) error { c.job.overlapping = true; return nil })
+func RunOverlapping() idem.Option {
+	return jobOption("scheduler.RunOverlapping", func(c *jobConfig) error { c.overlapping = true; return nil })
 }
 
-// WithLagTolerance makes the job unready ([SchedulerStatus.Ready]) once a
+// WithLagTolerance makes the job unready ([Status.Ready]) once a
 // due period has waited longer than d without being settled. The lag is
 // measured at every read of the status, from the due time of the oldest
 // period after the job's cursor as the Scheduler last read it: it grows
 // while the store fails, while a claim waits for a lock and while fn
 // hangs, not only once a catch-up returns. By default lag does not make a
 // job unready. A d of zero or less is an error matching
-// [ErrInvalidOption].
-func WithLagTolerance(d time.Duration) Option {
-	return newOption("WithLagTolerance", classJob, func(c *config) error {
+// [idem.ErrInvalidOption].
+func WithLagTolerance(d time.Duration) idem.Option {
+	return jobOption("scheduler.WithLagTolerance", func(c *jobConfig) error {
 		if d <= 0 {
-			return invalidOption("WithLagTolerance(%v): the tolerance must be positive", d)
+			return invalidOption("scheduler.WithLagTolerance(%v): the tolerance must be positive", d)
 		}
-		c.job.tolerance = d
+		c.tolerance = d
 		return nil
 	})
 }
@@ -110,7 +124,7 @@ func WithLagTolerance(d time.Duration) Option {
 // one run each period, and a replica that starts reads where each job
 // stands from the store.
 //
-//	s := idem.NewScheduler(ledger)
+//	s := scheduler.New(ledger)
 //	err := s.Add("settle", idem.Daily(shanghai), settle)
 //	go s.Run(ctx)
 //	defer s.Shutdown(context.Background())
@@ -152,7 +166,7 @@ func WithLagTolerance(d time.Duration) Option {
 type Scheduler struct {
 	store    idemstore.CatchUpStore
 	cfg      schedulerConfig
-	clock    Clock
+	clock    idem.Clock
 	logger   *slog.Logger
 	randInt  func(n int64) int64 // the jitter's randomness (a seam for tests)
 	checks   []runCheck          // asked before each run
@@ -187,9 +201,16 @@ type runCheck func(j *schedJob) (reason string)
 // schedJob is one job of a Scheduler and what the Scheduler knows of it.
 type schedJob struct {
 	name  string
-	sched Schedule
-	cfg   *config
-	run   func(ctx context.Context, key Key, p Period, cfg *config) error
+	sched idem.Schedule
+	opts  []idem.Option       // the Scheduler's defaults, then the job's own options
+	cu    catchupcfg.Settings // the job's catch-up settings (when its periods are due)
+	job   jobConfig           // the job's settings
+	lease time.Duration       // the job's lease
+	obs   func(idem.Result)   // the job's observers, the store's left out: what its fn's Each calls report to too
+	// catchUp runs the job's catch-up with its options and extra; runOne
+	// runs one period of it (an overlapping job's) likewise.
+	catchUp func(ctx context.Context, extra []idem.Option) (catchup.Result, error)
+	runOne  func(ctx context.Context, key idem.Key, p idem.Period, extra []idem.Option) error
 
 	index    int       // in the due heap; -1 when not in it
 	wake     time.Time // when to look at the job next
@@ -214,100 +235,111 @@ type schedJob struct {
 // job's lease).
 const holderProbe = time.Second
 
-// NewScheduler returns a Scheduler whose jobs keep their periods in store.
-// opts are the Scheduler's: [WithMaxRunning], and [Option]s, which are the
-// defaults of every job (a job's own options override them); WithClock and
-// WithLogger also set the Scheduler's own clock and logger. An invalid
-// option makes Add return its error.
+// New returns a Scheduler whose jobs keep their periods in store. opts
+// are the Scheduler's: [WithMaxRunning], and the options of every call
+// (idem.WithLease, idem.WithBackoff, ...), which are the defaults of every
+// job (a job's own options override them); idem.WithClock and
+// idem.WithLogger also set the Scheduler's own clock and logger. An
+// invalid option makes Add and Run return its error.
 //
-// NewScheduler panics if store is nil.
-func NewScheduler(store idemstore.CatchUpStore, opts ...Option) *Scheduler {
+// New panics if store is nil.
+func New(store idemstore.CatchUpStore, opts ...idem.Option) *Scheduler {
 	if store == nil {
-		panic("idem: NewScheduler needs a store")
+		panic("scheduler: New needs a store")
 	}
 	s := &Scheduler{
 		store:    store,
-		cfg:      schedulerConfig{maxRunning: DefaultMaxRunning, probe: *newConfig(store, callScheduler)},
+		cfg:      schedulerConfig{maxRunning: DefaultMaxRunning},
 		randInt:  rand.Int64N,
 		kick:     make(chan struct{}, 1),
 		finished: make(chan struct{}),
 		byName:   map[string]*schedJob{},
 	}
-	for i, o := range opts {
-		switch {
-		case o == nil:
-			s.cfg.probe.keep(invalidOption("NewScheduler: option %d of %d is nil", i+1, len(opts)))
-		case !callScheduler.fits(o.option()):
-			s.cfg.probe.keep(callScheduler.misfit(o.option()))
-		case o.option().sched != nil:
-			s.cfg.probe.keep(o.option().sched(&s.cfg))
-		default: // an option of every call: a default of every job
-			s.cfg.defaults = append(s.cfg.defaults, o)
-			s.cfg.probe.keep(o.option().apply(&s.cfg.probe))
+	probe := core.Configure(store, "scheduler.New", opts)
+	s.cfg.err = probe.Err()
+	for _, p := range probe.Ext() {
+		if f, ok := p.(schedulerSet); ok {
+			if err := f(&s.cfg); err != nil && s.cfg.err == nil {
+				s.cfg.err = err
+			}
 		}
 	}
-	s.clock, s.logger = s.cfg.probe.clock, s.cfg.probe.logger
+	s.cfg.defaults = core.R.Plain(opts)
+	s.clock, s.logger = probe.Clock(), probe.Logger()
 	s.checks = append(s.checks, s.slotCheck)
 	return s
 }
 
 // Add registers the job named job: fn runs once for each period of sched,
-// as in [CatchUp], with opts (and the Scheduler's defaults). Jobs may be
-// added before Run or while it runs.
+// as in [catchup.Run], with opts (and the Scheduler's defaults). Jobs may
+// be added before Run or while it runs.
 //
 // An invalid job name, option or schedule, or a name added twice, is an
-// error (ErrInvalidOption for options; the job is not added). fn must not
-// be nil.
-func (s *Scheduler) Add(job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...Option) error {
+// error (idem.ErrInvalidOption for options; the job is not added). fn must
+// not be nil.
+func (s *Scheduler) Add(job string, sched idem.Schedule, fn func(ctx context.Context, p idem.Period) error, opts ...idem.Option) error {
 	if fn == nil || sched == nil {
-		panic("idem: Scheduler.Add needs a schedule and a fn")
+		panic("scheduler: Add needs a schedule and a fn")
 	}
-	cfg := jobConfigOf(s, callJob, opts)
-	return s.add(job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
-		return execute(withJobObserver(ctx, cfg), s.store, key, cfg, noValue(func(ctx context.Context) error { return fn(ctx, p) }), nil, nil)
+	return s.add(job, sched, "Scheduler.Add", opts, func(j *schedJob) {
+		j.catchUp = func(ctx context.Context, extra []idem.Option) (catchup.Result, error) {
+			return catchup.Run(ctx, s.store, j.name, j.sched, func(ctx context.Context, p idem.Period) error {
+				return fn(core.R.WithJobObserver(ctx, j.obs), p)
+			}, append(append([]idem.Option(nil), j.opts...), extra...)...)
+		}
+		j.runOne = func(ctx context.Context, key idem.Key, p idem.Period, extra []idem.Option) error {
+			return idem.RunOn(core.R.WithJobObserver(ctx, j.obs), s.store, key, func(ctx context.Context) error { return fn(ctx, p) },
+				append(core.R.Plain(j.opts), extra...)...)
+		}
 	})
 }
 
 // AddTx registers a transactional job, as [Scheduler.Add] does a plain
-// one: each period runs through [CatchUpTx], and fn's writes, the period's
-// done mark and the job's cursor commit in one transaction of the store's
-// database. The Scheduler's store must be an
+// one: each period runs through [catchup.RunTx], and fn's writes, the
+// period's done mark and the job's cursor commit in one transaction of the
+// store's database. The Scheduler's store must be an
 // [idemstore.CatchUpTxStore] of Tx (a Ledger's is *sql.Tx); otherwise AddTx
 // returns an error and adds nothing.
-func AddTx[Tx any](s *Scheduler, job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...Option) error {
+func AddTx[Tx any](s *Scheduler, job string, sched idem.Schedule, fn func(ctx context.Context, tx Tx, p idem.Period) error, opts ...idem.Option) error {
 	if fn == nil || sched == nil {
-		panic("idem: AddTx needs a schedule and a fn")
+		panic("scheduler: AddTx needs a schedule and a fn")
 	}
 	ts, ok := s.store.(idemstore.CatchUpTxStore[Tx])
 	if !ok {
 		var tx Tx
 		return fmt.Errorf("idem: AddTx %s: the scheduler's store %T has no transactions of type %T", job, s.store, tx)
 	}
-	cfg := jobConfigOf(s, callJobTx, opts)
-	return s.add(job, sched, cfg, func(ctx context.Context, key Key, p Period, cfg *config) error {
-		return runTx(withJobObserver(ctx, cfg), ts, key, func(ctx context.Context, tx Tx) ([]byte, error) { return nil, fn(ctx, tx, p) }, cfg)
+	return s.add(job, sched, "scheduler.AddTx", opts, func(j *schedJob) {
+		j.catchUp = func(ctx context.Context, extra []idem.Option) (catchup.Result, error) {
+			return catchup.RunTx(ctx, ts, j.name, j.sched, func(ctx context.Context, tx Tx, p idem.Period) error {
+				return fn(core.R.WithJobObserver(ctx, j.obs), tx, p)
+			}, append(append([]idem.Option(nil), j.opts...), extra...)...)
+		}
+		j.runOne = func(ctx context.Context, key idem.Key, p idem.Period, extra []idem.Option) error {
+			return idem.RunTx(core.R.WithJobObserver(ctx, j.obs), ts, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) },
+				append(core.R.Plain(j.opts), extra...)...)
+		}
 	})
 }
 
-// jobConfigOf is a job's config: the engine's and the store's defaults, the
-// Scheduler's, then the job's opts.
-func jobConfigOf(s *Scheduler, cl call, opts []Option) *config {
-	c := newConfig(s.store, cl)
-	c.err = s.cfg.probe.err
-	base := c.observer // the store's defaults
-	c.observer = nil
-	for _, o := range s.cfg.defaults {
-		c.keep(o.option().apply(c))
+// add adds the job named job, whose call (Scheduler.Add or AddTx) took
+// opts; set sets its runs.
+func (s *Scheduler) add(job string, sched idem.Schedule, call string, opts []idem.Option, set func(*schedJob)) error {
+	if err := s.cfg.err; err != nil {
+		return fmt.Errorf("idem: Scheduler.Add %s: %w", job, err)
 	}
-	applyOptions(c, cl, opts)
-	c.jobObserver = c.observer
-	c.observer = chainObservers(base, c.observer)
-	return c
-}
-
-func (s *Scheduler) add(job string, sched Schedule, cfg *config, run func(context.Context, Key, Period, *config) error) error {
-	if cfg.err != nil {
-		return fmt.Errorf("idem: Scheduler.Add %s: %w", job, cfg.err)
+	all := append(append([]idem.Option(nil), s.cfg.defaults...), opts...)
+	cfg := core.Configure(s.store, call, all)
+	cu, err := catchupcfg.Of(cfg.Ext())
+	cfg.Keep(err)
+	var jc jobConfig
+	for _, p := range cfg.Ext() {
+		if f, ok := p.(jobSet); ok {
+			cfg.Keep(f(&jc))
+		}
+	}
+	if err := cfg.Err(); err != nil {
+		return fmt.Errorf("idem: Scheduler.Add %s: %w", job, err)
 	}
 	if err := idemstore.ValidateJob(job); err != nil {
 		return err
@@ -315,14 +347,20 @@ func (s *Scheduler) add(job string, sched Schedule, cfg *config, run func(contex
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state >= schedStopping {
-		return ErrSchedulerClosed
+		return ErrClosed
 	}
 	if _, dup := s.byName[job]; dup {
 		return fmt.Errorf("idem: Scheduler.Add %s: a job of this name was added already", job)
 	}
-	j := &schedJob{name: job, sched: sched, cfg: cfg, run: run, index: -1}
-	j.cfg.catchUp.stop = s.stopping
-	j.cfg.catchUp.scheduled = true
+	// What the job's catch-up takes: all but the job's own settings.
+	var cuOpts []idem.Option
+	for _, o := range all {
+		if _, own := core.R.Payload(o).(jobSet); !own {
+			cuOpts = append(cuOpts, o)
+		}
+	}
+	j := &schedJob{name: job, sched: sched, opts: cuOpts, cu: cu, job: jc, lease: cfg.Lease(), obs: core.R.Observers(all), index: -1}
+	set(j)
 	j.st = JobStatus{Job: job, Schedule: sched.String()}
 	s.jobs = append(s.jobs, j)
 	s.byName[job] = j
@@ -354,11 +392,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.state != schedIdle {
 		s.mu.Unlock()
-		return ErrSchedulerClosed
+		return ErrClosed
 	}
-	if err := s.cfg.probe.err; err != nil {
+	if err := s.cfg.err; err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("idem: NewScheduler: %w", err)
+		return fmt.Errorf("idem: scheduler.New: %w", err)
 	}
 	s.state = schedRunning
 	work, hard := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -409,14 +447,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	s.stopRelays()
 	s.runs.Wait()
-	hard(ErrSchedulerClosed)
+	hard(ErrClosed)
 	s.mu.Lock()
 	s.state = schedStopped
 	s.mu.Unlock()
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	return ErrSchedulerClosed
+	return ErrClosed
 }
 
 // Shutdown stops the Scheduler gracefully: no run starts any more, and no
@@ -483,7 +521,7 @@ func (s *Scheduler) schedule(j *schedJob, wake time.Time) {
 func (s *Scheduler) dispatchWork(ctx context.Context, now time.Time) {
 	for len(s.due) > 0 && !s.due[0].wake.After(now) {
 		j := heap.Pop(&s.due).(*schedJob)
-		if j.catching && !j.cfg.job.overlapping {
+		if j.catching && !j.job.overlapping {
 			continue // its catch-up's end looks at it again
 		}
 		if j.holder != "" {
@@ -530,12 +568,12 @@ func (s *Scheduler) slotCheck(*schedJob) string {
 // start starts j's due work: a catch-up, or, while one runs and j runs
 // overlapping, a run of each period due since. Called with s.mu held.
 func (s *Scheduler) start(ctx context.Context, j *schedJob, now time.Time) {
-	last := j.cfg.catchUp.lastDue(j.sched, now)
+	last := j.cu.LastDue(j.sched, now)
 	if !j.catching {
 		j.catching = true
 		j.covered = last.Name
 		s.launch(j, func() { s.catchUp(ctx, j) })
-		if j.cfg.job.overlapping {
+		if j.job.overlapping {
 			s.schedule(j, s.nextWake(j, now)) // its next period may start alongside
 		}
 		return
@@ -561,13 +599,19 @@ func (s *Scheduler) launch(j *schedJob, f func()) {
 
 // catchUp runs j's catch-up and schedules its next look.
 func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
-	cfg := *j.cfg
-	cfg.catchUp.progress = func(cursor string) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		j.cursor = cursor
-	}
-	res, err := catchUp(ctx, s.store, j.name, j.sched, &cfg, j.run)
+	// The Scheduler's own settings of the job's catch-up: it stops when
+	// the Scheduler does, it is a look rather than a trigger, and it tells
+	// the job's cursor as it goes.
+	look := core.NewOption("scheduler", "internal", catchupcfg.Set(func(st *catchupcfg.Settings) error {
+		st.Stop, st.Scheduled = s.stopping, true
+		st.Progress = func(cursor string) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			j.cursor = cursor
+		}
+		return nil
+	}))
+	res, err := j.catchUp(ctx, []idem.Option{look})
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -582,7 +626,7 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	if j.index >= 0 { // an overlapping job, looked at while its catch-up ran
 		wake = earliest(wake, j.wake)
 	}
-	var ie *Error
+	var ie *idem.Error
 	deferred := ""
 	switch {
 	case s.state >= schedStopping:
@@ -591,19 +635,19 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 		wake = now // the cap: go on, after the others due now
 	case err == nil && res.Cursor != "" && !s.oldestDue(j, now).IsZero() && len(res.Periods) > 0:
 		wake = now // due since the catch-up looked
-	case errors.As(err, &ie) && ie.Outcome == BackingOff && !ie.NotBefore.IsZero():
+	case errors.As(err, &ie) && ie.Outcome == idem.BackingOff && !ie.NotBefore.IsZero():
 		wake = earliest(wake, ie.NotBefore)
-	case errors.As(err, &ie) && ie.Outcome == InProgress:
+	case errors.As(err, &ie) && ie.Outcome == idem.InProgress:
 		wake = s.watchHolder(j, ie, now, wake)
-	case errors.As(err, &ie) && ie.Outcome == LeaseLost:
+	case errors.As(err, &ie) && ie.Outcome == idem.LeaseLost:
 		// A newer attempt holds the period: if it died, its lease ends.
-		wake = earliest(wake, now.Add(j.cfg.lease))
-	case errors.As(err, &ie) && ie.Outcome == Deferred:
+		wake = earliest(wake, now.Add(j.lease))
+	case errors.As(err, &ie) && ie.Outcome == idem.Deferred:
 		// A guard or a breaker said this host cannot take more now: nothing
 		// was claimed. Look again at the next recheck (an open breaker: when
 		// it lets a probe through), not at once.
 		next := now.Add(Recheck)
-		var d *Deferral
+		var d *idem.Deferral
 		if errors.As(err, &d) {
 			deferred = d.Error()
 			if d.Until.After(now) {
@@ -611,7 +655,7 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 			}
 		}
 		wake = earliest(wake, next)
-	case errors.As(err, &ie) && (ie.Outcome == Parked || ie.Outcome == Unknown || ie.Outcome == ParamsMismatch):
+	case errors.As(err, &ie) && (ie.Outcome == idem.Parked || ie.Outcome == idem.Unknown || ie.Outcome == idem.ParamsMismatch):
 		// A person must settle it; look again at the next due time.
 	case err != nil:
 		if s.logger != nil {
@@ -635,10 +679,10 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 // lease ends, as the store reported it (a lease from now, if it did not
 // or if its clock is behind this one); and, if the holder is a process of
 // this host, as soon as a probe finds it dead (see dispatchWork).
-func (s *Scheduler) watchHolder(j *schedJob, ie *Error, now, slot time.Time) time.Time {
+func (s *Scheduler) watchHolder(j *schedJob, ie *idem.Error, now, slot time.Time) time.Time {
 	until := ie.LeaseUntil
 	if !until.After(now) {
-		until = now.Add(j.cfg.lease)
+		until = now.Add(j.lease)
 	}
 	wake := earliest(slot, until)
 	if holder.Local(ie.Holder) {
@@ -649,7 +693,7 @@ func (s *Scheduler) watchHolder(j *schedJob, ie *Error, now, slot time.Time) tim
 }
 
 // probeEvery is how often the holder of j's period is checked.
-func probeEvery(j *schedJob) time.Duration { return min(holderProbe, j.cfg.lease/3) }
+func probeEvery(j *schedJob) time.Duration { return min(holderProbe, j.lease/3) }
 
 // oldestDue is the due time of j's oldest due period that is not known
 // settled, zero if none: the period after the job's cursor, as a catch-up
@@ -667,26 +711,23 @@ func (s *Scheduler) oldestDue(j *schedJob, now time.Time) time.Time {
 	if err != nil {
 		return time.Time{}
 	}
-	if due := j.cfg.catchUp.due(j.sched.Next(c)); !due.After(now) {
+	if due := j.cu.Due(j.sched.Next(c)); !due.After(now) {
 		return due
 	}
 	return time.Time{}
 }
 
 // runOne runs the single period p of an overlapping job.
-func (s *Scheduler) runOne(ctx context.Context, j *schedJob, p Period) {
-	var r Result
-	cfg := *j.cfg
-	cfg.report = &r
-	cfg.catchUp.cursor = false
-	err := j.run(ctx, Key{Job: j.name, Period: p.Name}, p, &cfg)
+func (s *Scheduler) runOne(ctx context.Context, j *schedJob, p idem.Period) {
+	var r idem.Result
+	err := j.runOne(ctx, idem.Key{Job: j.name, Period: p.Name}, p, []idem.Option{idem.ReportTo(&r)})
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.running--
 	j.extra--
 	j.st.Running = j.catching || j.extra > 0
-	s.record(j, []PeriodResult{{Period: p, Outcome: r.Outcome, Err: err}}, now, false)
+	s.record(j, []catchup.PeriodResult{{Period: p, Outcome: r.Outcome, Err: err}}, now, false)
 	if s.state < schedStopping {
 		// The next catch-up settles the cursor over it, or retries it.
 		s.schedule(j, earliest(j.wake, now))
@@ -698,20 +739,20 @@ func (s *Scheduler) runOne(ctx context.Context, j *schedJob, p Period) {
 // periods (all of them: it stops at, or goes past, every parked or unknown
 // one after the cursor) set the parked and unknown counts; an overlapping
 // run's only add to them.
-func (s *Scheduler) record(j *schedJob, periods []PeriodResult, now time.Time, catchUp bool) {
+func (s *Scheduler) record(j *schedJob, periods []catchup.PeriodResult, now time.Time, catchUp bool) {
 	parked, unknown, mismatched := 0, 0, 0
 	for _, pr := range periods {
 		j.st.LastPeriod, j.st.LastOutcome, j.st.LastAt = pr.Period.Name, pr.Outcome, now
 		switch pr.Outcome {
-		case Ran, Recovered, AlreadyDone:
+		case idem.Ran, idem.Recovered, idem.AlreadyDone:
 			if pr.Err == nil {
 				j.st.LastSuccess = now
 			}
-		case Parked:
+		case idem.Parked:
 			parked++
-		case Unknown:
+		case idem.Unknown:
 			unknown++
-		case ParamsMismatch:
+		case idem.ParamsMismatch:
 			mismatched++
 		}
 	}
@@ -727,15 +768,15 @@ func (s *Scheduler) record(j *schedJob, periods []PeriodResult, now time.Time, c
 // nextWake is when j is to be looked at next, with nothing due now: when
 // its next period is due, plus its jitter.
 func (s *Scheduler) nextWake(j *schedJob, now time.Time) time.Time {
-	next := j.cfg.catchUp.nextDue(j.sched, now)
+	next := j.cu.NextDue(j.sched, now)
 	j.st.NextDue = next
-	if d := j.cfg.job.jitter; d > 0 {
+	if d := j.job.jitter; d > 0 {
 		next = next.Add(time.Duration(s.randInt(int64(d))))
 	}
 	return next
 }
 
-func mustParse(sched Schedule, name string) Period {
+func mustParse(sched idem.Schedule, name string) idem.Period {
 	p, err := sched.Parse(name)
 	if err != nil {
 		panic(fmt.Sprintf("idem: scheduler: period %q of %s: %v", name, sched, err))
@@ -771,4 +812,9 @@ func (h *jobHeap) Pop() any {
 	j.index = -1
 	*h = old[:len(old)-1]
 	return j
+}
+
+// invalidOption is the error of an option given a value it cannot take.
+func invalidOption(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
 }

@@ -1,0 +1,425 @@
+// Package catchup does the due periods of a job that are not done yet,
+// oldest first, each through idem.Run: what a job triggered by cron or a
+// timer calls instead of Run, so that after downtime the missed periods
+// get done, and never twice.
+package catchup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/catchupcfg"
+	"github.com/idemgo/idem/internal/core"
+)
+
+// DefaultMaxPeriods is how many due periods one Run does at most, unless
+// [All] says otherwise: an explicit version of Kubernetes' "100 missed
+// start times" rule, except that the rest is not dropped but left for the
+// next call.
+const DefaultMaxPeriods = catchupcfg.DefaultMaxPeriods
+
+// PeriodResult is what catch-up did with one period.
+type PeriodResult struct {
+	Period  idem.Period
+	Outcome idem.Outcome // Ran, AlreadyDone, Recovered, Skipped, or the failure's outcome
+	Err     error        // nil unless the period failed
+}
+
+// Result reports a Run or RunTx call.
+type Result struct {
+	Periods  []PeriodResult // in order, oldest first
+	Deferred int            // due periods left for a later call (the MaxPeriods cap, or a stop at a failure)
+	Cursor   string         // the job's cursor afterwards
+}
+
+// Count returns how many periods ended with outcome o.
+func (r Result) Count(o idem.Outcome) int {
+	n := 0
+	for _, p := range r.Periods {
+		if p.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// Run does every due period of job that is not done yet, oldest first,
+// each through Run (so each is idempotent on its own), up to now on the
+// clock ([idem.WithClock]). It is what a job triggered by cron or a timer calls
+// instead of Run: after downtime, the missed periods get done.
+//
+// Which periods: those after the job's cursor (the last period catch-up settled
+// in order) up to the latest due one. A job with no cursor yet starts at
+// [Since], or else with the latest due period only: its first call records that
+// start as the job's cursor ([idemstore.CatchUpStore.Start], the period before
+// the first) before any period runs. So a first period that fails is not
+// skipped: every later call starts at it, whatever its clock says, and the
+// periods after it wait for it (or run, with [ContinueAfterFailure]). Periods
+// at or before the job's retention horizon count as done. A period is due when
+// it ends, or when it starts with [DueAtStart].
+//
+// Catch-up never goes back before the job's cursor: a period at or before
+// it that is not settled (run by a plain Run, or left by an older version
+// of idem whose catch-up could skip it) is not reached by Run again;
+// run it with idem.Run, or Resolve it.
+//
+// Policies: [All] (default; capped at DefaultMaxPeriods per call) or
+// [Latest]. A failing period stops the catch-up there unless
+// [ContinueAfterFailure]; the error returned is that period's.
+//
+// The cursor advances in the same transaction as each period's done mark,
+// and only over an unbroken run of settled periods; it never moves back. A
+// wall clock that jumps back therefore re-runs nothing; one that jumps
+// forward makes the periods in between due, under the policy.
+//
+// Other options (mode, backoff, logger, ...) apply to every period's idem.Run;
+// [idem.RetryWithin] bounds the in-process retries of the whole call, counted
+// from its start. An observer ([idem.OnResult]) gets one Result per period
+// handled, skipped periods included; the call's result is a Result.
+//
+// fn must not call Run or RunTx for its own period (the key is held by
+// the Run that called fn: [idem.ErrNestedRun]); for business writes that commit
+// with each period's done mark, use [RunTx].
+func Run(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.Schedule, fn func(ctx context.Context, p idem.Period) error, opts ...idem.Option) (Result, error) {
+	if fn == nil || sched == nil || s == nil {
+		panic("catchup: Run needs a store, a schedule and a fn")
+	}
+	return loop(ctx, s, job, sched, "catchup.Run", opts, func(ctx context.Context, key idem.Key, p idem.Period, opts []idem.Option) error {
+		return idem.RunOn(ctx, s, key, func(ctx context.Context) error { return fn(ctx, p) }, opts...)
+	})
+}
+
+// RunTx is [Run] for a transactional job: each due period runs
+// through [idem.RunTx], and fn's writes, the period's done mark and the
+// move of the job's cursor to the period commit in ONE transaction of the
+// store's database, or not at all. After downtime every missed period is
+// done exactly once in that database, whatever kills the process: a
+// period whose transaction did not commit left neither business rows nor
+// a done mark nor a cursor move, and the next call runs it again.
+//
+// Periods, policies, the cursor and the options are as in Run; it
+// takes no mode option, and ignores a store's default mode (see RunTx). A failing period's writes are
+// rolled back and the catch-up stops there (unless
+// [ContinueAfterFailure]); the error returned is that period's. As in
+// RunTx, write idempotent, recomputing statements: they are what the
+// re-run of a rolled-back period repeats.
+func RunTx[Tx any](ctx context.Context, s idemstore.CatchUpTxStore[Tx], job string, sched idem.Schedule, fn func(ctx context.Context, tx Tx, p idem.Period) error, opts ...idem.Option) (Result, error) {
+	if fn == nil || sched == nil || s == nil {
+		panic("catchup: RunTx needs a store, a schedule and a fn")
+	}
+	return loop(ctx, s, job, sched, "catchup.RunTx", opts, func(ctx context.Context, key idem.Key, p idem.Period, opts []idem.Option) error {
+		return idem.RunTx(ctx, s, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) }, opts...)
+	})
+}
+
+// loop is Run's and RunTx's loop, for the call named call with opts; run
+// runs one period with the options given.
+func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.Schedule, call string, opts []idem.Option,
+	run func(ctx context.Context, key idem.Key, p idem.Period, opts []idem.Option) error) (Result, error) {
+	var res Result
+	cfg := core.Configure(s, call, opts)
+	cu, err := catchupcfg.Of(cfg.Ext())
+	cfg.Keep(err)
+	var onPeriod func(PeriodResult)
+	for _, p := range cfg.Ext() {
+		if f, ok := p.(periodObserver); ok {
+			onPeriod = f
+		}
+	}
+	if err := cfg.Err(); err != nil {
+		return res, err
+	}
+	if err := idemstore.ValidateJob(job); err != nil {
+		return res, err
+	}
+	plain := core.R.Plain(opts)
+	clock := cfg.Clock()
+	js, err := s.Job(ctx, job)
+	if err != nil {
+		return res, err
+	}
+
+	now := clock.Now()
+	last := cu.LastDue(sched, now)
+	if js.Cursor == "" {
+		// The job's first catch-up: record where it starts before any
+		// period runs, so that a first period that fails is where the
+		// next call starts too.
+		first := last
+		if !cu.Since.IsZero() {
+			first = sched.At(cu.Since)
+		}
+		if js, err = s.Start(ctx, job, sched.Prev(first).Name); err != nil {
+			return res, err
+		}
+	}
+	res.Cursor = js.Cursor
+	if cu.Progress != nil && res.Cursor != "" {
+		cu.Progress(res.Cursor)
+	}
+	var first idem.Period
+	switch {
+	case js.Cursor != "":
+		c, err := sched.Parse(js.Cursor)
+		if err != nil {
+			return res, fmt.Errorf("idem: catch-up %s: the cursor %q is not a period of %s (did the schedule change?): %w", job, js.Cursor, sched, err)
+		}
+		first = sched.Next(c)
+	case !cu.Since.IsZero():
+		// No start could be recorded (a state file's job that has a
+		// pending period but no watermark).
+		first = sched.At(cu.Since)
+	default:
+		first = last
+	}
+	for js.Horizon != "" && first.Name <= js.Horizon && !first.Start.After(last.Start) {
+		first = sched.Next(first)
+	}
+	if first.Start.After(last.Start) {
+		// Nothing due: also what a clock that jumped back sees. A
+		// duplicate trigger with other parameters is refused all the same.
+		if cu.Scheduled {
+			return res, nil
+		}
+		return checkLatest(ctx, s, job, last, cfg, onPeriod, res)
+	}
+
+	// Count what is due, to report what a cap or a stop leaves behind.
+	due := 0
+	for p := first; !p.Start.After(last.Start); p = sched.Next(p) {
+		due++
+	}
+	unbroken := true // every period so far is settled: the cursor may move
+	var firstErr error
+	ran := 0 // periods run (not skipped): what the cap counts
+	observer := cfg.Observer()
+	for p := first; !p.Start.After(last.Start); p = sched.Next(p) {
+		if (!cu.Latest && cu.MaxPeriods > 0 && ran >= cu.MaxPeriods) || (firstErr != nil && (!cu.KeepGoing || errors.Is(firstErr, idem.ErrDeferred))) || (cu.Stop != nil && cu.Stop()) {
+			break
+		}
+		key := idem.Key{Job: job, Period: p.Name}
+		var pr PeriodResult
+		if (cu.Latest && p.Name != last.Name) || (cu.Window > 0 && p.Name != last.Name && cu.Due(p).Before(now.Add(-cu.Window))) {
+			start := clock.Now()
+			pr = skipPeriod(ctx, s, key, p)
+			if observer != nil { // a Result per period, skipped ones too
+				observer(idem.Result{Key: key, Outcome: pr.Outcome, Duration: clock.Now().Sub(start), Err: pr.Err})
+			}
+		} else {
+			// This period's Run: the call's options, its report, the
+			// call's start for RetryWithin, and the cursor's move.
+			var r idem.Result
+			popts := append(append([]idem.Option(nil), plain...), idem.ReportTo(&r), core.R.InternalOption(now, unbroken))
+			ran++
+			err := run(ctx, key, p, popts)
+			pr = PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
+			if cu.Scheduled && errors.Is(err, idem.ErrParamsMismatch) && settledElsewise(ctx, s, key) {
+				pr = PeriodResult{Period: p, Outcome: idem.AlreadyDone}
+			}
+		}
+		if pr.Err != nil {
+			unbroken = false
+			if firstErr == nil {
+				firstErr = fmt.Errorf("idem: catch-up %s stopped at %s: %w", job, p.Name, pr.Err)
+			}
+		} else if unbroken && pr.Outcome != idem.Ran && pr.Outcome != idem.Recovered {
+			// Settled without a done mark written now: move the cursor here.
+			if err := s.Advance(ctx, job, p.Name); err != nil {
+				unbroken = false
+				if firstErr == nil {
+					firstErr = err
+				}
+			}
+		}
+		if unbroken {
+			res.Cursor = p.Name
+			if cu.Progress != nil {
+				cu.Progress(res.Cursor)
+			}
+		}
+		if logger := cfg.Logger(); logger != nil {
+			logger.LogAttrs(ctx, slog.LevelInfo, "idem: catch-up period", slog.String("job", job),
+				slog.String("period", p.Name), slog.String("outcome", pr.Outcome.String()), slog.Any("error", pr.Err))
+		}
+		if onPeriod != nil {
+			onPeriod(pr)
+		}
+		res.Periods = append(res.Periods, pr)
+	}
+	res.Deferred = due - len(res.Periods)
+	return res, firstErr
+}
+
+// checkLatest is the answer of a catch-up that found nothing due: with a
+// fingerprint (WithParams), the latest due period p, settled already, is
+// checked against it, so that a duplicate trigger with other parameters
+// gets ErrParamsMismatch (as one period, outcome ParamsMismatch) rather
+// than nothing. It writes nothing.
+func checkLatest(ctx context.Context, s idemstore.CatchUpStore, job string, p idem.Period, cfg core.Config, onPeriod func(PeriodResult), res Result) (Result, error) {
+	fp := cfg.Fingerprint()
+	if fp == "" {
+		return res, nil
+	}
+	key := idem.Key{Job: job, Period: p.Name}
+	rec, ok, err := s.Lookup(ctx, key)
+	if err != nil {
+		return res, err
+	}
+	if !ok || !idemstore.Mismatch(rec.Fingerprint, fp) {
+		return res, nil
+	}
+	err = core.R.Mismatch(key, rec.Fingerprint, fp)
+	pr := PeriodResult{Period: p, Outcome: idem.ParamsMismatch, Err: err}
+	if observer := cfg.Observer(); observer != nil {
+		observer(idem.Result{Key: key, Outcome: idem.ParamsMismatch, Err: err})
+	}
+	if onPeriod != nil {
+		onPeriod(pr)
+	}
+	res.Periods = append(res.Periods, pr)
+	return res, fmt.Errorf("idem: catch-up %s stopped at %s: %w", job, p.Name, err)
+}
+
+// settledElsewise reports whether key, which refused a scheduled run's
+// parameters, is settled (done or skipped): the Scheduler passes over it,
+// as it does over any settled period; the parameters it was settled with
+// are its own.
+func settledElsewise(ctx context.Context, s idemstore.CatchUpStore, key idem.Key) bool {
+	rec, ok, err := s.Lookup(ctx, key)
+	return err == nil && ok && (rec.Status == idem.StatusDone || rec.Status == idem.StatusSkipped)
+}
+
+// skipPeriod records p as skipped (CatchUpLatest), unless it is settled
+// already.
+func skipPeriod(ctx context.Context, s idemstore.CatchUpStore, key idem.Key, p idem.Period) PeriodResult {
+	rec, ok, err := s.Lookup(ctx, key)
+	if err != nil {
+		return PeriodResult{Period: p, Outcome: idem.Failed, Err: err}
+	}
+	switch {
+	case ok && rec.Status == idem.StatusDone:
+		return PeriodResult{Period: p, Outcome: idem.AlreadyDone}
+	case ok && rec.Status == idem.StatusSkipped:
+		return PeriodResult{Period: p, Outcome: idem.Skipped}
+	case ok && (rec.Status == idem.StatusUnknown || rec.Status == idem.StatusParked):
+		o := map[idem.Status]idem.Outcome{idem.StatusUnknown: idem.Unknown, idem.StatusParked: idem.Parked}[rec.Status]
+		return PeriodResult{Period: p, Outcome: o, Err: &idem.Error{Key: key, Outcome: o, Attempt: rec.Attempt, Err: core.R.LastError(rec)}}
+	}
+	if err := s.Resolve(ctx, key, idem.ResolveSkip); err != nil {
+		o := idem.Failed
+		if errors.Is(err, idem.ErrNotResolvable) {
+			o = idem.InProgress
+		}
+		return PeriodResult{Period: p, Outcome: o, Err: err}
+	}
+	return PeriodResult{Period: p, Outcome: idem.Skipped}
+}
+
+// invalidOption is the error of an option given a value it cannot take.
+func invalidOption(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
+}
+
+// A periodObserver is OnPeriod's payload.
+type periodObserver func(PeriodResult)
+
+func policy(name string, set catchupcfg.Set) idem.Option { return core.NewOption(name, "catchup", set) }
+
+// All runs every due period, oldest first, at most max of them per call
+// (max = 0: no limit). The rest are counted in Result.Deferred and run by
+// the next call. This is the default, with max = DefaultMaxPeriods. A
+// negative max is an error matching [idem.ErrInvalidOption].
+func All(max int) idem.Option {
+	return policy("catchup.All", func(c *catchupcfg.Settings) error {
+		if max < 0 {
+			return invalidOption("catchup.All(%d): the cap must not be negative (0 means no cap)", max)
+		}
+		c.Latest, c.MaxPeriods = false, max
+		return nil
+	})
+}
+
+// Latest coalesces: only the newest due period runs; the older ones are
+// recorded as skipped (ResolveSkip), not silently forgotten (no cap
+// applies to the skipping). Periods that are unknown or parked are not
+// skipped: catch-up stops at them, since they need a person.
+func Latest() idem.Option {
+	return policy("catchup.Latest", func(c *catchupcfg.Settings) error { c.Latest = true; return nil })
+}
+
+// Since bounds the first catch-up of a job (one with no cursor yet): it
+// starts at the period containing t instead of only the latest due period,
+// so a new job backfills a chosen window and never from the epoch. A zero t
+// is an error matching [idem.ErrInvalidOption].
+func Since(t time.Time) idem.Option {
+	return policy("catchup.Since", func(c *catchupcfg.Settings) error {
+		if t.IsZero() {
+			return invalidOption("catchup.Since(%v): the zero time is no start", t)
+		}
+		c.Since = t
+		return nil
+	})
+}
+
+// DueAtStart makes a period due as soon as it starts (a report FOR today,
+// sent in the morning). By default a period is due when it ends: you settle
+// a day once it is over.
+func DueAtStart() idem.Option {
+	return policy("catchup.DueAtStart", func(c *catchupcfg.Settings) error { c.DueAtStart = true; return nil })
+}
+
+// Window records the due periods that became due more than w ago as
+// skipped (ResolveSkip) instead of running them: after a long outage, only
+// the periods of the last w run (Temporal's catchupWindow). The latest due
+// period always runs, however old. Skipped periods do not count against
+// the cap of [All]; unknown or parked periods are not skipped (catch-up
+// stops at them, as with [Latest]). A w of zero or less is an error
+// matching [idem.ErrInvalidOption].
+func Window(w time.Duration) idem.Option {
+	return policy("catchup.Window", func(c *catchupcfg.Settings) error {
+		if w <= 0 {
+			return invalidOption("catchup.Window(%v): the window must be positive", w)
+		}
+		c.Window = w
+		return nil
+	})
+}
+
+// DueAfter makes a period due d after it ends (or starts, with
+// [DueAtStart]): idem.Daily(loc) with DueAfter(2*time.Hour) settles
+// yesterday at 02:00, once late records have landed. A negative d is an
+// error matching [idem.ErrInvalidOption].
+func DueAfter(d time.Duration) idem.Option {
+	return policy("catchup.DueAfter", func(c *catchupcfg.Settings) error {
+		if d < 0 {
+			return invalidOption("catchup.DueAfter(%v): the delay must not be negative", d)
+		}
+		c.Delay = d
+		return nil
+	})
+}
+
+// ContinueAfterFailure makes catch-up go on with later periods when one
+// fails. By default it stops at the failed period and the later ones wait,
+// so periods complete in order. Either way the cursor only moves over an
+// unbroken run of settled periods.
+func ContinueAfterFailure() idem.Option {
+	return policy("catchup.ContinueAfterFailure", func(c *catchupcfg.Settings) error { c.KeepGoing = true; return nil })
+}
+
+// OnPeriod calls f after each period catch-up handles, for progress
+// reporting on long catch-ups. A nil f is an error matching
+// [idem.ErrInvalidOption].
+func OnPeriod(f func(PeriodResult)) idem.Option {
+	if f == nil {
+		return policy("catchup.OnPeriod", func(*catchupcfg.Settings) error {
+			return invalidOption("catchup.OnPeriod(nil): no function to call")
+		})
+	}
+	return core.NewOption("catchup.OnPeriod", "catchup", periodObserver(f))
+}

@@ -1,0 +1,127 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemgo/idem/internal/hook"
+)
+
+// hooks is what the engine lends the subsystem packages of this module
+// (catchup, scheduler), through internal/hook; internal/core declares its
+// methods as an interface. It is no part of the API.
+type hooks struct{}
+
+func init() { hook.Root = hooks{} }
+
+var classOf = map[string]optionClass{
+	"catchup":   classCatchUp,
+	"job":       classJob,
+	"scheduler": classScheduler,
+	"internal":  classInternal,
+}
+
+// NewOption is an Option of a subsystem package: named name, of the class
+// named class, carrying payload (which its package reads back from
+// Configure's Ext).
+func (hooks) NewOption(name, class string, payload any) Option {
+	c, ok := classOf[class]
+	if !ok || payload == nil {
+		panic(fmt.Sprintf("idem: option %s: class %q, payload %T", name, class, payload))
+	}
+	return &option{name: name, class: c, payload: payload}
+}
+
+// InternalOption is an option that sets the config's fields for a call a
+// subsystem package makes: retryFrom (non-zero) and cursor.
+func (hooks) InternalOption(retryFrom time.Time, cursor bool) Option {
+	return &option{name: "internal", class: classInternal, apply: func(c *config) error {
+		if !retryFrom.IsZero() {
+			c.retryFrom = retryFrom
+		}
+		c.cursor = cursor
+		return nil
+	}}
+}
+
+// Configure is the config of the call named call (a subsystem package's)
+// on s with opts: its defaults, s's, then opts; it is a *config, seen
+// through internal/core's Config.
+func (hooks) Configure(s any, call string, opts []Option) any {
+	cl, ok := calls[call]
+	if !ok {
+		panic("idem: no call " + call)
+	}
+	return configure(s, cl, opts)
+}
+
+// Plain is opts without the options of subsystem packages: what a call
+// of theirs passes on to Run or RunTx.
+func (hooks) Plain(opts []Option) []Option {
+	var plain []Option
+	for _, o := range opts {
+		if o == nil || o.option().payload == nil {
+			plain = append(plain, o)
+		}
+	}
+	return plain
+}
+
+// Payload is o's payload: nil for an option of this package.
+func (hooks) Payload(o Option) any {
+	if o == nil {
+		return nil
+	}
+	return o.option().payload
+}
+
+// Observers is the observers (OnResult) among opts, called in order; nil
+// if none.
+func (hooks) Observers(opts []Option) func(Result) {
+	var f func(Result)
+	for _, o := range opts {
+		if o != nil && o.option().class == classCommon {
+			c := &config{}
+			if o.option().apply(c) == nil {
+				f = chainObservers(f, c.observer)
+			}
+		}
+	}
+	return f
+}
+
+// WithJobObserver is ctx carrying f, the observers of a Scheduler's job:
+// the Each and EachTx calls of its fn report to them too.
+func (hooks) WithJobObserver(ctx context.Context, f func(Result)) context.Context {
+	if f == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, jobObserverKey{}, f)
+}
+
+// Mismatch is the error of a call for key whose parameters' fingerprint
+// given differs from the stored one.
+func (hooks) Mismatch(key Key, stored, given string) error { return mismatch(key, stored, given) }
+
+// LastError is the error of rec's last failed attempt, if any.
+func (hooks) LastError(rec Record) error { return lastError(rec) }
+
+// IsPermanent reports whether err is marked Permanent.
+func (hooks) IsPermanent(err error) bool { return isPermanent(err) }
+
+// CheckBackoff is the error of a nil Backoff or one that a Backoff
+// constructor made from a bad value.
+func (hooks) CheckBackoff(b Backoff) error { return checkBackoff(b) }
+
+// The config's fields, for a subsystem package.
+
+func (c *config) Err() error             { return c.err }
+func (c *config) Clock() Clock           { return c.clock }
+func (c *config) Logger() *slog.Logger   { return c.logger }
+func (c *config) Observer() func(Result) { return c.observer }
+func (c *config) Fingerprint() string    { return c.fingerprint }
+func (c *config) Lease() time.Duration   { return c.lease }
+func (c *config) Ext() []any             { return c.ext }
+func (c *config) Keep(err error)         { c.keep(err) }
