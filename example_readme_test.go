@@ -84,7 +84,7 @@ func settleYesterday(ctx context.Context, path string, now time.Time) error {
 	})
 }
 
-// The README's first example: a settlement triggered twice settles once.
+// The README's RunTx example: a settlement triggered twice settles once.
 func Example_settleYesterday() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
@@ -171,7 +171,7 @@ func grantPoints(ctx context.Context, ledger *idem.Ledger, day string) (idem.Eac
 	return res, err
 }
 
-// The README's fan-out example: points granted twice for a day are granted
+// The fan-out example of docs/fanout.md: points granted twice for a day are granted
 // once per account.
 func ExampleEachTx() {
 	log.SetOutput(io.Discard) // the progress lines
