@@ -1,7 +1,8 @@
 package idem_test
 
-// The code that README.md quotes, compiled and run here (TestReadmeGoSnippets
-// checks that every Go block of the README appears in a .go file).
+// The code that README.md and docs/*.md quote, compiled and run here
+// (TestDocsGoSnippets checks that every Go block of the README and of the
+// docs pages appears in a .go file).
 
 import (
 	"context"
@@ -16,6 +17,47 @@ import (
 
 	"github.com/idemgo/idem"
 )
+
+// mailReport stands for a job's work: here it prints what it would mail.
+func mailReport(ctx context.Context, day string) error {
+	fmt.Println("mailing the report for", day)
+	return nil
+}
+
+// sendDailyReport is the README's first example: the package-level Run.
+func sendDailyReport(ctx context.Context, now time.Time) error {
+	shanghai, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		return err
+	}
+	day := idem.LastPeriod(idem.Daily(shanghai), now).Name // yesterday in the business zone: "2026-10-27"
+	return idem.Run(ctx, idem.Key{Job: "daily_report", Period: day}, func(ctx context.Context) error {
+		return mailReport(ctx, day) // not run again once the day is done
+	})
+}
+
+// The README's first example: a report triggered three times (cron, a
+// retry, a person) is mailed once.
+func Example_sendDailyReport() {
+	dir, _ := os.MkdirTemp("", "idem-example")
+	defer os.RemoveAll(dir)
+	l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	idem.SetDefault(l) // without it, Run keeps its ledger at $IDEM_LEDGER or DefaultLedgerPath
+	defer idem.SetDefault(nil)
+
+	now := time.Date(2026, 10, 28, 2, 0, 0, 0, time.FixedZone("CST", 8*3600)) // 02:00 in Shanghai
+	for range 3 {
+		if err := sendDailyReport(context.Background(), now); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output:
+	// mailing the report for 2026-10-27
+}
 
 // settleYesterday settles yesterday's flow (a business day in Shanghai)
 // once, however often it is called.
@@ -42,7 +84,7 @@ func settleYesterday(ctx context.Context, path string, now time.Time) error {
 	})
 }
 
-// The README's first example: a settlement triggered twice settles once.
+// The README's RunTx example: a settlement triggered twice settles once.
 func Example_settleYesterday() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
@@ -129,7 +171,7 @@ func grantPoints(ctx context.Context, ledger *idem.Ledger, day string) (idem.Eac
 	return res, err
 }
 
-// The README's fan-out example: points granted twice for a day are granted
+// The fan-out example of docs/fanout.md: points granted twice for a day are granted
 // once per account.
 func ExampleEachTx() {
 	log.SetOutput(io.Discard) // the progress lines

@@ -14,7 +14,7 @@ import (
 	"github.com/idemgo/idem"
 )
 
-// The code of README.md's "Running big fan-outs safely".
+// The code of docs/fanout.md's "Running big fan-outs safely".
 
 // pointsBreaker is the breaker of the daily_points job: one per process,
 // shared by every trigger, so that a trigger during an outage finds it open.
@@ -44,7 +44,7 @@ func grantPointsSafely(ctx context.Context, ledger *idem.Ledger, day string) err
 	return err
 }
 
-// TestReadmeSafeFanOut runs README's grantPointsSafely: it ends done, or
+// TestReadmeSafeFanOut runs docs/fanout.md's grantPointsSafely: it ends done, or
 // deferred by the memory guard on a host whose memory is above 85 % in use
 // (the guards are real here; guard_test.go fakes them).
 func TestReadmeSafeFanOut(t *testing.T) {

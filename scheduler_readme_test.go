@@ -14,7 +14,7 @@ import (
 	"github.com/idemgo/idem/scheduler"
 )
 
-// startJobs is the README's "Inside a Go service": a service's daily job at
+// startJobs is docs/scheduler.md's "Inside a Go service": a service's daily job at
 // 02:00 Shanghai time, and its health check.
 func startJobs(ctx context.Context, mux *http.ServeMux, path string, settle func(ctx context.Context, day string) error) (stop func(context.Context) error, err error) {
 	ledger, err := idem.OpenLedger(path) // pgledger.New(ctx, pool) when replicas run on several hosts

@@ -1,6 +1,6 @@
 package idemtest_test
 
-// The test that README.md shows under "Testing your own job", compiled and
+// The test that docs/testing.md shows ("Testing your own job"), compiled and
 // run here.
 
 import (

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 
@@ -210,26 +211,39 @@ func TestSearchPathNamesSchema(t *testing.T) {
 }
 
 // TestDocumentedRolesMissTheSchema: the role of the test server that
-// scripts/pg.sh starts, and of every postgres:// URL in the README, is not
-// named like the ledger's default schema, so following them never puts the
-// ledger's schema on the application's search_path.
+// scripts/pg.sh starts, and of every postgres:// URL in README.md and the
+// pages of docs/, is not named like the ledger's default schema, so
+// following them never puts the ledger's schema on the application's
+// search_path.
 func TestDocumentedRolesMissTheSchema(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
 	if err := pgledger.CheckSearchPath(context.Background(), pool, ""); err != nil {
 		t.Errorf("the test server's role (scripts/pg.sh) with the default schema: %v", err)
 	}
-	readme, err := os.ReadFile("../README.md")
+	pages, err := filepath.Glob("../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	urls := regexp.MustCompile(`postgres(?:ql)?://([^:@/\s]+)[:@]`).FindAllStringSubmatch(string(readme), -1)
-	for _, m := range urls {
-		if m[1] == pgledger.DefaultSchema {
-			t.Errorf("README.md: %s...: the role %q is named like the ledger's default schema", m[0], m[1])
-		}
+	if len(pages) == 0 {
+		t.Fatal("no pages in ../docs")
 	}
-	if len(urls) == 0 {
-		t.Error("README.md names no postgres:// URL with a user; update this test")
+	urlRE := regexp.MustCompile(`postgres(?:ql)?://([^:@/\s]+)[:@]`)
+	n := 0
+	for _, page := range append([]string{"../README.md"}, pages...) {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		urls := urlRE.FindAllStringSubmatch(string(b), -1)
+		for _, m := range urls {
+			if m[1] == pgledger.DefaultSchema {
+				t.Errorf("%s: %s...: the role %q is named like the ledger's default schema", page, m[0], m[1])
+			}
+		}
+		n += len(urls)
+	}
+	if n == 0 {
+		t.Error("README.md and docs/ name no postgres:// URL with a user; update this test")
 	}
 }

@@ -14,10 +14,11 @@ import (
 	"testing"
 )
 
-// readmeBuild reads the install command of the README at path ("cd cmd/idem
-// && CGO_ENABLED=0 go build -o /usr/local/bin/idem .", the first `go build`
-// line of the "### 1. Install" section) and returns its environment
-// variables and the arguments of `go`, with the binary written to out.
+// readmeBuild reads the install command of the page at path, docs/operators.md
+// ("cd cmd/idem && CGO_ENABLED=0 go build -o /usr/local/bin/idem .", the
+// first `go build` line of the "### 1. Install" section) and returns its
+// environment variables and the arguments of `go`, with the binary written
+// to out.
 func readmeBuild(path, out string) (env, args []string, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -53,9 +54,9 @@ func readmeBuild(path, out string) (env, args []string, err error) {
 	return nil, nil, fmt.Errorf("%s: no go build command in the install section", path)
 }
 
-// TestInstalledBinaryIsStatic: the binary that the README's install
-// command builds (TestMain builds the tests' binary with it) is static, as
-// the README says: no dynamic loader, no shared libraries.
+// TestInstalledBinaryIsStatic: the binary that the install command of
+// docs/operators.md builds (TestMain builds the tests' binary with it) is
+// static, as the page says: no dynamic loader, no shared libraries.
 func TestInstalledBinaryIsStatic(t *testing.T) {
 	t.Parallel()
 	if runtime.GOOS != "linux" {
@@ -68,7 +69,7 @@ func TestInstalledBinaryIsStatic(t *testing.T) {
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			t.Errorf("the binary built by the README's install command asks for a dynamic loader (PT_INTERP)")
+			t.Errorf("the binary built by the install command of docs/operators.md asks for a dynamic loader (PT_INTERP)")
 		}
 	}
 	libs, err := f.ImportedLibraries()
@@ -76,6 +77,6 @@ func TestInstalledBinaryIsStatic(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(libs) > 0 {
-		t.Errorf("the binary built by the README's install command needs shared libraries: %v", libs)
+		t.Errorf("the binary built by the install command of docs/operators.md needs shared libraries: %v", libs)
 	}
 }

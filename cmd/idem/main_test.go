@@ -40,8 +40,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	idemBin = filepath.Join(dir, "idem")
-	// Built as the README's install command builds it.
-	env, args, err := readmeBuild(filepath.Join("..", "..", "README.md"), idemBin)
+	// Built as the install command of docs/operators.md builds it.
+	env, args, err := readmeBuild(filepath.Join("..", "..", "docs", "operators.md"), idemBin)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)

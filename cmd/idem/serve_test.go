@@ -280,12 +280,12 @@ func TestServeBusyOnOtherReplicaIsNotAFault(t *testing.T) {
 	}
 }
 
-// TestServeReadmeCrontab: the crontab of the README's "As a container's
-// cron" passes idem serve --check, and its settle line is a business line
+// TestServeReadmeCrontab: the crontab of docs/operators.md's "As a
+// container's cron" passes idem serve --check, and its settle line is a business line
 // (IDEM_PERIOD a day, as settle.sh reads it).
 func TestServeReadmeCrontab(t *testing.T) {
 	e := newEnv(t, "")
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "operators.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestServeReadmeCrontab(t *testing.T) {
 	_, block, ok2 := strings.Cut(section, "```sh\n")
 	block, _, ok3 := strings.Cut(block, "```")
 	if !ok || !ok2 || !ok3 {
-		t.Fatalf("README.md: no sh block in the section \"As a container's cron\"")
+		t.Fatalf("docs/operators.md: no sh block in the section \"As a container's cron\"")
 	}
 	path := filepath.Join(e.dir, "crontab")
 	if err := os.WriteFile(path, []byte(block), 0o644); err != nil {
@@ -301,7 +301,7 @@ func TestServeReadmeCrontab(t *testing.T) {
 	}
 	stdout, _ := e.want(exitOK, "serve", "-v", "--check", path)
 	if want := "settle daily@Asia/Shanghai, each due 2h0m0s after it ends: /opt/settle.sh"; !strings.Contains(stdout, want) {
-		t.Errorf("--check -v of the README's crontab printed %q, want %q in it", stdout, want)
+		t.Errorf("--check -v of the crontab of docs/operators.md printed %q, want %q in it", stdout, want)
 	}
 }
 
