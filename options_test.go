@@ -71,7 +71,7 @@ func TestInvalidOptionValues(t *testing.T) {
 			return l.Run(ctx, key, func(context.Context) error { *ran = true; return nil },
 				idem.WithBackoff(idem.MaxAttempts(3, idem.EqualJitter(idem.Exponential(-time.Second)))))
 		}},
-		{"CatchUpAll", "CatchUpAll(-1)", func(l *idem.Ledger, ran *bool) error {
+		{"CatchUpAll", "catchup.All(-1)", func(l *idem.Ledger, ran *bool) error {
 			_, err := catchup.Run(ctx, l, "j", daily, func(context.Context, idem.Period) error { *ran = true; return nil },
 				catchup.Since(day(1)), catchup.All(-1))
 			return err
