@@ -20,7 +20,7 @@
 // and the done mark depends on the mode: [AtLeastOnce] (the default) runs fn
 // again, [AtMostOnce] leaves the key unknown for a person, [TwoPhase] asks
 // the downstream. When fn's effect is a write in the ledger's own database,
-// [Ledger.RunTx] commits it together with the done mark: exactly once.
+// [RunTx] commits it together with the done mark: exactly once.
 //
 // Stores: [Ledger] (a SQLite file, one host), [StateFile] (a JSON file, for
 // jobs without a database), and the Postgres ledger in the pgledger module
@@ -34,36 +34,40 @@
 //
 // # Options
 //
-// Each call takes the options that mean something for it, and only those:
-// passing a fan-out option to Run, or ReportTo to Each, does not compile.
-// The option constructors return a class, and each class fits a set of
-// calls:
+// Every call takes options of one type, [Option], so that one slice of
+// them can be shared by Run, RunTx, a catch-up, a fan-out, a Scheduler and
+// a store's defaults. Each option is for some calls, and one given to a
+// call it is not for is an error matching [ErrInvalidOption] that names
+// the option and the call, returned before anything is written:
 //
-//	class          options                                Run  RunTx  CatchUp  CatchUpTx  Each  EachTx  store
-//	Option         WithLease, WithBackoff, WithClock,      x    x      x        x          x     x       x
-//	               WithLogger, OnResult, WithGuard
-//	ModeOption     AtLeastOnce, AtMostOnce, TwoPhase       x           x                   x             x
-//	AttemptOption  RetryWithin, OneAttempt, WaitForTurn    x    x      x        x                        x
-//	ReportOption   ReportTo                                x    x
-//	CatchUpPolicy  CatchUpAll, CatchUpLatest, Since,                   x        x
-//	               DueAtStart, DueAfter, CatchUpWindow,
-//	               ContinueAfterFailure, OnPeriod
-//	FanOutOption   WithWorkers, WithBatch, OnProgress,                                     x     x
-//	               WithRate, WithPause, WithBreaker
-//	ParamsOption   WithParams, WithParamsBytes             x    x      x        x          x     x
+//	options                                       Run  RunTx  catchup  Each  EachTx  Scheduler job  store
+//	WithLease, WithBackoff, WithClock,            x    x      x        x     x       x              x
+//	WithLogger, OnResult, WithGuard
+//	AtLeastOnce, AtMostOnce, TwoPhase             x           x        x             x              x
+//	RetryWithin, OneAttempt, WaitForTurn          x    x      x                      x              x
+//	ReportTo                                      x    x
+//	WithParams, WithParamsBytes                   x    x      x        x     x       x
+//	catchup.All, catchup.Latest, catchup.Since,               x                      x
+//	catchup.DueAtStart, catchup.DueAfter, ...
+//	WithWorkers, WithBatch, OnProgress,                                x     x
+//	WithRate, WithPause, WithBreaker
+//	scheduler.WithJitter, RunOverlapping, ...                                        x
+//	WithLockWait                                                                                    x
 //
-// A [Scheduler]'s job takes what the catch-up it runs takes, plus a
-// [JobSetting] (WithJitter, RunOverlapping, WithLagTolerance): Scheduler.Add
-// takes a [JobOption] (the options of CatchUp), AddTx a [JobTxOption]
-// (those of CatchUpTx). NewScheduler takes a [SchedulerOption]: every
-// Option, as the default of every job, and WithMaxRunning.
+// A transactional call (RunTx, catchup.RunTx, EachTx, scheduler.AddTx)
+// takes no mode: it is exactly once for writes in the store's database.
+// scheduler.New takes the options of every call, as the defaults of every
+// job, and scheduler.WithMaxRunning. The "store" column is the defaults
+// given to a store's constructor: they apply to every call on the store,
+// and a default that means nothing for a call (a mode, for RunTx) is
+// ignored there. A value an option cannot take (a negative duration, a nil
+// function) is an error matching [ErrInvalidOption] too; nothing is
+// clamped.
 //
-// The "store" column is the defaults given to a store's constructor
-// ([StoreOption]): they apply to every call on the store, and a default
-// that means nothing for a call (a mode, for RunTx) is ignored there. A
-// value an option cannot take (a negative duration, a nil function) is an
-// error matching [ErrInvalidOption], returned by the call before anything
-// is written; nothing is clamped.
+// Subsystems have packages of their own, above this one: catchup (the due
+// periods of a job, after downtime), scheduler (jobs on their schedules in
+// a service), outbox (messages that commit with a job's transaction, and
+// their relay).
 //
 // # Names
 //
@@ -72,11 +76,11 @@
 // WithBatch, WithRate, WithPause, WithBreaker, WithParams);
 // a bare name chooses a behaviour or a policy, with or without a value
 // (AtLeastOnce, TwoPhase(has), RetryWithin(d), OneAttempt, WaitForTurn,
-// ReportTo(&r), CatchUpAll(n), CatchUpLatest, Since(t), DueAtStart,
-// ContinueAfterFailure); On<Event>(f) registers a callback (OnResult,
-// OnPeriod, OnProgress). The Backoff decorators (Capped, MaxAttempts,
-// FullJitter, EqualJitter) are not options: each returns a Backoff
-// "with" a cap, a limit or a jitter.
+// ReportTo(&r), catchup.All(n), catchup.Latest, catchup.Since(t),
+// catchup.DueAtStart, catchup.ContinueAfterFailure); On<Event>(f)
+// registers a callback (OnResult, catchup.OnPeriod, OnProgress). The
+// Backoff decorators (Capped, MaxAttempts, FullJitter, EqualJitter) are
+// not options: each returns a Backoff.
 //
 // A state has one name wherever it shows: a key that waits for an operator's
 // Reset is parked in its record ([StatusParked]), in a call's outcome

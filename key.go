@@ -12,7 +12,7 @@ import "github.com/idemgo/idem/idemstore"
 type Key = idemstore.Key
 
 // KeyError describes an invalid [Key] (or an invalid job given to
-// [CatchUp]). It matches [ErrInvalidKey]. Its message quotes each part of
+// catchup.Run). It matches [ErrInvalidKey]. Its message quotes each part of
 // the key escaped and, past 64 bytes, cut short and followed by its length
 // ("xxxx"… (10240 bytes)); Key holds them whole.
 type KeyError = idemstore.KeyError

@@ -27,8 +27,8 @@ import (
 // shared memory, and network filesystems break its locks. For services on
 // several machines use the Postgres ledger.
 //
-// Its outbox (table idem_outbox: [Put] in a RunTx, EachTx or CatchUpTx
-// body, delivered by [Relay]) makes it an [idemstore.OutboxTxStore] of
+// Its outbox (table idem_outbox: outbox.Put in a RunTx, EachTx or catch-up RunTx
+// body, delivered by outbox.Relay) makes it an [idemstore.OutboxTxStore] of
 // *sql.Tx and an [idemstore.OutboxStore].
 //
 // Writes (claims, lease renewals, done marks, outbox claims and ends) take

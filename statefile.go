@@ -35,7 +35,7 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 // parked), another period of the job waits ([ErrOutOfOrder]). Backfilling a
 // period older than the watermark is not possible here; use a [Ledger].
 // Nor has it an outbox: it is no transactional store, so there is no
-// RunTx body in which [Put] could queue a message ([ErrNoOutbox]); a job
+// RunTx body in which outbox.Put could queue a message (outbox.ErrNoOutbox); a job
 // that must notify another system after its own writes needs a Ledger.
 //
 // Every write is atomic and durable: a temp file in the same directory,
@@ -232,5 +232,5 @@ func (s *StateFile) Run(ctx context.Context, key Key, fn func(context.Context) e
 }
 
 // DefaultOptions returns the options given to OpenStateFile: the defaults
-// of every Run and CatchUp on the store.
+// of every Run and catchup.Run on the store.
 func (s *StateFile) DefaultOptions() []Option { return s.defaults }

@@ -30,7 +30,7 @@ const (
 // Filter selects records for [Ledger.List]. Zero fields match everything.
 type Filter = idemstore.Filter
 
-// JobState is what a store keeps per job for [CatchUp]: its cursor and
+// JobState is what a store keeps per job for a catch-up (package catchup): its cursor and
 // retention horizon ([Ledger.Job]).
 type JobState = idemstore.JobState
 

@@ -100,7 +100,7 @@ type FreshTxStore[Tx any] interface {
 }
 
 // CatchUpStore is a Store that also keeps, per job, a catch-up cursor and
-// a retention horizon. idem.CatchUp and the idem command's prune need one.
+// a retention horizon. catchup.Run and the idem command's prune need one.
 // For the state file, the job's watermark is both.
 type CatchUpStore interface {
 	Store
@@ -111,7 +111,7 @@ type CatchUpStore interface {
 	// Start records where a job's catch-up begins: if the job has no
 	// cursor, it sets the cursor to before (the period just before the
 	// job's first period), durably; a job that has a cursor keeps it. It
-	// returns the job's state afterwards. idem.CatchUp calls it once, before
+	// returns the job's state afterwards. catchup.Run calls it once, before
 	// the first period of a job ever runs, so that a first period that
 	// fails is where every later call starts; and since a cursor, once
 	// there, is left as it is, concurrent first calls with different
