@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Breaker is a circuit breaker on fn's errors, for [Each] and [EachTx]
-// ([WithBreaker]): after Failures consecutive failures of fn it opens for
+// Breaker is a circuit breaker on fn's errors, for fanout.Each and fanout.EachTx
+// (fanout.WithBreaker): after Failures consecutive failures of fn it opens for
 // CoolDown, and a call that finds it open is deferred ([ErrDeferred]): it
 // claims nothing, and a call that is running stops claiming, so that a
 // downstream outage does not make every item fail, back off and park.
@@ -67,7 +67,7 @@ func (s BreakerState) String() string {
 
 // NewBreaker returns a closed Breaker that opens after failures consecutive
 // failures, for coolDown. A failures below 1 or a coolDown not above 0 makes
-// [WithBreaker] fail with [ErrInvalidOption].
+// fanout.WithBreaker fail with [ErrInvalidOption].
 func NewBreaker(failures int, coolDown time.Duration) *Breaker {
 	return &Breaker{failures: failures, coolDown: coolDown}
 }

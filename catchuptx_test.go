@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
@@ -55,7 +57,7 @@ func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
 	defer cancel()
 	applied := 0
 	err = l.Run(ectx, ek, func(ctx context.Context) error {
-		_, err := idem.Each(ctx, l, ek, accounts(3), func(context.Context, string) error { applied++; return nil })
+		_, err := fanout.Each(ctx, l, ek, accounts(3), func(context.Context, string) error { applied++; return nil })
 		return err
 	})
 	if !errors.Is(err, idem.ErrNestedRun) || ectx.Err() != nil || applied != 0 {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
@@ -100,7 +102,7 @@ func diskFullChild(t *testing.T, dir string) {
 
 	// A disk guard that wants more free space than the tmpfs has defers
 	// the call before it writes anything.
-	if _, err := idem.EachTx(ctx, l, points, accounts(n), fn, idem.WithGuard(idem.DiskGuard{MinFree: 4 << 20})); !errors.Is(err, idem.ErrDeferred) {
+	if _, err := fanout.EachTx(ctx, l, points, accounts(n), fn, idem.WithGuard(idem.DiskGuard{MinFree: 4 << 20})); !errors.Is(err, idem.ErrDeferred) {
 		t.Fatalf("EachTx with a disk guard of 4 MiB on a 3 MiB tmpfs: %v, want ErrDeferred", err)
 	} else {
 		t.Logf("with a disk guard: %v", err)
@@ -113,7 +115,7 @@ func diskFullChild(t *testing.T, dir string) {
 	// the lease of the chunk the failed call held expired, as a later
 	// trigger would.
 	clk := idemtest.NewAutoClock(time.Now())
-	res, err := idem.EachTx(ctx, l, points, accounts(n), fn, idem.WithClock(clk))
+	res, err := fanout.EachTx(ctx, l, points, accounts(n), fn, idem.WithClock(clk))
 	t.Logf("on a full disk: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "full") {
 		t.Fatalf("EachTx on a 3 MiB tmpfs: %v, want the write error (database or disk is full)", err)
@@ -127,7 +129,7 @@ func diskFullChild(t *testing.T, dir string) {
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT, "size=64m"); err != nil {
 		t.Fatalf("grow the tmpfs: %v", err)
 	}
-	res, err = idem.EachTx(ctx, l, points, accounts(n), fn, idem.WithClock(clk))
+	res, err = fanout.EachTx(ctx, l, points, accounts(n), fn, idem.WithClock(clk))
 	if err != nil || res.Outcome != idem.Ran {
 		t.Fatalf("EachTx with space: %v (%v, %+v)", err, res.Outcome, res.Counts)
 	}

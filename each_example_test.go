@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 )
 
@@ -32,10 +34,10 @@ func ExampleEach() {
 		granted[account] += 10
 		return nil
 	}
-	accounts := idem.Items(slices.Values([]string{"a1", "a2", "a3"}))
+	accounts := fanout.Items(slices.Values([]string{"a1", "a2", "a3"}))
 	key := idem.Key{Job: "daily_points", Period: "2026-10-27"}
 	for range 2 {
-		res, err := idem.Each(context.Background(), l, key, accounts, grant)
+		res, err := fanout.Each(context.Background(), l, key, accounts, grant)
 		fmt.Println(res.Outcome, res.Counts.Done, "items done, err:", err)
 	}
 	fmt.Println(granted)

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 )
 
@@ -162,12 +164,12 @@ func eligibleAccounts(ctx context.Context, db *sql.DB, day string) iter.Seq2[str
 }
 
 // grantPoints grants 10 points to every eligible account for day, each once.
-func grantPoints(ctx context.Context, ledger *idem.Ledger, day string) (idem.EachResult, error) {
-	res, err := idem.EachTx(ctx, ledger, idem.Key{Job: "daily_points", Period: day}, eligibleAccounts(ctx, ledger.DB(), day),
+func grantPoints(ctx context.Context, ledger *idem.Ledger, day string) (fanout.Result, error) {
+	res, err := fanout.EachTx(ctx, ledger, idem.Key{Job: "daily_points", Period: day}, eligibleAccounts(ctx, ledger.DB(), day),
 		func(ctx context.Context, tx *sql.Tx, account string) error {
 			_, err := tx.ExecContext(ctx, `UPDATE accounts SET points = points + 10 WHERE id = ?`, account)
 			return err // committed with the item's done mark: exactly once
-		}, idem.WithWorkers(4), idem.OnProgress(func(p idem.EachProgress) { log.Printf("%d/%d", p.Done, p.Total) }))
+		}, fanout.WithWorkers(4), fanout.OnProgress(func(p fanout.Progress) { log.Printf("%d/%d", p.Done, p.Total) }))
 	return res, err
 }
 

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 )
@@ -37,7 +39,7 @@ func eachChild(dir, mode string, killAt int64, workers int) error {
 			idemtest.Kill()
 		}
 	}
-	fanOut := idem.WithWorkers(workers)
+	fanOut := fanout.WithWorkers(workers)
 	opts := []idem.Option{idem.WithLease(500 * time.Millisecond),
 		idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Millisecond)))}
 	poison := func(item string) error {
@@ -47,7 +49,7 @@ func eachChild(dir, mode string, killAt int64, workers int) error {
 		return nil
 	}
 	if mode == "tx" {
-		_, err = idem.EachTx(ctx, l, points, accounts(10000), func(ctx context.Context, tx *sql.Tx, item string) error {
+		_, err = fanout.EachTx(ctx, l, points, accounts(10000), func(ctx context.Context, tx *sql.Tx, item string) error {
 			if err := poison(item); err != nil {
 				return err
 			}
@@ -66,7 +68,7 @@ func eachChild(dir, mode string, killAt int64, workers int) error {
 		info, _ := idem.InfoFrom(ctx)
 		return newEffects(dir).counts(nil)[info.Item] > 0, nil
 	}
-	_, err = idem.Each(ctx, l, points, accounts(10000), func(ctx context.Context, item string) error {
+	_, err = fanout.Each(ctx, l, points, accounts(10000), func(ctx context.Context, item string) error {
 		if err := poison(item); err != nil {
 			return idem.NothingHappened(err)
 		}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
@@ -63,15 +65,15 @@ func TestEachAppliesEveryItemOnce(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	c := newTally()
-	var progress []idem.EachProgress
-	res, err := idem.Each(ctx, l, points, accounts(1000), func(ctx context.Context, item string) error {
+	var progress []fanout.Progress
+	res, err := fanout.Each(ctx, l, points, accounts(1000), func(ctx context.Context, item string) error {
 		info, _ := idem.InfoFrom(ctx)
 		if info.Item != item || info.Key != points || info.RequestID == "" {
 			t.Errorf("info %+v for %s", info, item)
 		}
 		c.add(item)
 		return nil
-	}, idem.OnProgress(func(p idem.EachProgress) { progress = append(progress, p) }))
+	}, fanout.OnProgress(func(p fanout.Progress) { progress = append(progress, p) }))
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 1000 {
 		t.Fatalf("Each: %v, %+v", err, res)
 	}
@@ -89,7 +91,7 @@ func TestEachAppliesEveryItemOnce(t *testing.T) {
 		t.Fatalf("period %+v", rec)
 	}
 	// Again: the period is done; nothing runs, items are not generated.
-	res, err = idem.Each(ctx, l, points, func(yield func(string, error) bool) { t.Error("items generated again") },
+	res, err = fanout.Each(ctx, l, points, func(yield func(string, error) bool) { t.Error("items generated again") },
 		func(context.Context, string) error { t.Error("ran again"); return nil })
 	if err != nil || res.Outcome != idem.AlreadyDone {
 		t.Fatalf("second Each: %v %v", err, res.Outcome)
@@ -115,20 +117,20 @@ func TestEachResumesAfterCrash(t *testing.T) {
 			}
 			run := func(ctx context.Context) error {
 				if mode == "tx" {
-					_, err := idem.EachTx(ctx, l, points, accounts(500), func(ctx context.Context, tx *sql.Tx, item string) error {
+					_, err := fanout.EachTx(ctx, l, points, accounts(500), func(ctx context.Context, tx *sql.Tx, item string) error {
 						_, err := tx.ExecContext(ctx, `INSERT INTO granted VALUES(?, 1) ON CONFLICT DO UPDATE SET n = n + 1`, item)
 						return err
-					}, idem.WithBatch(50))
+					}, fanout.WithBatch(50))
 					return err
 				}
 				opt := idem.AtLeastOnce()
 				if mode == "two-phase" {
 					opt = idem.TwoPhase(has)
 				}
-				_, err := idem.Each(ctx, l, points, accounts(500), func(ctx context.Context, item string) error {
+				_, err := fanout.Each(ctx, l, points, accounts(500), func(ctx context.Context, item string) error {
 					c.add(item)
 					return nil
-				}, opt, idem.WithBatch(50), idem.WithWorkers(1))
+				}, opt, fanout.WithBatch(50), fanout.WithWorkers(1))
 				return err
 			}
 			// Crash after the 4th batch's fn, before its done marks.
@@ -162,7 +164,7 @@ func TestEachParksPoisonItem(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewAutoClock(t0)))
 	c := newTally()
-	res, err := idem.Each(context.Background(), l, points, accounts(300), func(ctx context.Context, item string) error {
+	res, err := fanout.Each(context.Background(), l, points, accounts(300), func(ctx context.Context, item string) error {
 		if item == "acct-000042" {
 			return errors.New("account frozen")
 		}
@@ -178,7 +180,7 @@ func TestEachParksPoisonItem(t *testing.T) {
 func TestEachAtMostOnceUnknown(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir())
-	res, err := idem.Each(context.Background(), l, points, accounts(20), func(ctx context.Context, item string) error {
+	res, err := fanout.Each(context.Background(), l, points, accounts(20), func(ctx context.Context, item string) error {
 		if item == "acct-000007" {
 			return errors.New("gateway timeout")
 		}
@@ -195,7 +197,7 @@ func TestEachAtMostOnceUnknown(t *testing.T) {
 func TestEachInvalidItem(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir())
-	_, err := idem.Each(context.Background(), l, points, idem.Items(func(yield func(string) bool) { yield("ok"); yield("bad\n") }),
+	_, err := fanout.Each(context.Background(), l, points, fanout.Items(func(yield func(string) bool) { yield("ok"); yield("bad\n") }),
 		func(context.Context, string) error { return nil })
 	if !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("Each: %v", err)
@@ -206,7 +208,7 @@ func TestPruneDeletesItems(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
-	if _, err := idem.Each(ctx, l, points, accounts(50), func(context.Context, string) error { return nil }); err != nil {
+	if _, err := fanout.Each(ctx, l, points, accounts(50), func(context.Context, string) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Prune(ctx, points.Job, points.Period); err != nil {
@@ -216,7 +218,7 @@ func TestPruneDeletesItems(t *testing.T) {
 	if err != nil || c.Total() != 0 || c.Sealed {
 		t.Fatalf("items after prune: %+v, %v", c, err)
 	}
-	res, err := idem.Each(ctx, l, points, accounts(50), func(context.Context, string) error { t.Error("ran a pruned period's item"); return nil })
+	res, err := fanout.Each(ctx, l, points, accounts(50), func(context.Context, string) error { t.Error("ran a pruned period's item"); return nil })
 	if err != nil || res.Outcome != idem.AlreadyDone {
 		t.Fatalf("Each of a pruned period: %v, %v", err, res.Outcome)
 	}
@@ -257,22 +259,22 @@ func TestEachWaitsForOtherHoldersSoonThenLess(t *testing.T) {
 	aDone := make(chan error, 1)
 	go func() {
 		var once sync.Once
-		_, err := idem.Each(ctx, l, key, accounts(2), func(context.Context, string) error {
+		_, err := fanout.Each(ctx, l, key, accounts(2), func(context.Context, string) error {
 			ran.Add(1)
 			once.Do(func() { close(started) })
 			<-release
 			return nil
-		}, idem.WithWorkers(1))
+		}, fanout.WithWorkers(1))
 		aDone <- err
 	}()
 	testwait.Recv(t, started, "A to hold the period's only chunk")
 	clk := &waitClock{}
 	bDone := make(chan error, 1)
 	go func() {
-		_, err := idem.Each(ctx, l, key, accounts(2), func(context.Context, string) error {
+		_, err := fanout.Each(ctx, l, key, accounts(2), func(context.Context, string) error {
 			ran.Add(1)
 			return nil
-		}, idem.WithWorkers(1), idem.WithClock(clk))
+		}, fanout.WithWorkers(1), idem.WithClock(clk))
 		bDone <- err
 	}()
 	want := []time.Duration{5, 10, 20, 40, 80, 160, 200, 200}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 )
 
@@ -24,18 +26,18 @@ var pointsBreaker = idem.NewBreaker(20, 30*time.Second)
 // connections, paced, and stopping by itself when the host or the partner
 // cannot take more.
 func grantPointsSafely(ctx context.Context, ledger *idem.Ledger, day string) error {
-	res, err := idem.EachTx(ctx, ledger, idem.Key{Job: "daily_points", Period: day}, eligibleAccounts(ctx, ledger.DB(), day),
+	res, err := fanout.EachTx(ctx, ledger, idem.Key{Job: "daily_points", Period: day}, eligibleAccounts(ctx, ledger.DB(), day),
 		func(ctx context.Context, tx *sql.Tx, account string) error {
 			_, err := tx.ExecContext(ctx, `UPDATE accounts SET points = points + 10 WHERE id = ?`, account)
 			return err
 		},
-		idem.WithWorkers(25),                              // 20-30 of the database's 100 connections for this job
-		idem.WithBatch(500),                               // 500 items a transaction
-		idem.WithPause(time.Second),                       // 0.5-1 s between a worker's batches
-		idem.WithRate(2000, 500),                          // never more than 2000 items a second
+		fanout.WithWorkers(25),                            // 20-30 of the database's 100 connections for this job
+		fanout.WithBatch(500),                             // 500 items a transaction
+		fanout.WithPause(time.Second),                     // 0.5-1 s between a worker's batches
+		fanout.WithRate(2000, 500),                        // never more than 2000 items a second
 		idem.WithGuard(idem.MemoryGuard{Limit: 0.85}),     // memory above 85 %: stop claiming
 		idem.WithGuard(idem.DiskGuard{MinFree: 64 << 20}), // under 64 MiB free by the ledger: stop claiming
-		idem.WithBreaker(pointsBreaker))                   // 20 failures in a row: stop for 30 s, then probe
+		fanout.WithBreaker(pointsBreaker))                 // 20 failures in a row: stop for 30 s, then probe
 	var d *idem.Deferral
 	if errors.As(err, &d) {
 		// Nothing failed and nothing is lost: the next trigger goes on.

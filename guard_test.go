@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
@@ -76,9 +78,9 @@ func TestMemoryGuardDefersEachTx(t *testing.T) {
 		_, err := tx.ExecContext(ctx, `INSERT INTO effects(item) VALUES(?)`, item)
 		return err
 	}
-	opts := []idem.Option{idem.WithGuard(guard), idem.WithClock(clk), idem.WithBatch(100)}
+	opts := []idem.Option{idem.WithGuard(guard), idem.WithClock(clk), fanout.WithBatch(100)}
 
-	res, err := idem.EachTx(ctx, l, points, accounts(n), fn, opts...)
+	res, err := fanout.EachTx(ctx, l, points, accounts(n), fn, opts...)
 	var d *idem.Deferral
 	if !errors.Is(err, idem.ErrDeferred) || !errors.As(err, &d) || d.Reason != "memory" || res.Outcome != idem.Deferred {
 		t.Fatalf("EachTx with memory at 85.1%%: %v (outcome %v, deferral %+v), want ErrDeferred by the memory guard", err, res.Outcome, d)
@@ -95,14 +97,14 @@ func TestMemoryGuardDefersEachTx(t *testing.T) {
 
 	// Memory still high: the next trigger claims nothing.
 	before := calls.Load()
-	res2, err := idem.EachTx(ctx, l, points, accounts(n), fn, opts...)
+	res2, err := fanout.EachTx(ctx, l, points, accounts(n), fn, opts...)
 	if !errors.Is(err, idem.ErrDeferred) || calls.Load() != before || res2.Counts != res.Counts {
 		t.Fatalf("EachTx with memory still high: %v, fn ran %d times, counts %+v (were %+v); want deferred at once, nothing run or claimed",
 			err, calls.Load()-before, res2.Counts, res.Counts)
 	}
 
 	cg.setUsed(400)
-	res3, err := idem.EachTx(ctx, l, points, accounts(n), fn, opts...)
+	res3, err := fanout.EachTx(ctx, l, points, accounts(n), fn, opts...)
 	if err != nil || res3.Outcome != idem.Ran || res3.Counts.Done != n {
 		t.Fatalf("EachTx once memory is down: %v, %v, %+v; want ran, %d done", err, res3.Outcome, res3.Counts, n)
 	}
@@ -176,15 +178,15 @@ func TestBreakerStopsAnOutage(t *testing.T) {
 				mu.Unlock()
 				return nil
 			}
-			call := func() (idem.EachResult, error) {
+			call := func() (fanout.Result, error) {
 				if tx {
-					return idem.EachTx(ctx, l, points, accounts(n), func(ctx context.Context, _ *sql.Tx, item string) error {
+					return fanout.EachTx(ctx, l, points, accounts(n), func(ctx context.Context, _ *sql.Tx, item string) error {
 						return downstream(item)
-					}, idem.WithBreaker(br), idem.WithClock(clk), idem.WithWorkers(workers))
+					}, fanout.WithBreaker(br), idem.WithClock(clk), fanout.WithWorkers(workers))
 				}
-				return idem.Each(ctx, l, points, accounts(n), func(ctx context.Context, item string) error {
+				return fanout.Each(ctx, l, points, accounts(n), func(ctx context.Context, item string) error {
 					return downstream(item)
-				}, idem.WithBreaker(br), idem.WithClock(clk), idem.WithWorkers(workers))
+				}, fanout.WithBreaker(br), idem.WithClock(clk), fanout.WithWorkers(workers))
 			}
 
 			res, err := call()
@@ -239,15 +241,15 @@ func TestBreakerProbe(t *testing.T) {
 		calls.Add(1)
 		return errors.New("down")
 	}
-	opts := []idem.Option{idem.WithBreaker(br), idem.WithClock(clk), idem.WithWorkers(1)}
-	if _, err := idem.Each(ctx, l, points, accounts(50), fail, opts...); !errors.Is(err, idem.ErrDeferred) || calls.Load() != 2 {
+	opts := []idem.Option{fanout.WithBreaker(br), idem.WithClock(clk), fanout.WithWorkers(1)}
+	if _, err := fanout.Each(ctx, l, points, accounts(50), fail, opts...); !errors.Is(err, idem.ErrDeferred) || calls.Load() != 2 {
 		t.Fatalf("first call: %v after %d calls of fn, want deferred after 2", err, calls.Load())
 	}
 	clk.Advance(time.Minute)
 	if st, _ := br.State(clk.Now()); st != idem.BreakerHalfOpen {
 		t.Fatalf("breaker %v after the cool-down, want half_open", st)
 	}
-	_, err := idem.Each(ctx, l, points, accounts(50), fail, opts...)
+	_, err := fanout.Each(ctx, l, points, accounts(50), fail, opts...)
 	var d *idem.Deferral
 	if !errors.As(err, &d) || d.Reason != idem.ReasonBreaker || calls.Load() != 3 {
 		t.Fatalf("probe call: %v after %d calls of fn, want one probe (3 calls) and the breaker open again", err, calls.Load())
@@ -277,11 +279,11 @@ func TestRatePacesItems(t *testing.T) {
 			}
 			var err error
 			if tx {
-				_, err = idem.EachTx(ctx, l, points, accounts(n), func(ctx context.Context, _ *sql.Tx, _ string) error { at(); return nil },
-					idem.WithRate(perSecond, burst), idem.WithClock(clk), idem.WithLease(10*time.Minute))
+				_, err = fanout.EachTx(ctx, l, points, accounts(n), func(ctx context.Context, _ *sql.Tx, _ string) error { at(); return nil },
+					fanout.WithRate(perSecond, burst), idem.WithClock(clk), idem.WithLease(10*time.Minute))
 			} else {
-				_, err = idem.Each(ctx, l, points, accounts(n), func(ctx context.Context, _ string) error { at(); return nil },
-					idem.WithRate(perSecond, burst), idem.WithClock(clk), idem.WithLease(10*time.Minute))
+				_, err = fanout.Each(ctx, l, points, accounts(n), func(ctx context.Context, _ string) error { at(); return nil },
+					fanout.WithRate(perSecond, burst), idem.WithClock(clk), idem.WithLease(10*time.Minute))
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -306,10 +308,10 @@ func TestPauseBetweenWindows(t *testing.T) {
 	clk := idemtest.NewAutoClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
 	start := clk.Now()
 	var last time.Time
-	_, err := idem.Each(context.Background(), l, points, accounts(1000), func(ctx context.Context, _ string) error {
+	_, err := fanout.Each(context.Background(), l, points, accounts(1000), func(ctx context.Context, _ string) error {
 		last = clk.Now()
 		return nil
-	}, idem.WithPause(500*time.Millisecond), idem.WithBatch(100), idem.WithWorkers(1), idem.WithClock(clk))
+	}, fanout.WithPause(500*time.Millisecond), fanout.WithBatch(100), fanout.WithWorkers(1), idem.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,16 +330,16 @@ func TestGuardOptions(t *testing.T) {
 	for name, opt := range map[string]idem.Option{
 		"nil guard":       idem.WithGuard(nil),
 		"limit 0.0001%":   idem.WithGuard(idem.MemoryGuard{Limit: 1.5}),
-		"rate 0":          idem.WithRate(0, 1),
-		"burst 0":         idem.WithRate(10, 0),
-		"slow rate":       idem.WithRate(0.01, 1), // one item per 100 s, the default lease is a minute
-		"negative pause":  idem.WithPause(-time.Second),
-		"long pause":      idem.WithPause(time.Minute),
-		"nil breaker":     idem.WithBreaker(nil),
-		"breaker 0":       idem.WithBreaker(idem.NewBreaker(0, time.Minute)),
-		"breaker no cool": idem.WithBreaker(idem.NewBreaker(3, 0)),
+		"rate 0":          fanout.WithRate(0, 1),
+		"burst 0":         fanout.WithRate(10, 0),
+		"slow rate":       fanout.WithRate(0.01, 1), // one item per 100 s, the default lease is a minute
+		"negative pause":  fanout.WithPause(-time.Second),
+		"long pause":      fanout.WithPause(time.Minute),
+		"nil breaker":     fanout.WithBreaker(nil),
+		"breaker 0":       fanout.WithBreaker(idem.NewBreaker(0, time.Minute)),
+		"breaker no cool": fanout.WithBreaker(idem.NewBreaker(3, 0)),
 	} {
-		_, err := idem.Each(ctx, l, points, accounts(10), noop, opt)
+		_, err := fanout.Each(ctx, l, points, accounts(10), noop, opt)
 		if !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
 		}
@@ -398,9 +400,9 @@ func TestBreakerPermanentStillParks(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	br := idem.NewBreaker(2, time.Minute)
 	clk := idemtest.NewAutoClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
-	res, err := idem.Each(context.Background(), l, points, accounts(20), func(ctx context.Context, _ string) error {
+	res, err := fanout.Each(context.Background(), l, points, accounts(20), func(ctx context.Context, _ string) error {
 		return idem.Permanent(errors.New("account closed"))
-	}, idem.WithBreaker(br), idem.WithClock(clk))
+	}, fanout.WithBreaker(br), idem.WithClock(clk))
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Parked != 20 {
 		t.Fatalf("Each of 20 items failing permanently: %v, %v, %+v; want ran with 20 parked", err, res.Outcome, res.Counts)
 	}

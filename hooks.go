@@ -3,9 +3,11 @@ package idem
 import (
 	"context"
 	"fmt"
+	"iter"
 	"log/slog"
 	"time"
 
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/hook"
 )
 
@@ -114,6 +116,40 @@ func (hooks) IsPermanent(err error) bool { return isPermanent(err) }
 // CheckBackoff is the error of a nil Backoff or one that a Backoff
 // constructor made from a bad value.
 func (hooks) CheckBackoff(b Backoff) error { return checkBackoff(b) }
+
+// Each is a fan-out (package fanout's Each) of key's items with fn and
+// opts; for EachTx, fn is nil and tx builds, from the call's clock, the
+// function that runs a window of items in the store's transaction (of the
+// type of txItems). It returns the period's outcome, its items' counts and
+// the items this call parked.
+func (hooks) Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(context.Context, string) error,
+	opts []Option, tx func(clock Clock) any) (Outcome, ItemCounts, []string, error) {
+	call := callEach
+	if tx != nil {
+		call = callEachTx
+	}
+	cfg := configureEach(ctx, s, call, opts)
+	var t txItems
+	if tx != nil {
+		f := tx(cfg.clock).(func(context.Context, idemstore.ItemStep, []idemstore.ItemClaim, func(context.Context, idemstore.ItemClaim, func(context.Context) error) error,
+			func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error))
+		t = func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, item itemFunc, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
+			return f(ctx, step, claims, item, failed)
+		}
+	}
+	res, err := each(ctx, s, key, items, cfg, fn, t)
+	return res.Outcome, res.Counts, res.Parked, err
+}
+
+// The options of a fan-out (package fanout's).
+
+func (hooks) DefaultWorkers() int                                { return defaultWorkers }
+func (hooks) Workers(n int) Option                               { return withWorkers(n) }
+func (hooks) Batch(n int) Option                                 { return withBatch(n) }
+func (hooks) Progress(f func(key Key, done, total int64)) Option { return onProgress(f) }
+func (hooks) Rate(perSecond float64, burst int) Option           { return withRate(perSecond, burst) }
+func (hooks) Pause(d time.Duration) Option                       { return withPause(d) }
+func (hooks) Breaker(b *Breaker) Option                          { return withBreaker(b) }
 
 // The config's fields, for a subsystem package.
 

@@ -1,10 +1,728 @@
 package idem
 
-import "github.com/idemgo/idem/idemstore"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
 
-// ItemCounts counts a period's items by status: what [EachResult] reports.
+	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/runctx"
+	"golang.org/x/time/rate"
+)
+
+// defaultWorkers is how many items a fan-out works on at once unless told
+// otherwise (fanout.DefaultWorkers).
+const defaultWorkers = 4
+
+// ItemCounts is a period's items by status (what a fan-out reports).
 type ItemCounts = idemstore.ItemCounts
 
-// openItems is the number of c's items that are not settled and can still
-// be worked (unknown items are settled only by a check or a person).
 func openItems(c ItemCounts) int64 { return c.Pending + c.Running + c.Failed }
+
+type eachConfig struct {
+	workers  int
+	batch    int
+	progress func(key Key, done, total int64)
+	rate     float64 // items a second; 0: no limit
+	burst    int
+	pause    time.Duration
+	breaker  *Breaker
+}
+
+// eachResult is what a fan-out reports (fanout.Result): the period's
+// items by status when it returned.
+type eachResult struct {
+	Key     Key
+	Outcome Outcome // Ran when the period was completed now, AlreadyDone, or the failure
+	Counts  ItemCounts
+	Parked  []string // items parked by this call (at most 100 listed)
+}
+
+// txItems runs a window of items in the store's transaction (EachTx):
+// item runs an item's call of fn, with the item's Info in its context.
+type txItems func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, item itemFunc, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) (ends []idemstore.ItemEnd, lost []string, err error)
+
+// itemFunc runs call, fn's call for the claim c, or returns errDeferredItem
+// without calling it.
+type itemFunc func(ctx context.Context, c idemstore.ItemClaim, call func(context.Context) error) error
+
+type eacher struct {
+	s      idemstore.ItemStore
+	key    Key
+	cfg    *config
+	fn     func(context.Context, string) error
+	tx     txItems
+	done   atomic.Int64
+	total  int64
+	mu     sync.Mutex // serializes progress calls and parked
+	parked []string
+
+	guards   []Guard
+	limiter  *rate.Limiter            // WithRate; nil: no limit
+	paceMu   sync.Mutex               // orders the limiter's reservations
+	paceLast time.Time                // the time of the last reservation
+	deferral atomic.Pointer[Deferral] // set when the call is deferred: the workers stop claiming
+	broken   atomic.Bool              // the breaker opened: items not run yet are handed back
+	owner    string                   // who the item claims name: this process, or a crashed run's own (internal/runctx)
+}
+
+func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], cfg *config, fn func(context.Context, string) error, tx txItems) (res eachResult, err error) {
+	var mark Result // the Run of the period's done mark, if it ran
+	if cfg.observer != nil {
+		// One Result for the period, with its item counts (the done mark's
+		// Run reports nothing of its own).
+		start := cfg.clock.Now()
+		defer func() {
+			o := res.Outcome
+			if o == 0 {
+				o = Failed
+			}
+			cfg.observer(Result{Key: key, Outcome: o, Attempt: mark.Attempt, Duration: cfg.clock.Now().Sub(start),
+				Err: err, Items: res.Counts})
+		}()
+	}
+	periodMode := cfg.mode // the mode of the period's done mark
+	if tx != nil {
+		cfg.mode = atLeastOnce
+	}
+	if cfg.each.batch == 0 {
+		cfg.each.batch = 100
+		if tx == nil && !cfg.mode.rerun && cfg.mode.has == nil { // AtMostOnce
+			cfg.each.batch = 1
+		}
+	}
+	res = eachResult{Key: key}
+	if cfg.err != nil {
+		return res, cfg.err
+	}
+	if err := key.Validate(); err != nil {
+		return res, err
+	}
+	if err := nestedRun(ctx, key); err != nil {
+		// Checked before any item runs: the period's done mark could never
+		// be written.
+		res.Outcome = Failed
+		return res, &Error{Key: key, Outcome: Failed, Err: err}
+	}
+	guards, err := bindGuards(cfg.guards, s)
+	if err != nil {
+		return res, err
+	}
+	if r := cfg.each.rate; r > 0 && time.Duration(float64(time.Second)/r) >= cfg.lease/3 {
+		return res, invalidOption("fanout.WithRate(%v, %d): one item per %v, not below a third of the lease (%v)", r, cfg.each.burst,
+			time.Duration(float64(time.Second)/r), cfg.lease)
+	}
+	if p := cfg.each.pause; p > 0 && p >= cfg.lease/3 {
+		return res, invalidOption("fanout.WithPause(%v): not below a third of the lease (%v)", p, cfg.lease)
+	}
+	if rec, ok, err := s.Lookup(ctx, key); err != nil {
+		return res, err
+	} else if ok && idemstore.Mismatch(rec.Fingerprint, cfg.fingerprint) {
+		res.Outcome = ParamsMismatch
+		return res, mismatch(key, rec.Fingerprint, cfg.fingerprint)
+	} else if ok && rec.Status == StatusDone {
+		res.Outcome = AlreadyDone
+		res.Counts, err = s.CountItems(ctx, key)
+		return res, err
+	}
+	e := &eacher{s: s, key: key, cfg: cfg, fn: fn, tx: tx, guards: guards, owner: runctx.Owner(ctx)}
+	if cfg.each.rate > 0 {
+		e.limiter = rate.NewLimiter(rate.Limit(cfg.each.rate), cfg.each.burst)
+		if tx != nil {
+			cfg.each.batch = min(cfg.each.batch, cfg.each.burst) // a window waits for all its tokens
+		}
+	}
+	deferred := func(counts ItemCounts) (eachResult, error) {
+		d := e.deferral.Load()
+		res.Outcome, res.Counts, res.Parked = Deferred, counts, e.parked
+		return res, &Error{Key: key, Outcome: Deferred, Err: d}
+	}
+	if e.gate(ctx) { // before anything is written
+		counts, _ := s.CountItems(ctx, key)
+		return deferred(counts)
+	}
+	counts, err := s.CountItems(ctx, key)
+	if err != nil {
+		return res, err
+	}
+	if !counts.Sealed {
+		if err := e.record(ctx, items); err != nil {
+			res.Outcome = Failed
+			return res, err
+		}
+		if counts, err = s.CountItems(ctx, key); err != nil {
+			return res, err
+		}
+	}
+	e.done.Store(counts.Done + counts.Parked)
+	e.total = counts.Total()
+
+	var held time.Duration // the last wait for items that others hold
+	for {
+		if err := e.work(ctx); err != nil {
+			res.Outcome, res.Counts, res.Parked = Failed, counts, e.parked
+			if idemstore.IsStop(err) {
+				return res, err
+			}
+			return res, fmt.Errorf("idem: each %s: %w", key, err)
+		}
+		if counts, err = s.CountItems(ctx, key); err != nil {
+			return res, err
+		}
+		if openItems(counts) == 0 {
+			break // settled, even if a guard refused after the last window: mark the period
+		}
+		if e.stopped() {
+			return deferred(counts)
+		}
+		// Others hold items, or items back off: wait for them. While others
+		// hold items, look again soon, then less and less often (heldPoll,
+		// doubling up to the poll interval): the end of a period's last
+		// chunk is seen about as soon as it has been waited for.
+		wait := e.cfg.poll
+		if counts.Pending+counts.Running == 0 && !counts.NextRetry.IsZero() {
+			wait = max(wait, counts.NextRetry.Sub(e.cfg.clock.Now()))
+		} else if counts.Pending+counts.Running > 0 {
+			held = min(max(2*held, heldPoll), e.cfg.poll)
+			wait = held
+		}
+		if err := sleep(ctx, e.cfg.clock, wait); err != nil {
+			res.Outcome, res.Counts, res.Parked = Failed, counts, e.parked
+			return res, &Error{Key: key, Outcome: Failed, Err: err}
+		}
+	}
+	res.Counts, res.Parked = counts, e.parked
+	if counts.Unknown > 0 {
+		res.Outcome = Unknown
+		return res, &Error{Key: key, Outcome: Unknown,
+			Err: fmt.Errorf("%d items may or may not have taken effect; resolve them", counts.Unknown)}
+	}
+	// Every item is done or parked: mark the period done.
+	pc := *cfg // the done mark's Run: its own copy
+	pc.mode, pc.report, pc.observer = periodMode, &mark, nil
+	pc.wait = true          // another holder may be writing the same mark this instant
+	pc.pollFirst = heldPoll // which takes it a moment: look again soon
+	err = execute(ctx, s, key, &pc, func(context.Context) ([]byte, error) { return nil, nil }, nil, nil)
+	res.Outcome = mark.Outcome
+	if mark.Outcome == AlreadyDone {
+		res.Outcome = Ran // another holder marked it a moment ago; the items ran now
+	}
+	return res, err
+}
+
+// heldPoll is Each's first wait for items that other holders work, and
+// for another holder's mark of the period: the waits double from there up
+// to the poll interval.
+const heldPoll = 5 * time.Millisecond
+
+// chunkSize is how many items a chunk holds at most.
+const chunkSize = 500
+
+// record streams the item ids into the store in chunks, then seals the set.
+// A period too small to give every worker a full chunk is cut into one
+// chunk per worker, so that its items, too, are worked in parallel: up to
+// chunkSize*workers ids (at most 8192) are held before the first chunk is
+// written.
+func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) error {
+	hold := min(chunkSize*e.cfg.each.workers, 8192)
+	buf := make([]string, 0, hold)
+	small := true // nothing written yet: the period may be small
+	flush := func(size int) error {
+		for i := 0; i < len(buf); i += size {
+			if err := e.s.AddItems(ctx, e.key, buf[i:min(i+size, len(buf))]); err != nil {
+				return err
+			}
+		}
+		buf = buf[:0]
+		return nil
+	}
+	for it, err := range items {
+		if err != nil {
+			return fmt.Errorf("idem: each %s: generating items: %w", e.key, err)
+		}
+		if err := idemstore.ValidatePart("item", it); err != nil {
+			return &KeyError{Key: e.key, Reason: err.Error()}
+		}
+		buf = append(buf, it)
+		if len(buf) == hold {
+			small = false
+			if err := flush(chunkSize); err != nil {
+				return err
+			}
+		}
+	}
+	size := chunkSize
+	if small {
+		size = max(1, (len(buf)+e.cfg.each.workers-1)/e.cfg.each.workers)
+	}
+	if err := flush(size); err != nil {
+		return err
+	}
+	return e.s.SealItems(ctx, e.key)
+}
+
+// work runs the workers until no item can be claimed.
+func (e *eacher) work(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	var first atomic.Pointer[error]
+	for range e.cfg.each.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.worker(ctx); err != nil {
+				if first.CompareAndSwap(nil, &err) {
+					cancel(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if p := first.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (e *eacher) info(c idemstore.ItemClaim) Info {
+	return Info{Key: e.key, Item: c.Item, Attempt: c.Attempt, RequestID: e.key.ItemRequestID(c.Item), Owner: e.owner}
+}
+
+// itemCtx is fn's context for one item: its Info (made when asked for: a
+// request id costs a hash, and most fns never ask) and the window's lease.
+type itemCtx struct {
+	context.Context
+	e     *eacher
+	c     idemstore.ItemClaim
+	lease *leaseState
+}
+
+func (c *itemCtx) Value(key any) any {
+	switch key.(type) {
+	case infoKey:
+		return c.e.info(c.c)
+	case leaseKey:
+		return c.lease
+	}
+	return c.Context.Value(key)
+}
+
+func (e *eacher) worker(ctx context.Context) error {
+	m := e.cfg.mode
+	window := e.cfg.each.batch
+	for {
+		if e.stopped() || e.gate(ctx) {
+			return nil
+		}
+		now := e.cfg.clock.Now()
+		b, err := e.s.ClaimItems(ctx, e.key, idemstore.ItemClaimRequest{
+			N: window, Owner: e.owner, Now: now, Lease: e.cfg.lease,
+			Durable: e.tx == nil && m.durableClaim(), TakeUnknown: e.tx == nil && m.takeUnknown(),
+		})
+		if err != nil || len(b.Items) == 0 {
+			return err
+		}
+		if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, e.key); err != nil {
+			return err
+		}
+		// A chunk is worked window by window: each window's done marks are
+		// one write, which also renews the chunk's lease and marks the next
+		// window started. Single items are one window.
+		lease := newLeaseState(e.cfg.clock, now.Add(e.cfg.lease))
+		step := idemstore.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: b.Pos}
+		started := true // the window is marked started (by the claim, or the last window's step)
+		for items := b.Items; len(items) > 0; {
+			win := items[:min(window, len(items))]
+			if b.Chunk == 0 {
+				win = items
+			}
+			if e.broken.Load() {
+				// The breaker opened while this window was marked started:
+				// hand its items back unrun. (A window marked started when
+				// a guard refused runs: settle marks nothing after it.)
+				return e.release(ctx, step, win, started)
+			}
+			// settle readies the step that settles the window's first n
+			// items: it renews the lease and marks started the next window
+			// of what is left, unless the call is deferred (the guards are
+			// asked here): then it marks nothing more started and ends the
+			// chunk's lease at once, so any claimer may take the rest.
+			settle := func(n int, probe bool) {
+				step.Now = e.cfg.clock.Now()
+				step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(window, len(items)-n)
+				if step.Next > 0 && !probe && !e.stopped() {
+					e.gate(ctx)
+				}
+				if e.stopped() || probe {
+					step.LeaseUntil, step.Next = step.Now, 0
+				}
+			}
+			var ends []idemstore.ItemEnd
+			var lost []string
+			if e.tx != nil {
+				var probe uint64 // the window is the breaker's probe
+				if br := e.cfg.each.breaker; br != nil {
+					// Acquired outside the transaction: a worker may wait
+					// here for another's probe.
+					var d *Deferral
+					if probe, d, err = br.acquire(ctx, e.cfg.clock); err != nil {
+						return err
+					} else if d != nil {
+						e.stop(ctx, d)
+						return e.release(ctx, step, win, started)
+					}
+					if probe != 0 {
+						win = win[:1]
+					}
+				}
+				if err := e.pace(ctx, len(win)); err != nil {
+					if probe != 0 {
+						e.cfg.each.breaker.cancel(probe)
+					}
+					return err
+				}
+				settle(len(win), probe != 0)
+				ends, lost, err = e.tx(ctx, step, win, e.itemTx(probe), e.failed)
+				if probe != 0 {
+					// The probe ran and told the breaker (done), or did not
+					// run (the transaction failed first): then the next
+					// item probes.
+					e.cfg.each.breaker.cancel(probe)
+				}
+			} else {
+				ends, err = e.run(ctx, win, b.Chunk != 0, lease, e.cfg.clock.Now().Add(e.cfg.lease/3))
+				if err == nil && len(ends) > 0 {
+					settle(len(ends), false)
+					lost, err = e.s.FinishItems(ctx, e.key, step, ends)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			e.report(ctx, ends, lost)
+			if len(ends) > 0 {
+				if err := idemstore.Checkpoint(ctx, idemstore.AfterDone, e.key); err != nil {
+					return err
+				}
+			}
+			// A window cut short (a third of the lease gone, or the lease
+			// run out by this process's clock) goes on from where it
+			// stopped: its done marks, fenced by the chunk's attempt,
+			// renewed the lease. Lost means another attempt has the chunk.
+			if len(ends) == 0 || len(lost) > 0 || b.Chunk == 0 || step.Next == 0 && e.stopped() {
+				break
+			}
+			items = items[len(ends):]
+			step.From += len(ends)
+			started = step.Next > 0
+			lease.until.Store(step.LeaseUntil.UnixNano())
+			if err := e.pausing(ctx); err != nil {
+				return err
+			}
+		}
+		if err := e.pausing(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// release hands back the items of a window that was marked started but
+// will not run, the call being deferred: each ends failed with its failure
+// count unchanged, due at once (a record of its own), and the chunk's
+// lease ends now with nothing more marked started. Items in doubt in a
+// mode that must check them are left as they are (their claim's lease runs
+// out as after a crash). A window not marked started (after a step that
+// marked nothing, which ended the lease) needs nothing.
+func (e *eacher) release(ctx context.Context, step idemstore.ItemStep, win []idemstore.ItemClaim, started bool) error {
+	if !started {
+		return nil
+	}
+	ends := e.deferredEnds(win, step.Chunk != 0)
+	if len(ends) == 0 {
+		return nil
+	}
+	step.Now = e.cfg.clock.Now()
+	step.LeaseUntil, step.Next = step.Now, 0
+	lost, err := e.s.FinishItems(ctx, e.key, step, ends)
+	if err == nil {
+		e.report(ctx, ends, lost)
+	}
+	return err
+}
+
+// deferredEnds are the ends of claims that will not run now, the call
+// being deferred: see release. An item in doubt whose mode must check it
+// is left as it is: for a chunk (whose doubtful items come first) the ends
+// stop there, single items in doubt are left out.
+func (e *eacher) deferredEnds(claims []idemstore.ItemClaim, chunk bool) []idemstore.ItemEnd {
+	ends := make([]idemstore.ItemEnd, 0, len(claims))
+	for _, c := range claims {
+		if c.Doubt && e.tx == nil && !e.cfg.mode.rerun {
+			if chunk {
+				break
+			}
+			continue
+		}
+		ends = append(ends, e.deferredEnd(c))
+	}
+	return ends
+}
+
+// deferredEnd is the end of an item that did not run because the call
+// was deferred: failed, its failure count unchanged, due at once.
+func (e *eacher) deferredEnd(c idemstore.ItemClaim) idemstore.ItemEnd {
+	now := e.cfg.clock.Now()
+	msg := ErrDeferred.Error()
+	if d := e.deferral.Load(); d != nil {
+		msg += ": " + d.Error()
+	}
+	return idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusFailed, Failures: c.Failures, NotBefore: now, Error: msg, Now: now}
+}
+
+// errDeferredItem is what the item function of an EachTx window returns
+// for an item that did not run, the call being deferred.
+var errDeferredItem = errors.New("idem: item deferred")
+
+// itemTx is EachTx's item function for one window: it runs fn's call for
+// the item unless the call is deferred or the breaker is open (probe: the
+// window is the half-open breaker's probe), and tells the breaker how it
+// ended.
+func (e *eacher) itemTx(probe uint64) itemFunc {
+	return func(ctx context.Context, c idemstore.ItemClaim, call func(context.Context) error) error {
+		br := e.cfg.each.breaker
+		if e.broken.Load() && probe == 0 {
+			return errDeferredItem
+		}
+		if br != nil && probe == 0 {
+			if d := br.open(e.cfg.clock.Now()); d != nil {
+				e.stop(ctx, d)
+				return errDeferredItem
+			}
+		}
+		err := call(context.WithValue(ctx, infoKey{}, e.info(c)))
+		if br != nil {
+			br.done(ctx, e.cfg.clock.Now(), probe, err)
+		}
+		return err
+	}
+}
+
+// gate asks the guards, and whether the breaker is open; it stops the
+// call and returns true when one says no.
+func (e *eacher) gate(ctx context.Context) bool {
+	d := checkGuards(ctx, e.guards, nil, e.key)
+	if d == nil && e.cfg.each.breaker != nil {
+		d = e.cfg.each.breaker.open(e.cfg.clock.Now())
+	}
+	if d == nil {
+		return false
+	}
+	e.stop(ctx, d)
+	return true
+}
+
+// stop defers the call for d (the first reason is kept and logged).
+func (e *eacher) stop(ctx context.Context, d *Deferral) {
+	if d.Reason == ReasonBreaker {
+		e.broken.Store(true)
+	}
+	if e.deferral.CompareAndSwap(nil, d) {
+		logDeferral(ctx, e.cfg.logger, e.key, d)
+	}
+}
+
+func (e *eacher) stopped() bool { return e.deferral.Load() != nil }
+
+// pace waits until n items may start (fanout.WithRate).
+func (e *eacher) pace(ctx context.Context, n int) error {
+	if e.limiter == nil {
+		return nil
+	}
+	// The limiter must see its times in order: one that goes back (a
+	// worker that read the clock before another reserved) counts the time
+	// in between twice and grants tokens too early.
+	e.paceMu.Lock()
+	now := e.cfg.clock.Now()
+	at := now
+	if at.Before(e.paceLast) {
+		at = e.paceLast
+	}
+	e.paceLast = at
+	r := e.limiter.ReserveN(at, n)
+	e.paceMu.Unlock()
+	if !r.OK() {
+		return fmt.Errorf("idem: each %s: a window of %d items exceeds the rate's burst %d", e.key, n, e.limiter.Burst())
+	}
+	return sleep(ctx, e.cfg.clock, r.DelayFrom(now))
+}
+
+// pausing is the pause after a window (fanout.WithPause).
+func (e *eacher) pausing(ctx context.Context) error {
+	if e.cfg.each.pause == 0 || e.stopped() {
+		return nil
+	}
+	return sleep(ctx, e.cfg.clock, e.cfg.each.pause)
+}
+
+// run applies fn to a window of claimed items, in order, and returns how
+// each ended: all of the window's items, or fewer when it cut the window
+// short, at the first item after cut (so that the done marks renew the
+// lease in time) or when the lease ran out. When the call is deferred (the
+// breaker opened, here or in another worker), the items not run yet end
+// deferred.
+func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bool, lease *leaseState, cut time.Time) (ends []idemstore.ItemEnd, err error) {
+	ends = make([]idemstore.ItemEnd, 0, len(claims))
+	br := e.cfg.each.breaker
+	for i, c := range claims {
+		ictx := &itemCtx{Context: ctx, e: e, c: c, lease: lease}
+		checked := c.Doubt && !e.cfg.mode.rerun // settled by its check, fn may not run
+		var probe uint64                        // the item is the breaker's probe
+		if !checked {
+			if e.broken.Load() {
+				return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
+			}
+			if br != nil {
+				var d *Deferral
+				if probe, d, err = br.acquire(ctx, e.cfg.clock); err != nil {
+					return nil, err
+				} else if d != nil {
+					e.stop(ctx, d)
+					return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
+				}
+			}
+			if err := e.pace(ctx, 1); err != nil {
+				if probe != 0 {
+					br.cancel(probe)
+				}
+				return nil, err
+			}
+		}
+		if len(ends) > 0 && e.cfg.clock.Now().After(cut) {
+			if probe != 0 {
+				br.cancel(probe)
+			}
+			return ends, nil
+		}
+		if CheckLease(ictx) != nil {
+			// The window outlived its lease: another holder may claim these
+			// items now. Leave the rest unrecorded; they are claimed again
+			// (as doubtful) once the lease has expired, unless the done marks
+			// of the ones before find the chunk still ours.
+			if probe != 0 {
+				br.cancel(probe)
+			}
+			return ends, nil
+		}
+		if c.Doubt {
+			v, herr := e.cfg.mode.check(ictx, e.key)
+			if end, settled := e.settle(c, v, herr, errors.New("an earlier attempt died")); settled {
+				if probe != 0 {
+					br.cancel(probe)
+				}
+				ends = append(ends, end)
+				continue
+			}
+			if CheckLease(ictx) != nil { // the check took the rest of the lease
+				if probe != 0 {
+					br.cancel(probe)
+				}
+				return ends, nil
+			}
+		}
+		err := e.fn(ictx, c.Item)
+		if br != nil && !checked {
+			br.done(ctx, e.cfg.clock.Now(), probe, err)
+		}
+		if cerr := idemstore.Checkpoint(ctx, idemstore.AfterFn, e.key); cerr != nil {
+			return nil, cerr
+		}
+		if errors.Is(err, ErrLeaseLost) { // fn saw the lease run out: not the item's failure
+			return ends, nil
+		}
+		if err == nil {
+			ends = append(ends, idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: e.cfg.clock.Now()})
+			continue
+		}
+		if !isHarmless(err) && !isPermanent(err) {
+			v, herr := e.cfg.mode.check(ictx, e.key)
+			if end, settled := e.settle(c, v, herr, err); settled {
+				ends = append(ends, end)
+				continue
+			}
+		}
+		ends = append(ends, e.failed(c, err))
+	}
+	return ends, nil
+}
+
+// settle turns a check's verdict on a doubtful item into its end; settled
+// is false when the item should run (again).
+func (e *eacher) settle(c idemstore.ItemClaim, v verdict, herr, cause error) (idemstore.ItemEnd, bool) {
+	now := e.cfg.clock.Now()
+	switch v {
+	case verdictDone:
+		return idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: now}, true
+	case verdictUnknown:
+		msg := cause.Error()
+		if herr != nil {
+			msg = "downstream check failed: " + herr.Error() + "; after: " + msg
+		}
+		return idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusUnknown, Failures: c.Failures, Error: msg, Now: now}, true
+	}
+	return idemstore.ItemEnd{}, false
+}
+
+// failed is the end of an item attempt whose fn failed: backoff or park.
+func (e *eacher) failed(c idemstore.ItemClaim, err error) idemstore.ItemEnd {
+	if errors.Is(err, errDeferredItem) {
+		return e.deferredEnd(c)
+	}
+	now := e.cfg.clock.Now()
+	n := c.Failures + 1
+	end := idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Failures: n, Error: err.Error(), Now: now}
+	d, ok := e.cfg.backoff.Next(n)
+	if !ok || isPermanent(err) {
+		end.Status = StatusParked
+		return end
+	}
+	end.Status, end.NotBefore = StatusFailed, now.Add(d)
+	return end
+}
+
+// report counts a window's ends that were recorded (not lost) and calls
+// the progress callback.
+func (e *eacher) report(ctx context.Context, ends []idemstore.ItemEnd, lost []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	gone := make(map[string]bool, len(lost))
+	for _, it := range lost {
+		gone[it] = true
+	}
+	for _, end := range ends {
+		if gone[end.Item] {
+			continue
+		}
+		switch end.Status {
+		case StatusDone:
+			e.done.Add(1)
+		case StatusParked:
+			e.done.Add(1)
+			if len(e.parked) < 100 {
+				e.parked = append(e.parked, end.Item)
+			}
+			if e.cfg.logger != nil {
+				e.cfg.logger.LogAttrs(ctx, slog.LevelError, "idem: item parked", slog.String("job", e.key.Job),
+					slog.String("period", e.key.Period), slog.String("item", end.Item), slog.String("error", end.Error))
+			}
+		}
+	}
+	if e.cfg.each.progress != nil {
+		e.cfg.each.progress(e.key, e.done.Load(), e.total)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
@@ -40,7 +42,7 @@ func TestInvalidKeyErrorIsShort(t *testing.T) {
 			return err
 		}},
 		{"Each", func() error {
-			_, err := idem.Each(ctx, l, idem.Key{Job: long, Period: "2026-10-27"}, func(yield func(string, error) bool) { yield("a", nil) },
+			_, err := fanout.Each(ctx, l, idem.Key{Job: long, Period: "2026-10-27"}, func(yield func(string, error) bool) { yield("a", nil) },
 				func(context.Context, string) error { return nil })
 			return err
 		}},
@@ -120,7 +122,7 @@ func TestRequestIDPeriodAndItemDiffer(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	one := idem.Items(func(yield func(string) bool) { yield("acct-7") })
+	one := fanout.Items(func(yield func(string) bool) { yield("acct-7") })
 	check := func(call string) func(ctx context.Context) {
 		return func(ctx context.Context) {
 			info, _ := idem.InfoFrom(ctx)
@@ -137,7 +139,7 @@ func TestRequestIDPeriodAndItemDiffer(t *testing.T) {
 		check("TwoPhase check")(ctx)
 		return true, nil
 	}
-	res, err := idem.Each(ctx, l, period, one, func(ctx context.Context, item string) error {
+	res, err := fanout.Each(ctx, l, period, one, func(ctx context.Context, item string) error {
 		fns++
 		check("Each")(ctx)
 		return errors.New("timeout: the request may have reached the downstream")
@@ -146,7 +148,7 @@ func TestRequestIDPeriodAndItemDiffer(t *testing.T) {
 		t.Fatalf("Each: %v, %+v; fn ran %d times, check %d (want 1, 1)", err, res, fns, checks)
 	}
 	l2 := openLedger(t, t.TempDir())
-	res, err = idem.EachTx(ctx, l2, period, one, func(ctx context.Context, _ *sql.Tx, item string) error {
+	res, err = fanout.EachTx(ctx, l2, period, one, func(ctx context.Context, _ *sql.Tx, item string) error {
 		check("EachTx")(ctx)
 		return nil
 	})

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
@@ -26,13 +28,13 @@ func TestObserverOnePerEach(t *testing.T) {
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewAutoClock(t0)))
 	var got []idem.Result
 	observe := idem.OnResult(func(r idem.Result) { got = append(got, r) })
-	abc := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") })
-	_, err := idem.Each(ctx, l, points, abc, func(_ context.Context, it string) error {
+	abc := fanout.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") })
+	_, err := fanout.Each(ctx, l, points, abc, func(_ context.Context, it string) error {
 		if it == "c" {
 			return idem.Permanent(errors.New("account frozen"))
 		}
 		return nil
-	}, observe, idem.WithWorkers(1))
+	}, observe, fanout.WithWorkers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +47,7 @@ func TestObserverOnePerEach(t *testing.T) {
 	// Result, with the error.
 	got = nil
 	k := idem.Key{Job: "daily_points", Period: "2026-10-28"}
-	_, err = idem.Each(ctx, l, k, abc, func(_ context.Context, it string) error {
+	_, err = fanout.Each(ctx, l, k, abc, func(_ context.Context, it string) error {
 		if it == "b" {
 			return errors.New("gateway timeout")
 		}
@@ -61,7 +63,7 @@ func TestObserverOnePerEach(t *testing.T) {
 
 	// A done period: one Result, already done.
 	got = nil
-	if _, err := idem.Each(ctx, l, points, abc, func(context.Context, string) error { return nil }, observe); err != nil {
+	if _, err := fanout.Each(ctx, l, points, abc, func(context.Context, string) error { return nil }, observe); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 1 || got[0].Outcome != idem.AlreadyDone || got[0].Items.Done != 2 {
@@ -125,7 +127,7 @@ func TestLogsUseCallerContext(t *testing.T) {
 	if err := l.Run(ctx, key, fails, idem.RetryWithin(time.Hour)); !errors.Is(err, idem.ErrParked) {
 		t.Fatalf("Run: %v", err)
 	}
-	if _, err := idem.Each(ctx, l, points, idem.Items(func(yield func(string) bool) { yield("a") }),
+	if _, err := fanout.Each(ctx, l, points, fanout.Items(func(yield func(string) bool) { yield("a") }),
 		func(context.Context, string) error { return idem.Permanent(errors.New("frozen")) }); err != nil {
 		t.Fatalf("Each: %v", err)
 	}
@@ -179,21 +181,21 @@ func TestSchedulerObserverReachesEach(t *testing.T) {
 	l := openLedger(t, t.TempDir(), idem.OnResult(store.observe))
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
 	s := scheduler.New(l, idem.WithClock(clk), idem.OnResult(sched.observe))
-	abc := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") })
+	abc := fanout.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") })
 	if err := s.Add("grant", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
-		_, err := idem.Each(ctx, l, idem.Key{Job: "grant_items", Period: p.Name}, abc, func(context.Context, string) error { return nil })
+		_, err := fanout.Each(ctx, l, idem.Key{Job: "grant_items", Period: p.Name}, abc, func(context.Context, string) error { return nil })
 		return err
 	}, idem.OnResult(job.observe)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Add("credit", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
-		_, err := idem.EachTx(ctx, l, idem.Key{Job: "credit_items", Period: p.Name}, abc, func(context.Context, *sql.Tx, string) error { return nil })
+		_, err := fanout.EachTx(ctx, l, idem.Key{Job: "credit_items", Period: p.Name}, abc, func(context.Context, *sql.Tx, string) error { return nil })
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Add("own", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
-		_, err := idem.Each(ctx, l, idem.Key{Job: "own_items", Period: p.Name}, abc, func(context.Context, string) error { return nil },
+		_, err := fanout.Each(ctx, l, idem.Key{Job: "own_items", Period: p.Name}, abc, func(context.Context, string) error { return nil },
 			idem.OnResult(own.observe))
 		return err
 	}); err != nil {

@@ -187,7 +187,7 @@ func newConfig(s any, cl call) *config {
 		backoff: defaultBackoff,
 		poll:    200 * time.Millisecond,
 		clock:   systemClock{},
-		each:    eachConfig{workers: DefaultWorkers},
+		each:    eachConfig{workers: defaultWorkers},
 	}
 	if d, ok := s.(defaulter); ok {
 		for _, o := range d.DefaultOptions() {
@@ -527,7 +527,7 @@ const DefaultRetryWithin = time.Minute
 // carries over to the next trigger until [DefaultBackoff] gives up.
 //
 // d = 0 means one attempt per call ([OneAttempt]). A negative d is an error
-// matching [ErrInvalidOption], returned before anything is written. [Each]
+// matching [ErrInvalidOption], returned before anything is written. fanout.Each
 // waits for its items' backoffs until ctx ends, whatever d is.
 func RetryWithin(d time.Duration) Option {
 	return newOption("RetryWithin", classAttempt, func(c *config) error {
@@ -570,95 +570,68 @@ func ReportTo(r *Result) Option {
 	})
 }
 
-// Fan-out options (class FanOutOption).
+// Fan-out options (package fanout's, through hooks).
 
-// WithWorkers sets how many items Each works on at once (default
-// DefaultWorkers). An n below 1 is an error matching [ErrInvalidOption].
-func WithWorkers(n int) Option {
-	return newOption("WithWorkers", classFanOut, func(c *config) error {
+// withWorkers is fanout.WithWorkers (see there), through hooks.
+func withWorkers(n int) Option {
+	return newOption("fanout.WithWorkers", classFanOut, func(c *config) error {
 		if n < 1 {
-			return invalidOption("WithWorkers(%d): at least one worker is needed", n)
+			return invalidOption("fanout.WithWorkers(%d): at least one worker is needed", n)
 		}
 		c.each.workers = n
 		return nil
 	})
 }
 
-// WithBatch sets the window of Each: how many items a worker applies
-// between two commits of their done marks (default 100; 1 in AtMostOnce).
-// A window also ends once a third of the lease has passed, so that its done
-// marks renew the lease of a chunk of slow items in time.
-// Before a window runs, its items are marked started, in the commit that
-// ends the window before it: after a crash those items, and no others, are
-// in doubt — run again (AtLeastOnce), unknown (AtMostOnce) or checked
-// (TwoPhase). Larger windows mean fewer commits and more doubt. An n below
-// 1 is an error matching [ErrInvalidOption].
-func WithBatch(n int) Option {
-	return newOption("WithBatch", classFanOut, func(c *config) error {
+// withBatch is fanout.WithBatch (see there), through hooks.
+func withBatch(n int) Option {
+	return newOption("fanout.WithBatch", classFanOut, func(c *config) error {
 		if n < 1 {
-			return invalidOption("WithBatch(%d): a window holds at least one item", n)
+			return invalidOption("fanout.WithBatch(%d): a window holds at least one item", n)
 		}
 		c.each.batch = n
 		return nil
 	})
 }
 
-// OnProgress calls f after every committed batch with the period's
-// progress, enough to drive a progress bar or a log line every N items. f is
-// called from Each's workers, one call at a time. A nil f is an error
-// matching [ErrInvalidOption].
-func OnProgress(f func(EachProgress)) Option {
-	return newOption("OnProgress", classFanOut, func(c *config) error {
+// onProgress is fanout.OnProgress (see there), through hooks.
+func onProgress(f func(key Key, done, total int64)) Option {
+	return newOption("fanout.OnProgress", classFanOut, func(c *config) error {
 		if f == nil {
-			return invalidOption("OnProgress(nil): no function to call")
+			return invalidOption("fanout.OnProgress(nil): no function to call")
 		}
 		c.each.progress = f
 		return nil
 	})
 }
 
-// WithRate paces Each's items: fn starts for at most perSecond items a
-// second, after a first burst of up to burst items (golang.org/x/time/rate,
-// on the call's clock). The limit is the call's, shared by its workers; two
-// calls (two hosts) each have their own. With EachTx a window of items is
-// one transaction, which waits for its items' tokens before it begins, so a
-// window holds at most burst items there. A perSecond not above 0, a burst
-// below 1, or (at the call) a pace slower than one item per third of the
-// lease is an error matching [ErrInvalidOption].
-func WithRate(perSecond float64, burst int) Option {
-	return newOption("WithRate", classFanOut, func(c *config) error {
+// withRate is fanout.WithRate (see there), through hooks.
+func withRate(perSecond float64, burst int) Option {
+	return newOption("fanout.WithRate", classFanOut, func(c *config) error {
 		if !(perSecond > 0) || burst < 1 {
-			return invalidOption("WithRate(%v, %d): the rate must be above 0 and the burst at least 1", perSecond, burst)
+			return invalidOption("fanout.WithRate(%v, %d): the rate must be above 0 and the burst at least 1", perSecond, burst)
 		}
 		c.each.rate, c.each.burst = perSecond, burst
 		return nil
 	})
 }
 
-// WithPause makes each of Each's workers pause for d after each window it
-// commits (seed: "a pause of 0.5-1 s between batches, so the database can
-// breathe"). With several workers, their windows still overlap: the pause
-// spaces each worker's own. A negative d, or (at the call) a d not below a
-// third of the lease, which the pause would let run out, is an error
-// matching [ErrInvalidOption].
-func WithPause(d time.Duration) Option {
-	return newOption("WithPause", classFanOut, func(c *config) error {
+// withPause is fanout.WithPause (see there), through hooks.
+func withPause(d time.Duration) Option {
+	return newOption("fanout.WithPause", classFanOut, func(c *config) error {
 		if d < 0 {
-			return invalidOption("WithPause(%v): the pause must not be negative", d)
+			return invalidOption("fanout.WithPause(%v): the pause must not be negative", d)
 		}
 		c.each.pause = d
 		return nil
 	})
 }
 
-// WithBreaker makes Each and EachTx stop feeding a failing downstream: b
-// counts fn's failures and, once open, defers the call ([Breaker]). Pass
-// the same b to every call of the job. A nil b, or one NewBreaker made of
-// bad values, is an error matching [ErrInvalidOption].
-func WithBreaker(b *Breaker) Option {
-	return newOption("WithBreaker", classFanOut, func(c *config) error {
+// withBreaker is fanout.WithBreaker (see there), through hooks.
+func withBreaker(b *Breaker) Option {
+	return newOption("fanout.WithBreaker", classFanOut, func(c *config) error {
 		if err := b.validate(); err != nil {
-			return invalidOption("WithBreaker: %s", err)
+			return invalidOption("fanout.WithBreaker: %s", err)
 		}
 		c.each.breaker = b
 		return nil

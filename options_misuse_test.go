@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/scheduler"
@@ -21,7 +23,7 @@ func TestMisusedOptionIsAnError(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l := openLedger(t, t.TempDir())
-	items := idem.Items(func(yield func(string) bool) { yield("a") })
+	items := fanout.Items(func(yield func(string) bool) { yield("a") })
 	var r idem.Result
 	ran := false
 	fn := func(context.Context) error { ran = true; return nil }
@@ -35,17 +37,17 @@ func TestMisusedOptionIsAnError(t *testing.T) {
 		do                 func(k idem.Key) error
 	}{
 		{"fan-out option to Run", "WithWorkers", "Run", func(k idem.Key) error {
-			return l.Run(ctx, k, fn, idem.WithWorkers(2))
+			return l.Run(ctx, k, fn, fanout.WithWorkers(2))
 		}},
 		{"ReportTo to Each", "ReportTo", "Each", func(k idem.Key) error {
-			_, err := idem.Each(ctx, l, k, items, itemFn, idem.ReportTo(&r))
+			_, err := fanout.Each(ctx, l, k, items, itemFn, idem.ReportTo(&r))
 			return err
 		}},
 		{"mode to RunTx", "AtMostOnce", "RunTx", func(k idem.Key) error {
 			return l.RunTx(ctx, k, txFn, idem.AtMostOnce())
 		}},
 		{"catch-up policy to Each", "catchup.All", "Each", func(k idem.Key) error {
-			_, err := idem.Each(ctx, l, k, items, itemFn, catchup.All(10))
+			_, err := fanout.Each(ctx, l, k, items, itemFn, catchup.All(10))
 			return err
 		}},
 		{"ReportTo to a job", "ReportTo", "Scheduler.Add", func(k idem.Key) error {
@@ -58,7 +60,7 @@ func TestMisusedOptionIsAnError(t *testing.T) {
 			return l.Run(ctx, k, fn, scheduler.WithJitter(time.Second))
 		}},
 		{"fan-out option to scheduler.New", "WithWorkers", "scheduler.New", func(k idem.Key) error {
-			return scheduler.New(l, idem.WithWorkers(2)).Add(k.Job, idem.Daily(time.UTC), periodFn)
+			return scheduler.New(l, fanout.WithWorkers(2)).Add(k.Job, idem.Daily(time.UTC), periodFn)
 		}},
 		{"parameters to a store", "WithParams", "a store's defaults", func(k idem.Key) error {
 			_, err := idem.OpenLedger(t.TempDir()+"/l.db", idem.WithParams(1))
@@ -105,7 +107,7 @@ func TestOptionsWhereTheyFit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	items := idem.Items(func(yield func(string) bool) { yield("a") })
+	items := fanout.Items(func(yield func(string) bool) { yield("a") })
 	var r idem.Result
 	k := func(p string) idem.Key { return idem.Key{Job: "fit", Period: p} }
 	check := func(what string, err error) {
@@ -118,11 +120,11 @@ func TestOptionsWhereTheyFit(t *testing.T) {
 		append(common, idem.AtMostOnce(), idem.RetryWithin(time.Second), idem.ReportTo(&r), idem.WithParams("v3"))...))
 	check("RunTx", l.RunTx(ctx, k("2"), func(context.Context, *sql.Tx) error { return nil },
 		append(common, idem.ReportTo(&r), idem.OneAttempt(), idem.WithParamsBytes([]byte("v3")))...))
-	_, err = idem.Each(ctx, l, k("3"), items, func(context.Context, string) error { return nil },
-		append(common, idem.WithWorkers(2), idem.AtLeastOnce(), idem.WithBatch(10), idem.OnProgress(func(idem.EachProgress) {}), idem.WithParams(1))...)
+	_, err = fanout.Each(ctx, l, k("3"), items, func(context.Context, string) error { return nil },
+		append(common, fanout.WithWorkers(2), idem.AtLeastOnce(), fanout.WithBatch(10), fanout.OnProgress(func(fanout.Progress) {}), idem.WithParams(1))...)
 	check("Each", err)
-	_, err = idem.EachTx(ctx, l, k("4"), items, func(context.Context, *sql.Tx, string) error { return nil },
-		append(common, idem.WithWorkers(2), idem.WithParams(1))...)
+	_, err = fanout.EachTx(ctx, l, k("4"), items, func(context.Context, *sql.Tx, string) error { return nil },
+		append(common, fanout.WithWorkers(2), idem.WithParams(1))...)
 	check("EachTx", err)
 	since := time.Now().Add(-time.Hour)
 	_, err = catchup.Run(ctx, l, "cu", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil },

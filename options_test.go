@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
@@ -22,7 +24,7 @@ import (
 func TestInvalidOptionValues(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	items := idem.Items(func(yield func(string) bool) { yield("a") })
+	items := fanout.Items(func(yield func(string) bool) { yield("a") })
 	cases := []struct {
 		name string
 		want string // the error's text names the option and its value
@@ -87,15 +89,15 @@ func TestInvalidOptionValues(t *testing.T) {
 			return err
 		}},
 		{"WithWorkers", "WithWorkers(0)", func(l *idem.Ledger, ran *bool) error {
-			_, err := idem.Each(ctx, l, key, items, func(context.Context, string) error { *ran = true; return nil }, idem.WithWorkers(0))
+			_, err := fanout.Each(ctx, l, key, items, func(context.Context, string) error { *ran = true; return nil }, fanout.WithWorkers(0))
 			return err
 		}},
 		{"WithBatch", "WithBatch(-2)", func(l *idem.Ledger, ran *bool) error {
-			_, err := idem.EachTx(ctx, l, key, items, func(context.Context, *sql.Tx, string) error { *ran = true; return nil }, idem.WithBatch(-2))
+			_, err := fanout.EachTx(ctx, l, key, items, func(context.Context, *sql.Tx, string) error { *ran = true; return nil }, fanout.WithBatch(-2))
 			return err
 		}},
 		{"OnProgress(nil)", "OnProgress(nil)", func(l *idem.Ledger, ran *bool) error {
-			_, err := idem.Each(ctx, l, key, items, func(context.Context, string) error { *ran = true; return nil }, idem.OnProgress(nil))
+			_, err := fanout.Each(ctx, l, key, items, func(context.Context, string) error { *ran = true; return nil }, fanout.OnProgress(nil))
 			return err
 		}},
 	}
@@ -166,8 +168,8 @@ func TestCallerOptionSliceNotWritten(t *testing.T) {
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	each := make([]idem.Option, 4)
 	opts := each[:1]
-	opts[0] = idem.WithWorkers(1)
-	if _, err := idem.Each(ctx, l, points, idem.Items(func(yield func(string) bool) { yield("a") }),
+	opts[0] = fanout.WithWorkers(1)
+	if _, err := fanout.Each(ctx, l, points, fanout.Items(func(yield func(string) bool) { yield("a") }),
 		func(context.Context, string) error { return nil }, opts...); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
@@ -144,7 +146,7 @@ func TestPutWhereNoOutbox(t *testing.T) {
 		t.Fatalf("Put in a Run nested in a RunTx body: %v", err)
 	}
 	var putErr error
-	res, err := idem.Each(ctx, l, idem.Key{Job: "j", Period: "c"}, idem.Items(func(yield func(string) bool) { yield("x") }),
+	res, err := fanout.Each(ctx, l, idem.Key{Job: "j", Period: "c"}, fanout.Items(func(yield func(string) bool) { yield("x") }),
 		func(ctx context.Context, item string) error {
 			_, putErr = outbox.Put(ctx, (*sql.Tx)(nil), outbox.Message{Topic: "t"})
 			return idem.Permanent(putErr)

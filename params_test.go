@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
@@ -185,12 +187,12 @@ func TestParamsEveryCall(t *testing.T) {
 	}
 
 	p := idem.Key{Job: "points", Period: "2026-10-27"}
-	if _, err := idem.Each(ctx, l, p, accounts(3), func(context.Context, string) error { return nil }, a); err != nil {
+	if _, err := fanout.Each(ctx, l, p, accounts(3), func(context.Context, string) error { return nil }, a); err != nil {
 		t.Fatal(err)
 	}
-	_, err = idem.Each(ctx, l, p, accounts(3), func(context.Context, string) error { return ran("Each")(ctx) }, b)
+	_, err = fanout.Each(ctx, l, p, accounts(3), func(context.Context, string) error { return ran("Each")(ctx) }, b)
 	mismatch("Each", err)
-	_, err = idem.EachTx(ctx, l, p, accounts(3), func(context.Context, *sql.Tx, string) error { return ran("EachTx")(ctx) }, b)
+	_, err = fanout.EachTx(ctx, l, p, accounts(3), func(context.Context, *sql.Tx, string) error { return ran("EachTx")(ctx) }, b)
 	mismatch("EachTx", err)
 }
 

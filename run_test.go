@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
@@ -635,8 +637,8 @@ func TestInvalidOptionWritesNothing(t *testing.T) {
 	if !errors.Is(err, idem.ErrInvalidOption) || ran {
 		t.Fatalf("CatchUp: %v, ran %v", err, ran)
 	}
-	_, err = idem.Each(ctx, l, key, idem.Items(func(yield func(string) bool) { yield("a") }),
-		func(context.Context, string) error { ran = true; return nil }, idem.WithWorkers(0))
+	_, err = fanout.Each(ctx, l, key, fanout.Items(func(yield func(string) bool) { yield("a") }),
+		func(context.Context, string) error { ran = true; return nil }, fanout.WithWorkers(0))
 	if !errors.Is(err, idem.ErrInvalidOption) || ran {
 		t.Fatalf("Each: %v, ran %v", err, ran)
 	}

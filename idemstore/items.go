@@ -73,7 +73,7 @@ type ItemStore interface {
 }
 
 // ItemTxStore is an ItemStore whose items' business writes can commit with
-// their done marks: the transactional variant of Each (idem.EachTx).
+// their done marks: the transactional variant of Each (fanout.EachTx).
 type ItemTxStore[Tx any] interface {
 	ItemStore
 

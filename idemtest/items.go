@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 )
@@ -94,7 +96,7 @@ func testItemsOnce(t *testing.T, h Harness) {
 				t.Fatal(err)
 			}
 			d := newItemDownstream()
-			res, err := idem.Each(ctx, s, k, itemIDs(300), d.apply, m.opt(d.has), idem.WithBatch(40))
+			res, err := fanout.Each(ctx, s, k, itemIDs(300), d.apply, m.opt(d.has), fanout.WithBatch(40))
 			if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 300 || res.Counts.Total() != 300 {
 				t.Fatalf("Each: %v, %+v", err, res)
 			}
@@ -104,7 +106,7 @@ func testItemsOnce(t *testing.T, h Harness) {
 					t.Fatalf("%s applied %d times", it, got[it])
 				}
 			}
-			res, err = idem.Each(ctx, s, k, func(yield func(string, error) bool) { t.Error("items generated for a done period") },
+			res, err = fanout.Each(ctx, s, k, func(yield func(string, error) bool) { t.Error("items generated for a done period") },
 				d.apply, m.opt(d.has))
 			if err != nil || res.Outcome != idem.AlreadyDone {
 				t.Fatalf("Each of a done period: %v, %s", err, res.Outcome)
@@ -134,7 +136,7 @@ func testItemsCrash(t *testing.T, h Harness) {
 				s := itemStore(t, h.open(t, clk))
 				k := idem.Key{Job: "items-crash", Period: "2026-10-27"}
 				d := newItemDownstream()
-				opts := []idem.Option{m.opt(d.has), idem.WithBatch(50), idem.WithWorkers(1)}
+				opts := []idem.Option{m.opt(d.has), fanout.WithBatch(50), fanout.WithWorkers(1)}
 				seen := 0
 				ctx := CrashWhen(context.Background(), func(p idemstore.Point, _ idem.Key) bool {
 					if p == c.at {
@@ -142,11 +144,11 @@ func testItemsCrash(t *testing.T, h Harness) {
 					}
 					return p == c.at && seen == c.nth
 				})
-				if _, err := idem.Each(ctx, s, k, itemIDs(n), d.apply, opts...); !errors.Is(err, ErrCrashed) {
+				if _, err := fanout.Each(ctx, s, k, itemIDs(n), d.apply, opts...); !errors.Is(err, ErrCrashed) {
 					t.Fatalf("crashing Each: %v, want ErrCrashed", err)
 				}
 				h.expire(t, s, clk)
-				res, err := idem.Each(context.Background(), s, k, itemIDs(n), d.apply, opts...)
+				res, err := fanout.Each(context.Background(), s, k, itemIDs(n), d.apply, opts...)
 				got := d.counts()
 				applied := 0
 				for i := range n {
@@ -177,7 +179,7 @@ func testItemsCrash(t *testing.T, h Harness) {
 				}
 				// One more Each changes nothing.
 				before := d.counts()
-				if _, err := idem.Each(context.Background(), s, k, itemIDs(n), d.apply, opts...); err != nil && !errors.Is(err, idem.ErrUnknownOutcome) {
+				if _, err := fanout.Each(context.Background(), s, k, itemIDs(n), d.apply, opts...); err != nil && !errors.Is(err, idem.ErrUnknownOutcome) {
 					t.Fatalf("Each after recovery: %v", err)
 				}
 				for it, e := range d.counts() {
@@ -199,13 +201,13 @@ func testItemsPoison(t *testing.T, h Harness) {
 	k := idem.Key{Job: "items-poison", Period: "2026-10-27"}
 	d := newItemDownstream()
 	tries := 0
-	res, err := idem.Each(context.Background(), s, k, itemIDs(60), func(ctx context.Context, item string) error {
+	res, err := fanout.Each(context.Background(), s, k, itemIDs(60), func(ctx context.Context, item string) error {
 		if item == "item-00017" {
 			tries++
 			return idem.NothingHappened(errors.New("account frozen"))
 		}
 		return d.apply(ctx, item)
-	}, idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Minute))), idem.WithBatch(10))
+	}, idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Minute))), fanout.WithBatch(10))
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Parked != 1 || res.Counts.Done != 59 ||
 		len(res.Parked) != 1 || res.Parked[0] != "item-00017" {
 		t.Fatalf("Each: %v, %+v", err, res)

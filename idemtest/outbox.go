@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
@@ -655,7 +657,7 @@ func testOutboxEach[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	key := idem.Key{Job: "fan", Period: "p"}
 	failed := map[string]bool{}
 	var mu sync.Mutex
-	_, err := idem.EachTx(ctx, its, key, idem.Items(func(yield func(string) bool) {
+	_, err := fanout.EachTx(ctx, its, key, fanout.Items(func(yield func(string) bool) {
 		for i := range 5 {
 			if !yield("acct-" + strconv.Itoa(i)) {
 				return

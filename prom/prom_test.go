@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/fanout"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/prom"
@@ -225,10 +227,10 @@ func TestFanOutCountedOncePerCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	abcd := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") && yield("d") })
+	abcd := fanout.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") && yield("d") })
 	grant := idem.Key{Job: "grant", Period: "2026-10-27"}
 	for range 2 {
-		_, err := idem.Each(ctx, l, grant, abcd, func(_ context.Context, it string) error {
+		_, err := fanout.Each(ctx, l, grant, abcd, func(_ context.Context, it string) error {
 			if it == "d" {
 				return idem.Permanent(errors.New("account frozen"))
 			}
@@ -239,7 +241,7 @@ func TestFanOutCountedOncePerCall(t *testing.T) {
 		}
 	}
 	// pay: at most once, an item fails: unknown, the period stays open.
-	_, err = idem.Each(ctx, l, idem.Key{Job: "pay", Period: "2026-10-27"}, abcd, func(_ context.Context, it string) error {
+	_, err = fanout.Each(ctx, l, idem.Key{Job: "pay", Period: "2026-10-27"}, abcd, func(_ context.Context, it string) error {
 		if it == "b" {
 			return errors.New("gateway timeout")
 		}
@@ -283,11 +285,11 @@ func TestDeferralsCounted(t *testing.T) {
 	}
 	// A breaker open after one failure defers the next Each.
 	br := idem.NewBreaker(1, time.Hour)
-	items := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") })
+	items := fanout.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") })
 	grant := idem.Key{Job: "grant", Period: "2026-10-27"}
 	fail := func(context.Context, string) error { return errors.New("503") }
 	for range 2 {
-		if _, err := idem.Each(ctx, l, grant, items, fail, idem.WithBreaker(br), idem.WithWorkers(1), m.Option()); !errors.Is(err, idem.ErrDeferred) {
+		if _, err := fanout.Each(ctx, l, grant, items, fail, fanout.WithBreaker(br), fanout.WithWorkers(1), m.Option()); !errors.Is(err, idem.ErrDeferred) {
 			t.Fatalf("Each: %v, want ErrDeferred", err)
 		}
 	}
@@ -356,9 +358,9 @@ func TestSchedulerMetricsReachEach(t *testing.T) {
 	}
 	clk := schedtest.NewClock(time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC))
 	s := scheduler.New(l, idem.WithClock(clk), m.Option())
-	abcd := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") && yield("d") })
+	abcd := fanout.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") && yield("d") })
 	if err := s.Add("grant", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
-		_, err := idem.Each(ctx, l, idem.Key{Job: "grant_items", Period: p.Name}, abcd, func(context.Context, string) error { return nil })
+		_, err := fanout.Each(ctx, l, idem.Key{Job: "grant_items", Period: p.Name}, abcd, func(context.Context, string) error { return nil })
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -5,10 +5,12 @@ package core
 
 import (
 	"context"
+	"iter"
 	"log/slog"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/hook"
 )
 
@@ -25,6 +27,16 @@ type Root interface {
 	LastError(rec idem.Record) error
 	IsPermanent(err error) bool
 	CheckBackoff(b idem.Backoff) error
+
+	Each(ctx context.Context, s idemstore.ItemStore, key idem.Key, items iter.Seq2[string, error], fn func(context.Context, string) error,
+		opts []idem.Option, tx func(clock idem.Clock) any) (idem.Outcome, idem.ItemCounts, []string, error)
+	DefaultWorkers() int
+	Workers(n int) idem.Option
+	Batch(n int) idem.Option
+	Progress(f func(key idem.Key, done, total int64)) idem.Option
+	Rate(perSecond float64, burst int) idem.Option
+	Pause(d time.Duration) idem.Option
+	Breaker(b *idem.Breaker) idem.Option
 }
 
 // A Config is a call's config: the engine's defaults, the store's, and
