@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/guard"
+
 	"github.com/idemgo/idem/fanout"
 
 	"github.com/idemgo/idem"
@@ -102,7 +104,7 @@ func diskFullChild(t *testing.T, dir string) {
 
 	// A disk guard that wants more free space than the tmpfs has defers
 	// the call before it writes anything.
-	if _, err := fanout.EachTx(ctx, l, points, accounts(n), fn, idem.WithGuard(idem.DiskGuard{MinFree: 4 << 20})); !errors.Is(err, idem.ErrDeferred) {
+	if _, err := fanout.EachTx(ctx, l, points, accounts(n), fn, idem.WithGuard(guard.DiskGuard{MinFree: 4 << 20})); !errors.Is(err, idem.ErrDeferred) {
 		t.Fatalf("EachTx with a disk guard of 4 MiB on a 3 MiB tmpfs: %v, want ErrDeferred", err)
 	} else {
 		t.Logf("with a disk guard: %v", err)

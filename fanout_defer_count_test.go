@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/guard"
+
 	"github.com/idemgo/idem/fanout"
 
 	"github.com/idemgo/idem"
@@ -42,9 +44,9 @@ func TestCountItemsAfterDeferral(t *testing.T) {
 					}
 					return nil
 				}
-				var opt idem.Option = idem.WithGuard(idem.MemoryGuard{Limit: 0.85, Cgroup: cg.dir})
+				var opt idem.Option = idem.WithGuard(guard.MemoryGuard{Limit: 0.85, Cgroup: cg.dir})
 				if by == "breaker" {
-					opt = fanout.WithBreaker(idem.NewBreaker(3, time.Hour))
+					opt = fanout.WithBreaker(guard.NewBreaker(3, time.Hour))
 				}
 				var res fanout.Result
 				var err error

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/guard"
+
 	"github.com/idemgo/idem/fanout"
 
 	"github.com/idemgo/idem"
@@ -20,7 +22,7 @@ import (
 
 // pointsBreaker is the breaker of the daily_points job: one per process,
 // shared by every trigger, so that a trigger during an outage finds it open.
-var pointsBreaker = idem.NewBreaker(20, 30*time.Second)
+var pointsBreaker = guard.NewBreaker(20, 30*time.Second)
 
 // grantPointsSafely is grantPoints sized for a database with 100
 // connections, paced, and stopping by itself when the host or the partner
@@ -31,13 +33,13 @@ func grantPointsSafely(ctx context.Context, ledger *idem.Ledger, day string) err
 			_, err := tx.ExecContext(ctx, `UPDATE accounts SET points = points + 10 WHERE id = ?`, account)
 			return err
 		},
-		fanout.WithWorkers(25),                            // 20-30 of the database's 100 connections for this job
-		fanout.WithBatch(500),                             // 500 items a transaction
-		fanout.WithPause(time.Second),                     // 0.5-1 s between a worker's batches
-		fanout.WithRate(2000, 500),                        // never more than 2000 items a second
-		idem.WithGuard(idem.MemoryGuard{Limit: 0.85}),     // memory above 85 %: stop claiming
-		idem.WithGuard(idem.DiskGuard{MinFree: 64 << 20}), // under 64 MiB free by the ledger: stop claiming
-		fanout.WithBreaker(pointsBreaker))                 // 20 failures in a row: stop for 30 s, then probe
+		fanout.WithWorkers(25),                             // 20-30 of the database's 100 connections for this job
+		fanout.WithBatch(500),                              // 500 items a transaction
+		fanout.WithPause(time.Second),                      // 0.5-1 s between a worker's batches
+		fanout.WithRate(2000, 500),                         // never more than 2000 items a second
+		idem.WithGuard(guard.MemoryGuard{Limit: 0.85}),     // memory above 85 %: stop claiming
+		idem.WithGuard(guard.DiskGuard{MinFree: 64 << 20}), // under 64 MiB free by the ledger: stop claiming
+		fanout.WithBreaker(pointsBreaker))                  // 20 failures in a row: stop for 30 s, then probe
 	var d *idem.Deferral
 	if errors.As(err, &d) {
 		// Nothing failed and nothing is lost: the next trigger goes on.
@@ -84,7 +86,7 @@ func ExampleWithGuard() {
 	}
 	defer l.Close()
 	maintenance := true
-	partner := idem.GuardFunc("partner", func(context.Context) error {
+	partner := guard.Func("partner", func(context.Context) error {
 		if maintenance {
 			return errors.New("partner API in maintenance until 03:00")
 		}

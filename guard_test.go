@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/guard"
+
 	"github.com/idemgo/idem/fanout"
 
 	"github.com/idemgo/idem"
@@ -68,7 +70,7 @@ func TestMemoryGuardDefersEachTx(t *testing.T) {
 	}
 	cg := newFakeCgroup(t, 1000)
 	cg.setUsed(500)
-	guard := idem.MemoryGuard{Limit: 0.85, Cgroup: cg.dir}
+	guard := guard.MemoryGuard{Limit: 0.85, Cgroup: cg.dir}
 	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
 	var calls atomic.Int64
 	fn := func(ctx context.Context, tx *sql.Tx, item string) error {
@@ -133,7 +135,7 @@ func TestMemoryGuardMeminfo(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	g := idem.MemoryGuard{Cgroup: cg.dir, Meminfo: meminfo} // the default limit, 85 %
+	g := guard.MemoryGuard{Cgroup: cg.dir, Meminfo: meminfo} // the default limit, 85 %
 	for _, tc := range []struct {
 		avail int
 		trips bool
@@ -144,7 +146,7 @@ func TestMemoryGuardMeminfo(t *testing.T) {
 			t.Errorf("MemAvailable %d of 1000000 kB: Check = %v, want a refusal: %v", tc.avail, err, tc.trips)
 		}
 	}
-	if err := (idem.MemoryGuard{Meminfo: filepath.Join(dir, "missing")}).Check(context.Background()); err == nil {
+	if err := (guard.MemoryGuard{Meminfo: filepath.Join(dir, "missing")}).Check(context.Background()); err == nil {
 		t.Error("MemoryGuard on a meminfo file that is not there: no error, want one (it defers)")
 	}
 }
@@ -163,7 +165,7 @@ func TestBreakerStopsAnOutage(t *testing.T) {
 			l := openLedger(t, t.TempDir())
 			ctx := context.Background()
 			clk := idemtest.NewAutoClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
-			br := idem.NewBreaker(threshold, coolDown)
+			br := guard.NewBreaker(threshold, coolDown)
 			var mu sync.Mutex
 			done := map[string]int{}
 			var calls atomic.Int64
@@ -191,7 +193,7 @@ func TestBreakerStopsAnOutage(t *testing.T) {
 
 			res, err := call()
 			var d *idem.Deferral
-			if !errors.Is(err, idem.ErrDeferred) || !errors.As(err, &d) || d.Reason != idem.ReasonBreaker {
+			if !errors.Is(err, idem.ErrDeferred) || !errors.As(err, &d) || d.Reason != guard.ReasonBreaker {
 				t.Fatalf("call during the outage: %v (%+v), want deferred by the breaker", err, res.Counts)
 			}
 			failed, parked := itemRecords(t, l.DB(), points)
@@ -199,7 +201,7 @@ func TestBreakerStopsAnOutage(t *testing.T) {
 			if failed > threshold+workers-1 || parked != 0 || res.Counts.Parked != 0 {
 				t.Errorf("%d items record a failure, %d parked; want at most %d and 0", failed, parked, threshold+workers-1)
 			}
-			if st, _ := br.State(clk.Now()); st != idem.BreakerOpen {
+			if st, _ := br.State(clk.Now()); st != guard.BreakerOpen {
 				t.Errorf("breaker %v after the outage, want open", st)
 			}
 
@@ -222,7 +224,7 @@ func TestBreakerStopsAnOutage(t *testing.T) {
 					t.Errorf("item %s succeeded %d times, want once", it, k)
 				}
 			}
-			if st, _ := br.State(clk.Now()); st != idem.BreakerClosed {
+			if st, _ := br.State(clk.Now()); st != guard.BreakerClosed {
 				t.Errorf("breaker %v after recovery, want closed", st)
 			}
 		})
@@ -235,7 +237,7 @@ func TestBreakerProbe(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	clk := idemtest.NewAutoClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
-	br := idem.NewBreaker(2, time.Minute)
+	br := guard.NewBreaker(2, time.Minute)
 	var calls atomic.Int64
 	fail := func(ctx context.Context, item string) error {
 		calls.Add(1)
@@ -246,15 +248,15 @@ func TestBreakerProbe(t *testing.T) {
 		t.Fatalf("first call: %v after %d calls of fn, want deferred after 2", err, calls.Load())
 	}
 	clk.Advance(time.Minute)
-	if st, _ := br.State(clk.Now()); st != idem.BreakerHalfOpen {
+	if st, _ := br.State(clk.Now()); st != guard.BreakerHalfOpen {
 		t.Fatalf("breaker %v after the cool-down, want half_open", st)
 	}
 	_, err := fanout.Each(ctx, l, points, accounts(50), fail, opts...)
 	var d *idem.Deferral
-	if !errors.As(err, &d) || d.Reason != idem.ReasonBreaker || calls.Load() != 3 {
+	if !errors.As(err, &d) || d.Reason != guard.ReasonBreaker || calls.Load() != 3 {
 		t.Fatalf("probe call: %v after %d calls of fn, want one probe (3 calls) and the breaker open again", err, calls.Load())
 	}
-	if st, _ := br.State(clk.Now()); st != idem.BreakerOpen {
+	if st, _ := br.State(clk.Now()); st != guard.BreakerOpen {
 		t.Errorf("breaker %v after a failed probe, want open", st)
 	}
 }
@@ -329,15 +331,15 @@ func TestGuardOptions(t *testing.T) {
 	noop := func(context.Context, string) error { return nil }
 	for name, opt := range map[string]idem.Option{
 		"nil guard":       idem.WithGuard(nil),
-		"limit 0.0001%":   idem.WithGuard(idem.MemoryGuard{Limit: 1.5}),
+		"limit 0.0001%":   idem.WithGuard(guard.MemoryGuard{Limit: 1.5}),
 		"rate 0":          fanout.WithRate(0, 1),
 		"burst 0":         fanout.WithRate(10, 0),
 		"slow rate":       fanout.WithRate(0.01, 1), // one item per 100 s, the default lease is a minute
 		"negative pause":  fanout.WithPause(-time.Second),
 		"long pause":      fanout.WithPause(time.Minute),
 		"nil breaker":     fanout.WithBreaker(nil),
-		"breaker 0":       fanout.WithBreaker(idem.NewBreaker(0, time.Minute)),
-		"breaker no cool": fanout.WithBreaker(idem.NewBreaker(3, 0)),
+		"breaker 0":       fanout.WithBreaker(guard.NewBreaker(0, time.Minute)),
+		"breaker no cool": fanout.WithBreaker(guard.NewBreaker(3, 0)),
 	} {
 		_, err := fanout.Each(ctx, l, points, accounts(10), noop, opt)
 		if !errors.Is(err, idem.ErrInvalidOption) {
@@ -354,7 +356,7 @@ func TestGuardDefersRun(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	busy := true
-	g := idem.GuardFunc("partner", func(context.Context) error {
+	g := guard.Func("partner", func(context.Context) error {
 		if busy {
 			return errors.New("partner API is in maintenance")
 		}
@@ -383,13 +385,13 @@ func TestDiskGuard(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	key := idem.Key{Job: "settle", Period: "2026-10-27"}
-	err := l.Run(ctx, key, func(context.Context) error { return nil }, idem.WithGuard(idem.DiskGuard{MinFree: 1 << 62}))
+	err := l.Run(ctx, key, func(context.Context) error { return nil }, idem.WithGuard(guard.DiskGuard{MinFree: 1 << 62}))
 	var d *idem.Deferral
 	if !errors.As(err, &d) || d.Reason != "disk" {
 		t.Fatalf("Run with 4 EiB required free: %v, want deferred by the disk guard", err)
 	}
 	t.Log(err)
-	if err := l.Run(ctx, key, func(context.Context) error { return nil }, idem.WithGuard(idem.DiskGuard{MinFree: 1})); err != nil {
+	if err := l.Run(ctx, key, func(context.Context) error { return nil }, idem.WithGuard(guard.DiskGuard{MinFree: 1})); err != nil {
 		t.Fatalf("Run with 1 byte required free: %v", err)
 	}
 }
@@ -398,7 +400,7 @@ func TestDiskGuard(t *testing.T) {
 // without a breaker, and do not open it.
 func TestBreakerPermanentStillParks(t *testing.T) {
 	l := openLedger(t, t.TempDir())
-	br := idem.NewBreaker(2, time.Minute)
+	br := guard.NewBreaker(2, time.Minute)
 	clk := idemtest.NewAutoClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
 	res, err := fanout.Each(context.Background(), l, points, accounts(20), func(ctx context.Context, _ string) error {
 		return idem.Permanent(errors.New("account closed"))
@@ -406,7 +408,7 @@ func TestBreakerPermanentStillParks(t *testing.T) {
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Parked != 20 {
 		t.Fatalf("Each of 20 items failing permanently: %v, %v, %+v; want ran with 20 parked", err, res.Outcome, res.Counts)
 	}
-	if st, _ := br.State(clk.Now()); st != idem.BreakerClosed {
+	if st, _ := br.State(clk.Now()); st != guard.BreakerClosed {
 		t.Errorf("breaker %v after permanent errors, want closed", st)
 	}
 }
@@ -416,7 +418,7 @@ func TestBreakerPermanentStillParks(t *testing.T) {
 func TestGuardStopsCatchUp(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
-	busy := idem.GuardFunc("partner", func(context.Context) error { return errors.New("in maintenance") })
+	busy := guard.Func("partner", func(context.Context) error { return errors.New("in maintenance") })
 	ran := 0
 	res, err := catchup.Run(context.Background(), l, "daily_export", idem.Daily(time.UTC), func(context.Context, idem.Period) error {
 		ran++

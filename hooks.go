@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/breaker"
 	"github.com/idemgo/idem/internal/hook"
 )
 
@@ -149,7 +150,7 @@ func (hooks) Batch(n int) Option                                 { return withBa
 func (hooks) Progress(f func(key Key, done, total int64)) Option { return onProgress(f) }
 func (hooks) Rate(perSecond float64, burst int) Option           { return withRate(perSecond, burst) }
 func (hooks) Pause(d time.Duration) Option                       { return withPause(d) }
-func (hooks) Breaker(b *Breaker) Option                          { return withBreaker(b) }
+func (hooks) Breaker(b *breaker.Breaker) Option                  { return withBreaker(b) }
 
 // The config's fields, for a subsystem package.
 

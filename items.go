@@ -31,7 +31,7 @@ type eachConfig struct {
 	rate     float64 // items a second; 0: no limit
 	burst    int
 	pause    time.Duration
-	breaker  *Breaker
+	breaker  *itemBreaker
 }
 
 // eachResult is what a fan-out reports (fanout.Result): the period's
@@ -529,7 +529,7 @@ func (e *eacher) gate(ctx context.Context) bool {
 
 // stop defers the call for d (the first reason is kept and logged).
 func (e *eacher) stop(ctx context.Context, d *Deferral) {
-	if d.Reason == ReasonBreaker {
+	if d.Reason == reasonBreaker {
 		e.broken.Store(true)
 	}
 	if e.deferral.CompareAndSwap(nil, d) {

@@ -9,6 +9,9 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/idemgo/idem/internal/breaker"
+	"github.com/idemgo/idem/internal/hook"
 )
 
 // An Option configures a call: [Run], [RunTx] and their variants, a
@@ -369,15 +372,15 @@ func OnResult(f func(Result)) Option {
 // already started when a guard refuses still runs). A guard that refuses
 // defers the call ([ErrDeferred]). Several guards are asked in the order
 // given; as a store default ([OpenLedger]'s options) a guard applies to
-// every call on the store. A nil g, or a [MemoryGuard] whose Limit is not
-// a fraction, is an error matching [ErrInvalidOption].
+// every call on the store. A nil g, or a guard.MemoryGuard whose Limit is
+// not a fraction, is an error matching [ErrInvalidOption].
 func WithGuard(g Guard) Option {
 	return newOption("WithGuard", classCommon, func(c *config) error {
 		if g == nil {
 			return invalidOption("WithGuard(nil): no guard")
 		}
-		if m, ok := g.(MemoryGuard); ok {
-			if err := m.validate(); err != nil {
+		if bind, ok := hook.BindGuard.(func(g any, store any) (any, error)); ok {
+			if _, err := bind(g, nil); err != nil { // a guard of package guard, checked alone
 				return invalidOption("WithGuard(%s)", err)
 			}
 		}
@@ -628,12 +631,12 @@ func withPause(d time.Duration) Option {
 }
 
 // withBreaker is fanout.WithBreaker (see there), through hooks.
-func withBreaker(b *Breaker) Option {
+func withBreaker(b *breaker.Breaker) Option {
 	return newOption("fanout.WithBreaker", classFanOut, func(c *config) error {
-		if err := b.validate(); err != nil {
+		if err := b.Validate(); err != nil {
 			return invalidOption("fanout.WithBreaker: %s", err)
 		}
-		c.each.breaker = b
+		c.each.breaker = &itemBreaker{b}
 		return nil
 	})
 }

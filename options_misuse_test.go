@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/guard"
+
 	"github.com/idemgo/idem/fanout"
 
 	"github.com/idemgo/idem"
@@ -137,7 +139,7 @@ func TestOptionsWhereTheyFit(t *testing.T) {
 	check("Scheduler.Add", s.Add("j", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil },
 		append(common, scheduler.WithJitter(time.Second), idem.AtMostOnce(), catchup.Window(time.Hour), catchup.DueAfter(time.Hour), idem.OneAttempt(), idem.WithParams(1))...))
 	check("AddTx", scheduler.AddTx(s, "t", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
-		append(common, scheduler.RunOverlapping(), scheduler.WithLagTolerance(time.Hour), catchup.Latest(), idem.WithParamsBytes([]byte("v3")), idem.WithGuard(idem.MemoryGuard{}))...))
+		append(common, scheduler.RunOverlapping(), scheduler.WithLagTolerance(time.Hour), catchup.Latest(), idem.WithParamsBytes([]byte("v3")), idem.WithGuard(guard.MemoryGuard{}))...))
 	_, err = idem.RunValueOn(ctx, l, k("5"), func(context.Context) (int, error) { return 1, nil }, idem.WithParams(1), idem.AtMostOnce())
 	check("RunValue", err)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/guard"
+
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/internal/schedtest"
@@ -24,7 +26,7 @@ func TestSchedulerGuardDefers(t *testing.T) {
 	var blocked atomic.Bool
 	var asked atomic.Int64
 	blocked.Store(true)
-	guard := idem.GuardFunc("partner", func(context.Context) error {
+	guard := guard.Func("partner", func(context.Context) error {
 		asked.Add(1)
 		if blocked.Load() {
 			return errors.New("partner API answers 503")

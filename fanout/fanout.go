@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/guard"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/breaker"
 	"github.com/idemgo/idem/internal/core"
+	"github.com/idemgo/idem/internal/hook"
 	"github.com/idemgo/idem/internal/runctx"
 )
 
@@ -90,7 +93,7 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 //
 // Overload: [WithRate] and [WithPause] pace the items; guards
 // ([idem.WithGuard]: memory, free disk, a function of yours) are asked before
-// each claim and before each window is marked started, and a [idem.Breaker]
+// each claim and before each window is marked started, and a [guard.Breaker]
 // ([WithBreaker]) counts fn's failures. A guard that refuses, or a breaker
 // that opens, DEFERS the call: the workers claim nothing more, the windows
 // already marked started run (a guard) or are handed back unrun (a
@@ -192,7 +195,10 @@ func WithRate(perSecond float64, burst int) idem.Option { return core.R.Rate(per
 func WithPause(d time.Duration) idem.Option { return core.R.Pause(d) }
 
 // WithBreaker makes Each and EachTx stop feeding a failing downstream: b
-// counts fn's failures and, once open, defers the call ([idem.Breaker]). Pass
-// the same b to every call of the job. A nil b, or one idem.NewBreaker made of
+// counts fn's failures and, once open, defers the call ([guard.Breaker]). Pass
+// the same b to every call of the job. A nil b, or one guard.NewBreaker made of
 // bad values, is an error matching [idem.ErrInvalidOption].
-func WithBreaker(b *idem.Breaker) idem.Option { return core.R.Breaker(b) }
+func WithBreaker(b *guard.Breaker) idem.Option { return core.R.Breaker(breakerOf(b)) }
+
+// breakerOf is package guard's: a Breaker's state machine.
+var breakerOf = hook.BreakerOf.(func(*guard.Breaker) *breaker.Breaker)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/guard"
+
 	"github.com/idemgo/idem/fanout"
 
 	"github.com/idemgo/idem"
@@ -42,14 +44,14 @@ func TestCountItemsAfterDeferral(t *testing.T) {
 					}
 					return nil
 				}
-				var opt idem.Option = idem.WithGuard(idem.GuardFunc("load", func(context.Context) error {
+				var opt idem.Option = idem.WithGuard(guard.Func("load", func(context.Context) error {
 					if over.Load() {
 						return errors.New("load too high")
 					}
 					return nil
 				}))
 				if by == "breaker" {
-					opt = fanout.WithBreaker(idem.NewBreaker(3, time.Hour))
+					opt = fanout.WithBreaker(guard.NewBreaker(3, time.Hour))
 				}
 				var res fanout.Result
 				var err error

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/guard"
+
 	"github.com/idemgo/idem/fanout"
 
 	"github.com/idemgo/idem"
@@ -276,7 +278,7 @@ func TestDeferralsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	busy := idem.GuardFunc("partner", func(context.Context) error { return errors.New("in maintenance") })
+	busy := guard.Func("partner", func(context.Context) error { return errors.New("in maintenance") })
 	key := idem.Key{Job: "settle", Period: "2026-10-27"}
 	for range 2 {
 		if err := l.Run(ctx, key, func(context.Context) error { return nil }, idem.WithGuard(busy), m.Option()); !errors.Is(err, idem.ErrDeferred) {
@@ -284,7 +286,7 @@ func TestDeferralsCounted(t *testing.T) {
 		}
 	}
 	// A breaker open after one failure defers the next Each.
-	br := idem.NewBreaker(1, time.Hour)
+	br := guard.NewBreaker(1, time.Hour)
 	items := fanout.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") })
 	grant := idem.Key{Job: "grant", Period: "2026-10-27"}
 	fail := func(context.Context, string) error { return errors.New("503") }

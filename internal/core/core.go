@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/breaker"
 	"github.com/idemgo/idem/internal/hook"
 )
 
@@ -36,7 +37,7 @@ type Root interface {
 	Progress(f func(key idem.Key, done, total int64)) idem.Option
 	Rate(perSecond float64, burst int) idem.Option
 	Pause(d time.Duration) idem.Option
-	Breaker(b *idem.Breaker) idem.Option
+	Breaker(b *breaker.Breaker) idem.Option
 }
 
 // A Config is a call's config: the engine's defaults, the store's, and

@@ -12,3 +12,15 @@ var Root any
 // Its type is func(idemstore.OutboxStore, outbox.Deliverer, []outbox.Option)
 // (func(context.Context), error).
 var Relay any
+
+// BindGuard is set by package guard's init: it checks a guard of that
+// package (store nil) or binds it to a call's store (a DiskGuard with no
+// Path watches the store's file), returning the guard to ask. Its type is
+// func(g any, store any) (any, error); a guard of another package comes
+// back as it is.
+var BindGuard any
+
+// BreakerOf is set by package guard's init: a guard.Breaker's state
+// machine (an *internal/breaker.Breaker), for package fanout. Its type is
+// func(*guard.Breaker) *breaker.Breaker.
+var BreakerOf any

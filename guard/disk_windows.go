@@ -1,6 +1,6 @@
 //go:build windows
 
-package idem
+package guard
 
 import (
 	"os"

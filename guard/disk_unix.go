@@ -1,6 +1,6 @@
 //go:build unix
 
-package idem
+package guard
 
 import "golang.org/x/sys/unix"
 
