@@ -54,17 +54,17 @@ func (d *Deferral) Unwrap() error { return d.Err }
 // bindGuards returns gs for a call on store s: package guard binds its
 // guards to s (a DiskGuard with no Path watches s's file).
 func bindGuards(gs []Guard, s any) ([]Guard, error) {
-	bind, _ := hook.BindGuard.(func(g any, store any) (any, error))
+	bind, _ := hook.BindGuard.(func(g any, store any) (any, bool, error))
 	if bind == nil {
 		return gs, nil
 	}
 	var out []Guard
 	for i, g := range gs {
-		b, err := bind(g, s)
+		b, bound, err := bind(g, s)
 		if err != nil {
 			return nil, invalidOption("WithGuard(%s)", err)
 		}
-		if b != any(g) {
+		if bound {
 			if out == nil {
 				out = append([]Guard(nil), gs...)
 			}

@@ -379,8 +379,8 @@ func WithGuard(g Guard) Option {
 		if g == nil {
 			return invalidOption("WithGuard(nil): no guard")
 		}
-		if bind, ok := hook.BindGuard.(func(g any, store any) (any, error)); ok {
-			if _, err := bind(g, nil); err != nil { // a guard of package guard, checked alone
+		if bind, ok := hook.BindGuard.(func(g any, store any) (any, bool, error)); ok {
+			if _, _, err := bind(g, nil); err != nil { // a guard of package guard, checked alone
 				return invalidOption("WithGuard(%s)", err)
 			}
 		}

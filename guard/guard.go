@@ -303,22 +303,22 @@ func init() {
 	// The root package checks this package's guards in WithGuard, and
 	// binds them to a call's store; package fanout reaches a Breaker's
 	// state machine.
-	hook.BindGuard = func(g any, store any) (any, error) {
+	hook.BindGuard = func(g any, store any) (bound any, ok bool, err error) {
 		switch g := g.(type) {
 		case MemoryGuard:
-			return g, g.validate()
+			return nil, false, g.validate()
 		case DiskGuard:
 			if store == nil || g.Path != "" {
-				return g, nil
+				return nil, false, nil
 			}
 			p, _ := store.(interface{ Path() string })
 			if p == nil || p.Path() == "" {
-				return nil, fmt.Errorf("guard.DiskGuard{MinFree: %d}: the store %T has no file; give the guard a Path", g.MinFree, store)
+				return nil, false, fmt.Errorf("guard.DiskGuard{MinFree: %d}: the store %T has no file; give the guard a Path", g.MinFree, store)
 			}
 			g.Path = p.Path()
-			return g, nil
+			return g, true, nil
 		}
-		return g, nil
+		return nil, false, nil
 	}
 	hook.BreakerOf = func(b *Breaker) *breaker.Breaker {
 		if b == nil {

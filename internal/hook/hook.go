@@ -15,9 +15,9 @@ var Relay any
 
 // BindGuard is set by package guard's init: it checks a guard of that
 // package (store nil) or binds it to a call's store (a DiskGuard with no
-// Path watches the store's file), returning the guard to ask. Its type is
-// func(g any, store any) (any, error); a guard of another package comes
-// back as it is.
+// Path watches the store's file), returning the guard to ask instead (ok
+// true) or none (ok false: ask g as it is). Its type is
+// func(g any, store any) (bound any, ok bool, err error).
 var BindGuard any
 
 // BreakerOf is set by package guard's init: a guard.Breaker's state
