@@ -152,9 +152,6 @@ type config struct {
 	clock     Clock
 	logger    *slog.Logger
 	observer  func(Result)
-	// jobObserver is a Scheduler job's observers, its store's defaults
-	// left out: what the Each and EachTx calls of its fn report to too.
-	jobObserver func(Result)
 	report      *Result
 	result      *Result // internal: RunValue's copy of the result
 	each        eachConfig
@@ -236,17 +233,10 @@ func configureEach(ctx context.Context, s any, cl call, opts []Option) *config {
 	return c
 }
 
-// jobObserverKey carries a Scheduler job's observers (config.jobObserver)
+// jobObserverKey carries a Scheduler job's observers (hooks.WithJobObserver)
 // in the context of its fn.
 type jobObserverKey struct{}
 
-// withJobObserver is ctx carrying the job's observers of cfg, if any.
-func withJobObserver(ctx context.Context, cfg *config) context.Context {
-	if cfg.jobObserver == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, jobObserverKey{}, cfg.jobObserver)
-}
 
 // chainObservers calls a, then b; either may be nil.
 func chainObservers(a, b func(Result)) func(Result) {

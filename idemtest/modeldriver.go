@@ -966,17 +966,11 @@ func (w *world) exec(ctx context.Context, op mOp) (st rStep) {
 			}
 			ctx := crashCtx(ctx, op.crash)
 			if tx {
-				txOpts := optsOf[idem.Option](w.base(), idem.OneAttempt())
-				for _, o := range opts {
-					txOpts = append(txOpts, o)
-				}
+				txOpts := append(optsOf[idem.Option](w.base(), idem.OneAttempt()), opts...)
 				res, st.cu.err = w.h.Tx.CatchUp(ctx, w.s, op.cu.job, idem.Daily(time.UTC), fn, txOpts...)
 				return
 			}
-			cuOpts := optsOf[idem.Option](w.base(), w.mode(w.cfg.modes[op.cu.job]), idem.OneAttempt())
-			for _, o := range opts {
-				cuOpts = append(cuOpts, o)
-			}
+			cuOpts := append(optsOf[idem.Option](w.base(), w.mode(w.cfg.modes[op.cu.job]), idem.OneAttempt()), opts...)
 			res, st.cu.err = catchup.Run(ctx, w.cs, op.cu.job, idem.Daily(time.UTC), fn, cuOpts...)
 		}()
 		st.cu.res = res

@@ -30,10 +30,6 @@ var killedKey = idem.Key{Job: "settle", Period: "2026-10-27"}
 // and, if kill, SIGKILLs this process inside fn, after the effect.
 func killedRun(ctx context.Context, l *pgledger.Ledger, mode string, kill bool, asked *atomic.Int32, opts ...idem.Option) error {
 	if mode == "tx" {
-		var txOpts []idem.Option
-		for _, o := range opts {
-			txOpts = append(txOpts, o)
-		}
 		return l.RunTx(ctx, killedKey, func(ctx context.Context, tx pgx.Tx) error {
 			if err := addEffect(ctx, l, tx, killedKey); err != nil {
 				return err
@@ -42,12 +38,9 @@ func killedRun(ctx context.Context, l *pgledger.Ledger, mode string, kill bool, 
 				idemtest.Kill()
 			}
 			return nil
-		}, txOpts...)
+		}, opts...)
 	}
-	var runOpts []idem.Option
-	for _, o := range opts {
-		runOpts = append(runOpts, o)
-	}
+	runOpts := append([]idem.Option(nil), opts...)
 	switch mode {
 	case "at-most-once":
 		runOpts = append(runOpts, idem.AtMostOnce())

@@ -332,29 +332,14 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if o.catchUp == "none" {
 		p := latest
 		var r idem.Result
-		opts := []idem.Option{mode, attempt, idem.ReportTo(&r)}
-		for _, c := range common {
-			opts = append(opts, c)
-		}
-		for _, p := range params {
-			opts = append(opts, p)
-		}
+		opts := append(append([]idem.Option{mode, attempt, idem.ReportTo(&r)}, common...), params...)
 		err := idem.RunOn(ctx, store, idem.Key{Job: o.job, Period: p.Name},
 			func(ctx context.Context) error { return sup.run(ctx, p) }, opts...)
 		pr := catchup.PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
 		rep.period(pr)
 		periods = []catchup.PeriodResult{pr}
 	} else {
-		opts := []idem.Option{mode, attempt, catchup.OnPeriod(rep.period)}
-		for _, c := range common {
-			opts = append(opts, c)
-		}
-		for _, p := range policies {
-			opts = append(opts, p)
-		}
-		for _, p := range params {
-			opts = append(opts, p)
-		}
+		opts := append(append(append([]idem.Option{mode, attempt, catchup.OnPeriod(rep.period)}, common...), policies...), params...)
 		res, err := catchup.Run(ctx, store, o.job, sched, sup.run, opts...)
 		periods, runErr = res.Periods, err
 		if err != nil && len(res.Periods) == 0 {

@@ -293,11 +293,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	store := detached{l.store, skip}
 	now := clk.Now()
 
-	var opts []idem.Option
-	for _, c := range common {
-		opts = append(opts, c)
-	}
-	s := scheduler.New(store, opts...)
+	s := scheduler.New(store, common...)
 	var sups []*supervisor
 	for _, j := range jobs {
 		sup := &supervisor{argv: j.argv, stdin: strings.NewReader(""), stdout: cmd.OutOrStdout(), stderr: stderr, cancel: cancel, locks: l.locks}
