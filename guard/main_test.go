@@ -20,11 +20,6 @@ func openLedger(t testing.TB, dir string, opts ...idem.Option) *idem.Ledger {
 	return testledger.Open(t, dir, opts...)
 }
 
-// effects is an append-only, fsynced log of fn's effects: the "downstream".
-type effects = testledger.Effects
-
-func newEffects(dir string) *effects { return testledger.NewEffects(dir) }
-
 var points = testledger.Points
 
 func accounts(n int) iter.Seq2[string, error] { return testledger.Accounts(n) }
