@@ -484,3 +484,18 @@ func TestCatchUpWaitForTurn(t *testing.T) {
 		})
 	}
 }
+
+// TestCatchUpInvalidJob: CatchUp names the job it was given and what is
+// wrong with it, with no period (there is none).
+func TestCatchUpInvalidJob(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir())
+	_, err := catchup.Run(context.Background(), l, "", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
+	if want := `idem: invalid job "": job is empty`; err == nil || err.Error() != want || !errors.Is(err, idem.ErrInvalidKey) {
+		t.Fatalf("%v, want %s", err, want)
+	}
+	_, err = catchup.Run(context.Background(), l, "a\tb", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
+	if err == nil || strings.Contains(err.Error(), `"-"`) || !strings.Contains(err.Error(), `"a\tb"`) {
+		t.Fatalf("%v, want the job and no placeholder period", err)
+	}
+}
