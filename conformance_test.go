@@ -1,6 +1,7 @@
 package idem_test
 
 import (
+	"database/sql"
 	"path/filepath"
 	"testing"
 
@@ -58,3 +59,10 @@ var modelOptions = func() idemtest.ModelOptions {
 	}
 	return idemtest.ModelOptions{Parallel: true}
 }()
+
+// TestLedgerOutboxConformance runs idemtest's outbox suite on the SQLite
+// ledger.
+func TestLedgerOutboxConformance(t *testing.T) {
+	t.Parallel()
+	idemtest.TestOutbox(t, func(t *testing.T) idemtest.OutboxLedger[*sql.Tx] { return openLedger(t, t.TempDir()) })
+}

@@ -118,7 +118,7 @@ func TestConcurrentProcesses(t *testing.T) {
 					for i := range nkeys {
 						k := idem.Key{Job: "job", Period: fmt.Sprintf("p%04d", i)}
 						err := l.Run(context.Background(), k, func(context.Context) error {
-							eff.add(nil, k.String())
+							eff.Add(nil, k.String())
 							return nil
 						}, idem.WaitForTurn())
 						if err != nil {
@@ -133,7 +133,7 @@ func TestConcurrentProcesses(t *testing.T) {
 					t.Fatalf("child %d: %+v", i, e)
 				}
 			}
-			got := newEffects(dir).counts(t)
+			got := newEffects(dir).Counts(t)
 			if len(got) != nkeys {
 				t.Fatalf("%d keys have effects, want %d", len(got), nkeys)
 			}
@@ -171,7 +171,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 				// Recover in a fresh process state, past the dead child's lease.
 				clk := idemtest.NewClock(time.Now().Add(2 * idem.DefaultLease))
 				err := crashJob(context.Background(), dir, mode, clk)
-				eff := newEffects(dir).counts(t)
+				eff := newEffects(dir).Counts(t)
 				l := openLedger(t, dir)
 				rec := mustLookup(t, l, key)
 				switch mode {
@@ -244,10 +244,10 @@ func crashJob(ctx context.Context, dir, mode string, clk idem.Clock) error {
 		opts = append(opts, idem.AtMostOnce())
 	case "two-phase":
 		opts = append(opts, idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) {
-			return eff.counts(nil)[k.String()] > 0, nil
+			return eff.Counts(nil)[k.String()] > 0, nil
 		}))
 	}
-	return l.Run(ctx, key, func(context.Context) error { eff.add(nil, key.String()); return nil }, opts...)
+	return l.Run(ctx, key, func(context.Context) error { eff.Add(nil, key.String()); return nil }, opts...)
 }
 
 func setupSettle(ctx context.Context, db *sql.DB) error {

@@ -70,21 +70,6 @@ func TestInvalidKeyErrorIsShort(t *testing.T) {
 	}
 }
 
-// TestCatchUpInvalidJob: CatchUp names the job it was given and what is
-// wrong with it, with no period (there is none).
-func TestCatchUpInvalidJob(t *testing.T) {
-	t.Parallel()
-	l := openLedger(t, t.TempDir())
-	_, err := catchup.Run(context.Background(), l, "", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
-	if want := `idem: invalid job "": job is empty`; err == nil || err.Error() != want || !errors.Is(err, idem.ErrInvalidKey) {
-		t.Fatalf("%v, want %s", err, want)
-	}
-	_, err = catchup.Run(context.Background(), l, "a\tb", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
-	if err == nil || strings.Contains(err.Error(), `"-"`) || !strings.Contains(err.Error(), `"a\tb"`) {
-		t.Fatalf("%v, want the job and no placeholder period", err)
-	}
-}
-
 // TestRequestIDPeriodAndItemDiffer: an item's request id (item format 2) is
 // domain-separated from every period's (format 1): item "acct-7" of period
 // "2026-10-27" and the period "2026-10-27/acct-7" of the same job get

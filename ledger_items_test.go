@@ -24,16 +24,16 @@ func TestItemIDsRoundTrip(t *testing.T) {
 	ids := []string{`a"b`, `back\slash`, `\"`, `"`, `\`, "line\u2028sep", "tag\U000E0001", "emoji 🧾", "ünïcödé", "plain"}
 	got := newTally()
 	res, err := fanout.Each(context.Background(), l, points, fanout.Items(slices.Values(ids)), func(_ context.Context, item string) error {
-		got.add(item)
+		got.Add(item)
 		return nil
 	})
 	if err != nil || res.Counts.Done != int64(len(ids)) {
 		t.Fatalf("Each: %+v, %v", res, err)
 	}
-	got.check(t, len(ids), false)
+	got.Check(t, len(ids), false)
 	for _, id := range ids {
-		if got.n[id] != 1 {
-			t.Fatalf("%q applied %d times", id, got.n[id])
+		if got.N()[id] != 1 {
+			t.Fatalf("%q applied %d times", id, got.N()[id])
 		}
 	}
 }
@@ -217,13 +217,13 @@ func TestUpgradeVersion2Items(t *testing.T) {
 		t.Fatalf("counts after the upgrade %+v, %v", c, err)
 	}
 	ran := newTally()
-	res, err := fanout.Each(ctx, l, points, accounts(0), func(_ context.Context, item string) error { ran.add(item); return nil })
+	res, err := fanout.Each(ctx, l, points, accounts(0), func(_ context.Context, item string) error { ran.Add(item); return nil })
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 2 || res.Counts.Parked != 1 {
 		t.Fatalf("Each after the upgrade: %+v, %v", res, err)
 	}
-	ran.check(t, 1, false)
-	if ran.n["b"] != 1 {
-		t.Fatalf("ran %v, want b once", ran.n)
+	ran.Check(t, 1, false)
+	if ran.N()["b"] != 1 {
+		t.Fatalf("ran %v, want b once", ran.N())
 	}
 }
 
@@ -312,7 +312,7 @@ func TestEachSlowItemsKeepTheirChunk(t *testing.T) {
 		attempts[info.Attempt]++
 		mu.Unlock()
 		clk.Advance(20 * time.Millisecond) // 30 items: four leases' worth
-		got.add(item)
+		got.Add(item)
 		return nil
 	}, fanout.WithWorkers(1), fanout.OnProgress(func(p fanout.Progress) {
 		commits = append(commits, clk.Now()) // one call at a time
@@ -330,7 +330,7 @@ func TestEachSlowItemsKeepTheirChunk(t *testing.T) {
 		}
 		last = at
 	}
-	got.check(t, 30, false)
+	got.Check(t, 30, false)
 	if len(attempts) != 1 || attempts[1] != 30 {
 		t.Fatalf("items ran under attempts %v, want all 30 under attempt 1", attempts)
 	}

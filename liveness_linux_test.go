@@ -37,7 +37,7 @@ func modeAsking(mode string, eff *effects, asked *atomic.Int32) idem.Option {
 			if asked != nil {
 				asked.Add(1)
 			}
-			return eff.counts(nil)[k.String()] > 0, nil
+			return eff.Counts(nil)[k.String()] > 0, nil
 		})
 	}
 	return idem.AtLeastOnce()
@@ -63,7 +63,7 @@ func TestKilledHolderTakenOverAtOnce(t *testing.T) {
 					}
 					eff := newEffects(dir)
 					err = idem.RunOn(context.Background(), s, key, func(context.Context) error {
-						eff.add(nil, key.String())
+						eff.Add(nil, key.String())
 						idemtest.Kill()
 						return nil
 					}, modeAsking(mode, eff, nil))
@@ -91,10 +91,10 @@ func TestKilledHolderTakenOverAtOnce(t *testing.T) {
 				var asked atomic.Int32
 				var res idem.Result
 				err = idem.RunOn(context.Background(), s, key, func(context.Context) error {
-					eff.add(nil, key.String())
+					eff.Add(nil, key.String())
 					return nil
 				}, modeAsking(mode, eff, &asked), idem.ReportTo(&res))
-				n := eff.counts(t)[key.String()]
+				n := eff.Counts(t)[key.String()]
 				rec := mustLookup(t, s, key)
 				switch mode {
 				case "at-least-once":
@@ -176,7 +176,7 @@ func killChildHolding(t *testing.T, dir, mode string) {
 		}
 		eff := newEffects(dir)
 		err = l.Run(context.Background(), key, func(context.Context) error {
-			eff.add(nil, key.String())
+			eff.Add(nil, key.String())
 			idemtest.Kill()
 			return nil
 		}, modeAsking(mode, eff, nil))
@@ -218,7 +218,7 @@ func TestKilledHolderTakenOverOnce(t *testing.T) {
 		go func() {
 			<-start
 			errs <- ls[i%2].Run(context.Background(), key, func(context.Context) error {
-				eff.add(nil, key.String())
+				eff.Add(nil, key.String())
 				return nil
 			})
 		}()
@@ -235,7 +235,7 @@ func TestKilledHolderTakenOverOnce(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}
-	if n := eff.counts(t)[key.String()]; n != 2 || ran < 1 {
+	if n := eff.Counts(t)[key.String()]; n != 2 || ran < 1 {
 		t.Fatalf("effects %d (the child's and the takeover's), %d runs returned nil, %d busy; want 2 effects", n, ran, busy)
 	}
 	if rec := mustLookup(t, ls[0], key); rec.Status != idem.StatusDone || rec.Attempt != 2 || rec.Failures != 0 {
@@ -280,7 +280,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 					}, fanOut[idem.Option](opts)...)
 				}
 				return fanout.Each(context.Background(), l, points, accounts(n), func(ctx context.Context, item string) error {
-					eff.add(nil, item)
+					eff.Add(nil, item)
 					maybeKill(item)
 					return nil
 				}, fanOut[idem.Option](opts)...)
@@ -328,7 +328,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 				}
 				return
 			}
-			counts := newEffects(dir).counts(t)
+			counts := newEffects(dir).Counts(t)
 			for i := range n {
 				if it := fmt.Sprintf("acct-%06d", i); counts[it] < 1 {
 					t.Errorf("%s was never applied", it)

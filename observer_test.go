@@ -201,7 +201,7 @@ func TestSchedulerObserverReachesEach(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	startScheduler(t, s)
+	schedtest.Start(t, s)
 	schedtest.Idle(t, s, clk.Now())
 
 	items := func(who string, r *recorder, job string, want int) {

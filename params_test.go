@@ -16,6 +16,8 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testledger"
+	"github.com/idemgo/idem/outbox"
 )
 
 // copyTestdata copies testdata/name into a new temporary directory and
@@ -104,6 +106,44 @@ func TestLedgerUpgradeFromVersion3(t *testing.T) {
 		t.Fatalf("List: %d records, %v; want 3", len(recs), err)
 	}
 	checkUpgraded(t, l)
+}
+
+// TestLedgerUpgradeFromVersion4: a ledger file that version 4 wrote
+// (testdata/ledger-v4.db: no outbox) opens, is upgraded to version 5 with
+// its records and business table kept, and its outbox works.
+func TestLedgerUpgradeFromVersion4(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := copyTestdata(t, "ledger-v4.db")
+	l, err := idem.OpenLedger(p)
+	if err != nil {
+		t.Fatalf("OpenLedger of a version-4 ledger: %v", err)
+	}
+	defer l.Close()
+	var v int
+	if err := l.DB().QueryRow(`SELECT value FROM idem_meta WHERE name = 'schema_version'`).Scan(&v); err != nil || v != idem.SchemaVersion {
+		t.Fatalf("version %d, %v; want 5", v, err)
+	}
+	recs, err := l.List(ctx, idem.Filter{})
+	if err != nil || len(recs) != 2 || recs[0].Key.Job != "notify" || recs[0].Status != idem.StatusFailed || recs[1].Status != idem.StatusDone {
+		t.Fatalf("List: %+v, %v", recs, err)
+	}
+	var total int
+	if err := l.DB().QueryRow(`SELECT total FROM settlements WHERE day = '2026-10-27'`).Scan(&total); err != nil || total != 42 {
+		t.Fatalf("business row: %d, %v", total, err)
+	}
+	key := idem.Key{Job: "settle", Period: "2026-10-28"}
+	err = l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "settlements", Payload: []byte("2026-10-28")})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c testledger.Collect
+	if res, err := outbox.RelayOnce(ctx, l, &c); err != nil || res.Delivered != 1 || c.Got[0].ID != key.RequestID()+"-0" {
+		t.Fatalf("relay on the upgraded ledger: %+v, %v, %+v", res, err, c.Got)
+	}
 }
 
 // TestStateFileUpgradeFromVersion1: a version-1 state file

@@ -19,15 +19,6 @@ import (
 	"github.com/idemgo/idem/internal/testwait"
 )
 
-func openState(t testing.TB, dir string, opts ...idem.Option) *idem.StateFile {
-	t.Helper()
-	s, err := idem.OpenStateFile(filepath.Join(dir, "state.json"), opts...)
-	if err != nil {
-		t.Fatalf("OpenStateFile: %v", err)
-	}
-	return s
-}
-
 func TestStateFileWatermark(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -139,10 +130,10 @@ func TestStateFileCrashAtEveryPoint(t *testing.T) {
 						"at-least-once": idem.AtLeastOnce(),
 						"at-most-once":  idem.AtMostOnce(),
 						"two-phase": idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) {
-							return eff.counts(t)[k.String()] > 0, nil
+							return eff.Counts(t)[k.String()] > 0, nil
 						}),
 					}[mode]
-					return s.Run(ctx, key, func(context.Context) error { eff.add(nil, key.String()); return nil }, opt)
+					return s.Run(ctx, key, func(context.Context) error { eff.Add(nil, key.String()); return nil }, opt)
 				}
 				exit := idemtest.Fork(t, dir, func(dir string) {
 					if err := job(idemtest.KillAt(context.Background(), p), dir); err != nil {
@@ -155,7 +146,7 @@ func TestStateFileCrashAtEveryPoint(t *testing.T) {
 					t.Fatalf("child: %+v", exit)
 				}
 				err := job(context.Background(), dir)
-				n := newEffects(dir).counts(t)[key.String()]
+				n := newEffects(dir).Counts(t)[key.String()]
 				rec := mustLookup(t, openState(t, dir), key)
 				switch mode {
 				case "at-least-once":
@@ -303,8 +294,8 @@ func TestStateFileManyJobsManyProcesses(t *testing.T) {
 				for jj := range 6 {
 					j := (jj + off*3/2) % 6 // each process starts on other jobs
 					k := idem.Key{Job: fmt.Sprintf("job%d", j), Period: fmt.Sprintf("2026-10-%02d", p+1)}
-					err := s.Run(context.Background(), k, func(context.Context) error { eff.add(nil, k.String()); return nil },
-						idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) { return eff.counts(nil)[k.String()] > 0, nil }),
+					err := s.Run(context.Background(), k, func(context.Context) error { eff.Add(nil, k.String()); return nil },
+						idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) { return eff.Counts(nil)[k.String()] > 0, nil }),
 						idem.WaitForTurn())
 					if err != nil {
 						fmt.Println(err)
@@ -319,7 +310,7 @@ func TestStateFileManyJobsManyProcesses(t *testing.T) {
 			t.Fatalf("process %d: %+v", i, e)
 		}
 	}
-	got := newEffects(dir).counts(t)
+	got := newEffects(dir).Counts(t)
 	if len(got) != 60 {
 		t.Fatalf("%d keys have effects, want 60", len(got))
 	}

@@ -156,8 +156,8 @@ done
 # The multi-process fan-out tests (10k items, real kills) are built without
 # the race detector: through race-instrumented SQLite they take minutes. So
 # are the model tests at full size (under -race they run a quarter of it).
-echo "== module . (multi-process fan-out tests and full-size model tests, without -race)"
-step "module . (fan-out kill and model tests, without -race)" go test -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^Test(Ledger|StateFile)Model$' .
+echo "== module . and ./fanout (multi-process fan-out tests and full-size model tests, without -race)"
+step "module . (fan-out kill and model tests, without -race)" go test -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^Test(Ledger|StateFile)Model$' . ./fanout
 # A short pass of the state-file decoder's fuzz test (its seed corpus is in
 # testdata/fuzz); it must never panic.
 echo "== fuzz FuzzDecodeState (10s)"

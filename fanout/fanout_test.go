@@ -1,11 +1,9 @@
-package idem_test
+package fanout_test
 
 import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"iter"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -20,46 +18,6 @@ import (
 	"github.com/idemgo/idem/internal/testwait"
 )
 
-var points = idem.Key{Job: "daily_points", Period: "2026-10-27"}
-
-// accounts streams n item ids without holding them.
-func accounts(n int) iter.Seq2[string, error] {
-	return func(yield func(string, error) bool) {
-		for i := range n {
-			if !yield(fmt.Sprintf("acct-%06d", i), nil) {
-				return
-			}
-		}
-	}
-}
-
-type tally struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func newTally() *tally { return &tally{n: map[string]int{}} }
-
-func (c *tally) add(item string) {
-	c.mu.Lock()
-	c.n[item]++
-	c.mu.Unlock()
-}
-
-func (c *tally) check(t *testing.T, total int, atLeast bool) {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.n) != total {
-		t.Fatalf("%d items applied, want %d", len(c.n), total)
-	}
-	for it, n := range c.n {
-		if n != 1 && !(atLeast && n > 1) {
-			t.Fatalf("%s applied %d times", it, n)
-		}
-	}
-}
-
 func TestEachAppliesEveryItemOnce(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir())
@@ -71,13 +29,13 @@ func TestEachAppliesEveryItemOnce(t *testing.T) {
 		if info.Item != item || info.Key != points || info.RequestID == "" {
 			t.Errorf("info %+v for %s", info, item)
 		}
-		c.add(item)
+		c.Add(item)
 		return nil
 	}, fanout.OnProgress(func(p fanout.Progress) { progress = append(progress, p) }))
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 1000 {
 		t.Fatalf("Each: %v, %+v", err, res)
 	}
-	c.check(t, 1000, false)
+	c.Check(t, 1000, false)
 	last := progress[len(progress)-1]
 	if last.Done != 1000 || last.Total != 1000 {
 		t.Fatalf("last progress %+v", last)
@@ -111,9 +69,7 @@ func TestEachResumesAfterCrash(t *testing.T) {
 			c := newTally()
 			has := func(ctx context.Context, k idem.Key) (bool, error) {
 				info, _ := idem.InfoFrom(ctx)
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				return c.n[info.Item] > 0, nil
+				return c.N()[info.Item] > 0, nil
 			}
 			run := func(ctx context.Context) error {
 				if mode == "tx" {
@@ -128,7 +84,7 @@ func TestEachResumesAfterCrash(t *testing.T) {
 					opt = idem.TwoPhase(has)
 				}
 				_, err := fanout.Each(ctx, l, points, accounts(500), func(ctx context.Context, item string) error {
-					c.add(item)
+					c.Add(item)
 					return nil
 				}, opt, fanout.WithBatch(50), fanout.WithWorkers(1))
 				return err
@@ -155,7 +111,7 @@ func TestEachResumesAfterCrash(t *testing.T) {
 				}
 				return
 			}
-			c.check(t, 500, mode == "at-least-once")
+			c.Check(t, 500, mode == "at-least-once")
 		})
 	}
 }
@@ -168,13 +124,13 @@ func TestEachParksPoisonItem(t *testing.T) {
 		if item == "acct-000042" {
 			return errors.New("account frozen")
 		}
-		c.add(item)
+		c.Add(item)
 		return nil
 	}, idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Second))))
 	if err != nil || res.Counts.Parked != 1 || res.Counts.Done != 299 || len(res.Parked) != 1 || res.Parked[0] != "acct-000042" {
 		t.Fatalf("Each: %v, %+v", err, res)
 	}
-	c.check(t, 299, false)
+	c.Check(t, 299, false)
 }
 
 func TestEachAtMostOnceUnknown(t *testing.T) {

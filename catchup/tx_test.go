@@ -1,4 +1,4 @@
-package idem_test
+package catchup_test
 
 import (
 	"context"

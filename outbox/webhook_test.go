@@ -1,4 +1,4 @@
-package idem_test
+package outbox_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package idem_test
+package scheduler_test
 
 import (
 	"context"
@@ -41,24 +41,6 @@ func (c *calls) get() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.ps)
-}
-
-// startScheduler runs s until the test ends; the test fails if Run
-// returns anything but ErrSchedulerClosed.
-func startScheduler(t *testing.T, s *scheduler.Scheduler) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- s.Run(context.Background()) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, scheduler.ErrClosed) {
-			t.Errorf("Run returned %v, want ErrSchedulerClosed", err)
-		}
-	})
 }
 
 func wantPeriods(t *testing.T, what string, got []string, want ...string) {

@@ -1,4 +1,4 @@
-package idem_test
+package fanout_test
 
 import (
 	"bytes"

@@ -1,6 +1,6 @@
 //go:build !race
 
-package idem_test
+package fanout_test
 
 import (
 	"context"
@@ -71,7 +71,7 @@ func randomKillChild(dir, mode string, dieWhileRecording bool) error {
 	case "two-phase":
 		m = idem.TwoPhase(func(ctx context.Context, _ idem.Key) (bool, error) {
 			info, _ := idem.InfoFrom(ctx)
-			return newEffects(dir).counts(nil)[info.Item] > 0, nil
+			return newEffects(dir).Counts(nil)[info.Item] > 0, nil
 		})
 	case "at-most-once":
 		m = idem.AtMostOnce()

@@ -1,4 +1,4 @@
-package idem_test
+package catchup_test
 
 import (
 	"context"
@@ -17,11 +17,6 @@ import (
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
 )
-
-var daily = idem.Daily(time.UTC)
-
-// day returns the instant of 2026-10-01 + n days at 02:00 UTC.
-func day(n int) time.Time { return time.Date(2026, 10, 1+n, 2, 0, 0, 0, time.UTC) }
 
 type catchUpJob struct {
 	s     idemstore.CatchUpStore
@@ -290,10 +285,10 @@ func TestCatchUpKilledMidway(t *testing.T) {
 				eff := newEffects(dir)
 				opt := idem.AtLeastOnce()
 				if mode == "two-phase" {
-					opt = idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) { return eff.counts(t)[k.Period] > 0, nil })
+					opt = idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) { return eff.Counts(t)[k.Period] > 0, nil })
 				}
 				return catchup.Run(ctx, l, "settle", daily, func(ctx context.Context, p idem.Period) error {
-					eff.add(nil, p.Name)
+					eff.Add(nil, p.Name)
 					return nil
 				}, idem.WithClock(idemtest.NewClock(now)), catchup.Since(day(0)), opt)
 			}
@@ -309,7 +304,7 @@ func TestCatchUpKilledMidway(t *testing.T) {
 			if !exit.Killed {
 				t.Fatalf("child not killed: %+v", exit)
 			}
-			got := newEffects(dir).counts(t)
+			got := newEffects(dir).Counts(t)
 			if len(got) != 4 {
 				t.Fatalf("before recovery: %d periods had effects, want 4", len(got))
 			}
@@ -321,7 +316,7 @@ func TestCatchUpKilledMidway(t *testing.T) {
 			if res.Periods[0].Period.Name != "2026-10-04" {
 				t.Fatalf("resumed at %s, want 2026-10-04", res.Periods[0].Period.Name)
 			}
-			got = newEffects(dir).counts(t)
+			got = newEffects(dir).Counts(t)
 			if len(got) != 11 {
 				t.Fatalf("%d periods had effects, want 11", len(got))
 			}
@@ -487,5 +482,20 @@ func TestCatchUpWaitForTurn(t *testing.T) {
 				t.Fatalf("with WaitForTurn: %v, ran %v, periods %+v; want every due day but %s run and %s done by its holder", r.err, ran, r.res.Periods, held.Period, held.Period)
 			}
 		})
+	}
+}
+
+// TestCatchUpInvalidJob: CatchUp names the job it was given and what is
+// wrong with it, with no period (there is none).
+func TestCatchUpInvalidJob(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir())
+	_, err := catchup.Run(context.Background(), l, "", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
+	if want := `idem: invalid job "": job is empty`; err == nil || err.Error() != want || !errors.Is(err, idem.ErrInvalidKey) {
+		t.Fatalf("%v, want %s", err, want)
+	}
+	_, err = catchup.Run(context.Background(), l, "a\tb", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
+	if err == nil || strings.Contains(err.Error(), `"-"`) || !strings.Contains(err.Error(), `"a\tb"`) {
+		t.Fatalf("%v, want the job and no placeholder period", err)
 	}
 }

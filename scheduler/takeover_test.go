@@ -1,4 +1,4 @@
-package idem_test
+package scheduler_test
 
 import (
 	"context"

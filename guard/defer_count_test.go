@@ -1,4 +1,4 @@
-package idem_test
+package guard_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package idem_test
+package outbox_test
 
 import (
 	"context"
@@ -20,16 +20,6 @@ import (
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/scheduler"
 )
-
-// collect is a deliverer that records what it was handed, in order.
-type collect struct {
-	got []outbox.Delivery
-}
-
-func (c *collect) Deliver(_ context.Context, d outbox.Delivery) error {
-	c.got = append(c.got, d)
-	return nil
-}
 
 func TestOutboxPutInRunTxThenRelay(t *testing.T) {
 	ctx := context.Background()
@@ -58,61 +48,16 @@ func TestOutboxPutInRunTxThenRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Delivered != 3 || len(c.got) != 3 {
-		t.Fatalf("result %+v, delivered %v", res, c.got)
+	if res.Delivered != 3 || len(c.Got) != 3 {
+		t.Fatalf("result %+v, delivered %v", res, c.Got)
 	}
-	for i, d := range c.got {
+	for i, d := range c.Got {
 		if d.ID != want[i] || string(d.Payload) != fmt.Sprint(i) || d.Headers["X-N"] != fmt.Sprint(i) || d.Attempt != 1 || d.Key != key {
 			t.Fatalf("delivery %d: %+v", i, d)
 		}
 	}
 	if _, err := outbox.Put(ctx, (*sql.Tx)(nil), outbox.Message{Topic: "x"}); !errors.Is(err, outbox.ErrNoOutbox) {
 		t.Fatalf("Put outside a body: %v, want ErrNoOutbox", err)
-	}
-}
-
-// TestLedgerOutboxConformance runs idemtest's outbox suite on the SQLite
-// ledger.
-func TestLedgerOutboxConformance(t *testing.T) {
-	t.Parallel()
-	idemtest.TestOutbox(t, func(t *testing.T) idemtest.OutboxLedger[*sql.Tx] { return openLedger(t, t.TempDir()) })
-}
-
-// TestLedgerUpgradeFromVersion4: a ledger file that version 4 wrote
-// (testdata/ledger-v4.db: no outbox) opens, is upgraded to version 5 with
-// its records and business table kept, and its outbox works.
-func TestLedgerUpgradeFromVersion4(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	p := copyTestdata(t, "ledger-v4.db")
-	l, err := idem.OpenLedger(p)
-	if err != nil {
-		t.Fatalf("OpenLedger of a version-4 ledger: %v", err)
-	}
-	defer l.Close()
-	var v int
-	if err := l.DB().QueryRow(`SELECT value FROM idem_meta WHERE name = 'schema_version'`).Scan(&v); err != nil || v != idem.SchemaVersion {
-		t.Fatalf("version %d, %v; want 5", v, err)
-	}
-	recs, err := l.List(ctx, idem.Filter{})
-	if err != nil || len(recs) != 2 || recs[0].Key.Job != "notify" || recs[0].Status != idem.StatusFailed || recs[1].Status != idem.StatusDone {
-		t.Fatalf("List: %+v, %v", recs, err)
-	}
-	var total int
-	if err := l.DB().QueryRow(`SELECT total FROM settlements WHERE day = '2026-10-27'`).Scan(&total); err != nil || total != 42 {
-		t.Fatalf("business row: %d, %v", total, err)
-	}
-	key := idem.Key{Job: "settle", Period: "2026-10-28"}
-	err = l.RunTx(ctx, key, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "settlements", Payload: []byte("2026-10-28")})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c collect
-	if res, err := outbox.RelayOnce(ctx, l, &c); err != nil || res.Delivered != 1 || c.got[0].ID != key.RequestID()+"-0" {
-		t.Fatalf("relay on the upgraded ledger: %+v, %v, %+v", res, err, c.got)
 	}
 }
 
@@ -258,8 +203,8 @@ func TestRelayInvalidOptions(t *testing.T) {
 	} {
 		var c collect
 		res, err := outbox.RelayOnce(ctx, l, &c, o)
-		if !errors.Is(err, idem.ErrInvalidOption) || res != (outbox.Result{}) || len(c.got) != 0 {
-			t.Errorf("RelayOnce with %s: %+v, %v, delivered %d; want ErrInvalidOption and nothing done", name, res, err, len(c.got))
+		if !errors.Is(err, idem.ErrInvalidOption) || res != (outbox.Result{}) || len(c.Got) != 0 {
+			t.Errorf("RelayOnce with %s: %+v, %v, delivered %d; want ErrInvalidOption and nothing done", name, res, err, len(c.Got))
 		}
 		if err := outbox.Relay(ctx, l, &c, o); !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("Relay with %s: %v, want ErrInvalidOption", name, err)
@@ -340,8 +285,8 @@ func TestSchedulerRelayStoreError(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(c.got) != 1 || c.got[0].Attempt != 1 {
-		t.Fatalf("delivered %+v, want the message once at attempt 1 (the failed claims took none)", c.got)
+	if len(c.Got) != 1 || c.Got[0].Attempt != 1 {
+		t.Fatalf("delivered %+v, want the message once at attempt 1 (the failed claims took none)", c.Got)
 	}
 }
 
@@ -386,7 +331,7 @@ func TestRelayCancelAbortsDelivery(t *testing.T) {
 		t.Fatalf("after the cancelled delivery: %+v, %v; want pending, due now, one attempt", msgs, err)
 	}
 	var c collect
-	if res, err := outbox.RelayOnce(ctx, l, &c); err != nil || res.Delivered != 1 || c.got[0].ID != id || c.got[0].Attempt != 2 {
-		t.Fatalf("the next relay: %+v, %v, %+v; want %s delivered again, attempt 2", res, err, c.got, id)
+	if res, err := outbox.RelayOnce(ctx, l, &c); err != nil || res.Delivered != 1 || c.Got[0].ID != id || c.Got[0].Attempt != 2 {
+		t.Fatalf("the next relay: %+v, %v, %+v; want %s delivered again, attempt 2", res, err, c.Got, id)
 	}
 }

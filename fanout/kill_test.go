@@ -4,7 +4,7 @@
 // processes; under the race detector (instrumented transpiled SQLite) they
 // take minutes, so scripts/test.sh runs them in a separate pass without it.
 
-package idem_test
+package fanout_test
 
 import (
 	"context"
@@ -66,7 +66,7 @@ func eachChild(dir, mode string, killAt int64, workers int) error {
 	defer log.Close()
 	has := func(ctx context.Context, _ idem.Key) (bool, error) {
 		info, _ := idem.InfoFrom(ctx)
-		return newEffects(dir).counts(nil)[info.Item] > 0, nil
+		return newEffects(dir).Counts(nil)[info.Item] > 0, nil
 	}
 	_, err = fanout.Each(ctx, l, points, accounts(10000), func(ctx context.Context, item string) error {
 		if err := poison(item); err != nil {
@@ -95,7 +95,7 @@ func prepareGranted(t *testing.T, dir string) {
 func appliedCounts(t *testing.T, dir, mode string) map[string]int {
 	t.Helper()
 	if mode != "tx" {
-		return newEffects(dir).counts(t)
+		return newEffects(dir).Counts(t)
 	}
 	rows, err := openLedger(t, dir).DB().Query(`SELECT item, n FROM granted`)
 	if err != nil {

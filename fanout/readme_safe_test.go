@@ -1,4 +1,4 @@
-package idem_test
+package fanout_test
 
 import (
 	"context"
@@ -6,16 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/guard"
-
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/fanout"
+	"github.com/idemgo/idem/guard"
 )
 
 // The code of docs/fanout.md's "Running big fan-outs safely".
@@ -50,7 +46,7 @@ func grantPointsSafely(ctx context.Context, ledger *idem.Ledger, day string) err
 
 // TestReadmeSafeFanOut runs docs/fanout.md's grantPointsSafely: it ends done, or
 // deferred by the memory guard on a host whose memory is above 85 % in use
-// (the guards are real here; guard_test.go fakes them).
+// (the guards are real here; guard/guard_test.go fakes them).
 func TestReadmeSafeFanOut(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	if _, err := l.DB().Exec(`CREATE TABLE accounts(id TEXT PRIMARY KEY, points INTEGER NOT NULL DEFAULT 0)`); err != nil {
@@ -73,36 +69,4 @@ func TestReadmeSafeFanOut(t *testing.T) {
 	if err := l.DB().QueryRow(`SELECT sum(points) FROM accounts`).Scan(&total); err != nil || total != 4000 {
 		t.Fatalf("points granted: %d, %v; want 4000", total, err)
 	}
-}
-
-// ExampleWithGuard: a guard of your own defers a Run, which leaves no
-// record; the next trigger runs it.
-func ExampleWithGuard() {
-	dir, _ := os.MkdirTemp("", "idem-example")
-	defer os.RemoveAll(dir)
-	l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer l.Close()
-	maintenance := true
-	partner := guard.Func("partner", func(context.Context) error {
-		if maintenance {
-			return errors.New("partner API in maintenance until 03:00")
-		}
-		return nil
-	})
-	key := idem.Key{Job: "daily_export", Period: "2026-10-27"}
-	export := func(context.Context) error { fmt.Println("exported"); return nil }
-	for range 2 {
-		err := l.Run(context.Background(), key, export, idem.WithGuard(partner))
-		var d *idem.Deferral
-		if errors.As(err, &d) {
-			fmt.Println("deferred by", d.Reason+":", d.Err)
-		}
-		maintenance = false
-	}
-	// Output:
-	// deferred by partner: partner API in maintenance until 03:00
-	// exported
 }

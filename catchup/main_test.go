@@ -1,0 +1,43 @@
+package catchup_test
+
+import (
+	"iter"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testledger"
+)
+
+// TestMain runs up to four parallel tests per CPU unless -parallel is given
+// (see testledger.Main).
+func TestMain(m *testing.M) { testledger.Main(m) }
+
+// The helpers these tests share with the root package's (see package
+// testledger).
+
+func openLedger(t testing.TB, dir string, opts ...idem.Option) *idem.Ledger {
+	t.Helper()
+	return testledger.Open(t, dir, opts...)
+}
+
+func openState(t testing.TB, dir string, opts ...idem.Option) *idem.StateFile {
+	t.Helper()
+	return testledger.OpenState(t, dir, opts...)
+}
+
+func mustLookup(t testing.TB, s idem.Store, key idem.Key) idem.Record {
+	t.Helper()
+	return testledger.MustLookup(t, s, key)
+}
+
+// effects is an append-only, fsynced log of fn's effects: the "downstream".
+type effects = testledger.Effects
+
+func newEffects(dir string) *effects { return testledger.NewEffects(dir) }
+
+var daily = testledger.Daily
+
+func day(n int) time.Time { return testledger.Day(n) }
+
+func accounts(n int) iter.Seq2[string, error] { return testledger.Accounts(n) }
