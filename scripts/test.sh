@@ -3,10 +3,10 @@
 # detector, plus go vet and a gofmt check. Extra arguments go to `go test`
 # (e.g. scripts/test.sh -run TestCrash -v).
 #
-# Before the tests, three static steps check every module: it compiles and
-# vets, tests included, for linux, darwin and windows (amd64); staticcheck
-# (the pinned version below, through `go run`) finds nothing; and
-# `go mod tidy` would change nothing in go.mod or go.sum.
+# Besides the tests, three static steps check every module: it compiles and
+# vets, tests included, for linux, darwin and windows (amd64) (this one runs
+# first); staticcheck (the pinned version below, through `go run`) finds
+# nothing; and `go mod tidy` would change nothing in go.mod or go.sum.
 #
 # Each `go test` gets -timeout $IDEM_TEST_TIMEOUT (default 8m; a -timeout
 # among the arguments wins): a test that hangs fails its module with a
@@ -18,7 +18,8 @@
 # $IDEM_TEST_JOBS at a time (default 2): much of a module's test time is
 # waiting (real processes, a real PostgreSQL, leases running out), which
 # another step fills. A step's output is held and printed whole when it
-# ends. IDEM_TEST_JOBS=1 runs them one after the other, as listed.
+# ends ("== start NAME" says when it began). IDEM_TEST_JOBS=1 runs them one
+# after the other, in the order queued below.
 #
 # Usage: scripts/test.sh [go test flags...]
 set -euo pipefail
@@ -280,7 +281,7 @@ for i in "${!ordered[@]}"; do
 	m=${ordered[$i]}
 	queue "module $m" test_module "$root/$m" "$@"
 	if [ "$i" -eq 1 ] || [ ${#ordered[@]} -eq 1 ]; then
-		queue "staticcheck (${staticcheck#*@}) in every module" each_module run_staticcheck
+		queue "staticcheck" each_module run_staticcheck
 		# The multi-process fan-out tests (10k items, real kills) are built
 		# without the race detector: through race-instrumented SQLite they
 		# take minutes. So are the model tests at full size (under -race
@@ -288,12 +289,12 @@ for i in "${!ordered[@]}"; do
 		queue "module . (fan-out kill and model tests, without -race)" go test -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^Test(Ledger|StateFile)Model$' .
 	fi
 done
-queue "go mod tidy -diff in every module" each_module go mod tidy -diff
+queue "go mod tidy" each_module go mod tidy -diff
 # A short pass of the state-file decoder's fuzz test (its seed corpus is in
 # internal/statefmt/testdata/fuzz); it must never panic. The decoder is in a
 # package of its own so that the coverage-instrumented build is small (no
 # SQLite).
-queue "fuzz FuzzDecodeState (10s)" go test -timeout "$timeout" -run '^$' -fuzz '^FuzzDecodeState$' -fuzztime 10s ./internal/statefmt
+queue "fuzz FuzzDecodeState" go test -timeout "$timeout" -run '^$' -fuzz '^FuzzDecodeState$' -fuzztime 10s ./internal/statefmt
 run_steps
 
 if [ ${#failed[@]} -gt 0 ]; then
