@@ -81,10 +81,7 @@ func settleFor(t *testing.T, runs int, duration time.Duration) time.Duration {
 	return max(settle, 10*time.Second)
 }
 
-// TestTorture runs a short kill -9 pass for every valid store × mode. The
-// passes share nothing (each has its own directory, workers and seed) and
-// each waits in real time (its kill phase, the workers' restarts), so they
-// run side by side, -parallel at a time.
+// TestTorture runs a short kill -9 pass for every valid store × mode.
 func TestTorture(t *testing.T) {
 	combos := []struct{ store, mode string }{
 		{"sqlite", "atleastonce"},
@@ -98,7 +95,6 @@ func TestTorture(t *testing.T) {
 	}
 	for i, c := range combos {
 		t.Run(c.store+"/"+c.mode, func(t *testing.T) {
-			t.Parallel()
 			var out bytes.Buffer
 			seed := time.Now().UnixNano()
 			const duration = 10 * time.Second // 40 kills take a few
