@@ -15,11 +15,12 @@
 #
 # After the cross-compile step (which builds every dependency once) the other
 # steps (staticcheck, go mod tidy, each module's tests, the fuzz pass) run
-# $IDEM_TEST_JOBS at a time (default 2): much of a module's test time is
-# waiting (real processes, a real PostgreSQL, leases running out), which
-# another step fills. A step's output is held and printed whole when it
-# ends ("== start NAME" says when it began). IDEM_TEST_JOBS=1 runs them one
-# after the other, in the order queued below.
+# $IDEM_TEST_JOBS at a time (default 2; the root module's tests alone, see
+# below): much of a module's test time is waiting (real processes, a real
+# PostgreSQL, leases running out), which another step fills. A step's output
+# is held and printed whole when it ends ("== start NAME" says when it
+# began). IDEM_TEST_JOBS=1 runs them one after the other, in the order
+# queued below.
 #
 # Usage: scripts/test.sh [go test flags...]
 set -euo pipefail
@@ -200,7 +201,8 @@ echo "== done compile (-race) ($((SECONDS - start))s)"
 
 # run_steps: runs the steps queued by queue (NAME, then its COMMAND...
 # separated by a "--" line) $IDEM_TEST_JOBS at a time, in the order queued;
-# each one's output is printed whole, with its result, when it ends.
+# each one's output is printed whole, with its result, when it ends. A step
+# queued by queue_alone runs with no other step beside it.
 jobs=${IDEM_TEST_JOBS:-2}
 case $jobs in
 '' | *[!0-9]* | 0)
@@ -210,6 +212,7 @@ case $jobs in
 esac
 queued=()
 queue() { queued+=("$@" "--"); }
+queue_alone() { queued+=("!$1" "${@:2}" "--"); }
 logs=$(mktemp -d)
 declare -A step_name step_start step_log
 finish_one() {
@@ -235,9 +238,14 @@ finish_one() {
 	fi
 }
 run_steps() {
-	local i=0 name cmd pid
+	local i=0 name cmd pid alone
 	while [ $i -lt ${#queued[@]} ]; do
 		name=${queued[$i]}
+		alone=""
+		if [ "${name:0:1}" = "!" ]; then
+			name=${name:1}
+			alone=1
+		fi
 		cmd=()
 		i=$((i + 1))
 		while [ "${queued[$i]}" != "--" ]; do
@@ -245,7 +253,7 @@ run_steps() {
 			i=$((i + 1))
 		done
 		i=$((i + 1))
-		while [ ${#running[@]} -ge "$jobs" ]; do
+		while [ ${#running[@]} -ge "$jobs" ] || { [ -n "$alone" ] && [ ${#running[@]} -gt 0 ]; }; do
 			finish_one
 		done
 		echo "== start $name"
@@ -255,6 +263,9 @@ run_steps() {
 		step_log[$pid]=$logs/$i
 		step_name[$pid]=$name
 		step_start[$pid]=$SECONDS
+		if [ -n "$alone" ]; then
+			finish_one
+		fi
 	done
 	while [ ${#running[@]} -gt 0 ]; do
 		finish_one
@@ -262,32 +273,27 @@ run_steps() {
 	rm -rf "$logs"
 }
 
-# Queued longest first (as measured on 2 cores), so that the short ones fill
-# the end. The root module's tests and the Postgres ledger's are the
-# longest; staticcheck's analysis of modernc.org/sqlite is next.
-ordered=()
-for m in . ./pgledger; do
-	if [ -f "$m/go.mod" ]; then
-		ordered+=("$m")
-	fi
-done
+# The root module's tests run alone: its kill -9 torture passes
+# (internal/torture) are CPU-bound and settle within a minute each, which
+# another step beside them can make too short on a loaded machine (seen with
+# two passes side by side at a load of 22 on 2 cores). The other steps are
+# queued longest first (as measured on 2 cores), so that the short ones fill
+# the end: the Postgres ledger's tests, then staticcheck (its analysis of
+# modernc.org/sqlite).
+queue_alone "module ." test_module "$root" "$@"
+if [ -f pgledger/go.mod ]; then
+	queue "module ./pgledger" test_module "$root/pgledger" "$@"
+fi
+queue "staticcheck" each_module run_staticcheck
+# The multi-process fan-out tests (10k items, real kills) are built without
+# the race detector: through race-instrumented SQLite they take minutes. So
+# are the model tests at full size (under -race they run a quarter of it).
+queue "module . (fan-out kill and model tests, without -race)" go test -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^Test(Ledger|StateFile)Model$' .
 for m in "${modules[@]}"; do
-	case " ${ordered[*]} " in
-	*" $m "*) ;;
-	*) ordered+=("$m") ;;
+	case $m in
+	. | ./pgledger) ;;
+	*) queue "module $m" test_module "$root/$m" "$@" ;;
 	esac
-done
-for i in "${!ordered[@]}"; do
-	m=${ordered[$i]}
-	queue "module $m" test_module "$root/$m" "$@"
-	if [ "$i" -eq 1 ] || [ ${#ordered[@]} -eq 1 ]; then
-		queue "staticcheck" each_module run_staticcheck
-		# The multi-process fan-out tests (10k items, real kills) are built
-		# without the race detector: through race-instrumented SQLite they
-		# take minutes. So are the model tests at full size (under -race
-		# they run a quarter of it).
-		queue "module . (fan-out kill and model tests, without -race)" go test -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^Test(Ledger|StateFile)Model$' .
-	fi
 done
 queue "go mod tidy" each_module go mod tidy -diff
 # A short pass of the state-file decoder's fuzz test (its seed corpus is in
