@@ -1,9 +1,7 @@
 package idem
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/statefmt"
 )
 
 // StateFileVersion is the version of the state file format that this
@@ -20,37 +18,20 @@ import (
 // is read, and written back in this version. Version 2 added the
 // fingerprints (idem.WithParams) and the value of the last done period
 // (idem.RunValue): fields a version-1 file does not have, read as none.
-const StateFileVersion = 2
+const StateFileVersion = statefmt.Version
 
 // ErrCorruptState: a state file is empty, truncated, not JSON, of the wrong
 // shape, or from a newer version of idem. It is never overwritten or reset
 // automatically; see [RepairStateFile].
 var ErrCorruptState = errors.New("idem: corrupt state file")
 
-// stateDoc is the file's content.
-type stateDoc struct {
-	Version int                  `json:"version"`
-	Jobs    map[string]*jobState `json:"jobs"`
-}
-
-// jobState is one job's watermark and pending attempt.
-type jobState struct {
-	LastDonePeriod string    `json:"lastDonePeriod"`
-	Status         Status    `json:"status"` // status of PendingPeriod, or "done"
-	PendingPeriod  string    `json:"pendingPeriod"`
-	Attempt        int64     `json:"attempt"`
-	Failures       int       `json:"failures"`
-	Owner          string    `json:"owner,omitempty"`
-	NotBefore      time.Time `json:"notBefore,omitzero"`
-	LastError      string    `json:"lastError,omitempty"`
-	Updated        time.Time `json:"updated,omitzero"`
-
-	// Version 2. Fingerprint is PendingPeriod's; DoneFingerprint and
-	// DoneValue are LastDonePeriod's (an older done period has neither).
-	Fingerprint     string `json:"fingerprint,omitempty"`
-	DoneFingerprint string `json:"doneFingerprint,omitempty"`
-	DoneValue       []byte `json:"doneValue,omitempty"`
-}
+// stateDoc is the file's content; jobState is one job's watermark and
+// pending attempt (internal/statefmt, which has the decoder and its fuzz
+// test).
+type (
+	stateDoc = statefmt.Doc
+	jobState = statefmt.Job
+)
 
 // CorruptStateError reports a state file that cannot be used. It matches
 // ErrCorruptState.
@@ -66,60 +47,14 @@ func (e *CorruptStateError) Error() string {
 // Is reports whether target is ErrCorruptState.
 func (e *CorruptStateError) Is(target error) bool { return target == ErrCorruptState }
 
-// decodeState parses and checks a state file's content.
+// decodeState parses and checks a state file's content (statefmt.Decode);
+// every error it returns is a *CorruptStateError naming path.
 func decodeState(path string, b []byte) (*stateDoc, error) {
-	bad := func(format string, a ...any) error {
-		return &CorruptStateError{Path: path, Reason: fmt.Sprintf(format, a...)}
+	doc, err := statefmt.Decode(b)
+	if err != nil {
+		return nil, &CorruptStateError{Path: path, Reason: err.Error()}
 	}
-	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, bad("the file is empty")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	var doc stateDoc
-	if err := dec.Decode(&doc); err != nil {
-		return nil, bad("%v", err)
-	}
-	if dec.More() {
-		return nil, bad("data after the JSON document")
-	}
-	switch {
-	case doc.Version > StateFileVersion:
-		return nil, bad("version %d is newer than this idem's %d", doc.Version, StateFileVersion)
-	case doc.Version < 1:
-		return nil, bad("no version")
-	case doc.Jobs == nil:
-		return nil, bad(`no "jobs" object`)
-	}
-	for job, st := range doc.Jobs {
-		if err := idemstore.ValidatePart("job", job); err != nil {
-			return nil, bad("job %s: %v", idemstore.QuotePart(job), err)
-		}
-		if st == nil {
-			return nil, bad("job %q: null", job)
-		}
-		switch {
-		case st.Attempt < 0 || st.Failures < 0:
-			return nil, bad("job %q: negative attempt or failures", job)
-		case st.LastDonePeriod != "" && idemstore.ValidatePart("period", st.LastDonePeriod) != nil:
-			return nil, bad("job %q: invalid lastDonePeriod", job)
-		case st.PendingPeriod != "" && idemstore.ValidatePart("period", st.PendingPeriod) != nil:
-			return nil, bad("job %q: invalid pendingPeriod", job)
-		}
-		switch st.Status {
-		case StatusDone:
-			if st.PendingPeriod != "" || st.LastDonePeriod == "" {
-				return nil, bad("job %q: status done needs lastDonePeriod and no pendingPeriod", job)
-			}
-		case StatusRunning, StatusFailed, StatusUnknown, StatusParked:
-			if st.PendingPeriod == "" || st.PendingPeriod <= st.LastDonePeriod {
-				return nil, bad("job %q: status %s needs a pendingPeriod after lastDonePeriod", job, st.Status)
-			}
-		default:
-			return nil, bad("job %q: unknown status %q", job, st.Status)
-		}
-	}
-	return &doc, nil
+	return doc, nil
 }
 
 func (s *StateFile) read() (*stateDoc, error) {
@@ -149,29 +84,6 @@ func (s *StateFile) createErr(p string, err error) error {
 		return fmt.Errorf("idem: %s: cannot write: %s: %w", what, msg, err)
 	}
 	return fmt.Errorf("idem: %s: %w", what, err)
-}
-
-// record is what the file says of key.
-func (st *jobState) record(key Key) (Record, bool) {
-	if st == nil {
-		return Record{Key: key}, false
-	}
-	r := Record{Key: key, Attempt: st.Attempt, Failures: st.Failures, Owner: st.Owner,
-		NotBefore: st.NotBefore, LastError: st.LastError, Updated: st.Updated}
-	switch {
-	case key.Period <= st.LastDonePeriod:
-		r.Status, r.Failures, r.NotBefore, r.LastError = StatusDone, 0, time.Time{}, ""
-		if key.Period != st.LastDonePeriod {
-			r.Attempt = 0 // done by the watermark; its own attempts, fingerprint and value are not kept
-		} else {
-			r.Fingerprint, r.Value = st.DoneFingerprint, st.DoneValue
-		}
-		return r, true
-	case key.Period == st.PendingPeriod:
-		r.Status, r.Fingerprint = st.Status, st.Fingerprint
-		return r, true
-	}
-	return Record{Key: key}, false
 }
 
 // RepairStateFile replaces a corrupt state file by a valid one whose

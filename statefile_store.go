@@ -51,7 +51,7 @@ func (s *StateFile) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 	if err != nil {
 		return Record{}, false, err
 	}
-	rec, ok := doc.Jobs[key.Job].record(key)
+	rec, ok := doc.Jobs[key.Job].Record(key)
 	return rec, ok, nil
 }
 
@@ -64,7 +64,7 @@ func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 	if err != nil {
 		return idemstore.Claim{}, err
 	}
-	if rec, ok := doc.Jobs[key.Job].record(key); ok && idemstore.Mismatch(rec.Fingerprint, req.Fingerprint) {
+	if rec, ok := doc.Jobs[key.Job].Record(key); ok && idemstore.Mismatch(rec.Fingerprint, req.Fingerprint) {
 		return idemstore.Claim{State: idemstore.ClaimMismatch, Record: rec}, nil
 	} else if ok && rec.Status == StatusDone {
 		return idemstore.Claim{State: idemstore.ClaimDone, Record: rec}, nil
@@ -77,7 +77,7 @@ func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 		return idemstore.Claim{}, err
 	}
 	if !ok {
-		rec, _ := doc.Jobs[key.Job].record(key)
+		rec, _ := doc.Jobs[key.Job].Record(key)
 		rec.Status = StatusRunning
 		return idemstore.Claim{State: idemstore.ClaimBusy, Record: rec}, nil
 	}
@@ -99,7 +99,7 @@ func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 	} else if err := checkShape(st, key); err != nil {
 		return idemstore.Claim{}, err
 	}
-	rec, found := st.record(key)
+	rec, found := st.Record(key)
 	if !found && st.PendingPeriod != "" {
 		return idemstore.Claim{}, fmt.Errorf("%w: %s: period %s of job %q is %s (%s); it must be done, resolved or reset first",
 			ErrOutOfOrder, key, st.PendingPeriod, key.Job, st.Status, st.LastError)
@@ -255,7 +255,7 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 	} else if err := checkShape(st, key); err != nil {
 		return err
 	}
-	rec, found := st.record(key)
+	rec, found := st.Record(key)
 	if err := idemstore.Resolvable(rec, found, to, time.Now()); err != nil {
 		return err
 	}
@@ -368,7 +368,7 @@ func (s *StateFile) List(ctx context.Context, f Filter) ([]Record, error) {
 		if period == "" {
 			period = st.LastDonePeriod
 		}
-		rec, _ := st.record(Key{Job: job, Period: period})
+		rec, _ := st.Record(Key{Job: job, Period: period})
 		if (f.Job != "" && f.Job != job) || (f.Status != "" && f.Status != rec.Status) {
 			continue
 		}

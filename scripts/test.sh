@@ -3,15 +3,24 @@
 # detector, plus go vet and a gofmt check. Extra arguments go to `go test`
 # (e.g. scripts/test.sh -run TestCrash -v).
 #
-# Before the tests, three static steps check every module: it compiles and
-# vets, tests included, for linux, darwin and windows (amd64); staticcheck
-# (the pinned version below, through `go run`) finds nothing; and
-# `go mod tidy` would change nothing in go.mod or go.sum.
+# Besides the tests, three static steps check every module: it compiles and
+# vets, tests included, for linux, darwin and windows (amd64) (this one runs
+# first); staticcheck (the pinned version below, through `go run`) finds
+# nothing; and `go mod tidy` would change nothing in go.mod or go.sum.
 #
 # Each `go test` gets -timeout $IDEM_TEST_TIMEOUT (default 8m; a -timeout
 # among the arguments wins): a test that hangs fails its module with a
 # goroutine dump instead of holding the run. A failing step does not stop the
 # others; the last lines name the steps that failed.
+#
+# After the cross-compile step (which builds every dependency once) the other
+# steps (staticcheck, go mod tidy, each module's tests, the fuzz pass) run
+# $IDEM_TEST_JOBS at a time (default 2; the root module's tests alone, see
+# below): much of a module's test time is waiting (real processes, a real
+# PostgreSQL, leases running out), which another step fills. A step's output
+# is held and printed whole when it ends ("== start NAME" says when it
+# began). IDEM_TEST_JOBS=1 runs them one after the other, in the order
+# queued below.
 #
 # Usage: scripts/test.sh [go test flags...]
 set -euo pipefail
@@ -41,7 +50,12 @@ fi
 
 # The throwaway servers started below are stopped at exit, on every path.
 stop_pg="" stop_redis=""
+running=() # pids of the steps running in the background (run_steps)
 cleanup() {
+	local pid
+	for pid in "${running[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
 	if [ -n "$stop_pg" ]; then
 		scripts/pg.sh stop "$IDEM_TEST_PG_DSN" >/dev/null 2>&1 || true
 	fi
@@ -114,16 +128,41 @@ each_module() {
 		return 1
 	fi
 }
+# cross_gcflags: how the packages of another OS than linux are compiled for
+# go vet and staticcheck (which need their dependencies' export data):
+# without optimisation or inlining. Type-checking, and so what compiles and
+# what vet reports, is the same; the compile of modernc.org/sqlite for an OS
+# is about three times cheaper (darwin, empty build cache, 2 cores: go vet
+# ./... of the root module 284 s, 101 s with these flags). Nothing of another
+# OS is linked or run here.
+cross_gcflags='all=-N -l'
 # cross_vet: the module's packages and tests compile, and go vet finds
-# nothing, for every OS of $oses.
+# nothing, for every OS of $oses. The OSes are vetted at once: each one
+# compiles its own standard library and dependencies (modernc.org/sqlite's
+# lib package is one long serial compile per OS), so together they use both
+# cores where one after the other they mostly used one.
 cross_vet() {
-	local os rc=0
+	local os i rc=0 out pids=() flags
+	out=$(mktemp -d)
 	for os in "${oses[@]}"; do
-		if ! GOOS=$os GOARCH=amd64 go vet ./...; then
+		flags=()
+		if [ "$os" != linux ]; then
+			flags=(-gcflags="$cross_gcflags")
+		fi
+		GOOS=$os GOARCH=amd64 go vet "${flags[@]}" ./... >"$out/$os" 2>&1 &
+		pids+=($!)
+	done
+	for i in "${!oses[@]}"; do
+		os=${oses[$i]}
+		if wait "${pids[$i]}"; then
+			cat "$out/$os"
+		else
+			cat "$out/$os" >&2
 			echo "GOOS=$os GOARCH=amd64 go vet ./... failed in $m" >&2 # $m: each_module's
 			rc=1
 		fi
 	done
+	rm -rf "$out"
 	return $rc
 }
 # run_staticcheck: staticcheck finds nothing in the module, built for linux
@@ -131,37 +170,138 @@ cross_vet() {
 # file is in one of the two (unix, linux, !linux or windows files; there are
 # no darwin-only ones): each configuration costs a full analysis of the
 # dependencies (modernc.org/sqlite's is minutes), so darwin is left to
-# cross_vet. A darwin-only file would need a third line.
+# cross_vet. A darwin-only file would need a third line. The windows
+# configuration compiles with cross_vet's flags, so that its dependencies'
+# export data is the build cache's from cross_vet, not a second compile.
 run_staticcheck() {
-	printf '%s\n' "linux: GOOS=linux GOARCH=amd64" "windows: GOOS=windows GOARCH=amd64" |
+	printf '%s\n' "linux: GOOS=linux GOARCH=amd64" "windows: GOOS=windows GOARCH=amd64 -gcflags=\"$cross_gcflags\"" |
 		go run "$staticcheck" -matrix ./...
 }
 echo "== cross-compile (${oses[*]}): go vet ./... in every module"
 step "cross-compile" each_module cross_vet
-echo "== staticcheck (${staticcheck#*@}) in every module"
-step "staticcheck" each_module run_staticcheck
-echo "== go mod tidy -diff in every module"
-step "go mod tidy" each_module go mod tidy -diff
-
 # test_module DIR [go test flags...]
 test_module() {
 	local dir=$1
 	shift
 	(cd "$dir" && go vet ./... && go test -race -count=1 -timeout "$timeout" "$@" ./...)
 }
+
+# The race-instrumented packages and tests of every module, compiled once
+# here, one module after the other (go list -export compiles without
+# linking): the modules' tests below, run side by side, would otherwise each
+# compile the dependencies they share (modernc.org/sqlite) at the same time.
+# A package that does not compile fails its module's step below, which says
+# so; this pass only fills the build cache.
+echo "== compile (-race) every module's packages and tests"
+start=$SECONDS
 for m in "${modules[@]}"; do
-	echo "== module $m"
-	step "module $m" test_module "$root/$m" "$@"
+	(cd "$root/$m" && go list -race -export -deps -test ./... >/dev/null 2>&1) || true
 done
+echo "== done compile (-race) ($((SECONDS - start))s)"
+
+# run_steps: runs the steps queued by queue (NAME, then its COMMAND...
+# separated by a "--" line) $IDEM_TEST_JOBS at a time, in the order queued;
+# each one's output is printed whole, with its result, when it ends. A step
+# queued by queue_alone runs with no other step beside it.
+jobs=${IDEM_TEST_JOBS:-2}
+case $jobs in
+'' | *[!0-9]* | 0)
+	echo "scripts/test.sh: IDEM_TEST_JOBS=$jobs: want a number of steps to run at once, 1 or more" >&2
+	exit 2
+	;;
+esac
+queued=()
+queue() { queued+=("$@" "--"); }
+queue_alone() { queued+=("!$1" "${@:2}" "--"); }
+logs=$(mktemp -d)
+declare -A step_name step_start step_log
+finish_one() {
+	local pid="" rc=0 i
+	wait -n -p pid "${running[@]}" || rc=$?
+	if [ -z "$pid" ]; then
+		echo "scripts/test.sh: lost track of a running step" >&2
+		exit 2
+	fi
+	for i in "${!running[@]}"; do
+		if [ "${running[$i]}" = "$pid" ]; then
+			unset 'running[i]'
+		fi
+	done
+	running=("${running[@]}")
+	echo "== ${step_name[$pid]}"
+	cat "${step_log[$pid]}"
+	if [ $rc -eq 0 ]; then
+		echo "== ok   ${step_name[$pid]} ($((SECONDS - step_start[$pid]))s)"
+	else
+		echo "== FAIL ${step_name[$pid]} ($((SECONDS - step_start[$pid]))s)"
+		failed+=("${step_name[$pid]}")
+	fi
+}
+run_steps() {
+	local i=0 name cmd pid alone
+	while [ $i -lt ${#queued[@]} ]; do
+		name=${queued[$i]}
+		alone=""
+		if [ "${name:0:1}" = "!" ]; then
+			name=${name:1}
+			alone=1
+		fi
+		cmd=()
+		i=$((i + 1))
+		while [ "${queued[$i]}" != "--" ]; do
+			cmd+=("${queued[$i]}")
+			i=$((i + 1))
+		done
+		i=$((i + 1))
+		while [ ${#running[@]} -ge "$jobs" ] || { [ -n "$alone" ] && [ ${#running[@]} -gt 0 ]; }; do
+			finish_one
+		done
+		echo "== start $name"
+		"${cmd[@]}" >"$logs/$i" 2>&1 </dev/null &
+		pid=$!
+		running+=("$pid")
+		step_log[$pid]=$logs/$i
+		step_name[$pid]=$name
+		step_start[$pid]=$SECONDS
+		if [ -n "$alone" ]; then
+			finish_one
+		fi
+	done
+	while [ ${#running[@]} -gt 0 ]; do
+		finish_one
+	done
+	rm -rf "$logs"
+}
+
+# The root module's tests run alone: its kill -9 torture passes
+# (internal/torture) are CPU-bound and settle within a minute each, which
+# another step beside them can make too short on a loaded machine (seen with
+# two passes side by side at a load of 22 on 2 cores). The other steps are
+# queued longest first (as measured on 2 cores), so that the short ones fill
+# the end: the Postgres ledger's tests, then staticcheck (its analysis of
+# modernc.org/sqlite).
+queue_alone "module ." test_module "$root" "$@"
+if [ -f pgledger/go.mod ]; then
+	queue "module ./pgledger" test_module "$root/pgledger" "$@"
+fi
+queue "staticcheck" each_module run_staticcheck
 # The multi-process fan-out tests (10k items, real kills) are built without
 # the race detector: through race-instrumented SQLite they take minutes. So
 # are the model tests at full size (under -race they run a quarter of it).
-echo "== module . and ./fanout (multi-process fan-out tests and full-size model tests, without -race)"
-step "module . (fan-out kill and model tests, without -race)" go test -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^Test(Ledger|StateFile)Model$' . ./fanout
+queue "module . and ./fanout (fan-out kill and model tests, without -race)" go test -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^Test(Ledger|StateFile)Model$' . ./fanout
+for m in "${modules[@]}"; do
+	case $m in
+	. | ./pgledger) ;;
+	*) queue "module $m" test_module "$root/$m" "$@" ;;
+	esac
+done
+queue "go mod tidy" each_module go mod tidy -diff
 # A short pass of the state-file decoder's fuzz test (its seed corpus is in
-# testdata/fuzz); it must never panic.
-echo "== fuzz FuzzDecodeState (10s)"
-step "fuzz FuzzDecodeState" go test -timeout "$timeout" -run '^$' -fuzz '^FuzzDecodeState$' -fuzztime 10s .
+# internal/statefmt/testdata/fuzz); it must never panic. The decoder is in a
+# package of its own so that the coverage-instrumented build is small (no
+# SQLite).
+queue "fuzz FuzzDecodeState" go test -timeout "$timeout" -run '^$' -fuzz '^FuzzDecodeState$' -fuzztime 10s ./internal/statefmt
+run_steps
 
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "== FAILED (${#failed[@]}):"

@@ -1,4 +1,4 @@
-package idem
+package statefmt
 
 import (
 	"encoding/json"
@@ -7,7 +7,9 @@ import (
 )
 
 // FuzzDecodeState: the decoder never panics; it either reports a corrupt
-// file, or accepts a document that survives a round trip.
+// file (a *FormatError, which idem.StateFile turns into an
+// idem.CorruptStateError), or accepts a document that survives a round trip.
+// Its seed corpus is in testdata/fuzz/FuzzDecodeState.
 func FuzzDecodeState(f *testing.F) {
 	f.Add([]byte(`{"version": 1, "jobs": {}}`))
 	f.Add([]byte(`{"version": 1, "jobs": {"daily_report": {"lastDonePeriod": "2026-10-27", "status": "done", "pendingPeriod": "", "attempt": 3, "failures": 0}}}`))
@@ -16,10 +18,11 @@ func FuzzDecodeState(f *testing.F) {
 	f.Add([]byte(`{"version": 1, "jobs": {"j": {"status": "running"`))
 	f.Add([]byte(``))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		doc, err := decodeState("state.json", b)
+		doc, err := Decode(b)
 		if err != nil {
-			if !errors.Is(err, ErrCorruptState) {
-				t.Fatalf("error %v does not match ErrCorruptState", err)
+			var fe *FormatError
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %v (%T) is not a *FormatError", err, err)
 			}
 			return
 		}
@@ -27,7 +30,7 @@ func FuzzDecodeState(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted document does not encode: %v", err)
 		}
-		if _, err := decodeState("state.json", out); err != nil {
+		if _, err := Decode(out); err != nil {
 			t.Fatalf("accepted document does not decode again: %v\n%s", err, out)
 		}
 	})
