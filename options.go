@@ -152,9 +152,9 @@ type config struct {
 	clock     Clock
 	logger    *slog.Logger
 	observer  func(Result)
-	report      *Result
-	result      *Result // internal: RunValue's copy of the result
-	each        eachConfig
+	report    *Result
+	result    *Result // internal: RunValue's copy of the result
+	each      eachConfig
 	// ext is the payloads of the options of a subsystem package given to
 	// its call, in order: what that package reads (see hooks).
 	ext []any
@@ -236,7 +236,6 @@ func configureEach(ctx context.Context, s any, cl call, opts []Option) *config {
 // jobObserverKey carries a Scheduler job's observers (hooks.WithJobObserver)
 // in the context of its fn.
 type jobObserverKey struct{}
-
 
 // chainObservers calls a, then b; either may be nil.
 func chainObservers(a, b func(Result)) func(Result) {
