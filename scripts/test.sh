@@ -8,9 +8,12 @@
 # first); staticcheck (the pinned version below, through `go run`) finds
 # nothing; and `go mod tidy` would change nothing in go.mod or go.sum.
 #
-# Each `go test` gets -timeout $IDEM_TEST_TIMEOUT (default 8m; a -timeout
+# Each `go test` gets -timeout $IDEM_TEST_TIMEOUT (default 15m; a -timeout
 # among the arguments wins): a test that hangs fails its module with a
-# goroutine dump instead of holding the run. A failing step does not stop the
+# goroutine dump instead of holding the run. (The Postgres ledger's tests
+# take 3-4 minutes beside two CPU burners on 2 cores and went past 8 when
+# two runs of this script shared such a machine: they wait on the server's
+# fsyncs, not on a lock.) A failing step does not stop the
 # others; the last lines name the steps that failed.
 #
 # After the cross-compile step (which builds every dependency once) the other
@@ -26,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-timeout=${IDEM_TEST_TIMEOUT:-8m}
+timeout=${IDEM_TEST_TIMEOUT:-15m}
 failed=()
 
 # step NAME COMMAND...: runs COMMAND, reports its wall time, and records
