@@ -3,7 +3,6 @@ package fanout_test
 import (
 	"iter"
 	"testing"
-	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testledger"
@@ -35,8 +34,6 @@ func newEffects(dir string) *effects { return testledger.NewEffects(dir) }
 var t0 = testledger.T0
 
 var points = testledger.Points
-
-func day(n int) time.Time { return testledger.Day(n) }
 
 func accounts(n int) iter.Seq2[string, error] { return testledger.Accounts(n) }
 

@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testledger"
@@ -22,7 +21,5 @@ func openLedger(t testing.TB, dir string, opts ...idem.Option) *idem.Ledger {
 
 // t0 is the fake clocks' start.
 var t0 = testledger.T0
-
-func day(n int) time.Time { return testledger.Day(n) }
 
 type collect = testledger.Collect

@@ -2,7 +2,6 @@ package scheduler_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/schedtest"
@@ -26,10 +25,6 @@ func mustLookup(t testing.TB, s idem.Store, key idem.Key) idem.Record {
 	t.Helper()
 	return testledger.MustLookup(t, s, key)
 }
-
-var daily = testledger.Daily
-
-func day(n int) time.Time { return testledger.Day(n) }
 
 func startScheduler(t *testing.T, s *scheduler.Scheduler) {
 	t.Helper()
