@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/idemgo/idem/internal/breaker"
@@ -91,6 +92,9 @@ var (
 	callStore     = call{"a store's defaults", classCommon | classMode | classAttempt | classStore}
 )
 
+// allCalls is every call that takes options.
+var allCalls = []call{callRun, callRunTx, callCatchUp, callCatchUpTx, callEach, callEachTx, callJob, callJobTx, callScheduler, callStore}
+
 // calls are the calls of the subsystem packages, by name (see hooks).
 var calls = map[string]call{}
 
@@ -100,19 +104,18 @@ func init() {
 	}
 }
 
-// classNames names the calls each class of option is for, for errors.
-var classNames = map[optionClass]string{
-	classCommon:    "every call",
-	classMode:      "Run, catchup.Run, Each, Scheduler.Add and a store's defaults",
-	classAttempt:   "Run, RunTx, catchup.Run, catchup.RunTx, Scheduler.Add, scheduler.AddTx and a store's defaults",
-	classReport:    "Run and RunTx",
-	classCatchUp:   "catchup.Run, catchup.RunTx, Scheduler.Add and scheduler.AddTx",
-	classJob:       "Scheduler.Add and scheduler.AddTx",
-	classFanOut:    "Each and EachTx",
-	classParams:    "Run, RunTx, catchup.Run, catchup.RunTx, Each, EachTx, Scheduler.Add and scheduler.AddTx",
-	classScheduler: "scheduler.New",
-	classStore:     "a store's constructor",
-	classInternal:  "the calls of this module's packages",
+// callsTaking names the calls that take options of class cl, for errors.
+func callsTaking(cl optionClass) string {
+	var names []string
+	for _, c := range allCalls {
+		if c.takes&cl != 0 {
+			names = append(names, c.name)
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // fits reports whether o is for c.
@@ -120,7 +123,7 @@ func (c call) fits(o *option) bool { return c.takes&o.class != 0 }
 
 // misfit is the error of o given to c, which it is not for.
 func (c call) misfit(o *option) error {
-	return invalidOption("%s is not an option of %s: it is for %s", o.name, c.name, classNames[o.class])
+	return invalidOption("%s is not an option of %s: it is for %s", o.name, c.name, callsTaking(o.class))
 }
 
 // invalidOption is the error of an option given a value it cannot take.
