@@ -114,6 +114,9 @@ func (hooks) LastError(rec Record) error { return lastError(rec) }
 // IsPermanent reports whether err is marked Permanent.
 func (hooks) IsPermanent(err error) bool { return isPermanent(err) }
 
+// Sleep waits d on c, or until ctx ends (its cause is returned then).
+func (hooks) Sleep(ctx context.Context, c Clock, d time.Duration) error { return sleep(ctx, c, d) }
+
 // CheckBackoff is the error of a nil Backoff or one that a Backoff
 // constructor made from a bad value.
 func (hooks) CheckBackoff(b Backoff) error { return checkBackoff(b) }

@@ -320,11 +320,6 @@ func skipPeriod(ctx context.Context, s idemstore.CatchUpStore, key idem.Key, p i
 	return PeriodResult{Period: p, Outcome: idem.Skipped}
 }
 
-// invalidOption is the error of an option given a value it cannot take.
-func invalidOption(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
-}
-
 // A periodObserver is OnPeriod's payload.
 type periodObserver func(PeriodResult)
 
@@ -337,7 +332,7 @@ func policy(name string, set catchupcfg.Set) idem.Option { return core.NewOption
 func All(max int) idem.Option {
 	return policy("catchup.All", func(c *catchupcfg.Settings) error {
 		if max < 0 {
-			return invalidOption("catchup.All(%d): the cap must not be negative (0 means no cap)", max)
+			return core.InvalidOption("catchup.All(%d): the cap must not be negative (0 means no cap)", max)
 		}
 		c.Latest, c.MaxPeriods = false, max
 		return nil
@@ -359,7 +354,7 @@ func Latest() idem.Option {
 func Since(t time.Time) idem.Option {
 	return policy("catchup.Since", func(c *catchupcfg.Settings) error {
 		if t.IsZero() {
-			return invalidOption("catchup.Since(%v): the zero time is no start", t)
+			return core.InvalidOption("catchup.Since(%v): the zero time is no start", t)
 		}
 		c.Since = t
 		return nil
@@ -383,7 +378,7 @@ func DueAtStart() idem.Option {
 func Window(w time.Duration) idem.Option {
 	return policy("catchup.Window", func(c *catchupcfg.Settings) error {
 		if w <= 0 {
-			return invalidOption("catchup.Window(%v): the window must be positive", w)
+			return core.InvalidOption("catchup.Window(%v): the window must be positive", w)
 		}
 		c.Window = w
 		return nil
@@ -397,7 +392,7 @@ func Window(w time.Duration) idem.Option {
 func DueAfter(d time.Duration) idem.Option {
 	return policy("catchup.DueAfter", func(c *catchupcfg.Settings) error {
 		if d < 0 {
-			return invalidOption("catchup.DueAfter(%v): the delay must not be negative", d)
+			return core.InvalidOption("catchup.DueAfter(%v): the delay must not be negative", d)
 		}
 		c.Delay = d
 		return nil
@@ -418,7 +413,7 @@ func ContinueAfterFailure() idem.Option {
 func OnPeriod(f func(PeriodResult)) idem.Option {
 	if f == nil {
 		return policy("catchup.OnPeriod", func(*catchupcfg.Settings) error {
-			return invalidOption("catchup.OnPeriod(nil): no function to call")
+			return core.InvalidOption("catchup.OnPeriod(nil): no function to call")
 		})
 	}
 	return core.NewOption("catchup.OnPeriod", "catchup", periodObserver(f))

@@ -134,7 +134,7 @@ func newRelayConfig(opts []Option) *relayConfig {
 	for i, o := range opts {
 		var err error
 		if o == nil {
-			err = invalidOption("option %d of %d is nil", i+1, len(opts))
+			err = core.InvalidOption("option %d of %d is nil", i+1, len(opts))
 		} else {
 			err = o.applyRelay(c)
 		}
@@ -152,7 +152,7 @@ func newRelayConfig(opts []Option) *relayConfig {
 func WithBatch(n int) Option {
 	return relayOption(func(c *relayConfig) error {
 		if n < 1 {
-			return invalidOption("outbox.WithBatch(%d): at least 1", n)
+			return core.InvalidOption("outbox.WithBatch(%d): at least 1", n)
 		}
 		c.batch = n
 		return nil
@@ -168,7 +168,7 @@ func WithBatch(n int) Option {
 func WithLease(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
 		if d < idem.MinLease {
-			return invalidOption("outbox.WithLease(%v): at least %v", d, idem.MinLease)
+			return core.InvalidOption("outbox.WithLease(%v): at least %v", d, idem.MinLease)
 		}
 		c.lease = d
 		return nil
@@ -181,7 +181,7 @@ func WithLease(d time.Duration) Option {
 func WithPoll(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
 		if d <= 0 {
-			return invalidOption("outbox.WithPoll(%v): must be positive", d)
+			return core.InvalidOption("outbox.WithPoll(%v): must be positive", d)
 		}
 		c.poll = d
 		return nil
@@ -194,7 +194,7 @@ func WithPoll(d time.Duration) Option {
 func WithRetention(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
 		if d <= 0 {
-			return invalidOption("outbox.WithRetention(%v): must be positive", d)
+			return core.InvalidOption("outbox.WithRetention(%v): must be positive", d)
 		}
 		c.retention = d
 		return nil
@@ -209,7 +209,7 @@ func WithRetention(d time.Duration) Option {
 func WithBackoff(b idem.Backoff) Option {
 	return relayOption(func(c *relayConfig) error {
 		if err := core.R.CheckBackoff(b); err != nil {
-			return invalidOption("outbox.WithBackoff: %s", err)
+			return core.InvalidOption("outbox.WithBackoff: %s", err)
 		}
 		c.backoff = b
 		return nil
@@ -222,7 +222,7 @@ func WithBackoff(b idem.Backoff) Option {
 func WithClock(clk idem.Clock) Option {
 	return relayOption(func(c *relayConfig) error {
 		if clk == nil {
-			return invalidOption("outbox.WithClock(nil)")
+			return core.InvalidOption("outbox.WithClock(nil)")
 		}
 		c.clock = clk
 		return nil
@@ -241,7 +241,7 @@ func WithLogger(l *slog.Logger) Option {
 func WithOwner(name string) Option {
 	return relayOption(func(c *relayConfig) error {
 		if name == "" {
-			return invalidOption("outbox.WithOwner(\"\")")
+			return core.InvalidOption("outbox.WithOwner(\"\")")
 		}
 		c.owner = name
 		return nil
@@ -330,7 +330,7 @@ func (c *relayConfig) loop(ctx context.Context, s idemstore.OutboxStore, d Deliv
 		if err != nil && ctx.Err() == nil {
 			c.log(ctx, slog.LevelWarn, "outbox relay: store error; trying again", slog.Any("error", err))
 		}
-		if sleep(ctx, c.clock, c.poll) != nil {
+		if core.R.Sleep(ctx, c.clock, c.poll) != nil {
 			return
 		}
 	}
@@ -439,11 +439,6 @@ func callDeliver(ctx context.Context, d Deliverer, dl Delivery) (err error) {
 	return d.Deliver(ctx, dl)
 }
 
-// invalidOption is the error of an option given a value it cannot take.
-func invalidOption(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
-}
-
 // systemClock is the relay's default clock: on it, a delivery's context
 // ends with its lease.
 type systemClock struct{}
@@ -451,26 +446,13 @@ type systemClock struct{}
 func (systemClock) Now() time.Time                         { return time.Now() }
 func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// sleep waits d on c, or until ctx ends (its cause is returned then).
-func sleep(ctx context.Context, c idem.Clock, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-c.After(d):
-		return nil
-	}
-}
-
 // OnPass calls f after each pass of [Relay] (a Scheduler's relay too) with
 // what it did and its store error, if any; f runs on the relay's
 // goroutine: keep it short.
 func OnPass(f func(Result, error)) Option {
 	return relayOption(func(c *relayConfig) error {
 		if f == nil {
-			return invalidOption("outbox.OnPass(nil): no function to call")
+			return core.InvalidOption("outbox.OnPass(nil): no function to call")
 		}
 		c.onPass = f
 		return nil

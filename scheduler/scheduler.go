@@ -54,7 +54,7 @@ type schedulerSet func(*schedulerConfig) error
 func WithMaxRunning(n int) idem.Option {
 	return core.NewOption("scheduler.WithMaxRunning", "scheduler", schedulerSet(func(c *schedulerConfig) error {
 		if n < 1 {
-			return invalidOption("scheduler.WithMaxRunning(%d): at least one job must be able to run", n)
+			return core.InvalidOption("scheduler.WithMaxRunning(%d): at least one job must be able to run", n)
 		}
 		c.maxRunning = n
 		return nil
@@ -81,7 +81,7 @@ func jobOption(name string, set jobSet) idem.Option { return core.NewOption(name
 func WithJitter(d time.Duration) idem.Option {
 	return jobOption("scheduler.WithJitter", func(c *jobConfig) error {
 		if d < 0 {
-			return invalidOption("scheduler.WithJitter(%v): the jitter must not be negative", d)
+			return core.InvalidOption("scheduler.WithJitter(%v): the jitter must not be negative", d)
 		}
 		c.jitter = d
 		return nil
@@ -107,7 +107,7 @@ func RunOverlapping() idem.Option {
 func WithLagTolerance(d time.Duration) idem.Option {
 	return jobOption("scheduler.WithLagTolerance", func(c *jobConfig) error {
 		if d <= 0 {
-			return invalidOption("scheduler.WithLagTolerance(%v): the tolerance must be positive", d)
+			return core.InvalidOption("scheduler.WithLagTolerance(%v): the tolerance must be positive", d)
 		}
 		c.tolerance = d
 		return nil
@@ -812,9 +812,4 @@ func (h *jobHeap) Pop() any {
 	j.index = -1
 	*h = old[:len(old)-1]
 	return j
-}
-
-// invalidOption is the error of an option given a value it cannot take.
-func invalidOption(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
 }

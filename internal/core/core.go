@@ -5,6 +5,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"log/slog"
 	"time"
@@ -27,6 +28,7 @@ type Root interface {
 	Mismatch(key idem.Key, stored, given string) error
 	LastError(rec idem.Record) error
 	IsPermanent(err error) bool
+	Sleep(ctx context.Context, c idem.Clock, d time.Duration) error
 	CheckBackoff(b idem.Backoff) error
 
 	Each(ctx context.Context, s idemstore.ItemStore, key idem.Key, items iter.Seq2[string, error], fn func(context.Context, string) error,
@@ -63,3 +65,9 @@ func Configure(s any, call string, opts []idem.Option) Config {
 
 // NewOption is an option of a subsystem package (see idem's hooks).
 func NewOption(name, class string, payload any) idem.Option { return R.NewOption(name, class, payload) }
+
+// InvalidOption is the error of an option given a value it cannot take: it
+// matches idem.ErrInvalidOption.
+func InvalidOption(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
+}
