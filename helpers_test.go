@@ -51,3 +51,16 @@ func openState(t testing.TB, dir string, opts ...idem.Option) *idem.StateFile {
 	t.Helper()
 	return testledger.OpenState(t, dir, opts...)
 }
+
+// store is the store behind the ledger l, whose methods drive the
+// protocol by hand.
+func store(t testing.TB, l *idem.Ledger) testledger.Store {
+	t.Helper()
+	return testledger.SPI(t, l)
+}
+
+// stateStore is the store behind the state file s.
+func stateStore(t testing.TB, s *idem.StateFile) testledger.StateStore {
+	t.Helper()
+	return testledger.StateSPI(t, s)
+}

@@ -57,6 +57,9 @@ func (hooks) Configure(s any, call string, opts []Option) any {
 	if !ok {
 		panic("idem: no call " + call)
 	}
+	if st, err := idemstore.Of(s); err == nil {
+		s = st // its defaults: a Ledger's are its store's
+	}
 	return configure(s, cl, opts)
 }
 
@@ -125,14 +128,27 @@ func (hooks) CheckBackoff(b Backoff) error { return checkBackoff(b) }
 // opts; for EachTx, fn is nil and tx builds, from the call's clock, the
 // function that runs a window of items in the store's transaction (of the
 // type of txItems). It returns the period's outcome, its items' counts and
-// the items this call parked.
-func (hooks) Each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], fn func(context.Context, string) error,
+// the items this call parked. The store behind s must be an
+// idemstore.ItemStore; storeErr, when not nil, is what the caller found
+// wrong with it (EachTx's: not an ItemTxStore of its type): both are the
+// call's error, reported as an invalid option's is.
+func (hooks) Each(ctx context.Context, s any, storeErr error, key Key, items iter.Seq2[string, error], fn func(context.Context, string) error,
 	opts []Option, tx func(clock Clock) any) (Outcome, ItemCounts, []string, error) {
 	call := callEach
 	if tx != nil {
 		call = callEachTx
 	}
-	cfg := configureEach(ctx, s, call, opts)
+	st, err := idemstore.Of(s)
+	cfg := configureEach(ctx, st, call, opts)
+	is, ok := st.(idemstore.ItemStore)
+	switch {
+	case storeErr != nil:
+		cfg.err = storeErr
+	case err != nil:
+		cfg.err = fmt.Errorf("idem: %s: %w", call.name, err)
+	case !ok:
+		cfg.err = fmt.Errorf("idem: %s: the store %T cannot serve it: it is not an idemstore.ItemStore", call.name, s)
+	}
 	var t txItems
 	if tx != nil {
 		f := tx(cfg.clock).(func(context.Context, idemstore.ItemStep, []idemstore.ItemClaim, func(context.Context, idemstore.ItemClaim, func(context.Context) error) error,
@@ -141,7 +157,7 @@ func (hooks) Each(ctx context.Context, s idemstore.ItemStore, key Key, items ite
 			return f(ctx, step, claims, item, failed)
 		}
 	}
-	res, err := each(ctx, s, key, items, cfg, fn, t)
+	res, err := each(ctx, is, key, items, cfg, fn, t)
 	return res.Outcome, res.Counts, res.Parked, err
 }
 

@@ -66,12 +66,19 @@ type Ledger struct {
 	wconns [2]*wconn
 }
 
+// ledgerStore is a Ledger as the engine and the other stores' users
+// (package idemstore) see it: the methods of the store interfaces that a
+// Ledger's users never call are its, not the Ledger's
+// ([idemstore.Of] returns it).
+type ledgerStore struct{ *Ledger }
+
 var (
-	_ idemstore.CatchUpStore            = (*Ledger)(nil)
-	_ idemstore.TxStore[*sql.Tx]        = (*Ledger)(nil)
-	_ idemstore.FreshTxStore[*sql.Tx]   = (*Ledger)(nil)
-	_ idemstore.CatchUpTxStore[*sql.Tx] = (*Ledger)(nil)
-	_ idemstore.Lister                  = (*Ledger)(nil)
+	_ idemstore.CatchUpStore            = ledgerStore{}
+	_ idemstore.TxStore[*sql.Tx]        = ledgerStore{}
+	_ idemstore.FreshTxStore[*sql.Tx]   = ledgerStore{}
+	_ idemstore.CatchUpTxStore[*sql.Tx] = ledgerStore{}
+	_ idemstore.Lister                  = ledgerStore{}
+	_ TxStore[*sql.Tx]                  = (*Ledger)(nil)
 )
 
 // sqliteHeader starts every SQLite database file.
@@ -275,7 +282,7 @@ func (l *Ledger) RunTx(ctx context.Context, key Key, fn func(ctx context.Context
 // DefaultOptions returns the options given to OpenLedger or NewLedger: the
 // defaults of every call on the ledger. The caller must not modify the
 // slice.
-func (l *Ledger) DefaultOptions() []Option { return l.defaults }
+func (l ledgerStore) DefaultOptions() []Option { return l.defaults }
 
 // String describes the ledger for logs.
 func (l *Ledger) String() string { return "idem.Ledger(" + strconv.Quote(l.path) + ")" }

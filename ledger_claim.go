@@ -10,7 +10,7 @@ import (
 )
 
 // Claim implements [idemstore.Store].
-func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+func (l ledgerStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	c, settled, _, err := l.fastClaim(ctx, req)
 	if err != nil || settled {
 		return c, err
@@ -102,7 +102,7 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idems
 
 // Renew implements [idemstore.Store]. The new lease counts from when it is
 // written: now moved forward by the renewal's wait for the write lock.
-func (l *Ledger) Renew(ctx context.Context, key Key, attempt int64, now time.Time, lease time.Duration) error {
+func (l ledgerStore) Renew(ctx context.Context, key Key, attempt int64, now time.Time, lease time.Duration) error {
 	var n int64
 	err := l.withTx(ctx, true, func(tx *wtx) error {
 		at := tx.at(now)
@@ -125,7 +125,7 @@ func (l *Ledger) Renew(ctx context.Context, key Key, attempt int64, now time.Tim
 }
 
 // Finish implements [idemstore.Store]. It always commits with synchronous=FULL.
-func (l *Ledger) Finish(ctx context.Context, key Key, attempt int64, end idemstore.End) error {
+func (l ledgerStore) Finish(ctx context.Context, key Key, attempt int64, end idemstore.End) error {
 	var n int64
 	err := l.withTx(ctx, true, func(tx *wtx) error {
 		var err error
@@ -181,7 +181,7 @@ const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owne
 // meanwhile, and a crash leaves no record at all. A key with a record (a
 // duplicate trigger, most often) is claimed as by Claim, after the same single
 // read and without the write lock when it is done.
-func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) ([]byte, error)) (idemstore.Claim, bool, error) {
+func (l ledgerStore) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) ([]byte, error)) (idemstore.Claim, bool, error) {
 	key := req.Key
 	c, settled, found, err := l.fastClaim(ctx, req)
 	switch {
@@ -251,7 +251,7 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, 
 // with synchronous=FULL. The transaction holds SQLite's write lock from its
 // first statement until it ends, so keep fn short: other writers to the file
 // wait for it.
-func (l *Ledger) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) ([]byte, error)) error {
+func (l ledgerStore) FinishTx(ctx context.Context, key Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) ([]byte, error)) error {
 	err := l.withSQLTx(ctx, true, func(tx *wtx) error {
 		// First statement: a write, which takes the lock and checks the fence.
 		res, err := tx.exec(`UPDATE idem_runs SET updated=? WHERE job=? AND period=? AND attempt=? AND status='running'`,

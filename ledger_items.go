@@ -13,8 +13,8 @@ import (
 )
 
 var (
-	_ idemstore.ItemStore            = (*Ledger)(nil)
-	_ idemstore.ItemTxStore[*sql.Tx] = (*Ledger)(nil)
+	_ idemstore.ItemStore            = ledgerStore{}
+	_ idemstore.ItemTxStore[*sql.Tx] = ledgerStore{}
 )
 
 // addChunk is how many rows one INSERT into the item set writes.
@@ -105,7 +105,7 @@ func addFresh(tx *wtx, key Key, batch []string, fresh []string) ([]string, error
 // with multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING, and the ones that
 // were new form one chunk, all in one transaction (not synced: SealItems syncs
 // it with the seal).
-func (l *Ledger) AddItems(ctx context.Context, key Key, items []string) error {
+func (l ledgerStore) AddItems(ctx context.Context, key Key, items []string) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -148,7 +148,7 @@ func (l *Ledger) AddItems(ctx context.Context, key Key, items []string) error {
 }
 
 // SealItems implements [idemstore.ItemStore].
-func (l *Ledger) SealItems(ctx context.Context, key Key) error {
+func (l ledgerStore) SealItems(ctx context.Context, key Key) error {
 	err := l.withTx(ctx, true, func(tx *wtx) error {
 		_, err := tx.exec(`INSERT INTO idem_itemsets(job, period, sealed) VALUES(?, ?, 1)
 			ON CONFLICT(job, period) DO UPDATE SET sealed = 1`, key.Job, key.Period)
@@ -276,7 +276,7 @@ const claimSingleSQL = `UPDATE idem_item_state SET
 // finds work, the owners of the period's running chunks and items whose leases
 // have not expired are checked with [idemstore.HolderGone], and the work of
 // those whose process is gone is claimed as if their leases had expired.
-func (l *Ledger) ClaimItems(ctx context.Context, key Key, req idemstore.ItemClaimRequest) (idemstore.ItemBatch, error) {
+func (l ledgerStore) ClaimItems(ctx context.Context, key Key, req idemstore.ItemClaimRequest) (idemstore.ItemBatch, error) {
 	var b idemstore.ItemBatch
 	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
 		b = idemstore.ItemBatch{}
@@ -449,7 +449,7 @@ func finishSingle(tx *wtx, key Key, ends []idemstore.ItemEnd) (lost []string, er
 // FinishItems implements [idemstore.ItemStore]: one transaction,
 // synchronous=FULL. A chunk's window costs one UPDATE of the chunk's row, plus
 // an INSERT per item that did not end done.
-func (l *Ledger) FinishItems(ctx context.Context, key Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) ([]string, error) {
+func (l ledgerStore) FinishItems(ctx context.Context, key Key, step idemstore.ItemStep, ends []idemstore.ItemEnd) ([]string, error) {
 	if len(ends) == 0 {
 		return nil, nil
 	}
@@ -485,7 +485,7 @@ func (l *Ledger) FinishItems(ctx context.Context, key Key, step idemstore.ItemSt
 // SQLite transaction ([idemstore.RunItemWindow]), each item in a savepoint,
 // and commits with synchronous=FULL. The transaction holds SQLite's write
 // lock from its first statement, the fence, until it ends.
-func (l *Ledger) FinishItemsTx(ctx context.Context, key Key, step idemstore.ItemStep, claims []idemstore.ItemClaim, fn func(*sql.Tx, idemstore.ItemClaim) error, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
+func (l ledgerStore) FinishItemsTx(ctx context.Context, key Key, step idemstore.ItemStep, claims []idemstore.ItemClaim, fn func(*sql.Tx, idemstore.ItemClaim) error, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
 	if len(claims) == 0 {
 		return nil, nil, nil
 	}

@@ -45,23 +45,23 @@ func TestAddItemsAgain(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
-	if err := l.AddItems(ctx, points, []string{"a", "b", "c", "a"}); err != nil {
+	if err := store(t, l).AddItems(ctx, points, []string{"a", "b", "c", "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.AddItems(ctx, points, []string{"c", "d", "b", "e", "d"}); err != nil {
+	if err := store(t, l).AddItems(ctx, points, []string{"c", "d", "b", "e", "d"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.AddItems(ctx, points, []string{"e", "a"}); err != nil { // nothing new: no chunk
+	if err := store(t, l).AddItems(ctx, points, []string{"e", "a"}); err != nil { // nothing new: no chunk
 		t.Fatal(err)
 	}
 	c, err := l.CountItems(ctx, points)
 	if err != nil || c.Total() != 5 || c.Pending != 5 || c.Sealed {
 		t.Fatalf("counts %+v, %v; want 5 pending", c, err)
 	}
-	if err := l.SealItems(ctx, points); err != nil {
+	if err := store(t, l).SealItems(ctx, points); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.AddItems(ctx, points, []string{"f"}); err != nil {
+	if err := store(t, l).AddItems(ctx, points, []string{"f"}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := l.CountItems(ctx, points); err != nil || c.Total() != 5 || !c.Sealed {
@@ -69,7 +69,7 @@ func TestAddItemsAgain(t *testing.T) {
 	}
 	var chunks [][]string
 	for {
-		b, err := l.ClaimItems(ctx, points, idemstore.ItemClaimRequest{N: 10, Owner: "t", Now: time.Now(), Lease: time.Minute})
+		b, err := store(t, l).ClaimItems(ctx, points, idemstore.ItemClaimRequest{N: 10, Owner: "t", Now: time.Now(), Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,14 +97,14 @@ func TestChunkDoubt(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	ids := []string{"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7", "i8", "i9"}
-	if err := l.AddItems(ctx, points, ids); err != nil {
+	if err := store(t, l).AddItems(ctx, points, ids); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
 	lease := time.Minute
 	claim := func(at time.Time) idemstore.ItemBatch {
 		t.Helper()
-		b, err := l.ClaimItems(ctx, points, idemstore.ItemClaimRequest{N: 4, Owner: "t", Now: at, Lease: lease, Durable: true})
+		b, err := store(t, l).ClaimItems(ctx, points, idemstore.ItemClaimRequest{N: 4, Owner: "t", Now: at, Lease: lease, Durable: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,13 +132,13 @@ func TestChunkDoubt(t *testing.T) {
 		t.Fatalf("reclaim %+v, doubt %q", b2, doubtful(b2))
 	}
 	// Attempt 1 comes back: fenced, nothing written.
-	lost, err := l.FinishItems(ctx, points, idemstore.ItemStep{Chunk: 1, Attempt: 1, From: 0, Next: 4, LeaseUntil: t1.Add(lease), Now: t1},
+	lost, err := store(t, l).FinishItems(ctx, points, idemstore.ItemStep{Chunk: 1, Attempt: 1, From: 0, Next: 4, LeaseUntil: t1.Add(lease), Now: t1},
 		[]idemstore.ItemEnd{{Item: "i0", Attempt: 1, Status: idem.StatusDone, Now: t1}})
 	if err != nil || !slices.Equal(lost, []string{"i0"}) {
 		t.Fatalf("stale finish: lost %q, %v", lost, err)
 	}
 	// Attempt 2 settles two items (i1 failed) and stops, marking nothing more started.
-	lost, err = l.FinishItems(ctx, points, idemstore.ItemStep{Chunk: 1, Attempt: 2, From: 0, Next: 0, LeaseUntil: t1.Add(lease), Now: t1},
+	lost, err = store(t, l).FinishItems(ctx, points, idemstore.ItemStep{Chunk: 1, Attempt: 2, From: 0, Next: 0, LeaseUntil: t1.Add(lease), Now: t1},
 		[]idemstore.ItemEnd{
 			{Item: "i0", Attempt: 2, Status: idem.StatusDone, Now: t1},
 			{Item: "i1", Attempt: 2, Status: idem.StatusFailed, Failures: 1, NotBefore: t1, Error: "boom", Now: t1},
@@ -160,7 +160,7 @@ func TestChunkDoubt(t *testing.T) {
 	for _, c := range b3.Items {
 		ends = append(ends, idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: idem.StatusDone, Now: t2})
 	}
-	if lost, err := l.FinishItems(ctx, points, idemstore.ItemStep{Chunk: 1, Attempt: 3, From: 2, LeaseUntil: t2.Add(lease), Now: t2}, ends); err != nil || len(lost) != 0 {
+	if lost, err := store(t, l).FinishItems(ctx, points, idemstore.ItemStep{Chunk: 1, Attempt: 3, From: 2, LeaseUntil: t2.Add(lease), Now: t2}, ends); err != nil || len(lost) != 0 {
 		t.Fatalf("finish: lost %q, %v", lost, err)
 	}
 	// The chunk is done; i1 is claimed alone, with its own attempt after the chunk's.
@@ -168,7 +168,7 @@ func TestChunkDoubt(t *testing.T) {
 	if b4.Chunk != 0 || len(b4.Items) != 1 || b4.Items[0].Item != "i1" || b4.Items[0].Attempt != 3 {
 		t.Fatalf("single claim %+v", b4)
 	}
-	if lost, err := l.FinishItems(ctx, points, idemstore.ItemStep{Now: t2}, []idemstore.ItemEnd{{Item: "i1", Attempt: 3, Status: idem.StatusDone, Now: t2}}); err != nil || len(lost) != 0 {
+	if lost, err := store(t, l).FinishItems(ctx, points, idemstore.ItemStep{Now: t2}, []idemstore.ItemEnd{{Item: "i1", Attempt: 3, Status: idem.StatusDone, Now: t2}}); err != nil || len(lost) != 0 {
 		t.Fatalf("finish i1: lost %q, %v", lost, err)
 	}
 	if c, err := l.CountItems(ctx, points); err != nil || c.Done != 10 || c.Total() != 10 {
@@ -277,7 +277,7 @@ func TestWritesAfterCancelledWrites(t *testing.T) {
 		}
 		k := idem.Key{Job: "cancel", Period: fmt.Sprintf("%03d", i)}
 		_ = l.Run(ctx, k, func(context.Context) error { return nil })
-		_ = l.AddItems(ctx, k, []string{"a", "b"})
+		_ = store(t, l).AddItems(ctx, k, []string{"a", "b"})
 		cancel()
 	}
 	ctx := context.Background()
@@ -286,7 +286,7 @@ func TestWritesAfterCancelledWrites(t *testing.T) {
 		if err := l.Run(ctx, k, func(context.Context) error { return nil }); err != nil {
 			t.Fatalf("Run after cancelled writes: %v", err)
 		}
-		if err := l.AddItems(ctx, k, []string{"a", "b"}); err != nil {
+		if err := store(t, l).AddItems(ctx, k, []string{"a", "b"}); err != nil {
 			t.Fatalf("AddItems after cancelled writes: %v", err)
 		}
 	}

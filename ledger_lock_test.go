@@ -190,20 +190,20 @@ func TestLedgerWriteLockWaitBounded(t *testing.T) {
 
 	// A renewal and a done mark of a claimed attempt.
 	held := idem.Key{Job: "lock", Period: "held"}
-	c, err := l.Claim(ctx, idemstore.ClaimRequest{Key: held, Owner: "test", Now: time.Now(), Lease: time.Minute, Durable: true})
+	c, err := store(t, l).Claim(ctx, idemstore.ClaimRequest{Key: held, Owner: "test", Now: time.Now(), Lease: time.Minute, Durable: true})
 	if err != nil || c.State != idemstore.ClaimAcquired {
 		t.Fatalf("Claim(%s) = %+v, %v", held, c, err)
 	}
 	release = holdWriteLock(t, path)
-	checkErr("Renew", bounded("Renew", func() error { return l.Renew(ctx, held, c.Attempt, time.Now(), time.Minute) }))
+	checkErr("Renew", bounded("Renew", func() error { return store(t, l).Renew(ctx, held, c.Attempt, time.Now(), time.Minute) }))
 	checkErr("Finish", bounded("Finish", func() error {
-		return l.Finish(ctx, held, c.Attempt, idemstore.End{Status: idem.StatusDone, Now: time.Now()})
+		return store(t, l).Finish(ctx, held, c.Attempt, idemstore.End{Status: idem.StatusDone, Now: time.Now()})
 	}))
 	if rec, _, err := l.Lookup(ctx, held); err != nil || rec.Status != idem.StatusRunning {
 		t.Errorf("after the failed done mark: %s is %q (%v), want running", held, rec.Status, err)
 	}
 	release()
-	if err := l.Finish(ctx, held, c.Attempt, idemstore.End{Status: idem.StatusDone, Now: time.Now()}); err != nil {
+	if err := store(t, l).Finish(ctx, held, c.Attempt, idemstore.End{Status: idem.StatusDone, Now: time.Now()}); err != nil {
 		t.Fatalf("Finish once the lock is free: %v", err)
 	}
 
@@ -234,7 +234,7 @@ func TestLedgerIdleOutboxClaimWritesNothing(t *testing.T) {
 	holdWriteLock(t, filepath.Join(dir, "ledger.db"))
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
 	defer cancel()
-	msgs, err := l.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: 4, Owner: "relay", Now: time.Now(), Lease: time.Minute})
+	msgs, err := store(t, l).ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: 4, Owner: "relay", Now: time.Now(), Lease: time.Minute})
 	if err != nil || len(msgs) != 0 {
 		t.Fatalf("ClaimOutbox of an empty outbox with the write lock held elsewhere = %v, %v; want nothing, at once", msgs, err)
 	}

@@ -48,7 +48,7 @@ func (l *Ledger) Job(ctx context.Context, job string) (JobState, error) {
 // Start implements [idemstore.CatchUpStore]: it sets the job's cursor to before
 // unless the job has one, and reads the job back, in one durable
 // transaction.
-func (l *Ledger) Start(ctx context.Context, job, before string) (JobState, error) {
+func (l ledgerStore) Start(ctx context.Context, job, before string) (JobState, error) {
 	if err := (Key{Job: job, Period: before}).Validate(); err != nil {
 		return JobState{}, err
 	}
@@ -67,7 +67,7 @@ func (l *Ledger) Start(ctx context.Context, job, before string) (JobState, error
 }
 
 // Advance implements [idemstore.CatchUpStore].
-func (l *Ledger) Advance(ctx context.Context, job, period string) error {
+func (l ledgerStore) Advance(ctx context.Context, job, period string) error {
 	if err := (Key{Job: job, Period: period}).Validate(); err != nil {
 		return err
 	}

@@ -14,8 +14,8 @@ import (
 )
 
 var (
-	_ idemstore.OutboxTxStore[*sql.Tx] = (*Ledger)(nil)
-	_ idemstore.OutboxStore            = (*Ledger)(nil)
+	_ idemstore.OutboxTxStore[*sql.Tx] = ledgerStore{}
+	_ idemstore.OutboxStore            = ledgerStore{}
 )
 
 // outboxSchema is the outbox's table (version 5): one row per message,
@@ -69,7 +69,7 @@ func decodeHeaders(s string) (map[string]string, error) {
 
 // PutOutbox implements [idemstore.OutboxTxStore]: it inserts msgs into
 // table idem_outbox in tx.
-func (l *Ledger) PutOutbox(ctx context.Context, tx *sql.Tx, msgs []idemstore.OutboxMessage) error {
+func (l ledgerStore) PutOutbox(ctx context.Context, tx *sql.Tx, msgs []idemstore.OutboxMessage) error {
 	const q = `INSERT INTO idem_outbox(id, topic, payload, headers, job, period, item, created) VALUES(?, ?, ?, ?, ?, ?, ?, ?)`
 	st, err := l.prep(ctx, l.db, q)
 	if err != nil {
@@ -133,7 +133,7 @@ func queryOutbox(ctx context.Context, q execer, query string, args ...any) ([]id
 // due and not leased, up to req.N of them, oldest first. A read comes
 // first: when nothing is due (an idle relay's pass, and the last claim of
 // every pass) it writes nothing and does not wait for the write lock.
-func (l *Ledger) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimRequest) ([]idemstore.OutboxRecord, error) {
+func (l ledgerStore) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimRequest) ([]idemstore.OutboxRecord, error) {
 	var due int
 	err := busyRetry(ctx, func() error {
 		return l.queryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM idem_outbox o
@@ -187,14 +187,14 @@ func (l *Ledger) outboxEnd(ctx context.Context, what, id string, token int64, q 
 }
 
 // DeliveredOutbox implements [idemstore.OutboxStore].
-func (l *Ledger) DeliveredOutbox(ctx context.Context, id string, token int64, now time.Time) error {
+func (l ledgerStore) DeliveredOutbox(ctx context.Context, id string, token int64, now time.Time) error {
 	return l.outboxEnd(ctx, "delivered mark", id, token,
 		`UPDATE idem_outbox SET status = 'delivered', delivered = ?, lease_until = 0, last_error = '' WHERE id = ? AND token = ? AND status = 'pending'`,
 		micros(now), id, token)
 }
 
 // FailOutbox implements [idemstore.OutboxStore].
-func (l *Ledger) FailOutbox(ctx context.Context, id string, token int64, f idemstore.OutboxFailure) error {
+func (l ledgerStore) FailOutbox(ctx context.Context, id string, token int64, f idemstore.OutboxFailure) error {
 	status := idemstore.OutboxPending
 	if f.Park {
 		status = idemstore.OutboxParked

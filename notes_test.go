@@ -38,12 +38,12 @@ func TestAbandonedNotesShared(t *testing.T) {
 				skipNoOwner(t, c.owner)
 				l := openLedger(t, t.TempDir())
 				k := idem.Key{Job: "notes", Period: c.name}
-				if cl, err := l.Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: c.owner, Now: now, Lease: time.Minute}); err != nil || cl.State != idemstore.ClaimAcquired {
+				if cl, err := store(t, l).Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: c.owner, Now: now, Lease: time.Minute}); err != nil || cl.State != idemstore.ClaimAcquired {
 					t.Fatalf("%s: first claim %+v, %v", c.name, cl, err)
 				}
 				held := mustLookup(t, l, k)
 				at := now.Add(c.after)
-				cl, err := l.Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: "b", Now: at, Lease: time.Minute})
+				cl, err := store(t, l).Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: "b", Now: at, Lease: time.Minute})
 				if err != nil || cl.State != idemstore.ClaimAcquired || !cl.Doubt {
 					t.Fatalf("%s: takeover %+v, %v", c.name, cl, err)
 				}
@@ -73,7 +73,7 @@ func TestAbandonedNotesShared(t *testing.T) {
 				VALUES(?, ?, 'x', 'running', 2, ?, ?, ?)`, k.Job, k.Period, c.owner, until.UnixMicro(), now.UnixMicro()); err != nil {
 					t.Fatal(err)
 				}
-				b, err := l.ClaimItems(ctx, k, idemstore.ItemClaimRequest{N: 10, Owner: "d", Now: now, Lease: time.Minute})
+				b, err := store(t, l).ClaimItems(ctx, k, idemstore.ItemClaimRequest{N: 10, Owner: "d", Now: now, Lease: time.Minute})
 				if err != nil || len(b.Items) != 1 || !b.Items[0].Doubt {
 					t.Fatalf("%s: takeover %+v, %v", c.name, b, err)
 				}
@@ -92,13 +92,13 @@ func TestAbandonedNotesShared(t *testing.T) {
 	t.Run("state file", func(t *testing.T) {
 		s := openState(t, t.TempDir())
 		k := idem.Key{Job: "notes", Period: "2026-10-27"}
-		cl, err := s.Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: "a", Now: now, Lease: time.Minute, Durable: true})
+		cl, err := stateStore(t, s).Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: "a", Now: now, Lease: time.Minute, Durable: true})
 		if err != nil || cl.State != idemstore.ClaimAcquired {
 			t.Fatalf("first claim %+v, %v", cl, err)
 		}
 		held := mustLookup(t, s, k)
-		s.Release(k, cl.Attempt) // as the kernel does when the holder dies
-		cl, err = s.Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: "b", Now: now, Lease: time.Minute})
+		stateStore(t, s).Release(k, cl.Attempt) // as the kernel does when the holder dies
+		cl, err = stateStore(t, s).Claim(ctx, idemstore.ClaimRequest{Key: k, Owner: "b", Now: now, Lease: time.Minute})
 		if err != nil || cl.State != idemstore.ClaimAcquired || !cl.Doubt {
 			t.Fatalf("takeover %+v, %v", cl, err)
 		}

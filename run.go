@@ -57,7 +57,8 @@ func RunOn(ctx context.Context, s Store, key Key, fn func(context.Context) error
 	if fn == nil {
 		panic("idem: Run with a nil fn")
 	}
-	return execute(ctx, s, key, configure(s, callRun, opts), noValue(fn), nil, nil)
+	st, cfg := storeFor(s, callRun, opts)
+	return execute(ctx, st, key, cfg, noValue(fn), nil, nil)
 }
 
 // valueFunc is fn as the engine runs it: it returns the value to store with
@@ -83,7 +84,7 @@ func noValue(fn func(context.Context) error) valueFunc {
 	}
 }
 
-// RunTx is RunOn for a [idemstore.TxStore]: fn gets the store's
+// RunTx is RunOn for a [TxStore]: fn gets the store's
 // transaction, and its writes commit together with the done mark, or not at
 // all.
 //
@@ -93,11 +94,12 @@ func noValue(fn func(context.Context) error) valueFunc {
 // default mode). The claim is a lease as in RunOn, but no heartbeat runs
 // while fn does: the transaction's lock keeps other attempts out until it
 // ends.
-func RunTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) error, opts ...Option) error {
+func RunTx[Tx any](ctx context.Context, s TxStore[Tx], key Key, fn func(context.Context, Tx) error, opts ...Option) error {
 	if fn == nil {
 		panic("idem: RunTx with a nil fn")
 	}
-	return runTx(ctx, s, key, noTxValue(fn), configure(s, callRunTx, opts))
+	st, cfg := txStoreFor[Tx](s, callRunTx, opts)
+	return runTx(ctx, st, key, noTxValue(fn), cfg)
 }
 
 // noTxValue is a RunTx fn that stores no value.
@@ -294,7 +296,7 @@ func InfoFrom(ctx context.Context) (Info, bool) {
 }
 
 // execute runs the protocol. Exactly one of fn and tx is set.
-func execute(ctx context.Context, s Store, key Key, cfg *config, fn valueFunc, tx txBody, fresh freshBody) (err error) {
+func execute(ctx context.Context, s idemstore.Store, key Key, cfg *config, fn valueFunc, tx txBody, fresh freshBody) (err error) {
 	r := runner{s: finishAlways{s}, key: key, cfg: cfg, res: Result{Key: key},
 		owner: runctx.Owner(ctx), oneAttempt: runctx.OneAttempt(ctx)}
 	start := cfg.clock.Now()
@@ -363,14 +365,14 @@ func nestedRun(ctx context.Context, key Key) error {
 // finishAlways passes Finish a context that is not cancelled with the
 // caller's: an attempt that ended must be recorded even if the caller gave
 // up (SIGTERM, a deadline), or its done mark would be lost.
-type finishAlways struct{ Store }
+type finishAlways struct{ idemstore.Store }
 
 func (f finishAlways) Finish(ctx context.Context, key Key, attempt int64, end idemstore.End) error {
 	return f.Store.Finish(context.WithoutCancel(ctx), key, attempt, end)
 }
 
 type runner struct {
-	s         Store
+	s         idemstore.Store
 	key       Key
 	cfg       *config
 	res       Result

@@ -281,7 +281,7 @@ func TestLeaseLostMessages(t *testing.T) {
 // before reaching the store, or (answerLost) after the store recorded the
 // end, as when a connection drops before the answer comes.
 type flakyFinish struct {
-	idem.Store
+	idemstore.Store
 	err        error
 	answerLost bool
 
@@ -385,7 +385,7 @@ func TestFinishRetriedAfterTransientError(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			clk := idemtest.NewAutoClock(t0)
-			s := &flakyFinish{Store: openLedger(t, t.TempDir()), err: injected, fail: 1, answerLost: c.answerLost}
+			s := &flakyFinish{Store: store(t, openLedger(t, t.TempDir())), err: injected, fail: 1, answerLost: c.answerLost}
 			logs := &logRecorder{}
 			ran := 0
 			var res idem.Result
@@ -418,7 +418,7 @@ func TestFinishRetriedAfterTransientError(t *testing.T) {
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
-				s := &flakyFinish{Store: openLedger(t, t.TempDir()), err: injected, fail: 1 << 30}
+				s := &flakyFinish{Store: store(t, openLedger(t, t.TempDir())), err: injected, fail: 1 << 30}
 				ran := 0
 				err := idem.RunOn(context.Background(), s, key, func(context.Context) error { ran++; return nil },
 					idem.WithClock(idemtest.NewAutoClock(t0)), idem.WithLease(c.lease))
@@ -589,7 +589,7 @@ func TestRetryWithin(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			clk := &triggerClock{now: t0}
-			s := triggerStore{openLedger(t, t.TempDir()), clk}
+			s := triggerStore{store(t, openLedger(t, t.TempDir())), clk}
 			calls := 0
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a Run that never stops retrying
 			defer cancel()
@@ -695,7 +695,7 @@ func TestOutageHealsUnderDefaults(t *testing.T) {
 			t.Parallel()
 			for round := range 5 {
 				clk := &triggerClock{now: start}
-				s := triggerStore{openLedger(t, t.TempDir()), clk}
+				s := triggerStore{store(t, openLedger(t, t.TempDir())), clk}
 				ok, failed := 0, 0
 				fn := func(ctx context.Context, p idem.Period) error {
 					if clk.Now().Before(healed) {

@@ -90,10 +90,16 @@ type StateFile struct {
 	broken error // a failed fsync: no more writes
 }
 
+// stateStore is a StateFile as the engine sees it, with the methods of
+// the store interfaces that its users never call ([idemstore.Of] returns
+// it).
+type stateStore struct{ *StateFile }
+
 var (
-	_ idemstore.CatchUpStore = (*StateFile)(nil)
-	_ idemstore.Lister       = (*StateFile)(nil)
-	_ idemstore.Releaser     = (*StateFile)(nil)
+	_ idemstore.CatchUpStore = stateStore{}
+	_ idemstore.Lister       = stateStore{}
+	_ idemstore.Releaser     = stateStore{}
+	_ Store                  = (*StateFile)(nil)
 )
 
 // OpenStateFile returns the state file store at path. The directory must
@@ -233,4 +239,4 @@ func (s *StateFile) Run(ctx context.Context, key Key, fn func(context.Context) e
 
 // DefaultOptions returns the options given to OpenStateFile: the defaults
 // of every Run and catchup.Run on the store.
-func (s *StateFile) DefaultOptions() []Option { return s.defaults }
+func (s stateStore) DefaultOptions() []Option { return s.defaults }

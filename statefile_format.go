@@ -13,12 +13,12 @@ import (
 	"github.com/idemgo/idem/internal/statefmt"
 )
 
-// StateFileVersion is the version of the state file format that this
+// stateFileVersion is the version of the state file format that this
 // version of idem writes. A newer file is refused as corrupt; an older one
 // is read, and written back in this version. Version 2 added the
 // fingerprints (idem.WithParams) and the value of the last done period
 // (idem.RunValue): fields a version-1 file does not have, read as none.
-const StateFileVersion = statefmt.Version
+const stateFileVersion = statefmt.Version
 
 // ErrCorruptState: a state file is empty, truncated, not JSON, of the wrong
 // shape, or from a newer version of idem. It is never overwritten or reset
@@ -60,7 +60,7 @@ func decodeState(path string, b []byte) (*stateDoc, error) {
 func (s *StateFile) read() (*stateDoc, error) {
 	b, err := readRegular(s.path)
 	if errors.Is(err, os.ErrNotExist) {
-		return &stateDoc{Version: StateFileVersion, Jobs: map[string]*jobState{}}, nil
+		return &stateDoc{Version: stateFileVersion, Jobs: map[string]*jobState{}}, nil
 	}
 	var pe *os.PathError
 	if errors.As(err, &pe) {
@@ -110,7 +110,7 @@ func RepairStateFile(path string, lastDone map[string]string) (kept string, err 
 	if _, err := decodeState(abs, b); err == nil {
 		return "", fmt.Errorf("idem: repair %s: the file is not corrupt; refusing to replace it", abs)
 	}
-	doc := &stateDoc{Version: StateFileVersion, Jobs: map[string]*jobState{}}
+	doc := &stateDoc{Version: stateFileVersion, Jobs: map[string]*jobState{}}
 	for job, p := range lastDone {
 		k := Key{Job: job, Period: p}
 		if err := k.Validate(); err != nil {

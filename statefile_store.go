@@ -57,7 +57,7 @@ func (s *StateFile) Lookup(ctx context.Context, key Key) (Record, bool, error) {
 
 // Claim implements [idemstore.Store]. The claim holds the job's lock until
 // Finish.
-func (s *StateFile) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+func (s stateStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	key := req.Key
 	// Fast path: no lock, no write for a done period.
 	doc, err := s.read()
@@ -152,7 +152,7 @@ func (s *StateFile) holder(key Key, attempt int64) (*heldLock, error) {
 
 // Renew implements [idemstore.Store]. The lock is the lease: renewing only
 // checks that this process still holds it.
-func (s *StateFile) Renew(ctx context.Context, key Key, attempt int64, now time.Time, lease time.Duration) error {
+func (s stateStore) Renew(ctx context.Context, key Key, attempt int64, now time.Time, lease time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, err := s.holder(key, attempt)
@@ -164,7 +164,7 @@ func (s *StateFile) Renew(ctx context.Context, key Key, attempt int64, now time.
 // it was and the lock stays held, so that the end can be written again; Run
 // retries it a few times, and when it gives up it releases the lock (the
 // next Run then finds the attempt died).
-func (s *StateFile) Finish(ctx context.Context, key Key, attempt int64, end idemstore.End) error {
+func (s stateStore) Finish(ctx context.Context, key Key, attempt int64, end idemstore.End) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, err := s.holder(key, attempt)
@@ -215,7 +215,7 @@ func (s *StateFile) dropLock(job string) {
 // without its end written: a crash point stopped the run, fn panicked, the
 // lease was lost, or Finish kept failing. The next claim then finds the
 // attempt died. For any other attempt it does nothing.
-func (s *StateFile) Release(key Key, attempt int64) {
+func (s stateStore) Release(key Key, attempt int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if h := s.held[key.Job]; h != nil && h.period == key.Period && h.attempt == attempt {
@@ -299,7 +299,7 @@ func (s *StateFile) Job(ctx context.Context, job string) (JobState, error) {
 // that period ([ErrOutOfOrder]) until it is done or resolved. Start refuses,
 // with an error matching [ErrInProgress], while an attempt holds the job's lock
 // (an at-least-once Run that has written nothing yet).
-func (s *StateFile) Start(ctx context.Context, job, before string) (JobState, error) {
+func (s stateStore) Start(ctx context.Context, job, before string) (JobState, error) {
 	key := Key{Job: job, Period: before}
 	if err := key.Validate(); err != nil {
 		return JobState{}, err
@@ -337,7 +337,7 @@ func (s *StateFile) Start(ctx context.Context, job, before string) (JobState, er
 // Advance implements [idemstore.CatchUpStore]. The watermark moves only with
 // done marks: advancing to a period at or before it does nothing, and past it
 // is refused (it would mark the periods in between done).
-func (s *StateFile) Advance(ctx context.Context, job, period string) error {
+func (s stateStore) Advance(ctx context.Context, job, period string) error {
 	js, err := s.Job(ctx, job)
 	if err != nil {
 		return err

@@ -376,7 +376,7 @@ func TestStateFileStart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openState(t, t.TempDir())
-	js, err := s.Start(ctx, "new", "2026-10-26")
+	js, err := stateStore(t, s).Start(ctx, "new", "2026-10-26")
 	if err != nil || js.Cursor != "2026-10-26" {
 		t.Fatalf("Start: %+v, %v", js, err)
 	}
@@ -394,7 +394,7 @@ func TestStateFileStart(t *testing.T) {
 	if err := s.Run(ctx, pend, func(context.Context) error { return idem.Permanent(errors.New("no data")) }); !errors.Is(err, idem.ErrParked) {
 		t.Fatal(err)
 	}
-	if js, err := s.Start(ctx, "pending", "2026-10-20"); err != nil || js.Cursor != "" {
+	if js, err := stateStore(t, s).Start(ctx, "pending", "2026-10-20"); err != nil || js.Cursor != "" {
 		t.Fatalf("Start of a job with a pending period: %+v, %v; want no cursor", js, err)
 	}
 	if rec := mustLookup(t, s, pend); rec.Status != idem.StatusParked {
@@ -417,7 +417,7 @@ func TestStateFileStart(t *testing.T) {
 	// While an attempt holds the job's lock, Start refuses and writes nothing.
 	var startErr error
 	if err := s.Run(ctx, idem.Key{Job: "held", Period: "2026-10-27"}, func(ctx context.Context) error {
-		_, startErr = s.Start(ctx, "held", "2026-10-26")
+		_, startErr = stateStore(t, s).Start(ctx, "held", "2026-10-26")
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
 	if s.broken != nil {
 		return s.broken
 	}
-	doc.Version = StateFileVersion // a file read in an older version is written in this one
+	doc.Version = stateFileVersion // a file read in an older version is written in this one
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return err

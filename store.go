@@ -1,14 +1,78 @@
 package idem
 
-import "github.com/idemgo/idem/idemstore"
+import (
+	"context"
+	"fmt"
+	"reflect"
 
-// Store keeps one record per [Key] and makes the state changes of the Run
-// protocol atomic: what [SetDefault] and [RunOn] take. [Ledger]
-// (SQLite), [StateFile] and the Postgres ledger (module pgledger) implement
-// it. The interfaces stores implement, and the protocol rules they share,
-// are in package idemstore; a store of your own is written against it and
-// proved with package idemtest.
-type Store = idemstore.Store
+	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/storeof"
+)
+
+// Store is where Run keeps its records, one per [Key]: what [SetDefault]
+// and [RunOn] take. [Ledger] (SQLite), [StateFile], and the stores of
+// modules pgledger and redisstore are Stores.
+//
+// What a store does for Run (claims, leases, done marks) is behind
+// package idemstore, out of its users' view: [idemstore.Of] gives it. A
+// store of your own implements [idemstore.Store], and is proved with
+// package idemtest.
+type Store interface {
+	// Lookup returns the key's record; ok is false if there is none.
+	Lookup(ctx context.Context, key Key) (rec Record, ok bool, err error)
+	// Resolve settles a key by hand (see [Ledger.Resolve]).
+	Resolve(ctx context.Context, key Key, to Resolution) error
+}
+
+// TxStore is a Store whose records live in the database of the business
+// data, so that [RunTx] can commit fn's writes with the done mark: Tx is
+// the transaction type fn gets (*sql.Tx for [Ledger], pgx.Tx for the
+// Postgres ledger). The store's RunTx method is [RunTx] on it; a store of
+// your own that implements [idemstore.TxStore] adds it that way.
+type TxStore[Tx any] interface {
+	Store
+	RunTx(ctx context.Context, key Key, fn func(ctx context.Context, tx Tx) error, opts ...Option) error
+}
+
+func init() {
+	storeof.Unwrap = func(s any) any {
+		switch s := s.(type) {
+		case *Ledger:
+			if s != nil {
+				return ledgerStore{s}
+			}
+		case *StateFile:
+			if s != nil {
+				return stateStore{s}
+			}
+		}
+		return nil
+	}
+}
+
+// storeFor is the store behind s and the config of the call cl on it
+// with opts; an s that is not a store is the config's error, naming s's
+// type and the call (a compile-time check given up: Store does not show
+// the store methods).
+func storeFor(s any, cl call, opts []Option) (idemstore.Store, *config) {
+	st, err := idemstore.Of(s)
+	cfg := configure(st, cl, opts)
+	if err != nil {
+		cfg.err = fmt.Errorf("idem: %s: %w", cl.name, err)
+	}
+	return st, cfg
+}
+
+// txStoreFor is storeFor for a call that runs fn in the store's
+// transaction of type Tx.
+func txStoreFor[Tx any](s any, cl call, opts []Option) (idemstore.TxStore[Tx], *config) {
+	st, cfg := storeFor(s, cl, opts)
+	txs, ok := st.(idemstore.TxStore[Tx])
+	if !ok && cfg.err == nil {
+		cfg.err = fmt.Errorf("idem: %s: the store %T cannot serve it: it is not an %s", cl.name, s, reflect.TypeFor[idemstore.TxStore[Tx]]())
+	}
+	return txs, cfg
+}
 
 // Record is what a store knows of one key: what [Ledger.Lookup] and
 // [Ledger.List] return.

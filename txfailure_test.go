@@ -17,7 +17,7 @@ import (
 // find fn's error in it.
 type opaqueTx struct {
 	idemstore.Store
-	l *idem.Ledger
+	l idemstore.TxStore[*sql.Tx]
 }
 
 func (s opaqueTx) FinishTx(ctx context.Context, key idem.Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) ([]byte, error)) error {
@@ -25,6 +25,11 @@ func (s opaqueTx) FinishTx(ctx context.Context, key idem.Key, attempt int64, now
 		return fmt.Errorf("opaque store: %v", err)
 	}
 	return nil
+}
+
+// RunTx makes it an idem.TxStore, as a store of one's own does.
+func (s opaqueTx) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, *sql.Tx) error, opts ...idem.Option) error {
+	return idem.RunTx(ctx, s, key, fn, opts...)
 }
 
 // TestRunTxFnFailureKnownToEngine: RunTx knows that fn failed (here
@@ -36,7 +41,7 @@ func TestRunTxFnFailureKnownToEngine(t *testing.T) {
 	ctx := context.Background()
 	bad := errors.New("bad input")
 	calls := 0
-	err := idem.RunTx(ctx, opaqueTx{l, l}, key, func(context.Context, *sql.Tx) error {
+	err := idem.RunTx(ctx, opaqueTx{store(t, l), store(t, l)}, key, func(context.Context, *sql.Tx) error {
 		calls++
 		return idem.Permanent(bad)
 	})

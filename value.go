@@ -56,11 +56,11 @@ func RunValueOn[T any](ctx context.Context, s Store, key Key, fn func(context.Co
 	if fn == nil {
 		panic("idem: RunValue with a nil fn")
 	}
-	cfg := configure(s, callRun, opts)
+	st, cfg := storeFor(s, callRun, opts)
 	var res Result
 	var got T
 	cfg.result = &res
-	err := execute(ctx, s, key, cfg, func(ctx context.Context) ([]byte, error) {
+	err := execute(ctx, st, key, cfg, func(ctx context.Context) ([]byte, error) {
 		v, err := fn(ctx)
 		if err != nil {
 			return nil, err
@@ -75,15 +75,15 @@ func RunValueOn[T any](ctx context.Context, s Store, key Key, fn func(context.Co
 // [RunValue]: fn's value is stored with the done mark in the transaction
 // that commits fn's writes, so a crash leaves both or neither, and the next
 // call computes it again with its writes.
-func RunTxValue[T, Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn func(context.Context, Tx) (T, error), opts ...Option) (T, error) {
+func RunTxValue[T, Tx any](ctx context.Context, s TxStore[Tx], key Key, fn func(context.Context, Tx) (T, error), opts ...Option) (T, error) {
 	if fn == nil {
 		panic("idem: RunTxValue with a nil fn")
 	}
-	cfg := configure(s, callRunTx, opts)
+	st, cfg := txStoreFor[Tx](s, callRunTx, opts)
 	var res Result
 	var got T
 	cfg.result = &res
-	err := runTx(ctx, s, key, func(ctx context.Context, tx Tx) ([]byte, error) {
+	err := runTx(ctx, st, key, func(ctx context.Context, tx Tx) ([]byte, error) {
 		var zero T
 		got = zero // a transaction run again must not keep an earlier run's value
 		v, err := fn(ctx, tx)

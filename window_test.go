@@ -39,13 +39,13 @@ func TestItemWindowFenced(t *testing.T) {
 	if _, err := l.DB().ExecContext(ctx, `CREATE TABLE granted (item TEXT PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.AddItems(ctx, points, []string{"a", "b", "c"}); err != nil {
+	if err := store(t, l).AddItems(ctx, points, []string{"a", "b", "c"}); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
 	claim := func(owner string, at time.Time) idemstore.ItemBatch {
 		t.Helper()
-		b, err := l.ClaimItems(ctx, points, idemstore.ItemClaimRequest{N: 3, Owner: owner, Now: at, Lease: time.Minute})
+		b, err := store(t, l).ClaimItems(ctx, points, idemstore.ItemClaimRequest{N: 3, Owner: owner, Now: at, Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,14 +91,14 @@ func TestItemWindowFenced(t *testing.T) {
 	}
 	var log pointLog
 	step := idemstore.ItemStep{Chunk: a.Chunk, Attempt: a.Attempt, From: a.Pos, Now: now, LeaseUntil: now.Add(time.Minute)}
-	ends, lost, err := l.FinishItemsTx(log.ctx(), points, step, a.Items, fn, failed)
+	ends, lost, err := store(t, l).FinishItemsTx(log.ctx(), points, step, a.Items, fn, failed)
 	if err != nil || ends != nil || !slices.Equal(lost, []string{"a", "b", "c"}) || ran != nil || log.points != nil || granted() != nil {
 		t.Fatalf("lost window: ends %v, lost %v, %v; fn ran for %v, points %v, granted %v", ends, lost, err, ran, log.points, granted())
 	}
 
 	// B's window: b fails and is rolled back alone; the point is reached once.
 	step = idemstore.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: b.Pos, Now: now, LeaseUntil: now.Add(time.Minute)}
-	ends, lost, err = l.FinishItemsTx(log.ctx(), points, step, b.Items, fn, failed)
+	ends, lost, err = store(t, l).FinishItemsTx(log.ctx(), points, step, b.Items, fn, failed)
 	if err != nil || len(lost) != 0 || len(ends) != 3 || ends[1].Status != idem.StatusFailed || ends[0].Status != idem.StatusDone || ends[2].Status != idem.StatusDone {
 		t.Fatalf("window: ends %+v, lost %v, %v", ends, lost, err)
 	}

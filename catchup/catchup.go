@@ -51,7 +51,11 @@ func (r Result) Count(o idem.Outcome) int {
 // Run does every due period of job that is not done yet, oldest first,
 // each through Run (so each is idempotent on its own), up to now on the
 // clock ([idem.WithClock]). It is what a job triggered by cron or a timer calls
-// instead of Run: after downtime, the missed periods get done.
+// instead of Run: after downtime, the missed periods get done. The store
+// keeps each job's cursor: behind s there must be an
+// [idemstore.CatchUpStore] (idem.Ledger, idem.StateFile and the Postgres
+// and Redis stores have one); another store is an error naming it, before
+// anything runs.
 //
 // Which periods: those after the job's cursor (the last period catch-up settled
 // in order) up to the latest due one. A job with no cursor yet starts at
@@ -85,11 +89,15 @@ func (r Result) Count(o idem.Outcome) int {
 // fn must not call Run or RunTx for its own period (the key is held by
 // the Run that called fn: [idem.ErrNestedRun]); for business writes that commit
 // with each period's done mark, use [RunTx].
-func Run(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.Schedule, fn func(ctx context.Context, p idem.Period) error, opts ...idem.Option) (Result, error) {
+func Run(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(ctx context.Context, p idem.Period) error, opts ...idem.Option) (Result, error) {
 	if fn == nil || sched == nil || s == nil {
 		panic("catchup: Run needs a store, a schedule and a fn")
 	}
-	return loop(ctx, s, job, sched, "catchup.Run", opts, func(ctx context.Context, key idem.Key, p idem.Period, opts []idem.Option) error {
+	cs, err := core.StoreAs[idemstore.CatchUpStore]("catchup.Run", s)
+	if err != nil {
+		return Result{}, err
+	}
+	return loop(ctx, cs, job, sched, "catchup.Run", opts, func(ctx context.Context, key idem.Key, p idem.Period, opts []idem.Option) error {
 		return idem.RunOn(ctx, s, key, func(ctx context.Context) error { return fn(ctx, p) }, opts...)
 	})
 }
@@ -108,11 +116,15 @@ func Run(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.S
 // [ContinueAfterFailure]); the error returned is that period's. As in
 // RunTx, write idempotent, recomputing statements: they are what the
 // re-run of a rolled-back period repeats.
-func RunTx[Tx any](ctx context.Context, s idemstore.CatchUpTxStore[Tx], job string, sched idem.Schedule, fn func(ctx context.Context, tx Tx, p idem.Period) error, opts ...idem.Option) (Result, error) {
+func RunTx[Tx any](ctx context.Context, s idem.TxStore[Tx], job string, sched idem.Schedule, fn func(ctx context.Context, tx Tx, p idem.Period) error, opts ...idem.Option) (Result, error) {
 	if fn == nil || sched == nil || s == nil {
 		panic("catchup: RunTx needs a store, a schedule and a fn")
 	}
-	return loop(ctx, s, job, sched, "catchup.RunTx", opts, func(ctx context.Context, key idem.Key, p idem.Period, opts []idem.Option) error {
+	cs, err := core.StoreAs[idemstore.CatchUpTxStore[Tx]]("catchup.RunTx", s)
+	if err != nil {
+		return Result{}, err
+	}
+	return loop(ctx, cs, job, sched, "catchup.RunTx", opts, func(ctx context.Context, key idem.Key, p idem.Period, opts []idem.Option) error {
 		return idem.RunTx(ctx, s, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) }, opts...)
 	})
 }

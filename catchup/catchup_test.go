@@ -15,11 +15,12 @@ import (
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/internal/testwait"
 )
 
 type catchUpJob struct {
-	s     idemstore.CatchUpStore
+	s     idem.Store
 	clk   *idemtest.Clock
 	ran   []string
 	fail  map[string]bool
@@ -48,9 +49,9 @@ func names(first, n int) []string {
 
 func TestCatchUpMissedPeriods(t *testing.T) {
 	t.Parallel()
-	stores := map[string]func(t *testing.T, dir string) idemstore.CatchUpStore{
-		"ledger":    func(t *testing.T, dir string) idemstore.CatchUpStore { return openLedger(t, dir) },
-		"statefile": func(t *testing.T, dir string) idemstore.CatchUpStore { return openState(t, dir) },
+	stores := map[string]func(t *testing.T, dir string) idem.Store{
+		"ledger":    func(t *testing.T, dir string) idem.Store { return openLedger(t, dir) },
+		"statefile": func(t *testing.T, dir string) idem.Store { return openState(t, dir) },
 	}
 	for storeName, open := range stores {
 		for _, missed := range []int{0, 1, 40, 250} { // 250: a capped catch-up defers twice, the last call partial
@@ -112,7 +113,7 @@ func TestCatchUpMissedPeriods(t *testing.T) {
 					if err != nil || len(j.ran) != before || len(res.Periods) != 0 {
 						t.Fatalf("second call ran %d more (%v)", len(j.ran)-before, err)
 					}
-					js, _ := j.s.Job(context.Background(), "settle")
+					js, _ := testledger.As[idemstore.CatchUpStore](t, j.s).Job(context.Background(), "settle")
 					if want := day(missed).Format(time.DateOnly); js.Cursor != want {
 						t.Fatalf("cursor %q, want %q", js.Cursor, want)
 					}
@@ -166,7 +167,7 @@ func TestCatchUpStopsAtFailure(t *testing.T) {
 	if res.Cursor != "2026-10-03" {
 		t.Fatalf("cursor moved over a failed period: %s", res.Cursor)
 	}
-	js, _ := j.s.Job(context.Background(), "settle")
+	js, _ := testledger.As[idemstore.CatchUpStore](t, j.s).Job(context.Background(), "settle")
 	if js.Cursor != "2026-10-03" {
 		t.Fatalf("stored cursor %s", js.Cursor)
 	}
@@ -206,7 +207,7 @@ func TestCatchUpClockJumps(t *testing.T) {
 	if err != nil || len(res.Periods) != 0 || len(j.ran) != 2 {
 		t.Fatalf("after a jump back: %v, %d periods", err, len(res.Periods))
 	}
-	if js, _ := j.s.Job(context.Background(), "settle"); js.Cursor != "2026-10-10" {
+	if js, _ := testledger.As[idemstore.CatchUpStore](t, j.s).Job(context.Background(), "settle"); js.Cursor != "2026-10-10" {
 		t.Fatalf("cursor moved back to %s", js.Cursor)
 	}
 	// It jumps forward five days: the missed periods run, in order.
@@ -344,11 +345,11 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	sched := idem.Daily(shanghai)
-	stores := map[string]func(t *testing.T, clk idem.Clock) idemstore.CatchUpStore{
-		"ledger": func(t *testing.T, clk idem.Clock) idemstore.CatchUpStore {
+	stores := map[string]func(t *testing.T, clk idem.Clock) idem.Store{
+		"ledger": func(t *testing.T, clk idem.Clock) idem.Store {
 			return openLedger(t, t.TempDir(), idem.WithClock(clk))
 		},
-		"statefile": func(t *testing.T, clk idem.Clock) idemstore.CatchUpStore {
+		"statefile": func(t *testing.T, clk idem.Clock) idem.Store {
 			return openState(t, t.TempDir(), idem.WithClock(clk))
 		},
 	}
@@ -390,7 +391,7 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 				if err != nil || !slices.Equal(ran, want) || res.Cursor != "2026-12-02" {
 					t.Fatalf("later call: %v, ran %v, cursor %q; want ran %v, cursor 2026-12-02", err, ran, res.Cursor, want)
 				}
-				if js, err := s.Job(ctx, "j"); err != nil || js.Cursor != "2026-12-02" {
+				if js, err := testledger.As[idemstore.CatchUpStore](t, s).Job(ctx, "j"); err != nil || js.Cursor != "2026-12-02" {
 					t.Fatalf("stored cursor %q (%v)", js.Cursor, err)
 				}
 				for _, p := range want {
@@ -406,12 +407,12 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 // busySignal is a ledger that tells when a claim finds its key held by
 // another attempt.
 type busySignal struct {
-	*idem.Ledger
+	testledger.Store
 	busy chan struct{}
 }
 
 func (b busySignal) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
-	c, err := b.Ledger.Claim(ctx, req)
+	c, err := b.Store.Claim(ctx, req)
 	if err == nil && c.State == idemstore.ClaimBusy {
 		select {
 		case b.busy <- struct{}{}:
@@ -432,11 +433,11 @@ func TestCatchUpWaitForTurn(t *testing.T) {
 	for _, wait := range []bool{false, true} {
 		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
 			t.Parallel()
-			s := busySignal{openLedger(t, t.TempDir()), make(chan struct{}, 1)}
+			s := busySignal{testledger.SPI(t, openLedger(t, t.TempDir())), make(chan struct{}, 1)}
 			ctx := context.Background()
 			started, release, holderDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 			go func() {
-				holderDone <- s.Run(ctx, held, func(context.Context) error { close(started); <-release; return nil })
+				holderDone <- idem.RunOn(ctx, s, held, func(context.Context) error { close(started); <-release; return nil })
 			}()
 			testwait.Recv(t, started, "the holder's fn to start")
 			var ran []string

@@ -54,7 +54,9 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // Each applies fn once to each item of one business period, the way Run
 // does the period itself: "grant 10 points to every eligible account for
 // 2026-10-27". Several processes or hosts may run Each for the same key at
-// once; they share its items.
+// once; they share its items. The store keeps the period's item set: behind
+// s there must be an [idemstore.ItemStore] (idem.Ledger and the Postgres
+// ledgers have one); another store is the call's error, naming it.
 //
 // items is a stream of stable item ids (account ids), generated again on
 // every call until the item set is recorded completely, and never held in
@@ -112,25 +114,27 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 //
 // An observer ([idem.OnResult]) gets one [idem.Result] per call, whatever it
 // returns, with the period's item counts in Result.Items.
-func Each(ctx context.Context, s idemstore.ItemStore, key idem.Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...idem.Option) (Result, error) {
+func Each(ctx context.Context, s idem.Store, key idem.Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...idem.Option) (Result, error) {
 	if fn == nil {
 		panic("fanout: Each with a nil fn")
 	}
-	o, counts, parked, err := core.R.Each(ctx, s, key, items, fn, opts, nil)
+	o, counts, parked, err := core.R.Each(ctx, s, nil, key, items, fn, opts, nil)
 	return Result{Key: key, Outcome: o, Counts: counts, Parked: parked}, err
 }
 
-// EachTx is [Each] for an [idemstore.ItemTxStore]: fn gets the store's
+// EachTx is [Each] for a store whose transactions are of type Tx (an
+// [idemstore.ItemTxStore] behind s): fn gets the store's
 // transaction, and each item's business writes commit together with its done
 // mark, or not at all; a batch of items shares one transaction (one commit),
 // each item in a savepoint. For writes in that database every item takes effect
 // exactly once. It takes no mode option, and ignores a store's default mode
 // for its items: a failed or killed item left nothing behind and is simply
 // run again.
-func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key idem.Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...idem.Option) (Result, error) {
+func EachTx[Tx any](ctx context.Context, s idem.TxStore[Tx], key idem.Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...idem.Option) (Result, error) {
 	if fn == nil {
 		panic("fanout: EachTx with a nil fn")
 	}
+	its, storeErr := core.StoreAs[idemstore.ItemTxStore[Tx]]("fanout.EachTx", s)
 	// A window of items runs in one transaction of the store; item runs
 	// each item's call of fn (with its Info in ctx), in a savepoint, with
 	// the item's outbox.
@@ -138,15 +142,15 @@ func EachTx[Tx any](ctx context.Context, s idemstore.ItemTxStore[Tx], key idem.K
 		return func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim,
 			item func(context.Context, idemstore.ItemClaim, func(context.Context) error) error,
 			failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
-			return s.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c idemstore.ItemClaim) error {
+			return its.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c idemstore.ItemClaim) error {
 				return item(ctx, c, func(ctx context.Context) error {
-					w := &runctx.Outbox{Tx: tx, Store: s, Key: key, Item: c.Item, Now: clock.Now}
+					w := &runctx.Outbox{Tx: tx, Store: its, Key: key, Item: c.Item, Now: clock.Now}
 					return fn(runctx.WithOutbox(ctx, w), tx, c.Item)
 				})
 			}, failed)
 		}
 	}
-	o, counts, parked, err := core.R.Each(ctx, s, key, items, nil, opts, tx)
+	o, counts, parked, err := core.R.Each(ctx, s, storeErr, key, items, nil, opts, tx)
 	return Result{Key: key, Outcome: o, Counts: counts, Parked: parked}, err
 }
 

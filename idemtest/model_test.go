@@ -11,15 +11,16 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testledger"
 )
 
 // wrongAttempt is a state file whose Lookup reports every record's attempt
 // off by 100: a store that diverges from the model as soon as a key it
 // looks up has a record.
-type wrongAttempt struct{ *idem.StateFile }
+type wrongAttempt struct{ testledger.StateStore }
 
 func (s wrongAttempt) Lookup(ctx context.Context, k idem.Key) (idem.Record, bool, error) {
-	rec, ok, err := s.StateFile.Lookup(ctx, k)
+	rec, ok, err := s.StateStore.Lookup(ctx, k)
 	if ok {
 		rec.Attempt += 100
 	}
@@ -59,7 +60,7 @@ func TestModelParallel(t *testing.T) {
 				case <-timer.C:
 					t.Fatalf("waited a minute for %d sequences to open their stores at once", atOnce)
 				}
-				return wrongAttempt{s}
+				return wrongAttempt{testledger.StateSPI(t, s)}
 			},
 		}
 		idemtest.TestModel(t, h, idemtest.ModelOptions{Ops: sequences * 20, Len: 20, Seed: 1000, Parallel: true})

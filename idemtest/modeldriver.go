@@ -22,6 +22,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/core"
 )
 
 // ModelOptions sizes a run of [TestModel]. The environment overrides them,
@@ -55,25 +56,25 @@ type ModelOptions struct {
 type TxHarness struct {
 	// Setup prepares a new store for Run and Rows (creates the business
 	// table). It may be nil.
-	Setup func(ctx context.Context, s idemstore.Store) error
+	Setup func(ctx context.Context, s idem.Store) error
 	// Run calls idem.RunTx (or the store's RunTx) on s for key with
 	// opts, with a fn that first makes one business write for key in the
 	// transaction, then returns what fn(ctx) returns. ctx must be passed on
 	// as it is given to the transaction's fn (it carries idem.Info).
-	Run func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
+	Run func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
 	// Rows returns the committed business writes, counted by key.
-	Rows func(ctx context.Context, s idemstore.Store) (map[idem.Key]int, error)
+	Rows func(ctx context.Context, s idem.Store) (map[idem.Key]int, error)
 	// CatchUp, if set, calls catchup.RunTx on s with the same business
 	// write for each period's key (job, p.Name), then fn(ctx, p); TestModel
 	// then also catches up a RunTx job.
-	CatchUp func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (catchup.Result, error)
+	CatchUp func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (catchup.Result, error)
 }
 
 // SQLTx is the [TxHarness] of a store whose transactions are *sql.Tx and
 // that gives its database with a method DB() *sql.DB, as [idem.Ledger]
 // does: the business writes go to a table idemtest_model_effects.
 func SQLTx() *TxHarness {
-	db := func(s idemstore.Store) (*sql.DB, error) {
+	db := func(s idem.Store) (*sql.DB, error) {
 		d, ok := s.(interface{ DB() *sql.DB })
 		if !ok {
 			return nil, fmt.Errorf("idemtest: SQLTx: %T has no method DB() *sql.DB", s)
@@ -86,7 +87,7 @@ func SQLTx() *TxHarness {
 		return err
 	}
 	return &TxHarness{
-		Setup: func(ctx context.Context, s idemstore.Store) error {
+		Setup: func(ctx context.Context, s idem.Store) error {
 			d, err := db(s)
 			if err != nil {
 				return err
@@ -95,31 +96,31 @@ func SQLTx() *TxHarness {
 				job TEXT NOT NULL, period TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (job, period))`)
 			return err
 		},
-		Run: func(ctx context.Context, s idemstore.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
+		Run: func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
 			ts, ok := s.(idemstore.TxStore[*sql.Tx])
 			if !ok {
 				return fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.TxStore[*sql.Tx]", s)
 			}
-			return idem.RunTx(ctx, ts, key, func(ctx context.Context, tx *sql.Tx) error {
+			return idem.RunTx(ctx, core.TxStore(ts), key, func(ctx context.Context, tx *sql.Tx) error {
 				if err := write(ctx, tx, key); err != nil {
 					return err
 				}
 				return fn(ctx)
 			}, opts...)
 		},
-		CatchUp: func(ctx context.Context, s idemstore.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (catchup.Result, error) {
+		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (catchup.Result, error) {
 			cs, ok := s.(idemstore.CatchUpTxStore[*sql.Tx])
 			if !ok {
 				return catchup.Result{}, fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.CatchUpTxStore[*sql.Tx]", s)
 			}
-			return catchup.RunTx(ctx, cs, job, sched, func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
+			return catchup.RunTx(ctx, core.TxStore[*sql.Tx](cs), job, sched, func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 				if err := write(ctx, tx, idem.Key{Job: job, Period: p.Name}); err != nil {
 					return err
 				}
 				return fn(ctx, p)
 			}, opts...)
 		},
-		Rows: func(ctx context.Context, s idemstore.Store) (map[idem.Key]int, error) {
+		Rows: func(ctx context.Context, s idem.Store) (map[idem.Key]int, error) {
 			d, err := db(s)
 			if err != nil {
 				return nil, err
@@ -1497,7 +1498,10 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 			t.Parallel()
 		}
 		clk := newMClock(mStart)
-		s := h.Open(t, clk)
+		s, err := idemstore.Of(h.Open(t, clk))
+		if err != nil {
+			t.Errorf("idemtest: Harness.Open: %v", err)
+		}
 		if t.Failed() {
 			out.fatal = "the harness's Open failed"
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,13 +17,14 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/core"
 	"github.com/idemgo/idem/outbox"
 )
 
-// OutboxLedger is a store with an outbox in the database of its
-// transactions of type Tx: what [TestOutbox] checks. idem.Ledger is one
-// with *sql.Tx, the Postgres ledger with pgx.Tx.
-type OutboxLedger[Tx any] interface {
+// outboxLedger is a store with an outbox in the database of its
+// transactions of type Tx: what [TestOutbox] checks, behind the store it is
+// given. idem.Ledger is one with *sql.Tx, the Postgres ledger with pgx.Tx.
+type outboxLedger[Tx any] interface {
 	idemstore.TxStore[Tx]
 	idemstore.OutboxTxStore[Tx]
 	idemstore.OutboxStore
@@ -38,7 +40,21 @@ type OutboxLedger[Tx any] interface {
 // fencing of a relay whose lease ran out; retry, drop, prune and stats;
 // and concurrent relays that deliver no message twice. The store must use
 // the times it is given (the relay's clock), as idem's ledgers do.
-func TestOutbox[Tx any](t *testing.T, open func(t *testing.T) OutboxLedger[Tx]) {
+//
+// The store behind each ([idemstore.Of]) must be an idemstore.TxStore, an
+// idemstore.OutboxTxStore of Tx and an idemstore.OutboxStore.
+func TestOutbox[Tx any](t *testing.T, openStore func(t *testing.T) idem.TxStore[Tx]) {
+	open := func(t *testing.T) outboxLedger[Tx] {
+		st, err := idemstore.Of(openStore(t))
+		if err != nil {
+			t.Fatalf("idemtest: TestOutbox: %v", err)
+		}
+		ol, ok := st.(outboxLedger[Tx])
+		if !ok {
+			t.Fatalf("idemtest: TestOutbox: the store %T has no outbox in its transactions (idemstore.TxStore, OutboxTxStore and OutboxStore of %T)", st, reflect.TypeFor[Tx]())
+		}
+		return ol
+	}
 	t.Run("PutAndDeliver", func(t *testing.T) { testOutboxPut(t, open(t)) })
 	t.Run("RolledBackAttempt", func(t *testing.T) { testOutboxRollback(t, open(t)) })
 	t.Run("TopicOrder", func(t *testing.T) { testOutboxOrder(t, open(t)) })
@@ -90,9 +106,9 @@ func (r *receiver) ids() []string {
 }
 
 // putTx runs a RunTx of key on s that puts msgs, then returns fnErr.
-func putTx[Tx any](ctx context.Context, s OutboxLedger[Tx], key idem.Key, fnErr error, msgs []outbox.Message, opts ...idem.Option) ([]string, error) {
+func putTx[Tx any](ctx context.Context, s outboxLedger[Tx], key idem.Key, fnErr error, msgs []outbox.Message, opts ...idem.Option) ([]string, error) {
 	var ids []string
-	err := idem.RunTx(ctx, s, key, func(ctx context.Context, tx Tx) error {
+	err := idem.RunTx(ctx, core.TxStore[Tx](s), key, func(ctx context.Context, tx Tx) error {
 		ids = ids[:0]
 		for _, m := range msgs {
 			id, err := outbox.Put(ctx, tx, m)
@@ -119,7 +135,7 @@ func list(t *testing.T, s idemstore.OutboxStore, f idemstore.OutboxFilter) []ide
 	return recs
 }
 
-func relayOnce(t *testing.T, s idemstore.OutboxStore, d outbox.Deliverer, opts ...outbox.Option) outbox.Result {
+func relayOnce(t *testing.T, s idem.Store, d outbox.Deliverer, opts ...outbox.Option) outbox.Result {
 	t.Helper()
 	res, err := outbox.RelayOnce(context.Background(), s, d, opts...)
 	if err != nil {
@@ -128,7 +144,7 @@ func relayOnce(t *testing.T, s idemstore.OutboxStore, d outbox.Deliverer, opts .
 	return res
 }
 
-func testOutboxPut[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+func testOutboxPut[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewClock(outboxT0)
 	key := idem.Key{Job: "settle", Period: "2026-11-02"}
@@ -196,7 +212,7 @@ func testOutboxPut[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 		t.Fatalf("a second pass claimed %+v", res)
 	}
 	// Put with another transaction type, or outside a body.
-	err = idem.RunTx(ctx, s, idem.Key{Job: "settle", Period: "other"}, func(ctx context.Context, tx Tx) error {
+	err = idem.RunTx(ctx, core.TxStore[Tx](s), idem.Key{Job: "settle", Period: "other"}, func(ctx context.Context, tx Tx) error {
 		_, err := outbox.Put(ctx, "not a tx", outbox.Message{Topic: "x"})
 		return idem.Permanent(err)
 	}, idem.WithClock(clk))
@@ -206,7 +222,7 @@ func testOutboxPut[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	if _, err := outbox.Put(ctx, 0, outbox.Message{Topic: "x"}); !errors.Is(err, outbox.ErrNoOutbox) {
 		t.Fatalf("Put outside a body: %v, want ErrNoOutbox", err)
 	}
-	err = idem.RunTx(ctx, s, idem.Key{Job: "settle", Period: "bad"}, func(ctx context.Context, tx Tx) error {
+	err = idem.RunTx(ctx, core.TxStore[Tx](s), idem.Key{Job: "settle", Period: "bad"}, func(ctx context.Context, tx Tx) error {
 		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: ""})
 		return idem.Permanent(err)
 	}, idem.WithClock(clk))
@@ -218,7 +234,7 @@ func testOutboxPut[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	}
 }
 
-func testOutboxRollback[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+func testOutboxRollback[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewAutoClock(outboxT0)
 	key := idem.Key{Job: "grant", Period: "2026-11-02"}
@@ -237,7 +253,7 @@ func testOutboxRollback[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	// In-process retries: fails twice, then commits.
 	fails := 2
 	var ids []string
-	err := idem.RunTx(ctx, s, key, func(ctx context.Context, tx Tx) error {
+	err := idem.RunTx(ctx, core.TxStore[Tx](s), key, func(ctx context.Context, tx Tx) error {
 		ids = ids[:0]
 		for _, m := range msgs {
 			id, err := outbox.Put(ctx, tx, m)
@@ -307,7 +323,7 @@ func checkOrder(t *testing.T, s idemstore.OutboxStore, log []outbox.Delivery) {
 	}
 }
 
-func testOutboxOrder[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+func testOutboxOrder[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewClock(outboxT0)
 	// Five transactions, each two messages of topic a and one of b.
@@ -367,7 +383,7 @@ func testOutboxOrder[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	}
 }
 
-func testOutboxDown[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+func testOutboxDown[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewClock(outboxT0)
 	for p := range 3 {
@@ -420,7 +436,7 @@ func testOutboxDown[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	checkOrder(t, s, r.log)
 }
 
-func testOutboxPoison[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+func testOutboxPoison[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewClock(outboxT0)
 	key := idem.Key{Job: "poison", Period: "p"}
@@ -491,7 +507,7 @@ func sorted(s []string) []string {
 	return s
 }
 
-func testOutboxFencing[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+func testOutboxFencing[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewClock(outboxT0)
 	ids, err := putTx(ctx, s, idem.Key{Job: "fence", Period: "p"}, nil, []outbox.Message{msg("f", 0)}, idem.WithClock(clk))
@@ -542,7 +558,7 @@ func testOutboxFencing[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	}
 }
 
-func testOutboxPrune[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+func testOutboxPrune[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	ctx := context.Background()
 	clk := NewClock(outboxT0)
 	for p := range 4 {
@@ -597,7 +613,7 @@ func testOutboxPrune[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	}
 }
 
-func testOutboxRelays[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+func testOutboxRelays[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	ctx := context.Background()
 	const topics, per = 6, 5
 	for p := range per {
@@ -647,8 +663,8 @@ func testOutboxRelays[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	checkOrder(t, s, r.log)
 }
 
-func testOutboxEach[Tx any](t *testing.T, s OutboxLedger[Tx]) {
-	its, ok := any(s).(idemstore.ItemTxStore[Tx])
+func testOutboxEach[Tx any](t *testing.T, s outboxLedger[Tx]) {
+	_, ok := any(s).(idemstore.ItemTxStore[Tx])
 	if !ok {
 		t.Skipf("%T is not an idemstore.ItemTxStore", s)
 	}
@@ -657,7 +673,7 @@ func testOutboxEach[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	key := idem.Key{Job: "fan", Period: "p"}
 	failed := map[string]bool{}
 	var mu sync.Mutex
-	_, err := fanout.EachTx(ctx, its, key, fanout.Items(func(yield func(string) bool) {
+	_, err := fanout.EachTx(ctx, core.TxStore[Tx](s), key, fanout.Items(func(yield func(string) bool) {
 		for i := range 5 {
 			if !yield("acct-" + strconv.Itoa(i)) {
 				return
@@ -689,14 +705,14 @@ func testOutboxEach[Tx any](t *testing.T, s OutboxLedger[Tx]) {
 	}
 }
 
-func testOutboxCatchUp[Tx any](t *testing.T, s OutboxLedger[Tx]) {
+func testOutboxCatchUp[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	cs, ok := any(s).(idemstore.CatchUpTxStore[Tx])
 	if !ok {
 		t.Skipf("%T is not an idemstore.CatchUpTxStore", s)
 	}
 	ctx := context.Background()
 	clk := NewClock(outboxT0)
-	res, err := catchup.RunTx(ctx, cs, "daily", idem.Daily(time.UTC), func(ctx context.Context, tx Tx, p idem.Period) error {
+	res, err := catchup.RunTx(ctx, core.TxStore[Tx](cs), "daily", idem.Daily(time.UTC), func(ctx context.Context, tx Tx, p idem.Period) error {
 		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "daily", Payload: []byte(p.Name)})
 		return err
 	}, idem.WithClock(clk), catchup.Since(outboxT0.Add(-72*time.Hour)))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/core"
 )
 
 // testParams: a key's fingerprint (idem.WithParams) is stored with its
@@ -267,17 +268,18 @@ func testValues(t *testing.T, h Harness) {
 
 	t.Run("crash after fn/RunTx", func(t *testing.T) {
 		clk := NewClock(start)
-		s, ok := h.open(t, clk).(idemstore.TxStore[*sql.Tx])
+		st, ok := h.open(t, clk).(idemstore.TxStore[*sql.Tx])
 		if !ok {
 			t.Skip("the store is not an idemstore.TxStore[*sql.Tx]")
 		}
+		s := core.TxStore(st)
 		k := idem.Key{Job: "value-tx", Period: "2026-10-27"}
 		runs := 0
 		fn := func(context.Context, *sql.Tx) (total, error) { runs++; return total{Cents: 5, Run: runs}, nil }
 		if _, err := idem.RunTxValue(CrashAt(ctx, idemstore.AfterFn), s, k, fn, idem.WithClock(clk)); !errors.Is(err, ErrCrashed) {
 			t.Fatalf("crashing run: %v", err)
 		}
-		h.expire(t, s, clk)
+		h.expire(t, st, clk)
 		v, err := idem.RunTxValue(ctx, s, k, fn, idem.WithClock(clk))
 		if err != nil || v.Run != 2 {
 			t.Fatalf("recovery: %+v, %v; want run 2's value (the crashed transaction stored none)", v, err)

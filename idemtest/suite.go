@@ -18,8 +18,9 @@ import (
 // Harness describes a store to the conformance suite [TestStore].
 type Harness struct {
 	// Open returns a new, empty store whose Runs use clk. Every call must
-	// return an independent store.
-	Open func(t *testing.T, clk idem.Clock) idemstore.Store
+	// return an independent store. The suite tests the store behind it
+	// ([idemstore.Of]): a store of your own implements idemstore.Store.
+	Open func(t *testing.T, clk idem.Clock) idem.Store
 
 	// Watermark is set for stores that keep one watermark per job (the
 	// state file): the suite then uses one key per job and runs a job's
@@ -35,7 +36,7 @@ type Harness struct {
 	// database's now()), e.g. by moving every time it stored back by d. The
 	// suite calls it whenever it advances the fake clock given to Open;
 	// leave it nil for stores that use the clock passed to Run.
-	Shift func(t *testing.T, s idemstore.Store, d time.Duration)
+	Shift func(t *testing.T, s idem.Store, d time.Duration)
 
 	// Items is set for stores that implement idemstore.ItemStore: the suite then
 	// also runs idem.Each over them (every item once in every mode, the item
@@ -120,7 +121,10 @@ var start = time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC)
 // of clk (by the test or, for an auto clock, by the engine's sleeps) is
 // passed on to Shift.
 func (h Harness) open(t *testing.T, clk *Clock) idemstore.Store {
-	s := h.Open(t, clk)
+	s, err := idemstore.Of(h.Open(t, clk))
+	if err != nil {
+		t.Fatalf("idemtest: Harness.Open: %v", err)
+	}
 	if h.Shift != nil {
 		clk.mu.Lock()
 		clk.onMove = func(d time.Duration) { h.Shift(t, s, d) }

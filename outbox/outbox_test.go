@@ -16,6 +16,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/scheduler"
@@ -65,6 +66,10 @@ func TestOutboxPutInRunTxThenRelay(t *testing.T) {
 // its outbox methods hidden (a store of another package might be so).
 type noOutbox struct{ idemstore.TxStore[*sql.Tx] }
 
+func (s noOutbox) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, *sql.Tx) error, opts ...idem.Option) error {
+	return idem.RunTx(ctx, s, key, fn, opts...)
+}
+
 // TestPutWhereNoOutbox: Put refuses, with ErrNoOutbox and nothing queued,
 // on a store without an outbox, in a plain Run's fn (also one nested in a
 // RunTx body, which must not write to the enclosing transaction), and in
@@ -73,7 +78,7 @@ func TestPutWhereNoOutbox(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l := openLedger(t, t.TempDir())
-	err := idem.RunTx(ctx, noOutbox{l}, idem.Key{Job: "j", Period: "a"}, func(ctx context.Context, tx *sql.Tx) error {
+	err := idem.RunTx(ctx, noOutbox{testledger.SPI(t, l)}, idem.Key{Job: "j", Period: "a"}, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "t"})
 		return idem.Permanent(err)
 	})
@@ -219,7 +224,7 @@ func TestRelayInvalidOptions(t *testing.T) {
 // failingClaims is a real ledger whose outbox claims fail while fail is
 // set: a transient store error on the relay's path.
 type failingClaims struct {
-	*idem.Ledger
+	testledger.Store
 	fail atomic.Bool
 }
 
@@ -227,7 +232,7 @@ func (f *failingClaims) ClaimOutbox(ctx context.Context, req idemstore.OutboxCla
 	if f.fail.Load() {
 		return nil, errors.New("database is locked (injected)")
 	}
-	return f.Ledger.ClaimOutbox(ctx, req)
+	return f.Store.ClaimOutbox(ctx, req)
 }
 
 // TestSchedulerRelayStoreError: a relay whose pass fails on a store error
@@ -243,7 +248,7 @@ func TestSchedulerRelayStoreError(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	fc := &failingClaims{Ledger: l}
+	fc := &failingClaims{Store: testledger.SPI(t, l)}
 	fc.fail.Store(true)
 	clk := idemtest.NewClock(t0)
 	s := scheduler.New(l, idem.WithClock(clk))

@@ -270,6 +270,10 @@ func OnDelivery(f func(DeliveryResult)) Option {
 // between Deliver and the delivered mark delivers the message again, with
 // the same id: the receiver must dedupe by Delivery.ID.
 //
+// The store keeps the outbox: behind s there must be an
+// [idemstore.OutboxStore] (idem.Ledger and the Postgres ledgers have one);
+// another store is an error naming it, before anything is claimed.
+//
 // It returns what it did, and the first store error (or ctx's, if ctx
 // ended first), which ends the pass
 // (a message claimed and not ended is delivered again after its lease).
@@ -277,7 +281,7 @@ func OnDelivery(f func(DeliveryResult)) Option {
 // delays shorter than a pass, and a backoff that never gives up, a pass
 // over a receiver that keeps failing does not end (give such a backoff a
 // cap on attempts, [idem.MaxAttempts], as idem.DefaultBackoff has).
-func RelayOnce(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts ...Option) (Result, error) {
+func RelayOnce(ctx context.Context, s idem.Store, d Deliverer, opts ...Option) (Result, error) {
 	if s == nil || d == nil {
 		panic("outbox: RelayOnce needs a store and a deliverer")
 	}
@@ -285,7 +289,11 @@ func RelayOnce(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts .
 	if c.err != nil {
 		return Result{}, c.err
 	}
-	res, err := c.once(ctx, s, d)
+	ob, err := core.StoreAs[idemstore.OutboxStore]("outbox.RelayOnce", s)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := c.once(ctx, ob, d)
 	if err == nil && ctx.Err() != nil {
 		err = context.Cause(ctx) // the pass stopped before nothing was due
 	}
@@ -307,7 +315,7 @@ func RelayOnce(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts .
 // while a Deliver runs: on shutdown, have the deliverer refuse new
 // messages and cancel ctx once the delivery under way has returned (its
 // own deadline is the lease), as 'idem outbox relay' does on SIGTERM.
-func Relay(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts ...Option) error {
+func Relay(ctx context.Context, s idem.Store, d Deliverer, opts ...Option) error {
 	if s == nil || d == nil {
 		panic("outbox: Relay needs a store and a deliverer")
 	}
@@ -315,7 +323,11 @@ func Relay(ctx context.Context, s idemstore.OutboxStore, d Deliverer, opts ...Op
 	if c.err != nil {
 		return c.err
 	}
-	c.loop(ctx, s, d)
+	ob, err := core.StoreAs[idemstore.OutboxStore]("outbox.Relay", s)
+	if err != nil {
+		return err
+	}
+	c.loop(ctx, ob, d)
 	return nil
 }
 
@@ -462,11 +474,15 @@ func OnPass(f func(Result, error)) Option {
 func init() {
 	// A Scheduler's relay (package scheduler): its options are checked
 	// when it is added, and it runs until its context ends.
-	hook.Relay = func(s idemstore.OutboxStore, d Deliverer, opts []Option) (func(ctx context.Context), error) {
+	hook.Relay = func(s idem.Store, d Deliverer, opts []Option) (func(ctx context.Context), error) {
 		c := newRelayConfig(opts)
 		if c.err != nil {
 			return nil, c.err
 		}
-		return func(ctx context.Context) { c.loop(ctx, s, d) }, nil
+		ob, err := core.StoreAs[idemstore.OutboxStore]("Scheduler.AddRelay", s)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) { c.loop(ctx, ob, d) }, nil
 	}
 }

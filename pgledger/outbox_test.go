@@ -23,13 +23,13 @@ func TestOutboxConformance(t *testing.T) {
 	t.Run("pgx", func(t *testing.T) {
 		t.Parallel()
 		pool := newPool(t)
-		idemtest.TestOutbox(t, func(t *testing.T) idemtest.OutboxLedger[pgx.Tx] { return openLedger(t, pool) })
+		idemtest.TestOutbox(t, func(t *testing.T) idem.TxStore[pgx.Tx] { return openLedger(t, pool) })
 	})
 	for _, driver := range []string{"pgx", "postgres"} {
 		t.Run("database/sql "+driver, func(t *testing.T) {
 			t.Parallel()
 			db := openDB(t, driver)
-			idemtest.TestOutbox(t, func(t *testing.T) idemtest.OutboxLedger[*sql.Tx] { return openDBLedger(t, db) })
+			idemtest.TestOutbox(t, func(t *testing.T) idem.TxStore[*sql.Tx] { return openDBLedger(t, db) })
 		})
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/pgledger"
@@ -14,7 +14,7 @@ import (
 
 // openSchema is a schedtest.Opener of the ledger in schema, through a pool
 // of its own (a replica's).
-func openSchema(ctx context.Context, schema string) (idemstore.CatchUpStore, func(), error) {
+func openSchema(ctx context.Context, schema string) (idem.Store, func(), error) {
 	pool, err := pgxpool.New(ctx, os.Getenv(dsnEnv))
 	if err != nil {
 		return nil, nil, err

@@ -86,7 +86,15 @@ func (o *Outbox) RelayOption() outbox.Option { return outbox.OnDelivery(o.Observ
 // Watch makes idem_outbox_messages and idem_outbox_oldest_pending_age_seconds
 // report the outbox of s (a Ledger or a Postgres ledger), read at every
 // scrape. A later call replaces s; nil stops reporting.
-func (o *Outbox) Watch(s idemstore.OutboxStore) { o.backlog.setStore(s) }
+func (o *Outbox) Watch(s OutboxSource) { o.backlog.setStore(s) }
+
+// OutboxSource is a store with an outbox, as [Outbox.Watch] reads it:
+// idem.Ledger and the Postgres ledgers are.
+type OutboxSource interface {
+	// OutboxStats returns the outbox's counts and oldest pending message
+	// per topic.
+	OutboxStats(ctx context.Context) ([]idemstore.OutboxTopicStats, error)
+}
 
 // outboxCollector computes the outbox gauges from the store's stats at
 // scrape time.
@@ -96,7 +104,7 @@ type outboxCollector struct {
 	now                  func() time.Time
 
 	mu     sync.Mutex
-	store  idemstore.OutboxStore
+	store  OutboxSource
 	topics map[string]bool // topics seen, reported at 0 when they have no messages left
 }
 
@@ -117,7 +125,7 @@ func newOutboxCollector(constLabels prometheus.Labels, timeout time.Duration) *o
 	}
 }
 
-func (c *outboxCollector) setStore(s idemstore.OutboxStore) {
+func (c *outboxCollector) setStore(s OutboxSource) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.store = s

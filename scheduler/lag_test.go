@@ -15,6 +15,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/schedtest"
+	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/scheduler"
 )
@@ -73,7 +74,7 @@ func wantLagging(t *testing.T, what string, s *scheduler.Scheduler, lag time.Dur
 // cursor), and ready again once the store is back and the period done.
 func TestSchedulerLagWhileStoreDown(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	st := &downStore{CatchUpStore: openLedger(t, t.TempDir())}
+	st := &downStore{CatchUpStore: testledger.As[idemstore.CatchUpStore](t, openLedger(t, t.TempDir()))}
 	s := scheduler.New(st, idem.WithClock(clk))
 	var c calls
 	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, scheduler.WithLagTolerance(10*time.Minute)); err != nil {

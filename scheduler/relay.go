@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/hook"
 	"github.com/idemgo/idem/outbox"
 )
@@ -40,10 +39,11 @@ type schedRelay struct {
 
 // relayLoop is package outbox's: it checks a relay's options and returns
 // its loop.
-var relayLoop = hook.Relay.(func(idemstore.OutboxStore, outbox.Deliverer, []outbox.Option) (func(context.Context), error))
+var relayLoop = hook.Relay.(func(idem.Store, outbox.Deliverer, []outbox.Option) (func(context.Context), error))
 
 // AddRelay adds an outbox relay to the Scheduler: while [Scheduler.Run]
-// runs, it runs [outbox.Relay] on store with d and opts (the Scheduler's clock
+// runs, it runs [outbox.Relay] on store (which must have an outbox, as
+// outbox.Relay's does) with d and opts (the Scheduler's clock
 // and logger unless opts set others), and it stops when Run stops (a
 // delivery in progress has its context cancelled; the message is due again
 // at once, and delivered again: at least once). Its state shows in
@@ -53,7 +53,7 @@ var relayLoop = hook.Relay.(func(idemstore.OutboxStore, outbox.Deliverer, []outb
 // name names it in Status (it must be new). An invalid option is an error
 // matching [idem.ErrInvalidOption]; a Scheduler that has stopped returns
 // [ErrClosed]. A relay added while Run runs starts at once.
-func (s *Scheduler) AddRelay(name string, store idemstore.OutboxStore, d outbox.Deliverer, opts ...outbox.Option) error {
+func (s *Scheduler) AddRelay(name string, store idem.Store, d outbox.Deliverer, opts ...outbox.Option) error {
 	if store == nil || d == nil {
 		panic("scheduler: AddRelay needs a store and a deliverer")
 	}

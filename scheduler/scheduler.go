@@ -164,7 +164,7 @@ func WithLagTolerance(d time.Duration) idem.Option {
 // periods delay it; nor, in [AtLeastOnce], that fn runs once (see the
 // modes).
 type Scheduler struct {
-	store    idemstore.CatchUpStore
+	store    idem.Store
 	cfg      schedulerConfig
 	clock    idem.Clock
 	logger   *slog.Logger
@@ -242,8 +242,11 @@ const holderProbe = time.Second
 // idem.WithLogger also set the Scheduler's own clock and logger. An
 // invalid option makes Add and Run return its error.
 //
-// New panics if store is nil.
-func New(store idemstore.CatchUpStore, opts ...idem.Option) *Scheduler {
+// The store keeps each job's catch-up cursor: behind it there must be an
+// [idemstore.CatchUpStore] (idem.Ledger, idem.StateFile and the Postgres
+// and Redis stores have one); another store makes Add and Run return an
+// error naming it. New panics if store is nil.
+func New(store idem.Store, opts ...idem.Option) *Scheduler {
 	if store == nil {
 		panic("scheduler: New needs a store")
 	}
@@ -257,6 +260,9 @@ func New(store idemstore.CatchUpStore, opts ...idem.Option) *Scheduler {
 	}
 	probe := core.Configure(store, "scheduler.New", opts)
 	s.cfg.err = probe.Err()
+	if _, err := core.StoreAs[idemstore.CatchUpStore]("scheduler.New", store); err != nil {
+		s.cfg.err = err
+	}
 	for _, p := range probe.Ext() {
 		if f, ok := p.(schedulerSet); ok {
 			if err := f(&s.cfg); err != nil && s.cfg.err == nil {
@@ -297,18 +303,18 @@ func (s *Scheduler) Add(job string, sched idem.Schedule, fn func(ctx context.Con
 // AddTx registers a transactional job, as [Scheduler.Add] does a plain
 // one: each period runs through [catchup.RunTx], and fn's writes, the
 // period's done mark and the job's cursor commit in one transaction of the
-// store's database. The Scheduler's store must be an
+// store's database. The store behind the Scheduler's must be an
 // [idemstore.CatchUpTxStore] of Tx (a Ledger's is *sql.Tx); otherwise AddTx
 // returns an error and adds nothing.
 func AddTx[Tx any](s *Scheduler, job string, sched idem.Schedule, fn func(ctx context.Context, tx Tx, p idem.Period) error, opts ...idem.Option) error {
 	if fn == nil || sched == nil {
 		panic("scheduler: AddTx needs a schedule and a fn")
 	}
-	ts, ok := s.store.(idemstore.CatchUpTxStore[Tx])
-	if !ok {
-		var tx Tx
-		return fmt.Errorf("idem: AddTx %s: the scheduler's store %T has no transactions of type %T", job, s.store, tx)
+	cs, err := core.StoreAs[idemstore.CatchUpTxStore[Tx]]("scheduler.AddTx "+job, s.store)
+	if err != nil {
+		return err
 	}
+	ts := core.TxStore[Tx](cs)
 	return s.add(job, sched, "scheduler.AddTx", opts, func(j *schedJob) {
 		j.catchUp = func(ctx context.Context, extra []idem.Option) (catchup.Result, error) {
 			return catchup.RunTx(ctx, ts, j.name, j.sched, func(ctx context.Context, tx Tx, p idem.Period) error {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
-	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testwait"
@@ -89,7 +88,7 @@ func TestSchedulerRunsDuePeriods(t *testing.T) {
 }
 
 // openLedgerAt is a schedtest.Opener of the SQLite ledger at path.
-func openLedgerAt(_ context.Context, path string) (idemstore.CatchUpStore, func(), error) {
+func openLedgerAt(_ context.Context, path string) (idem.Store, func(), error) {
 	l, err := idem.OpenLedger(path)
 	if err != nil {
 		return nil, nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/holder"
 	"github.com/idemgo/idem/internal/schedtest"
+	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/scheduler"
 )
@@ -21,7 +22,7 @@ import (
 // run would: its record is running, held until now+lease.
 func holdPeriod(t *testing.T, l *idem.Ledger, key idem.Key, owner string, now time.Time, lease time.Duration) {
 	t.Helper()
-	c, err := l.Claim(context.Background(), idemstore.ClaimRequest{Key: key, Owner: owner, Now: now, Lease: lease})
+	c, err := testledger.SPI(t, l).Claim(context.Background(), idemstore.ClaimRequest{Key: key, Owner: owner, Now: now, Lease: lease})
 	if err != nil || c.State != idemstore.ClaimAcquired {
 		t.Fatalf("claim %s for %s: %+v, %v", key, owner, c, err)
 	}
@@ -77,8 +78,12 @@ func TestSchedulerTakesOverKilledHolder(t *testing.T) {
 		// Replica A: claim 09:00 for ten minutes, say so, and hang.
 		l, err := idem.OpenLedger(path)
 		var c idemstore.Claim
+		var st idemstore.Store
 		if err == nil {
-			c, err = l.Claim(context.Background(), idemstore.ClaimRequest{Key: key, Owner: idemstore.Owner(), Now: start, Lease: 10 * time.Minute})
+			st, err = idemstore.Of(l)
+		}
+		if err == nil {
+			c, err = st.Claim(context.Background(), idemstore.ClaimRequest{Key: key, Owner: idemstore.Owner(), Now: start, Lease: 10 * time.Minute})
 		}
 		if err == nil && c.State != idemstore.ClaimAcquired {
 			err = fmt.Errorf("claim: %+v", c)

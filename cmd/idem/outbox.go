@@ -138,7 +138,7 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 
 			sig, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			l, ob, clk, err := openOutbox(cmd)
+			l, _, clk, err := openOutbox(cmd)
 			if err != nil {
 				return err
 			}
@@ -149,7 +149,7 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 				fmt.Fprintf(stderr, "idem: relaying the outbox of %s to %s\n", l.desc, webhook)
 			}
 			d, ctx := drainOnSignal(sig, outbox.Webhook(webhook, client), stderr)
-			if err := outbox.Relay(ctx, ob, d, opts...); err != nil {
+			if err := outbox.Relay(ctx, l.store, d, opts...); err != nil {
 				return usageError(err)
 			}
 			if verbose {

@@ -203,7 +203,12 @@ func openLedger(ctx context.Context, cmd *cobra.Command, clk idem.Clock, create 
 	if err != nil {
 		return nil, usageError(err)
 	}
-	return &ledger{store: l, desc: "ledger " + l.Path(), close: func() { l.Close() }, locks: sqliteLocks(l.Path())}, nil
+	st, err := idemstore.Of(l)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return &ledger{store: st.(idemstore.CatchUpStore), desc: "ledger " + l.Path(), close: func() { l.Close() }, locks: sqliteLocks(l.Path())}, nil
 }
 
 // openRedis opens the Redis store on the server at addr (host:port, or a

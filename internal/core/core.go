@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/breaker"
 	"github.com/idemgo/idem/internal/hook"
 )
@@ -31,7 +30,7 @@ type Root interface {
 	Sleep(ctx context.Context, c idem.Clock, d time.Duration) error
 	CheckBackoff(b idem.Backoff) error
 
-	Each(ctx context.Context, s idemstore.ItemStore, key idem.Key, items iter.Seq2[string, error], fn func(context.Context, string) error,
+	Each(ctx context.Context, s any, storeErr error, key idem.Key, items iter.Seq2[string, error], fn func(context.Context, string) error,
 		opts []idem.Option, tx func(clock idem.Clock) any) (idem.Outcome, idem.ItemCounts, []string, error)
 	DefaultWorkers() int
 	Workers(n int) idem.Option

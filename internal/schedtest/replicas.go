@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/holder"
 	"github.com/idemgo/idem/internal/proc"
@@ -22,7 +21,7 @@ import (
 
 // An Opener opens the store under test from the argument the test passed
 // to Goroutines or Processes (a file's path, a schema); close releases it.
-type Opener func(ctx context.Context, arg string) (s idemstore.CatchUpStore, close func(), err error)
+type Opener func(ctx context.Context, arg string) (s idem.Store, close func(), err error)
 
 // replicaStart is the wall time the replica tests start at.
 var replicaStart = time.Date(2026, 3, 1, 0, 30, 0, 0, time.UTC)

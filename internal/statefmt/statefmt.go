@@ -1,8 +1,8 @@
 // Package statefmt is the state file's format (idem.StateFile): its
 // document, the decoder that checks it, and what the file says of a key. It
 // imports no database driver, so that its fuzz test (FuzzDecodeState) builds
-// in seconds; package idem keeps the public names (StateFileVersion,
-// ErrCorruptState, CorruptStateError).
+// in seconds; package idem keeps the public names (ErrCorruptState,
+// CorruptStateError).
 package statefmt
 
 import (
@@ -15,7 +15,7 @@ import (
 )
 
 // Version is the version of the state file format that this version of idem
-// writes (idem.StateFileVersion).
+// writes.
 const Version = 2
 
 // Doc is the file's content.

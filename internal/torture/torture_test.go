@@ -50,12 +50,16 @@ func stuckBackend() *harness.Backend {
 			if err != nil {
 				return nil, err
 			}
-			return &harness.Handle{Store: stuckStore{l}, Close: l.Close}, nil
+			st, err := idemstore.Of(l)
+			if err != nil {
+				return nil, err
+			}
+			return &harness.Handle{Store: stuckStore{st}, Close: l.Close}, nil
 		},
 	}
 }
 
-type stuckStore struct{ idem.Store }
+type stuckStore struct{ idemstore.Store }
 
 func (s stuckStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	if req.Key == stuckKey {

@@ -11,7 +11,6 @@ import (
 	"sync"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/outbox"
 )
 
@@ -256,4 +255,4 @@ func (s sqliteOutbox) Rows(ctx context.Context) (map[string]Row, error) {
 	return m, rows.Err()
 }
 
-func (s sqliteOutbox) Store() idemstore.OutboxStore { return s.l }
+func (s sqliteOutbox) Store() OutboxStore { return s.l }

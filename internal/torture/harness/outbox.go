@@ -64,7 +64,14 @@ type OutboxRunner interface {
 	// was bumped and the nonce of the last bump.
 	Rows(ctx context.Context) (map[string]Row, error)
 	// Store is the relay's side of the outbox.
-	Store() idemstore.OutboxStore
+	Store() OutboxStore
+}
+
+// OutboxStore is a store with an outbox, as the relays and the check see
+// it.
+type OutboxStore interface {
+	idem.Store
+	ListOutbox(ctx context.Context, f idemstore.OutboxFilter) ([]idemstore.OutboxRecord, error)
 }
 
 // OutboxTx is the transaction of one attempt of the outbox mode.

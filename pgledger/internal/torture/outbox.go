@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/torture/harness"
 	"github.com/idemgo/idem/outbox"
 	"github.com/jackc/pgx/v5"
@@ -16,7 +15,7 @@ import (
 // *sql.DB). Setup and Rows use a connection of their own.
 type pgOutbox struct {
 	loc   pgLoc
-	store idemstore.OutboxStore
+	store harness.OutboxStore
 	runTx func(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx pgOutboxTx) error, opts ...idem.Option) error
 }
 
@@ -93,4 +92,4 @@ func (p pgOutbox) Rows(ctx context.Context) (map[string]harness.Row, error) {
 	return m, nil
 }
 
-func (p pgOutbox) Store() idemstore.OutboxStore { return p.store }
+func (p pgOutbox) Store() harness.OutboxStore { return p.store }

@@ -1,0 +1,47 @@
+package testledger
+
+import (
+	"database/sql"
+	"testing"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+)
+
+// Store is what the SQLite ledger's store implements ([idemstore.Of] of
+// an *idem.Ledger): the methods tests call to drive the protocol by hand.
+type Store interface {
+	idemstore.FreshTxStore[*sql.Tx]
+	idemstore.CatchUpTxStore[*sql.Tx]
+	idemstore.ItemTxStore[*sql.Tx]
+	idemstore.OutboxTxStore[*sql.Tx]
+	idemstore.OutboxStore
+	idemstore.Lister
+}
+
+// StateStore is what the state file's store implements.
+type StateStore interface {
+	idemstore.CatchUpStore
+	idemstore.Lister
+	idemstore.Releaser
+}
+
+// SPI is the store behind the ledger l.
+func SPI(t testing.TB, l *idem.Ledger) Store { t.Helper(); return As[Store](t, l) }
+
+// StateSPI is the store behind the state file s.
+func StateSPI(t testing.TB, s *idem.StateFile) StateStore { t.Helper(); return As[StateStore](t, s) }
+
+// As is the store behind s as a T; t fails at once if it is none.
+func As[T any](t testing.TB, s any) T {
+	t.Helper()
+	st, err := idemstore.Of(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := st.(T)
+	if !ok {
+		t.Fatalf("the store behind %T (%T) is not a %T", s, st, (*T)(nil))
+	}
+	return v
+}
