@@ -10,6 +10,7 @@ import (
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/breaker"
 	"github.com/idemgo/idem/internal/hook"
+	"github.com/idemgo/idem/internal/storeof"
 )
 
 // hooks is what the engine lends the subsystem packages of this module
@@ -147,7 +148,7 @@ func (hooks) Each(ctx context.Context, s any, storeErr error, key Key, items ite
 	case err != nil:
 		cfg.err = fmt.Errorf("idem: %s: %w", call.name, err)
 	case !ok:
-		cfg.err = fmt.Errorf("idem: %s: the store %T cannot serve it: it is not an idemstore.ItemStore", call.name, s)
+		cfg.err = fmt.Errorf("idem: %s: the store %s cannot serve it: it is not an idemstore.ItemStore", call.name, storeof.TypeName(s))
 	}
 	var t txItems
 	if tx != nil {

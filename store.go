@@ -35,6 +35,15 @@ type TxStore[Tx any] interface {
 }
 
 func init() {
+	storeof.Named = func(s any) string {
+		switch s.(type) {
+		case ledgerStore:
+			return "*idem.Ledger"
+		case stateStore:
+			return "*idem.StateFile"
+		}
+		return ""
+	}
 	storeof.Unwrap = func(s any) any {
 		switch s := s.(type) {
 		case *Ledger:
@@ -69,7 +78,7 @@ func txStoreFor[Tx any](s any, cl call, opts []Option) (idemstore.TxStore[Tx], *
 	st, cfg := storeFor(s, cl, opts)
 	txs, ok := st.(idemstore.TxStore[Tx])
 	if !ok && cfg.err == nil {
-		cfg.err = fmt.Errorf("idem: %s: the store %T cannot serve it: it is not an %s", cl.name, s, reflect.TypeFor[idemstore.TxStore[Tx]]())
+		cfg.err = fmt.Errorf("idem: %s: the store %s cannot serve it: it is not an %s", cl.name, storeof.TypeName(s), reflect.TypeFor[idemstore.TxStore[Tx]]())
 	}
 	return txs, cfg
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/breaker"
 	"github.com/idemgo/idem/internal/hook"
+	"github.com/idemgo/idem/internal/storeof"
 )
 
 // Func makes an [idem.Guard] named name of check: a downstream's health
@@ -313,7 +314,7 @@ func init() {
 			}
 			p, _ := store.(interface{ Path() string })
 			if p == nil || p.Path() == "" {
-				return nil, false, fmt.Errorf("guard.DiskGuard{MinFree: %d}: the store %T has no file; give the guard a Path", g.MinFree, store)
+				return nil, false, fmt.Errorf("guard.DiskGuard{MinFree: %d}: the store %s has no file; give the guard a Path", g.MinFree, storeof.TypeName(store))
 			}
 			g.Path = p.Path()
 			return g, true, nil

@@ -31,5 +31,5 @@ func Of(s any) (Store, error) {
 	if st, ok := s.(Store); ok && st != nil {
 		return st, nil
 	}
-	return nil, fmt.Errorf("idemstore: %T is not a store: it does not implement idemstore.Store (Claim, Renew, Finish, Resolve, Lookup)", s)
+	return nil, fmt.Errorf("idemstore: %s is not a store: it does not implement idemstore.Store (Claim, Renew, Finish, Resolve, Lookup)", storeof.TypeName(s))
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/runctx"
+	"github.com/idemgo/idem/internal/storeof"
 )
 
 // ErrNoOutbox: [Put] was called where no outbox can take the message:
@@ -84,7 +85,7 @@ func Put[Tx any](ctx context.Context, tx Tx, msg Message) (id string, err error)
 	}
 	store, ok := w.Store.(idemstore.OutboxTxStore[Tx])
 	if !ok {
-		return "", fmt.Errorf("%w: store %T has no outbox (the SQLite Ledger and the Postgres ledgers have one)", ErrNoOutbox, w.Store)
+		return "", fmt.Errorf("%w: store %s has no outbox (the SQLite Ledger and the Postgres ledgers have one)", ErrNoOutbox, storeof.TypeName(w.Store))
 	}
 	if err := checkMessage(msg); err != nil {
 		return "", err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/storeof"
 )
 
 // StoreAs is the store behind s ([idemstore.Of]) as a T, the store
@@ -22,7 +23,7 @@ func StoreAs[T any](call string, s any) (T, error) {
 	}
 	t, ok := st.(T)
 	if !ok {
-		return zero, fmt.Errorf("idem: %s: the store %T cannot serve it: it is not an %s", call, s, reflect.TypeFor[T]())
+		return zero, fmt.Errorf("idem: %s: the store %s cannot serve it: it is not an %s", call, storeof.TypeName(s), reflect.TypeFor[T]())
 	}
 	return t, nil
 }
