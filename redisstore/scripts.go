@@ -137,8 +137,18 @@ return out
 // covered (0/1), status or false, attempt, failures, owner, lease_until,
 // not_before, last_error, updated, fingerprint, value} with the record as
 // it was before the claim (an abandoned attempt's failure and note counted
-// already).
+// already). A done key is answered from one read, with now 0 and, of the
+// record, its status, fingerprint and value only (what Claim must return
+// for ClaimDone): the path of every duplicate trigger.
 var claimScript = redis.NewScript(luaLib + `
+-- A done key, the duplicate trigger's path, is answered from one read:
+-- status, fingerprint and value are all the engine needs of it, and
+-- nothing is written. (A key of the wrong type fails that read with an
+-- error reply, not a raised error, and goes on to the checks below.)
+local d = redis.pcall('HMGET', KEYS[1], 'status', 'fingerprint', 'value')
+if d[1] == 'done' then
+	return {0, 0, 0, 0, 0, 'done', false, false, false, false, false, false, false, d[2], d[3]}
+end
 local bad = types({KEYS[1], 'hash', true}, {KEYS[2], 'hash'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'})
 if bad then return bad end
 local t = now()
