@@ -141,18 +141,17 @@ return out
 // record, its status, fingerprint and value only (what Claim must return
 // for ClaimDone): the path of every duplicate trigger.
 var claimScript = redis.NewScript(luaLib + `
--- A done key, the duplicate trigger's path, is answered from one read:
--- status, fingerprint and value are all the engine needs of it, and
--- nothing is written. (A key of the wrong type fails that read with an
--- error reply, not a raised error, and goes on to the checks below.)
-local d = redis.pcall('HMGET', KEYS[1], 'status', 'fingerprint', 'value')
-if d[1] == 'done' then
-	return {0, 0, 0, 0, 0, 'done', false, false, false, false, false, false, false, d[2], d[3]}
+-- The record first: a done key, the duplicate trigger's path, is answered
+-- from this one read (status, fingerprint and value are all the engine
+-- needs of it; nothing is written). A key of the wrong type fails the read
+-- with an error reply, not a raised error, and types() below refuses it.
+local r = redis.pcall('HMGET', KEYS[1], unpack(recFields))
+if r[1] == 'done' then
+	return {0, 0, 0, 0, 0, 'done', false, false, false, false, false, false, false, r[9], r[10]}
 end
 local bad = types({KEYS[1], 'hash', true}, {KEYS[2], 'hash'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'})
 if bad then return bad end
 local t = now()
-local r = rec(KEYS[1])
 local status = r[1]
 local function answer(taken, attempt, doubt, cov)
 	local out = {taken, attempt, doubt, t, cov}
