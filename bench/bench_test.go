@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,9 @@ func TestComparisons(t *testing.T) {
 			if res.idemOps <= 0 || res.otherOps <= 0 {
 				t.Fatalf("operations: idem %d, %s %d", res.idemOps, c.other, res.otherOps)
 			}
+			if res.idemCost.allocs == 0 || res.otherCost.allocs == 0 || !strings.Contains(res.line(c), "\n  per op: idem CPU") {
+				t.Fatalf("per-op cost missing: idem %+v, %s %+v; line %q", res.idemCost, c.other, res.otherCost, res.line(c))
+			}
 			t.Log(res.line(c))
 		})
 	}
@@ -83,4 +87,19 @@ func TestCountSQL(t *testing.T) {
 		t.Errorf("floor: counted %+v in %d operations, want %+v", res.otherSQL, res.otherOps, want)
 	}
 	t.Log("idem:", res.idemSQL.perOp(res.idemOps), "| floor:", res.otherSQL.perOp(res.otherOps))
+}
+
+// TestHeader: the run's header names the machine and measures its fsync
+// latency (a real file under $TMPDIR, synced), the regime every durable
+// comparison below it runs in.
+func TestHeader(t *testing.T) {
+	h := header()
+	if !strings.Contains(h, runtime.GOOS+"/"+runtime.GOARCH) || !strings.Contains(h, "fsync latency in ") || !strings.Contains(h, "median ") {
+		t.Fatalf("header:\n%s", h)
+	}
+	med, p90, err := fsyncLatency(5)
+	if err != nil || med <= 0 || p90 < med {
+		t.Fatalf("fsyncLatency(5) = %v, %v, %v; want 0 < median <= p90", med, p90, err)
+	}
+	t.Log(h)
 }

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -74,6 +75,44 @@ type result struct {
 	// rounds, and how many operations those rounds did.
 	idemSQL, otherSQL countSnapshot
 	idemOps, otherOps int
+
+	// The cost of each side's measured rounds in this process: CPU time
+	// (zero where getrusage is missing) and heap allocations.
+	idemCost, otherCost cost
+}
+
+// cost is what a side's measured rounds cost this process.
+type cost struct {
+	cpu    time.Duration
+	allocs uint64
+}
+
+func (c cost) add(d cost) cost { return cost{c.cpu + d.cpu, c.allocs + d.allocs} }
+
+// perOp formats c for ops operations.
+func (c cost) perOp(ops int) string {
+	if ops <= 0 {
+		return "-"
+	}
+	cpu := "CPU -"
+	if c.cpu > 0 {
+		cpu = fmt.Sprintf("CPU %.1fµs", float64(c.cpu.Nanoseconds())/1e3/float64(ops))
+	}
+	return fmt.Sprintf("%s, %.0f allocs", cpu, float64(c.allocs)/float64(ops))
+}
+
+// costNow is this process's CPU time and heap allocations so far.
+func costNow() cost {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	cpu, _ := cpuTime()
+	return cost{cpu: cpu, allocs: ms.Mallocs}
+}
+
+// since is what the process spent from c to now.
+func (c cost) since() cost {
+	now := costNow()
+	return cost{cpu: now.cpu - c.cpu, allocs: now.allocs - c.allocs}
 }
 
 func (r result) line(c comparison) string {
@@ -88,6 +127,9 @@ func (r result) line(c comparison) string {
 		ratio = fmt.Sprintf("%.2f", r.idem/r.other)
 	}
 	line := fmt.Sprintf("%s: idem %s/s  %s %s/s  ratio %s", c.name, rate(r.idem), c.other, rate(r.other), ratio)
+	if r.idemOps > 0 || r.otherOps > 0 {
+		line += fmt.Sprintf("\n  per op: idem %s; %s %s", r.idemCost.perOp(r.idemOps), c.other, r.otherCost.perOp(r.otherOps))
+	}
 	if countSQL && (r.idemSQL != countSnapshot{} || r.otherSQL != countSnapshot{}) {
 		line += fmt.Sprintf("\n  statements per op: idem %s; %s %s", r.idemSQL.perOp(r.idemOps), c.other, r.otherSQL.perOp(r.otherOps))
 	}
@@ -147,6 +189,7 @@ func alternate(ctx context.Context, cfg config, idemSide, other side) (result, e
 				role = cfg.other
 			}
 			before := countFor(role).snapshot()
+			spent := costNow()
 			ops, d, err := measure(ctx, s, round)
 			if err != nil {
 				return result{}, fmt.Errorf("%s, round %d: %w", name, round, err)
@@ -154,13 +197,16 @@ func alternate(ctx context.Context, cfg config, idemSide, other side) (result, e
 			if round == 0 {
 				continue // warm-up
 			}
+			c := spent.since() // with the side's prep: untimed, but its cost
 			stmts := countFor(role).snapshot().sub(before)
 			if who == 0 {
 				idemTime += d
 				res.idemSQL, res.idemOps = res.idemSQL.add(stmts), res.idemOps+ops
+				res.idemCost = res.idemCost.add(c)
 			} else {
 				otherTime += d
 				res.otherSQL, res.otherOps = res.otherSQL.add(stmts), res.otherOps+ops
+				res.otherCost = res.otherCost.add(c)
 			}
 		}
 	}

@@ -69,6 +69,7 @@ func main() {
 // run prints the comparisons whose name re matches and reports whether
 // one failed.
 func run(ctx context.Context, cfg config, re *regexp.Regexp) (failed bool) {
+	fmt.Println(header())
 	for _, c := range comparisons {
 		if !re.MatchString(c.name) {
 			continue
