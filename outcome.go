@@ -6,7 +6,8 @@ import "fmt"
 type Outcome int
 
 // The outcomes of a Run. Run returns nil for [Ran], [AlreadyDone],
-// [Recovered] and [Skipped]; the others come with an error matching the sentinel named.
+// [Recovered] and [Skipped]; the others come with an error matching the sentinel named,
+// except [Waiting], which only a catch-up reports, for a period it did not start.
 const (
 	Ran            Outcome = iota + 1 // fn ran now and its done mark committed
 	AlreadyDone                       // an earlier run had finished the key; fn did not run
@@ -20,6 +21,7 @@ const (
 	Failed                            // fn or the store failed, and the run stopped before the key was settled (its context ended, or the store returned an error)
 	ParamsMismatch                    // ErrParamsMismatch: the key was claimed with other parameters (WithParams); fn did not run, nothing was written
 	Deferred                          // ErrDeferred: a guard or a breaker stopped the call before it claimed (more) work; nothing was counted as a failure
+	Waiting                           // a catch-up's period waits for periods of other jobs (catchup.After): not claimed, no attempt counted; no error
 )
 
 var outcomeNames = [...]string{
@@ -27,6 +29,7 @@ var outcomeNames = [...]string{
 	Unknown: "unknown", BackingOff: "backing_off", Parked: "parked", LeaseLost: "lease_lost", Failed: "failed",
 	ParamsMismatch: "params_mismatch",
 	Deferred:       "deferred",
+	Waiting:        "waiting",
 }
 
 // String returns a short snake_case name, suitable as a metric label.

@@ -26,14 +26,15 @@ const DefaultMaxPeriods = catchupcfg.DefaultMaxPeriods
 // PeriodResult is what catch-up did with one period.
 type PeriodResult struct {
 	Period  idem.Period
-	Outcome idem.Outcome // Ran, AlreadyDone, Recovered, Skipped, or the failure's outcome
+	Outcome idem.Outcome // Ran, AlreadyDone, Recovered, Skipped, Waiting, or the failure's outcome
 	Err     error        // nil unless the period failed
+	Waiting Waits        // Waiting: the upstream periods not done yet ([After])
 }
 
 // Result reports a Run or RunTx call.
 type Result struct {
 	Periods  []PeriodResult // in order, oldest first
-	Deferred int            // due periods left for a later call (the MaxPeriods cap, or a stop at a failure)
+	Deferred int            // due periods left for a later call (the MaxPeriods cap, a stop at a failure, or a period that waits)
 	Cursor   string         // the job's cursor afterwards
 }
 
@@ -71,6 +72,10 @@ func (r Result) Count(o idem.Outcome) int {
 // it that is not settled (run by a plain Run, or left by an older version
 // of idem whose catch-up could skip it) is not reached by Run again;
 // run it with idem.Run, or Resolve it.
+//
+// Dependencies: with [After] (or [AfterPrevious]) a period waits, unclaimed
+// and with no error, until the periods it depends on are done (outcome
+// [idem.Waiting]; see After).
 //
 // Policies: [All] (default; capped at DefaultMaxPeriods per call) or
 // [Latest]. A failing period stops the catch-up there unless
@@ -149,6 +154,11 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.
 	if err := idemstore.ValidateJob(job); err != nil {
 		return res, err
 	}
+	for _, d := range cu.Deps {
+		if d.Job == job {
+			return res, core.InvalidOption("catchup.After(%q, %s) in %s of job %q: a job cannot wait for its own periods (use AfterPrevious)", d.Job, d.Mapping, call, job)
+		}
+	}
 	plain := core.R.Plain(opts)
 	clock := cfg.Clock()
 	js, err := s.Job(ctx, job)
@@ -222,6 +232,30 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.
 			if observer != nil { // a Result per period, skipped ones too
 				observer(idem.Result{Key: key, Outcome: pr.Outcome, Duration: clock.Now().Sub(start), Err: pr.Err})
 			}
+		} else if w, err := waits(ctx, s, job, js.Cursor, sched, p, cu.Deps); err != nil || len(w) > 0 {
+			// Upstream periods not done: this one waits, unclaimed, and so
+			// do the periods after it. Not a failure (unless the store's
+			// read failed).
+			pr = PeriodResult{Period: p, Outcome: idem.Waiting, Waiting: w}
+			if err != nil {
+				pr = PeriodResult{Period: p, Outcome: idem.Failed, Err: err}
+			}
+			if observer != nil {
+				observer(idem.Result{Key: key, Outcome: pr.Outcome, Err: pr.Err})
+			}
+			if logger := cfg.Logger(); logger != nil && err == nil {
+				logger.LogAttrs(ctx, slog.LevelInfo, "idem: catch-up period waits", slog.String("job", job),
+					slog.String("period", p.Name), slog.String("for", w.String()))
+			}
+			unbroken = false
+			if pr.Err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("idem: catch-up %s stopped at %s: %w", job, p.Name, pr.Err)
+			}
+			if onPeriod != nil {
+				onPeriod(pr)
+			}
+			res.Periods = append(res.Periods, pr)
+			break
 		} else {
 			// This period's Run: the call's options, its report, the
 			// call's start for RetryWithin, and the cursor's move.

@@ -129,7 +129,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m := &Metrics{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "idem_runs_total",
-			Help:        "Calls of idem's Run, by job and outcome (ran, already_done, recovered, skipped, in_progress, unknown, backing_off, parked, lease_lost, failed).",
+			Help:        "Calls of idem's Run, by job and outcome (ran, already_done, recovered, skipped, in_progress, unknown, backing_off, parked, lease_lost, failed, params_mismatch, deferred, waiting).",
 			ConstLabels: c.constLabels,
 		}, []string{"job", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{

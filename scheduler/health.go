@@ -55,6 +55,13 @@ type JobStatus struct {
 	// busy, not broken; it turns unready once it lags more than its
 	// WithLagTolerance.
 	Deferred string `json:"deferred,omitempty"`
+	// Waiting says which period of the job waits for which periods of
+	// other jobs (catchup.After), as its last catch-up found them:
+	// "2026-10-27 waits for settle/2026-10-27 (not run yet)". A waiting
+	// job is ready; it turns unready once it lags more than its
+	// WithLagTolerance, and the upstream job whose period is parked or
+	// unknown is unready itself.
+	Waiting string `json:"waiting,omitempty"`
 	// Ready is false when a period is parked, unknown or claimed with
 	// other parameters, or the job lags more than its WithLagTolerance;
 	// Why says which.

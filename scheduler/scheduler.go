@@ -358,6 +358,15 @@ func (s *Scheduler) add(job string, sched idem.Schedule, call string, opts []ide
 	if _, dup := s.byName[job]; dup {
 		return fmt.Errorf("idem: Scheduler.Add %s: a job of this name was added already", job)
 	}
+	if jc.overlapping && len(cu.Deps) > 0 {
+		// An overlapping period runs on its own, outside the catch-up
+		// that checks what it waits for.
+		return fmt.Errorf("idem: Scheduler.Add %s: %w: scheduler.RunOverlapping with catchup.After or AfterPrevious: a period that waits cannot run alongside others",
+			job, idem.ErrInvalidOption)
+	}
+	if err := s.checkDeps(job, sched, cu.Deps); err != nil {
+		return err
+	}
 	// What the job's catch-up takes: all but the job's own settings.
 	var cuOpts []idem.Option
 	for _, o := range all {
@@ -628,6 +637,15 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	if res.Cursor != "" {
 		j.cursor = res.Cursor
 	}
+	waiting := ""
+	if n := len(res.Periods); n > 0 && res.Periods[n-1].Outcome == idem.Waiting {
+		pr := res.Periods[n-1]
+		waiting = pr.Period.Name + " waits for " + pr.Waiting.String()
+	}
+	j.st.Waiting = waiting
+	if settledSome(res.Periods) {
+		s.wakeDependents(j.name, now)
+	}
 	wake := s.nextWake(j, now)
 	if j.index >= 0 { // an overlapping job, looked at while its catch-up ran
 		wake = earliest(wake, j.wake)
@@ -637,6 +655,10 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	switch {
 	case s.state >= schedStopping:
 		return
+	case err == nil && waiting != "":
+		// Its upstream's done marks wake it: this Scheduler's at once
+		// (wakeDependents), another replica's at the next recheck.
+		wake = earliest(wake, now.Add(Recheck))
 	case err == nil && res.Deferred > 0:
 		wake = now // the cap: go on, after the others due now
 	case err == nil && res.Cursor != "" && !s.oldestDue(j, now).IsZero() && len(res.Periods) > 0:

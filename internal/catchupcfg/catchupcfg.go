@@ -33,6 +33,23 @@ type Settings struct {
 	// reads it and moves it (its lag does not wait for the catch-up to
 	// return).
 	Progress func(cursor string)
+	// Deps are the job's dependencies (catchup.After, AfterPrevious), in
+	// the order given.
+	Deps []Dep
+}
+
+// A Dep is one dependency of a job's periods: those of Job that Map maps
+// a period to must be done (or skipped) before the period starts. Job ""
+// is the job itself (AfterPrevious).
+type Dep struct {
+	Job     string
+	Mapping string // how it maps, for messages: "same period", "within hourly@UTC", ...
+	// Map returns the names of Job's periods that p of a job of schedule
+	// own waits for.
+	Map func(p idem.Period, own idem.Schedule) []string
+	// SameCalendar: Map returns the period's own name (SamePeriod), so Job
+	// must have the job's calendar; a Scheduler that has both checks it.
+	SameCalendar bool
 }
 
 // A Set is the payload of a catch-up option: what it sets.

@@ -1,0 +1,177 @@
+package catchup
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/catchupcfg"
+	"github.com/idemgo/idem/internal/core"
+)
+
+// A Mapping says which periods of an upstream job a period of the job
+// waits for ([After]).
+type Mapping struct {
+	name string
+	same bool
+	f    func(p idem.Period, own idem.Schedule) []string
+}
+
+// SamePeriod maps a period to the upstream's period of the same name:
+// for jobs of one calendar ("mail the merchants after the day is
+// settled"). A Scheduler that runs both jobs refuses it, when the job is
+// added, if their schedules differ.
+func SamePeriod() Mapping {
+	return Mapping{name: "same period", same: true, f: func(p idem.Period, _ idem.Schedule) []string { return []string{p.Name} }}
+}
+
+// Within maps a period to every period of upstream, the upstream job's
+// schedule, that starts inside it (p.Start <= q.Start < p.End): a daily
+// job after an hourly one waits for the day's 24 hours (23 or 25 on a
+// day that a daylight-saving change shortens or lengthens, in the
+// schedule's zone); a monthly report after a daily job, for the month's
+// 28 to 31 days. An upstream period that starts before the period and
+// ends inside it is not waited for.
+func Within(upstream idem.Schedule) Mapping {
+	if upstream == nil {
+		return Mapping{}
+	}
+	return Mapping{name: "within " + upstream.String(), f: func(p idem.Period, _ idem.Schedule) []string {
+		var names []string
+		q := upstream.At(p.Start)
+		if q.Start.Before(p.Start) {
+			q = upstream.Next(q)
+		}
+		for ; q.Start.Before(p.End); q = upstream.Next(q) {
+			names = append(names, q.Name)
+		}
+		return names
+	}}
+}
+
+// MapFunc maps a period with f, which returns the names of the upstream's
+// periods it waits for (none: it waits for nothing). name describes the
+// mapping in messages.
+func MapFunc(name string, f func(p idem.Period) []string) Mapping {
+	if f == nil {
+		return Mapping{}
+	}
+	return Mapping{name: name, f: func(p idem.Period, _ idem.Schedule) []string { return f(p) }}
+}
+
+// After makes each period of the job wait until the periods of the job
+// upstream that m maps it to are done (or settled as skipped, or below
+// upstream's retention horizon): "mail after settle", After("settle",
+// SamePeriod()). Several After add up.
+//
+// Waiting is not failing: a period whose upstream periods are not all
+// done is not claimed and its fn not called; no attempt or failure is
+// counted, no backoff runs, it is never parked. The catch-up stops there
+// (the periods after it wait too) and returns no error, with the period's
+// [PeriodResult] of outcome [idem.Waiting] listing what it waits for
+// (PeriodResult.Waiting: each upstream key and its status, "" when the
+// store has no record of it, as for a job it has never seen). An upstream
+// period that is parked or unknown is said so there: it waits for a
+// person, and so does the period. The next call looks again; a Scheduler
+// looks again as soon as it finishes a period of upstream, else at its
+// next recheck.
+//
+// An empty upstream, the job itself (use [AfterPrevious]) or a zero
+// Mapping is an error matching idem.ErrInvalidOption.
+func After(upstream string, m Mapping) idem.Option {
+	name := fmt.Sprintf("catchup.After(%q, %s)", upstream, m.name)
+	return policy(name, func(c *catchupcfg.Settings) error {
+		if m.f == nil {
+			return core.InvalidOption("%s: no mapping (use SamePeriod, Within or MapFunc)", name)
+		}
+		if err := idemstore.ValidateJob(upstream); err != nil {
+			return core.InvalidOption("%s: %v", name, err)
+		}
+		c.Deps = append(c.Deps, catchupcfg.Dep{Job: upstream, Mapping: m.name, Map: m.f, SameCalendar: m.same})
+		return nil
+	})
+}
+
+// AfterPrevious makes each period of the job wait until the job's own
+// previous period is done (or skipped): strict order, where a period's
+// work needs the one before it (a running balance). Catch-up runs a job's
+// periods oldest first anyway; what AfterPrevious adds is that a period
+// never starts while the one before it is unsettled — failed, parked,
+// unknown, or held by another replica's run (with ContinueAfterFailure,
+// or [idem.Run] of a single period, it might). A period at or before the
+// job's cursor counts as settled: the job's first period does not wait
+// for the one before the job began.
+func AfterPrevious() idem.Option {
+	return policy("catchup.AfterPrevious", func(c *catchupcfg.Settings) error {
+		c.Deps = append(c.Deps, catchupcfg.Dep{Mapping: "previous period", Map: func(p idem.Period, own idem.Schedule) []string {
+			return []string{own.Prev(p).Name}
+		}})
+		return nil
+	})
+}
+
+// A Wait is one upstream period a period waits for.
+type Wait struct {
+	Key    idem.Key
+	Status idem.Status // its record's status; "" when the store has none
+}
+
+func (w Wait) String() string {
+	if w.Status == "" {
+		return w.Key.String() + " (not run yet)"
+	}
+	return w.Key.String() + " (" + string(w.Status) + ")"
+}
+
+// waits is what the period p of job waits for under deps; an error is
+// the store's.
+func waits(ctx context.Context, s idemstore.CatchUpStore, job, cursor string, sched idem.Schedule, p idem.Period, deps []catchupcfg.Dep) (Waits, error) {
+	var w Waits
+	for _, d := range deps {
+		up := d.Job
+		if up == "" {
+			up = job
+		}
+		for _, name := range d.Map(p, sched) {
+			if d.Job == "" && cursor != "" && name <= cursor {
+				continue // the job's own period at or before its cursor: settled, or before the job began
+			}
+			key := idem.Key{Job: up, Period: name}
+			rec, ok, err := s.Lookup(ctx, key)
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case ok && (rec.Status == idem.StatusDone || rec.Status == idem.StatusSkipped):
+				continue
+			case ok:
+				w = append(w, Wait{Key: key, Status: rec.Status})
+			default:
+				w = append(w, Wait{Key: key})
+			}
+		}
+	}
+	return w, nil
+}
+
+// Waits is what a period waits for.
+type Waits []Wait
+
+// String lists the first three waits, and how many more there are.
+func (w Waits) String() string {
+	const shown = 3
+	parts := make([]string, 0, shown)
+	for i, x := range w {
+		if i == shown {
+			break
+		}
+		parts = append(parts, x.String())
+	}
+	s := strings.Join(parts, ", ")
+	if len(w) > shown {
+		s += fmt.Sprintf(" and %d more", len(w)-shown)
+	}
+	return s
+}
