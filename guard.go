@@ -21,6 +21,11 @@ import (
 // (a file it cannot read) refuses too: when the host's state is unknown,
 // the safe answer is not to push through. Check must be quick (it runs
 // before every window) and safe for concurrent use.
+//
+// Check's context tells the key it guards: [InfoFrom] gives an Info with
+// Key set (a period, for Each too; no attempt is claimed yet, so nothing
+// else is), for a check that depends on the period — a job that must not
+// run on a holiday, say.
 type Guard interface {
 	// Name names the guard in logs, in [Deferral.Reason] and in metric
 	// labels: "memory", "disk", or the name given to [GuardFunc].
@@ -79,8 +84,12 @@ func bindGuards(gs []Guard, s any) ([]Guard, error) {
 
 // checkGuards asks gs in order and returns the first refusal, logged.
 func checkGuards(ctx context.Context, gs []Guard, logger *slog.Logger, key Key) *Deferral {
+	if len(gs) == 0 {
+		return nil
+	}
+	gctx := context.WithValue(ctx, infoKey{}, Info{Key: key}) // the key it guards, for Check
 	for _, g := range gs {
-		if err := g.Check(ctx); err != nil {
+		if err := g.Check(gctx); err != nil {
 			d := &Deferral{Reason: g.Name(), Err: err}
 			logDeferral(ctx, logger, key, d)
 			return d

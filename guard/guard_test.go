@@ -428,3 +428,47 @@ func TestGuardStopsCatchUp(t *testing.T) {
 		t.Fatalf("CatchUp of 8 days with the guard refusing: %v, fn ran %d times, %+v; want one period deferred and 7 left", err, ran, res)
 	}
 }
+
+// TestGuardSeesTheKey: a guard's Check learns the key it guards from its
+// context (idem.InfoFrom), for Run and for Each, and can refuse by period:
+// the refused period is deferred, the others run.
+func TestGuardSeesTheKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	var mu sync.Mutex
+	var seen []idem.Key
+	holiday := guard.Func("holiday", func(ctx context.Context) error {
+		info, ok := idem.InfoFrom(ctx)
+		mu.Lock()
+		seen = append(seen, info.Key)
+		mu.Unlock()
+		if !ok || info.Key.Period == "" {
+			return errors.New("no key in the guard's context")
+		}
+		if info.Key.Period == "2026-12-25" {
+			return errors.New("no settlement on a holiday")
+		}
+		return nil
+	})
+	ran := 0
+	fn := func(context.Context) error { ran++; return nil }
+	if err := l.Run(ctx, idem.Key{Job: "settle", Period: "2026-12-24"}, fn, idem.WithGuard(holiday)); err != nil {
+		t.Fatal(err)
+	}
+	err := l.Run(ctx, idem.Key{Job: "settle", Period: "2026-12-25"}, fn, idem.WithGuard(holiday))
+	var d *idem.Deferral
+	if !errors.Is(err, idem.ErrDeferred) || !errors.As(err, &d) || d.Reason != "holiday" || ran != 1 {
+		t.Fatalf("the holiday: %v (ran %d); want deferred by the holiday guard", err, ran)
+	}
+	items := fanout.Items(func(yield func(string) bool) { yield("a") })
+	if _, err := fanout.Each(ctx, l, idem.Key{Job: "grant", Period: "2026-12-24"}, items,
+		func(context.Context, string) error { return nil }, idem.WithGuard(holiday)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) < 3 || seen[0].Period != "2026-12-24" || seen[1].Period != "2026-12-25" || seen[len(seen)-1] != (idem.Key{Job: "grant", Period: "2026-12-24"}) {
+		t.Fatalf("the guard saw %v", seen)
+	}
+}
