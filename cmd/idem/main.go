@@ -30,7 +30,7 @@ const (
 	exitFailed  = 1 // run: the command failed, is backing off, or is parked; others: the operation was refused or failed
 	exitUsage   = 2 // bad flags or arguments, or the ledger cannot be opened
 	exitDone    = 3 // run: nothing was due, every period was done already
-	exitBusy    = 4 // run: another run holds a period
+	exitBusy    = 4 // run: another run holds a period, or a period waits for another job's (--after)
 	exitUnknown = 5 // run: a period's outcome is unknown and needs `idem resolve`
 
 	exitMismatch = 6 // run: a period was first run with other --params; nothing was started

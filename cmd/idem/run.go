@@ -91,6 +91,13 @@ first period is retried by later runs, whatever day they run on. Catch-up
 never goes back before the cursor: a period there that is not settled (run
 with --catch-up none) is left to you ('idem ls' says so).
 
+Dependencies (--after): a period runs only once the periods of other jobs
+it depends on are done: --after settle waits for settle's same period;
+--after settle/hourly for every hourly period of settle inside it (a day's
+23, 24 or 25 hours, in --tz); --after previous for this job's own previous
+period. A period that waits is not started and counts no attempt; idem says
+what it waits for (and whether that is parked or unknown) and exits 4.
+
 Parameters (--params, --params-from-args): a period's work can depend on
 more than its name: a rate table, an account list, the script's arguments.
 Give them with --params STRING, or --params-from-args to take COMMAND and
@@ -142,6 +149,7 @@ type runOptions struct {
 	params                            string
 	paramsFromArgs                    bool
 	capture                           int
+	after                             []string
 	attemptFlags
 }
 
@@ -233,6 +241,7 @@ func newRunCmd() *cobra.Command {
 	o.attemptFlags.add(f)
 	f.StringVar(&o.params, "params", "", "the parameters of the work (a rate table's version, an account list): a period first run with other params is refused with exit 6")
 	f.BoolVar(&o.paramsFromArgs, "params-from-args", false, "take COMMAND and its arguments as the params: a period first run with another command line is refused with exit 6")
+	f.StringArrayVar(&o.after, "after", nil, "run a period only once the same period of this job is done (JOB), or every period of JOB's schedule inside it (JOB/hourly, JOB/daily, JOB/weekly, JOB/monthly, in --tz), or this job's previous period (previous); repeatable. A period that waits is not started and exits 4")
 	f.IntVar(&o.capture, "capture", 0, fmt.Sprintf("keep the first N bytes (at most %d) of COMMAND's stdout with the done mark, and print them again when a later trigger finds the latest due period done", idemstore.MaxValue))
 	_ = cmd.MarkFlagRequired("job")
 	return cmd
@@ -282,6 +291,16 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		}
 	default:
 		return usageError(fmt.Errorf("--catch-up %q: use all, latest or none", o.catchUp))
+	}
+	for _, a := range o.after {
+		if o.catchUp == "none" {
+			return usageError(fmt.Errorf("--after needs --catch-up all or latest"))
+		}
+		opt, err := afterOption(a, o.job, loc)
+		if err != nil {
+			return flagError("--after", err)
+		}
+		policies = append(policies, opt)
 	}
 	if o.since != "" {
 		if o.catchUp == "none" {
@@ -405,7 +424,7 @@ func exitCode(periods []catchup.PeriodResult) int {
 			c = exitDone
 		case idem.Unknown:
 			c = exitUnknown
-		case idem.InProgress, idem.LeaseLost:
+		case idem.InProgress, idem.LeaseLost, idem.Waiting:
 			c = exitBusy
 		case idem.ParamsMismatch:
 			c = exitMismatch
@@ -489,6 +508,8 @@ func (r reporter) period(pr catchup.PeriodResult) {
 			return
 		}
 		fmt.Fprintf(r.w, "idem: %s: %v\n", name, pr.Err)
+	case idem.Waiting:
+		fmt.Fprintf(r.w, "idem: %s: waiting for %s (--after); nothing was started, a later run starts it\n", name, pr.Waiting)
 	case idem.InProgress:
 		holder := ""
 		if ie != nil && ie.Holder != "" {
@@ -538,4 +559,29 @@ func (r reporter) whileLatest() string {
 		return " only while it is the latest due period (--catch-up none runs no other)"
 	}
 	return ""
+}
+
+// afterOption is the catch-up dependency an --after value (or a crontab
+// line's after:) names: JOB (the same period), JOB/PERIODS (every period
+// of JOB's schedule PERIODS inside this one, in loc), or previous (the
+// job's own previous period).
+func afterOption(v, job string, loc *time.Location) (idem.Option, error) {
+	if v == "previous" {
+		return catchup.AfterPrevious(), nil
+	}
+	up, periods, within := strings.Cut(v, "/")
+	if err := idemstore.ValidateJob(up); err != nil {
+		return nil, fmt.Errorf("%q: %w", v, err)
+	}
+	if up == job {
+		return nil, fmt.Errorf("%q: a job cannot wait for its own periods (use previous)", v)
+	}
+	if !within {
+		return catchup.After(up, catchup.SamePeriod()), nil
+	}
+	sched, ok := namedSchedule(periods, loc)
+	if !ok {
+		return nil, fmt.Errorf("%q: %q is not hourly, daily, weekly or monthly", v, periods)
+	}
+	return catchup.After(up, catchup.Within(sched)), nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +39,9 @@ The file:
   @daily JOB COMMAND [ARGS...]                  a cron line (@hourly, @weekly,
                                                 @monthly, @yearly too)
   daily+2h JOB COMMAND [ARGS...]                a business line
+  daily+2h JOB after:UPSTREAM COMMAND [ARGS...] a line whose periods wait for
+                                                UPSTREAM's (after:JOB/hourly,
+                                                after:previous: as --after)
 
 A job line has when it runs, the job's name (as for 'idem run --job') and
 the command, split into words as a shell would (quotes and backslashes; no
@@ -58,6 +62,15 @@ after + (a duration: 2h, 90m, 1d): "daily+2h" runs the day 2026-10-27 at
 02:00 on the 28th, with IDEM_PERIOD=2026-10-27, as 'idem run --schedule
 daily --tz ZONE' gives it. Use it for a script that does the work of a
 business day (settle.sh); a cron line's IDEM_PERIOD is a slot in UTC.
+
+Words after:UPSTREAM between a line's job and its command make its periods
+wait for UPSTREAM's, as 'idem run --after' does: after:settle waits for
+settle's same period, after:imports/hourly for every hourly period of
+imports inside it, after:previous for the job's own previous period. A
+period that waits is not started and counts no attempt; it runs as soon as
+what it waits for is done here (at the next look when another replica did
+it). A cycle, or after:JOB between lines of different schedules, is refused
+(--check says so, with the line).
 
 A job that has never run (the ledger has nothing of it) starts as --since
 says: next (the default) with its first period due after idem serve
@@ -150,6 +163,7 @@ type crontabJob struct {
 	// line's (daily, ...) when they end, plus delay.
 	atStart bool
 	delay   time.Duration
+	after   []idem.Option // the line's after: words (catch-up dependencies)
 }
 
 // String describes the line's periods, for --check -v.
@@ -259,6 +273,9 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s:%d: %s %s: %s\n", path, j.line, j.name, j, strings.Join(j.argv, " "))
 			}
 		}
+		if err := checkDependencies(path, jobs); err != nil {
+			return usageError(err)
+		}
 		return checkLedger(cmd, path, jobs)
 	}
 	if o.max < 0 {
@@ -302,7 +319,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		if skip != nil {
 			rep.ended = skip.attemptEnded
 		}
-		opts := append(j.due(), mode, attempt, catchup.All(o.max), catchup.OnPeriod(rep.period))
+		opts := append(append(j.due(), j.after...), mode, attempt, catchup.All(o.max), catchup.OnPeriod(rep.period))
 		since, err := j.since(o.since, now)
 		if err != nil {
 			return usageError(fmt.Errorf("%s:%d: %w", path, j.line, err))
@@ -372,6 +389,29 @@ func checkLedger(cmd *cobra.Command, path string, jobs []crontabJob) error {
 	defer l.close()
 	if err := checkStored(cmd.Context(), l.store, l.desc, path, jobs); err != nil {
 		return usageError(err)
+	}
+	return nil
+}
+
+// checkDependencies checks the lines' after: words as the Scheduler of
+// 'idem serve' will: each line's job added, in order, to a Scheduler over
+// a throwaway store, so that a cycle, or after:JOB between lines of
+// different schedules, is the same error, with its line.
+func checkDependencies(path string, jobs []crontabJob) error {
+	dir, err := os.MkdirTemp("", "idem-check-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	sf, err := idem.OpenStateFile(filepath.Join(dir, "check.json"))
+	if err != nil {
+		return err
+	}
+	s := scheduler.New(sf)
+	for _, j := range jobs {
+		if err := s.Add(j.name, j.sched, func(context.Context, idem.Period) error { return nil }, j.after...); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, j.line, err)
+		}
 	}
 	return nil
 }
@@ -457,6 +497,18 @@ func parseCrontab(path string, r io.Reader, loc *time.Location, lookPath bool) (
 		}
 		seen[name] = n
 		argv := rest[1:]
+		// after:JOB, after:JOB/PERIODS, after:previous: as 'idem run --after'.
+		for len(argv) > 0 && strings.HasPrefix(argv[0], "after:") {
+			opt, err := afterOption(strings.TrimPrefix(argv[0], "after:"), name, loc)
+			if err != nil {
+				return nil, bad("%s: %v", argv[0], err)
+			}
+			job.after = append(job.after, opt)
+			argv = argv[1:]
+		}
+		if len(argv) == 0 {
+			return nil, bad("job %s has no command", name)
+		}
 		if lookPath {
 			if _, err := exec.LookPath(argv[0]); err != nil {
 				return nil, bad("command %q: %v", argv[0], err)
