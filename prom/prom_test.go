@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/guard"
+	"github.com/idemgo/idem/idemtest"
 
 	"github.com/idemgo/idem/fanout"
 
@@ -378,5 +380,42 @@ func TestSchedulerMetricsReachEach(t *testing.T) {
 		{"idem_runs_total", "job=grant,outcome=ran", 1},
 		{"idem_runs_total", "job=grant_items,outcome=ran", 1},
 		{"idem_items_total", "job=grant_items,status=done", 4},
+	})
+}
+
+// TestWaitingCounted: a catch-up period that waits for another job's
+// (catchup.After) is counted as idem_runs_total{outcome="waiting"}, once
+// per look, with no failure; once its upstream is done it counts as ran.
+func TestWaitingCounted(t *testing.T) {
+	ctx := context.Background()
+	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
+	l, err := idem.OpenLedger(filepath.Join(t.TempDir(), "ledger.db"), idem.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reg := prometheus.NewRegistry()
+	m, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	daily := idem.Daily(time.UTC)
+	noop := func(context.Context, idem.Period) error { return nil }
+	after := catchup.After("settle", catchup.SamePeriod())
+	for range 3 {
+		if _, err := catchup.Run(ctx, l, "mail", daily, noop, after, m.Option()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := catchup.Run(ctx, l, "settle", daily, noop, m.Option()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catchup.Run(ctx, l, "mail", daily, noop, after, m.Option()); err != nil {
+		t.Fatal(err)
+	}
+	gather(t, reg).expect(t, []series{
+		{"idem_runs_total", "job=mail,outcome=waiting", 3},
+		{"idem_runs_total", "job=mail,outcome=ran", 1},
+		{"idem_runs_total", "job=settle,outcome=ran", 1},
 	})
 }
