@@ -509,6 +509,12 @@ func (r reporter) period(pr catchup.PeriodResult) {
 		}
 		fmt.Fprintf(r.w, "idem: %s: %v\n", name, pr.Err)
 	case idem.Waiting:
+		if r.replicas { // idem serve: it looks again by itself; say so each time only with -v
+			if r.verbose {
+				fmt.Fprintf(r.w, "idem: %s: waiting for %s; not started yet\n", name, pr.Waiting)
+			}
+			return
+		}
 		fmt.Fprintf(r.w, "idem: %s: waiting for %s (--after); nothing was started, a later run starts it\n", name, pr.Waiting)
 	case idem.InProgress:
 		holder := ""
