@@ -20,6 +20,7 @@
 //	<call> <job>              internal  one call of Run, RunTx, RunValue (call: idem.Run, idem.RunTx, ...); a catch-up's period's too
 //	attempt <job>             internal  one attempt of fn, inside the call's span: fn's context is the attempt's
 //	fanout.Each <job>         internal  one call of fanout.Each or EachTx
+//	fanout.Each.mark <job>    internal  the Run of the period's done mark, inside a fan-out's span
 //	chunk <job>               internal  one chunk of a fan-out's items, worked by one worker
 //	catchup <job>             internal  one pass of catchup.Run or RunTx: its periods' calls are inside it
 //	scheduler <job>           internal  one look of a Scheduler at a due job (its catch-up, or one period of an overlapping job)
