@@ -225,8 +225,8 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	pc := *cfg // the done mark's Run: its own copy
 	pc.mode, pc.report, pc.observer = periodMode, &mark, nil
 	pc.spanCall = "fanout.Each.mark" // the period's done mark, in the call's span
-	pc.wait = true          // another holder may be writing the same mark this instant
-	pc.pollFirst = heldPoll // which takes it a moment: look again soon
+	pc.wait = true                   // another holder may be writing the same mark this instant
+	pc.pollFirst = heldPoll          // which takes it a moment: look again soon
 	err = execute(ctx, s, key, &pc, func(context.Context) ([]byte, error) { return nil, nil }, nil, nil)
 	res.Outcome = mark.Outcome
 	if mark.Outcome == AlreadyDone {

@@ -112,7 +112,9 @@ func TestSchedulerSlotToReceiver(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	testwait.Until(t, func() bool { return len(rc.headers()) > 0 && len(r.spans("scheduler report")) > 0 && len(r.spans("outbox.deliver reports")) > 0 },
+	testwait.Until(t, func() bool {
+		return len(rc.headers()) > 0 && len(r.spans("scheduler report")) > 0 && len(r.spans("outbox.deliver reports")) > 0
+	},
 		"the receiver to get the report's message, and the slot's and the delivery's spans to end")
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
