@@ -224,9 +224,10 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	// Every item is done or parked: mark the period done.
 	pc := *cfg // the done mark's Run: its own copy
 	pc.mode, pc.report, pc.observer = periodMode, &mark, nil
-	pc.spanCall = "fanout.Each.mark" // the period's done mark, in the call's span
-	pc.wait = true                   // another holder may be writing the same mark this instant
-	pc.pollFirst = heldPoll          // which takes it a moment: look again soon
+	pc.wait = true          // another holder may be writing the same mark this instant
+	pc.pollFirst = heldPoll // which takes it a moment: look again soon
+	// Its span, inside the call's, is named as the done mark's.
+	pc.spanCall = "fanout.Each.mark"
 	err = execute(ctx, s, key, &pc, func(context.Context) ([]byte, error) { return nil, nil }, nil, nil)
 	res.Outcome = mark.Outcome
 	if mark.Outcome == AlreadyDone {
