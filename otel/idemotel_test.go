@@ -94,7 +94,7 @@ func wantAttrs(t testing.TB, s sdktrace.ReadOnlySpan, want ...attribute.KeyValue
 			continue
 		}
 		if v != w.Value {
-			t.Errorf("span %q: %s = %v, want %v", s.Name(), w.Key, v.Emit(), w.Value.Emit())
+			t.Errorf("span %q: %s = %v, want %v", s.Name(), w.Key, v.String(), w.Value.String())
 		}
 	}
 }

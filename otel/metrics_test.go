@@ -55,7 +55,7 @@ func sums(t testing.TB, rd *sdkmetric.ManualReader, name string) map[string]floa
 func attrString(s attribute.Set) string {
 	var parts []string
 	for _, kv := range s.ToSlice() {
-		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+		parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 	}
 	return strings.Join(parts, ",")
 }
