@@ -364,3 +364,37 @@ func TestUntracedPutStoresNoTraceContext(t *testing.T) {
 		t.Fatalf("outbox: %+v, %v", recs, err)
 	}
 }
+
+// TestDeliveryLinksRelaySpan: a relay whose context has a span of its own
+// starts the delivery span as a child of the message's stored trace
+// context, linked to the relay's span; a message stored without a trace
+// context is delivered in the relay's span.
+func TestDeliveryLinksRelaySpan(t *testing.T) {
+	r := newRig(t)
+	l := openLedger(t)
+	put := func(ctx context.Context, period string) {
+		t.Helper()
+		if err := l.RunTx(ctx, idem.Key{Job: "notify", Period: period}, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "t-" + period})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(r.tel.Context(context.Background()), "traced")
+	put(context.Background(), "untraced")
+	rc := newReceiver(t, nil)
+	ctx, relaySpan := r.tp.Tracer("app").Start(r.tel.Context(context.Background()), "relay pass")
+	if _, err := outbox.RelayOnce(ctx, l, outbox.Webhook(rc.URL, nil)); err != nil {
+		t.Fatal(err)
+	}
+	relaySpan.End()
+	pass := r.one(t, "relay pass")
+	traced := r.one(t, "outbox.deliver t-traced")
+	wantParent(t, traced, r.one(t, "attempt notify"))
+	if len(traced.Links()) != 1 || traced.Links()[0].SpanContext.SpanID() != pass.SpanContext().SpanID() {
+		t.Fatalf("the delivery's links %v, want the relay's span", traced.Links())
+	}
+	untraced := r.one(t, "outbox.deliver t-untraced")
+	wantParent(t, untraced, pass)
+}
