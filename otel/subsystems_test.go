@@ -11,6 +11,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/fanout"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
 	idemotel "github.com/idemgo/idem/otel"
 	"github.com/idemgo/idem/outbox"
@@ -97,7 +98,9 @@ func TestSchedulerSlotToReceiver(t *testing.T) {
 	r := newRig(t)
 	l := openLedger(t)
 	rc := newReceiver(t, nil)
-	s := scheduler.New(l)
+	// The Scheduler's clock stands still (no second period comes due
+	// while the test runs); the relay's is the system's, for its polls.
+	s := scheduler.New(l, idem.WithClock(idemtest.NewClock(time.Date(2026, 12, 1, 10, 30, 0, 0, time.UTC))))
 	err := scheduler.AddTx(s, "report", idem.Hourly(time.UTC), func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "reports", Payload: []byte(p.Name)})
 		return err
@@ -105,7 +108,8 @@ func TestSchedulerSlotToReceiver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddRelay("webhook", l, outbox.Webhook(rc.URL, nil), outbox.WithPoll(5*time.Millisecond)); err != nil {
+	if err := s.AddRelay("webhook", l, outbox.Webhook(rc.URL, nil), outbox.WithPoll(5*time.Millisecond),
+		outbox.WithClock(systemClock{})); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(r.tel.Context(context.Background()))
@@ -137,3 +141,9 @@ func TestSchedulerSlotToReceiver(t *testing.T) {
 			got.TraceID(), got.SpanID(), trace, del.SpanContext().SpanID())
 	}
 }
+
+// systemClock is an idem.Clock on the system's time.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                         { return time.Now() }
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
