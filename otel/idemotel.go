@@ -69,9 +69,17 @@
 // # Metrics
 //
 // [Telemetry.Option] (or [Telemetry.Observe]) records each call's result
-// through the meter, with the meaning of package prom's metrics
-// (github.com/idemgo/idem/prom) and names that translate to theirs: see
-// [Metrics].
+// through the meter, and [Telemetry.RelayOption] each delivery of a relay,
+// with the meaning of package prom's metrics (github.com/idemgo/idem/prom)
+// and names that translate to theirs (see [Instruments]); the gauges that
+// prom reads at scrape time are read at collection time from what
+// [Metrics.Watch], [Metrics.WatchScheduler] and [Metrics.WatchOutbox] are
+// given:
+//
+//	m := t.Metrics()
+//	m.Watch(ledger)       // idem.keys, idem.ledger.up
+//	m.WatchOutbox(ledger) // idem.outbox.messages, idem.outbox.oldest_pending_age, idem.outbox.up
+//	m.WatchScheduler(s)   // idem.last_success.timestamp, idem.next_due.timestamp
 package idemotel
 
 import (

@@ -18,7 +18,7 @@ import (
 // by this module's tests against package prom's source.
 type Instrument struct {
 	Name        string // the OpenTelemetry name
-	Kind        string // counter or histogram
+	Kind        string // counter, histogram or gauge
 	Unit        string // UCUM: s, or an annotation such as {call}
 	Prometheus  string // package prom's name
 	Description string
@@ -26,9 +26,10 @@ type Instrument struct {
 }
 
 // Instruments lists the metrics that [Metrics] records, the one table of
-// their names. Package prom's gauges read from the store at scrape time
-// (idem_keys, idem_ledger_up, the Scheduler's timestamps, the outbox's
-// backlog) have no OpenTelemetry counterpart here.
+// their names: the counters and the histogram fed by each call's result
+// and each delivery, and the gauges read at collection time from what
+// [Metrics.Watch], [Metrics.WatchScheduler] and [Metrics.WatchOutbox] were
+// given.
 var Instruments = []Instrument{
 	{"idem.runs", "counter", "{call}", "idem_runs_total",
 		"Calls of idem's Run, by job and outcome (ran, already_done, recovered, skipped, in_progress, unknown, backing_off, parked, lease_lost, failed, params_mismatch, deferred).",
@@ -51,6 +52,28 @@ var Instruments = []Instrument{
 	{"idem.outbox.deliveries", "counter", "{delivery}", "idem_outbox_deliveries_total",
 		"Delivery attempts of the outbox relay, by topic and how they ended (delivered, retrying, parked, superseded).",
 		[]attribute.Key{KeyTopic, KeyOutcome}},
+
+	// Read at collection time: Metrics.Watch.
+	{"idem.keys", "gauge", "{key}", "idem_keys",
+		"Keys of a job by status, read from the ledger at collection time: pending (running or failed, idem retries them), unknown (awaiting Resolve), parked (awaiting Reset).",
+		[]attribute.Key{KeyJob, KeyStatus}},
+	{"idem.ledger.up", "gauge", "", "idem_ledger_up",
+		"1 if the last read of the ledger for idem.keys succeeded, 0 if it failed.", nil},
+	// Metrics.WatchScheduler.
+	{"idem.last_success.timestamp", "gauge", "s", "idem_last_success_timestamp_seconds",
+		"When a period of the job last ran successfully or was found done, in Unix seconds (0: not since the Scheduler started).",
+		[]attribute.Key{KeyJob}},
+	{"idem.next_due.timestamp", "gauge", "s", "idem_next_due_timestamp_seconds",
+		"When the job's next period is due, in Unix seconds.", []attribute.Key{KeyJob}},
+	// Metrics.WatchOutbox.
+	{"idem.outbox.messages", "gauge", "{message}", "idem_outbox_messages",
+		"Outbox messages by topic and status, read at collection time: pending (the backlog), failing (pending after a failed attempt), delivered (not pruned yet), parked (awaiting a person's retry or drop).",
+		[]attribute.Key{KeyTopic, KeyStatus}},
+	{"idem.outbox.oldest_pending_age", "gauge", "s", "idem_outbox_oldest_pending_age_seconds",
+		"How long the oldest pending message of the topic has waited since its transaction queued it, in seconds; 0 when none is pending.",
+		[]attribute.Key{KeyTopic}},
+	{"idem.outbox.up", "gauge", "", "idem_outbox_up",
+		"1 if the last read of the outbox succeeded, 0 if it failed.", nil},
 }
 
 // KeyStatus is the item status of idem.items: done or parked.
@@ -69,6 +92,7 @@ var DurationBuckets = []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 600
 type Metrics struct {
 	runs, retries, errors, items, deferrals, deliveries metric.Int64Counter
 	duration                                            metric.Float64Histogram
+	gauges                                              *gauges
 }
 
 // NewMetrics creates the instruments of [Instruments] on a meter of mp.
@@ -92,7 +116,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	var err error
 	m.duration, err = meter.Float64Histogram(in.Name, metric.WithUnit(in.Unit), metric.WithDescription(in.Description),
 		metric.WithExplicitBucketBoundaries(DurationBuckets...))
-	errs = append(errs, err)
+	errs = append(errs, err, m.registerGauges(meter))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("idem/otel: instruments: %w", err)
 	}
@@ -112,6 +136,7 @@ func instrument(name string) Instrument {
 // idem.OnResult; [Metrics.Option] does that.
 func (m *Metrics) Observe(r idem.Result) {
 	ctx := context.Background()
+	m.gauges.seenJob(r.Key.Job)
 	job := metric.WithAttributes(KeyJob.String(r.Key.Job))
 	m.runs.Add(ctx, 1, metric.WithAttributes(KeyJob.String(r.Key.Job), KeyOutcome.String(r.Outcome.String())))
 	m.duration.Record(ctx, r.Duration.Seconds(), job)
@@ -137,6 +162,7 @@ func (m *Metrics) Option() idem.Option { return idem.OnResult(m.Observe) }
 // ObserveDelivery records one delivery attempt of the outbox relay. It is
 // the function to give outbox.OnDelivery; [Metrics.RelayOption] does that.
 func (m *Metrics) ObserveDelivery(r outbox.DeliveryResult) {
+	m.gauges.seenTopic(r.Topic)
 	m.deliveries.Add(context.Background(), 1, metric.WithAttributes(KeyTopic.String(r.Topic), KeyOutcome.String(r.Outcome.String())))
 }
 

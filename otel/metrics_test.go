@@ -9,12 +9,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/guard"
+	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
 	idemotel "github.com/idemgo/idem/otel"
 	"github.com/idemgo/idem/outbox"
+	"github.com/idemgo/idem/scheduler"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -39,6 +43,14 @@ func sums(t testing.TB, rd *sdkmetric.ManualReader, name string) map[string]floa
 			case metricdata.Sum[int64]:
 				for _, p := range d.DataPoints {
 					out[attrString(p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					out[attrString(p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					out[attrString(p.Attributes)] = p.Value
 				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
@@ -149,8 +161,12 @@ func TestInstrumentNamesArePromsNames(t *testing.T) {
 		if in.Unit == "s" {
 			name += "_seconds"
 		}
-		if in.Kind == "counter" {
+		switch in.Kind {
+		case "counter":
 			name += "_total"
+		case "gauge", "histogram":
+		default:
+			t.Errorf("%s: kind %q", in.Name, in.Kind)
 		}
 		if name != in.Prometheus {
 			t.Errorf("%s translates to %s, but its table names %s", in.Name, name, in.Prometheus)
@@ -159,4 +175,65 @@ func TestInstrumentNamesArePromsNames(t *testing.T) {
 			t.Errorf("package prom declares no metric %s", in.Prometheus)
 		}
 	}
+}
+
+// TestGauges: idem.keys counts the watched ledger's unsettled keys by
+// status (and idem.ledger.up says the read worked), the outbox gauges its
+// messages by topic, and the Scheduler gauges a watched Scheduler's jobs.
+func TestGauges(t *testing.T) {
+	rd := sdkmetric.NewManualReader()
+	tel, err := idemotel.New(noop.NewTracerProvider(), sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := openLedger(t)
+	ctx := context.Background()
+	m := tel.Metrics()
+	m.Watch(l)
+	m.WatchOutbox(l)
+	boom := errors.New("boom")
+	// One key backing off, one parked, one done.
+	if err := l.Run(ctx, idem.Key{Job: "settle", Period: "p1"}, func(context.Context) error { return boom },
+		idem.WithBackoff(idem.Constant(time.Hour))); !errors.Is(err, idem.ErrBackingOff) {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := l.Run(ctx, idem.Key{Job: "settle", Period: "p2"}, func(context.Context) error { return idem.Permanent(boom) }); !errors.Is(err, idem.ErrParked) {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := l.RunTx(ctx, idem.Key{Job: "notify", Period: "p1"}, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "orders"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	keys := sums(t, rd, "idem.keys")
+	wantSum(t, keys, "idem.job=settle,idem.status=pending", 1)
+	wantSum(t, keys, "idem.job=settle,idem.status=parked", 1)
+	wantSum(t, keys, "idem.job=settle,idem.status=unknown", 0)
+	wantSum(t, sums(t, rd, "idem.ledger.up"), "", 1)
+	msgs := sums(t, rd, "idem.outbox.messages")
+	wantSum(t, msgs, "idem.status=pending,messaging.destination.name=orders", 1)
+	wantSum(t, msgs, "idem.status=delivered,messaging.destination.name=orders", 0)
+	wantSum(t, sums(t, rd, "idem.outbox.up"), "", 1)
+	if age, ok := sums(t, rd, "idem.outbox.oldest_pending_age")["messaging.destination.name=orders"]; !ok || age < 0 {
+		t.Fatalf("oldest pending age: %v, %v", age, ok)
+	}
+
+	// A Scheduler on a clock that stands still: its job runs its due
+	// period at once, and then the next is due an hour later.
+	now := time.Date(2026, 12, 1, 10, 30, 0, 0, time.UTC)
+	s := scheduler.New(l, idem.WithClock(idemtest.NewClock(now)))
+	if err := s.Add("hourly", idem.Hourly(time.UTC), func(context.Context, idem.Period) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	m.WatchScheduler(s)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(sctx) }()
+	testwait.Until(t, func() bool { return !s.Status().Jobs[0].LastSuccess.IsZero() }, "the hourly job's first success")
+	wantSum(t, sums(t, rd, "idem.last_success.timestamp"), "idem.job=hourly", float64(now.Unix()))
+	wantSum(t, sums(t, rd, "idem.next_due.timestamp"), "idem.job=hourly", float64(now.Truncate(time.Hour).Add(time.Hour).Unix()))
+	cancel()
+	testwait.Recv(t, done, "Scheduler.Run to return")
 }
