@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testwait"
 	idemotel "github.com/idemgo/idem/otel"
 	"github.com/idemgo/idem/outbox"
@@ -147,3 +149,62 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time                         { return time.Now() }
 func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// TestSchedulerOverlappingSlot: a period of an overlapping job that comes
+// due while the job's catch-up runs is a slot of its own, named by its
+// period, with the period's Run inside it.
+func TestSchedulerOverlappingSlot(t *testing.T) {
+	r := newRig(t)
+	l := openLedger(t)
+	clk := schedtest.NewClock(time.Date(2026, 12, 1, 10, 30, 0, 0, time.UTC))
+	s := scheduler.New(l, idem.WithClock(clk))
+	first, release := make(chan string, 1), make(chan struct{})
+	second := make(chan string, 1)
+	var calls atomic.Int32
+	err := s.Add("hourly", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
+		if calls.Add(1) == 1 {
+			first <- p.Name
+			<-release // the first period runs until the second has run
+			return nil
+		}
+		second <- p.Name
+		return nil
+	}, scheduler.RunOverlapping())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(r.tel.Context(context.Background()))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	p1 := testwait.Recv(t, first, "the first period to start")
+	clk.Advance(30 * time.Minute) // the next period is due
+	p2 := testwait.Recv(t, second, "the second period to start alongside the first")
+	close(release)
+	testwait.Until(t, func() bool { return len(r.spans("scheduler hourly")) == 2 }, "both slots to end")
+	cancel()
+	testwait.Recv(t, done, "Scheduler.Run to return")
+
+	var overlapping sdktrace.ReadOnlySpan
+	for _, sp := range r.spans("scheduler hourly") {
+		if v, ok := attr(sp, idemotel.KeyPeriod); ok {
+			if v.AsString() != p2 {
+				t.Fatalf("the overlapping slot's period %s, want %s", v.AsString(), p2)
+			}
+			overlapping = sp
+		}
+	}
+	if overlapping == nil {
+		t.Fatalf("no slot names a period (the first ran %s, the second %s)", p1, p2)
+	}
+	var run sdktrace.ReadOnlySpan
+	for _, sp := range r.spans("idem.Run hourly") {
+		if v, _ := attr(sp, idemotel.KeyPeriod); v.AsString() == p2 {
+			run = sp
+		}
+	}
+	if run == nil {
+		t.Fatalf("no Run of %s: %v", p2, r.names())
+	}
+	wantParent(t, run, overlapping)
+}
