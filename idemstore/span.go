@@ -109,17 +109,33 @@ type Spans struct {
 
 type spansKey struct{}
 
-// WithSpans returns a context carrying s. If ctx carries Spans already,
-// both are called: the outer one first at a start (the inner one gets its
-// context) and last at an end.
+// spansSet is what a context carries: the Spans set in it, outermost
+// first, each once, and their composition.
+type spansSet struct {
+	all []*Spans
+	*Spans
+}
+
+// WithSpans returns a context carrying s. If ctx carries other Spans
+// already, all are called: the outer ones first at a start (each inner one
+// gets the context the one before returned) and last at an end. Spans that
+// ctx carries already are not added again: setting the same Spans twice
+// (an adapter's Context applied to a context derived from one it made)
+// reports each piece of work to it once.
 func WithSpans(ctx context.Context, s *Spans) context.Context {
 	if s == nil {
 		return ctx
 	}
-	if outer, _ := ctx.Value(spansKey{}).(*Spans); outer != nil {
-		s = compose(outer, s)
+	set := &spansSet{all: []*Spans{s}, Spans: s}
+	if outer, _ := ctx.Value(spansKey{}).(*spansSet); outer != nil {
+		for _, o := range outer.all {
+			if o == s {
+				return ctx
+			}
+		}
+		set = &spansSet{all: append(append([]*Spans(nil), outer.all...), s), Spans: compose(outer.Spans, s)}
 	}
-	return context.WithValue(ctx, spansKey{}, s)
+	return context.WithValue(ctx, spansKey{}, set)
 }
 
 func compose(outer, inner *Spans) *Spans {
@@ -147,6 +163,14 @@ func compose(outer, inner *Spans) *Spans {
 	}
 }
 
+// spansOf is the composition of the Spans ctx carries, nil if none.
+func spansOf(ctx context.Context) *Spans {
+	if set, _ := ctx.Value(spansKey{}).(*spansSet); set != nil {
+		return set.Spans
+	}
+	return nil
+}
+
 func callStart(s *Spans, ctx context.Context, st SpanStart) (context.Context, func(SpanEnd)) {
 	if s.Start == nil {
 		return ctx, nil
@@ -162,7 +186,7 @@ func callStart(s *Spans, ctx context.Context, st SpanStart) (context.Context, fu
 // carries, if any. It returns the work's context and the function to call
 // when the work ends (never nil; a no-op without Spans).
 func StartSpan(ctx context.Context, s SpanStart) (context.Context, func(SpanEnd)) {
-	sp, _ := ctx.Value(spansKey{}).(*Spans)
+	sp := spansOf(ctx)
 	if sp == nil {
 		return ctx, noEnd
 	}
@@ -177,7 +201,7 @@ func noEnd(SpanEnd) {}
 
 // Traced reports whether ctx carries [Spans].
 func Traced(ctx context.Context) bool {
-	sp, _ := ctx.Value(spansKey{}).(*Spans)
+	sp := spansOf(ctx)
 	return sp != nil
 }
 
@@ -189,7 +213,7 @@ func Traced(ctx context.Context) bool {
 // relay's delivery replaces the stored one with its own span's, a child
 // of it in the same trace).
 func InjectSpan(ctx context.Context, headers map[string]string, replace bool) map[string]string {
-	sp, _ := ctx.Value(spansKey{}).(*Spans)
+	sp := spansOf(ctx)
 	if sp == nil || sp.Inject == nil {
 		return headers
 	}

@@ -73,3 +73,16 @@ func TestNoSpans(t *testing.T) {
 		t.Fatal("Traced without Spans")
 	}
 }
+
+// TestWithSpansOnce: the same Spans set twice in a context (an adapter's
+// Context applied to a context it made) is called once.
+func TestWithSpansOnce(t *testing.T) {
+	var log []string
+	sp := recorder("one", &log)
+	ctx := idemstore.WithSpans(idemstore.WithSpans(context.Background(), sp), sp)
+	_, end := idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanAttempt})
+	end(idemstore.SpanEnd{})
+	if want := []string{"one start attempt", "one end "}; !slices.Equal(log, want) {
+		t.Fatalf("calls %q, want %q", log, want)
+	}
+}

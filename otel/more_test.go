@@ -115,3 +115,16 @@ func TestWithPropagator(t *testing.T) {
 		t.Fatalf("the receiver's headers %v", h)
 	}
 }
+
+// TestContextTwiceTracesOnce: Context applied to a context it made
+// already traces each call once.
+func TestContextTwiceTracesOnce(t *testing.T) {
+	r := newRig(t)
+	l := openLedger(t)
+	ctx := r.tel.Context(r.tel.Context(context.Background()))
+	if err := l.Run(ctx, idem.Key{Job: "once", Period: "p1"}, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	r.one(t, "idem.Run once")
+	r.one(t, "attempt once")
+}
