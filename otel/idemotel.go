@@ -328,6 +328,10 @@ var notNow = map[string]bool{
 }
 
 func end(span trace.Span, e idemstore.SpanEnd) {
+	if !span.IsRecording() { // not sampled, or a no-op provider's
+		span.End()
+		return
+	}
 	attrs := convert(e.Attrs, nil)
 	if e.Outcome != "" {
 		attrs = append(attrs, KeyOutcome.String(e.Outcome))
