@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/runctx"
+	"github.com/idemgo/idem/internal/storeof"
 	"golang.org/x/time/rate"
 )
 
@@ -72,6 +73,24 @@ type eacher struct {
 }
 
 func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], cfg *config, fn func(context.Context, string) error, tx txItems) (res eachResult, err error) {
+	if idemstore.Traced(ctx) {
+		call := "fanout.Each"
+		if tx != nil {
+			call = "fanout.EachTx"
+		}
+		var endSpan func(idemstore.SpanEnd)
+		ctx, endSpan = idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanEach, Key: key, Attrs: []idemstore.Attr{
+			{Key: idemstore.AttrCall, Value: call}, {Key: idemstore.AttrMode, Value: cfg.mode.name},
+			{Key: idemstore.AttrStore, Value: storeof.TypeName(s)}, {Key: idemstore.AttrWorkers, Value: cfg.each.workers}}})
+		defer func() {
+			o := res.Outcome
+			if o == 0 {
+				o = Failed
+			}
+			endSpan(idemstore.SpanEnd{Outcome: o.String(), Err: err, Attrs: []idemstore.Attr{
+				{Key: idemstore.AttrItems, Value: int(res.Counts.Total())}}})
+		}()
+	}
 	var mark Result // the Run of the period's done mark, if it ran
 	if cfg.observer != nil {
 		// One Result for the period, with its item counts (the done mark's
@@ -207,6 +226,8 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	pc.mode, pc.report, pc.observer = periodMode, &mark, nil
 	pc.wait = true          // another holder may be writing the same mark this instant
 	pc.pollFirst = heldPoll // which takes it a moment: look again soon
+	// Its span, inside the call's, is named as the done mark's.
+	pc.spanCall = "fanout.Each.mark"
 	err = execute(ctx, s, key, &pc, func(context.Context) ([]byte, error) { return nil, nil }, nil, nil)
 	res.Outcome = mark.Outcome
 	if mark.Outcome == AlreadyDone {
@@ -313,10 +334,15 @@ func (c *itemCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-func (e *eacher) worker(ctx context.Context) error {
+func (e *eacher) worker(wctx context.Context) (err error) {
 	m := e.cfg.mode
 	window := e.cfg.each.batch
+	// endChunk ends the span of the chunk being worked (a no-op between
+	// chunks, or untraced).
+	endChunk := func(error) {}
+	defer func() { endChunk(err) }()
 	for {
+		ctx := wctx
 		if e.stopped() || e.gate(ctx) {
 			return nil
 		}
@@ -327,6 +353,16 @@ func (e *eacher) worker(ctx context.Context) error {
 		})
 		if err != nil || len(b.Items) == 0 {
 			return err
+		}
+		if idemstore.Traced(ctx) {
+			var end func(idemstore.SpanEnd)
+			ctx, end = idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanChunk, Key: e.key, Attrs: []idemstore.Attr{
+				{Key: idemstore.AttrChunk, Value: b.Chunk}, {Key: idemstore.AttrAttempt, Value: b.Attempt},
+				{Key: idemstore.AttrItems, Value: len(b.Items)}, {Key: idemstore.AttrWorkers, Value: e.cfg.each.workers}}})
+			endChunk = func(err error) {
+				end(idemstore.SpanEnd{Err: err})
+				endChunk = func(error) {}
+			}
 		}
 		if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, e.key); err != nil {
 			return err
@@ -426,6 +462,7 @@ func (e *eacher) worker(ctx context.Context) error {
 				return err
 			}
 		}
+		endChunk(nil)
 		if err := e.pausing(ctx); err != nil {
 			return err
 		}

@@ -172,6 +172,8 @@ type config struct {
 	retryWithinSet bool          // RetryWithin (or OneAttempt) was given
 	retryFrom      time.Time     // internal: the start of the call the bound counts from (catchup.Run's), if not the Run's own
 
+	spanCall string // internal: the call's name in its span (idemstore.SpanRun's AttrCall), when not Run's or RunTx's
+
 	lockWait time.Duration // WithLockWait: a SQLite ledger's bound of a write's wait for the write lock; 0 for the default
 
 	err error // the first invalid option: the call returns it before doing anything

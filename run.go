@@ -131,7 +131,21 @@ func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn fun
 		fresh = func(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool, []byte, *fnError, error) {
 			var failed *fnError
 			var stored []byte
-			c, done, err := fs.ClaimFinishTx(ctx, req, cfg.cursor, body(ctx, &failed, &stored))
+			// The attempt's span starts when the store runs fn: a key
+			// with a record runs none here.
+			endSpan := func(idemstore.SpanEnd) {}
+			c, done, err := fs.ClaimFinishTx(ctx, req, cfg.cursor, func(tx Tx) ([]byte, error) {
+				endSpan(idemstore.SpanEnd{Err: errTxAgain}) // the store runs the transaction again
+				var sctx context.Context
+				sctx, endSpan = startAttemptSpan(ctx, key, 1, 0, false)
+				return body(sctx, &failed, &stored)(tx)
+			})
+			switch {
+			case failed != nil:
+				endSpan(idemstore.SpanEnd{Err: failed.err})
+			default:
+				endSpan(idemstore.SpanEnd{Err: err})
+			}
 			if failed != nil && err == error(failed) {
 				// fn's error as is: the claim alone was committed.
 				return c, false, nil, failed, nil
@@ -304,12 +318,14 @@ func execute(ctx context.Context, s idemstore.Store, key Key, cfg *config, fn va
 	if !cfg.retryFrom.IsZero() {
 		r.start = cfg.retryFrom
 	}
+	ctx, endSpan := startRunSpan(ctx, s, key, cfg, tx != nil)
 	defer func() {
 		r.res.Err = err
 		r.res.Duration = cfg.clock.Now().Sub(start)
 		if r.res.Outcome == 0 {
 			r.res.Outcome = Failed
 		}
+		endRunSpan(endSpan, r.res)
 		if cfg.report != nil {
 			*cfg.report = r.res
 		}
@@ -440,7 +456,7 @@ func (r *runner) loop(ctx context.Context, fn valueFunc, tx txBody, fresh freshB
 					return err
 				}
 			}
-			if runErr = r.attempt(ctx, c.Attempt, fn, tx); runErr == nil {
+			if runErr = r.attempt(ctx, c.Attempt, c.Record.Attempt, c.Doubt, fn, tx); runErr == nil {
 				r.res.Outcome = Ran
 				r.log(ctx, slog.LevelInfo, "done")
 				return nil
@@ -798,7 +814,9 @@ func (r *runner) landed(ctx context.Context, attempt int64, end idemstore.End) b
 
 // attempt runs one attempt of fn (with heartbeat) and marks it done, or
 // runs tx. It returns nil when the key is done.
-func (r *runner) attempt(ctx context.Context, attempt int64, fn valueFunc, tx txBody) error {
+func (r *runner) attempt(ctx context.Context, attempt, prev int64, doubt bool, fn valueFunc, tx txBody) (err error) {
+	ctx, endSpan := startAttemptSpan(ctx, r.key, attempt, prev, doubt)
+	defer func() { endSpan(idemstore.SpanEnd{Err: err}) }()
 	info := Info{Key: r.key, Attempt: attempt, RequestID: r.key.RequestID(), Owner: r.owner}
 	fctx := context.WithValue(ctx, infoKey{}, info)
 	r.res.Attempts++

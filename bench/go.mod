@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/hibiken/asynq v0.26.0
 	github.com/idemgo/idem v0.0.0
+	github.com/idemgo/idem/otel v0.0.0
 	github.com/idemgo/idem/pgledger v0.0.0
 	github.com/idemgo/idem/redisstore v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -13,12 +14,17 @@ require (
 	github.com/riverqueue/river/riverdriver v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/riverqueue/river/riverdriver/riversqlite v0.51.2
+	go.opentelemetry.io/otel/metric v1.47.0
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 	modernc.org/sqlite v1.62.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/renameio/v2 v2.0.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -35,6 +41,9 @@ require (
 	github.com/tidwall/match v1.2.0 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -48,6 +57,7 @@ require (
 
 replace (
 	github.com/idemgo/idem => ../
+	github.com/idemgo/idem/otel => ../otel
 	github.com/idemgo/idem/pgledger => ../pgledger
 	github.com/idemgo/idem/redisstore => ../redisstore
 )

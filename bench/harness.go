@@ -62,6 +62,7 @@ var comparisons = []comparison{
 	{"redis_fresh_run_vs_asynq", "asynq", redisFreshRunVsAsynq},
 	{"scheduler_idle_cpu", "", schedulerIdleCPU},
 	{"scheduler_wake_latency", "", schedulerWakeLatency},
+	{"otel_overhead", "", otelOverhead},
 }
 
 // result is the throughput of each side, in operations per second, or why

@@ -137,8 +137,15 @@ func RunTx[Tx any](ctx context.Context, s idem.TxStore[Tx], job string, sched id
 // loop is Run's and RunTx's loop, for the call named call with opts; run
 // runs one period with the options given.
 func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.Schedule, call string, opts []idem.Option,
-	run func(ctx context.Context, key idem.Key, p idem.Period, opts []idem.Option) error) (Result, error) {
-	var res Result
+	run func(ctx context.Context, key idem.Key, p idem.Period, opts []idem.Option) error) (res Result, err error) {
+	if idemstore.Traced(ctx) {
+		var end func(idemstore.SpanEnd)
+		ctx, end = idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanCatchUp, Key: idem.Key{Job: job},
+			Attrs: []idemstore.Attr{{Key: idemstore.AttrCall, Value: call}}})
+		defer func() {
+			end(idemstore.SpanEnd{Err: err, Attrs: []idemstore.Attr{{Key: idemstore.AttrPeriods, Value: len(res.Periods)}}})
+		}()
+	}
 	cfg := core.Configure(s, call, opts)
 	cu, err := catchupcfg.Of(cfg.Ext())
 	cfg.Keep(err)

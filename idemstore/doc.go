@@ -32,6 +32,12 @@
 // errors ([ErrLeaseLost], [ErrNotResolvable], ...) are those package idem
 // re-exports, so that errors.Is works with either name.
 //
+// [Spans], carried by the context like [Trace], is how a tracing adapter
+// (module github.com/idemgo/idem/otel) hears of the engine's work: a span
+// per call, attempt, fan-out chunk, catch-up pass, Scheduler slot and
+// outbox delivery ([StartSpan]), and the trace context stored with an
+// outbox message ([InjectSpan]). A store need not call them.
+//
 // Package idemtest proves a store: the conformance suite
 // (idemtest.TestStore) and the model-based test (idemtest.TestModel).
 package idemstore

@@ -46,7 +46,12 @@ type Message struct {
 	// Payload is the body, handed to the deliverer as it is.
 	Payload []byte
 	// Headers are handed to the deliverer (the webhook sends them as HTTP
-	// headers). Optional.
+	// headers). Optional. When the body's context is traced (see
+	// [idemstore.Spans]; module github.com/idemgo/idem/otel), Put adds
+	// the trace context of the body's attempt (traceparent, tracestate)
+	// to the stored headers, unless Headers sets them; the message given
+	// is not changed. The relay hands the deliverer the trace context of
+	// its delivery's span instead, a child of the stored one.
 	Headers map[string]string
 }
 
@@ -91,7 +96,10 @@ func Put[Tx any](ctx context.Context, tx Tx, msg Message) (id string, err error)
 		return "", err
 	}
 	id = w.NextID()
-	m := idemstore.OutboxMessage{ID: id, Topic: msg.Topic, Payload: msg.Payload, Headers: msg.Headers,
+	// The trace context of the body's attempt, if ctx is traced
+	// (idemstore.Spans: module github.com/idemgo/idem/otel), is stored
+	// with the message, for the delivery's span and the receiver.
+	m := idemstore.OutboxMessage{ID: id, Topic: msg.Topic, Payload: msg.Payload, Headers: idemstore.InjectSpan(ctx, msg.Headers, false),
 		Key: w.Key, Item: w.Item, Created: w.Now()}
 	if m.Payload == nil {
 		m.Payload = []byte{}

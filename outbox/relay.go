@@ -386,9 +386,13 @@ func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliv
 func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d Deliverer, rec idemstore.OutboxRecord, res *Result) error {
 	dl := Delivery{ID: rec.ID, Topic: rec.Topic, Payload: rec.Payload, Headers: rec.Headers, Attempt: rec.Attempts,
 		Key: rec.Key, Item: rec.Item, Created: rec.Created}
-	dctx, cancel := ctx, context.CancelFunc(func() {})
+	sctx, endSpan := idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanDelivery, Key: rec.Key, Headers: rec.Headers,
+		Attrs: []idemstore.Attr{{Key: idemstore.AttrMessage, Value: rec.ID}, {Key: idemstore.AttrTopic, Value: rec.Topic},
+			{Key: idemstore.AttrAttempt, Value: rec.Attempts}}})
+	dl.Headers = idemstore.InjectSpan(sctx, dl.Headers, true) // the delivery's trace context, for the receiver
+	dctx, cancel := sctx, context.CancelFunc(func() {})
 	if _, ok := c.clock.(systemClock); ok {
-		dctx, cancel = context.WithDeadline(ctx, rec.LeaseUntil)
+		dctx, cancel = context.WithDeadline(sctx, rec.LeaseUntil)
 	}
 	start := c.clock.Now()
 	derr := callDeliver(dctx, d, dl)
@@ -434,6 +438,7 @@ func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d De
 		c.log(ctx, slog.LevelError, "outbox relay: message parked", slog.String("id", rec.ID), slog.String("topic", rec.Topic),
 			slog.Int("attempt", rec.Attempts), slog.Any("error", derr))
 	}
+	endSpan(idemstore.SpanEnd{Outcome: r.Outcome.String(), Err: r.Err})
 	if c.onResult != nil {
 		c.onResult(r)
 	}

@@ -13,7 +13,10 @@ import (
 
 // Webhook returns a [Deliverer] that POSTs each message's payload to url
 // with client (http.DefaultClient when nil). The request carries the
-// message's headers, and Idempotency-Key set to the message id (the
+// message's headers (those Put stored; with a traced relay, module
+// github.com/idemgo/idem/otel, traceparent and tracestate are the
+// delivery span's, so the receiver's span joins the trace of the body
+// that queued the message), and Idempotency-Key set to the message id (the
 // receiver dedupes by it: a message may arrive more than once), plus
 // Idem-Topic and Idem-Attempt. A 2xx answer means delivered; 4xx other
 // than 408 and 429 is an [idem.Permanent] failure (the message parks at once:

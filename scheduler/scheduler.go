@@ -626,7 +626,9 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 		}
 		return nil
 	}))
-	res, err := j.catchUp(ctx, []idem.Option{look})
+	sctx, endSpan := idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanSlot, Key: idem.Key{Job: j.name}})
+	res, err := j.catchUp(sctx, []idem.Option{look})
+	endSpan(idemstore.SpanEnd{Err: err, Attrs: []idemstore.Attr{{Key: idemstore.AttrPeriods, Value: len(res.Periods)}}})
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -748,7 +750,10 @@ func (s *Scheduler) oldestDue(j *schedJob, now time.Time) time.Time {
 // runOne runs the single period p of an overlapping job.
 func (s *Scheduler) runOne(ctx context.Context, j *schedJob, p idem.Period) {
 	var r idem.Result
-	err := j.runOne(ctx, idem.Key{Job: j.name, Period: p.Name}, p, []idem.Option{idem.ReportTo(&r)})
+	key := idem.Key{Job: j.name, Period: p.Name}
+	sctx, endSpan := idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanSlot, Key: key})
+	err := j.runOne(sctx, key, p, []idem.Option{idem.ReportTo(&r)})
+	endSpan(idemstore.SpanEnd{Outcome: r.Outcome.String(), Err: err})
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -258,6 +258,28 @@ func TestEnvironmentOfTheCommand(t *testing.T) {
 	}
 }
 
+// TestTraceparentReachesTheCommand: a trace context set for idem
+// (TRACEPARENT, TRACESTATE) reaches the command 'idem run' runs.
+func TestTraceparentReachesTheCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	const tp, ts = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "vendor=x"
+	cmd := e.command("run", "--ledger", e.ledger, "--job", "settle", "--tz", "UTC", "--",
+		"sh", "-c", `printf '%s\n' "$TRACEPARENT" "$TRACESTATE" > env.txt`)
+	cmd.Env = append(cmd.Env, "TRACEPARENT="+tp, "TRACESTATE="+ts)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.finish(cmd, &stderr); err != nil {
+		t.Fatalf("idem run: %v; stderr:\n%s", err, stderr.String())
+	}
+	if got, want := e.lines("env.txt"), []string{tp, ts}; !equal(got, want) {
+		t.Fatalf("the command's TRACEPARENT, TRACESTATE = %q, want %q", got, want)
+	}
+}
+
 // started starts idem with a command that appends its line to out.txt,
 // prints "started", and sleeps; it returns once the command has started.
 // idem runs in a process group of its own so that the test can kill it

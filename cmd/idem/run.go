@@ -43,6 +43,10 @@ its environment and must do the work FOR that period, not "for now":
   IDEM_REQUEST_ID    an id that is the same for every attempt of the period:
                      hand it to APIs that take an idempotency key
 
+The rest of idem's environment is COMMAND's too: a TRACEPARENT (and
+TRACESTATE) set for idem, by a traced caller, reaches COMMAND unchanged, so
+its spans join the caller's trace. idem itself starts no span.
+
 COMMAND's stdin, stdout and stderr are idem's. SIGTERM and SIGINT are
 forwarded to it; idem then records how it ended and starts nothing new.
 

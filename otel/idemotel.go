@@ -1,0 +1,400 @@
+// Package idemotel traces idem's runs with OpenTelemetry and records
+// their metrics through an OpenTelemetry meter.
+//
+// It is a separate module, github.com/idemgo/idem/otel, so that the core
+// module does not depend on OpenTelemetry. The engine reports its work to
+// hooks carried by the context ([idemstore.Spans]); [Telemetry.Context]
+// puts this package's in a context, and every Run, RunTx, fan-out,
+// catch-up, Scheduler and outbox relay given that context (or one derived
+// from it) is traced:
+//
+//	t, err := idemotel.New(tp, mp) // nil: the global providers
+//	if err != nil { ... }
+//	ctx = t.Context(ctx)
+//	err = idem.RunTx(ctx, ledger, key, fn, t.Option()) // t.Option(): the metrics
+//	go outbox.Relay(ctx, ledger, outbox.Webhook(url, nil))
+//
+// # Spans
+//
+//	name                      kind      what
+//	<call> <job>              internal  one call of Run, RunTx, RunValue (call: idem.Run, idem.RunTx, ...); a catch-up's period's too
+//	attempt <job>             internal  one attempt of fn, inside the call's span: fn's context is the attempt's
+//	fanout.Each <job>         internal  one call of fanout.Each or EachTx
+//	fanout.Each.mark <job>    internal  the Run of the period's done mark, inside a fan-out's span
+//	chunk <job>               internal  one chunk of a fan-out's items, worked by one worker
+//	catchup <job>             internal  one pass of catchup.Run or RunTx: its periods' calls are inside it
+//	scheduler <job>           internal  one look of a Scheduler at a due job (its catch-up, or one period of an overlapping job)
+//	outbox.deliver <topic>    producer  one delivery attempt of an outbox message by a relay
+//
+// Attributes: idem.job, idem.period, idem.call, idem.mode, idem.store on a
+// call's span, and at its end idem.outcome (Outcome.String(): ran,
+// already_done, deferred, ...), idem.attempts and idem.attempt; on an
+// attempt's, idem.attempt, idem.previous_attempt (a retry) and
+// idem.takeover (the attempt before may have had its effect); on a chunk's,
+// idem.chunk, idem.items and idem.workers; on a delivery's,
+// messaging.message.id, messaging.destination.name (the topic),
+// idem.attempt (the delivery's) and idem.outcome (delivered, retrying,
+// parked, superseded). An error is recorded on the span (RecordError) and
+// sets its status to Error, except the answers that say "not now" rather
+// than "failed": a deferral (idem.outcome deferred, with idem.reason, the
+// guard's name or breaker, and an event "idem.deferred") and a key that
+// another holder runs (in_progress). A duplicate, a key found done, is
+// idem.outcome already_done with idem.duplicate true and no attempt span.
+//
+// # Links between attempts
+//
+// An attempt that follows another of the same key (a retry after a
+// failure, in this call or a later one, or the take-over of an attempt
+// that died) has a span link to that attempt's span, when that attempt ran
+// in this process under the same [Telemetry] (it keeps the span contexts
+// of the last [DefaultLinks] attempts in memory). NOT linked: an attempt
+// that ran in another process, or in this one before it restarted, such
+// as the one a SIGKILL interrupted. No store keeps span contexts, so
+// nothing tells the new attempt where that span is: its span carries
+// idem.previous_attempt (and idem.takeover) instead, and the attempt
+// before has idem.job, idem.period and idem.attempt set to those values,
+// which finds it in a trace backend.
+//
+// # Context that travels
+//
+// outbox.Put, in a traced body, stores the attempt's trace context
+// (traceparent, tracestate) in the message's headers. The relay starts the
+// delivery's span as a child of it (linked to the relay's own span, if its
+// context has one), hours later and in another process if so, and hands
+// the deliverer the delivery span's trace context in the headers: the
+// Webhook sends them, so the receiver's span joins the trace of the
+// transaction that queued the message. The propagator is W3C Trace
+// Context unless [WithPropagator] says otherwise.
+//
+// # Metrics
+//
+// [Telemetry.Option] (or [Telemetry.Observe]) records each call's result
+// through the meter, and [Telemetry.RelayOption] each delivery of a relay,
+// with the meaning of package prom's metrics (github.com/idemgo/idem/prom)
+// and names that translate to theirs (see [Instruments]); the gauges that
+// prom reads at scrape time are read at collection time from what
+// [Metrics.Watch], [Metrics.WatchScheduler] and [Metrics.WatchOutbox] are
+// given:
+//
+//	m := t.Metrics()
+//	m.Watch(ledger)       // idem.keys, idem.ledger.up
+//	m.WatchOutbox(ledger) // idem.outbox.messages, idem.outbox.oldest_pending_age, idem.outbox.up
+//	m.WatchScheduler(s)   // idem.last_success.timestamp, idem.next_due.timestamp
+package idemotel
+
+import (
+	"context"
+	"sync"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of the tracer and meter.
+const ScopeName = "github.com/idemgo/idem/otel"
+
+// DefaultLinks is how many attempts' span contexts a [Telemetry] keeps
+// for the links of the attempts that follow them.
+const DefaultLinks = 4096
+
+// An Option configures [New].
+type Option func(*config)
+
+type config struct {
+	prop  propagation.TextMapPropagator
+	links int
+}
+
+// WithPropagator sets the propagator that writes the trace context into a
+// message's headers and reads it back (default propagation.TraceContext:
+// traceparent and tracestate).
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) { c.prop = p }
+}
+
+// WithLinks sets how many attempts' span contexts are kept for links
+// (default [DefaultLinks]); 0 keeps none: no links between attempts.
+func WithLinks(n int) Option { return func(c *config) { c.links = max(n, 0) } }
+
+// Telemetry traces idem's work (through the context: [Telemetry.Context])
+// and records its metrics ([Telemetry.Option]). It is safe for concurrent
+// use.
+type Telemetry struct {
+	tracer  trace.Tracer
+	prop    propagation.TextMapPropagator
+	spans   *idemstore.Spans
+	links   *linkCache
+	metrics *Metrics
+}
+
+// New returns the Telemetry that traces through tp and records metrics
+// through mp (the global providers, otel.GetTracerProvider and
+// otel.GetMeterProvider, when nil). Its error is the meter's, creating an
+// instrument.
+func New(tp trace.TracerProvider, mp metric.MeterProvider, opts ...Option) (*Telemetry, error) {
+	c := config{prop: propagation.TraceContext{}, links: DefaultLinks}
+	for _, o := range opts {
+		o(&c)
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m, err := NewMetrics(mp)
+	if err != nil {
+		return nil, err
+	}
+	t := &Telemetry{tracer: tp.Tracer(ScopeName), prop: c.prop, links: newLinkCache(c.links), metrics: m}
+	t.spans = &idemstore.Spans{Start: t.start, Inject: t.inject}
+	return t, nil
+}
+
+// Context returns ctx carrying t: every Run, RunTx, fanout.Each, catch-up,
+// Scheduler (its Run's context) and outbox relay given it is traced. A
+// crash kit's hooks in ctx (idemstore.WithTrace, idemtest) keep working,
+// and so does another tracer's idemstore.Spans: both are called.
+func (t *Telemetry) Context(ctx context.Context) context.Context {
+	return idemstore.WithSpans(ctx, t.spans)
+}
+
+// Option returns an idem option that records the metrics of every call it
+// is passed to: idem.OnResult(t.Observe). Pass it to a Run, to a catch-up,
+// to Each, to a Scheduler's job, or to idem.OpenLedger for every call on
+// that ledger.
+func (t *Telemetry) Option() idem.Option { return t.metrics.Option() }
+
+// Observe records one call's result (see [Metrics.Observe]).
+func (t *Telemetry) Observe(r idem.Result) { t.metrics.Observe(r) }
+
+// Metrics returns t's instruments.
+func (t *Telemetry) Metrics() *Metrics { return t.metrics }
+
+func (t *Telemetry) inject(ctx context.Context, h map[string]string) {
+	t.prop.Inject(ctx, propagation.MapCarrier(h))
+}
+
+// Attribute keys.
+const (
+	KeyJob             = attribute.Key("idem.job")
+	KeyPeriod          = attribute.Key("idem.period")
+	KeyCall            = attribute.Key("idem.call")
+	KeyMode            = attribute.Key("idem.mode")
+	KeyStore           = attribute.Key("idem.store")
+	KeyOutcome         = attribute.Key("idem.outcome")
+	KeyAttempt         = attribute.Key("idem.attempt")
+	KeyAttempts        = attribute.Key("idem.attempts")
+	KeyPreviousAttempt = attribute.Key("idem.previous_attempt")
+	KeyTakeover        = attribute.Key("idem.takeover")
+	KeyDuplicate       = attribute.Key("idem.duplicate")
+	KeyReason          = attribute.Key("idem.reason")
+	KeyWorkers         = attribute.Key("idem.workers")
+	KeyChunk           = attribute.Key("idem.chunk")
+	KeyItems           = attribute.Key("idem.items")
+	KeyPeriods         = attribute.Key("idem.periods")
+	KeyMessageID       = attribute.Key("messaging.message.id")
+	KeyTopic           = attribute.Key("messaging.destination.name")
+	KeyMessagingSystem = attribute.Key("messaging.system")
+)
+
+// attrKeys maps the engine's attribute names to this package's keys.
+var attrKeys = map[string]attribute.Key{
+	idemstore.AttrCall:     KeyCall,
+	idemstore.AttrMode:     KeyMode,
+	idemstore.AttrStore:    KeyStore,
+	idemstore.AttrAttempt:  KeyAttempt,
+	idemstore.AttrPrevious: KeyPreviousAttempt,
+	idemstore.AttrTakeover: KeyTakeover,
+	idemstore.AttrAttempts: KeyAttempts,
+	idemstore.AttrReason:   KeyReason,
+	idemstore.AttrWorkers:  KeyWorkers,
+	idemstore.AttrChunk:    KeyChunk,
+	idemstore.AttrItems:    KeyItems,
+	idemstore.AttrPeriods:  KeyPeriods,
+	idemstore.AttrMessage:  KeyMessageID,
+	idemstore.AttrTopic:    KeyTopic,
+}
+
+func convert(attrs []idemstore.Attr, out []attribute.KeyValue) []attribute.KeyValue {
+	for _, a := range attrs {
+		k, ok := attrKeys[a.Key]
+		if !ok {
+			k = attribute.Key("idem." + a.Key)
+		}
+		switch v := a.Value.(type) {
+		case string:
+			out = append(out, k.String(v))
+		case bool:
+			out = append(out, k.Bool(v))
+		case int:
+			out = append(out, k.Int(v))
+		case int64:
+			out = append(out, k.Int64(v))
+		}
+	}
+	return out
+}
+
+func lookup(attrs []idemstore.Attr, key string) any {
+	for _, a := range attrs {
+		if a.Key == key {
+			return a.Value
+		}
+	}
+	return nil
+}
+
+// SpanName is the name of the span of the engine's work s.
+func SpanName(s idemstore.SpanStart) string {
+	switch s.Kind {
+	case idemstore.SpanRun:
+		call, _ := lookup(s.Attrs, idemstore.AttrCall).(string)
+		if call == "" {
+			call = "idem.Run"
+		}
+		return call + " " + s.Key.Job
+	case idemstore.SpanAttempt:
+		return "attempt " + s.Key.Job
+	case idemstore.SpanEach:
+		return "fanout.Each " + s.Key.Job
+	case idemstore.SpanChunk:
+		return "chunk " + s.Key.Job
+	case idemstore.SpanCatchUp:
+		return "catchup " + s.Key.Job
+	case idemstore.SpanSlot:
+		return "scheduler " + s.Key.Job
+	case idemstore.SpanDelivery:
+		topic, _ := lookup(s.Attrs, idemstore.AttrTopic).(string)
+		return "outbox.deliver " + topic
+	}
+	return "idem." + string(s.Kind) + " " + s.Key.Job
+}
+
+// start is the engine's Spans.Start.
+func (t *Telemetry) start(ctx context.Context, s idemstore.SpanStart) (context.Context, func(idemstore.SpanEnd)) {
+	attrs := make([]attribute.KeyValue, 0, 8)
+	if s.Key.Job != "" {
+		attrs = append(attrs, KeyJob.String(s.Key.Job))
+	}
+	if s.Key.Period != "" {
+		attrs = append(attrs, KeyPeriod.String(s.Key.Period))
+	}
+	attrs = convert(s.Attrs, attrs)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+	var linkKey attemptKey
+	switch s.Kind {
+	case idemstore.SpanAttempt:
+		attempt, _ := lookup(s.Attrs, idemstore.AttrAttempt).(int64)
+		linkKey = attemptKey{s.Key, attempt}
+		if prev, _ := lookup(s.Attrs, idemstore.AttrPrevious).(int64); prev > 0 {
+			if sc, ok := t.links.get(attemptKey{s.Key, prev}); ok {
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc,
+					Attributes: []attribute.KeyValue{KeyPreviousAttempt.Int64(prev)}}))
+			}
+		}
+	case idemstore.SpanDelivery:
+		attrs = append(attrs, KeyMessagingSystem.String("idem.outbox"))
+		opts[0] = trace.WithSpanKind(trace.SpanKindProducer)
+		// The parent is the trace context stored with the message (the
+		// body that Put it); the relay's own span, if any, is a link.
+		stored := t.prop.Extract(context.Background(), propagation.MapCarrier(s.Headers))
+		if sc := trace.SpanContextFromContext(stored); sc.IsValid() {
+			if own := trace.SpanContextFromContext(ctx); own.IsValid() {
+				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: own}))
+			}
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
+	}
+	opts = append(opts, trace.WithAttributes(attrs...))
+	ctx, span := t.tracer.Start(ctx, SpanName(s), opts...)
+	if linkKey.attempt > 0 {
+		t.links.put(linkKey, span.SpanContext())
+	}
+	return ctx, func(e idemstore.SpanEnd) { end(span, e) }
+}
+
+// notNow are the outcomes whose error says "not now" rather than "failed":
+// their span's status stays unset.
+var notNow = map[string]bool{
+	idem.Deferred.String():   true,
+	idem.InProgress.String(): true,
+}
+
+func end(span trace.Span, e idemstore.SpanEnd) {
+	if !span.IsRecording() { // not sampled, or a no-op provider's
+		span.End()
+		return
+	}
+	attrs := convert(e.Attrs, nil)
+	if e.Outcome != "" {
+		attrs = append(attrs, KeyOutcome.String(e.Outcome))
+	}
+	switch e.Outcome {
+	case idem.AlreadyDone.String():
+		attrs = append(attrs, KeyDuplicate.Bool(true))
+	case idem.Deferred.String():
+		reason, _ := lookup(e.Attrs, idemstore.AttrReason).(string)
+		span.AddEvent("idem.deferred", trace.WithAttributes(KeyReason.String(reason)))
+	}
+	span.SetAttributes(attrs...)
+	if e.Err != nil {
+		span.RecordError(e.Err)
+		if !notNow[e.Outcome] {
+			span.SetStatus(codes.Error, e.Err.Error())
+		}
+	}
+	span.End()
+}
+
+// attemptKey names one attempt of a key.
+type attemptKey struct {
+	key     idemstore.Key
+	attempt int64
+}
+
+// linkCache keeps the span contexts of the last n attempts started.
+type linkCache struct {
+	mu    sync.Mutex
+	n     int
+	m     map[attemptKey]trace.SpanContext
+	order []attemptKey // a ring of the keys in m, oldest at next
+	next  int
+}
+
+func newLinkCache(n int) *linkCache {
+	return &linkCache{n: n, m: make(map[attemptKey]trace.SpanContext)}
+}
+
+func (c *linkCache) put(k attemptKey, sc trace.SpanContext) {
+	if c.n == 0 || !sc.IsValid() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[k]; ok {
+		c.m[k] = sc
+		return
+	}
+	if len(c.order) < c.n {
+		c.order = append(c.order, k)
+	} else {
+		delete(c.m, c.order[c.next])
+		c.order[c.next] = k
+		c.next = (c.next + 1) % c.n
+	}
+	c.m[k] = sc
+}
+
+func (c *linkCache) get(k attemptKey) (trace.SpanContext, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sc, ok := c.m[k]
+	return sc, ok
+}

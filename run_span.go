@@ -1,0 +1,69 @@
+package idem
+
+import (
+	"context"
+	"errors"
+
+	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/storeof"
+)
+
+// The engine's reports to the idemstore.Spans of a call's context (a
+// tracing adapter's): a span per call and per attempt. Without Spans in
+// the context they cost a context lookup.
+
+// errTxAgain ends the span of a RunTx body's attempt whose transaction
+// the store runs again (a retry of its own, within the attempt).
+var errTxAgain = errors.New("idem: the store runs the transaction again")
+
+// startRunSpan reports the start of a call of Run (tx: RunTx) on s for key.
+func startRunSpan(ctx context.Context, s idemstore.Store, key Key, cfg *config, tx bool) (context.Context, func(idemstore.SpanEnd)) {
+	if !idemstore.Traced(ctx) {
+		return ctx, nil
+	}
+	call := "idem.Run"
+	if tx {
+		call = "idem.RunTx"
+	}
+	if cfg.spanCall != "" {
+		call = cfg.spanCall
+	}
+	return idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanRun, Key: key, Attrs: []idemstore.Attr{
+		{Key: idemstore.AttrCall, Value: call},
+		{Key: idemstore.AttrMode, Value: cfg.mode.name},
+		{Key: idemstore.AttrStore, Value: storeof.TypeName(s)},
+	}})
+}
+
+// endRunSpan reports the end of a call with its result.
+func endRunSpan(end func(idemstore.SpanEnd), res Result) {
+	if end == nil {
+		return
+	}
+	e := idemstore.SpanEnd{Outcome: res.Outcome.String(), Err: res.Err,
+		Attrs: []idemstore.Attr{{Key: idemstore.AttrAttempts, Value: res.Attempts}}}
+	if res.Attempt > 0 {
+		e.Attrs = append(e.Attrs, idemstore.Attr{Key: idemstore.AttrAttempt, Value: res.Attempt})
+	}
+	var d *Deferral
+	if res.Outcome == Deferred && errors.As(res.Err, &d) {
+		e.Attrs = append(e.Attrs, idemstore.Attr{Key: idemstore.AttrReason, Value: d.Reason})
+	}
+	end(e)
+}
+
+// startAttemptSpan reports the start of attempt of key; prev is the
+// attempt before it (0: none), doubt whether it may have had its effect.
+func startAttemptSpan(ctx context.Context, key Key, attempt, prev int64, doubt bool) (context.Context, func(idemstore.SpanEnd)) {
+	if !idemstore.Traced(ctx) {
+		return ctx, func(idemstore.SpanEnd) {}
+	}
+	attrs := []idemstore.Attr{{Key: idemstore.AttrAttempt, Value: attempt}}
+	if prev > 0 {
+		attrs = append(attrs, idemstore.Attr{Key: idemstore.AttrPrevious, Value: prev})
+	}
+	if doubt {
+		attrs = append(attrs, idemstore.Attr{Key: idemstore.AttrTakeover, Value: true})
+	}
+	return idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanAttempt, Key: key, Attrs: attrs})
+}
