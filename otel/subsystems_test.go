@@ -181,16 +181,14 @@ func TestSchedulerOverlappingSlot(t *testing.T) {
 	clk.Advance(30 * time.Minute) // the next period is due
 	p2 := testwait.Recv(t, second, "the second period to start alongside the first")
 	close(release)
-	testwait.Until(t, func() bool { return len(r.spans("scheduler hourly")) == 2 }, "both slots to end")
+	// Both slots end; the catch-up that follows them may add one more.
+	testwait.Until(t, func() bool { return len(r.spans("scheduler hourly")) >= 2 }, "both slots to end")
 	cancel()
 	testwait.Recv(t, done, "Scheduler.Run to return")
 
 	var overlapping sdktrace.ReadOnlySpan
 	for _, sp := range r.spans("scheduler hourly") {
-		if v, ok := attr(sp, idemotel.KeyPeriod); ok {
-			if v.AsString() != p2 {
-				t.Fatalf("the overlapping slot's period %s, want %s", v.AsString(), p2)
-			}
+		if v, ok := attr(sp, idemotel.KeyPeriod); ok && v.AsString() == p2 {
 			overlapping = sp
 		}
 	}
