@@ -1,0 +1,3 @@
+package ui_test
+
+import _ "github.com/chromedp/chromedp"
