@@ -92,7 +92,7 @@ func back(a action) string {
 	if a.Outbox() {
 		return "outbox"
 	}
-	return "record?" + qs("job", a.Key.Job, "period", a.Key.Period)
+	return "record?" + string(qs("job", a.Key.Job, "period", a.Key.Period))
 }
 
 // confirm shows the confirmation page of an action: what it does to which

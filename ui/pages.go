@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,19 +52,18 @@ func fmtTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// qs builds a query string from name, value pairs (escaped).
-func qs(kv ...string) string {
+// qs builds a query string from name, value pairs, each escaped
+// (url.QueryEscape), so that the result is safe in a URL attribute.
+func qs(kv ...string) template.URL {
 	var b strings.Builder
 	for i := 0; i+1 < len(kv); i += 2 {
 		if b.Len() > 0 {
 			b.WriteByte('&')
 		}
-		b.WriteString(urlEscape(kv[i]) + "=" + urlEscape(kv[i+1]))
+		b.WriteString(url.QueryEscape(kv[i]) + "=" + url.QueryEscape(kv[i+1]))
 	}
-	return b.String()
+	return template.URL(b.String())
 }
-
-func urlEscape(s string) string { return template.URLQueryEscaper(s) }
 
 // page is what every template gets.
 type page struct {
