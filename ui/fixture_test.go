@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -44,8 +45,14 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureAt(t, filepath.Join(t.TempDir(), "ledger.db"), false)
+}
+
+// newFixtureAt writes the fixture's ledger at path. For screenshots (shots)
+// it has all of October for settle and none of the HTML payloads.
+func newFixtureAt(t *testing.T, path string, shots bool) *fixture {
+	t.Helper()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
 	l, err := idem.OpenLedger(path)
 	if err != nil {
 		t.Fatal(err)
@@ -57,8 +64,12 @@ func newFixture(t *testing.T) *fixture {
 	ok := func(context.Context) error { return nil }
 	// A failure backs off for an hour, with no retry in the call.
 	noWait := []idem.Option{idem.RetryWithin(0), idem.WithBackoff(idem.Constant(time.Hour))}
-	for d := 20; d <= 24; d++ {
-		if err := l.Run(ctx, idem.Key{Job: "settle", Period: fmt.Sprintf("2026-10-%d", d)}, ok, idem.WithParams(map[string]int{"day": d})); err != nil {
+	first := 20
+	if shots {
+		first = 1
+	}
+	for d := first; d <= 24; d++ {
+		if err := l.Run(ctx, idem.Key{Job: "settle", Period: fmt.Sprintf("2026-10-%02d", d)}, ok, idem.WithParams(map[string]int{"day": d})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -121,6 +132,9 @@ func newFixture(t *testing.T) *fixture {
 	if f.parked == "" || f.failed == "" {
 		t.Fatalf("the relay did not deliver every topic: parked %q, failing %q", f.parked, f.failed)
 	}
+	if shots {
+		return f
+	}
 	if err := l.Run(ctx, idem.Key{Job: xssJob, Period: "2026-10-27"}, func(context.Context) error {
 		return errors.New(xssError)
 	}, noWait...); err == nil {
@@ -145,6 +159,22 @@ func newFixture(t *testing.T) *fixture {
 		}
 	}
 	return f
+}
+
+// EnvFixture names where TestWriteFixture writes the fixture's ledger
+// (scripts/screenshots.sh); without it the test is skipped.
+const EnvFixture = "IDEM_UI_FIXTURE"
+
+// TestWriteFixture writes the screenshots' ledger at $IDEM_UI_FIXTURE.
+func TestWriteFixture(t *testing.T) {
+	path := os.Getenv(EnvFixture)
+	if path == "" {
+		t.Skip("$" + EnvFixture + " is not set: scripts/screenshots.sh sets it to write the screenshots' ledger")
+	}
+	f := newFixtureAt(t, path, true)
+	if err := f.ledger.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (f *fixture) status(t *testing.T, k idem.Key) idem.Status {

@@ -338,6 +338,16 @@ func grid(recs []idemstore.Record, due, cursor string) []gridRow {
 		ms = append(ms, m)
 	}
 	slices.Sort(ms)
+	// Every month from the first to the last, so that a month with no
+	// record shows as one.
+	if len(ms) > 1 {
+		first, _ := time.Parse("2006-01", ms[0])
+		last, _ := time.Parse("2006-01", ms[len(ms)-1])
+		ms = ms[:0]
+		for m := first; !m.After(last); m = m.AddDate(0, 1, 0) {
+			ms = append(ms, m.Format("2006-01"))
+		}
+	}
 	slices.Reverse(ms) // the latest month first
 	var rows []gridRow
 	for _, m := range ms {

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/ui"
@@ -316,5 +317,35 @@ func TestNoPathReachesFiles(t *testing.T) {
 	}
 	if code, body := localGet(t, h, "/style.css"); code != http.StatusOK || !strings.Contains(body, "prefers-color-scheme: dark") {
 		t.Errorf("GET /style.css: %d", code)
+	}
+}
+
+// TestNoScriptPolicyAndRefresh: every page forbids scripts and framing
+// (Content-Security-Policy), sends no referrer (a ?token= would leak), and
+// the overview reloads itself by a meta refresh (Options.Refresh; never
+// when negative).
+func TestNoScriptPolicyAndRefresh(t *testing.T) {
+	f := newFixture(t)
+	h := newHandler(t, f.ledger, ui.Options{Refresh: 7 * time.Second})
+	for _, p := range []string{"/", "/job?job=settle", "/record?job=pay&period=2026-10-27", "/outbox", "/search", "/nope"} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, local(httptest.NewRequest(http.MethodGet, p, nil)))
+		csp := w.Header().Get("Content-Security-Policy")
+		if !strings.Contains(csp, "default-src 'none'") || strings.Contains(csp, "script-src") || !strings.Contains(csp, "frame-ancestors 'none'") {
+			t.Errorf("GET %s: Content-Security-Policy %q", p, csp)
+		}
+		if rp := w.Header().Get("Referrer-Policy"); rp != "no-referrer" {
+			t.Errorf("GET %s: Referrer-Policy %q", p, rp)
+		}
+	}
+	if _, body := localGet(t, h, "/"); !strings.Contains(body, `<meta http-equiv="refresh" content="7">`) {
+		t.Errorf("the overview does not reload every 7 s:\n%s", body)
+	}
+	if _, body := localGet(t, h, "/job?job=settle"); strings.Contains(body, `http-equiv="refresh"`) {
+		t.Errorf("a job's page reloads itself")
+	}
+	never := newHandler(t, f.ledger, ui.Options{Refresh: -1})
+	if _, body := localGet(t, never, "/"); strings.Contains(body, `http-equiv="refresh"`) {
+		t.Errorf("Refresh -1: the overview reloads itself")
 	}
 }
