@@ -515,6 +515,7 @@ func (h *Handler) outbox(w http.ResponseWriter, r *http.Request) {
 type searchData struct {
 	Job, Period string
 	Status      string
+	Searched    bool // a criterion was given
 	Records     []idemstore.Record
 	More        bool
 	Statuses    []idemstore.Status
@@ -539,6 +540,11 @@ func (h *Handler) search(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Status = idemstore.Status(d.Status)
 	}
+	if d.Job == "" && d.Period == "" && d.Status == "" {
+		h.render(w, "search", page{Heading: "Search", Data: d}) // the form alone
+		return
+	}
+	d.Searched = true
 	recs, err := h.s.List(r.Context(), f)
 	if err != nil {
 		h.fail(w, r, err)

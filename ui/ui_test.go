@@ -18,13 +18,7 @@ import (
 	"github.com/idemgo/idem/ui"
 )
 
-// get serves one request to h from a loopback client and returns the
-// status and body.
-func get(t *testing.T, h http.Handler, target string) (int, string) {
-	t.Helper()
-	return do(t, h, httptest.NewRequest(http.MethodGet, target, nil))
-}
-
+// do serves one request to h and returns the status and body.
 func do(t *testing.T, h http.Handler, r *http.Request) (int, string) {
 	t.Helper()
 	w := httptest.NewRecorder()
