@@ -135,7 +135,7 @@ func TestBrowserPages(t *testing.T) {
 
 	step(t, ctx, "open the overview", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#jobs")))
 	jobs := text(t, ctx, "#jobs")
-	if miss := has(jobs, "settle", "pay", "grant", "notify", xssJob, "2026-10-25"); miss != "" {
+	if miss := has(jobs, "settle", "pay", "grant", "notify", xssJob, "2026-10-25", "2/3 done 1 parked"); miss != "" {
 		t.Errorf("the overview has no %q:\n%s", miss, jobs)
 	}
 	if miss := has(text(t, ctx, "#topics"), "mail", "hooks"); miss != "" {

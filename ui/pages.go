@@ -26,6 +26,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
 		"t":     fmtTime,
 		"short": idemstore.ShortFingerprint,
+		"age":   age,
 		"qs":    qs,
 		"list":  func(s ...string) []string { return s },
 		"msgs": func(actions bool, list []idemstore.OutboxRecord) any {
@@ -51,6 +52,24 @@ func fmtTime(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// age says how long ago t was, from now, in whole seconds, minutes, hours
+// or days ("" for a zero t).
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := now.Sub(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", max(0, int(d.Seconds())))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
 }
 
 // qs builds a query string from name, value pairs, each escaped
@@ -139,8 +158,10 @@ type jobRow struct {
 	LastDoneAt time.Time
 	LastChange time.Time
 	Cursor     string
-	Due        string // with a schedule: the latest period that has ended
-	Late       bool   // Due is not settled
+	Latest     string               // the latest period with a record
+	Items      idemstore.ItemCounts // the latest period's items (a fan-out), when the store keeps items
+	Due        string               // with a schedule: the latest period that has ended
+	Late       bool                 // Due is not settled
 	Scheduled  bool
 }
 
@@ -170,6 +191,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		j.Counts.add(rec.Status)
 		d.Total.add(rec.Status)
+		j.Latest = max(j.Latest, rec.Key.Period)
 		if rec.Status == idemstore.StatusDone && rec.Key.Period >= j.LastDone {
 			j.LastDone, j.LastDoneAt = rec.Key.Period, rec.Updated
 		}
@@ -202,6 +224,12 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 			}
 			j.Cursor = st.Cursor
 		}
+		if is, ok := h.s.(ItemStore); ok && j.Latest != "" {
+			if j.Items, err = is.CountItems(ctx, idemstore.Key{Job: j.Job, Period: j.Latest}); err != nil {
+				h.fail(w, r, err)
+				return
+			}
+		}
 		if s := h.o.Schedules[j.Job]; s != nil {
 			j.Scheduled = true
 			j.Due = idem.LastPeriod(s, now).Name
@@ -232,6 +260,7 @@ type cell struct {
 	Status  string // "" for a period with no record
 	Current bool   // the latest due period (with a schedule)
 	Cursor  bool   // the job's catch-up cursor
+	Window  bool   // after the cursor, up to the due period: what catch-up has still to settle
 }
 
 type gridRow struct {
@@ -258,6 +287,9 @@ func (r gridRow) HTML(job string) template.HTML {
 		}
 		if c.Cursor {
 			b.WriteString(" cursor")
+		}
+		if c.Window {
+			b.WriteString(" window")
 		}
 		b.WriteString(`" href="`)
 		b.WriteString(html.EscapeString(q + url.QueryEscape(c.Period)))
@@ -343,7 +375,8 @@ func grid(recs []idemstore.Record, due, cursor string) []gridRow {
 		status[rec.Key.Period] = string(rec.Status)
 	}
 	mk := func(p, label string) cell {
-		return cell{Period: p, Label: label, Status: status[p], Current: p == due, Cursor: p == cursor}
+		return cell{Period: p, Label: label, Status: status[p], Current: p == due, Cursor: p == cursor,
+			Window: cursor != "" && due != "" && p > cursor && p <= due}
 	}
 	if !days {
 		var row gridRow

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/ui"
 )
 
@@ -341,5 +343,41 @@ func TestNoScriptPolicyAndRefresh(t *testing.T) {
 	never := newHandler(t, f.ledger, ui.Options{Refresh: -1})
 	if _, body := localGet(t, never, "/"); strings.Contains(body, `http-equiv="refresh"`) {
 		t.Errorf("Refresh -1: the overview reloads itself")
+	}
+}
+
+// TestJobGridMarksCursorDueAndWindow: with the job's schedule known, a
+// job's grid marks the latest due period, the catch-up cursor (set by a
+// real catchup.Run), and the periods between them that catch-up has still
+// to settle; the overview says the job is late.
+func TestJobGridMarksCursorDueAndWindow(t *testing.T) {
+	ctx := context.Background()
+	l, err := idem.OpenLedger(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	daily := idem.Daily(time.UTC)
+	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
+	if _, err := catchup.Run(ctx, l, "settle", daily, func(context.Context, idem.Period) error { return nil }, idem.WithClock(clk)); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 10, 31, 2, 0, 0, 0, time.UTC)
+	h := newHandler(t, l, ui.Options{Schedules: map[string]idem.Schedule{"settle": daily}, Now: func() time.Time { return now }})
+	_, body := localGet(t, h, "/job?job=settle")
+	for _, want := range []string{
+		`class="cell c-done cursor" href="record?job=settle&amp;period=2026-10-27"`,
+		`class="cell c- window" href="record?job=settle&amp;period=2026-10-28"`,
+		`class="cell c- window" href="record?job=settle&amp;period=2026-10-29"`,
+		`class="cell c- cur window" href="record?job=settle&amp;period=2026-10-30"`,
+		`class="cell c-" href="record?job=settle&amp;period=2026-10-31"`,
+		`class="cell c-" href="record?job=settle&amp;period=2026-10-26"`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the grid has no %s", want)
+		}
+	}
+	if _, body := localGet(t, h, "/"); !strings.Contains(body, `2026-10-30 <span class="s-late">late</span>`) {
+		t.Errorf("the overview does not say settle is late for 2026-10-30:\n%s", body)
 	}
 }
