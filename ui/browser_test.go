@@ -350,8 +350,10 @@ func TestBrowserNoScript(t *testing.T) {
 	f := newFixture(t)
 	base := serve(t, f.ledger, ui.Options{Actions: true})
 	ctx := browser(t, true)
-	if on, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("true")); err == nil && on {
-		t.Log("note: CDP evaluation still runs with page scripts off (it is not the page's script)")
+	// Scripts are off in this tab: a page's script does not run.
+	step(t, ctx, "open a page with a script", chromedp.Navigate(`data:text/html,<title>off</title><script>document.title="ran"</script>`))
+	if title, err := chromedp.Run(ctx, chromedp.Title()); err != nil || title != "off" {
+		t.Fatalf("a page's script ran (title %q, %v): JavaScript is not off", title, err)
 	}
 	for _, tc := range []struct {
 		path string
