@@ -39,7 +39,7 @@ func chromium(t *testing.T) string {
 		}
 	}
 	const how = "no chromium on $PATH: install it (apt-get install chromium) or set $" + EnvChromium + " to run the browser tests"
-	if os.Getenv("CI") != "" {
+	if v := os.Getenv("CI"); v != "" && v != "false" && v != "0" {
 		t.Fatal(how + " ($CI is set: the browser tests must run)")
 	}
 	t.Skip(how)
