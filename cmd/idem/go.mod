@@ -7,6 +7,7 @@ require (
 	github.com/idemgo/idem/cron v0.0.0
 	github.com/idemgo/idem/pgledger v0.0.0
 	github.com/idemgo/idem/redisstore v0.0.0
+	github.com/idemgo/idem/ui v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
@@ -42,4 +43,5 @@ replace (
 	github.com/idemgo/idem/cron => ../../cron
 	github.com/idemgo/idem/pgledger => ../../pgledger
 	github.com/idemgo/idem/redisstore => ../../redisstore
+	github.com/idemgo/idem/ui => ../../ui
 )

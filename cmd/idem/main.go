@@ -138,7 +138,7 @@ shared by many hosts (--postgres, or $IDEM_POSTGRES), or a Redis server
   idem run --ledger /var/lib/idem/ledger.db --job settle --tz Asia/Shanghai -- /opt/settle.sh
 
 The other commands look at and repair the ledger: ls, show, resolve, reset,
-prune, doctor; and 'idem outbox' relays the transactional outbox's
+prune, doctor; 'idem ui' serves them as a web page; and 'idem outbox' relays the transactional outbox's
 messages to a webhook and lists, retries and drops them.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -153,6 +153,6 @@ messages to a webhook and lists, retries and drops them.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err, hint: fmt.Sprintf("Run '%s --help' for usage.", c.CommandPath())}
 	})
-	root.AddCommand(newRunCmd(), newServeCmd(), newLsCmd(), newShowCmd(), newResolveCmd(), newResetCmd(), newPruneCmd(), newDoctorCmd(), newOutboxCmd())
+	root.AddCommand(newRunCmd(), newServeCmd(), newLsCmd(), newShowCmd(), newResolveCmd(), newResetCmd(), newPruneCmd(), newDoctorCmd(), newOutboxCmd(), newUICmd())
 	return root
 }
