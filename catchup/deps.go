@@ -51,6 +51,16 @@ func Within(upstream idem.Schedule) Mapping {
 	}}
 }
 
+// Upstream returns the names of the upstream's periods that p, a period
+// of a job of schedule own, waits for under m: what a catch-up looks up
+// (an operator's page shows it too).
+func (m Mapping) Upstream(p idem.Period, own idem.Schedule) []string {
+	if m.f == nil {
+		return nil
+	}
+	return m.f(p, own)
+}
+
 // MapFunc maps a period with f, which returns the names of the upstream's
 // periods it waits for (none: it waits for nothing). name describes the
 // mapping in messages.

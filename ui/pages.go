@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"html"
@@ -15,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 )
 
@@ -163,6 +165,7 @@ type jobRow struct {
 	Due        string               // with a schedule: the latest period that has ended
 	Late       bool                 // Due is not settled
 	Scheduled  bool
+	Waiting    string // the next period to settle waits for these upstream periods (Options.After)
 }
 
 type overviewData struct {
@@ -239,6 +242,12 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			j.Late = !(ok && (rec.Status == idemstore.StatusDone || rec.Status == idemstore.StatusSkipped)) && !(j.Cursor != "" && j.Due <= j.Cursor)
+			if j.Late && len(h.o.After[j.Job]) > 0 {
+				if j.Waiting, err = h.waiting(ctx, j.Job, s, j.Cursor, j.Due); err != nil {
+					h.fail(w, r, err)
+					return
+				}
+			}
 		}
 	}
 	if ob, ok := h.s.(OutboxStore); ok {
@@ -631,3 +640,33 @@ func (h *Handler) search(w http.ResponseWriter, r *http.Request) {
 // ErrActionsOff is the refusal of an action by a handler made without
 // Options.Actions.
 var ErrActionsOff = errors.New("ui: actions are off (start the page with actions enabled)")
+
+// waiting is what the next period of job to settle (the one after its
+// cursor, else due) waits for under Options.After, as a catch-up would
+// find it: "" when nothing.
+func (h *Handler) waiting(ctx context.Context, job string, s idem.Schedule, cursor, due string) (string, error) {
+	next, err := s.Parse(due)
+	if err != nil {
+		return "", nil
+	}
+	if c, err := s.Parse(cursor); err == nil && cursor != "" {
+		next = s.Next(c)
+	}
+	var w catchup.Waits
+	for _, d := range h.o.After[job] {
+		for _, name := range d.Mapping.Upstream(next, s) {
+			key := idemstore.Key{Job: d.Job, Period: name}
+			rec, ok, err := h.s.Lookup(ctx, key)
+			if err != nil {
+				return "", err
+			}
+			if !ok || (rec.Status != idemstore.StatusDone && rec.Status != idemstore.StatusSkipped) {
+				w = append(w, catchup.Wait{Key: key, Status: rec.Status})
+			}
+		}
+	}
+	if len(w) == 0 {
+		return "", nil
+	}
+	return next.Name + " waits for " + w.String(), nil
+}

@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 )
 
@@ -106,6 +107,12 @@ type Options struct {
 	// show neither.
 	Schedules map[string]idem.Schedule
 
+	// After, by job, is what a job's periods wait for (its catchup.After
+	// dependencies): with the job's schedule, the overview tells, of a job
+	// whose next period to settle waits, which upstream periods it waits
+	// for and their status, instead of calling it late.
+	After map[string][]Dependency
+
 	// Refresh is how often the overview reloads itself (a meta refresh,
 	// no script); 0 means 30 s, a negative value never.
 	Refresh time.Duration
@@ -120,6 +127,13 @@ type Options struct {
 
 	// Title names the page ("idem" when empty).
 	Title string
+}
+
+// A Dependency is one catchup.After of a job: its periods wait for the
+// periods of Job that Mapping names.
+type Dependency struct {
+	Job     string
+	Mapping catchup.Mapping
 }
 
 // Handler serves the pages. Make one with New.

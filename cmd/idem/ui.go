@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/ui"
 	"github.com/spf13/cobra"
 )
@@ -24,7 +26,8 @@ const EnvUIToken = "IDEM_UI_TOKEN"
 
 const uiLong = `Serve a web page of the ledger for operators: every job with its last
 success, its periods by status (and, with --schedule, its latest due
-period and whether it is late); a job's periods as a calendar grid coloured
+period and whether it is late or, with --after, waiting for another job's
+periods); a job's periods as a calendar grid coloured
 by status; one period's record (attempts, owner, lease, last error, backoff,
 params fingerprint, stored value, a fan-out's items by state, its outbox
 messages); the outbox by topic; search by job and period. The pages need no
@@ -53,7 +56,7 @@ func newUICmd() *cobra.Command {
 	var addr, token string
 	var actions, insecure bool
 	var refresh time.Duration
-	var schedules []string
+	var schedules, afters []string
 	var tz string
 	cmd := &cobra.Command{
 		Use:   "ui [--addr HOST:PORT] [--actions] [--token TOKEN | --insecure]",
@@ -91,6 +94,18 @@ func newUICmd() *cobra.Command {
 					return flagError("--schedule", err)
 				}
 			}
+			deps := map[string][]ui.Dependency{}
+			for _, a := range afters {
+				job, up, ok := strings.Cut(a, "=")
+				if !ok || job == "" {
+					return usageError(fmt.Errorf("--after %q: want JOB=UPSTREAM or JOB=UPSTREAM/PERIODS, like mail=settle", a))
+				}
+				d, err := uiDependency(up, job, loc)
+				if err != nil {
+					return flagError("--after", err)
+				}
+				deps[job] = append(deps[job], d)
+			}
 			l, clk, err := openForOps(cmd)
 			if err != nil {
 				return err
@@ -104,7 +119,7 @@ func newUICmd() *cobra.Command {
 				refresh = -1 // never
 			}
 			h, err := ui.New(st, ui.Options{
-				Actions: actions, Token: token, Insecure: insecure, Schedules: scheds, Refresh: refresh,
+				Actions: actions, Token: token, Insecure: insecure, Schedules: scheds, After: deps, Refresh: refresh,
 				Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)), Now: clk.Now, Title: "idem: " + l.desc,
 			})
 			if err != nil {
@@ -142,7 +157,8 @@ func newUICmd() *cobra.Command {
 	f.BoolVar(&insecure, "insecure", false, "serve any client without a token (only behind a proxy that authenticates them)")
 	f.DurationVar(&refresh, "refresh", 30*time.Second, "how often the overview reloads itself (0: never)")
 	f.StringArrayVar(&schedules, "schedule", nil, "JOB=SCHEDULE (repeatable; daily, hourly, weekly, monthly or a cron expression): the overview shows the job's latest due period and whether it is late")
-	f.StringVar(&tz, "tz", "Local", "the time zone of the --schedule jobs")
+	f.StringArrayVar(&afters, "after", nil, "JOB=UPSTREAM or JOB=UPSTREAM/PERIODS (repeatable; as 'idem run --after' of JOB): with JOB's --schedule, the overview says which period of JOB waits for which periods of UPSTREAM")
+	f.StringVar(&tz, "tz", "Local", "the time zone of the --schedule and --after jobs")
 	return cmd
 }
 
@@ -154,4 +170,25 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// uiDependency is an --after value of 'idem ui' (after JOB=): UPSTREAM
+// (the same period) or UPSTREAM/PERIODS (every period of that schedule
+// inside the job's), as 'idem run --after' reads it.
+func uiDependency(v, job string, loc *time.Location) (ui.Dependency, error) {
+	up, periods, within := strings.Cut(v, "/")
+	if err := idemstore.ValidateJob(up); err != nil {
+		return ui.Dependency{}, fmt.Errorf("%q: %w", v, err)
+	}
+	if up == job {
+		return ui.Dependency{}, fmt.Errorf("%q: a job cannot wait for its own periods", v)
+	}
+	if !within {
+		return ui.Dependency{Job: up, Mapping: catchup.SamePeriod()}, nil
+	}
+	sched, ok := namedSchedule(periods, loc)
+	if !ok {
+		return ui.Dependency{}, fmt.Errorf("%q: %q is not hourly, daily, weekly or monthly", v, periods)
+	}
+	return ui.Dependency{Job: up, Mapping: catchup.Within(sched)}, nil
 }

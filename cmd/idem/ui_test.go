@@ -1,6 +1,9 @@
+//go:build unix
+
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -61,6 +64,40 @@ func TestUIServes(t *testing.T) {
 		t.Errorf("an action without --actions: %d\n%s", code, body)
 	}
 	stop()
+}
+
+// TestUIAfter: with --schedule and --after, the overview says what a job's
+// next period waits for; a bad --after is a usage error naming the flag.
+func TestUIAfter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := idem.OpenLedger(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Run(context.Background(), idem.Key{Job: "settle", Period: "2026-10-27"}, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	_, get, _, stop := serveUI(t, "--ledger", path, "--schedule", "mail=daily", "--after", "mail=settle", "--tz", "UTC")
+	// Yesterday's mail waits for yesterday's settlement (as of the page's
+	// time: the test does not compute the day, which may change meanwhile).
+	waits := regexp.MustCompile(`(\d{4}-\d\d-\d\d) waits for settle/(\d{4}-\d\d-\d\d) \(not run yet\)`)
+	code, body := get("")
+	m := waits.FindStringSubmatch(body)
+	if code != http.StatusOK || m == nil || m[1] != m[2] || m[1] == "2026-10-27" {
+		t.Errorf("overview: %d, want mail's latest due day waiting for the same day of settle\n%s", code, body)
+	}
+	stop()
+	for _, bad := range []string{"mail", "mail=mail", "mail=settle/fortnightly"} {
+		root := newRoot()
+		var errb bytes.Buffer
+		root.SetArgs([]string{"ui", "--ledger", path, "--after", bad})
+		root.SetErr(&errb)
+		root.SetOut(io.Discard)
+		if err := root.Execute(); err == nil || !strings.Contains(err.Error()+errb.String(), "--after") {
+			t.Errorf("--after %q: %v %s; want a usage error naming --after", bad, err, errb.String())
+		}
+	}
 }
 
 // serveUI runs idem ui with args (and --addr 127.0.0.1:0) in this process
