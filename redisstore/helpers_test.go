@@ -35,13 +35,21 @@ func inCI() bool {
 	return v != "" && v != "false" && v != "0"
 }
 
-// newClient returns a client of the test server, closed when t ends.
+// newClient returns a client of the test server, closed when t ends. Its
+// read and write deadlines are long: on a loaded machine (2 cores, two
+// test steps and a browser beside this one) the test process can go
+// seconds without CPU, and go-redis's default 3 s deadline would then fail
+// a command the server had answered — a reply lost, which the fault tests
+// inject on purpose and the model test does not expect.
 func newClient(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: testAddr(t)})
+	c := redis.NewClient(&redis.Options{Addr: testAddr(t), ReadTimeout: testClientTimeout, WriteTimeout: testClientTimeout})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// testClientTimeout is the test clients' read and write deadline.
+const testClientTimeout = time.Minute
 
 // uniquePrefix returns a prefix no other test uses.
 func uniquePrefix() string {

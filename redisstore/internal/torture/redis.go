@@ -88,6 +88,12 @@ func redisBackend() *harness.Backend {
 	}
 }
 
+// clientTimeout is a worker's read and write deadline: long, because a
+// worker on a loaded machine can go seconds without CPU, and go-redis's
+// default 3 s deadline would then fail a command the server had answered
+// (a killed server still fails at once: its connections are reset).
+const clientTimeout = time.Minute
+
 // openWait is how long a worker waits for the server to answer when it
 // opens its store: a run may kill and restart redis-server (while it
 // reloads its append-only file it answers LOADING).
@@ -98,7 +104,7 @@ const openWait = 30 * time.Second
 func openRedis(ctx context.Context, loc redisLoc) (*harness.Handle, error) {
 	deadline := time.Now().Add(openWait)
 	for {
-		c := redis.NewClient(&redis.Options{Addr: loc.Addr})
+		c := redis.NewClient(&redis.Options{Addr: loc.Addr, ReadTimeout: clientTimeout, WriteTimeout: clientTimeout})
 		s, err := redisstore.New(ctx, c, redisstore.WithPrefix(loc.Prefix))
 		if err == nil {
 			return &harness.Handle{Store: s, Close: c.Close}, nil
