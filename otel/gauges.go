@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/gauge"
 	"github.com/idemgo/idem/scheduler"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -20,9 +20,9 @@ const ReadTimeout = 5 * time.Second
 // records that are running or failed (backing off), work idem retries by
 // itself.
 const (
-	KeysPending = "pending"
-	KeysUnknown = "unknown"
-	KeysParked  = "parked"
+	KeysPending = gauge.KeysPending
+	KeysUnknown = gauge.KeysUnknown
+	KeysParked  = gauge.KeysParked
 )
 
 // OutboxSource is a store with an outbox, as [Metrics.WatchOutbox] reads
@@ -40,12 +40,12 @@ type gauges struct {
 	lister idemstore.Lister
 	outbox OutboxSource
 	scheds []*scheduler.Scheduler
-	jobs   map[string]bool // jobs seen, reported at 0 when they have no such keys
-	topics map[string]bool // topics seen, likewise
+	jobs   gauge.Seen // jobs seen, reported at 0 when they have no such keys
+	topics gauge.Seen // topics seen, likewise
 }
 
 func (m *Metrics) registerGauges(meter metric.Meter) error {
-	g := &gauges{jobs: map[string]bool{}, topics: map[string]bool{}}
+	g := &gauges{}
 	var errs []error
 	i64 := func(name string) metric.Int64ObservableGauge {
 		in := instrument(name)
@@ -97,28 +97,8 @@ func (m *Metrics) WatchOutbox(s OutboxSource) {
 	m.gauges.outbox = s
 }
 
-func (g *gauges) seenJob(job string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.jobs[job] = true
-}
-
-func (g *gauges) seenTopic(topic string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.topics[topic] = true
-}
-
-// statusGroups maps the record statuses counted to idem.keys' status.
-var statusGroups = []struct {
-	status idem.Status
-	label  string
-}{
-	{idem.StatusRunning, KeysPending},
-	{idem.StatusFailed, KeysPending},
-	{idem.StatusUnknown, KeysUnknown},
-	{idem.StatusParked, KeysParked},
-}
+func (g *gauges) seenJob(job string)     { g.jobs.Add(job) }
+func (g *gauges) seenTopic(topic string) { g.topics.Add(topic) }
 
 func (g *gauges) observe(ctx context.Context, o metric.Observer) error {
 	g.mu.Lock()
@@ -153,32 +133,14 @@ func (g *gauges) observe(ctx context.Context, o metric.Observer) error {
 // observeKeys lists only the records that are not settled, one status at
 // a time, as package prom does.
 func (g *gauges) observeKeys(ctx context.Context, o metric.Observer, l idemstore.Lister) {
-	counts := map[string]map[string]int64{}
-	for _, sg := range statusGroups {
-		recs, err := l.List(ctx, idem.Filter{Status: sg.status})
-		if err != nil {
-			o.ObserveInt64(g.ledgerUp, 0)
-			return
-		}
-		for _, r := range recs {
-			if counts[r.Key.Job] == nil {
-				counts[r.Key.Job] = map[string]int64{}
-			}
-			counts[r.Key.Job][sg.label]++
-		}
+	counts, err := gauge.Keys(ctx, l)
+	if err != nil {
+		o.ObserveInt64(g.ledgerUp, 0)
+		return
 	}
 	o.ObserveInt64(g.ledgerUp, 1)
-	g.mu.Lock()
-	for job := range counts {
-		g.jobs[job] = true
-	}
-	jobs := make([]string, 0, len(g.jobs))
-	for job := range g.jobs {
-		jobs = append(jobs, job)
-	}
-	g.mu.Unlock()
-	for _, job := range jobs {
-		for _, label := range []string{KeysPending, KeysUnknown, KeysParked} {
+	for _, job := range g.jobs.Jobs(counts) {
+		for _, label := range gauge.KeyStatuses {
 			o.ObserveInt64(g.keys, counts[job][label], metric.WithAttributes(KeyJob.String(job), KeyStatus.String(label)))
 		}
 	}
@@ -191,30 +153,11 @@ func (g *gauges) observeOutbox(ctx context.Context, o metric.Observer, s OutboxS
 		return
 	}
 	o.ObserveInt64(g.outboxUp, 1)
-	byTopic := map[string]idemstore.OutboxTopicStats{}
-	g.mu.Lock()
-	for _, st := range stats {
-		byTopic[st.Topic] = st
-		g.topics[st.Topic] = true
-	}
-	topics := make([]string, 0, len(g.topics))
-	for t := range g.topics {
-		topics = append(topics, t)
-	}
-	g.mu.Unlock()
-	now := time.Now()
-	for _, t := range topics {
-		st := byTopic[t]
-		for _, v := range []struct {
-			status string
-			n      int64
-		}{{"pending", st.Backlog}, {"failing", st.Failed}, {"delivered", st.Delivered}, {"parked", st.Parked}} {
-			o.ObserveInt64(g.outboxMessages, v.n, metric.WithAttributes(KeyTopic.String(t), KeyStatus.String(v.status)))
+	for _, tp := range gauge.Topics(stats, &g.topics, time.Now()) {
+		topic := KeyTopic.String(tp.Topic)
+		for _, m := range tp.Messages {
+			o.ObserveInt64(g.outboxMessages, m.N, metric.WithAttributes(topic, KeyStatus.String(m.Status)))
 		}
-		age := 0.0
-		if st.Backlog > 0 && !st.Oldest.IsZero() {
-			age = max(0, now.Sub(st.Oldest).Seconds())
-		}
-		o.ObserveFloat64(g.outboxAge, age, metric.WithAttributes(KeyTopic.String(t)))
+		o.ObserveFloat64(g.outboxAge, tp.OldestAge, metric.WithAttributes(topic))
 	}
 }

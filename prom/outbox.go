@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/gauge"
 	"github.com/idemgo/idem/outbox"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -29,10 +30,10 @@ import (
 
 // The statuses of idem_outbox_messages.
 const (
-	OutboxPending   = "pending"
-	OutboxFailing   = "failing"
-	OutboxDelivered = "delivered"
-	OutboxParked    = "parked"
+	OutboxPending   = gauge.OutboxPending
+	OutboxFailing   = gauge.OutboxFailing
+	OutboxDelivered = gauge.OutboxDelivered
+	OutboxParked    = gauge.OutboxParked
 )
 
 // Outbox records the transactional outbox's relay and backlog as
@@ -105,7 +106,7 @@ type outboxCollector struct {
 
 	mu     sync.Mutex
 	store  OutboxSource
-	topics map[string]bool // topics seen, reported at 0 when they have no messages left
+	topics gauge.Seen // topics seen, reported at 0 when they have no messages left
 }
 
 func newOutboxCollector(constLabels prometheus.Labels, timeout time.Duration) *outboxCollector {
@@ -121,7 +122,6 @@ func newOutboxCollector(constLabels prometheus.Labels, timeout time.Duration) *o
 			nil, constLabels),
 		timeout: timeout,
 		now:     time.Now,
-		topics:  map[string]bool{},
 	}
 }
 
@@ -131,11 +131,7 @@ func (c *outboxCollector) setStore(s OutboxSource) {
 	c.store = s
 }
 
-func (c *outboxCollector) seen(topic string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.topics[topic] = true
-}
+func (c *outboxCollector) seen(topic string) { c.topics.Add(topic) }
 
 // Describe implements prometheus.Collector.
 func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -160,30 +156,10 @@ func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
-	byTopic := map[string]idemstore.OutboxTopicStats{}
-	c.mu.Lock()
-	for _, st := range stats {
-		byTopic[st.Topic] = st
-		c.topics[st.Topic] = true
-	}
-	topics := make([]string, 0, len(c.topics))
-	for t := range c.topics {
-		topics = append(topics, t)
-	}
-	c.mu.Unlock()
-	now := c.now()
-	for _, t := range topics {
-		st := byTopic[t]
-		for _, v := range []struct {
-			status string
-			n      int64
-		}{{OutboxPending, st.Backlog}, {OutboxFailing, st.Failed}, {OutboxDelivered, st.Delivered}, {OutboxParked, st.Parked}} {
-			ch <- prometheus.MustNewConstMetric(c.messages, prometheus.GaugeValue, float64(v.n), t, v.status)
+	for _, tp := range gauge.Topics(stats, &c.topics, c.now()) {
+		for _, m := range tp.Messages {
+			ch <- prometheus.MustNewConstMetric(c.messages, prometheus.GaugeValue, float64(m.N), tp.Topic, m.Status)
 		}
-		age := 0.0
-		if st.Backlog > 0 && !st.Oldest.IsZero() {
-			age = max(0, now.Sub(st.Oldest).Seconds())
-		}
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age, t)
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, tp.OldestAge, tp.Topic)
 	}
 }

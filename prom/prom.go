@@ -56,6 +56,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/gauge"
 	"github.com/idemgo/idem/scheduler"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -72,9 +73,9 @@ const DefaultScrapeTimeout = 5 * time.Second
 // running or failed (backing off): work not done yet that idem will retry
 // by itself.
 const (
-	KeysPending = "pending"
-	KeysUnknown = "unknown"
-	KeysParked  = "parked"
+	KeysPending = gauge.KeysPending
+	KeysUnknown = gauge.KeysUnknown
+	KeysParked  = gauge.KeysParked
 )
 
 // An Option configures [New].
@@ -223,7 +224,7 @@ type keysCollector struct {
 
 	mu     sync.Mutex
 	lister idemstore.Lister
-	jobs   map[string]bool // jobs seen, reported at 0 when they have no such keys
+	jobs   gauge.Seen // jobs seen, reported at 0 when they have no such keys
 }
 
 func newKeysCollector(constLabels prometheus.Labels, timeout time.Duration) *keysCollector {
@@ -235,7 +236,6 @@ func newKeysCollector(constLabels prometheus.Labels, timeout time.Duration) *key
 			"1 if the last read of the ledger for idem_keys succeeded, 0 if it failed.",
 			nil, constLabels),
 		timeout: timeout,
-		jobs:    map[string]bool{},
 	}
 }
 
@@ -245,27 +245,12 @@ func (k *keysCollector) setLister(l idemstore.Lister) {
 	k.lister = l
 }
 
-func (k *keysCollector) seen(job string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.jobs[job] = true
-}
+func (k *keysCollector) seen(job string) { k.jobs.Add(job) }
 
 // Describe implements prometheus.Collector.
 func (k *keysCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- k.keys
 	ch <- k.up
-}
-
-// statusGroups maps the record statuses counted to idem_keys' status label.
-var statusGroups = []struct {
-	status idem.Status
-	label  string
-}{
-	{idem.StatusRunning, KeysPending},
-	{idem.StatusFailed, KeysPending},
-	{idem.StatusUnknown, KeysUnknown},
-	{idem.StatusParked, KeysParked},
 }
 
 // Collect implements prometheus.Collector. It lists only the records that
@@ -278,49 +263,19 @@ func (k *keysCollector) Collect(ch chan<- prometheus.Metric) {
 	if l == nil {
 		return
 	}
-	counts, err := count(l, k.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), k.timeout)
+	defer cancel()
+	counts, err := gauge.Keys(ctx, l)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(k.up, prometheus.GaugeValue, 0)
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(k.up, prometheus.GaugeValue, 1)
-
-	k.mu.Lock()
-	for job := range counts {
-		k.jobs[job] = true
-	}
-	jobs := make([]string, 0, len(k.jobs))
-	for job := range k.jobs {
-		jobs = append(jobs, job)
-	}
-	k.mu.Unlock()
-	for _, job := range jobs {
-		for _, label := range []string{KeysPending, KeysUnknown, KeysParked} {
+	for _, job := range k.jobs.Jobs(counts) {
+		for _, label := range gauge.KeyStatuses {
 			ch <- prometheus.MustNewConstMetric(k.keys, prometheus.GaugeValue, float64(counts[job][label]), job, label)
 		}
 	}
-}
-
-// count returns, per job, the number of records in each idem_keys status.
-func count(l idemstore.Lister, timeout time.Duration) (map[string]map[string]int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	counts := map[string]map[string]int{}
-	var errs []error
-	for _, g := range statusGroups {
-		recs, err := l.List(ctx, idem.Filter{Status: g.status})
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, r := range recs {
-			if counts[r.Key.Job] == nil {
-				counts[r.Key.Job] = map[string]int{}
-			}
-			counts[r.Key.Job][g.label]++
-		}
-	}
-	return counts, errors.Join(errs...)
 }
 
 // WatchScheduler makes idem_last_success_timestamp_seconds and
