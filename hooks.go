@@ -148,7 +148,7 @@ func (hooks) Each(ctx context.Context, s any, storeErr error, key Key, items ite
 	case err != nil:
 		cfg.err = fmt.Errorf("idem: %s: %w", call.name, err)
 	case !ok:
-		cfg.err = fmt.Errorf("idem: %s: the store %s cannot serve it: it is not an idemstore.ItemStore", call.name, storeof.TypeName(s))
+		cfg.err = storeof.Lacks(call.name, s, "idemstore.ItemStore")
 	}
 	var t txItems
 	if tx != nil {

@@ -78,7 +78,7 @@ func txStoreFor[Tx any](s any, cl call, opts []Option) (idemstore.TxStore[Tx], *
 	st, cfg := storeFor(s, cl, opts)
 	txs, ok := st.(idemstore.TxStore[Tx])
 	if !ok && cfg.err == nil {
-		cfg.err = fmt.Errorf("idem: %s: the store %s cannot serve it: it is not an %s", cl.name, storeof.TypeName(s), reflect.TypeFor[idemstore.TxStore[Tx]]())
+		cfg.err = storeof.Lacks(cl.name, s, reflect.TypeFor[idemstore.TxStore[Tx]]().String())
 	}
 	return txs, cfg
 }

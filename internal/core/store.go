@@ -23,7 +23,7 @@ func StoreAs[T any](call string, s any) (T, error) {
 	}
 	t, ok := st.(T)
 	if !ok {
-		return zero, fmt.Errorf("idem: %s: the store %s cannot serve it: it is not an %s", call, storeof.TypeName(s), reflect.TypeFor[T]())
+		return zero, storeof.Lacks(call, s, reflect.TypeFor[T]().String())
 	}
 	return t, nil
 }

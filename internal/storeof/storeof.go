@@ -28,3 +28,11 @@ func TypeName(s any) string {
 // Named names the unexported store types of package idem; "" for any
 // other value. Set once, by package idem's init.
 var Named func(s any) string
+
+// Lacks is the error of the call named call on the store s, which is not
+// the store interface want that the call needs ("idemstore.ItemStore"):
+// the calls take idem.Store, whose store methods are out of view, so this
+// is found at run time, before anything is written.
+func Lacks(call string, s any, want string) error {
+	return fmt.Errorf("idem: %s: the store %s cannot serve it: it is not an %s", call, TypeName(s), want)
+}
