@@ -579,19 +579,30 @@ func afterOption(v, job string, loc *time.Location) (idem.Option, error) {
 	if v == "previous" {
 		return catchup.AfterPrevious(), nil
 	}
+	up, m, err := parseAfter(v, job, loc)
+	if err != nil {
+		return nil, err
+	}
+	return catchup.After(up, m), nil
+}
+
+// parseAfter reads JOB or JOB/PERIODS, a dependency of job on the periods
+// of another job (as --after of 'idem run' and 'idem ui' take it): the
+// upstream job and the mapping of job's periods to its.
+func parseAfter(v, job string, loc *time.Location) (string, catchup.Mapping, error) {
 	up, periods, within := strings.Cut(v, "/")
 	if err := idemstore.ValidateJob(up); err != nil {
-		return nil, fmt.Errorf("%q: %w", v, err)
+		return "", catchup.Mapping{}, fmt.Errorf("%q: %w", v, err)
 	}
 	if up == job {
-		return nil, fmt.Errorf("%q: a job cannot wait for its own periods (use previous)", v)
+		return "", catchup.Mapping{}, fmt.Errorf("%q: a job cannot wait for its own periods (use previous)", v)
 	}
 	if !within {
-		return catchup.After(up, catchup.SamePeriod()), nil
+		return up, catchup.SamePeriod(), nil
 	}
 	sched, ok := namedSchedule(periods, loc)
 	if !ok {
-		return nil, fmt.Errorf("%q: %q is not hourly, daily, weekly or monthly", v, periods)
+		return "", catchup.Mapping{}, fmt.Errorf("%q: %q is not hourly, daily, weekly or monthly", v, periods)
 	}
-	return catchup.After(up, catchup.Within(sched)), nil
+	return up, catchup.Within(sched), nil
 }

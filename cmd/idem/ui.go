@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
-	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/ui"
 	"github.com/spf13/cobra"
 )
@@ -100,11 +98,11 @@ func newUICmd() *cobra.Command {
 				if !ok || job == "" {
 					return usageError(fmt.Errorf("--after %q: want JOB=UPSTREAM or JOB=UPSTREAM/PERIODS, like mail=settle", a))
 				}
-				d, err := uiDependency(up, job, loc)
+				upstream, m, err := parseAfter(up, job, loc)
 				if err != nil {
 					return flagError("--after", err)
 				}
-				deps[job] = append(deps[job], d)
+				deps[job] = append(deps[job], ui.Dependency{Job: upstream, Mapping: m})
 			}
 			l, clk, err := openForOps(cmd)
 			if err != nil {
@@ -170,25 +168,4 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// uiDependency is an --after value of 'idem ui' (after JOB=): UPSTREAM
-// (the same period) or UPSTREAM/PERIODS (every period of that schedule
-// inside the job's), as 'idem run --after' reads it.
-func uiDependency(v, job string, loc *time.Location) (ui.Dependency, error) {
-	up, periods, within := strings.Cut(v, "/")
-	if err := idemstore.ValidateJob(up); err != nil {
-		return ui.Dependency{}, fmt.Errorf("%q: %w", v, err)
-	}
-	if up == job {
-		return ui.Dependency{}, fmt.Errorf("%q: a job cannot wait for its own periods", v)
-	}
-	if !within {
-		return ui.Dependency{Job: up, Mapping: catchup.SamePeriod()}, nil
-	}
-	sched, ok := namedSchedule(periods, loc)
-	if !ok {
-		return ui.Dependency{}, fmt.Errorf("%q: %q is not hourly, daily, weekly or monthly", v, periods)
-	}
-	return ui.Dependency{Job: up, Mapping: catchup.Within(sched)}, nil
 }
