@@ -77,7 +77,7 @@ func (s *Scheduler) wakeDependents(upstream string, now time.Time) {
 			continue
 		}
 		for _, d := range j.cu.Deps {
-			if d.Job == upstream || (d.Job == "" && j.name == upstream) {
+			if d.Job == upstream {
 				s.schedule(j, now)
 				break
 			}
