@@ -2,6 +2,7 @@ package catchup_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -330,4 +331,26 @@ func ExampleAfter() {
 	// mail 2026-10-30
 	// mail 2026-10-31
 	// report 2026-10
+}
+
+// TestAfterRunTx: catchup.RunTx waits as catchup.Run does: a waiting
+// period's transaction is not begun, and runs once its upstream is done.
+func TestAfterRunTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
+	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
+	ran := 0
+	fn := func(context.Context, *sql.Tx, idem.Period) error { ran++; return nil }
+	after := catchup.After("settle", catchup.SamePeriod())
+	res, err := catchup.RunTx(ctx, l, "mail", daily, fn, after)
+	if err != nil || res.Periods[0].Outcome != idem.Waiting || ran != 0 {
+		t.Fatalf("%+v, %v (fn ran %d times); want waiting", res, err, ran)
+	}
+	if _, err := catchup.Run(ctx, l, "settle", daily, func(context.Context, idem.Period) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := catchup.RunTx(ctx, l, "mail", daily, fn, after); err != nil || res.Count(idem.Ran) != 1 || ran != 1 {
+		t.Fatalf("after settle: %+v, %v (fn ran %d times)", res, err, ran)
+	}
 }

@@ -116,3 +116,32 @@ func TestSchedulerRefusesBadDependencies(t *testing.T) {
 		t.Fatalf("Within across schedules, and a job run elsewhere: %v", err)
 	}
 }
+
+// TestSchedulerWaitingAcrossReplicas: mail's Scheduler does not run its
+// upstream, another replica's does; whichever looks first, by the next
+// recheck mail's period has run, once, after its settlement.
+func TestSchedulerWaitingAcrossReplicas(t *testing.T) {
+	dir := t.TempDir()
+	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
+	fn := func(context.Context, idem.Period) error { return nil }
+	mailer := scheduler.New(openLedger(t, dir), idem.WithClock(clk))
+	if err := mailer.Add("mail", idem.Daily(time.UTC), fn, catchup.After("settle", catchup.SamePeriod())); err != nil {
+		t.Fatal(err)
+	}
+	settler := scheduler.New(openLedger(t, dir), idem.WithClock(clk))
+	if err := settler.Add("settle", idem.Daily(time.UTC), fn); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(t, mailer)
+	schedtest.Idle(t, mailer, clk.Now())
+	startScheduler(t, settler)
+	schedtest.Idle(t, settler, clk.Now())
+	clk.Advance(scheduler.Recheck)
+	schedtest.Idle(t, mailer, clk.Now())
+	l := openLedger(t, dir)
+	mail := mustLookup(t, l, idem.Key{Job: "mail", Period: "2026-02-28"})
+	settle := mustLookup(t, l, idem.Key{Job: "settle", Period: "2026-02-28"})
+	if mail.Status != idem.StatusDone || mail.Attempt != 1 || settle.Status != idem.StatusDone || mail.Updated.Before(settle.Updated) {
+		t.Fatalf("mail %+v, settle %+v; want both done, mail once and after settle", mail, settle)
+	}
+}
