@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/idemgo/idem/internal/hook"
@@ -37,7 +38,7 @@ type Guard interface {
 // Deferral says why a call was deferred: what [errors.As] finds in an
 // error matching [ErrDeferred].
 type Deferral struct {
-	Reason string    // the guard's Name, or "breaker"
+	Reason string    // the guard's Name, "breaker", or "limit " and a shared limit's name (package limit)
 	Until  time.Time // an open breaker: when it lets a probe through; zero for a guard
 	Err    error     // what the guard said; nil for a breaker
 }
@@ -47,6 +48,9 @@ func (d *Deferral) Error() string {
 		return "breaker open until " + d.Until.UTC().Format(time.RFC3339Nano)
 	}
 	msg := "guard " + d.Reason
+	if strings.HasPrefix(d.Reason, "limit ") {
+		msg = d.Reason
+	}
 	if d.Err != nil {
 		msg += ": " + d.Err.Error()
 	}

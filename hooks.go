@@ -64,6 +64,9 @@ func (hooks) Configure(s any, call string, opts []Option) any {
 	return configure(s, cl, opts)
 }
 
+// Limits is limit.With's option of ls, each a limit of package limit.
+func (hooks) Limits(ls []any) Option { return withLimits(ls) }
+
 // Plain is opts without the options of subsystem packages: what a call
 // of theirs passes on to Run or RunTx.
 func (hooks) Plain(opts []Option) []Option {

@@ -149,6 +149,16 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		res.Counts, err = s.CountItems(ctx, key)
 		return res, err
 	}
+	// The call holds a place of each "at once" limit for all its items;
+	// its rates pace the items (pace).
+	ctx, release, d := takeLimits(ctx, cfg.limits, 0)
+	if d != nil {
+		logDeferral(ctx, cfg.logger, key, d)
+		res.Outcome = Deferred
+		res.Counts, _ = s.CountItems(ctx, key)
+		return res, &Error{Key: key, Outcome: Deferred, Err: d}
+	}
+	defer release()
 	e := &eacher{s: s, key: key, cfg: cfg, fn: fn, tx: tx, guards: guards, owner: runctx.Owner(ctx)}
 	if cfg.each.rate > 0 {
 		e.limiter = rate.NewLimiter(rate.Limit(cfg.each.rate), cfg.each.burst)
@@ -578,6 +588,9 @@ func (e *eacher) stopped() bool { return e.deferral.Load() != nil }
 
 // pace waits until n items may start (fanout.WithRate).
 func (e *eacher) pace(ctx context.Context, n int) error {
+	if err := paceLimits(ctx, e.cfg.limits, n); err != nil {
+		return err
+	}
 	if e.limiter == nil {
 		return nil
 	}

@@ -15,8 +15,9 @@ import (
 // [ErrNewerSchema]; a lower one is upgraded (version 2 added the item
 // tables of Each; version 3 records and claims items in chunks; version 4
 // keeps a key's parameter fingerprint and its stored value; version 5
-// adds the outbox, table idem_outbox).
-const SchemaVersion = 5
+// adds the outbox, table idem_outbox; version 6 the limits shared by
+// processes, tables idem_limit_rates and idem_limit_slots).
+const SchemaVersion = 6
 
 const schema = `
 CREATE TABLE IF NOT EXISTS idem_meta (
@@ -178,6 +179,12 @@ func (l *Ledger) migrate(ctx context.Context) error {
 			// ledgers had none: an empty table.
 			if _, err := tx.ExecContext(ctx, outboxSchema); err != nil {
 				return l.wrapOpenErr(fmt.Errorf("upgrading to version 5: %w", err))
+			}
+		}
+		if v < 6 {
+			// Version 6: the shared limits (package limit).
+			if _, err := tx.ExecContext(ctx, limitsSchema); err != nil {
+				return l.wrapOpenErr(fmt.Errorf("upgrading to version 6: %w", err))
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)

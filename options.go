@@ -167,6 +167,7 @@ type config struct {
 
 	fingerprint string // WithParams: the fingerprint of the work's parameters; "" for none
 	guards      []Guard
+	limits      []limiter // limit.With
 
 	retryWithin    time.Duration // RetryWithin's bound
 	retryWithinSet bool          // RetryWithin (or OneAttempt) was given

@@ -352,6 +352,12 @@ func execute(ctx context.Context, s idemstore.Store, key Key, cfg *config, fn va
 	if d := checkGuards(ctx, guards, cfg.logger, key); d != nil {
 		return r.fail(Deferred, d)
 	}
+	ctx, release, d := holdLimits(ctx, s, key, cfg.limits)
+	if d != nil {
+		logDeferral(ctx, cfg.logger, key, d)
+		return r.fail(Deferred, d)
+	}
+	defer release()
 	defer func() {
 		// The attempt this call holds ended without its end recorded: a
 		// crash point stopped the run, fn panicked, the store kept failing,

@@ -39,6 +39,7 @@ type Root interface {
 	Rate(perSecond float64, burst int) idem.Option
 	Pause(d time.Duration) idem.Option
 	Breaker(b *breaker.Breaker) idem.Option
+	Limits(ls []any) idem.Option
 }
 
 // A Config is a call's config: the engine's defaults, the store's, and
