@@ -238,7 +238,9 @@ func get(ctx context.Context, url string) error {
 
 // childArgs is what a child of TestSharedLimits is told: the store and the
 // limitReceiver, and its number.
-func childArgs(where, url string, i int) string { return strings.Join([]string{where, url, strconv.Itoa(i)}, "\n") }
+func childArgs(where, url string, i int) string {
+	return strings.Join([]string{where, url, strconv.Itoa(i)}, "\n")
+}
 
 func parseChildArgs(arg string) (where, url string, i int) {
 	p := strings.Split(arg, "\n")
