@@ -185,3 +185,28 @@ func (w Waits) String() string {
 	}
 	return s
 }
+
+// Waiting is what period p of job waits for, now, under the dependencies
+// among opts (After, AfterPrevious: the options its Run is given; the
+// others are ignored): the upstream periods not done, as Run would find
+// them; none when p may run. It is for tools that show a job's state (the
+// idem command's show and ls); Run itself needs no call to it.
+func Waiting(ctx context.Context, s idem.Store, job string, sched idem.Schedule, p idem.Period, opts ...idem.Option) (Waits, error) {
+	cs, err := core.StoreAs[idemstore.CatchUpStore]("catchup.Waiting", s)
+	if err != nil {
+		return nil, err
+	}
+	cfg := core.Configure(cs, "catchup.Run", opts)
+	cu, err := catchupcfg.Of(cfg.Ext())
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Err(); err != nil {
+		return nil, err
+	}
+	js, err := cs.Job(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	return waits(ctx, cs, job, js.Cursor, sched, p, cu.Deps)
+}

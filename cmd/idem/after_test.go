@@ -122,3 +122,54 @@ func TestServeAfterRunsInOrder(t *testing.T) {
 	}
 	r.shutdown()
 }
+
+// TestShowAndLsWaiting: with the job's --after, show says what a period
+// that is not done waits for (one with no record is shown as waiting, exit
+// 0), and ls --job adds the job's next period as waiting; once the
+// upstream period is done, neither says so. Without --after they are as
+// before; --after without --schedule, or ls --after without --job, is a
+// usage error.
+func TestShowAndLsWaiting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	deps := []string{"--after", "settle", "--schedule", "daily", "--tz", "UTC"}
+	e.want(exitOK, "run", "--job", "other", "--tz", "UTC", "--", "true") // the ledger
+	out, _ := e.want(exitOK, append([]string{"show", "mail", "2026-10-27"}, deps...)...)
+	if !strings.Contains(out, "status:     waiting (not claimed: no record)") || !strings.Contains(out, "waits for:  settle/2026-10-27 (not run yet)") {
+		t.Fatalf("show of a waiting period: %s", out)
+	}
+	out, _ = e.want(exitOK, append([]string{"show", "mail", "2026-10-27", "--json"}, deps...)...)
+	if !strings.Contains(out, `"status": "waiting"`) || !strings.Contains(out, `"waits_for": "settle/2026-10-27 (not run yet)"`) {
+		t.Fatalf("show --json of a waiting period: %s", out)
+	}
+	e.want(exitFailed, "show", "mail", "2026-10-27") // no --after: no record, as before
+	out, _ = e.want(exitOK, append([]string{"ls", "--job", "mail"}, deps...)...)
+	if !strings.Contains(out, "2026-10-27") || !strings.Contains(out, "waiting") || !strings.Contains(out, "waits for settle/2026-10-27 (not run yet)") {
+		t.Fatalf("ls of a job whose next period waits: %s", out)
+	}
+	out, _ = e.want(exitOK, append([]string{"ls", "--job", "mail", "--json"}, deps...)...)
+	if !strings.Contains(out, `"status": "waiting"`) {
+		t.Fatalf("ls --json: %s", out)
+	}
+	e.want(exitOK, "run", "--job", "settle", "--tz", "UTC", "--", "true")
+	out, _ = e.want(exitOK, append([]string{"ls", "--job", "mail"}, deps...)...)
+	if strings.Contains(out, "waiting") {
+		t.Fatalf("ls after settle ran: %s", out)
+	}
+	e.want(exitFailed, append([]string{"show", "mail", "2026-10-27"}, deps...)...) // no record, nothing to wait for
+	e.want(exitOK, "run", "--job", "mail", "--tz", "UTC", "--after", "settle", "--", "true")
+	out, _ = e.want(exitOK, append([]string{"show", "mail", "2026-10-27"}, deps...)...)
+	if !strings.Contains(out, "done") || strings.Contains(out, "waits for") {
+		t.Fatalf("show of a done period: %s", out)
+	}
+	for _, bad := range [][]string{
+		{"show", "mail", "2026-10-27", "--after", "settle"},
+		{"ls", "--after", "settle", "--schedule", "daily"},
+		{"show", "mail", "2026-10-27", "--after", "mail", "--schedule", "daily"},
+	} {
+		_, stderr := e.want(exitUsage, bad...)
+		if !strings.Contains(stderr, "--after") && !strings.Contains(stderr, "--job") {
+			t.Errorf("%q: stderr %q names neither --after nor --job", bad, stderr)
+		}
+	}
+}

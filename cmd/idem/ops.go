@@ -36,6 +36,8 @@ type recordJSON struct {
 	Fingerprint string `json:"fingerprint,omitempty"`  // of the params (--params) it was first run with
 	Value       string `json:"value,omitempty"`        // stored with the done mark (--capture), when it is text
 	ValueBase64 string `json:"value_base64,omitempty"` // the same, when it is not UTF-8 text
+
+	WaitsFor string `json:"waits_for,omitempty"` // with --after: the upstream periods it waits for
 }
 
 func utcPtr(t time.Time) *time.Time {
@@ -205,6 +207,7 @@ func newLsCmd() *cobra.Command {
 	var job, status string
 	var asJSON bool
 	var limit int
+	var w waitFlags
 	cmd := &cobra.Command{
 		Use:   "ls [--job JOB] [--status STATUS] [--json]",
 		Short: "List the periods in the ledger and their status",
@@ -230,8 +233,15 @@ work by hand if it is not done, then 'idem resolve JOB PERIOD --done'.
 
 Periods pruned with 'idem prune' are no longer listed (they count as done).
 
+A period that waits for other jobs' periods has no record (waiting claims
+nothing). With --job and that job's --after (as given to 'idem run', with
+its --schedule and --tz), ls adds the job's next period to settle (the one
+after its catch-up cursor, else the last that ended) as "waiting" when it
+waits, and says for what.
+
 Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 		Example: `  idem ls --status unknown
+  idem ls --job mail --after settle --schedule daily --tz Asia/Shanghai
   idem ls --job settle --json | jq -r '.[] | select(.status == "parked") | .period'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -254,6 +264,13 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 			if status == "pending" && limit > 0 {
 				return usageError(errors.New("--limit cannot be combined with --status pending"))
 			}
+			if len(w.after) > 0 && job == "" {
+				return usageError(errors.New("--after is a job's: give its --job"))
+			}
+			deps, err := w.parse(job)
+			if err != nil {
+				return err
+			}
 			l, clk, err := openForOps(cmd)
 			if err != nil {
 				return err
@@ -267,6 +284,13 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 			if err != nil {
 				return fail(exitFailed, "%w", err)
 			}
+			var waiting *idem.Record // the job's next period, when it waits
+			var waitsFor string
+			if deps != nil && (status == "" || status == "pending") {
+				if waiting, waitsFor, err = deps.next(cmd.Context(), l.store, job, clk.Now()); err != nil {
+					return fail(exitFailed, "%w", err)
+				}
+			}
 			if status == "pending" {
 				kept := recs[:0]
 				for _, r := range recs {
@@ -278,11 +302,21 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				list := make([]recordJSON, 0, len(recs))
+				list := make([]recordJSON, 0, len(recs)+1)
 				for _, r := range recs {
-					list = append(list, toJSON(r))
+					j := toJSON(r)
+					if waiting != nil && r.Key == waiting.Key {
+						j.Status, j.WaitsFor = "waiting", waitsFor
+					}
+					list = append(list, j)
+				}
+				if waiting != nil && waiting.Status == "" {
+					list = append(list, recordJSON{Job: job, Period: waiting.Key.Period, Status: "waiting", WaitsFor: waitsFor, RequestID: waiting.Key.RequestID()})
 				}
 				return writeJSON(out, list)
+			}
+			if waiting != nil && waiting.Status == "" {
+				recs = append(recs, *waiting) // shown as waiting below
 			}
 			if len(recs) == 0 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "no records match")
@@ -296,8 +330,12 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "JOB\tPERIOD\tSTATUS\tATTEMPT\tFAILURES\tUPDATED\tNOTE")
 			for _, r := range recs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Key.Job, r.Key.Period, r.Status, r.Attempt, r.Failures,
-					fmtTime(r.Updated), truncate(note(r, cursors[r.Key.Job], clk.Now(), hint), 100))
+				st, n := string(r.Status), note(r, cursors[r.Key.Job], clk.Now(), hint)
+				if waiting != nil && r.Key == waiting.Key {
+					st, n = "waiting", "waits for "+waitsFor
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Key.Job, r.Key.Period, st, r.Attempt, r.Failures,
+					fmtTime(r.Updated), truncate(n, 100))
 			}
 			return tw.Flush()
 		},
@@ -306,11 +344,13 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 	cmd.Flags().StringVar(&status, "status", "", "only this status: "+strings.Join(statusNames, ", "))
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many records (0 = all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array, for scripts")
+	w.add(cmd)
 	return cmd
 }
 
 func newShowCmd() *cobra.Command {
 	var asJSON bool
+	var w waitFlags
 	cmd := &cobra.Command{
 		Use:   "show JOB PERIOD [--json]",
 		Short: "Show one period's record: attempts, failures, last error, lease, backoff",
@@ -322,14 +362,24 @@ record last changed, and the request id the command got as $IDEM_REQUEST_ID.
 Period names are as 'idem ls' and $IDEM_PERIOD show them: 2026-10-27,
 2026-W44, 2026-10, 2026-10-27T05:00Z.
 
+With --after (as given to 'idem run', with its --schedule and --tz), a
+period that is not done says what it waits for: the upstream periods not
+done yet. A period that waits has no record (waiting claims nothing):
+show then prints it as waiting, and exits 0.
+
 Exit status: 0 shown, 1 no such record, 2 usage error or no ledger.`,
 		Example: `  idem show settle 2026-10-27
+  idem show mail 2026-10-27 --after settle --schedule daily --tz Asia/Shanghai
   idem show settle 2026-10-27 --json | jq .status`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key := idem.Key{Job: args[0], Period: args[1]}
 			if err := key.Validate(); err != nil {
 				return usageError(err)
+			}
+			deps, err := w.parse(key.Job)
+			if err != nil {
+				return err
 			}
 			l, clk, err := openForOps(cmd)
 			if err != nil {
@@ -339,6 +389,19 @@ Exit status: 0 shown, 1 no such record, 2 usage error or no ledger.`,
 			rec, ok, err := l.store.Lookup(cmd.Context(), key)
 			if err != nil {
 				return fail(exitFailed, "%w", err)
+			}
+			waits := ""
+			if deps != nil && (!ok || rec.Status != idem.StatusDone && rec.Status != idem.StatusSkipped) {
+				if waits, err = deps.waiting(cmd.Context(), l.store, key); err != nil {
+					return fail(exitFailed, "%w", err)
+				}
+			}
+			if !ok && waits != "" {
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), map[string]string{"job": key.Job, "period": key.Period, "status": "waiting", "waits_for": waits})
+				}
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "job:        %s\nperiod:     %s\nstatus:     waiting (not claimed: no record)\nwaits for:  %s\n", key.Job, key.Period, waits)
+				return err
 			}
 			if !ok {
 				return fail(exitFailed, "%s %s: no record in %s: it has not run (check the names with 'idem ls --job %s')",
@@ -350,7 +413,9 @@ Exit status: 0 shown, 1 no such record, 2 usage error or no ledger.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				return writeJSON(out, toJSON(rec))
+				j := toJSON(rec)
+				j.WaitsFor = waits
+				return writeJSON(out, j)
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 			owner := rec.Owner
@@ -378,6 +443,9 @@ Exit status: 0 shown, 1 no such record, 2 usage error or no ledger.`,
 			} {
 				fmt.Fprintf(tw, "%s:\t%s\n", row[0], row[1])
 			}
+			if waits != "" {
+				fmt.Fprintf(tw, "waits for:\t%s\n", waits)
+			}
 			if rec.Status == idem.StatusDone && rec.Attempt == 0 && rec.Updated.IsZero() {
 				fmt.Fprintf(tw, "note:\t%s\n", "pruned: at or before the job's prune horizon, it counts as done forever")
 			} else if n := note(rec, js.Cursor, clk.Now(), ledgerHint(cmd)); n != "" && n != rec.LastError {
@@ -396,6 +464,7 @@ Exit status: 0 shown, 1 no such record, 2 usage error or no ledger.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object, for scripts")
+	w.add(cmd)
 	return cmd
 }
 
