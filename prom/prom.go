@@ -15,7 +15,7 @@
 //	idem_retries_total{job}           counter    extra attempts of fn within a call (Result.Attempts-1)
 //	idem_errors_total{job}            counter    calls of Run that returned an error
 //	idem_items_total{job,status}      counter    items of the fan-out periods completed (Each returned ran), by final status: done, parked
-//	idem_deferrals_total{job,reason}  counter    calls deferred by a guard or a breaker (idem.ErrDeferred), by reason: the guard's name (memory, disk, ...) or breaker
+//	idem_deferrals_total{job,reason}  counter    calls deferred by a guard, a breaker or a shared limit (idem.ErrDeferred), by reason: the guard's name (memory, disk, ...), breaker, or "limit NAME"
 //	idem_keys{job,status}             gauge      keys that are pending (running or failed), unknown or parked, read from the Lister at scrape time
 //	idem_ledger_up                    gauge      1 if the last read of the Lister succeeded, 0 if it failed (only with a Lister)
 //	idem_last_success_timestamp_seconds{job}  gauge  when a period of the job last ran successfully (or was found done), in Unix seconds; 0 if not since the Scheduler started (only with WatchScheduler)
@@ -156,7 +156,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		}, []string{"job", "status"}),
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "idem_deferrals_total",
-			Help:        "Calls of idem deferred because a guard refused (reason: its name, such as memory or disk) or a breaker was open (reason: breaker).",
+			Help:        "Calls of idem deferred because a guard refused (reason: its name, such as memory or disk), a breaker was open (reason: breaker) or a shared limit could not be taken (reason: limit and its name).",
 			ConstLabels: c.constLabels,
 		}, []string{"job", "reason"}),
 		keys:  newKeysCollector(c.constLabels, c.scrapeTimeout),

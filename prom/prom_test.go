@@ -10,6 +10,7 @@ import (
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/guard"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/limit"
 
 	"github.com/idemgo/idem/fanout"
 
@@ -297,8 +298,29 @@ func TestDeferralsCounted(t *testing.T) {
 			t.Fatalf("Each: %v, want ErrDeferred", err)
 		}
 	}
+	// A shared limit whose only place another holds defers a Run whose
+	// context ends while it waits: counted with the limit as its reason.
+	once, err := limit.NewAtOnce(l, "db", 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot, err := once.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slot.Release()
+	for range 2 {
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err := l.Run(wctx, idem.Key{Job: "report", Period: "2026-10-27"}, func(context.Context) error { return nil }, limit.With(once), m.Option())
+		cancel()
+		if !errors.Is(err, idem.ErrDeferred) {
+			t.Fatalf("Run waiting for a limit: %v, want ErrDeferred", err)
+		}
+	}
 	g := gather(t, reg)
 	g.expect(t, []series{
+		{"idem_deferrals_total", "job=report,reason=limit db", 2},
+		{"idem_runs_total", "job=report,outcome=deferred", 2},
 		{"idem_deferrals_total", "job=settle,reason=partner", 2},
 		{"idem_runs_total", "job=settle,outcome=deferred", 2},
 		{"idem_deferrals_total", "job=grant,reason=breaker", 2},
