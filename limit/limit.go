@@ -133,8 +133,11 @@ func (r *Rate) WaitN(ctx context.Context, n int) error {
 	if n <= 0 {
 		return nil
 	}
+	// More starts than the burst wait for the ones beyond it even when the
+	// limit is idle: reserve that far ahead too, or they never would be.
+	ahead := maxReserve + time.Duration(max(n-r.r.Burst, 0))*r.r.Interval()
 	for {
-		wait, ok, err := r.s.TakeRate(ctx, r.name, r.r, n, maxReserve)
+		wait, ok, err := r.s.TakeRate(ctx, r.name, r.r, n, ahead)
 		if err != nil {
 			return err
 		}

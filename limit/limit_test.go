@@ -208,3 +208,20 @@ func TestEachHoldsAPlace(t *testing.T) {
 	}
 	s.Release()
 }
+
+// More starts at once than the burst are reserved, however long they must
+// wait: WaitN(250) of a rate of 100 a second, burst 2, waits about 2.5 s
+// for the starts beyond the burst (more than the 2 s a Rate reserves
+// ahead), and comes back.
+func TestWaitNBeyondTheBurst(t *testing.T) {
+	l := testledger.Open(t, t.TempDir())
+	r, err := limit.NewRate(l, "bulk", 100, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.WaitN(ctx, 250); err != nil {
+		t.Fatalf("WaitN(250) with burst 2: %v", err)
+	}
+}
