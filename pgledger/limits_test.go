@@ -1,0 +1,129 @@
+package pgledger_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/limit"
+	"github.com/idemgo/idem/pgledger"
+)
+
+// TestLimits runs idemtest's conformance suite of idemstore.LimitStore on
+// the Ledger (pgx pool) and on the DBLedger (pgx's stdlib and lib/pq).
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	t.Run("Ledger", func(t *testing.T) {
+		t.Parallel()
+		pool := newPool(t)
+		idemtest.TestLimits(t, func(t *testing.T) idem.Store { return openLedger(t, pool) })
+	})
+	t.Run("DBLedger", func(t *testing.T) {
+		t.Parallel()
+		eachDriver(t, func(t *testing.T, driver string) {
+			db := openDB(t, driver)
+			idemtest.TestLimits(t, func(t *testing.T) idem.Store { return openDBLedger(t, db) })
+		})
+	})
+}
+
+// limitHarness opens one schema from several processes: New creates a
+// ledger in a fresh schema (dropped when the test ends) and returns
+// "schema|dsn"; open attaches a ledger to it.
+func limitHarness(open func(t *testing.T, dsn, schema string) idem.Store) idemtest.LimitHarness {
+	return idemtest.LimitHarness{
+		New: func(t *testing.T) string {
+			if idemtest.IsChild(t) {
+				return "" // the child is told where by its parent: create nothing here
+			}
+			l := openLedger(t, newPool(t))
+			return l.Schema() + "|" + testDSN(t)
+		},
+		Open: func(t *testing.T, where string) idem.Store {
+			schema, dsn, ok := strings.Cut(where, "|")
+			if !ok {
+				t.Fatalf("limit harness: %q is not schema|dsn", where)
+			}
+			return open(t, dsn, schema)
+		},
+	}
+}
+
+// TestSharedLimits runs package limit's limits in three processes on one
+// schema, through the Ledger (pgx pool) and the DBLedger (pgx's stdlib).
+func TestSharedLimits(t *testing.T) {
+	t.Run("Ledger", func(t *testing.T) {
+		idemtest.TestSharedLimits(t, limitHarness(func(t *testing.T, dsn, schema string) idem.Store {
+			l, err := pgledger.Open(context.Background(), dsn, pgledger.WithSchema(schema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(l.Close)
+			return l
+		}))
+	})
+	t.Run("DBLedger", func(t *testing.T) {
+		idemtest.TestSharedLimits(t, limitHarness(func(t *testing.T, dsn, schema string) idem.Store {
+			db, err := sql.Open("pgx", dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			l, err := pgledger.NewDB(context.Background(), db, pgledger.WithSchema(schema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}))
+	})
+}
+
+// TestLimitsUpgradeFromVersion5: a version-5 schema (no limits) is
+// upgraded in place, its records kept, and its limits work.
+func TestLimitsUpgradeFromVersion5(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	l := openLedger(t, pool)
+	k := idem.Key{Job: "old", Period: "2026-12-01"}
+	if err := l.Run(ctx, k, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `DROP TABLE `+table(l, "limit_rates")+`, `+table(l, "limit_slots")+`;
+		UPDATE `+table(l, "meta")+` SET value = 5 WHERE name = 'schema_version'`); err != nil {
+		t.Fatal(err)
+	}
+	up, err := pgledger.New(ctx, pool, pgledger.WithSchema(l.Schema()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := pool.QueryRow(ctx, `SELECT value FROM `+table(l, "meta")+` WHERE name = 'schema_version'`).Scan(&v); err != nil || v != pgledger.SchemaVersion {
+		t.Fatalf("version %d, %v; want %d", v, err, pgledger.SchemaVersion)
+	}
+	if rec, ok, err := up.Lookup(ctx, k); err != nil || !ok || rec.Status != idem.StatusDone {
+		t.Fatalf("old record %+v, %v, %v", rec, ok, err)
+	}
+	r, err := limit.NewRate(up, "mail", 1.0/3600, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Wait(ctx); err != nil {
+		t.Fatalf("a rate on the upgraded schema: %v", err)
+	}
+	a, err := limit.NewAtOnce(up, "report", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok, err := a.TryAcquire(ctx)
+	if err != nil || !ok {
+		t.Fatalf("a place on the upgraded schema: %v, %v", ok, err)
+	}
+	if err := s.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
