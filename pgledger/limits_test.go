@@ -3,12 +3,17 @@ package pgledger_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/limit"
 	"github.com/idemgo/idem/pgledger"
 )
@@ -126,4 +131,96 @@ func TestLimitsUpgradeFromVersion5(t *testing.T) {
 	if err := s.Release(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// limitStores runs test on a fresh Ledger and a fresh DBLedger (pgx's
+// stdlib), as idemstore.LimitStores, in parallel subtests.
+func limitStores(t *testing.T, test func(t *testing.T, s idemstore.LimitStore)) {
+	t.Run("Ledger", func(t *testing.T) {
+		t.Parallel()
+		test(t, openLedger(t, newPool(t)))
+	})
+	t.Run("DBLedger", func(t *testing.T) {
+		t.Parallel()
+		test(t, openDBLedger(t, openDB(t, "pgx")))
+	})
+}
+
+// TestTakeRateConcurrent: 64 starts of a rate of one an hour (burst 1)
+// taken at once by 16 goroutines are 64 reservations, an hour apart: no
+// two concurrent takes read the same theoretical arrival time (each
+// locks the limit's row, and reads its latest version).
+func TestTakeRateConcurrent(t *testing.T) {
+	t.Parallel()
+	limitStores(t, func(t *testing.T, s idemstore.LimitStore) {
+		ctx := context.Background()
+		r := idemstore.Rate{PerSecond: 1.0 / 3600, Burst: 1}
+		// The limit's row first: the takes below race for its lock, not
+		// for its creation (which TestLimits covers).
+		if _, ok, err := s.TakeRate(ctx, "mail", r, 1, time.Hour); err != nil || !ok {
+			t.Fatalf("first take: %v, %v", ok, err)
+		}
+		var mu sync.Mutex
+		var waits []time.Duration
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for range 4 {
+					wait, ok, err := s.TakeRate(ctx, "mail", r, 1, 1000*time.Hour)
+					if err != nil || !ok {
+						t.Errorf("take: reserved %v, %v", ok, err)
+						return
+					}
+					mu.Lock()
+					waits = append(waits, wait)
+					mu.Unlock()
+				}
+			})
+		}
+		testwait.Group(t, &wg, "16 goroutines taking 4 starts each")
+		slices.Sort(waits)
+		for i, w := range waits {
+			// The i-th reservation after the first waits i+1 hours, less
+			// the time since the first (well under a minute).
+			if want := time.Duration(i+1) * time.Hour; w > want || w < want-time.Minute {
+				t.Fatalf("reservation %d of %d waits %v, want about %v (waits %v)", i+1, len(waits), w, want, waits)
+			}
+		}
+		if len(waits) != 64 {
+			t.Fatalf("%d reservations, want 64", len(waits))
+		}
+	})
+}
+
+// TestAcquireSlotConcurrent: 16 goroutines asking at once for a place of
+// an AtOnce limit of 5 get 5 places, numbered 0 to 4: no two concurrent
+// acquires see the same free place (each locks the limit).
+func TestAcquireSlotConcurrent(t *testing.T) {
+	t.Parallel()
+	limitStores(t, func(t *testing.T, s idemstore.LimitStore) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		var places []int
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				h := idemstore.SlotHolder{Owner: idemstore.Owner(), Token: fmt.Sprintf("t%d", i)}
+				n, ok, _, err := s.AcquireSlot(ctx, "report", 5, h, time.Hour)
+				if err != nil {
+					t.Errorf("acquire: %v", err)
+					return
+				}
+				if ok {
+					mu.Lock()
+					places = append(places, n)
+					mu.Unlock()
+				}
+			})
+		}
+		testwait.Group(t, &wg, "16 goroutines acquiring a place")
+		slices.Sort(places)
+		if !slices.Equal(places, []int{0, 1, 2, 3, 4}) {
+			t.Fatalf("places taken %v, want 0 to 4 once each", places)
+		}
+	})
 }
