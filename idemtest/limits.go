@@ -165,7 +165,11 @@ func TestLimits(t *testing.T, open func(t *testing.T) idem.Store) {
 // [TestSharedLimits].
 type LimitHarness struct {
 	// New creates a new, empty store and returns where it is: a string
-	// that Open, in another process, opens it by.
+	// that Open, in another process, opens it by. It runs again in each
+	// child (everything a test does before [Start] does): a New that
+	// creates what t's cleanups remove (a database schema, say) should
+	// create nothing when [IsChild](t), since a child exits without
+	// running them; the child is given the parent's where.
 	New func(t *testing.T) string
 	// Open opens the store at where, in this process (a child's too).
 	Open func(t *testing.T, where string) idem.Store
