@@ -224,3 +224,34 @@ func TestAcquireSlotConcurrent(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkTakeRate measures a take of a rate limit that never waits (one
+// statement), on the Ledger and on the DBLedger (pgx's stdlib), from
+// GOMAXPROCS goroutines.
+func BenchmarkTakeRate(b *testing.B) {
+	for _, kind := range []string{"Ledger", "DBLedger"} {
+		b.Run(kind, func(b *testing.B) {
+			var s idemstore.LimitStore
+			if kind == "Ledger" {
+				s = openLedger(b, newPool(b))
+			} else {
+				s = openDBLedger(b, openDB(b, "pgx"))
+			}
+			benchTakeRate(b, s)
+		})
+	}
+}
+
+func benchTakeRate(b *testing.B, s idemstore.LimitStore) {
+	ctx := context.Background()
+	r := idemstore.Rate{PerSecond: 1e9, Burst: 1 << 30}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, ok, err := s.TakeRate(ctx, "bench", r, 1, time.Second); err != nil || !ok {
+				b.Errorf("take: %v, %v", ok, err)
+				return
+			}
+		}
+	})
+}

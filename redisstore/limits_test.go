@@ -107,3 +107,20 @@ func TestAcquireSlotSentAgain(t *testing.T) {
 		t.Fatalf("another holder: place %d, ok %v, %v; want place 1 (one place held of 2)", n, ok, err)
 	}
 }
+
+// BenchmarkTakeRate measures a take of a rate limit that never waits (one
+// script).
+func BenchmarkTakeRate(b *testing.B) {
+	s := openStore(b, newClient(b))
+	ctx := context.Background()
+	r := idemstore.Rate{PerSecond: 1e9, Burst: 1 << 30}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, ok, err := s.TakeRate(ctx, "bench", r, 1, time.Second); err != nil || !ok {
+				b.Errorf("take: %v, %v", ok, err)
+				return
+			}
+		}
+	})
+}
