@@ -21,7 +21,7 @@ import (
 //
 // It implements [idemstore.Store], [idemstore.TxStore] (with *sql.Tx),
 // [idemstore.CatchUpStore], [idemstore.Lister], [idemstore.ItemStore] and
-// [idemstore.ItemTxStore] (with *sql.Tx).
+// [idemstore.ItemTxStore] (with *sql.Tx), and [idemstore.LimitStore].
 //
 // What it does not do as a pool does: database/sql has no batches, so
 // the statements that the pgx pool sends in one round trip (AddItems, a

@@ -47,8 +47,9 @@
 // item_state and itemsets (the items of [idem.Each]: one row per item for
 // uniqueness, the chunks they are claimed in and their item lists, the
 // records of the items whose attempt did not end done, and whether a
-// period's item set is complete) and meta (the schema version,
-// [SchemaVersion]).
+// period's item set is complete), outbox (the outbox), limit_rates and
+// limit_slots (the limits of package limit, shared by every process, on
+// the server's clock) and meta (the schema version, [SchemaVersion]).
 // [New] creates them if needed, idempotently: any number of processes may
 // start at once against an empty database, through [New] or [NewDB], also
 // when their connections have run the application's own migrations first

@@ -30,8 +30,9 @@ const DefaultSchema = "idem"
 // items keep their status. A process that still runs an older pgledger's
 // Each (or Prune) fails on the upgraded schema, whose table items is gone:
 // stop those first. Version 5 adds the outbox (table outbox; outbox.Put,
-// idem.Relay).
-const SchemaVersion = 5
+// idem.Relay); version 6 the limits shared by every process (tables
+// limit_rates and limit_slots; package limit).
+const SchemaVersion = 6
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idemstore.Store],
@@ -39,7 +40,8 @@ const SchemaVersion = 5
 // for [idem.Each] and [fanout.EachTx], [idemstore.ItemStore] and
 // [idemstore.ItemTxStore] (with [pgx.Tx]), and, for [outbox.Put] and
 // [idem.Relay], [idemstore.OutboxTxStore] (with [pgx.Tx]) and
-// [idemstore.OutboxStore] (table outbox).
+// [idemstore.OutboxStore] (table outbox), and, for package limit,
+// [idemstore.LimitStore] (tables limit_rates and limit_slots).
 //
 // A Ledger is safe for concurrent use by many goroutines, processes and
 // hosts.
@@ -291,6 +293,11 @@ func (l *core) migrateOnce(ctx context.Context) error {
 	if v < 5 {
 		if _, err := tx.exec(ctx, l.oq(outboxDDL)); err != nil {
 			return l.schemaErr(fmt.Errorf("upgrading to version 5: %w", err))
+		}
+	}
+	if v < 6 {
+		if _, err := tx.exec(ctx, l.oq(limitsDDL)); err != nil {
+			return l.schemaErr(fmt.Errorf("upgrading to version 6: %w", err))
 		}
 	}
 	if _, err := tx.exec(ctx, l.q.setVersion, SchemaVersion); err != nil {

@@ -59,6 +59,11 @@
 //	{p}:periods:<job>              sorted set (score 0): the job's periods that have a record
 //	{p}:job:<job>                  hash: cursor, horizon (catch-up and Prune)
 //	{p}:jobs                       sorted set (score 0): the jobs, for List
+//	{p}:limit:rate:<name>          string: a rate limit's theoretical arrival time
+//	                               (package limit; it expires once passed)
+//	{p}:limit:slots:<name>         hash: an "at once" limit's held places (package
+//	                               limit): field the place's number, value
+//	                               <lease end µs>|<token's length>|<token><owner>
 //
 // Periods are compared as byte strings, as Go compares strings. Prune and
 // List run as one script each, reading the records they cover: the server

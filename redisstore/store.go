@@ -39,7 +39,8 @@ var ErrWeakDurability = errors.New("idem: redis server does not make every write
 var ErrAuth = errors.New("idem: redis server refused authentication")
 
 // Store is an idem store in Redis. It implements [idemstore.Store],
-// [idemstore.CatchUpStore] and [idemstore.Lister]. It is not an
+// [idemstore.CatchUpStore], [idemstore.Lister] and, for package limit,
+// [idemstore.LimitStore]. It is not an
 // [idemstore.ItemStore]: idem.Each does not take it (a call does not
 // compile), and neither is it an [idemstore.TxStore], since Redis holds
 // no business data to commit with a done mark. For the same reason it has
