@@ -154,6 +154,7 @@ type runOptions struct {
 	paramsFromArgs                    bool
 	capture                           int
 	after                             []string
+	rates, atOnce                     []string
 	attemptFlags
 }
 
@@ -245,6 +246,8 @@ func newRunCmd() *cobra.Command {
 	o.attemptFlags.add(f)
 	f.StringVar(&o.params, "params", "", "the parameters of the work (a rate table's version, an account list): a period first run with other params is refused with exit 6")
 	f.BoolVar(&o.paramsFromArgs, "params-from-args", false, "take COMMAND and its arguments as the params: a period first run with another command line is refused with exit 6")
+	f.StringArrayVar(&o.rates, "rate", nil, "wait for the limit NAME, shared by every process that names it in the ledger, before a period starts: NAME=PER_SECOND[,BURST] starts a second (burst 1 when not given); repeatable. A period whose wait is cut short (SIGTERM) is not started and exits 4")
+	f.StringArrayVar(&o.atOnce, "at-once", nil, "hold a place of the limit NAME, shared by every process that names it in the ledger, while a period runs: NAME=MAX at once (a killed holder's place comes back at once on this host, else after --lease); repeatable")
 	f.StringArrayVar(&o.after, "after", nil, "run a period only once the same period of this job is done (JOB), or every period of JOB's schedule inside it (JOB/hourly, JOB/daily, JOB/weekly, JOB/monthly, in --tz), or this job's previous period (previous); repeatable. A period that waits is not started and exits 4")
 	f.IntVar(&o.capture, "capture", 0, fmt.Sprintf("keep the first N bytes (at most %d) of COMMAND's stdout with the done mark, and print them again when a later trigger finds the latest due period done", idemstore.MaxValue))
 	_ = cmd.MarkFlagRequired("job")
@@ -306,6 +309,21 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		}
 		policies = append(policies, opt)
 	}
+	var specs []limitSpec
+	for _, v := range o.rates {
+		sp, err := parseRate(v)
+		if err != nil {
+			return flagError("--rate", err)
+		}
+		specs = append(specs, sp)
+	}
+	for _, v := range o.atOnce {
+		sp, err := parseAtOnce(v)
+		if err != nil {
+			return flagError("--at-once", err)
+		}
+		specs = append(specs, sp)
+	}
 	if o.since != "" {
 		if o.catchUp == "none" {
 			return usageError(fmt.Errorf("--since needs --catch-up all or latest"))
@@ -341,6 +359,11 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	}
 	defer l.close()
 	sup.locks = l.locks
+	if lim, err := newLimits(l.store, o.lease).option(specs); err != nil {
+		return usageError(err)
+	} else if lim != nil {
+		params = append(params, lim)
+	}
 	skip, _ := clk.(*skipClock)
 	store := detached{l.store, skip}
 	rep := reporter{w: stderr, job: o.job, verbose: o.verbose, hint: ledgerHint(cmd), none: o.catchUp == "none"}
@@ -428,7 +451,7 @@ func exitCode(periods []catchup.PeriodResult) int {
 			c = exitDone
 		case idem.Unknown:
 			c = exitUnknown
-		case idem.InProgress, idem.LeaseLost, idem.Waiting:
+		case idem.InProgress, idem.LeaseLost, idem.Waiting, idem.Deferred:
 			c = exitBusy
 		case idem.ParamsMismatch:
 			c = exitMismatch
@@ -520,6 +543,8 @@ func (r reporter) period(pr catchup.PeriodResult) {
 			return
 		}
 		fmt.Fprintf(r.w, "idem: %s: waiting for %s (--after); nothing was started, a later run starts it\n", name, pr.Waiting)
+	case idem.Deferred:
+		fmt.Fprintf(r.w, "idem: %s: not started%s; a later run starts it\n", name, cause())
 	case idem.InProgress:
 		holder := ""
 		if ie != nil && ie.Holder != "" {

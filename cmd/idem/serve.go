@@ -72,6 +72,14 @@ what it waits for is done here (at the next look when another replica did
 it). A cycle, or after:JOB between lines of different schedules, is refused
 (--check says so, with the line).
 
+Words rate:NAME=PER_SECOND[,BURST] and at-once:NAME=MAX there make the
+line's periods wait for limits shared by every replica that names them in
+the ledger, as 'idem run --rate' and '--at-once' do: rate:mail=200,20 lets
+200 periods of every line naming mail start a second (20 at once after a
+quiet time), at-once:report-db=2 lets two run at once. A period waiting
+for a limit has claimed nothing. One name with two meanings (on two
+lines) is refused.
+
 A job that has never run (the ledger has nothing of it) starts as --since
 says: next (the default) with its first period due after idem serve
 started, so a line deployed at 10:00 does not run the slot of 02:00 at
@@ -164,6 +172,7 @@ type crontabJob struct {
 	atStart bool
 	delay   time.Duration
 	after   []idem.Option // the line's after: words (catch-up dependencies)
+	limits  []limitSpec   // the line's rate: and at-once: words (shared limits)
 }
 
 // String describes the line's periods, for --check -v.
@@ -311,6 +320,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	now := clk.Now()
 
 	s := scheduler.New(store, common...)
+	lims := newLimits(l.store, o.lease)
 	var sups []*supervisor
 	for _, j := range jobs {
 		sup := &supervisor{argv: j.argv, stdin: strings.NewReader(""), stdout: cmd.OutOrStdout(), stderr: stderr, cancel: cancel, locks: l.locks}
@@ -320,6 +330,11 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 			rep.ended = skip.attemptEnded
 		}
 		opts := append(append(j.due(), j.after...), mode, attempt, catchup.All(o.max), catchup.OnPeriod(rep.period))
+		if lim, err := lims.option(j.limits); err != nil {
+			return usageError(fmt.Errorf("%s:%d: %w", path, j.line, err))
+		} else if lim != nil {
+			opts = append(opts, lim)
+		}
 		since, err := j.since(o.since, now)
 		if err != nil {
 			return usageError(fmt.Errorf("%s:%d: %w", path, j.line, err))
@@ -421,6 +436,11 @@ func checkDependencies(path string, jobs []crontabJob) error {
 func parseCrontab(path string, r io.Reader, loc *time.Location, lookPath bool) ([]crontabJob, error) {
 	var jobs []crontabJob
 	seen := map[string]int{}
+	type limitLine struct {
+		spec limitSpec
+		line int
+	}
+	limitsSeen := map[string]limitLine{}
 	sc := bufio.NewScanner(r)
 	n := 0
 	for sc.Scan() {
@@ -497,13 +517,38 @@ func parseCrontab(path string, r io.Reader, loc *time.Location, lookPath bool) (
 		}
 		seen[name] = n
 		argv := rest[1:]
-		// after:JOB, after:JOB/PERIODS, after:previous: as 'idem run --after'.
-		for len(argv) > 0 && strings.HasPrefix(argv[0], "after:") {
-			opt, err := afterOption(strings.TrimPrefix(argv[0], "after:"), name, loc)
-			if err != nil {
-				return nil, bad("%s: %v", argv[0], err)
+		// after:JOB, after:JOB/PERIODS, after:previous: as 'idem run --after';
+		// rate:NAME=PER_SECOND[,BURST] and at-once:NAME=MAX: as --rate and
+		// --at-once.
+	words:
+		for len(argv) > 0 {
+			word := argv[0]
+			switch {
+			case strings.HasPrefix(word, "after:"):
+				opt, err := afterOption(strings.TrimPrefix(word, "after:"), name, loc)
+				if err != nil {
+					return nil, bad("%s: %v", word, err)
+				}
+				job.after = append(job.after, opt)
+			case strings.HasPrefix(word, "rate:"), strings.HasPrefix(word, "at-once:"):
+				var sp limitSpec
+				var err error
+				if v, ok := strings.CutPrefix(word, "rate:"); ok {
+					sp, err = parseRate(v)
+				} else {
+					sp, err = parseAtOnce(strings.TrimPrefix(word, "at-once:"))
+				}
+				if err != nil {
+					return nil, bad("%s: %v", word, err)
+				}
+				if prev, ok := limitsSeen[sp.name]; ok && prev.spec != sp {
+					return nil, bad("%s: limit %s is %s on line %d: give one limit one meaning everywhere", word, sp.name, prev.spec, prev.line)
+				}
+				limitsSeen[sp.name] = limitLine{sp, n}
+				job.limits = append(job.limits, sp)
+			default:
+				break words
 			}
-			job.after = append(job.after, opt)
 			argv = argv[1:]
 		}
 		if len(argv) == 0 {
