@@ -177,7 +177,7 @@ type LimitHarness struct {
 
 // TestSharedLimits runs limits of package limit in three processes (this
 // test binary, re-executed) that share a store, and measures them from a
-// limitReceiver in this process: a rate of 200 a second over items of
+// receiver in this process: a rate of 200 a second over items of
 // fanout.Each, or over Runs of a key each where the store keeps no items
 // (idemstore.ItemStore; the three together stay within it: the test fails
 // above 110 %, and logs the rate it measured), an AtOnce limit of 2 over Runs
