@@ -20,19 +20,32 @@ func (l ledgerStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (ide
 
 // fastClaim is the claim's fast path: one prepared primary-key read of the
 // status alone (each column read costs modernc.org/sqlite a name and a type
-// lookup). A done key, the common duplicate trigger, needs nothing more; a
+// lookup) when the record keeps no fingerprint and no value; a record that
+// does (and a call with WithParams) is read with those. A done key, the common duplicate trigger, needs nothing more; a
 // live lease, a backoff or a parked key need the whole record, and no
 // write: settled, c is the answer. Otherwise the key is to be taken by
 // claimTx; found says whether it has a record.
+//
+// The read runs on the kept write connection when no write of this process
+// holds it: see scanRead.
 func (l *Ledger) fastClaim(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, settled, found bool, err error) {
 	var (
 		status, fp string
 		value      []byte
 	)
-	err = busyRetry(ctx, func() error {
-		return l.queryRow(ctx, `SELECT status, fingerprint, value FROM idem_runs WHERE job=? AND period=?`,
-			req.Key.Job, req.Key.Period).Scan(&status, &fp, &value)
-	})
+	args := []any{req.Key.Job, req.Key.Period}
+	if req.Fingerprint == "" {
+		// '' for a record with a fingerprint or a value: read again below.
+		err = busyRetry(ctx, func() error {
+			return l.scanRead(ctx, `SELECT CASE WHEN fingerprint = '' AND value IS NULL THEN status ELSE '' END
+				FROM idem_runs WHERE job=? AND period=?`, args, &status)
+		})
+	}
+	if req.Fingerprint != "" || (err == nil && status == "") {
+		err = busyRetry(ctx, func() error {
+			return l.scanRead(ctx, `SELECT status, fingerprint, value FROM idem_runs WHERE job=? AND period=?`, args, &status, &fp, &value)
+		})
+	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return idemstore.Claim{}, false, false, nil // the claim's INSERT checks the horizon
