@@ -29,21 +29,21 @@ func (l ledgerStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (ide
 // The read runs on the kept write connection when no write of this process
 // holds it: see scanRead.
 func (l *Ledger) fastClaim(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, settled, found bool, err error) {
-	var (
+	var rd struct { // one allocation for the three (Scan takes pointers)
 		status, fp string
 		value      []byte
-	)
+	}
 	args := []any{req.Key.Job, req.Key.Period}
 	if req.Fingerprint == "" {
 		// '' for a record with a fingerprint or a value: read again below.
 		err = busyRetry(ctx, func() error {
 			return l.scanRead(ctx, `SELECT CASE WHEN fingerprint = '' AND value IS NULL THEN status ELSE '' END
-				FROM idem_runs WHERE job=? AND period=?`, args, &status)
+				FROM idem_runs WHERE job=? AND period=?`, args, &rd.status)
 		})
 	}
-	if req.Fingerprint != "" || (err == nil && status == "") {
+	if req.Fingerprint != "" || (err == nil && rd.status == "") {
 		err = busyRetry(ctx, func() error {
-			return l.scanRead(ctx, `SELECT status, fingerprint, value FROM idem_runs WHERE job=? AND period=?`, args, &status, &fp, &value)
+			return l.scanRead(ctx, `SELECT status, fingerprint, value FROM idem_runs WHERE job=? AND period=?`, args, &rd.status, &rd.fp, &rd.value)
 		})
 	}
 	switch {
@@ -51,10 +51,10 @@ func (l *Ledger) fastClaim(ctx context.Context, req idemstore.ClaimRequest) (c i
 		return idemstore.Claim{}, false, false, nil // the claim's INSERT checks the horizon
 	case err != nil:
 		return idemstore.Claim{}, false, false, l.opErr("claim", req.Key, err)
-	case idemstore.Mismatch(fp, req.Fingerprint):
-		return idemstore.Claim{State: idemstore.ClaimMismatch, Record: Record{Key: req.Key, Status: Status(status), Fingerprint: fp}}, true, true, nil
-	case Status(status) == StatusDone:
-		return idemstore.Claim{State: idemstore.ClaimDone, Record: Record{Key: req.Key, Status: StatusDone, Fingerprint: fp, Value: value}}, true, true, nil
+	case idemstore.Mismatch(rd.fp, req.Fingerprint):
+		return idemstore.Claim{State: idemstore.ClaimMismatch, Record: Record{Key: req.Key, Status: Status(rd.status), Fingerprint: rd.fp}}, true, true, nil
+	case Status(rd.status) == StatusDone:
+		return idemstore.Claim{State: idemstore.ClaimDone, Record: Record{Key: req.Key, Status: StatusDone, Fingerprint: rd.fp, Value: rd.value}}, true, true, nil
 	}
 	rec, found, err := l.record(ctx, req.Key)
 	if err != nil {
