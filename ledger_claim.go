@@ -187,8 +187,19 @@ const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owne
 	WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
 	ON CONFLICT DO NOTHING`
 
+// claimDoneInsertSQL records a key that has no record as attempt 1, done,
+// unless the key is at or below its job's retention horizon: a RunTx
+// key's claim and done mark in one statement, inside the transaction that
+// runs fn.
+const claimDoneInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated, fingerprint)
+	SELECT ?, ?, 'done', 1, ?, 0, ?, ?, ?
+	WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
+	ON CONFLICT DO NOTHING`
+
 // ClaimFinishTx implements [idemstore.FreshTxStore]: for a key with no record,
-// the claim's INSERT, fn (in a savepoint) and the done mark in one SQLite
+// the key's row inserted as attempt 1 done (claimDoneInsertSQL), fn (in a
+// savepoint; if it fails, its writes are rolled back and the row becomes
+// attempt 1's claim, as Claim writes it) and the value, in one SQLite
 // transaction, committed with synchronous=FULL. The transaction holds SQLite's
 // write lock from the INSERT on, so no other attempt can claim the key
 // meanwhile, and a crash leaves no record at all. A key with a record (a
@@ -212,7 +223,10 @@ func (l ledgerStore) ClaimFinishTx(ctx context.Context, req idemstore.ClaimReque
 		inserted, fnErr = false, nil
 		at := tx.at(req.Now)
 		now, until := micros(at), micros(at.Add(req.Lease))
-		res, err := tx.exec(claimInsertSQL, key.Job, key.Period, req.Owner, until, now, now, req.Fingerprint, key.Job, key.Period)
+		// The row goes in as done at once: nothing outside this
+		// transaction sees it before the commit, and fn's failure turns
+		// it into the claim below. That spares the done mark's UPDATE.
+		res, err := tx.exec(claimDoneInsertSQL, key.Job, key.Period, req.Owner, now, now, req.Fingerprint, key.Job, key.Period)
 		if err != nil {
 			return err
 		}
@@ -235,8 +249,10 @@ func (l ledgerStore) ClaimFinishTx(ctx context.Context, req idemstore.ClaimReque
 			if _, err := tx.exec(`RELEASE idem_fn`); err != nil {
 				return err
 			}
+			// The claim of attempt 1, as Claim writes it.
+			_, err := tx.exec(`UPDATE idem_runs SET status='running', lease_until=? WHERE job=? AND period=?`, until, key.Job, key.Period)
 			fnErr = ferr
-			return nil
+			return err
 		}
 		if _, err := tx.exec(`RELEASE idem_fn`); err != nil {
 			return err
@@ -244,8 +260,13 @@ func (l ledgerStore) ClaimFinishTx(ctx context.Context, req idemstore.ClaimReque
 		if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
 			return err
 		}
-		if _, err := finishExec(tx, key, 1, idemstore.End{Status: StatusDone, Now: req.Now, Value: value}); err != nil || !cursor {
-			return err
+		if value != nil {
+			if _, err := tx.exec(`UPDATE idem_runs SET value=? WHERE job=? AND period=?`, value, key.Job, key.Period); err != nil {
+				return err
+			}
+		}
+		if !cursor {
+			return nil
 		}
 		return advanceExec(tx, key.Job, key.Period)
 	})

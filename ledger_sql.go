@@ -482,6 +482,7 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 	return l.writeErr(lockWait(ctx, ls, setTimeout, func() error {
 		pool := l.db
 		var tx *sql.Tx
+		var kept *wconn // the kept connection the Tx runs on: its prepared statements run in the Tx
 		var err error
 		if l.kept {
 			const i = 0
@@ -502,6 +503,7 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 				}
 				return err
 			}
+			kept = w
 		} else {
 			var conn *sql.Conn
 			if conn, err = l.db.Conn(ctx); err != nil {
@@ -532,7 +534,7 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 		} else {
 			shift = ls.shift(l.clock)
 		}
-		if err := f(&wtx{execer: tx, Tx: tx, ctx: ctx, l: l, pool: pool, shift: shift, began: ls.clock}); err != nil {
+		if err := f(&wtx{execer: tx, Tx: tx, wc: kept, ctx: ctx, l: l, pool: pool, shift: shift, began: ls.clock}); err != nil {
 			return err
 		}
 		return tx.Commit()
