@@ -49,7 +49,7 @@ import (
 // A Ledger is safe for concurrent use by many goroutines and processes.
 type Ledger struct {
 	db       *sql.DB // synchronous=FULL (on an attached database: the caller's pool)
-	fast     *sql.DB // synchronous=NORMAL, for claims that need no sync; nil when attached
+	kept     bool    // owned (OpenLedger): its writes run on the connection it keeps (wconns)
 	owned    bool
 	path     string
 	file     *ledgerConnector // an owned ledger's file, checked before each write; nil when attached
@@ -61,9 +61,11 @@ type Ledger struct {
 	// come, each waiting at most WithLockWait. SQLite allows one writer at
 	// a time anyway; queueing here wakes the next writer at once.
 	wl writeLock
-	// wconns are the connections an owned ledger keeps for its own write
-	// transactions, under wl: [0] on db (synced commits), [1] on fast.
-	wconns [2]*wconn
+	// wconns holds the connection an owned ledger keeps for its own write
+	// transactions, under wl, on db: for the synced commits and the
+	// unsynced ones alike (wconn.setSync), so that its page cache stays
+	// valid from one write to the next.
+	wconns [1]*wconn
 }
 
 // ledgerStore is a Ledger as the engine and the other stores' users
@@ -138,12 +140,7 @@ func OpenLedger(path string, opts ...Option) (*Ledger, error) {
 		db.Close()
 		return nil, err
 	}
-	// A second pool for the claims that need no sync: switching PRAGMA
-	// synchronous per transaction would cost three statements a Run.
-	if l.fast, err = openOwned(abs, id, "NORMAL"); err != nil {
-		db.Close()
-		return nil, err
-	}
+	l.kept = true
 	l.file = &ledgerConnector{path: abs, id: id}
 	l.owned = true
 	return l, nil
@@ -243,7 +240,7 @@ func (l *Ledger) Close() error {
 	if !l.owned {
 		return nil
 	}
-	return errors.Join(l.fast.Close(), l.db.Close())
+	return l.db.Close()
 }
 
 func (l *Ledger) where() string {

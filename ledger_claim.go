@@ -20,28 +20,41 @@ func (l ledgerStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (ide
 
 // fastClaim is the claim's fast path: one prepared primary-key read of the
 // status alone (each column read costs modernc.org/sqlite a name and a type
-// lookup). A done key, the common duplicate trigger, needs nothing more; a
+// lookup) when the record keeps no fingerprint and no value; a record that
+// does (and a call with WithParams) is read with those. A done key, the common duplicate trigger, needs nothing more; a
 // live lease, a backoff or a parked key need the whole record, and no
 // write: settled, c is the answer. Otherwise the key is to be taken by
 // claimTx; found says whether it has a record.
+//
+// The read runs on the kept write connection when no write of this process
+// holds it: see scanRead.
 func (l *Ledger) fastClaim(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, settled, found bool, err error) {
-	var (
+	var rd struct { // one allocation for the three (Scan takes pointers)
 		status, fp string
 		value      []byte
-	)
-	err = busyRetry(ctx, func() error {
-		return l.queryRow(ctx, `SELECT status, fingerprint, value FROM idem_runs WHERE job=? AND period=?`,
-			req.Key.Job, req.Key.Period).Scan(&status, &fp, &value)
-	})
+	}
+	args := []any{req.Key.Job, req.Key.Period}
+	if req.Fingerprint == "" {
+		// '' for a record with a fingerprint or a value: read again below.
+		err = busyRetry(ctx, func() error {
+			return l.scanRead(ctx, `SELECT CASE WHEN fingerprint = '' AND value IS NULL THEN status ELSE '' END
+				FROM idem_runs WHERE job=? AND period=?`, args, &rd.status)
+		})
+	}
+	if req.Fingerprint != "" || (err == nil && rd.status == "") {
+		err = busyRetry(ctx, func() error {
+			return l.scanRead(ctx, `SELECT status, fingerprint, value FROM idem_runs WHERE job=? AND period=?`, args, &rd.status, &rd.fp, &rd.value)
+		})
+	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return idemstore.Claim{}, false, false, nil // the claim's INSERT checks the horizon
 	case err != nil:
 		return idemstore.Claim{}, false, false, l.opErr("claim", req.Key, err)
-	case idemstore.Mismatch(fp, req.Fingerprint):
-		return idemstore.Claim{State: idemstore.ClaimMismatch, Record: Record{Key: req.Key, Status: Status(status), Fingerprint: fp}}, true, true, nil
-	case Status(status) == StatusDone:
-		return idemstore.Claim{State: idemstore.ClaimDone, Record: Record{Key: req.Key, Status: StatusDone, Fingerprint: fp, Value: value}}, true, true, nil
+	case idemstore.Mismatch(rd.fp, req.Fingerprint):
+		return idemstore.Claim{State: idemstore.ClaimMismatch, Record: Record{Key: req.Key, Status: Status(rd.status), Fingerprint: rd.fp}}, true, true, nil
+	case Status(rd.status) == StatusDone:
+		return idemstore.Claim{State: idemstore.ClaimDone, Record: Record{Key: req.Key, Status: StatusDone, Fingerprint: rd.fp, Value: rd.value}}, true, true, nil
 	}
 	rec, found, err := l.record(ctx, req.Key)
 	if err != nil {
@@ -174,8 +187,19 @@ const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owne
 	WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
 	ON CONFLICT DO NOTHING`
 
+// claimDoneInsertSQL records a key that has no record as attempt 1, done,
+// unless the key is at or below its job's retention horizon: a RunTx
+// key's claim and done mark in one statement, inside the transaction that
+// runs fn.
+const claimDoneInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated, fingerprint)
+	SELECT ?, ?, 'done', 1, ?, 0, ?, ?, ?
+	WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
+	ON CONFLICT DO NOTHING`
+
 // ClaimFinishTx implements [idemstore.FreshTxStore]: for a key with no record,
-// the claim's INSERT, fn (in a savepoint) and the done mark in one SQLite
+// the key's row inserted as attempt 1 done (claimDoneInsertSQL), fn (in a
+// savepoint; if it fails, its writes are rolled back and the row becomes
+// attempt 1's claim, as Claim writes it) and the value, in one SQLite
 // transaction, committed with synchronous=FULL. The transaction holds SQLite's
 // write lock from the INSERT on, so no other attempt can claim the key
 // meanwhile, and a crash leaves no record at all. A key with a record (a
@@ -199,7 +223,10 @@ func (l ledgerStore) ClaimFinishTx(ctx context.Context, req idemstore.ClaimReque
 		inserted, fnErr = false, nil
 		at := tx.at(req.Now)
 		now, until := micros(at), micros(at.Add(req.Lease))
-		res, err := tx.exec(claimInsertSQL, key.Job, key.Period, req.Owner, until, now, now, req.Fingerprint, key.Job, key.Period)
+		// The row goes in as done at once: nothing outside this
+		// transaction sees it before the commit, and fn's failure turns
+		// it into the claim below. That spares the done mark's UPDATE.
+		res, err := tx.exec(claimDoneInsertSQL, key.Job, key.Period, req.Owner, now, now, req.Fingerprint, key.Job, key.Period)
 		if err != nil {
 			return err
 		}
@@ -222,8 +249,10 @@ func (l ledgerStore) ClaimFinishTx(ctx context.Context, req idemstore.ClaimReque
 			if _, err := tx.exec(`RELEASE idem_fn`); err != nil {
 				return err
 			}
+			// The claim of attempt 1, as Claim writes it.
+			_, err := tx.exec(`UPDATE idem_runs SET status='running', lease_until=? WHERE job=? AND period=?`, until, key.Job, key.Period)
 			fnErr = ferr
-			return nil
+			return err
 		}
 		if _, err := tx.exec(`RELEASE idem_fn`); err != nil {
 			return err
@@ -231,8 +260,13 @@ func (l ledgerStore) ClaimFinishTx(ctx context.Context, req idemstore.ClaimReque
 		if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
 			return err
 		}
-		if _, err := finishExec(tx, key, 1, idemstore.End{Status: StatusDone, Now: req.Now, Value: value}); err != nil || !cursor {
-			return err
+		if value != nil {
+			if _, err := tx.exec(`UPDATE idem_runs SET value=? WHERE job=? AND period=?`, value, key.Job, key.Period); err != nil {
+				return err
+			}
+		}
+		if !cursor {
+			return nil
 		}
 		return advanceExec(tx, key.Job, key.Period)
 	})

@@ -16,6 +16,7 @@ import (
 var (
 	_ idemstore.OutboxTxStore[*sql.Tx] = ledgerStore{}
 	_ idemstore.OutboxStore            = ledgerStore{}
+	_ idemstore.OutboxReleaser         = ledgerStore{}
 )
 
 // outboxSchema is the outbox's table (version 5): one row per message,
@@ -111,8 +112,19 @@ func scanOutbox(scan func(...any) error) (idemstore.OutboxRecord, error) {
 	return r, nil
 }
 
-func queryOutbox(ctx context.Context, q execer, query string, args ...any) ([]idemstore.OutboxRecord, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+// queryOutbox runs query on q and scans the messages it returns; q may
+// be a prepared statement (then query is "").
+func queryOutbox(ctx context.Context, q any, query string, args ...any) ([]idemstore.OutboxRecord, error) {
+	var rows *sql.Rows
+	var err error
+	switch q := q.(type) {
+	case *sql.Stmt:
+		rows, err = q.QueryContext(ctx, args...)
+	case execer:
+		rows, err = q.QueryContext(ctx, query, args...)
+	default:
+		panic(fmt.Sprintf("queryOutbox on %T", q))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -151,13 +163,21 @@ func (l ledgerStore) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimR
 	err = l.withTx(ctx, false, func(tx *wtx) (err error) {
 		at := tx.at(req.Now) // the lease counts from when it is written
 		now := micros(at)
-		out, err = queryOutbox(ctx, tx, `UPDATE idem_outbox SET attempts = attempts + 1, token = token + 1, owner = ?, lease_until = ?
+		if req.Run > 1 {
+			out, err = claimOutboxRuns(ctx, tx, req, at)
+			return err
+		}
+		st, err := tx.stmt(`UPDATE idem_outbox SET attempts = attempts + 1, token = token + 1, owner = ?, lease_until = ?
 			WHERE seq IN (
 				SELECT o.seq FROM idem_outbox o
 				WHERE o.status = 'pending' AND o.lease_until <= ? AND o.not_before <= ?
 				  AND o.seq = (SELECT min(p.seq) FROM idem_outbox p WHERE p.status = 'pending' AND p.topic = o.topic)
 				ORDER BY o.seq LIMIT ?)
-			RETURNING `+outboxCols, req.Owner, micros(at.Add(req.Lease)), now, now, req.N)
+			RETURNING ` + outboxCols)
+		if err != nil {
+			return err
+		}
+		out, err = queryOutbox(ctx, st, "", req.Owner, micros(at.Add(req.Lease)), now, now, req.N)
 		return err
 	})
 	if err != nil {
@@ -165,6 +185,109 @@ func (l ledgerStore) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimR
 	}
 	slices.SortFunc(out, func(a, b idemstore.OutboxRecord) int { return int(a.Seq - b.Seq) })
 	return out, nil
+}
+
+// claimOutboxRuns is ClaimOutbox with req.Run > 1, in its write
+// transaction tx: the due heads of the topics, oldest first, and after
+// each head the messages of its topic right after it (up to req.Run in
+// all, the batch up to req.N), as long as each is due and not leased;
+// then one UPDATE takes them all. Every read is a range of the index on
+// (status, topic, seq): O(messages taken), whatever the backlog.
+func claimOutboxRuns(ctx context.Context, tx *wtx, req idemstore.OutboxClaimRequest, at time.Time) ([]idemstore.OutboxRecord, error) {
+	now := micros(at)
+	heads, err := tx.stmt(`SELECT o.seq, o.topic FROM idem_outbox o
+		WHERE o.status = 'pending' AND o.lease_until <= ?1 AND o.not_before <= ?1
+		  AND o.seq = (SELECT min(p.seq) FROM idem_outbox p WHERE p.status = 'pending' AND p.topic = o.topic)
+		ORDER BY o.seq LIMIT ?2`)
+	if err != nil {
+		return nil, err
+	}
+	next, err := tx.stmt(`SELECT seq, lease_until, not_before FROM idem_outbox
+		WHERE status = 'pending' AND topic = ? AND seq > ? ORDER BY seq LIMIT ?`)
+	if err != nil {
+		return nil, err
+	}
+	type head struct {
+		seq   int64
+		topic string
+	}
+	var hs []head
+	rows, err := heads.QueryContext(ctx, now, req.N)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var h head
+		if err := rows.Scan(&h.seq, &h.topic); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		hs = append(hs, h)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	seqs := make([]int64, 0, req.N)
+	for i, h := range hs {
+		// Every head left gets its place: the runs fill what they leave.
+		room := req.N - len(seqs) - (len(hs) - i - 1)
+		seqs = append(seqs, h.seq)
+		if more := min(req.Run, room) - 1; more > 0 {
+			rows, err := next.QueryContext(ctx, h.topic, h.seq, more)
+			if err != nil {
+				return nil, err
+			}
+			for rows.Next() {
+				var seq, lease, notBefore int64
+				if err := rows.Scan(&seq, &lease, &notBefore); err != nil {
+					rows.Close()
+					return nil, err
+				}
+				if lease > now || notBefore > now {
+					break // the run ends at the first message that is not due
+				}
+				seqs = append(seqs, seq)
+			}
+			if err := rows.Close(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(seqs) == 0 {
+		return nil, nil
+	}
+	list, err := json.Marshal(seqs)
+	if err != nil {
+		return nil, err
+	}
+	take, err := tx.stmt(`UPDATE idem_outbox SET attempts = attempts + 1, token = token + 1, owner = ?, lease_until = ?
+		WHERE seq IN (SELECT value FROM json_each(?)) RETURNING ` + outboxCols)
+	if err != nil {
+		return nil, err
+	}
+	return queryOutbox(ctx, take, "", req.Owner, micros(at.Add(req.Lease)), string(list))
+}
+
+// ReleaseOutbox implements [idemstore.OutboxReleaser]: in one write
+// transaction, each claim still the message's latest gets its lease
+// released and its attempt count back.
+func (l ledgerStore) ReleaseOutbox(ctx context.Context, claims []idemstore.OutboxClaimed) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	err := l.withTx(ctx, false, func(tx *wtx) error {
+		for _, c := range claims {
+			if _, err := tx.exec(`UPDATE idem_outbox SET attempts = attempts - 1, lease_until = 0
+				WHERE id = ? AND token = ? AND status = 'pending'`, c.ID, c.Token); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("idem: %s: release outbox claims: %w", l.where(), err)
+	}
+	return nil
 }
 
 // outboxEnd runs a fenced end of the claim token of message id.

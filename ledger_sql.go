@@ -23,6 +23,30 @@ import (
 type wconn struct {
 	conn  *sql.Conn
 	stmts map[string]*sql.Stmt
+	// normal: the connection is at synchronous=NORMAL (else FULL, as its
+	// pool's DSN opens it).
+	normal bool
+}
+
+// setSync puts the connection at synchronous=FULL (durable: the next
+// commit is synced) or NORMAL, with a prepared PRAGMA when it is not there
+// already. One kept connection for the synced and the unsynced commits
+// keeps its page cache: a connection that writes after another one wrote
+// must drop its cache and read the pages again, which costs more than the
+// two PRAGMAs a fresh Run switches with.
+func (w *wconn) setSync(ctx context.Context, durable bool) error {
+	if w.normal != durable {
+		return nil
+	}
+	q := `PRAGMA synchronous=NORMAL`
+	if durable {
+		q = `PRAGMA synchronous=FULL`
+	}
+	if _, err := w.exec(ctx, q); err != nil {
+		return err
+	}
+	w.normal = !durable
+	return nil
 }
 
 func (w *wconn) prep(ctx context.Context, q string) (*sql.Stmt, error) {
@@ -89,6 +113,42 @@ func (l *Ledger) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 		return l.db.QueryRowContext(ctx, q, args...) // reports err through Scan
 	}
 	return st.QueryRowContext(ctx, args...)
+}
+
+// scanRead runs the prepared read q and scans its row into dest. On an
+// owned ledger it runs on the kept write connection when no write of this
+// process holds the write lock (it takes the lock for the read, never
+// waiting for it), else on the FULL pool: on the connection that writes
+// next, a fresh Run finds the database as that connection left it (a
+// connection that reads after another one wrote must drop its page cache
+// and read the pages again, which costs a fresh Run more than the read).
+func (l *Ledger) scanRead(ctx context.Context, q string, args []any, dest ...any) error {
+	if l.kept {
+		select {
+		case l.wl.sem <- struct{}{}:
+			err, ok := l.scanOnWriteConn(ctx, q, args, dest)
+			l.wl.release()
+			if ok {
+				return err
+			}
+		default:
+		}
+	}
+	return l.queryRow(ctx, q, args...).Scan(dest...)
+}
+
+// scanOnWriteConn is scanRead on the kept write connection, under the
+// write lock; ok is false when that connection cannot be had.
+func (l *Ledger) scanOnWriteConn(ctx context.Context, q string, args, dest []any) (err error, ok bool) {
+	w, err := l.writeConn(ctx, 0, l.db)
+	if err != nil {
+		return nil, false
+	}
+	st, err := w.prep(ctx, q)
+	if err != nil {
+		return nil, false
+	}
+	return st.QueryRowContext(ctx, args...).Scan(dest...), true
 }
 
 // execer is what runs a write transaction's statements: a *sql.Tx, or a
@@ -321,8 +381,9 @@ func (l *Ledger) writeConn(ctx context.Context, i int, pool *sql.DB) (*wconn, er
 // one write at a time in this process (in the order they came), again while
 // SQLite answers "database is locked", for at most the ledger's
 // WithLockWait: then it fails with an error matching ErrWriteLockHeld,
-// having written nothing. Without durable, the commit is not synced (the
-// NORMAL pool, or PRAGMA synchronous=NORMAL on an attached database's
+// having written nothing. Without durable, the commit is not synced
+// (PRAGMA synchronous=NORMAL on the kept connection, which the next
+// durable write sets back to FULL first; on an attached database's
 // connection, set back to FULL afterwards); with it, it is.
 //
 // f runs once the transaction holds the write lock; tx.at moves the times
@@ -337,7 +398,7 @@ func (l *Ledger) writeConn(ctx context.Context, i int, pool *sql.DB) (*wconn, er
 // An owned ledger runs it on a connection it keeps for writes (wconn); an
 // attached one, and withSQLTx, in a database/sql Tx.
 func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) error {
-	if l.fast == nil {
+	if !l.kept {
 		return l.withSQLTx(ctx, durable, f)
 	}
 	if err := l.file.check(); err != nil {
@@ -348,14 +409,17 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 		return err
 	}
 	defer l.wl.release()
-	i, pool := 0, l.db
-	if !durable {
-		i, pool = 1, l.fast
-	}
+	const i = 0 // the kept connection of every write transaction: see wconn.setSync
+	pool := l.db
 	waiting := true // until the first try that gets the lock: locked reports the wait once
 	return l.writeErr(lockWait(ctx, ls, l.busyTimeout(i), func() error {
 		w, err := l.writeConn(ctx, i, pool)
 		if err != nil {
+			return err
+		}
+		if err := w.setSync(ctx, durable); err != nil {
+			w.close()
+			l.wconns[i] = nil
 			return err
 		}
 		if _, err := w.exec(ctx, `BEGIN IMMEDIATE`); err != nil {
@@ -412,23 +476,23 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 	defer l.wl.release()
 	waiting := true // until the first try that gets the lock: locked reports the wait once
 	var setTimeout func(time.Duration)
-	if l.fast != nil {
+	if l.kept {
 		setTimeout = l.busyTimeout(0)
-		if !durable {
-			setTimeout = l.busyTimeout(1)
-		}
 	}
 	return l.writeErr(lockWait(ctx, ls, setTimeout, func() error {
 		pool := l.db
 		var tx *sql.Tx
+		var kept *wconn // the kept connection the Tx runs on: its prepared statements run in the Tx
 		var err error
-		if l.fast != nil {
-			i := 0
-			if !durable {
-				i, pool = 1, l.fast
-			}
+		if l.kept {
+			const i = 0
 			w, err := l.writeConn(ctx, i, pool)
 			if err != nil {
+				return err
+			}
+			if err := w.setSync(ctx, durable); err != nil {
+				w.close()
+				l.wconns[i] = nil
 				return err
 			}
 			// _txlock=immediate: BEGIN IMMEDIATE.
@@ -439,6 +503,7 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 				}
 				return err
 			}
+			kept = w
 		} else {
 			var conn *sql.Conn
 			if conn, err = l.db.Conn(ctx); err != nil {
@@ -469,7 +534,7 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 		} else {
 			shift = ls.shift(l.clock)
 		}
-		if err := f(&wtx{execer: tx, Tx: tx, ctx: ctx, l: l, pool: pool, shift: shift, began: ls.clock}); err != nil {
+		if err := f(&wtx{execer: tx, Tx: tx, wc: kept, ctx: ctx, l: l, pool: pool, shift: shift, began: ls.clock}); err != nil {
 			return err
 		}
 		return tx.Commit()

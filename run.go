@@ -394,7 +394,7 @@ func (f finishAlways) Finish(ctx context.Context, key Key, attempt int64, end id
 }
 
 type runner struct {
-	s         idemstore.Store
+	s         finishAlways // a struct, not an interface: no allocation per call
 	key       Key
 	cfg       *config
 	res       Result

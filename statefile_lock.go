@@ -28,16 +28,8 @@ func (s *StateFile) lockPath(job string) string {
 // (process or goroutine) has it.
 func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
 	p := s.lockPath(job)
-	_, statErr := os.Stat(p)
-	f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, false, s.createErr(p, err)
-	}
-	if errors.Is(statErr, os.ErrNotExist) {
-		if err := syncDir(s.dir); err != nil {
-			f.Close()
-			return nil, false, err
-		}
+	if f, err = s.openLockFile(p); err != nil {
+		return nil, false, err
 	}
 	if ok, err := tryLockExclusive(f); !ok || err != nil {
 		f.Close()
@@ -47,6 +39,27 @@ func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
 		return nil, false, fmt.Errorf("idem: state file lock %s: %w", p, err)
 	}
 	return f, true, nil
+}
+
+// openLockFile opens the lock file p, creating it if it does not exist;
+// the directory entry of a new one is made durable (the directory is
+// fsynced). A lock file that exists, the common case, costs one open.
+func (s *StateFile) openLockFile(p string) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err == nil {
+		return f, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, s.createErr(p, err)
+	}
+	if f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+		return nil, s.createErr(p, err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // attemptMarkLen is the size of the attempt number a job's lock file keeps:
@@ -93,16 +106,9 @@ func unlockClose(f *os.File) {
 // based on a stale read would undo another job's change.
 func (s *StateFile) lockFile() (unlock func(), err error) {
 	p := s.path + ".lock"
-	_, statErr := os.Stat(p)
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := s.openLockFile(p)
 	if err != nil {
-		return nil, s.createErr(p, err)
-	}
-	if errors.Is(statErr, os.ErrNotExist) {
-		if err := syncDir(s.dir); err != nil {
-			f.Close()
-			return nil, err
-		}
+		return nil, err
 	}
 	if err := lockExclusive(f); err != nil {
 		f.Close()

@@ -21,6 +21,9 @@ func main() {
 	if os.Getenv(lockWaitChildEnv) != "" {
 		os.Exit(lockWaitChild())
 	}
+	if os.Getenv(eachChildEnv) != "" {
+		os.Exit(eachChild())
+	}
 	var cfg config
 	only := flag.String("only", "", "run only the comparisons whose name matches this regexp")
 	flag.IntVar(&cfg.n, "n", 200, "keys per measurement (duplicate reads against the floor repeat them "+fmt.Sprint(dupPasses)+" times)")

@@ -112,6 +112,37 @@ type OutboxClaimRequest struct {
 	Owner string        // the claiming relay (idemstore.Owner() and a name)
 	Now   time.Time     // the relay's clock
 	Lease time.Duration // how long the claim holds
+
+	// Run, above 1, lets a store that implements [OutboxReleaser] take
+	// with a topic's first pending message the ones right after it, up to
+	// Run messages of the topic in all (and N in all), each pending, due
+	// and not leased, stopping at the first that is not: a run of the
+	// topic in Seq order, handed to one relay, so that a topic's messages
+	// need not cost a claim each. The relay hands a run out in Seq order
+	// and stops at the first message that does not end delivered or
+	// parked, giving the rest back with ReleaseOutbox. 0 or 1: only the
+	// first pending message of each topic (a store without ReleaseOutbox
+	// ignores Run).
+	Run int
+}
+
+// OutboxReleaser is an [OutboxStore] whose ClaimOutbox takes runs of a
+// topic's messages (OutboxClaimRequest.Run) and that can give back the
+// claims of a run that were never handed out.
+type OutboxReleaser interface {
+	OutboxStore
+	// ReleaseOutbox gives back each message's claim token, as if it had
+	// never been taken: its lease released (due at once, as it was) and
+	// its Attempts back to what they were. Fenced as DeliveredOutbox; a
+	// message whose latest claim is no longer its token is left as it is
+	// (no error).
+	ReleaseOutbox(ctx context.Context, claims []OutboxClaimed) error
+}
+
+// OutboxClaimed names one claim of a message: its id and claim token.
+type OutboxClaimed struct {
+	ID    string
+	Token int64
 }
 
 // OutboxFailure is how a delivery failed, for FailOutbox.

@@ -354,21 +354,51 @@ func (c *relayConfig) log(ctx context.Context, level slog.Level, msg string, att
 	}
 }
 
+// once is one pass. On a store that can give claims back
+// (idemstore.OutboxReleaser), a claim takes runs of a topic's messages
+// (OutboxClaimRequest.Run): they are handed out in Seq order, and the
+// first one that does not end delivered or parked ends its topic's run,
+// whose rest is given back untouched (not handed out, its attempt not
+// counted), so that no message is handed out before the ones before it.
 func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliverer) (res Result, err error) {
+	rs, runs := s.(idemstore.OutboxReleaser)
+	req := idemstore.OutboxClaimRequest{N: c.batch, Owner: c.owner, Lease: c.lease}
+	if runs {
+		req.Run = c.batch
+	}
 	for ctx.Err() == nil {
-		batch, err := s.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: c.batch, Owner: c.owner, Now: c.clock.Now(), Lease: c.lease})
+		req.Now = c.clock.Now()
+		batch, err := s.ClaimOutbox(ctx, req)
 		if err != nil {
 			return res, err
 		}
 		if len(batch) == 0 {
 			break
 		}
-		res.Claimed += len(batch)
+		var stopped map[string]bool // topics whose run ended
+		var back []idemstore.OutboxClaimed
 		for _, rec := range batch {
-			if err := c.deliver(ctx, s, d, rec, &res); err != nil {
+			if stopped[rec.Topic] {
+				back = append(back, idemstore.OutboxClaimed{ID: rec.ID, Token: rec.Token})
+				continue
+			}
+			res.Claimed++
+			outcome, err := c.deliver(ctx, s, d, rec, &res)
+			if err != nil {
 				// The rest of the batch was claimed and not handed out:
 				// delivered after its lease, by this relay or another.
 				return res, err
+			}
+			if outcome != DeliverySent && outcome != DeliveryParked {
+				if stopped == nil {
+					stopped = map[string]bool{}
+				}
+				stopped[rec.Topic] = true
+			}
+		}
+		if len(back) > 0 {
+			if err := rs.ReleaseOutbox(context.WithoutCancel(ctx), back); err != nil {
+				return res, err // the messages are due again after their lease
 			}
 		}
 	}
@@ -383,7 +413,7 @@ func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliv
 }
 
 // deliver hands rec to d and records how it ended.
-func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d Deliverer, rec idemstore.OutboxRecord, res *Result) error {
+func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d Deliverer, rec idemstore.OutboxRecord, res *Result) (DeliveryOutcome, error) {
 	dl := Delivery{ID: rec.ID, Topic: rec.Topic, Payload: rec.Payload, Headers: rec.Headers, Attempt: rec.Attempts,
 		Key: rec.Key, Item: rec.Item, Created: rec.Created}
 	sctx, endSpan := idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanDelivery, Key: rec.Key, Headers: rec.Headers,
@@ -442,7 +472,7 @@ func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d De
 	if c.onResult != nil {
 		c.onResult(r)
 	}
-	return serr
+	return r.Outcome, serr
 }
 
 // callDeliver calls d, turning a panic into an error: a deliverer that

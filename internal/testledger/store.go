@@ -15,7 +15,7 @@ type Store interface {
 	idemstore.CatchUpTxStore[*sql.Tx]
 	idemstore.ItemTxStore[*sql.Tx]
 	idemstore.OutboxTxStore[*sql.Tx]
-	idemstore.OutboxStore
+	idemstore.OutboxReleaser
 	idemstore.Lister
 }
 

@@ -1,0 +1,21 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"runtime"
+	"syscall"
+)
+
+// maxRSSKiB is the peak resident set of an ended child process, in KiB.
+func maxRSSKiB(ps *os.ProcessState) (int64, bool) {
+	ru, ok := ps.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return 0, false
+	}
+	if runtime.GOOS == "darwin" || runtime.GOOS == "ios" {
+		return int64(ru.Maxrss) / 1024, true // bytes there
+	}
+	return int64(ru.Maxrss), true
+}
