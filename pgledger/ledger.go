@@ -62,6 +62,8 @@ type core struct {
 var (
 	_ idemstore.Store                  = (*Ledger)(nil)
 	_ idemstore.TxStore[pgx.Tx]        = (*Ledger)(nil)
+	_ idemstore.FreshTxStore[pgx.Tx]   = (*Ledger)(nil)
+	_ idemstore.ClaimFirst             = (*Ledger)(nil)
 	_ idemstore.CatchUpStore           = (*Ledger)(nil)
 	_ idemstore.CatchUpTxStore[pgx.Tx] = (*Ledger)(nil)
 )

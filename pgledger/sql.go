@@ -11,6 +11,8 @@ type queries struct {
 	ddl, getVersion, setVersion, upgradeParams    string
 	read, status, insert, take, lockRow           string
 	renew, finish, fence, advance                 string
+	finishMust                                    string // finish, failing unless it changed the row (mustOne)
+	insertNew, lockClaimed                        string // ClaimFinishTx's claim and fence
 	resolveInsert, resolveUpdate                  string
 	job, pruneCursor, pruneOpen, prune, pruneJobs string
 	list, start                                   string
@@ -152,6 +154,20 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	WHERE NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE job = $1 AND horizon >= $2 COLLATE "C")
 	ON CONFLICT (job, period) DO NOTHING
 	RETURNING attempt`
+
+	// insertNewSQL is insertSQL for ClaimFinishTx, which has not read the
+	// key: it also skips a key that has a record in the statement's
+	// snapshot, so that it never waits on the row of a transaction that
+	// holds it (ON CONFLICT would wait for it to end).
+	insertNewSQL = `INSERT INTO {s}.runs(job, period, status, attempt, owner, lease_until, created, updated, fingerprint)
+	SELECT $1, $2, 'running', 1, $3, clock_timestamp() + $4::float8 * interval '1 microsecond', clock_timestamp(), clock_timestamp(), $5
+	WHERE NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE job = $1 AND horizon >= $2 COLLATE "C")
+		AND NOT EXISTS (SELECT 1 FROM {s}.runs WHERE job = $1 AND period = $2)
+	ON CONFLICT (job, period) DO NOTHING`
+
+	// lockClaimedSQL is ClaimFinishTx's fence: it locks the row that the
+	// claim of attempt 1 just committed, while the attempt holds it.
+	lockClaimedSQL = `SELECT 1 FROM {s}.runs WHERE job = $1 AND period = $2 AND attempt = 1 AND status = 'running' AND owner = $3 FOR UPDATE`
 
 	// takeSQL takes a key whose record is still as the claim saw it (attempt
 	// $4, status $5) and still claimable, for attempt+1. A running attempt
@@ -481,7 +497,7 @@ func newQueries(schema string) queries {
 	return queries{
 		ddl: r.Replace(ddlSQL), getVersion: r.Replace(getVersionSQL), setVersion: r.Replace(setVersionSQL),
 		upgradeParams: r.Replace(upgradeParamsSQL), read: r.Replace(readSQL), status: r.Replace(statusSQL), insert: r.Replace(insertSQL), take: r.Replace(takeSQL), lockRow: r.Replace(lockRowSQL),
-		renew: r.Replace(renewSQL), finish: r.Replace(finishSQL), fence: r.Replace(fenceSQL), advance: r.Replace(advanceSQL),
+		renew: r.Replace(renewSQL), finish: r.Replace(finishSQL), finishMust: mustOne(r.Replace(finishSQL), "done"), insertNew: r.Replace(insertNewSQL), lockClaimed: r.Replace(lockClaimedSQL), fence: r.Replace(fenceSQL), advance: r.Replace(advanceSQL),
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),

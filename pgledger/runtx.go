@@ -1,0 +1,292 @@
+package pgledger
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// pipelinedFinishTx is FinishTx on a pgx pool, in two round trips beside
+// fn's own, where finishTx takes four (BEGIN, the fence, the done mark,
+// COMMIT):
+//
+//  1. BEGIN and the fence are one simple-protocol message (pgx's
+//     TxOptions.BeginQuery), so fn still gets a pgx.Tx of pgx's own. The
+//     fence is the same UPDATE as fenceSQL, with the key and attempt as
+//     literals (quoteLiteral), wrapped so that it fails when it changes no
+//     row: pgx reports no row count for a BeginQuery, and fn must not run
+//     for an attempt that lost the key. The failure is recognised by its
+//     marker (mustFail) and reported as idemstore.ErrLeaseLost, after a
+//     ROLLBACK on the same connection.
+//  2. After fn, the done mark (fenced the same way: a done mark that
+//     changed no row aborts the transaction, so COMMIT rolls it back), the
+//     cursor's advance if asked, and COMMIT go as one batch: one round trip,
+//     with prepared statements. The COMMIT's tag says whether it committed.
+//
+// Everything else is as in finishTx: the row lock is taken by the fence
+// before fn runs and held until COMMIT; fn's error rolls everything back.
+func (l *Ledger) pipelinedFinishTx(ctx context.Context, key idemstore.Key, attempt int64, cursor bool, fn func(pgx.Tx) ([]byte, error)) (err error) {
+	c, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return l.opErr("run tx", key, err)
+	}
+	conn := c.Conn()
+	defer releaseIdle(ctx, conn, c.Release)
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + l.fenceLiteral(key, attempt)})
+	if err != nil {
+		if isMustFail(err, "fence") {
+			return idemstore.LeaseLost(key, attempt)
+		}
+		return l.opErr("run tx", key, err)
+	}
+	value, err := fn(tx)
+	if err != nil {
+		return err
+	}
+	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
+		return err
+	}
+	return l.doneAndCommit(ctx, conn, key, attempt, cursor, value)
+}
+
+// releaseIdle returns conn to its pool (release) after rolling back a
+// transaction that an error left open on it; the pool drops a connection
+// that cannot be rolled back.
+func releaseIdle(ctx context.Context, conn *pgx.Conn, release func()) {
+	if conn.PgConn().TxStatus() != 'I' && !conn.IsClosed() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "rollback"); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+		}
+	}
+	release()
+}
+
+// doneAndCommit marks attempt done with value (and moves the job's cursor
+// if asked) and commits fn's transaction on conn, in one batch.
+func (l *Ledger) doneAndCommit(ctx context.Context, conn *pgx.Conn, key idemstore.Key, attempt int64, cursor bool, value []byte) error {
+	if conn.PgConn().TxStatus() != 'T' {
+		// fn committed or rolled back the transaction itself, or left it
+		// failed: nothing of it may be marked done.
+		return l.opErr("run tx", key, errors.New("fn ended or broke the transaction it was given (pgx.Tx): not committed"))
+	}
+	b := &pgx.Batch{}
+	b.Queue(l.q.finishMust, key.Job, key.Period, attempt, string(idemstore.StatusDone), 0, nil, "", value)
+	if cursor {
+		b.Queue(l.q.advance, key.Job, key.Period)
+	}
+	b.Queue("commit")
+	br := conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		if isMustFail(err, "done") { // cannot happen while the row lock is held
+			return idemstore.LeaseLost(key, attempt)
+		}
+		return l.opErr("run tx: done mark", key, err)
+	}
+	if cursor {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return l.opErr("run tx: advance the cursor", key, err)
+		}
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return l.opErr("run tx: commit", key, err)
+	}
+	if tag.String() != "COMMIT" {
+		return l.opErr("run tx: commit", key, pgx.ErrTxCommitRollback)
+	}
+	return nil
+}
+
+// ClaimFinishTx implements [idemstore.FreshTxStore] for RunTx, keeping
+// the claim a transaction of its own, committed before fn's begins (see
+// [idemstore.ClaimFirst]): while fn runs, every other connection sees the
+// key running, and a crash during fn leaves attempt 1 counted, exactly as
+// after Claim and FinishTx. It takes three round trips beside fn's own
+// where Claim and FinishTx take six:
+//
+//  1. One simple-protocol message, sent as the BeginQuery of fn's pgx
+//     transaction: BEGIN, synchronous_commit off for the claim (an
+//     AtLeastOnce claim does not wait for its WAL flush: the done mark's
+//     commit flushes through it), the job's shared advisory lock (Prune's
+//     exclusion, as in Claim), the claim's INSERT (a statement of its own
+//     after the lock, as in Claim), COMMIT; then BEGIN and the fence, which
+//     locks the new row (SELECT ... FOR UPDATE) for the rest of fn's
+//     transaction. The INSERT skips a key that has a record (read with the
+//     statement's snapshot, so it never waits for a transaction that holds
+//     the row) or that the job's horizon covers, and fails on purpose then
+//     (mustOne): nothing was committed, and the claim goes on as Claim's,
+//     after a ROLLBACK sent in one batch with Claim's first read. A
+//     duplicate trigger of RunTx thus costs two round trips (Run's, one).
+//  2. fn.
+//  3. The done mark, the cursor's advance if asked, and COMMIT, in one
+//     batch (as in FinishTx).
+//
+// If fn fails, its transaction rolls back and the claim stays: the engine
+// records the failure as after FinishTx. If anything else fails after the
+// claim committed, ClaimFinishTx returns the claim of attempt 1 with no
+// error and done=false: the engine then runs fn the usual way (FinishTx),
+// as for any claim it holds.
+func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(pgx.Tx) ([]byte, error)) (idemstore.Claim, bool, error) {
+	key := req.Key
+	if err := key.Validate(); err != nil {
+		return idemstore.Claim{}, false, err
+	}
+	c, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return idemstore.Claim{}, false, l.opErr("claim", key, err)
+	}
+	conn := c.Conn()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: l.freshTxBegin(req)})
+	if isMustFail(err, "claim") {
+		// Nothing was committed: the key has a record, or the horizon
+		// covers it. End the failed transaction and read the key as
+		// Claim does first, in one round trip; then give the connection
+		// back before going on on the pool, as Claim does.
+		claim, settled, found, err := l.rollbackAndRead(ctx, conn, req)
+		releaseIdle(ctx, conn, c.Release)
+		switch {
+		case err != nil || settled:
+		case found:
+			claim, err = l.claimRecorded(ctx, req)
+		default: // gone again (pruned), or below the horizon
+			claim, err = l.Claim(ctx, req)
+		}
+		return claim, false, err
+	}
+	defer releaseIdle(ctx, conn, c.Release)
+	switch {
+	case isMustFail(err, "fence"):
+		// The claim committed, but its lease was gone before the fence
+		// (a lease shorter than one round trip): the engine finds out
+		// in FinishTx.
+		return acquired1(key), false, nil
+	case err != nil:
+		// The engine claims the usual way next. (Had the fence's
+		// statement failed for a reason of its own, the claim would be
+		// committed, and found held by this process until its lease ends.)
+		return idemstore.Claim{}, false, l.opErr("claim", key, err)
+	}
+	claim := acquired1(key)
+	if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, key); err != nil {
+		return claim, false, err
+	}
+	value, err := fn(tx)
+	if err != nil {
+		return claim, false, err // fn's error as is: the claim alone was committed
+	}
+	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
+		return claim, false, err
+	}
+	if err := l.doneAndCommit(ctx, conn, key, 1, cursor, value); err != nil {
+		if idemstore.IsStop(err) {
+			return claim, false, err
+		}
+		return claim, false, nil // the usual way from here: FinishTx
+	}
+	return claim, true, nil
+}
+
+// acquired1 is the claim of attempt 1 of key.
+func acquired1(key idemstore.Key) idemstore.Claim {
+	return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: key}}
+}
+
+// freshTxBegin is the first message of ClaimFinishTx.
+func (l *core) freshTxBegin(req idemstore.ClaimRequest) string {
+	lease := req.Lease
+	if lease <= 0 {
+		lease = idem.DefaultLease
+	}
+	args := strings.NewReplacer("$1", quoteLiteral(req.Key.Job), "$2", quoteLiteral(req.Key.Period),
+		"$3", quoteLiteral(req.Owner), "$4", strconv.FormatFloat(micros(lease), 'f', -1, 64), "$5", quoteLiteral(req.Fingerprint))
+	var b strings.Builder
+	b.WriteString("BEGIN; ")
+	if !req.Durable {
+		b.WriteString(syncOffSQL + "; ")
+	}
+	b.WriteString(`SELECT pg_advisory_xact_lock_shared(` + strconv.FormatInt(l.lockID("job", req.Key.Job), 10) + `); `)
+	b.WriteString(mustOne(args.Replace(l.q.insertNew), "claim") + "; COMMIT; BEGIN; ")
+	b.WriteString(mustOne(args.Replace(l.q.lockClaimed), "fence"))
+	return b.String()
+}
+
+// rollbackAndRead ends conn's failed transaction and reads req's key as
+// Claim does first (fastClaim), in one batch.
+func (l *Ledger) rollbackAndRead(ctx context.Context, conn *pgx.Conn, req idemstore.ClaimRequest) (c idemstore.Claim, settled, found bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue("rollback")
+	b.Queue(l.q.status, req.Key.Job, req.Key.Period)
+	br := conn.SendBatch(ctx, b)
+	var (
+		status, fp string
+		value      []byte
+	)
+	if _, err = br.Exec(); err == nil {
+		err = br.QueryRow().Scan(&status, &fp, &value)
+	}
+	if cerr := br.Close(); cerr != nil && (err == nil || errors.Is(err, pgx.ErrNoRows)) {
+		err = cerr
+	}
+	return l.fastAnswer(req, err, status, fp, value)
+}
+
+// ClaimCommittedFirst marks ClaimFinishTx as committing the claim in a
+// transaction of its own, before fn's: see [idemstore.ClaimFirst].
+func (l *Ledger) ClaimCommittedFirst() {}
+
+// mustFail is the marker of a statement that failed on purpose because it
+// matched no row (see mustOne).
+const mustFail = "idem-pgledger: no row matched"
+
+// mustOne wraps a statement (a data-modifying one, or a SELECT ... FOR
+// UPDATE) with RETURNING 1 (SELECT 1) so that it fails, with mustFail and
+// label in the error, unless it changed (locked) exactly one row.
+// (An error is all that pgx lets through from a transaction's BeginQuery,
+// and it aborts a transaction before its COMMIT.) The cast to integer of
+// a text that is not a number is the failure: it is evaluated only in that
+// branch, at run time, as the text depends on the count.
+func mustOne(stmt, label string) string {
+	if !strings.HasPrefix(stmt, "SELECT") {
+		stmt += " RETURNING 1"
+	}
+	return `WITH m AS (` + stmt + `) SELECT CASE WHEN count(*) = 1 THEN 1 ELSE ('` +
+		mustFail + ` (` + label + `): ' || count(*))::integer END FROM m`
+}
+
+// isMustFail reports whether err is the failure of a mustOne statement
+// with label.
+func isMustFail(err error, label string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "22P02" && strings.Contains(pe.Message, mustFail+" ("+label+")")
+}
+
+// fenceLiteral is fenceSQL for key and attempt with its arguments as
+// literals, failing unless it changed the row (mustOne).
+func (l *core) fenceLiteral(key idemstore.Key, attempt int64) string {
+	q := strings.NewReplacer("$1", quoteLiteral(key.Job), "$2", quoteLiteral(key.Period), "$3", strconv.FormatInt(attempt, 10)).Replace(l.q.fence)
+	return mustOne(q, "fence")
+}
+
+// quoteLiteral quotes s as an SQL string literal, read the same whatever
+// standard_conforming_strings says: an escape string (E'...') with its
+// backslashes doubled when it has any, a plain one otherwise; quotes
+// doubled. Keys hold no NUL (idemstore.Key.Validate), which no literal
+// could carry.
+func quoteLiteral(s string) string {
+	q := strings.ReplaceAll(s, "'", "''")
+	if strings.Contains(q, `\`) {
+		return `E'` + strings.ReplaceAll(q, `\`, `\\`) + `'`
+	}
+	return `'` + q + `'`
+}
