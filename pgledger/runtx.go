@@ -2,7 +2,10 @@ package pgledger
 
 import (
 	"context"
+	"database/sql"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -222,21 +225,27 @@ func (l *core) freshTxBegin(req idemstore.ClaimRequest) string {
 }
 
 // rollbackAndRead ends conn's failed transaction and reads req's key as
-// Claim does first (fastClaim), in one batch.
-func (l *Ledger) rollbackAndRead(ctx context.Context, conn *pgx.Conn, req idemstore.ClaimRequest) (c idemstore.Claim, settled, found bool, err error) {
-	b := &pgx.Batch{}
-	b.Queue("rollback")
-	b.Queue(l.q.status, req.Key.Job, req.Key.Period)
-	br := conn.SendBatch(ctx, b)
+// Claim does first (fastClaim), in one simple-protocol message: a failed
+// transaction refuses to prepare a statement, which a batch may need.
+func (l *Ledger) rollbackAndRead(ctx context.Context, conn *pgx.Conn, req idemstore.ClaimRequest) (idemstore.Claim, bool, bool, error) {
+	q := "ROLLBACK; " + strings.NewReplacer("$1", quoteLiteral(req.Key.Job), "$2", quoteLiteral(req.Key.Period)).Replace(l.q.statusHex)
+	res, err := conn.PgConn().Exec(ctx, q).ReadAll()
 	var (
 		status, fp string
 		value      []byte
 	)
-	if _, err = br.Exec(); err == nil {
-		err = br.QueryRow().Scan(&status, &fp, &value)
-	}
-	if cerr := br.Close(); cerr != nil && (err == nil || errors.Is(err, pgx.ErrNoRows)) {
-		err = cerr
+	switch {
+	case err != nil:
+	case len(res) != 2:
+		err = fmt.Errorf("rollback and read: %d results, want 2", len(res))
+	case len(res[1].Rows) == 0:
+		err = sql.ErrNoRows
+	default:
+		row := res[1].Rows[0]
+		status, fp = string(row[0]), string(row[1])
+		if row[2] != nil {
+			value, err = hex.DecodeString(string(row[2]))
+		}
 	}
 	return l.fastAnswer(req, err, status, fp, value)
 }

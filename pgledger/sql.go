@@ -12,7 +12,7 @@ type queries struct {
 	read, status, insert, take, lockRow           string
 	renew, finish, fence, advance                 string
 	finishMust                                    string // finish, failing unless it changed the row (mustOne)
-	insertNew, lockClaimed                        string // ClaimFinishTx's claim and fence
+	insertNew, lockClaimed, statusHex             string // ClaimFinishTx's claim, fence and read after a failed claim
 	resolveInsert, resolveUpdate                  string
 	job, pruneCursor, pruneOpen, prune, pruneJobs string
 	list, start                                   string
@@ -146,6 +146,9 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	// statusSQL is the claim's first read (fastClaim): what a done key's
 	// answer needs, by primary key.
 	statusSQL = `SELECT status, fingerprint, value FROM {s}.runs WHERE job = $1 AND period = $2`
+
+	// statusHexSQL is statusSQL with the value in hex (read as text).
+	statusHexSQL = `SELECT status, fingerprint, encode(value, 'hex') FROM {s}.runs WHERE job = $1 AND period = $2`
 
 	// insertSQL takes a key that has no record, unless the job's horizon
 	// covers it; $5 is the claim's fingerprint.
@@ -497,7 +500,7 @@ func newQueries(schema string) queries {
 	return queries{
 		ddl: r.Replace(ddlSQL), getVersion: r.Replace(getVersionSQL), setVersion: r.Replace(setVersionSQL),
 		upgradeParams: r.Replace(upgradeParamsSQL), read: r.Replace(readSQL), status: r.Replace(statusSQL), insert: r.Replace(insertSQL), take: r.Replace(takeSQL), lockRow: r.Replace(lockRowSQL),
-		renew: r.Replace(renewSQL), finish: r.Replace(finishSQL), finishMust: mustOne(r.Replace(finishSQL), "done"), insertNew: r.Replace(insertNewSQL), lockClaimed: r.Replace(lockClaimedSQL), fence: r.Replace(fenceSQL), advance: r.Replace(advanceSQL),
+		renew: r.Replace(renewSQL), finish: r.Replace(finishSQL), finishMust: mustOne(r.Replace(finishSQL), "done"), insertNew: r.Replace(insertNewSQL), statusHex: r.Replace(statusHexSQL), lockClaimed: r.Replace(lockClaimedSQL), fence: r.Replace(fenceSQL), advance: r.Replace(advanceSQL),
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),
