@@ -30,8 +30,10 @@ const DefaultSchema = "idem"
 // items keep their status. A process that still runs an older pgledger's
 // Each (or Prune) fails on the upgraded schema, whose table items is gone:
 // stop those first. Version 5 adds the outbox (table outbox; outbox.Put,
-// idem.Relay).
-const SchemaVersion = 5
+// idem.Relay). Version 6 adds the column digest to item_lists, with an
+// index (see AddItems); older pgledgers write chunks without it, which
+// only makes their batches recorded again item by item.
+const SchemaVersion = 6
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idemstore.Store],

@@ -19,6 +19,7 @@ type queries struct {
 
 	// items (Each)
 	upgradeItems, openItems, addItems, sealItems, countItems string
+	batchRecorded                                            string
 	claimChunk, claimItems, finishChunk, fenceChunk          string
 	runningOwners                                            string
 	finishItem, fenceItem                                    string
@@ -96,6 +97,12 @@ CREATE TABLE IF NOT EXISTS {s}.item_lists (
 	items  text[] NOT NULL,
 	PRIMARY KEY (job, period, chunk)
 );
+-- Version 6: the digest of the AddItems batch that made the chunk, as it
+-- was given, so that the same batch given again (another host generating
+-- the same items in the same order) is known to add nothing without a
+-- look at its items.
+ALTER TABLE {s}.item_lists ADD COLUMN IF NOT EXISTS digest bytea;
+CREATE INDEX IF NOT EXISTS item_lists_by_digest ON {s}.item_lists (job, period, digest) WHERE digest IS NOT NULL;
 CREATE TABLE IF NOT EXISTS {s}.item_state (
 	job         text COLLATE "C" NOT NULL,
 	period      text COLLATE "C" NOT NULL,
@@ -276,6 +283,7 @@ DROP TABLE {s}.items;`
 		INSERT INTO {s}.item_set AS i (job, period, item)
 		SELECT $1, $2, it FROM unnest($3::text[]) AS it
 		WHERE NOT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)
+			AND NOT EXISTS (SELECT 1 FROM {s}.item_lists WHERE job = $1 AND period = $2 AND digest = $4::bytea)
 		ON CONFLICT (job, period, item) DO NOTHING
 		RETURNING i.item
 	), list AS (
@@ -290,8 +298,14 @@ DROP TABLE {s}.items;`
 		FROM list WHERE list.items IS NOT NULL
 		RETURNING chunk
 	)
-	INSERT INTO {s}.item_lists (job, period, chunk, items)
-	SELECT $1, $2, chunk.chunk, list.items FROM chunk, list`
+	INSERT INTO {s}.item_lists (job, period, chunk, items, digest)
+	SELECT $1, $2, chunk.chunk, list.items, $4::bytea FROM chunk, list`
+
+	// batchRecordedSQL: whether an AddItems batch with digest $3 made a
+	// chunk of the period (so that the same batch adds nothing), or the
+	// period's set is sealed (so that no batch adds anything).
+	batchRecordedSQL = `SELECT EXISTS (SELECT 1 FROM {s}.item_lists WHERE job = $1 AND period = $2 AND digest = $3::bytea)
+		OR coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)`
 
 	sealItemsSQL = `INSERT INTO {s}.itemsets AS st (job, period, sealed) VALUES ($1, $2, true)
 	ON CONFLICT (job, period) DO UPDATE SET sealed = true WHERE NOT st.sealed`
@@ -504,7 +518,7 @@ func newQueries(schema string) queries {
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),
-		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL),
+		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), batchRecorded: r.Replace(batchRecordedSQL),
 		sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
 		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL), runningOwners: r.Replace(runningOwnersSQL),
 		finishChunk: r.Replace(finishChunkSQL), fenceChunk: r.Replace(fenceChunkSQL),
