@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/idemgo/idem"
@@ -19,21 +18,19 @@ import (
 // fn's own, where finishTx takes four (BEGIN, the fence, the done mark,
 // COMMIT):
 //
-//  1. BEGIN and the fence are one simple-protocol message (pgx's
-//     TxOptions.BeginQuery), so fn still gets a pgx.Tx of pgx's own. The
-//     fence is the same UPDATE as fenceSQL, with the key and attempt as
-//     literals (quoteLiteral), wrapped so that it fails when it changes no
-//     row: pgx reports no row count for a BeginQuery, and fn must not run
-//     for an attempt that lost the key. The failure is recognised by its
-//     marker (mustFail) and reported as idemstore.ErrLeaseLost, after a
-//     ROLLBACK on the same connection.
-//  2. After fn, the done mark (fenced the same way: a done mark that
-//     changed no row aborts the transaction, so COMMIT rolls it back), the
-//     cursor's advance if asked, and COMMIT go as one batch: one round trip,
-//     with prepared statements. The COMMIT's tag says whether it committed.
+//  1. BEGIN and the done mark, which is also the fence (see fenceMust), in
+//     one batch (pgx's Batch.BeginTx, so fn still gets a pgx.Tx of pgx's
+//     own), with the cursor's advance if asked.
+//  2. After fn, COMMIT (with the UPDATE of the value fn returned, if any,
+//     in the same batch).
 //
-// Everything else is as in finishTx: the row lock is taken by the fence
-// before fn runs and held until COMMIT; fn's error rolls everything back.
+// The done mark is written first, in fn's transaction: it takes the row
+// lock that keeps every other attempt out until COMMIT, and checks that
+// attempt still holds the key (it fails on purpose when it changes no row,
+// and fn does not run: idemstore.ErrLeaseLost). Other connections see the
+// key running until COMMIT, and nothing of it if fn fails or the process
+// dies: the transaction rolls back, mark included, exactly as when the
+// mark came after fn.
 func (l *Ledger) pipelinedFinishTx(ctx context.Context, key idemstore.Key, attempt int64, cursor bool, fn func(pgx.Tx) ([]byte, error)) (err error) {
 	c, err := l.pool.Acquire(ctx)
 	if err != nil {
@@ -41,7 +38,10 @@ func (l *Ledger) pipelinedFinishTx(ctx context.Context, key idemstore.Key, attem
 	}
 	conn := c.Conn()
 	defer releaseIdle(ctx, conn, c.Release)
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + l.fenceLiteral(key, attempt)})
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	l.queueFence(b, key, attempt, cursor)
+	tx, err := sendTxBatch(ctx, conn, b)
 	if err != nil {
 		if isMustFail(err, "fence") {
 			return idemstore.LeaseLost(key, attempt)
@@ -55,7 +55,17 @@ func (l *Ledger) pipelinedFinishTx(ctx context.Context, key idemstore.Key, attem
 	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
 		return err
 	}
-	return l.doneAndCommit(ctx, conn, key, attempt, cursor, value)
+	return l.commitTx(ctx, conn, key, attempt, value)
+}
+
+// queueFence queues the fence of fn's transaction: the done mark of
+// attempt, which fails unless it changed the row (fenceMust), and the
+// cursor's advance if asked.
+func (l *core) queueFence(b *pgx.Batch, key idemstore.Key, attempt int64, cursor bool) {
+	b.Queue(l.q.fenceMust, key.Job, key.Period, attempt, string(idemstore.StatusDone), 0, nil, "", nil)
+	if cursor {
+		b.Queue(l.q.advance, key.Job, key.Period)
+	}
 }
 
 // releaseIdle returns conn to its pool (release) after rolling back a
@@ -70,37 +80,29 @@ func releaseIdle(ctx context.Context, conn *pgx.Conn, release func()) {
 	release()
 }
 
-// doneAndCommit marks attempt done with value (and moves the job's cursor
-// if asked) and commits fn's transaction on conn, in one batch.
-func (l *Ledger) doneAndCommit(ctx context.Context, conn *pgx.Conn, key idemstore.Key, attempt int64, cursor bool, value []byte) error {
+// commitTx commits fn's transaction on conn, whose done mark is written,
+// with the value fn returned (one more UPDATE in the same batch, if any).
+func (l *Ledger) commitTx(ctx context.Context, conn *pgx.Conn, key idemstore.Key, attempt int64, value []byte) error {
 	if conn.PgConn().TxStatus() != 'T' {
 		// fn committed or rolled back the transaction itself, or left it
 		// failed: nothing of it may be marked done.
 		return l.opErr("run tx", key, errors.New("fn ended or broke the transaction it was given (pgx.Tx): not committed"))
 	}
-	b := &pgx.Batch{}
-	b.Queue(l.q.finishMust, key.Job, key.Period, attempt, string(idemstore.StatusDone), 0, nil, "", value)
-	if cursor {
-		b.Queue(l.q.advance, key.Job, key.Period)
-	}
-	b.Queue("commit")
-	br := conn.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		if isMustFail(err, "done") { // cannot happen while the row lock is held
-			return idemstore.LeaseLost(key, attempt)
+	var tag pgconn.CommandTag
+	var err error
+	if value == nil {
+		tag, err = conn.Exec(ctx, "commit")
+	} else {
+		b := &pgx.Batch{}
+		b.Queue(l.q.setValue, key.Job, key.Period, attempt, value)
+		b.Queue("commit")
+		br := conn.SendBatch(ctx, b)
+		if _, err = br.Exec(); err == nil {
+			tag, err = br.Exec()
 		}
-		return l.opErr("run tx: done mark", key, err)
-	}
-	if cursor {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return l.opErr("run tx: advance the cursor", key, err)
+		if cerr := br.Close(); err == nil {
+			err = cerr
 		}
-	}
-	tag, err := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cerr
 	}
 	if err != nil {
 		return l.opErr("run tx: commit", key, err)
@@ -118,22 +120,21 @@ func (l *Ledger) doneAndCommit(ctx context.Context, conn *pgx.Conn, key idemstor
 // after Claim and FinishTx. It takes three round trips beside fn's own
 // where Claim and FinishTx take six:
 //
-//  1. One simple-protocol message, sent as the BeginQuery of fn's pgx
-//     transaction: BEGIN, synchronous_commit off for the claim (an
+//  1. One batch of prepared statements, which begins fn's pgx transaction
+//     (Batch.BeginTx): BEGIN, synchronous_commit off for the claim (an
 //     AtLeastOnce claim does not wait for its WAL flush: the done mark's
 //     commit flushes through it), the job's shared advisory lock (Prune's
 //     exclusion, as in Claim), the claim's INSERT (a statement of its own
-//     after the lock, as in Claim), COMMIT; then BEGIN and the fence, which
-//     locks the new row (SELECT ... FOR UPDATE) for the rest of fn's
-//     transaction. The INSERT skips a key that has a record (read with the
+//     after the lock, as in Claim), COMMIT; then BEGIN and the fence of
+//     fn's transaction, as in FinishTx: the done mark of attempt 1, which
+//     holds the row lock until COMMIT (and the cursor's advance). The INSERT skips a key that has a record (read with the
 //     statement's snapshot, so it never waits for a transaction that holds
 //     the row) or that the job's horizon covers, and fails on purpose then
 //     (mustOne): nothing was committed, and the claim goes on as Claim's,
 //     after a ROLLBACK sent in one batch with Claim's first read. A
 //     duplicate trigger of RunTx thus costs two round trips (Run's, one).
 //  2. fn.
-//  3. The done mark, the cursor's advance if asked, and COMMIT, in one
-//     batch (as in FinishTx).
+//  3. COMMIT (with the value fn returned, as in FinishTx).
 //
 // If fn fails, its transaction rolls back and the claim stays: the engine
 // records the failure as after FinishTx. If anything else fails after the
@@ -150,7 +151,7 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, 
 		return idemstore.Claim{}, false, l.opErr("claim", key, err)
 	}
 	conn := c.Conn()
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: l.freshTxBegin(req)})
+	tx, err := sendTxBatch(ctx, conn, l.freshTxBatch(req, cursor))
 	if isMustFail(err, "claim") {
 		// Nothing was committed: the key has a record, or the horizon
 		// covers it. End the failed transaction and read the key as
@@ -191,7 +192,7 @@ func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, 
 	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
 		return claim, false, err
 	}
-	if err := l.doneAndCommit(ctx, conn, key, 1, cursor, value); err != nil {
+	if err := l.commitTx(ctx, conn, key, 1, value); err != nil {
 		if idemstore.IsStop(err) {
 			return claim, false, err
 		}
@@ -205,23 +206,44 @@ func acquired1(key idemstore.Key) idemstore.Claim {
 	return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: key}}
 }
 
-// freshTxBegin is the first message of ClaimFinishTx.
-func (l *core) freshTxBegin(req idemstore.ClaimRequest) string {
+// freshTxBatch is the first round trip of ClaimFinishTx: the claim's
+// transaction, then BEGIN and the fence of fn's. (pgx's Batch.BeginTx
+// makes the batch's first BEGIN that of the pgx.Tx it returns; the
+// transaction open at the batch's end is fn's.)
+func (l *core) freshTxBatch(req idemstore.ClaimRequest, cursor bool) *pgx.Batch {
 	lease := req.Lease
 	if lease <= 0 {
 		lease = idem.DefaultLease
 	}
-	args := strings.NewReplacer("$1", quoteLiteral(req.Key.Job), "$2", quoteLiteral(req.Key.Period),
-		"$3", quoteLiteral(req.Owner), "$4", strconv.FormatFloat(micros(lease), 'f', -1, 64), "$5", quoteLiteral(req.Fingerprint))
-	var b strings.Builder
-	b.WriteString("BEGIN; ")
+	key := req.Key
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
 	if !req.Durable {
-		b.WriteString(syncOffSQL + "; ")
+		b.Queue(syncOffSQL)
 	}
-	b.WriteString(`SELECT pg_advisory_xact_lock_shared(` + strconv.FormatInt(l.lockID("job", req.Key.Job), 10) + `); `)
-	b.WriteString(mustOne(args.Replace(l.q.insertNew), "claim") + "; COMMIT; BEGIN; ")
-	b.WriteString(mustOne(args.Replace(l.q.lockClaimed), "fence"))
-	return b.String()
+	b.Queue(lockSharedSQL, l.lockID("job", key.Job))
+	b.Queue(l.q.insertNewMust, key.Job, key.Period, req.Owner, micros(lease), req.Fingerprint)
+	b.Queue("commit")
+	b.Queue("begin")
+	l.queueFence(b, key, 1, cursor)
+	return b
+}
+
+// sendTxBatch sends b, which begins a transaction (Batch.BeginTx), and
+// returns the transaction open at its end, or the first error.
+func sendTxBatch(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (pgx.Tx, error) {
+	br := conn.SendBatch(ctx, b)
+	var err error
+	for range b.QueuedQueries {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	tx := br.Tx()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tx, err
 }
 
 // rollbackAndRead ends conn's failed transaction and reads req's key as
@@ -278,13 +300,6 @@ func mustOne(stmt, label string) string {
 func isMustFail(err error, label string) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "22P02" && strings.Contains(pe.Message, mustFail+" ("+label+")")
-}
-
-// fenceLiteral is fenceSQL for key and attempt with its arguments as
-// literals, failing unless it changed the row (mustOne).
-func (l *core) fenceLiteral(key idemstore.Key, attempt int64) string {
-	q := strings.NewReplacer("$1", quoteLiteral(key.Job), "$2", quoteLiteral(key.Period), "$3", strconv.FormatInt(attempt, 10)).Replace(l.q.fence)
-	return mustOne(q, "fence")
 }
 
 // quoteLiteral quotes s as an SQL string literal, read the same whatever

@@ -27,16 +27,18 @@ func (*tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQu
 func (*tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // TestRunTxRoundTrips: a RunTx of a new key whose fn runs one statement
-// takes 3 round trips in all (the claim committed and fn's transaction
-// begun in one message; fn's statement; the done mark and COMMIT in one
-// batch), where it took 7 (the status read, the claim's batch, BEGIN, the
-// fence, fn's statement, the done mark, COMMIT); a duplicate trigger
-// takes 2 (the failed claim's message; ROLLBACK and the status read in one
-// message, sent through pgconn, which pgx's tracer does not see: it counts
-// 1). What each step still
-// guarantees is proven elsewhere: TestRunTxRowLockKeepsOthersOut (the key
-// seen running while fn runs, the row lock), TestKilledHolderTakenOverAtOnce
-// and TestRunTxRollback (a crash during fn counts the attempt), TestFencing.
+// takes 3 round trips in all, where it took 7 (the status read, the
+// claim's batch, BEGIN, the fence, fn's statement, the done mark,
+// COMMIT): one batch that commits the claim, begins fn's transaction and
+// writes the done mark in it (the fence); fn's statement; COMMIT. A
+// duplicate trigger takes 2 (the batch, whose claim finds the record and
+// fails; ROLLBACK and the status read in one message, sent through
+// pgconn, which pgx's tracer does not see: it counts 1). What each step
+// still guarantees is proven elsewhere: TestRunTxRowLockKeepsOthersOut
+// (the key seen running by another connection while fn runs; the row lock
+// keeps a claimer out), TestKilledHolderTakenOverAtOnce/tx and
+// TestRunTxRollback (a crash during fn leaves the attempt counted),
+// TestFencing (a stale attempt's FinishTx changes nothing).
 func TestRunTxRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

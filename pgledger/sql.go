@@ -11,8 +11,8 @@ type queries struct {
 	ddl, getVersion, setVersion, upgradeParams    string
 	read, status, insert, take, lockRow           string
 	renew, finish, fence, advance                 string
-	finishMust                                    string // finish, failing unless it changed the row (mustOne)
-	insertNew, lockClaimed, statusHex             string // ClaimFinishTx's claim, fence and read after a failed claim
+	insertNewMust, statusHex                      string // ClaimFinishTx's claim, and read after a failed claim
+	fenceMust, setValue                           string // the done mark first in fn's transaction (pgx), failing unless it changed the row (mustOne); fn's value after
 	resolveInsert, resolveUpdate                  string
 	job, pruneCursor, pruneOpen, prune, pruneJobs string
 	list, start                                   string
@@ -175,9 +175,9 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 		AND NOT EXISTS (SELECT 1 FROM {s}.runs WHERE job = $1 AND period = $2)
 	ON CONFLICT (job, period) DO NOTHING`
 
-	// lockClaimedSQL is ClaimFinishTx's fence: it locks the row that the
-	// claim of attempt 1 just committed, while the attempt holds it.
-	lockClaimedSQL = `SELECT 1 FROM {s}.runs WHERE job = $1 AND period = $2 AND attempt = 1 AND status = 'running' AND owner = $3 FOR UPDATE`
+	// setValueSQL stores the value of a done mark written before fn ran
+	// (Ledger.FinishTx), in its transaction.
+	setValueSQL = `UPDATE {s}.runs SET value = $4::bytea WHERE job = $1 AND period = $2 AND attempt = $3`
 
 	// takeSQL takes a key whose record is still as the claim saw it (attempt
 	// $4, status $5) and still claimable, for attempt+1. A running attempt
@@ -215,7 +215,8 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 		last_error = $7, lease_until = NULL, updated = clock_timestamp(), value = $8::bytea
 	WHERE job = $1 AND period = $2 AND attempt = $3 AND status = 'running'`
 
-	// fenceSQL opens FinishTx: it checks that the attempt still holds the
+	// fenceSQL opens FinishTx on a *sql.DB (DBLedger; on a pool the done
+	// mark itself is the fence: see pipelinedFinishTx): it checks that the attempt still holds the
 	// key and takes the row lock that keeps other attempts out while fn runs.
 	fenceSQL = `UPDATE {s}.runs SET updated = clock_timestamp()
 	WHERE job = $1 AND period = $2 AND attempt = $3 AND status = 'running'`
@@ -514,7 +515,7 @@ func newQueries(schema string) queries {
 	return queries{
 		ddl: r.Replace(ddlSQL), getVersion: r.Replace(getVersionSQL), setVersion: r.Replace(setVersionSQL),
 		upgradeParams: r.Replace(upgradeParamsSQL), read: r.Replace(readSQL), status: r.Replace(statusSQL), insert: r.Replace(insertSQL), take: r.Replace(takeSQL), lockRow: r.Replace(lockRowSQL),
-		renew: r.Replace(renewSQL), finish: r.Replace(finishSQL), finishMust: mustOne(r.Replace(finishSQL), "done"), insertNew: r.Replace(insertNewSQL), statusHex: r.Replace(statusHexSQL), lockClaimed: r.Replace(lockClaimedSQL), fence: r.Replace(fenceSQL), advance: r.Replace(advanceSQL),
+		renew: r.Replace(renewSQL), finish: r.Replace(finishSQL), insertNewMust: mustOne(r.Replace(insertNewSQL), "claim"), statusHex: r.Replace(statusHexSQL), fenceMust: mustOne(r.Replace(finishSQL), "fence"), setValue: r.Replace(setValueSQL), fence: r.Replace(fenceSQL), advance: r.Replace(advanceSQL),
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),
