@@ -125,7 +125,7 @@ func (l *Ledger) commitTx(ctx context.Context, conn *pgx.Conn, key idemstore.Key
 //     AtLeastOnce claim does not wait for its WAL flush: the done mark's
 //     commit flushes through it), the job's shared advisory lock (Prune's
 //     exclusion, as in Claim), the claim's INSERT (a statement of its own
-//     after the lock, as in Claim), COMMIT; then BEGIN and the fence of
+//     after the lock, as in Claim), COMMIT AND CHAIN; then the fence of
 //     fn's transaction, as in FinishTx: the done mark of attempt 1, which
 //     holds the row lock until COMMIT (and the cursor's advance). The INSERT skips a key that has a record (read with the
 //     statement's snapshot, so it never waits for a transaction that holds
@@ -218,13 +218,16 @@ func (l *core) freshTxBatch(req idemstore.ClaimRequest, cursor bool) *pgx.Batch 
 	key := req.Key
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
-	if !req.Durable {
-		b.Queue(syncOffSQL)
+	if req.Durable {
+		b.Queue(lockSharedSQL, l.lockID("job", key.Job))
+	} else {
+		b.Queue(syncOffLockSharedSQL, l.lockID("job", key.Job))
 	}
-	b.Queue(lockSharedSQL, l.lockID("job", key.Job))
 	b.Queue(l.q.insertNewMust, key.Job, key.Period, req.Owner, micros(lease), req.Fingerprint)
-	b.Queue("commit")
-	b.Queue("begin")
+	// COMMIT AND CHAIN: the claim's commit, and fn's transaction begun in
+	// the same statement (a SET LOCAL, such as synchronous_commit, does
+	// not carry over: fn's commit is synchronous).
+	b.Queue("commit and chain")
 	l.queueFence(b, key, 1, cursor)
 	return b
 }

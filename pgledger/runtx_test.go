@@ -72,6 +72,19 @@ func TestRunTxRoundTrips(t *testing.T) {
 	for i := range 3 {
 		run(idem.Key{Job: "warm", Period: string(rune('a' + i))})
 	}
+	// fn's transaction, which commits the done mark, was begun by the
+	// claim's COMMIT AND CHAIN: the claim's synchronous_commit off (a SET
+	// LOCAL) must not carry over to it. (Checked outside the count.)
+	var server, inFn string
+	if err := pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&server); err != nil {
+		t.Fatal(err)
+	}
+	err = l.RunTx(ctx, idem.Key{Job: "sync", Period: "2026-10-27"}, func(ctx context.Context, tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&inFn)
+	})
+	if err != nil || inFn != server {
+		t.Fatalf("synchronous_commit in fn's transaction: %q (%v); want the server's %q", inFn, err, server)
+	}
 	k := idem.Key{Job: "settle", Period: "2026-10-27"}
 	if n, o := run(k); n != 3 || o != idem.Ran {
 		t.Errorf("new key: %d round trips, %v; want 3 (2 beside fn's one statement), Ran", n, o)

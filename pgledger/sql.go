@@ -503,6 +503,10 @@ DROP TABLE {s}.items;`
 // implicit transaction of a batch).
 const syncOffSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 
+// syncOffLockSharedSQL is syncOffSQL and lockSharedSQL in one statement
+// (ClaimFinishTx).
+const syncOffLockSharedSQL = `SELECT set_config('synchronous_commit', 'off', true), pg_advisory_xact_lock_shared($1)`
+
 // lockSharedSQL takes a job's advisory lock, shared, until the transaction
 // ends (Prune takes it exclusively).
 const lockSharedSQL = `SELECT pg_advisory_xact_lock_shared($1)`
