@@ -99,6 +99,19 @@ type FreshTxStore[Tx any] interface {
 	ClaimFinishTx(ctx context.Context, req ClaimRequest, cursor bool, fn func(Tx) ([]byte, error)) (c Claim, done bool, err error)
 }
 
+// ClaimFirst marks a [FreshTxStore] whose ClaimFinishTx commits the claim
+// of attempt 1 in a transaction of its own before fn's transaction begins,
+// instead of in fn's (pgledger's Ledger does, to save round trips while
+// the key is seen held during fn and a crash during fn counts the
+// attempt): what it leaves after a crash, a failed fn or a failed commit
+// is then what Claim followed by FinishTx would leave. If ClaimFinishTx
+// fails after its claim committed (other than in fn), it returns that
+// claim with done=false and no error, and the caller goes on with
+// FinishTx as after Claim.
+type ClaimFirst interface {
+	ClaimCommittedFirst()
+}
+
 // CatchUpStore is a Store that also keeps, per job, a catch-up cursor and
 // a retention horizon. catchup.Run and the idem command's prune need one.
 // For the state file, the job's watermark is both.

@@ -1515,6 +1515,9 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 		}
 		cs, _ := s.(idemstore.CatchUpStore)
 		_, fresh := reflect.TypeOf(s).MethodByName("ClaimFinishTx")
+		if _, first := s.(idemstore.ClaimFirst); first {
+			fresh = false // its claim commits first: as Claim, then FinishTx
+		}
 		m := newModel(h.Watermark, !h.LeaseExpiry, h.Shift != nil, fresh, cfg.modes)
 		w := &world{t: t, h: h, cfg: cfg, s: s, cs: cs, clk: clk, wait: o.StepTimeout / 2, synced: time.Now(),
 			effects: map[idem.Key]int{}, seen: map[idem.Key]int64{}}

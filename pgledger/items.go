@@ -3,6 +3,7 @@ package pgledger
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -51,18 +52,51 @@ var (
 // unsealed period's next Each completes by generating the items again.
 // Concurrent AddItems of a period take turns on its itemsets row; they no
 // longer hold it for a WAL flush each.
+//
+// A batch given again as it was (the same items in the same order: another
+// host generating the period's items, or the next Each after a crash) adds
+// nothing, and is known to at the cost of one read by primary key and
+// without waiting for the period's row: each chunk keeps the digest of the
+// batch that made it (SHA-256 of its items, NUL-separated), and AddItems
+// first looks for a chunk of the period with the batch's digest (or a
+// sealed set). Only a batch not found there is recorded item by item, as
+// above; it looks for the digest again after taking its turn on the
+// period's row, so that of two hosts recording the same batch at once the
+// second writes nothing. Either way the items recorded are the same: a
+// batch with the digest of a chunk was recorded whole when that chunk was
+// made (its items new then went into the chunk, the others were in the set
+// already).
 func (l *core) AddItems(ctx context.Context, key idemstore.Key, items []string) error {
 	if len(items) == 0 {
+		return nil
+	}
+	digest := batchDigest(items)
+	var recorded bool
+	if err := l.db.queryRow(ctx, l.q.batchRecorded, []any{key.Job, key.Period, digest}, &recorded); err != nil {
+		return l.opErr("add items", key, err)
+	}
+	if recorded {
 		return nil
 	}
 	if _, err := l.db.batch(ctx, []stmt{
 		{query: syncOffSQL},
 		{l.q.openItems, []any{key.Job, key.Period}},
-		{l.q.addItems, []any{key.Job, key.Period, items}},
+		{l.q.addItems, []any{key.Job, key.Period, items, digest}},
 	}); err != nil {
 		return l.opErr("add items", key, err)
 	}
 	return nil
+}
+
+// batchDigest is the digest of an AddItems batch as given: SHA-256 of its
+// items, each followed by a NUL (no item holds one).
+func batchDigest(items []string) []byte {
+	h := sha256.New()
+	for _, it := range items {
+		h.Write([]byte(it))
+		h.Write([]byte{0})
+	}
+	return h.Sum(nil)
 }
 
 // SealItems implements [idemstore.ItemStore].

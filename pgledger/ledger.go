@@ -30,8 +30,10 @@ const DefaultSchema = "idem"
 // items keep their status. A process that still runs an older pgledger's
 // Each (or Prune) fails on the upgraded schema, whose table items is gone:
 // stop those first. Version 5 adds the outbox (table outbox; outbox.Put,
-// idem.Relay); version 6 the limits shared by every process (tables
-// limit_rates and limit_slots; package limit).
+// idem.Relay). Version 6 adds the limits shared by every process (tables
+// limit_rates and limit_slots; package limit) and the column digest of
+// item_lists, with an index (see AddItems; an older pgledger writes chunks
+// without it, which only makes their batches recorded again item by item).
 const SchemaVersion = 6
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
@@ -64,6 +66,8 @@ type core struct {
 var (
 	_ idemstore.Store                  = (*Ledger)(nil)
 	_ idemstore.TxStore[pgx.Tx]        = (*Ledger)(nil)
+	_ idemstore.FreshTxStore[pgx.Tx]   = (*Ledger)(nil)
+	_ idemstore.ClaimFirst             = (*Ledger)(nil)
 	_ idemstore.CatchUpStore           = (*Ledger)(nil)
 	_ idemstore.CatchUpTxStore[pgx.Tx] = (*Ledger)(nil)
 )

@@ -11,12 +11,15 @@ type queries struct {
 	ddl, getVersion, setVersion, upgradeParams    string
 	read, status, insert, take, lockRow           string
 	renew, finish, fence, advance                 string
+	insertNewMust, statusHex                      string // ClaimFinishTx's claim, and read after a failed claim
+	fenceMust, setValue                           string // the done mark first in fn's transaction (pgx), failing unless it changed the row (mustOne); fn's value after
 	resolveInsert, resolveUpdate                  string
 	job, pruneCursor, pruneOpen, prune, pruneJobs string
 	list, start                                   string
 
 	// items (Each)
 	upgradeItems, openItems, addItems, sealItems, countItems string
+	batchRecorded                                            string
 	claimChunk, claimItems, finishChunk, fenceChunk          string
 	runningOwners                                            string
 	finishItem, fenceItem                                    string
@@ -94,6 +97,12 @@ CREATE TABLE IF NOT EXISTS {s}.item_lists (
 	items  text[] NOT NULL,
 	PRIMARY KEY (job, period, chunk)
 );
+-- Version 6: the digest of the AddItems batch that made the chunk, as it
+-- was given, so that the same batch given again (another host generating
+-- the same items in the same order) is known to add nothing without a
+-- look at its items.
+ALTER TABLE {s}.item_lists ADD COLUMN IF NOT EXISTS digest bytea;
+CREATE INDEX IF NOT EXISTS item_lists_by_digest ON {s}.item_lists (job, period, digest) WHERE digest IS NOT NULL;
 CREATE TABLE IF NOT EXISTS {s}.item_state (
 	job         text COLLATE "C" NOT NULL,
 	period      text COLLATE "C" NOT NULL,
@@ -145,6 +154,9 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	// answer needs, by primary key.
 	statusSQL = `SELECT status, fingerprint, value FROM {s}.runs WHERE job = $1 AND period = $2`
 
+	// statusHexSQL is statusSQL with the value in hex (read as text).
+	statusHexSQL = `SELECT status, fingerprint, encode(value, 'hex') FROM {s}.runs WHERE job = $1 AND period = $2`
+
 	// insertSQL takes a key that has no record, unless the job's horizon
 	// covers it; $5 is the claim's fingerprint.
 	insertSQL = `INSERT INTO {s}.runs(job, period, status, attempt, owner, lease_until, created, updated, fingerprint)
@@ -152,6 +164,20 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	WHERE NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE job = $1 AND horizon >= $2 COLLATE "C")
 	ON CONFLICT (job, period) DO NOTHING
 	RETURNING attempt`
+
+	// insertNewSQL is insertSQL for ClaimFinishTx, which has not read the
+	// key: it also skips a key that has a record in the statement's
+	// snapshot, so that it never waits on the row of a transaction that
+	// holds it (ON CONFLICT would wait for it to end).
+	insertNewSQL = `INSERT INTO {s}.runs(job, period, status, attempt, owner, lease_until, created, updated, fingerprint)
+	SELECT $1, $2, 'running', 1, $3, clock_timestamp() + $4::float8 * interval '1 microsecond', clock_timestamp(), clock_timestamp(), $5
+	WHERE NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE job = $1 AND horizon >= $2 COLLATE "C")
+		AND NOT EXISTS (SELECT 1 FROM {s}.runs WHERE job = $1 AND period = $2)
+	ON CONFLICT (job, period) DO NOTHING`
+
+	// setValueSQL stores the value of a done mark written before fn ran
+	// (Ledger.FinishTx), in its transaction.
+	setValueSQL = `UPDATE {s}.runs SET value = $4::bytea WHERE job = $1 AND period = $2 AND attempt = $3`
 
 	// takeSQL takes a key whose record is still as the claim saw it (attempt
 	// $4, status $5) and still claimable, for attempt+1. A running attempt
@@ -189,7 +215,8 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 		last_error = $7, lease_until = NULL, updated = clock_timestamp(), value = $8::bytea
 	WHERE job = $1 AND period = $2 AND attempt = $3 AND status = 'running'`
 
-	// fenceSQL opens FinishTx: it checks that the attempt still holds the
+	// fenceSQL opens FinishTx on a *sql.DB (DBLedger; on a pool the done
+	// mark itself is the fence: see pipelinedFinishTx): it checks that the attempt still holds the
 	// key and takes the row lock that keeps other attempts out while fn runs.
 	fenceSQL = `UPDATE {s}.runs SET updated = clock_timestamp()
 	WHERE job = $1 AND period = $2 AND attempt = $3 AND status = 'running'`
@@ -257,6 +284,7 @@ DROP TABLE {s}.items;`
 		INSERT INTO {s}.item_set AS i (job, period, item)
 		SELECT $1, $2, it FROM unnest($3::text[]) AS it
 		WHERE NOT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)
+			AND NOT EXISTS (SELECT 1 FROM {s}.item_lists WHERE job = $1 AND period = $2 AND digest = $4::bytea)
 		ON CONFLICT (job, period, item) DO NOTHING
 		RETURNING i.item
 	), list AS (
@@ -271,8 +299,14 @@ DROP TABLE {s}.items;`
 		FROM list WHERE list.items IS NOT NULL
 		RETURNING chunk
 	)
-	INSERT INTO {s}.item_lists (job, period, chunk, items)
-	SELECT $1, $2, chunk.chunk, list.items FROM chunk, list`
+	INSERT INTO {s}.item_lists (job, period, chunk, items, digest)
+	SELECT $1, $2, chunk.chunk, list.items, $4::bytea FROM chunk, list`
+
+	// batchRecordedSQL: whether an AddItems batch with digest $3 made a
+	// chunk of the period (so that the same batch adds nothing), or the
+	// period's set is sealed (so that no batch adds anything).
+	batchRecordedSQL = `SELECT EXISTS (SELECT 1 FROM {s}.item_lists WHERE job = $1 AND period = $2 AND digest = $3::bytea)
+		OR coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)`
 
 	sealItemsSQL = `INSERT INTO {s}.itemsets AS st (job, period, sealed) VALUES ($1, $2, true)
 	ON CONFLICT (job, period) DO UPDATE SET sealed = true WHERE NOT st.sealed`
@@ -469,6 +503,10 @@ DROP TABLE {s}.items;`
 // implicit transaction of a batch).
 const syncOffSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 
+// syncOffLockSharedSQL is syncOffSQL and lockSharedSQL in one statement
+// (ClaimFinishTx).
+const syncOffLockSharedSQL = `SELECT set_config('synchronous_commit', 'off', true), pg_advisory_xact_lock_shared($1)`
+
 // lockSharedSQL takes a job's advisory lock, shared, until the transaction
 // ends (Prune takes it exclusively).
 const lockSharedSQL = `SELECT pg_advisory_xact_lock_shared($1)`
@@ -481,11 +519,11 @@ func newQueries(schema string) queries {
 	return queries{
 		ddl: r.Replace(ddlSQL), getVersion: r.Replace(getVersionSQL), setVersion: r.Replace(setVersionSQL),
 		upgradeParams: r.Replace(upgradeParamsSQL), read: r.Replace(readSQL), status: r.Replace(statusSQL), insert: r.Replace(insertSQL), take: r.Replace(takeSQL), lockRow: r.Replace(lockRowSQL),
-		renew: r.Replace(renewSQL), finish: r.Replace(finishSQL), fence: r.Replace(fenceSQL), advance: r.Replace(advanceSQL),
+		renew: r.Replace(renewSQL), finish: r.Replace(finishSQL), insertNewMust: mustOne(r.Replace(insertNewSQL), "claim"), statusHex: r.Replace(statusHexSQL), fenceMust: mustOne(r.Replace(finishSQL), "fence"), setValue: r.Replace(setValueSQL), fence: r.Replace(fenceSQL), advance: r.Replace(advanceSQL),
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),
-		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL),
+		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), batchRecorded: r.Replace(batchRecordedSQL),
 		sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
 		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL), runningOwners: r.Replace(runningOwnersSQL),
 		finishChunk: r.Replace(finishChunkSQL), fenceChunk: r.Replace(fenceChunkSQL),
