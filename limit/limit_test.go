@@ -2,6 +2,7 @@ package limit_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"slices"
 	"strings"
@@ -223,5 +224,37 @@ func TestWaitNBeyondTheBurst(t *testing.T) {
 	defer cancel()
 	if err := r.WaitN(ctx, 250); err != nil {
 		t.Fatalf("WaitN(250) with burst 2: %v", err)
+	}
+}
+
+// RunTx takes a start like Run: with one start an hour, the second key's
+// RunTx is deferred before its transaction begins, its business write
+// never made.
+func TestRunTxTakesAStart(t *testing.T) {
+	l := testledger.Open(t, t.TempDir())
+	if _, err := l.DB().Exec(`CREATE TABLE sent (k TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := limit.NewRate(l, "mail", 1.0/3600, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(ctx context.Context, tx *sql.Tx) error {
+		info, _ := idem.InfoFrom(ctx)
+		_, err := tx.ExecContext(ctx, `INSERT INTO sent VALUES (?)`, info.Key.Period)
+		return err
+	}
+	ctx := context.Background()
+	if err := idem.RunTx(ctx, l, idem.Key{Job: "mail", Period: "2026-12-01"}, send, limit.With(r)); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := idem.RunTx(wctx, l, idem.Key{Job: "mail", Period: "2026-12-02"}, send, limit.With(r)); !errors.Is(err, idem.ErrDeferred) {
+		t.Fatalf("the second RunTx within the hour: %v; want deferred", err)
+	}
+	var n int
+	if err := l.DB().QueryRow(`SELECT count(*) FROM sent`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("business rows %d, %v; want 1", n, err)
 	}
 }
