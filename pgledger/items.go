@@ -23,19 +23,23 @@ var (
 )
 
 // The items of [idem.Each] live in four tables: item_set, one row per (job,
-// period, item), which makes an item recorded twice count once;
-// item_chunks, one row per chunk (the new items of one AddItems), with its
-// status, lease, attempt and positions; item_lists, a chunk's item ids in
-// order (an array), written once; and item_state, the records of the items
+// period, item) that AddItems recorded, which makes an item recorded twice
+// count once; item_chunks, one row per chunk (the new items of one
+// AddItems, or the items of one chunk of RecordItems, which Each uses and
+// which writes no row per item: SealItems checks its chunks against the
+// rest of the set in one pass), with its status, lease, attempt and
+// positions; item_lists, a chunk's item ids in order (an array), written
+// once (and once more by SealItems if it removes items from an unchecked
+// chunk); and item_state, the records of the items
 // whose attempt did not end done (and of the items a version-2 schema
 // recorded), claimed one by one. Whether a period's item set is complete is
 // in itemsets. As for keys, leases and backoff deadlines are kept on the
 // server's clock (clock_timestamp()); of the times the engine passes only
 // the durations between them count (LeaseUntil - Now, NotBefore - Now).
 // Every commit is durable (synchronous_commit on, PostgreSQL's default),
-// except AddItems' and the chunk claims of a request that does not ask for
-// durability (AtLeastOnce): those do not wait for their WAL flush (see
-// AddItems and claimItems).
+// except AddItems' and RecordItems', and the chunk claims of a request
+// that does not ask for durability (AtLeastOnce): those do not wait for
+// their WAL flush (see AddItems and claimItems).
 
 // AddItems implements [idemstore.ItemStore] with statements sent in one batch
 // (one round trip), which PostgreSQL runs as one implicit transaction: the

@@ -409,7 +409,8 @@ DROP TABLE {s}.items;`
 			min(not_before) FILTER (WHERE status = 'failed' AND failures > 0) AS next_retry
 		FROM {s}.item_state WHERE job = $1 AND period = $2) AS r`
 
-	// claimChunkSQL takes one runnable chunk: pending (the first added), or
+	// claimChunkSQL takes one runnable chunk: pending and checked (the first
+	// added; RecordItems' chunks are checked when the set is sealed), or
 	// running with an expired lease or held by an owner of $6 (owners whose
 	// processes the claimer found gone: idemstore.HolderGone; checked again on
 	// the locked row, so that two claimers never both take a chunk over),
