@@ -258,15 +258,31 @@ const chunkSize = 500
 // A period too small to give every worker a full chunk is cut into one
 // chunk per worker, so that its items, too, are worked in parallel: up to
 // chunkSize*workers ids (at most 8192) are held before the first chunk is
-// written.
+// written. A store that records in bulk (idemstore.ItemRecorder) gets
+// them in one call, and after that up to 16 chunks (8,000 ids) a call; it
+// checks the chunks against each other once, when the set is sealed.
 func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) error {
-	hold := min(chunkSize*e.cfg.each.workers, 8192)
+	perWorker := chunkSize * e.cfg.each.workers
+	hold := min(perWorker, 8192)
+	rec, bulk := e.s.(idemstore.ItemRecorder)
 	buf := make([]string, 0, hold)
 	small := true // nothing written yet: the period may be small
 	flush := func(size int) error {
-		for i := 0; i < len(buf); i += size {
-			if err := e.s.AddItems(ctx, e.key, buf[i:min(i+size, len(buf))]); err != nil {
-				return err
+		if bulk {
+			var chunks [][]string
+			for i := 0; i < len(buf); i += size {
+				chunks = append(chunks, buf[i:min(i+size, len(buf))])
+			}
+			if len(chunks) > 0 {
+				if err := rec.RecordItems(ctx, e.key, chunks); err != nil {
+					return err
+				}
+			}
+		} else {
+			for i := 0; i < len(buf); i += size {
+				if err := e.s.AddItems(ctx, e.key, buf[i:min(i+size, len(buf))]); err != nil {
+					return err
+				}
 			}
 		}
 		buf = buf[:0]
@@ -285,10 +301,13 @@ func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) err
 			if err := flush(chunkSize); err != nil {
 				return err
 			}
+			if bulk {
+				hold = max(hold, recordChunks*chunkSize)
+			}
 		}
 	}
 	size := chunkSize
-	if small {
+	if small && len(buf) <= perWorker {
 		size = max(1, (len(buf)+e.cfg.each.workers-1)/e.cfg.each.workers)
 	}
 	if err := flush(size); err != nil {
@@ -296,6 +315,10 @@ func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) err
 	}
 	return e.s.SealItems(ctx, e.key)
 }
+
+// recordChunks is how many chunks record gives a bulk recorder
+// (idemstore.ItemRecorder) a call, at most.
+const recordChunks = 16
 
 // work runs the workers until no item can be claimed.
 func (e *eacher) work(ctx context.Context) error {

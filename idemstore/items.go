@@ -72,6 +72,24 @@ type ItemStore interface {
 	FinishItems(ctx context.Context, key Key, step ItemStep, ends []ItemEnd) (lost []string, err error)
 }
 
+// ItemRecorder is an ItemStore that records a period's item set in bulk:
+// idem.Each records the set with RecordItems instead of AddItems when the
+// store has it, then seals it, and claims work only after that.
+//
+// RecordItems is AddItems of each of chunks in turn, without the check
+// against the items recorded before: each chunk becomes a chunk of its
+// items (a duplicate within it once, at its first place), unless the set
+// is sealed or the same chunk was recorded before; an item that an earlier
+// chunk holds is not removed from it yet. Such a chunk is neither claimed
+// nor checked until SealItems, which removes from the unchecked chunks, in
+// one pass over the set, every item that an earlier chunk (or an AddItems
+// before) holds, and seals the set in the same transaction. Until then
+// CountItems may count an item given in two chunks twice.
+type ItemRecorder interface {
+	ItemStore
+	RecordItems(ctx context.Context, key Key, chunks [][]string) error
+}
+
 // ItemTxStore is an ItemStore whose items' business writes can commit with
 // their done marks: the transactional variant of Each (fanout.EachTx).
 type ItemTxStore[Tx any] interface {

@@ -44,8 +44,10 @@
 // The ledger keeps its tables in a schema of their own ("idem" unless
 // [WithSchema] says otherwise): runs (one row per key), jobs (catch-up
 // cursor and retention horizon per job), item_set, item_chunks, item_lists,
-// item_state and itemsets (the items of [idem.Each]: one row per item for
-// uniqueness, the chunks they are claimed in and their item lists, the
+// item_state and itemsets (the items of [idem.Each]: one row per item that
+// AddItems recorded, for uniqueness (Each records per chunk, without them,
+// and checks the chunks when it seals the set), the chunks they are
+// claimed in and their item lists, the
 // records of the items whose attempt did not end done, and whether a
 // period's item set is complete), outbox (the outbox), limit_rates and
 // limit_slots (the limits of package limit, shared by every process, on

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,22 +19,27 @@ import (
 var (
 	_ idemstore.ItemStore           = (*Ledger)(nil)
 	_ idemstore.ItemTxStore[pgx.Tx] = (*Ledger)(nil)
+	_ idemstore.ItemRecorder        = (*Ledger)(nil)
 )
 
 // The items of [idem.Each] live in four tables: item_set, one row per (job,
-// period, item), which makes an item recorded twice count once;
-// item_chunks, one row per chunk (the new items of one AddItems), with its
-// status, lease, attempt and positions; item_lists, a chunk's item ids in
-// order (an array), written once; and item_state, the records of the items
+// period, item) that AddItems recorded, which makes an item recorded twice
+// count once; item_chunks, one row per chunk (the new items of one
+// AddItems, or the items of one chunk of RecordItems, which Each uses and
+// which writes no row per item: SealItems checks its chunks against the
+// rest of the set in one pass), with its status, lease, attempt and
+// positions; item_lists, a chunk's item ids in order (an array), written
+// once (and once more by SealItems if it removes items from an unchecked
+// chunk); and item_state, the records of the items
 // whose attempt did not end done (and of the items a version-2 schema
 // recorded), claimed one by one. Whether a period's item set is complete is
 // in itemsets. As for keys, leases and backoff deadlines are kept on the
 // server's clock (clock_timestamp()); of the times the engine passes only
 // the durations between them count (LeaseUntil - Now, NotBefore - Now).
 // Every commit is durable (synchronous_commit on, PostgreSQL's default),
-// except AddItems' and the chunk claims of a request that does not ask for
-// durability (AtLeastOnce): those do not wait for their WAL flush (see
-// AddItems and claimItems).
+// except AddItems' and RecordItems', and the chunk claims of a request
+// that does not ask for durability (AtLeastOnce): those do not wait for
+// their WAL flush (see AddItems and claimItems).
 
 // AddItems implements [idemstore.ItemStore] with statements sent in one batch
 // (one round trip), which PostgreSQL runs as one implicit transaction: the
@@ -88,6 +94,83 @@ func (l *core) AddItems(ctx context.Context, key idemstore.Key, items []string) 
 	return nil
 }
 
+// RecordItems implements [idemstore.ItemRecorder]: AddItems without
+// item_set, for several chunks at once. One read (by the digest index)
+// finds the chunks recorded before (the same chunk given again as it was:
+// another host generating the same items) or a sealed set; the others, each
+// without its duplicates (each at its first place), become unchecked chunks
+// (recordItemsSQL, which looks for the digest again), in one batch of
+// statements (one round trip, one transaction) that takes its turn on the
+// period's itemsets row and does not wait for its WAL flush, as AddItems'.
+// Nothing is written per item: SealItems checks the unchecked chunks
+// against the rest of the set in one pass, and no unchecked chunk is
+// claimed before.
+func (l *core) RecordItems(ctx context.Context, key idemstore.Key, chunks [][]string) error {
+	digests := make([][]byte, 0, len(chunks))
+	hexes := make([]string, 0, len(chunks))
+	for _, c := range chunks {
+		if len(c) > 0 {
+			d := batchDigest(c)
+			digests, hexes = append(digests, d), append(hexes, hex.EncodeToString(d))
+		}
+	}
+	if len(digests) == 0 {
+		return nil
+	}
+	var sealed bool
+	var recorded []string
+	if err := l.db.queryRow(ctx, l.q.chunksRecorded, []any{key.Job, key.Period, hexes}, &sealed, &recorded); err != nil {
+		return l.opErr("record items", key, err)
+	}
+	if sealed {
+		return nil
+	}
+	stmts := []stmt{{query: syncOffSQL}, {l.q.openItems, []any{key.Job, key.Period}}}
+	d := 0
+	for _, c := range chunks {
+		if len(c) == 0 {
+			continue
+		}
+		digest := digests[d]
+		if slices.Contains(recorded, hexes[d]) {
+			d++
+			continue
+		}
+		d++
+		stmts = append(stmts, stmt{l.q.recordItems, []any{key.Job, key.Period, distinctItems(c), digest}})
+	}
+	if len(stmts) == 2 {
+		return nil
+	}
+	if _, err := l.db.batch(ctx, stmts); err != nil {
+		return l.opErr("record items", key, err)
+	}
+	return nil
+}
+
+// distinctItems is items without their duplicates, each at its first
+// place; items itself when it has none.
+func distinctItems(items []string) []string {
+	seen := make(map[string]struct{}, len(items))
+	var out []string
+	for i, it := range items {
+		if _, dup := seen[it]; dup {
+			if out == nil {
+				out = slices.Clone(items[:i])
+			}
+			continue
+		}
+		seen[it] = struct{}{}
+		if out != nil {
+			out = append(out, it)
+		}
+	}
+	if out == nil {
+		return items
+	}
+	return out
+}
+
 // batchDigest is the digest of an AddItems batch as given: SHA-256 of its
 // items, each followed by a NUL (no item holds one).
 func batchDigest(items []string) []byte {
@@ -99,9 +182,18 @@ func batchDigest(items []string) []byte {
 	return h.Sum(nil)
 }
 
-// SealItems implements [idemstore.ItemStore].
+// SealItems implements [idemstore.ItemStore]: in one batch (one round
+// trip, one transaction, durable) it takes its turn on the period's
+// itemsets row, checks the chunks RecordItems made against the rest of the
+// set, removing from them the items recorded before them, and seals the
+// set (see sealItemsSQL). The check is one pass over the period's item
+// lists (a hash aggregate), once per period: a SealItems that finds the
+// set sealed reads nothing more.
 func (l *core) SealItems(ctx context.Context, key idemstore.Key) error {
-	if _, err := l.db.exec(ctx, l.q.sealItems, key.Job, key.Period); err != nil {
+	if _, err := l.db.batch(ctx, []stmt{
+		{l.q.openItems, []any{key.Job, key.Period}},
+		{l.q.sealItems, []any{key.Job, key.Period}},
+	}); err != nil {
 		return l.opErr("seal items", key, err)
 	}
 	return nil

@@ -698,6 +698,11 @@ func TestPruneDeletesItems(t *testing.T) {
 	ctx := context.Background()
 	later := idem.Key{Job: points.Job, Period: "2026-10-28"}
 	for _, k := range []idem.Key{points, later} {
+		// One item by AddItems, which writes its row in item_set (Each's
+		// RecordItems writes none), and again by Each.
+		if err := l.AddItems(ctx, k, []string{"acct-000001"}); err != nil {
+			t.Fatal(err)
+		}
 		_, err := fanout.Each(ctx, l, k, accounts(50), func(_ context.Context, item string) error {
 			if item == "acct-000007" { // a record of its own
 				return idem.Permanent(errors.New("account closed"))

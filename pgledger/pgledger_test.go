@@ -384,7 +384,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 	dropSchemaLater(t, pool, schema)
 	s := pgx.Identifier{schema}.Sanitize()
 	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+s+`; CREATE TABLE `+s+`.meta (name text PRIMARY KEY, value bigint NOT NULL);
-		INSERT INTO `+s+`.meta VALUES ('schema_version', 7)`); err != nil {
+		INSERT INTO `+s+`.meta VALUES ('schema_version', `+fmt.Sprint(pgledger.SchemaVersion+1)+`)`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pgledger.New(ctx, pool, pgledger.WithSchema(schema)); !errors.Is(err, idem.ErrNewerSchema) {

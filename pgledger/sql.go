@@ -19,6 +19,7 @@ type queries struct {
 
 	// items (Each)
 	upgradeItems, openItems, addItems, sealItems, countItems string
+	recordItems, chunksRecorded                              string
 	batchRecorded                                            string
 	claimChunk, claimItems, finishChunk, fenceChunk          string
 	runningOwners                                            string
@@ -103,6 +104,11 @@ CREATE TABLE IF NOT EXISTS {s}.item_lists (
 -- look at its items.
 ALTER TABLE {s}.item_lists ADD COLUMN IF NOT EXISTS digest bytea;
 CREATE INDEX IF NOT EXISTS item_lists_by_digest ON {s}.item_lists (job, period, digest) WHERE digest IS NOT NULL;
+-- Version 7: whether the chunk's items were checked against the items
+-- recorded before it. RecordItems makes chunks unchecked, with no row per
+-- item in item_set; SealItems checks them all in one pass. An unchecked
+-- chunk is never claimed.
+ALTER TABLE {s}.item_chunks ADD COLUMN IF NOT EXISTS checked boolean NOT NULL DEFAULT true;
 CREATE TABLE IF NOT EXISTS {s}.item_state (
 	job         text COLLATE "C" NOT NULL,
 	period      text COLLATE "C" NOT NULL,
@@ -308,7 +314,71 @@ DROP TABLE {s}.items;`
 	batchRecordedSQL = `SELECT EXISTS (SELECT 1 FROM {s}.item_lists WHERE job = $1 AND period = $2 AND digest = $3::bytea)
 		OR coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)`
 
-	sealItemsSQL = `INSERT INTO {s}.itemsets AS st (job, period, sealed) VALUES ($1, $2, true)
+	// recordItemsSQL (RecordItems) makes a batch of items, given as an
+	// array without duplicates, one new unchecked chunk, numbered after the
+	// period's last, unless the set is sealed or a chunk has the batch's
+	// digest $4 (of the batch as given). Nothing goes into item_set. It runs
+	// after openItemsSQL, in its transaction.
+	recordItemsSQL = `WITH chunk AS (
+		INSERT INTO {s}.item_chunks (job, period, chunk, n, checked)
+		SELECT $1, $2, coalesce((SELECT max(chunk) FROM {s}.item_chunks WHERE job = $1 AND period = $2), 0) + 1,
+			cardinality($3::text[]), false
+		WHERE NOT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)
+			AND NOT EXISTS (SELECT 1 FROM {s}.item_lists WHERE job = $1 AND period = $2 AND digest = $4::bytea)
+		RETURNING chunk
+	)
+	INSERT INTO {s}.item_lists (job, period, chunk, items, digest)
+	SELECT $1, $2, chunk.chunk, $3::text[], $4::bytea FROM chunk`
+
+	// sealItemsSQL checks the period's unchecked chunks (RecordItems') and
+	// seals the set, unless it is sealed already. It runs after
+	// openItemsSQL, in its transaction: it sees every chunk committed
+	// before, and none is added until it commits. Every item of the period
+	// is an occurrence: (chunk, position) in the item lists, and (0, 0) for
+	// a row of item_set (an item that AddItems, or a version-2 schema,
+	// recorded); of an item that occurs more than once, every occurrence
+	// after its first in an unchecked chunk is removed from that chunk's
+	// list (the checked chunks were checked against everything before them
+	// already). One pass over the set: a hash aggregate finds the items that
+	// occur twice; only theirs are sorted. A chunk left with no item is
+	// done. The checked chunks become claimable.
+	// chunksRecordedSQL (RecordItems): whether the period's set is sealed,
+	// and which of the digests $3 (in hex: any driver sends and reads a
+	// text array) chunks of the period have.
+	chunksRecordedSQL = `SELECT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false),
+		ARRAY(SELECT encode(digest, 'hex') FROM {s}.item_lists WHERE job = $1 AND period = $2
+			AND digest = ANY (ARRAY(SELECT decode(h, 'hex') FROM unnest($3::text[]) AS h)))`
+
+	sealItemsSQL = `WITH fresh AS (
+		SELECT chunk FROM {s}.item_chunks WHERE job = $1 AND period = $2 AND NOT checked
+			AND NOT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)
+	), occ AS (
+		SELECT l.chunk, u.it COLLATE "C" AS it, u.pos FROM {s}.item_lists AS l, unnest(l.items) WITH ORDINALITY AS u(it, pos)
+		WHERE l.job = $1 AND l.period = $2 AND EXISTS (SELECT FROM fresh)
+		UNION ALL
+		SELECT 0, i.item, 0 FROM {s}.item_set AS i
+		WHERE i.job = $1 AND i.period = $2 AND EXISTS (SELECT FROM fresh)
+	), dup AS (
+		SELECT it FROM occ GROUP BY it HAVING count(*) > 1
+	), later AS (
+		SELECT o.chunk, array_agg(o.pos) AS pos FROM (
+			SELECT o.chunk, o.pos, row_number() OVER (PARTITION BY o.it ORDER BY o.chunk, o.pos) AS rn
+			FROM occ AS o WHERE o.it IN (SELECT it FROM dup)) AS o
+		WHERE o.rn > 1 AND o.chunk IN (SELECT chunk FROM fresh)
+		GROUP BY o.chunk
+	), lists AS (
+		UPDATE {s}.item_lists AS l
+		SET items = ARRAY(SELECT x.it FROM unnest(l.items) WITH ORDINALITY AS x(it, p) WHERE x.p <> ALL (later.pos) ORDER BY x.p)
+		FROM later WHERE l.job = $1 AND l.period = $2 AND l.chunk = later.chunk
+		RETURNING l.chunk, cardinality(l.items) AS n
+	), checked AS (
+		UPDATE {s}.item_chunks AS c SET checked = true, n = coalesce(lists.n, c.n),
+			status = CASE WHEN coalesce(lists.n, c.n) = 0 THEN 'done' ELSE c.status END
+		FROM fresh LEFT JOIN lists ON lists.chunk = fresh.chunk
+		WHERE c.job = $1 AND c.period = $2 AND c.chunk = fresh.chunk
+		RETURNING c.chunk
+	)
+	INSERT INTO {s}.itemsets AS st (job, period, sealed) VALUES ($1, $2, true)
 	ON CONFLICT (job, period) DO UPDATE SET sealed = true WHERE NOT st.sealed`
 
 	// countItemsSQL: one pass over the period's chunks (an item of a chunk
@@ -339,7 +409,8 @@ DROP TABLE {s}.items;`
 			min(not_before) FILTER (WHERE status = 'failed' AND failures > 0) AS next_retry
 		FROM {s}.item_state WHERE job = $1 AND period = $2) AS r`
 
-	// claimChunkSQL takes one runnable chunk: pending (the first added), or
+	// claimChunkSQL takes one runnable chunk: pending and checked (the first
+	// added; RecordItems' chunks are checked when the set is sealed), or
 	// running with an expired lease or held by an owner of $6 (owners whose
 	// processes the claimer found gone: idemstore.HolderGone; checked again on
 	// the locked row, so that two claimers never both take a chunk over),
@@ -360,7 +431,7 @@ DROP TABLE {s}.items;`
 		updated = clock_timestamp()
 	WHERE c.ctid = ANY (ARRAY(SELECT ctid FROM (
 		SELECT ctid FROM (SELECT ctid FROM {s}.item_chunks
-			WHERE job = $1 AND period = $2 AND status = 'pending'
+			WHERE job = $1 AND period = $2 AND status = 'pending' AND checked
 			ORDER BY chunk LIMIT 1 FOR UPDATE SKIP LOCKED) AS pending
 		UNION ALL
 		SELECT ctid FROM (SELECT ctid FROM {s}.item_chunks
@@ -523,7 +594,7 @@ func newQueries(schema string) queries {
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),
-		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), batchRecorded: r.Replace(batchRecordedSQL),
+		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), recordItems: r.Replace(recordItemsSQL), chunksRecorded: r.Replace(chunksRecordedSQL), batchRecorded: r.Replace(batchRecordedSQL),
 		sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
 		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL), runningOwners: r.Replace(runningOwnersSQL),
 		finishChunk: r.Replace(finishChunkSQL), fenceChunk: r.Replace(fenceChunkSQL),
