@@ -33,12 +33,12 @@ const DefaultSchema = "idem"
 // idem.Relay). Version 6 adds the limits shared by every process (tables
 // limit_rates and limit_slots; package limit) and the column digest of
 // item_lists, with an index (see AddItems; an older pgledger writes chunks
-// without it, which only makes their batches recorded again item by item).
-// Version 7 adds the column checked of item_chunks: Each records a
-// period's items with RecordItems, with no row per item in item_set, and
-// SealItems checks them in one pass; an older pgledger's AddItems would
-// not see those items, so stop the processes that run one first.
-const SchemaVersion = 7
+// without it, which only makes their batches recorded again item by item),
+// and the column checked of item_chunks: Each records a period's items with
+// RecordItems, with no row per item in item_set, and SealItems checks them
+// in one pass (an older pgledger's AddItems would not see those items: it
+// refuses a version-6 schema, so stop the processes that run one first).
+const SchemaVersion = 6
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idemstore.Store],

@@ -104,7 +104,7 @@ CREATE TABLE IF NOT EXISTS {s}.item_lists (
 -- look at its items.
 ALTER TABLE {s}.item_lists ADD COLUMN IF NOT EXISTS digest bytea;
 CREATE INDEX IF NOT EXISTS item_lists_by_digest ON {s}.item_lists (job, period, digest) WHERE digest IS NOT NULL;
--- Version 7: whether the chunk's items were checked against the items
+-- Version 6 too: whether the chunk's items were checked against the items
 -- recorded before it. RecordItems makes chunks unchecked, with no row per
 -- item in item_set; SealItems checks them all in one pass. An unchecked
 -- chunk is never claimed.
