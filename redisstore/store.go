@@ -55,6 +55,7 @@ type Store struct {
 	owned    bool
 	prefix   string // "{" + the prefix + "}": every key's hash tag
 	name     string // the prefix as given
+	jobs     string // jobsKey, made once
 	defaults []idem.Option
 }
 
@@ -133,6 +134,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 		return nil, fmt.Errorf("redisstore: store %q: %w", c.prefix, err)
 	}
 	s := &Store{client: client, prefix: "{" + c.prefix + "}", name: c.prefix, defaults: c.runOpts}
+	s.jobs = s.prefix + ":jobs"
 	if err := s.checkDurability(ctx, c.weak); err != nil {
 		return nil, err
 	}
@@ -283,7 +285,7 @@ func (s *Store) Reset(ctx context.Context, key idemstore.Key) error {
 
 // The key layout (see the package doc).
 func (s *Store) metaKey() string              { return s.prefix + ":meta" }
-func (s *Store) jobsKey() string              { return s.prefix + ":jobs" }
+func (s *Store) jobsKey() string              { return s.jobs }
 func (s *Store) jobKey(job string) string     { return s.prefix + ":job:" + job }
 func (s *Store) periodsKey(job string) string { return s.prefix + ":periods:" + job }
 func (s *Store) runBase(job string) string {
@@ -437,13 +439,22 @@ func (s *Store) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstor
 		takeUnknown = "1"
 	}
 	goneAttempt, goneOwner := "", ""
+	keys := []string{s.runKey(req.Key), s.jobKey(req.Key.Job), s.periodsKey(req.Key.Job), s.jobs}
 	for tries := 0; ; tries++ {
-		v, err := claimScript.Run(ctx, s.client,
-			[]string{s.runKey(req.Key), s.jobKey(req.Key.Job), s.periodsKey(req.Key.Job), s.jobsKey()},
-			req.Owner, micros(lease), takeUnknown, goneAttempt, goneOwner, idemstore.NoteDied, idemstore.NoteExpired,
-			req.Key.Job, req.Key.Period, req.Fingerprint).Slice()
+		v, err := claimScript.Run(ctx, s.client, keys,
+			req.Owner, micros(lease), takeUnknown, goneAttempt, goneOwner, req.Key.Job, req.Key.Period, req.Fingerprint).Slice()
 		if err != nil {
 			return idemstore.Claim{}, s.opErr("claim", req.Key, err)
+		}
+		if len(v) == 3 { // a done key, from the script's first read
+			rec := idemstore.Record{Key: req.Key, Status: idemstore.StatusDone, Fingerprint: str(v[1])}
+			if b := str(v[2]); b != "" {
+				rec.Value = []byte(b)
+			}
+			if idemstore.Mismatch(rec.Fingerprint, req.Fingerprint) {
+				return idemstore.Claim{State: idemstore.ClaimMismatch, Record: rec}, nil
+			}
+			return idemstore.Claim{State: idemstore.ClaimDone, Record: rec}, nil
 		}
 		if len(v) != 5+recFields {
 			return idemstore.Claim{}, s.opErr("claim", req.Key, fmt.Errorf("claim script returned %d values, want %d", len(v), 5+recFields))
