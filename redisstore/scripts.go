@@ -152,7 +152,9 @@ return out
 // writes need, before its first write: the record's type and attempt are
 // known from the first read (HMGET fails on a key that is not a hash); the
 // job's from the read of its horizon; the two index sets' by TYPE, on the
-// path of a key with no record only (the only one that writes them).
+// path of a key with no record (the one that writes them) and on a take
+// of a key with a record (whose run may move the cursor when it ends), not
+// on the paths that write nothing.
 var claimScript = redis.NewScript(`
 -- The record first: a done key, the duplicate trigger's path, is answered
 -- from this one read (status, fingerprint and value are all the engine
@@ -205,6 +207,11 @@ elseif status == 'unknown' then
 	if ARGV[3] == '1' then take, doubt = true, 1 end
 end
 if not take then return answer(0, 0, 0, 0) end
+-- The job's keys are not written here, but a run that moves the cursor
+-- writes them when it ends: refuse them now, before fn runs, as on the
+-- path of a key with no record.
+local bad = types({KEYS[2], 'hash'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'})
+if bad then return bad end
 local a = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 if fp == '' then
 	redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[1],
