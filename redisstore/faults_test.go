@@ -333,3 +333,36 @@ func TestClaimWrongTypeLeavesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryClaimWrongTypeLeavesNothing: the claim of a key that has a
+// record (a retry after a failure) refuses a job key of the wrong type
+// before fn runs, as the claim of a new key does, though only the end of
+// a run that moves the cursor writes it: fn does not run, and the failed
+// record stays as it was.
+func TestRetryClaimWrongTypeLeavesNothing(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	ctx := context.Background()
+	s := openStore(t, c)
+	k := idem.Key{Job: "wtr", Period: "2026-10-27"}
+	err := s.Run(ctx, k, func(context.Context) error { return errors.New("first attempt fails") }, idem.RetryWithin(0))
+	if !errors.Is(err, idem.ErrBackingOff) {
+		t.Fatalf("first Run: %v; want ErrBackingOff", err)
+	}
+	if err := shiftTimes(s, 24*time.Hour); err != nil { // its backoff is over
+		t.Fatal(err)
+	}
+	badKey := "{" + s.Prefix() + "}:job:wtr"
+	if err := c.Set(ctx, badKey, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	err = s.Run(ctx, k, func(context.Context) error { ran++; return nil })
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), badKey) || ran != 0 {
+		t.Fatalf("retry with %s a string: %v (fn ran %d times); want a WRONGTYPE error naming the key, fn not run", badKey, err, ran)
+	}
+	runKey := "{" + s.Prefix() + "}:run:3:wtr:2026-10-27"
+	if v, err := c.HMGet(ctx, runKey, "status", "attempt").Result(); err != nil || v[0] != "failed" || v[1] != "1" {
+		t.Fatalf("%s after the refused claim: %v, %v; want the failed record of attempt 1", runKey, v, err)
+	}
+}

@@ -1,6 +1,12 @@
 package redisstore
 
-import "github.com/redis/go-redis/v9"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/idemgo/idem/idemstore"
+	"github.com/redis/go-redis/v9"
+)
 
 // The store's Lua scripts. Each runs atomically on the server: no other
 // command runs between its read and its write, so each protocol step (a
@@ -122,60 +128,75 @@ return out
 // covers it) is taken as attempt 1; a running attempt whose lease expired
 // on the server's clock, or whose holder the client found gone (ARGV[4],
 // ARGV[5]: that attempt and its owner), is taken over for attempt+1, in
-// doubt, counted as a failure, with the note ARGV[6] (its lease held: its
-// process died) or ARGV[7] (its lease expired); a failed attempt from its
-// NotBefore on, and an unknown one with ARGV[3] = 1, likewise (the attempt
-// counter is the fencing token: HINCRBY, never reused). Anything else is
-// left as it is, and the client tells which (idemstore.Decide). A record
-// whose fingerprint differs from ARGV[10] (both not empty) is left as it
-// is (idemstore.ClaimMismatch); a claim that takes a key whose record has
-// no fingerprint stores ARGV[10].
+// doubt, counted as a failure, with the note idemstore.NoteDied (its lease
+// held: its process died) or idemstore.NoteExpired (its lease expired),
+// written into the script's source; a failed attempt from its NotBefore
+// on, and an unknown one with ARGV[3] = 1, likewise (the attempt counter is
+// the fencing token: HINCRBY, never reused). Anything else is left as it
+// is, and the client tells which (idemstore.Decide). A record whose
+// fingerprint differs from ARGV[8] (both not empty) is left as it is
+// (idemstore.ClaimMismatch); a claim that takes a key whose record has no
+// fingerprint stores ARGV[8].
 //
 // KEYS: record, job, periods, jobs. ARGV: owner, lease µs, take unknown
-// (0/1), gone attempt, gone owner, note died, note expired, job, period,
-// fingerprint. Returns {taken (0/1), new attempt, doubt (0/1), now,
-// covered (0/1), status or false, attempt, failures, owner, lease_until,
-// not_before, last_error, updated, fingerprint, value} with the record as
-// it was before the claim (an abandoned attempt's failure and note counted
-// already). A done key is answered from one read, with now 0 and, of the
-// record, its status, fingerprint and value only (what Claim must return
-// for ClaimDone): the path of every duplicate trigger.
-var claimScript = redis.NewScript(luaLib + `
+// (0/1), gone attempt, gone owner, job, period, fingerprint. Returns
+// {taken (0/1), new attempt, doubt (0/1), now, covered (0/1), status or
+// false, attempt, failures, owner, lease_until, not_before, last_error,
+// updated, fingerprint, value} with the record as it was before the claim
+// (an abandoned attempt's failure and note counted already). A done key is
+// answered from one read, before the helpers are even defined, with three
+// values: {'done', fingerprint, value} (what Claim must return for
+// ClaimDone): the path of every duplicate trigger.
+//
+// The type checks cost commands, so each path makes only the ones its
+// writes need, before its first write: the record's type and attempt are
+// known from the first read (HMGET fails on a key that is not a hash); the
+// job's from the read of its horizon; the two index sets' by TYPE, on the
+// path of a key with no record (the one that writes them) and on a take
+// of a key with a record (whose run may move the cursor when it ends), not
+// on the paths that write nothing.
+var claimScript = redis.NewScript(`
 -- The record first: a done key, the duplicate trigger's path, is answered
 -- from this one read (status, fingerprint and value are all the engine
 -- needs of it; nothing is written). A key of the wrong type fails the read
--- with an error reply, not a raised error, and types() below refuses it.
-local r = redis.pcall('HMGET', KEYS[1], unpack(recFields))
-if r[1] == 'done' then
-	return {0, 0, 0, 0, 0, 'done', false, false, false, false, false, false, false, r[9], r[10]}
+-- with an error reply, not a raised error, and types() below names it.
+local r = redis.pcall('HMGET', KEYS[1], 'status', 'attempt', 'failures', 'owner', 'lease_until', 'not_before',
+	'last_error', 'updated', 'fingerprint', 'value')
+if r[1] == 'done' then return {'done', r[9], r[10]} end
+` + luaLib + `
+if r.err then return types({KEYS[1], 'hash'}) or r end
+if r[2] and not tonumber(r[2]) then
+	return redis.error_reply('ERR key ' .. KEYS[1] .. ' has attempt ' .. r[2] .. ', not a number (nothing written)')
 end
-local bad = types({KEYS[1], 'hash', true}, {KEYS[2], 'hash'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'})
-if bad then return bad end
 local t = now()
 local status = r[1]
 local function answer(taken, attempt, doubt, cov)
 	local out = {taken, attempt, doubt, t, cov}
-	for i = 1, #r do out[#out + 1] = r[i] end
+	for i = 1, #recFields do out[#out + 1] = r[i] end
 	return out
 end
 if not status then
-	if covered(KEYS[2], ARGV[9]) then return answer(0, 0, 0, 1) end
+	local h = redis.pcall('HGET', KEYS[2], 'horizon')
+	if type(h) == 'table' and h.err then return types({KEYS[2], 'hash'}) or h end
+	if h and h ~= '' and not lt(h, ARGV[7]) then return answer(0, 0, 0, 1) end
+	local bad = types({KEYS[3], 'zset'}, {KEYS[4], 'zset'})
+	if bad then return bad end
 	local a = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 	redis.call('HSET', KEYS[1], 'status', 'running', 'failures', 0, 'owner', ARGV[1],
 		'lease_until', str(t + tonumber(ARGV[2])), 'last_error', '', 'created', str(t), 'updated', str(t),
-		'fingerprint', ARGV[10])
-	index(KEYS[3], KEYS[4], ARGV[8], ARGV[9])
+		'fingerprint', ARGV[8])
+	index(KEYS[3], KEYS[4], ARGV[6], ARGV[7])
 	return answer(1, a, 0, 0)
 end
 local fp = r[9] or ''
-if ARGV[10] ~= '' and fp ~= '' and fp ~= ARGV[10] then return answer(0, 0, 0, 0) end
+if ARGV[8] ~= '' and fp ~= '' and fp ~= ARGV[8] then return answer(0, 0, 0, 0) end
 local take, doubt = false, 0
 local attempt, lease = num(r[2]), num(r[5])
 if status == 'running' then
 	if lease <= t or (ARGV[5] ~= '' and r[4] == ARGV[5] and r[2] == ARGV[4]) then
 		take, doubt = true, 1
-		local note = ARGV[7]
-		if lease > t then note = ARGV[6] end
+		local note = ` + luaString(idemstore.NoteExpired) + `
+		if lease > t then note = ` + luaString(idemstore.NoteDied) + ` end
 		r[3] = str(num(r[3]) + 1)
 		r[7] = string.format(note, str(attempt), r[4], utc(lease))
 		redis.call('HSET', KEYS[1], 'failures', r[3], 'last_error', r[7])
@@ -186,13 +207,38 @@ elseif status == 'unknown' then
 	if ARGV[3] == '1' then take, doubt = true, 1 end
 end
 if not take then return answer(0, 0, 0, 0) end
+-- The job's keys are not written here, but a run that moves the cursor
+-- writes them when it ends: refuse them now, before fn runs, as on the
+-- path of a key with no record.
+local bad = types({KEYS[2], 'hash'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'})
+if bad then return bad end
 local a = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
-redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[1],
-	'lease_until', str(t + tonumber(ARGV[2])), 'updated', str(t))
-if fp == '' then redis.call('HSET', KEYS[1], 'fingerprint', ARGV[10]) end
+if fp == '' then
+	redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[1],
+		'lease_until', str(t + tonumber(ARGV[2])), 'updated', str(t), 'fingerprint', ARGV[8])
+else
+	redis.call('HSET', KEYS[1], 'status', 'running', 'owner', ARGV[1],
+		'lease_until', str(t + tonumber(ARGV[2])), 'updated', str(t))
+end
 redis.call('HDEL', KEYS[1], 'not_before', 'ended_by')
 return answer(1, a, doubt, 0)
 `)
+
+// luaString is s as a Lua string literal.
+func luaString(s string) string {
+	var b strings.Builder
+	b.WriteByte('\'')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '\'' || c == '\\' || c < 0x20 || c >= 0x7f {
+			fmt.Fprintf(&b, "\\%03d", c)
+			continue
+		}
+		b.WriteByte(c)
+	}
+	b.WriteByte('\'')
+	return b.String()
+}
 
 // renewScript is Renew: the lease of a running attempt runs until the
 // server's time plus ARGV[2] µs.
@@ -200,9 +246,8 @@ return answer(1, a, doubt, 0)
 // KEYS: record. ARGV: attempt, lease µs. Returns 1, or 0 if the attempt no
 // longer holds the key.
 var renewScript = redis.NewScript(luaLib + `
-local bad = types({KEYS[1], 'hash'})
-if bad then return bad end
-local r = redis.call('HMGET', KEYS[1], 'status', 'attempt')
+local r = redis.pcall('HMGET', KEYS[1], 'status', 'attempt')
+if r.err then return types({KEYS[1], 'hash'}) or r end
 if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
 local t = now()
 redis.call('HSET', KEYS[1], 'lease_until', str(t + tonumber(ARGV[2])), 'updated', str(t))
@@ -223,27 +268,39 @@ return 1
 // KEYS: record, job, jobs. ARGV: attempt, status, failures, backoff µs,
 // error, cursor (0/1), job, period, value. Returns 1, or 0 if the attempt
 // no longer holds the key.
+//
+// It writes the record with one HSET and one HDEL, and checks the types of
+// the job's keys only when it moves the cursor: the first read (HMGET
+// fails on a key that is not a hash) and the fence (a running attempt's
+// own number) vouch for the record.
 var finishScript = redis.NewScript(luaLib + `
-local bad = types({KEYS[1], 'hash'}, {KEYS[2], 'hash'}, {KEYS[3], 'zset'})
-if bad then return bad end
-local r = redis.call('HMGET', KEYS[1], 'status', 'attempt', 'ended_by')
+local r = redis.pcall('HMGET', KEYS[1], 'status', 'attempt', 'ended_by')
+if r.err then return types({KEYS[1], 'hash'}) or r end
 if r[2] == ARGV[1] and r[3] == ARGV[1] and r[1] == ARGV[2] then return 1 end
 if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
+local cursor = ARGV[6] == '1' and ARGV[2] == 'done'
+if cursor then
+	local bad = types({KEYS[2], 'hash'}, {KEYS[3], 'zset'})
+	if bad then return bad end
+end
 local t = now()
-redis.call('HSET', KEYS[1], 'status', ARGV[2], 'failures', ARGV[3], 'last_error', ARGV[5], 'updated', str(t),
-	'ended_by', ARGV[1])
-redis.call('HDEL', KEYS[1], 'lease_until')
+local set = {'status', ARGV[2], 'failures', ARGV[3], 'last_error', ARGV[5], 'updated', str(t), 'ended_by', ARGV[1]}
+local del = {'lease_until'}
 if ARGV[4] ~= '' then
-	redis.call('HSET', KEYS[1], 'not_before', str(t + tonumber(ARGV[4])))
+	set[#set + 1] = 'not_before'
+	set[#set + 1] = str(t + tonumber(ARGV[4]))
 else
-	redis.call('HDEL', KEYS[1], 'not_before')
+	del[#del + 1] = 'not_before'
 end
 if ARGV[2] == 'done' and ARGV[9] ~= '' then
-	redis.call('HSET', KEYS[1], 'value', ARGV[9])
+	set[#set + 1] = 'value'
+	set[#set + 1] = ARGV[9]
 else
-	redis.call('HDEL', KEYS[1], 'value')
+	del[#del + 1] = 'value'
 end
-if ARGV[6] == '1' and ARGV[2] == 'done' then advance(KEYS[2], KEYS[3], ARGV[7], ARGV[8]) end
+redis.call('HSET', KEYS[1], unpack(set))
+redis.call('HDEL', KEYS[1], unpack(del))
+if cursor then advance(KEYS[2], KEYS[3], ARGV[7], ARGV[8]) end
 return 1
 `)
 
