@@ -268,36 +268,18 @@ const (
 	sharedWorkers = 8
 )
 
-func testSharedRate(t *testing.T, h LimitHarness) {
+// inThreeProcesses runs child in three processes (this test binary,
+// re-executed), each with the store of a new where of h opened there, the
+// URL of a receiver in this process and its number; it returns the
+// receiver once all three have exited 0.
+func inThreeProcesses(t *testing.T, h LimitHarness, child func(s idem.Store, url string, i int)) *limitReceiver {
 	where := h.New(t)
 	rc, srv := newLimitReceiver(t)
 	var children []*Child
 	for i := range 3 {
 		children = append(children, Start(t, childArgs(where, srv.URL, i), func(arg string) {
 			where, url, i := parseChildArgs(arg)
-			s := h.Open(t, where)
-			r, err := limit.NewRate(s, "mail", sharedRate, sharedBurst)
-			if err != nil {
-				childFail("%v", err)
-			}
-			items := make([]string, rateItems)
-			for j := range items {
-				items[j] = fmt.Sprintf("m%04d", j)
-			}
-			key := idem.Key{Job: fmt.Sprintf("mail-%d", i), Period: "2026-12-02"}
-			send := func(ctx context.Context) error { return get(ctx, url+"/item?who="+strconv.Itoa(i)) }
-			if st, err := idemstore.Of(s); err == nil {
-				if _, ok := st.(idemstore.ItemStore); !ok {
-					runEach(s, key, items, send, r) // a store without items (Redis)
-					return
-				}
-			}
-			_, err = fanout.Each(context.Background(), s, key, fanout.Items(slices.Values(items)), func(ctx context.Context, item string) error {
-				return send(ctx)
-			}, limit.With(r), fanout.WithWorkers(sharedWorkers))
-			if err != nil {
-				childFail("Each %s: %v", key, err)
-			}
+			child(h.Open(t, where), url, i)
 		}))
 	}
 	for i, c := range children {
@@ -305,6 +287,34 @@ func testSharedRate(t *testing.T, h LimitHarness) {
 			t.Fatalf("child %d: exit %+v\n%s", i, ex, ex.Output)
 		}
 	}
+	return rc
+}
+
+func testSharedRate(t *testing.T, h LimitHarness) {
+	rc := inThreeProcesses(t, h, func(s idem.Store, url string, i int) {
+		r, err := limit.NewRate(s, "mail", sharedRate, sharedBurst)
+		if err != nil {
+			childFail("%v", err)
+		}
+		items := make([]string, rateItems)
+		for j := range items {
+			items[j] = fmt.Sprintf("m%04d", j)
+		}
+		key := idem.Key{Job: fmt.Sprintf("mail-%d", i), Period: "2026-12-02"}
+		send := func(ctx context.Context) error { return get(ctx, url+"/item?who="+strconv.Itoa(i)) }
+		if st, err := idemstore.Of(s); err == nil {
+			if _, ok := st.(idemstore.ItemStore); !ok {
+				runEach(s, key, items, send, r) // a store without items (Redis)
+				return
+			}
+		}
+		_, err = fanout.Each(context.Background(), s, key, fanout.Items(slices.Values(items)), func(ctx context.Context, item string) error {
+			return send(ctx)
+		}, limit.With(r), fanout.WithWorkers(sharedWorkers))
+		if err != nil {
+			childFail("Each %s: %v", key, err)
+		}
+	})
 	rc.mu.Lock()
 	times := slices.Clone(rc.times)
 	rc.mu.Unlock()
@@ -351,45 +361,33 @@ func runEach(s idem.Store, key idem.Key, items []string, send func(context.Conte
 
 func testSharedAtOnce(t *testing.T, h LimitHarness) {
 	const most, runs = 2, 8
-	where := h.New(t)
-	rc, srv := newLimitReceiver(t)
-	var children []*Child
-	for i := range 3 {
-		children = append(children, Start(t, childArgs(where, srv.URL, i), func(arg string) {
-			where, url, i := parseChildArgs(arg)
-			s := h.Open(t, where)
-			a, err := limit.NewAtOnce(s, "report", most, 0)
+	rc := inThreeProcesses(t, h, func(s idem.Store, url string, i int) {
+		a, err := limit.NewAtOnce(s, "report", most, 0)
+		if err != nil {
+			childFail("%v", err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, runs)
+		for j := range runs {
+			wg.Go(func() {
+				key := idem.Key{Job: "report", Period: fmt.Sprintf("p%d-%d", i, j)}
+				errs <- idem.RunOn(context.Background(), s, key, func(ctx context.Context) error {
+					if err := get(ctx, url+"/start"); err != nil {
+						return err
+					}
+					time.Sleep(20 * time.Millisecond) // the work: others may come meanwhile
+					return get(ctx, url+"/end")
+				}, limit.With(a))
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
 			if err != nil {
 				childFail("%v", err)
 			}
-			var wg sync.WaitGroup
-			errs := make(chan error, runs)
-			for j := range runs {
-				wg.Go(func() {
-					key := idem.Key{Job: "report", Period: fmt.Sprintf("p%d-%d", i, j)}
-					errs <- idem.RunOn(context.Background(), s, key, func(ctx context.Context) error {
-						if err := get(ctx, url+"/start"); err != nil {
-							return err
-						}
-						time.Sleep(20 * time.Millisecond) // the work: others may come meanwhile
-						return get(ctx, url+"/end")
-					}, limit.With(a))
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					childFail("%v", err)
-				}
-			}
-		}))
-	}
-	for i, c := range children {
-		if ex := c.Wait(); ex.Code != 0 {
-			t.Fatalf("child %d: exit %+v\n%s", i, ex, ex.Output)
 		}
-	}
+	})
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	t.Logf("3 processes, %d runs each, at once %d: the receiver saw at most %d at once", runs, most, rc.most)
