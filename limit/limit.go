@@ -162,7 +162,7 @@ func (l rateLimiter) Hold(ctx context.Context) (context.Context, func(), error) 
 // names it in the same store. A holder keeps its place by a lease that it
 // renews every third of it; a holder whose process died gives it back at
 // once when the store can tell ([idemstore.HolderGone]: a process of the
-// same host, for SQLite and Postgres), and otherwise when its lease ends.
+// host that asks, on every store), and otherwise when its lease ends.
 type AtOnce struct {
 	s     idemstore.LimitStore
 	name  string

@@ -77,7 +77,7 @@ type limits struct {
 }
 
 func newLimits(s idem.Store, lease time.Duration) *limits {
-	return &limits{s: s, lease: max(lease, time.Second), made: map[string]limit.Limit{}, specs: map[string]limitSpec{}}
+	return &limits{s: s, lease: lease, made: map[string]limit.Limit{}, specs: map[string]limitSpec{}}
 }
 
 // option returns the option of specs: nil for none.
@@ -97,6 +97,9 @@ func (ls *limits) option(specs []limitSpec) (idem.Option, error) {
 		var l limit.Limit
 		var err error
 		if sp.max > 0 {
+			if ls.lease < time.Second {
+				return nil, fmt.Errorf("%s: a place is held by a lease, and --lease %v is under a second", sp, ls.lease)
+			}
 			l, err = limit.NewAtOnce(ls.s, sp.name, sp.max, ls.lease)
 		} else {
 			l, err = limit.NewRate(ls.s, sp.name, sp.perSecond, sp.burst)

@@ -79,6 +79,10 @@ func TestLimitFlagsRefused(t *testing.T) {
 	if !strings.Contains(stderr, "limit db is rate db=1,1 and at-once db=1") {
 		t.Errorf("one name, two meanings: %q", stderr)
 	}
+	_, stderr = e.want(exitUsage, "run", "--job", "x", "--tz", "UTC", "--at-once", "db=1", "--lease", "500ms", "--", "true")
+	if !strings.Contains(stderr, "--lease 500ms is under a second") {
+		t.Errorf("--at-once with a lease under a second: %q", stderr)
+	}
 	stdout, stderr, code := e.serveCheck("daily a rate:mail=200,20 true\ndaily b rate:mail=100 true\n")
 	if code != exitUsage || !strings.Contains(stderr, "crontab:2: rate:mail=100: limit mail is rate mail=200,20 on line 1") {
 		t.Errorf("--check of a limit with two meanings: exit %d\n%s%s", code, stdout, stderr)
