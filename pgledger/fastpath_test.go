@@ -3,12 +3,14 @@ package pgledger_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -183,4 +185,84 @@ func lockIDFor(l schemaLedger, job string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("idem/pgledger\x00job\x00" + l.Schema() + "\x00" + job))
 	return int64(h.Sum64())
+}
+
+// TestClaimDoesNotWaitForHeldRow: a claim whose INSERT goes first (a
+// ledger whose recent claims found new keys) does not wait for another
+// transaction that holds the key's row, as a RunTx's fn holds it: it gives
+// up on the lock, reads the record and answers that the key is in
+// progress, as a claim that reads first (a ledger whose recent claims
+// found done keys) does. Neither waits for that transaction to end.
+func TestClaimDoesNotWaitForHeldRow(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	l := openLedger(t, pool)
+	ctx := context.Background()
+	var done []idem.Key
+	for i := range 8 {
+		k := idem.Key{Job: "held", Period: fmt.Sprintf("2026-09-%02d", i+1)}
+		if err := l.Run(ctx, k, noopFn); err != nil {
+			t.Fatal(err)
+		}
+		done = append(done, k)
+	}
+
+	k := idem.Key{Job: "held", Period: "2026-10-27"}
+	started, release := make(chan struct{}), make(chan struct{})
+	aErr := make(chan error, 1)
+	go func() {
+		aErr <- l.Run(ctx, k, func(context.Context) error { close(started); <-release; return nil })
+	}()
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	testwait.Recv(t, started, "A's fn to start")
+	// Hold the key's row, as a RunTx's fence does while its fn runs.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `UPDATE `+table(l, "runs")+` SET updated = updated WHERE job = $1 AND period = $2`, k.Job, k.Period); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, readFirst := range []bool{false, true} {
+		b, err := pgledger.New(ctx, pool, pgledger.WithSchema(l.Schema()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if readFirst { // eight done keys turn B's guess to "done"
+			for _, d := range done {
+				var res idem.Result
+				if err := b.Run(ctx, d, noopFn, idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
+					t.Fatalf("B's Run of done key %s: %v, %s", d, err, res.Outcome)
+				}
+			}
+		}
+		var res idem.Result
+		bErr := make(chan error, 1)
+		go func() {
+			bErr <- b.Run(ctx, k, func(context.Context) error { return errors.New("B's fn ran for a key A holds") }, idem.ReportTo(&res))
+		}()
+		err = testwait.Recv(t, bErr, "B's claim (read first: %v) of a key whose row another transaction holds", readFirst)
+		if !errors.Is(err, idem.ErrInProgress) || res.Outcome != idem.InProgress {
+			t.Fatalf("read first %v: B's Run: %v, outcome %s; want ErrInProgress", readFirst, err, res.Outcome)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	released = true
+	if err := testwait.Recv(t, aErr, "A's Run to return once released"); err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	if status, attempt, _ := record(t, l, k); status != "done" || attempt != 1 {
+		t.Fatalf("record %s attempt %d, want done attempt 1", status, attempt)
+	}
 }

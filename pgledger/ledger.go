@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/dupes"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -65,6 +66,9 @@ type core struct {
 	schema   string
 	defaults []idem.Option
 	q        queries
+	// dups is how often the ledger's recent claims found their key done:
+	// while most did, a claim reads the status first (see Claim).
+	dups *dupes.Recent
 }
 
 var (
@@ -131,7 +135,7 @@ func newCore(ctx context.Context, d db, opts []Option) (core, error) {
 	if err := idem.CheckStoreOptions(c.runOpts...); err != nil {
 		return core{}, fmt.Errorf("pgledger: ledger in schema %q: %w", c.schema, err)
 	}
-	l := core{db: d, schema: c.schema, defaults: c.runOpts, q: newQueries(c.schema)}
+	l := core{db: d, schema: c.schema, defaults: c.runOpts, q: newQueries(c.schema), dups: new(dupes.Recent)}
 	if !c.allowSearchPath {
 		if err := checkSearchPath(ctx, d, c.schema); err != nil {
 			return core{}, err

@@ -2,6 +2,7 @@ package pgledger_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -26,6 +27,74 @@ func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 func (*tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (*tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
+// tracedPool returns a pool on the test database whose round trips trips
+// counts, closed when t ends.
+func tracedPool(t *testing.T) (*pgxpool.Pool, *tripCounter) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trips := &tripCounter{}
+	cfg.ConnConfig.Tracer = trips
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, trips
+}
+
+// TestRunRoundTrips: a Run of a new key takes 2 round trips (the claim's
+// batch, the done mark) while the ledger's recent claims found new keys,
+// and a done key's trigger 1 (the status read) while they found done
+// keys; a wrong guess costs one more, never another answer.
+func TestRunRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, trips := tracedPool(t)
+	l := openLedger(t, pool)
+	run := func(k idem.Key) (int64, idem.Outcome) {
+		t.Helper()
+		var res idem.Result
+		before := trips.n.Load()
+		if err := l.Run(ctx, k, func(context.Context) error { return nil }, idem.ReportTo(&res)); err != nil {
+			t.Fatalf("Run %s: %v", k, err)
+		}
+		return trips.n.Load() - before, res.Outcome
+	}
+	for i := range 3 { // warm the pool's connections: pgx prepares a statement once per connection
+		run(idem.Key{Job: "warm", Period: string(rune('a' + i))})
+	}
+	var keys []idem.Key
+	for i := range 10 {
+		k := idem.Key{Job: "settle", Period: fmt.Sprintf("2026-10-%02d", i+1)}
+		keys = append(keys, k)
+		if n, o := run(k); n != 2 || o != idem.Ran {
+			t.Fatalf("new key %s after new keys: %d round trips, %v; want 2, Ran", k, n, o)
+		}
+	}
+	for i, k := range keys {
+		n, o := run(k)
+		if o != idem.AlreadyDone {
+			t.Fatalf("done key %s: %v, want AlreadyDone", k, o)
+		}
+		if want := int64(1); i >= 8 && n != want || n > 2 {
+			t.Fatalf("done key %s, %d done keys before it: %d round trips; want 1 after 8, at most 2 before", k, i, n)
+		}
+	}
+	for i := range 4 {
+		k := idem.Key{Job: "settle", Period: fmt.Sprintf("2026-11-%02d", i+1)}
+		n, o := run(k)
+		if o != idem.Ran || n > 3 {
+			t.Fatalf("new key %s after done keys: %d round trips, %v; want at most 3, Ran", k, n, o)
+		}
+		if i >= 2 && n != 2 {
+			t.Fatalf("new key %s, %d new keys before it: %d round trips; want 2", k, i, n)
+		}
+	}
+}
+
 // TestRunTxRoundTrips: a RunTx of a new key whose fn runs one statement
 // takes 3 round trips in all, where it took 7 (the status read, the
 // claim's batch, BEGIN, the fence, fn's statement, the done mark,
@@ -42,17 +111,7 @@ func (*tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndD
 func TestRunTxRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	trips := &tripCounter{}
-	cfg.ConnConfig.Tracer = trips
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, trips := tracedPool(t)
 	l := openLedger(t, pool)
 	createEffects(t, l)
 	run := func(k idem.Key) (int64, idem.Outcome) {
@@ -79,7 +138,7 @@ func TestRunTxRoundTrips(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&server); err != nil {
 		t.Fatal(err)
 	}
-	err = l.RunTx(ctx, idem.Key{Job: "sync", Period: "2026-10-27"}, func(ctx context.Context, tx pgx.Tx) error {
+	err := l.RunTx(ctx, idem.Key{Job: "sync", Period: "2026-10-27"}, func(ctx context.Context, tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&inFn)
 	})
 	if err != nil || inFn != server {

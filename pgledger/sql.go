@@ -575,8 +575,16 @@ DROP TABLE {s}.items;`
 const syncOffSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 
 // syncOffLockSharedSQL is syncOffSQL and lockSharedSQL in one statement
-// (ClaimFinishTx).
+// (ClaimFinishTx, a claim's INSERT).
 const syncOffLockSharedSQL = `SELECT set_config('synchronous_commit', 'off', true), pg_advisory_xact_lock_shared($1)`
+
+// lockWaitSharedSQL is lockSharedSQL with lock_timeout set to insertWait
+// for the rest of the transaction (the claim's INSERT sent before any
+// read); syncOffLockWaitSharedSQL is it and syncOffSQL.
+const (
+	lockWaitSharedSQL        = `SELECT set_config('lock_timeout', '` + insertWait + `', true), pg_advisory_xact_lock_shared($1)`
+	syncOffLockWaitSharedSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '` + insertWait + `', true), pg_advisory_xact_lock_shared($1)`
+)
 
 // lockSharedSQL takes a job's advisory lock, shared, until the transaction
 // ends (Prune takes it exclusively).

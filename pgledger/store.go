@@ -84,13 +84,24 @@ func answer(req idemstore.ClaimRequest, s snapshot, state idemstore.ClaimState) 
 	return idemstore.Claim{State: state, Record: inFrame(req, s.now, rec)}
 }
 
-// Claim implements [idemstore.Store]. A key that is done costs one
-// primary-key read of its status, fingerprint and value, and no write; a
-// key held by a live lease, backing off, unknown or parked, a second read
-// of the whole record (with the job's horizon and the server's time) and no
-// write. A key with no record is taken in one round trip on a pool: the
-// job's shared advisory lock and the claim's INSERT, sent as one batch (one
-// implicit transaction).
+// Claim implements [idemstore.Store]. A key with no record is taken in
+// one round trip on a pool: the job's shared advisory lock and the claim's
+// INSERT, sent as one batch (one implicit transaction). A key that is
+// done costs one primary-key read of its status, fingerprint and value,
+// and no write; a key held by a live lease, backing off, unknown or
+// parked, a read of the whole record (with the job's horizon and the
+// server's time) and no write.
+//
+// Which comes first, the INSERT or the read, the ledger guesses from its
+// recent claims: while most of them found their key done (triggers
+// repeated after the work is done), the read; otherwise the INSERT, which
+// a record or the job's horizon turns into nothing (then the record is
+// read whole). A wrong guess costs one round trip more, never another
+// answer. The INSERT first does not wait for another transaction on the
+// key (a RunTx whose fn runs, a claim in flight) or for Prune's lock on the
+// job more than [insertWait]: past that, it gives up, and the claim
+// reads the record and decides on it, as when the read comes first.
+//
 // A lease whose holder's process is gone ([idemstore.HolderGone]: a process of
 // this host that died) does not hold: the key is taken over at once, as if
 // the lease had expired.
@@ -111,20 +122,33 @@ func (l *core) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore
 	if err := req.Key.Validate(); err != nil {
 		return idemstore.Claim{}, err
 	}
-	c, settled, found, err := l.fastClaim(ctx, req)
-	if err != nil || settled {
-		return c, err
+	c, err := l.claim(ctx, req)
+	if err == nil {
+		l.dups.Saw(c.State == idemstore.ClaimDone)
 	}
-	if !found {
-		acquired, err := l.insertClaim(ctx, req)
-		if err != nil {
-			return idemstore.Claim{}, l.opErr("claim", req.Key, err)
+	return c, err
+}
+
+func (l *core) claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+	first := !l.dups.Mostly() // the INSERT first, no read before it
+	if !first {
+		c, settled, found, err := l.fastClaim(ctx, req)
+		if err != nil || settled {
+			return c, err
 		}
-		if acquired {
-			return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: req.Key}}, nil
+		if found {
+			return l.claimRecorded(ctx, req)
 		}
-		// Recorded meanwhile, or below the job's horizon: decide on the record.
 	}
+	acquired, err := l.insertClaim(ctx, req, first)
+	switch {
+	case err == nil && acquired:
+		return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: req.Key}}, nil
+	case err != nil && !lockTimedOut(err):
+		return idemstore.Claim{}, l.opErr("claim", req.Key, err)
+	}
+	// Recorded (meanwhile), below the job's horizon, or locked: decide on
+	// the record.
 	return l.claimRecorded(ctx, req)
 }
 
@@ -182,23 +206,43 @@ func (l *core) fastAnswer(req idemstore.ClaimRequest, err error, status, fp stri
 // horizon turns into nothing. It reports whether it inserted the record.
 // The INSERT is a statement of its own, after the lock: it sees a horizon
 // that a Prune committed while the claim waited for the lock.
-func (l *core) insertClaim(ctx context.Context, req idemstore.ClaimRequest) (bool, error) {
+//
+// With first (no read before it), the batch waits for a lock at most
+// insertWait: an error matching lockTimedOut says it gave up.
+func (l *core) insertClaim(ctx context.Context, req idemstore.ClaimRequest, first bool) (bool, error) {
 	lease := req.Lease
 	if lease <= 0 {
 		lease = idem.DefaultLease
 	}
-	stmts := make([]stmt, 0, 3)
-	if !req.Durable {
-		stmts = append(stmts, stmt{query: syncOffSQL})
+	pre := lockSharedSQL
+	switch {
+	case first && !req.Durable:
+		pre = syncOffLockWaitSharedSQL
+	case first:
+		pre = lockWaitSharedSQL
+	case !req.Durable:
+		pre = syncOffLockSharedSQL
 	}
-	stmts = append(stmts,
-		stmt{query: lockSharedSQL, args: []any{l.lockID("job", req.Key.Job)}},
-		stmt{query: l.q.insert, args: []any{req.Key.Job, req.Key.Period, req.Owner, micros(lease), req.Fingerprint}})
-	n, err := l.db.batch(ctx, stmts)
+	n, err := l.db.batch(ctx, []stmt{
+		{query: pre, args: []any{l.lockID("job", req.Key.Job)}},
+		{query: l.q.insert, args: []any{req.Key.Job, req.Key.Period, req.Owner, micros(lease), req.Fingerprint}},
+	})
 	if err != nil {
 		return false, err
 	}
-	return n[len(n)-1] == 1, nil
+	return n[1] == 1, nil
+}
+
+// insertWait is how long a claim's INSERT sent before any read waits for
+// a lock (the key's row, held by another transaction; the job's advisory
+// lock, held by Prune) before it gives up and the claim reads instead.
+const insertWait = "5ms"
+
+// lockTimedOut reports whether err is lock_not_available (55P03): a
+// statement that gave up waiting for a lock after lock_timeout.
+func lockTimedOut(err error) bool {
+	var e interface{ SQLState() string }
+	return errors.As(err, &e) && e.SQLState() == "55P03"
 }
 
 // take is the claim's write path, starting from what the fast path read.

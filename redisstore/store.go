@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/dupes"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,9 +59,9 @@ type Store struct {
 	jobs     string // jobsKey, made once
 	defaults []idem.Option
 
-	// dups is how often the store's recent claims found their key done
-	// (see probeFirst).
-	dups atomic.Int32
+	// dups is how often the store's recent claims found their key done:
+	// while most did, a claim reads the record before it runs the script.
+	dups dupes.Recent
 }
 
 var (
@@ -444,10 +444,10 @@ func (s *Store) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstor
 	if err := req.Key.Validate(); err != nil {
 		return idemstore.Claim{}, err
 	}
-	if s.probeFirst() {
+	if s.dups.Mostly() {
 		v, err := s.client.HMGet(ctx, s.runKey(req.Key), "status", "fingerprint", "value").Result()
 		if err == nil && len(v) == 3 && v[0] == "done" {
-			s.sawDone(true)
+			s.dups.Saw(true)
 			return doneClaim(req, v[1], v[2]), nil
 		}
 		// Not done, or not readable as a record (a key of the wrong type):
@@ -455,26 +455,9 @@ func (s *Store) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstor
 	}
 	c, err := s.claim(ctx, req)
 	if err == nil {
-		s.sawDone(c.State == idemstore.ClaimDone)
+		s.dups.Saw(c.State == idemstore.ClaimDone)
 	}
 	return c, err
-}
-
-// probeFirst: most of the store's recent claims found their key done, so
-// the next claim reads the record before it runs the script. The count
-// rises by one per done key, to 16, and halves at each key that is not
-// done: a run of fresh keys goes back to the script alone within a few
-// claims.
-func (s *Store) probeFirst() bool { return s.dups.Load() >= 8 }
-
-func (s *Store) sawDone(done bool) {
-	n := s.dups.Load()
-	switch {
-	case done && n < 16:
-		s.dups.CompareAndSwap(n, n+1)
-	case !done && n > 0:
-		s.dups.CompareAndSwap(n, n/2)
-	}
 }
 
 // doneClaim is the answer for a done key whose stored fingerprint and
