@@ -49,6 +49,11 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 // kernel when its process dies; every read-modify-write of the file also
 // holds a file-wide flock (path + ".lock"). It works between processes of ONE host,
 // not across hosts (network filesystems do not honour flock reliably).
+// The store keeps these lock files (and, on Unix, the directory, for its
+// fsync) open between calls, until [StateFile.Close]; a lock counts only
+// while the lock file's path still names the file it was taken on, so a
+// lock file removed by hand is opened anew. Each read reads the whole file;
+// one whose bytes are those last decoded is not decoded again.
 //
 // On Windows the locks are LockFileEx's (an exclusive lock on all of the
 // lock file), which the system releases when their process ends, though
