@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/idemgo/idem/idemstore"
@@ -48,6 +49,11 @@ var ErrOutOfOrder = errors.New("idem: state file: period out of order")
 // kernel when its process dies; every read-modify-write of the file also
 // holds a file-wide flock (path + ".lock"). It works between processes of ONE host,
 // not across hosts (network filesystems do not honour flock reliably).
+// The store keeps these lock files (and, on Unix, the directory, for its
+// fsync) open between calls, until [StateFile.Close]; a lock counts only
+// while the lock file's path still names the file it was taken on, so a
+// lock file removed by hand is opened anew. Each read reads the whole file;
+// one whose bytes are those last decoded is not decoded again.
 //
 // On Windows the locks are LockFileEx's (an exclusive lock on all of the
 // lock file), which the system releases when their process ends, though
@@ -85,9 +91,14 @@ type StateFile struct {
 	defaults []Option
 	clock    Clock // for the times the store takes itself (Start's); WithClock among defaults
 
-	mu     sync.Mutex // serializes read-modify-write in this process
-	held   map[string]*heldLock
-	broken error // a failed fsync: no more writes
+	mu       sync.Mutex // serializes read-modify-write in this process
+	held     map[string]*heldLock
+	jobLocks map[string]*keptFile // job → its lock file, kept open between its locks (s.mu)
+	fileLock *keptFile            // the file-wide lock file, kept open (s.mu)
+	dirFile  *keptFile            // the directory, kept open for its fsync (Unix; s.mu)
+	broken   error                // a failed fsync: no more writes
+
+	cache atomic.Pointer[stateCache] // what the file held when last read or written
 }
 
 // stateStore is a StateFile as the engine sees it, with the methods of
@@ -142,7 +153,7 @@ func OpenStateFile(path string, opts ...Option) (*StateFile, error) {
 	if abs, err = resolveStateFile(abs); err != nil {
 		return nil, err
 	}
-	s := &StateFile{path: abs, dir: filepath.Dir(abs), defaults: slices.Clone(opts), clock: cfg.clock, held: map[string]*heldLock{}}
+	s := &StateFile{path: abs, dir: filepath.Dir(abs), defaults: slices.Clone(opts), clock: cfg.clock, held: map[string]*heldLock{}, jobLocks: map[string]*keptFile{}}
 	if _, err := s.read(); err != nil {
 		return nil, err
 	}
@@ -209,10 +220,11 @@ func fileKind(m os.FileMode) string {
 	return "of type " + m.Type().String()
 }
 
-// readRegular reads the file at path, refusing anything but a regular file
-// without blocking (a FIFO put in the file's place is opened non-blocking
-// and refused, never read).
-func readRegular(path string) ([]byte, error) {
+// readRegularFile reads the file at path through an *os.File, refusing
+// anything but a regular file without blocking (a FIFO put in the file's
+// place is opened non-blocking and refused, never read). readRegular
+// (statefile_read_*.go) is the same.
+func readRegularFile(path string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +58,20 @@ func decodeState(path string, b []byte) (*stateDoc, error) {
 	return doc, nil
 }
 
+// stateCache is what the state file held when this store last read it,
+// and its decoding (doc, nil until a read decodes it). It is only a way to
+// skip a decode: every read still reads the whole file, and uses doc only
+// if the bytes it read are these, byte for byte, so that no change to the
+// file (another process's write, an edit by hand, in place or by a new
+// file, of any size and at any time) can be missed.
+type stateCache struct {
+	raw []byte
+	doc *stateDoc // decodeState(raw), never modified
+}
+
+// read reads and decodes the file, or returns an empty document if it does
+// not exist. The document is the caller's to modify. A file whose content
+// is that of the last read or write of this store is not decoded again.
 func (s *StateFile) read() (*stateDoc, error) {
 	b, err := readRegular(s.path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -69,7 +84,27 @@ func (s *StateFile) read() (*stateDoc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return decodeState(s.path, b)
+	if c := s.cache.Load(); c != nil && c.doc != nil && bytes.Equal(c.raw, b) {
+		return cloneDoc(c.doc), nil
+	}
+	doc, err := decodeState(s.path, b)
+	if err != nil {
+		return nil, err
+	}
+	s.cache.Store(&stateCache{raw: b, doc: cloneDoc(doc)})
+	return doc, nil
+}
+
+// cloneDoc copies d deeply: the copy shares nothing that can be modified
+// with d.
+func cloneDoc(d *stateDoc) *stateDoc {
+	c := &stateDoc{Version: d.Version, Jobs: make(map[string]*jobState, len(d.Jobs))}
+	for job, st := range d.Jobs {
+		j := *st
+		j.DoneValue = bytes.Clone(st.DoneValue)
+		c.Jobs[job] = &j
+	}
+	return c
 }
 
 // createErr reports a file (the state file's temp file, or a lock file at
@@ -123,6 +158,9 @@ func RepairStateFile(path string, lastDone map[string]string) (kept string, err 
 		return "", fmt.Errorf("idem: repair %s: keep the corrupt file: %w", abs, err)
 	}
 	s := &StateFile{path: abs, dir: filepath.Dir(abs)}
+	defer s.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	unlock, err := s.lockFile()
 	if err != nil {
 		return "", err

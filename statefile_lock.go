@@ -24,21 +24,122 @@ func (s *StateFile) lockPath(job string) string {
 	return s.path + "." + hex.EncodeToString(h[:6]) + ".lock"
 }
 
-// tryLock takes job's lock without waiting; ok is false if another holder
-// (process or goroutine) has it.
-func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
-	p := s.lockPath(job)
-	if f, err = s.openLockFile(p); err != nil {
-		return nil, false, err
-	}
-	if ok, err := tryLockExclusive(f); !ok || err != nil {
+// keptFile is a file the store keeps open between its uses (a lock file,
+// the directory it fsyncs), with its identity when opened. An open file
+// keeps its inode allocated, so no other file can take that identity while
+// the store holds it: a path that still names the same file (stillAt) was
+// neither removed nor replaced since it was opened.
+type keptFile struct {
+	f  *os.File
+	fi os.FileInfo
+}
+
+// stillAt reports whether the path k was opened at still names k's file.
+func (k *keptFile) stillAt() bool {
+	fi, err := os.Stat(k.f.Name())
+	return err == nil && os.SameFile(fi, k.fi)
+}
+
+// keep records the identity of f, just opened, to keep it open.
+func keep(f *os.File) (*keptFile, error) {
+	fi, err := f.Stat()
+	if err != nil {
 		f.Close()
-		if err == nil {
-			return nil, false, nil
-		}
-		return nil, false, fmt.Errorf("idem: state file lock %s: %w", p, err)
+		return nil, err
 	}
-	return f, true, nil
+	return &keptFile{f: f, fi: fi}, nil
+}
+
+// keptTries bounds how many times a lock is taken again on a lock file
+// found removed or replaced since it was opened (each time the file at the
+// path is opened anew).
+const keptTries = 3
+
+// tryLock takes job's lock without waiting; ok is false if another holder
+// (process or goroutine) has it. The caller holds s.mu. The job's lock
+// file stays open after the lock is released (unlockJob), for the job's
+// next lock, until Close; a lock taken on it counts only while its path
+// still names it (a lock file removed or replaced by hand is opened
+// anew), so that a lock is always on the file that other processes open.
+func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
+	if s.held[job] != nil {
+		return nil, false, nil // an attempt of this process holds it
+	}
+	for range keptTries {
+		k := s.jobLocks[job]
+		if k == nil {
+			p := s.lockPath(job)
+			lf, err := s.openLockFile(p)
+			if err != nil {
+				return nil, false, err
+			}
+			if k, err = keep(lf); err != nil {
+				return nil, false, fmt.Errorf("idem: state file lock %s: %w", p, err)
+			}
+			s.jobLocks[job] = k
+		}
+		ok, err := tryLockExclusive(k.f)
+		if err != nil {
+			s.forgetJobLock(job)
+			return nil, false, fmt.Errorf("idem: state file lock %s: %w", k.f.Name(), err)
+		}
+		if k.stillAt() {
+			return k.f, ok, nil
+		}
+		s.forgetJobLock(job) // removed or replaced: a lock on it excludes nobody
+	}
+	return nil, false, fmt.Errorf("idem: state file lock %s: removed or replaced each time it was locked", s.lockPath(job))
+}
+
+// forgetJobLock closes job's kept lock file (releasing a lock taken on it).
+func (s *StateFile) forgetJobLock(job string) {
+	if k := s.jobLocks[job]; k != nil {
+		delete(s.jobLocks, job)
+		unlockClose(k.f)
+	}
+}
+
+// unlockJob releases job's lock, taken on f by tryLock. f stays open for
+// the job's next lock, unless Close let go of it while the lock was held
+// (it is closed now) or the unlock failed (closing f releases the lock).
+// The caller holds s.mu.
+func (s *StateFile) unlockJob(job string, f *os.File) {
+	if k := s.jobLocks[job]; k != nil && k.f == f {
+		if err := unlockFile(f); err != nil {
+			s.forgetJobLock(job)
+		}
+		return
+	}
+	unlockClose(f)
+}
+
+// Close closes the files the store keeps open between calls: the lock
+// files of the jobs it has run (a job's lock file is opened on the job's
+// first Run and kept), the file-wide lock file, and (on Unix) the state
+// file's directory, kept for its fsync. It holds no lock when they are
+// closed. The job's lock of an attempt in progress is not released: its
+// lock file is closed when the attempt ends. The store stays usable after
+// Close (a later call opens what it needs, and keeps it, again), so Close
+// may be called at any time and more than once. A StateFile that is never
+// closed holds only these descriptors (one per job, and two), no lock and
+// no other resource; they are closed when it is garbage collected.
+func (s *StateFile) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for job, k := range s.jobLocks {
+		delete(s.jobLocks, job)
+		if h := s.held[job]; h == nil || h.f != k.f { // else its attempt closes it when it ends
+			errs = append(errs, k.f.Close())
+		}
+	}
+	for _, k := range []**keptFile{&s.fileLock, &s.dirFile} {
+		if *k != nil {
+			errs = append(errs, (*k).f.Close())
+			*k = nil
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // openLockFile opens the lock file p, creating it if it does not exist;
@@ -103,18 +204,49 @@ func unlockClose(f *os.File) {
 // that serializes every read-modify-write of the state file between
 // processes; s.mu does it between goroutines and must be held first. Every
 // write re-reads the file under it: the file holds all jobs, and a write
-// based on a stale read would undo another job's change.
+// based on a stale read would undo another job's change. The lock file
+// stays open after unlock, until Close; as for a job's lock (tryLock), a
+// lock counts only while the path still names the file it was taken on.
 func (s *StateFile) lockFile() (unlock func(), err error) {
 	p := s.path + ".lock"
-	f, err := s.openLockFile(p)
-	if err != nil {
-		return nil, err
+	for range keptTries {
+		k := s.fileLock
+		if k == nil {
+			f, err := s.openLockFile(p)
+			if err != nil {
+				return nil, err
+			}
+			if k, err = keep(f); err != nil {
+				return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
+			}
+			s.fileLock = k
+		}
+		if err := lockExclusive(k.f); err != nil {
+			s.forgetFileLock()
+			return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
+		}
+		if k.stillAt() {
+			return s.unlockFileLock, nil
+		}
+		s.forgetFileLock() // removed or replaced: a lock on it excludes nobody
 	}
-	if err := lockExclusive(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
+	return nil, fmt.Errorf("idem: state file lock %s: removed or replaced each time it was locked", p)
+}
+
+// unlockFileLock releases the file-wide lock; its file stays open.
+func (s *StateFile) unlockFileLock() {
+	if err := unlockFile(s.fileLock.f); err != nil {
+		s.forgetFileLock() // closing it releases the lock
 	}
-	return func() { unlockClose(f) }, nil
+}
+
+// forgetFileLock closes the kept file-wide lock file (releasing a lock
+// taken on it).
+func (s *StateFile) forgetFileLock() {
+	if s.fileLock != nil {
+		unlockClose(s.fileLock.f)
+		s.fileLock = nil
+	}
 }
 
 // readLocked takes the file-wide lock and reads the file under it; the

@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,8 +40,8 @@ func TestStateFileLockReleasedWhileShared(t *testing.T) {
 			var fds []int
 			for _, e := range ents {
 				target, err := os.Readlink("/proc/self/fd/" + e.Name())
-				if err != nil || !strings.HasPrefix(target, s.Path()+".") || !strings.HasSuffix(target, ".lock") || target == s.Path()+".lock" {
-					continue // not the job's lock file
+				if err != nil || target != idem.StateLockPath(s, k.Job) {
+					continue // not the job's lock file (the store keeps other jobs' open)
 				}
 				fd, _ := strconv.Atoi(e.Name())
 				fds = append(fds, fd)
@@ -68,5 +69,58 @@ func TestStateFileLockReleasedWhileShared(t *testing.T) {
 			syscall.Close(fd)
 		}
 		dups = nil
+	}
+}
+
+// TestStateFileCloseDescriptors: the store keeps its lock files and its
+// directory open between Runs, and Close closes them; the job's lock file
+// of an attempt in progress is closed when the attempt ends (whose end,
+// written after Close, opens and keeps the others again).
+func TestStateFileCloseDescriptors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openState(t, dir)
+	open := func() []string {
+		t.Helper()
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range ents {
+			if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && (target == dir || strings.HasPrefix(target, dir+"/")) {
+				got = append(got, target)
+			}
+		}
+		return got
+	}
+	var inFn []string
+	if err := s.Run(ctx, key, func(context.Context) error {
+		if err := s.Close(); err != nil {
+			return err
+		}
+		inFn = open()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(inFn) != 1 || inFn[0] != idem.StateLockPath(s, key.Job) {
+		t.Fatalf("open in fn after Close: %v; want the attempt's lock file alone", inFn)
+	}
+	if got := open(); slices.Contains(got, idem.StateLockPath(s, key.Job)) {
+		t.Fatalf("open after the attempt that Close ran in: %v; want not the job's lock file (its end wrote the file: the others may be open again)", got)
+	}
+	if err := s.Run(ctx, idem.Key{Job: key.Job, Period: "2026-10-28"}, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := open(); len(got) != 3 {
+		t.Fatalf("open between Runs: %v; want the job's lock file, the file-wide one and the directory", got)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := open(); len(got) != 0 {
+		t.Fatalf("open after Close: %v; want none", got)
 	}
 }

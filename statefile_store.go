@@ -84,7 +84,7 @@ func (s stateStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 	keep := false
 	defer func() {
 		if !keep {
-			unlockClose(f)
+			s.unlockJob(key.Job, f)
 		}
 	}()
 	// Under the locks, read again: the last holder may have just finished.
@@ -201,11 +201,11 @@ func (s stateStore) Finish(ctx context.Context, key Key, attempt int64, end idem
 
 func (h *heldLock) owner() string { return idemstore.Owner() }
 
-// dropLock closes the job's lock file, which releases its flock.
+// dropLock releases the job's lock that an attempt of this process holds.
 func (s *StateFile) dropLock(job string) {
 	if h := s.held[job]; h != nil {
-		unlockClose(h.f)
 		delete(s.held, job)
+		s.unlockJob(job, h.f)
 	}
 }
 
@@ -243,7 +243,7 @@ func (s *StateFile) Resolve(ctx context.Context, key Key, to Resolution) error {
 	if !ok {
 		return fmt.Errorf("%w: %s: an attempt holds the job's lock", ErrNotResolvable, key)
 	}
-	defer unlockClose(f)
+	defer s.unlockJob(key.Job, f)
 	doc, unlock, err := s.readLocked()
 	if err != nil {
 		return err
@@ -318,7 +318,7 @@ func (s stateStore) Start(ctx context.Context, job, before string) (JobState, er
 		return JobState{}, fmt.Errorf("%w: %s: job %q: an attempt holds the job's lock; its catch-up can start once it ends",
 			ErrInProgress, s.path, job)
 	}
-	defer unlockClose(f)
+	defer s.unlockJob(job, f)
 	doc, unlock, err := s.readLocked()
 	if err != nil {
 		return JobState{}, err

@@ -61,7 +61,7 @@ func (s *StateFile) write(ctx context.Context, key Key, doc *stateDoc) error {
 		crashed = true
 		return err
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := s.syncDir(); err != nil {
 		s.broken = idemstore.Fatal(fmt.Errorf("idem: state file %s: directory fsync failed, refusing further writes: %w", s.path, err))
 		return s.broken
 	}

@@ -88,3 +88,8 @@ func replaceFile(from, to string) error {
 		time.Sleep(pause)
 	}
 }
+
+// syncDir does nothing on Windows, which has no directory fsync (see
+// syncDir in fsync_windows.go): MoveFileEx's MOVEFILE_WRITE_THROUGH makes
+// the replace durable.
+func (s *StateFile) syncDir() error { return syncDir(s.dir) }
