@@ -1,11 +1,13 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"time"
@@ -20,12 +22,40 @@ import (
 // BEGIN IMMEDIATE and COMMIT run as statements and its statements prepared
 // once. (A database/sql Tx starts a goroutine per transaction to watch its
 // context; a Run would pay two.)
+//
+// The ledger's own statements on it (exec, scan) run on the driver's
+// connection itself (sql.Conn.Raw), prepared once there: database/sql's
+// statement, argument and row handling cost a duplicate trigger's read a
+// fifth of its time. Every use of a wconn is under the ledger's write
+// lock (writeLock), so the scratch fields below have one user at a time.
 type wconn struct {
 	conn  *sql.Conn
-	stmts map[string]*sql.Stmt
+	stmts map[string]*sql.Stmt // for queryRow, and fn's transaction (withSQLTx)
 	// normal: the connection is at synchronous=NORMAL (else FULL, as its
 	// pool's DSN opens it).
 	normal bool
+
+	dstmts map[string]driver.Stmt // prepared on the driver's connection
+	// The call in progress on the driver's connection, for rawFn (bound
+	// once: a closure per call would be an allocation).
+	op    rawOp
+	rawFn func(any) error
+}
+
+// rawOp is one statement run on the driver's connection by wconn.raw.
+type rawOp struct {
+	ctx  context.Context
+	q    string
+	args []driver.NamedValue
+	dest []any          // a read: the first row's columns go here; nil for an exec
+	vals []driver.Value // the row as the driver gives it
+	res  driver.Result  // an exec's result
+}
+
+func newWconn(c *sql.Conn) *wconn {
+	w := &wconn{conn: c, stmts: map[string]*sql.Stmt{}, dstmts: map[string]driver.Stmt{}}
+	w.rawFn = w.raw
+	return w
 }
 
 // setSync puts the connection at synchronous=FULL (durable: the next
@@ -61,14 +91,160 @@ func (w *wconn) prep(ctx context.Context, q string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-// exec runs q, prepared once (BEGIN and COMMIT too: compiling them costs
-// more than running them).
-func (w *wconn) exec(ctx context.Context, q string) (sql.Result, error) {
-	st, err := w.prep(ctx, q)
+// exec runs q with args, prepared once (BEGIN and COMMIT too: compiling
+// them costs more than running them), on the driver's connection.
+func (w *wconn) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if err := w.bind(args); err != nil {
+		return nil, err
+	}
+	w.op.ctx, w.op.q, w.op.dest = ctx, q, nil
+	err := w.conn.Raw(w.rawFn)
+	res := w.op.res
+	w.op = rawOp{args: w.op.args[:0], vals: w.op.vals}
 	if err != nil {
 		return nil, err
 	}
-	return st.ExecContext(ctx)
+	return res, nil
+}
+
+// scan runs the read q with args, prepared once, on the driver's
+// connection, and scans its first row into dest (*string, *[]byte,
+// *int64 or *int), as Row.Scan would: sql.ErrNoRows when there is none.
+func (w *wconn) scan(ctx context.Context, q string, args []any, dest ...any) error {
+	if err := w.bind(args); err != nil {
+		return err
+	}
+	w.op.ctx, w.op.q, w.op.dest = ctx, q, dest
+	err := w.conn.Raw(w.rawFn)
+	w.op = rawOp{args: w.op.args[:0], vals: w.op.vals}
+	return err
+}
+
+// bind converts args as database/sql would for a driver that checks no
+// values itself (modernc.org/sqlite does not): into w.op.args.
+func (w *wconn) bind(args []any) error {
+	nv := w.op.args[:0]
+	for i, a := range args {
+		v := driver.NamedValue{Ordinal: i + 1}
+		if na, ok := a.(sql.NamedArg); ok {
+			v.Name, a = na.Name, na.Value
+		}
+		switch a := a.(type) {
+		case nil, int64, string, []byte, float64, bool, time.Time:
+			v.Value = a
+		case int:
+			v.Value = int64(a)
+		default:
+			cv, err := driver.DefaultParameterConverter.ConvertValue(a)
+			if err != nil {
+				return fmt.Errorf("sql: converting argument $%d type: %w", i+1, err)
+			}
+			v.Value = cv
+		}
+		nv = append(nv, v)
+	}
+	w.op.args = nv
+	return nil
+}
+
+// raw runs w.op on the driver's connection dc (through sql.Conn.Raw).
+func (w *wconn) raw(dc any) error {
+	op := &w.op
+	st, ok := w.dstmts[op.q]
+	if !ok {
+		p, ok := dc.(driver.ConnPrepareContext)
+		if !ok {
+			return fmt.Errorf("idem: driver connection %T cannot prepare statements", dc)
+		}
+		var err error
+		if st, err = p.PrepareContext(op.ctx, op.q); err != nil {
+			return err
+		}
+		w.dstmts[op.q] = st
+	}
+	if op.dest == nil {
+		ex, ok := st.(driver.StmtExecContext)
+		if !ok {
+			return fmt.Errorf("idem: driver statement %T cannot exec", st)
+		}
+		res, err := ex.ExecContext(op.ctx, op.args)
+		op.res = res
+		return err
+	}
+	qu, ok := st.(driver.StmtQueryContext)
+	if !ok {
+		return fmt.Errorf("idem: driver statement %T cannot query", st)
+	}
+	rows, err := qu.QueryContext(op.ctx, op.args)
+	if err != nil {
+		return err
+	}
+	n := len(rows.Columns())
+	if cap(op.vals) < n {
+		op.vals = make([]driver.Value, n)
+	}
+	vals := op.vals[:n]
+	err = rows.Next(vals)
+	if err == nil {
+		err = scanValues(vals, op.dest)
+	} else if errors.Is(err, io.EOF) {
+		err = sql.ErrNoRows
+	}
+	clear(vals)
+	if cerr := rows.Close(); cerr != nil && (err == nil || errors.Is(err, sql.ErrNoRows)) {
+		err = cerr
+	}
+	return err
+}
+
+// scanValues stores a row's driver values in dest, as Rows.Scan would for
+// the destinations the ledger reads through wconn.scan (bytes copied: the
+// driver may reuse them).
+func scanValues(vals []driver.Value, dest []any) error {
+	if len(vals) != len(dest) {
+		return fmt.Errorf("sql: expected %d destination arguments in Scan, not %d", len(vals), len(dest))
+	}
+	for i, v := range vals {
+		switch d := dest[i].(type) {
+		case *string:
+			switch v := v.(type) {
+			case string:
+				*d = v
+			case []byte:
+				*d = string(v)
+			case int64:
+				*d = strconv.FormatInt(v, 10)
+			default:
+				return fmt.Errorf("sql: Scan error on column index %d: converting %T to string is unsupported", i, v)
+			}
+		case *[]byte:
+			switch v := v.(type) {
+			case nil:
+				*d = nil
+			case []byte:
+				*d = bytes.Clone(v)
+			case string:
+				*d = []byte(v)
+			default:
+				return fmt.Errorf("sql: Scan error on column index %d: converting %T to []byte is unsupported", i, v)
+			}
+		case *int64:
+			n, ok := v.(int64)
+			if !ok {
+				return fmt.Errorf("sql: Scan error on column index %d: converting %T to int64 is unsupported", i, v)
+			}
+			*d = n
+		case *int:
+			n, ok := v.(int64)
+			if !ok {
+				return fmt.Errorf("sql: Scan error on column index %d: converting %T to int is unsupported", i, v)
+			}
+			*d = int(n)
+		default:
+			return fmt.Errorf("idem: scan into %T is not supported on the kept connection", d)
+		}
+	}
+	return nil
 }
 
 // close ends a kept connection whose state is not known (a BEGIN, COMMIT
@@ -80,7 +256,13 @@ func (w *wconn) close() error {
 	for _, st := range w.stmts {
 		st.Close()
 	}
-	_ = w.conn.Raw(func(any) error { return driver.ErrBadConn }) // database/sql closes a connection that says it is bad
+	_ = w.conn.Raw(func(any) error { // database/sql closes a connection that says it is bad
+		for q, st := range w.dstmts {
+			st.Close()
+			delete(w.dstmts, q)
+		}
+		return driver.ErrBadConn
+	})
 	return w.conn.Close()
 }
 
@@ -144,11 +326,7 @@ func (l *Ledger) scanOnWriteConn(ctx context.Context, q string, args, dest []any
 	if err != nil {
 		return nil, false
 	}
-	st, err := w.prep(ctx, q)
-	if err != nil {
-		return nil, false
-	}
-	return st.QueryRowContext(ctx, args...).Scan(dest...), true
+	return w.scan(ctx, q, args, dest...), true
 }
 
 // execer is what runs a write transaction's statements: a *sql.Tx, or a
@@ -206,6 +384,9 @@ func (t *wtx) stmt(q string) (*sql.Stmt, error) {
 }
 
 func (t *wtx) exec(q string, args ...any) (sql.Result, error) {
+	if t.wc != nil {
+		return t.wc.exec(t.ctx, q, args...)
+	}
 	st, err := t.stmt(q)
 	if err != nil {
 		return nil, err
@@ -372,7 +553,7 @@ func (l *Ledger) writeConn(ctx context.Context, i int, pool *sql.DB) (*wconn, er
 		c.Close()
 		return nil, err
 	}
-	w := &wconn{conn: c, stmts: map[string]*sql.Stmt{}}
+	w := newWconn(c)
 	l.wconns[i] = w
 	return w, nil
 }
