@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/idemgo/idem/idemstore"
 )
@@ -66,6 +67,9 @@ type Ledger struct {
 	// unsynced ones alike (wconn.setSync), so that its page cache stays
 	// valid from one write to the next.
 	wconns [1]*wconn
+	// dups counts the recent claims that found their key done (see
+	// readFirst).
+	dups atomic.Int32
 }
 
 // ledgerStore is a Ledger as the engine and the other stores' users

@@ -511,6 +511,35 @@ func (l *Ledger) beginWrite(ctx context.Context) (*lockStart, error) {
 	return ls, err
 }
 
+// startWrite is beginWrite; with now, it takes this process's turn to
+// write only if it is free, else fails with errNotNow.
+func (l *Ledger) startWrite(ctx context.Context, now bool) (*lockStart, error) {
+	if !now {
+		return l.beginWrite(ctx)
+	}
+	select {
+	case l.wl.sem <- struct{}{}:
+	default:
+		return nil, errNotNow
+	}
+	t := time.Now()
+	return &lockStart{real: t, clock: l.clock.Now(), deadline: t.Add(l.wl.wait), wl: &l.wl}, nil
+}
+
+// lockWait is the function lockWait; with now, a try that finds the
+// database locked is not repeated: errNotNow. (The kept connection's
+// busy_timeout is 0 unless a write waits.)
+func (l *Ledger) lockWait(ctx context.Context, ls *lockStart, now bool, setTimeout func(time.Duration), try func() error) error {
+	if !now {
+		return lockWait(ctx, ls, setTimeout, try)
+	}
+	err := try()
+	if isBusy(err) {
+		return errNotNow
+	}
+	return err
+}
+
 // locked is called once a write holds the write lock: it ends the wait,
 // reports it to ctx's trace and returns shift (see wtx.shift).
 func (l *Ledger) locked(ctx context.Context, ls *lockStart) time.Duration {
@@ -579,13 +608,33 @@ func (l *Ledger) writeConn(ctx context.Context, i int, pool *sql.DB) (*wconn, er
 // An owned ledger runs it on a connection it keeps for writes (wconn); an
 // attached one, and withSQLTx, in a database/sql Tx.
 func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) error {
+	return l.writeTx(ctx, durable, false, f)
+}
+
+// errNotNow is the answer of a write transaction run with now (writeTx,
+// sqlTx) that could not start at once: the write lock is held (by a write
+// of this process, or SQLite's by another handle), or the ledger's file
+// must be checked by the caller's usual path. Nothing was written.
+var errNotNow = errors.New("idem: the write lock is not free now")
+
+// writeTx is withTx; with now (an owned ledger only), it does not wait: if
+// this process's turn to write or SQLite's write lock cannot be had at
+// once, or the ledger's file check fails, it fails with errNotNow, having
+// written nothing.
+func (l *Ledger) writeTx(ctx context.Context, durable, now bool, f func(*wtx) error) error {
 	if !l.kept {
+		if now {
+			return errNotNow
+		}
 		return l.withSQLTx(ctx, durable, f)
 	}
 	if err := l.file.check(); err != nil {
+		if now {
+			return errNotNow
+		}
 		return err
 	}
-	ls, err := l.beginWrite(ctx)
+	ls, err := l.startWrite(ctx, now)
 	if err != nil {
 		return err
 	}
@@ -593,7 +642,7 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 	const i = 0 // the kept connection of every write transaction: see wconn.setSync
 	pool := l.db
 	waiting := true // until the first try that gets the lock: locked reports the wait once
-	return l.writeErr(lockWait(ctx, ls, l.busyTimeout(i), func() error {
+	return l.writeErr(l.lockWait(ctx, ls, now, l.busyTimeout(i), func() error {
 		w, err := l.writeConn(ctx, i, pool)
 		if err != nil {
 			return err
@@ -647,10 +696,22 @@ const takeLockSQL = `UPDATE idem_meta SET value = value WHERE 0`
 // caller's fn a *sql.Tx (FinishTx, FinishItemsTx) and for attached
 // databases.
 func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error) error {
+	return l.sqlTx(ctx, durable, false, f)
+}
+
+// sqlTx is withSQLTx; with now, it fails with errNotNow instead of waiting,
+// as writeTx does.
+func (l *Ledger) sqlTx(ctx context.Context, durable, now bool, f func(*wtx) error) error {
+	if now && !l.kept {
+		return errNotNow
+	}
 	if err := l.file.check(); err != nil {
+		if now {
+			return errNotNow
+		}
 		return err
 	}
-	ls, err := l.beginWrite(ctx)
+	ls, err := l.startWrite(ctx, now)
 	if err != nil {
 		return err
 	}
@@ -660,7 +721,7 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 	if l.kept {
 		setTimeout = l.busyTimeout(0)
 	}
-	return l.writeErr(lockWait(ctx, ls, setTimeout, func() error {
+	return l.writeErr(l.lockWait(ctx, ls, now, setTimeout, func() error {
 		pool := l.db
 		var tx *sql.Tx
 		var kept *wconn // the kept connection the Tx runs on: its prepared statements run in the Tx
