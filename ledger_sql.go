@@ -404,6 +404,9 @@ func (t *wtx) queryRow(q string, args ...any) *sql.Row {
 
 // isBusy reports SQLITE_BUSY and SQLITE_LOCKED ("database is locked").
 func isBusy(err error) bool {
+	if err == nil {
+		return false
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		c := se.Code() & 0xff
