@@ -239,3 +239,52 @@ func TestLedgerIdleOutboxClaimWritesNothing(t *testing.T) {
 		t.Fatalf("ClaimOutbox of an empty outbox with the write lock held elsewhere = %v, %v; want nothing, at once", msgs, err)
 	}
 }
+
+// TestLedgerDoneKeyWhileLockHeldAfterNewKeys: after a run of new keys,
+// when a claim tries the claim's transaction before any read, a done key
+// is still answered AlreadyDone, by Run and by RunTx, without waiting for
+// the write lock that another handle holds (WithLockWait is an hour: a
+// claim that waited for it fails the test at testwait's limit). The
+// transaction is tried only if it can start at once.
+func TestLedgerDoneKeyWhileLockHeldAfterNewKeys(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l := openLedger(t, dir, idem.WithLockWait(time.Hour))
+	ctx := context.Background()
+	noop := func(context.Context) error { return nil }
+	done := idem.Key{Job: "streak", Period: "done"}
+	txDone := idem.Key{Job: "streak", Period: "tx-done"}
+	if err := l.Run(ctx, done, noop); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RunTx(ctx, txDone, func(context.Context, *sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if err := l.Run(ctx, idem.Key{Job: "streak", Period: fmt.Sprintf("new-%d", i)}, noop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if idem.LedgerReadsFirst(l) {
+		t.Fatal("after four new keys the ledger still reads before it claims: this test would not try the claim's transaction first")
+	}
+	holdWriteLock(t, filepath.Join(dir, "ledger.db"))
+	ran := func(context.Context) error { return errors.New("fn ran for a done key") }
+	for _, c := range []struct {
+		what string
+		run  func(*idem.Result) error
+	}{
+		{"Run", func(res *idem.Result) error { return l.Run(ctx, done, ran, idem.ReportTo(res)) }},
+		{"RunTx", func(res *idem.Result) error {
+			return l.RunTx(ctx, txDone, func(ctx context.Context, _ *sql.Tx) error { return ran(ctx) }, idem.ReportTo(res))
+		}},
+	} {
+		var res idem.Result
+		ch := make(chan error, 1)
+		go func() { ch <- c.run(&res) }()
+		err := testwait.Recv(t, ch, "%s of a done key to return while another handle holds the write lock", c.what)
+		if err != nil || res.Outcome != idem.AlreadyDone {
+			t.Errorf("%s of a done key with the write lock held elsewhere = %v, outcome %v; want nil, AlreadyDone", c.what, err, res.Outcome)
+		}
+	}
+}
