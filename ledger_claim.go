@@ -13,9 +13,12 @@ import (
 // first (fastClaim), which is all that a done key needs; when the recent
 // claims found their keys new (readFirst says no), it goes straight to the
 // claim's transaction, which reads the record under the write lock when
-// the key has one, if that transaction can start at once (no other write
-// holds the lock; otherwise it reads first, as a done key must be answered
-// without waiting for a writer). The answer is the same either way.
+// the key has one. That transaction waits only behind this process's
+// writes of the ledger's own (claims, done marks, ...): if SQLite's write
+// lock is held by another handle, or this process's turn by a transaction
+// of a caller's function, the claim reads first after all, so that a done
+// key is answered without waiting for such a writer. The answer is the
+// same either way.
 func (l ledgerStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	if !l.readFirst() {
 		c, err := l.claimTx(ctx, req, true)

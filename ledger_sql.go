@@ -514,19 +514,29 @@ func (l *Ledger) beginWrite(ctx context.Context) (*lockStart, error) {
 	return ls, err
 }
 
-// startWrite is beginWrite; with now, it takes this process's turn to
-// write only if it is free, else fails with errNotNow.
-func (l *Ledger) startWrite(ctx context.Context, now bool) (*lockStart, error) {
-	if !now {
-		return l.beginWrite(ctx)
+// startWrite is beginWrite; with now, it waits for this process's turn to
+// write only behind writes of the ledger's own (claims, renewals, done
+// marks, ...): if a write that runs a caller's function in its
+// transaction (long: self of them is this call) holds the turn or waits
+// for it, it fails with errNotNow at once.
+func (l *Ledger) startWrite(ctx context.Context, now bool, self int32) (*lockStart, error) {
+	if now {
+		select {
+		case l.wl.sem <- struct{}{}:
+			t := time.Now()
+			return &lockStart{real: t, clock: l.clock.Now(), deadline: t.Add(l.wl.wait), wl: &l.wl}, nil
+		default:
+		}
+		if l.wl.long.Load() > self {
+			return nil, errNotNow
+		}
+		ls, err := l.beginWrite(ctx)
+		if errors.Is(err, ErrWriteLockHeld) {
+			return nil, errNotNow
+		}
+		return ls, err
 	}
-	select {
-	case l.wl.sem <- struct{}{}:
-	default:
-		return nil, errNotNow
-	}
-	t := time.Now()
-	return &lockStart{real: t, clock: l.clock.Now(), deadline: t.Add(l.wl.wait), wl: &l.wl}, nil
+	return l.beginWrite(ctx)
 }
 
 // lockWait is the function lockWait; with now, a try that finds the
@@ -615,15 +625,17 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 }
 
 // errNotNow is the answer of a write transaction run with now (writeTx,
-// sqlTx) that could not start at once: the write lock is held (by a write
-// of this process, or SQLite's by another handle), or the ledger's file
-// must be checked by the caller's usual path. Nothing was written.
+// sqlTx) that did not start: SQLite's write lock is held by another
+// handle, this process's turn to write is held by a transaction of a
+// caller's function or did not come within WithLockWait, or the ledger's
+// file must be checked by the caller's usual path. Nothing was written.
 var errNotNow = errors.New("idem: the write lock is not free now")
 
-// writeTx is withTx; with now (an owned ledger only), it does not wait: if
-// this process's turn to write or SQLite's write lock cannot be had at
-// once, or the ledger's file check fails, it fails with errNotNow, having
-// written nothing.
+// writeTx is withTx; with now (an owned ledger only), it does not wait for
+// SQLite's write lock, nor for this process's turn to write behind a
+// transaction of a caller's function (startWrite): then, and when the
+// ledger's file check fails, it fails with errNotNow, having written
+// nothing.
 func (l *Ledger) writeTx(ctx context.Context, durable, now bool, f func(*wtx) error) error {
 	if !l.kept {
 		if now {
@@ -637,7 +649,7 @@ func (l *Ledger) writeTx(ctx context.Context, durable, now bool, f func(*wtx) er
 		}
 		return err
 	}
-	ls, err := l.startWrite(ctx, now)
+	ls, err := l.startWrite(ctx, now, 0)
 	if err != nil {
 		return err
 	}
@@ -714,7 +726,13 @@ func (l *Ledger) sqlTx(ctx context.Context, durable, now bool, f func(*wtx) erro
 		}
 		return err
 	}
-	ls, err := l.startWrite(ctx, now)
+	if l.kept {
+		// A transaction of the caller's fn: claims that come after a run
+		// of new keys do not queue behind it (startWrite).
+		l.wl.long.Add(1)
+		defer l.wl.long.Add(-1)
+	}
+	ls, err := l.startWrite(ctx, now, 1)
 	if err != nil {
 		return err
 	}
