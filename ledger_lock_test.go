@@ -288,3 +288,54 @@ func TestLedgerDoneKeyWhileLockHeldAfterNewKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestLedgerDoneKeyWhileRunTxFnRunsAfterNewKeys: after a run of new keys, a
+// claim that goes to the claim's transaction first waits for its turn
+// behind this process's own short writes only: with a RunTx's fn running
+// in its transaction (which holds the turn), a Run of a done key is
+// answered AlreadyDone at once, not when that fn ends (WithLockWait is an
+// hour: a claim that waited fails the test at testwait's limit).
+func TestLedgerDoneKeyWhileRunTxFnRunsAfterNewKeys(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir(), idem.WithLockWait(time.Hour))
+	ctx := context.Background()
+	noop := func(context.Context) error { return nil }
+	done := idem.Key{Job: "streak", Period: "done"}
+	if err := l.Run(ctx, done, noop); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if err := l.Run(ctx, idem.Key{Job: "streak", Period: fmt.Sprintf("new-%d", i)}, noop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if idem.LedgerReadsFirst(l) {
+		t.Fatal("after four new keys the ledger still reads before it claims: this test would not try the claim's transaction first")
+	}
+	inFn, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	txErr := make(chan error, 1)
+	go func() {
+		txErr <- l.RunTx(ctx, idem.Key{Job: "streak", Period: "slow-tx"}, func(context.Context, *sql.Tx) error {
+			close(inFn)
+			<-release
+			return nil
+		})
+	}()
+	testwait.Recv(t, inFn, "the RunTx's fn to start")
+	var res idem.Result
+	ch := make(chan error, 1)
+	go func() {
+		ch <- l.Run(ctx, done, func(context.Context) error { return errors.New("fn ran for a done key") }, idem.ReportTo(&res))
+	}()
+	err := testwait.Recv(t, ch, "Run of a done key to return while a RunTx's fn holds the turn to write")
+	free()
+	if err != nil || res.Outcome != idem.AlreadyDone {
+		t.Errorf("Run of a done key while a RunTx's fn runs = %v, outcome %v; want nil, AlreadyDone", err, res.Outcome)
+	}
+	if err := testwait.Recv(t, txErr, "the RunTx to end once its fn returned"); err != nil {
+		t.Errorf("RunTx: %v", err)
+	}
+}
