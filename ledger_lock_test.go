@@ -251,23 +251,12 @@ func TestLedgerDoneKeyWhileLockHeldAfterNewKeys(t *testing.T) {
 	dir := t.TempDir()
 	l := openLedger(t, dir, idem.WithLockWait(time.Hour))
 	ctx := context.Background()
-	noop := func(context.Context) error { return nil }
 	done := idem.Key{Job: "streak", Period: "done"}
 	txDone := idem.Key{Job: "streak", Period: "tx-done"}
-	if err := l.Run(ctx, done, noop); err != nil {
-		t.Fatal(err)
-	}
 	if err := l.RunTx(ctx, txDone, func(context.Context, *sql.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 4 {
-		if err := l.Run(ctx, idem.Key{Job: "streak", Period: fmt.Sprintf("new-%d", i)}, noop); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if idem.LedgerReadsFirst(l) {
-		t.Fatal("after four new keys the ledger still reads before it claims: this test would not try the claim's transaction first")
-	}
+	afterNewKeys(t, l, done)
 	holdWriteLock(t, filepath.Join(dir, "ledger.db"))
 	ran := func(context.Context) error { return errors.New("fn ran for a done key") }
 	for _, c := range []struct {
@@ -299,19 +288,8 @@ func TestLedgerDoneKeyWhileRunTxFnRunsAfterNewKeys(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir(), idem.WithLockWait(time.Hour))
 	ctx := context.Background()
-	noop := func(context.Context) error { return nil }
 	done := idem.Key{Job: "streak", Period: "done"}
-	if err := l.Run(ctx, done, noop); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 4 {
-		if err := l.Run(ctx, idem.Key{Job: "streak", Period: fmt.Sprintf("new-%d", i)}, noop); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if idem.LedgerReadsFirst(l) {
-		t.Fatal("after four new keys the ledger still reads before it claims: this test would not try the claim's transaction first")
-	}
+	afterNewKeys(t, l, done)
 	inFn, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
@@ -337,5 +315,25 @@ func TestLedgerDoneKeyWhileRunTxFnRunsAfterNewKeys(t *testing.T) {
 	}
 	if err := testwait.Recv(t, txErr, "the RunTx to end once its fn returned"); err != nil {
 		t.Errorf("RunTx: %v", err)
+	}
+}
+
+// afterNewKeys runs done and four new keys on l, and checks that l's next
+// claim goes to the claim's transaction first.
+func afterNewKeys(t *testing.T, l *idem.Ledger, done idem.Key) {
+	t.Helper()
+	ctx := context.Background()
+	noop := func(context.Context) error { return nil }
+	for i := range 5 {
+		key := idem.Key{Job: "streak", Period: fmt.Sprintf("new-%d", i)}
+		if i == 0 {
+			key = done
+		}
+		if err := l.Run(ctx, key, noop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if idem.LedgerReadsFirst(l) {
+		t.Fatal("after four new keys the ledger still reads before it claims: this test would not try the claim's transaction first")
 	}
 }

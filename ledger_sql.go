@@ -108,8 +108,8 @@ func (w *wconn) exec(ctx context.Context, q string, args ...any) (sql.Result, er
 }
 
 // scan runs the read q with args, prepared once, on the driver's
-// connection, and scans its first row into dest (*string, *[]byte,
-// *int64 or *int), as Row.Scan would: sql.ErrNoRows when there is none.
+// connection, and scans its first row into dest (*string or *[]byte), as
+// Row.Scan would: sql.ErrNoRows when there is none.
 func (w *wconn) scan(ctx context.Context, q string, args []any, dest ...any) error {
 	if err := w.bind(args); err != nil {
 		return err
@@ -228,18 +228,6 @@ func scanValues(vals []driver.Value, dest []any) error {
 			default:
 				return fmt.Errorf("sql: Scan error on column index %d: converting %T to []byte is unsupported", i, v)
 			}
-		case *int64:
-			n, ok := v.(int64)
-			if !ok {
-				return fmt.Errorf("sql: Scan error on column index %d: converting %T to int64 is unsupported", i, v)
-			}
-			*d = n
-		case *int:
-			n, ok := v.(int64)
-			if !ok {
-				return fmt.Errorf("sql: Scan error on column index %d: converting %T to int is unsupported", i, v)
-			}
-			*d = int(n)
 		default:
 			return fmt.Errorf("idem: scan into %T is not supported on the kept connection", d)
 		}
