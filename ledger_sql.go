@@ -100,7 +100,7 @@ func (w *wconn) exec(ctx context.Context, q string, args ...any) (sql.Result, er
 	w.op.ctx, w.op.q, w.op.dest = ctx, q, nil
 	err := w.conn.Raw(w.rawFn)
 	res := w.op.res
-	w.op = rawOp{args: w.op.args[:0], vals: w.op.vals}
+	w.reset()
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +116,15 @@ func (w *wconn) scan(ctx context.Context, q string, args []any, dest ...any) err
 	}
 	w.op.ctx, w.op.q, w.op.dest = ctx, q, dest
 	err := w.conn.Raw(w.rawFn)
-	w.op = rawOp{args: w.op.args[:0], vals: w.op.vals}
+	w.reset()
 	return err
+}
+
+// reset drops the finished call's context, statement and arguments,
+// keeping the scratch slices.
+func (w *wconn) reset() {
+	clear(w.op.args)
+	w.op = rawOp{args: w.op.args[:0], vals: w.op.vals}
 }
 
 // bind converts args as database/sql would for a driver that checks no
