@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/dupes"
 )
 
 // Ledger is a [Store] in a SQLite database file (modernc.org/sqlite, pure
@@ -66,6 +67,9 @@ type Ledger struct {
 	// unsynced ones alike (wconn.setSync), so that its page cache stays
 	// valid from one write to the next.
 	wconns [1]*wconn
+	// dups counts the recent claims that found their key done (see
+	// readFirst).
+	dups dupes.Recent
 }
 
 // ledgerStore is a Ledger as the engine and the other stores' users

@@ -9,13 +9,47 @@ import (
 	"github.com/idemgo/idem/idemstore"
 )
 
-// Claim implements [idemstore.Store].
+// Claim implements [idemstore.Store]. The claim reads the key's status
+// first (fastClaim), which is all that a done key needs; when the recent
+// claims found their keys new (readFirst says no), it goes straight to the
+// claim's transaction, which reads the record under the write lock when
+// the key has one. That transaction waits only behind this process's
+// writes of the ledger's own (claims, done marks, ...): if SQLite's write
+// lock is held by another handle, or this process's turn by a transaction
+// of a caller's function, the claim reads first after all, so that a done
+// key is answered without waiting for such a writer. The answer is the
+// same either way.
 func (l ledgerStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+	if !l.readFirst() {
+		c, err := l.claimTx(ctx, req, true)
+		if !errors.Is(err, errNotNow) {
+			l.sawDone(c, err)
+			return c, err
+		}
+	}
 	c, settled, _, err := l.fastClaim(ctx, req)
 	if err != nil || settled {
+		l.sawDone(c, err)
 		return c, err
 	}
-	return l.claimTx(ctx, req)
+	c, err = l.claimTx(ctx, req, false)
+	l.sawDone(c, err)
+	return c, err
+}
+
+// readFirst: most of the ledger's recent claims found their key done
+// (dupes.Recent), or the ledger is attached (NewLedger: no kept
+// connection, so no claim transaction that can be tried without waiting),
+// so the next claim reads the key's status before any write. A run of new
+// keys goes to the claim's transaction at once within a few claims, and a
+// run of duplicates back to the read alone.
+func (l *Ledger) readFirst() bool { return !l.kept || l.dups.Mostly() }
+
+// sawDone counts claim c (answered with err) for readFirst.
+func (l *Ledger) sawDone(c idemstore.Claim, err error) {
+	if err == nil {
+		l.dups.Saw(c.State == idemstore.ClaimDone)
+	}
 }
 
 // fastClaim is the claim's fast path: one prepared primary-key read of the
@@ -67,10 +101,11 @@ func (l *Ledger) fastClaim(ctx context.Context, req idemstore.ClaimRequest) (c i
 }
 
 // claimTx takes the key for a new attempt in a write transaction, deciding
-// again under the write lock.
-func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+// again under the write lock. With now, it fails with errNotNow instead of
+// waiting for the lock (writeTx).
+func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest, now bool) (idemstore.Claim, error) {
 	var c idemstore.Claim
-	err := l.withTx(ctx, req.Durable, func(tx *wtx) error {
+	err := l.writeTx(ctx, req.Durable, now, func(tx *wtx) error {
 		// The claim's time is the request's moved forward by the wait for
 		// the write lock: its lease counts from when it is written.
 		at := tx.at(req.Now)
@@ -107,6 +142,9 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest) (idems
 			idemstore.KeptFingerprint(rec.Fingerprint, req.Fingerprint), req.Key.Job, req.Key.Period)
 		return err
 	})
+	if errors.Is(err, errNotNow) {
+		return idemstore.Claim{}, err
+	}
 	if err != nil {
 		return idemstore.Claim{}, l.opErr("claim", req.Key, err)
 	}
@@ -204,22 +242,41 @@ const claimDoneInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, 
 // write lock from the INSERT on, so no other attempt can claim the key
 // meanwhile, and a crash leaves no record at all. A key with a record (a
 // duplicate trigger, most often) is claimed as by Claim, after the same single
-// read and without the write lock when it is done.
+// read and without the write lock when it is done. As in Claim, when the
+// recent claims found their keys new, the transaction comes first, if it can
+// start at once; a key that turns out to have a record is then read as
+// above, the transaction having written nothing.
 func (l ledgerStore) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) ([]byte, error)) (idemstore.Claim, bool, error) {
-	key := req.Key
+	if !l.readFirst() {
+		c, done, err := l.claimFinishTx(ctx, req, cursor, fn, true)
+		if !errors.Is(err, errNotNow) {
+			return c, done, err
+		}
+	}
 	c, settled, found, err := l.fastClaim(ctx, req)
 	switch {
 	case err != nil || settled:
+		l.sawDone(c, err)
 		return c, false, err
 	case found:
-		c, err := l.claimTx(ctx, req)
+		c, err := l.claimTx(ctx, req, false)
+		l.sawDone(c, err)
 		return c, false, err
 	}
+	return l.claimFinishTx(ctx, req, cursor, fn, false)
+}
+
+// claimFinishTx is ClaimFinishTx's transaction, for a key found without a
+// record, or (now) not read yet: then it fails with errNotNow, having
+// written nothing, if the transaction cannot start at once or the key has a
+// record.
+func (l *Ledger) claimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) ([]byte, error), now bool) (idemstore.Claim, bool, error) {
+	key := req.Key
 	var (
 		inserted bool
 		fnErr    error
 	)
-	err = l.withSQLTx(ctx, true, func(tx *wtx) error {
+	err := l.sqlTx(ctx, true, now, func(tx *wtx) error {
 		inserted, fnErr = false, nil
 		at := tx.at(req.Now)
 		now, until := micros(at), micros(at.Add(req.Lease))
@@ -271,12 +328,18 @@ func (l ledgerStore) ClaimFinishTx(ctx context.Context, req idemstore.ClaimReque
 		return advanceExec(tx, key.Job, key.Period)
 	})
 	switch {
+	case errors.Is(err, errNotNow):
+		return idemstore.Claim{}, false, err
 	case err != nil:
 		return idemstore.Claim{}, false, l.opErr("run tx", key, err)
+	case !inserted && now:
+		return idemstore.Claim{}, false, errNotNow // the usual way: read first
 	case !inserted:
-		c, err := l.claimTx(ctx, req) // decides under the write lock
+		c, err := l.claimTx(ctx, req, false) // decides under the write lock
+		l.sawDone(c, err)
 		return c, false, err
 	}
+	l.sawDone(idemstore.Claim{State: idemstore.ClaimAcquired}, nil)
 	return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: Record{Key: key}}, fnErr == nil, fnErr
 }
 

@@ -51,6 +51,10 @@ type writeLock struct {
 	sem     chan struct{}
 	wait    time.Duration // the bound of each write's wait
 	blocked atomic.Int32  // writes that found the database locked and wait for SQLite's lock now (for tests)
+	// long counts this process's writes that run a caller's function in
+	// their transaction (withSQLTx on an owned ledger), holding or
+	// waiting for their turn.
+	long atomic.Int32
 }
 
 // pollWait is how long a write that found the database locked (and

@@ -20,3 +20,7 @@ func LedgerKeptSynchronous(l *Ledger) (int, error) {
 	err := w.conn.QueryRowContext(context.Background(), `PRAGMA synchronous`).Scan(&v)
 	return v, err
 }
+
+// LedgerReadsFirst reports whether l's next claim reads the key's status
+// before any write (else it tries the claim's transaction first).
+func LedgerReadsFirst(l *Ledger) bool { return l.readFirst() }

@@ -239,3 +239,101 @@ func TestLedgerIdleOutboxClaimWritesNothing(t *testing.T) {
 		t.Fatalf("ClaimOutbox of an empty outbox with the write lock held elsewhere = %v, %v; want nothing, at once", msgs, err)
 	}
 }
+
+// TestLedgerDoneKeyWhileLockHeldAfterNewKeys: after a run of new keys,
+// when a claim tries the claim's transaction before any read, a done key
+// is still answered AlreadyDone, by Run and by RunTx, without waiting for
+// the write lock that another handle holds (WithLockWait is an hour: a
+// claim that waited for it fails the test at testwait's limit). The
+// transaction is tried only if it can start at once.
+func TestLedgerDoneKeyWhileLockHeldAfterNewKeys(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l := openLedger(t, dir, idem.WithLockWait(time.Hour))
+	ctx := context.Background()
+	done := idem.Key{Job: "streak", Period: "done"}
+	txDone := idem.Key{Job: "streak", Period: "tx-done"}
+	if err := l.RunTx(ctx, txDone, func(context.Context, *sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	afterNewKeys(t, l, done)
+	holdWriteLock(t, filepath.Join(dir, "ledger.db"))
+	ran := func(context.Context) error { return errors.New("fn ran for a done key") }
+	for _, c := range []struct {
+		what string
+		run  func(*idem.Result) error
+	}{
+		{"Run", func(res *idem.Result) error { return l.Run(ctx, done, ran, idem.ReportTo(res)) }},
+		{"RunTx", func(res *idem.Result) error {
+			return l.RunTx(ctx, txDone, func(ctx context.Context, _ *sql.Tx) error { return ran(ctx) }, idem.ReportTo(res))
+		}},
+	} {
+		var res idem.Result
+		ch := make(chan error, 1)
+		go func() { ch <- c.run(&res) }()
+		err := testwait.Recv(t, ch, "%s of a done key to return while another handle holds the write lock", c.what)
+		if err != nil || res.Outcome != idem.AlreadyDone {
+			t.Errorf("%s of a done key with the write lock held elsewhere = %v, outcome %v; want nil, AlreadyDone", c.what, err, res.Outcome)
+		}
+	}
+}
+
+// TestLedgerDoneKeyWhileRunTxFnRunsAfterNewKeys: after a run of new keys, a
+// claim that goes to the claim's transaction first waits for its turn
+// behind this process's own short writes only: with a RunTx's fn running
+// in its transaction (which holds the turn), a Run of a done key is
+// answered AlreadyDone at once, not when that fn ends (WithLockWait is an
+// hour: a claim that waited fails the test at testwait's limit).
+func TestLedgerDoneKeyWhileRunTxFnRunsAfterNewKeys(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir(), idem.WithLockWait(time.Hour))
+	ctx := context.Background()
+	done := idem.Key{Job: "streak", Period: "done"}
+	afterNewKeys(t, l, done)
+	inFn, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	txErr := make(chan error, 1)
+	go func() {
+		txErr <- l.RunTx(ctx, idem.Key{Job: "streak", Period: "slow-tx"}, func(context.Context, *sql.Tx) error {
+			close(inFn)
+			<-release
+			return nil
+		})
+	}()
+	testwait.Recv(t, inFn, "the RunTx's fn to start")
+	var res idem.Result
+	ch := make(chan error, 1)
+	go func() {
+		ch <- l.Run(ctx, done, func(context.Context) error { return errors.New("fn ran for a done key") }, idem.ReportTo(&res))
+	}()
+	err := testwait.Recv(t, ch, "Run of a done key to return while a RunTx's fn holds the turn to write")
+	free()
+	if err != nil || res.Outcome != idem.AlreadyDone {
+		t.Errorf("Run of a done key while a RunTx's fn runs = %v, outcome %v; want nil, AlreadyDone", err, res.Outcome)
+	}
+	if err := testwait.Recv(t, txErr, "the RunTx to end once its fn returned"); err != nil {
+		t.Errorf("RunTx: %v", err)
+	}
+}
+
+// afterNewKeys runs done and four new keys on l, and checks that l's next
+// claim goes to the claim's transaction first.
+func afterNewKeys(t *testing.T, l *idem.Ledger, done idem.Key) {
+	t.Helper()
+	ctx := context.Background()
+	noop := func(context.Context) error { return nil }
+	for i := range 5 {
+		key := idem.Key{Job: "streak", Period: fmt.Sprintf("new-%d", i)}
+		if i == 0 {
+			key = done
+		}
+		if err := l.Run(ctx, key, noop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if idem.LedgerReadsFirst(l) {
+		t.Fatal("after four new keys the ledger still reads before it claims: this test would not try the claim's transaction first")
+	}
+}

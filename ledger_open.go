@@ -291,6 +291,9 @@ func unwritableDir(dir string) string {
 // isUnwritableErr reports SQLite's errors for a file or directory it cannot
 // open or write.
 func isUnwritableErr(err error) bool {
+	if err == nil {
+		return false
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {

@@ -1,11 +1,13 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"time"
@@ -20,12 +22,40 @@ import (
 // BEGIN IMMEDIATE and COMMIT run as statements and its statements prepared
 // once. (A database/sql Tx starts a goroutine per transaction to watch its
 // context; a Run would pay two.)
+//
+// The ledger's own statements on it (exec, scan) run on the driver's
+// connection itself (sql.Conn.Raw), prepared once there: database/sql's
+// statement, argument and row handling cost a duplicate trigger's read a
+// fifth of its time. Every use of a wconn is under the ledger's write
+// lock (writeLock), so the scratch fields below have one user at a time.
 type wconn struct {
 	conn  *sql.Conn
-	stmts map[string]*sql.Stmt
+	stmts map[string]*sql.Stmt // for queryRow, and fn's transaction (withSQLTx)
 	// normal: the connection is at synchronous=NORMAL (else FULL, as its
 	// pool's DSN opens it).
 	normal bool
+
+	dstmts map[string]driver.Stmt // prepared on the driver's connection
+	// The call in progress on the driver's connection, for rawFn (bound
+	// once: a closure per call would be an allocation).
+	op    rawOp
+	rawFn func(any) error
+}
+
+// rawOp is one statement run on the driver's connection by wconn.raw.
+type rawOp struct {
+	ctx  context.Context
+	q    string
+	args []driver.NamedValue
+	dest []any          // a read: the first row's columns go here; nil for an exec
+	vals []driver.Value // the row as the driver gives it
+	res  driver.Result  // an exec's result
+}
+
+func newWconn(c *sql.Conn) *wconn {
+	w := &wconn{conn: c, stmts: map[string]*sql.Stmt{}, dstmts: map[string]driver.Stmt{}}
+	w.rawFn = w.raw
+	return w
 }
 
 // setSync puts the connection at synchronous=FULL (durable: the next
@@ -61,14 +91,155 @@ func (w *wconn) prep(ctx context.Context, q string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-// exec runs q, prepared once (BEGIN and COMMIT too: compiling them costs
-// more than running them).
-func (w *wconn) exec(ctx context.Context, q string) (sql.Result, error) {
-	st, err := w.prep(ctx, q)
+// exec runs q with args, prepared once (BEGIN and COMMIT too: compiling
+// them costs more than running them), on the driver's connection.
+func (w *wconn) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if err := w.bind(args); err != nil {
+		return nil, err
+	}
+	w.op.ctx, w.op.q, w.op.dest = ctx, q, nil
+	err := w.conn.Raw(w.rawFn)
+	res := w.op.res
+	w.reset()
 	if err != nil {
 		return nil, err
 	}
-	return st.ExecContext(ctx)
+	return res, nil
+}
+
+// scan runs the read q with args, prepared once, on the driver's
+// connection, and scans its first row into dest (*string or *[]byte), as
+// Row.Scan would: sql.ErrNoRows when there is none.
+func (w *wconn) scan(ctx context.Context, q string, args []any, dest ...any) error {
+	if err := w.bind(args); err != nil {
+		return err
+	}
+	w.op.ctx, w.op.q, w.op.dest = ctx, q, dest
+	err := w.conn.Raw(w.rawFn)
+	w.reset()
+	return err
+}
+
+// reset drops the finished call's context, statement and arguments,
+// keeping the scratch slices.
+func (w *wconn) reset() {
+	clear(w.op.args)
+	w.op = rawOp{args: w.op.args[:0], vals: w.op.vals}
+}
+
+// bind converts args as database/sql would for a driver that checks no
+// values itself (modernc.org/sqlite does not): into w.op.args.
+func (w *wconn) bind(args []any) error {
+	nv := w.op.args[:0]
+	for i, a := range args {
+		v := driver.NamedValue{Ordinal: i + 1}
+		if na, ok := a.(sql.NamedArg); ok {
+			v.Name, a = na.Name, na.Value
+		}
+		switch a := a.(type) {
+		case nil, int64, string, []byte, float64, bool, time.Time:
+			v.Value = a
+		case int:
+			v.Value = int64(a)
+		default:
+			cv, err := driver.DefaultParameterConverter.ConvertValue(a)
+			if err != nil {
+				return fmt.Errorf("sql: converting argument $%d type: %w", i+1, err)
+			}
+			v.Value = cv
+		}
+		nv = append(nv, v)
+	}
+	w.op.args = nv
+	return nil
+}
+
+// raw runs w.op on the driver's connection dc (through sql.Conn.Raw).
+func (w *wconn) raw(dc any) error {
+	op := &w.op
+	st, ok := w.dstmts[op.q]
+	if !ok {
+		p, ok := dc.(driver.ConnPrepareContext)
+		if !ok {
+			return fmt.Errorf("idem: driver connection %T cannot prepare statements", dc)
+		}
+		var err error
+		if st, err = p.PrepareContext(op.ctx, op.q); err != nil {
+			return err
+		}
+		w.dstmts[op.q] = st
+	}
+	if op.dest == nil {
+		ex, ok := st.(driver.StmtExecContext)
+		if !ok {
+			return fmt.Errorf("idem: driver statement %T cannot exec", st)
+		}
+		res, err := ex.ExecContext(op.ctx, op.args)
+		op.res = res
+		return err
+	}
+	qu, ok := st.(driver.StmtQueryContext)
+	if !ok {
+		return fmt.Errorf("idem: driver statement %T cannot query", st)
+	}
+	rows, err := qu.QueryContext(op.ctx, op.args)
+	if err != nil {
+		return err
+	}
+	n := len(rows.Columns())
+	if cap(op.vals) < n {
+		op.vals = make([]driver.Value, n)
+	}
+	vals := op.vals[:n]
+	err = rows.Next(vals)
+	if err == nil {
+		err = scanValues(vals, op.dest)
+	} else if errors.Is(err, io.EOF) {
+		err = sql.ErrNoRows
+	}
+	clear(vals)
+	if cerr := rows.Close(); cerr != nil && (err == nil || errors.Is(err, sql.ErrNoRows)) {
+		err = cerr
+	}
+	return err
+}
+
+// scanValues stores a row's driver values in dest, as Rows.Scan would for
+// the destinations the ledger reads through wconn.scan (bytes copied: the
+// driver may reuse them).
+func scanValues(vals []driver.Value, dest []any) error {
+	if len(vals) != len(dest) {
+		return fmt.Errorf("sql: expected %d destination arguments in Scan, not %d", len(vals), len(dest))
+	}
+	for i, v := range vals {
+		switch d := dest[i].(type) {
+		case *string:
+			switch v := v.(type) {
+			case string:
+				*d = v
+			case []byte:
+				*d = string(v)
+			case int64:
+				*d = strconv.FormatInt(v, 10)
+			default:
+				return fmt.Errorf("sql: Scan error on column index %d: converting %T to string is unsupported", i, v)
+			}
+		case *[]byte:
+			switch v := v.(type) {
+			case nil:
+				*d = nil
+			case []byte:
+				*d = bytes.Clone(v)
+			case string:
+				*d = []byte(v)
+			default:
+				return fmt.Errorf("sql: Scan error on column index %d: converting %T to []byte is unsupported", i, v)
+			}
+		default:
+			return fmt.Errorf("idem: scan into %T is not supported on the kept connection", d)
+		}
+	}
+	return nil
 }
 
 // close ends a kept connection whose state is not known (a BEGIN, COMMIT
@@ -80,7 +251,13 @@ func (w *wconn) close() error {
 	for _, st := range w.stmts {
 		st.Close()
 	}
-	_ = w.conn.Raw(func(any) error { return driver.ErrBadConn }) // database/sql closes a connection that says it is bad
+	_ = w.conn.Raw(func(any) error { // database/sql closes a connection that says it is bad
+		for q, st := range w.dstmts {
+			st.Close()
+			delete(w.dstmts, q)
+		}
+		return driver.ErrBadConn
+	})
 	return w.conn.Close()
 }
 
@@ -144,11 +321,7 @@ func (l *Ledger) scanOnWriteConn(ctx context.Context, q string, args, dest []any
 	if err != nil {
 		return nil, false
 	}
-	st, err := w.prep(ctx, q)
-	if err != nil {
-		return nil, false
-	}
-	return st.QueryRowContext(ctx, args...).Scan(dest...), true
+	return w.scan(ctx, q, args, dest...), true
 }
 
 // execer is what runs a write transaction's statements: a *sql.Tx, or a
@@ -206,6 +379,9 @@ func (t *wtx) stmt(q string) (*sql.Stmt, error) {
 }
 
 func (t *wtx) exec(q string, args ...any) (sql.Result, error) {
+	if t.wc != nil {
+		return t.wc.exec(t.ctx, q, args...)
+	}
 	st, err := t.stmt(q)
 	if err != nil {
 		return nil, err
@@ -223,6 +399,9 @@ func (t *wtx) queryRow(q string, args ...any) *sql.Row {
 
 // isBusy reports SQLITE_BUSY and SQLITE_LOCKED ("database is locked").
 func isBusy(err error) bool {
+	if err == nil {
+		return false
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		c := se.Code() & 0xff
@@ -330,6 +509,45 @@ func (l *Ledger) beginWrite(ctx context.Context) (*lockStart, error) {
 	return ls, err
 }
 
+// startWrite is beginWrite; with now, it waits for this process's turn to
+// write only behind writes of the ledger's own (claims, renewals, done
+// marks, ...): if a write that runs a caller's function in its
+// transaction (long: self of them is this call) holds the turn or waits
+// for it, it fails with errNotNow at once.
+func (l *Ledger) startWrite(ctx context.Context, now bool, self int32) (*lockStart, error) {
+	if now {
+		select {
+		case l.wl.sem <- struct{}{}:
+			t := time.Now()
+			return &lockStart{real: t, clock: l.clock.Now(), deadline: t.Add(l.wl.wait), wl: &l.wl}, nil
+		default:
+		}
+		if l.wl.long.Load() > self {
+			return nil, errNotNow
+		}
+		ls, err := l.beginWrite(ctx)
+		if errors.Is(err, ErrWriteLockHeld) {
+			return nil, errNotNow
+		}
+		return ls, err
+	}
+	return l.beginWrite(ctx)
+}
+
+// lockWait is the function lockWait; with now, a try that finds the
+// database locked is not repeated: errNotNow. (The kept connection's
+// busy_timeout is 0 unless a write waits.)
+func (l *Ledger) lockWait(ctx context.Context, ls *lockStart, now bool, setTimeout func(time.Duration), try func() error) error {
+	if !now {
+		return lockWait(ctx, ls, setTimeout, try)
+	}
+	err := try()
+	if isBusy(err) {
+		return errNotNow
+	}
+	return err
+}
+
 // locked is called once a write holds the write lock: it ends the wait,
 // reports it to ctx's trace and returns shift (see wtx.shift).
 func (l *Ledger) locked(ctx context.Context, ls *lockStart) time.Duration {
@@ -372,7 +590,7 @@ func (l *Ledger) writeConn(ctx context.Context, i int, pool *sql.DB) (*wconn, er
 		c.Close()
 		return nil, err
 	}
-	w := &wconn{conn: c, stmts: map[string]*sql.Stmt{}}
+	w := newWconn(c)
 	l.wconns[i] = w
 	return w, nil
 }
@@ -398,13 +616,35 @@ func (l *Ledger) writeConn(ctx context.Context, i int, pool *sql.DB) (*wconn, er
 // An owned ledger runs it on a connection it keeps for writes (wconn); an
 // attached one, and withSQLTx, in a database/sql Tx.
 func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) error {
+	return l.writeTx(ctx, durable, false, f)
+}
+
+// errNotNow is the answer of a write transaction run with now (writeTx,
+// sqlTx) that did not start: SQLite's write lock is held by another
+// handle, this process's turn to write is held by a transaction of a
+// caller's function or did not come within WithLockWait, or the ledger's
+// file must be checked by the caller's usual path. Nothing was written.
+var errNotNow = errors.New("idem: the write lock is not free now")
+
+// writeTx is withTx; with now (an owned ledger only), it does not wait for
+// SQLite's write lock, nor for this process's turn to write behind a
+// transaction of a caller's function (startWrite): then, and when the
+// ledger's file check fails, it fails with errNotNow, having written
+// nothing.
+func (l *Ledger) writeTx(ctx context.Context, durable, now bool, f func(*wtx) error) error {
 	if !l.kept {
+		if now {
+			return errNotNow
+		}
 		return l.withSQLTx(ctx, durable, f)
 	}
 	if err := l.file.check(); err != nil {
+		if now {
+			return errNotNow
+		}
 		return err
 	}
-	ls, err := l.beginWrite(ctx)
+	ls, err := l.startWrite(ctx, now, 0)
 	if err != nil {
 		return err
 	}
@@ -412,7 +652,7 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 	const i = 0 // the kept connection of every write transaction: see wconn.setSync
 	pool := l.db
 	waiting := true // until the first try that gets the lock: locked reports the wait once
-	return l.writeErr(lockWait(ctx, ls, l.busyTimeout(i), func() error {
+	return l.writeErr(l.lockWait(ctx, ls, now, l.busyTimeout(i), func() error {
 		w, err := l.writeConn(ctx, i, pool)
 		if err != nil {
 			return err
@@ -466,10 +706,28 @@ const takeLockSQL = `UPDATE idem_meta SET value = value WHERE 0`
 // caller's fn a *sql.Tx (FinishTx, FinishItemsTx) and for attached
 // databases.
 func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error) error {
+	return l.sqlTx(ctx, durable, false, f)
+}
+
+// sqlTx is withSQLTx; with now, it fails with errNotNow instead of waiting,
+// as writeTx does.
+func (l *Ledger) sqlTx(ctx context.Context, durable, now bool, f func(*wtx) error) error {
+	if now && !l.kept {
+		return errNotNow
+	}
 	if err := l.file.check(); err != nil {
+		if now {
+			return errNotNow
+		}
 		return err
 	}
-	ls, err := l.beginWrite(ctx)
+	if l.kept {
+		// A transaction of the caller's fn: claims that come after a run
+		// of new keys do not queue behind it (startWrite).
+		l.wl.long.Add(1)
+		defer l.wl.long.Add(-1)
+	}
+	ls, err := l.startWrite(ctx, now, 1)
 	if err != nil {
 		return err
 	}
@@ -479,7 +737,7 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 	if l.kept {
 		setTimeout = l.busyTimeout(0)
 	}
-	return l.writeErr(lockWait(ctx, ls, setTimeout, func() error {
+	return l.writeErr(l.lockWait(ctx, ls, now, setTimeout, func() error {
 		pool := l.db
 		var tx *sql.Tx
 		var kept *wconn // the kept connection the Tx runs on: its prepared statements run in the Tx

@@ -84,11 +84,13 @@ func ValidatePart(what, s string) error {
 // by the lowercase hex of the first 16 bytes of SHA-256(Job 0x00 Period),
 // 37 characters in all.
 func (k Key) RequestID() string {
-	h := sha256.New()
-	h.Write([]byte(k.Job))
-	h.Write([]byte{0})
-	h.Write([]byte(k.Period))
-	return "idem-" + hex.EncodeToString(h.Sum(nil)[:16])
+	var in [128]byte // on the stack for the usual key; a longer one is copied to the heap
+	b := append(append(append(in[:0], k.Job...), 0), k.Period...)
+	sum := sha256.Sum256(b)
+	var id [5 + 32]byte
+	copy(id[:], "idem-")
+	hex.Encode(id[5:], sum[:16])
+	return string(id[:])
 }
 
 // itemIDTag opens the hashed input of an item's request id: it names the
