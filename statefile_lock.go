@@ -65,30 +65,43 @@ func (s *StateFile) tryLock(job string) (f *os.File, ok bool, err error) {
 	if s.held[job] != nil {
 		return nil, false, nil // an attempt of this process holds it
 	}
-	for range keptTries {
-		k := s.jobLocks[job]
-		if k == nil {
-			p := s.lockPath(job)
-			lf, err := s.openLockFile(p)
-			if err != nil {
-				return nil, false, err
-			}
-			if k, err = keep(lf); err != nil {
-				return nil, false, fmt.Errorf("idem: state file lock %s: %w", p, err)
-			}
-			s.jobLocks[job] = k
-		}
-		ok, err := tryLockExclusive(k.f)
-		if err != nil {
-			s.forgetJobLock(job)
-			return nil, false, fmt.Errorf("idem: state file lock %s: %w", k.f.Name(), err)
-		}
-		if k.stillAt() {
-			return k.f, ok, nil
-		}
-		s.forgetJobLock(job) // removed or replaced: a lock on it excludes nobody
+	k := s.jobLocks[job]
+	ok, err = s.lockKept(&k, s.lockPath(job), tryLockExclusive)
+	if k == nil {
+		delete(s.jobLocks, job)
+		return nil, false, err
 	}
-	return nil, false, fmt.Errorf("idem: state file lock %s: removed or replaced each time it was locked", s.lockPath(job))
+	s.jobLocks[job] = k
+	return k.f, ok, err
+}
+
+// lockKept takes a lock with lock on the kept lock file *k, opening the
+// file at p first when *k is nil. The lock counts only while p still names
+// the file it was taken on: a file removed or replaced since it was opened
+// is closed (releasing the lock) and the file at p opened anew, keptTries
+// times at most. On an error *k is nil, closed.
+func (s *StateFile) lockKept(k **keptFile, p string, lock func(*os.File) (bool, error)) (bool, error) {
+	for range keptTries {
+		if *k == nil {
+			f, err := s.openLockFile(p)
+			if err != nil {
+				return false, err
+			}
+			if *k, err = keep(f); err != nil {
+				return false, fmt.Errorf("idem: state file lock %s: %w", p, err)
+			}
+		}
+		ok, err := lock((*k).f)
+		if err == nil && (*k).stillAt() {
+			return ok, nil
+		}
+		unlockClose((*k).f) // failed, or removed or replaced: a lock on it excludes nobody
+		*k = nil
+		if err != nil {
+			return false, fmt.Errorf("idem: state file lock %s: %w", p, err)
+		}
+	}
+	return false, fmt.Errorf("idem: state file lock %s: removed or replaced each time it was locked", p)
 }
 
 // forgetJobLock closes job's kept lock file (releasing a lock taken on it).
@@ -208,29 +221,11 @@ func unlockClose(f *os.File) {
 // stays open after unlock, until Close; as for a job's lock (tryLock), a
 // lock counts only while the path still names the file it was taken on.
 func (s *StateFile) lockFile() (unlock func(), err error) {
-	p := s.path + ".lock"
-	for range keptTries {
-		k := s.fileLock
-		if k == nil {
-			f, err := s.openLockFile(p)
-			if err != nil {
-				return nil, err
-			}
-			if k, err = keep(f); err != nil {
-				return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
-			}
-			s.fileLock = k
-		}
-		if err := lockExclusive(k.f); err != nil {
-			s.forgetFileLock()
-			return nil, fmt.Errorf("idem: state file lock %s: %w", p, err)
-		}
-		if k.stillAt() {
-			return s.unlockFileLock, nil
-		}
-		s.forgetFileLock() // removed or replaced: a lock on it excludes nobody
+	_, err = s.lockKept(&s.fileLock, s.path+".lock", func(f *os.File) (bool, error) { return true, lockExclusive(f) })
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("idem: state file lock %s: removed or replaced each time it was locked", p)
+	return s.unlockFileLock, nil
 }
 
 // unlockFileLock releases the file-wide lock; its file stays open.
