@@ -76,10 +76,8 @@ func lockHeld(d time.Duration, why error) error {
 // deadline or ctx's end; waited says whether it had to wait. release gives
 // it back.
 func (wl *writeLock) acquire(ctx context.Context, start, deadline time.Time) (waited bool, err error) {
-	select {
-	case wl.sem <- struct{}{}:
+	if wl.tryAcquire() {
 		return false, nil
-	default:
 	}
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
@@ -90,6 +88,16 @@ func (wl *writeLock) acquire(ctx context.Context, start, deadline time.Time) (wa
 		return true, context.Cause(ctx)
 	case <-t.C:
 		return true, lockHeld(time.Since(start), nil)
+	}
+}
+
+// tryAcquire takes this process's turn to write if it is free now.
+func (wl *writeLock) tryAcquire() bool {
+	select {
+	case wl.sem <- struct{}{}:
+		return true
+	default:
+		return false
 	}
 }
 

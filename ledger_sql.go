@@ -301,14 +301,12 @@ func (l *Ledger) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 // and read the pages again, which costs a fresh Run more than the read).
 func (l *Ledger) scanRead(ctx context.Context, q string, args []any, dest ...any) error {
 	if l.kept {
-		select {
-		case l.wl.sem <- struct{}{}:
+		if l.wl.tryAcquire() {
 			err, ok := l.scanOnWriteConn(ctx, q, args, dest)
 			l.wl.release()
 			if ok {
 				return err
 			}
-		default:
 		}
 	}
 	return l.queryRow(ctx, q, args...).Scan(dest...)
@@ -502,11 +500,16 @@ type lockStart struct {
 // beginWrite takes this process's turn to write (release gives it back),
 // waiting at most the ledger's WithLockWait.
 func (l *Ledger) beginWrite(ctx context.Context) (*lockStart, error) {
-	now := time.Now()
-	ls := &lockStart{real: now, clock: l.clock.Now(), deadline: now.Add(l.wl.wait), wl: &l.wl}
+	ls := l.newLockStart()
 	waited, err := l.wl.acquire(ctx, ls.real, ls.deadline)
 	ls.waited = waited
 	return ls, err
+}
+
+// newLockStart starts a write's wait for its turn, now.
+func (l *Ledger) newLockStart() *lockStart {
+	now := time.Now()
+	return &lockStart{real: now, clock: l.clock.Now(), deadline: now.Add(l.wl.wait), wl: &l.wl}
 }
 
 // startWrite is beginWrite; with now, it waits for this process's turn to
@@ -516,11 +519,8 @@ func (l *Ledger) beginWrite(ctx context.Context) (*lockStart, error) {
 // for it, it fails with errNotNow at once.
 func (l *Ledger) startWrite(ctx context.Context, now bool, self int32) (*lockStart, error) {
 	if now {
-		select {
-		case l.wl.sem <- struct{}{}:
-			t := time.Now()
-			return &lockStart{real: t, clock: l.clock.Now(), deadline: t.Add(l.wl.wait), wl: &l.wl}, nil
-		default:
+		if l.wl.tryAcquire() {
+			return l.newLockStart(), nil
 		}
 		if l.wl.long.Load() > self {
 			return nil, errNotNow
