@@ -249,7 +249,7 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 // heldPoll is Each's first wait for items that other holders work, and
 // for another holder's mark of the period: the waits double from there up
 // to the poll interval.
-const heldPoll = 5 * time.Millisecond
+const heldPoll = time.Millisecond
 
 // chunkSize is how many items a chunk holds at most.
 const chunkSize = 500
@@ -260,11 +260,28 @@ const chunkSize = 500
 // chunkSize*workers ids (at most 8192) are held before the first chunk is
 // written. A store that records in bulk (idemstore.ItemRecorder) gets
 // them in one call, and after that up to 16 chunks (8,000 ids) a call; it
-// checks the chunks against each other once, when the set is sealed.
+// checks the chunks against each other once, when the set is sealed. A
+// store that gives turns to record (idemstore.ItemRecordTurns) is asked for
+// the period's turn first, for a lease at most: a caller that finds the set
+// sealed once it has the turn records nothing.
 func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) error {
 	perWorker := chunkSize * e.cfg.each.workers
 	hold := min(perWorker, 8192)
 	rec, bulk := e.s.(idemstore.ItemRecorder)
+	recordChunks := func(chunks [][]string) error { return rec.RecordItems(ctx, e.key, chunks) }
+	seal := func() error { return e.s.SealItems(ctx, e.key) }
+	if t, ok := e.s.(idemstore.ItemRecordTurns); ok {
+		turn, err := t.RecordTurn(ctx, e.key, e.cfg.lease)
+		if err != nil {
+			return err
+		}
+		defer turn.Release()
+		if turn.Sealed() {
+			return nil
+		}
+		recordChunks = func(chunks [][]string) error { return turn.RecordItems(ctx, chunks) }
+		seal = func() error { return turn.Seal(ctx) }
+	}
 	buf := make([]string, 0, hold)
 	small := true // nothing written yet: the period may be small
 	flush := func(size int) error {
@@ -274,7 +291,7 @@ func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) err
 				chunks = append(chunks, buf[i:min(i+size, len(buf))])
 			}
 			if len(chunks) > 0 {
-				if err := rec.RecordItems(ctx, e.key, chunks); err != nil {
+				if err := recordChunks(chunks); err != nil {
 					return err
 				}
 			}
@@ -302,7 +319,7 @@ func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) err
 				return err
 			}
 			if bulk {
-				hold = max(hold, recordChunks*chunkSize)
+				hold = max(hold, recordBatch*chunkSize)
 			}
 		}
 	}
@@ -313,12 +330,12 @@ func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) err
 	if err := flush(size); err != nil {
 		return err
 	}
-	return e.s.SealItems(ctx, e.key)
+	return seal()
 }
 
-// recordChunks is how many chunks record gives a bulk recorder
+// recordBatch is how many chunks record gives a bulk recorder
 // (idemstore.ItemRecorder) a call, at most.
-const recordChunks = 16
+const recordBatch = 16
 
 // work runs the workers until no item can be claimed.
 func (e *eacher) work(ctx context.Context) error {

@@ -64,8 +64,13 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // (INSERT ... ON CONFLICT DO NOTHING), and the ones that were new form one
 // chunk (a period too small to give each worker 500 is cut into a chunk
 // per worker). Generating the set again, in any order, adds only ids not seen
-// before. Each item id must be valid as a Key part (non-empty, at most 200
-// bytes, valid UTF-8, no control characters).
+// before. Where the store gives turns to record a set
+// ([idemstore.ItemRecordTurns]: the Postgres ledgers), one call at a time
+// generates and records it: the calls of other processes and hosts wait for
+// its turn (for a lease at most, then they record too), and a call that
+// finds the set sealed once it has the turn generates nothing. A recorder
+// that dies hands its turn on at once. Each item id must be valid as a Key
+// part (non-empty, at most 200 bytes, valid UTF-8, no control characters).
 //
 // A worker claims a whole chunk, under one lease, and applies its items in
 // order, in windows ([WithBatch]): a window's done marks are one write,
@@ -90,7 +95,7 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // (AlreadyDone). Items that are unknown keep the period open: Each returns
 // an error matching ErrUnknownOutcome. While other holders work items, or
 // items back off, Each waits for them, until ctx ends: it looks at the
-// items again after 5 ms, then after twice as long each time, up to 200 ms
+// items again after 1 ms, then after twice as long each time, up to 200 ms
 // (a backoff, until its deadline).
 //
 // Overload: [WithRate] and [WithPause] pace the items; guards

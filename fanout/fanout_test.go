@@ -202,7 +202,7 @@ func (c *waitClock) asked() []time.Duration {
 }
 
 // TestEachWaitsForOtherHoldersSoonThenLess: an Each that finds every item
-// held by another Each looks at them again after 5 ms, then after twice as
+// held by another Each looks at them again after 1 ms, then after twice as
 // long each time, up to the poll interval (200 ms); both calls return once
 // the holder is done, and every item ran once.
 func TestEachWaitsForOtherHoldersSoonThenLess(t *testing.T) {
@@ -233,7 +233,7 @@ func TestEachWaitsForOtherHoldersSoonThenLess(t *testing.T) {
 		}, fanout.WithWorkers(1), idem.WithClock(clk))
 		bDone <- err
 	}()
-	want := []time.Duration{5, 10, 20, 40, 80, 160, 200, 200}
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 64, 128, 200, 200}
 	testwait.Until(t, func() bool { return len(clk.asked()) >= len(want) }, "B to wait %d times for A's chunk", len(want))
 	close(release)
 	if err := testwait.Recv(t, aDone, "A's Each to return"); err != nil {

@@ -90,6 +90,37 @@ type ItemRecorder interface {
 	RecordItems(ctx context.Context, key Key, chunks [][]string) error
 }
 
+// ItemRecordTurns is an ItemRecorder on which one caller at a time records
+// a period's item set: idem.Each takes the period's turn before it records
+// the set, so that callers on other hosts wait for the set instead of
+// recording the same items beside it, and record nothing once it is
+// sealed.
+//
+// RecordTurn waits until no other caller holds key's turn, for at most
+// wait, and takes it. A wait that ends first is no failure: the turn it
+// returns is then not held, and records as RecordItems and SealItems do
+// (the set recorded twice is recorded once). The store gives back the turn
+// of a holder whose process or connection is gone, at once.
+type ItemRecordTurns interface {
+	ItemRecorder
+	RecordTurn(ctx context.Context, key Key, wait time.Duration) (ItemTurn, error)
+}
+
+// ItemTurn is a turn to record a period's item set ([ItemRecordTurns]).
+type ItemTurn interface {
+	// Sealed reports whether the set was sealed when the turn was taken:
+	// then there is nothing to record.
+	Sealed() bool
+	// RecordItems is the store's RecordItems, in the turn.
+	RecordItems(ctx context.Context, chunks [][]string) error
+	// Seal is the store's SealItems, and ends the turn.
+	Seal(ctx context.Context) error
+	// Release ends the turn if Seal did not. What the turn recorded may be
+	// kept or dropped: the set is not sealed, and the next caller records
+	// it again. Call it once Seal has returned too: it then does nothing.
+	Release()
+}
+
 // ItemTxStore is an ItemStore whose items' business writes can commit with
 // their done marks: the transactional variant of Each (fanout.EachTx).
 type ItemTxStore[Tx any] interface {

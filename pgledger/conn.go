@@ -3,6 +3,7 @@ package pgledger
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,10 +42,28 @@ type stmt struct {
 	args  []any
 }
 
-// db is a pool or *sql.DB: a conn that begins transactions.
+// db is a pool or *sql.DB: a conn that begins transactions, and holds one
+// of its connections for a caller (pin).
 type db interface {
 	conn
+	beginner
+	pin(ctx context.Context) (pinned, error)
+}
+
+// beginner begins transactions: a db, or a pinned connection of a
+// *sql.DB.
+type beginner interface {
 	begin(ctx context.Context) (tx, error)
+}
+
+// pinned is one connection of a pool or *sql.DB, held until release: its
+// statements share one session (and its session-level advisory locks),
+// each in a transaction of its own, as on the pool. release gives the
+// connection back to the pool, or, when destroy, closes it (which ends the
+// session and everything it holds).
+type pinned interface {
+	conn
+	release(destroy bool)
 }
 
 // tx is a transaction. rollback after commit does nothing.
@@ -55,7 +74,7 @@ type tx interface {
 }
 
 // inTx runs fn in a transaction of d and commits it if fn returns nil.
-func inTx(ctx context.Context, d db, fn func(t tx) error) error {
+func inTx(ctx context.Context, d beginner, fn func(t tx) error) error {
 	t, err := d.begin(ctx)
 	if err != nil {
 		return err
@@ -187,6 +206,51 @@ func (d pgxDB) begin(ctx context.Context) (tx, error) {
 	}
 	return pgxTx{t}, nil
 }
+
+func (d pgxDB) pin(ctx context.Context) (pinned, error) {
+	c, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pgxConn{c}, nil
+}
+
+// pgxConn is the adapter of one connection of a pgx pool (db.pin).
+type pgxConn struct{ c *pgxpool.Conn }
+
+func (c pgxConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := c.c.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+func (c pgxConn) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return c.c.QueryRow(ctx, query, args...).Scan(dest...)
+}
+
+func (c pgxConn) query(ctx context.Context, query string, args []any, each func(scan func(dest ...any) error) error) error {
+	return pgxQuery(ctx, c.c, query, args, each)
+}
+
+func (c pgxConn) batch(ctx context.Context, stmts []stmt) ([]int64, error) {
+	return pgxBatch(ctx, c.c, stmts)
+}
+
+func (c pgxConn) batchRow(ctx context.Context, pre []stmt, query string, args []any, dest ...any) error {
+	return pgxBatchRow(ctx, c.c, pre, query, args, dest)
+}
+
+func (c pgxConn) release(destroy bool) {
+	if destroy {
+		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+		_ = c.c.Conn().Close(ctx) // the pool then drops it
+		cancel()
+	}
+	c.c.Release()
+}
+
+// closeWait bounds the goodbye a connection closed on purpose sends its
+// server: it is closed either way.
+const closeWait = time.Second
 
 func (t pgxTx) commit(ctx context.Context) error { return t.tx.Commit(ctx) }
 func (t pgxTx) rollback(ctx context.Context)     { _ = t.tx.Rollback(ctx) }

@@ -8,7 +8,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -20,6 +22,8 @@ var (
 	_ idemstore.ItemStore           = (*Ledger)(nil)
 	_ idemstore.ItemTxStore[pgx.Tx] = (*Ledger)(nil)
 	_ idemstore.ItemRecorder        = (*Ledger)(nil)
+	_ idemstore.ItemRecordTurns     = (*Ledger)(nil)
+	_ idemstore.ItemRecordTurns     = (*DBLedger)(nil)
 )
 
 // The items of [idem.Each] live in four tables: item_set, one row per (job,
@@ -106,6 +110,12 @@ func (l *core) AddItems(ctx context.Context, key idemstore.Key, items []string) 
 // against the rest of the set in one pass, and no unchecked chunk is
 // claimed before.
 func (l *core) RecordItems(ctx context.Context, key idemstore.Key, chunks [][]string) error {
+	_, err := l.recordItems(ctx, l.db, key, chunks)
+	return err
+}
+
+// recordItems is RecordItems on q; wrote is how many chunks it made.
+func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunks [][]string) (wrote int, err error) {
 	digests := make([][]byte, 0, len(chunks))
 	hexes := make([]string, 0, len(chunks))
 	for _, c := range chunks {
@@ -115,15 +125,15 @@ func (l *core) RecordItems(ctx context.Context, key idemstore.Key, chunks [][]st
 		}
 	}
 	if len(digests) == 0 {
-		return nil
+		return 0, nil
 	}
 	var sealed bool
 	var recorded []string
-	if err := l.db.queryRow(ctx, l.q.chunksRecorded, []any{key.Job, key.Period, hexes}, &sealed, &recorded); err != nil {
-		return l.opErr("record items", key, err)
+	if err := q.queryRow(ctx, l.q.chunksRecorded, []any{key.Job, key.Period, hexes}, &sealed, &recorded); err != nil {
+		return 0, l.opErr("record items", key, err)
 	}
 	if sealed {
-		return nil
+		return 0, nil
 	}
 	stmts := []stmt{{query: syncOffSQL}, {l.q.openItems, []any{key.Job, key.Period}}}
 	d := 0
@@ -140,12 +150,138 @@ func (l *core) RecordItems(ctx context.Context, key idemstore.Key, chunks [][]st
 		stmts = append(stmts, stmt{l.q.recordItems, []any{key.Job, key.Period, distinctItems(c), digest}})
 	}
 	if len(stmts) == 2 {
-		return nil
+		return 0, nil
 	}
-	if _, err := l.db.batch(ctx, stmts); err != nil {
-		return l.opErr("record items", key, err)
+	n, err := q.batch(ctx, stmts)
+	if err != nil {
+		return 0, l.opErr("record items", key, err)
 	}
-	return nil
+	for _, made := range n[2:] {
+		wrote += int(made)
+	}
+	return wrote, nil
+}
+
+// RecordTurn implements [idemstore.ItemRecordTurns]. The turn is the
+// period's session-level advisory lock (pg_advisory_lock), taken on one of
+// the pool's connections, which the turn holds until Seal or Release: it
+// records and seals the set on that connection, each statement as
+// RecordItems and SealItems run them (what it recorded commits as it goes,
+// and a later recorder finds it by digest), then unlocks the lock and gives
+// the connection back. The wait for the lock is bounded by lock_timeout, set
+// to wait for that statement alone; the set's sealed flag is read by a
+// second statement of the same round trip, once the lock is taken, so it
+// sees what the last holder committed. The server gives the lock back when
+// the holder's connection ends: a recorder whose process died, or whose
+// connection broke, hands the turn on at once. A connection whose unlock
+// fails or finds no lock is closed, not given back to the pool, so no
+// connection of the pool keeps a turn.
+//
+// The turn holds one connection, and each caller that waits for it holds
+// one: a pool of a single connection is enough for a single caller. A wait
+// that lock_timeout (or a statement_timeout of the server's) ends returns a
+// turn not held, which records as RecordItems and SealItems do.
+func (l *core) RecordTurn(ctx context.Context, key idemstore.Key, wait time.Duration) (idemstore.ItemTurn, error) {
+	c, err := l.db.pin(ctx)
+	if err != nil {
+		return nil, l.opErr("record items: turn", key, err)
+	}
+	id := l.lockID("items", key.Job+"\x00"+key.Period)
+	ms := strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
+	var sealed bool
+	err = c.batchRow(ctx, []stmt{{recordTurnSQL, []any{ms, id}}}, l.q.itemsSealed, []any{key.Job, key.Period}, &sealed)
+	if err != nil {
+		// A session-level lock outlives a failed transaction: whether or
+		// not the lock was taken, the session ends here.
+		c.release(true)
+		if ctx.Err() == nil && (lockTimedOut(err) || statementCanceled(err)) {
+			return &recordTurn{l: l, key: key}, nil
+		}
+		return nil, l.opErr("record items: turn", key, err)
+	}
+	return &recordTurn{l: l, key: key, c: c, id: id, sealed: sealed, seed: maphash.MakeSeed(), hashes: map[uint64]struct{}{}}, nil
+}
+
+// turnHashes is how many items a turn keeps a hash of, at most, to know
+// that the set it recorded holds each item once: a larger set is checked
+// by the seal on the server.
+const turnHashes = 100_000
+
+// recordTurn is a turn of RecordTurn: c holds the period's advisory lock
+// id; nil when the wait for it ended first, or once the turn has ended.
+//
+// A turn keeps a 64-bit hash of every item it was given (up to
+// turnHashes), and counts the chunks it made: when all the hashes differ,
+// every item it recorded differs from the others, and when, at the seal,
+// the period holds exactly the chunks it made (and no AddItems item), the
+// set needs no check: sealRecordedSQL marks its chunks checked without
+// reading their items. Anything else (a hash seen twice, a chunk another
+// caller made, a larger set) seals with the check of SealItems.
+type recordTurn struct {
+	l      *core
+	key    idemstore.Key
+	c      pinned
+	id     int64
+	sealed bool
+	wrote  int                 // chunks the turn made
+	seed   maphash.Seed        // of hashes
+	hashes map[uint64]struct{} // of the items given; nil once they do not prove the set distinct
+}
+
+func (r *recordTurn) Sealed() bool { return r.sealed }
+
+func (r *recordTurn) RecordItems(ctx context.Context, chunks [][]string) error {
+	if r.c == nil {
+		return r.l.RecordItems(ctx, r.key, chunks)
+	}
+	for _, c := range chunks {
+		if r.hashes == nil {
+			break
+		}
+		for _, it := range c {
+			h := maphash.String(r.seed, it)
+			if _, seen := r.hashes[h]; seen || len(r.hashes) == turnHashes {
+				r.hashes = nil
+				break
+			}
+			r.hashes[h] = struct{}{}
+		}
+	}
+	wrote, err := r.l.recordItems(ctx, r.c, r.key, chunks)
+	r.wrote += wrote
+	return err
+}
+
+func (r *recordTurn) Seal(ctx context.Context) error {
+	if r.c == nil {
+		return r.l.SealItems(ctx, r.key)
+	}
+	defer r.Release()
+	if r.hashes != nil && r.wrote > 0 {
+		var done bool
+		err := r.c.batchRow(ctx, []stmt{{r.l.q.openItems, []any{r.key.Job, r.key.Period}}},
+			r.l.q.sealRecorded, []any{r.key.Job, r.key.Period, r.wrote}, &done)
+		if err != nil || done {
+			if err != nil {
+				err = r.l.opErr("seal items", r.key, err)
+			}
+			return err
+		}
+	}
+	return r.l.sealItems(ctx, r.c, r.key)
+}
+
+func (r *recordTurn) Release() {
+	if r.c == nil {
+		return
+	}
+	c := r.c
+	r.c = nil
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
+	var unlocked bool
+	err := c.queryRow(ctx, `SELECT pg_advisory_unlock($1)`, []any{r.id}, &unlocked)
+	c.release(err != nil || !unlocked)
 }
 
 // distinctItems is items without their duplicates, each at its first
@@ -190,7 +326,11 @@ func batchDigest(items []string) []byte {
 // lists (a hash aggregate), once per period: a SealItems that finds the
 // set sealed reads nothing more.
 func (l *core) SealItems(ctx context.Context, key idemstore.Key) error {
-	if _, err := l.db.batch(ctx, []stmt{
+	return l.sealItems(ctx, l.db, key)
+}
+
+func (l *core) sealItems(ctx context.Context, q conn, key idemstore.Key) error {
+	if _, err := q.batch(ctx, []stmt{
 		{l.q.openItems, []any{key.Job, key.Period}},
 		{l.q.sealItems, []any{key.Job, key.Period}},
 	}); err != nil {

@@ -19,7 +19,7 @@ type queries struct {
 
 	// items (Each)
 	upgradeItems, openItems, addItems, sealItems, countItems string
-	recordItems, chunksRecorded                              string
+	recordItems, chunksRecorded, itemsSealed, sealRecorded   string
 	batchRecorded                                            string
 	claimChunk, claimItems, finishChunk, fenceChunk          string
 	runningOwners                                            string
@@ -349,6 +349,30 @@ DROP TABLE {s}.items;`
 		ARRAY(SELECT encode(digest, 'hex') FROM {s}.item_lists WHERE job = $1 AND period = $2
 			AND digest = ANY (ARRAY(SELECT decode(h, 'hex') FROM unnest($3::text[]) AS h)))`
 
+	// itemsSealedSQL: whether the period's item set is sealed.
+	itemsSealedSQL = `SELECT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)`
+
+	// sealRecordedSQL seals the set of a turn (RecordTurn) that made $3
+	// chunks, each item in one of them once, when the period holds those
+	// chunks alone (no other chunk, no item of AddItems): it marks them
+	// checked without reading their items, and returns true. Otherwise it
+	// writes nothing and returns false, and the turn seals with
+	// sealItemsSQL. It runs after openItemsSQL, in its transaction.
+	sealRecordedSQL = `WITH ok AS (
+		SELECT NOT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)
+			AND (SELECT count(*) FROM {s}.item_chunks WHERE job = $1 AND period = $2) = $3::bigint
+			AND NOT EXISTS (SELECT 1 FROM {s}.item_set WHERE job = $1 AND period = $2) AS ok
+	), checked AS (
+		UPDATE {s}.item_chunks AS c SET checked = true FROM ok
+		WHERE ok.ok AND c.job = $1 AND c.period = $2 AND NOT c.checked
+		RETURNING c.chunk
+	), sealed AS (
+		UPDATE {s}.itemsets AS st SET sealed = true FROM ok
+		WHERE ok.ok AND st.job = $1 AND st.period = $2
+		RETURNING st.job
+	)
+	SELECT ok FROM ok`
+
 	sealItemsSQL = `WITH fresh AS (
 		SELECT chunk FROM {s}.item_chunks WHERE job = $1 AND period = $2 AND NOT checked
 			AND NOT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)
@@ -586,6 +610,11 @@ const (
 	syncOffLockWaitSharedSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '` + insertWait + `', true), pg_advisory_xact_lock_shared($1)`
 )
 
+// recordTurnSQL takes a period's turn to record its items (RecordTurn):
+// its advisory lock $2, for the session, waiting at most $1 milliseconds
+// for it (lock_timeout, set for the statement's transaction alone).
+const recordTurnSQL = `SELECT set_config('lock_timeout', $1, true), pg_advisory_lock($2)`
+
 // lockSharedSQL takes a job's advisory lock, shared, until the transaction
 // ends (Prune takes it exclusively).
 const lockSharedSQL = `SELECT pg_advisory_xact_lock_shared($1)`
@@ -602,7 +631,7 @@ func newQueries(schema string) queries {
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),
-		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), recordItems: r.Replace(recordItemsSQL), chunksRecorded: r.Replace(chunksRecordedSQL), batchRecorded: r.Replace(batchRecordedSQL),
+		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), recordItems: r.Replace(recordItemsSQL), chunksRecorded: r.Replace(chunksRecordedSQL), itemsSealed: r.Replace(itemsSealedSQL), sealRecorded: r.Replace(sealRecordedSQL), batchRecorded: r.Replace(batchRecordedSQL),
 		sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
 		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL), runningOwners: r.Replace(runningOwnersSQL),
 		finishChunk: r.Replace(finishChunkSQL), fenceChunk: r.Replace(fenceChunkSQL),

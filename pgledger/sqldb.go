@@ -3,6 +3,7 @@ package pgledger
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strconv"
@@ -75,6 +76,10 @@ func sqlQuery(ctx context.Context, c sqlConn, query string, args []any, each fun
 // batchRow runs the statements and the query one after the other in a
 // transaction of its own (database/sql has no batches).
 func (d sqlDB) batchRow(ctx context.Context, pre []stmt, query string, args []any, dest ...any) error {
+	return sqlBatchRow(ctx, d, pre, query, args, dest)
+}
+
+func sqlBatchRow(ctx context.Context, d beginner, pre []stmt, query string, args, dest []any) error {
 	var rowErr error
 	err := inTx(ctx, d, func(t tx) error {
 		rowErr = t.batchRow(ctx, pre, query, args, dest...)
@@ -101,6 +106,10 @@ func (t sqlTx) batchRow(ctx context.Context, pre []stmt, query string, args []an
 // batch runs the statements one after the other in a transaction of its
 // own (database/sql has no batches).
 func (d sqlDB) batch(ctx context.Context, stmts []stmt) ([]int64, error) {
+	return sqlBatch(ctx, d, stmts)
+}
+
+func sqlBatch(ctx context.Context, d beginner, stmts []stmt) ([]int64, error) {
 	var n []int64
 	err := inTx(ctx, d, func(t tx) (err error) {
 		n, err = t.batch(ctx, stmts)
@@ -126,6 +135,54 @@ func (d sqlDB) begin(ctx context.Context) (tx, error) {
 		return nil, err
 	}
 	return sqlTx{t}, nil
+}
+
+func (d sqlDB) pin(ctx context.Context) (pinned, error) {
+	c, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sqlPinned{c}, nil
+}
+
+// sqlPinned is the adapter of one connection of a *sql.DB (db.pin).
+type sqlPinned struct{ c *sql.Conn }
+
+func (p sqlPinned) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	return sqlExec(ctx, p.c, query, args)
+}
+
+func (p sqlPinned) queryRow(ctx context.Context, query string, args []any, dest ...any) error {
+	return p.c.QueryRowContext(ctx, query, sqlArgs(args)...).Scan(sqlDest(dest)...)
+}
+
+func (p sqlPinned) query(ctx context.Context, query string, args []any, each func(scan func(dest ...any) error) error) error {
+	return sqlQuery(ctx, p.c, query, args, each)
+}
+
+func (p sqlPinned) batch(ctx context.Context, stmts []stmt) ([]int64, error) {
+	return sqlBatch(ctx, p, stmts)
+}
+
+func (p sqlPinned) batchRow(ctx context.Context, pre []stmt, query string, args []any, dest ...any) error {
+	return sqlBatchRow(ctx, p, pre, query, args, dest)
+}
+
+func (p sqlPinned) begin(ctx context.Context) (tx, error) {
+	t, err := p.c.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sqlTx{t}, nil
+}
+
+// release closes the connection when destroy: database/sql drops a
+// connection whose use reported driver.ErrBadConn.
+func (p sqlPinned) release(destroy bool) {
+	if destroy {
+		_ = p.c.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	_ = p.c.Close()
 }
 
 func (t sqlTx) commit(context.Context) error { return t.tx.Commit() }

@@ -245,6 +245,14 @@ func lockTimedOut(err error) bool {
 	return errors.As(err, &e) && e.SQLState() == "55P03"
 }
 
+// statementCanceled reports whether err is query_canceled (57014): a
+// statement_timeout ran out, or (when the caller's context ended) the
+// driver cancelled the statement.
+func statementCanceled(err error) bool {
+	var e interface{ SQLState() string }
+	return errors.As(err, &e) && e.SQLState() == "57014"
+}
+
 // take is the claim's write path, starting from what the fast path read.
 func (l *core) take(ctx context.Context, req idemstore.ClaimRequest, s snapshot) (idemstore.Claim, error) {
 	lease := req.Lease

@@ -1,0 +1,326 @@
+package pgledger_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"iter"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/fanout"
+	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/pgledger"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The turn to record a period's item set (RecordTurn): one caller at a
+// time records it; the others wait for the set, then find it sealed and
+// generate nothing. These tests tell the callers' connections apart by
+// their application_name in pg_stat_activity.
+
+// turnItems is the size of the item set in these tests: the first 500
+// make the first chunk, recorded as soon as they are generated.
+const turnItems = 1200
+
+// turnLedger is either kind of ledger.
+type turnLedger interface {
+	idem.Store
+	Schema() string
+}
+
+// withApp is the test database's DSN with application_name app.
+func withApp(t testing.TB, app string) string {
+	dsn := testDSN(t)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return dsn + sep + "application_name=" + app
+}
+
+// openAs opens a ledger through a pool of its own whose connections are
+// named app, of at most maxConns connections (0: the driver's default): on
+// a pgx pool when driver is "", else on a *sql.DB of driver. It uses
+// schema, or a fresh one (dropped when t ends) when schema is "".
+func openAs(t testing.TB, driver, schema, app string, maxConns int) turnLedger {
+	t.Helper()
+	ctx := context.Background()
+	if schema == "" {
+		schema = uniqueName("idemtest_")
+		dropSchemaLater(t, newPool(t), schema)
+	}
+	if driver == "" {
+		cfg, err := pgxpool.ParseConfig(withApp(t, app))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if maxConns > 0 {
+			cfg.MaxConns = int32(maxConns)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		l, err := pgledger.New(ctx, pool, pgledger.WithSchema(schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	db, err := sql.Open(driver, withApp(t, app))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(maxConns)
+	l, err := pgledger.NewDB(ctx, db, pgledger.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// advisoryLocks counts the advisory locks that the connections named app
+// hold (granted) or wait for (not granted).
+func advisoryLocks(t testing.TB, pool *pgxpool.Pool, app string, granted bool) int {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted = $2 AND a.application_name = $1`, app, granted).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// blockingItems generates the turnItems items, and stops before the
+// 601st: it closes reached, then waits for goOn (forever if nil).
+func blockingItems(reached chan<- struct{}, goOn <-chan struct{}) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		for i, it := range accountList(turnItems) {
+			if i == 600 {
+				close(reached)
+				if goOn == nil {
+					select {}
+				}
+				<-goOn
+			}
+			if !yield(it, nil) {
+				return
+			}
+		}
+	}
+}
+
+// countedItems generates the turnItems items and counts them in pulled.
+func countedItems(pulled *atomic.Int64) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		for _, it := range accountList(turnItems) {
+			pulled.Add(1)
+			if !yield(it, nil) {
+				return
+			}
+		}
+	}
+}
+
+// ranOnce is an item function that counts its calls per item, and a check
+// that each of the turnItems items ran exactly once.
+func ranOnce() (func(context.Context, string) error, func(t *testing.T)) {
+	var mu sync.Mutex
+	ran := map[string]int{}
+	fn := func(_ context.Context, it string) error {
+		mu.Lock()
+		ran[it]++
+		mu.Unlock()
+		return nil
+	}
+	check := func(t *testing.T) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, it := range accountList(turnItems) {
+			if ran[it] != 1 {
+				t.Fatalf("%s ran %d times, want once", it, ran[it])
+			}
+		}
+		if len(ran) != turnItems {
+			t.Fatalf("%d items ran, want %d", len(ran), turnItems)
+		}
+	}
+	return fn, check
+}
+
+// TestEachOneRecorderAtATime: while one caller (A) records a period's item
+// set, another (B, a host of its own) waits for its turn and generates
+// nothing; once A has sealed the set, B finds it sealed, generates
+// nothing, and shares the work. No connection keeps the turn's lock
+// afterwards. On a pgx pool and on database/sql with each driver.
+func TestEachOneRecorderAtATime(t *testing.T) {
+	t.Parallel()
+	for _, driver := range append([]string{""}, sqlDrivers...) {
+		name := driver
+		if name == "" {
+			name = "pgxpool"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			appA, appB := uniqueName("turn_a_"), uniqueName("turn_b_")
+			a := openAs(t, driver, "", appA, 0)
+			b := openAs(t, driver, a.Schema(), appB, 0)
+			fn, check := ranOnce()
+			reached, goOn := make(chan struct{}), make(chan struct{})
+			errs := make(chan error, 2)
+			go func() {
+				_, err := fanout.Each(ctx, a, points, blockingItems(reached, goOn), fn, fanout.WithWorkers(1))
+				errs <- err
+			}()
+			testwait.Recv(t, reached, "A to generate 600 items")
+			var pulled atomic.Int64
+			go func() {
+				_, err := fanout.Each(ctx, b, points, countedItems(&pulled), fn, fanout.WithWorkers(1))
+				errs <- err
+			}()
+			watch := newPool(t)
+			testwait.Until(t, func() bool { return advisoryLocks(t, watch, appB, false) == 1 },
+				"B (%s) to wait for the period's turn: an advisory lock not granted", appB)
+			if n := pulled.Load(); n != 0 {
+				t.Fatalf("B generated %d items while A held the turn", n)
+			}
+			close(goOn)
+			for range 2 {
+				if err := testwait.Recv(t, errs, "an Each to return"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := pulled.Load(); n != 0 {
+				t.Fatalf("B generated %d items of a set that A sealed", n)
+			}
+			check(t)
+			if n := advisoryLocks(t, watch, appA, true) + advisoryLocks(t, watch, appB, true); n != 0 {
+				t.Fatalf("%d advisory locks still held by the ledgers' connections", n)
+			}
+		})
+	}
+}
+
+// TestEachRecorderKilledHandsOnTheTurn: a child process that holds the
+// period's turn, midway through generating its items, is SIGKILLed while
+// the parent waits for the turn; the parent then takes it at once (its
+// lease, an hour, plays no part), records the set and applies every item
+// once.
+func TestEachRecorderKilledHandsOnTheTurn(t *testing.T) {
+	testDSN(t)
+	if idemtest.IsChild(t) {
+		idemtest.Start(t, "", func(arg string) { // does not return
+			schema, app, _ := strings.Cut(arg, "|")
+			l := openAs(t, "", schema, app, 0)
+			_, err := fanout.Each(context.Background(), l, points, blockingItems(make(chan struct{}), nil),
+				func(context.Context, string) error { return errors.New("the child applies nothing") })
+			t.Fatalf("Each returned: %v", err)
+		})
+	}
+	t.Parallel()
+	ctx := context.Background()
+	appChild, appParent := uniqueName("turn_child_"), uniqueName("turn_parent_")
+	l := openAs(t, "", "", appParent, 0)
+	watch := newPool(t)
+	child := idemtest.Start(t, l.Schema()+"|"+appChild, nil)
+	testwait.Until(t, func() bool { return advisoryLocks(t, watch, appChild, true) == 1 },
+		"the child (%s) to hold the period's turn", appChild)
+	fn, check := ranOnce()
+	var pulled atomic.Int64
+	errs := make(chan error, 1)
+	go func() {
+		_, err := fanout.Each(ctx, l, points, countedItems(&pulled), fn, fanout.WithWorkers(2), idem.WithLease(time.Hour))
+		errs <- err
+	}()
+	testwait.Until(t, func() bool { return advisoryLocks(t, watch, appParent, false) == 1 },
+		"the parent (%s) to wait for the period's turn", appParent)
+	if n := pulled.Load(); n != 0 {
+		t.Fatalf("the parent generated %d items while the child held the turn", n)
+	}
+	child.Kill()
+	if e := child.Wait(); !e.Killed {
+		t.Fatalf("child: %+v", e)
+	}
+	if err := testwait.Recv(t, errs, "the parent's Each to return"); err != nil {
+		t.Fatal(err)
+	}
+	if n := pulled.Load(); n != turnItems {
+		t.Fatalf("the parent generated %d items, want all %d: it recorded the set", n, turnItems)
+	}
+	check(t)
+}
+
+// TestEachTurnWaitEnds: a caller that has waited a lease for the turn
+// records the set beside its holder (which has stalled), and completes the
+// period; the holder, woken, finds the set sealed and returns. Every item
+// runs once.
+func TestEachTurnWaitEnds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	appA, appB := uniqueName("turn_a_"), uniqueName("turn_b_")
+	a := openAs(t, "", "", appA, 0)
+	b := openAs(t, "", a.Schema(), appB, 0)
+	fn, check := ranOnce()
+	reached, goOn := make(chan struct{}), make(chan struct{})
+	errA := make(chan error, 1)
+	go func() {
+		_, err := fanout.Each(ctx, a, points, blockingItems(reached, goOn), fn, fanout.WithWorkers(1))
+		errA <- err
+	}()
+	testwait.Recv(t, reached, "A to generate 600 items")
+	var pulled atomic.Int64
+	res, err := fanout.Each(ctx, b, points, countedItems(&pulled), fn, idem.WithLease(time.Second))
+	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != turnItems {
+		t.Fatalf("B, beside a stalled holder of the turn: %v, %+v", err, res)
+	}
+	if n := pulled.Load(); n != turnItems {
+		t.Fatalf("B generated %d items, want all %d", n, turnItems)
+	}
+	close(goOn)
+	if err := testwait.Recv(t, errA, "A's Each to return"); err != nil {
+		t.Fatal(err)
+	}
+	check(t)
+}
+
+// TestEachTurnOnAPoolOfOne: the turn records on the connection that holds
+// it, so two Each calls at once on a ledger whose pool has one connection
+// both complete.
+func TestEachTurnOnAPoolOfOne(t *testing.T) {
+	t.Parallel()
+	for _, driver := range append([]string{""}, sqlDrivers...) {
+		name := driver
+		if name == "" {
+			name = "pgxpool"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l := openAs(t, driver, "", uniqueName("turn_one_"), 1)
+			fn, check := ranOnce()
+			errs := make(chan error, 2)
+			for range 2 {
+				go func() {
+					_, err := fanout.Each(context.Background(), l, points, accounts(turnItems), fn, fanout.WithWorkers(2))
+					errs <- err
+				}()
+			}
+			for range 2 {
+				if err := testwait.Recv(t, errs, "an Each on a pool of one connection to return"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			check(t)
+		})
+	}
+}
