@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"iter"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -321,6 +323,122 @@ func TestEachTurnOnAPoolOfOne(t *testing.T) {
 				}
 			}
 			check(t)
+		})
+	}
+}
+
+// sqlLog records the statements that a pool's connections send.
+type sqlLog struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (s *sqlLog) add(q string) {
+	s.mu.Lock()
+	s.sql = append(s.sql, q)
+	s.mu.Unlock()
+}
+
+func (s *sqlLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	s.add(d.SQL)
+	return ctx
+}
+func (*sqlLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (*sqlLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (s *sqlLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	s.add(d.SQL)
+}
+func (*sqlLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// since returns how many statements sent since mark (a length of the log)
+// hold part.
+func (s *sqlLog) since(mark int, part string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, q := range s.sql[mark:] {
+		if strings.Contains(q, part) {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *sqlLog) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sql)
+}
+
+// TestTurnSealChecksWhatItCannotProve: a turn that made every chunk of its
+// period, each item in one of them once (by the items' hashes), seals
+// without reading the items; a turn given an item twice, or that finds a
+// chunk another caller made, seals with the check, which removes the later
+// occurrences. Either way each item of the set is claimed once.
+func TestTurnSealChecksWhatItCannotProve(t *testing.T) {
+	t.Parallel()
+	const check = "HAVING count(*) > 1" // of the seal's check (sealItemsSQL) alone
+	for _, tc := range []struct {
+		name    string
+		before  [][]string // recorded first by a caller without the turn
+		turn    [][]string // recorded in the turn
+		want    []string   // the set, each item once
+		checked bool       // the seal reads the items
+	}{
+		{"distinct", nil, [][]string{{"a", "b"}, {"c", "d"}}, []string{"a", "b", "c", "d"}, false},
+		{"an item twice", nil, [][]string{{"a", "b", "c"}, {"c", "d"}}, []string{"a", "b", "c", "d"}, true},
+		{"another's chunk", [][]string{{"x", "y"}}, [][]string{{"y", "z"}}, []string{"x", "y", "z"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			cfg, err := pgxpool.ParseConfig(testDSN(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := &sqlLog{}
+			cfg.ConnConfig.Tracer = log
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			l := openLedger(t, pool)
+			if tc.before != nil {
+				if err := l.RecordItems(ctx, points, tc.before); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mark := log.len()
+			turn, err := l.RecordTurn(ctx, points, time.Minute)
+			if err != nil || turn.Sealed() {
+				t.Fatalf("RecordTurn: %v, sealed %v", err, turn != nil && turn.Sealed())
+			}
+			if err := turn.RecordItems(ctx, tc.turn); err != nil {
+				t.Fatal(err)
+			}
+			if err := turn.Seal(ctx); err != nil {
+				t.Fatal(err)
+			}
+			turn.Release()
+			if got := log.since(mark, check) > 0; got != tc.checked {
+				t.Fatalf("the seal read the items: %v, want %v", got, tc.checked)
+			}
+			checkCounts(t, l, idem.ItemCounts{Sealed: true, Pending: int64(len(tc.want))})
+			var claimed []string
+			for {
+				b := claimer(t, l, "w", idem.DefaultLease)(100, false)
+				if b.Chunk == 0 && len(b.Items) == 0 {
+					break
+				}
+				claimed = append(claimed, claimedItems(b)...)
+			}
+			slices.Sort(claimed)
+			if !slices.Equal(claimed, tc.want) {
+				t.Fatalf("claimed %v, want %v", claimed, tc.want)
+			}
 		})
 	}
 }
