@@ -103,63 +103,68 @@ func (l *core) AddItems(ctx context.Context, key idemstore.Key, items []string) 
 // finds the chunks recorded before (the same chunk given again as it was:
 // another host generating the same items) or a sealed set; the others, each
 // without its duplicates (each at its first place), become unchecked chunks
-// (recordItemsSQL, which looks for the digest again), in one batch of
-// statements (one round trip, one transaction) that takes its turn on the
-// period's itemsets row and does not wait for its WAL flush, as AddItems'.
-// Nothing is written per item: SealItems checks the unchecked chunks
-// against the rest of the set in one pass, and no unchecked chunk is
+// in one statement (recordChunksSQL, which looks for the digests again),
+// sent in one batch (one round trip, one transaction) that takes its turn
+// on the period's itemsets row and does not wait for its WAL flush, as
+// AddItems'. Nothing is written per item: SealItems checks the unchecked
+// chunks against the rest of the set in one pass, and no unchecked chunk is
 // claimed before.
 func (l *core) RecordItems(ctx context.Context, key idemstore.Key, chunks [][]string) error {
-	_, err := l.recordItems(ctx, l.db, key, chunks)
+	_, err := l.recordItems(ctx, l.db, key, chunks, true)
 	return err
 }
 
-// recordItems is RecordItems on q; wrote is how many chunks it made.
-func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunks [][]string) (wrote int, err error) {
-	digests := make([][]byte, 0, len(chunks))
+// recordItems is RecordItems on q; wrote is how many chunks it made. When
+// read is false it sends the chunks without reading first which of them
+// are recorded (a turn that found none, and made the others itself: the
+// statement looks for their digests all the same).
+func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunks [][]string, read bool) (wrote int, err error) {
 	hexes := make([]string, 0, len(chunks))
 	for _, c := range chunks {
 		if len(c) > 0 {
-			d := batchDigest(c)
-			digests, hexes = append(digests, d), append(hexes, hex.EncodeToString(d))
+			hexes = append(hexes, hex.EncodeToString(batchDigest(c)))
 		}
 	}
-	if len(digests) == 0 {
+	if len(hexes) == 0 {
 		return 0, nil
 	}
-	var sealed bool
 	var recorded []string
-	if err := q.queryRow(ctx, l.q.chunksRecorded, []any{key.Job, key.Period, hexes}, &sealed, &recorded); err != nil {
-		return 0, l.opErr("record items", key, err)
+	if read {
+		var sealed bool
+		if err := q.queryRow(ctx, l.q.chunksRecorded, []any{key.Job, key.Period, hexes}, &sealed, &recorded); err != nil {
+			return 0, l.opErr("record items", key, err)
+		}
+		if sealed {
+			return 0, nil
+		}
 	}
-	if sealed {
-		return 0, nil
-	}
-	stmts := []stmt{{query: syncOffSQL}, {l.q.openItems, []any{key.Job, key.Period}}}
+	// The chunks to make, as one array of their items and the bounds of
+	// each in it.
+	var items, digests []string
+	var from, to []int64
 	d := 0
 	for _, c := range chunks {
 		if len(c) == 0 {
 			continue
 		}
-		digest := digests[d]
-		if slices.Contains(recorded, hexes[d]) {
-			d++
+		h := hexes[d]
+		d++
+		if slices.Contains(recorded, h) {
 			continue
 		}
-		d++
-		stmts = append(stmts, stmt{l.q.recordItems, []any{key.Job, key.Period, distinctItems(c), digest}})
+		from = append(from, int64(len(items)+1))
+		items = append(items, distinctItems(c)...)
+		to, digests = append(to, int64(len(items))), append(digests, h)
 	}
-	if len(stmts) == 2 {
+	if len(digests) == 0 {
 		return 0, nil
 	}
-	n, err := q.batch(ctx, stmts)
+	n, err := q.batch(ctx, []stmt{{query: syncOffSQL}, {l.q.openItems, []any{key.Job, key.Period}},
+		{l.q.recordChunks, []any{key.Job, key.Period, items, from, to, digests}}})
 	if err != nil {
 		return 0, l.opErr("record items", key, err)
 	}
-	for _, made := range n[2:] {
-		wrote += int(made)
-	}
-	return wrote, nil
+	return int(n[2]), nil
 }
 
 // RecordTurn implements [idemstore.ItemRecordTurns]. The turn is the
@@ -188,8 +193,8 @@ func (l *core) RecordTurn(ctx context.Context, key idemstore.Key, wait time.Dura
 	}
 	id := l.lockID("items", key.Job+"\x00"+key.Period)
 	ms := strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
-	var sealed bool
-	err = c.batchRow(ctx, []stmt{{recordTurnSQL, []any{ms, id}}}, l.q.itemsSealed, []any{key.Job, key.Period}, &sealed)
+	var sealed, alone bool
+	err = c.batchRow(ctx, []stmt{{recordTurnSQL, []any{ms, id}}}, l.q.itemsSealed, []any{key.Job, key.Period}, &sealed, &alone)
 	if err != nil {
 		// A session-level lock outlives a failed transaction: whether or
 		// not the lock was taken, the session ends here.
@@ -199,7 +204,7 @@ func (l *core) RecordTurn(ctx context.Context, key idemstore.Key, wait time.Dura
 		}
 		return nil, l.opErr("record items: turn", key, err)
 	}
-	return &recordTurn{l: l, key: key, c: c, id: id, sealed: sealed, seed: maphash.MakeSeed(), hashes: map[uint64]struct{}{}}, nil
+	return &recordTurn{l: l, key: key, c: c, id: id, sealed: sealed, alone: alone, seed: maphash.MakeSeed(), hashes: map[uint64]struct{}{}}, nil
 }
 
 // turnHashes is how many items a turn keeps a hash of, at most, to know
@@ -223,6 +228,7 @@ type recordTurn struct {
 	c      pinned
 	id     int64
 	sealed bool
+	alone  bool                // the period had no chunk when the turn was taken
 	wrote  int                 // chunks the turn made
 	seed   maphash.Seed        // of hashes
 	hashes map[uint64]struct{} // of the items given; nil once they do not prove the set distinct
@@ -247,7 +253,7 @@ func (r *recordTurn) RecordItems(ctx context.Context, chunks [][]string) error {
 			r.hashes[h] = struct{}{}
 		}
 	}
-	wrote, err := r.l.recordItems(ctx, r.c, r.key, chunks)
+	wrote, err := r.l.recordItems(ctx, r.c, r.key, chunks, !r.alone)
 	r.wrote += wrote
 	return err
 }

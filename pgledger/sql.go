@@ -19,7 +19,7 @@ type queries struct {
 
 	// items (Each)
 	upgradeItems, openItems, addItems, sealItems, countItems string
-	recordItems, chunksRecorded, itemsSealed, sealRecorded   string
+	recordChunks, chunksRecorded, itemsSealed, sealRecorded  string
 	batchRecorded                                            string
 	claimChunk, claimItems, finishChunk, fenceChunk          string
 	runningOwners                                            string
@@ -314,21 +314,33 @@ DROP TABLE {s}.items;`
 	batchRecordedSQL = `SELECT EXISTS (SELECT 1 FROM {s}.item_lists WHERE job = $1 AND period = $2 AND digest = $3::bytea)
 		OR coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)`
 
-	// recordItemsSQL (RecordItems) makes a batch of items, given as an
-	// array without duplicates, one new unchecked chunk, numbered after the
-	// period's last, unless the set is sealed or a chunk has the batch's
-	// digest $4 (of the batch as given). Nothing goes into item_set. It runs
-	// after openItemsSQL, in its transaction.
-	recordItemsSQL = `WITH chunk AS (
-		INSERT INTO {s}.item_chunks (job, period, chunk, n, checked)
-		SELECT $1, $2, coalesce((SELECT max(chunk) FROM {s}.item_chunks WHERE job = $1 AND period = $2), 0) + 1,
-			cardinality($3::text[]), false
+	// recordChunksSQL (RecordItems) makes chunks of items, given as one
+	// array $3 of their items (each chunk's without duplicates) and, per
+	// chunk, its bounds in it ($4 to $5, from 1) and the digest of the chunk
+	// as given ($6, in hex), new unchecked chunks numbered after the
+	// period's last in the order given, unless the set is sealed; a chunk
+	// whose digest a chunk of the period has, or one given before it in $6,
+	// is left out. Nothing goes into item_set. It runs after openItemsSQL,
+	// in its transaction, and returns (as rows changed) how many chunks it
+	// made.
+	recordChunksSQL = `WITH given AS (
+		SELECT DISTINCT ON (g.digest) g.ord, g.digest, ($3::text[])[g.lo:g.hi] AS items
+		FROM (SELECT u.ord, u.lo::integer AS lo, u.hi::integer AS hi, decode(u.h, 'hex') AS digest
+			FROM unnest($4::bigint[], $5::bigint[], $6::text[]) WITH ORDINALITY AS u(lo, hi, h, ord)) AS g
 		WHERE NOT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)
-			AND NOT EXISTS (SELECT 1 FROM {s}.item_lists WHERE job = $1 AND period = $2 AND digest = $4::bytea)
-		RETURNING chunk
+			AND NOT EXISTS (SELECT 1 FROM {s}.item_lists AS l WHERE l.job = $1 AND l.period = $2 AND l.digest = g.digest)
+		ORDER BY g.digest, g.ord
+	), numbered AS (
+		SELECT given.items, given.digest,
+			coalesce((SELECT max(chunk) FROM {s}.item_chunks WHERE job = $1 AND period = $2), 0)
+				+ row_number() OVER (ORDER BY given.ord) AS chunk
+		FROM given
+	), chunks AS (
+		INSERT INTO {s}.item_chunks (job, period, chunk, n, checked)
+		SELECT $1, $2, chunk, cardinality(items), false FROM numbered
 	)
 	INSERT INTO {s}.item_lists (job, period, chunk, items, digest)
-	SELECT $1, $2, chunk.chunk, $3::text[], $4::bytea FROM chunk`
+	SELECT $1, $2, chunk, items, digest FROM numbered`
 
 	// sealItemsSQL checks the period's unchecked chunks (RecordItems') and
 	// seals the set, unless it is sealed already. It runs after
@@ -349,8 +361,10 @@ DROP TABLE {s}.items;`
 		ARRAY(SELECT encode(digest, 'hex') FROM {s}.item_lists WHERE job = $1 AND period = $2
 			AND digest = ANY (ARRAY(SELECT decode(h, 'hex') FROM unnest($3::text[]) AS h)))`
 
-	// itemsSealedSQL: whether the period's item set is sealed.
-	itemsSealedSQL = `SELECT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)`
+	// itemsSealedSQL: whether the period's item set is sealed, and whether
+	// the period has no chunk yet.
+	itemsSealedSQL = `SELECT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false),
+		NOT EXISTS (SELECT 1 FROM {s}.item_chunks WHERE job = $1 AND period = $2)`
 
 	// sealRecordedSQL seals the set of a turn (RecordTurn) that made $3
 	// chunks, each item in one of them once, when the period holds those
@@ -631,7 +645,7 @@ func newQueries(schema string) queries {
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),
-		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), recordItems: r.Replace(recordItemsSQL), chunksRecorded: r.Replace(chunksRecordedSQL), itemsSealed: r.Replace(itemsSealedSQL), sealRecorded: r.Replace(sealRecordedSQL), batchRecorded: r.Replace(batchRecordedSQL),
+		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), recordChunks: r.Replace(recordChunksSQL), chunksRecorded: r.Replace(chunksRecordedSQL), itemsSealed: r.Replace(itemsSealedSQL), sealRecorded: r.Replace(sealRecordedSQL), batchRecorded: r.Replace(batchRecordedSQL),
 		sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
 		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL), runningOwners: r.Replace(runningOwnersSQL),
 		finishChunk: r.Replace(finishChunkSQL), fenceChunk: r.Replace(fenceChunkSQL),
