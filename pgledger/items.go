@@ -186,6 +186,14 @@ func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunk
 // one: a pool of a single connection is enough for a single caller. A wait
 // that lock_timeout (or a statement_timeout of the server's) ends returns a
 // turn not held, which records as RecordItems and SealItems do.
+//
+// The turn is a session's lock: behind a pooler that hands one client
+// connection's transactions to different server sessions (PgBouncer's
+// transaction mode), the unlock may reach another session, and the lock
+// stays with a server session that no caller holds; the period's later
+// callers then wait a lease for the turn, and record the set themselves.
+// Nothing is lost or done twice, but give the ledger's pool a session of
+// its own (a direct connection, or session pooling).
 func (l *core) RecordTurn(ctx context.Context, key idemstore.Key, wait time.Duration) (idemstore.ItemTurn, error) {
 	c, err := l.db.pin(ctx)
 	if err != nil {
