@@ -89,6 +89,21 @@ func openAs(t testing.TB, driver, schema, app string, maxConns int) turnLedger {
 	return l
 }
 
+// eachPool runs test as a parallel subtest for a pgx pool (driver "") and
+// for each database/sql driver.
+func eachPool(t *testing.T, test func(t *testing.T, driver string)) {
+	for _, driver := range append([]string{""}, sqlDrivers...) {
+		name := driver
+		if name == "" {
+			name = "pgxpool"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, driver)
+		})
+	}
+}
+
 // advisoryLocks counts the advisory locks that the connections named app
 // hold (granted) or wait for (not granted).
 func advisoryLocks(t testing.TB, pool *pgxpool.Pool, app string, granted bool) int {
@@ -167,51 +182,66 @@ func ranOnce() (func(context.Context, string) error, func(t *testing.T)) {
 // afterwards. On a pgx pool and on database/sql with each driver.
 func TestEachOneRecorderAtATime(t *testing.T) {
 	t.Parallel()
-	for _, driver := range append([]string{""}, sqlDrivers...) {
-		name := driver
-		if name == "" {
-			name = "pgxpool"
+	eachPool(t, func(t *testing.T, driver string) {
+		ctx := context.Background()
+		p := startHolder(t, driver)
+		var pulled atomic.Int64
+		errB := make(chan error, 1)
+		go func() {
+			_, err := fanout.Each(ctx, p.b, points, countedItems(&pulled), p.fn, fanout.WithWorkers(1))
+			errB <- err
+		}()
+		watch := newPool(t)
+		testwait.Until(t, func() bool { return advisoryLocks(t, watch, p.appB, false) == 1 },
+			"B (%s) to wait for the period's turn: an advisory lock not granted", p.appB)
+		if n := pulled.Load(); n != 0 {
+			t.Fatalf("B generated %d items while A held the turn", n)
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			appA, appB := uniqueName("turn_a_"), uniqueName("turn_b_")
-			a := openAs(t, driver, "", appA, 0)
-			b := openAs(t, driver, a.Schema(), appB, 0)
-			fn, check := ranOnce()
-			reached, goOn := make(chan struct{}), make(chan struct{})
-			errs := make(chan error, 2)
-			go func() {
-				_, err := fanout.Each(ctx, a, points, blockingItems(reached, goOn), fn, fanout.WithWorkers(1))
-				errs <- err
-			}()
-			testwait.Recv(t, reached, "A to generate 600 items")
-			var pulled atomic.Int64
-			go func() {
-				_, err := fanout.Each(ctx, b, points, countedItems(&pulled), fn, fanout.WithWorkers(1))
-				errs <- err
-			}()
-			watch := newPool(t)
-			testwait.Until(t, func() bool { return advisoryLocks(t, watch, appB, false) == 1 },
-				"B (%s) to wait for the period's turn: an advisory lock not granted", appB)
-			if n := pulled.Load(); n != 0 {
-				t.Fatalf("B generated %d items while A held the turn", n)
-			}
-			close(goOn)
-			for range 2 {
-				if err := testwait.Recv(t, errs, "an Each to return"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if n := pulled.Load(); n != 0 {
-				t.Fatalf("B generated %d items of a set that A sealed", n)
-			}
-			check(t)
-			if n := advisoryLocks(t, watch, appA, true) + advisoryLocks(t, watch, appB, true); n != 0 {
-				t.Fatalf("%d advisory locks still held by the ledgers' connections", n)
-			}
-		})
-	}
+		close(p.goOn)
+		if err := testwait.Recv(t, p.errA, "A's Each to return"); err != nil {
+			t.Fatal(err)
+		}
+		if err := testwait.Recv(t, errB, "B's Each to return"); err != nil {
+			t.Fatal(err)
+		}
+		if n := pulled.Load(); n != 0 {
+			t.Fatalf("B generated %d items of a set that A sealed", n)
+		}
+		p.check(t)
+		if n := advisoryLocks(t, watch, p.appA, true) + advisoryLocks(t, watch, p.appB, true); n != 0 {
+			t.Fatalf("%d advisory locks still held by the ledgers' connections", n)
+		}
+	})
+}
+
+// turnPair is a turn test's two callers: A, whose Each of a new period
+// holds the turn, having stopped generating its items at the 601st until
+// goOn is closed (its error comes on errA), and B's ledger, on the same
+// schema; fn and check count the items they apply.
+type turnPair struct {
+	appA, appB string
+	b          turnLedger
+	fn         func(context.Context, string) error
+	check      func(t *testing.T)
+	goOn       chan struct{}
+	errA       chan error
+}
+
+// startHolder starts A (see turnPair) on a pool of driver, once it holds
+// the turn.
+func startHolder(t *testing.T, driver string) turnPair {
+	t.Helper()
+	p := turnPair{appA: uniqueName("turn_a_"), appB: uniqueName("turn_b_"), goOn: make(chan struct{}), errA: make(chan error, 1)}
+	a := openAs(t, driver, "", p.appA, 0)
+	p.b = openAs(t, driver, a.Schema(), p.appB, 0)
+	p.fn, p.check = ranOnce()
+	reached := make(chan struct{})
+	go func() {
+		_, err := fanout.Each(context.Background(), a, points, blockingItems(reached, p.goOn), p.fn, fanout.WithWorkers(1))
+		p.errA <- err
+	}()
+	testwait.Recv(t, reached, "A to generate 600 items")
+	return p
 }
 
 // TestEachRecorderKilledHandsOnTheTurn: a child process that holds the
@@ -269,31 +299,20 @@ func TestEachRecorderKilledHandsOnTheTurn(t *testing.T) {
 // runs once.
 func TestEachTurnWaitEnds(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	appA, appB := uniqueName("turn_a_"), uniqueName("turn_b_")
-	a := openAs(t, "", "", appA, 0)
-	b := openAs(t, "", a.Schema(), appB, 0)
-	fn, check := ranOnce()
-	reached, goOn := make(chan struct{}), make(chan struct{})
-	errA := make(chan error, 1)
-	go func() {
-		_, err := fanout.Each(ctx, a, points, blockingItems(reached, goOn), fn, fanout.WithWorkers(1))
-		errA <- err
-	}()
-	testwait.Recv(t, reached, "A to generate 600 items")
+	p := startHolder(t, "")
 	var pulled atomic.Int64
-	res, err := fanout.Each(ctx, b, points, countedItems(&pulled), fn, idem.WithLease(time.Second))
+	res, err := fanout.Each(context.Background(), p.b, points, countedItems(&pulled), p.fn, idem.WithLease(time.Second))
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != turnItems {
 		t.Fatalf("B, beside a stalled holder of the turn: %v, %+v", err, res)
 	}
 	if n := pulled.Load(); n != turnItems {
 		t.Fatalf("B generated %d items, want all %d", n, turnItems)
 	}
-	close(goOn)
-	if err := testwait.Recv(t, errA, "A's Each to return"); err != nil {
+	close(p.goOn)
+	if err := testwait.Recv(t, p.errA, "A's Each to return"); err != nil {
 		t.Fatal(err)
 	}
-	check(t)
+	p.check(t)
 }
 
 // TestEachTurnOnAPoolOfOne: the turn records on the connection that holds
@@ -301,30 +320,23 @@ func TestEachTurnWaitEnds(t *testing.T) {
 // both complete.
 func TestEachTurnOnAPoolOfOne(t *testing.T) {
 	t.Parallel()
-	for _, driver := range append([]string{""}, sqlDrivers...) {
-		name := driver
-		if name == "" {
-			name = "pgxpool"
+	eachPool(t, func(t *testing.T, driver string) {
+		l := openAs(t, driver, "", uniqueName("turn_one_"), 1)
+		fn, check := ranOnce()
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() {
+				_, err := fanout.Each(context.Background(), l, points, accounts(turnItems), fn, fanout.WithWorkers(2))
+				errs <- err
+			}()
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			l := openAs(t, driver, "", uniqueName("turn_one_"), 1)
-			fn, check := ranOnce()
-			errs := make(chan error, 2)
-			for range 2 {
-				go func() {
-					_, err := fanout.Each(context.Background(), l, points, accounts(turnItems), fn, fanout.WithWorkers(2))
-					errs <- err
-				}()
+		for range 2 {
+			if err := testwait.Recv(t, errs, "an Each on a pool of one connection to return"); err != nil {
+				t.Fatal(err)
 			}
-			for range 2 {
-				if err := testwait.Recv(t, errs, "an Each on a pool of one connection to return"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			check(t)
-		})
-	}
+		}
+		check(t)
+	})
 }
 
 // sqlLog records the statements that a pool's connections send.
