@@ -249,15 +249,21 @@ func (l *core) migrate(ctx context.Context) error {
 // index), duplicate_schema (42P06), duplicate_table (42P07) or
 // duplicate_object (42710).
 func catalogRace(err error) bool {
-	var e interface{ SQLState() string }
-	if !errors.As(err, &e) {
-		return false
-	}
-	switch e.SQLState() {
+	switch sqlState(err) {
 	case "23505", "42P06", "42P07", "42710":
 		return true
 	}
 	return false
+}
+
+// sqlState is the SQLSTATE code of err, a server's error as either driver
+// reports it; "" for any other error.
+func sqlState(err error) string {
+	var e interface{ SQLState() string }
+	if errors.As(err, &e) {
+		return e.SQLState()
+	}
+	return ""
 }
 
 // migrateOnce is one attempt of migrate, in one transaction.

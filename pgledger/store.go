@@ -240,18 +240,12 @@ const insertWait = "5ms"
 
 // lockTimedOut reports whether err is lock_not_available (55P03): a
 // statement that gave up waiting for a lock after lock_timeout.
-func lockTimedOut(err error) bool {
-	var e interface{ SQLState() string }
-	return errors.As(err, &e) && e.SQLState() == "55P03"
-}
+func lockTimedOut(err error) bool { return sqlState(err) == "55P03" }
 
 // statementCanceled reports whether err is query_canceled (57014): a
 // statement_timeout ran out, or (when the caller's context ended) the
 // driver cancelled the statement.
-func statementCanceled(err error) bool {
-	var e interface{ SQLState() string }
-	return errors.As(err, &e) && e.SQLState() == "57014"
-}
+func statementCanceled(err error) bool { return sqlState(err) == "57014" }
 
 // take is the claim's write path, starting from what the fast path read.
 func (l *core) take(ctx context.Context, req idemstore.ClaimRequest, s snapshot) (idemstore.Claim, error) {
