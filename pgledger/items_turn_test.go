@@ -36,21 +36,24 @@ type turnLedger interface {
 	Schema() string
 }
 
-// withApp is the test database's DSN with application_name app.
-func withApp(t testing.TB, app string) string {
+// withApp is the test database's DSN with application_name app, and the
+// server settings params ("name=value"), which the drivers send when they
+// connect.
+func withApp(t testing.TB, app string, params ...string) string {
 	dsn := testDSN(t)
 	sep := "?"
 	if strings.Contains(dsn, "?") {
 		sep = "&"
 	}
-	return dsn + sep + "application_name=" + app
+	return dsn + sep + strings.Join(append([]string{"application_name=" + app}, params...), "&")
 }
 
 // openAs opens a ledger through a pool of its own whose connections are
-// named app, of at most maxConns connections (0: the driver's default): on
-// a pgx pool when driver is "", else on a *sql.DB of driver. It uses
-// schema, or a fresh one (dropped when t ends) when schema is "".
-func openAs(t testing.TB, driver, schema, app string, maxConns int) turnLedger {
+// named app (with the server settings params, as withApp), of at most
+// maxConns connections (0: the driver's default): on a pgx pool when driver
+// is "", else on a *sql.DB of driver. It uses schema, or a fresh one
+// (dropped when t ends) when schema is "".
+func openAs(t testing.TB, driver, schema, app string, maxConns int, params ...string) turnLedger {
 	t.Helper()
 	ctx := context.Background()
 	if schema == "" {
@@ -58,7 +61,7 @@ func openAs(t testing.TB, driver, schema, app string, maxConns int) turnLedger {
 		dropSchemaLater(t, newPool(t), schema)
 	}
 	if driver == "" {
-		cfg, err := pgxpool.ParseConfig(withApp(t, app))
+		cfg, err := pgxpool.ParseConfig(withApp(t, app, params...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +79,7 @@ func openAs(t testing.TB, driver, schema, app string, maxConns int) turnLedger {
 		}
 		return l
 	}
-	db, err := sql.Open(driver, withApp(t, app))
+	db, err := sql.Open(driver, withApp(t, app, params...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +200,7 @@ func TestEachOneRecorderAtATime(t *testing.T) {
 		if n := pulled.Load(); n != 0 {
 			t.Fatalf("B generated %d items while A held the turn", n)
 		}
-		close(p.goOn)
+		p.goOn()
 		if err := testwait.Recv(t, p.errA, "A's Each to return"); err != nil {
 			t.Fatal(err)
 		}
@@ -216,28 +219,33 @@ func TestEachOneRecorderAtATime(t *testing.T) {
 
 // turnPair is a turn test's two callers: A, whose Each of a new period
 // holds the turn, having stopped generating its items at the 601st until
-// goOn is closed (its error comes on errA), and B's ledger, on the same
+// goOn is called (its error comes on errA), and B's ledger, on the same
 // schema; fn and check count the items they apply.
 type turnPair struct {
 	appA, appB string
-	b          turnLedger
+	a, b       turnLedger
 	fn         func(context.Context, string) error
 	check      func(t *testing.T)
-	goOn       chan struct{}
+	goOn       func()
 	errA       chan error
 }
 
 // startHolder starts A (see turnPair) on a pool of driver, once it holds
-// the turn.
-func startHolder(t *testing.T, driver string) turnPair {
+// the turn; B's connections get the server settings bParams.
+func startHolder(t *testing.T, driver string, bParams ...string) turnPair {
 	t.Helper()
-	p := turnPair{appA: uniqueName("turn_a_"), appB: uniqueName("turn_b_"), goOn: make(chan struct{}), errA: make(chan error, 1)}
-	a := openAs(t, driver, "", p.appA, 0)
-	p.b = openAs(t, driver, a.Schema(), p.appB, 0)
+	p := turnPair{appA: uniqueName("turn_a_"), appB: uniqueName("turn_b_"), errA: make(chan error, 1)}
+	p.a = openAs(t, driver, "", p.appA, 0)
+	p.b = openAs(t, driver, p.a.Schema(), p.appB, 0, bParams...)
 	p.fn, p.check = ranOnce()
-	reached := make(chan struct{})
+	reached, goOn := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	p.goOn = func() { once.Do(func() { close(goOn) }) }
+	// A test that fails before it lets A go on lets it go here, before the
+	// pools close (a pool waits for A's connection, which holds the turn).
+	t.Cleanup(p.goOn)
 	go func() {
-		_, err := fanout.Each(context.Background(), a, points, blockingItems(reached, p.goOn), p.fn, fanout.WithWorkers(1))
+		_, err := fanout.Each(context.Background(), p.a, points, blockingItems(reached, goOn), p.fn, fanout.WithWorkers(1))
 		p.errA <- err
 	}()
 	testwait.Recv(t, reached, "A to generate 600 items")
@@ -266,6 +274,10 @@ func TestEachRecorderKilledHandsOnTheTurn(t *testing.T) {
 	l := openAs(t, "", "", appParent, 0)
 	watch := newPool(t)
 	child := idemtest.Start(t, l.Schema()+"|"+appChild, nil)
+	// A test that fails before the kill kills the child here, before the
+	// pool closes (a pool waits for the parent's connection, which waits for
+	// the child's turn).
+	t.Cleanup(child.Kill)
 	testwait.Until(t, func() bool { return advisoryLocks(t, watch, appChild, true) == 1 },
 		"the child (%s) to hold the period's turn", appChild)
 	fn, check := ranOnce()
@@ -293,26 +305,88 @@ func TestEachRecorderKilledHandsOnTheTurn(t *testing.T) {
 	check(t)
 }
 
-// TestEachTurnWaitEnds: a caller that has waited a lease for the turn
-// records the set beside its holder (which has stalled), and completes the
-// period; the holder, woken, finds the set sealed and returns. Every item
-// runs once.
+// TestEachTurnWaitEnds: a caller whose wait for the turn ends (the lease,
+// its lock_timeout; or a statement_timeout of the server's, shorter than
+// the lease) records the set beside its holder (which has stalled), and
+// completes the period; the holder, woken, finds the set sealed and
+// returns. Every item runs once.
 func TestEachTurnWaitEnds(t *testing.T) {
 	t.Parallel()
-	p := startHolder(t, "")
-	var pulled atomic.Int64
-	res, err := fanout.Each(context.Background(), p.b, points, countedItems(&pulled), p.fn, idem.WithLease(time.Second))
-	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != turnItems {
-		t.Fatalf("B, beside a stalled holder of the turn: %v, %+v", err, res)
+	for _, tc := range []struct {
+		name   string
+		lease  time.Duration
+		params []string // B's server settings
+	}{
+		{"lease", time.Second, nil},
+		{"statement_timeout", time.Hour, []string{"statement_timeout=2000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := startHolder(t, "", tc.params...)
+			var pulled atomic.Int64
+			// B's wait is bounded by its lease or the server's setting; the
+			// test's own deadline bounds it too, should neither end it.
+			ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
+			defer cancel()
+			res, err := fanout.Each(ctx, p.b, points, countedItems(&pulled), p.fn, idem.WithLease(tc.lease))
+			if err != nil || res.Outcome != idem.Ran || res.Counts.Done != turnItems {
+				t.Fatalf("B, beside a stalled holder of the turn: %v, %+v", err, res)
+			}
+			if n := pulled.Load(); n != turnItems {
+				t.Fatalf("B generated %d items, want all %d", n, turnItems)
+			}
+			p.goOn()
+			if err := testwait.Recv(t, p.errA, "A's Each to return"); err != nil {
+				t.Fatal(err)
+			}
+			p.check(t)
+		})
 	}
-	if n := pulled.Load(); n != turnItems {
-		t.Fatalf("B generated %d items, want all %d", n, turnItems)
-	}
-	close(p.goOn)
-	if err := testwait.Recv(t, p.errA, "A's Each to return"); err != nil {
-		t.Fatal(err)
-	}
-	p.check(t)
+}
+
+// TestEachTurnConnectionBroken: the server session that holds a period's
+// turn is terminated (pg_terminate_backend) while its Each (A) generates
+// the items, A's process alive: the caller waiting for the turn (B, whose
+// lease is an hour) takes it at once, records the set and completes the
+// period. A, woken, returns, without applying any item a second time;
+// afterwards no connection of either pool holds the lock, and A's ledger
+// works on (its pool dropped the broken connection).
+func TestEachTurnConnectionBroken(t *testing.T) {
+	t.Parallel()
+	eachPool(t, func(t *testing.T, driver string) {
+		ctx := context.Background()
+		p := startHolder(t, driver)
+		var pulled atomic.Int64
+		errB := make(chan error, 1)
+		go func() {
+			_, err := fanout.Each(ctx, p.b, points, countedItems(&pulled), p.fn, fanout.WithWorkers(1), idem.WithLease(time.Hour))
+			errB <- err
+		}()
+		watch := newPool(t)
+		testwait.Until(t, func() bool { return advisoryLocks(t, watch, p.appB, false) == 1 },
+			"B (%s) to wait for the period's turn", p.appB)
+		var ended int
+		if err := watch.QueryRow(ctx, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks AS l
+			JOIN pg_stat_activity AS a ON a.pid = l.pid
+			WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1`, p.appA).Scan(&ended); err != nil || ended != 1 {
+			t.Fatalf("terminated %d sessions of A holding an advisory lock, %v; want 1", ended, err)
+		}
+		if err := testwait.Recv(t, errB, "B's Each to return once A's session ended"); err != nil {
+			t.Fatal(err)
+		}
+		if n := pulled.Load(); n != turnItems {
+			t.Fatalf("B generated %d items, want all %d: it recorded the set", n, turnItems)
+		}
+		p.goOn()
+		t.Logf("A, whose connection broke: %v", testwait.Recv(t, p.errA, "A's Each to return"))
+		p.check(t)
+		if n := advisoryLocks(t, watch, p.appA, true) + advisoryLocks(t, watch, p.appB, true); n != 0 {
+			t.Fatalf("%d advisory locks still held by the ledgers' connections", n)
+		}
+		if rec, ok, err := p.a.Lookup(ctx, points); err != nil || !ok || rec.Status != idem.StatusDone {
+			t.Fatalf("A's ledger after its broken connection: %+v, %v, %v; want the period done", rec, ok, err)
+		}
+	})
 }
 
 // TestEachTurnOnAPoolOfOne: the turn records on the connection that holds
