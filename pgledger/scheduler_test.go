@@ -2,13 +2,19 @@ package pgledger_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/schedtest"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
+	"github.com/idemgo/idem/scheduler"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -51,4 +57,95 @@ func TestSchedulerReplicas(t *testing.T) {
 func TestSchedulerReplicaProcesses(t *testing.T) {
 	testDSN(t)
 	schedtest.Processes(t, newSchema(t), openSchema)
+}
+
+// TestSchedulerEachReplicas: three Schedulers (goroutines, each on a pool
+// of two connections of its own) on one Postgres ledger run a daily job
+// whose fn applies fanout.Each to the day's 1,200 items, with two workers:
+// over four days each day's items are applied exactly once, and each
+// day's item set is sealed and done, whichever replica ran the day (the
+// item set's turn holds one of the replica's two connections while it
+// records).
+func TestSchedulerEachReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := openLedger(t, newPool(t)).Schema()
+	clk := schedtest.NewClock(time.Date(2026, 3, 1, 0, 30, 0, 0, time.UTC))
+	var mu sync.Mutex
+	applied := map[string]int{} // period/item
+	var scheds []*scheduler.Scheduler
+	for range 3 {
+		cfg, err := pgxpool.ParseConfig(testDSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.MaxConns = 2
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		l, err := pgledger.New(ctx, pool, pgledger.WithSchema(schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := scheduler.New(l, idem.WithClock(clk))
+		err = s.Add("grant", idem.Daily(time.UTC), func(ctx context.Context, p idem.Period) error {
+			_, err := fanout.Each(ctx, l, idem.Key{Job: "grant-items", Period: p.Name}, accounts(turnItems),
+				func(_ context.Context, item string) error {
+					mu.Lock()
+					applied[p.Name+"/"+item]++
+					mu.Unlock()
+					return nil
+				}, fanout.WithWorkers(2))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Run(context.Background()) }()
+		t.Cleanup(func() {
+			if err := s.Shutdown(context.Background()); err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, scheduler.ErrClosed) {
+				t.Errorf("Run: %v", err)
+			}
+		})
+		scheds = append(scheds, s)
+	}
+	days := []string{"2026-02-28", "2026-03-01", "2026-03-02", "2026-03-03"}
+	for i := range days {
+		if i > 0 {
+			clk.Advance(24 * time.Hour)
+		}
+		for _, s := range scheds {
+			schedtest.Idle(t, s, clk.Now())
+		}
+	}
+	check, err := pgledger.New(ctx, newPool(t), pgledger.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, day := range days {
+		for _, it := range accountList(turnItems) {
+			if n := applied[day+"/"+it]; n != 1 {
+				t.Fatalf("%s of %s applied %d times, want once", it, day, n)
+			}
+		}
+		k := idem.Key{Job: "grant-items", Period: day}
+		c, err := check.CountItems(ctx, k)
+		if err != nil || !c.Sealed || c.Done != turnItems {
+			t.Fatalf("%s: counts %+v, %v; want %d done, sealed", k, c, err, turnItems)
+		}
+		if rec, ok, err := check.Lookup(ctx, k); err != nil || !ok || rec.Status != idem.StatusDone {
+			t.Fatalf("%s: %+v, %v, %v; want done", k, rec, ok, err)
+		}
+	}
+	if len(applied) != len(days)*turnItems {
+		t.Fatalf("%d items applied, want %d (%d days of %d)", len(applied), len(days)*turnItems, len(days), turnItems)
+	}
 }
