@@ -186,14 +186,9 @@ func ranOnce() (func(context.Context, string) error, func(t *testing.T)) {
 func TestEachOneRecorderAtATime(t *testing.T) {
 	t.Parallel()
 	eachPool(t, func(t *testing.T, driver string) {
-		ctx := context.Background()
 		p := startHolder(t, driver)
 		var pulled atomic.Int64
-		errB := make(chan error, 1)
-		go func() {
-			_, err := fanout.Each(ctx, p.b, points, countedItems(&pulled), p.fn, fanout.WithWorkers(1))
-			errB <- err
-		}()
+		errB := p.runB(&pulled)
 		watch := newPool(t)
 		testwait.Until(t, func() bool { return advisoryLocks(t, watch, p.appB, false) == 1 },
 			"B (%s) to wait for the period's turn: an advisory lock not granted", p.appB)
@@ -228,6 +223,17 @@ type turnPair struct {
 	check      func(t *testing.T)
 	goOn       func()
 	errA       chan error
+}
+
+// runB starts B's Each of the period over the items, counted in pulled,
+// with one worker and opts; its error comes on the channel.
+func (p turnPair) runB(pulled *atomic.Int64, opts ...idem.Option) <-chan error {
+	errB := make(chan error, 1)
+	go func() {
+		_, err := fanout.Each(context.Background(), p.b, points, countedItems(pulled), p.fn, append([]idem.Option{fanout.WithWorkers(1)}, opts...)...)
+		errB <- err
+	}()
+	return errB
 }
 
 // startHolder starts A (see turnPair) on a pool of driver, once it holds
@@ -357,11 +363,7 @@ func TestEachTurnConnectionBroken(t *testing.T) {
 		ctx := context.Background()
 		p := startHolder(t, driver)
 		var pulled atomic.Int64
-		errB := make(chan error, 1)
-		go func() {
-			_, err := fanout.Each(ctx, p.b, points, countedItems(&pulled), p.fn, fanout.WithWorkers(1), idem.WithLease(time.Hour))
-			errB <- err
-		}()
+		errB := p.runB(&pulled, idem.WithLease(time.Hour))
 		watch := newPool(t)
 		testwait.Until(t, func() bool { return advisoryLocks(t, watch, p.appB, false) == 1 },
 			"B (%s) to wait for the period's turn", p.appB)

@@ -2,7 +2,6 @@ package pgledger_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/schedtest"
-	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/idemgo/idem/scheduler"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -75,22 +73,9 @@ func TestSchedulerEachReplicas(t *testing.T) {
 	applied := map[string]int{} // period/item
 	var scheds []*scheduler.Scheduler
 	for range 3 {
-		cfg, err := pgxpool.ParseConfig(testDSN(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.MaxConns = 2
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		l, err := pgledger.New(ctx, pool, pgledger.WithSchema(schema))
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := openAs(t, "", schema, uniqueName("sched_each_"), 2)
 		s := scheduler.New(l, idem.WithClock(clk))
-		err = s.Add("grant", idem.Daily(time.UTC), func(ctx context.Context, p idem.Period) error {
+		err := s.Add("grant", idem.Daily(time.UTC), func(ctx context.Context, p idem.Period) error {
 			_, err := fanout.Each(ctx, l, idem.Key{Job: "grant-items", Period: p.Name}, accounts(turnItems),
 				func(_ context.Context, item string) error {
 					mu.Lock()
@@ -103,16 +88,7 @@ func TestSchedulerEachReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan error, 1)
-		go func() { done <- s.Run(context.Background()) }()
-		t.Cleanup(func() {
-			if err := s.Shutdown(context.Background()); err != nil {
-				t.Errorf("Shutdown: %v", err)
-			}
-			if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, scheduler.ErrClosed) {
-				t.Errorf("Run: %v", err)
-			}
-		})
+		schedtest.Serve(t, s)
 		scheds = append(scheds, s)
 	}
 	days := []string{"2026-02-28", "2026-03-01", "2026-03-02", "2026-03-03"}

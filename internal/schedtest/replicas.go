@@ -55,16 +55,7 @@ func Goroutines(t *testing.T, arg string, open Opener) {
 		if err := s.Add("daily", idem.Daily(Location(t, "Asia/Shanghai")), fn); err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan error, 1)
-		go func() { done <- s.Run(context.Background()) }()
-		t.Cleanup(func() {
-			if err := s.Shutdown(context.Background()); err != nil {
-				t.Errorf("Shutdown: %v", err)
-			}
-			if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, scheduler.ErrClosed) {
-				t.Errorf("Run: %v", err)
-			}
-		})
+		Serve(t, s)
 		scheds = append(scheds, s)
 	}
 	idleAll := func() {
@@ -92,6 +83,21 @@ func Goroutines(t *testing.T, arg string, open Opener) {
 	if fmt.Sprint(ran) != fmt.Sprint(want) {
 		t.Errorf("runs per period:\ngot  %v\nwant %v", ran, want)
 	}
+}
+
+// Serve runs s (Run) until t ends, then shuts it down and checks that Run
+// returned ErrClosed.
+func Serve(t testing.TB, s *scheduler.Scheduler) {
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	t.Cleanup(func() {
+		if err := s.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, scheduler.ErrClosed) {
+			t.Errorf("Run: %v", err)
+		}
+	})
 }
 
 // killPeriod is the period whose first attempt SIGKILLs its process in
