@@ -238,7 +238,17 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	pc.pollFirst = heldPoll // which takes it a moment: look again soon
 	// Its span, inside the call's, is named as the done mark's.
 	pc.spanCall = "fanout.Each.mark"
-	err = execute(ctx, s, key, &pc, func(context.Context) ([]byte, error) { return nil, nil }, nil, nil)
+	// A store that marks a key with no record done in one write does so:
+	// no claim before the mark, and the holders that lose the race find
+	// the period done instead of waiting for another holder's mark.
+	var fresh freshBody
+	if fm, ok := s.(idemstore.FreshMarker); ok && !pc.cursor {
+		fresh = func(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool, []byte, *fnError, error) {
+			done, err := fm.MarkFresh(ctx, req)
+			return idemstore.Claim{}, done, nil, nil, err
+		}
+	}
+	err = execute(ctx, s, key, &pc, func(context.Context) ([]byte, error) { return nil, nil }, nil, fresh)
 	res.Outcome = mark.Outcome
 	if mark.Outcome == AlreadyDone {
 		res.Outcome = Ran // another holder marked it a moment ago; the items ran now

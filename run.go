@@ -172,7 +172,9 @@ type txBody func(ctx context.Context, attempt int64, now time.Time) (stored []by
 // freshBody claims the key, and if it has no record, runs fn and marks the
 // key done in the same transaction (FreshTxStore.ClaimFinishTx), with the
 // value stored. fnErr is set when fn failed and the claim of attempt 1
-// alone was committed; err, when nothing was committed.
+// alone was committed; err, when nothing was committed. A body that
+// neither marked the key done nor claimed it returns a zero Claim (Each's
+// period mark, FreshMarker.MarkFresh): the key is claimed the usual way.
 type freshBody func(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, done bool, stored []byte, fnErr *fnError, err error)
 
 // fnError marks an error as fn's own, for the engine's loop. Stores never
@@ -557,6 +559,8 @@ func (r *runner) claimFresh(ctx context.Context, f freshBody, req idemstore.Clai
 		return c, false, true, nil, err
 	case err != nil:
 		r.log(ctx, slog.LevelDebug, "one-transaction claim failed; claiming the usual way", slog.Any("error", err))
+		return c, false, false, nil, nil
+	case c.State == 0: // nothing written, nothing read (FreshMarker): the usual way
 		return c, false, false, nil, nil
 	}
 	return c, true, false, nil, nil

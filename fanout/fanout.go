@@ -91,8 +91,11 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // period).
 //
 // Each returns when every item is done or parked: then it marks the period
-// itself done (Outcome Ran). A later Each of a done period returns at once
-// (AlreadyDone). Items that are unknown keep the period open: Each returns
+// itself done (Outcome Ran). Where the store can mark a key that has no
+// record done in one write ([idemstore.FreshMarker]: the Postgres ledgers),
+// the mark is that write, and the holders that settle the last items
+// together find the period done rather than wait for one another's mark.
+// A later Each of a done period returns at once (AlreadyDone). Items that are unknown keep the period open: Each returns
 // an error matching ErrUnknownOutcome. While other holders work items, or
 // items back off, Each waits for them, until ctx ends: it looks at the
 // items again after 1 ms, then after twice as long each time, up to 200 ms

@@ -112,6 +112,24 @@ type ClaimFirst interface {
 	ClaimCommittedFirst()
 }
 
+// FreshMarker is a Store that can mark a key that has no record done in
+// one write, with no attempt before it: the period of fanout.Each has no
+// work of its own, and once its items are settled its done mark is all
+// that is left. The Postgres ledgers implement it.
+type FreshMarker interface {
+	Store
+
+	// MarkFresh writes req.Key's record as done, attempt 1 held by
+	// req.Owner, with req.Fingerprint and no value, durably, and returns
+	// true, if the key has no record and its job's horizon does not cover
+	// it. Otherwise it writes nothing and returns false: the caller claims
+	// the key the usual way. It calls [Checkpoint] with [AfterClaim] and
+	// then [AfterFn] before it writes; a stop at either leaves nothing
+	// written. It never waits long for a transaction that holds the key's
+	// row: giving up on one is an error, and nothing was written.
+	MarkFresh(ctx context.Context, req ClaimRequest) (done bool, err error)
+}
+
 // CatchUpStore is a Store that also keeps, per job, a catch-up cursor and
 // a retention horizon. catchup.Run and the idem command's prune need one.
 // For the state file, the job's watermark is both.

@@ -113,6 +113,77 @@ func TestStore(t *testing.T, h Harness) {
 	if h.Items {
 		t.Run("Items", func(t *testing.T) { testItems(t, h) })
 	}
+	t.Run("MarkFresh", func(t *testing.T) { testMarkFresh(t, h) })
+}
+
+// testMarkFresh: a store that is an idemstore.FreshMarker writes a key
+// with no record done, as attempt 1 of the request's owner, with its
+// fingerprint; it leaves alone a key that is held, done, or below its
+// job's horizon; and a stop at AfterClaim or AfterFn writes nothing.
+// A store that is not one is skipped.
+func testMarkFresh(t *testing.T, h Harness) {
+	clk := NewClock(start)
+	s := h.open(t, clk)
+	m, ok := s.(idemstore.FreshMarker)
+	if !ok {
+		t.Skipf("%T is not an idemstore.FreshMarker", s)
+	}
+	ctx := context.Background()
+	req := func(period string) idemstore.ClaimRequest {
+		return idemstore.ClaimRequest{Key: idem.Key{Job: "mark", Period: period}, Owner: "marker", Now: clk.Now(),
+			Lease: time.Minute, Fingerprint: "fp-1"}
+	}
+	record := func(period string) (idemstore.Record, bool) {
+		t.Helper()
+		rec, ok, err := s.Lookup(ctx, req(period).Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec, ok
+	}
+	mark := func(ctx context.Context, period string) bool {
+		t.Helper()
+		done, err := m.MarkFresh(ctx, req(period))
+		if err != nil {
+			t.Fatalf("MarkFresh %s: %v", period, err)
+		}
+		return done
+	}
+	if !mark(ctx, "2026-10-10") {
+		t.Fatal("MarkFresh of a key with no record: false, want true")
+	}
+	if rec, _ := record("2026-10-10"); rec.Status != idemstore.StatusDone || rec.Attempt != 1 || rec.Owner != "marker" || rec.Fingerprint != "fp-1" || rec.Value != nil {
+		t.Fatalf("the marked key's record %+v; want done, attempt 1, owner marker, fingerprint fp-1, no value", rec)
+	}
+	if mark(ctx, "2026-10-10") {
+		t.Fatal("MarkFresh of a done key: true, want false")
+	}
+	if c, err := s.Claim(ctx, req("2026-10-11")); err != nil || c.State != idemstore.ClaimAcquired {
+		t.Fatalf("claim: %+v, %v", c, err)
+	}
+	if mark(ctx, "2026-10-11") {
+		t.Fatal("MarkFresh of a held key: true, want false")
+	}
+	if rec, _ := record("2026-10-11"); rec.Status != idemstore.StatusRunning || rec.Attempt != 1 {
+		t.Fatalf("a held key's record after MarkFresh: %+v; want running, attempt 1", rec)
+	}
+	for _, at := range []idemstore.Point{idemstore.AfterClaim, idemstore.AfterFn} {
+		stop := CrashWhen(ctx, func(p Point, _ idem.Key) bool { return p == at })
+		if done, err := m.MarkFresh(stop, req("2026-10-12")); done || !errors.Is(err, ErrCrashed) {
+			t.Fatalf("MarkFresh stopped at %s: %v, %v; want false and the stop", at, done, err)
+		}
+		if rec, ok := record("2026-10-12"); ok {
+			t.Fatalf("a stop at %s left a record: %+v", at, rec)
+		}
+	}
+	if cs, ok := s.(idemstore.CatchUpStore); ok {
+		if _, err := cs.Prune(ctx, "mark", "2026-10-05"); err != nil {
+			t.Fatal(err)
+		}
+		if mark(ctx, "2026-10-01") {
+			t.Fatal("MarkFresh of a key below the job's horizon: true, want false")
+		}
+	}
 }
 
 var start = time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC)

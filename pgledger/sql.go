@@ -10,6 +10,7 @@ import (
 type queries struct {
 	ddl, getVersion, setVersion, upgradeParams    string
 	read, status, insert, take, lockRow           string
+	insertDone                                    string // MarkFresh
 	renew, finish, fence, advance                 string
 	insertNewMust, statusHex                      string // ClaimFinishTx's claim, and read after a failed claim
 	fenceMust, setValue                           string // the done mark first in fn's transaction (pgx), failing unless it changed the row (mustOne); fn's value after
@@ -179,6 +180,12 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	SELECT $1, $2, 'running', 1, $3, clock_timestamp() + $4::float8 * interval '1 microsecond', clock_timestamp(), clock_timestamp(), $5
 	WHERE NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE job = $1 AND horizon >= $2 COLLATE "C")
 		AND NOT EXISTS (SELECT 1 FROM {s}.runs WHERE job = $1 AND period = $2)
+	ON CONFLICT (job, period) DO NOTHING`
+
+	// insertDoneSQL is insertSQL for MarkFresh: the record is written done.
+	insertDoneSQL = `INSERT INTO {s}.runs(job, period, status, attempt, owner, created, updated, fingerprint)
+	SELECT $1, $2, 'done', 1, $3, clock_timestamp(), clock_timestamp(), $4
+	WHERE NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE job = $1 AND horizon >= $2 COLLATE "C")
 	ON CONFLICT (job, period) DO NOTHING`
 
 	// setValueSQL stores the value of a done mark written before fn ran
@@ -640,7 +647,7 @@ func newQueries(schema string) queries {
 	r := strings.NewReplacer("{s}", s)
 	return queries{
 		ddl: r.Replace(ddlSQL), getVersion: r.Replace(getVersionSQL), setVersion: r.Replace(setVersionSQL),
-		upgradeParams: r.Replace(upgradeParamsSQL), read: r.Replace(readSQL), status: r.Replace(statusSQL), insert: r.Replace(insertSQL), take: r.Replace(takeSQL), lockRow: r.Replace(lockRowSQL),
+		upgradeParams: r.Replace(upgradeParamsSQL), read: r.Replace(readSQL), status: r.Replace(statusSQL), insert: r.Replace(insertSQL), insertDone: r.Replace(insertDoneSQL), take: r.Replace(takeSQL), lockRow: r.Replace(lockRowSQL),
 		renew: r.Replace(renewSQL), finish: r.Replace(finishSQL), insertNewMust: mustOne(r.Replace(insertNewSQL), "claim"), statusHex: r.Replace(statusHexSQL), fenceMust: mustOne(r.Replace(finishSQL), "fence"), setValue: r.Replace(setValueSQL), fence: r.Replace(fenceSQL), advance: r.Replace(advanceSQL),
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
