@@ -679,6 +679,11 @@ func (e *eacher) pausing(ctx context.Context) error {
 func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bool, lease *leaseState, cut time.Time) (ends []idemstore.ItemEnd, err error) {
 	ends = make([]idemstore.ItemEnd, 0, len(claims))
 	br := e.cfg.each.breaker
+	// now is read once per item, after its fn: the time of its end, and
+	// of the next item's checks of the window's cut and the lease, unless
+	// something may wait between them (the breaker, the rate, a check).
+	waits := br != nil || e.limiter != nil
+	now := e.cfg.clock.Now()
 	for i, c := range claims {
 		ictx := &itemCtx{Context: ctx, e: e, c: c, lease: lease}
 		checked := c.Doubt && !e.cfg.mode.rerun // settled by its check, fn may not run
@@ -703,13 +708,16 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 				return nil, err
 			}
 		}
-		if len(ends) > 0 && e.cfg.clock.Now().After(cut) {
+		if waits || c.Doubt {
+			now = e.cfg.clock.Now()
+		}
+		if len(ends) > 0 && now.After(cut) {
 			if probe != 0 {
 				br.cancel(probe)
 			}
 			return ends, nil
 		}
-		if CheckLease(ictx) != nil {
+		if leaseLost(ictx, lease, now) {
 			// The window outlived its lease: another holder may claim these
 			// items now. Leave the rest unrecorded; they are claimed again
 			// (as doubtful) once the lease has expired, unless the done marks
@@ -728,7 +736,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 				ends = append(ends, end)
 				continue
 			}
-			if CheckLease(ictx) != nil { // the check took the rest of the lease
+			if leaseLost(ictx, lease, e.cfg.clock.Now()) { // the check took the rest of the lease
 				if probe != 0 {
 					br.cancel(probe)
 				}
@@ -736,8 +744,9 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 			}
 		}
 		err := e.fn(ictx, c.Item)
+		now = e.cfg.clock.Now()
 		if br != nil && !checked {
-			br.done(ctx, e.cfg.clock.Now(), probe, err)
+			br.done(ctx, now, probe, err)
 		}
 		if cerr := idemstore.Checkpoint(ctx, idemstore.AfterFn, e.key); cerr != nil {
 			return nil, cerr
@@ -746,7 +755,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 			return ends, nil
 		}
 		if err == nil {
-			ends = append(ends, idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: e.cfg.clock.Now()})
+			ends = append(ends, idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: now})
 			continue
 		}
 		if !isHarmless(err) && !isPermanent(err) {

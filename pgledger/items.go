@@ -110,15 +110,17 @@ func (l *core) AddItems(ctx context.Context, key idemstore.Key, items []string) 
 // chunks against the rest of the set in one pass, and no unchecked chunk is
 // claimed before.
 func (l *core) RecordItems(ctx context.Context, key idemstore.Key, chunks [][]string) error {
-	_, err := l.recordItems(ctx, l.db, key, chunks, true)
+	_, err := l.recordItems(ctx, l.db, key, chunks, true, false)
 	return err
 }
 
 // recordItems is RecordItems on q; wrote is how many chunks it made. When
 // read is false it sends the chunks without reading first which of them
 // are recorded (a turn that found none, and made the others itself: the
-// statement looks for their digests all the same).
-func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunks [][]string, read bool) (wrote int, err error) {
+// statement looks for their digests all the same). distinct says that the
+// chunks' items are known to differ from one another (a turn's hashes):
+// they are sent as given.
+func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunks [][]string, read, distinct bool) (wrote int, err error) {
 	hexes := make([]string, 0, len(chunks))
 	for _, c := range chunks {
 		if len(c) > 0 {
@@ -153,7 +155,10 @@ func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunk
 			continue
 		}
 		from = append(from, int64(len(items)+1))
-		items = append(items, distinctItems(c)...)
+		if !distinct {
+			c = distinctItems(c)
+		}
+		items = append(items, c...)
 		to, digests = append(to, int64(len(items))), append(digests, h)
 	}
 	if len(digests) == 0 {
@@ -261,7 +266,9 @@ func (r *recordTurn) RecordItems(ctx context.Context, chunks [][]string) error {
 			r.hashes[h] = struct{}{}
 		}
 	}
-	wrote, err := r.l.recordItems(ctx, r.c, r.key, chunks, !r.alone)
+	// Hashes that all differ prove the items differ: no chunk needs its
+	// duplicates removed.
+	wrote, err := r.l.recordItems(ctx, r.c, r.key, chunks, !r.alone, r.hashes != nil)
 	r.wrote += wrote
 	return err
 }
@@ -324,12 +331,16 @@ func distinctItems(items []string) []string {
 // batchDigest is the digest of an AddItems batch as given: SHA-256 of its
 // items, each followed by a NUL (no item holds one).
 func batchDigest(items []string) []byte {
-	h := sha256.New()
+	n := 0
 	for _, it := range items {
-		h.Write([]byte(it))
-		h.Write([]byte{0})
+		n += len(it) + 1
 	}
-	return h.Sum(nil)
+	b := make([]byte, 0, n)
+	for _, it := range items {
+		b = append(append(b, it...), 0)
+	}
+	sum := sha256.Sum256(b)
+	return sum[:]
 }
 
 // SealItems implements [idemstore.ItemStore]: in one batch (one round
