@@ -175,9 +175,14 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		counts, _ := s.CountItems(ctx, key)
 		return deferred(counts)
 	}
-	counts, err := s.CountItems(ctx, key)
-	if err != nil {
-		return res, err
+	// A store that gives turns to record the set says, with the turn,
+	// whether it is sealed: no count before it.
+	var counts ItemCounts
+	_, turns := s.(idemstore.ItemRecordTurns)
+	if !turns {
+		if counts, err = s.CountItems(ctx, key); err != nil {
+			return res, err
+		}
 	}
 	if !counts.Sealed {
 		if err := e.record(ctx, items); err != nil {

@@ -206,8 +206,8 @@ func (l *core) RecordTurn(ctx context.Context, key idemstore.Key, wait time.Dura
 	}
 	id := l.lockID("items", key.Job+"\x00"+key.Period)
 	ms := strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
-	var sealed, alone bool
-	err = c.batchRow(ctx, []stmt{{recordTurnSQL, []any{ms, id}}}, l.q.itemsSealed, []any{key.Job, key.Period}, &sealed, &alone)
+	var sealed, alone, unlocked bool
+	err = c.batchRow(ctx, []stmt{{recordTurnSQL, []any{ms, id}}}, l.q.turnTaken, []any{key.Job, key.Period, id}, &sealed, &alone, &unlocked)
 	if err != nil {
 		// A session-level lock outlives a failed transaction: whether or
 		// not the lock was taken, the session ends here.
@@ -216,6 +216,10 @@ func (l *core) RecordTurn(ctx context.Context, key idemstore.Key, wait time.Dura
 			return &recordTurn{l: l, key: key}, nil
 		}
 		return nil, l.opErr("record items: turn", key, err)
+	}
+	if sealed { // the lock is given back already (if not, the session ends)
+		c.release(!unlocked)
+		return &recordTurn{l: l, key: key, sealed: true}, nil
 	}
 	return &recordTurn{l: l, key: key, c: c, id: id, sealed: sealed, alone: alone, seed: maphash.MakeSeed(), hashes: map[uint64]struct{}{}}, nil
 }

@@ -530,3 +530,52 @@ func TestTurnSealChecksWhatItCannotProve(t *testing.T) {
 		})
 	}
 }
+
+// TestTurnFindsSetSealed: a turn taken once the set is sealed gives its
+// lock back in the round trip that took it: Sealed, no lock held by the
+// caller's connections before Release, and no unlock sent on its own.
+func TestTurnFindsSetSealed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(withApp(t, "turn-sealed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &sqlLog{}
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := openLedger(t, pool)
+	first, err := l.RecordTurn(ctx, points, time.Minute)
+	if err != nil || first.Sealed() {
+		t.Fatalf("first RecordTurn: %v, sealed %v", err, first != nil && first.Sealed())
+	}
+	if err := first.RecordItems(ctx, [][]string{{"a", "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Seal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first.Release()
+	mark, conns := log.len(), pool.Stat().TotalConns()
+	turn, err := l.RecordTurn(ctx, points, time.Minute)
+	if err != nil || !turn.Sealed() {
+		t.Fatalf("RecordTurn of a sealed set: %v, sealed %v; want sealed", err, turn != nil && turn.Sealed())
+	}
+	if n := advisoryLocks(t, newPool(t), "turn-sealed", true); n != 0 {
+		t.Fatalf("the caller's connections hold %d advisory locks before Release, want 0", n)
+	}
+	turn.Release()
+	if n := log.since(mark, "SELECT pg_advisory_unlock($1)"); n != 0 {
+		t.Fatalf("%d unlocks sent on their own, want 0", n)
+	}
+	if n := pool.Stat().TotalConns(); n != conns {
+		t.Fatalf("the pool has %d connections, had %d: the turn's was closed, not given back", n, conns)
+	}
+	if err := turn.Seal(ctx); err != nil { // a sealed set's turn: the set's own SealItems
+		t.Fatalf("Seal of a turn that found the set sealed: %v", err)
+	}
+}

@@ -20,7 +20,8 @@ type queries struct {
 
 	// items (Each)
 	upgradeItems, openItems, addItems, sealItems, countItems string
-	recordChunks, chunksRecorded, itemsSealed, sealRecorded  string
+	recordChunks, chunksRecorded, sealRecorded               string
+	turnTaken                                                string
 	batchRecorded                                            string
 	claimChunk, claimItems, finishChunk, fenceChunk          string
 	runningOwners                                            string
@@ -368,10 +369,14 @@ DROP TABLE {s}.items;`
 		ARRAY(SELECT encode(digest, 'hex') FROM {s}.item_lists WHERE job = $1 AND period = $2
 			AND digest = ANY (ARRAY(SELECT decode(h, 'hex') FROM unnest($3::text[]) AS h)))`
 
-	// itemsSealedSQL: whether the period's item set is sealed, and whether
-	// the period has no chunk yet.
-	itemsSealedSQL = `SELECT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false),
-		NOT EXISTS (SELECT 1 FROM {s}.item_chunks WHERE job = $1 AND period = $2)`
+	// turnTakenSQL, for a turn just taken (RecordTurn): whether the
+	// period's item set is sealed, and whether the period has no chunk yet;
+	// when the set is sealed, it also gives back the turn's advisory lock $3
+	// (and says whether it held it): a caller that waited for the turn and
+	// finds the set sealed needs nothing more.
+	turnTakenSQL = `SELECT s.sealed, s.alone, CASE WHEN s.sealed THEN pg_advisory_unlock($3) ELSE false END
+	FROM (SELECT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false) AS sealed,
+		NOT EXISTS (SELECT 1 FROM {s}.item_chunks WHERE job = $1 AND period = $2) AS alone) AS s`
 
 	// sealRecordedSQL seals the set of a turn (RecordTurn) that made $3
 	// chunks, each item in one of them once, when the period holds those
@@ -652,7 +657,7 @@ func newQueries(schema string) queries {
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),
-		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), recordChunks: r.Replace(recordChunksSQL), chunksRecorded: r.Replace(chunksRecordedSQL), itemsSealed: r.Replace(itemsSealedSQL), sealRecorded: r.Replace(sealRecordedSQL), batchRecorded: r.Replace(batchRecordedSQL),
+		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), recordChunks: r.Replace(recordChunksSQL), chunksRecorded: r.Replace(chunksRecordedSQL), turnTaken: r.Replace(turnTakenSQL), sealRecorded: r.Replace(sealRecordedSQL), batchRecorded: r.Replace(batchRecordedSQL),
 		sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
 		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL), runningOwners: r.Replace(runningOwnersSQL),
 		finishChunk: r.Replace(finishChunkSQL), fenceChunk: r.Replace(fenceChunkSQL),
