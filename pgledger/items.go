@@ -577,10 +577,13 @@ func (l *core) finishChunk(ctx context.Context, q conn, key idemstore.Key, step 
 	case !step.LeaseUntil.IsZero():
 		lease = time.Until(step.LeaseUntil)
 	}
+	args := []any{key.Job, key.Period, step.Chunk, step.Attempt, step.From + len(ends), max(step.Next, 0), micros(lease), step.From}
+	if len(items) == 0 { // every item done: no records to write
+		rows, err := q.exec(ctx, l.q.finishChunkDone, args...)
+		return rows == 1, err
+	}
 	var rows, recorded int64
-	err = q.queryRow(ctx, l.q.finishChunk, []any{key.Job, key.Period, step.Chunk, step.Attempt,
-		step.From + len(ends), max(step.Next, 0), micros(lease), step.From,
-		items, statuses, attempts, failures, backoffs, errs}, &rows, &recorded)
+	err = q.queryRow(ctx, l.q.finishChunk, append(args, items, statuses, attempts, failures, backoffs, errs), &rows, &recorded)
 	if err != nil {
 		return false, err
 	}
@@ -593,7 +596,8 @@ func (l *core) finishChunk(ctx context.Context, q conn, key idemstore.Key, step 
 // FinishItems implements [idemstore.ItemStore]. A chunk's window is one
 // statement: the fenced UPDATE of the chunk's row and the INSERT of the
 // records of the items that did not end done (an unnest of arrays), which
-// runs only if the UPDATE found the chunk. Single items get one UPDATE each,
+// runs only if the UPDATE found the chunk; the UPDATE alone when every item
+// ended done. Single items get one UPDATE each,
 // fenced by its attempt, sent in one batch (one round trip), which
 // PostgreSQL runs as one implicit transaction. Either way all of it commits,
 // durably, or none does. The chunk's lease runs until the server's time

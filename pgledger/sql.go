@@ -24,6 +24,7 @@ type queries struct {
 	turnTaken                                                string
 	batchRecorded                                            string
 	claimChunk, claimItems, finishChunk, fenceChunk          string
+	finishChunkDone                                          string
 	runningOwners                                            string
 	finishItem, fenceItem                                    string
 }
@@ -594,6 +595,14 @@ DROP TABLE {s}.items;`
 	)
 	SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM recorded)`
 
+	// finishChunkDoneSQL is finishChunkSQL for a window whose items all
+	// ended done: the chunk's UPDATE alone.
+	finishChunkDoneSQL = `UPDATE {s}.item_chunks SET settled = $5::integer, started = GREATEST(started, LEAST($5::integer + $6::integer, n)),
+		lease_until = clock_timestamp() + $7::float8 * interval '1 microsecond',
+		status = CASE WHEN $5::integer >= n THEN 'done' ELSE 'running' END,
+		updated = clock_timestamp()
+	WHERE job = $1 AND period = $2 AND chunk = $3 AND attempt = $4 AND status = 'running' AND settled = $8::integer`
+
 	// fenceChunkSQL opens FinishItemsTx for a chunk: it checks that the
 	// attempt still holds the chunk at the window's position, and locks its
 	// row until the transaction ends (a claimer passes it over; a stale
@@ -660,7 +669,7 @@ func newQueries(schema string) queries {
 		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), recordChunks: r.Replace(recordChunksSQL), chunksRecorded: r.Replace(chunksRecordedSQL), turnTaken: r.Replace(turnTakenSQL), sealRecorded: r.Replace(sealRecordedSQL), batchRecorded: r.Replace(batchRecordedSQL),
 		sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
 		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL), runningOwners: r.Replace(runningOwnersSQL),
-		finishChunk: r.Replace(finishChunkSQL), fenceChunk: r.Replace(fenceChunkSQL),
+		finishChunk: r.Replace(finishChunkSQL), finishChunkDone: r.Replace(finishChunkDoneSQL), fenceChunk: r.Replace(fenceChunkSQL),
 		finishItem: r.Replace(finishItemSQL), fenceItem: r.Replace(fenceItemSQL),
 	}
 }
