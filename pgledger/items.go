@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
@@ -406,13 +404,16 @@ func (l *core) CountItems(ctx context.Context, key idemstore.Key) (idemstore.Ite
 // plan), in this order: pending, failed whose backoff has passed, running
 // whose lease expired (Doubt; the abandoned attempt counts as a failure and
 // its last error says so), unknown if req.TakeUnknown (Doubt); within each,
-// oldest change first; they come back in item order. Claimers on any
-// number of hosts take disjoint chunks and items without waiting for each
-// other. When neither statement finds work, the owners of the period's
-// running chunks and items whose leases hold are read (one more
-// statement), and the work of those whose process is gone
-// ([idemstore.HolderGone]: a process of this host that died) is claimed as if
-// their leases had expired, by the same two statements.
+// oldest change first; they come back in item order. The second statement
+// is sent only when the first, finding no chunk, found that the period has
+// records of single items a claim may take. Claimers on any number of hosts
+// take disjoint chunks and items without waiting for each other. A first
+// statement that finds no chunk also returns the owners of the period's
+// running chunks and items whose leases hold; when no work was found, the
+// work of those whose process is gone ([idemstore.HolderGone]: a process
+// of this host that died) is claimed as if their leases had expired, by
+// the same statements. A claim that finds nothing thus costs one round
+// trip while the period has no single items.
 //
 // The lease runs until the server's time plus req.Lease (idem.DefaultLease
 // if not positive); req.Now is ignored. A req.N below 1 counts as 1.
@@ -424,21 +425,11 @@ func (l *core) ClaimItems(ctx context.Context, key idemstore.Key, req idemstore.
 	}
 	gone := []string{}
 	for {
-		b, err := l.claimItems(ctx, key, req, n, lease, gone)
+		b, owners, err := l.claimItems(ctx, key, req, n, lease, gone)
 		if err != nil || len(b.Items) > 0 || b.Chunk != 0 || len(gone) > 0 {
 			return b, err
 		}
 		// Nothing runnable: are some holders' processes gone?
-		var owners []string
-		err = l.db.query(ctx, l.q.runningOwners, []any{key.Job, key.Period}, func(scan func(...any) error) error {
-			var o string
-			err := scan(&o)
-			owners = append(owners, o)
-			return err
-		})
-		if err != nil {
-			return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
-		}
 		for _, o := range owners {
 			if idemstore.HolderGone(o) {
 				gone = append(gone, o)
@@ -450,12 +441,15 @@ func (l *core) ClaimItems(ctx context.Context, key idemstore.Key, req idemstore.
 	}
 }
 
-// claimItems is one pass of ClaimItems: a chunk, else single items; the
-// work of the owners in gone counts as if their leases had expired.
-func (l *core) claimItems(ctx context.Context, key idemstore.Key, req idemstore.ItemClaimRequest, n int, lease time.Duration, gone []string) (idemstore.ItemBatch, error) {
+// claimItems is one pass of ClaimItems: a chunk, else single items if the
+// period has any a claim may find; the work of the owners in gone counts
+// as if their leases had expired. When it took no chunk, owners are those
+// of the running chunks and items whose leases held.
+func (l *core) claimItems(ctx context.Context, key idemstore.Key, req idemstore.ItemClaimRequest, n int, lease time.Duration, gone []string) (_ idemstore.ItemBatch, owners []string, _ error) {
 	var b idemstore.ItemBatch
 	var size, doubt, failures int
 	var items []string
+	var singles bool
 	// A claim that need not survive power loss (AtLeastOnce) does not wait
 	// for its WAL flush: the synchronous commit of the chunk's first window
 	// flushes the WAL through it, as a Run's done mark does its claim.
@@ -464,10 +458,13 @@ func (l *core) claimItems(ctx context.Context, key idemstore.Key, req idemstore.
 		pre = []stmt{{query: syncOffSQL}}
 	}
 	err := l.db.batchRow(ctx, pre, l.q.claimChunk, []any{key.Job, key.Period, req.Owner, micros(lease), n, gone},
-		&b.Chunk, &b.Attempt, &size, &b.Pos, &doubt, &failures, &items)
-	if err == nil {
+		&b.Chunk, &b.Attempt, &size, &b.Pos, &doubt, &failures, &items, &singles, &owners)
+	if err != nil {
+		return idemstore.ItemBatch{}, nil, l.opErr("claim items", key, err)
+	}
+	if b.Chunk != 0 {
 		if len(items) != size-b.Pos {
-			return idemstore.ItemBatch{}, l.opErr("claim items", key,
+			return idemstore.ItemBatch{}, nil, l.opErr("claim items", key,
 				fmt.Errorf("chunk %d's item list has %d items after position %d, want %d", b.Chunk, len(items), b.Pos, size-b.Pos))
 		}
 		b.Items = make([]idemstore.ItemClaim, len(items))
@@ -478,10 +475,10 @@ func (l *core) claimItems(ctx context.Context, key idemstore.Key, req idemstore.
 			}
 			b.Items[i] = c
 		}
-		return b, nil
+		return b, nil, nil
 	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
+	if !singles {
+		return idemstore.ItemBatch{}, owners, nil
 	}
 	claims := []idemstore.ItemClaim{}
 	err = l.db.query(ctx, l.q.claimItems, []any{key.Job, key.Period, req.Owner, micros(lease), int64(n), req.TakeUnknown, gone,
@@ -492,10 +489,10 @@ func (l *core) claimItems(ctx context.Context, key idemstore.Key, req idemstore.
 		return err
 	})
 	if err != nil {
-		return idemstore.ItemBatch{}, l.opErr("claim items", key, err)
+		return idemstore.ItemBatch{}, nil, l.opErr("claim items", key, err)
 	}
 	slices.SortFunc(claims, func(a, b idemstore.ItemClaim) int { return cmp.Compare(a.Item, b.Item) })
-	return idemstore.ItemBatch{Items: claims}, nil
+	return idemstore.ItemBatch{Items: claims}, owners, nil
 }
 
 // execEach runs query once per item, in one batch (conn.batch: all or

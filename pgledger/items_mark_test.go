@@ -244,3 +244,45 @@ func TestEachMarkCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyClaimRoundTrips: a claim that finds no work is one round trip
+// while the period has no records of single items, and two once it has
+// one (the single items' statement runs too); either way it claims
+// nothing that is not runnable.
+func TestEmptyClaimRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, trips := tracedPool(t)
+	l := openLedger(t, pool)
+	if err := l.AddItems(ctx, points, []string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SealItems(ctx, points); err != nil {
+		t.Fatal(err)
+	}
+	empty := func(what string) int64 {
+		t.Helper()
+		before := trips.n.Load()
+		if b := claimer(t, l, "w", time.Minute)(10, false); b.Chunk != 0 || len(b.Items) != 0 {
+			t.Fatalf("%s: claimed %+v, want nothing", what, b)
+		}
+		return trips.n.Load() - before
+	}
+	b := claimer(t, l, "w", time.Minute)(10, false)
+	if b.Chunk == 0 || len(b.Items) != 2 {
+		t.Fatalf("claim: %+v", b)
+	}
+	if n := empty("the chunk held"); n != 1 {
+		t.Fatalf("a claim that found the only chunk held: %d round trips, want 1", n)
+	}
+	now := time.Now()
+	if lost, err := l.FinishItems(ctx, points, step(b, 0, 0, time.Minute), []idemstore.ItemEnd{
+		{Item: "a", Attempt: b.Attempt, Status: idem.StatusDone, Now: now},
+		{Item: "b", Attempt: b.Attempt, Status: idem.StatusFailed, Failures: 1, NotBefore: now.Add(time.Hour), Error: "down", Now: now},
+	}); err != nil || len(lost) != 0 {
+		t.Fatalf("finish: lost %v, %v", lost, err)
+	}
+	if n := empty("an item backing off"); n != 2 {
+		t.Fatalf("a claim beside a record backing off: %d round trips, want 2", n)
+	}
+}

@@ -25,7 +25,6 @@ type queries struct {
 	batchRecorded                                            string
 	claimChunk, claimItems, finishChunk, fenceChunk          string
 	finishChunkDone                                          string
-	runningOwners                                            string
 	finishItem, fenceItem                                    string
 }
 
@@ -472,8 +471,13 @@ DROP TABLE {s}.items;`
 	// selection is built as in claimItemsSQL: one range of
 	// item_chunks_by_status per status, FOR UPDATE SKIP LOCKED (a chunk
 	// another claimer is taking, or a FinishItemsTx holds, is passed over),
-	// and a TID scan of the locked row.
-	claimChunkSQL = `UPDATE {s}.item_chunks AS c SET
+	// and a TID scan of the locked row. It always returns one row: chunk 0
+	// (and no items) when it took none, and then also whether the period
+	// has single items that a claim may find (claimItemsSQL: pending,
+	// failed, running or unknown records) and the owners of its running
+	// chunks and items whose leases hold (for ClaimItems to check whether
+	// their processes are gone), read by the statement's snapshot.
+	claimChunkSQL = `WITH claimed AS (UPDATE {s}.item_chunks AS c SET
 		doubt = CASE WHEN c.status = 'running' THEN c.started ELSE 0 END,
 		failures = c.failures + CASE WHEN c.status = 'running' THEN 1 ELSE 0 END,
 		status = 'running', attempt = c.attempt + 1, owner = $3,
@@ -495,7 +499,13 @@ DROP TABLE {s}.items;`
 		) AS runnable LIMIT 1))
 	RETURNING c.chunk, c.attempt, c.n, c.settled, c.doubt, c.failures,
 		(SELECT l.items[c.settled + 1:] FROM {s}.item_lists AS l
-			WHERE l.job = c.job AND l.period = c.period AND l.chunk = c.chunk)`
+			WHERE l.job = c.job AND l.period = c.period AND l.chunk = c.chunk) AS items)
+	SELECT coalesce(c.chunk, 0), coalesce(c.attempt, 0), coalesce(c.n, 0), coalesce(c.settled, 0), coalesce(c.doubt, 0),
+		coalesce(c.failures, 0), c.items,
+		c.chunk IS NULL AND EXISTS (SELECT 1 FROM {s}.item_state
+			WHERE job = $1 AND period = $2 AND status IN ('pending', 'failed', 'running', 'unknown')),
+		CASE WHEN c.chunk IS NULL THEN ARRAY(` + runningOwnersSQL + `) ELSE '{}'::text[] END
+	FROM (SELECT) AS one LEFT JOIN claimed AS c ON true`
 
 	// claimItemsSQL takes up to $5 runnable single items (items with a
 	// record of their own): pending, failed and due, running with an expired
@@ -560,8 +570,7 @@ DROP TABLE {s}.items;`
 	RETURNING i.item, i.attempt, i.failures, i.doubt`
 
 	// runningOwnersSQL lists the owners of a period's running chunks and
-	// items whose leases hold, for ClaimItems to check whether their
-	// processes are gone.
+	// items whose leases hold (in claimChunkSQL).
 	runningOwnersSQL = `SELECT owner FROM {s}.item_chunks
 		WHERE job = $1 AND period = $2 AND status = 'running' AND lease_until > clock_timestamp()
 	UNION
@@ -668,7 +677,7 @@ func newQueries(schema string) queries {
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),
 		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), recordChunks: r.Replace(recordChunksSQL), chunksRecorded: r.Replace(chunksRecordedSQL), turnTaken: r.Replace(turnTakenSQL), sealRecorded: r.Replace(sealRecordedSQL), batchRecorded: r.Replace(batchRecordedSQL),
 		sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
-		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL), runningOwners: r.Replace(runningOwnersSQL),
+		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL),
 		finishChunk: r.Replace(finishChunkSQL), finishChunkDone: r.Replace(finishChunkDoneSQL), fenceChunk: r.Replace(fenceChunkSQL),
 		finishItem: r.Replace(finishItemSQL), fenceItem: r.Replace(fenceItemSQL),
 	}
