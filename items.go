@@ -184,13 +184,20 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			return res, err
 		}
 	}
+	counted := true // counts are the set's as recorded
 	if !counts.Sealed {
 		if err := e.record(ctx, items); err != nil {
 			res.Outcome = Failed
 			return res, err
 		}
-		if counts, err = s.CountItems(ctx, key); err != nil {
-			return res, err
+		// Progress reports start from the set's counts; without them the
+		// workers start at once, and the first count is the one after
+		// their work.
+		counted = e.cfg.each.progress != nil
+		if counted {
+			if counts, err = s.CountItems(ctx, key); err != nil {
+				return res, err
+			}
 		}
 	}
 	e.done.Store(counts.Done + counts.Parked)
@@ -199,6 +206,9 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	var held time.Duration // the last wait for items that others hold
 	for {
 		if err := e.work(ctx); err != nil {
+			if !counted && !idemstore.IsStop(err) {
+				counts, _ = s.CountItems(context.WithoutCancel(ctx), key) // for the result alone
+			}
 			res.Outcome, res.Counts, res.Parked = Failed, counts, e.parked
 			if idemstore.IsStop(err) {
 				return res, err
