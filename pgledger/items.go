@@ -162,7 +162,7 @@ func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunk
 	if len(digests) == 0 {
 		return 0, nil
 	}
-	n, err := q.batch(ctx, []stmt{{query: syncOffSQL}, {l.q.openItems, []any{key.Job, key.Period}},
+	n, err := q.batch(ctx, []stmt{{query: syncOffGenericSQL}, {l.q.openItems, []any{key.Job, key.Period}},
 		{l.q.recordChunks, []any{key.Job, key.Period, items, from, to, digests}}})
 	if err != nil {
 		return 0, l.opErr("record items", key, err)
@@ -455,7 +455,7 @@ func (l *core) claimItems(ctx context.Context, key idemstore.Key, req idemstore.
 	// flushes the WAL through it, as a Run's done mark does its claim.
 	var pre []stmt
 	if !req.Durable {
-		pre = []stmt{{query: syncOffSQL}}
+		pre = []stmt{{query: syncOffGenericSQL}}
 	}
 	err := l.db.batchRow(ctx, pre, l.q.claimChunk, []any{key.Job, key.Period, req.Owner, micros(lease), n, gone},
 		&b.Chunk, &b.Attempt, &size, &b.Pos, &doubt, &failures, &items, &singles, &owners)

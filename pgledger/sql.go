@@ -642,6 +642,13 @@ DROP TABLE {s}.items;`
 // implicit transaction of a batch).
 const syncOffSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 
+// syncOffGenericSQL is syncOffSQL, and it also has the transaction's
+// statements run with their prepared statement's generic plan
+// (plan_cache_mode): the item statements it comes before are complex to
+// plan, and their plans do not depend on their arguments (TestClaimChunkPlan,
+// TestClaimItemsPlan check both kinds).
+const syncOffGenericSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 // syncOffLockSharedSQL is syncOffSQL and lockSharedSQL in one statement
 // (ClaimFinishTx, a claim's INSERT).
 const syncOffLockSharedSQL = `SELECT set_config('synchronous_commit', 'off', true), pg_advisory_xact_lock_shared($1)`
