@@ -663,8 +663,9 @@ const (
 
 // recordTurnSQL takes a period's turn to record its items (RecordTurn):
 // its advisory lock $2, for the session, waiting at most $1 milliseconds
-// for it (lock_timeout, set for the statement's transaction alone).
-const recordTurnSQL = `SELECT set_config('lock_timeout', $1, true), pg_advisory_lock($2)`
+// for it (lock_timeout, set for the statement's transaction alone); the
+// statement after it runs with its generic plan (see syncOffGenericSQL).
+const recordTurnSQL = `SELECT set_config('lock_timeout', $1, true), set_config('plan_cache_mode', 'force_generic_plan', true), pg_advisory_lock($2)`
 
 // lockSharedSQL takes a job's advisory lock, shared, until the transaction
 // ends (Prune takes it exclusively).
