@@ -120,13 +120,16 @@ type FreshMarker interface {
 	Store
 
 	// MarkFresh writes req.Key's record as done, attempt 1 held by
-	// req.Owner, with req.Fingerprint and no value, durably, and returns
-	// true, if the key has no record and its job's horizon does not cover
-	// it. Otherwise it writes nothing and returns false: the caller claims
-	// the key the usual way. It calls [Checkpoint] with [AfterClaim] and
-	// then [AfterFn] before it writes; a stop at either leaves nothing
-	// written. It never waits long for a transaction that holds the key's
-	// row: giving up on one is an error, and nothing was written.
+	// req.Owner, with req.Fingerprint and no value, durably, if the key
+	// has no record and its job's horizon does not cover it. It returns
+	// true when the key is done after it: it wrote the record, or found
+	// the key done with a fingerprint that req's matches (another holder
+	// marked it; then it wrote nothing). Otherwise it writes nothing and
+	// returns false: the caller claims the key the usual way. It calls
+	// [Checkpoint] with [AfterClaim] and then [AfterFn] before it writes; a
+	// stop at either leaves nothing written. It never waits long for a
+	// transaction that holds the key's row: giving up on one is an error,
+	// and nothing was written.
 	MarkFresh(ctx context.Context, req ClaimRequest) (done bool, err error)
 }
 

@@ -118,8 +118,9 @@ func TestStore(t *testing.T, h Harness) {
 
 // testMarkFresh: a store that is an idemstore.FreshMarker writes a key
 // with no record done, as attempt 1 of the request's owner, with its
-// fingerprint; it leaves alone a key that is held, done, or below its
-// job's horizon; and a stop at AfterClaim or AfterFn writes nothing.
+// fingerprint; it finds a done key done (unless its fingerprint differs),
+// and leaves alone a key that is done, held, or below its job's horizon;
+// a stop at AfterClaim or AfterFn writes nothing.
 // A store that is not one is skipped.
 func testMarkFresh(t *testing.T, h Harness) {
 	clk := NewClock(start)
@@ -155,8 +156,18 @@ func testMarkFresh(t *testing.T, h Harness) {
 	if rec, _ := record("2026-10-10"); rec.Status != idemstore.StatusDone || rec.Attempt != 1 || rec.Owner != "marker" || rec.Fingerprint != "fp-1" || rec.Value != nil {
 		t.Fatalf("the marked key's record %+v; want done, attempt 1, owner marker, fingerprint fp-1, no value", rec)
 	}
-	if mark(ctx, "2026-10-10") {
-		t.Fatal("MarkFresh of a done key: true, want false")
+	// A key done already (by another holder's mark, say): true, and the
+	// record is left as it was; with another fingerprint, false.
+	if !mark(ctx, "2026-10-10") {
+		t.Fatal("MarkFresh of a done key: false, want true")
+	}
+	other := req("2026-10-10")
+	other.Owner, other.Fingerprint = "another", "fp-2"
+	if done, err := m.MarkFresh(ctx, other); done || err != nil {
+		t.Fatalf("MarkFresh of a done key with another fingerprint: %v, %v; want false", done, err)
+	}
+	if rec, _ := record("2026-10-10"); rec.Attempt != 1 || rec.Owner != "marker" || rec.Fingerprint != "fp-1" {
+		t.Fatalf("a done key's record after MarkFresh: %+v; want it unchanged", rec)
 	}
 	if c, err := s.Claim(ctx, req("2026-10-11")); err != nil || c.State != idemstore.ClaimAcquired {
 		t.Fatalf("claim: %+v, %v", c, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -293,5 +294,44 @@ func TestEmptyClaimRoundTrips(t *testing.T) {
 	}
 	if n := empty("an item backing off"); n != 2 {
 		t.Fatalf("a claim beside a record backing off: %d round trips, want 2", n)
+	}
+}
+
+// TestEachMarkLoserOneRoundTrip: a holder whose mark finds the period
+// marked by another (a moment before, between its last count and its
+// mark) returns Ran after one round trip for the mark, and writes nothing
+// to the record.
+func TestEachMarkLoserOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, trips := tracedPool(t)
+	b := openLedger(t, pool)
+	a, err := pgledger.New(ctx, newPool(t), pgledger.WithSchema(b.Schema()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var marked atomic.Int64 // b's round trips when a's mark was in
+	hook := idemstore.WithTrace(ctx, &idemstore.Trace{Checkpoint: func(_ context.Context, at idemstore.Point, k idem.Key) error {
+		if at == idemstore.BeforeClaim && k == points && marked.Load() == 0 { // b's mark is next: a marks first
+			done, err := a.MarkFresh(ctx, idemstore.ClaimRequest{Key: points, Owner: "host-a", Now: time.Now(), Lease: time.Minute})
+			if !done || err != nil {
+				t.Errorf("a's mark: %v, %v", done, err)
+			}
+			marked.Store(trips.n.Load())
+		}
+		return nil
+	}})
+	res, err := fanout.Each(hook, b, points, accounts(20), func(context.Context, string) error { return nil })
+	if err != nil || res.Outcome != idem.Ran {
+		t.Fatalf("b's Each: %v, %v; want nil, Ran", err, res.Outcome)
+	}
+	if marked.Load() == 0 {
+		t.Fatal("b's Each never came to its mark")
+	}
+	if n := trips.n.Load() - marked.Load(); n != 1 {
+		t.Fatalf("b's mark took %d round trips, want 1", n)
+	}
+	if rec := periodRecord(t, b, points); rec.Owner != "host-a" || rec.Attempt != 1 || rec.Status != idemstore.StatusDone {
+		t.Fatalf("record %+v; want a's mark, unchanged", rec)
 	}
 }

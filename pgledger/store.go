@@ -237,14 +237,16 @@ func (l *core) insertClaim(ctx context.Context, req idemstore.ClaimRequest, firs
 // fanout.Each, once its items are settled. One batch (one round trip on a
 // pool, one implicit transaction, committed synchronously): the job's
 // shared advisory lock (as a claim takes it, so that Prune never deletes
-// a period it is writing) and an INSERT of the record as done, which a
-// record or the job's horizon turns into nothing. Neither waits for a lock
-// more than [insertWait]; past that, MarkFresh returns the error (error
-// 55P03) and nothing was written.
+// a period it is writing), an INSERT of the record as done, which a
+// record or the job's horizon turns into nothing, and a read of the key's
+// status and fingerprint. Neither of the first two waits for a lock more
+// than [insertWait]; past that, MarkFresh returns the error (error 55P03)
+// and nothing was written.
 //
 // Several holders that settle a period's last items at once each send it:
-// one writes the record; the others' INSERT waits for its commit and finds
-// the record, and they claim the key the usual way, which finds it done.
+// one writes the record; the others' INSERT waits for its commit, and
+// their read, a statement of its own, finds the key done: done for them
+// too, in the same round trip.
 func (l *core) MarkFresh(ctx context.Context, req idemstore.ClaimRequest) (bool, error) {
 	if err := req.Key.Validate(); err != nil {
 		return false, err
@@ -255,14 +257,19 @@ func (l *core) MarkFresh(ctx context.Context, req idemstore.ClaimRequest) (bool,
 	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, req.Key); err != nil {
 		return false, err
 	}
-	n, err := l.db.batch(ctx, []stmt{
+	var status, fp string
+	var value []byte
+	err := l.db.batchRow(ctx, []stmt{
 		{query: lockWaitSharedSQL, args: []any{l.lockID("job", req.Key.Job)}},
 		{query: l.q.insertDone, args: []any{req.Key.Job, req.Key.Period, req.Owner, req.Fingerprint}},
-	})
-	if err != nil {
+	}, l.q.status, []any{req.Key.Job, req.Key.Period}, &status, &fp, &value)
+	switch {
+	case errors.Is(err, sql.ErrNoRows): // below the job's horizon
+		return false, nil
+	case err != nil:
 		return false, l.opErr("mark done", req.Key, err)
 	}
-	return n[1] == 1, nil
+	return idemstore.Status(status) == idemstore.StatusDone && !idemstore.Mismatch(fp, req.Fingerprint), nil
 }
 
 // insertWait is how long a claim's INSERT sent before any read waits for
