@@ -96,6 +96,18 @@ type pgxQuerier interface {
 // pgxDB is the adapter of a pgx pool.
 type pgxDB struct{ pool *pgxpool.Pool }
 
+// queryRowGeneric is c's queryRow, run with the statement's generic plan
+// (plan_cache_mode, as syncOffGenericSQL sets it) where that costs no
+// round trip: on a pgx pool, the setting and the query in one batch. On a
+// *sql.DB, where a batch is a transaction of several round trips, it is
+// queryRow.
+func queryRowGeneric(ctx context.Context, c conn, query string, args []any, dest ...any) error {
+	if _, ok := c.(pgxDB); ok {
+		return c.batchRow(ctx, []stmt{{query: genericPlanSQL}}, query, args, dest...)
+	}
+	return c.queryRow(ctx, query, args, dest...)
+}
+
 // pgxTx is the adapter of a pgx transaction.
 type pgxTx struct{ tx pgx.Tx }
 

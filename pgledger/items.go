@@ -379,7 +379,7 @@ func (l *core) CountItems(ctx context.Context, key idemstore.Key) (idemstore.Ite
 	var chunkPending, chunkRunning, settled, fromChunks int64
 	var next *time.Time
 	var dbNow time.Time
-	err := l.db.queryRow(ctx, l.q.countItems, []any{key.Job, key.Period}, &c.Sealed,
+	err := queryRowGeneric(ctx, l.db, l.q.countItems, []any{key.Job, key.Period}, &c.Sealed,
 		&chunkPending, &chunkRunning, &settled,
 		&c.Pending, &c.Running, &c.Failed, &c.Done, &c.Unknown, &c.Parked, &fromChunks, &next,
 		&dbNow)

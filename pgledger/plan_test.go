@@ -183,3 +183,31 @@ type planNode struct {
 	Rows  int64      `json:"Actual Rows"`
 	Plans []planNode `json:"Plans"`
 }
+
+// TestCountItemsPlan checks the count's generic plan (CountItems runs it
+// so on a pgx pool) on a table of ten periods of 10,000 item records and
+// 200 chunks each: it reads the one period's rows by index, never the
+// table.
+func TestCountItemsPlan(t *testing.T) {
+	t.Parallel()
+	l, pool, s := planLedger(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO `+s+`.item_state (job, period, item, status)
+		SELECT 'j', 'p' || p, 'acct-' || lpad(g::text, 6, '0'), CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'done' END
+		FROM generate_series(0, 9) AS p, generate_series(0, 9999) AS g`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO `+s+`.item_chunks (job, period, chunk, n, status)
+		SELECT 'j', 'p' || p, g, 500, 'done' FROM generate_series(0, 9) AS p, generate_series(1, 200) AS g`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE `+s+`.item_state, `+s+`.item_chunks`); err != nil {
+		t.Fatal(err)
+	}
+	got, out := planScans(t, pool, "force_generic_plan", 10000, l.q.countItems, "j", "p3")
+	if strings.Contains(got, "Seq Scan") || !strings.Contains(got, "item_state") || !strings.Contains(got, "item_chunks") {
+		t.Errorf("scans: %s; want the period's rows read by index\nplan: %s", got, out)
+	}
+}

@@ -642,11 +642,14 @@ DROP TABLE {s}.items;`
 // implicit transaction of a batch).
 const syncOffSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 
-// syncOffGenericSQL is syncOffSQL, and it also has the transaction's
-// statements run with their prepared statement's generic plan
-// (plan_cache_mode): the item statements it comes before are complex to
-// plan, and their plans do not depend on their arguments (TestClaimChunkPlan,
+// genericPlanSQL has the transaction's statements run with their prepared
+// statement's generic plan (plan_cache_mode), planned once per
+// connection: the item statements it comes before are complex to plan,
+// and their plans do not depend on their arguments (TestClaimChunkPlan,
 // TestClaimItemsPlan check both kinds).
+const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+
+// syncOffGenericSQL is syncOffSQL and genericPlanSQL in one statement.
 const syncOffGenericSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // syncOffLockSharedSQL is syncOffSQL and lockSharedSQL in one statement
@@ -664,7 +667,7 @@ const (
 // recordTurnSQL takes a period's turn to record its items (RecordTurn):
 // its advisory lock $2, for the session, waiting at most $1 milliseconds
 // for it (lock_timeout, set for the statement's transaction alone); the
-// statement after it runs with its generic plan (see syncOffGenericSQL).
+// statement after it runs with its generic plan (see genericPlanSQL).
 const recordTurnSQL = `SELECT set_config('lock_timeout', $1, true), set_config('plan_cache_mode', 'force_generic_plan', true), pg_advisory_lock($2)`
 
 // lockSharedSQL takes a job's advisory lock, shared, until the transaction
