@@ -282,8 +282,19 @@ func (r *recordTurn) Seal(ctx context.Context) error {
 	defer r.Release()
 	if r.hashes != nil && r.wrote > 0 {
 		var done bool
-		err := r.c.batchRow(ctx, []stmt{{r.l.q.openItems, []any{r.key.Job, r.key.Period}}},
-			r.l.q.sealRecorded, []any{r.key.Job, r.key.Period, r.wrote}, &done)
+		var err error
+		if c, ok := r.c.(pgxConn); ok {
+			var unlocked bool
+			done, unlocked, err = r.sealAndUnlock(ctx, c)
+			if err == nil && unlocked { // sealed (by this turn, or another caller), and the turn given back
+				r.c = nil
+				c.release(false)
+				return nil
+			}
+		} else {
+			err = r.c.batchRow(ctx, []stmt{{r.l.q.openItems, []any{r.key.Job, r.key.Period}}},
+				r.l.q.sealRecorded, []any{r.key.Job, r.key.Period, r.wrote}, &done)
+		}
 		if err != nil || done {
 			if err != nil {
 				err = r.l.opErr("seal items", r.key, err)
@@ -292,6 +303,38 @@ func (r *recordTurn) Seal(ctx context.Context) error {
 		}
 	}
 	return r.l.sealItems(ctx, r.c, r.key)
+}
+
+// sealAndUnlock is the turn's seal without the check on a pgx connection,
+// and its unlock, in one round trip: the seal in a transaction of its own
+// (BEGIN ... COMMIT, synchronous), then the turn's lock given back if the
+// set is sealed, so that the callers waiting for the turn find it sealed.
+// An error leaves the connection to Release, which closes it.
+func (r *recordTurn) sealAndUnlock(ctx context.Context, c pgxConn) (done, unlocked bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(r.l.q.openItems, r.key.Job, r.key.Period)
+	b.Queue(r.l.q.sealRecorded, r.key.Job, r.key.Period, r.wrote)
+	b.Queue("COMMIT")
+	b.Queue(r.l.q.unlockSealed, r.id, r.key.Job, r.key.Period)
+	br := c.c.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	for _, step := range []func() error{
+		func() error { _, err := br.Exec(); return err },
+		func() error { _, err := br.Exec(); return err },
+		func() error { return br.QueryRow().Scan(&done) },
+		func() error { _, err := br.Exec(); return err },
+		func() error { return br.QueryRow().Scan(&unlocked) },
+	} {
+		if err := step(); err != nil {
+			return false, false, err
+		}
+	}
+	return done, unlocked, nil
 }
 
 func (r *recordTurn) Release() {

@@ -454,6 +454,19 @@ func (s *sqlLog) since(mark int, part string) int {
 	return n
 }
 
+// exactly returns how many statements sent since mark are q.
+func (s *sqlLog) exactly(mark int, q string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, sent := range s.sql[mark:] {
+		if sent == q {
+			n++
+		}
+	}
+	return n
+}
+
 func (s *sqlLog) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -531,9 +544,11 @@ func TestTurnSealChecksWhatItCannotProve(t *testing.T) {
 	}
 }
 
-// TestTurnFindsSetSealed: a turn taken once the set is sealed gives its
-// lock back in the round trip that took it: Sealed, no lock held by the
-// caller's connections before Release, and no unlock sent on its own.
+// TestTurnFindsSetSealed: a turn that seals a set without the check gives
+// its lock back in the seal's round trip; a turn taken once the set is
+// sealed gives its lock back in the round trip that took it: Sealed, no
+// lock held by the caller's connections before Release, and no unlock sent
+// on its own.
 func TestTurnFindsSetSealed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -556,10 +571,19 @@ func TestTurnFindsSetSealed(t *testing.T) {
 	if err := first.RecordItems(ctx, [][]string{{"a", "b"}}); err != nil {
 		t.Fatal(err)
 	}
+	// The seal without the check gives the turn back in its own round trip
+	// (on a pgx pool): no lock is held after it, and no unlock is sent alone.
 	if err := first.Seal(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if n := advisoryLocks(t, newPool(t), "turn-sealed", true); n != 0 {
+		t.Fatalf("the caller's connections hold %d advisory locks after the seal, want 0", n)
+	}
 	first.Release()
+	if n := log.exactly(0, "SELECT pg_advisory_unlock($1)"); n != 0 {
+		t.Fatalf("the first turn sent %d unlocks on their own, want 0", n)
+	}
+	checkCounts(t, l, idem.ItemCounts{Sealed: true, Pending: 2})
 	mark, conns := log.len(), pool.Stat().TotalConns()
 	turn, err := l.RecordTurn(ctx, points, time.Minute)
 	if err != nil || !turn.Sealed() {
@@ -569,7 +593,7 @@ func TestTurnFindsSetSealed(t *testing.T) {
 		t.Fatalf("the caller's connections hold %d advisory locks before Release, want 0", n)
 	}
 	turn.Release()
-	if n := log.since(mark, "SELECT pg_advisory_unlock($1)"); n != 0 {
+	if n := log.exactly(mark, "SELECT pg_advisory_unlock($1)"); n != 0 {
 		t.Fatalf("%d unlocks sent on their own, want 0", n)
 	}
 	if n := pool.Stat().TotalConns(); n != conns {

@@ -21,7 +21,7 @@ type queries struct {
 	// items (Each)
 	upgradeItems, openItems, addItems, sealItems, countItems string
 	recordChunks, chunksRecorded, sealRecorded               string
-	turnTaken                                                string
+	turnTaken, unlockSealed                                  string
 	batchRecorded                                            string
 	claimChunk, claimItems, finishChunk, fenceChunk          string
 	finishChunkDone                                          string
@@ -399,6 +399,11 @@ DROP TABLE {s}.items;`
 	)
 	SELECT ok FROM ok`
 
+	// unlockSealedSQL gives back a turn's advisory lock $1 if the period's
+	// set is sealed; it returns whether it did.
+	unlockSealedSQL = `SELECT coalesce((SELECT pg_advisory_unlock($1) FROM {s}.itemsets
+		WHERE job = $2 AND period = $3 AND sealed), false)`
+
 	sealItemsSQL = `WITH fresh AS (
 		SELECT chunk FROM {s}.item_chunks WHERE job = $1 AND period = $2 AND NOT checked
 			AND NOT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)
@@ -686,7 +691,7 @@ func newQueries(schema string) queries {
 		resolveInsert: r.Replace(resolveInsertSQL), resolveUpdate: r.Replace(resolveUpdateSQL),
 		job: r.Replace(jobSQL), pruneCursor: r.Replace(pruneCursorSQL), pruneOpen: r.Replace(pruneOpenSQL),
 		prune: r.Replace(pruneSQL), pruneJobs: r.Replace(pruneJobsSQL), list: r.Replace(listSQL), start: r.Replace(startSQL),
-		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), recordChunks: r.Replace(recordChunksSQL), chunksRecorded: r.Replace(chunksRecordedSQL), turnTaken: r.Replace(turnTakenSQL), sealRecorded: r.Replace(sealRecordedSQL), batchRecorded: r.Replace(batchRecordedSQL),
+		upgradeItems: r.Replace(upgradeItemsSQL), openItems: r.Replace(openItemsSQL), addItems: r.Replace(addItemsSQL), recordChunks: r.Replace(recordChunksSQL), chunksRecorded: r.Replace(chunksRecordedSQL), turnTaken: r.Replace(turnTakenSQL), sealRecorded: r.Replace(sealRecordedSQL), unlockSealed: r.Replace(unlockSealedSQL), batchRecorded: r.Replace(batchRecordedSQL),
 		sealItems: r.Replace(sealItemsSQL), countItems: r.Replace(countItemsSQL),
 		claimChunk: r.Replace(claimChunkSQL), claimItems: r.Replace(claimItemsSQL),
 		finishChunk: r.Replace(finishChunkSQL), finishChunkDone: r.Replace(finishChunkDoneSQL), fenceChunk: r.Replace(fenceChunkSQL),
