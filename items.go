@@ -345,6 +345,9 @@ func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) err
 			}
 			if bulk {
 				hold = max(hold, recordBatch*chunkSize)
+				if cap(buf) < hold {
+					buf = make([]string, 0, hold)
+				}
 			}
 		}
 	}

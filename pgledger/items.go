@@ -140,8 +140,12 @@ func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunk
 	}
 	// The chunks to make, as one array of their items and the bounds of
 	// each in it.
-	var items, digests []string
-	var from, to []int64
+	total := 0
+	for _, c := range chunks {
+		total += len(c)
+	}
+	items, digests := make([]string, 0, total), make([]string, 0, len(chunks))
+	from, to := make([]int64, 0, len(chunks)), make([]int64, 0, len(chunks))
 	d := 0
 	for _, c := range chunks {
 		if len(c) == 0 {
@@ -254,6 +258,16 @@ func (r *recordTurn) Sealed() bool { return r.sealed }
 func (r *recordTurn) RecordItems(ctx context.Context, chunks [][]string) error {
 	if r.c == nil {
 		return r.l.RecordItems(ctx, r.key, chunks)
+	}
+	if r.hashes != nil && len(r.hashes) == 0 {
+		// Room for the hashes of about 16 calls like the first (record's
+		// first call holds the ids of a chunk per worker, later ones 16
+		// chunks): the map seldom grows.
+		n := 0
+		for _, c := range chunks {
+			n += len(c)
+		}
+		r.hashes = make(map[uint64]struct{}, min(16*n, turnHashes))
 	}
 	for _, c := range chunks {
 		if r.hashes == nil {
