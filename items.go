@@ -288,13 +288,15 @@ const chunkSize = 500
 // checks the chunks against each other once, when the set is sealed. A
 // store that gives turns to record (idemstore.ItemRecordTurns) is asked for
 // the period's turn first, for a lease at most: a caller that finds the set
-// sealed once it has the turn records nothing.
+// sealed once it has the turn records nothing; the turn's last chunks go
+// to its Seal, which may send them with the seal.
 func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) error {
 	perWorker := chunkSize * e.cfg.each.workers
 	hold := min(perWorker, 8192)
 	rec, bulk := e.s.(idemstore.ItemRecorder)
 	recordChunks := func(chunks [][]string) error { return rec.RecordItems(ctx, e.key, chunks) }
 	seal := func() error { return e.s.SealItems(ctx, e.key) }
+	var sealWith func(last [][]string) error // a turn's: the last chunks and the seal
 	if t, ok := e.s.(idemstore.ItemRecordTurns); ok {
 		turn, err := t.RecordTurn(ctx, e.key, e.cfg.lease)
 		if err != nil {
@@ -305,17 +307,20 @@ func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) err
 			return nil
 		}
 		recordChunks = func(chunks [][]string) error { return turn.RecordItems(ctx, chunks) }
-		seal = func() error { return turn.Seal(ctx) }
+		sealWith = func(last [][]string) error { return turn.Seal(ctx, last) }
 	}
 	buf := make([]string, 0, hold)
 	small := true // nothing written yet: the period may be small
+	cut := func(size int) [][]string { // buf, in chunks of size
+		var chunks [][]string
+		for i := 0; i < len(buf); i += size {
+			chunks = append(chunks, buf[i:min(i+size, len(buf))])
+		}
+		return chunks
+	}
 	flush := func(size int) error {
 		if bulk {
-			var chunks [][]string
-			for i := 0; i < len(buf); i += size {
-				chunks = append(chunks, buf[i:min(i+size, len(buf))])
-			}
-			if len(chunks) > 0 {
+			if chunks := cut(size); len(chunks) > 0 {
 				if err := recordChunks(chunks); err != nil {
 					return err
 				}
@@ -354,6 +359,9 @@ func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) err
 	size := chunkSize
 	if small && len(buf) <= perWorker {
 		size = max(1, (len(buf)+e.cfg.each.workers-1)/e.cfg.each.workers)
+	}
+	if sealWith != nil {
+		return sealWith(cut(size))
 	}
 	if err := flush(size); err != nil {
 		return err

@@ -113,8 +113,10 @@ type ItemTurn interface {
 	Sealed() bool
 	// RecordItems is the store's RecordItems, in the turn.
 	RecordItems(ctx context.Context, chunks [][]string) error
-	// Seal is the store's SealItems, and ends the turn.
-	Seal(ctx context.Context) error
+	// Seal records last, as RecordItems does, then is the store's
+	// SealItems, and ends the turn; a store may do both in one round
+	// trip.
+	Seal(ctx context.Context, last [][]string) error
 	// Release ends the turn if Seal did not. What the turn recorded may be
 	// kept or dropped: the set is not sealed, and the next caller records
 	// it again. Call it once Seal has returned too: it then does nothing.

@@ -119,12 +119,7 @@ func (l *core) RecordItems(ctx context.Context, key idemstore.Key, chunks [][]st
 // chunks' items are known to differ from one another (a turn's hashes):
 // they are sent as given.
 func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunks [][]string, read, distinct bool) (wrote int, err error) {
-	hexes := make([]string, 0, len(chunks))
-	for _, c := range chunks {
-		if len(c) > 0 {
-			hexes = append(hexes, hex.EncodeToString(batchDigest(c)))
-		}
-	}
+	hexes := digestHexes(chunks)
 	if len(hexes) == 0 {
 		return 0, nil
 	}
@@ -138,8 +133,35 @@ func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunk
 			return 0, nil
 		}
 	}
-	// The chunks to make, as one array of their items and the bounds of
-	// each in it.
+	args, made := chunkArgs(key, chunks, hexes, recorded, distinct)
+	if made == 0 {
+		return 0, nil
+	}
+	n, err := q.batch(ctx, []stmt{{query: syncOffGenericSQL}, {l.q.openItems, []any{key.Job, key.Period}},
+		{l.q.recordChunks, args}})
+	if err != nil {
+		return 0, l.opErr("record items", key, err)
+	}
+	return int(n[2]), nil
+}
+
+// digestHexes are the digests of the chunks that are not empty, in hex.
+func digestHexes(chunks [][]string) []string {
+	hexes := make([]string, 0, len(chunks))
+	for _, c := range chunks {
+		if len(c) > 0 {
+			hexes = append(hexes, hex.EncodeToString(batchDigest(c)))
+		}
+	}
+	return hexes
+}
+
+// chunkArgs are recordChunksSQL's arguments for the chunks (hexes: their
+// digests) that are not empty and whose digest is not in recorded: one
+// array of their items and the bounds of each in it, and their digests;
+// made is how many chunks that is. Unless distinct, each chunk's
+// duplicates are left out.
+func chunkArgs(key idemstore.Key, chunks [][]string, hexes, recorded []string, distinct bool) (args []any, made int) {
 	total := 0
 	for _, c := range chunks {
 		total += len(c)
@@ -163,15 +185,7 @@ func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunk
 		items = append(items, c...)
 		to, digests = append(to, int64(len(items))), append(digests, h)
 	}
-	if len(digests) == 0 {
-		return 0, nil
-	}
-	n, err := q.batch(ctx, []stmt{{query: syncOffGenericSQL}, {l.q.openItems, []any{key.Job, key.Period}},
-		{l.q.recordChunks, []any{key.Job, key.Period, items, from, to, digests}}})
-	if err != nil {
-		return 0, l.opErr("record items", key, err)
-	}
-	return int(n[2]), nil
+	return []any{key.Job, key.Period, items, from, to, digests}, len(digests)
 }
 
 // RecordTurn implements [idemstore.ItemRecordTurns]. The turn is the
@@ -259,6 +273,17 @@ func (r *recordTurn) RecordItems(ctx context.Context, chunks [][]string) error {
 	if r.c == nil {
 		return r.l.RecordItems(ctx, r.key, chunks)
 	}
+	r.hash(chunks)
+	// Hashes that all differ prove the items differ: no chunk needs its
+	// duplicates removed.
+	wrote, err := r.l.recordItems(ctx, r.c, r.key, chunks, !r.alone, r.hashes != nil)
+	r.wrote += wrote
+	return err
+}
+
+// hash adds the hashes of the chunks' items to r.hashes, or drops them
+// (nil) once two are equal or there would be more than turnHashes.
+func (r *recordTurn) hash(chunks [][]string) {
 	if r.hashes != nil && len(r.hashes) == 0 {
 		// Room for the hashes of about 16 calls like the first (record's
 		// first call holds the ids of a chunk per worker, later ones 16
@@ -282,24 +307,30 @@ func (r *recordTurn) RecordItems(ctx context.Context, chunks [][]string) error {
 			r.hashes[h] = struct{}{}
 		}
 	}
-	// Hashes that all differ prove the items differ: no chunk needs its
-	// duplicates removed.
-	wrote, err := r.l.recordItems(ctx, r.c, r.key, chunks, !r.alone, r.hashes != nil)
-	r.wrote += wrote
-	return err
 }
 
-func (r *recordTurn) Seal(ctx context.Context) error {
+func (r *recordTurn) Seal(ctx context.Context, last [][]string) error {
 	if r.c == nil {
+		if err := r.l.RecordItems(ctx, r.key, last); err != nil {
+			return err
+		}
 		return r.l.SealItems(ctx, r.key)
 	}
 	defer r.Release()
-	if r.hashes != nil && r.wrote > 0 {
+	c, pgxPool := r.c.(pgxConn)
+	if pgxPool && r.alone {
+		r.hash(last)
+	} else if err := r.RecordItems(ctx, last); err != nil {
+		return err
+	} else {
+		last = nil
+	}
+	if r.hashes != nil && (r.wrote > 0 || len(last) > 0) {
 		var done bool
 		var err error
-		if c, ok := r.c.(pgxConn); ok {
+		if pgxPool {
 			var unlocked bool
-			done, unlocked, err = r.sealAndUnlock(ctx, c)
+			done, unlocked, err = r.sealAndUnlock(ctx, c, last)
 			if err == nil && unlocked { // sealed (by this turn, or another caller), and the turn given back
 				r.c = nil
 				c.release(false)
@@ -315,19 +346,32 @@ func (r *recordTurn) Seal(ctx context.Context) error {
 			}
 			return err
 		}
+	} else if len(last) > 0 { // not sent yet: their hashes proved nothing
+		if err := r.RecordItems(ctx, last); err != nil {
+			return err
+		}
 	}
 	return r.l.sealItems(ctx, r.c, r.key)
 }
 
-// sealAndUnlock is the turn's seal without the check on a pgx connection,
-// and its unlock, in one round trip: the seal in a transaction of its own
-// (BEGIN ... COMMIT, synchronous), then the turn's lock given back if the
-// set is sealed, so that the callers waiting for the turn find it sealed.
-// An error leaves the connection to Release, which closes it.
-func (r *recordTurn) sealAndUnlock(ctx context.Context, c pgxConn) (done, unlocked bool, err error) {
+// sealAndUnlock is the turn's last chunks (of a turn that found the
+// period empty: every chunk it gives is made), its seal without the check
+// on a pgx connection, and its unlock, in one round trip: the chunks and
+// the seal in a transaction of their own (BEGIN ... COMMIT, synchronous),
+// then the turn's lock given back if the set is sealed, so that the
+// callers waiting for the turn find it sealed. An error leaves the
+// connection to Release, which closes it.
+func (r *recordTurn) sealAndUnlock(ctx context.Context, c pgxConn, last [][]string) (done, unlocked bool, err error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(r.l.q.openItems, r.key.Job, r.key.Period)
+	steps := 2
+	if hexes := digestHexes(last); len(hexes) > 0 {
+		args, made := chunkArgs(r.key, last, hexes, nil, true)
+		b.Queue(r.l.q.recordChunks, args...)
+		r.wrote += made
+		steps++
+	}
 	b.Queue(r.l.q.sealRecorded, r.key.Job, r.key.Period, r.wrote)
 	b.Queue("COMMIT")
 	b.Queue(r.l.q.unlockSealed, r.id, r.key.Job, r.key.Period)
@@ -337,16 +381,19 @@ func (r *recordTurn) sealAndUnlock(ctx context.Context, c pgxConn) (done, unlock
 			err = cerr
 		}
 	}()
-	for _, step := range []func() error{
-		func() error { _, err := br.Exec(); return err },
-		func() error { _, err := br.Exec(); return err },
-		func() error { return br.QueryRow().Scan(&done) },
-		func() error { _, err := br.Exec(); return err },
-		func() error { return br.QueryRow().Scan(&unlocked) },
-	} {
-		if err := step(); err != nil {
+	for range steps { // BEGIN, the itemsets row, the chunks
+		if _, err := br.Exec(); err != nil {
 			return false, false, err
 		}
+	}
+	if err := br.QueryRow().Scan(&done); err != nil {
+		return false, false, err
+	}
+	if _, err := br.Exec(); err != nil { // COMMIT
+		return false, false, err
+	}
+	if err := br.QueryRow().Scan(&unlocked); err != nil {
+		return false, false, err
 	}
 	return done, unlocked, nil
 }

@@ -477,7 +477,10 @@ func (s *sqlLog) len() int {
 // period, each item in one of them once (by the items' hashes), seals
 // without reading the items; a turn given an item twice, or that finds a
 // chunk another caller made, seals with the check, which removes the later
-// occurrences. Either way each item of the set is claimed once.
+// occurrences. Either way each item of the set is claimed once. Each case
+// twice: the turn's chunks given to RecordItems, and given to Seal as its
+// last (on a pgx pool, sent in the seal's round trip when the turn found
+// the period empty).
 func TestTurnSealChecksWhatItCannotProve(t *testing.T) {
 	t.Parallel()
 	const check = "HAVING count(*) > 1" // of the seal's check (sealItemsSQL) alone
@@ -492,55 +495,64 @@ func TestTurnSealChecksWhatItCannotProve(t *testing.T) {
 		{"an item twice", nil, [][]string{{"a", "b", "c"}, {"c", "d"}}, []string{"a", "b", "c", "d"}, true},
 		{"another's chunk", [][]string{{"x", "y"}}, [][]string{{"y", "z"}}, []string{"x", "y", "z"}, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			cfg, err := pgxpool.ParseConfig(testDSN(t))
-			if err != nil {
-				t.Fatal(err)
+		for _, last := range []bool{false, true} {
+			name := tc.name
+			if last {
+				name += "/last"
 			}
-			log := &sqlLog{}
-			cfg.ConnConfig.Tracer = log
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			l := openLedger(t, pool)
-			if tc.before != nil {
-				if err := l.RecordItems(ctx, points, tc.before); err != nil {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				cfg, err := pgxpool.ParseConfig(testDSN(t))
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			mark := log.len()
-			turn, err := l.RecordTurn(ctx, points, time.Minute)
-			if err != nil || turn.Sealed() {
-				t.Fatalf("RecordTurn: %v, sealed %v", err, turn != nil && turn.Sealed())
-			}
-			if err := turn.RecordItems(ctx, tc.turn); err != nil {
-				t.Fatal(err)
-			}
-			if err := turn.Seal(ctx); err != nil {
-				t.Fatal(err)
-			}
-			turn.Release()
-			if got := log.since(mark, check) > 0; got != tc.checked {
-				t.Fatalf("the seal read the items: %v, want %v", got, tc.checked)
-			}
-			checkCounts(t, l, idem.ItemCounts{Sealed: true, Pending: int64(len(tc.want))})
-			var claimed []string
-			for {
-				b := claimer(t, l, "w", idem.DefaultLease)(100, false)
-				if b.Chunk == 0 && len(b.Items) == 0 {
-					break
+				log := &sqlLog{}
+				cfg.ConnConfig.Tracer = log
+				pool, err := pgxpool.NewWithConfig(ctx, cfg)
+				if err != nil {
+					t.Fatal(err)
 				}
-				claimed = append(claimed, claimedItems(b)...)
-			}
-			slices.Sort(claimed)
-			if !slices.Equal(claimed, tc.want) {
-				t.Fatalf("claimed %v, want %v", claimed, tc.want)
-			}
-		})
+				t.Cleanup(pool.Close)
+				l := openLedger(t, pool)
+				if tc.before != nil {
+					if err := l.RecordItems(ctx, points, tc.before); err != nil {
+						t.Fatal(err)
+					}
+				}
+				mark := log.len()
+				turn, err := l.RecordTurn(ctx, points, time.Minute)
+				if err != nil || turn.Sealed() {
+					t.Fatalf("RecordTurn: %v, sealed %v", err, turn != nil && turn.Sealed())
+				}
+				var rest [][]string
+				if last {
+					rest = tc.turn
+				} else if err := turn.RecordItems(ctx, tc.turn); err != nil {
+					t.Fatal(err)
+				}
+				if err := turn.Seal(ctx, rest); err != nil {
+					t.Fatal(err)
+				}
+				turn.Release()
+				if got := log.since(mark, check) > 0; got != tc.checked {
+					t.Fatalf("the seal read the items: %v, want %v", got, tc.checked)
+				}
+				checkCounts(t, l, idem.ItemCounts{Sealed: true, Pending: int64(len(tc.want))})
+				var claimed []string
+				for {
+					b := claimer(t, l, "w", idem.DefaultLease)(100, false)
+					if b.Chunk == 0 && len(b.Items) == 0 {
+						break
+					}
+					claimed = append(claimed, claimedItems(b)...)
+				}
+				slices.Sort(claimed)
+				if !slices.Equal(claimed, tc.want) {
+					t.Fatalf("claimed %v, want %v", claimed, tc.want)
+				}
+			})
+		}
 	}
 }
 
@@ -573,7 +585,7 @@ func TestTurnFindsSetSealed(t *testing.T) {
 	}
 	// The seal without the check gives the turn back in its own round trip
 	// (on a pgx pool): no lock is held after it, and no unlock is sent alone.
-	if err := first.Seal(ctx); err != nil {
+	if err := first.Seal(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := advisoryLocks(t, newPool(t), "turn-sealed", true); n != 0 {
@@ -599,7 +611,7 @@ func TestTurnFindsSetSealed(t *testing.T) {
 	if n := pool.Stat().TotalConns(); n != conns {
 		t.Fatalf("the pool has %d connections, had %d: the turn's was closed, not given back", n, conns)
 	}
-	if err := turn.Seal(ctx); err != nil { // a sealed set's turn: the set's own SealItems
+	if err := turn.Seal(ctx, nil); err != nil { // a sealed set's turn: the set's own SealItems
 		t.Fatalf("Seal of a turn that found the set sealed: %v", err)
 	}
 }
