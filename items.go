@@ -310,8 +310,9 @@ func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) err
 		sealWith = func(last [][]string) error { return turn.Seal(ctx, last) }
 	}
 	buf := make([]string, 0, hold)
-	small := true                      // nothing written yet: the period may be small
-	cut := func(size int) [][]string { // buf, in chunks of size
+	small := true // nothing written yet: the period may be small
+	// cut is buf in chunks of size.
+	cut := func(size int) [][]string {
 		var chunks [][]string
 		for i := 0; i < len(buf); i += size {
 			chunks = append(chunks, buf[i:min(i+size, len(buf))])
