@@ -15,7 +15,6 @@ import (
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgledger"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The period's done mark of fanout.Each (MarkFresh): once a period's items
@@ -53,17 +52,7 @@ func periodRecord(t testing.TB, l idem.Store, key idem.Key) idemstore.Record {
 func TestEachMarksThePeriodInOneWrite(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &sqlLog{}
-	cfg.ConnConfig.Tracer = log
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, log := loggedPool(t, testDSN(t))
 	l := openLedger(t, pool)
 	var applied atomic.Int64
 	res, err := fanout.Each(ctx, l, points, accounts(300), func(context.Context, string) error {

@@ -454,6 +454,24 @@ func (s *sqlLog) since(mark int, part string) int {
 	return n
 }
 
+// loggedPool opens a pgx pool on dsn whose statements the returned log
+// records, closed when t ends.
+func loggedPool(t testing.TB, dsn string) (*pgxpool.Pool, *sqlLog) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &sqlLog{}
+	cfg.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, log
+}
+
 // exactly returns how many statements sent since mark are q.
 func (s *sqlLog) exactly(mark int, q string) int {
 	s.mu.Lock()
@@ -503,17 +521,7 @@ func TestTurnSealChecksWhatItCannotProve(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
-				cfg, err := pgxpool.ParseConfig(testDSN(t))
-				if err != nil {
-					t.Fatal(err)
-				}
-				log := &sqlLog{}
-				cfg.ConnConfig.Tracer = log
-				pool, err := pgxpool.NewWithConfig(ctx, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(pool.Close)
+				pool, log := loggedPool(t, testDSN(t))
 				l := openLedger(t, pool)
 				if tc.before != nil {
 					if err := l.RecordItems(ctx, points, tc.before); err != nil {
@@ -564,17 +572,7 @@ func TestTurnSealChecksWhatItCannotProve(t *testing.T) {
 func TestTurnFindsSetSealed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(withApp(t, "turn-sealed"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := &sqlLog{}
-	cfg.ConnConfig.Tracer = log
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, log := loggedPool(t, withApp(t, "turn-sealed"))
 	l := openLedger(t, pool)
 	first, err := l.RecordTurn(ctx, points, time.Minute)
 	if err != nil || first.Sealed() {
