@@ -32,6 +32,9 @@
 // database) together with the done mark: exactly once, whatever kills the
 // process.
 //
+// It needs PostgreSQL 12 or later (the fan-out's statements set
+// plan_cache_mode, which older servers lack).
+//
 // A service on database/sql (pgx's stdlib driver or lib/pq, with sqlx,
 // GORM, ent or sqlc on top) uses [NewDB] on its own *sql.DB instead: the
 // [DBLedger] it returns runs the same SQL and protocol, and its
