@@ -51,8 +51,13 @@ func diagnosePostgres(ctx context.Context, dsn, schema string) *doctorReport {
 		return rep
 	}
 	var version, role, path string
-	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_user::text, current_setting('search_path')`).Scan(&version, &role, &path); err != nil {
+	var versionNum int
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int, current_user::text, current_setting('search_path')`).Scan(&version, &versionNum, &role, &path); err != nil {
 		rep.add(levelError, "connection", "%s: %v", where, err)
+		return rep
+	}
+	if !serverSupported(versionNum) {
+		rep.add(levelError, "connection", "PostgreSQL %s at %s: pgledger needs PostgreSQL 12 or later", version, where)
 		return rep
 	}
 	rep.add(levelOK, "connection", "PostgreSQL %s at %s, role %s", version, where, role)
@@ -133,3 +138,7 @@ func diagnosePostgres(ctx context.Context, dsn, schema string) *doctorReport {
 	rep.needPerson(counts["unknown"], counts["parked"], hint)
 	return rep
 }
+
+// serverSupported reports whether a server of server_version_num num runs
+// pgledger: PostgreSQL 12 or later (its statements set plan_cache_mode).
+func serverSupported(num int) bool { return num >= 120000 }

@@ -159,3 +159,12 @@ func findingIn(out, level, check string) string {
 	}
 	return ""
 }
+
+// TestServerSupported: the doctor refuses a server older than PostgreSQL 12.
+func TestServerSupported(t *testing.T) {
+	for num, want := range map[int]bool{110022: false, 119999: false, 120000: true, 150018: true, 180001: true} {
+		if got := serverSupported(num); got != want {
+			t.Errorf("serverSupported(%d) = %v, want %v", num, got, want)
+		}
+	}
+}
