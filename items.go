@@ -706,9 +706,11 @@ func (e *eacher) pausing(ctx context.Context) error {
 func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bool, lease *leaseState, cut time.Time) (ends []idemstore.ItemEnd, err error) {
 	ends = make([]idemstore.ItemEnd, 0, len(claims))
 	br := e.cfg.each.breaker
-	// now is read once per item, after its fn: the time of its end, and
-	// of the next item's checks of the window's cut and the lease, unless
-	// something may wait between them (the breaker, the rate, a check).
+	// now is read after each fn: the time of its end, and of the next
+	// item's check of the window's cut, unless something may wait between
+	// them (the breaker, the rate, a check). The lease is checked on a
+	// reading of its own, right before the item runs: a process that
+	// stalled between two items must not run the next.
 	waits := br != nil || e.limiter != nil
 	now := e.cfg.clock.Now()
 	for i, c := range claims {
@@ -744,7 +746,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 			}
 			return ends, nil
 		}
-		if leaseLost(ictx, lease, now) {
+		if leaseLost(ictx, lease, e.cfg.clock.Now()) {
 			// The window outlived its lease: another holder may claim these
 			// items now. Leave the rest unrecorded; they are claimed again
 			// (as doubtful) once the lease has expired, unless the done marks

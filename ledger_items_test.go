@@ -335,3 +335,34 @@ func TestEachSlowItemsKeepTheirChunk(t *testing.T) {
 		t.Fatalf("items ran under attempts %v, want all 30 under attempt 1", attempts)
 	}
 }
+
+// TestEachStallBetweenItemsStopsTheWindow: a process that stalls after an
+// item's fn, past its chunk's lease, runs no further item of that window:
+// the lease is checked right before each item runs, and the window ends
+// there (its done marks then find the chunk still this attempt's, as no
+// one took it over, and the next window goes on). The stall is a fake
+// clock moved at the first item's AfterFn crash point; the windows are
+// seen in OnProgress, called once per committed window.
+func TestEachStallBetweenItemsStopsTheWindow(t *testing.T) {
+	t.Parallel()
+	const lease = 150 * time.Millisecond
+	clk := idemtest.NewClock(t0)
+	l := openLedger(t, t.TempDir(), idem.WithLease(lease), idem.WithClock(clk))
+	stalled := false
+	ctx := idemstore.WithTrace(context.Background(), &idemstore.Trace{Checkpoint: func(_ context.Context, at idemstore.Point, _ idem.Key) error {
+		if at == idemstore.AfterFn && !stalled {
+			stalled = true // one worker: no other call at once
+			clk.Advance(2 * lease)
+		}
+		return nil
+	}})
+	var windows []int64 // done items at each commit
+	res, err := fanout.Each(ctx, l, points, accounts(10), func(context.Context, string) error { return nil },
+		fanout.WithWorkers(1), fanout.WithBatch(10), fanout.OnProgress(func(p fanout.Progress) { windows = append(windows, p.Done) }))
+	if err != nil || res.Counts.Done != 10 {
+		t.Fatalf("Each: %v, %+v", err, res)
+	}
+	if len(windows) == 0 || windows[0] != 1 {
+		t.Fatalf("done items at each commit %v: want the first window to end after the item before the stall", windows)
+	}
+}
