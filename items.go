@@ -746,7 +746,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 			}
 			return ends, nil
 		}
-		if leaseLost(ictx, lease, e.cfg.clock.Now()) {
+		if CheckLease(ictx) != nil {
 			// The window outlived its lease: another holder may claim these
 			// items now. Leave the rest unrecorded; they are claimed again
 			// (as doubtful) once the lease has expired, unless the done marks
@@ -765,7 +765,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 				ends = append(ends, end)
 				continue
 			}
-			if leaseLost(ictx, lease, e.cfg.clock.Now()) { // the check took the rest of the lease
+			if CheckLease(ictx) != nil { // the check took the rest of the lease
 				if probe != 0 {
 					br.cancel(probe)
 				}

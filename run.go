@@ -231,15 +231,6 @@ func CheckLease(ctx context.Context) error {
 	return nil
 }
 
-// leaseLost is CheckLease for a window of Each's items at now: whether the
-// item's context was cancelled for a lost lease, or lease ran out by now.
-func leaseLost(ctx context.Context, lease *leaseState, now time.Time) bool {
-	if err := context.Cause(ctx); errors.Is(err, ErrLeaseLost) {
-		return true
-	}
-	return lease != nil && !now.Before(time.Unix(0, lease.until.Load()))
-}
-
 // stallError is CheckLease's answer when the lease ran out by this
 // process's clock: the process stalled past it. Another attempt may or may
 // not have taken the key over yet.
