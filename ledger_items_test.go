@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/fanout"
+	"github.com/idemgo/idem/internal/testwait"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
@@ -349,7 +350,9 @@ func TestEachStallBetweenItemsStopsTheWindow(t *testing.T) {
 	clk := idemtest.NewClock(t0)
 	l := openLedger(t, t.TempDir(), idem.WithLease(lease), idem.WithClock(clk))
 	stalled := false
-	ctx := idemstore.WithTrace(context.Background(), &idemstore.Trace{Checkpoint: func(_ context.Context, at idemstore.Point, _ idem.Key) error {
+	limit, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
+	defer cancel()
+	ctx := idemstore.WithTrace(limit, &idemstore.Trace{Checkpoint: func(_ context.Context, at idemstore.Point, _ idem.Key) error {
 		if at == idemstore.AfterFn && !stalled {
 			stalled = true // one worker: no other call at once
 			clk.Advance(2 * lease)

@@ -14,7 +14,10 @@ import (
 	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The period's done mark of fanout.Each (MarkFresh): once a period's items
@@ -36,6 +39,14 @@ func (l *sqlLog) writesOfRuns() []string {
 	return w
 }
 
+// limited is a context that ends at the test's deadline (testwait.Limit),
+// so that an Each that never returns fails the test instead of hanging it.
+func limited(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // periodRecord returns key's record in l, failing t if it has none.
 func periodRecord(t testing.TB, l idem.Store, key idem.Key) idemstore.Record {
 	t.Helper()
@@ -51,7 +62,7 @@ func periodRecord(t testing.TB, l idem.Store, key idem.Key) idemstore.Record {
 // UPDATE after it.
 func TestEachMarksThePeriodInOneWrite(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := limited(t)
 	pool, log := loggedPool(t, testDSN(t))
 	l := openLedger(t, pool)
 	var applied atomic.Int64
@@ -89,7 +100,7 @@ func TestEachMarksThePeriodInOneWrite(t *testing.T) {
 // period is done as attempt 1: the losers of the mark found it done.
 func TestEachMarkRace(t *testing.T) {
 	eachPool(t, func(t *testing.T, driver string) {
-		ctx := context.Background()
+		ctx := limited(t)
 		var hosts []turnLedger
 		schema := ""
 		for i := range 4 {
@@ -115,7 +126,7 @@ func TestEachMarkRace(t *testing.T) {
 					errs[i], outcomes[i] = err, res.Outcome
 				})
 			}
-			wg.Wait()
+			testwait.Group(t, &wg, "the four hosts' Each of %s", key)
 			ran := 0
 			for i := range hosts {
 				// A host that starts after the others marked the period finds it done.
@@ -150,7 +161,7 @@ func TestEachMarkRace(t *testing.T) {
 // returns Ran with the holder's attempt.
 func TestEachMarkWaitsForAHolder(t *testing.T) {
 	eachPool(t, func(t *testing.T, driver string) {
-		ctx := context.Background()
+		ctx := limited(t)
 		l := openAs(t, driver, "", "mark-holder", 0)
 		s := l.(idemstore.Store)
 		c, err := s.Claim(ctx, idemstore.ClaimRequest{Key: points, Owner: "another-host", Now: time.Now(), Lease: time.Hour})
@@ -214,7 +225,7 @@ func TestEachMarkCrash(t *testing.T) {
 	for _, at := range []idemstore.Point{idemstore.AfterClaim, idemstore.AfterFn} {
 		t.Run(string(at), func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
+			ctx := limited(t)
 			l := openLedger(t, newPool(t))
 			var applied atomic.Int64
 			marking := false // only the mark claims the period itself: the items pass no BeforeClaim
@@ -250,7 +261,7 @@ func TestEachMarkCrash(t *testing.T) {
 // nothing that is not runnable.
 func TestEmptyClaimRoundTrips(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := limited(t)
 	pool, trips := tracedPool(t)
 	l := openLedger(t, pool)
 	if err := l.AddItems(ctx, points, []string{"a", "b"}); err != nil {
@@ -292,7 +303,7 @@ func TestEmptyClaimRoundTrips(t *testing.T) {
 // to the record.
 func TestEachMarkLoserOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := limited(t)
 	pool, trips := tracedPool(t)
 	b := openLedger(t, pool)
 	a, err := pgledger.New(ctx, newPool(t), pgledger.WithSchema(b.Schema()))
@@ -322,5 +333,37 @@ func TestEachMarkLoserOneRoundTrip(t *testing.T) {
 	}
 	if rec := periodRecord(t, b, points); rec.Owner != "host-a" || rec.Attempt != 1 || rec.Status != idemstore.StatusDone {
 		t.Fatalf("record %+v; want a's mark, unchanged", rec)
+	}
+}
+
+// TestMarkFreshGivesUpOnAHeldRow: MarkFresh does not wait for a
+// transaction that holds the key's row (a RunTx whose fn runs) beyond its
+// lock timeout: it returns the lock error, and the record is left as the
+// holder has it.
+func TestMarkFreshGivesUpOnAHeldRow(t *testing.T) {
+	t.Parallel()
+	ctx := limited(t)
+	l := openLedger(t, newPool(t))
+	entered, release := make(chan struct{}), make(chan struct{})
+	ran := make(chan error, 1)
+	go func() {
+		ran <- l.RunTx(ctx, points, func(context.Context, pgx.Tx) error {
+			close(entered)
+			<-release
+			return nil
+		})
+	}()
+	testwait.Recv(t, entered, "the RunTx's fn to start")
+	done, err := l.MarkFresh(ctx, idemstore.ClaimRequest{Key: points, Owner: "marker", Now: time.Now(), Lease: time.Minute})
+	close(release)
+	var pgErr *pgconn.PgError
+	if done || !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("MarkFresh beside a RunTx holding the row: %v, %v; want false and lock_not_available (55P03)", done, err)
+	}
+	if err := testwait.Recv(t, ran, "the RunTx to return"); err != nil {
+		t.Fatalf("RunTx: %v", err)
+	}
+	if rec := periodRecord(t, l, points); rec.Owner == "marker" || rec.Status != idemstore.StatusDone || rec.Attempt != 1 {
+		t.Fatalf("record %+v; want the RunTx's attempt 1, done", rec)
 	}
 }
