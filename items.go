@@ -105,7 +105,6 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 				Err: err, Items: res.Counts})
 		}()
 	}
-	periodMode := cfg.mode // the mode of the period's done mark
 	if tx != nil {
 		cfg.mode = atLeastOnce
 	}
@@ -248,7 +247,13 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	}
 	// Every item is done or parked: mark the period done.
 	pc := *cfg // the done mark's Run: its own copy
-	pc.mode, pc.report, pc.observer = periodMode, &mark, nil
+	// The mark's body has no effect and every item is settled, so an
+	// abandoned mark is simply written again, whatever the items' mode:
+	// the items' downstream check is never asked about the period, and a
+	// crash between the mark's claim and its write leaves nothing unknown.
+	// For the same reason abandoned marks never park it (markBackoff).
+	pc.mode, pc.report, pc.observer = atLeastOnce, &mark, nil
+	pc.backoff = markBackoff(cfg.backoff)
 	pc.wait = true          // another holder may be writing the same mark this instant
 	pc.pollFirst = heldPoll // which takes it a moment: look again soon
 	// Its span, inside the call's, is named as the done mark's.
@@ -269,6 +274,21 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		res.Outcome = Ran // another holder marked it a moment ago; the items ran now
 	}
 	return res, err
+}
+
+// markBackoff is the Backoff of a period's done mark: b's delays, and
+// where b gives up, the delay of the last attempt b allows. The mark has
+// no effect of its own, so the attempts that crashes abandon between its
+// claim and its write must not park a period whose items are settled.
+func markBackoff(b Backoff) Backoff {
+	return BackoffFunc(func(n int) (time.Duration, bool) {
+		for ; n > 0; n-- {
+			if d, ok := b.Next(n); ok {
+				return d, true
+			}
+		}
+		return 0, true
+	})
 }
 
 // heldPoll is Each's first wait for items that other holders work, and

@@ -67,6 +67,8 @@ func testItems(t *testing.T, h Harness) {
 	t.Run("Once", func(t *testing.T) { testItemsOnce(t, h) })
 	t.Run("CrashPoints", func(t *testing.T) { testItemsCrash(t, h) })
 	t.Run("Poison", func(t *testing.T) { testItemsPoison(t, h) })
+	t.Run("MarkAbandoned", func(t *testing.T) { testItemsMarkAbandoned(t, h) })
+	t.Run("Model", func(t *testing.T) { testItemsModel(t, h) })
 }
 
 func itemStore(t *testing.T, s idemstore.Store) idemstore.ItemStore {
@@ -123,11 +125,17 @@ func testItemsCrash(t *testing.T, h Harness) {
 	crashes := []struct {
 		name string
 		at   idemstore.Point
-		nth  int
+		nth  int  // the nth passing of at
+		mark bool // or the first passing once every item took effect: the period's done mark
 	}{
-		{"after-claim", idemstore.AfterClaim, 1},
-		{"after-fn", idemstore.AfterFn, 150},
-		{"after-done", idemstore.AfterDone, 2},
+		{"after-claim", idemstore.AfterClaim, 1, false},
+		{"after-fn", idemstore.AfterFn, 150, false},
+		{"after-done", idemstore.AfterDone, 2, false},
+		// The period's done mark, claimed and not yet written, in every
+		// mode: its body has no effect, so the next Each marks it as
+		// AtLeastOnce would, whatever the items' mode.
+		{"mark-after-claim", idemstore.AfterClaim, 0, true},
+		{"mark-after-fn", idemstore.AfterFn, n + 1, true},
 	}
 	for _, m := range modes {
 		for _, c := range crashes {
@@ -142,7 +150,10 @@ func testItemsCrash(t *testing.T, h Harness) {
 					if p == c.at {
 						seen++
 					}
-					return p == c.at && seen == c.nth
+					if c.mark && len(d.counts()) < n {
+						return false
+					}
+					return p == c.at && (seen == c.nth || c.nth == 0)
 				})
 				if _, err := fanout.Each(ctx, s, k, itemIDs(n), d.apply, opts...); !errors.Is(err, ErrCrashed) {
 					t.Fatalf("crashing Each: %v, want ErrCrashed", err)
@@ -220,5 +231,44 @@ func testItemsPoison(t *testing.T, h Harness) {
 	}
 	if rec, ok, err := s.Lookup(context.Background(), k); err != nil || !ok || rec.Status != idem.StatusDone {
 		t.Fatalf("period: %+v, %v, %v", rec, ok, err)
+	}
+}
+
+// testItemsMarkAbandoned: calls stopped between the period's done mark's
+// claim and its write, more times than the Backoff allows attempts, in
+// every mode. The mark has no effect of its own, so the next Each writes
+// it: the period is not parked, nothing is unknown, and the items'
+// downstream check is never asked about the period.
+func testItemsMarkAbandoned(t *testing.T, h Harness) {
+	const n = 30
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			clk := NewClock(start)
+			s := itemStore(t, h.open(t, clk))
+			k := idem.Key{Job: "items-mark", Period: "2026-10-27"}
+			d := newItemDownstream()
+			opts := []idem.Option{m.opt(d.has), fanout.WithBatch(7), idem.WithBackoff(idem.MaxAttempts(2, idem.Constant(time.Minute)))}
+			for i := range 3 {
+				ctx := CrashWhen(context.Background(), func(p idemstore.Point, _ idem.Key) bool {
+					return p == idemstore.AfterClaim && len(d.counts()) == n // every item took effect: the mark's claim
+				})
+				if _, err := fanout.Each(ctx, s, k, itemIDs(n), d.apply, opts...); !errors.Is(err, ErrCrashed) {
+					t.Fatalf("Each %d, stopped at the mark's claim: %v, want ErrCrashed", i+1, err)
+				}
+				h.expire(t, s, clk)
+			}
+			res, err := fanout.Each(context.Background(), s, k, itemIDs(n), d.apply, opts...)
+			if err != nil || res.Outcome != idem.Ran || res.Counts.Done != n {
+				t.Fatalf("Each after three abandoned marks: %v, %+v; want Ran with %d items done", err, res, n)
+			}
+			if rec, ok, err := s.Lookup(context.Background(), k); err != nil || !ok || rec.Status != idem.StatusDone {
+				t.Fatalf("period: %+v, %v, %v", rec, ok, err)
+			}
+			for it, e := range d.counts() {
+				if e != 1 {
+					t.Fatalf("%s applied %d times", it, e)
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,514 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/fanout"
+	"github.com/idemgo/idem/idemstore"
+)
+
+// The model-based test of Each: random sequences of Each calls on a few
+// periods, each period's items with a behaviour of their own (succeed, fail
+// once or twice, fail after their effect, fail for ever, fail for good),
+// calls stopped at a random point of the item protocol (as a SIGKILL would
+// stop them), two calls at once sharing a period's items, and a first
+// generation of the set that stopped half-way. After every operation the
+// store's counts, each item's calls and effects, and the call's outcome are
+// checked against what the modes promise; at the end of a sequence every
+// period is run once more, after every lease has ended, and must be settled
+// as its items' behaviours say.
+//
+// The clock is an auto clock (backoffs pass at once), the lease an hour (no
+// live holder loses it within an operation: the waits of one operation
+// move the clock by seconds), the backoff idem.MaxAttempts(3,
+// idem.Constant(time.Second)). A stopped call's leases are then made to
+// end by moving the clock past them, as a dead process's would.
+
+// itemKind is what an item's fn does, call after call.
+type itemKind int
+
+const (
+	itOK        itemKind = iota // its effect, nil
+	itFlaky1                    // NothingHappened on its first call, then as itOK
+	itFlaky2                    // NothingHappened on its first two calls, then as itOK
+	itFailOnce                  // a plain error, no effect, on its first call; then as itOK
+	itFailAfter                 // its effect, then a plain error, on its first call; then as itOK
+	itPoison                    // NothingHappened on every call: parked after the Backoff's last attempt
+	itPermanent                 // idem.Permanent on every call: parked at once
+)
+
+func (k itemKind) String() string {
+	return [...]string{"ok", "flaky1", "flaky2", "fail-once", "fail-after", "poison", "permanent"}[k]
+}
+
+// parks reports whether every item of this kind ends parked.
+func (k itemKind) parks() bool { return k == itPoison || k == itPermanent }
+
+// doubtful reports whether an item of this kind fails in a way that leaves
+// an at-most-once item unknown (a plain error, with or without its effect).
+func (k itemKind) doubtful() bool { return k == itFailOnce || k == itFailAfter }
+
+const (
+	imLease = time.Hour
+	imTries = 3 // idem.MaxAttempts
+)
+
+// imPeriod is one period of a sequence: its items, their behaviours, and
+// what the downstream saw.
+type imPeriod struct {
+	key   idem.Key
+	mode  int // index into modes
+	items []string
+	kinds map[string]itemKind
+
+	mu      sync.Mutex
+	calls   map[string]int // calls of fn
+	effects map[string]int // effects applied
+
+	crashes int             // calls of this period stopped at a point
+	parked  map[string]bool // items Each reported parked
+	last    idem.ItemCounts // the store's counts after the operation before
+	done    bool            // Each reported the period completed
+}
+
+func (p *imPeriod) fn(ctx context.Context, item string) error {
+	if err := idem.CheckLease(ctx); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.calls[item]
+	p.calls[item]++
+	switch k := p.kinds[item]; {
+	case k == itPoison, k == itFlaky1 && n < 1, k == itFlaky2 && n < 2:
+		return idem.NothingHappened(fmt.Errorf("%s: call %d: nothing happened", item, n+1))
+	case k == itPermanent:
+		return idem.Permanent(fmt.Errorf("%s: account closed", item))
+	case k == itFailOnce && n == 0:
+		return fmt.Errorf("%s: call 1: connection reset before sending", item)
+	case k == itFailAfter && n == 0:
+		p.effects[item]++
+		return fmt.Errorf("%s: call 1: timeout after sending", item)
+	}
+	p.effects[item]++
+	return nil
+}
+
+func (p *imPeriod) has(ctx context.Context, _ idem.Key) (bool, error) {
+	info, ok := idem.InfoFrom(ctx)
+	if !ok || info.Item == "" {
+		return false, errors.New("idemtest: the check's context names no item")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.effects[info.Item] > 0, nil
+}
+
+// stream generates the period's items in an order of r's choosing.
+func (p *imPeriod) stream(r *rand.Rand) iter2 {
+	ids := slices.Clone(p.items)
+	r.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	return func(yield func(string, error) bool) {
+		for _, id := range ids {
+			if !yield(id, nil) {
+				return
+			}
+		}
+	}
+}
+
+type iter2 = func(yield func(string, error) bool)
+
+// imOp is one operation of a sequence.
+type imOp struct {
+	kind    string // "each", "pair", "add"
+	period  int
+	workers [2]int
+	batch   int
+	crashAt idemstore.Point // "each": stop the call at the nth passing of this point
+	nth     int
+	add     []string // "add": a first generation that stopped half-way
+}
+
+func (op imOp) String() string {
+	switch op.kind {
+	case "add":
+		return fmt.Sprintf("AddItems(period %d, %d items)", op.period, len(op.add))
+	case "pair":
+		return fmt.Sprintf("two Each at once (period %d, workers %d and %d, batch %d)", op.period, op.workers[0], op.workers[1], op.batch)
+	}
+	s := fmt.Sprintf("Each(period %d, workers %d, batch %d)", op.period, op.workers[0], op.batch)
+	if op.crashAt != "" {
+		s += fmt.Sprintf(" stopped at the %s point's passing %d", op.crashAt, op.nth)
+	}
+	return s
+}
+
+// testItemsModel runs the sequences. IDEM_ITEMS_MODEL_SEED reproduces
+// one (its first sequence), IDEM_ITEMS_MODEL_SEQS sets how many.
+func testItemsModel(t *testing.T, h Harness) {
+	seqs, ops := 6, 24
+	seed := uint64(time.Now().UnixNano()%1_000_000_000) + 1
+	if v := os.Getenv("IDEM_ITEMS_MODEL_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("IDEM_ITEMS_MODEL_SEED=%q: want a number", v)
+		}
+		seed = n
+	}
+	if v := os.Getenv("IDEM_ITEMS_MODEL_SEQS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("IDEM_ITEMS_MODEL_SEQS=%q: want a positive number", v)
+		}
+		seqs = n
+	}
+	t.Logf("items model: %d sequences of %d operations from seed %d (IDEM_ITEMS_MODEL_SEED, IDEM_ITEMS_MODEL_SEQS)", seqs, ops, seed)
+	for i := range seqs {
+		if !runItemsSequence(t, h, seed+uint64(i), ops) {
+			return
+		}
+	}
+}
+
+// runItemsSequence runs one sequence on a new store; false after a failure.
+func runItemsSequence(t *testing.T, h Harness, seed uint64, n int) bool {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 0x17e35))
+	clk := NewAutoClock(start)
+	s := itemStore(t, h.open(t, clk))
+	var ps []*imPeriod
+	for i := range 4 {
+		p := &imPeriod{
+			key:   idem.Key{Job: "im-" + modes[i%len(modes)].name, Period: fmt.Sprintf("2026-11-%02d", i+1)},
+			mode:  i % len(modes),
+			kinds: map[string]itemKind{}, calls: map[string]int{}, effects: map[string]int{}, parked: map[string]bool{},
+		}
+		for j := range r.IntN(13) { // 0 to 12 items
+			id := fmt.Sprintf("acct-%d-%02d", i, j)
+			p.items = append(p.items, id)
+			switch x := r.IntN(100); {
+			case x < 55:
+				p.kinds[id] = itOK
+			case x < 65:
+				p.kinds[id] = itFlaky1
+			case x < 70:
+				p.kinds[id] = itFlaky2
+			case x < 78:
+				p.kinds[id] = itFailOnce
+			case x < 86:
+				p.kinds[id] = itFailAfter
+			case x < 93:
+				p.kinds[id] = itPoison
+			default:
+				p.kinds[id] = itPermanent
+			}
+		}
+		ps = append(ps, p)
+	}
+	var log []string
+	fail := func(format string, args ...any) bool {
+		t.Helper()
+		var b strings.Builder
+		fmt.Fprintf(&b, "items model: seed %d (IDEM_ITEMS_MODEL_SEED=%d IDEM_ITEMS_MODEL_SEQS=1): ", seed, seed)
+		fmt.Fprintf(&b, format, args...)
+		b.WriteString("\nperiods:")
+		for i, p := range ps {
+			fmt.Fprintf(&b, "\n  %d %s (%s):", i, p.key, modes[p.mode].name)
+			for _, id := range p.items {
+				fmt.Fprintf(&b, " %s=%s", id, p.kinds[id])
+			}
+		}
+		b.WriteString("\noperations:\n  " + strings.Join(log, "\n  "))
+		t.Error(b.String())
+		return false
+	}
+	for range n {
+		op := imOp{period: r.IntN(len(ps)), workers: [2]int{1 + r.IntN(3), 1 + r.IntN(2)}, batch: 1 + r.IntN(4)}
+		switch x := r.IntN(10); {
+		case x < 6:
+			op.kind = "each"
+			if r.IntN(100) < 40 {
+				op.crashAt = []idemstore.Point{idemstore.AfterClaim, idemstore.AfterFn, idemstore.AfterDone}[r.IntN(3)]
+				op.nth = 1 + r.IntN(4)
+			}
+		case x < 9:
+			op.kind = "pair"
+		default:
+			op.kind = "add"
+			p := ps[op.period]
+			for _, id := range p.items {
+				if r.IntN(2) == 0 {
+					op.add = append(op.add, id)
+				}
+			}
+			r.Shuffle(len(op.add), func(i, j int) { op.add[i], op.add[j] = op.add[j], op.add[i] })
+		}
+		log = append(log, fmt.Sprintf("%d. %s", len(log)+1, op))
+		if msg := itemsStep(s, clk, ps[op.period], op, r); msg != "" {
+			return fail("step %d, %s: %s", len(log), op, msg)
+		}
+		if msg := checkPeriods(s, ps, false); msg != "" {
+			return fail("after step %d: %s", len(log), msg)
+		}
+	}
+	// Every lease ends; then one more call settles each period.
+	clk.Advance(imLease + time.Minute)
+	for i, p := range ps {
+		op := imOp{kind: "each", period: i, workers: [2]int{2, 1}, batch: 3}
+		log = append(log, fmt.Sprintf("%d. (final) %s", len(log)+1, op))
+		if msg := itemsStep(s, clk, p, op, r); msg != "" {
+			return fail("final call, %s: %s", op, msg)
+		}
+	}
+	if msg := checkPeriods(s, ps, true); msg != "" {
+		return fail("at the end: %s", msg)
+	}
+	return true
+}
+
+// imCall is one Each call's outcome.
+type imCall struct {
+	res fanout.Result
+	err error
+}
+
+// itemsStep runs op and checks what the call returned; "" when it is as
+// the modes promise.
+func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.Rand) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if op.kind == "add" {
+		if err := s.AddItems(ctx, p.key, op.add); err != nil {
+			return fmt.Sprintf("AddItems: %v", err)
+		}
+		return ""
+	}
+	m := modes[p.mode]
+	opts := func(workers int) []idem.Option {
+		return []idem.Option{m.opt(p.has), fanout.WithWorkers(workers), fanout.WithBatch(op.batch),
+			idem.WithLease(imLease), idem.WithBackoff(idem.MaxAttempts(imTries, idem.Constant(time.Second)))}
+	}
+	wasDone := p.done
+	p.mu.Lock()
+	callsBefore := sum(p.calls)
+	p.mu.Unlock()
+	// A done period's items are never generated again.
+	gen := func(r *rand.Rand) iter2 {
+		if wasDone {
+			return func(func(string, error) bool) { p.mu.Lock(); p.calls["(generated)"]++; p.mu.Unlock() }
+		}
+		return p.stream(r)
+	}
+	var calls []imCall
+	switch op.kind {
+	case "each":
+		cctx := ctx
+		if op.crashAt != "" {
+			seen := 0
+			cctx = CrashWhen(ctx, func(pt idemstore.Point, k idem.Key) bool {
+				if pt == op.crashAt && k == p.key {
+					seen++
+				}
+				return pt == op.crashAt && k == p.key && seen == op.nth
+			})
+		}
+		res, err := fanout.Each(cctx, s, p.key, gen(r), p.fn, opts(op.workers[0])...)
+		calls = append(calls, imCall{res, err})
+	case "pair":
+		gens := []iter2{gen(r), gen(r)}
+		out := make([]imCall, 2)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := fanout.Each(ctx, s, p.key, gens[i], p.fn, opts(op.workers[i])...)
+				out[i] = imCall{res, err}
+			}()
+		}
+		wg.Wait()
+		calls = out
+	}
+	if ctx.Err() != nil {
+		return fmt.Sprintf("the operation did not end within 2 minutes: %+v", calls)
+	}
+	crashed := false
+	for _, c := range calls {
+		switch {
+		case errors.Is(c.err, ErrCrashed):
+			if op.crashAt == "" {
+				return fmt.Sprintf("ErrCrashed from a call that was not stopped: %v", c.err)
+			}
+			crashed = true
+		case c.err != nil && !(m.name == "at-most-once" && errors.Is(c.err, idem.ErrUnknownOutcome)):
+			return fmt.Sprintf("Each: %v (outcome %s, counts %+v)", c.err, c.res.Outcome, c.res.Counts)
+		}
+		for _, it := range c.res.Parked {
+			if _, ok := p.kinds[it]; !ok {
+				return fmt.Sprintf("Each reported %q parked, which is not an item of the period", it)
+			}
+			p.parked[it] = true
+		}
+	}
+	p.mu.Lock()
+	callsAfter, generated := sum(p.calls), p.calls["(generated)"]
+	p.mu.Unlock()
+	if generated > 0 {
+		return "the items of a done period were generated again"
+	}
+	if wasDone {
+		if callsAfter != callsBefore {
+			return fmt.Sprintf("fn ran %d times on a done period", callsAfter-callsBefore)
+		}
+		for _, c := range calls {
+			if c.err != nil || c.res.Outcome != idem.AlreadyDone {
+				return fmt.Sprintf("Each of a done period: %v, outcome %s; want AlreadyDone", c.err, c.res.Outcome)
+			}
+		}
+	}
+	if crashed {
+		p.crashes++
+		clk.Advance(imLease + time.Minute) // the stopped call's leases end, as a dead process's would
+		return ""
+	}
+	for _, c := range calls {
+		if c.err == nil {
+			if c.res.Outcome != idem.Ran && c.res.Outcome != idem.AlreadyDone {
+				return fmt.Sprintf("Each returned nil with outcome %s", c.res.Outcome)
+			}
+			p.done = true
+		}
+		// A call that returned (not stopped) left every item settled.
+		cn := c.res.Counts
+		if cn.Total() != int64(len(p.items)) || cn.Pending+cn.Running+cn.Failed != 0 {
+			return fmt.Sprintf("Each returned (%v) with counts %+v: want all %d items settled", c.err, cn, len(p.items))
+		}
+		if (cn.Unknown > 0) != (c.err != nil) {
+			return fmt.Sprintf("Each returned %v with %d items unknown", c.err, cn.Unknown)
+		}
+	}
+	return ""
+}
+
+func cloneCounts(m map[string]int) map[string]int {
+	c := make(map[string]int, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+func sum(m map[string]int) (n int) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// checkPeriods checks every period's store counts and items against the
+// modes' promises; final adds what must hold once a period was run, after
+// every lease ended, to its end.
+func checkPeriods(s idemstore.ItemStore, ps []*imPeriod, final bool) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, p := range ps {
+		m := modes[p.mode].name
+		cn, err := s.CountItems(ctx, p.key)
+		if err != nil {
+			return fmt.Sprintf("%s: CountItems: %v", p.key, err)
+		}
+		rec, ok, err := s.Lookup(ctx, p.key)
+		if err != nil {
+			return fmt.Sprintf("%s: Lookup: %v", p.key, err)
+		}
+		periodDone := ok && rec.Status == idem.StatusDone
+		if p.done && !periodDone {
+			return fmt.Sprintf("%s: Each reported the period completed, but its record is %+v (found %v)", p.key, rec, ok)
+		}
+		if cn.Total() > int64(len(p.items)) {
+			return fmt.Sprintf("%s: %d items counted, the period has %d", p.key, cn.Total(), len(p.items))
+		}
+		// Settled items stay settled: done, parked and unknown never go down.
+		l := p.last
+		if cn.Done < l.Done || cn.Parked < l.Parked || cn.Unknown < l.Unknown || cn.Total() < l.Total() {
+			return fmt.Sprintf("%s: counts went back: %+v, then %+v", p.key, l, cn)
+		}
+		p.last = cn
+		if periodDone && (cn.Total() != int64(len(p.items)) || cn.Done+cn.Parked != cn.Total()) {
+			return fmt.Sprintf("%s: the period is done with counts %+v (%d items)", p.key, cn, len(p.items))
+		}
+		p.mu.Lock()
+		calls, effects := cloneCounts(p.calls), cloneCounts(p.effects)
+		p.mu.Unlock()
+		parks := 0
+		var missing []string // items that never took effect
+		for _, id := range p.items {
+			k, c, e := p.kinds[id], calls[id], effects[id]
+			if k.parks() {
+				parks++
+			}
+			switch {
+			case m != "at-least-once" && e > 1:
+				return fmt.Sprintf("%s: %s (%s) took effect %d times in %s", p.key, id, k, e, m)
+			case c > imTries+p.crashes:
+				return fmt.Sprintf("%s: %s (%s) ran %d times: more than %d attempts and %d stopped calls", p.key, id, k, c, imTries, p.crashes)
+			case p.crashes == 0 && (k == itOK && c > 1 || k == itPermanent && c > 1 || k.doubtful() && m == "at-most-once" && c > 1):
+				return fmt.Sprintf("%s: %s (%s) ran %d times with no call stopped", p.key, id, k, c)
+			case p.parked[id] && !k.parks() && p.crashes == 0:
+				return fmt.Sprintf("%s: %s (%s) reported parked with no call stopped", p.key, id, k)
+			case k.parks() && e > 0:
+				return fmt.Sprintf("%s: %s (%s) took effect", p.key, id, k)
+			case !k.parks() && e == 0:
+				missing = append(missing, id)
+			}
+		}
+		if periodDone && cn.Parked < int64(parks) {
+			return fmt.Sprintf("%s: the period is done with %d items parked; %d always fail", p.key, cn.Parked, parks)
+		}
+		// In a done period every item that does not always fail took
+		// effect, except (at-least-once, two-phase) those that stopped
+		// calls parked: each stopped call counts a failure for the
+		// items it held.
+		if periodDone && m != "at-most-once" && int64(len(missing)) > cn.Parked-int64(parks) {
+			return fmt.Sprintf("%s: the period is done but %v never took effect, and only %d items were parked beyond the %d that always fail",
+				p.key, missing, cn.Parked-int64(parks), parks)
+		}
+		if periodDone && p.crashes == 0 && cn.Parked != int64(parks) {
+			return fmt.Sprintf("%s: the period is done with %d items parked; %d always fail, and no call was stopped", p.key, cn.Parked, parks)
+		}
+		if !final {
+			continue
+		}
+		// The final call ran the period after every lease ended.
+		if cn.Total() != int64(len(p.items)) || cn.Pending+cn.Running+cn.Failed != 0 {
+			return fmt.Sprintf("%s: after the final call, counts %+v: want all %d items settled", p.key, cn, len(p.items))
+		}
+		doubtful := 0
+		for _, id := range p.items {
+			if p.kinds[id].doubtful() {
+				doubtful++
+			}
+		}
+		switch {
+		case m != "at-most-once" && !periodDone:
+			return fmt.Sprintf("%s: not done after the final call (%+v, counts %+v)", p.key, rec, cn)
+		case m == "at-most-once" && cn.Unknown < int64(doubtful):
+			return fmt.Sprintf("%s: %d items unknown; %d items failed with a plain error in at-most-once", p.key, cn.Unknown, doubtful)
+		case m == "at-most-once" && periodDone != (cn.Unknown == 0):
+			return fmt.Sprintf("%s: done %v with %d items unknown", p.key, periodDone, cn.Unknown)
+		}
+	}
+	return ""
+}
