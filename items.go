@@ -229,7 +229,12 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		// chunk is seen about as soon as it has been waited for.
 		wait := e.cfg.poll
 		if counts.Pending+counts.Running == 0 && !counts.NextRetry.IsZero() {
-			wait = max(wait, counts.NextRetry.Sub(e.cfg.clock.Now()))
+			// NextRetry may be on the store's clock (ItemCounts.Now).
+			now := counts.Now
+			if now.IsZero() {
+				now = e.cfg.clock.Now()
+			}
+			wait = max(wait, counts.NextRetry.Sub(now))
 		} else if counts.Pending+counts.Running > 0 {
 			held = min(max(2*held, heldPoll), e.cfg.poll)
 			wait = held

@@ -193,6 +193,12 @@ type ItemCounts struct {
 	Sealed                                          bool // the item set is complete
 	Pending, Running, Failed, Done, Unknown, Parked int64
 	NextRetry                                       time.Time // earliest NotBefore of a failed item
+	// Now is when the store counted, on the clock NextRetry is expressed
+	// on, for a store whose clock is not the caller's (the Postgres
+	// ledgers: this process's time.Now(), where the caller may run on
+	// idem.WithClock's). Zero: NextRetry is on the caller's clock. A wait
+	// for NextRetry lasts NextRetry - Now.
+	Now time.Time
 }
 
 // Total is the number of items recorded.

@@ -100,7 +100,9 @@
 // lease's LeaseUntil - Now, from the server's time) and to express the
 // deadlines a claim reports in the caller's clock (and
 // ItemCounts.NextRetry is expressed on the process's own clock: time.Now()
-// plus what remains of it on the server's).
+// plus what remains of it on the server's, with that time.Now() in
+// ItemCounts.Now, so an engine on idem.WithClock's clock waits the right
+// duration).
 //
 // A done mark is durable when its commit returns, as long as the server
 // runs with synchronous_commit on (PostgreSQL's default); pgledger never

@@ -15,6 +15,7 @@ import (
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -140,13 +141,32 @@ func shift(t testing.TB, l schemaLedger, d time.Duration) {
 // and one transaction (statements without arguments, sent together), whose
 // commit does not wait for its WAL flush: the model test shifts around most
 // of its operations, and no test crashes the server.
+//
+// The shift locks every row while the ledger's own transactions may hold
+// some (a window's item ends, locked in the window's order) and wait for
+// others: it gives up after waiting 50 ms for a lock (lock_timeout, far
+// below the server's deadlock_timeout of 1 s), so a wait cycle with a
+// ledger's transaction ends in the shift, never in the ledger's, and is
+// tried again, for a minute at most.
 func shiftTimes(l schemaLedger, d time.Duration) error {
 	by := fmt.Sprintf("(%d * interval '1 microsecond')", d.Microseconds())
-	return execIn(context.Background(), l, `SELECT set_config('synchronous_commit', 'off', true);
-	UPDATE `+table(l, "runs")+` SET lease_until = lease_until - `+by+`,
-		not_before = not_before - `+by+`, created = created - `+by+`, updated = updated - `+by+`;
-	UPDATE `+table(l, "item_chunks")+` SET lease_until = lease_until - `+by+`;
-	UPDATE `+table(l, "item_state")+` SET lease_until = lease_until - `+by+`, not_before = not_before - `+by)
+	q := `SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '50ms', true);
+	UPDATE ` + table(l, "runs") + ` SET lease_until = lease_until - ` + by + `,
+		not_before = not_before - ` + by + `, created = created - ` + by + `, updated = updated - ` + by + `;
+	UPDATE ` + table(l, "item_chunks") + ` SET lease_until = lease_until - ` + by + `;
+	UPDATE ` + table(l, "item_state") + ` SET lease_until = lease_until - ` + by + `, not_before = not_before - ` + by
+	deadline := time.Now().Add(time.Minute)
+	for tries := 1; ; tries++ {
+		err := execIn(context.Background(), l, q)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || (pe.Code != "55P03" && pe.Code != "40P01") {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("shift by %v: still waiting for the ledger's row locks after %d tries: %w", d, tries, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // table names a table in l's schema.

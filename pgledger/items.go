@@ -477,7 +477,8 @@ func (l *core) sealItems(ctx context.Context, q conn, key idemstore.Key) error {
 // this process's clock: time.Now() plus what remains of the deadline on the
 // server's clock (so a wait for it is right whatever the clocks'
 // difference; a deadline already passed on the server's clock comes out in
-// this process's past).
+// this process's past), and Now is that time.Now(): the engine waits
+// NextRetry - Now, on whatever clock its calls run.
 func (l *core) CountItems(ctx context.Context, key idemstore.Key) (idemstore.ItemCounts, error) {
 	var c idemstore.ItemCounts
 	var chunkPending, chunkRunning, settled, fromChunks int64
@@ -494,7 +495,8 @@ func (l *core) CountItems(ctx context.Context, key idemstore.Key) (idemstore.Ite
 	c.Running += chunkRunning
 	c.Done += settled - fromChunks // the records of items that left a chunk count by their status
 	if next != nil {
-		c.NextRetry = time.Now().Add(next.Sub(dbNow))
+		c.Now = time.Now()
+		c.NextRetry = c.Now.Add(next.Sub(dbNow))
 	}
 	return c, nil
 }

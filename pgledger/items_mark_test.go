@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -365,5 +366,48 @@ func TestMarkFreshGivesUpOnAHeldRow(t *testing.T) {
 	}
 	if rec := periodRecord(t, l, points); rec.Owner == "marker" || rec.Status != idemstore.StatusDone || rec.Attempt != 1 {
 		t.Fatalf("record %+v; want the RunTx's attempt 1, done", rec)
+	}
+}
+
+// TestEachBackoffWaitOnAClockOfItsOwn: Each waits for an item's backoff
+// the duration the server has left of it, whatever clock its calls run on.
+// The calls run on a fake clock years behind the server's; CountItems gives
+// NextRetry on this process's time.Now(), with that time.Now() beside it
+// (ItemCounts.Now). Measured against the fake clock, NextRetry lay years
+// ahead, and Each slept that long on it: one minute and a second on the fake
+// clock (and on the server's, moved by shift) did not wake it.
+func TestEachBackoffWaitOnAClockOfItsOwn(t *testing.T) {
+	t.Parallel()
+	clk := idemtest.NewClock(time.Date(2020, 3, 1, 9, 0, 0, 0, time.UTC))
+	l := openLedger(t, newPool(t), pgledger.WithRunOptions(idem.WithClock(clk)))
+	ctx := limited(t)
+	key := idem.Key{Job: "backoff-clock", Period: "2026-10-27"}
+	var calls atomic.Int32
+	type result struct {
+		res fanout.Result
+		err error
+	}
+	out := make(chan result, 1)
+	go func() {
+		res, err := fanout.Each(ctx, l, key, fanout.Items(slices.Values([]string{"acct-1"})), func(context.Context, string) error {
+			if calls.Add(1) == 1 {
+				return idem.NothingHappened(errors.New("downstream busy"))
+			}
+			return nil
+		}, idem.WithBackoff(idem.Constant(time.Minute)))
+		out <- result{res, err}
+	}()
+	// Each sleeps on the fake clock for the backoff; one minute and a
+	// second later (on the server's clock too) it runs the item again.
+	clk.BlockUntil(1)
+	shift(t, l, time.Minute+time.Second)
+	clk.Advance(time.Minute + time.Second)
+	select {
+	case r := <-out:
+		if r.err != nil || r.res.Outcome != idem.Ran || calls.Load() != 2 {
+			t.Fatalf("Each: %v, %+v after %d calls; want Ran after 2", r.err, r.res, calls.Load())
+		}
+	case <-ctx.Done():
+		t.Fatalf("Each still waiting at the test's deadline after the backoff (a minute) passed on both clocks; %d timers pending on the fake clock", clk.Waiters())
 	}
 }
