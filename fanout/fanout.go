@@ -95,6 +95,10 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // record done in one write ([idemstore.FreshMarker]: the Postgres ledgers),
 // the mark is that write, and the holders that settle the last items
 // together find the period done rather than wait for one another's mark.
+// The mark has no effect of its own, so it is written as AtLeastOnce would
+// write it whatever the items' mode: a call that dies before writing it
+// leaves nothing unknown and parks nothing, and the items' TwoPhase check
+// is never asked about the period; the next call writes it.
 // A later Each of a done period returns at once (AlreadyDone). Items that are unknown keep the period open: Each returns
 // an error matching ErrUnknownOutcome. While other holders work items, or
 // items back off, Each waits for them, until ctx ends: it looks at the
