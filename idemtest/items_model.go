@@ -52,6 +52,20 @@ func (k itemKind) String() string {
 	return [...]string{"ok", "flaky1", "flaky2", "fail-once", "fail-after", "poison", "permanent"}[k]
 }
 
+// kindWeights is how often each kind is drawn, in percent.
+var kindWeights = [...]int{itOK: 55, itFlaky1: 10, itFlaky2: 5, itFailOnce: 8, itFailAfter: 8, itPoison: 7, itPermanent: 7}
+
+func drawKind(r *rand.Rand) itemKind {
+	x := r.IntN(100)
+	for k, w := range kindWeights {
+		if x < w {
+			return itemKind(k)
+		}
+		x -= w
+	}
+	return itOK
+}
+
 // parks reports whether every item of this kind ends parked.
 func (k itemKind) parks() bool { return k == itPoison || k == itPermanent }
 
@@ -175,15 +189,18 @@ func testItemsModel(t *testing.T, h Harness) {
 		seqs = n
 	}
 	t.Logf("items model: %d sequences of %d operations from seed %d (IDEM_ITEMS_MODEL_SEED, IDEM_ITEMS_MODEL_SEQS)", seqs, ops, seed)
+	tally := map[string]int{}
 	for i := range seqs {
-		if !runItemsSequence(t, h, seed+uint64(i), ops) {
+		if !runItemsSequence(t, h, seed+uint64(i), ops, tally) {
 			return
 		}
 	}
+	t.Logf("items model: passed: %d Each calls (%d stopped at a point), %d pairs of calls at once, %d half-recorded sets; at the end %d items done, %d parked, %d unknown",
+		tally["each"], tally["stopped"], tally["pair"], tally["add"], tally["done"], tally["parked"], tally["unknown"])
 }
 
 // runItemsSequence runs one sequence on a new store; false after a failure.
-func runItemsSequence(t *testing.T, h Harness, seed uint64, n int) bool {
+func runItemsSequence(t *testing.T, h Harness, seed uint64, n int, tally map[string]int) bool {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, 0x17e35))
 	clk := NewAutoClock(start)
@@ -198,22 +215,7 @@ func runItemsSequence(t *testing.T, h Harness, seed uint64, n int) bool {
 		for j := range r.IntN(13) { // 0 to 12 items
 			id := fmt.Sprintf("acct-%d-%02d", i, j)
 			p.items = append(p.items, id)
-			switch x := r.IntN(100); {
-			case x < 55:
-				p.kinds[id] = itOK
-			case x < 65:
-				p.kinds[id] = itFlaky1
-			case x < 70:
-				p.kinds[id] = itFlaky2
-			case x < 78:
-				p.kinds[id] = itFailOnce
-			case x < 86:
-				p.kinds[id] = itFailAfter
-			case x < 93:
-				p.kinds[id] = itPoison
-			default:
-				p.kinds[id] = itPermanent
-			}
+			p.kinds[id] = drawKind(r)
 		}
 		ps = append(ps, p)
 	}
@@ -256,6 +258,7 @@ func runItemsSequence(t *testing.T, h Harness, seed uint64, n int) bool {
 			r.Shuffle(len(op.add), func(i, j int) { op.add[i], op.add[j] = op.add[j], op.add[i] })
 		}
 		log = append(log, fmt.Sprintf("%d. %s", len(log)+1, op))
+		tally[op.kind]++
 		if msg := itemsStep(s, clk, ps[op.period], op, r); msg != "" {
 			return fail("step %d, %s: %s", len(log), op, msg)
 		}
@@ -274,6 +277,12 @@ func runItemsSequence(t *testing.T, h Harness, seed uint64, n int) bool {
 	}
 	if msg := checkPeriods(s, ps, true); msg != "" {
 		return fail("at the end: %s", msg)
+	}
+	for _, p := range ps {
+		tally["stopped"] += p.crashes
+		tally["done"] += int(p.last.Done)
+		tally["parked"] += int(p.last.Parked)
+		tally["unknown"] += int(p.last.Unknown)
 	}
 	return true
 }
