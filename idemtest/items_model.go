@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +22,8 @@ import (
 
 // The model-based test of Each: random sequences of Each calls on a few
 // periods, each period's items with a behaviour of their own (succeed, fail
-// once or twice, fail after their effect, fail for ever, fail for good),
+// once or twice, fail after their effect, fail for ever, fail for good,
+// stall past the lease),
 // calls stopped at a random point of the item protocol (as a SIGKILL would
 // stop them), two calls at once sharing a period's items, and a first
 // generation of the set that stopped half-way. After every operation the
@@ -29,11 +32,17 @@ import (
 // period is run once more, after every lease has ended, and must be settled
 // as its items' behaviours say.
 //
-// The clock is an auto clock (backoffs pass at once), the lease an hour (no
-// live holder loses it within an operation: the waits of one operation
-// move the clock by seconds), the backoff idem.MaxAttempts(3,
+// The clock is an auto clock (backoffs pass at once), the lease an hour
+// (the waits of one operation move the clock by seconds, so no holder
+// loses its lease to them), the backoff idem.MaxAttempts(3,
 // idem.Constant(time.Second)). A stopped call's leases are then made to
-// end by moving the clock past them, as a dead process's would.
+// end by moving the clock past them, as a dead process's would; an item
+// of kind itStall moves it past every lease held while its fn runs, as a
+// process that stalls without dying would: its holder, and every other
+// holder of the operation, lose their leases without a crash.
+//
+// What it does not cover: EachTx, a transient store error, operator
+// actions on items.
 
 // itemKind is what an item's fn does, call after call.
 type itemKind int
@@ -46,14 +55,15 @@ const (
 	itFailAfter                 // its effect, then a plain error, on its first call; then as itOK
 	itPoison                    // NothingHappened on every call: parked after the Backoff's last attempt
 	itPermanent                 // idem.Permanent on every call: parked at once
+	itStall                     // on its first call the process stalls past the lease (no crash), then fn returns CheckLease's error; then as itOK
 )
 
 func (k itemKind) String() string {
-	return [...]string{"ok", "flaky1", "flaky2", "fail-once", "fail-after", "poison", "permanent"}[k]
+	return [...]string{"ok", "flaky1", "flaky2", "fail-once", "fail-after", "poison", "permanent", "stall"}[k]
 }
 
 // kindWeights is how often each kind is drawn, in percent.
-var kindWeights = [...]int{itOK: 55, itFlaky1: 10, itFlaky2: 5, itFailOnce: 8, itFailAfter: 8, itPoison: 7, itPermanent: 7}
+var kindWeights = [...]int{itOK: 53, itFlaky1: 10, itFlaky2: 5, itFailOnce: 8, itFailAfter: 8, itPoison: 7, itPermanent: 7, itStall: 2}
 
 func drawKind(r *rand.Rand) itemKind {
 	x := r.IntN(100)
@@ -86,9 +96,13 @@ type imPeriod struct {
 	items []string
 	kinds map[string]itemKind
 
+	clk     *Clock
 	mu      sync.Mutex
 	calls   map[string]int // calls of fn
 	effects map[string]int // effects applied
+	stalls  int            // calls of fn that stalled past the lease
+
+	regenerated atomic.Int32 // generations of a done period's items (none allowed)
 
 	crashes int             // calls of this period stopped at a point
 	parked  map[string]bool // items Each reported parked
@@ -96,14 +110,23 @@ type imPeriod struct {
 	done    bool            // Each reported the period completed
 }
 
+// fn is the items' fn. It checks the lease and applies its effect under
+// p.mu, which has takes too, and a stall moves the clock under it: a
+// holder that took an item over after a stall asks has only once the
+// effect is applied, or can no longer be (CheckLease fails), so the
+// modes' promises hold through a lease lost without a crash.
 func (p *imPeriod) fn(ctx context.Context, item string) error {
-	if err := idem.CheckLease(ctx); err != nil {
-		return err
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.calls[item]
 	p.calls[item]++
+	if p.kinds[item] == itStall && n == 0 {
+		p.stalls++
+		p.clk.Advance(imLease + time.Minute) // every lease held now ends, as a stalled process's would
+	}
+	if err := idem.CheckLease(ctx); err != nil {
+		return err
+	}
 	switch k := p.kinds[item]; {
 	case k == itPoison, k == itFlaky1 && n < 1, k == itFlaky2 && n < 2:
 		return idem.NothingHappened(fmt.Errorf("%s: call %d: nothing happened", item, n+1))
@@ -130,7 +153,7 @@ func (p *imPeriod) has(ctx context.Context, _ idem.Key) (bool, error) {
 }
 
 // stream generates the period's items in an order of r's choosing.
-func (p *imPeriod) stream(r *rand.Rand) iter2 {
+func (p *imPeriod) stream(r *rand.Rand) iter.Seq2[string, error] {
 	ids := slices.Clone(p.items)
 	r.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 	return func(yield func(string, error) bool) {
@@ -141,8 +164,6 @@ func (p *imPeriod) stream(r *rand.Rand) iter2 {
 		}
 	}
 }
-
-type iter2 = func(yield func(string, error) bool)
 
 // imOp is one operation of a sequence.
 type imOp struct {
@@ -195,8 +216,8 @@ func testItemsModel(t *testing.T, h Harness) {
 			return
 		}
 	}
-	t.Logf("items model: passed: %d Each calls (%d stopped at a point), %d pairs of calls at once, %d half-recorded sets; at the end %d items done, %d parked, %d unknown",
-		tally["each"], tally["stopped"], tally["pair"], tally["add"], tally["done"], tally["parked"], tally["unknown"])
+	t.Logf("items model: passed: %d Each calls (%d stopped at a point), %d pairs of calls at once, %d half-recorded sets, %d leases lost to a stall; at the end %d items done, %d parked, %d unknown",
+		tally["each"], tally["stopped"], tally["pair"], tally["add"], tally["stalled"], tally["done"], tally["parked"], tally["unknown"])
 }
 
 // runItemsSequence runs one sequence on a new store; false after a failure.
@@ -209,6 +230,7 @@ func runItemsSequence(t *testing.T, h Harness, seed uint64, n int, tally map[str
 	for i := range 4 {
 		p := &imPeriod{
 			key:   idem.Key{Job: "im-" + modes[i%len(modes)].name, Period: fmt.Sprintf("2026-11-%02d", i+1)},
+			clk:   clk,
 			mode:  i % len(modes),
 			kinds: map[string]itemKind{}, calls: map[string]int{}, effects: map[string]int{}, parked: map[string]bool{},
 		}
@@ -280,6 +302,7 @@ func runItemsSequence(t *testing.T, h Harness, seed uint64, n int, tally map[str
 	}
 	for _, p := range ps {
 		tally["stopped"] += p.crashes
+		tally["stalled"] += p.stalls
 		tally["done"] += int(p.last.Done)
 		tally["parked"] += int(p.last.Parked)
 		tally["unknown"] += int(p.last.Unknown)
@@ -314,9 +337,9 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 	callsBefore := sum(p.calls)
 	p.mu.Unlock()
 	// A done period's items are never generated again.
-	gen := func(r *rand.Rand) iter2 {
+	gen := func(r *rand.Rand) iter.Seq2[string, error] {
 		if wasDone {
-			return func(func(string, error) bool) { p.mu.Lock(); p.calls["(generated)"]++; p.mu.Unlock() }
+			return func(func(string, error) bool) { p.regenerated.Add(1) }
 		}
 		return p.stream(r)
 	}
@@ -336,7 +359,7 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 		res, err := fanout.Each(cctx, s, p.key, gen(r), p.fn, opts(op.workers[0])...)
 		calls = append(calls, imCall{res, err})
 	case "pair":
-		gens := []iter2{gen(r), gen(r)}
+		gens := []iter.Seq2[string, error]{gen(r), gen(r)}
 		out := make([]imCall, 2)
 		var wg sync.WaitGroup
 		for i := range 2 {
@@ -372,9 +395,9 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 		}
 	}
 	p.mu.Lock()
-	callsAfter, generated := sum(p.calls), p.calls["(generated)"]
+	callsAfter := sum(p.calls)
 	p.mu.Unlock()
-	if generated > 0 {
+	if p.regenerated.Load() > 0 {
 		return "the items of a done period were generated again"
 	}
 	if wasDone {
@@ -460,6 +483,10 @@ func checkPeriods(s idemstore.ItemStore, ps []*imPeriod, final bool) string {
 		}
 		p.mu.Lock()
 		calls, effects := cloneCounts(p.calls), cloneCounts(p.effects)
+		// Each stop and each stall ends a holder's leases: its items run
+		// again (at least once), are checked (two-phase) or become
+		// unknown (at most once), and count a failure.
+		interrupted := p.crashes + p.stalls
 		p.mu.Unlock()
 		parks := 0
 		var missing []string // items that never took effect
@@ -471,12 +498,12 @@ func checkPeriods(s idemstore.ItemStore, ps []*imPeriod, final bool) string {
 			switch {
 			case m != "at-least-once" && e > 1:
 				return fmt.Sprintf("%s: %s (%s) took effect %d times in %s", p.key, id, k, e, m)
-			case c > imTries+p.crashes:
-				return fmt.Sprintf("%s: %s (%s) ran %d times: more than %d attempts and %d stopped calls", p.key, id, k, c, imTries, p.crashes)
-			case p.crashes == 0 && (k == itOK && c > 1 || k == itPermanent && c > 1 || k.doubtful() && m == "at-most-once" && c > 1):
-				return fmt.Sprintf("%s: %s (%s) ran %d times with no call stopped", p.key, id, k, c)
-			case p.parked[id] && !k.parks() && p.crashes == 0:
-				return fmt.Sprintf("%s: %s (%s) reported parked with no call stopped", p.key, id, k)
+			case c > imTries+interrupted:
+				return fmt.Sprintf("%s: %s (%s) ran %d times: more than %d attempts and %d stopped calls or stalls", p.key, id, k, c, imTries, interrupted)
+			case interrupted == 0 && (k == itOK && c > 1 || k == itPermanent && c > 1 || k.doubtful() && m == "at-most-once" && c > 1):
+				return fmt.Sprintf("%s: %s (%s) ran %d times with no call stopped or stalled", p.key, id, k, c)
+			case p.parked[id] && !k.parks() && interrupted == 0:
+				return fmt.Sprintf("%s: %s (%s) reported parked with no call stopped or stalled", p.key, id, k)
 			case k.parks() && e > 0:
 				return fmt.Sprintf("%s: %s (%s) took effect", p.key, id, k)
 			case !k.parks() && e == 0:
@@ -494,8 +521,8 @@ func checkPeriods(s idemstore.ItemStore, ps []*imPeriod, final bool) string {
 			return fmt.Sprintf("%s: the period is done but %v never took effect, and only %d items were parked beyond the %d that always fail",
 				p.key, missing, cn.Parked-int64(parks), parks)
 		}
-		if periodDone && p.crashes == 0 && cn.Parked != int64(parks) {
-			return fmt.Sprintf("%s: the period is done with %d items parked; %d always fail, and no call was stopped", p.key, cn.Parked, parks)
+		if periodDone && interrupted == 0 && cn.Parked != int64(parks) {
+			return fmt.Sprintf("%s: the period is done with %d items parked; %d always fail, and no call was stopped or stalled", p.key, cn.Parked, parks)
 		}
 		if !final {
 			continue
