@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 // itemDownstream is the item suite's fake downstream: it counts each
@@ -248,8 +249,11 @@ func testItemsMarkAbandoned(t *testing.T, h Harness) {
 			k := idem.Key{Job: "items-mark", Period: "2026-10-27"}
 			d := newItemDownstream()
 			opts := []idem.Option{m.opt(d.has), fanout.WithBatch(7), idem.WithBackoff(idem.MaxAttempts(2, idem.Constant(time.Minute)))}
+			// Each call ends by the test's deadline, naming what it was doing.
+			limit, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
+			defer cancel()
 			for i := range 3 {
-				ctx := CrashWhen(context.Background(), func(p idemstore.Point, _ idem.Key) bool {
+				ctx := CrashWhen(limit, func(p idemstore.Point, _ idem.Key) bool {
 					return p == idemstore.AfterClaim && len(d.counts()) == n // every item took effect: the mark's claim
 				})
 				if _, err := fanout.Each(ctx, s, k, itemIDs(n), d.apply, opts...); !errors.Is(err, ErrCrashed) {
@@ -257,7 +261,7 @@ func testItemsMarkAbandoned(t *testing.T, h Harness) {
 				}
 				h.expire(t, s, clk)
 			}
-			res, err := fanout.Each(context.Background(), s, k, itemIDs(n), d.apply, opts...)
+			res, err := fanout.Each(limit, s, k, itemIDs(n), d.apply, opts...)
 			if err != nil || res.Outcome != idem.Ran || res.Counts.Done != n {
 				t.Fatalf("Each after three abandoned marks: %v, %+v; want Ran with %d items done", err, res, n)
 			}
