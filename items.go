@@ -115,6 +115,11 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		}
 	}
 	res = eachResult{Key: key}
+	defer func() {
+		if err != nil && res.Outcome == 0 {
+			res.Outcome = Failed // a store error, an invalid option: before anything settled
+		}
+	}()
 	if cfg.err != nil {
 		return res, cfg.err
 	}
@@ -144,9 +149,18 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		res.Outcome = ParamsMismatch
 		return res, mismatch(key, rec.Fingerprint, cfg.fingerprint)
 	} else if ok && rec.Status == StatusDone {
+		// The period is done, whatever its counts: a store that fails to
+		// count them leaves Counts empty (and says so in the log), not the
+		// outcome in doubt.
 		res.Outcome = AlreadyDone
-		res.Counts, err = s.CountItems(ctx, key)
-		return res, err
+		if res.Counts, err = s.CountItems(ctx, key); err != nil {
+			res.Counts = ItemCounts{}
+		}
+		if err != nil && cfg.logger != nil {
+			cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idem: counting the items of a done period failed; its result has no counts",
+				slog.String("job", key.Job), slog.String("period", key.Period), slog.Any("error", err))
+		}
+		return res, nil
 	}
 	// The call holds a place of each "at once" limit for all its items;
 	// its rates pace the items (pace).

@@ -31,7 +31,9 @@ type Progress struct {
 }
 
 // Result reports an Each call: the period's items by status when it
-// returned.
+// returned. An error comes with the outcome of a failure (Failed where
+// nothing more precise applies). A period found done is AlreadyDone with
+// no error even if its items could not be counted: Counts is then empty.
 type Result struct {
 	Key     idem.Key
 	Outcome idem.Outcome // Ran when the period was completed now, AlreadyDone, or the failure

@@ -251,3 +251,43 @@ func TestEachWaitsForOtherHoldersSoonThenLess(t *testing.T) {
 		t.Fatalf("fn ran %d times for 2 items", n)
 	}
 }
+
+// countFails is an item store whose CountItems fails.
+type countFails struct{ idemstore.ItemStore }
+
+var errCount = errors.New("count failed")
+
+func (countFails) CountItems(context.Context, idem.Key) (idem.ItemCounts, error) {
+	return idem.ItemCounts{}, errCount
+}
+
+// TestEachOutcomeOnAStoreError: a store error ends Each with the outcome
+// Failed (no outcome at all before), except where the period is already
+// done: then failing to count its items leaves the Counts empty, and the
+// outcome AlreadyDone with no error (it was AlreadyDone with the error).
+func TestEachOutcomeOnAStoreError(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	st, err := idemstore.Of(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := countFails{st.(idemstore.ItemStore)}
+	var ran atomic.Int32
+	fn := func(context.Context, string) error { ran.Add(1); return nil }
+
+	res, err := fanout.Each(ctx, failing, points, accounts(3), fn)
+	if !errors.Is(err, errCount) || res.Outcome != idem.Failed {
+		t.Fatalf("Each whose store fails to count: %v, outcome %s; want the store's error and Failed", err, res.Outcome)
+	}
+	if res, err := fanout.Each(ctx, l, points, accounts(3), fn); err != nil || res.Outcome != idem.Ran {
+		t.Fatalf("Each: %v, %+v", err, res)
+	}
+	before := ran.Load()
+	res, err = fanout.Each(ctx, failing, points, accounts(3), fn)
+	if err != nil || res.Outcome != idem.AlreadyDone || res.Counts != (idem.ItemCounts{}) || ran.Load() != before {
+		t.Fatalf("Each of a done period whose store fails to count: %v, %+v, %d more calls; want AlreadyDone, no error, no counts, no call",
+			err, res, ran.Load()-before)
+	}
+}
