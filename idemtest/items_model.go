@@ -25,7 +25,9 @@ import (
 // once or twice, fail after their effect, fail for ever, fail for good,
 // stall past the lease),
 // calls stopped at a random point of the item protocol (as a SIGKILL would
-// stop them), two calls at once sharing a period's items, and a first
+// stop them), calls whose store fails one of its calls for a moment
+// (before the store, or after it applied the call, the reply lost:
+// faultyItems), two calls at once sharing a period's items, and a first
 // generation of the set that stopped half-way. After every operation the
 // store's counts, each item's calls and effects, and the call's outcome are
 // checked against what the modes promise; at the end of a sequence every
@@ -41,8 +43,13 @@ import (
 // call of one worker), as a process that stalls without dying would: the
 // holder loses its lease without a crash.
 //
-// What it does not cover: EachTx, a transient store error, operator
-// actions on items.
+// A call that a store error ended is then treated as a stopped one: the
+// clock passes its leases, which a claim whose reply was lost may hold. A
+// store error the call overcame (a Finish is tried again; a Renew, at the
+// next heartbeat) must leave everything as if none had happened.
+//
+// What it does not cover: EachTx, a failure of a turn's own calls
+// (ItemTurn.RecordItems, Seal), operator actions on items.
 
 // itemKind is what an item's fn does, call after call.
 type itemKind int
@@ -113,10 +120,14 @@ type imPeriod struct {
 
 	regenerated atomic.Int32 // generations of a done period's items (none allowed)
 
-	crashes int             // calls of this period stopped at a point
-	parked  map[string]bool // items Each reported parked
-	last    idem.ItemCounts // the store's counts after the operation before
-	done    bool            // Each reported the period completed
+	crashes     int             // calls of this period stopped at a point, or ended by a store error
+	faults      int             // of which ended by a store error (errTransient)
+	faultsAfter int             // of which after the store applied the call
+	faultsIn    map[string]int  // of which by the method that failed
+	absorbed    map[string]int  // store errors a call overcame (it returned as if none had been), by method
+	parked      map[string]bool // items Each reported parked
+	last        idem.ItemCounts // the store's counts after the operation before
+	done        bool            // Each reported the period completed
 }
 
 // fn is the items' fn. It checks the lease and applies its effect under
@@ -183,6 +194,9 @@ type imOp struct {
 	batch   int
 	crashAt idemstore.Point // "each": stop the call at the nth passing of this point
 	nth     int
+	fault   int      // "each": the call's fault-th call of faultIn for the period fails (errTransient); 0: none
+	faultIn string   // a store method (faultMethods)
+	after   bool     // ... after the store applied it (the reply lost)
 	add     []string // "add": a first generation that stopped half-way
 }
 
@@ -196,6 +210,9 @@ func (op imOp) String() string {
 	s := fmt.Sprintf("Each(period %d, workers %d, batch %d)", op.period, op.workers[0], op.batch)
 	if op.crashAt != "" {
 		s += fmt.Sprintf(" stopped at the %s point's passing %d", op.crashAt, op.nth)
+	}
+	if op.fault > 0 {
+		s += ", " + op.storeFault(idem.Key{}).String()
 	}
 	return s
 }
@@ -226,8 +243,20 @@ func testItemsModel(t *testing.T, h Harness) {
 			return
 		}
 	}
-	t.Logf("items model: passed: %d Each calls (%d stopped at a point), %d pairs of calls at once, %d half-recorded sets, %d leases lost to a stall; at the end %d items done, %d parked, %d unknown",
-		tally["each"], tally["stopped"], tally["pair"], tally["add"], tally["stalled"], tally["done"], tally["parked"], tally["unknown"])
+	t.Logf("items model: passed: %d Each calls (%d stopped at a point, %d failed by a store error: %d after the store applied the call), %d pairs of calls at once, %d half-recorded sets, %d leases lost to a stall; at the end %d items done, %d parked, %d unknown",
+		tally["each"], tally["stopped"], tally["faulted"], tally["faulted-after"], tally["pair"], tally["add"], tally["stalled"], tally["done"], tally["parked"], tally["unknown"])
+	var in, absorbed []string
+	for k, n := range tally {
+		if m, ok := strings.CutPrefix(k, "faulted in "); ok {
+			in = append(in, fmt.Sprintf("%s %d", m, n))
+		}
+		if m, ok := strings.CutPrefix(k, "absorbed in "); ok {
+			absorbed = append(absorbed, fmt.Sprintf("%s %d", m, n))
+		}
+	}
+	slices.Sort(in)
+	slices.Sort(absorbed)
+	t.Logf("items model: store errors that ended the call: %s; that the call overcame: %s", strings.Join(in, ", "), strings.Join(absorbed, ", "))
 }
 
 // runItemsSequence runs one sequence on a new store; false after a failure.
@@ -242,7 +271,7 @@ func runItemsSequence(t *testing.T, h Harness, seed uint64, n int, tally map[str
 			key:   idem.Key{Job: "im-" + modes[i%len(modes)].name, Period: fmt.Sprintf("2026-11-%02d", i+1)},
 			clk:   clk,
 			mode:  i % len(modes),
-			kinds: map[string]itemKind{}, calls: map[string]int{}, effects: map[string]int{}, parked: map[string]bool{}, stalled: map[string]bool{},
+			kinds: map[string]itemKind{}, calls: map[string]int{}, effects: map[string]int{}, parked: map[string]bool{}, stalled: map[string]bool{}, faultsIn: map[string]int{}, absorbed: map[string]int{},
 		}
 		for j := range r.IntN(13) { // 0 to 12 items
 			id := fmt.Sprintf("acct-%d-%02d", i, j)
@@ -273,9 +302,12 @@ func runItemsSequence(t *testing.T, h Harness, seed uint64, n int, tally map[str
 		switch x := r.IntN(10); {
 		case x < 6:
 			op.kind = "each"
-			if r.IntN(100) < 40 {
+			switch x := r.IntN(100); {
+			case x < 40:
 				op.crashAt = []idemstore.Point{idemstore.AfterClaim, idemstore.AfterFn, idemstore.AfterDone}[r.IntN(3)]
 				op.nth = 1 + r.IntN(4)
+			case x < 60:
+				op.fault, op.faultIn, op.after = 1+r.IntN(3), faultMethods[r.IntN(len(faultMethods))], r.IntN(2) == 0
 			}
 		case x < 9:
 			op.kind = "pair"
@@ -311,7 +343,15 @@ func runItemsSequence(t *testing.T, h Harness, seed uint64, n int, tally map[str
 		return fail("at the end: %s", msg)
 	}
 	for _, p := range ps {
-		tally["stopped"] += p.crashes
+		tally["stopped"] += p.crashes - p.faults
+		tally["faulted"] += p.faults
+		tally["faulted-after"] += p.faultsAfter
+		for m, n := range p.faultsIn {
+			tally["faulted in "+m] += n
+		}
+		for m, n := range p.absorbed {
+			tally["absorbed in "+m] += n
+		}
 		tally["stalled"] += p.stalls
 		tally["done"] += int(p.last.Done)
 		tally["parked"] += int(p.last.Parked)
@@ -358,6 +398,7 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 	p.mu.Unlock()
 	defer func() { p.mu.Lock(); p.canStall = false; p.mu.Unlock() }()
 	var calls []imCall
+	var fault *storeFault
 	switch op.kind {
 	case "each":
 		cctx := ctx
@@ -370,7 +411,12 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 				return pt == op.crashAt && k == p.key && seen == op.nth
 			})
 		}
-		res, err := fanout.Each(cctx, s, p.key, gen(r), p.fn, opts(op.workers[0])...)
+		es := s
+		if op.fault > 0 {
+			fault = op.storeFault(p.key)
+			es = withFault(s, fault)
+		}
+		res, err := fanout.Each(cctx, es, p.key, gen(r), p.fn, opts(op.workers[0])...)
 		calls = append(calls, imCall{res, err})
 	case "pair":
 		gens := []iter.Seq2[string, error]{gen(r), gen(r)}
@@ -390,14 +436,24 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 	if ctx.Err() != nil {
 		return fmt.Sprintf("the operation did not end within 2 minutes: %+v", calls)
 	}
-	crashed := false
+	crashed, failed := false, false
 	for _, c := range calls {
+		// (A stopped call stands for a process that died: it reports
+		// nothing anyone reads.)
+		if o := c.res.Outcome; c.err != nil && !errors.Is(c.err, ErrCrashed) && (o == 0 || o == idem.Ran || o == idem.AlreadyDone || o == idem.Recovered || o == idem.Skipped) {
+			return fmt.Sprintf("Each returned %v with outcome %s: an error needs the outcome of a failure", c.err, o)
+		}
 		switch {
 		case errors.Is(c.err, ErrCrashed):
 			if op.crashAt == "" {
 				return fmt.Sprintf("ErrCrashed from a call that was not stopped: %v", c.err)
 			}
 			crashed = true
+		case errors.Is(c.err, errTransient):
+			if fault == nil || fault.fired() == "" {
+				return fmt.Sprintf("a store error from a call whose store did not fail: %v", c.err)
+			}
+			failed = true
 		case c.err != nil && !(m.name == "at-most-once" && errors.Is(c.err, idem.ErrUnknownOutcome)):
 			return fmt.Sprintf("Each: %v (outcome %s, counts %+v)", c.err, c.res.Outcome, c.res.Counts)
 		}
@@ -419,15 +475,31 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 			return fmt.Sprintf("fn ran %d times on a done period", callsAfter-callsBefore)
 		}
 		for _, c := range calls {
+			if failed && errors.Is(c.err, errTransient) {
+				continue
+			}
 			if c.err != nil || c.res.Outcome != idem.AlreadyDone {
 				return fmt.Sprintf("Each of a done period: %v, outcome %s; want AlreadyDone", c.err, c.res.Outcome)
 			}
 		}
 	}
-	if crashed {
+	if crashed || failed {
+		// A call stopped, or ended by a store error, may leave claims held
+		// (the reply of a claim the store applied lost): they end, as a
+		// dead process's would, or as this one's do in time.
 		p.crashes++
-		clk.Advance(imLease + time.Minute) // the stopped call's leases end, as a dead process's would
+		if failed {
+			p.faults++
+			p.faultsIn[fault.fired()]++
+			if fault.after {
+				p.faultsAfter++
+			}
+		}
+		clk.Advance(imLease + time.Minute)
 		return ""
+	}
+	if fault != nil && fault.fired() != "" {
+		p.absorbed[fault.fired()]++ // the checks below hold all the same
 	}
 	for _, c := range calls {
 		if c.err == nil {
@@ -438,6 +510,14 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 		}
 		// A call that returned (not stopped) left every item settled.
 		cn := c.res.Counts
+		if c.err == nil && c.res.Outcome == idem.AlreadyDone && fault != nil && fault.fired() == "CountItems" {
+			// A done period whose count failed: done all the same, with
+			// no counts.
+			if cn != (idem.ItemCounts{}) {
+				return fmt.Sprintf("Each of a done period whose count failed reported counts %+v", cn)
+			}
+			continue
+		}
 		if cn.Total() != int64(len(p.items)) || cn.Pending+cn.Running+cn.Failed != 0 {
 			return fmt.Sprintf("Each returned (%v) with counts %+v: want all %d items settled", c.err, cn, len(p.items))
 		}
@@ -561,4 +641,9 @@ func checkPeriods(s idemstore.ItemStore, ps []*imPeriod, final bool) string {
 		}
 	}
 	return ""
+}
+
+// storeFault is the op's fault of the store's calls for key.
+func (op imOp) storeFault(key idem.Key) *storeFault {
+	return &storeFault{key: key, method: op.faultIn, nth: op.fault, after: op.after}
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -158,8 +157,8 @@ func shiftTimes(l schemaLedger, d time.Duration) error {
 	deadline := time.Now().Add(time.Minute)
 	for tries := 1; ; tries++ {
 		err := execIn(context.Background(), l, q)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || (pe.Code != "55P03" && pe.Code != "40P01") {
+		var pe interface{ SQLState() string } // pgconn's and lib/pq's errors alike
+		if !errors.As(err, &pe) || (pe.SQLState() != "55P03" && pe.SQLState() != "40P01") {
 			return err
 		}
 		if time.Now().After(deadline) {
