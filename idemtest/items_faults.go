@@ -37,9 +37,11 @@ func (f *storeFault) String() string {
 	return fmt.Sprintf("its call %d of %s fails %s", f.nth, f.method, when)
 }
 
-// faultMethods are the store's methods a storeFault can fail.
+// faultMethods are the store's methods a storeFault can fail. (RecordItems,
+// of the store or of a turn, is never reached by the model's sets of up
+// to 12 items: Each gives them to the turn's Seal.)
 var faultMethods = []string{"Lookup", "Claim", "Renew", "Finish", "AddItems", "SealItems", "CountItems", "ClaimItems",
-	"FinishItems", "RecordItems", "RecordTurn", "MarkFresh"}
+	"FinishItems", "RecordTurn", "turn.Seal", "MarkFresh"}
 
 // fire counts a call of method for key and reports whether it is the one
 // that fails.
@@ -89,7 +91,7 @@ type faultyItems struct {
 
 // withFault wraps s so that f fails one of its calls. A store that gives
 // turns to record a period's set and marks a fresh key done in one write
-// (the Postgres ledgers) keeps both: its turns' own calls do not fail.
+// (the Postgres ledgers) keeps both, and its turns' calls fail too.
 func withFault(s idemstore.ItemStore, f *storeFault) idemstore.ItemStore {
 	fi := &faultyItems{s: s, f: f}
 	if t, ok := s.(interface {
@@ -180,8 +182,33 @@ func (s *faultyTurns) RecordItems(ctx context.Context, key idem.Key, chunks [][]
 // RecordTurn's reply lost after the turn was taken ends the turn, as the
 // end of the session that held it would.
 func (s *faultyTurns) RecordTurn(ctx context.Context, key idem.Key, wait time.Duration) (idemstore.ItemTurn, error) {
-	return faultCall(s.f, "RecordTurn", key, func() (idemstore.ItemTurn, error) { return s.t.RecordTurn(ctx, key, wait) },
+	t, err := faultCall(s.f, "RecordTurn", key, func() (idemstore.ItemTurn, error) { return s.t.RecordTurn(ctx, key, wait) },
 		func(t idemstore.ItemTurn) { t.Release() })
+	if err != nil {
+		return nil, err
+	}
+	return &faultyTurn{t: t, f: s.f, key: key}, nil
+}
+
+// faultyTurn is a turn whose calls fail as f says. A Seal whose reply is
+// lost has sealed the set (and ended the turn).
+type faultyTurn struct {
+	t   idemstore.ItemTurn
+	f   *storeFault
+	key idem.Key
+}
+
+func (t *faultyTurn) Sealed() bool { return t.t.Sealed() }
+func (t *faultyTurn) Release()     { t.t.Release() }
+
+func (t *faultyTurn) RecordItems(ctx context.Context, chunks [][]string) error {
+	_, err := faultCall(t.f, "turn.RecordItems", t.key, func() (struct{}, error) { return struct{}{}, t.t.RecordItems(ctx, chunks) }, nil)
+	return err
+}
+
+func (t *faultyTurn) Seal(ctx context.Context, last [][]string) error {
+	_, err := faultCall(t.f, "turn.Seal", t.key, func() (struct{}, error) { return struct{}{}, t.t.Seal(ctx, last) }, nil)
+	return err
 }
 
 func (s *faultyTurns) MarkFresh(ctx context.Context, req idemstore.ClaimRequest) (bool, error) {

@@ -48,8 +48,7 @@ import (
 // store error the call overcame (a Finish is tried again; a Renew, at the
 // next heartbeat) must leave everything as if none had happened.
 //
-// What it does not cover: EachTx, a failure of a turn's own calls
-// (ItemTurn.RecordItems, Seal), operator actions on items.
+// What it does not cover: EachTx, operator actions on items.
 
 // itemKind is what an item's fn does, call after call.
 type itemKind int
@@ -218,7 +217,16 @@ func (op imOp) String() string {
 }
 
 // testItemsModel runs the sequences. IDEM_ITEMS_MODEL_SEED reproduces
-// one (its first sequence), IDEM_ITEMS_MODEL_SEQS sets how many.
+// one (its first sequence), IDEM_ITEMS_MODEL_SEQS sets how many, and
+// IDEM_ITEMS_MODEL_FAULT=method puts every store fault in that method (one
+// of faultMethods).
+func testItemsModelEnv(t *testing.T) {
+	if m := os.Getenv("IDEM_ITEMS_MODEL_FAULT"); m != "" && !slices.Contains(faultMethods, m) {
+		t.Fatalf("IDEM_ITEMS_MODEL_FAULT=%q: want one of %v", m, faultMethods)
+	}
+}
+
+// testItemsModel runs the sequences.
 func testItemsModel(t *testing.T, h Harness) {
 	seqs, ops := 6, 24
 	seed := uint64(time.Now().UnixNano()%1_000_000_000) + 1
@@ -236,6 +244,7 @@ func testItemsModel(t *testing.T, h Harness) {
 		}
 		seqs = n
 	}
+	testItemsModelEnv(t)
 	t.Logf("items model: %d sequences of %d operations from seed %d (IDEM_ITEMS_MODEL_SEED, IDEM_ITEMS_MODEL_SEQS)", seqs, ops, seed)
 	tally := map[string]int{}
 	for i := range seqs {
@@ -308,6 +317,9 @@ func runItemsSequence(t *testing.T, h Harness, seed uint64, n int, tally map[str
 				op.nth = 1 + r.IntN(4)
 			case x < 60:
 				op.fault, op.faultIn, op.after = 1+r.IntN(3), faultMethods[r.IntN(len(faultMethods))], r.IntN(2) == 0
+				if m := os.Getenv("IDEM_ITEMS_MODEL_FAULT"); m != "" {
+					op.faultIn = m // every fault in this method
+				}
 			}
 		case x < 9:
 			op.kind = "pair"
