@@ -155,10 +155,10 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		res.Outcome = AlreadyDone
 		if res.Counts, err = s.CountItems(ctx, key); err != nil {
 			res.Counts = ItemCounts{}
-		}
-		if err != nil && cfg.logger != nil {
-			cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idem: counting the items of a done period failed; its result has no counts",
-				slog.String("job", key.Job), slog.String("period", key.Period), slog.Any("error", err))
+			if cfg.logger != nil {
+				cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idem: counting the items of a done period failed; its result has no counts",
+					slog.String("job", key.Job), slog.String("period", key.Period), slog.Any("error", err))
+			}
 		}
 		return res, nil
 	}

@@ -1,10 +1,13 @@
 package fanout_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -285,9 +288,13 @@ func TestEachOutcomeOnAStoreError(t *testing.T) {
 		t.Fatalf("Each: %v, %+v", err, res)
 	}
 	before := ran.Load()
-	res, err = fanout.Each(ctx, failing, points, accounts(3), fn)
+	var log bytes.Buffer
+	res, err = fanout.Each(ctx, failing, points, accounts(3), fn, idem.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	if err != nil || res.Outcome != idem.AlreadyDone || res.Counts != (idem.ItemCounts{}) || ran.Load() != before {
 		t.Fatalf("Each of a done period whose store fails to count: %v, %+v, %d more calls; want AlreadyDone, no error, no counts, no call",
 			err, res, ran.Load()-before)
+	}
+	if !strings.Contains(log.String(), "counting the items of a done period failed") || !strings.Contains(log.String(), errCount.Error()) {
+		t.Fatalf("the failed count is not in the log: %q", log.String())
 	}
 }

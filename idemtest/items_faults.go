@@ -38,8 +38,8 @@ func (f *storeFault) String() string {
 }
 
 // faultMethods are the store's methods a storeFault can fail. (RecordItems,
-// of the store or of a turn, is never reached by the model's sets of up
-// to 12 items: Each gives them to the turn's Seal.)
+// of the store or of a turn, is not among them: the model's sets of up to
+// 12 items never reach it, Each gives them to the turn's Seal.)
 var faultMethods = []string{"Lookup", "Claim", "Renew", "Finish", "AddItems", "SealItems", "CountItems", "ClaimItems",
 	"FinishItems", "RecordTurn", "turn.Seal", "MarkFresh"}
 
@@ -65,7 +65,7 @@ func (f *storeFault) fired() string {
 	return f.hit
 }
 
-// call runs the store's call do of method for key, failing it as f says:
+// faultCall runs the store's call do of method for key, failing it as f says:
 // errTransient without calling do, or after it (its result dropped, and
 // undo run on it, as a broken session would).
 func faultCall[T any](f *storeFault, method string, key idem.Key, do func() (T, error), undo func(T)) (T, error) {
@@ -175,8 +175,7 @@ type faultyTurns struct {
 }
 
 func (s *faultyTurns) RecordItems(ctx context.Context, key idem.Key, chunks [][]string) error {
-	_, err := faultCall(s.f, "RecordItems", key, func() (struct{}, error) { return struct{}{}, s.t.RecordItems(ctx, key, chunks) }, nil)
-	return err
+	return s.t.RecordItems(ctx, key, chunks)
 }
 
 // RecordTurn's reply lost after the turn was taken ends the turn, as the
@@ -202,8 +201,7 @@ func (t *faultyTurn) Sealed() bool { return t.t.Sealed() }
 func (t *faultyTurn) Release()     { t.t.Release() }
 
 func (t *faultyTurn) RecordItems(ctx context.Context, chunks [][]string) error {
-	_, err := faultCall(t.f, "turn.RecordItems", t.key, func() (struct{}, error) { return struct{}{}, t.t.RecordItems(ctx, chunks) }, nil)
-	return err
+	return t.t.RecordItems(ctx, chunks)
 }
 
 func (t *faultyTurn) Seal(ctx context.Context, last [][]string) error {

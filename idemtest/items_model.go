@@ -220,13 +220,6 @@ func (op imOp) String() string {
 // one (its first sequence), IDEM_ITEMS_MODEL_SEQS sets how many, and
 // IDEM_ITEMS_MODEL_FAULT=method puts every store fault in that method (one
 // of faultMethods).
-func testItemsModelEnv(t *testing.T) {
-	if m := os.Getenv("IDEM_ITEMS_MODEL_FAULT"); m != "" && !slices.Contains(faultMethods, m) {
-		t.Fatalf("IDEM_ITEMS_MODEL_FAULT=%q: want one of %v", m, faultMethods)
-	}
-}
-
-// testItemsModel runs the sequences.
 func testItemsModel(t *testing.T, h Harness) {
 	seqs, ops := 6, 24
 	seed := uint64(time.Now().UnixNano()%1_000_000_000) + 1
@@ -244,11 +237,14 @@ func testItemsModel(t *testing.T, h Harness) {
 		}
 		seqs = n
 	}
-	testItemsModelEnv(t)
+	faultIn := os.Getenv("IDEM_ITEMS_MODEL_FAULT")
+	if faultIn != "" && !slices.Contains(faultMethods, faultIn) {
+		t.Fatalf("IDEM_ITEMS_MODEL_FAULT=%q: want one of %v", faultIn, faultMethods)
+	}
 	t.Logf("items model: %d sequences of %d operations from seed %d (IDEM_ITEMS_MODEL_SEED, IDEM_ITEMS_MODEL_SEQS)", seqs, ops, seed)
 	tally := map[string]int{}
 	for i := range seqs {
-		if !runItemsSequence(t, h, seed+uint64(i), ops, tally) {
+		if !runItemsSequence(t, h, seed+uint64(i), ops, faultIn, tally) {
 			return
 		}
 	}
@@ -268,8 +264,9 @@ func testItemsModel(t *testing.T, h Harness) {
 	t.Logf("items model: store errors that ended the call: %s; that the call overcame: %s", strings.Join(in, ", "), strings.Join(absorbed, ", "))
 }
 
-// runItemsSequence runs one sequence on a new store; false after a failure.
-func runItemsSequence(t *testing.T, h Harness, seed uint64, n int, tally map[string]int) bool {
+// runItemsSequence runs one sequence on a new store, its store faults all
+// in faultIn if it is not empty; false after a failure.
+func runItemsSequence(t *testing.T, h Harness, seed uint64, n int, faultIn string, tally map[string]int) bool {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, 0x17e35))
 	clk := NewAutoClock(start)
@@ -317,8 +314,8 @@ func runItemsSequence(t *testing.T, h Harness, seed uint64, n int, tally map[str
 				op.nth = 1 + r.IntN(4)
 			case x < 60:
 				op.fault, op.faultIn, op.after = 1+r.IntN(3), faultMethods[r.IntN(len(faultMethods))], r.IntN(2) == 0
-				if m := os.Getenv("IDEM_ITEMS_MODEL_FAULT"); m != "" {
-					op.faultIn = m // every fault in this method
+				if faultIn != "" {
+					op.faultIn = faultIn // every fault in this method
 				}
 			}
 		case x < 9:
