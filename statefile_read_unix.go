@@ -11,7 +11,8 @@ import (
 // readRegular reads the file at path, refusing anything but a regular file
 // without blocking (a FIFO put in the file's place is opened non-blocking
 // and refused, never read). It is readRegularFile with the system calls
-// made directly: open, fstat, read until end of file, close, without an
+// made directly: open, fstat, read until end of file (most often one
+// read), close, without an
 // *os.File (which would also try the file in the runtime's poller and
 // register a cleanup), as every Run reads the file three times. Its errors
 // are *os.PathError's, as os's.
@@ -40,6 +41,7 @@ func readRegular(path string) ([]byte, error) {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)] // grown in place: the file grew
 		}
+		want := cap(b) - len(b)
 		n, err := syscall.Read(fd, b[len(b):cap(b)])
 		switch {
 		case errors.Is(err, syscall.EINTR):
@@ -50,5 +52,11 @@ func readRegular(path string) ([]byte, error) {
 			return b, nil
 		}
 		b = b[:len(b)+n]
+		if n < want && int64(len(b)) >= st.Size {
+			// A read of a regular file that stops short, past the size
+			// fstat gave, stopped at the end of the file: the read
+			// that would return 0 is spared.
+			return b, nil
+		}
 	}
 }

@@ -87,12 +87,15 @@ func (s stateStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 			s.unlockJob(key.Job, f)
 		}
 	}()
-	// Under the locks, read again: the last holder may have just finished.
-	doc, unlock, err := s.readLocked()
+	// Under the job's lock, read again: the last holder may have just
+	// finished. A job's state changes only under its lock (Claim, Finish,
+	// Resolve, Start), which this claim holds, so this read needs the
+	// file-wide lock only if the claim writes (below): every read sees a
+	// whole file, as writes replace it.
+	doc, err = s.read()
 	if err != nil {
 		return idemstore.Claim{}, err
 	}
-	defer unlock()
 	st := doc.Jobs[key.Job]
 	if st == nil {
 		st = &jobState{Status: StatusDone}
@@ -131,14 +134,26 @@ func (s stateStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 		next.Status, next.PendingPeriod, next.Attempt, next.Owner = StatusRunning, key.Period, c.Attempt, req.Owner
 		next.Fingerprint = fp
 		next.Failures, next.LastError, next.NotBefore, next.Updated = c.Record.Failures, c.Record.LastError, time.Time{}, req.Now
-		doc.Jobs[key.Job] = &next
-		if err := s.write(ctx, key, doc); err != nil {
+		if err := s.writeJob(ctx, key, &next); err != nil {
 			return idemstore.Claim{}, err // the lock is released, as on a crash
 		}
 	}
 	keep = true
 	s.held[key.Job] = &heldLock{f: f, period: key.Period, attempt: c.Attempt, fingerprint: fp}
 	return c, nil
+}
+
+// writeJob writes st as key.Job's state, under the file-wide lock and over
+// the file as read under it (the other jobs' states as they are now). The
+// caller holds the job's lock.
+func (s *StateFile) writeJob(ctx context.Context, key Key, st *jobState) error {
+	doc, unlock, err := s.readLocked()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	doc.Jobs[key.Job] = st
+	return s.write(ctx, key, doc)
 }
 
 // holder returns the lock this process holds for key's attempt.
