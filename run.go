@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -876,80 +875,6 @@ func (r *runner) attempt(ctx context.Context, attempt, prev int64, doubt bool, f
 	}
 	r.res.Value = value
 	return idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
-}
-
-// startHeartbeat starts the heartbeat of an attempt and returns the
-// function that stops it (cancelling ctx) and waits for it to end. On the
-// system clock no goroutine runs until the first renewal is due (most fns
-// end well before a third of the lease): a timer starts it.
-func (r *runner) startHeartbeat(ctx context.Context, attempt int64, lease *leaseState, cancel context.CancelCauseFunc) (stop func()) {
-	every := r.cfg.lease / 3
-	if _, ok := r.cfg.clock.(systemClock); !ok {
-		done := make(chan struct{})
-		go r.heartbeat(ctx, attempt, lease, cancel, every, done)
-		return func() {
-			cancel(nil)
-			<-done
-		}
-	}
-	var (
-		mu      sync.Mutex
-		stopped bool
-		done    chan struct{}
-	)
-	t := time.AfterFunc(every, func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		done = make(chan struct{})
-		mu.Unlock()
-		r.heartbeat(ctx, attempt, lease, cancel, 0, done)
-	})
-	return func() {
-		cancel(nil)
-		t.Stop()
-		mu.Lock()
-		stopped = true
-		d := done
-		mu.Unlock()
-		if d != nil {
-			<-d
-		}
-	}
-}
-
-// heartbeat renews the lease after first, then every third of it, until ctx
-// ends. A renewal that finds a newer attempt cancels ctx with ErrLeaseLost.
-func (r *runner) heartbeat(ctx context.Context, attempt int64, lease *leaseState, cancel context.CancelCauseFunc, first time.Duration, done chan<- struct{}) {
-	defer close(done)
-	every := r.cfg.lease / 3
-	for wait := first; ; wait = every {
-		if wait > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-r.cfg.clock.After(wait):
-			}
-		} else if ctx.Err() != nil {
-			return
-		}
-		now := r.cfg.clock.Now()
-		err := r.s.Renew(ctx, r.key, attempt, now, r.cfg.lease)
-		switch {
-		case err == nil:
-			lease.until.Store(now.Add(r.cfg.lease).UnixNano())
-		case errors.Is(err, ErrLeaseLost):
-			r.log(ctx, slog.LevelWarn, "lease lost while running; cancelling fn")
-			cancel(&takeoverError{key: r.key, attempt: attempt, err: err})
-			return
-		case ctx.Err() != nil:
-			return
-		default:
-			r.log(ctx, slog.LevelWarn, "lease renewal failed; will retry", slog.Any("error", err))
-		}
-	}
 }
 
 // mismatch is the error of a call with fingerprint given for a key claimed
