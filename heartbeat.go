@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/idemgo/idem/internal/timeheap"
 )
 
 // startHeartbeat starts the heartbeat of an attempt and returns the
@@ -102,7 +104,7 @@ var heartbeats hbQueue
 // just after) its time, unless it is removed first.
 type hbQueue struct {
 	mu    sync.Mutex
-	due   hbHeap
+	due   timeheap.Heap[*hbEntry]
 	timer *time.Timer
 	armed time.Time // when timer fires; zero when it is not armed
 	arms  int       // how many times the timer was armed (for tests)
@@ -114,6 +116,9 @@ type hbEntry struct {
 	start func()
 	i     int // its index in the heap; -1 once out of it
 }
+
+func (e *hbEntry) HeapTime() time.Time { return e.at }
+func (e *hbEntry) HeapIndex() *int     { return &e.i }
 
 // add queues start to run at at.
 func (q *hbQueue) add(at time.Time, start func()) *hbEntry {
@@ -168,27 +173,4 @@ func (q *hbQueue) fire() {
 	for _, f := range start {
 		go f()
 	}
-}
-
-// hbHeap orders entries by time (container/heap).
-type hbHeap []*hbEntry
-
-func (h hbHeap) Len() int           { return len(h) }
-func (h hbHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h hbHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].i, h[j].i = i, j
-}
-func (h *hbHeap) Push(x any) {
-	e := x.(*hbEntry)
-	e.i = len(*h)
-	*h = append(*h, e)
-}
-func (h *hbHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	e.i = -1
-	return e
 }

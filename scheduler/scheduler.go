@@ -20,6 +20,7 @@ import (
 	"github.com/idemgo/idem/internal/catchupcfg"
 	"github.com/idemgo/idem/internal/core"
 	"github.com/idemgo/idem/internal/holder"
+	"github.com/idemgo/idem/internal/timeheap"
 )
 
 // Recheck is the longest a [Scheduler] waits before it reads the wall
@@ -176,9 +177,9 @@ type Scheduler struct {
 	mu       sync.Mutex
 	jobs     []*schedJob // in the order of Add
 	byName   map[string]*schedJob
-	due      jobHeap     // jobs waiting for their wake time
-	ready    []*schedJob // jobs due, waiting for a run check (a slot)
-	running  int         // runs in flight
+	due      timeheap.Heap[*schedJob] // jobs waiting for their wake time
+	ready    []*schedJob              // jobs due, waiting for a run check (a slot)
+	running  int                      // runs in flight
 	runs     sync.WaitGroup
 	state    int       // schedIdle, schedRunning, schedStopping, schedStopped
 	checked  time.Time // the wall time the loop last looked at
@@ -824,25 +825,6 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// jobHeap orders jobs by wake time.
-type jobHeap []*schedJob
-
-func (h jobHeap) Len() int           { return len(h) }
-func (h jobHeap) Less(i, k int) bool { return h[i].wake.Before(h[k].wake) }
-func (h jobHeap) Swap(i, k int) {
-	h[i], h[k] = h[k], h[i]
-	h[i].index, h[k].index = i, k
-}
-func (h *jobHeap) Push(x any) {
-	j := x.(*schedJob)
-	j.index = len(*h)
-	*h = append(*h, j)
-}
-func (h *jobHeap) Pop() any {
-	old := *h
-	j := old[len(old)-1]
-	old[len(old)-1] = nil
-	j.index = -1
-	*h = old[:len(old)-1]
-	return j
-}
+// HeapTime and HeapIndex place a job in the heap of jobs by wake time.
+func (j *schedJob) HeapTime() time.Time { return j.wake }
+func (j *schedJob) HeapIndex() *int     { return &j.index }
