@@ -12,10 +12,9 @@ import (
 // without blocking (a FIFO put in the file's place is opened non-blocking
 // and refused, never read). It is readRegularFile with the system calls
 // made directly: open, fstat, read until end of file (most often one
-// read), close, without an
-// *os.File (which would also try the file in the runtime's poller and
-// register a cleanup), as every Run reads the file three times. Its errors
-// are *os.PathError's, as os's.
+// read), close, without an *os.File (which would also try the file in the
+// runtime's poller and register a cleanup), as every Run reads the file
+// three times. Its errors are *os.PathError's, as os's.
 func readRegular(path string) ([]byte, error) {
 	var fd int
 	var err error
