@@ -9,6 +9,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -133,7 +134,10 @@ func (l *core) recordItems(ctx context.Context, q conn, key idemstore.Key, chunk
 			return 0, nil
 		}
 	}
-	args, made := chunkArgs(key, chunks, hexes, recorded, distinct)
+	args, made, err := chunkArgs(key, chunks, hexes, recorded, distinct)
+	if err != nil {
+		return 0, l.opErr("record items", key, err)
+	}
 	if made == 0 {
 		return 0, nil
 	}
@@ -160,13 +164,14 @@ func digestHexes(chunks [][]string) []string {
 // digests) that are not empty and whose digest is not in recorded: one
 // array of their items and the bounds of each in it, and their digests;
 // made is how many chunks that is. Unless distinct, each chunk's
-// duplicates are left out.
-func chunkArgs(key idemstore.Key, chunks [][]string, hexes, recorded []string, distinct bool) (args []any, made int) {
+// duplicates are left out. An item holding itemSep is refused.
+func chunkArgs(key idemstore.Key, chunks [][]string, hexes, recorded []string, distinct bool) (args []any, made int, err error) {
 	total := 0
 	for _, c := range chunks {
 		total += len(c)
 	}
-	items, digests := make([]string, 0, total), make([]string, 0, len(chunks))
+	var items strings.Builder
+	n, digests := 0, make([]string, 0, len(chunks))
 	from, to := make([]int64, 0, len(chunks)), make([]int64, 0, len(chunks))
 	d := 0
 	for _, c := range chunks {
@@ -178,15 +183,33 @@ func chunkArgs(key idemstore.Key, chunks [][]string, hexes, recorded []string, d
 		if slices.Contains(recorded, h) {
 			continue
 		}
-		from = append(from, int64(len(items)+1))
+		from = append(from, int64(n+1))
 		if !distinct {
 			c = distinctItems(c)
 		}
-		items = append(items, c...)
-		to, digests = append(to, int64(len(items))), append(digests, h)
+		for _, it := range c {
+			if strings.Contains(it, itemSep) {
+				return nil, 0, fmt.Errorf("item %q has a control character U+001F", it)
+			}
+			if items.Len() == 0 {
+				items.Grow(total * (len(it) + 1))
+			} else {
+				items.WriteString(itemSep)
+			}
+			items.WriteString(it)
+		}
+		n += len(c)
+		to, digests = append(to, int64(n)), append(digests, h)
 	}
-	return []any{key.Job, key.Period, items, from, to, digests}, len(digests)
+	return []any{key.Job, key.Period, items.String(), from, to, digests}, len(digests), nil
 }
+
+// itemSep joins a chunk's items into one text on their way to and from the
+// server (recordChunksSQL splits it, claimChunkSQL joins them): one string
+// a chunk instead of one an item, which pgx allocates for each element of
+// a text array it sends or reads. No item holds it: an item with a control
+// character is refused (chunkArgs; Each refuses every control character).
+const itemSep = "\x1f"
 
 // RecordTurn implements [idemstore.ItemRecordTurns]. The turn is the
 // period's session-level advisory lock (pg_advisory_lock), taken on one of
@@ -367,7 +390,10 @@ func (r *recordTurn) sealAndUnlock(ctx context.Context, c pgxConn, last [][]stri
 	b.Queue(r.l.q.openItems, r.key.Job, r.key.Period)
 	steps := 2
 	if hexes := digestHexes(last); len(hexes) > 0 {
-		args, made := chunkArgs(r.key, last, hexes, nil, true)
+		args, made, err := chunkArgs(r.key, last, hexes, nil, true)
+		if err != nil {
+			return false, false, r.l.opErr("record items", r.key, err)
+		}
 		b.Queue(r.l.q.recordChunks, args...)
 		r.wrote += made
 		steps++
@@ -554,7 +580,7 @@ func (l *core) ClaimItems(ctx context.Context, key idemstore.Key, req idemstore.
 func (l *core) claimItems(ctx context.Context, key idemstore.Key, req idemstore.ItemClaimRequest, n int, lease time.Duration, gone []string) (_ idemstore.ItemBatch, owners []string, _ error) {
 	var b idemstore.ItemBatch
 	var size, doubt, failures int
-	var items []string
+	var joined string // the chunk's items after its position, joined by itemSep
 	var singles bool
 	// A claim that need not survive power loss (AtLeastOnce) does not wait
 	// for its WAL flush: the synchronous commit of the chunk's first window
@@ -564,11 +590,15 @@ func (l *core) claimItems(ctx context.Context, key idemstore.Key, req idemstore.
 		pre = []stmt{{query: syncOffGenericSQL}}
 	}
 	err := l.db.batchRow(ctx, pre, l.q.claimChunk, []any{key.Job, key.Period, req.Owner, micros(lease), n, gone},
-		&b.Chunk, &b.Attempt, &size, &b.Pos, &doubt, &failures, &items, &singles, &owners)
+		&b.Chunk, &b.Attempt, &size, &b.Pos, &doubt, &failures, &joined, &singles, &owners)
 	if err != nil {
 		return idemstore.ItemBatch{}, nil, l.opErr("claim items", key, err)
 	}
 	if b.Chunk != 0 {
+		var items []string
+		if size > b.Pos {
+			items = strings.Split(joined, itemSep)
+		}
 		if len(items) != size-b.Pos {
 			return idemstore.ItemBatch{}, nil, l.opErr("claim items", key,
 				fmt.Errorf("chunk %d's item list has %d items after position %d, want %d", b.Chunk, len(items), b.Pos, size-b.Pos))

@@ -3,6 +3,7 @@ package pgledger_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -167,5 +168,48 @@ func TestEachHostsRecordInAnyOrder(t *testing.T) {
 	c, err := ls[0].CountItems(ctx, points)
 	if err != nil || c.Done != n || c.Total() != n || !c.Sealed {
 		t.Fatalf("counts %+v, %v; want %d done", c, err, n)
+	}
+}
+
+// TestRecordItemsRefusesSeparator: a chunk's items travel to and from the
+// server joined by U+001F, which no item of Each can hold (it refuses every
+// control character); RecordItems called with one refuses it, naming the
+// item and the key, and records nothing of the call.
+func TestRecordItemsRefusesSeparator(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, newPool(t))
+	ctx := context.Background()
+	err := l.RecordItems(ctx, points, [][]string{{"a", "b"}, {"c", "d\x1fe"}})
+	if err == nil || !strings.Contains(err.Error(), `"d\x1fe"`) || !strings.Contains(err.Error(), points.Period) {
+		t.Fatalf("RecordItems with an item holding U+001F: %v; want an error naming the item and the key", err)
+	}
+	var lists int
+	if err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM `+table(l, "item_lists")+` WHERE job = $1 AND period = $2`,
+		points.Job, points.Period).Scan(&lists); err != nil || lists != 0 {
+		t.Fatalf("item lists after the refused call: %d, %v; want 0", lists, err)
+	}
+	// The separator splits nothing else: items with spaces, quotes, commas,
+	// braces and backslashes (what a text array's literal quotes) come back
+	// as given.
+	odd := []string{`a b`, `"q"`, `x,y`, `{z}`, `back\slash`, `NULL`, `é`}
+	if err := l.RecordItems(ctx, points, [][]string{odd}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SealItems(ctx, points); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	res, err := fanout.Each(ctx, l, points, fanout.Items(slices.Values(odd)), func(_ context.Context, item string) error {
+		got = append(got, item)
+		return nil
+	}, fanout.WithWorkers(1))
+	if err != nil || res.Counts.Done != int64(len(odd)) {
+		t.Fatalf("Each: %v, %+v", err, res)
+	}
+	slices.Sort(got)
+	want := slices.Clone(odd)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("items claimed %q, want %q", got, want)
 	}
 }

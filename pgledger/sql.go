@@ -323,7 +323,8 @@ DROP TABLE {s}.items;`
 		OR coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)`
 
 	// recordChunksSQL (RecordItems) makes chunks of items, given as one
-	// array $3 of their items (each chunk's without duplicates) and, per
+	// text $3 of their items joined by U+001F (itemSep; each chunk's
+	// without duplicates), split once (an InitPlan) and, per
 	// chunk, its bounds in it ($4 to $5, from 1) and the digest of the chunk
 	// as given ($6, in hex), new unchecked chunks numbered after the
 	// period's last in the order given, unless the set is sealed; a chunk
@@ -332,7 +333,7 @@ DROP TABLE {s}.items;`
 	// in its transaction, and returns (as rows changed) how many chunks it
 	// made.
 	recordChunksSQL = `WITH given AS (
-		SELECT DISTINCT ON (g.digest) g.ord, g.digest, ($3::text[])[g.lo:g.hi] AS items
+		SELECT DISTINCT ON (g.digest) g.ord, g.digest, ((SELECT string_to_array($3::text, E'\x1f')))[g.lo:g.hi] AS items
 		FROM (SELECT u.ord, u.lo::integer AS lo, u.hi::integer AS hi, decode(u.h, 'hex') AS digest
 			FROM unnest($4::bigint[], $5::bigint[], $6::text[]) WITH ORDINALITY AS u(lo, hi, h, ord)) AS g
 		WHERE NOT coalesce((SELECT sealed FROM {s}.itemsets WHERE job = $1 AND period = $2), false)
@@ -472,7 +473,8 @@ DROP TABLE {s}.items;`
 	// whose abandoned attempt counts as a
 	// failure and whose started items are in doubt (doubt = its started
 	// mark, which never moves back). It marks the next $5 unsettled items
-	// started and returns the chunk's unsettled items, in order. The
+	// started and returns the chunk's unsettled items, in order, as one
+	// text joined by U+001F (itemSep; '' for none). The
 	// selection is built as in claimItemsSQL: one range of
 	// item_chunks_by_status per status, FOR UPDATE SKIP LOCKED (a chunk
 	// another claimer is taking, or a FinishItemsTx holds, is passed over),
@@ -503,10 +505,10 @@ DROP TABLE {s}.items;`
 			ORDER BY chunk LIMIT 1 FOR UPDATE SKIP LOCKED) AS gone
 		) AS runnable LIMIT 1))
 	RETURNING c.chunk, c.attempt, c.n, c.settled, c.doubt, c.failures,
-		(SELECT l.items[c.settled + 1:] FROM {s}.item_lists AS l
+		(SELECT array_to_string(l.items[c.settled + 1:], E'\x1f') FROM {s}.item_lists AS l
 			WHERE l.job = c.job AND l.period = c.period AND l.chunk = c.chunk) AS items)
 	SELECT coalesce(c.chunk, 0), coalesce(c.attempt, 0), coalesce(c.n, 0), coalesce(c.settled, 0), coalesce(c.doubt, 0),
-		coalesce(c.failures, 0), c.items,
+		coalesce(c.failures, 0), coalesce(c.items, ''),
 		c.chunk IS NULL AND EXISTS (SELECT 1 FROM {s}.item_state
 			WHERE job = $1 AND period = $2 AND status IN ('pending', 'failed', 'running', 'unknown')),
 		CASE WHEN c.chunk IS NULL THEN ARRAY(` + runningOwnersSQL + `) ELSE '{}'::text[] END
