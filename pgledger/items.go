@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
@@ -162,15 +163,20 @@ func digestHexes(chunks [][]string) []string {
 
 // chunkArgs are recordChunksSQL's arguments for the chunks (hexes: their
 // digests) that are not empty and whose digest is not in recorded: one
-// array of their items and the bounds of each in it, and their digests;
+// text of their items (joined by itemSep) and the bounds of each in it,
+// and their digests;
 // made is how many chunks that is. Unless distinct, each chunk's
-// duplicates are left out. An item holding itemSep is refused.
+// duplicates are left out. An empty item, or one holding itemSep, is
+// refused (Each refuses both before it records).
 func chunkArgs(key idemstore.Key, chunks [][]string, hexes, recorded []string, distinct bool) (args []any, made int, err error) {
-	total := 0
+	size := 0
 	for _, c := range chunks {
-		total += len(c)
+		for _, it := range c {
+			size += len(it) + len(itemSep)
+		}
 	}
 	var items strings.Builder
+	items.Grow(size)
 	n, digests := 0, make([]string, 0, len(chunks))
 	from, to := make([]int64, 0, len(chunks)), make([]int64, 0, len(chunks))
 	d := 0
@@ -188,17 +194,18 @@ func chunkArgs(key idemstore.Key, chunks [][]string, hexes, recorded []string, d
 			c = distinctItems(c)
 		}
 		for _, it := range c {
-			if strings.Contains(it, itemSep) {
+			switch {
+			case it == "":
+				return nil, 0, errors.New("an item is empty")
+			case strings.Contains(it, itemSep):
 				return nil, 0, fmt.Errorf("item %q has a control character U+001F", it)
 			}
-			if items.Len() == 0 {
-				items.Grow(total * (len(it) + 1))
-			} else {
+			if n > 0 {
 				items.WriteString(itemSep)
 			}
 			items.WriteString(it)
+			n++
 		}
-		n += len(c)
 		to, digests = append(to, int64(n)), append(digests, h)
 	}
 	return []any{key.Job, key.Period, items.String(), from, to, digests}, len(digests), nil
@@ -208,7 +215,9 @@ func chunkArgs(key idemstore.Key, chunks [][]string, hexes, recorded []string, d
 // server (recordChunksSQL splits it, claimChunkSQL joins them): one string
 // a chunk instead of one an item, which pgx allocates for each element of
 // a text array it sends or reads. No item holds it: an item with a control
-// character is refused (chunkArgs; Each refuses every control character).
+// character is refused (chunkArgs; Each refuses every control character),
+// and so is an empty one, which a text of its own would not tell from no
+// item at all.
 const itemSep = "\x1f"
 
 // RecordTurn implements [idemstore.ItemRecordTurns]. The turn is the

@@ -174,7 +174,7 @@ func TestEachHostsRecordInAnyOrder(t *testing.T) {
 // TestRecordItemsRefusesSeparator: a chunk's items travel to and from the
 // server joined by U+001F, which no item of Each can hold (it refuses every
 // control character); RecordItems called with one refuses it, naming the
-// item and the key, and records nothing of the call.
+// item and the key, and records nothing of the call; an empty item too.
 func TestRecordItemsRefusesSeparator(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, newPool(t))
@@ -182,6 +182,11 @@ func TestRecordItemsRefusesSeparator(t *testing.T) {
 	err := l.RecordItems(ctx, points, [][]string{{"a", "b"}, {"c", "d\x1fe"}})
 	if err == nil || !strings.Contains(err.Error(), `"d\x1fe"`) || !strings.Contains(err.Error(), points.Period) {
 		t.Fatalf("RecordItems with an item holding U+001F: %v; want an error naming the item and the key", err)
+	}
+	// An empty item, which a text of its own cannot tell from none, is
+	// refused too (as Each refuses it).
+	if err := l.RecordItems(ctx, points, [][]string{{""}}); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("RecordItems with an empty item: %v; want an error saying so", err)
 	}
 	var lists int
 	if err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM `+table(l, "item_lists")+` WHERE job = $1 AND period = $2`,
