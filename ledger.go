@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/dupes"
@@ -70,6 +71,15 @@ type Ledger struct {
 	// dups counts the recent claims that found their key done (see
 	// readFirst).
 	dups dupes.Recent
+
+	// dbFile is the database's file ("" for an in-memory or temporary
+	// one): path, or for an attached database the file SQLite names.
+	dbFile string
+	// broken is the handle's fatal error once a write failed on the disk
+	// (ledger_disk.go); walSynced the -wal file whose directory entry
+	// was made durable (syncWALDir).
+	broken    ledgerBroken
+	walSynced atomic.Pointer[os.FileInfo]
 }
 
 // ledgerStore is a Ledger as the engine and the other stores' users
@@ -216,7 +226,30 @@ func newLedger(ctx context.Context, db *sql.DB, path string, opts []Option) (*Le
 	if err := l.migrate(ctx); err != nil {
 		return nil, err
 	}
+	l.dbFile = path
+	if path == "" {
+		file, err := mainFile(ctx, db)
+		if err != nil {
+			return nil, fmt.Errorf("idem: %s: %w", l.where(), err)
+		}
+		l.dbFile = file
+	}
+	// The -wal file exists now (migrate read the database): make its
+	// directory entry durable before anything is written to it.
+	if err := l.syncWALDir(); err != nil {
+		return nil, fmt.Errorf("idem: %s: %w", l.where(), err)
+	}
 	return l, nil
+}
+
+// mainFile returns the file of the main database of db ("" for an
+// in-memory or temporary one).
+func mainFile(ctx context.Context, db *sql.DB) (string, error) {
+	var file string
+	err := busyRetry(ctx, func() error {
+		return db.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file)
+	})
+	return file, err
 }
 
 // Path returns the database file's path ("" for an attached database).

@@ -263,16 +263,30 @@ func sqliteFileHeader(path string) (isSQLite, walMode bool, err error) {
 // file system tells (a read-only mount, permissions, an immutable file or
 // directory), or "" if it finds nothing wrong.
 func unwritable(path string) string {
-	base := filepath.Base(path)
-	if msg := unwritableDir(filepath.Dir(path)); msg != "" {
-		return fmt.Sprintf("%s; SQLite must create %s-wal and %s-shm in it", msg, base, base)
+	msg, _ := unwritableCause(path)
+	return msg
+}
+
+// unwritableCause is unwritable with the error access(2) gave (EROFS,
+// EACCES, EPERM), 0 if none.
+func unwritableCause(path string) (string, syscall.Errno) {
+	base, dir := filepath.Base(path), filepath.Dir(path)
+	if err := checkWritable(dir); err != nil {
+		return fmt.Sprintf("the directory %s is read-only or not writable by this process (%v); SQLite must create %s-wal and %s-shm in it", dir, err, base, base), errnoOf(err)
 	}
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {
 		if err := checkWritable(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Sprintf("%s is read-only or not writable by this process (%v)", p, err)
+			return fmt.Sprintf("%s is read-only or not writable by this process (%v)", p, err), errnoOf(err)
 		}
 	}
-	return ""
+	return "", 0
+}
+
+// errnoOf returns the syscall.Errno in err's chain, or 0.
+func errnoOf(err error) syscall.Errno {
+	var errno syscall.Errno
+	errors.As(err, &errno)
+	return errno
 }
 
 // wOK is access(2)'s W_OK.
@@ -304,14 +318,21 @@ func isUnwritableErr(err error) bool {
 	return false
 }
 
-// writeErr explains a write that failed because the ledger's file or
-// directory cannot be written; other errors are returned as they are.
+// writeErr explains a write that failed: one that failed on the disk
+// breaks the handle (diskFailure); one that could not open or write the
+// ledger's files says why, as far as the file system tells; other errors
+// are returned as they are.
 func (l *Ledger) writeErr(err error) error {
-	if l.path == "" || !isUnwritableErr(err) {
+	switch {
+	case err == nil:
+		return nil
+	case isDiskFailure(sqliteCode(err)):
+		return l.diskFailure(err)
+	case l.path == "" || !isUnwritableErr(err):
 		return err
 	}
-	if msg := unwritable(l.path); msg != "" {
-		return fmt.Errorf("cannot write: %s: %w", msg, err)
+	if d := diagnose(l.path, "write", err); d != nil {
+		return fmt.Errorf("cannot write: %w", d)
 	}
 	return err
 }

@@ -204,10 +204,10 @@ func (l *Ledger) wrapOpenErr(err error) error {
 		switch se.Code() & 0xff {
 		case sqlite3.SQLITE_NOTADB:
 			return fmt.Errorf("idem: %s: not a SQLite database (left untouched): %w", l.where(), err)
-		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_IOERR:
+		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL:
 			if l.path != "" {
-				if msg := unwritable(l.path); msg != "" {
-					return fmt.Errorf("idem: %s: cannot open or write: %s: %w", l.where(), msg, err)
+				if d := diagnose(l.path, "open or write", err); d != nil {
+					return fmt.Errorf("idem: %s: cannot open or write: %w", l.where(), d)
 				}
 			}
 			return fmt.Errorf("idem: %s: cannot open or write: %w", l.where(), err)

@@ -632,6 +632,9 @@ var errNotNow = errors.New("idem: the write lock is not free now")
 // ledger's file check fails, it fails with errNotNow, having written
 // nothing.
 func (l *Ledger) writeTx(ctx context.Context, durable, now bool, f func(*wtx) error) error {
+	if err := l.broken.get(); err != nil {
+		return err
+	}
 	if !l.kept {
 		if now {
 			return errNotNow
@@ -693,6 +696,9 @@ func (l *Ledger) writeTx(ctx context.Context, durable, now bool, f func(*wtx) er
 			return err
 		}
 		committed = true
+		if durable {
+			return l.syncWALDir()
+		}
 		return nil
 	}))
 }
@@ -712,6 +718,9 @@ func (l *Ledger) withSQLTx(ctx context.Context, durable bool, f func(*wtx) error
 // sqlTx is withSQLTx; with now, it fails with errNotNow instead of waiting,
 // as writeTx does.
 func (l *Ledger) sqlTx(ctx context.Context, durable, now bool, f func(*wtx) error) error {
+	if err := l.broken.get(); err != nil {
+		return err
+	}
 	if now && !l.kept {
 		return errNotNow
 	}
@@ -795,7 +804,13 @@ func (l *Ledger) sqlTx(ctx context.Context, durable, now bool, f func(*wtx) erro
 		if err := f(&wtx{execer: tx, Tx: tx, wc: kept, ctx: ctx, l: l, pool: pool, shift: shift, began: ls.clock}); err != nil {
 			return err
 		}
-		return tx.Commit()
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		if durable {
+			return l.syncWALDir()
+		}
+		return nil
 	}))
 }
 

@@ -630,6 +630,13 @@ func (r *runner) recordFailure(ctx context.Context, c idemstore.Claim, runErr er
 	if e, ok := runErr.(*Error); ok && e.Outcome == LeaseLost {
 		return rec, nil, true, e // a renewal or the fenced done mark found a newer attempt
 	}
+	if isTx && idemstore.IsFatal(runErr) {
+		// The store's commit failed on the disk and it refuses every
+		// write now: the transaction, fn's writes and the done mark
+		// together, is on disk whole or not at all, which a Run on a
+		// handle opened anew finds out. Not "nothing happened".
+		return rec, nil, true, r.fail(Failed, runErr)
+	}
 	cause = runErr
 	var fe *fnError
 	switch {
@@ -769,6 +776,11 @@ func (r *runner) finishFailed(ctx context.Context, end idemstore.End, err, cause
 			msg += " (after: " + cause.Error() + ")"
 		}
 		return r.lost(ctx, msg, err, cause)
+	}
+	if end.Status == StatusUnknown && idemstore.IsFatal(err) {
+		// The store refuses writes (a failed fsync): the attempt stays
+		// running in it, and its mode's next claim finds it unknown.
+		return r.fail(Unknown, errors.Join(fmt.Errorf("finish: %w", err), cause))
 	}
 	return r.fail(Failed, errors.Join(fmt.Errorf("finish: %w", err), cause))
 }
