@@ -219,7 +219,7 @@ func fsyncEffects(dir string) (int, error) {
 // expired by it.
 type laterClock struct{}
 
-func (laterClock) Now() time.Time { return time.Now().Add(2 * time.Hour) }
+func (laterClock) Now() time.Time                         { return time.Now().Add(2 * time.Hour) }
 func (laterClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // checkAfterFault opens the ledger in dir after a faulty call: it must
