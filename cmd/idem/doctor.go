@@ -37,6 +37,8 @@ type doctorReport struct {
 	Path     string    `json:"path"`
 	OK       bool      `json:"ok"` // no finding is an error
 	Findings []finding `json:"findings"`
+
+	full bool // the ledger's file system is full (checkSpace)
 }
 
 func (r *doctorReport) add(level, check, format string, args ...any) {
@@ -216,6 +218,10 @@ func diagnose(ctx context.Context, path string, now time.Time) *doctorReport {
 
 	var version string
 	if err := db.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&version); err != nil {
+		if rep.full {
+			rep.add(levelError, "sqlite", "cannot read %s: %v: its file system is full, and SQLite needs room for the -shm file even to read. Free space, then rerun doctor", abs, err)
+			return rep
+		}
 		rep.add(levelError, "sqlite", "cannot read %s: %v. Check its permissions (and those of its -wal and -shm files), and run doctor as the user the jobs run as", abs, err)
 		return rep
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"syscall"
 )
 
@@ -52,6 +53,7 @@ func checkFilesystem(rep *doctorReport, dir string) {
 		rep.add(levelWarn, "filesystem", "cannot tell the filesystem of %s: %v", dir, err)
 		return
 	}
+	checkSpace(rep, dir, &st)
 	magic := uint32(st.Type)
 	if name, ok := networkFS[magic]; ok {
 		rep.add(levelError, "filesystem", "%s is on %s: not safe for SQLite (its locks and WAL shared memory do not work there; two hosts can run a period twice or corrupt the ledger). Move the ledger to a local disk of the one host that runs the jobs, or use --postgres for jobs on several hosts", dir, name)
@@ -76,4 +78,28 @@ func checkWritable(rep *doctorReport, dir string) {
 		return
 	}
 	rep.add(levelOK, "directory", "%s is writable", dir)
+}
+
+// minFree is the room below which doctor calls a ledger's file system full:
+// a commit needs a few pages beside the -wal file's growth.
+const minFree = 64 << 10
+
+// checkSpace reports a ledger directory whose file system is full (of bytes
+// or of inodes): every claim and done mark fails there, and SQLite cannot
+// even create the -shm file a reader needs.
+func checkSpace(rep *doctorReport, dir string, st *syscall.Statfs_t) {
+	free := st.Bavail * uint64(st.Bsize)
+	if os.Geteuid() == 0 {
+		free = st.Bfree * uint64(st.Bsize) // root may use the reserved blocks
+	}
+	switch {
+	case free < minFree:
+		rep.full = true
+		rep.add(levelError, "space", "no space left on device: the file system of %s has %s free. Every claim and done mark fails until space is freed (idem reports the periods it could not record; none is lost). Free space on it, then rerun", dir, size(int64(free)))
+	case st.Files > 0 && st.Ffree == 0:
+		rep.full = true
+		rep.add(levelError, "space", "no space left on device: the file system of %s has no free inode. idem cannot create its -wal and -shm files until files are removed", dir)
+	default:
+		rep.add(levelOK, "space", "%s free on the file system of %s", size(int64(free)), dir)
+	}
 }

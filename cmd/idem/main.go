@@ -18,8 +18,10 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	_ "time/tzdata" // --tz must work on minimal images without /usr/share/zoneinfo
 
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/spf13/cobra"
 )
@@ -34,7 +36,24 @@ const (
 	exitUnknown = 5 // run: a period's outcome is unknown and needs `idem resolve`
 
 	exitMismatch = 6 // run: a period was first run with other --params; nothing was started
+	exitStore    = 7 // the store cannot be opened or written: a full disk, a read-only file system, too many open files, a failed fsync
 )
+
+// storeProblem reports an error that says the store cannot be opened or
+// written (exit 7): a store that refuses writes after a failed fsync, or a
+// file system error (full, read-only, out of file descriptors, I/O error,
+// permission denied).
+func storeProblem(err error) bool {
+	if idemstore.IsFatal(err) {
+		return true
+	}
+	for _, errno := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EROFS, syscall.EMFILE, syscall.ENFILE, syscall.EIO, syscall.EACCES, syscall.EPERM} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
+}
 
 // exitError makes the process exit with code, after printing err (if any)
 // and then hint (if any) on stderr.
@@ -93,6 +112,9 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
+		if (ee.code == exitUsage || ee.code == exitFailed) && storeProblem(ee.err) {
+			ee.code = exitStore
+		}
 		if ee.err != nil {
 			fmt.Fprintln(stderr, prefixed(ee.err))
 		}

@@ -439,7 +439,7 @@ func replay(ctx context.Context, s idem.Store, stdout, stderr io.Writer, key ide
 // one ran, 3 if none did.
 func exitCode(periods []catchup.PeriodResult) int {
 	rank := func(code int) int {
-		return map[int]int{exitDone: 0, exitOK: 1, exitBusy: 2, exitFailed: 3, exitUnknown: 4, exitMismatch: 5}[code]
+		return map[int]int{exitDone: 0, exitOK: 1, exitBusy: 2, exitFailed: 3, exitStore: 4, exitUnknown: 5, exitMismatch: 6}[code]
 	}
 	code := exitDone
 	for _, p := range periods {
@@ -458,6 +458,9 @@ func exitCode(periods []catchup.PeriodResult) int {
 		}
 		if p.Err != nil && (c == exitOK || c == exitDone) {
 			c = exitFailed
+		}
+		if c == exitFailed && storeProblem(p.Err) {
+			c = exitStore
 		}
 		if rank(c) > rank(code) {
 			code = c
