@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/idemgo/idem/internal/testwait"
+)
+
+const envDiskFullDir = "IDEM_TEST_CLI_DISKFULL_DIR"
+
+// TestRunAndDoctorOnAFullDisk puts a ledger on a real tmpfs of 2 MiB and
+// fills it: `idem run` exits 7 (the store cannot be written, not 2, the
+// usage code) saying "no space left on device" and naming the ledger, and
+// runs nothing; `idem doctor` says the disk is full, not to check
+// permissions; once space is freed the next `idem run` does the period.
+// The child mounts the tmpfs in a user and mount namespace of its own.
+func TestRunAndDoctorOnAFullDisk(t *testing.T) {
+	if dir := os.Getenv(envDiskFullDir); dir != "" {
+		diskFullChild(t, dir)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRunAndDoctorOnAFullDisk$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), envDiskFullDir+"="+t.TempDir())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Pdeathsig:   syscall.SIGKILL,
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+	}
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
+			t.Skipf("this system does not let the test create a user and mount namespace (to mount a tmpfs without root): %v", err)
+		}
+		t.Fatal(err)
+	}
+	err := testwait.Process(cmd, testwait.Limit(t))
+	t.Logf("child in its own namespaces:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	if strings.Contains(out.String(), "--- SKIP") {
+		t.Skip("the child skipped: see its output")
+	}
+}
+
+func diskFullChild(t *testing.T, dir string) {
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		t.Skipf("make / private in the new mount namespace: %v", err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=2m"); err != nil {
+		t.Skipf("mount a tmpfs in the new namespace: %v", err)
+	}
+	ledger := filepath.Join(dir, "ledger.db")
+	marks := filepath.Join(t.TempDir(), "marks") // off the tmpfs
+	run := func(job string) (int, string) {
+		var out, errb bytes.Buffer
+		code := execute([]string{"run", "--ledger", ledger, "--job", job, "--schedule", "daily", "--tz", "UTC",
+			"--", "sh", "-c", "echo $IDEM_JOB $IDEM_PERIOD >> " + marks}, &out, &errb)
+		return code, errb.String()
+	}
+	if code, stderr := run("first"); code != exitOK {
+		t.Fatalf("idem run on an empty tmpfs: exit %d: %s", code, stderr)
+	}
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			break
+		}
+	}
+	f.Close()
+
+	code, stderr := run("second")
+	if code != exitStore || !strings.Contains(stderr, "no space left on device") || !strings.Contains(stderr, ledger) {
+		t.Errorf("idem run on a full tmpfs: exit %d, want %d saying \"no space left on device\" and naming %s; stderr:\n%s", code, exitStore, ledger, stderr)
+	}
+	if b, _ := os.ReadFile(marks); strings.Contains(string(b), "second") {
+		t.Errorf("idem run on a full tmpfs ran the command: %s", b)
+	}
+	var out, errb bytes.Buffer
+	dcode := execute([]string{"doctor", ledger}, &out, &errb)
+	report := out.String() + errb.String()
+	if dcode == exitOK || !strings.Contains(report, "no space left on device") || strings.Contains(report, "Check its permissions") {
+		t.Errorf("idem doctor on a full tmpfs: exit %d, want a failure saying \"no space left on device\" and not blaming permissions:\n%s", dcode, report)
+	}
+	os.Remove(filler)
+	if code, stderr := run("second"); code != exitOK {
+		t.Errorf("idem run once space is freed: exit %d: %s", code, stderr)
+	}
+	if b, _ := os.ReadFile(marks); strings.Count(string(b), "second") != 1 {
+		t.Errorf("once space is freed the period ran %d times, want once:\n%s", strings.Count(string(b), "second"), b)
+	}
+}
