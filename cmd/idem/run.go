@@ -123,13 +123,17 @@ Exit status of 'idem run':
   1  failed: COMMAND failed (it is backing off, or parked),
      or idem was stopped by a signal
   2  usage or setup error: bad flags, unknown zone or schedule, COMMAND not
-     found, ledger cannot be opened
+     found, a path that is not a ledger
   3  already done: nothing was due (use --ok-if-done to exit 0 instead)
   4  busy: another run holds a period now (it is running, or was killed on
      another host less than --lease ago)
   5  unknown: a period's outcome is unknown; run 'idem resolve'
   6  params mismatch: a period was first run with other --params; nothing
      was started for it
+  7  the store cannot be opened or written: a full disk ("no space left on
+     device"), a read-only file system, too many open files, permission
+     denied, a failed fsync (the message names the file and the cause);
+     what could not be recorded runs again on a later trigger
 
 The ledger is --ledger PATH, else --postgres DSN, else $IDEM_POSTGRES, else
 $IDEM_LEDGER, else $XDG_STATE_HOME/idem/ledger.db or
