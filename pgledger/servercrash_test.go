@@ -258,3 +258,114 @@ func testDoneMarksSurviveCrash(t *testing.T, dsn, schema string, round int) {
 	close(release)
 	testwait.Group(t, &wg, "the Runs whose fn the crash interrupted")
 }
+
+// TestDurableCommitTrigger: a statement that writes to any table of the
+// ledger raises its transaction's synchronous_commit from off to on (the
+// trigger durable_commit is on every table of the schema), unless the
+// ledger's own async statements said off (idem.async_commit); a value
+// stronger than off stays as it is.
+func TestDurableCommitTrigger(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t)
+	l := openLedger(t, pool)
+	var missing []string
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT c.relname::text FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relkind = 'r' AND NOT EXISTS (
+				SELECT 1 FROM pg_trigger AS g WHERE g.tgrelid = c.oid AND g.tgname = 'durable_commit' AND g.tgenabled = 'O')
+			ORDER BY 1`, l.Schema())
+		if err != nil {
+			return err
+		}
+		missing, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Errorf("tables of the ledger without the trigger durable_commit: %v", missing)
+	}
+	for _, c := range []struct {
+		name, set, want string
+	}{
+		{"off", `SELECT set_config('synchronous_commit', 'off', true)`, "on"},
+		{"async", `SELECT set_config('synchronous_commit', 'off', true), set_config('idem.async_commit', 'on', true)`, "off"},
+		{"local", `SELECT set_config('synchronous_commit', 'local', true)`, "local"},
+		{"remote_apply", `SELECT set_config('synchronous_commit', 'remote_apply', true)`, "remote_apply"},
+	} {
+		for _, table := range []string{"runs", "outbox", "item_state", "limit_slots"} {
+			var got string
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, c.set); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, `DELETE FROM `+pgx.Identifier{l.Schema(), table}.Sanitize()+` WHERE false`); err != nil {
+					return err
+				}
+				return tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&got)
+			})
+			if err != nil || got != c.want {
+				t.Errorf("%s, then a write to %s: synchronous_commit %q (%v); want %q", c.name, table, got, err, c.want)
+			}
+		}
+	}
+}
+
+// TestFsyncOffRefused: New, Open and NewDB refuse a server that runs with
+// fsync off with an error matching ErrWeakDurability that names the
+// setting, having written nothing; AllowWeakDurability accepts it.
+func TestFsyncOffRefused(t *testing.T) {
+	dsn := ownServer(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `ALTER SYSTEM SET fsync = off`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, func() bool {
+		var v string
+		return pool.QueryRow(ctx, `SHOW fsync`).Scan(&v) == nil && v == "off"
+	}, "the server to run with fsync off")
+	sdb, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdb.Close()
+	schema := uniqueName("idemfsync_")
+	opens := []struct {
+		name string
+		open func(opts ...pgledger.Option) error
+	}{
+		{"New", func(opts ...pgledger.Option) error { _, err := pgledger.New(ctx, pool, opts...); return err }},
+		{"Open", func(opts ...pgledger.Option) error {
+			l, err := pgledger.Open(ctx, dsn, opts...)
+			if err == nil {
+				l.Close()
+			}
+			return err
+		}},
+		{"NewDB", func(opts ...pgledger.Option) error { _, err := pgledger.NewDB(ctx, sdb, opts...); return err }},
+	}
+	for _, o := range opens {
+		err := o.open(pgledger.WithSchema(schema))
+		if !errors.Is(err, pgledger.ErrWeakDurability) || !strings.Contains(err.Error(), "fsync off") ||
+			!strings.Contains(err.Error(), "AllowWeakDurability") {
+			t.Errorf("%s on a server with fsync off: %v; want ErrWeakDurability naming fsync off and AllowWeakDurability", o.name, err)
+		}
+		var exists bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil || exists {
+			t.Fatalf("%s refused the server but created schema %s (%v)", o.name, schema, err)
+		}
+	}
+	for _, o := range opens {
+		if err := o.open(pgledger.WithSchema(schema), pgledger.AllowWeakDurability()); err != nil {
+			t.Errorf("%s with AllowWeakDurability on a server with fsync off: %v", o.name, err)
+		}
+	}
+}
