@@ -46,7 +46,8 @@ var (
 //
 // It refuses, without writing anything, a schema written by a newer version
 // of pgledger ([idem.ErrNewerSchema]), and a connection whose search_path
-// names the schema ([ErrSchemaOnSearchPath]), as New does.
+// names the schema ([ErrSchemaOnSearchPath]), and a server that runs with
+// fsync off ([ErrWeakDurability]), as New does.
 func NewDB(ctx context.Context, db *sql.DB, opts ...Option) (*DBLedger, error) {
 	if db == nil {
 		return nil, errors.New("pgledger: NewDB with a nil *sql.DB")

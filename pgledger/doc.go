@@ -104,11 +104,22 @@
 // ItemCounts.Now, so an engine on idem.WithClock's clock waits the right
 // duration).
 //
-// A done mark is durable when its commit returns, as long as the server
-// runs with synchronous_commit on (PostgreSQL's default); pgledger never
-// turns it off for a done mark. It turns it off, for their own transaction
-// only, where nothing needs to survive power loss on its own: AtLeastOnce
-// claims (of keys and of Each's chunks) and AddItems, whose commits the
-// next synchronous commit flushes with it (WAL is flushed in order). Periods are compared as byte strings (COLLATE "C"), as Go
+// A done mark is durable when its commit returns, whatever
+// synchronous_commit the server, the database or the role sets by default,
+// or a session sets (fn in RunTx, a pool's AfterConnect): every statement
+// that writes to the ledger's tables fires a trigger (durable_commit, schema
+// version 7) that raises synchronous_commit from off to on for the rest of
+// its transaction, so its COMMIT waits for the WAL flush (and for the
+// synchronous standbys the server names, as any durable commit there does).
+// It costs no round trip and a few microseconds of the server's time per
+// statement; a value stronger than off is left as it is. pgledger turns it
+// off, for their own transaction only, where nothing needs to survive
+// power loss on its own: AtLeastOnce claims (of keys and of Each's chunks)
+// and AddItems, whose commits the next synchronous commit flushes with it
+// (WAL is flushed in order). What no session can change is refused: a
+// server that runs with fsync off ([ErrWeakDurability]), unless
+// [AllowWeakDurability]. A failover to a standby that had not received a
+// commit loses it; pgledger does not wait for standbys beyond what the
+// server's synchronous_standby_names asks. Periods are compared as byte strings (COLLATE "C"), as Go
 // compares strings, whatever the database's collation.
 package pgledger

@@ -39,7 +39,11 @@ const DefaultSchema = "idem"
 // RecordItems, with no row per item in item_set, and SealItems checks them
 // in one pass (an older pgledger's AddItems would not see those items: it
 // refuses a version-6 schema, so stop the processes that run one first).
-const SchemaVersion = 6
+// Version 7 adds the function durable_commit and a trigger of it on each
+// table, which makes every transaction that writes to the ledger commit
+// durably whatever synchronous_commit its session has (see
+// [AllowWeakDurability] for what no session can change).
+const SchemaVersion = 7
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idemstore.Store],
@@ -87,6 +91,7 @@ type config struct {
 	schema          string
 	runOpts         []idem.Option
 	allowSearchPath bool
+	weak            bool
 }
 
 // WithSchema keeps the ledger's tables in the schema name instead of
@@ -110,7 +115,9 @@ func WithRunOptions(opts ...idem.Option) Option {
 // It refuses, without writing anything, a schema written by a newer version
 // of pgledger ([idem.ErrNewerSchema]), and a connection whose search_path
 // names the schema ([ErrSchemaOnSearchPath]: a role named like the schema,
-// with the default search_path), unless [AllowSchemaOnSearchPath].
+// with the default search_path), unless [AllowSchemaOnSearchPath], and a
+// server that runs with fsync off ([ErrWeakDurability]), unless
+// [AllowWeakDurability].
 func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Ledger, error) {
 	if pool == nil {
 		return nil, errors.New("pgledger: New with a nil pool")
@@ -140,6 +147,9 @@ func newCore(ctx context.Context, d db, opts []Option) (core, error) {
 		if err := checkSearchPath(ctx, d, c.schema); err != nil {
 			return core{}, err
 		}
+	}
+	if err := checkDurability(ctx, d, c.schema, c.weak); err != nil {
+		return core{}, err
 	}
 	if err := l.migrate(ctx); err != nil {
 		return core{}, err
@@ -316,6 +326,11 @@ func (l *core) migrateOnce(ctx context.Context) error {
 	if v < 6 {
 		if _, err := tx.exec(ctx, l.oq(limitsDDL)); err != nil {
 			return l.schemaErr(fmt.Errorf("upgrading to version 6: %w", err))
+		}
+	}
+	if v < 7 {
+		if _, err := tx.exec(ctx, l.oq(durableDDL())); err != nil {
+			return l.schemaErr(fmt.Errorf("upgrading to version 7: %w", err))
 		}
 	}
 	if _, err := tx.exec(ctx, l.q.setVersion, SchemaVersion); err != nil {

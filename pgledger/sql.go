@@ -646,8 +646,10 @@ DROP TABLE {s}.items;`
 
 // syncOffSQL makes the transaction's commit not wait for its WAL flush
 // (SET LOCAL synchronous_commit = off, as a function: it also holds for the
-// implicit transaction of a batch).
-const syncOffSQL = `SELECT set_config('synchronous_commit', 'off', true)`
+// implicit transaction of a batch), and says so to the trigger
+// durable_commit (idem.async_commit), which otherwise raises it to on (see
+// durableFuncSQL). Every syncOff statement sets both.
+const syncOffSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('idem.async_commit', 'on', true)`
 
 // genericPlanSQL has the transaction's statements run with their prepared
 // statement's generic plan (plan_cache_mode), planned once per
@@ -657,18 +659,18 @@ const syncOffSQL = `SELECT set_config('synchronous_commit', 'off', true)`
 const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // syncOffGenericSQL is syncOffSQL and genericPlanSQL in one statement.
-const syncOffGenericSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+const syncOffGenericSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('idem.async_commit', 'on', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // syncOffLockSharedSQL is syncOffSQL and lockSharedSQL in one statement
 // (ClaimFinishTx, a claim's INSERT).
-const syncOffLockSharedSQL = `SELECT set_config('synchronous_commit', 'off', true), pg_advisory_xact_lock_shared($1)`
+const syncOffLockSharedSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('idem.async_commit', 'on', true), pg_advisory_xact_lock_shared($1)`
 
 // lockWaitSharedSQL is lockSharedSQL with lock_timeout set to insertWait
 // for the rest of the transaction (the claim's INSERT sent before any
 // read); syncOffLockWaitSharedSQL is it and syncOffSQL.
 const (
 	lockWaitSharedSQL        = `SELECT set_config('lock_timeout', '` + insertWait + `', true), pg_advisory_xact_lock_shared($1)`
-	syncOffLockWaitSharedSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('lock_timeout', '` + insertWait + `', true), pg_advisory_xact_lock_shared($1)`
+	syncOffLockWaitSharedSQL = `SELECT set_config('synchronous_commit', 'off', true), set_config('idem.async_commit', 'on', true), set_config('lock_timeout', '` + insertWait + `', true), pg_advisory_xact_lock_shared($1)`
 )
 
 // recordTurnSQL takes a period's turn to record its items (RecordTurn):

@@ -16,8 +16,11 @@
 #   eval "$(scripts/pg.sh start)"   # prints only: export IDEM_TEST_PG_DSN='postgres://...'
 #   scripts/pg.sh dsn [DSN|PORT]    # prints the DSN of a running throwaway server
 #   scripts/pg.sh stop [DSN|PORT]   # stops it and removes its directory
+#   scripts/pg.sh crash [DSN|PORT]  # SIGKILLs every process of the server (what
+#                                   # its shared memory held is lost, as in a
+#                                   # crash) and starts it again: crash recovery
 #
-# stop and dsn find the server by the port of DSN (default: $IDEM_TEST_PG_DSN);
+# stop, crash and dsn find the server by the port of DSN (default: $IDEM_TEST_PG_DSN);
 # with neither, they act on the only throwaway server running, if there is one.
 # Each server lives in ${TMPDIR:-/tmp}/idem-pg-<port> (/tmp when root).
 # Needs initdb and pg_ctl: /usr/lib/postgresql/*/bin (Debian: apt-get install
@@ -179,10 +182,44 @@ stop() {
 	rm -rf "$dir"
 }
 
+# crash kills the server with SIGKILL: it stops the postmaster (SIGSTOP: it
+# neither forks a new child nor restarts one that dies), kills every child of
+# it, then it, waits until all are gone, and starts it again on the same data directory and port.
+crash() {
+	local dir bin pid kids p i
+	dir=$(serverdir "${1:-}")
+	bin=$(bindir)
+	user=""
+	if [ "$(id -u)" -eq 0 ]; then
+		user=$(stat -c %U "$dir")
+	fi
+	pid=$(head -n 1 "$dir/data/postmaster.pid" 2>/dev/null) || die "no postmaster.pid in $dir/data: is the server running?"
+	kill -STOP "$pid" 2>/dev/null || die "cannot signal the postmaster $pid"
+	kids=$(pgrep -P "$pid" || true)
+	for p in $kids; do
+		kill -KILL "$p" 2>/dev/null || true
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	for i in $(seq 1 200); do
+		local alive=0
+		for p in $pid $kids; do
+			if kill -0 "$p" 2>/dev/null; then
+				alive=1
+			fi
+		done
+		[ "$alive" -eq 0 ] && break
+		[ "$i" -eq 200 ] && die "the server's processes ($pid $kids) outlived SIGKILL for 10 s"
+		sleep 0.05
+	done
+	as "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
+		die "the server did not start again after the crash (log: $dir/server.log)"
+}
+
 user=""
 case ${1:-} in
 start) start ;;
 stop) stop "${2:-}" ;;
+crash) crash "${2:-}" ;;
 dsn) cat "$(serverdir "${2:-}")/dsn" ;;
 *)
 	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2

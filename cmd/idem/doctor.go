@@ -76,6 +76,13 @@ With --postgres DSN (--postgres-schema names the schema, default idem),
 in a read-only session:
 
   connection   the server answers, its version, the role
+  durability   the server runs with fsync on (idem refuses it otherwise,
+               unless --postgres-allow-weak-durability: then a warning),
+               and full_page_writes on (off is a warning: safe only on a
+               file system that never tears a page, such as ZFS); a
+               synchronous_commit off by default is reported, and is no
+               problem once the schema has version 7 (the ledger's
+               commits raise it to on)
   search_path  the ledger's schema is not on the role's search_path (a
                role named like the schema, "idem", with PostgreSQL's
                default search_path "$user", public, has it there: the
@@ -107,7 +114,8 @@ parked periods, still exit 0), 1 if one is, 2 usage error.`,
 			var rep *doctorReport
 			if dsn != "" {
 				schema, _ := cmd.Flags().GetString("postgres-schema")
-				rep = diagnosePostgres(cmd.Context(), dsn, schema)
+				weak, _ := cmd.Flags().GetBool("postgres-allow-weak-durability")
+				rep = diagnosePostgres(cmd.Context(), dsn, schema, weak)
 			} else {
 				clk, err := clock()
 				if err != nil {

@@ -14,8 +14,10 @@ import (
 
 // diagnosePostgres checks the Postgres ledger in schema of the database at
 // dsn without writing to it: its session is read-only
-// (default_transaction_read_only), and it never creates the schema.
-func diagnosePostgres(ctx context.Context, dsn, schema string) *doctorReport {
+// (default_transaction_read_only), and it never creates the schema. weak
+// is --postgres-allow-weak-durability: fsync off is then a warning, not an
+// error.
+func diagnosePostgres(ctx context.Context, dsn, schema string, weak bool) *doctorReport {
 	if schema == "" {
 		schema = pgledger.DefaultSchema
 	}
@@ -62,6 +64,28 @@ func diagnosePostgres(ctx context.Context, dsn, schema string) *doctorReport {
 	}
 	rep.add(levelOK, "connection", "PostgreSQL %s at %s, role %s", version, where, role)
 
+	var fsync, fpw, syncCommit string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('full_page_writes'), current_setting('synchronous_commit')`).Scan(&fsync, &fpw, &syncCommit); err != nil {
+		rep.add(levelError, "durability", "cannot read the server's fsync, full_page_writes and synchronous_commit: %v", err)
+		return rep
+	}
+	durable := true
+	if fsync != "on" {
+		durable = false
+		level, what := levelError, "idem refuses this server (pgledger.ErrWeakDurability) unless --postgres-allow-weak-durability (pgledger.AllowWeakDurability()) accepts the loss"
+		if weak {
+			level, what = levelWarn, "accepted with --postgres-allow-weak-durability"
+		}
+		rep.add(level, "durability", "the server runs with fsync %s: a crash of its host can lose the done marks and claims it acknowledged (a key then runs again), or corrupt its data files; %s. Set fsync = on (postgresql.conf, or ALTER SYSTEM SET fsync = on and SELECT pg_reload_conf())", fsync, what)
+	}
+	if fpw != "on" {
+		durable = false
+		rep.add(levelWarn, "durability", "the server runs with full_page_writes %s: a crash of its host can leave a torn page in its data files, unless the file system never writes a page partially (ZFS); set full_page_writes = on otherwise", fpw)
+	}
+	if durable {
+		rep.add(levelOK, "durability", "the server runs with fsync on and full_page_writes on")
+	}
+
 	switch err := pgledger.CheckSearchPath(ctx, pool, schema); {
 	case errors.Is(err, pgledger.ErrSchemaOnSearchPath):
 		rep.add(levelError, "search_path", "%s. idem and pgledger refuse this connection", strings.TrimPrefix(err.Error(), "pgledger: "))
@@ -98,6 +122,13 @@ func diagnosePostgres(ctx context.Context, dsn, schema string) *doctorReport {
 		rep.add(levelWarn, "schema", "schema version %d, older than this idem's %d: the next 'idem run' upgrades it (role %s then needs CREATE on schema %s and to own its tables)", sv, pgledger.SchemaVersion, role, schema)
 	default:
 		rep.add(levelOK, "schema", "pgledger schema %s, version %d", schema, sv)
+	}
+	if syncCommit == "off" {
+		if sv >= 7 {
+			rep.add(levelOK, "durability", "synchronous_commit is off by default for role %s's sessions; the ledger's commits raise it to on (trigger durable_commit on its tables), so its done marks and claims are durable when acknowledged; the application's other transactions are not", role)
+		} else {
+			rep.add(levelWarn, "durability", "synchronous_commit is off by default for role %s's sessions, and schema version %d does not raise it for the ledger's commits: a crash of the server can lose done marks and claims it acknowledged (a key then runs again) until the next 'idem run' (or pgledger.New) upgrades the schema to version 7", role, sv)
+		}
 	}
 
 	rows, err := pool.Query(ctx, q(`SELECT status, count(*), count(*) FILTER (WHERE status = 'running' AND lease_until < clock_timestamp())

@@ -3,14 +3,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/idemgo/idem/internal/testwait"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -166,5 +171,101 @@ func TestServerSupported(t *testing.T) {
 		if got := serverSupported(num); got != want {
 			t.Errorf("serverSupported(%d) = %v, want %v", num, got, want)
 		}
+	}
+}
+
+// ownPGServer starts a throwaway PostgreSQL server for t alone
+// (scripts/pg.sh start), stopped when t ends, and returns its DSN: a test
+// that changes the server's configuration must not do so under the other
+// tests. It is skipped as pgAdmin is.
+func ownPGServer(t *testing.T) string {
+	t.Helper()
+	pgAdmin(t)
+	script := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("../../scripts/pg.sh", args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.WaitDelay = time.Second
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := testwait.Process(cmd, 2*time.Minute); err != nil {
+			t.Fatalf("scripts/pg.sh %s: %v\n%s%s", strings.Join(args, " "), err, &stdout, &stderr)
+		}
+		return stdout.String()
+	}
+	s := strings.TrimSpace(script("start"))
+	dsn := strings.TrimSuffix(strings.TrimPrefix(s, "export IDEM_TEST_PG_DSN='"), "'")
+	if dsn == s || !strings.HasPrefix(dsn, "postgres://") {
+		t.Fatalf("scripts/pg.sh start printed %q, not an export of IDEM_TEST_PG_DSN", s)
+	}
+	t.Cleanup(func() { script("stop", dsn) })
+	return dsn
+}
+
+// findingsIn returns the messages of out's findings of level and check, one
+// a line.
+func findingsIn(out, level, check string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == level && f[1] == check {
+			b.WriteString(strings.Join(f[2:], " ") + "\n")
+		}
+	}
+	return b.String()
+}
+
+// TestPostgresWeakDurability: on a server with fsync and full_page_writes
+// off, and synchronous_commit off for the role, 'idem run --postgres'
+// refuses the server naming fsync and the flag that accepts it, and runs
+// with --postgres-allow-weak-durability; doctor reports fsync off as an
+// error (a warning with the flag), full_page_writes off as a warning, and
+// the role's synchronous_commit off as raised by the ledger's commits.
+func TestPostgresWeakDurability(t *testing.T) {
+	t.Parallel()
+	dsn := ownPGServer(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for _, s := range []string{`ALTER SYSTEM SET fsync = off`, `ALTER SYSTEM SET full_page_writes = off`,
+		`ALTER ROLE app SET synchronous_commit = off`, `SELECT pg_reload_conf()`} {
+		if _, err := pool.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	testwait.Until(t, func() bool {
+		var fsync, fpw string
+		return pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('full_page_writes')`).Scan(&fsync, &fpw) == nil && fsync == "off" && fpw == "off"
+	}, "the server to run with fsync and full_page_writes off")
+
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	out, _ := e.want(exitFailed, "doctor", "--postgres", dsn)
+	if f := findingsIn(out, levelError, "durability"); !strings.Contains(f, "fsync off") || !strings.Contains(f, "--postgres-allow-weak-durability") {
+		t.Errorf("doctor on a server with fsync off: no durability error naming fsync off and --postgres-allow-weak-durability:\n%s", out)
+	}
+	if f := findingsIn(out, levelWarn, "durability"); !strings.Contains(f, "full_page_writes off") {
+		t.Errorf("doctor on a server with full_page_writes off: no durability warning naming it:\n%s", out)
+	}
+
+	e.pg = []string{"--postgres", dsn}
+	_, stderr := e.want(exitUsage, runArgs()...)
+	for _, want := range []string{"fsync off", "--postgres-allow-weak-durability"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("idem run on a server with fsync off: stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	e.pg = []string{"--postgres", dsn, "--postgres-allow-weak-durability"}
+	e.want(exitOK, runArgs()...)
+
+	out, _ = e.want(exitOK, "doctor", "--postgres", dsn, "--postgres-allow-weak-durability")
+	if f := findingsIn(out, levelWarn, "durability"); !strings.Contains(f, "fsync off") || !strings.Contains(f, "accepted") {
+		t.Errorf("doctor --postgres-allow-weak-durability on a server with fsync off: no durability warning naming it:\n%s", out)
+	}
+	if f := findingsIn(out, levelOK, "durability"); !strings.Contains(f, "synchronous_commit is off") || !strings.Contains(f, "raise it to on") {
+		t.Errorf("doctor with synchronous_commit off for the role: no finding that the ledger raises it:\n%s", out)
 	}
 }

@@ -168,6 +168,7 @@ messages to a webhook and lists, retries and drops them.`,
 	root.PersistentFlags().String("ledger", "", "SQLite ledger file (default $IDEM_LEDGER, else $XDG_STATE_HOME/idem/ledger.db or ~/.local/state/idem/ledger.db)")
 	root.PersistentFlags().String("postgres", "", "use the Postgres ledger at this DSN (postgres://user@host/db) instead of a SQLite file (default $IDEM_POSTGRES); leave the password to $PGPASSWORD or ~/.pgpass")
 	root.PersistentFlags().String("postgres-schema", "idem", "with --postgres: the schema that holds the ledger's tables (ledgers in different schemas are independent)")
+	root.PersistentFlags().Bool("postgres-allow-weak-durability", false, "with --postgres: accept a server that runs with fsync off (a crash of its host can lose done marks and claims: work may run again)")
 	root.PersistentFlags().String("redis", "", "use the Redis store on this server (host:port, or redis://[user:password@]host:port/db) instead of a SQLite file (default $IDEM_REDIS); it must run with appendonly yes and appendfsync always")
 	root.PersistentFlags().String("redis-prefix", redisstore.DefaultPrefix, "with --redis: the prefix of the store's keys (stores with different prefixes are independent)")
 	root.PersistentFlags().Bool("redis-allow-weak-durability", false, "with --redis: accept a server that does not fsync every write before replying (a crash can lose done marks and claims: work may run again)")

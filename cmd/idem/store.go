@@ -181,9 +181,17 @@ func openLedger(ctx context.Context, cmd *cobra.Command, clk idem.Clock, create 
 	}
 	if t.dsn != "" {
 		schema, _ := cmd.Flags().GetString("postgres-schema")
-		pl, err := pgledger.Open(ctx, t.dsn, pgledger.WithSchema(schema), pgledger.WithRunOptions(idem.WithClock(clk)))
+		opts := []pgledger.Option{pgledger.WithSchema(schema), pgledger.WithRunOptions(idem.WithClock(clk))}
+		if weak, _ := cmd.Flags().GetBool("postgres-allow-weak-durability"); weak {
+			opts = append(opts, pgledger.AllowWeakDurability())
+		}
+		pl, err := pgledger.Open(ctx, t.dsn, opts...)
 		if err != nil {
-			return nil, usageError(fmt.Errorf("postgres ledger: %w", err))
+			hint := ""
+			if errors.Is(err, pgledger.ErrWeakDurability) {
+				hint = " (the option is --postgres-allow-weak-durability here)"
+			}
+			return nil, usageError(fmt.Errorf("postgres ledger: %w%s", err, hint))
 		}
 		cc := pl.Pool().Config().ConnConfig
 		locks := postgresLocks(fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database), pl.Schema())
