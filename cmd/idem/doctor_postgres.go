@@ -14,8 +14,9 @@ import (
 
 // diagnosePostgres checks the Postgres ledger in schema of the database at
 // dsn without writing to it: its session is read-only
-// (default_transaction_read_only), and it never creates the schema.
-func diagnosePostgres(ctx context.Context, dsn, schema string) *doctorReport {
+// (default_transaction_read_only), and it never creates the schema. now
+// and outboxMaxAge are as in diagnose.
+func diagnosePostgres(ctx context.Context, dsn, schema string, now time.Time, outboxMaxAge time.Duration) *doctorReport {
 	if schema == "" {
 		schema = pgledger.DefaultSchema
 	}
@@ -136,6 +137,12 @@ func diagnosePostgres(ctx context.Context, dsn, schema string) *doctorReport {
 			pending, counts["running"], expired, counts["failed"], hint)
 	}
 	rep.needPerson(counts["unknown"], counts["parked"], hint)
+	switch b, ok, err := postgresOutboxBacklog(ctx, pool, schema, pgx.Identifier{schema}.Sanitize()); {
+	case err != nil:
+		rep.add(levelError, "outbox", "cannot read %s.outbox: %v", schema, err)
+	case ok:
+		rep.checkOutbox(b, now, outboxMaxAge, hint)
+	}
 	return rep
 }
 
