@@ -55,6 +55,18 @@ func (o *Outcome) UnmarshalText(b []byte) error {
 	return fmt.Errorf("idem: no outcome is named %q", b)
 }
 
+// NotNow reports whether o says "not now" rather than "failed":
+// [InProgress] (another holder, such as another replica, is running the
+// period), [Deferred] (a guard, a breaker or a shared limit held the call
+// back before it claimed work) and [Waiting]. The first two come with an
+// error, yet nothing failed and no attempt was counted. The metrics'
+// error counters (idem_errors_total in package prom, idem.errors in
+// package otel) do not count them, and a span ending with one keeps its
+// status unset: one definition for both.
+func (o Outcome) NotNow() bool {
+	return o == InProgress || o == Deferred || o == Waiting
+}
+
 func (o Outcome) sentinel() error {
 	switch o {
 	case InProgress:

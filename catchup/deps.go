@@ -74,7 +74,12 @@ func MapFunc(name string, f func(p idem.Period) []string) Mapping {
 // After makes each period of the job wait until the periods of the job
 // upstream that m maps it to are done (or settled as skipped, or below
 // upstream's retention horizon): "mail after settle", After("settle",
-// SamePeriod()). Several After add up.
+// SamePeriod()). Several After add up. An upstream period with no record
+// at or before the upstream's cursor counts as settled, as AfterPrevious
+// counts the job's own: it is before the upstream began (its [Since], or
+// the latest due period of its first catch-up), and its catch-up never
+// goes back to it. A job whose catch-up has never run has no cursor: its
+// periods are waited for, "not run yet".
 //
 // Waiting is not failing: a period whose upstream periods are not all
 // done is not claimed and its fn not called; no attempt or failure is
@@ -137,6 +142,16 @@ func (w Wait) String() string {
 
 // waits is what the period p of job waits for under deps; an error is
 // the store's.
+//
+// The job's own period at or before its cursor counts as settled
+// (AfterPrevious: the cursor's meaning is that every due period up to it
+// is settled, or before the job began). So does an upstream's period
+// (After) that has no record and is at or before the upstream's cursor
+// or retention horizon: before the upstream began (its Since, or its
+// first catch-up's latest due period), or pruned. The upstream's
+// catch-up never goes back before its cursor, so such a period would be
+// waited for forever. One with a record that is not done is waited for,
+// with its status.
 func waits(ctx context.Context, s idemstore.CatchUpStore, job, cursor string, sched idem.Schedule, p idem.Period, deps []catchupcfg.Dep) (Waits, error) {
 	var w Waits
 	for _, d := range deps {
@@ -144,6 +159,7 @@ func waits(ctx context.Context, s idemstore.CatchUpStore, job, cursor string, sc
 		if up == "" {
 			up = job
 		}
+		var upState *idemstore.JobState // read at the first upstream period found not done
 		for _, name := range d.Map(p, sched) {
 			if d.Job == "" && cursor != "" && name <= cursor {
 				continue // the job's own period at or before its cursor: settled, or before the job began
@@ -153,9 +169,22 @@ func waits(ctx context.Context, s idemstore.CatchUpStore, job, cursor string, sc
 			if err != nil {
 				return nil, err
 			}
-			switch {
-			case ok && (rec.Status == idem.StatusDone || rec.Status == idem.StatusSkipped):
+			if ok && (rec.Status == idem.StatusDone || rec.Status == idem.StatusSkipped) {
 				continue
+			}
+			if d.Job != "" && !ok {
+				if upState == nil {
+					js, err := s.Job(ctx, up)
+					if err != nil {
+						return nil, err
+					}
+					upState = &js
+				}
+				if (upState.Cursor != "" && name <= upState.Cursor) || (upState.Horizon != "" && name <= upState.Horizon) {
+					continue // never run, at or before the upstream's cursor (before its Since, say) or horizon: settled
+				}
+			}
+			switch {
 			case ok:
 				w = append(w, Wait{Key: key, Status: rec.Status})
 			default:

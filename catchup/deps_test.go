@@ -268,6 +268,54 @@ func TestAfterPrevious(t *testing.T) {
 	}
 }
 
+// TestAfterUpstreamBeforeItsSince: an upstream period before the
+// upstream's Since (at or before its cursor, never run, and never to be
+// run: catch-up does not go back before a cursor) counts as settled, as
+// AfterPrevious counts the job's own periods before its cursor: the
+// downstream's periods from its own, earlier Since run instead of waiting
+// forever; those from the upstream's Since on wait for it as before. So
+// does Within, and catchup.Waiting (what idem show lists) agrees.
+func TestAfterUpstreamBeforeItsSince(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
+	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
+	runs := &depRuns{}
+	// settle began on 10-25 and has settled 10-25 and 10-26; 10-27 is
+	// not run yet.
+	clk.Set(time.Date(2026, 10, 27, 2, 0, 0, 0, time.UTC))
+	if _, err := catchup.Run(ctx, l, "settle", daily, runs.fn("settle"), catchup.Since(time.Date(2026, 10, 25, 0, 0, 0, 0, time.UTC))); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
+	after := catchup.After("settle", catchup.SamePeriod())
+	res, err := catchup.Run(ctx, l, "mail", daily, runs.fn("mail"), after, catchup.Since(time.Date(2026, 10, 22, 0, 0, 0, 0, time.UTC)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"2026-10-22", "2026-10-23", "2026-10-24", "2026-10-25", "2026-10-26"}
+	if got := runs.ran("mail"); !slices.Equal(got, want) {
+		t.Fatalf("mail ran %v, want %v (the days before settle's Since are settled for it)", got, want)
+	}
+	if last := res.Periods[len(res.Periods)-1]; last.Outcome != idem.Waiting || last.Waiting.String() != "settle/2026-10-27 (not run yet)" {
+		t.Fatalf("mail's last period %+v: want 10-27 waiting for settle/2026-10-27 (not run yet)", last)
+	}
+	// Within: a weekly job over the week of 10-19..10-25 waits for 10-25
+	// only, which settle did.
+	weekly := idem.Weekly(time.UTC)
+	wk := weekly.At(time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC))
+	within := catchup.After("settle", catchup.Within(daily))
+	w, err := catchup.Waiting(ctx, l, "summary", weekly, wk, within)
+	if err != nil || len(w) != 0 {
+		t.Fatalf("Waiting for the week %s: %v, %v; want nothing (the days before settle's Since are settled)", wk.Name, w, err)
+	}
+	// A job that never ran (no cursor) is still waited for, saying so.
+	w, err = catchup.Waiting(ctx, l, "mail", daily, daily.At(time.Date(2026, 10, 22, 0, 0, 0, 0, time.UTC)), catchup.After("import", catchup.SamePeriod()))
+	if err != nil || w.String() != "import/2026-10-22 (not run yet)" {
+		t.Fatalf("Waiting for a job never run: %v, %v", w, err)
+	}
+}
+
 // TestAfterMisuse: an empty or invalid upstream, a zero Mapping, and a job
 // waiting for its own periods are errors matching ErrInvalidOption, before
 // anything runs.

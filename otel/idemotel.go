@@ -320,11 +320,12 @@ func (t *Telemetry) start(ctx context.Context, s idemstore.SpanStart) (context.C
 	return ctx, func(e idemstore.SpanEnd) { end(span, e) }
 }
 
-// notNow are the outcomes whose error says "not now" rather than "failed":
-// their span's status stays unset.
-var notNow = map[string]bool{
-	idem.Deferred.String():   true,
-	idem.InProgress.String(): true,
+// notNow reports whether the outcome named says "not now" rather than
+// "failed" (idem.Outcome.NotNow, which the metrics' error counters use
+// too): its span's status stays unset.
+func notNow(outcome string) bool {
+	var o idem.Outcome
+	return o.UnmarshalText([]byte(outcome)) == nil && o.NotNow()
 }
 
 func end(span trace.Span, e idemstore.SpanEnd) {
@@ -346,7 +347,7 @@ func end(span trace.Span, e idemstore.SpanEnd) {
 	span.SetAttributes(attrs...)
 	if e.Err != nil {
 		span.RecordError(e.Err)
-		if !notNow[e.Outcome] {
+		if !notNow(e.Outcome) {
 			span.SetStatus(codes.Error, e.Err.Error())
 		}
 	}

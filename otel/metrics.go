@@ -41,7 +41,7 @@ var Instruments = []Instrument{
 		"Attempts of a job's work beyond the first within one call of Run.",
 		[]attribute.Key{KeyJob}},
 	{"idem.errors", "counter", "{call}", "idem_errors_total",
-		"Calls of idem's Run that returned an error (the period is not done).",
+		"Calls of idem's Run that failed: returned an error other than in_progress (another holder runs the period) or deferred.",
 		[]attribute.Key{KeyJob}},
 	{"idem.items", "counter", "{item}", "idem_items_total",
 		"Items of the fan-out periods that idem's Each completed, by final status (done, parked).",
@@ -141,7 +141,7 @@ func (m *Metrics) Observe(r idem.Result) {
 	m.runs.Add(ctx, 1, metric.WithAttributes(KeyJob.String(r.Key.Job), KeyOutcome.String(r.Outcome.String())))
 	m.duration.Record(ctx, r.Duration.Seconds(), job)
 	m.retries.Add(ctx, int64(max(r.Attempts-1, 0)), job) // the series exists from the first call on, at 0
-	if r.Err != nil {
+	if r.Err != nil && !r.Outcome.NotNow() {
 		m.errors.Add(ctx, 1, job)
 	} else {
 		m.errors.Add(ctx, 0, job)

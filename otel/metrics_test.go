@@ -109,6 +109,21 @@ func TestMetrics(t *testing.T) {
 	if err := l.Run(ctx, idem.Key{Job: "settle", Period: "p2"}, flaky, tel.Option(), idem.WithGuard(refuse)); !errors.Is(err, idem.ErrDeferred) {
 		t.Fatalf("guarded Run: %v", err)
 	}
+	// Another holder running the period is no error either (as for the
+	// span's status: idem.Outcome.NotNow); a failed fn is.
+	held := idem.Key{Job: "settle", Period: "p3"}
+	if err := l.Run(ctx, held, func(context.Context) error {
+		if err := l.Run(context.Background(), held, flaky, tel.Option()); !errors.Is(err, idem.ErrInProgress) {
+			t.Errorf("Run beside the holder: %v, want ErrInProgress", err)
+		}
+		return nil
+	}, tel.Option()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Run(ctx, idem.Key{Job: "report", Period: "p1"}, func(context.Context) error { return errors.New("boom") },
+		tel.Option(), idem.WithBackoff(idem.MaxAttempts(1, idem.Constant(0)))); err == nil {
+		t.Fatal("a failing fn's Run returned nil")
+	}
 	var ids []string
 	for i := range 5 {
 		ids = append(ids, fmt.Sprint("a", i))
@@ -129,13 +144,15 @@ func TestMetrics(t *testing.T) {
 	}
 
 	runs := sums(t, rd, "idem.runs")
-	wantSum(t, runs, "idem.job=settle,idem.outcome=ran", 1)
+	wantSum(t, runs, "idem.job=settle,idem.outcome=ran", 2)
 	wantSum(t, runs, "idem.job=settle,idem.outcome=already_done", 1)
 	wantSum(t, runs, "idem.job=settle,idem.outcome=deferred", 1)
+	wantSum(t, runs, "idem.job=settle,idem.outcome=in_progress", 1)
 	wantSum(t, runs, "idem.job=grant,idem.outcome=ran", 1) // the fan-out: one call, its done mark not counted apart
-	wantSum(t, sums(t, rd, "idem.run.duration"), "idem.job=settle", 3)
+	wantSum(t, sums(t, rd, "idem.run.duration"), "idem.job=settle", 5)
 	wantSum(t, sums(t, rd, "idem.retries"), "idem.job=settle", 1)
-	wantSum(t, sums(t, rd, "idem.errors"), "idem.job=settle", 1)
+	wantSum(t, sums(t, rd, "idem.errors"), "idem.job=settle", 0) // deferred and in_progress: not now, not failed
+	wantSum(t, sums(t, rd, "idem.errors"), "idem.job=report", 1)
 	wantSum(t, sums(t, rd, "idem.deferrals"), "idem.job=settle,idem.reason=disk", 1)
 	items := sums(t, rd, "idem.items")
 	wantSum(t, items, "idem.job=grant,idem.status=done", 5)

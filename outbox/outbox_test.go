@@ -183,6 +183,76 @@ func TestSchedulerRelay(t *testing.T) {
 	}
 }
 
+// TestSchedulerRelayLeasesOnRealClock: a Scheduler's relay does not take
+// the Scheduler's clock for its leases. With a test clock that jumps past
+// the lease while a delivery is under way, another relay on the store
+// (here the Scheduler's second relay; a replica's alike) must not claim
+// the message again: the lease is on the real clock, as a relay's is by
+// default.
+func TestSchedulerRelayLeasesOnRealClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	if err := l.RunTx(ctx, idem.Key{Job: "settle", Period: "2026-10-28"}, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "pay"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	clk := idemtest.NewClock(t0)
+	s := scheduler.New(l, idem.WithClock(clk))
+	started, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
+	deliver := outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
+		if calls.Add(1) == 1 {
+			close(started)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+	for _, name := range []string{"a", "b"} {
+		if err := s.AddRelay(name, l, deliver); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	defer func() {
+		cancel()
+		testwait.Recv(t, done, "the Scheduler to stop")
+	}()
+	testwait.Recv(t, started, "the first delivery to start")
+	// Past the lease on the test clock, twice: the second wait sees a pass
+	// that began after the first jump.
+	for _, d := range []time.Duration{2 * outbox.DefaultLease, time.Second} {
+		clk.Advance(d)
+		jumped := clk.Now()
+		testwait.Until(t, func() bool {
+			for _, r := range s.Status().Relays {
+				if !r.LastPass.Before(jumped) {
+					return true
+				}
+			}
+			return false
+		}, "a relay's pass after the test clock moved to %v", jumped)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the message was handed out %d times while its first delivery was under way, want 1 (the lease on the Scheduler's test clock)", n)
+	}
+	close(release)
+	testwait.Until(t, func() bool {
+		n := int64(0)
+		for _, r := range s.Status().Relays {
+			n += r.Delivered
+		}
+		return n == 1
+	}, "the delivery to be recorded")
+}
+
 // TestRelayInvalidOptions: a relay option given a value it cannot take,
 // or a nil one, is an error matching ErrInvalidOption, returned before
 // anything is claimed or delivered.

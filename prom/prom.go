@@ -13,7 +13,7 @@
 //	idem_runs_total{job,outcome}      counter    calls of Run by outcome (idem.Outcome.String(): ran, already_done, parked, ...)
 //	idem_run_duration_seconds{job}    histogram  how long each call of Run took, waits and retries included
 //	idem_retries_total{job}           counter    extra attempts of fn within a call (Result.Attempts-1)
-//	idem_errors_total{job}            counter    calls of Run that returned an error
+//	idem_errors_total{job}            counter    calls of Run that failed: returned an error whose outcome is not "not now" (idem.Outcome.NotNow: in_progress, deferred)
 //	idem_items_total{job,status}      counter    items of the fan-out periods completed (Each returned ran), by final status: done, parked
 //	idem_deferrals_total{job,reason}  counter    calls deferred by a guard, a breaker or a shared limit (idem.ErrDeferred), by reason: the guard's name (memory, disk, ...), breaker, or "limit NAME"
 //	idem_keys{job,status}             gauge      keys that are pending (running or failed), unknown or parked, read from the Lister at scrape time
@@ -146,7 +146,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		}, []string{"job"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "idem_errors_total",
-			Help:        "Calls of idem's Run that returned an error (the period is not done).",
+			Help:        "Calls of idem's Run that failed: returned an error other than in_progress (another holder runs the period) or deferred.",
 			ConstLabels: c.constLabels,
 		}, []string{"job"}),
 		items: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -190,7 +190,7 @@ func (m *Metrics) Observe(r idem.Result) {
 	} else {
 		m.retries.WithLabelValues(job) // the series exists from the first run on, at 0
 	}
-	if r.Err != nil {
+	if r.Err != nil && !r.Outcome.NotNow() {
 		m.errors.WithLabelValues(job).Inc()
 	} else {
 		m.errors.WithLabelValues(job)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/schedtest"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/prom"
 	"github.com/idemgo/idem/scheduler"
 	"github.com/prometheus/client_golang/prometheus"
@@ -439,5 +440,59 @@ func TestWaitingCounted(t *testing.T) {
 		{"idem_runs_total", "job=mail,outcome=waiting", 3},
 		{"idem_runs_total", "job=mail,outcome=ran", 1},
 		{"idem_runs_total", "job=settle,outcome=ran", 1},
+	})
+}
+
+// TestErrorsCountNoBusyOrDeferred: idem_errors_total counts failures only,
+// as the OpenTelemetry spans' status does (idem.Outcome.NotNow): a Run that
+// finds another holder running its period (in_progress, as a second
+// replica sees every day) or that a guard defers is no error; a fn that
+// fails is.
+func TestErrorsCountNoBusyOrDeferred(t *testing.T) {
+	ctx := context.Background()
+	l, err := idem.OpenLedger(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reg := prometheus.NewRegistry()
+	m, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idem.Key{Job: "settle", Period: "2026-10-27"}
+	started, release := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		held <- l.Run(ctx, key, func(context.Context) error {
+			close(started)
+			<-release
+			return nil
+		}, m.Option())
+	}()
+	testwait.Recv(t, started, "the first Run's fn to start")
+	for range 3 {
+		if err := l.Run(ctx, key, func(context.Context) error { return nil }, m.Option()); !errors.Is(err, idem.ErrInProgress) {
+			t.Fatalf("Run beside the holder: %v, want ErrInProgress", err)
+		}
+	}
+	close(release)
+	if err := testwait.Recv(t, held, "the first Run to return"); err != nil {
+		t.Fatal(err)
+	}
+	refuse := guard.Func("partner", func(context.Context) error { return errors.New("in maintenance") })
+	if err := l.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-28"}, func(context.Context) error { return nil }, idem.WithGuard(refuse), m.Option()); !errors.Is(err, idem.ErrDeferred) {
+		t.Fatalf("guarded Run: %v, want ErrDeferred", err)
+	}
+	fail := idem.WithBackoff(idem.MaxAttempts(1, idem.Constant(0)))
+	if err := l.Run(ctx, idem.Key{Job: "report", Period: "2026-10-27"}, func(context.Context) error { return errors.New("boom") }, fail, m.Option()); err == nil {
+		t.Fatal("a failing fn's Run returned nil")
+	}
+	gather(t, reg).expect(t, []series{
+		{"idem_runs_total", "job=settle,outcome=in_progress", 3},
+		{"idem_runs_total", "job=settle,outcome=ran", 1},
+		{"idem_runs_total", "job=settle,outcome=deferred", 1},
+		{"idem_errors_total", "job=settle", 0},
+		{"idem_errors_total", "job=report", 1},
 	})
 }

@@ -39,7 +39,10 @@ type JobStatus struct {
 	Running bool `json:"running"`
 	// Parked and Unknown count the periods the job's last catch-up found
 	// parked or unknown: they wait for a person ('idem reset', 'idem
-	// resolve', or Reset and Resolve).
+	// resolve', or Reset and Resolve). A parked period is an alert
+	// (idem_keys{status="parked"}, the operator's page), not unreadiness:
+	// every replica would turn unready for one bad day of data. The
+	// job stays ready unless the handler is given [UnreadyWhenParked].
 	Parked  int `json:"parked"`
 	Unknown int `json:"unknown"`
 	// ParamsMismatch counts the periods the job's last catch-up found
@@ -59,12 +62,13 @@ type JobStatus struct {
 	// other jobs (catchup.After), as its last catch-up found them:
 	// "2026-10-27 waits for settle/2026-10-27 (not run yet)". A waiting
 	// job is ready; it turns unready once it lags more than its
-	// WithLagTolerance, and the upstream job whose period is parked or
-	// unknown is unready itself.
+	// WithLagTolerance, and the upstream job whose period is unknown is
+	// unready itself (parked: see Parked).
 	Waiting string `json:"waiting,omitempty"`
-	// Ready is false when a period is parked, unknown or claimed with
-	// other parameters, or the job lags more than its WithLagTolerance;
-	// Why says which.
+	// Ready is false when a period is unknown or claimed with other
+	// parameters, or the job lags more than its WithLagTolerance (a
+	// parked period too, in the answer of a Handler given
+	// UnreadyWhenParked); Why says which.
 	Ready bool   `json:"ready"`
 	Why   string `json:"why,omitempty"`
 }
@@ -98,8 +102,6 @@ func (s *Scheduler) Status() Status {
 		switch {
 		case js.Unknown > 0:
 			js.Ready, js.Why = false, "a period's outcome is unknown: resolve it"
-		case js.Parked > 0:
-			js.Ready, js.Why = false, "a period is parked: reset it once the cause is fixed"
 		case js.ParamsMismatch > 0:
 			js.Ready, js.Why = false, "a period was claimed with other parameters (WithParams): restore them, or resolve or reset the period"
 		case j.job.tolerance > 0 && js.Lag > j.job.tolerance:
@@ -119,14 +121,37 @@ func (s *Scheduler) Status() Status {
 	return st
 }
 
+// A HandlerOption configures [Scheduler.Handler].
+type HandlerOption func(*handlerConfig)
+
+type handlerConfig struct{ parked bool }
+
+// UnreadyWhenParked makes the handler answer 503, its jobs unready, while
+// a job's last catch-up found a period parked. By default a parked period
+// leaves the Scheduler ready: it waits for a person, whom an alert calls
+// (idem_keys{status="parked"} > 0), and a readiness probe that failed on
+// it would take every replica out of its load balancer at once.
+func UnreadyWhenParked() HandlerOption { return func(c *handlerConfig) { c.parked = true } }
+
 // Handler returns an http.Handler that serves the Scheduler's Status as
 // JSON, with status 200 when it is ready and 503 when it is not: mount it
 // as the service's readiness probe (/healthz, /readyz). With the query
 // ?live, it answers 200 whenever the Scheduler's loop has looked at its
 // jobs within twice [Recheck], a liveness probe.
-func (s *Scheduler) Handler() http.Handler {
+func (s *Scheduler) Handler(opts ...HandlerOption) http.Handler {
+	var c handlerConfig
+	for _, o := range opts {
+		o(&c)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := s.Status()
+		if c.parked {
+			for i := range st.Jobs {
+				if js := &st.Jobs[i]; js.Parked > 0 && js.Ready {
+					js.Ready, js.Why, st.Ready = false, "a period is parked: reset it once the cause is fixed", false
+				}
+			}
+		}
 		code := http.StatusOK
 		if _, live := r.URL.Query()["live"]; live {
 			if st.Checked.IsZero() || s.clock.Now().Sub(st.Checked) > 2*Recheck {

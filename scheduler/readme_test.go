@@ -34,7 +34,7 @@ func startJobs(ctx context.Context, mux *http.ServeMux, path string, settle func
 		return nil, err
 	}
 	go s.Run(ctx)
-	mux.Handle("/healthz", s.Handler()) // 200 when ready; 503 when a period needs a person
+	mux.Handle("/healthz", s.Handler()) // 200 when ready; 503 when a job lags or a period is unknown
 	return s.Shutdown, nil              // call it on SIGTERM: finishes what runs, starts nothing new
 }
 

@@ -43,12 +43,18 @@ var relayLoop = hook.Relay.(func(idem.Store, outbox.Deliverer, []outbox.Option) 
 
 // AddRelay adds an outbox relay to the Scheduler: while [Scheduler.Run]
 // runs, it runs [outbox.Relay] on store (which must have an outbox, as
-// outbox.Relay's does) with d and opts (the Scheduler's clock
-// and logger unless opts set others), and it stops when Run stops (a
+// outbox.Relay's does) with d and opts (the Scheduler's logger unless
+// opts set another), and it stops when Run stops (a
 // delivery in progress has its context cancelled; the message is due again
 // at once, and delivered again: at least once). Its state shows in
 // Status().Relays, and a relay whose last pass failed on a store error
 // makes the Scheduler unready.
+//
+// The relay keeps its own clock, the system clock unless opts give
+// outbox.WithClock: not the Scheduler's ([idem.WithClock]). Its leases
+// are what keeps two relays, of this process or of another replica, from
+// delivering one message at once; a test clock that jumps past a lease
+// while a delivery is under way would hand the message out again.
 //
 // name names it in Status (it must be new). An invalid option is an error
 // matching [idem.ErrInvalidOption]; a Scheduler that has stopped returns
@@ -61,7 +67,7 @@ func (s *Scheduler) AddRelay(name string, store idem.Store, d outbox.Deliverer, 
 		return fmt.Errorf("idem: Scheduler.AddRelay: %w: the relay needs a name", idem.ErrInvalidOption)
 	}
 	r := &schedRelay{name: name, st: RelayStatus{Name: name, Ready: true}}
-	base := []outbox.Option{outbox.WithClock(s.clock)}
+	var base []outbox.Option
 	if s.logger != nil {
 		base = append(base, outbox.WithLogger(s.logger))
 	}

@@ -418,8 +418,8 @@ func TestSchedulerCatchUpWindow(t *testing.T) {
 	}
 }
 
-// TestSchedulerHealth: a parked period makes the job, and the handler,
-// unready; the JSON names it.
+// TestSchedulerHealth: with UnreadyWhenParked, a parked period makes the
+// job, and the handler, unready; the JSON names it.
 func TestSchedulerHealth(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
 	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
@@ -431,7 +431,7 @@ func TestSchedulerHealth(t *testing.T) {
 	if err := s.Add("bad", idem.Hourly(time.UTC), bad); err != nil {
 		t.Fatal(err)
 	}
-	h := s.Handler()
+	h := s.Handler(scheduler.UnreadyWhenParked())
 	get := func(query string) (int, scheduler.Status) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz"+query, nil))
@@ -450,7 +450,7 @@ func TestSchedulerHealth(t *testing.T) {
 	if code != 503 || st.Ready {
 		t.Fatalf("ready with a parked period: %d %+v", code, st)
 	}
-	if j := st.Jobs[1]; j.Job != "bad" || j.Parked != 1 || j.Ready || j.LastOutcome != idem.Parked {
+	if j := st.Jobs[1]; j.Job != "bad" || j.Parked != 1 || j.Ready || j.LastOutcome != idem.Parked || !strings.Contains(j.Why, "parked") {
 		t.Errorf("bad: %+v", j)
 	}
 	if j := st.Jobs[0]; !j.Ready || j.LastSuccess.IsZero() || j.Lag != 0 {
@@ -458,6 +458,33 @@ func TestSchedulerHealth(t *testing.T) {
 	}
 	if code, _ := get("?live"); code != 200 {
 		t.Errorf("live: %d, want 200", code)
+	}
+}
+
+// TestSchedulerParkedStaysReady: a parked period is an alert, not
+// unreadiness: by default the handler answers 200 and Status is ready,
+// with the job's parked count in the JSON; a readiness probe must not take
+// every replica out of its load balancer for one bad day of data.
+func TestSchedulerParkedStaysReady(t *testing.T) {
+	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
+	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	bad := func(context.Context, idem.Period) error { return idem.Permanent(errors.New("no such account")) }
+	if err := s.Add("bad", idem.Hourly(time.UTC), bad); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(t, s)
+	schedtest.Idle(t, s, clk.Now())
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	var st scheduler.Status
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
+		t.Fatalf("%s: %v", rec.Body, err)
+	}
+	if rec.Code != 200 || !st.Ready || !s.Status().Ready {
+		t.Fatalf("a parked period: %d %s; want 200 and ready", rec.Code, rec.Body)
+	}
+	if j := st.Jobs[0]; j.Parked != 1 || !j.Ready || j.LastOutcome != idem.Parked {
+		t.Errorf("bad: %+v; want ready with parked 1", j)
 	}
 }
 

@@ -47,6 +47,7 @@ func (r *doctorReport) add(level, check, format string, args ...any) {
 
 func newDoctorCmd() *cobra.Command {
 	var asJSON bool
+	var outboxMaxAge time.Duration
 	cmd := &cobra.Command{
 		Use:   "doctor [PATH]",
 		Short: "Check a ledger (SQLite file or --postgres): filesystem, journal, search_path, schema, periods needing a person",
@@ -68,6 +69,10 @@ Postgres ledger, and say what to do about each problem.
               unknown (need 'idem resolve') and parked (need 'idem reset'),
               and those catch-up has passed (at or before their job's
               catch-up cursor, not settled: no run retries them)
+  outbox      messages pending (how many, and how long ago the oldest was
+              queued: a warning past --outbox-max-age, default 1h, as a
+              relay that does not run or a receiver that keeps failing
+              leaves them) and parked (need 'idem outbox retry' or drop)
 
 The ledger is opened read-only and never created: doctor changes nothing.
 PATH defaults to --ledger, $IDEM_LEDGER, or the default ledger path.
@@ -90,6 +95,7 @@ in a read-only session:
                into the ledger's schema; idem refuses such a connection)
   schema       the ledger's schema exists, with a version this idem knows
   keys         periods pending, unknown and parked, as above
+  outbox       messages pending and parked, as above
 
 Exit status: 0 if no finding is an error (warnings, such as unknown or
 parked periods, still exit 0), 1 if one is, 2 usage error.`,
@@ -111,17 +117,20 @@ parked periods, still exit 0), 1 if one is, 2 usage error.`,
 				}
 				path, dsn = t.path, t.dsn
 			}
+			if outboxMaxAge <= 0 {
+				return flagError("--outbox-max-age", fmt.Errorf("%v: must be positive", outboxMaxAge))
+			}
+			clk, err := clock()
+			if err != nil {
+				return err
+			}
 			var rep *doctorReport
 			if dsn != "" {
 				schema, _ := cmd.Flags().GetString("postgres-schema")
 				weak, _ := cmd.Flags().GetBool("postgres-allow-weak-durability")
-				rep = diagnosePostgres(cmd.Context(), dsn, schema, weak)
+				rep = diagnosePostgres(cmd.Context(), dsn, schema, weak, clk.Now(), outboxMaxAge)
 			} else {
-				clk, err := clock()
-				if err != nil {
-					return err
-				}
-				rep = diagnose(cmd.Context(), path, clk.Now())
+				rep = diagnose(cmd.Context(), path, clk.Now(), outboxMaxAge)
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -144,11 +153,13 @@ parked periods, still exit 0), 1 if one is, 2 usage error.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings as a JSON object, for scripts and monitoring")
+	cmd.Flags().DurationVar(&outboxMaxAge, "outbox-max-age", DefaultOutboxMaxAge, "warn when the oldest pending outbox message was queued longer ago than this")
 	return cmd
 }
 
-// diagnose checks the ledger at path without writing to it.
-func diagnose(ctx context.Context, path string, now time.Time) *doctorReport {
+// diagnose checks the ledger at path without writing to it, as of now;
+// outboxMaxAge is --outbox-max-age.
+func diagnose(ctx context.Context, path string, now time.Time, outboxMaxAge time.Duration) *doctorReport {
 	rep := &doctorReport{Path: path}
 	defer func() {
 		rep.OK = true
@@ -274,6 +285,12 @@ func diagnose(ctx context.Context, path string, now time.Time) *doctorReport {
 		rep.add(levelOK, "schema", "idem schema version %d", sv)
 	}
 	checkKeys(ctx, rep, db, now, " --ledger "+shellQuote(abs))
+	switch b, ok, err := sqliteOutboxBacklog(ctx, db); {
+	case err != nil:
+		rep.add(levelError, "outbox", "cannot read idem_outbox: %v", err)
+	case ok:
+		rep.checkOutbox(b, now, outboxMaxAge, " --ledger "+shellQuote(abs))
+	}
 	return rep
 }
 

@@ -16,8 +16,8 @@ import (
 // dsn without writing to it: its session is read-only
 // (default_transaction_read_only), and it never creates the schema. weak
 // is --postgres-allow-weak-durability: fsync off is then a warning, not an
-// error.
-func diagnosePostgres(ctx context.Context, dsn, schema string, weak bool) *doctorReport {
+// error. now and outboxMaxAge are as in diagnose.
+func diagnosePostgres(ctx context.Context, dsn, schema string, weak bool, now time.Time, outboxMaxAge time.Duration) *doctorReport {
 	if schema == "" {
 		schema = pgledger.DefaultSchema
 	}
@@ -167,6 +167,12 @@ func diagnosePostgres(ctx context.Context, dsn, schema string, weak bool) *docto
 			pending, counts["running"], expired, counts["failed"], hint)
 	}
 	rep.needPerson(counts["unknown"], counts["parked"], hint)
+	switch b, ok, err := postgresOutboxBacklog(ctx, pool, schema, pgx.Identifier{schema}.Sanitize()); {
+	case err != nil:
+		rep.add(levelError, "outbox", "cannot read %s.outbox: %v", schema, err)
+	case ok:
+		rep.checkOutbox(b, now, outboxMaxAge, hint)
+	}
 	return rep
 }
 

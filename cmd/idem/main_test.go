@@ -1292,3 +1292,54 @@ func TestOutageHealsWithoutAPerson(t *testing.T) {
 		t.Fatalf("out.txt = %q, want the period done once", got)
 	}
 }
+
+// TestLsLimitShowsNewest: 'idem ls --limit N' lists the last N records of
+// the listing (job, then period, oldest first): with --job, the job's N
+// newest periods, not its oldest. With --status pending it keeps the last
+// N pending ones.
+func TestLsLimitShowsNewest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	l, err := idem.OpenLedger(e.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, day := range []string{"2026-10-23", "2026-10-24", "2026-10-25", "2026-10-26", "2026-10-27"} {
+		if err := l.Run(ctx, idem.Key{Job: "settle", Period: day}, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, day := range []string{"2026-10-20", "2026-10-21", "2026-10-22"} {
+		_ = l.Run(ctx, idem.Key{Job: "mail", Period: day}, func(context.Context) error { return errors.New("smtp down") },
+			idem.WithBackoff(idem.Constant(time.Hour)))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	periods := func(args ...string) string {
+		out, _ := e.want(exitOK, append([]string{"ls", "--json"}, args...)...)
+		var recs []recordJSON
+		if err := json.Unmarshal([]byte(out), &recs); err != nil {
+			t.Fatalf("ls --json %v: %v\n%s", args, err, out)
+		}
+		var got []string
+		for _, r := range recs {
+			got = append(got, r.Job+"/"+r.Period)
+		}
+		return strings.Join(got, " ")
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--job", "settle", "--limit", "2"}, "settle/2026-10-26 settle/2026-10-27"},
+		{[]string{"--job", "settle", "--limit", "9"}, "settle/2026-10-23 settle/2026-10-24 settle/2026-10-25 settle/2026-10-26 settle/2026-10-27"},
+		{[]string{"--status", "pending", "--limit", "2"}, "mail/2026-10-21 mail/2026-10-22"},
+		{[]string{"--limit", "1"}, "settle/2026-10-27"},
+	} {
+		if got := periods(c.args...); got != c.want {
+			t.Errorf("ls %v: %s, want %s", c.args, got, c.want)
+		}
+	}
+}

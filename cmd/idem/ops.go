@@ -211,7 +211,8 @@ func newLsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls [--job JOB] [--status STATUS] [--json]",
 		Short: "List the periods in the ledger and their status",
-		Long: `List the ledger's records, by job and period.
+		Long: `List the ledger's records, by job and period (oldest first). --limit N keeps
+the last N of them: with --job, the job's N newest periods.
 
 Statuses:
   running  an attempt holds the period (if its lease expired, or its process
@@ -245,7 +246,7 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
   idem ls --job settle --json | jq -r '.[] | select(.status == "parked") | .period'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f := idem.Filter{Job: job, Limit: limit}
+			f := idem.Filter{Job: job} // --limit keeps the last records, below
 			switch status {
 			case "", "pending":
 			case "running", "failed", "done", "unknown", "parked", "skipped":
@@ -260,9 +261,6 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 				if err := idemstore.ValidateJob(job); err != nil {
 					return flagError("--job", err)
 				}
-			}
-			if status == "pending" && limit > 0 {
-				return usageError(errors.New("--limit cannot be combined with --status pending"))
 			}
 			if len(w.after) > 0 && job == "" {
 				return usageError(errors.New("--after is a job's: give its --job"))
@@ -299,6 +297,9 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 					}
 				}
 				recs = kept
+			}
+			if limit > 0 && len(recs) > limit {
+				recs = recs[len(recs)-limit:] // the newest: the store lists oldest first
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -342,7 +343,7 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 	}
 	cmd.Flags().StringVar(&job, "job", "", "only this job")
 	cmd.Flags().StringVar(&status, "status", "", "only this status: "+strings.Join(statusNames, ", "))
-	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many records (0 = all)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "only the last N records of the listing, the newest periods (0 = all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array, for scripts")
 	w.add(cmd)
 	return cmd

@@ -7,8 +7,10 @@
 //
 // The jobs: "settle" settles yesterday (Shanghai time) at 02:00; "rollup"
 // rolls up each hour (UTC) when it ends. /healthz serves the Scheduler's
-// status as JSON: 200 when every job is ready, 503 when a period is parked
-// or unknown (it needs a person) or a job lags more than its tolerance.
+// status as JSON: 200 when every job is ready, 503 when a period is unknown
+// (it needs a person) or a job lags more than its tolerance. A parked
+// period shows in the JSON but leaves the service ready: alert on it
+// (idem_keys{status="parked"}) instead.
 // SIGTERM or Ctrl-C stops it gracefully: the HTTP server and the Scheduler
 // finish what they are doing (30 s at most) and record it.
 //
