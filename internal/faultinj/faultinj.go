@@ -1,5 +1,3 @@
-//go:build linux
-
 // Package faultinj runs a command under strace with one system call failing
 // at one occurrence (strace -e inject=), and reads back the calls strace saw
 // and which of them it made fail. The fault-injection tests of the stores
