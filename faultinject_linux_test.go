@@ -460,7 +460,15 @@ func fiCount(t *testing.T, op string, tmpl map[string][]byte) []fiCase {
 			paths = append(paths, tg.path)
 		}
 	}
-	res, calls, out, err := fiStrace(op, dir, fiAllSyscalls, paths, nil)
+	existed := map[string]bool{}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		existed[filepath.Join(dir, e.Name())] = true
+	}
+	res, calls, out, err := fiStrace(op, dir, append(fiAllSyscalls, "unlink", "unlinkat"), paths, nil)
 	if err != nil || !res.OK {
 		t.Fatalf("%s without a fault: %v %+v\n%s", op, err, res, out)
 	}
@@ -477,7 +485,7 @@ func fiCount(t *testing.T, op string, tmpl map[string][]byte) []fiCase {
 			tids[c.TID] = true
 		}
 	}
-	syncs := fiDirSyncs(calls, targets)
+	syncs := fiDirSyncs(calls, targets, existed)
 	most := map[[2]string]int{}
 	for key, v := range n {
 		most[[2]string{key.sc, key.target}] = max(most[[2]string{key.sc, key.target}], v)
@@ -561,7 +569,7 @@ func fiCountTemp(t *testing.T, op string, tmpl map[string][]byte) []fiCase {
 // a failed open of the directory it syncs.
 //
 // A directory's sync counts when it makes the entry of a durable file
-// durable (syncs: the target whose entry it follows; "" if not known). The
+// durable (syncs: see fiDirSyncs). The
 // state file's temp file counts for its sync, not its write: a temp file
 // whose write failed is never renamed (the state file writes a new one).
 func fiRelevant(c faultinj.Call, targets []fiTarget, syncs string) bool {
@@ -575,11 +583,11 @@ func fiRelevant(c faultinj.Call, targets []fiTarget, syncs string) bool {
 	}
 	switch c.Syscall {
 	case "fsync", "fdatasync":
-		return name != "dir" || syncs == "" || durable(syncs)
+		return name != "dir" || syncs == "?" || durable(syncs)
 	case "write", "pwrite64":
 		return name != "dir" && name != "temp"
 	case "open", "openat":
-		return name == "dir" && (syncs == "" || durable(syncs))
+		return name == "dir" && (syncs == "?" || durable(syncs))
 	}
 	return false
 }
@@ -595,12 +603,13 @@ func fiSyncs(tg fiTarget, syncs map[string]string, sc string, when int) string {
 
 // fiDirSyncs maps each open and sync of the directory in calls (by call
 // and index in its thread: "fsync#2") to the target whose directory entry
-// it makes durable: the durable one last made (created or renamed to)
-// before it in that thread, else the last one made. (SQLite syncs the
-// directory at the first sync of a -wal it opened with O_CREAT, after it
-// opened the -shm; the state file after it creates a lock file and after
-// each rename.)
-func fiDirSyncs(calls []faultinj.Call, targets []fiTarget) map[string]string {
+// it makes durable: the durable one last made (created, or renamed to)
+// since the directory's last sync in that thread, else the last one made;
+// "-" if none was (a sync that makes nothing new durable), "?" if threads
+// differ. existed holds the paths there before the calls. (SQLite syncs the
+// directory at the first sync of every -wal it opens, after it opened the
+// -shm; the state file after it creates a lock file and after each rename.)
+func fiDirSyncs(calls []faultinj.Call, targets []fiTarget, existed map[string]bool) map[string]string {
 	lastAny, lastDurable := map[int]string{}, map[int]string{}
 	made := func(tid int, name string) {
 		lastAny[tid] = name
@@ -614,20 +623,33 @@ func fiDirSyncs(calls []faultinj.Call, targets []fiTarget) map[string]string {
 		name := fiTargetOf(c, targets)
 		switch {
 		case strings.HasPrefix(c.Syscall, "rename") && len(c.Paths) > 0:
+			existed[c.Paths[len(c.Paths)-1]] = true
 			made(c.TID, fiTargetOf(faultinj.Call{Paths: c.Paths[len(c.Paths)-1:]}, targets))
-		case name != "dir" && name != "" && strings.HasPrefix(c.Syscall, "open") && strings.Contains(c.Args, "O_CREAT"):
-			made(c.TID, name)
+		case strings.HasPrefix(c.Syscall, "unlink") && c.Ret == "0":
+			for _, p := range c.Paths {
+				delete(existed, p)
+			}
+		case name != "dir" && name != "" && strings.HasPrefix(c.Syscall, "open") && strings.Contains(c.Args, "O_CREAT") && !strings.HasPrefix(c.Ret, "-1"):
+			for _, p := range c.Paths {
+				if tn := fiTargetOf(faultinj.Call{Paths: []string{p}}, targets); tn == name && !existed[p] {
+					existed[p] = true
+					made(c.TID, name)
+				}
+			}
 		case name == "dir" && (strings.HasPrefix(c.Syscall, "open") || strings.Contains(c.Syscall, "sync")):
-			last := lastDurable
-			if last[c.TID] == "" {
-				last = lastAny
+			v := lastDurable[c.TID]
+			if v == "" {
+				v = lastAny[c.TID]
+			}
+			if v == "" {
+				v = "-"
 			}
 			k := fmt.Sprintf("%s#%d", c.Syscall, index[fmt.Sprint(c.TID, c.Syscall)]+1)
 			index[fmt.Sprint(c.TID, c.Syscall)]++
-			if prev, ok := out[k]; ok && prev != last[c.TID] {
-				out[k] = "" // differs between threads: not known
+			if prev, ok := out[k]; ok && prev != v {
+				out[k] = "?"
 			} else {
-				out[k] = last[c.TID]
+				out[k] = v
 			}
 			if strings.Contains(c.Syscall, "sync") {
 				delete(lastDurable, c.TID)
