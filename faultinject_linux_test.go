@@ -324,7 +324,7 @@ type fiCase struct {
 
 func (c *fiCase) name() string {
 	if c.syncs != "" {
-		return fmt.Sprintf("%s/%s(syncing %s)/%s", c.op, c.target, c.syncs, c.inj)
+		return fmt.Sprintf("%s/%s(after:%s)/%s", c.op, c.target, c.syncs, c.inj)
 	}
 	return fmt.Sprintf("%s/%s/%s", c.op, c.target, c.inj)
 }
