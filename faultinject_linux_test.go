@@ -35,6 +35,8 @@ const (
 	fiMarker    = "FAULTINJ-RESULT "
 	// fiMaxWhen caps the occurrence indexes tried per system call and path.
 	fiMaxWhen = 12
+	// fiTempSpread: the indexes tried around a temp file's call.
+	fiTempSpread = 2
 	// fiChildLimit bounds one child (strace and all): it is killed then.
 	fiChildLimit = time.Minute
 	// fiRelayLease is the relay's claim on a message: a relay that died
@@ -552,15 +554,22 @@ func fiCountTemp(t *testing.T, op string, tmpl map[string][]byte) []fiCase {
 			continue
 		}
 		summary = append(summary, fmt.Sprintf("%s %s #%d", name, c.Syscall, index[c.Syscall]))
-		for _, f := range fiFaults {
-			if slices.Contains(f.syscalls, c.Syscall) {
-				for _, errno := range f.errnos {
-					cases = append(cases, fiCase{op: op, target: name, inj: faultinj.Injection{Syscall: c.Syscall, Errno: errno, When: index[c.Syscall]}})
+		// The runtime's own calls in the thread (a write to the
+		// netpoller's eventfd when a timer is set) vary between runs:
+		// the indexes around it are tried too. A run whose failure hit
+		// another call shows in its case (hit, died), and one that hit
+		// the eventfd dies in the runtime ("netpollBreak write failed").
+		for when := max(1, index[c.Syscall]-fiTempSpread); when <= index[c.Syscall]+fiTempSpread; when++ {
+			for _, f := range fiFaults {
+				if slices.Contains(f.syscalls, c.Syscall) {
+					for _, errno := range f.errnos {
+						cases = append(cases, fiCase{op: op, target: name, inj: faultinj.Injection{Syscall: c.Syscall, Errno: errno, When: when}})
+					}
 				}
 			}
 		}
 	}
-	t.Logf("%s: calls on temp files, by index in the operation's thread: %s", op, strings.Join(summary, ", "))
+	t.Logf("%s: calls on temp files, by index in the operation's thread (±%d tried): %s", op, fiTempSpread, strings.Join(summary, ", "))
 	return cases
 }
 
