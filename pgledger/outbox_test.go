@@ -308,3 +308,39 @@ func TestOutboxClaimBacklog(t *testing.T) {
 		})
 	}
 }
+
+// TestOutboxClaimRunStopsAtLocked: a claim passes over rows another
+// transaction holds locked (an operator's drop, another claim) without
+// skipping one: a topic whose head is locked gives nothing, not the
+// message after it, and a run ends before a locked message instead of
+// going on after it.
+func TestOutboxClaimRunStopsAtLocked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	l := openLedger(t, pool)
+	fillOutbox(t, l, 12, 2) // t0: p0, p2, ..., p10; t1: p1, p3, ..., p11
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	s := pgx.Identifier{l.Schema()}.Sanitize()
+	// t0's head and t1's third message are held.
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+s+`.outbox WHERE id IN ('backlog/p000000-0', 'backlog/p000005-0') FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a claim that waited for the locks would wait for ever
+	defer cancel()
+	recs, err := l.ClaimOutbox(cctx, idemstore.OutboxClaimRequest{N: 32, Run: 32, Owner: "r", Now: time.Now(), Lease: time.Minute})
+	if err != nil {
+		t.Fatalf("claim while rows were locked: %v", err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.ID)
+	}
+	if want := []string{"backlog/p000001-0", "backlog/p000003-0"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claim took %v while t0's head and t1's third message were locked, want %v", got, want)
+	}
+}
