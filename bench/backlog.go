@@ -36,7 +36,9 @@ const (
 // delivery they made (a relay stopped when the count was reached ends the
 // claim it was handing out first). On the full outbox the relays deliver
 // the backlog's oldest messages, and it stays at its size; on the empty
-// one they deliver the round's.
+// one they deliver the round's, and its round ends as its outbox empties
+// (the last runs of a topic go to one relay while the others find every
+// head held): a ratio above 1 is that tail, not a backlog that helps.
 func backlogSide(relays []idem.Store, feed func(ctx context.Context, round, n int) error, n int) side {
 	return side{
 		prep: func(ctx context.Context, round int) error { return feed(ctx, round, n) },
