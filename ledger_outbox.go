@@ -140,18 +140,55 @@ func queryOutbox(ctx context.Context, q any, query string, args ...any) ([]idems
 	return out, rows.Err()
 }
 
+// The outbox claim's statements. Each reads the heads of the topics (and
+// what follows them), never the backlog: every read of idem_outbox is by
+// rowid or a range of idem_outbox_by_topic within one topic, one entry
+// long where it looks for a head. INDEXED BY holds them to that index:
+// once ANALYZE has run, the rowid order can look cheaper for "a topic's
+// messages from seq on", and walking it reads every other topic's
+// messages on the way.
+const (
+	// outboxHeadsSQL is the first pending message of each topic that is
+	// due and not leased (?1: now), oldest first, up to ?2: t walks the
+	// index from topic to topic, one search each (a loose index scan),
+	// and each topic's head is the first entry of its range.
+	outboxHeadsSQL = `WITH RECURSIVE t(topic) AS (
+		SELECT (SELECT topic FROM idem_outbox INDEXED BY idem_outbox_by_topic WHERE status = 'pending' ORDER BY topic LIMIT 1)
+		UNION ALL
+		SELECT (SELECT p.topic FROM idem_outbox p INDEXED BY idem_outbox_by_topic
+			WHERE p.status = 'pending' AND p.topic > t.topic ORDER BY p.topic LIMIT 1)
+		FROM t WHERE t.topic IS NOT NULL)
+	SELECT o.seq, o.topic FROM t JOIN idem_outbox o ON o.seq = (SELECT p.seq FROM idem_outbox p INDEXED BY idem_outbox_by_topic
+		WHERE p.status = 'pending' AND p.topic = t.topic ORDER BY p.seq LIMIT 1)
+	WHERE o.lease_until <= ?1 AND o.not_before <= ?1
+	ORDER BY o.seq LIMIT ?2`
+
+	// outboxDueSQL is 1 if a topic's head is due (?1: now), else 0.
+	outboxDueSQL = `SELECT count(*) FROM (` + outboxHeadsSQL + `)`
+
+	// outboxClaimHeadsSQL claims (?3: the owner, ?4: the lease's end)
+	// the heads outboxHeadsSQL finds.
+	outboxClaimHeadsSQL = `UPDATE idem_outbox SET attempts = attempts + 1, token = token + 1, owner = ?3, lease_until = ?4
+	WHERE seq IN (SELECT seq FROM (` + outboxHeadsSQL + `))
+	RETURNING ` + outboxCols
+
+	// outboxNextSQL is what follows a head: the pending messages of its
+	// topic (?1) after it (?2), up to ?3.
+	outboxNextSQL = `SELECT seq, lease_until, not_before FROM idem_outbox INDEXED BY idem_outbox_by_topic
+	WHERE status = 'pending' AND topic = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3`
+)
+
 // ClaimOutbox implements [idemstore.OutboxStore]: in one write
 // transaction it takes the first pending message of each topic that is
-// due and not leased, up to req.N of them, oldest first. A read comes
-// first: when nothing is due (an idle relay's pass, and the last claim of
-// every pass) it writes nothing and does not wait for the write lock.
+// due and not leased, up to req.N of them, oldest first (with req.Run
+// above 1, runs: claimOutboxRuns). A read comes first: when nothing is
+// due (an idle relay's pass, and the last claim of every pass) it writes
+// nothing and does not wait for the write lock. Its cost grows with the
+// topics and the messages it takes, not with the backlog (outboxHeadsSQL).
 func (l ledgerStore) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimRequest) ([]idemstore.OutboxRecord, error) {
 	var due int
 	err := busyRetry(ctx, func() error {
-		return l.queryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM idem_outbox o
-			WHERE o.status = 'pending' AND o.lease_until <= ?1 AND o.not_before <= ?1
-			  AND o.seq = (SELECT min(p.seq) FROM idem_outbox p WHERE p.status = 'pending' AND p.topic = o.topic)
-			LIMIT 1)`, micros(req.Now)).Scan(&due)
+		return l.queryRow(ctx, outboxDueSQL, micros(req.Now), 1).Scan(&due)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("idem: %s: claim outbox messages: %w", l.where(), err)
@@ -162,22 +199,15 @@ func (l ledgerStore) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimR
 	var out []idemstore.OutboxRecord
 	err = l.withTx(ctx, false, func(tx *wtx) (err error) {
 		at := tx.at(req.Now) // the lease counts from when it is written
-		now := micros(at)
 		if req.Run > 1 {
 			out, err = claimOutboxRuns(ctx, tx, req, at)
 			return err
 		}
-		st, err := tx.stmt(`UPDATE idem_outbox SET attempts = attempts + 1, token = token + 1, owner = ?, lease_until = ?
-			WHERE seq IN (
-				SELECT o.seq FROM idem_outbox o
-				WHERE o.status = 'pending' AND o.lease_until <= ? AND o.not_before <= ?
-				  AND o.seq = (SELECT min(p.seq) FROM idem_outbox p WHERE p.status = 'pending' AND p.topic = o.topic)
-				ORDER BY o.seq LIMIT ?)
-			RETURNING ` + outboxCols)
+		st, err := tx.stmt(outboxClaimHeadsSQL)
 		if err != nil {
 			return err
 		}
-		out, err = queryOutbox(ctx, st, "", req.Owner, micros(at.Add(req.Lease)), now, now, req.N)
+		out, err = queryOutbox(ctx, st, "", micros(at), req.N, req.Owner, micros(at.Add(req.Lease)))
 		return err
 	})
 	if err != nil {
@@ -192,18 +222,14 @@ func (l ledgerStore) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimR
 // each head the messages of its topic right after it (up to req.Run in
 // all, the batch up to req.N), as long as each is due and not leased;
 // then one UPDATE takes them all. Every read is a range of the index on
-// (status, topic, seq): O(messages taken), whatever the backlog.
+// (status, topic, seq): O(topics + messages taken), whatever the backlog.
 func claimOutboxRuns(ctx context.Context, tx *wtx, req idemstore.OutboxClaimRequest, at time.Time) ([]idemstore.OutboxRecord, error) {
 	now := micros(at)
-	heads, err := tx.stmt(`SELECT o.seq, o.topic FROM idem_outbox o
-		WHERE o.status = 'pending' AND o.lease_until <= ?1 AND o.not_before <= ?1
-		  AND o.seq = (SELECT min(p.seq) FROM idem_outbox p WHERE p.status = 'pending' AND p.topic = o.topic)
-		ORDER BY o.seq LIMIT ?2`)
+	heads, err := tx.stmt(outboxHeadsSQL)
 	if err != nil {
 		return nil, err
 	}
-	next, err := tx.stmt(`SELECT seq, lease_until, not_before FROM idem_outbox
-		WHERE status = 'pending' AND topic = ? AND seq > ? ORDER BY seq LIMIT ?`)
+	next, err := tx.stmt(outboxNextSQL)
 	if err != nil {
 		return nil, err
 	}

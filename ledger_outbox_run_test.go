@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/outbox"
+	"modernc.org/sqlite"
 )
 
 // TestLedgerClaimOutboxRuns: with OutboxClaimRequest.Run, a claim takes
@@ -149,5 +151,139 @@ func TestLedgerClaimOutboxRunStopsAtNotDue(t *testing.T) {
 	req.N, req.Run = 10, 10
 	if c, err = s.ClaimOutbox(ctx, req); err != nil || len(c) != 1 || c[0].ID != ids[0] {
 		t.Fatalf("claim took %v, %v; want %s alone: the run stops at %s, which backs off", c, err, ids[0], ids[1])
+	}
+}
+
+// pagesRead runs q with args on c and returns how many pages SQLite's
+// pager fetched for it (sqlite3_db_status: cache hits and misses), a
+// count of the statement's work, not a time. A statement that writes runs
+// in a transaction that is rolled back.
+func pagesRead(t *testing.T, c *sql.Conn, q string, args ...any) int {
+	t.Helper()
+	ctx := context.Background()
+	status := func() (n int) {
+		err := c.Raw(func(dc any) error {
+			for _, op := range []sqlite.DBStatusOp{sqlite.DBStatusCacheHit, sqlite.DBStatusCacheMiss} {
+				cur, _, err := dc.(sqlite.DBStatus).Status(op, false)
+				if err != nil {
+					return err
+				}
+				n += cur
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, err := c.ExecContext(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	defer c.ExecContext(ctx, `ROLLBACK`)
+	before := status()
+	rows, err := c.QueryContext(ctx, q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return status() - before
+}
+
+// TestLedgerClaimOutboxBacklog: an outbox claim reads the topics' heads
+// and what follows them, not the backlog. With 20,000 pending messages of
+// 4 topics (interleaved; or all but three of one topic, the other three's
+// last; or interleaved with each topic's head leased), each statement of
+// the claim (idem.LedgerOutboxClaimSQL) reads at most 100 pages, before
+// and after ANALYZE; and a claim of 32 with runs takes 32 messages, each
+// topic's in order (none while every head is leased).
+func TestLedgerClaimOutboxBacklog(t *testing.T) {
+	t.Parallel()
+	const backlog, topics, maxPages = 20_000, 4, 100
+	for _, lay := range []struct {
+		name  string
+		topic string // of message i (?1), of ?2 topics
+		lease bool   // each topic's head leased
+	}{
+		{"interleaved", `'t' || (i % ?2)`, false},
+		{"one topic first", `CASE WHEN i < ?1 - 3 THEN 't0' ELSE 't' || (?1 - i) END`, false},
+		{"heads leased", `'t' || (i % ?2)`, true},
+	} {
+		t.Run(lay.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			dir := t.TempDir()
+			l := openLedger(t, dir)
+			s := store(t, l)
+			if _, err := l.DB().ExecContext(ctx, `WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i + 1 < ?1)
+				INSERT INTO idem_outbox(id, topic, payload, job, period, created)
+				SELECT 'backlog/p' || printf('%06d', i) || '-0', `+lay.topic+`, x'7b7d', 'backlog', printf('p%06d', i), 1 FROM c`,
+				backlog, topics); err != nil {
+				t.Fatal(err)
+			}
+			if lay.lease {
+				if _, err := l.DB().ExecContext(ctx, `UPDATE idem_outbox SET lease_until = ? WHERE seq IN (SELECT min(seq) FROM idem_outbox GROUP BY topic)`,
+					time.Now().Add(time.Hour).UnixMicro()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			db, err := sql.Open("sqlite", filepath.Join(dir, "ledger.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			c, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			now := time.Now().UnixMicro()
+			args := map[string][]any{
+				"due":   {now, 1},
+				"heads": {now, 32},
+				"claim": {now, 32, "r", now + 1},
+				"next":  {"t1", int64(0), 31},
+			}
+			for _, stats := range []string{"unknown", "known"} {
+				if stats == "known" {
+					if _, err := c.ExecContext(ctx, `ANALYZE`); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for name, q := range idem.LedgerOutboxClaimSQL {
+					if n := pagesRead(t, c, q, args[name]...); n > maxPages {
+						t.Errorf("statistics %s: %s read %d pages of a ledger with %d pending messages, want at most %d", stats, name, n, backlog, maxPages)
+					} else {
+						t.Logf("statistics %s: %s read %d pages", stats, name, n)
+					}
+				}
+			}
+			got, err := s.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: 32, Run: 32, Owner: "r", Now: time.Now(), Lease: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{false: 32, true: 0}[lay.lease]; len(got) != want {
+				t.Fatalf("a claim of 32 with runs on %d pending messages took %d, want %d", backlog, len(got), want)
+			}
+			recs, err := s.ListOutbox(ctx, idemstore.OutboxFilter{Status: idemstore.OutboxPending})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := map[string][]string{} // each topic's pending messages, in order
+			for _, r := range recs {
+				first[r.Topic] = append(first[r.Topic], r.ID)
+			}
+			next := map[string]int{}
+			for i, r := range got {
+				if want := first[r.Topic][next[r.Topic]]; r.ID != want || i > 0 && r.Seq <= got[i-1].Seq {
+					t.Fatalf("message %d of the claim is %s (seq %d), want %s, in Seq order", i, r.ID, r.Seq, want)
+				}
+				next[r.Topic]++
+			}
+		})
 	}
 }

@@ -63,6 +63,8 @@ var comparisons = []comparison{
 	{"scale_fresh_run_1m_vs_empty", "empty", scaleFreshRun1MVsEmpty},
 	{"scale_duplicate_1m_vs_empty", "empty", scaleDuplicate1MVsEmpty},
 	{"scale_outbox_100k_vs_none", "none", scaleOutbox100kVsNone},
+	{"outbox_backlog_100k_vs_empty", "empty", outboxBacklog100kVsEmpty},
+	{"pg_outbox_backlog_100k_vs_empty", "empty", pgOutboxBacklog100kVsEmpty},
 	{"scale_each_1m", "", scaleEach1M},
 	{"scheduler_idle_cpu", "", schedulerIdleCPU},
 	{"scheduler_wake_latency", "", schedulerWakeLatency},

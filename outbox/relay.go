@@ -146,9 +146,10 @@ func newRelayConfig(opts []Option) *relayConfig {
 }
 
 // WithBatch sets how many messages one claim takes at most (default
-// [DefaultBatch]). Since a topic's messages go one at a time, a claim
-// takes at most one message per topic. n below 1 is an error matching
-// [ErrInvalidOption].
+// [DefaultBatch]). On a store that can give claims back (the SQLite and
+// Postgres ledgers) a claim takes runs of a topic's messages, handed out
+// one at a time in order; on another, at most one message per topic. n
+// below 1 is an error matching [ErrInvalidOption].
 func WithBatch(n int) Option {
 	return relayOption(func(c *relayConfig) error {
 		if n < 1 {
@@ -257,7 +258,8 @@ func OnDelivery(f func(DeliveryResult)) Option {
 
 // RelayOnce delivers the outbox messages of s that are due, with d, until
 // none is due: it claims a batch (the first pending message of each topic,
-// leased to this relay with a fencing token), calls d for each, records
+// and on the SQLite and Postgres ledgers the ones right after it, leased
+// to this relay with a fencing token), calls d for each in order, records
 // each end (fenced: an end whose lease another relay took over is
 // refused), and claims again. Then, with [WithRetention], it prunes the
 // delivered messages older than the retention.

@@ -18,8 +18,8 @@ import (
 var (
 	_ idemstore.OutboxTxStore[pgx.Tx]  = (*Ledger)(nil)
 	_ idemstore.OutboxTxStore[*sql.Tx] = (*DBLedger)(nil)
-	_ idemstore.OutboxStore            = (*Ledger)(nil)
-	_ idemstore.OutboxStore            = (*DBLedger)(nil)
+	_ idemstore.OutboxReleaser         = (*Ledger)(nil)
+	_ idemstore.OutboxReleaser         = (*DBLedger)(nil)
 )
 
 // The outbox (version 5): one row per message in table outbox, seq its
@@ -63,17 +63,64 @@ CREATE INDEX IF NOT EXISTS outbox_delivered ON {s}.outbox (delivered) WHERE stat
 	INSERT INTO {s}.outbox(id, topic, payload, headers, job, period, item, created)
 	SELECT $2::text, $3::text, $4::bytea, $5::text, $6::text, $7::text, $8::text, $9::bigint FROM l`
 
-	// outboxClaimSQL takes the first pending message of each topic that is
-	// due and not leased ($3: now), up to $4, skipping rows another claim
-	// holds locked.
-	outboxClaimSQL = `UPDATE {s}.outbox SET attempts = attempts + 1, token = token + 1, owner = $1::text, lease_until = $2::bigint
-	WHERE seq IN (
-		SELECT c.seq FROM {s}.outbox c
-		WHERE c.status = 'pending' AND c.lease_until <= $3::bigint AND c.not_before <= $3::bigint
-		  AND NOT EXISTS (SELECT 1 FROM {s}.outbox e WHERE e.status = 'pending' AND e.topic = c.topic AND e.seq < c.seq)
+	// outboxClaimSQL claims ($1: the owner, $2: the lease's end) the
+	// first pending message of each topic that is due and not leased ($3:
+	// now), oldest first, up to $4, and after each such head the pending
+	// messages of its topic right after it, each due and not leased, up to
+	// the first that is not: up to $5 of the topic in all (1: the head
+	// alone) and $4 in all, the heads first. It reads the heads and what
+	// follows them, never the backlog: heads walks outbox_pending from
+	// topic to topic, one descent each (a loose index scan: the first
+	// entry after a topic's last is the next topic's head); taken locks
+	// the due heads, oldest first, passing over those another claim holds
+	// (SKIP LOCKED: relays on many hosts share the work); next reads the
+	// entries after each taken head, up to the room left, and held locks
+	// the due ones of its topic, passing over any another transaction
+	// holds; a run ends at the first message that is not due or not held,
+	// so that it skips none. taken, held and the UPDATE fetch their rows
+	// by ctid (TID scans, whatever the statistics say). A row that a
+	// concurrent transaction changed since the statement began is left
+	// out (its new version's ctid is not the one asked for): a claim may
+	// take fewer messages than it could, never one it should not, and
+	// every row it updates is one it locked, as its snapshot shows it.
+	outboxClaimSQL = `WITH RECURSIVE heads(topic, seq, ctid) AS (
+		(SELECT o.topic, o.seq, o.ctid FROM {s}.outbox o WHERE o.status = 'pending' ORDER BY o.topic, o.seq LIMIT 1)
+		UNION ALL
+		SELECT n.topic, n.seq, n.ctid FROM heads h CROSS JOIN LATERAL (
+			SELECT o.topic, o.seq, o.ctid FROM {s}.outbox o WHERE o.status = 'pending' AND o.topic > h.topic
+			ORDER BY o.topic, o.seq LIMIT 1) n
+	), taken AS (
+		SELECT c.seq, c.topic, c.ctid FROM {s}.outbox c
+		WHERE c.ctid = ANY (ARRAY(SELECT ctid FROM heads))
+		  AND c.status = 'pending' AND c.lease_until <= $3::bigint AND c.not_before <= $3::bigint
 		ORDER BY c.seq LIMIT $4::bigint
-		FOR UPDATE SKIP LOCKED)
+		FOR UPDATE OF c SKIP LOCKED
+	), next AS (
+		SELECT h.seq AS head, f.seq, f.ctid, f.topic = h.topic AND f.lease_until <= $3::bigint AND f.not_before <= $3::bigint AS due
+		FROM taken h CROSS JOIN LATERAL (
+			SELECT o.seq, o.topic, o.ctid, o.lease_until, o.not_before FROM {s}.outbox o
+			WHERE o.status = 'pending' AND (o.topic, o.seq) > (h.topic, h.seq)
+			ORDER BY o.topic, o.seq LIMIT least($5::bigint, $4::bigint - (SELECT count(*) FROM taken) + 1) - 1) f
+	), held AS (
+		SELECT c.seq, c.ctid FROM {s}.outbox c
+		WHERE c.ctid = ANY (ARRAY(SELECT ctid FROM next WHERE due))
+		  AND c.status = 'pending' AND c.lease_until <= $3::bigint AND c.not_before <= $3::bigint
+		FOR UPDATE OF c SKIP LOCKED
+	), runs AS (
+		SELECT r.ctid, row_number() OVER (ORDER BY r.head, r.seq) AS k FROM (
+			SELECT n.head, n.seq, l.ctid, bool_and(n.due AND l.seq IS NOT NULL) OVER (PARTITION BY n.head ORDER BY n.seq) AS ok
+			FROM next n LEFT JOIN held l ON l.seq = n.seq) r
+		WHERE r.ok
+	)
+	UPDATE {s}.outbox o SET attempts = o.attempts + 1, token = o.token + 1, owner = $1::text, lease_until = $2::bigint
+	WHERE o.ctid = ANY (ARRAY(SELECT ctid FROM taken UNION ALL SELECT ctid FROM runs WHERE k <= $4::bigint - (SELECT count(*) FROM taken)))
 	RETURNING ` + outboxCols
+
+	// outboxReleaseSQL gives back each claim ($1: ids, $2: their tokens)
+	// that is still its message's latest.
+	outboxReleaseSQL = `UPDATE {s}.outbox o SET attempts = o.attempts - 1, lease_until = 0
+	FROM unnest($1::text[], $2::bigint[]) AS c(id, token)
+	WHERE o.id = c.id AND o.token = c.token AND o.status = 'pending'`
 
 	outboxDeliveredSQL = `UPDATE {s}.outbox SET status = 'delivered', delivered = $1, lease_until = 0, last_error = ''
 	WHERE id = $2 AND token = $3 AND status = 'pending'`
@@ -193,16 +240,42 @@ func (l *core) queryOutbox(ctx context.Context, c conn, q string, args ...any) (
 }
 
 // ClaimOutbox implements [idemstore.OutboxStore]: one statement takes the
-// first pending message of each topic that is due and not leased, with
-// FOR UPDATE SKIP LOCKED, so that relays on many hosts share the work and
-// never hold one message at once.
+// first pending message of each topic that is due and not leased, and with
+// req.Run above 1 the ones right after it (a run of the topic, as
+// [idemstore.OutboxClaimRequest] says), with FOR UPDATE SKIP LOCKED, so
+// that relays on many hosts share the work and never hold one message at
+// once. It reads the index of pending messages a topic at a time, not the
+// backlog: its cost grows with the topics and the messages it takes, not
+// with the messages pending.
 func (l *core) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimRequest) ([]idemstore.OutboxRecord, error) {
-	out, err := l.queryOutbox(ctx, l.db, l.oq(outboxClaimSQL), req.Owner, usMicros(req.Now.Add(req.Lease)), usMicros(req.Now), req.N)
+	out, err := l.queryOutbox(ctx, l.db, l.oq(outboxClaimSQL), claimArgs(req)...)
 	if err != nil {
 		return nil, fmt.Errorf("pgledger: schema %q: claim outbox messages: %w", l.schema, err)
 	}
 	sortSeq(out)
 	return out, nil
+}
+
+// claimArgs are outboxClaimSQL's arguments for req.
+func claimArgs(req idemstore.OutboxClaimRequest) []any {
+	return []any{req.Owner, usMicros(req.Now.Add(req.Lease)), usMicros(req.Now), int64(req.N), int64(max(req.Run, 1))}
+}
+
+// ReleaseOutbox implements [idemstore.OutboxReleaser]: in one statement,
+// each claim still the message's latest gets its lease released and its
+// attempt count back.
+func (l *core) ReleaseOutbox(ctx context.Context, claims []idemstore.OutboxClaimed) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	ids, tokens := make([]string, len(claims)), make([]int64, len(claims))
+	for i, c := range claims {
+		ids[i], tokens[i] = c.ID, c.Token
+	}
+	if _, err := l.db.exec(ctx, l.oq(outboxReleaseSQL), ids, tokens); err != nil {
+		return fmt.Errorf("pgledger: schema %q: release outbox claims: %w", l.schema, err)
+	}
+	return nil
 }
 
 func sortSeq(out []idemstore.OutboxRecord) {

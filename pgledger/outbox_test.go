@@ -193,3 +193,154 @@ func TestOutboxUpgradeFromVersion4(t *testing.T) {
 		t.Fatalf("relay on the upgraded schema: %+v, %v, %v", res, got, err)
 	}
 }
+
+// fillOutbox writes n pending messages into l's outbox in one statement,
+// as PutOutbox writes them: message i (from 0) of topic "t<i % topics>",
+// in seq order. It is setup: a backlog of tens of thousands of messages
+// put one RunTx at a time would be most of the test's time.
+func fillOutbox(t *testing.T, l schemaLedger, n, topics int) {
+	t.Helper()
+	s := pgx.Identifier{l.Schema()}.Sanitize()
+	err := execIn(context.Background(), l, `INSERT INTO `+s+`.outbox (id, topic, payload, job, period, created)
+		SELECT 'backlog/p' || lpad(g::text, 6, '0') || '-0', 't' || (g % `+fmt.Sprint(topics)+`), '\x7b7d', 'backlog', 'p' || lpad(g::text, 6, '0'),
+			(extract(epoch FROM clock_timestamp()) * 1e6)::bigint
+		FROM generate_series(0, `+fmt.Sprint(n-1)+`) AS g ORDER BY g`)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOutboxClaimBacklog: with a backlog of 20,000 pending messages on 4
+// topics, a claim of 32 with runs (OutboxClaimRequest.Run, which a relay
+// asks of a store that can give claims back) takes 32 messages, not one
+// a topic: each topic's run in Seq order, its head first; and while
+// another relay holds two topics' heads, a claim takes runs of the other
+// two, and nothing after a held head. On both ledgers.
+func TestOutboxClaimBacklog(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		open func(t *testing.T) schemaLedger
+	}{
+		{"pgx", func(t *testing.T) schemaLedger { return openLedger(t, newPool(t)) }},
+		{"database/sql", func(t *testing.T) schemaLedger { return openDBLedger(t, openDB(t, "pgx")) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			l := c.open(t)
+			s, ok := l.(idemstore.OutboxReleaser)
+			if !ok {
+				t.Fatalf("%T is no idemstore.OutboxReleaser: a relay claims one message a topic from it", l)
+			}
+			const backlog, topics = 20_000, 4
+			fillOutbox(t, l, backlog, topics)
+			now := time.Now()
+			claim := func(owner string, n, run int) []idemstore.OutboxRecord {
+				t.Helper()
+				recs, err := s.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: n, Run: run, Owner: owner, Now: now, Lease: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return recs
+			}
+			// checkRuns checks that recs are in Seq order and that each
+			// topic's are the first pending ones of the topic after
+			// skip of them (message i of topic k is number i*topics+k).
+			checkRuns := func(what string, recs []idemstore.OutboxRecord, skip map[string]int) {
+				t.Helper()
+				next := map[string]int{}
+				for i, r := range recs {
+					if i > 0 && r.Seq <= recs[i-1].Seq {
+						t.Fatalf("%s: not in Seq order: %d after %d", what, r.Seq, recs[i-1].Seq)
+					}
+					var k int
+					fmt.Sscanf(r.Topic, "t%d", &k)
+					want := fmt.Sprintf("backlog/p%06d-0", (skip[r.Topic]+next[r.Topic])*topics+k)
+					if r.ID != want || r.Attempts != 1 {
+						t.Fatalf("%s: message %d is %s (attempt %d), want %s at attempt 1: a topic's run is its first pending messages, in order",
+							what, i, r.ID, r.Attempts, want)
+					}
+					next[r.Topic]++
+				}
+			}
+			// One relay holds the heads of t0 and t1 (the oldest two).
+			held := claim("r1", 2, 1)
+			checkRuns("r1's claim", held, nil)
+			if len(held) != 2 || held[0].Topic != "t0" || held[1].Topic != "t1" {
+				t.Fatalf("r1's claim of 2 without runs took %d messages (%v), want the heads of t0 and t1", len(held), held)
+			}
+			// Another takes runs of t2 and t3: 32 messages.
+			got := claim("r2", 32, 32)
+			if len(got) != 32 {
+				t.Fatalf("with %d messages pending on %d topics and two topics' heads held, a claim of 32 with runs took %d messages, want 32",
+					backlog, topics, len(got))
+			}
+			checkRuns("r2's claim", got, nil)
+			for _, r := range got {
+				if r.Topic != "t2" && r.Topic != "t3" {
+					t.Fatalf("r2's claim took %s of %s, whose head r1 holds", r.ID, r.Topic)
+				}
+			}
+			// Every head is held now: nothing is due.
+			if again := claim("r3", 32, 32); len(again) != 0 {
+				t.Fatalf("a claim took %d messages while every topic's head was held (first %s)", len(again), again[0].ID)
+			}
+			// r1's heads delivered, r2's claims given back: a claim of 32
+			// takes runs of every topic, after the delivered ones.
+			for _, r := range held {
+				if err := s.DeliveredOutbox(ctx, r.ID, r.Token, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var back []idemstore.OutboxClaimed
+			for _, r := range got {
+				back = append(back, idemstore.OutboxClaimed{ID: r.ID, Token: r.Token})
+			}
+			if err := s.ReleaseOutbox(ctx, back); err != nil {
+				t.Fatal(err)
+			}
+			all := claim("r4", 32, 32)
+			if len(all) != 32 {
+				t.Fatalf("a claim of 32 with runs took %d messages, want 32", len(all))
+			}
+			checkRuns("r4's claim", all, map[string]int{"t0": 1, "t1": 1})
+		})
+	}
+}
+
+// TestOutboxClaimRunStopsAtLocked: a claim passes over rows another
+// transaction holds locked (an operator's drop, another claim) without
+// skipping one: a topic whose head is locked gives nothing, not the
+// message after it, and a run ends before a locked message instead of
+// going on after it.
+func TestOutboxClaimRunStopsAtLocked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	l := openLedger(t, pool)
+	fillOutbox(t, l, 12, 2) // t0: p0, p2, ..., p10; t1: p1, p3, ..., p11
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	s := pgx.Identifier{l.Schema()}.Sanitize()
+	// t0's head and t1's third message are held.
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+s+`.outbox WHERE id IN ('backlog/p000000-0', 'backlog/p000005-0') FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a claim that waited for the locks would wait for ever
+	defer cancel()
+	recs, err := l.ClaimOutbox(cctx, idemstore.OutboxClaimRequest{N: 32, Run: 32, Owner: "r", Now: time.Now(), Lease: time.Minute})
+	if err != nil {
+		t.Fatalf("claim while rows were locked: %v", err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.ID)
+	}
+	if want := []string{"backlog/p000001-0", "backlog/p000003-0"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claim took %v while t0's head and t1's third message were locked, want %v", got, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
@@ -209,5 +210,114 @@ func TestCountItemsPlan(t *testing.T) {
 	got, out := planScans(t, pool, "force_generic_plan", 10000, l.q.countItems, "j", "p3")
 	if strings.Contains(got, "Seq Scan") || !strings.Contains(got, "item_state") || !strings.Contains(got, "item_chunks") {
 		t.Errorf("scans: %s; want the period's rows read by index\nplan: %s", got, out)
+	}
+}
+
+// outboxRowsRead runs the outbox claim of req under EXPLAIN (ANALYZE,
+// FORMAT JSON) with plan_cache_mode mode, in a transaction that is rolled
+// back, and returns the rows its scans of table outbox read (the rows
+// each returned and each filtered out, times its loops: a count of the
+// plan's work, not a time), the rows it claimed, and its scans.
+func outboxRowsRead(t *testing.T, l *Ledger, pool *pgxpool.Pool, mode string, req idemstore.OutboxClaimRequest) (read, claimed int64, scans string, plan []byte) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = `+mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+l.oq(outboxClaimSQL), claimArgs(req)...).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	type node struct {
+		Type      string  `json:"Node Type"`
+		Relation  string  `json:"Relation Name"`
+		Index     string  `json:"Index Name"`
+		Rows      float64 `json:"Actual Rows"`
+		Loops     float64 `json:"Actual Loops"`
+		Filtered  float64 `json:"Rows Removed by Filter"`
+		Rechecked float64 `json:"Rows Removed by Index Recheck"`
+		Plans     []node  `json:"Plans"`
+	}
+	var top []struct{ Plan node }
+	if err := json.Unmarshal(plan, &top); err != nil {
+		t.Fatal(err)
+	}
+	var list []string
+	var walk func(n node)
+	walk = func(n node) {
+		if n.Relation == "outbox" && strings.Contains(n.Type, "Scan") {
+			read += int64((n.Rows + n.Filtered + n.Rechecked) * n.Loops)
+			list = append(list, strings.TrimSpace(n.Type+" "+n.Index))
+		}
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(top[0].Plan)
+	return read, int64(top[0].Plan.Rows), strings.Join(list, ", "), plan
+}
+
+// TestClaimOutboxPlan checks that an outbox claim reads the topics' heads
+// and what follows them, not the backlog: on 20,000 pending messages of 4
+// topics (interleaved; or all but three of one topic, the other three's
+// heads last), with every head due or every head leased, a claim of 32
+// with runs of 32 (as a relay makes it) reads at most 1,000 rows, through
+// outbox_pending and TID scans only, and takes as many messages as the
+// topics' order allows. The rows read are the plan's own count (EXPLAIN
+// ANALYZE), not a time. With the statistics known and not, with custom
+// and generic plans.
+func TestClaimOutboxPlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const backlog, maxRead = 20_000, 1_000
+	const want = "Index Scan outbox_pending, Index Scan outbox_pending, Tid Scan, Index Scan outbox_pending, Tid Scan, Tid Scan"
+	layouts := []struct {
+		name  string
+		fill  string // $1: the number of messages
+		lease bool   // each topic's head leased
+		want  int64  // messages claimed
+	}{
+		{"interleaved", `SELECT g, 't' || (g % 4) FROM generate_series(0, $1 - 1) AS g`, false, 32},
+		{"one topic first", `SELECT g, CASE WHEN g < $1 - 3 THEN 't0' ELSE 't' || ($1 - g) END FROM generate_series(0, $1 - 1) AS g`, false, 32},
+		{"heads leased", `SELECT g, 't' || (g % 4) FROM generate_series(0, $1 - 1) AS g`, true, 0},
+	}
+	for _, lay := range layouts {
+		t.Run(lay.name, func(t *testing.T) {
+			t.Parallel()
+			l, pool, s := planLedger(t)
+			_, err := pool.Exec(ctx, `INSERT INTO `+s+`.outbox (id, topic, payload, job, period, created)
+				SELECT 'm' || g, topic, '\x00', 'j', 'p' || g, 1 FROM (`+lay.fill+`) AS m(g, topic) ORDER BY g`, backlog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			if lay.lease {
+				_, err := pool.Exec(ctx, `UPDATE `+s+`.outbox SET lease_until = $1 WHERE seq IN (SELECT min(seq) FROM `+s+`.outbox GROUP BY topic)`,
+					now.Add(time.Hour).UnixMicro())
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			req := idemstore.OutboxClaimRequest{N: 32, Run: 32, Owner: "r", Now: now, Lease: time.Minute}
+			for _, stats := range []string{"unknown", "known"} {
+				if stats == "known" {
+					if _, err := pool.Exec(ctx, `VACUUM ANALYZE `+s+`.outbox`); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+					read, claimed, scans, plan := outboxRowsRead(t, l, pool, mode, req)
+					t.Logf("statistics %s, %s: read %d rows, claimed %d; %s", stats, mode, read, claimed, scans)
+					if read > maxRead || claimed != lay.want || scans != want {
+						t.Errorf("statistics %s, %s: the claim read %d rows of the outbox (want at most %d) and claimed %d (want %d)\nscans: %s\nwant:  %s\nplan: %s",
+							stats, mode, read, maxRead, claimed, lay.want, scans, want, plan)
+					}
+				}
+			}
+		})
 	}
 }
