@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -139,6 +140,21 @@ func TestBadScheduleSaysWhyOnce(t *testing.T) {
 		if code != exitUsage || !strings.HasPrefix(line, want) || strings.Count(line, "idem: ") != 1 ||
 			strings.Count(line, "--schedule") != 1 || strings.Count(line, spec) != 1 || !strings.Contains(line, "61") || len(line) == len(want) {
 			t.Errorf("idem %s: exit %d, stderr %q; want exit %d and one line %q and cron's reason", strings.Join(args, " "), code, errb.String(), exitUsage, want)
+		}
+	}
+}
+
+// TestLongLimitFlagCut: a --rate or --at-once with a 10 KB name is quoted
+// in its error cut short, with its length, not whole.
+func TestLongLimitFlagCut(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 10240)
+	for _, v := range []string{long + "=1", long + "=x", long, "a=1," + long} {
+		for name, parse := range map[string]func(string) (limitSpec, error){"--rate": parseRate, "--at-once": parseAtOnce} {
+			_, err := parse(v)
+			if err == nil || len(err.Error()) > 300 || !strings.Contains(err.Error(), " bytes)") {
+				t.Errorf("%s of %d bytes: an error of %d bytes; want the value cut short, with its length", name, len(v), len(fmt.Sprint(err)))
+			}
 		}
 	}
 }
