@@ -133,7 +133,9 @@ func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn fun
 			// The attempt's span starts when the store runs fn: a key
 			// with a record runs none here.
 			endSpan := func(idemstore.SpanEnd) {}
+			ran := false
 			c, done, err := fs.ClaimFinishTx(ctx, req, cfg.cursor, func(tx Tx) ([]byte, error) {
+				ran = true
 				endSpan(idemstore.SpanEnd{Err: errTxAgain}) // the store runs the transaction again
 				var sctx context.Context
 				sctx, endSpan = startAttemptSpan(ctx, key, 1, 0, false)
@@ -148,6 +150,10 @@ func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn fun
 			if failed != nil && err == error(failed) {
 				// fn's error as is: the claim alone was committed.
 				return c, false, nil, failed, nil
+			}
+			if ran && !done && !idemstore.IsStop(err) {
+				// fn ran as attempt 1 and its transaction did not commit.
+				return c, false, nil, nil, &uncommitted{err}
 			}
 			return c, done, stored, nil, err
 		}
@@ -175,6 +181,21 @@ type txBody func(ctx context.Context, attempt int64, now time.Time) (stored []by
 // neither marked the key done nor claimed it returns a zero Claim (Each's
 // period mark, FreshMarker.MarkFresh): the key is claimed the usual way.
 type freshBody func(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, done bool, stored []byte, fnErr *fnError, err error)
+
+// uncommitted is the answer of a one-transaction claim whose fn ran, as
+// attempt 1, and whose transaction did not commit (err, nil when the store
+// committed the claim alone: idemstore.ClaimFirst). That run counts as a
+// failed attempt 1, so that fn never runs twice as one attempt.
+type uncommitted struct{ err error }
+
+func (e *uncommitted) Error() string {
+	if e.err == nil {
+		return "the transaction did not commit"
+	}
+	return "the transaction did not commit: " + e.err.Error()
+}
+
+func (e *uncommitted) Unwrap() error { return e.err }
 
 // fnError marks an error as fn's own, for the engine's loop. Stores never
 // see it as such: see RunTx.
@@ -294,10 +315,17 @@ func details(msg string, errs ...error) *detailError {
 }
 
 // Info describes the attempt a fn is running for. Get it with [InfoFrom].
+//
+// Attempt is the fencing token, higher for every new attempt. In RunTx, a
+// transaction that did not commit after fn ran (its COMMIT failed) counts
+// as a failed attempt, a key's first transaction too (whose claim commits
+// with it): fn runs again as the next attempt. A store may run a
+// transaction again itself before it answers (idemstore.TxStore), fn with
+// it, under the same Attempt: only one of those runs can commit.
 type Info struct {
 	Key       Key
 	Item      string // Each: the item being applied; "" for Run
-	Attempt   int64  // the attempt number: the fencing token, higher for every new attempt
+	Attempt   int64  // the attempt number: the fencing token, higher for every new attempt (see above)
 	RequestID string // Key.RequestID(); in Each Key.ItemRequestID(Item), a format of its own: the same for every attempt
 	Owner     string // who holds the attempt
 }
@@ -413,6 +441,10 @@ type runner struct {
 	// Crash.Recover), where it makes one attempt unless RetryWithin is
 	// given (internal/runctx).
 	oneAttempt bool
+	// lostRun: RunTx's one-transaction claim ran fn as attempt 1 and
+	// committed nothing; the claim that follows, if of attempt 1, records
+	// that run as its failure.
+	lostRun *uncommitted
 }
 
 // log logs msg with the call's context ctx, if the call has a logger.
@@ -531,6 +563,13 @@ func (r *runner) claim(ctx context.Context, tx txBody, fresh *freshBody) (c idem
 		if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, r.key); err != nil {
 			return c, nil, true, err
 		}
+		if lost := r.lostRun; lost != nil {
+			r.lostRun = nil
+			if c.Attempt == 1 && !c.Doubt { // fn ran as attempt 1 already: that run was this attempt, and failed
+				r.res.Attempts++
+				return c, lost, false, nil
+			}
+		}
 		return c, nil, false, nil
 	}
 }
@@ -544,6 +583,7 @@ func (r *runner) claim(ctx context.Context, tx txBody, fresh *freshBody) (c idem
 func (r *runner) claimFresh(ctx context.Context, f freshBody, req idemstore.ClaimRequest) (c idemstore.Claim, claimed, end bool, fnErr, err error) {
 	info := Info{Key: r.key, Attempt: 1, RequestID: r.key.RequestID(), Owner: req.Owner}
 	c, done, stored, fe, err := f(context.WithValue(ctx, infoKey{}, info), req)
+	un, _ := err.(*uncommitted)
 	switch {
 	case done:
 		r.res.Attempt, r.res.Attempts, r.res.Outcome, r.res.Value = 1, 1, Ran, stored
@@ -556,6 +596,15 @@ func (r *runner) claimFresh(ctx context.Context, f freshBody, req idemstore.Clai
 		return c, false, false, fe, nil
 	case idemstore.IsStop(err):
 		return c, false, true, nil, err
+	case un != nil:
+		if c.State == idemstore.ClaimAcquired { // the claim alone committed (ClaimFirst): its attempt failed
+			r.res.Attempt, r.res.Attempts = c.Attempt, 1
+			r.acquired(c.Attempt)
+			return c, false, false, un, nil
+		}
+		r.log(ctx, slog.LevelDebug, "one-transaction claim ran fn and committed nothing; claiming the usual way", slog.Any("error", un.err))
+		r.lostRun = un
+		return c, false, false, nil, nil
 	case err != nil:
 		r.log(ctx, slog.LevelDebug, "one-transaction claim failed; claiming the usual way", slog.Any("error", err))
 		return c, false, false, nil, nil

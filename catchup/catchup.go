@@ -175,6 +175,16 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.
 
 	now := clock.Now()
 	last := cu.LastDue(sched, now)
+	if js.Cursor == "" && !cu.Since.IsZero() {
+		// A start after the next period to become due would record, as the
+		// cursor, a period that is not due yet: the periods up to it would
+		// count as settled without having run. Refused before anything is
+		// written.
+		if p, next := sched.At(cu.Since), sched.Next(last); p.Start.After(next.Start) {
+			return res, core.InvalidOption("catchup.Since(%s) in %s of job %q is in the future: its period %s comes after %s, the next period to become due (now is %s)",
+				cu.Since.Format(time.RFC3339), call, job, p.Name, next.Name, now.Format(time.RFC3339))
+		}
+	}
 	if js.Cursor == "" {
 		// The job's first catch-up: record where it starts before any
 		// period runs, so that a first period that fails is where the
@@ -402,8 +412,12 @@ func Latest() idem.Option {
 
 // Since bounds the first catch-up of a job (one with no cursor yet): it
 // starts at the period containing t instead of only the latest due period,
-// so a new job backfills a chosen window and never from the epoch. A zero t
-// is an error matching [idem.ErrInvalidOption].
+// so a new job backfills a chosen window and never from the epoch. A t in
+// the period after the latest due one starts the job with that period (the
+// first call runs nothing and records the latest due period as settled:
+// idem serve --since next). A t later than that is an error matching
+// [idem.ErrInvalidOption], naming the job, t and now, returned before
+// anything is written, as is a zero t.
 func Since(t time.Time) idem.Option {
 	return policy("catchup.Since", func(c *catchupcfg.Settings) error {
 		if t.IsZero() {

@@ -144,6 +144,54 @@ func TestCatchUpSinceAndDueAtStart(t *testing.T) {
 	}
 }
 
+// TestCatchUpSinceInFuture: a Since after the next period to become due is
+// refused, naming the job, the start and now, before anything is written (no
+// cursor, no record: the periods before it do not count as settled); a Since
+// in the next period starts the job there, and that period runs once due.
+func TestCatchUpSinceInFuture(t *testing.T) {
+	t.Parallel()
+	stores := map[string]func(t *testing.T, dir string) idem.Store{
+		"ledger":    func(t *testing.T, dir string) idem.Store { return openLedger(t, dir) },
+		"statefile": func(t *testing.T, dir string) idem.Store { return openState(t, dir) },
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clk := idemtest.NewClock(day(10)) // 2026-10-11 02:00: 2026-10-10 is the latest due day
+			j := &catchUpJob{s: open(t, t.TempDir()), clk: clk}
+			_, err := j.run(t, catchup.Since(day(11)))
+			for _, want := range []string{`"settle"`, "2026-10-12T02:00:00Z", "now is 2026-10-11T02:00:00Z"} {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("Since in the future: %v; want an error naming %s", err, want)
+				}
+			}
+			if !errors.Is(err, idem.ErrInvalidOption) {
+				t.Fatalf("%v; want ErrInvalidOption", err)
+			}
+			if len(j.ran) != 0 {
+				t.Fatalf("ran %v; want nothing", j.ran)
+			}
+			cs := testledger.As[idemstore.CatchUpStore](t, j.s)
+			if js, err := cs.Job(context.Background(), "settle"); err != nil || js.Cursor != "" {
+				t.Fatalf("job state %+v, %v; want no cursor", js, err)
+			}
+			for i := 8; i <= 12; i++ {
+				if rec, ok, err := cs.Lookup(context.Background(), idem.Key{Job: "settle", Period: day(i).Format(time.DateOnly)}); ok || err != nil {
+					t.Fatalf("%s: %+v, %v; want no record", day(i).Format(time.DateOnly), rec, err)
+				}
+			}
+			// The next period to become due: the job starts there.
+			if _, err := j.run(t, catchup.Since(day(10))); err != nil || len(j.ran) != 0 {
+				t.Fatalf("Since the next period: ran %v, %v; want nothing yet", j.ran, err)
+			}
+			clk.Set(day(11))
+			if _, err := j.run(t, catchup.Since(day(10))); err != nil || !slices.Equal(j.ran, names(10, 1)) {
+				t.Fatalf("a day later: ran %v, %v; want %v", j.ran, err, names(10, 1))
+			}
+		})
+	}
+}
+
 func TestCatchUpStopsAtFailure(t *testing.T) {
 	t.Parallel()
 	clk := idemtest.NewAutoClock(day(1))

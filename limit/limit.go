@@ -70,7 +70,7 @@ func With(ls ...Limit) idem.Option {
 // store returns s's limit store, or an error naming call and s's type.
 func store(call string, s idem.Store, name string) (idemstore.LimitStore, error) {
 	if s == nil {
-		return nil, fmt.Errorf("%w: %s(%q): no store", idem.ErrInvalidOption, call, name)
+		return nil, fmt.Errorf("%w: %s(%s): no store", idem.ErrInvalidOption, call, idemstore.QuotePart(name))
 	}
 	st, err := idemstore.Of(s)
 	if err != nil {
@@ -78,11 +78,11 @@ func store(call string, s idem.Store, name string) (idemstore.LimitStore, error)
 	}
 	ls, ok := st.(idemstore.LimitStore)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s(%q): the store %s keeps no limits shared by processes (idemstore.LimitStore): use the SQLite ledger, Postgres or Redis",
-			idem.ErrInvalidOption, call, name, storeof.TypeName(s))
+		return nil, fmt.Errorf("%w: %s(%s): the store %s keeps no limits shared by processes (idemstore.LimitStore): use the SQLite ledger, Postgres or Redis",
+			idem.ErrInvalidOption, call, idemstore.QuotePart(name), storeof.TypeName(s))
 	}
 	if err := idemstore.ValidatePart("limit name", name); err != nil {
-		return nil, fmt.Errorf("%w: %s(%q): %v", idem.ErrInvalidOption, call, name, err)
+		return nil, fmt.Errorf("%w: %s(%s): %v", idem.ErrInvalidOption, call, idemstore.QuotePart(name), err)
 	}
 	return ls, nil
 }
@@ -110,8 +110,8 @@ func NewRate(s idem.Store, name string, perSecond float64, burst int) (*Rate, er
 		return nil, err
 	}
 	if !(perSecond > 0) || perSecond > 1e9 || burst < 1 {
-		return nil, fmt.Errorf("%w: limit.NewRate(%q, %v, %d): the rate must be above 0 (and at most 1e9) and the burst at least 1",
-			idem.ErrInvalidOption, name, perSecond, burst)
+		return nil, fmt.Errorf("%w: limit.NewRate(%s, %v, %d): the rate must be above 0 (and at most 1e9) and the burst at least 1",
+			idem.ErrInvalidOption, idemstore.QuotePart(name), perSecond, burst)
 	}
 	return &Rate{s: ls, name: name, r: idemstore.Rate{PerSecond: perSecond, Burst: burst}}, nil
 }
@@ -188,8 +188,8 @@ func NewAtOnce(s idem.Store, name string, max int, lease time.Duration) (*AtOnce
 		lease = DefaultLease
 	}
 	if max < 1 || lease < time.Second {
-		return nil, fmt.Errorf("%w: limit.NewAtOnce(%q, %d, %v): at least one holder, and a lease of at least a second",
-			idem.ErrInvalidOption, name, max, lease)
+		return nil, fmt.Errorf("%w: limit.NewAtOnce(%s, %d, %v): at least one holder, and a lease of at least a second",
+			idem.ErrInvalidOption, idemstore.QuotePart(name), max, lease)
 	}
 	return &AtOnce{s: ls, name: name, max: max, lease: lease, freed: make(chan struct{})}, nil
 }

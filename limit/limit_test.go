@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -68,6 +69,28 @@ func TestBadLimits(t *testing.T) {
 	} {
 		if err := c.err(); !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want ErrInvalidOption saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestLongLimitNameCut: a 10 KB limit name is quoted in its error cut
+// short, with its length (idemstore.QuotePart, as a key's parts are), not
+// whole.
+func TestLongLimitNameCut(t *testing.T) {
+	l := testledger.Open(t, t.TempDir())
+	long := strings.Repeat("x", 10240)
+	for name, f := range map[string]func() error{
+		"NewRate":   func() error { _, err := limit.NewRate(l, long, 1, 1); return err },
+		"NewAtOnce": func() error { _, err := limit.NewAtOnce(l, long, 1, 0); return err },
+		"nil store": func() error { _, err := limit.NewRate(nil, long, 1, 1); return err },
+		"state file": func() error {
+			_, err := limit.NewRate(testledger.OpenState(t, t.TempDir()), long, 1, 1)
+			return err
+		},
+	} {
+		err := f()
+		if !errors.Is(err, idem.ErrInvalidOption) || len(err.Error()) > 400 || !strings.Contains(err.Error(), "… (10240 bytes)") {
+			t.Errorf("%s: an error of %d bytes (%.300v); want ErrInvalidOption quoting the name cut short, with its length", name, len(fmt.Sprint(err)), err)
 		}
 	}
 }

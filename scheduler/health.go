@@ -1,11 +1,14 @@
 package scheduler
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/core"
 )
 
 // JobStatus is what a [Scheduler] knows of one job: from its own runs, and
@@ -33,7 +36,10 @@ type JobStatus struct {
 	// has not returned, whose claim waits or whose fn hangs, included);
 	// before any catch-up read the cursor (the store failing since the
 	// start), since the job's first look. 0: nothing due is unsettled, as
-	// far as this Scheduler knows.
+	// far as this Scheduler knows. The readiness probe ([Scheduler.Handler])
+	// reads the cursor of a job lagging past its [WithLagTolerance] from the
+	// store: periods another replica settled meanwhile (while this one was
+	// suspended, say) are no lag.
 	Lag time.Duration `json:"lag_ns"`
 	// Running: a run of the job is in progress in this process.
 	Running bool `json:"running"`
@@ -135,7 +141,11 @@ func UnreadyWhenParked() HandlerOption { return func(c *handlerConfig) { c.parke
 
 // Handler returns an http.Handler that serves the Scheduler's Status as
 // JSON, with status 200 when it is ready and 503 when it is not: mount it
-// as the service's readiness probe (/healthz, /readyz). With the query
+// as the service's readiness probe (/healthz, /readyz). A job that lags
+// past its [WithLagTolerance] as far as this Scheduler knows has its cursor
+// read from the store first, so that periods another replica settled are
+// no lag (for 2 seconds at most: a store that does not answer leaves this
+// Scheduler's knowledge). With the query
 // ?live, it answers 200 whenever the Scheduler's loop has looked at its
 // jobs within twice [Recheck], a liveness probe.
 func (s *Scheduler) Handler(opts ...HandlerOption) http.Handler {
@@ -144,6 +154,9 @@ func (s *Scheduler) Handler(opts ...HandlerOption) http.Handler {
 		o(&c)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, live := r.URL.Query()["live"]; !live {
+			s.readCursors(r.Context())
+		}
 		st := s.Status()
 		if c.parked {
 			for i := range st.Jobs {
@@ -166,4 +179,50 @@ func (s *Scheduler) Handler(opts ...HandlerOption) http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(st)
 	})
+}
+
+// cursorRead bounds the readiness probe's read of the lagging jobs'
+// cursors: a store that does not answer leaves the Scheduler's own
+// knowledge.
+const cursorRead = 2 * time.Second
+
+// readCursors reads from the store the cursor of every job that lags past
+// its tolerance as far as this Scheduler knows, and moves the job's cursor
+// forward to it: another replica may have settled the periods this one
+// counts as lag (this one was suspended, or its look is yet to come). A
+// store that fails leaves the job as it was.
+func (s *Scheduler) readCursors(ctx context.Context) {
+	now := s.clock.Now()
+	var lagging []*schedJob
+	s.mu.Lock()
+	for _, j := range s.jobs {
+		if oldest := s.oldestDue(j, now); j.job.tolerance > 0 && !oldest.IsZero() && now.Sub(oldest) > j.job.tolerance {
+			lagging = append(lagging, j)
+		}
+	}
+	s.mu.Unlock()
+	if len(lagging) == 0 {
+		return
+	}
+	cs, err := core.StoreAs[idemstore.CatchUpStore]("scheduler.Handler", s.store)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, cursorRead)
+	defer cancel()
+	for _, j := range lagging {
+		js, err := cs.Job(ctx, j.name)
+		if err != nil || js.Cursor == "" {
+			continue
+		}
+		stored, err := j.sched.Parse(js.Cursor)
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		if known, err := j.sched.Parse(j.cursor); j.cursor == "" || err != nil || stored.Start.After(known.Start) {
+			j.cursor = js.Cursor
+		}
+		s.mu.Unlock()
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testledger"
@@ -208,4 +209,41 @@ func TestSchedulerLagWhileFnHangs(t *testing.T) {
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "once fn returned", c.get(), "2026-03-01T09:00Z", "2026-03-01T10:00Z")
 	wantLagging(t, "once 10:00 is done", s, 0)
+}
+
+// TestSchedulerLagReadsStore: a replica that was suspended (its wall clock
+// jumped, its timers did not fire: it has not looked again) while another
+// replica settled the job's due periods is ready at once: its readiness
+// probe reads the cursor of a job lagging past its tolerance from the
+// store, instead of answering 503 from its own stale knowledge. A period
+// that nobody settled still counts as lag.
+func TestSchedulerLagReadsStore(t *testing.T) {
+	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
+	l := openLedger(t, t.TempDir())
+	s := scheduler.New(l, idem.WithClock(clk))
+	var c calls
+	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, scheduler.WithLagTolerance(10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(t, s)
+	schedtest.Idle(t, s, clk.Now())
+	wantLagging(t, "at 10:30, 09:00 done", s, 0)
+
+	clk.Jump(2 * time.Hour) // 12:30, and this replica has not looked since 10:30
+	var other calls
+	if _, err := catchup.Run(context.Background(), l, "hourly", idem.Hourly(time.UTC), other.fn, idem.WithClock(clk)); err != nil {
+		t.Fatal(err)
+	}
+	wantPeriods(t, "the other replica", other.get(), "2026-03-01T10:00Z", "2026-03-01T11:00Z")
+	if code := healthz(s); code != 200 {
+		t.Fatalf("at 12:30, with 10:00 and 11:00 done by another replica: /healthz %d, want 200 (%+v)", code, s.Status())
+	}
+	wantLagging(t, "at 12:30, every due period done", s, 0)
+	wantPeriods(t, "this replica", c.get(), "2026-03-01T09:00Z")
+
+	clk.Jump(time.Hour + 15*time.Minute) // 13:45: 12:00, due at 13:00, done by no one
+	if code := healthz(s); code != 503 {
+		t.Fatalf("at 13:45, 12:00 not done: /healthz %d, want 503 (%+v)", code, s.Status())
+	}
+	wantLagging(t, "at 13:45, 12:00 not done", s, 45*time.Minute)
 }

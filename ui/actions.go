@@ -40,6 +40,14 @@ func (a action) Target() string {
 	return a.Key.Job + " " + a.Key.Period
 }
 
+// shown is Target for a page: each store-held part isolated (see isolate).
+func (a action) shown() string {
+	if a.Outbox() {
+		return "outbox message " + isolate(strconv.Quote(a.ID))
+	}
+	return isolate(a.Key.Job) + " " + isolate(a.Key.Period)
+}
+
 // What says what the action does, for the confirmation.
 func (a action) What() string {
 	switch a.Do {
@@ -139,11 +147,11 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 	if err := h.perform(r.Context(), a); err != nil {
 		log.Warn("idem ui: action refused", "action", a.Do, "target", a.Target(), "err", err)
 		h.render(w, "message", page{Heading: "Refused", Status: http.StatusConflict,
-			Messages: []string{a.Target() + ": " + a.Do + " refused: " + err.Error()}, Data: back(a)})
+			Messages: []string{a.shown() + ": " + a.Do + " refused: " + err.Error()}, Data: back(a)})
 		return
 	}
 	log.Info("idem ui: action", "action", a.Do, "target", a.Target())
-	h.render(w, "message", page{Heading: "Done", Messages: []string{a.Target() + ": " + a.Do + " done"}, Data: back(a)})
+	h.render(w, "message", page{Heading: "Done", Messages: []string{a.shown() + ": " + a.Do + " done"}, Data: back(a)})
 }
 
 // perform does the action with the store's own calls and errors; Reset

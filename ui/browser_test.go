@@ -365,7 +365,7 @@ func TestBrowserNoScript(t *testing.T) {
 		{"record?job=notify&period=2026-10-27", []string{"503 unavailable", "410 gone"}},
 		{"outbox", []string{"mail", "hooks", "delivered"}},
 		{"search?job=settle&period=2026-10-2", []string{"2026-10-20", "2026-10-27"}},
-		{"action?do=resolve-done&job=pay&period=2026-10-27", []string{"pay 2026-10-27", "Resolve as done"}},
+		{"action?do=resolve-done&job=pay&period=2026-10-27", []string{"<bdi>pay</bdi> <bdi>2026-10-27</bdi>", "Resolve as done"}},
 	} {
 		step(t, ctx, "open "+tc.path, chromedp.Navigate(base+tc.path), chromedp.WaitReady(chromedp.CSS("footer")))
 		body := html(t, ctx)

@@ -26,11 +26,12 @@ var statuses = []idemstore.Status{idemstore.StatusRunning, idemstore.StatusFaile
 
 func parseTemplates() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"t":     fmtTime,
-		"short": idemstore.ShortFingerprint,
-		"age":   age,
-		"qs":    qs,
-		"list":  func(s ...string) []string { return s },
+		"t":       fmtTime,
+		"short":   idemstore.ShortFingerprint,
+		"age":     age,
+		"qs":      qs,
+		"list":    func(s ...string) []string { return s },
+		"isolate": isolate,
 		"msgs": func(actions bool, list []idemstore.OutboxRecord) any {
 			return struct {
 				Actions bool
@@ -90,8 +91,9 @@ func qs(kv ...string) template.URL {
 // page is what every template gets.
 type page struct {
 	Title    string
-	Heading  string
-	Refresh  int // seconds; 0 for none
+	Heading  string   // the page's own words
+	Names    []string // store-held names after Heading (a job, a period), each isolated
+	Refresh  int      // seconds; 0 for none
 	Actions  bool
 	HasOut   bool // the store has an outbox
 	Now      time.Time
@@ -99,6 +101,14 @@ type page struct {
 	Status   int
 	Messages []string
 }
+
+// isolate wraps s, text held by the store, in FIRST STRONG ISOLATE and POP
+// DIRECTIONAL ISOLATE: where no element can (a page's title, a message made
+// of several parts), it keeps a right-to-left override in s from
+// reordering the text after it, as <bdi> does in the templates, which put
+// every store-held text in a <bdi> (or an element with dir="auto") of its
+// own.
+func isolate(s string) string { return "\u2068" + s + "\u2069" }
 
 func (h *Handler) render(w http.ResponseWriter, name string, p page) {
 	p.Title = h.o.Title
@@ -304,7 +314,7 @@ func (r gridRow) HTML(job string) template.HTML {
 		b.WriteString(html.EscapeString(q + url.QueryEscape(c.Period)))
 		b.WriteString(`" title="`)
 		b.WriteString(html.EscapeString(c.Period + ": " + title))
-		b.WriteString(`">`)
+		b.WriteString(`" dir="auto">`)
 		b.WriteString(html.EscapeString(c.Label))
 		b.WriteString("</a>")
 	}
@@ -360,7 +370,7 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Records = append(d.Records, recs[i])
 	}
-	h.render(w, "job", page{Heading: "Job " + job, Data: d})
+	h.render(w, "job", page{Heading: "Job", Names: []string{job}, Data: d})
 }
 
 // grid lays a job's periods out: daily periods ("2026-10-27") as a month
@@ -513,7 +523,7 @@ func (h *Handler) record(w http.ResponseWriter, r *http.Request) {
 	d.CanResolve = found && resolvable(rec, h.o.Now())
 	d.CanReset = found && (rec.Status == idemstore.StatusParked || rec.Status == idemstore.StatusFailed)
 	d.Note = note(rec, found)
-	p := page{Heading: key.Job + " " + key.Period, Data: d}
+	p := page{Names: []string{key.Job, key.Period}, Data: d}
 	if !found {
 		p.Status = http.StatusNotFound
 	}

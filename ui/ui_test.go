@@ -70,7 +70,7 @@ func TestPagesEscapeStoredValues(t *testing.T) {
 		{"/record?job=xss&period=2026-10-27", []string{`&#34;\u003cscript\u003ealert(3)\u003c/script\u003e&#34;`}},
 		{"/outbox", []string{"&lt;b onmouseover=alert(4)&gt;hi&lt;/b&gt;", "410 gone: &lt;img src=x onerror=alert(2)&gt;"}},
 		{"/search?job=" + url.QueryEscape(xssJob), []string{"&lt;script&gt;alert(1)&lt;/script&gt;"}},
-		{"/action?do=reset&" + q, []string{"&lt;script&gt;alert(1)&lt;/script&gt; 2026-10-27"}},
+		{"/action?do=reset&" + q, []string{"<bdi>&lt;script&gt;alert(1)&lt;/script&gt;</bdi> <bdi>2026-10-27</bdi>"}},
 	} {
 		code, body := localGet(t, h, tc.target)
 		if code != http.StatusOK {
@@ -377,7 +377,7 @@ func TestJobGridMarksCursorDueAndWindow(t *testing.T) {
 			t.Errorf("the grid has no %s", want)
 		}
 	}
-	if _, body := localGet(t, h, "/"); !strings.Contains(body, `2026-10-30 <span class="s-late">late</span>`) {
+	if _, body := localGet(t, h, "/"); !strings.Contains(body, `<bdi>2026-10-30</bdi> <span class="s-late">late</span>`) {
 		t.Errorf("the overview does not say settle is late for 2026-10-30:\n%s", body)
 	}
 }

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -114,4 +117,44 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestBadScheduleSaysWhyOnce: a bad --schedule is a usage error whose
+// message starts with "idem: " once and names --schedule and the spec once,
+// with cron's reason (it said "idem: --schedule …: idem: cron spec …", and
+// "--schedule: --schedule …" from show, ls and ui).
+func TestBadScheduleSaysWhyOnce(t *testing.T) {
+	t.Parallel()
+	ledger := filepath.Join(t.TempDir(), "ledger.db")
+	const spec = "61 * * * *"
+	for _, args := range [][]string{
+		{"run", "--ledger", ledger, "--job", "settle", "--schedule", spec, "--", "true"},
+		{"show", "mail", "2026-10-27", "--ledger", ledger, "--after", "settle", "--schedule", spec},
+		{"ls", "--ledger", ledger, "--job", "mail", "--after", "settle", "--schedule", spec},
+		{"ui", "--ledger", ledger, "--schedule", "settle=" + spec},
+	} {
+		var out, errb strings.Builder
+		code := execute(args, &out, &errb)
+		line, _, _ := strings.Cut(errb.String(), "\n")
+		want := `idem: --schedule "61 * * * *": not daily, hourly, weekly, monthly or a valid 5-field cron expression: `
+		if code != exitUsage || !strings.HasPrefix(line, want) || strings.Count(line, "idem: ") != 1 ||
+			strings.Count(line, "--schedule") != 1 || strings.Count(line, spec) != 1 || !strings.Contains(line, "61") || len(line) == len(want) {
+			t.Errorf("idem %s: exit %d, stderr %q; want exit %d and one line %q and cron's reason", strings.Join(args, " "), code, errb.String(), exitUsage, want)
+		}
+	}
+}
+
+// TestLongLimitFlagCut: a --rate or --at-once with a 10 KB name is quoted
+// in its error cut short, with its length, not whole.
+func TestLongLimitFlagCut(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 10240)
+	for _, v := range []string{long + "=1", long + "=x", long, "a=1," + long} {
+		for name, parse := range map[string]func(string) (limitSpec, error){"--rate": parseRate, "--at-once": parseAtOnce} {
+			_, err := parse(v)
+			if err == nil || len(err.Error()) > 300 || !strings.Contains(err.Error(), " bytes)") {
+				t.Errorf("%s of %d bytes: an error of %d bytes; want the value cut short, with its length", name, len(v), len(fmt.Sprint(err)))
+			}
+		}
+	}
 }

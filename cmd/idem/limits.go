@@ -31,20 +31,20 @@ func (s limitSpec) String() string {
 func parseRate(v string) (limitSpec, error) {
 	name, num, ok := strings.Cut(v, "=")
 	if !ok || name == "" {
-		return limitSpec{}, fmt.Errorf("%q: want NAME=PER_SECOND[,BURST], like mail=200,20", v)
+		return limitSpec{}, fmt.Errorf("%s: want NAME=PER_SECOND[,BURST], like mail=200,20", idemstore.QuotePart(v))
 	}
 	if err := idemstore.ValidatePart("limit name", name); err != nil {
-		return limitSpec{}, fmt.Errorf("%q: %w", v, err)
+		return limitSpec{}, fmt.Errorf("%s: %w", idemstore.QuotePart(v), err)
 	}
 	rate, burst, hasBurst := strings.Cut(num, ",")
 	r, err := strconv.ParseFloat(rate, 64)
 	if err != nil || !(r > 0) || r > 1e9 {
-		return limitSpec{}, fmt.Errorf("%q: the rate %q is not a number of starts a second above 0", v, rate)
+		return limitSpec{}, fmt.Errorf("%s: the rate %s is not a number of starts a second above 0", idemstore.QuotePart(v), idemstore.QuotePart(rate))
 	}
 	b := 1
 	if hasBurst {
 		if b, err = strconv.Atoi(burst); err != nil || b < 1 {
-			return limitSpec{}, fmt.Errorf("%q: the burst %q is not a whole number of at least 1", v, burst)
+			return limitSpec{}, fmt.Errorf("%s: the burst %s is not a whole number of at least 1", idemstore.QuotePart(v), idemstore.QuotePart(burst))
 		}
 	}
 	return limitSpec{name: name, perSecond: r, burst: b}, nil
@@ -54,14 +54,14 @@ func parseRate(v string) (limitSpec, error) {
 func parseAtOnce(v string) (limitSpec, error) {
 	name, num, ok := strings.Cut(v, "=")
 	if !ok || name == "" {
-		return limitSpec{}, fmt.Errorf("%q: want NAME=MAX, like report-db=2", v)
+		return limitSpec{}, fmt.Errorf("%s: want NAME=MAX, like report-db=2", idemstore.QuotePart(v))
 	}
 	if err := idemstore.ValidatePart("limit name", name); err != nil {
-		return limitSpec{}, fmt.Errorf("%q: %w", v, err)
+		return limitSpec{}, fmt.Errorf("%s: %w", idemstore.QuotePart(v), err)
 	}
 	n, err := strconv.Atoi(num)
 	if err != nil || n < 1 {
-		return limitSpec{}, fmt.Errorf("%q: the max %q is not a whole number of at least 1", v, num)
+		return limitSpec{}, fmt.Errorf("%s: the max %s is not a whole number of at least 1", idemstore.QuotePart(v), idemstore.QuotePart(num))
 	}
 	return limitSpec{name: name, max: n}, nil
 }

@@ -3,9 +3,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -118,5 +120,35 @@ func TestRedisStoreCLI(t *testing.T) {
 	cmd.Env = append(cmd.Env, EnvRedis+"="+addr, EnvPostgres+"=postgres://localhost/x")
 	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != exitUsage || !strings.Contains(string(out), "$"+EnvRedis) {
 		t.Errorf("ls with $%s and $%s set: exit %d:\n%s", EnvPostgres, EnvRedis, cmd.ProcessState.ExitCode(), out)
+	}
+}
+
+// TestRedisClosedPortSaysOnce: --redis at a port where nothing listens
+// prints idem's error and nothing of go-redis's own log (it printed eight
+// "redis: ... dial tcp ... connection refused" lines first). No server is
+// needed.
+func TestRedisClosedPortSaysOnce(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // a port nothing listens on
+	e := newEnv(t, "")
+	cmd := e.command("ls", "--redis", addr)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.finish(cmd, &stderr)
+	if code := cmd.ProcessState.ExitCode(); code != exitUsage || !strings.HasPrefix(stderr.String(), "idem: ") || !strings.Contains(stderr.String(), addr) {
+		t.Fatalf("idem ls --redis %s: exit %d, want %d and idem's error naming the address:\n%s%s", addr, code, exitUsage, stdout.String(), stderr.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		if !strings.HasPrefix(line, "idem: ") && !strings.HasPrefix(line, "Run 'idem help'") {
+			t.Errorf("a line that is not idem's: %q\n%s", line, stderr.String())
+		}
 	}
 }

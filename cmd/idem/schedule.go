@@ -52,10 +52,31 @@ func parseSchedule(spec string, loc *time.Location) (idem.Schedule, error) {
 	}
 	s, err := cron.New(spec, loc)
 	if err != nil {
-		return nil, fmt.Errorf("--schedule %q: not daily, hourly, weekly, monthly or a valid 5-field cron expression: %w", spec, err)
+		return nil, &cronSpecError{fmt.Sprintf("--schedule %q: not daily, hourly, weekly, monthly or a valid 5-field cron expression: %s", spec, cronReason(spec, err)), err}
 	}
 	return s, nil
 }
+
+// cronReason is why cron.New refused spec, without the "idem: cron spec
+// %q" that starts its error: --schedule's message names the spec already,
+// and "idem: " starts the line once.
+func cronReason(spec string, err error) string {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, fmt.Sprintf("idem: cron spec %q", spec)); ok && rest != "" {
+		return strings.TrimSpace(strings.TrimPrefix(rest, ":"))
+	}
+	return strings.TrimPrefix(msg, "idem: ")
+}
+
+// A cronSpecError is a refused --schedule: its message, and cron.New's
+// error (for errors.Is and As).
+type cronSpecError struct {
+	msg string
+	err error
+}
+
+func (e *cronSpecError) Error() string { return e.msg }
+func (e *cronSpecError) Unwrap() error { return e.err }
 
 // parseDuration is time.ParseDuration that also accepts whole days and
 // weeks ("90d", "2w"), for --keep.

@@ -15,6 +15,7 @@ import (
 	"github.com/idemgo/idem/pgledger"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 	"github.com/spf13/cobra"
 )
 
@@ -231,6 +232,10 @@ func openRedis(ctx context.Context, cmd *cobra.Command, addr string, clk idem.Cl
 	if weak, _ := cmd.Flags().GetBool("redis-allow-weak-durability"); weak {
 		opts = append(opts, redisstore.AllowWeakDurability())
 	}
+	// go-redis logs to stderr on its own (a closed port: eight lines of
+	// dial errors before Open returns its error); what failed is idem's to
+	// say, once.
+	logging.Disable()
 	s, err := redisstore.Open(ctx, url, opts...)
 	if err != nil {
 		hint := ""

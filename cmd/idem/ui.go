@@ -89,7 +89,7 @@ func newUICmd() *cobra.Command {
 					return usageError(fmt.Errorf("--schedule %q: want JOB=SCHEDULE, like settle=daily", s))
 				}
 				if scheds[job], err = parseSchedule(spec, loc); err != nil {
-					return flagError("--schedule", err)
+					return usageError(err) // names --schedule
 				}
 			}
 			deps := map[string][]ui.Dependency{}

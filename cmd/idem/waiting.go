@@ -50,7 +50,7 @@ func (w *waitFlags) parse(job string) (*jobDeps, error) {
 	}
 	sched, err := parseSchedule(w.schedule, loc)
 	if err != nil {
-		return nil, flagError("--schedule", err)
+		return nil, usageError(err) // names --schedule
 	}
 	d := &jobDeps{sched: sched}
 	for _, v := range w.after {
