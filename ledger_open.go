@@ -86,7 +86,26 @@ func (c *ledgerConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn.Close()
 		return nil, err
 	}
+	// SQLite opens a file it cannot open for writing read-only instead,
+	// whatever the reason (too many open files, say); every write would
+	// then fail with "attempt to write a readonly database".
+	if ro, ok := conn.(interface{ IsReadOnly(string) (bool, error) }); ok {
+		if r, err := ro.IsReadOnly("main"); err == nil && r {
+			conn.Close()
+			return nil, readOnlyOpen(c.path)
+		}
+	}
 	return conn, nil
+}
+
+// readOnlyOpen is the error of a connection to the ledger at path that
+// SQLite could open only read-only.
+func readOnlyOpen(path string) error {
+	err := errors.New("SQLite could open it only read-only")
+	if d := diagnose(path, "open", err); d != nil {
+		return fmt.Errorf("cannot open it for writing: %w", d)
+	}
+	return fmt.Errorf("cannot open it for writing: %w, though it is writable now: opening it for writing failed a moment ago (too many open files is the usual cause)", err)
 }
 
 // check reports whether the path still names the ledger's file (always
