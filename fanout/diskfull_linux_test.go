@@ -27,8 +27,9 @@ const envDiskFull = "IDEM_TEST_DISKFULL_DIR"
 // tmpfs; then it puts the ledger on a tmpfs of 3 MiB that EachTx's own
 // writes fill mid-run: the call stops with the write error, the ledger
 // passes PRAGMA integrity_check, no item is marked done whose writes did
-// not commit; after the tmpfs grows, a later call finishes every item
-// exactly once.
+// not commit; after the tmpfs grows, the handle still refuses to write (a
+// write failed on the disk), and a later call on a new handle finishes
+// every item exactly once.
 //
 // Mounting a tmpfs needs no root: the test re-executes its binary in a new
 // user and mount namespace (its own root, its own mounts), where it mounts
@@ -131,6 +132,12 @@ func diskFullChild(t *testing.T, dir string) {
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT, "size=64m"); err != nil {
 		t.Fatalf("grow the tmpfs: %v", err)
 	}
+	// A write that failed on the disk broke the handle: it refuses every
+	// write until the ledger is opened anew.
+	if _, err := fanout.EachTx(ctx, l, points, accounts(n), fn, idem.WithClock(clk)); err == nil || !strings.Contains(err.Error(), "opened anew") {
+		t.Fatalf("EachTx on the handle whose write failed, with space: %v, want the handle's refusal", err)
+	}
+	l = openLedger(t, dir)
 	res, err = fanout.EachTx(ctx, l, points, accounts(n), fn, idem.WithClock(clk))
 	if err != nil || res.Outcome != idem.Ran {
 		t.Fatalf("EachTx with space: %v (%v, %+v)", err, res.Outcome, res.Counts)
