@@ -122,13 +122,14 @@ type OutboxClaimRequest struct {
 	// and stops at the first message that does not end delivered or
 	// parked, giving the rest back with ReleaseOutbox. 0 or 1: only the
 	// first pending message of each topic (a store without ReleaseOutbox
-	// ignores Run).
+	// ignores Run; one with it may, and take only the heads).
 	Run int
 }
 
-// OutboxReleaser is an [OutboxStore] whose ClaimOutbox takes runs of a
-// topic's messages (OutboxClaimRequest.Run) and that can give back the
-// claims of a run that were never handed out.
+// OutboxReleaser is an [OutboxStore] that can give back the claims that
+// were never handed out: the rest of a topic's run (its ClaimOutbox may
+// take runs, OutboxClaimRequest.Run), and the messages of a batch a
+// relay did not hand out before it stopped.
 type OutboxReleaser interface {
 	OutboxStore
 	// ReleaseOutbox gives back each message's claim token, as if it had

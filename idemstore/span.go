@@ -3,6 +3,8 @@ package idemstore
 import (
 	"context"
 	"maps"
+	"slices"
+	"strings"
 )
 
 // SpanKind names the piece of work a [Spans] hook is told about.
@@ -207,11 +209,27 @@ func Traced(ctx context.Context) bool {
 
 // InjectSpan returns headers with the trace context of ctx written into
 // them by the [Spans] that ctx carries: a copy, headers itself left as it
-// is; headers itself when ctx carries no Spans with an Inject. A header
-// that headers has already keeps its value unless replace is set
-// (outbox.Put keeps a trace context the caller set on the message; a
-// relay's delivery replaces the stored one with its own span's, a child
-// of it in the same trace).
+// is; headers itself when ctx carries no Spans with an Inject, or when
+// Inject writes nothing.
+//
+// Header names are case-insensitive: a header of headers whose name
+// differs only in case from one that Inject writes is the same header,
+// and the result has it once, under Inject's name (traceparent, not
+// Traceparent). Without replace, the header that headers has already
+// keeps its value (outbox.Put keeps a trace context the caller set on the
+// message); with replace, Inject's value wins (a relay's delivery replaces
+// the stored context with its own span's, a child of it in the same
+// trace).
+//
+// A W3C trace context travels whole: when Inject writes a traceparent,
+// the tracestate beside it in the result is the one that belongs to it.
+// If headers sets a traceparent and replace is not set, that is the
+// caller's traceparent with the caller's tracestate (or none), and
+// Inject's tracestate is not added; otherwise a tracestate of headers is
+// dropped, and Inject's is used if it is valid: a list of at most 32
+// key=value members by the W3C grammar, cut to 512 characters by the W3C
+// rule (members longer than 128 characters go first, then members from
+// the end); an invalid one is dropped, not forwarded.
 func InjectSpan(ctx context.Context, headers map[string]string, replace bool) map[string]string {
 	sp := spansOf(ctx)
 	if sp == nil || sp.Inject == nil {
@@ -222,14 +240,161 @@ func InjectSpan(ctx context.Context, headers map[string]string, replace bool) ma
 	if len(h) == 0 {
 		return headers
 	}
-	out := maps.Clone(headers)
-	if out == nil {
-		out = make(map[string]string, len(h))
+	out := make(map[string]string, len(headers)+len(h))
+	maps.Copy(out, headers)
+	w3c := false // Inject writes a traceparent: the W3C context travels whole
+	for k := range h {
+		w3c = w3c || strings.EqualFold(k, traceparent)
+	}
+	callers := false // the caller's W3C context wins
+	if w3c {
+		_, set := takeFold(maps.Clone(out), traceparent)
+		callers = set && !replace
+		for _, name := range []string{traceparent, tracestate} {
+			if v, ok := takeFold(out, name); ok && callers {
+				out[name] = v // under the W3C name
+			}
+		}
 	}
 	for k, v := range h {
-		if _, ok := out[k]; replace || !ok {
+		switch {
+		case w3c && (strings.EqualFold(k, traceparent) || strings.EqualFold(k, tracestate)):
+			if callers {
+				continue
+			}
+			if strings.EqualFold(k, traceparent) {
+				out[traceparent] = v
+			} else if v, ok := traceState(v); ok {
+				out[tracestate] = v
+			}
+		default:
+			if prev, ok := takeFold(out, k); ok && !replace {
+				v = prev
+			}
 			out[k] = v
 		}
 	}
 	return out
+}
+
+// The W3C Trace Context headers.
+const (
+	traceparent = "traceparent"
+	tracestate  = "tracestate"
+)
+
+// takeFold deletes from h every header named name in any case and
+// returns the value of one of them (the one named exactly name, if any).
+func takeFold(h map[string]string, name string) (string, bool) {
+	var v string
+	found := false
+	for k, kv := range h {
+		if !strings.EqualFold(k, name) {
+			continue
+		}
+		if !found || k == name {
+			v = kv
+		}
+		found = true
+		delete(h, k)
+	}
+	return v, found
+}
+
+// W3C Trace Context's limits of a tracestate.
+const (
+	maxTraceStateMembers = 32
+	maxTraceState        = 512 // characters a vendor must propagate, and the most it need
+	longTraceStateMember = 128 // members longer than this are cut first
+)
+
+// traceState returns ts as a valid W3C tracestate of at most 512
+// characters (members trimmed of white space, empty ones left out; cut by
+// the W3C rule), or false when ts is not a valid tracestate: more than 32
+// members, a member that is not key=value by the grammar, or a key twice.
+// An empty result is false too: there is nothing to send.
+func traceState(ts string) (string, bool) {
+	var members []string
+	keys := map[string]bool{}
+	for m := range strings.SplitSeq(ts, ",") {
+		m = strings.Trim(m, " \t")
+		if m == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(m, "=")
+		if !ok || !traceStateKey(k) || !traceStateValue(v) || keys[k] {
+			return "", false
+		}
+		keys[k] = true
+		members = append(members, m)
+		if len(members) > maxTraceStateMembers {
+			return "", false
+		}
+	}
+	size := func() int {
+		n := max(len(members)-1, 0)
+		for _, m := range members {
+			n += len(m)
+		}
+		return n
+	}
+	for size() > maxTraceState {
+		i := len(members) - 1
+		for j := len(members) - 1; j >= 0; j-- {
+			if len(members[j]) > longTraceStateMember {
+				i = j
+				break
+			}
+		}
+		members = slices.Delete(members, i, i+1)
+	}
+	if len(members) == 0 {
+		return "", false
+	}
+	return strings.Join(members, ","), true
+}
+
+// traceStateKey: simple-key = lcalpha 0*255(lcalpha / DIGIT / "_" / "-" /
+// "*" / "/"), or multi-tenant-key = tenant-id "@" system-id with
+// tenant-id = (lcalpha / DIGIT) 0*240(...) and system-id = lcalpha
+// 0*13(...).
+func traceStateKey(k string) bool {
+	tenant, system, multi := strings.Cut(k, "@")
+	if !multi {
+		return keyPart(k, true, 256)
+	}
+	return keyPart(tenant, false, 241) && keyPart(system, true, 14)
+}
+
+func keyPart(s string, alphaFirst bool, most int) bool {
+	if s == "" || len(s) > most {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		lower, digit := c >= 'a' && c <= 'z', c >= '0' && c <= '9'
+		switch {
+		case i == 0 && alphaFirst && !lower:
+			return false
+		case lower || digit || c == '_' || c == '-' || c == '*' || c == '/':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// traceStateValue: value = 0*255(chr) nblk-chr, chr = %x20 / nblk-chr,
+// nblk-chr = %x21-2B / %x2D-3C / %x3E-7E (printable ASCII but "," and
+// "="; spaces inside, not at the end).
+func traceStateValue(v string) bool {
+	if v == "" || len(v) > 256 || v[len(v)-1] == ' ' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e || c == ',' || c == '=' {
+			return false
+		}
+	}
+	return true
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strconv"
@@ -18,6 +21,7 @@ import (
 	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/core"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/outbox"
 )
 
@@ -38,7 +42,10 @@ type outboxLedger[Tx any] interface {
 // order through failures; backoff through a receiver down for an hour (on
 // a fake clock); poison messages parked without blocking other topics;
 // fencing of a relay whose lease ran out; retry, drop, prune and stats;
-// and concurrent relays that deliver no message twice. The store must use
+// concurrent relays that deliver no message twice; and relays stopped
+// during a delivery to a real HTTP receiver, whose messages claimed and
+// never posted are given back without an attempt (which needs an
+// idemstore.OutboxReleaser) and never park. The store must use
 // the times it is given (the relay's clock), as idem's ledgers do.
 //
 // The store behind each ([idemstore.Of]) must be an idemstore.TxStore, an
@@ -65,6 +72,7 @@ func TestOutbox[Tx any](t *testing.T, openStore func(t *testing.T) idem.TxStore[
 	t.Run("ConcurrentRelays", func(t *testing.T) { testOutboxRelays(t, open(t)) })
 	t.Run("EachTx", func(t *testing.T) { testOutboxEach(t, open(t)) })
 	t.Run("CatchUpTx", func(t *testing.T) { testOutboxCatchUp(t, open(t)) })
+	t.Run("RelayStopped", func(t *testing.T) { testOutboxRelayStopped(t, open(t)) })
 }
 
 var outboxT0 = time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
@@ -726,6 +734,114 @@ func testOutboxCatchUp[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	for i, r := range recs {
 		if r.ID != r.Key.RequestID()+"-0" || string(r.Payload) != r.Key.Period || (i > 0 && r.Key.Period <= recs[i-1].Key.Period) {
 			t.Fatalf("catch-up message %d: %+v", i, r)
+		}
+	}
+}
+
+// testOutboxRelayStopped: twenty times, a relay's context ends while the
+// receiver (a real HTTP server, through outbox.Webhook) holds the POST of
+// topic slow's head, the first message of the relay's batch. The message
+// under way counts an attempt each time (it reached the receiver); the
+// ones claimed with it and never posted (the other topics' heads, and
+// slow's next one) are given back, never posted, their attempts still 0
+// (the store must be an idemstore.OutboxReleaser for that), and none
+// parks. Then one relay delivers everything, slow's
+// in order, each never-posted message at its first attempt.
+func testOutboxRelayStopped[Tx any](t *testing.T, s outboxLedger[Tx]) {
+	ctx := context.Background()
+	key := idem.Key{Job: "notify", Period: "stops"}
+	ids, err := putTx(ctx, s, key, nil, []outbox.Message{msg("slow", 0), msg("slow", 1), msg("a", 0), msg("b", 0), msg("c", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := ids[0]
+	var (
+		mu       sync.Mutex
+		blocking = true
+		posts    []string             // the ids of the POSTs that reached the receiver, in order
+		attempts = map[string][]int{} // their Idem-Attempt, by id
+	)
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // then the server sees the client hang up
+		id := r.Header.Get("Idempotency-Key")
+		n, _ := strconv.Atoi(r.Header.Get("Idem-Attempt"))
+		mu.Lock()
+		posts = append(posts, id)
+		attempts[id] = append(attempts[id], n)
+		hold := blocking && id == slow
+		mu.Unlock()
+		if hold {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			select {
+			case <-r.Context().Done(): // the relay gave the request up
+			case <-release: // the test ends
+			}
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	defer close(release) // before Close, which waits for the handlers
+	deliver := outbox.Webhook(srv.URL, srv.Client())
+
+	const stops = 20
+	for i := range stops {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- outbox.Relay(rctx, s, deliver, outbox.WithPoll(time.Millisecond)) }()
+		testwait.Recv(t, held, "stop %d: the relay's POST of %s", i+1, slow)
+		cancel()
+		if err := testwait.Recv(t, done, "stop %d: Relay to return after its context ended", i+1); err != nil {
+			t.Fatalf("stop %d: Relay: %v", i+1, err)
+		}
+	}
+	_, releases := s.(idemstore.OutboxReleaser)
+	for _, rec := range list(t, s, idemstore.OutboxFilter{}) {
+		mu.Lock()
+		got := slices.Clone(attempts[rec.ID])
+		mu.Unlock()
+		switch {
+		case rec.Status != idemstore.OutboxPending:
+			t.Fatalf("after %d stops: %s is %s, want pending: %+v", stops, rec.ID, rec.Status, rec)
+		case rec.ID == slow:
+			if rec.Attempts != stops || len(got) < stops {
+				t.Fatalf("after %d stops: %s, posted at attempts %v: %d attempts recorded, want %d (one a stop)", stops, rec.ID, got, rec.Attempts, stops)
+			}
+		case len(got) > 0:
+			t.Fatalf("after %d stops: %s, never due to be handed out, was posted at attempts %v", stops, rec.ID, got)
+		case rec.Attempts != 0:
+			hint := ""
+			if !releases {
+				hint = fmt.Sprintf(" (the store %T cannot give claims back: it is no idemstore.OutboxReleaser)", s)
+			}
+			t.Fatalf("after %d stops: %s was never posted, yet %d attempts are counted%s: %+v", stops, rec.ID, rec.Attempts, hint, rec)
+		}
+	}
+
+	mu.Lock()
+	blocking, posts = false, nil
+	mu.Unlock()
+	res := relayOnce(t, s, deliver)
+	if res.Delivered != len(ids) || res.Parked != 0 {
+		t.Fatalf("the relay after the stops: %+v; want all %d delivered", res, len(ids))
+	}
+	for _, rec := range list(t, s, idemstore.OutboxFilter{}) {
+		if rec.Status != idemstore.OutboxDelivered {
+			t.Fatalf("after the last relay: %+v", rec)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if i, j := slices.Index(posts, ids[0]), slices.Index(posts, ids[1]); i < 0 || j < i {
+		t.Fatalf("the last relay posted slow's messages out of order: %q", posts)
+	}
+	for _, id := range ids[1:] {
+		if got := attempts[id]; len(got) == 0 || slices.ContainsFunc(got, func(n int) bool { return n != 1 }) {
+			t.Fatalf("%s, never posted before the last relay: posted at attempts %v, want 1", id, got)
 		}
 	}
 }

@@ -58,7 +58,10 @@
 // # Context that travels
 //
 // outbox.Put, in a traced body, stores the attempt's trace context
-// (traceparent, tracestate) in the message's headers. The relay starts the
+// (traceparent, tracestate) in the message's headers, unless the caller
+// set a traceparent there (in any case: its context wins whole). The
+// tracestate sent next to a new traceparent is a valid W3C one, cut to
+// 512 characters, or none (see idemstore.InjectSpan). The relay starts the
 // delivery's span as a child of it (linked to the relay's own span, if its
 // context has one), hours later and in another process if so, and hands
 // the deliverer the delivery span's trace context in the headers: the

@@ -398,3 +398,47 @@ func TestDeliveryLinksRelaySpan(t *testing.T) {
 	untraced := r.one(t, "outbox.deliver t-untraced")
 	wantParent(t, untraced, pass)
 }
+
+// TestOutboxCallersTraceContextAnyCase: a caller's trace context set on
+// the message in mixed case (Traceparent, TraceState) wins over the
+// RunTx's: it is stored once, as traceparent and tracestate, and the
+// delivery's span is its child, so the receiver gets one traceparent, in
+// the caller's trace. The caller's 10 KB tracestate is no W3C list: it is
+// not forwarded next to the delivery's traceparent. The old Put stored
+// Traceparent beside the RunTx's traceparent (the delivery became a child
+// of the RunTx's, by map order the receiver got either), and the relay
+// forwarded the 10 KB tracestate as it was.
+func TestOutboxCallersTraceContextAnyCase(t *testing.T) {
+	r := newRig(t)
+	l := openLedger(t)
+	const own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	big := strings.Repeat("x", 10<<10)
+	err := l.RunTx(r.tel.Context(context.Background()), idem.Key{Job: "notify", Period: "p1"}, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "t", Headers: map[string]string{"Traceparent": own, "TraceState": big}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := l.ListOutbox(context.Background(), idemstore.OutboxFilter{})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("outbox: %+v, %v", recs, err)
+	}
+	if h := recs[0].Headers; len(h) != 2 || h["traceparent"] != own || h["tracestate"] != big {
+		t.Fatalf("stored headers %.300v: want the caller's traceparent and tracestate, once each, under their W3C names", h)
+	}
+	rc := newReceiver(t, nil)
+	if res, err := outbox.RelayOnce(r.tel.Context(context.Background()), l, outbox.Webhook(rc.URL, nil)); err != nil || res.Delivered != 1 {
+		t.Fatalf("relay: %+v, %v", res, err)
+	}
+	h := rc.headers()
+	if len(h) != 1 {
+		t.Fatalf("%d requests", len(h))
+	}
+	if tps := h[0].Values("Traceparent"); len(tps) != 1 || !strings.Contains(tps[0], "0af7651916cd43dd8448eb211c80319c") {
+		t.Fatalf("the receiver got traceparent %q: want one, in the caller's trace 0af7651916cd43dd8448eb211c80319c", tps)
+	}
+	if ts := h[0].Values("Tracestate"); len(ts) != 0 {
+		t.Fatalf("the receiver got a tracestate of %d characters next to the delivery's traceparent: want none (the caller's is no W3C list)", len(ts[0]))
+	}
+}

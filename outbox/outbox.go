@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/idemgo/idem/idemstore"
@@ -26,7 +27,8 @@ import (
 var ErrNoOutbox = errors.New("idem: no outbox here")
 
 // ErrInvalidMessage: [Put] was given a message it cannot queue (an empty
-// topic, a topic or header that is not UTF-8 or has control characters).
+// topic, a topic or header that is not UTF-8 or has control characters,
+// two header names that differ only in case).
 // Nothing was queued.
 var ErrInvalidMessage = errors.New("idem: invalid outbox message")
 
@@ -46,12 +48,19 @@ type Message struct {
 	// Payload is the body, handed to the deliverer as it is.
 	Payload []byte
 	// Headers are handed to the deliverer (the webhook sends them as HTTP
-	// headers). Optional. When the body's context is traced (see
+	// headers). Optional. Names are case-insensitive: two that differ
+	// only in case are an error. When the body's context is traced (see
 	// [idemstore.Spans]; module github.com/idemgo/idem/otel), Put adds
 	// the trace context of the body's attempt (traceparent, tracestate)
-	// to the stored headers, unless Headers sets them; the message given
-	// is not changed. The relay hands the deliverer the trace context of
-	// its delivery's span instead, a child of the stored one.
+	// to the stored headers, unless Headers sets a traceparent (in any
+	// case): then the caller's traceparent and tracestate are stored as
+	// given, under those lower-case names, and the body's are not added
+	// (a tracestate set without a traceparent is replaced by the body's).
+	// The message given is not changed. A traced relay hands the
+	// deliverer the trace context of its delivery's span instead, a child
+	// of the stored one, with the stored tracestate if it is a valid W3C
+	// one (cut to 512 characters by the W3C rule), else none: see
+	// [idemstore.InjectSpan].
 	Headers map[string]string
 }
 
@@ -133,10 +142,16 @@ func checkMessage(msg Message) error {
 	case !printable(msg.Topic):
 		return bad(fmt.Sprintf("topic %q is not UTF-8 or has control characters", msg.Topic))
 	}
+	names := make(map[string]string, len(msg.Headers))
 	for k, v := range msg.Headers {
 		if k == "" || !printable(k) || !utf8.ValidString(v) || hasControl(v) {
 			return bad(fmt.Sprintf("header %q: %q: a header needs a name, and UTF-8 without control characters", k, v))
 		}
+		if other, ok := names[strings.ToLower(k)]; ok {
+			a, b := min(k, other), max(k, other)
+			return bad(fmt.Sprintf("headers %q and %q: header names are case-insensitive, so they are one header set twice", a, b))
+		}
+		names[strings.ToLower(k)] = k
 	}
 	return nil
 }

@@ -275,6 +275,7 @@ func TestRelayInvalidOptions(t *testing.T) {
 		"RelayBackoff(nil)": outbox.WithBackoff(nil),
 		"RelayClock(nil)":   outbox.WithClock(nil),
 		`RelayOwner("")`:    outbox.WithOwner(""),
+		"WithStop(nil)":     outbox.WithStop(nil),
 	} {
 		var c collect
 		res, err := outbox.RelayOnce(ctx, l, &c, o)
@@ -408,5 +409,75 @@ func TestRelayCancelAbortsDelivery(t *testing.T) {
 	var c collect
 	if res, err := outbox.RelayOnce(ctx, l, &c); err != nil || res.Delivered != 1 || c.Got[0].ID != id || c.Got[0].Attempt != 2 {
 		t.Fatalf("the next relay: %+v, %v, %+v; want %s delivered again, attempt 2", res, err, c.Got, id)
+	}
+}
+
+// TestPutHeaderNamesFoldCase: header names are case-insensitive, so a
+// message that sets one twice in two cases is invalid: Put refuses it
+// and nothing is queued (the old Put stored both, and the webhook sent
+// one of them by map order).
+func TestPutHeaderNamesFoldCase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	err := l.RunTx(ctx, idem.Key{Job: "settle", Period: "2026-10-28"}, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "pay", Headers: map[string]string{"X-Tenant": "a", "x-tenant": "b"}})
+		return err
+	})
+	if !errors.Is(err, outbox.ErrInvalidMessage) || !strings.Contains(err.Error(), `"X-Tenant" and "x-tenant"`) {
+		t.Fatalf("Put with X-Tenant and x-tenant: %v; want ErrInvalidMessage naming both", err)
+	}
+	if msgs, err := l.ListOutbox(ctx, idemstore.OutboxFilter{}); err != nil || len(msgs) != 0 {
+		t.Fatalf("outbox after the refused Put: %+v, %v; want empty", msgs, err)
+	}
+}
+
+// TestRelayWithStop: closing WithStop's channel while a delivery is under
+// way does not abort it: it ends delivered, the message of another topic
+// claimed with it is given back untouched (pending, 0 attempts, never
+// handed out), and Relay returns nil.
+func TestRelayWithStop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	var ids []string
+	err := l.RunTx(ctx, idem.Key{Job: "settle", Period: "2026-10-28"}, func(ctx context.Context, tx *sql.Tx) error {
+		for _, topic := range []string{"slow", "other"} {
+			id, err := outbox.Put(ctx, tx, outbox.Message{Topic: topic})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, started, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var handed []string
+	deliver := outbox.DeliverFunc(func(dctx context.Context, d outbox.Delivery) error {
+		handed = append(handed, d.ID)
+		if d.ID == ids[0] {
+			close(started)
+			<-release
+		}
+		return dctx.Err()
+	})
+	done := make(chan error, 1)
+	go func() {
+		done <- outbox.Relay(ctx, l, deliver, outbox.WithStop(stop), outbox.WithPoll(10*time.Millisecond))
+	}()
+	testwait.Recv(t, started, "the relay to hand out %s", ids[0])
+	close(stop)
+	close(release)
+	if err := testwait.Recv(t, done, "Relay to return after its stop"); err != nil {
+		t.Fatalf("Relay after its stop: %v, want nil", err)
+	}
+	msgs, err := l.ListOutbox(ctx, idemstore.OutboxFilter{})
+	if err != nil || len(msgs) != 2 || len(handed) != 1 ||
+		msgs[0].Status != idemstore.OutboxDelivered || msgs[0].Attempts != 1 ||
+		msgs[1].Status != idemstore.OutboxPending || msgs[1].Attempts != 0 || !msgs[1].LeaseUntil.IsZero() {
+		t.Fatalf("after the stop: %+v, %v, handed out %q; want %s delivered and %s pending, never attempted", msgs, err, handed, ids[0], ids[1])
 	}
 }

@@ -125,6 +125,7 @@ type relayConfig struct {
 	owner     string
 	onResult  func(DeliveryResult)
 	onPass    func(Result, error)
+	stop      <-chan struct{} // WithStop; nil: never
 	err       error
 }
 
@@ -277,8 +278,11 @@ func OnDelivery(f func(DeliveryResult)) Option {
 // another store is an error naming it, before anything is claimed.
 //
 // It returns what it did, and the first store error (or ctx's, if ctx
-// ended first), which ends the pass
-// (a message claimed and not ended is delivered again after its lease).
+// ended first), which ends the pass (after a store error, a message
+// claimed and not ended is delivered again after its lease). When ctx
+// ends, or [WithStop]'s channel closes, the pass hands out nothing more
+// and gives back the messages it claimed and has not handed out, their
+// attempts not counted (see [Relay] for the delivery under way).
 // A message that fails is due again after the backoff's delay: with
 // delays shorter than a pass, and a backoff that never gives up, a pass
 // over a receiver that keeps failing does not end (give such a backoff a
@@ -311,12 +315,16 @@ func RelayOnce(ctx context.Context, s idem.Store, d Deliverer, opts ...Option) (
 //
 // Cancelling ctx aborts the delivery under way: the deliverer's context
 // derives from ctx, and the attempt is recorded as failed, due again at
-// once (as are the messages claimed with it and not yet handed out), so
-// the next relay delivers it again, even if the receiver had applied it.
-// To stop without that duplicate, do not cancel the ctx given to Relay
-// while a Deliver runs: on shutdown, have the deliverer refuse new
-// messages and cancel ctx once the delivery under way has returned (its
-// own deadline is the lease), as 'idem outbox relay' does on SIGTERM.
+// once, so the next relay delivers it again, even if the receiver had
+// applied it. That attempt counts (toward [WithBackoff]'s last one): it
+// was handed out, and may have reached the receiver. The messages claimed
+// with it and not yet handed out are given back as they were, due at
+// once, their attempts not counted: a message that was never handed out
+// never moves toward parking, however often relays are stopped. To stop
+// without that duplicate, close the channel given to [WithStop] instead
+// (as 'idem outbox relay' does on SIGTERM): the delivery under way
+// finishes (its own deadline is the lease) and is recorded, and the rest
+// is given back the same way.
 func Relay(ctx context.Context, s idem.Store, d Deliverer, opts ...Option) error {
 	if s == nil || d == nil {
 		panic("outbox: Relay needs a store and a deliverer")
@@ -336,7 +344,20 @@ func Relay(ctx context.Context, s idem.Store, d Deliverer, opts ...Option) error
 // loop runs passes until ctx ends; after each, onPass (if set) gets its
 // result and error.
 func (c *relayConfig) loop(ctx context.Context, s idemstore.OutboxStore, d Deliverer) {
-	for ctx.Err() == nil {
+	wait := ctx // the waits between passes end when the relay stops
+	if c.stop != nil {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-c.stop:
+				cancel()
+			case <-wait.Done():
+			}
+		}()
+	}
+	for !c.stopping(ctx) {
 		res, err := c.once(ctx, s, d)
 		if c.onPass != nil {
 			c.onPass(res, err)
@@ -344,7 +365,7 @@ func (c *relayConfig) loop(ctx context.Context, s idemstore.OutboxStore, d Deliv
 		if err != nil && ctx.Err() == nil {
 			c.log(ctx, slog.LevelWarn, "outbox relay: store error; trying again", slog.Any("error", err))
 		}
-		if core.R.Sleep(ctx, c.clock, c.poll) != nil {
+		if core.R.Sleep(wait, c.clock, c.poll) != nil {
 			return
 		}
 	}
@@ -362,13 +383,15 @@ func (c *relayConfig) log(ctx context.Context, level slog.Level, msg string, att
 // first one that does not end delivered or parked ends its topic's run,
 // whose rest is given back untouched (not handed out, its attempt not
 // counted), so that no message is handed out before the ones before it.
+// When the relay stops (ctx ends, or WithStop's channel closes), the
+// messages of the batch not yet handed out are given back the same way
+// (giveBack): one mechanism for a context's end and for a graceful stop.
 func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliverer) (res Result, err error) {
-	rs, runs := s.(idemstore.OutboxReleaser)
 	req := idemstore.OutboxClaimRequest{N: c.batch, Owner: c.owner, Lease: c.lease}
-	if runs {
+	if _, ok := s.(idemstore.OutboxReleaser); ok {
 		req.Run = c.batch
 	}
-	for ctx.Err() == nil {
+	for !c.stopping(ctx) {
 		req.Now = c.clock.Now()
 		batch, err := s.ClaimOutbox(ctx, req)
 		if err != nil {
@@ -377,11 +400,16 @@ func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliv
 		if len(batch) == 0 {
 			break
 		}
-		var stopped map[string]bool // topics whose run ended
-		var back []idemstore.OutboxClaimed
-		for _, rec := range batch {
+		var stopped map[string]bool       // topics whose run ended
+		var back []idemstore.OutboxRecord // claimed and not handed out
+		for i, rec := range batch {
+			if c.stopping(ctx) {
+				// The relay is stopping: nothing more is handed out.
+				back = append(back, batch[i:]...)
+				break
+			}
 			if stopped[rec.Topic] {
-				back = append(back, idemstore.OutboxClaimed{ID: rec.ID, Token: rec.Token})
+				back = append(back, rec)
 				continue
 			}
 			res.Claimed++
@@ -398,13 +426,11 @@ func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliv
 				stopped[rec.Topic] = true
 			}
 		}
-		if len(back) > 0 {
-			if err := rs.ReleaseOutbox(context.WithoutCancel(ctx), back); err != nil {
-				return res, err // the messages are due again after their lease
-			}
+		if err := c.giveBack(ctx, s, back); err != nil {
+			return res, err // the messages are due again after their lease
 		}
 	}
-	if c.retention > 0 && ctx.Err() == nil {
+	if c.retention > 0 && !c.stopping(ctx) {
 		n, err := s.PruneOutbox(ctx, c.clock.Now().Add(-c.retention))
 		res.Pruned += n
 		if err != nil {
@@ -412,6 +438,47 @@ func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliv
 		}
 	}
 	return res, nil
+}
+
+// stopping reports whether the relay must hand out nothing more: ctx
+// ended, or the channel of WithStop is closed.
+func (c *relayConfig) stopping(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	select {
+	case <-c.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// giveBack ends the claims of recs, which were never handed out: on a
+// store that can give claims back (idemstore.OutboxReleaser) as if they
+// had not been taken (due at once, their attempts not counted); on
+// another, as failed attempts due again at once, without calling the
+// deliverer.
+func (c *relayConfig) giveBack(ctx context.Context, s idemstore.OutboxStore, recs []idemstore.OutboxRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx) // the relay may be stopping: this is its last write
+	if rs, ok := s.(idemstore.OutboxReleaser); ok {
+		claims := make([]idemstore.OutboxClaimed, len(recs))
+		for i, rec := range recs {
+			claims[i] = idemstore.OutboxClaimed{ID: rec.ID, Token: rec.Token}
+		}
+		return rs.ReleaseOutbox(ctx, claims)
+	}
+	now := c.clock.Now()
+	for _, rec := range recs {
+		f := idemstore.OutboxFailure{Now: now, NotBefore: now, Error: "not handed out: the relay stopped"}
+		if err := s.FailOutbox(ctx, rec.ID, rec.Token, f); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+			return err
+		}
+	}
+	return nil
 }
 
 // deliver hands rec to d and records how it ended.
@@ -504,6 +571,25 @@ func OnPass(f func(Result, error)) Option {
 			return core.InvalidOption("outbox.OnPass(nil): no function to call")
 		}
 		c.onPass = f
+		return nil
+	})
+}
+
+// WithStop stops the relay gracefully when stop is closed: it hands out
+// nothing more, lets the delivery under way finish (its deadline is the
+// message's lease) and records its end as usual, gives the messages it
+// claimed and has not handed out back as they were (due at once, their
+// attempts not counted), and then [Relay] returns nil ([RelayOnce] ends
+// its pass). Unlike cancelling the relay's context, it does not abort the
+// delivery under way, so that message is not delivered twice.
+// 'idem outbox relay' stops so on SIGTERM. A nil stop is an error
+// matching [ErrInvalidOption].
+func WithStop(stop <-chan struct{}) Option {
+	return relayOption(func(c *relayConfig) error {
+		if stop == nil {
+			return core.InvalidOption("outbox.WithStop(nil): no channel to wait for")
+		}
+		c.stop = stop
 		return nil
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -95,8 +94,10 @@ hands each message to one of them at a time); a relay that dies leaves
 its messages to the others after --lease. It runs until SIGTERM or
 SIGINT, then claims nothing more, finishes the delivery under way (within
 its deadline: --timeout, and the message's --lease), records it, and exits
-0; the messages it had claimed and not yet posted are due again at once,
-for the next relay.
+0; the messages it had claimed and not yet posted are given back, due
+again at once for the next relay, their attempts not counted (a message
+that was never posted never moves toward parking, however many deploys
+stop relays).
 
 With --retention, delivered messages older than that are deleted after
 each pass; by default they are kept (list them with 'idem outbox ls').
@@ -148,8 +149,22 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 			if verbose {
 				fmt.Fprintf(stderr, "idem: relaying the outbox of %s to %s\n", l.desc, webhook)
 			}
-			d, ctx := drainOnSignal(sig, outbox.Webhook(webhook, client), stderr)
-			if err := outbox.Relay(ctx, l.store, d, opts...); err != nil {
+			// On the signal the relay stops gracefully (outbox.WithStop):
+			// the POST under way is not aborted (that would leave the
+			// message pending although the receiver may have applied it,
+			// and the next relay would post it again: a duplicate on every
+			// deploy); it finishes within its deadline (the lease and
+			// --timeout) and is recorded, and the messages claimed with it
+			// and not yet posted are given back, due at once, their
+			// attempts not counted.
+			d := &underway{next: outbox.Webhook(webhook, client)}
+			context.AfterFunc(sig, func() {
+				if id := d.current(); id != "" {
+					fmt.Fprintf(stderr, "idem: stopping: finishing the delivery of %s under way first\n", id)
+				}
+			})
+			opts = append(opts, outbox.WithStop(sig.Done()))
+			if err := outbox.Relay(context.Background(), l.store, d, opts...); err != nil {
 				return usageError(err)
 			}
 			if verbose {
@@ -168,67 +183,30 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 	return cmd
 }
 
-// draining is a Deliverer that lets the delivery under way finish when the
-// relay is asked to stop. The relay's context is not the signal's: a
-// delivery's context derives from it (ending with the message's lease), so
-// cancelling it on SIGTERM would abort the POST under way, leave the
-// message pending although the receiver may have applied it, and have the
-// next relay post it again: a duplicate on every deploy. Instead, on the
-// signal, the relay's context ends at once if no delivery is under way,
-// else as soon as that delivery returns (within its own deadline: the
-// lease and --timeout), after which the relay marks it delivered (that
-// write does not depend on the context) and stops claiming. Messages
-// claimed with it and not yet handed out are not posted: the relay
-// releases them, due again at once, for the next relay.
-type draining struct {
-	next    outbox.Deliverer
-	stderr  io.Writer
-	mu      sync.Mutex
-	cancel  context.CancelFunc // ends the relay's context
-	busy    string             // the id of the delivery under way, "" for none
-	stopped bool               // the signal came
+// underway is a Deliverer that knows the delivery under way, so that the
+// relay can say, on the signal, which one it finishes before it stops.
+type underway struct {
+	next outbox.Deliverer
+	mu   sync.Mutex
+	id   string // the id of the delivery under way, "" for none
 }
 
-// drainOnSignal returns next wrapped in a draining deliverer, and the
-// context to run the relay with: it ends when sig does, but not while a
-// delivery is under way (see draining).
-func drainOnSignal(sig context.Context, next outbox.Deliverer, stderr io.Writer) (outbox.Deliverer, context.Context) {
-	ctx, cancel := context.WithCancel(context.Background())
-	d := &draining{next: next, stderr: stderr, cancel: cancel}
-	context.AfterFunc(sig, func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		d.stopped = true
-		if d.busy == "" {
-			d.cancel()
-			return
-		}
-		fmt.Fprintf(d.stderr, "idem: stopping: finishing the delivery of %s under way first\n", d.busy)
-	})
-	return d, ctx
-}
-
-// errRelayStopping is the end of a message handed out after the signal: not
-// posted, due again at once.
-var errRelayStopping = errors.New("not delivered: the relay is stopping")
-
-func (d *draining) Deliver(ctx context.Context, dl outbox.Delivery) error {
-	d.mu.Lock()
-	if d.stopped {
-		d.mu.Unlock()
-		return errRelayStopping
-	}
-	d.busy = dl.ID
-	d.mu.Unlock()
+func (u *underway) Deliver(ctx context.Context, dl outbox.Delivery) error {
+	u.mu.Lock()
+	u.id = dl.ID
+	u.mu.Unlock()
 	defer func() {
-		d.mu.Lock()
-		d.busy = ""
-		if d.stopped {
-			d.cancel()
-		}
-		d.mu.Unlock()
+		u.mu.Lock()
+		u.id = ""
+		u.mu.Unlock()
 	}()
-	return d.next.Deliver(ctx, dl)
+	return u.next.Deliver(ctx, dl)
+}
+
+func (u *underway) current() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.id
 }
 
 // messageJSON is an outbox message as 'idem outbox ls --json' prints it.

@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -442,5 +443,137 @@ func TestOutboxRelaySIGTERMFinishesDelivery(t *testing.T) {
 	defer mu.Unlock()
 	if n := strings.Count(strings.Join(got, " "), first); n != 1 {
 		t.Fatalf("the receiver got %s %d times, want once: %q", first, n, got)
+	}
+}
+
+// TestOutboxRelaySIGTERMGivesBackBatch: SIGTERM while the webhook holds
+// the POST of topic slow's head, three deploys over. The relay finishes
+// that delivery and exits 0; the messages it claimed with it and never
+// posted (slow's next ones, and topics a and b, all in its batch) are
+// given back: pending, 0 attempts, and never posted. The old relay handed
+// them to a deliverer that refused them, counting an attempt on each
+// every stop, until one parked at its first real failure. A last relay
+// delivers them all, each at its first attempt.
+func TestOutboxRelaySIGTERMGivesBackBatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	l, err := idem.OpenLedger(e.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slow, others []string
+	err = l.RunTx(context.Background(), idem.Key{Job: "settle", Period: "2026-10-27"}, func(ctx context.Context, tx *sql.Tx) error {
+		for i, topic := range []string{"slow", "slow", "slow", "a", "b"} {
+			id, err := outbox.Put(ctx, tx, outbox.Message{Topic: topic, Payload: []byte(fmt.Sprint(i))})
+			if err != nil {
+				return err
+			}
+			if topic == "slow" {
+				slow = append(slow, id)
+			} else {
+				others = append(others, id)
+			}
+		}
+		return nil
+	})
+	l.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		mu       sync.Mutex
+		holdID   string                  // the id whose POST the receiver holds
+		attempts = map[string][]string{} // Idem-Attempt of every POST, by id
+	)
+	held, release := make(chan string, 1), make(chan struct{}, 1)
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		id := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		attempts[id] = append(attempts[id], r.Header.Get("Idem-Attempt"))
+		hold := id == holdID
+		mu.Unlock()
+		if hold {
+			select {
+			case held <- id:
+			default:
+			}
+			select {
+			case <-release:
+			case <-stop:
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) }) // before the server's Close: a held request would block it
+
+	for i, id := range slow {
+		mu.Lock()
+		holdID = id
+		mu.Unlock()
+		relay := e.command("outbox", "relay", "--ledger", e.ledger, "--webhook", srv.URL, "--poll", "10ms", "--lease", "1m")
+		var stderr lockedBuffer
+		relay.Stdout, relay.Stderr = io.Discard, &stderr
+		if err := relay.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if relay.ProcessState == nil {
+				_ = relay.Process.Kill()
+				_ = relay.Wait()
+			}
+		})
+		var dump bytes.Buffer
+		e.await(relay, &dump, "the relay's POST of "+id, func() { <-held })
+		if err := relay.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		testwait.Until(t, func() bool { return strings.Contains(stderr.String(), "finishing the delivery of "+id) },
+			"deploy %d: the relay to take SIGTERM (it says so on stderr)", i+1)
+		release <- struct{}{}
+		if err := testwait.Process(relay, testwait.Limit(t)); err != nil {
+			t.Fatalf("deploy %d: relay after SIGTERM: %v; want exit 0\n%s", i+1, err, stderr.String())
+		}
+		m := e.outboxLs()
+		if m[id].Status != "delivered" {
+			t.Fatalf("deploy %d: %s, held during SIGTERM: %+v; want delivered", i+1, id, m[id])
+		}
+		for _, o := range append(slices.Clone(slow[i+1:]), others...) {
+			mu.Lock()
+			got := attempts[o]
+			mu.Unlock()
+			if m[o].Status != "pending" || m[o].Attempts != 0 || len(got) != 0 {
+				t.Fatalf("deploy %d: %s, claimed with %s and never posted: %+v, posted at attempts %q; want pending with 0 attempts\nrelay's stderr:\n%s",
+					i+1, o, id, m[o], got, stderr.String())
+			}
+		}
+	}
+
+	mu.Lock()
+	holdID = ""
+	mu.Unlock()
+	relay, stderr := e.relay("--webhook", srv.URL, "--poll", "10ms")
+	testwait.Until(t, func() bool {
+		m := e.outboxLs()
+		for _, id := range others {
+			if m[id].Status != "delivered" {
+				return false
+			}
+		}
+		return true
+	}, "the last relay to deliver %q", others)
+	_ = relay.Process.Signal(syscall.SIGTERM)
+	if err := e.finish(relay, stderr); err != nil {
+		t.Fatalf("last relay after SIGTERM: %v\n%s", err, stderr.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range others {
+		if got := attempts[id]; len(got) == 0 || slices.ContainsFunc(got, func(a string) bool { return a != "1" }) {
+			t.Fatalf("%s, never posted before the last relay: posted at attempts %q, want 1", id, got)
+		}
 	}
 }
