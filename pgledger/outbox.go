@@ -389,3 +389,8 @@ func (l *core) OutboxStats(ctx context.Context) ([]idemstore.OutboxTopicStats, e
 	}
 	return out, nil
 }
+
+var (
+	_ idemstore.OutboxReleaser = (*Ledger)(nil)
+	_ idemstore.OutboxReleaser = (*DBLedger)(nil)
+)
