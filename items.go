@@ -543,7 +543,7 @@ func (e *eacher) worker(wctx context.Context) (err error) {
 						win = win[:1]
 					}
 				}
-				if err := e.pace(ctx, len(win)); err != nil {
+				if _, err := e.pace(ctx, len(win)); err != nil {
 					if probe != 0 {
 						e.cfg.each.breaker.cancel(probe)
 					}
@@ -702,13 +702,13 @@ func (e *eacher) stop(ctx context.Context, d *Deferral) {
 
 func (e *eacher) stopped() bool { return e.deferral.Load() != nil }
 
-// pace waits until n items may start (fanout.WithRate).
-func (e *eacher) pace(ctx context.Context, n int) error {
-	if err := paceLimits(ctx, e.cfg.limits, n); err != nil {
-		return err
-	}
-	if e.limiter == nil {
-		return nil
+// pace waits until n items may start (fanout.WithRate, limit.With). A
+// rate of limit.With's starts must go by the time it returns (zero:
+// whenever), or they are void.
+func (e *eacher) pace(ctx context.Context, n int) (time.Time, error) {
+	by, err := paceLimits(ctx, e.cfg.limits, n)
+	if err != nil || e.limiter == nil {
+		return by, err
 	}
 	// The limiter must see its times in order: one that goes back (a
 	// worker that read the clock before another reserved) counts the time
@@ -723,9 +723,9 @@ func (e *eacher) pace(ctx context.Context, n int) error {
 	r := e.limiter.ReserveN(at, n)
 	e.paceMu.Unlock()
 	if !r.OK() {
-		return fmt.Errorf("idem: each %s: a window of %d items exceeds the rate's burst %d", e.key, n, e.limiter.Burst())
+		return by, fmt.Errorf("idem: each %s: a window of %d items exceeds the rate's burst %d", e.key, n, e.limiter.Burst())
 	}
-	return sleep(ctx, e.cfg.clock, r.DelayFrom(now))
+	return by, sleep(ctx, e.cfg.clock, r.DelayFrom(now))
 }
 
 // pausing is the pause after a window (fanout.WithPause).
@@ -756,6 +756,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 		ictx := &itemCtx{Context: ctx, e: e, c: c, lease: lease}
 		checked := c.Doubt && !e.cfg.mode.rerun // settled by its check, fn may not run
 		var probe uint64                        // the item is the breaker's probe
+		var by time.Time                        // the rates' starts must go by then (zero: whenever)
 		if !checked {
 			if e.broken.Load() {
 				return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
@@ -769,7 +770,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 					return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
 				}
 			}
-			if err := e.pace(ctx, 1); err != nil {
+			if by, err = e.pace(ctx, 1); err != nil {
 				if probe != 0 {
 					br.cancel(probe)
 				}
@@ -805,6 +806,23 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 				continue
 			}
 			if CheckLease(ictx) != nil { // the check took the rest of the lease
+				if probe != 0 {
+					br.cancel(probe)
+				}
+				return ends, nil
+			}
+		}
+		// The rates' starts go now or are taken again: a start reserved
+		// before a check that stalled must not go together with the ones
+		// reserved since.
+		for !by.IsZero() && time.Now().After(by) {
+			if by, err = e.pace(ctx, 1); err != nil {
+				if probe != 0 {
+					br.cancel(probe)
+				}
+				return nil, err
+			}
+			if CheckLease(ictx) != nil { // the wait took the rest of the lease
 				if probe != 0 {
 					br.cancel(probe)
 				}

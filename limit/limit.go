@@ -102,6 +102,14 @@ type Rate struct {
 // never use.
 const maxReserve = 2 * time.Second
 
+// StartWithin is how late, at most, a start of a [Rate] may go after the
+// time the store reserved it for. The time is measured by the process's
+// own clock from before it asked the store, so that it is never shorter
+// by the store's clock. A start that cannot go by then (the store did not
+// answer the claim in time, the process stalled) is void and lost, and
+// the run reserves another (see the package's comment).
+const StartWithin = 50 * time.Millisecond
+
 // NewRate returns the rate limit named name in s: perSecond starts a
 // second (above 0), burst at once (at least 1).
 func NewRate(s idem.Store, name string, perSecond float64, burst int) (*Rate, error) {
@@ -128,21 +136,40 @@ func (r *Rate) String() string {
 func (r *Rate) Wait(ctx context.Context) error { return r.WaitN(ctx, 1) }
 
 // WaitN waits until n more starts may go, or ctx ends (its error; the
-// starts reserved are then lost), or the store fails (its error).
+// starts reserved are then lost), or the store fails (its error). It
+// returns no later than [StartWithin] after the time the starts were
+// reserved for (a wait that overslept reserves again): the caller starts
+// them at once.
 func (r *Rate) WaitN(ctx context.Context, n int) error {
+	_, err := r.take(ctx, n)
+	return err
+}
+
+// take is WaitN: it returns the time by which the starts must go, by this
+// process's clock (a reading with its monotonic clock), after which they
+// are void.
+func (r *Rate) take(ctx context.Context, n int) (time.Time, error) {
 	if n <= 0 {
-		return nil
+		return time.Time{}, nil
 	}
 	// More starts than the burst wait for the ones beyond it even when the
 	// limit is idle: reserve that far ahead too, or they never would be.
 	ahead := maxReserve + time.Duration(max(n-r.r.Burst, 0))*r.r.Interval()
 	for {
+		// The store reserves the starts for its now plus wait, and its now
+		// is after asked: by asked+wait+StartWithin on this process's
+		// clock, they are at most StartWithin late on the store's.
+		asked := time.Now()
 		wait, ok, err := r.s.TakeRate(ctx, r.name, r.r, n, ahead)
 		if err != nil {
-			return err
+			return time.Time{}, err
 		}
-		if err := sleep(ctx, wait); err != nil || ok {
-			return err
+		if err := sleep(ctx, wait); err != nil {
+			return time.Time{}, err
+		}
+		by := asked.Add(wait + StartWithin)
+		if ok && !time.Now().After(by) {
+			return by, nil
 		}
 	}
 }
@@ -152,8 +179,10 @@ func (r *Rate) limit() any { return rateLimiter{r} }
 // rateLimiter is a Rate as idem's engine uses it.
 type rateLimiter struct{ r *Rate }
 
-func (l rateLimiter) LimitName() string                      { return l.r.name }
-func (l rateLimiter) TakeN(ctx context.Context, n int) error { return l.r.WaitN(ctx, n) }
+func (l rateLimiter) LimitName() string { return l.r.name }
+func (l rateLimiter) TakeN(ctx context.Context, n int) (time.Time, error) {
+	return l.r.take(ctx, n)
+}
 func (l rateLimiter) Hold(ctx context.Context) (context.Context, func(), error) {
 	return ctx, func() {}, nil
 }
@@ -319,8 +348,8 @@ func (a *AtOnce) limit() any { return atOnceLimiter{a} }
 // atOnceLimiter is an AtOnce as idem's engine uses it.
 type atOnceLimiter struct{ a *AtOnce }
 
-func (l atOnceLimiter) LimitName() string                      { return l.a.name }
-func (l atOnceLimiter) TakeN(ctx context.Context, n int) error { return nil }
+func (l atOnceLimiter) LimitName() string                                   { return l.a.name }
+func (l atOnceLimiter) TakeN(ctx context.Context, n int) (time.Time, error) { return time.Time{}, nil }
 
 // Hold takes a place for a run: the run's context ends with cause
 // ErrSlotLost when the place is lost.

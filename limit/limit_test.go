@@ -258,3 +258,9 @@ func TestRunTxTakesAStart(t *testing.T) {
 		t.Fatalf("business rows %d, %v; want 1", n, err)
 	}
 }
+
+// TestRateAcrossStallSQLite: starts reserved before the ledger's claims
+// stalled do not go together with the burst that refilled meanwhile.
+func TestRateAcrossStallSQLite(t *testing.T) {
+	idemtest.TestRateAcrossStall(t, testledger.Open(t, t.TempDir()))
+}

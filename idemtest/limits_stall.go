@@ -1,0 +1,145 @@
+package idemtest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/limit"
+)
+
+// claimGate is a store (the one it wraps, and its limits) whose claims
+// wait while the gate is shut, as they do while a store does not answer
+// and its client retries; everything else goes through.
+type claimGate struct {
+	idemstore.Store
+	idemstore.LimitStore
+	mu      sync.Mutex
+	open    chan struct{} // closed while the gate is open
+	waiting atomic.Int64  // claims waiting at the gate
+}
+
+func (g *claimGate) shut() {
+	g.mu.Lock()
+	g.open = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *claimGate) reopen() {
+	g.mu.Lock()
+	close(g.open)
+	g.mu.Unlock()
+}
+
+func (g *claimGate) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	g.waiting.Add(1)
+	select {
+	case <-open:
+	case <-ctx.Done():
+		g.waiting.Add(-1)
+		return idemstore.Claim{}, context.Cause(ctx)
+	}
+	g.waiting.Add(-1)
+	return g.Store.Claim(ctx, req)
+}
+
+// TestRateAcrossStall checks a rate limit of package limit whose runs'
+// claims stall after their starts were reserved (a store outage, its
+// client retrying): workers run keys of their own under
+// limit.NewRate(s, "api", 2, 2) until each waits at the shut claim with
+// a start reserved; the limit refills meanwhile; the claims go through.
+// No window of a second may hold more than rate + burst starts of fn:
+// the starts reserved before the stall must not go together with the
+// burst that refilled. s must keep limits (idemstore.LimitStore) on the
+// clock of this host.
+//
+// The bound holds by design, not by timing: a start goes within
+// limit.StartWithin of the time it was reserved for, and one interval
+// (500 ms) leaves room for that and for the time between the check and
+// fn's reading of the clock.
+func TestRateAcrossStall(t *testing.T, s idem.Store) {
+	const (
+		perSecond = 2
+		burst     = 2
+		workers   = 4
+	)
+	st, err := idemstore.Of(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, ok := st.(idemstore.LimitStore)
+	if !ok {
+		t.Fatalf("%T keeps no limits", st)
+	}
+	g := &claimGate{Store: st, LimitStore: ls, open: make(chan struct{})}
+	close(g.open)
+	r, err := limit.NewRate(g, "api", perSecond, burst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var starts []time.Time
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	job := fmt.Sprintf("stall-%d", time.Now().UnixNano())
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				key := idem.Key{Job: job, Period: fmt.Sprintf("w%d-%d", w, i)}
+				_ = idem.RunOn(ctx, g, key, func(context.Context) error {
+					mu.Lock()
+					starts = append(starts, time.Now())
+					mu.Unlock()
+					n.Add(1)
+					return nil
+				}, limit.With(r))
+			}
+		})
+	}
+	defer testwait.Group(t, &wg, "the workers to end")
+	defer cancel()
+	testwait.Until(t, func() bool { return n.Load() >= 2*burst }, "the workers to start %d runs", 2*burst)
+	g.shut()
+	testwait.Until(t, func() bool { return g.waiting.Load() == workers }, "all %d workers to wait at the shut claim", workers)
+	// Every worker holds a reserved start; nobody asks for more: the
+	// limit refills (its burst, after burst intervals past its last
+	// reservation, at most a second ahead).
+	time.Sleep(time.Second + burst*time.Second/perSecond)
+	before := n.Load()
+	g.reopen()
+	testwait.Until(t, func() bool { return n.Load() >= before+workers+2*perSecond }, "%d more runs after the stall", workers+2*perSecond)
+	cancel()
+	testwait.Group(t, &wg, "the workers to end")
+
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	most, at := 0, 0
+	for i := range starts {
+		j, _ := slices.BinarySearchFunc(starts[i:], starts[i].Add(time.Second), func(a, b time.Time) int { return a.Compare(b) })
+		if j > most {
+			most, at = j, i
+		}
+	}
+	t.Logf("%d starts of fn; at most %d in a second (from the %dth); the limit %d/s, burst %d", len(starts), most, at, perSecond, burst)
+	if most > perSecond+burst {
+		var in []string
+		for _, s := range starts[at : at+most] {
+			in = append(in, s.Sub(starts[at]).Round(time.Millisecond).String())
+		}
+		t.Fatalf("%d starts of fn in a second (at %v from the first of them), more than rate %d + burst %d: the starts reserved before the claims stalled went with the burst that refilled",
+			most, in, perSecond, burst)
+	}
+}
