@@ -108,7 +108,7 @@ const maxReserve = 2 * time.Second
 // by the store's clock. A start that cannot go by then (the store did not
 // answer the claim in time, the process stalled) is void and lost, and
 // the run reserves another (see the package's comment).
-const StartWithin = 50 * time.Millisecond
+const StartWithin = 10 * time.Millisecond
 
 // NewRate returns the rate limit named name in s: perSecond starts a
 // second (above 0), burst at once (at least 1).
