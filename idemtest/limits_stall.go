@@ -39,18 +39,51 @@ func (g *claimGate) reopen() {
 }
 
 func (g *claimGate) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+	if err := g.wait(ctx); err != nil {
+		return idemstore.Claim{}, err
+	}
+	return g.Store.Claim(ctx, req)
+}
+
+// wait waits at the gate: while it is shut, until it opens or ctx ends.
+func (g *claimGate) wait(ctx context.Context) error {
 	g.mu.Lock()
 	open := g.open
 	g.mu.Unlock()
 	g.waiting.Add(1)
+	defer g.waiting.Add(-1)
 	select {
 	case <-open:
+		return nil
 	case <-ctx.Done():
-		g.waiting.Add(-1)
-		return idemstore.Claim{}, context.Cause(ctx)
+		return context.Cause(ctx)
 	}
-	g.waiting.Add(-1)
-	return g.Store.Claim(ctx, req)
+}
+
+// txGate is a claimGate for RunTx: a transaction (the claim of a fresh
+// key in it, or the done mark of a claimed one) waits at the gate before
+// it begins, as it does while the store does not answer.
+type txGate[Tx any] struct {
+	*claimGate
+	tx idemstore.FreshTxStore[Tx]
+}
+
+func (g txGate[Tx]) FinishTx(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, cursor bool, fn func(Tx) ([]byte, error)) error {
+	if err := g.wait(ctx); err != nil {
+		return err
+	}
+	return g.tx.FinishTx(ctx, key, attempt, now, cursor, fn)
+}
+
+func (g txGate[Tx]) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(Tx) ([]byte, error)) (idemstore.Claim, bool, error) {
+	if err := g.wait(ctx); err != nil {
+		return idemstore.Claim{}, false, err
+	}
+	return g.tx.ClaimFinishTx(ctx, req, cursor, fn)
+}
+
+func (g txGate[Tx]) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, Tx) error, opts ...idem.Option) error {
+	return idem.RunTx[Tx](ctx, g, key, fn, opts...)
 }
 
 // TestRateAcrossStall checks a rate limit of package limit whose runs'
@@ -68,11 +101,30 @@ func (g *claimGate) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 // (500 ms) leaves room for that and for the time between the check and
 // fn's reading of the clock.
 func TestRateAcrossStall(t *testing.T, s idem.Store) {
-	const (
-		perSecond = 2
-		burst     = 2
-		workers   = 4
-	)
+	g := newClaimGate(t, s)
+	rateAcrossStall(t, g, func(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
+		return idem.RunOn(ctx, g, key, fn, opts...)
+	})
+}
+
+// TestRateAcrossStallTx is [TestRateAcrossStall] for RunTx on s, a
+// FreshTxStore: the transaction that claims a fresh key and runs fn, or
+// marks a claimed one done with fn's writes, waits at the gate before it
+// begins (the store's claims too), with a start reserved.
+func TestRateAcrossStallTx[Tx any](t *testing.T, s idem.Store) {
+	g := newClaimGate(t, s)
+	st, _ := idemstore.Of(s)
+	ts, ok := st.(idemstore.FreshTxStore[Tx])
+	if !ok {
+		t.Fatalf("%T is not an idemstore.FreshTxStore[%T]", st, *new(Tx))
+	}
+	tg := txGate[Tx]{claimGate: g, tx: ts}
+	rateAcrossStall(t, g, func(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
+		return idem.RunTx(ctx, tg, key, func(ctx context.Context, _ Tx) error { return fn(ctx) }, opts...)
+	})
+}
+
+func newClaimGate(t *testing.T, s idem.Store) *claimGate {
 	st, err := idemstore.Of(s)
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +135,15 @@ func TestRateAcrossStall(t *testing.T, s idem.Store) {
 	}
 	g := &claimGate{Store: st, LimitStore: ls, open: make(chan struct{})}
 	close(g.open)
+	return g
+}
+
+func rateAcrossStall(t *testing.T, g *claimGate, run func(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error) {
+	const (
+		perSecond = 2
+		burst     = 2
+		workers   = 4
+	)
 	r, err := limit.NewRate(g, "api", perSecond, burst)
 	if err != nil {
 		t.Fatal(err)
@@ -98,13 +159,16 @@ func TestRateAcrossStall(t *testing.T, s idem.Store) {
 		wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
 				key := idem.Key{Job: job, Period: fmt.Sprintf("w%d-%d", w, i)}
-				_ = idem.RunOn(ctx, g, key, func(context.Context) error {
+				err := run(ctx, key, func(context.Context) error {
 					mu.Lock()
 					starts = append(starts, time.Now())
 					mu.Unlock()
 					n.Add(1)
 					return nil
 				}, limit.With(r))
+				if err != nil && ctx.Err() == nil {
+					t.Logf("run %s: %v", key, err)
+				}
 			}
 		})
 	}
@@ -112,7 +176,7 @@ func TestRateAcrossStall(t *testing.T, s idem.Store) {
 	defer cancel()
 	testwait.Until(t, func() bool { return n.Load() >= 2*burst }, "the workers to start %d runs", 2*burst)
 	g.shut()
-	testwait.Until(t, func() bool { return g.waiting.Load() == workers }, "all %d workers to wait at the shut claim", workers)
+	testwait.Until(t, func() bool { return g.waiting.Load() == workers }, "all %d workers to wait at the shut gate", workers)
 	// Every worker holds a reserved start; nobody asks for more: the
 	// limit refills (its burst, after burst intervals past its last
 	// reservation, at most a second ahead).
@@ -133,13 +197,13 @@ func TestRateAcrossStall(t *testing.T, s idem.Store) {
 			most, at = j, i
 		}
 	}
-	t.Logf("%d starts of fn; at most %d in a second (from the %dth); the limit %d/s, burst %d", len(starts), most, at, perSecond, burst)
+	var in []string
+	for _, s := range starts[at : at+most] {
+		in = append(in, s.Sub(starts[at]).Round(time.Millisecond).String())
+	}
+	t.Logf("%d starts of fn; at most %d in a second (%v); the limit %d/s, burst %d", len(starts), most, in, perSecond, burst)
 	if most > perSecond+burst {
-		var in []string
-		for _, s := range starts[at : at+most] {
-			in = append(in, s.Sub(starts[at]).Round(time.Millisecond).String())
-		}
-		t.Fatalf("%d starts of fn in a second (at %v from the first of them), more than rate %d + burst %d: the starts reserved before the claims stalled went with the burst that refilled",
+		t.Fatalf("%d starts of fn in a second (%v from the first of them), more than rate %d + burst %d: the starts reserved before the store stalled went with the burst that refilled",
 			most, in, perSecond, burst)
 	}
 }

@@ -264,3 +264,9 @@ func TestRunTxTakesAStart(t *testing.T) {
 func TestRateAcrossStallSQLite(t *testing.T) {
 	idemtest.TestRateAcrossStall(t, testledger.Open(t, t.TempDir()))
 }
+
+// TestRateAcrossStallTxSQLite is TestRateAcrossStallSQLite for RunTx: its
+// transactions stall before they begin.
+func TestRateAcrossStallTxSQLite(t *testing.T) {
+	idemtest.TestRateAcrossStallTx[*sql.Tx](t, testledger.Open(t, t.TempDir()))
+}
