@@ -10,9 +10,10 @@
 //	err = fanout.Each(ctx, ledger, key, merchants, send, limit.With(mail))
 //
 // [With] makes a call wait for its limits: Run, RunTx, a catch-up's
-// periods and a Scheduler's jobs take one start of each rate and hold a
-// place of each AtOnce limit while they run; Each and EachTx hold a place
-// for the whole call and take one start of each rate per item. A key that
+// periods and a Scheduler's jobs take one start of each rate per start of
+// fn (a retry takes another) and hold a place of each AtOnce limit while
+// they run; Each and EachTx hold a place for the whole call and take one
+// start of each rate per item (EachTx: a window's together). A key that
 // is done (or parked) takes nothing. Waiting for a limit is not failing:
 // nothing is claimed before the limit lets the run go, and a run whose
 // context ends while it waits, or whose limit's store fails, is deferred
@@ -20,14 +21,34 @@
 // the limit's name), as a guard's refusal would be: no attempt counted,
 // nothing written.
 //
+// The store reserves each start for an instant on its clock, at most
+// PerSecond + Burst in any second of it. fn starts no earlier than that
+// instant and no later than [StartWithin] after it, measured on the
+// process's clock from before it asked (so never later by the store's).
+// A start that cannot go by then (its claim stalled through a store
+// outage) is void, and fn takes another right before it starts: Run after
+// its claim, holding it; RunTx before its transaction (a start that goes
+// void in it fails the attempt with nothing done: its retry takes a new
+// one); Each before each item. If the run's context ends then, or the
+// store fails, the attempt fails with nothing done (counted, retried by
+// its backoff), as the claim has been made. So in any second of the
+// store's clock at most ⌊PerSecond × (1 s + StartWithin)⌋ + Burst fns
+// start: PerSecond + Burst for a whole rate of up to 100 a second, at
+// most 1 % more above.
+//
 // What is not promised: a rate counts starts, not how long the work takes;
 // a start reserved by a process that then died or was cancelled is lost
 // (the limit errs on the side of fewer starts); every process must name a
 // limit with the same numbers (each takes by its own — during a rolling
 // change the limit is, at most, the larger); a place of an AtOnce limit
 // held by a process that stopped without dying (a hung process, a lost
-// network) comes back only when its lease ends; and a store's clock that
-// jumps moves the limit with it.
+// network) comes back only when its lease ends; a store's clock that
+// jumps moves the limit with it; the bound on starts is on the store's
+// clock, with the process's running at the same rate, and says nothing of
+// when the work arrives at a receiver on another host; a process that
+// stalls between the check and fn starts fn that much later; and EachTx
+// checks a window's starts only before its transaction, whose items then
+// start one after another (docs/limits.md).
 package limit
 
 import (
