@@ -543,14 +543,15 @@ func (e *eacher) worker(wctx context.Context) (err error) {
 						win = win[:1]
 					}
 				}
-				if _, err := e.pace(ctx, len(win)); err != nil {
+				var by time.Time // the window's starts must go by then
+				if by, err = e.pace(ctx, len(win)); err != nil {
 					if probe != 0 {
 						e.cfg.each.breaker.cancel(probe)
 					}
 					return err
 				}
 				settle(len(win), probe != 0)
-				ends, lost, err = e.tx(ctx, step, win, e.itemTx(probe), e.failed)
+				ends, lost, err = e.tx(ctx, step, win, e.itemTx(probe, by), e.failed)
 				if probe != 0 {
 					// The probe ran and told the breaker (done), or did not
 					// run (the transaction failed first): then the next
@@ -655,9 +656,25 @@ var errDeferredItem = errors.New("idem: item deferred")
 // itemTx is EachTx's item function for one window: it runs fn's call for
 // the item unless the call is deferred or the breaker is open (probe: the
 // window is the half-open breaker's probe), and tells the breaker how it
-// ended.
-func (e *eacher) itemTx(probe uint64) itemFunc {
+// ended. The window's starts of its rates must go by by (zero: whenever):
+// if they are void when its first item would start (the transaction
+// stalled before it began), or the store runs the window again, no item
+// of it runs (errStartLate: each ends as voidEnd says).
+func (e *eacher) itemTx(probe uint64, by time.Time) itemFunc {
+	var first string
+	late := false
 	return func(ctx context.Context, c idemstore.ItemClaim, call func(context.Context) error) error {
+		if !by.IsZero() {
+			switch {
+			case first == "":
+				first, late = c.Item, time.Now().After(by)
+			case c.Item == first:
+				late = true // the store runs the window again: its starts are used
+			}
+			if late {
+				return errStartLate
+			}
+		}
 		br := e.cfg.each.breaker
 		if e.broken.Load() && probe == 0 {
 			return errDeferredItem
@@ -877,6 +894,12 @@ func (e *eacher) settle(c idemstore.ItemClaim, v verdict, herr, cause error) (id
 func (e *eacher) failed(c idemstore.ItemClaim, err error) idemstore.ItemEnd {
 	if errors.Is(err, errDeferredItem) {
 		return e.deferredEnd(c)
+	}
+	if errors.Is(err, errStartLate) {
+		// fn did not run: as a deferred item, due at once, its failure
+		// count unchanged.
+		now := e.cfg.clock.Now()
+		return idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusFailed, Failures: c.Failures, NotBefore: now, Error: err.Error(), Now: now}
 	}
 	now := e.cfg.clock.Now()
 	n := c.Failures + 1

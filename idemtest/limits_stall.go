@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/limit"
@@ -84,6 +85,52 @@ func (g txGate[Tx]) ClaimFinishTx(ctx context.Context, req idemstore.ClaimReques
 
 func (g txGate[Tx]) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, Tx) error, opts ...idem.Option) error {
 	return idem.RunTx[Tx](ctx, g, key, fn, opts...)
+}
+
+// itemsGate is a store whose EachTx windows wait at the gate before their
+// transaction begins, as they do while the store does not answer.
+type itemsGate[Tx any] struct {
+	idemstore.ItemTxStore[Tx]
+	idemstore.LimitStore
+	g *claimGate
+}
+
+func (g itemsGate[Tx]) FinishItemsTx(ctx context.Context, key idemstore.Key, step idemstore.ItemStep, claims []idemstore.ItemClaim,
+	fn func(Tx, idemstore.ItemClaim) error, failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
+	if err := g.g.wait(ctx); err != nil {
+		return nil, nil, err
+	}
+	return g.ItemTxStore.FinishItemsTx(ctx, key, step, claims, fn, failed)
+}
+
+func (g itemsGate[Tx]) RunTx(ctx context.Context, key idem.Key, fn func(context.Context, Tx) error, opts ...idem.Option) error {
+	return idem.RunTx[Tx](ctx, g, key, fn, opts...)
+}
+
+// TestRateAcrossStallEachTx is [TestRateAcrossStall] for the items of
+// fanout.EachTx on s, an idemstore.ItemTxStore: four calls (a worker and
+// windows of one item each) whose windows' transactions wait at the gate
+// before they begin, with the window's start reserved.
+func TestRateAcrossStallEachTx[Tx any](t *testing.T, s idem.Store) {
+	g := newClaimGate(t, s)
+	st, _ := idemstore.Of(s)
+	its, ok := st.(idemstore.ItemTxStore[Tx])
+	if !ok {
+		t.Fatalf("%T is not an idemstore.ItemTxStore[%T]", st, *new(Tx))
+	}
+	ig := itemsGate[Tx]{ItemTxStore: its, LimitStore: g.LimitStore, g: g}
+	rateAcrossStall(t, g, func(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
+		const items = 1000 // more than the test runs: its context ends the call
+		_, err := fanout.EachTx(ctx, ig, key, fanout.Items(func(yield func(string) bool) {
+			for i := range items {
+				if !yield(fmt.Sprintf("i%04d", i)) {
+					return
+				}
+			}
+		}), func(ctx context.Context, _ Tx, _ string) error { return fn(ctx) },
+			append(opts, fanout.WithWorkers(1), fanout.WithBatch(1))...)
+		return err
+	})
 }
 
 // TestRateAcrossStall checks a rate limit of package limit whose runs'

@@ -29,7 +29,9 @@
 // outage) is void, and fn takes another right before it starts: Run after
 // its claim, holding it; RunTx before its transaction (a start that goes
 // void in it fails the attempt with nothing done: its retry takes a new
-// one); Each before each item. If the run's context ends then, or the
+// one); Each before each item; EachTx at a window's first item, in its
+// transaction (a window whose starts went void runs none of its items:
+// they are claimed again, their failure counts unchanged). If the run's context ends then, or the
 // store fails, the attempt fails with nothing done (counted, retried by
 // its backoff), as the claim has been made. So in any second of the
 // store's clock at most ⌊PerSecond × (1 s + StartWithin)⌋ + Burst fns
@@ -46,9 +48,9 @@
 // jumps moves the limit with it; the bound on starts is on the store's
 // clock, with the process's running at the same rate, and says nothing of
 // when the work arrives at a receiver on another host; a process that
-// stalls between the check and fn starts fn that much later; and EachTx
-// checks a window's starts only before its transaction, whose items then
-// start one after another (docs/limits.md).
+// stalls between the check and fn starts fn that much later; and the
+// items of an EachTx window of more than one start one after another
+// after its first (docs/limits.md).
 package limit
 
 import (

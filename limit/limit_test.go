@@ -270,3 +270,9 @@ func TestRateAcrossStallSQLite(t *testing.T) {
 func TestRateAcrossStallTxSQLite(t *testing.T) {
 	idemtest.TestRateAcrossStallTx[*sql.Tx](t, testledger.Open(t, t.TempDir()))
 }
+
+// TestRateAcrossStallEachTxSQLite is TestRateAcrossStallSQLite for the
+// items of fanout.EachTx: a window's transaction stalls before it begins.
+func TestRateAcrossStallEachTxSQLite(t *testing.T) {
+	idemtest.TestRateAcrossStallEachTx[*sql.Tx](t, testledger.Open(t, t.TempDir()))
+}

@@ -257,9 +257,10 @@ func benchTakeRate(b *testing.B, s idemstore.LimitStore) {
 	})
 }
 
-// TestRateAcrossStall runs idemtest's TestRateAcrossStall (Run) and
-// TestRateAcrossStallTx (RunTx) on the Ledger: starts reserved before the
-// store stalled do not go together with the burst that refilled.
+// TestRateAcrossStall runs idemtest's TestRateAcrossStall (Run),
+// TestRateAcrossStallTx (RunTx) and TestRateAcrossStallEachTx on the
+// Ledger: starts reserved before the store stalled do not go together with
+// the burst that refilled.
 func TestRateAcrossStall(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
@@ -270,5 +271,9 @@ func TestRateAcrossStall(t *testing.T) {
 	t.Run("RunTx", func(t *testing.T) {
 		t.Parallel()
 		idemtest.TestRateAcrossStallTx[pgx.Tx](t, openLedger(t, pool))
+	})
+	t.Run("EachTx", func(t *testing.T) {
+		t.Parallel()
+		idemtest.TestRateAcrossStallEachTx[pgx.Tx](t, openLedger(t, pool))
 	})
 }
