@@ -143,10 +143,10 @@ func TestRateAcrossStallEachTx[Tx any](t *testing.T, s idem.Store) {
 // burst that refilled. s must keep limits (idemstore.LimitStore) on the
 // clock of this host.
 //
-// The bound holds by design, not by timing: a start goes within
-// limit.StartWithin of the time it was reserved for, and one interval
-// (500 ms) leaves room for that and for the time between the check and
-// fn's reading of the clock.
+// The bound holds by design, not by timing: a start goes no later than a
+// quarter of the interval (125 ms) after the instant it was reserved for,
+// and the rest of the interval (375 ms) is room for the time between the
+// limit's check and fn's reading of the clock.
 func TestRateAcrossStall(t *testing.T, s idem.Store) {
 	g := newClaimGate(t, s)
 	rateAcrossStall(t, g, func(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
@@ -207,8 +207,9 @@ func rateAcrossStall(t *testing.T, g *claimGate, run func(ctx context.Context, k
 			for i := 0; ctx.Err() == nil; i++ {
 				key := idem.Key{Job: job, Period: fmt.Sprintf("w%d-%d", w, i)}
 				err := run(ctx, key, func(context.Context) error {
+					now := time.Now()
 					mu.Lock()
-					starts = append(starts, time.Now())
+					starts = append(starts, now)
 					mu.Unlock()
 					n.Add(1)
 					return nil

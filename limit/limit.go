@@ -23,20 +23,21 @@
 //
 // The store reserves each start for an instant on its clock, at most
 // PerSecond + Burst in any second of it. fn starts no earlier than that
-// instant and no later than [StartWithin] after it, measured on the
-// process's clock from before it asked (so never later by the store's).
-// A start that cannot go by then (its claim stalled through a store
-// outage) is void, and fn takes another right before it starts: Run after
-// its claim, holding it; RunTx before its transaction (a start that goes
-// void in it fails the attempt with nothing done: its retry takes a new
-// one); Each before each item; EachTx at a window's first item, in its
-// transaction (a window whose starts went void runs none of its items:
-// they are claimed again, their failure counts unchanged). If the run's context ends then, or the
-// store fails, the attempt fails with nothing done (counted, retried by
-// its backoff), as the claim has been made. So in any second of the
-// store's clock at most ⌊PerSecond × (1 s + StartWithin)⌋ + Burst fns
-// start: PerSecond + Burst for a whole rate of up to 100 a second, at
-// most 1 % more above.
+// instant and no later than [StartWithin] or a quarter of the rate's
+// interval after it, whichever is longer, measured on the process's clock
+// from before it asked (so never later by the store's). A start that
+// cannot go by then (its claim stalled through a store outage) is void,
+// and fn takes another right before it starts: Run after its claim,
+// holding it; RunTx before its transaction (a start that goes void in it
+// fails the attempt with nothing done: its retry takes a new one); Each
+// before each item; EachTx at a window's first item, in its transaction
+// (a window whose starts went void runs none of its items: they are
+// claimed again, their failure counts unchanged). If the run's context
+// ends then, or the store fails, the attempt fails with nothing done
+// (counted, retried by its backoff), as the claim has been made. So in
+// any second of the store's clock fewer than PerSecond + Burst +
+// max(¼, PerSecond × StartWithin) fns start: at most PerSecond + Burst
+// for a whole rate of up to 100 a second, at most 1 % more above.
 //
 // What is not promised: a rate counts starts, not how long the work takes;
 // a start reserved by a process that then died or was cancelled is lost
@@ -125,13 +126,18 @@ type Rate struct {
 // never use.
 const maxReserve = 2 * time.Second
 
-// StartWithin is how late, at most, a start of a [Rate] may go after the
-// time the store reserved it for. The time is measured by the process's
-// own clock from before it asked the store, so that it is never shorter
-// by the store's clock. A start that cannot go by then (the store did not
-// answer the claim in time, the process stalled) is void and lost, and
-// the run reserves another (see the package's comment).
+// StartWithin is how late, at least, a start of a [Rate] may go after the
+// time the store reserved it for: a start may go StartWithin or a quarter
+// of the rate's interval late, whichever is longer. The time is measured
+// by the process's own clock from before it asked the store, so that it
+// is never shorter by the store's clock. A start that cannot go by then
+// (the store did not answer the claim in time, the process stalled) is
+// void and lost, and the run reserves another (see the package's
+// comment).
 const StartWithin = 10 * time.Millisecond
+
+// lateness is how late a start of r may go.
+func lateness(r idemstore.Rate) time.Duration { return max(StartWithin, r.Interval()/4) }
 
 // NewRate returns the rate limit named name in s: perSecond starts a
 // second (above 0), burst at once (at least 1).
@@ -160,9 +166,9 @@ func (r *Rate) Wait(ctx context.Context) error { return r.WaitN(ctx, 1) }
 
 // WaitN waits until n more starts may go, or ctx ends (its error; the
 // starts reserved are then lost), or the store fails (its error). It
-// returns no later than [StartWithin] after the time the starts were
-// reserved for (a wait that overslept reserves again): the caller starts
-// them at once.
+// returns no later than [StartWithin] (or a quarter of the interval, if
+// longer) after the time the starts were reserved for (a wait that
+// overslept reserves again): the caller starts them at once.
 func (r *Rate) WaitN(ctx context.Context, n int) error {
 	_, err := r.take(ctx, n)
 	return err
@@ -180,8 +186,8 @@ func (r *Rate) take(ctx context.Context, n int) (time.Time, error) {
 	ahead := maxReserve + time.Duration(max(n-r.r.Burst, 0))*r.r.Interval()
 	for {
 		// The store reserves the starts for its now plus wait, and its now
-		// is after asked: by asked+wait+StartWithin on this process's
-		// clock, they are at most StartWithin late on the store's.
+		// is after asked: by asked+wait+late on this process's clock,
+		// they are at most late on the store's.
 		asked := time.Now()
 		wait, ok, err := r.s.TakeRate(ctx, r.name, r.r, n, ahead)
 		if err != nil {
@@ -190,7 +196,7 @@ func (r *Rate) take(ctx context.Context, n int) (time.Time, error) {
 		if err := sleep(ctx, wait); err != nil {
 			return time.Time{}, err
 		}
-		by := asked.Add(wait + StartWithin)
+		by := asked.Add(wait + lateness(r.r))
 		if ok && !time.Now().After(by) {
 			return by, nil
 		}

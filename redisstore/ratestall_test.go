@@ -73,12 +73,12 @@ func (p *privateRedis) kill() {
 // limit.NewRate(s, "api", 10, 2) over Runs; redis-server is killed and
 // started again half a second later. Starts reserved before the kill
 // whose claims ride through it must not go together with the burst that
-// refilled meanwhile (before the fix: 14 in a second, 3 of 3 runs). No
-// second holds more than rate + burst starts of fn, by this process's
-// clock (the server's is this host's): the limit promises that to within
-// limit.StartWithin (10 ms) of lateness, and the rest of an interval
-// (100 ms) leaves 90 ms for the time between the limit's check and fn's
-// reading of the clock.
+// refilled meanwhile (before the fix: 14 in a second, 3 of 3 runs). The
+// limit promises rate + burst starts in a second of the server's clock
+// (this host's), each start no later than 25 ms (a quarter of the
+// interval) after its instant; fn reads the clock a moment after the
+// limit's check, so the test allows one start more: that holds while
+// that moment is under 175 ms.
 func TestRateAcrossRedisRestart(t *testing.T) {
 	t.Parallel()
 	const perSecond, burst, procs = 10, 2, 4
@@ -115,8 +115,9 @@ func TestRateAcrossRedisRestart(t *testing.T) {
 			for i := 0; ctx.Err() == nil; i++ {
 				key := idem.Key{Job: "api", Period: fmt.Sprintf("p%d-%d", p, i)}
 				err := idem.RunOn(ctx, stores[p], key, func(context.Context) error {
+					now := time.Now()
 					mu.Lock()
-					starts = append(starts, time.Now())
+					starts = append(starts, now)
 					mu.Unlock()
 					n.Add(1)
 					return nil
@@ -142,8 +143,8 @@ func TestRateAcrossRedisRestart(t *testing.T) {
 	defer mu.Unlock()
 	most, in := mostInASecond(starts)
 	t.Logf("%d starts of fn; at most %d in a second (%v); the limit %d/s, burst %d", len(starts), most, in, perSecond, burst)
-	if most > perSecond+burst {
-		t.Fatalf("%d starts of fn in a second (%v from the first of them), more than rate %d + burst %d", most, in, perSecond, burst)
+	if most > perSecond+burst+1 {
+		t.Fatalf("%d starts of fn in a second (%v from the first of them), more than rate %d + burst %d + 1", most, in, perSecond, burst)
 	}
 }
 
