@@ -543,14 +543,15 @@ func (e *eacher) worker(wctx context.Context) (err error) {
 						win = win[:1]
 					}
 				}
-				if err := e.pace(ctx, len(win)); err != nil {
+				var by time.Time // the window's starts must go by then
+				if by, err = e.pace(ctx, len(win)); err != nil {
 					if probe != 0 {
 						e.cfg.each.breaker.cancel(probe)
 					}
 					return err
 				}
 				settle(len(win), probe != 0)
-				ends, lost, err = e.tx(ctx, step, win, e.itemTx(probe), e.failed)
+				ends, lost, err = e.tx(ctx, step, win, e.itemTx(probe, by), e.failed)
 				if probe != 0 {
 					// The probe ran and told the breaker (done), or did not
 					// run (the transaction failed first): then the next
@@ -655,9 +656,25 @@ var errDeferredItem = errors.New("idem: item deferred")
 // itemTx is EachTx's item function for one window: it runs fn's call for
 // the item unless the call is deferred or the breaker is open (probe: the
 // window is the half-open breaker's probe), and tells the breaker how it
-// ended.
-func (e *eacher) itemTx(probe uint64) itemFunc {
+// ended. The window's starts of its rates must go by by (zero: whenever):
+// if they are void when its first item would start (the transaction
+// stalled before it began), or the store runs the window again, no item
+// of it runs (errStartLate: each ends as voidEnd says).
+func (e *eacher) itemTx(probe uint64, by time.Time) itemFunc {
+	var first string
+	late := false
 	return func(ctx context.Context, c idemstore.ItemClaim, call func(context.Context) error) error {
+		if !by.IsZero() {
+			switch {
+			case first == "":
+				first, late = c.Item, time.Now().After(by)
+			case c.Item == first:
+				late = true // the store runs the window again: its starts are used
+			}
+			if late {
+				return errStartLate
+			}
+		}
 		br := e.cfg.each.breaker
 		if e.broken.Load() && probe == 0 {
 			return errDeferredItem
@@ -702,13 +719,13 @@ func (e *eacher) stop(ctx context.Context, d *Deferral) {
 
 func (e *eacher) stopped() bool { return e.deferral.Load() != nil }
 
-// pace waits until n items may start (fanout.WithRate).
-func (e *eacher) pace(ctx context.Context, n int) error {
-	if err := paceLimits(ctx, e.cfg.limits, n); err != nil {
-		return err
-	}
-	if e.limiter == nil {
-		return nil
+// pace waits until n items may start (fanout.WithRate, limit.With). A
+// rate of limit.With's starts must go by the time it returns (zero:
+// whenever), or they are void.
+func (e *eacher) pace(ctx context.Context, n int) (time.Time, error) {
+	by, err := paceLimits(ctx, e.cfg.limits, n)
+	if err != nil || e.limiter == nil {
+		return by, err
 	}
 	// The limiter must see its times in order: one that goes back (a
 	// worker that read the clock before another reserved) counts the time
@@ -723,9 +740,9 @@ func (e *eacher) pace(ctx context.Context, n int) error {
 	r := e.limiter.ReserveN(at, n)
 	e.paceMu.Unlock()
 	if !r.OK() {
-		return fmt.Errorf("idem: each %s: a window of %d items exceeds the rate's burst %d", e.key, n, e.limiter.Burst())
+		return by, fmt.Errorf("idem: each %s: a window of %d items exceeds the rate's burst %d", e.key, n, e.limiter.Burst())
 	}
-	return sleep(ctx, e.cfg.clock, r.DelayFrom(now))
+	return by, sleep(ctx, e.cfg.clock, r.DelayFrom(now))
 }
 
 // pausing is the pause after a window (fanout.WithPause).
@@ -756,6 +773,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 		ictx := &itemCtx{Context: ctx, e: e, c: c, lease: lease}
 		checked := c.Doubt && !e.cfg.mode.rerun // settled by its check, fn may not run
 		var probe uint64                        // the item is the breaker's probe
+		var by time.Time                        // the rates' starts must go by then (zero: whenever)
 		if !checked {
 			if e.broken.Load() {
 				return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
@@ -769,7 +787,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 					return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
 				}
 			}
-			if err := e.pace(ctx, 1); err != nil {
+			if by, err = e.pace(ctx, 1); err != nil {
 				if probe != 0 {
 					br.cancel(probe)
 				}
@@ -805,6 +823,23 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 				continue
 			}
 			if CheckLease(ictx) != nil { // the check took the rest of the lease
+				if probe != 0 {
+					br.cancel(probe)
+				}
+				return ends, nil
+			}
+		}
+		// The rates' starts go now or are taken again: a start reserved
+		// before a check that stalled must not go together with the ones
+		// reserved since.
+		for !by.IsZero() && time.Now().After(by) {
+			if by, err = e.pace(ctx, 1); err != nil {
+				if probe != 0 {
+					br.cancel(probe)
+				}
+				return nil, err
+			}
+			if CheckLease(ictx) != nil { // the wait took the rest of the lease
 				if probe != 0 {
 					br.cancel(probe)
 				}
@@ -859,6 +894,12 @@ func (e *eacher) settle(c idemstore.ItemClaim, v verdict, herr, cause error) (id
 func (e *eacher) failed(c idemstore.ItemClaim, err error) idemstore.ItemEnd {
 	if errors.Is(err, errDeferredItem) {
 		return e.deferredEnd(c)
+	}
+	if errors.Is(err, errStartLate) {
+		// fn did not run: as a deferred item, due at once, its failure
+		// count unchanged.
+		now := e.cfg.clock.Now()
+		return idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusFailed, Failures: c.Failures, NotBefore: now, Error: err.Error(), Now: now}
 	}
 	now := e.cfg.clock.Now()
 	n := c.Failures + 1

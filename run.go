@@ -116,6 +116,10 @@ func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn fun
 	body := func(ctx context.Context, failed **fnError, stored *[]byte) func(Tx) ([]byte, error) {
 		return func(tx Tx) ([]byte, error) {
 			*failed, *stored = nil, nil
+			if err := useLimits(ctx); err != nil {
+				*failed = &fnError{NothingHappened(err)}
+				return nil, *failed
+			}
 			v, err := fn(withOutbox(ctx, s, tx, key, "", cfg.clock), tx)
 			if err != nil {
 				*failed = &fnError{err}
@@ -385,6 +389,9 @@ func execute(ctx context.Context, s idemstore.Store, key Key, cfg *config, fn va
 	if d != nil {
 		logDeferral(ctx, cfg.logger, key, d)
 		return r.fail(Deferred, d)
+	}
+	if len(cfg.limits) == 0 && ctx.Value(startsKey{}) != nil {
+		ctx = context.WithValue(ctx, startsKey{}, (*starts)(nil)) // a run inside fn: not fn's starts
 	}
 	defer release()
 	defer func() {
@@ -891,6 +898,11 @@ func (r *runner) attempt(ctx context.Context, attempt, prev int64, doubt bool, f
 	fctx := context.WithValue(ctx, infoKey{}, info)
 	r.res.Attempts++
 	if tx != nil {
+		// Wait for the rates' starts here, outside the store's
+		// transaction; the body uses them right before fn (useLimits).
+		if err := readyLimits(ctx); err != nil {
+			return NothingHappened(fmt.Errorf("fn did not start: %w", err))
+		}
 		stored, err := tx(fctx, attempt, r.cfg.clock.Now())
 		if err != nil {
 			return err
@@ -904,7 +916,16 @@ func (r *runner) attempt(ctx context.Context, attempt, prev int64, doubt bool, f
 	fctx, cancel := context.WithCancelCause(fctx)
 	stopHeartbeat := r.startHeartbeat(fctx, attempt, lease, cancel)
 	defer stopHeartbeat() // also when fn panics
-	value, err := fn(fctx)
+	// The rates' starts go now, or are taken again (the heartbeat keeps
+	// the lease meanwhile): a start reserved before a claim that stalled
+	// must not go together with the ones reserved since.
+	var value []byte
+	err = startLimits(fctx)
+	if err != nil {
+		err = NothingHappened(fmt.Errorf("fn did not start: %w", err))
+	} else {
+		value, err = fn(fctx)
+	}
 	stopHeartbeat()
 	r.leaseEnd = time.Unix(0, lease.until.Load())
 	var to *takeoverError

@@ -10,9 +10,10 @@
 //	err = fanout.Each(ctx, ledger, key, merchants, send, limit.With(mail))
 //
 // [With] makes a call wait for its limits: Run, RunTx, a catch-up's
-// periods and a Scheduler's jobs take one start of each rate and hold a
-// place of each AtOnce limit while they run; Each and EachTx hold a place
-// for the whole call and take one start of each rate per item. A key that
+// periods and a Scheduler's jobs take one start of each rate per start of
+// fn (a retry takes another) and hold a place of each AtOnce limit while
+// they run; Each and EachTx hold a place for the whole call and take one
+// start of each rate per item (EachTx: a window's together). A key that
 // is done (or parked) takes nothing. Waiting for a limit is not failing:
 // nothing is claimed before the limit lets the run go, and a run whose
 // context ends while it waits, or whose limit's store fails, is deferred
@@ -20,14 +21,37 @@
 // the limit's name), as a guard's refusal would be: no attempt counted,
 // nothing written.
 //
+// The store reserves each start for an instant on its clock, at most
+// PerSecond + Burst in any second of it. fn starts no earlier than that
+// instant and no later than [StartWithin] or a quarter of the rate's
+// interval after it, whichever is longer, measured on the process's clock
+// from before it asked (so never later by the store's). A start that
+// cannot go by then (its claim stalled through a store outage) is void,
+// and fn takes another right before it starts: Run after its claim,
+// holding it; RunTx before its transaction (a start that goes void in it
+// fails the attempt with nothing done: its retry takes a new one); Each
+// before each item; EachTx at a window's first item, in its transaction
+// (a window whose starts went void runs none of its items: they are
+// claimed again, their failure counts unchanged). If the run's context
+// ends then, or the store fails, the attempt fails with nothing done
+// (counted, retried by its backoff), as the claim has been made. So in
+// any second of the store's clock fewer than PerSecond + Burst +
+// max(¼, PerSecond × StartWithin) fns start: at most PerSecond + Burst
+// for a whole rate of up to 100 a second, at most 1 % more above.
+//
 // What is not promised: a rate counts starts, not how long the work takes;
 // a start reserved by a process that then died or was cancelled is lost
 // (the limit errs on the side of fewer starts); every process must name a
 // limit with the same numbers (each takes by its own — during a rolling
 // change the limit is, at most, the larger); a place of an AtOnce limit
 // held by a process that stopped without dying (a hung process, a lost
-// network) comes back only when its lease ends; and a store's clock that
-// jumps moves the limit with it.
+// network) comes back only when its lease ends; a store's clock that
+// jumps moves the limit with it; the bound on starts is on the store's
+// clock, with the process's running at the same rate, and says nothing of
+// when the work arrives at a receiver on another host; a process that
+// stalls between the check and fn starts fn that much later; and the
+// items of an EachTx window of more than one start one after another
+// after its first (docs/limits.md).
 package limit
 
 import (
@@ -102,6 +126,19 @@ type Rate struct {
 // never use.
 const maxReserve = 2 * time.Second
 
+// StartWithin is how late, at least, a start of a [Rate] may go after the
+// time the store reserved it for: a start may go StartWithin or a quarter
+// of the rate's interval late, whichever is longer. The time is measured
+// by the process's own clock from before it asked the store, so that it
+// is never shorter by the store's clock. A start that cannot go by then
+// (the store did not answer the claim in time, the process stalled) is
+// void and lost, and the run reserves another (see the package's
+// comment).
+const StartWithin = 10 * time.Millisecond
+
+// lateness is how late a start of r may go.
+func lateness(r idemstore.Rate) time.Duration { return max(StartWithin, r.Interval()/4) }
+
 // NewRate returns the rate limit named name in s: perSecond starts a
 // second (above 0), burst at once (at least 1).
 func NewRate(s idem.Store, name string, perSecond float64, burst int) (*Rate, error) {
@@ -128,21 +165,40 @@ func (r *Rate) String() string {
 func (r *Rate) Wait(ctx context.Context) error { return r.WaitN(ctx, 1) }
 
 // WaitN waits until n more starts may go, or ctx ends (its error; the
-// starts reserved are then lost), or the store fails (its error).
+// starts reserved are then lost), or the store fails (its error). It
+// returns no later than [StartWithin] (or a quarter of the interval, if
+// longer) after the time the starts were reserved for (a wait that
+// overslept reserves again): the caller starts them at once.
 func (r *Rate) WaitN(ctx context.Context, n int) error {
+	_, err := r.take(ctx, n)
+	return err
+}
+
+// take is WaitN: it returns the time by which the starts must go, by this
+// process's clock (a reading with its monotonic clock), after which they
+// are void.
+func (r *Rate) take(ctx context.Context, n int) (time.Time, error) {
 	if n <= 0 {
-		return nil
+		return time.Time{}, nil
 	}
 	// More starts than the burst wait for the ones beyond it even when the
 	// limit is idle: reserve that far ahead too, or they never would be.
 	ahead := maxReserve + time.Duration(max(n-r.r.Burst, 0))*r.r.Interval()
 	for {
+		// The store reserves the starts for its now plus wait, and its now
+		// is after asked: by asked+wait+late on this process's clock,
+		// they are at most late on the store's.
+		asked := time.Now()
 		wait, ok, err := r.s.TakeRate(ctx, r.name, r.r, n, ahead)
 		if err != nil {
-			return err
+			return time.Time{}, err
 		}
-		if err := sleep(ctx, wait); err != nil || ok {
-			return err
+		if err := sleep(ctx, wait); err != nil {
+			return time.Time{}, err
+		}
+		by := asked.Add(wait + lateness(r.r))
+		if ok && !time.Now().After(by) {
+			return by, nil
 		}
 	}
 }
@@ -152,8 +208,10 @@ func (r *Rate) limit() any { return rateLimiter{r} }
 // rateLimiter is a Rate as idem's engine uses it.
 type rateLimiter struct{ r *Rate }
 
-func (l rateLimiter) LimitName() string                      { return l.r.name }
-func (l rateLimiter) TakeN(ctx context.Context, n int) error { return l.r.WaitN(ctx, n) }
+func (l rateLimiter) LimitName() string { return l.r.name }
+func (l rateLimiter) TakeN(ctx context.Context, n int) (time.Time, error) {
+	return l.r.take(ctx, n)
+}
 func (l rateLimiter) Hold(ctx context.Context) (context.Context, func(), error) {
 	return ctx, func() {}, nil
 }
@@ -319,8 +377,8 @@ func (a *AtOnce) limit() any { return atOnceLimiter{a} }
 // atOnceLimiter is an AtOnce as idem's engine uses it.
 type atOnceLimiter struct{ a *AtOnce }
 
-func (l atOnceLimiter) LimitName() string                      { return l.a.name }
-func (l atOnceLimiter) TakeN(ctx context.Context, n int) error { return nil }
+func (l atOnceLimiter) LimitName() string                                   { return l.a.name }
+func (l atOnceLimiter) TakeN(ctx context.Context, n int) (time.Time, error) { return time.Time{}, nil }
 
 // Hold takes a place for a run: the run's context ends with cause
 // ErrSlotLost when the place is lost.

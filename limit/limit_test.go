@@ -281,3 +281,21 @@ func TestRunTxTakesAStart(t *testing.T) {
 		t.Fatalf("business rows %d, %v; want 1", n, err)
 	}
 }
+
+// TestRateAcrossStallSQLite: starts reserved before the ledger's claims
+// stalled do not go together with the burst that refilled meanwhile.
+func TestRateAcrossStallSQLite(t *testing.T) {
+	idemtest.TestRateAcrossStall(t, testledger.Open(t, t.TempDir()))
+}
+
+// TestRateAcrossStallTxSQLite is TestRateAcrossStallSQLite for RunTx: its
+// transactions stall before they begin.
+func TestRateAcrossStallTxSQLite(t *testing.T) {
+	idemtest.TestRateAcrossStallTx[*sql.Tx](t, testledger.Open(t, t.TempDir()))
+}
+
+// TestRateAcrossStallEachTxSQLite is TestRateAcrossStallSQLite for the
+// items of fanout.EachTx: a window's transaction stalls before it begins.
+func TestRateAcrossStallEachTxSQLite(t *testing.T) {
+	idemtest.TestRateAcrossStallEachTx[*sql.Tx](t, testledger.Open(t, t.TempDir()))
+}

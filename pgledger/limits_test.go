@@ -16,6 +16,7 @@ import (
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/limit"
 	"github.com/idemgo/idem/pgledger"
+	"github.com/jackc/pgx/v5"
 )
 
 // TestLimits runs idemtest's conformance suite of idemstore.LimitStore on
@@ -253,5 +254,26 @@ func benchTakeRate(b *testing.B, s idemstore.LimitStore) {
 				return
 			}
 		}
+	})
+}
+
+// TestRateAcrossStall runs idemtest's TestRateAcrossStall (Run),
+// TestRateAcrossStallTx (RunTx) and TestRateAcrossStallEachTx on the
+// Ledger: starts reserved before the store stalled do not go together with
+// the burst that refilled.
+func TestRateAcrossStall(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	t.Run("Run", func(t *testing.T) {
+		t.Parallel()
+		idemtest.TestRateAcrossStall(t, openLedger(t, pool))
+	})
+	t.Run("RunTx", func(t *testing.T) {
+		t.Parallel()
+		idemtest.TestRateAcrossStallTx[pgx.Tx](t, openLedger(t, pool))
+	})
+	t.Run("EachTx", func(t *testing.T) {
+		t.Parallel()
+		idemtest.TestRateAcrossStallEachTx[pgx.Tx](t, openLedger(t, pool))
 	})
 }
