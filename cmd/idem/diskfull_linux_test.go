@@ -20,6 +20,8 @@ const envDiskFullDir = "IDEM_TEST_CLI_DISKFULL_DIR"
 // usage code) saying "no space left on device" and naming the ledger, and
 // runs nothing; `idem doctor` says the disk is full, not to check
 // permissions; once space is freed the next `idem run` does the period.
+// Then the tmpfs is made read-only: `idem run` exits 7 saying so, and
+// doctor says the directory is not writable.
 // The child mounts the tmpfs in a user and mount namespace of its own.
 func TestRunAndDoctorOnAFullDisk(t *testing.T) {
 	if dir := os.Getenv(envDiskFullDir); dir != "" {
@@ -102,5 +104,23 @@ func diskFullChild(t *testing.T, dir string) {
 	}
 	if b, _ := os.ReadFile(marks); strings.Count(string(b), "second") != 1 {
 		t.Errorf("once space is freed the period ran %d times, want once:\n%s", strings.Count(string(b), "second"), b)
+	}
+
+	// Read-only.
+	if err := syscall.Mount("", dir, "", syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount read-only: %v", err)
+	}
+	code, stderr = run("third")
+	if code != exitStore || !strings.Contains(stderr, "read-only") || !strings.Contains(stderr, dir) {
+		t.Errorf("idem run on a read-only tmpfs: exit %d, want %d saying read-only and naming %s; stderr:\n%s", code, exitStore, dir, stderr)
+	}
+	if b, _ := os.ReadFile(marks); strings.Contains(string(b), "third") {
+		t.Errorf("idem run on a read-only tmpfs ran the command: %s", b)
+	}
+	out.Reset()
+	errb.Reset()
+	execute([]string{"doctor", ledger}, &out, &errb)
+	if report := out.String() + errb.String(); !strings.Contains(report, "not writable") {
+		t.Errorf("idem doctor on a read-only tmpfs does not say the directory is not writable:\n%s", report)
 	}
 }
