@@ -1,11 +1,9 @@
 package idem_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -13,7 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
-	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/internal/testns"
 )
 
 const envDiskCauseDir = "IDEM_TEST_DISKCAUSE_DIR"
@@ -29,37 +27,14 @@ const envDiskCauseDir = "IDEM_TEST_DISKCAUSE_DIR"
 // files" and matches EMFILE (SQLite reported it as "attempt to write a
 // readonly database").
 //
-// The child mounts the tmpfs in a user and mount namespace of its own, as
-// TestLedgerDiskFull in package fanout does: no root needed.
+// The child mounts the tmpfs in a user and mount namespace of its own
+// (package testns): no root needed.
 func TestLedgerDiskErrorsNameTheCause(t *testing.T) {
 	if dir := os.Getenv(envDiskCauseDir); dir != "" {
 		diskCauseChild(t, dir)
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLedgerDiskErrorsNameTheCause$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), envDiskCauseDir+"="+t.TempDir())
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Pdeathsig:   syscall.SIGKILL,
-		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-	}
-	if err := cmd.Start(); err != nil {
-		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
-			t.Skipf("this system does not let the test create a user and mount namespace (to mount a tmpfs without root): %v", err)
-		}
-		t.Fatal(err)
-	}
-	err := testwait.Process(cmd, testwait.Limit(t))
-	t.Logf("child in its own namespaces:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	if strings.Contains(out.String(), "--- SKIP") {
-		t.Skip("the child skipped: see its output")
-	}
+	testns.Run(t, envDiskCauseDir)
 }
 
 // fill writes a file in dir until the file system is full, and returns
@@ -103,12 +78,7 @@ func wantCause(t *testing.T, what string, err error, path, msg string, errno sys
 }
 
 func diskCauseChild(t *testing.T, dir string) {
-	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		t.Skipf("make / private in the new mount namespace: %v", err)
-	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=2m"); err != nil {
-		t.Skipf("mount a tmpfs in the new namespace: %v", err)
-	}
+	testns.MountTmpfs(t, dir, "2m")
 	ctx := context.Background()
 	path := filepath.Join(dir, "ledger.db")
 	ran := func(context.Context) error { return nil }

@@ -1,12 +1,10 @@
 package fanout_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,7 +16,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
-	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/internal/testns"
 )
 
 const envDiskFull = "IDEM_TEST_DISKFULL_DIR"
@@ -39,40 +37,11 @@ func TestLedgerDiskFull(t *testing.T) {
 		diskFullChild(t, dir)
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLedgerDiskFull$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), envDiskFull+"="+t.TempDir())
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Pdeathsig:   syscall.SIGKILL,
-		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-	}
-	if err := cmd.Start(); err != nil {
-		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
-			t.Skipf("this system does not let the test create a user and mount namespace (to mount a tmpfs without root): %v", err)
-		}
-		t.Fatal(err)
-	}
-	err := testwait.Process(cmd, testwait.Limit(t))
-	t.Logf("child in its own namespaces:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	if strings.Contains(out.String(), "--- SKIP") {
-		t.Skip("the child skipped: see its output")
-	}
+	testns.Run(t, envDiskFull)
 }
 
 func diskFullChild(t *testing.T, dir string) {
-	// Our mounts stay ours: nothing propagates back to the parent's namespace.
-	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		t.Skipf("make / private in the new mount namespace: %v", err)
-	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=3m"); err != nil {
-		t.Skipf("mount a tmpfs in the new namespace: %v", err)
-	}
+	testns.MountTmpfs(t, dir, "3m")
 	const n = 10000
 	ctx := context.Background()
 	l := openLedger(t, dir)

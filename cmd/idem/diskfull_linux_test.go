@@ -2,15 +2,13 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
-	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/internal/testns"
 )
 
 const envDiskFullDir = "IDEM_TEST_CLI_DISKFULL_DIR"
@@ -28,39 +26,11 @@ func TestRunAndDoctorOnAFullDisk(t *testing.T) {
 		diskFullChild(t, dir)
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRunAndDoctorOnAFullDisk$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), envDiskFullDir+"="+t.TempDir())
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Pdeathsig:   syscall.SIGKILL,
-		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-	}
-	if err := cmd.Start(); err != nil {
-		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
-			t.Skipf("this system does not let the test create a user and mount namespace (to mount a tmpfs without root): %v", err)
-		}
-		t.Fatal(err)
-	}
-	err := testwait.Process(cmd, testwait.Limit(t))
-	t.Logf("child in its own namespaces:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	if strings.Contains(out.String(), "--- SKIP") {
-		t.Skip("the child skipped: see its output")
-	}
+	testns.Run(t, envDiskFullDir)
 }
 
 func diskFullChild(t *testing.T, dir string) {
-	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		t.Skipf("make / private in the new mount namespace: %v", err)
-	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=2m"); err != nil {
-		t.Skipf("mount a tmpfs in the new namespace: %v", err)
-	}
+	testns.MountTmpfs(t, dir, "2m")
 	ledger := filepath.Join(dir, "ledger.db")
 	marks := filepath.Join(t.TempDir(), "marks") // off the tmpfs
 	run := func(job string) (int, string) {
