@@ -147,6 +147,7 @@ func OpenLedger(path string, opts ...Option) (*Ledger, error) {
 	l.kept = true
 	l.file = &ledgerConnector{path: abs, id: id}
 	l.owned = true
+	l.wl.q = openWriteQueue(abs, id)
 	return l, nil
 }
 
@@ -234,6 +235,10 @@ func (l *Ledger) Close() error {
 			w.close()
 			l.wconns[i] = nil
 		}
+	}
+	if l.wl.q != nil {
+		l.wl.q.close()
+		l.wl.q = nil
 	}
 	l.wl.release()
 	l.stmts.Range(func(k, v any) bool {

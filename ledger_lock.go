@@ -46,9 +46,12 @@ func WithLockWait(d time.Duration) Option {
 // writeLock is the ledger's way to its write lock. In this process the
 // writers queue on sem, first come first served (a channel's waiting
 // senders are served in order), with the wait bounded; across processes
-// each waits for SQLite's lock in SQLite's busy handler, bounded too.
+// the writers of an owned ledger queue in its lock file (q, see
+// ledger_queue.go), and each then waits for SQLite's lock in SQLite's busy
+// handler (where another program may hold it), bounded too.
 type writeLock struct {
 	sem     chan struct{}
+	q       *writeQueue   // nil: none (an attached ledger, or no queue on this system)
 	wait    time.Duration // the bound of each write's wait
 	blocked atomic.Int32  // writes that found the database locked and wait for SQLite's lock now (for tests)
 	// long counts this process's writes that run a caller's function in
@@ -101,4 +104,11 @@ func (wl *writeLock) tryAcquire() bool {
 	}
 }
 
-func (wl *writeLock) release() { <-wl.sem }
+// release gives this process's turn back, and the ledger's turn in the
+// write queue if it holds it.
+func (wl *writeLock) release() {
+	if wl.q != nil {
+		wl.q.leave()
+	}
+	<-wl.sem
+}
