@@ -111,7 +111,7 @@ func (q *writeQueue) turn(ctx context.Context, start, deadline time.Time, now bo
 		return true, errNotNow
 	}
 	if p == nil {
-		k, t, ok, err := q.take(false)
+		k, t, ok, err := q.take(false, now)
 		if err != nil {
 			return false, err
 		}
@@ -124,10 +124,6 @@ func (q *writeQueue) turn(ctx context.Context, start, deadline time.Time, now bo
 					q.held = true
 				}
 				return false, err
-			}
-			if now {
-				k.ofdUnlockFrom(queueSlots) // the number is given up: its successors go on
-				return true, errNotNow
 			}
 		} else if now {
 			return true, errNotNow
@@ -170,7 +166,7 @@ func (q *writeQueue) wait(k *keptFile, t int64, taken bool) *queueWait {
 	go func() {
 		var err error
 		if !taken {
-			k, t, _, err = q.take(true)
+			k, t, _, err = q.take(true, false)
 		}
 		if err == nil {
 			_, err = k.ofdLock(unix.F_OFD_SETLKW, unix.F_RDLCK, queueSlots, t)
@@ -194,10 +190,12 @@ func (q *writeQueue) wait(k *keptFile, t int64, taken bool) *queueWait {
 
 // take takes the next number t under the header lock, on the lock file k,
 // and locks its byte; with block false, ok is false when another holds the
-// header lock. The header lock counts only while the path still names the
-// file it was taken on: a lock file removed or replaced since it was
-// opened is opened anew (keptTries times at most).
-func (q *writeQueue) take(block bool) (k *keptFile, t int64, ok bool, err error) {
+// header lock; with now, it is false when a number's byte is locked (a
+// write is in its turn or waits for it), and no number is taken. The
+// header lock counts only while the path still names the file it was
+// taken on: a lock file removed or replaced since it was opened is opened
+// anew (keptTries times at most).
+func (q *writeQueue) take(block, now bool) (k *keptFile, t int64, ok bool, err error) {
 	cmd := unix.F_OFD_SETLK
 	if block {
 		cmd = unix.F_OFD_SETLKW
@@ -211,6 +209,12 @@ func (q *writeQueue) take(block bool) (k *keptFile, t int64, ok bool, err error)
 			return k, 0, false, err
 		}
 		if k.stillAt() {
+			if now {
+				if free, err := k.ofdFree(queueSlots); err != nil || !free {
+					k.ofdUnlock(queueHeader, 1)
+					return k, 0, false, err
+				}
+			}
 			t, err = k.ticket()
 			k.ofdUnlock(queueHeader, 1)
 			return k, t, err == nil, err
@@ -244,6 +248,9 @@ func (q *writeQueue) reopen(old *keptFile) error {
 	k.f.Close()
 	return nil
 }
+
+// holding reports whether the handle holds its turn.
+func (q *writeQueue) holding() bool { return q.held }
 
 // leave gives the handle's turn back, if it holds it.
 func (q *writeQueue) leave() {
@@ -327,6 +334,24 @@ func (k *keptFile) ofdLock(cmd int, typ int16, start, n int64) (ok bool, err err
 		return false, nil
 	}
 	return false, fmt.Errorf("idem: ledger lock file %s: fcntl: %w", k.f.Name(), ferr)
+}
+
+// ofdFree reports whether no other open file holds a lock on a byte from
+// start on.
+func (k *keptFile) ofdFree(start int64) (bool, error) {
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: start}
+	rc, err := k.f.SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = unix.FcntlFlock(fd, unix.F_OFD_GETLK, &lk) }); err != nil {
+		return false, err
+	}
+	if ferr != nil {
+		return false, fmt.Errorf("idem: ledger lock file %s: fcntl: %w", k.f.Name(), ferr)
+	}
+	return lk.Type == unix.F_UNLCK, nil
 }
 
 // ofdUnlock releases n bytes from start (0: to the end of every file).

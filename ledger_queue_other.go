@@ -16,5 +16,6 @@ type writeQueue struct{}
 func openWriteQueue(string, os.FileInfo) *writeQueue { return nil }
 
 func (*writeQueue) turn(context.Context, time.Time, time.Time, bool) (bool, error) { return false, nil }
+func (*writeQueue) holding() bool                                                  { return false }
 func (*writeQueue) leave()                                                         {}
 func (*writeQueue) close()                                                         {}
