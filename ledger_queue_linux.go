@@ -192,9 +192,9 @@ func (q *writeQueue) wait(k *keptFile, t int64, taken bool) *queueWait {
 // and locks its byte; with block false, ok is false when another holds the
 // header lock; with now, it is false when a number's byte is locked (a
 // write is in its turn or waits for it), and no number is taken. The
-// header lock counts only while the path still names the file it was
-// taken on: a lock file removed or replaced since it was opened is opened
-// anew (keptTries times at most).
+// header lock counts only while the file it was taken on still has a name
+// (removed, or replaced by a rename, it has none: linked): such a lock
+// file is opened anew at the path (keptTries times at most).
 func (q *writeQueue) take(block, now bool) (k *keptFile, t int64, ok bool, err error) {
 	cmd := unix.F_OFD_SETLK
 	if block {
@@ -208,7 +208,7 @@ func (q *writeQueue) take(block, now bool) (k *keptFile, t int64, ok bool, err e
 		if err != nil || !got {
 			return k, 0, false, err
 		}
-		if k.stillAt() {
+		if k.linked() {
 			if now {
 				if free, err := k.ofdFree(queueSlots); err != nil || !free {
 					k.ofdUnlock(queueHeader, 1)
@@ -304,6 +304,13 @@ func (k *keptFile) ticket() (int64, error) {
 	return t, nil
 }
 
+// linked reports whether k's file still has a name (fstat's link count:
+// no path to stat, no allocation, on every write).
+func (k *keptFile) linked() bool {
+	var st unix.Stat_t
+	return unix.Fstat(int(k.f.Fd()), &st) == nil && st.Nlink > 0
+}
+
 // ofdLock locks n bytes from start (n 0: none, at once) with fcntl cmd
 // (F_OFD_SETLK, or F_OFD_SETLKW to wait); ok is false when F_OFD_SETLK
 // found a conflicting lock.
@@ -312,21 +319,7 @@ func (k *keptFile) ofdLock(cmd int, typ int16, start, n int64) (ok bool, err err
 		return true, nil
 	}
 	lk := unix.Flock_t{Type: typ, Whence: io.SeekStart, Start: start, Len: n}
-	rc, err := k.f.SyscallConn()
-	if err != nil {
-		return false, err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) {
-		for {
-			ferr = unix.FcntlFlock(fd, cmd, &lk)
-			if ferr != unix.EINTR {
-				return
-			}
-		}
-	}); err != nil {
-		return false, err
-	}
+	ferr := k.fcntl(cmd, &lk)
 	switch {
 	case ferr == nil:
 		return true, nil
@@ -336,20 +329,41 @@ func (k *keptFile) ofdLock(cmd int, typ int16, start, n int64) (ok bool, err err
 	return false, fmt.Errorf("idem: ledger lock file %s: fcntl: %w", k.f.Name(), ferr)
 }
 
+// fcntl runs fcntl(cmd, lk) on k's file. A call that does not wait uses
+// its descriptor as it is: the callers (under the ledger's write lock, or
+// a wait's goroutine under writeQueue.mu with the file not closed) keep
+// Close from closing it meanwhile. A wait (F_OFD_SETLKW) may outlast the
+// Ledger's Close: it holds the file open through SyscallConn, so that its
+// descriptor cannot be closed, and its number given to another file, under
+// it.
+func (k *keptFile) fcntl(cmd int, lk *unix.Flock_t) error {
+	if cmd != unix.F_OFD_SETLKW {
+		return unix.FcntlFlock(k.f.Fd(), cmd, lk)
+	}
+	rc, err := k.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			ferr = unix.FcntlFlock(fd, cmd, lk)
+			if ferr != unix.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return ferr
+}
+
 // ofdFree reports whether no other open file holds a lock on a byte from
 // start on.
 func (k *keptFile) ofdFree(start int64) (bool, error) {
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: start}
-	rc, err := k.f.SyscallConn()
-	if err != nil {
-		return false, err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = unix.FcntlFlock(fd, unix.F_OFD_GETLK, &lk) }); err != nil {
-		return false, err
-	}
-	if ferr != nil {
-		return false, fmt.Errorf("idem: ledger lock file %s: fcntl: %w", k.f.Name(), ferr)
+	if err := k.fcntl(unix.F_OFD_GETLK, &lk); err != nil {
+		return false, fmt.Errorf("idem: ledger lock file %s: fcntl: %w", k.f.Name(), err)
 	}
 	return lk.Type == unix.F_UNLCK, nil
 }
@@ -357,9 +371,7 @@ func (k *keptFile) ofdFree(start int64) (bool, error) {
 // ofdUnlock releases n bytes from start (0: to the end of every file).
 func (k *keptFile) ofdUnlock(start, n int64) {
 	lk := unix.Flock_t{Type: unix.F_UNLCK, Whence: io.SeekStart, Start: start, Len: n}
-	if rc, err := k.f.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) { _ = unix.FcntlFlock(fd, unix.F_OFD_SETLK, &lk) })
-	}
+	_ = k.fcntl(unix.F_OFD_SETLK, &lk)
 }
 
 // ofdUnlockFrom releases every byte from start on.
