@@ -413,3 +413,34 @@ func queueHolder(t *testing.T, path string) {
 	})
 	t.Fatal(err)
 }
+
+// TestLedgerQueueLockFileRemoved: a lock file removed while Ledgers have it
+// open is not a queue of its own: the next write of each handle opens the
+// file now at the path (the first creates it) and takes its number there,
+// behind the writes queued in it.
+func TestLedgerQueueLockFileRemoved(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	a := openLedger(t, dir)
+	b := openLedger(t, dir, idem.WithLockWait(time.Hour))
+	if err := os.Remove(path + "-lock"); err != nil {
+		t.Fatal(err)
+	}
+	release, held := holdTurn(t, a, idem.Key{Job: "removed", Period: "a"})
+	if n := queueTaken(t, path); n != 1 {
+		t.Fatalf("after a's write the lock file at the path gave out %d numbers, want 1 (a's, on a new file)", n)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Run(context.Background(), idem.Key{Job: "removed", Period: "b"}, func(context.Context) error { return nil })
+	}()
+	testwait.Until(t, func() bool { return queueTaken(t, path) >= 2 }, "b's write to take its number in the lock file now at the path")
+	release()
+	if err := testwait.Recv(t, held, "a's RunTx to end"); err != nil {
+		t.Fatal(err)
+	}
+	if err := testwait.Recv(t, done, "b's write to run once a's turn ended"); err != nil {
+		t.Fatal(err)
+	}
+}
