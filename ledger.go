@@ -35,8 +35,15 @@ import (
 //
 // Writes (claims, lease renewals, done marks, outbox claims and ends) take
 // the database's write lock, one at a time. A process's writers queue in
-// the order they come; across processes they wait in SQLite's busy
-// handler. A write waits at most about [WithLockWait]
+// the order they come. On Linux the writers of every Ledger opened with
+// OpenLedger on the file, in any process of the host, queue too, in a lock
+// file beside it (<path>-lock, removed by the last handle to close it):
+// a write waits behind at most 4 writes (one turn) of each handle queued
+// before it, and a process killed in the queue or in its turn holds
+// nobody up. Elsewhere, on an attached ledger ([NewLedger]), and against
+// writers that are not such Ledgers (another program, the sqlite3 shell),
+// a write waits in SQLite's busy handler, which sleeps and tries again and
+// serves nobody in order. A write waits at most about [WithLockWait]
 // (default [DefaultLockWait]) for it, and then fails with an error
 // matching [ErrWriteLockHeld] that names the ledger, having written
 // nothing: a long transaction of another writer (a backup, a migration,
@@ -46,7 +53,8 @@ import (
 // ledger's clock): a lease counts from when its claim or renewal is
 // written. An outbox claim that finds nothing due writes nothing. NOT
 // promised: a bound on the wait below WithLockWait (that depends on the
-// other writers), or an order of writers across processes.
+// other writers), or an order of writers across processes where there is
+// no queue.
 //
 // A Ledger is safe for concurrent use by many goroutines and processes.
 type Ledger struct {
@@ -157,6 +165,7 @@ func OpenLedger(path string, opts ...Option) (*Ledger, error) {
 	l.kept = true
 	l.file = &ledgerConnector{path: abs, id: id}
 	l.owned = true
+	l.wl.q = openWriteQueue(abs, id)
 	return l, nil
 }
 
@@ -206,7 +215,9 @@ func checkLedgerFile(path string) (exists bool, err error) {
 //
 // idem sets PRAGMA synchronous on the connections it uses (FULL for done
 // marks) and leaves them at FULL. For the best concurrency, open db with a
-// busy_timeout and _txlock=immediate.
+// busy_timeout and _txlock=immediate. Its writes do not queue with other
+// processes' (see [Ledger]): they wait for SQLite's lock in its busy
+// handler, as the database's other writers do.
 //
 // opts become defaults for every call on the ledger (see [StoreOption]); an
 // invalid one is an error matching [ErrInvalidOption], returned before
@@ -267,6 +278,10 @@ func (l *Ledger) Close() error {
 			w.close()
 			l.wconns[i] = nil
 		}
+	}
+	if l.wl.q != nil {
+		l.wl.q.close()
+		l.wl.q = nil
 	}
 	l.wl.release()
 	l.stmts.Range(func(k, v any) bool {

@@ -46,9 +46,13 @@ func WithLockWait(d time.Duration) Option {
 // writeLock is the ledger's way to its write lock. In this process the
 // writers queue on sem, first come first served (a channel's waiting
 // senders are served in order), with the wait bounded; across processes
-// each waits for SQLite's lock in SQLite's busy handler, bounded too.
+// the writers of an owned ledger queue in its lock file (q, see
+// ledger_queue.go), and each then waits for SQLite's lock in SQLite's busy
+// handler (where another program may hold it), bounded too.
 type writeLock struct {
 	sem     chan struct{}
+	q       *writeQueue // nil: none (an attached ledger, or no queue on this system)
+	qs      queueState
 	wait    time.Duration // the bound of each write's wait
 	blocked atomic.Int32  // writes that found the database locked and wait for SQLite's lock now (for tests)
 	// long counts this process's writes that run a caller's function in
@@ -81,12 +85,16 @@ func (wl *writeLock) acquire(ctx context.Context, start, deadline time.Time) (wa
 	}
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
+	wl.waiting(1)
 	select {
 	case wl.sem <- struct{}{}:
+		wl.waiting(-1)
 		return true, nil
 	case <-ctx.Done():
+		wl.gaveUp()
 		return true, context.Cause(ctx)
 	case <-t.C:
+		wl.gaveUp()
 		return true, lockHeld(time.Since(start), nil)
 	}
 }
@@ -101,4 +109,13 @@ func (wl *writeLock) tryAcquire() bool {
 	}
 }
 
-func (wl *writeLock) release() { <-wl.sem }
+// release gives this process's turn back, and the ledger's turn in the
+// write queue if it holds it (or keeps that for the next write waiting
+// here: releaseTurn).
+func (wl *writeLock) release() {
+	if wl.q != nil {
+		wl.releaseTurn()
+		return
+	}
+	<-wl.sem
+}

@@ -24,3 +24,7 @@ func LedgerKeptSynchronous(l *Ledger) (int, error) {
 // LedgerReadsFirst reports whether l's next claim reads the key's status
 // before any write (else it tries the claim's transaction first).
 func LedgerReadsFirst(l *Ledger) bool { return l.readFirst() }
+
+// LedgerQueueBatch is how many writes of a process one turn in a ledger's
+// write queue covers at most.
+const LedgerQueueBatch = queueBatch

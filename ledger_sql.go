@@ -497,12 +497,18 @@ type lockStart struct {
 	wl       *writeLock
 }
 
-// beginWrite takes this process's turn to write (release gives it back),
-// waiting at most the ledger's WithLockWait.
+// beginWrite takes this process's turn to write, then the ledger's turn in
+// its write queue (release gives both back), waiting at most the ledger's
+// WithLockWait in all.
 func (l *Ledger) beginWrite(ctx context.Context) (*lockStart, error) {
 	ls := l.newLockStart()
 	waited, err := l.wl.acquire(ctx, ls.real, ls.deadline)
 	ls.waited = waited
+	if err == nil {
+		if err = l.wl.queueTurn(ctx, ls, false); err != nil {
+			l.wl.release()
+		}
+	}
 	return ls, err
 }
 
@@ -516,22 +522,34 @@ func (l *Ledger) newLockStart() *lockStart {
 // write only behind writes of the ledger's own (claims, renewals, done
 // marks, ...): if a write that runs a caller's function in its
 // transaction (long: self of them is this call) holds the turn or waits
-// for it, it fails with errNotNow at once.
+// for it, or a write of another handle is ahead of it in the write queue,
+// it fails with errNotNow at once.
 func (l *Ledger) startWrite(ctx context.Context, now bool, self int32) (*lockStart, error) {
-	if now {
-		if l.wl.tryAcquire() {
-			return l.newLockStart(), nil
-		}
+	if !now {
+		return l.beginWrite(ctx)
+	}
+	ls := l.newLockStart()
+	if !l.wl.tryAcquire() {
 		if l.wl.long.Load() > self {
 			return nil, errNotNow
 		}
-		ls, err := l.beginWrite(ctx)
+		waited, err := l.wl.acquire(ctx, ls.real, ls.deadline)
 		if errors.Is(err, ErrWriteLockHeld) {
 			return nil, errNotNow
 		}
-		return ls, err
+		if err != nil {
+			return nil, err
+		}
+		ls.waited = waited
 	}
-	return l.beginWrite(ctx)
+	// Writes of other processes queued before it are as another handle's
+	// hold on SQLite's lock: not waited for. (An error here is met again
+	// on the caller's usual path.)
+	if err := l.wl.queueTurn(ctx, ls, true); err != nil {
+		l.wl.release()
+		return nil, errNotNow
+	}
+	return ls, nil
 }
 
 // lockWait is the function lockWait; with now, a try that finds the
