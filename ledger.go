@@ -25,6 +25,14 @@ import (
 // An AtLeastOnce claim is committed without a sync (a claim lost to power
 // loss only means the work runs again), so a fresh Run costs one fsync.
 //
+// A write that fails on the disk (a failed fsync, write or directory
+// fsync; a full file system) is never reported done: the call returns the
+// error, naming the file and the cause (errors.Is(err, syscall.ENOSPC) and
+// the like), and the handle refuses every later write until the ledger is
+// opened anew, since after a failed fsync the kernel may have dropped what
+// it could not write. idem syncs the directory of the -wal file itself
+// (SQLite ignores a failed directory fsync).
+//
 // A SQLite ledger serves the processes of ONE host: SQLite's WAL mode needs
 // shared memory, and network filesystems break its locks. For services on
 // several machines use the Postgres ledger.
