@@ -58,7 +58,6 @@ func TestLedgerWritersServedInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var (
-		cmds  []*exec.Cmd
 		outs  []*bytes.Buffer
 		start []*os.File
 		ready = make(chan int, fairWriters)
@@ -84,7 +83,7 @@ func TestLedgerWritersServedInOrder(t *testing.T) {
 		}
 		startR.Close()
 		readyW.Close()
-		cmds, outs, start = append(cmds, cmd), append(outs, out), append(start, startW)
+		outs, start = append(outs, out), append(start, startW)
 		go func() { // a byte once it opened the ledger; EOF if it exits first
 			var b [1]byte
 			readyR.Read(b[:])
