@@ -64,5 +64,5 @@ var modelOptions = func() idemtest.ModelOptions {
 // ledger.
 func TestLedgerOutboxConformance(t *testing.T) {
 	t.Parallel()
-	idemtest.TestOutbox(t, func(t *testing.T) idem.TxStore[*sql.Tx] { return openLedger(t, t.TempDir()) })
+	idemtest.TestOutbox(t, idemtest.OutboxHarness[*sql.Tx]{Open: func(t *testing.T) idem.TxStore[*sql.Tx] { return openLedger(t, t.TempDir()) }})
 }

@@ -110,8 +110,8 @@ type OutboxStore interface {
 type OutboxClaimRequest struct {
 	N     int           // at most this many
 	Owner string        // the claiming relay (idemstore.Owner() and a name)
-	Now   time.Time     // the relay's clock
-	Lease time.Duration // how long the claim holds
+	Now   time.Time     // the relay's clock (a store on its own clock takes Lease from its own now)
+	Lease time.Duration // how long the claim holds; each record's LeaseUntil is on the relay's clock
 
 	// Run, above 1, lets a store that implements [OutboxReleaser] take
 	// with a topic's first pending message the ones right after it, up to

@@ -34,10 +34,24 @@ type outboxLedger[Tx any] interface {
 	idemstore.OutboxStore
 }
 
-// TestOutbox runs the outbox's conformance suite against the stores open
-// returns (each call a new, empty store): outbox.Put in RunTx, EachTx
-// (when the store is an idemstore.ItemTxStore) and CatchUpTx (when it is
-// an idemstore.CatchUpTxStore); stable ids across a rolled-back attempt; no
+// OutboxHarness opens stores for [TestOutbox].
+type OutboxHarness[Tx any] struct {
+	// Open returns a new, empty store; each subtest opens one.
+	Open func(t *testing.T) idem.TxStore[Tx]
+
+	// Shift makes d pass for a store that keeps its outbox's leases and
+	// backoff deadlines on its own clock (a database's now()), e.g. by
+	// moving every such time it stored back by d. The suite calls it
+	// whenever it advances the fake clock it gives relays; leave it nil for
+	// stores that use the times they are given (the relay's clock), as
+	// idem's SQLite ledger does.
+	Shift func(t *testing.T, s idem.Store, d time.Duration)
+}
+
+// TestOutbox runs the outbox's conformance suite against the stores
+// h.Open returns: outbox.Put in RunTx, EachTx (when the store is an
+// idemstore.ItemTxStore) and CatchUpTx (when it is an
+// idemstore.CatchUpTxStore); stable ids across a rolled-back attempt; no
 // message of a rolled-back transaction ever listed or delivered; per-topic
 // order through failures; backoff through a receiver down for an hour (on
 // a fake clock); poison messages parked without blocking other topics;
@@ -45,14 +59,13 @@ type outboxLedger[Tx any] interface {
 // concurrent relays that deliver no message twice; and relays stopped
 // during a delivery to a real HTTP receiver, whose messages claimed and
 // never posted are given back without an attempt (which needs an
-// idemstore.OutboxReleaser) and never park. The store must use
-// the times it is given (the relay's clock), as idem's ledgers do.
+// idemstore.OutboxReleaser) and never park.
 //
 // The store behind each ([idemstore.Of]) must be an idemstore.TxStore, an
 // idemstore.OutboxTxStore of Tx and an idemstore.OutboxStore.
-func TestOutbox[Tx any](t *testing.T, openStore func(t *testing.T) idem.TxStore[Tx]) {
-	open := func(t *testing.T) outboxLedger[Tx] {
-		st, err := idemstore.Of(openStore(t))
+func TestOutbox[Tx any](t *testing.T, h OutboxHarness[Tx]) {
+	open := func(t *testing.T) (outboxLedger[Tx], *Clock) {
+		st, err := idemstore.Of(h.Open(t))
 		if err != nil {
 			t.Fatalf("idemtest: TestOutbox: %v", err)
 		}
@@ -60,19 +73,35 @@ func TestOutbox[Tx any](t *testing.T, openStore func(t *testing.T) idem.TxStore[
 		if !ok {
 			t.Fatalf("idemtest: TestOutbox: the store %T has no outbox in its transactions (idemstore.TxStore, OutboxTxStore and OutboxStore of %T)", st, reflect.TypeFor[Tx]())
 		}
-		return ol
+		clk := NewClock(outboxT0)
+		if h.Shift != nil {
+			clk.mu.Lock()
+			clk.onMove = func(d time.Duration) { h.Shift(t, st, d) }
+			clk.mu.Unlock()
+		}
+		return ol, clk
 	}
-	t.Run("PutAndDeliver", func(t *testing.T) { testOutboxPut(t, open(t)) })
-	t.Run("RolledBackAttempt", func(t *testing.T) { testOutboxRollback(t, open(t)) })
-	t.Run("TopicOrder", func(t *testing.T) { testOutboxOrder(t, open(t)) })
-	t.Run("ReceiverDownAnHour", func(t *testing.T) { testOutboxDown(t, open(t)) })
-	t.Run("Poison", func(t *testing.T) { testOutboxPoison(t, open(t)) })
-	t.Run("Fencing", func(t *testing.T) { testOutboxFencing(t, open(t)) })
-	t.Run("PruneAndStats", func(t *testing.T) { testOutboxPrune(t, open(t)) })
-	t.Run("ConcurrentRelays", func(t *testing.T) { testOutboxRelays(t, open(t)) })
-	t.Run("EachTx", func(t *testing.T) { testOutboxEach(t, open(t)) })
-	t.Run("CatchUpTx", func(t *testing.T) { testOutboxCatchUp(t, open(t)) })
-	t.Run("RelayStopped", func(t *testing.T) { testOutboxRelayStopped(t, open(t)) })
+	for _, c := range []struct {
+		name string
+		test func(*testing.T, outboxLedger[Tx], *Clock)
+	}{
+		{"PutAndDeliver", testOutboxPut[Tx]},
+		{"RolledBackAttempt", testOutboxRollback[Tx]},
+		{"TopicOrder", testOutboxOrder[Tx]},
+		{"ReceiverDownAnHour", testOutboxDown[Tx]},
+		{"Poison", testOutboxPoison[Tx]},
+		{"Fencing", testOutboxFencing[Tx]},
+		{"PruneAndStats", testOutboxPrune[Tx]},
+		{"ConcurrentRelays", testOutboxRelays[Tx]},
+		{"EachTx", testOutboxEach[Tx]},
+		{"CatchUpTx", testOutboxCatchUp[Tx]},
+		{"RelayStopped", testOutboxRelayStopped[Tx]},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, clk := open(t)
+			c.test(t, s, clk)
+		})
+	}
 }
 
 var outboxT0 = time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
@@ -152,9 +181,8 @@ func relayOnce(t *testing.T, s idem.Store, d outbox.Deliverer, opts ...outbox.Op
 	return res
 }
 
-func testOutboxPut[Tx any](t *testing.T, s outboxLedger[Tx]) {
+func testOutboxPut[Tx any](t *testing.T, s outboxLedger[Tx], clk *Clock) {
 	ctx := context.Background()
-	clk := NewClock(outboxT0)
 	key := idem.Key{Job: "settle", Period: "2026-11-02"}
 	msgs := []outbox.Message{
 		{Topic: "payments", Payload: []byte(`{"amount":5}`), Headers: map[string]string{"Content-Type": "application/json", "X-Tenant": "a"}},
@@ -242,7 +270,7 @@ func testOutboxPut[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	}
 }
 
-func testOutboxRollback[Tx any](t *testing.T, s outboxLedger[Tx]) {
+func testOutboxRollback[Tx any](t *testing.T, s outboxLedger[Tx], _ *Clock) {
 	ctx := context.Background()
 	clk := NewAutoClock(outboxT0)
 	key := idem.Key{Job: "grant", Period: "2026-11-02"}
@@ -331,9 +359,8 @@ func checkOrder(t *testing.T, s idemstore.OutboxStore, log []outbox.Delivery) {
 	}
 }
 
-func testOutboxOrder[Tx any](t *testing.T, s outboxLedger[Tx]) {
+func testOutboxOrder[Tx any](t *testing.T, s outboxLedger[Tx], clk *Clock) {
 	ctx := context.Background()
-	clk := NewClock(outboxT0)
 	// Five transactions, each two messages of topic a and one of b.
 	for p := range 5 {
 		key := idem.Key{Job: "order", Period: fmt.Sprintf("p%d", p)}
@@ -391,9 +418,8 @@ func testOutboxOrder[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	}
 }
 
-func testOutboxDown[Tx any](t *testing.T, s outboxLedger[Tx]) {
+func testOutboxDown[Tx any](t *testing.T, s outboxLedger[Tx], clk *Clock) {
 	ctx := context.Background()
-	clk := NewClock(outboxT0)
 	for p := range 3 {
 		key := idem.Key{Job: "notify", Period: fmt.Sprintf("p%d", p)}
 		if _, err := putTx(ctx, s, key, nil, []outbox.Message{msg("n"+strconv.Itoa(p), 0), msg("n"+strconv.Itoa(p), 1)}, idem.WithClock(clk)); err != nil {
@@ -444,9 +470,8 @@ func testOutboxDown[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	checkOrder(t, s, r.log)
 }
 
-func testOutboxPoison[Tx any](t *testing.T, s outboxLedger[Tx]) {
+func testOutboxPoison[Tx any](t *testing.T, s outboxLedger[Tx], clk *Clock) {
 	ctx := context.Background()
-	clk := NewClock(outboxT0)
 	key := idem.Key{Job: "poison", Period: "p"}
 	msgs := []outbox.Message{msg("bad", 0), msg("bad", 1), msg("good", 0), msg("flaky", 0), msg("good", 1)}
 	ids, err := putTx(ctx, s, key, nil, msgs, idem.WithClock(clk))
@@ -515,9 +540,8 @@ func sorted(s []string) []string {
 	return s
 }
 
-func testOutboxFencing[Tx any](t *testing.T, s outboxLedger[Tx]) {
+func testOutboxFencing[Tx any](t *testing.T, s outboxLedger[Tx], clk *Clock) {
 	ctx := context.Background()
-	clk := NewClock(outboxT0)
 	ids, err := putTx(ctx, s, idem.Key{Job: "fence", Period: "p"}, nil, []outbox.Message{msg("f", 0)}, idem.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
@@ -555,7 +579,8 @@ func testOutboxFencing[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	var got []outbox.DeliveryResult
 	steal := outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
 		// Another relay takes the message over while this one delivers.
-		if _, err := s.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: 1, Owner: "thief", Now: clk.Now().Add(2 * time.Minute), Lease: time.Minute}); err != nil {
+		clk.Advance(2 * time.Minute) // past the relay's lease
+		if _, err := s.ClaimOutbox(ctx, idemstore.OutboxClaimRequest{N: 1, Owner: "thief", Now: clk.Now(), Lease: time.Minute}); err != nil {
 			return err
 		}
 		return nil
@@ -566,9 +591,8 @@ func testOutboxFencing[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	}
 }
 
-func testOutboxPrune[Tx any](t *testing.T, s outboxLedger[Tx]) {
+func testOutboxPrune[Tx any](t *testing.T, s outboxLedger[Tx], clk *Clock) {
 	ctx := context.Background()
-	clk := NewClock(outboxT0)
 	for p := range 4 {
 		if _, err := putTx(ctx, s, idem.Key{Job: "prune", Period: fmt.Sprintf("p%d", p)}, nil, []outbox.Message{msg("t", p), msg("u", p)}, idem.WithClock(clk)); err != nil {
 			t.Fatal(err)
@@ -621,7 +645,7 @@ func testOutboxPrune[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	}
 }
 
-func testOutboxRelays[Tx any](t *testing.T, s outboxLedger[Tx]) {
+func testOutboxRelays[Tx any](t *testing.T, s outboxLedger[Tx], clk *Clock) {
 	ctx := context.Background()
 	const topics, per = 6, 5
 	for p := range per {
@@ -671,7 +695,7 @@ func testOutboxRelays[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	checkOrder(t, s, r.log)
 }
 
-func testOutboxEach[Tx any](t *testing.T, s outboxLedger[Tx]) {
+func testOutboxEach[Tx any](t *testing.T, s outboxLedger[Tx], _ *Clock) {
 	_, ok := any(s).(idemstore.ItemTxStore[Tx])
 	if !ok {
 		t.Skipf("%T is not an idemstore.ItemTxStore", s)
@@ -713,13 +737,12 @@ func testOutboxEach[Tx any](t *testing.T, s outboxLedger[Tx]) {
 	}
 }
 
-func testOutboxCatchUp[Tx any](t *testing.T, s outboxLedger[Tx]) {
+func testOutboxCatchUp[Tx any](t *testing.T, s outboxLedger[Tx], clk *Clock) {
 	cs, ok := any(s).(idemstore.CatchUpTxStore[Tx])
 	if !ok {
 		t.Skipf("%T is not an idemstore.CatchUpTxStore", s)
 	}
 	ctx := context.Background()
-	clk := NewClock(outboxT0)
 	res, err := catchup.RunTx(ctx, core.TxStore[Tx](cs), "daily", idem.Daily(time.UTC), func(ctx context.Context, tx Tx, p idem.Period) error {
 		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "daily", Payload: []byte(p.Name)})
 		return err
@@ -747,7 +770,7 @@ func testOutboxCatchUp[Tx any](t *testing.T, s outboxLedger[Tx]) {
 // (the store must be an idemstore.OutboxReleaser for that), and none
 // parks. Then one relay delivers everything, slow's
 // in order, each never-posted message at its first attempt.
-func testOutboxRelayStopped[Tx any](t *testing.T, s outboxLedger[Tx]) {
+func testOutboxRelayStopped[Tx any](t *testing.T, s outboxLedger[Tx], clk *Clock) {
 	ctx := context.Background()
 	key := idem.Key{Job: "notify", Period: "stops"}
 	ids, err := putTx(ctx, s, key, nil, []outbox.Message{msg("slow", 0), msg("slow", 1), msg("a", 0), msg("b", 0), msg("c", 0)})

@@ -219,8 +219,9 @@ func WithBackoff(b idem.Backoff) Option {
 }
 
 // WithClock sets the relay's clock (leases, backoff, waits, retention;
-// default the system clock). A nil clk is an error matching
-// [ErrInvalidOption].
+// default the system clock). A store that keeps leases and backoff on its
+// own clock (pgledger: the server's) takes only durations from it. A nil
+// clk is an error matching [ErrInvalidOption].
 func WithClock(clk idem.Clock) Option {
 	return relayOption(func(c *relayConfig) error {
 		if clk == nil {

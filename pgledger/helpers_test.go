@@ -153,7 +153,9 @@ func shiftTimes(l schemaLedger, d time.Duration) error {
 	UPDATE ` + table(l, "runs") + ` SET lease_until = lease_until - ` + by + `,
 		not_before = not_before - ` + by + `, created = created - ` + by + `, updated = updated - ` + by + `;
 	UPDATE ` + table(l, "item_chunks") + ` SET lease_until = lease_until - ` + by + `;
-	UPDATE ` + table(l, "item_state") + ` SET lease_until = lease_until - ` + by + `, not_before = not_before - ` + by
+	UPDATE ` + table(l, "item_state") + ` SET lease_until = lease_until - ` + by + `, not_before = not_before - ` + by + `;
+	UPDATE ` + table(l, "outbox") + fmt.Sprintf(` SET lease_until = CASE WHEN lease_until > 0 THEN lease_until - %[1]d ELSE 0 END,
+		not_before = CASE WHEN not_before > 0 THEN not_before - %[1]d ELSE 0 END WHERE lease_until > 0 OR not_before > 0`, d.Microseconds())
 	deadline := time.Now().Add(time.Minute)
 	for tries := 1; ; tries++ {
 		err := execIn(context.Background(), l, q)

@@ -27,9 +27,14 @@ var (
 // advisory lock on its topic first, so that within a topic seq order is
 // commit order: transactions that put messages of one topic commit one
 // after the other (from their first Put of it to their commit). Times are
-// the callers' clocks (the run's for created, the relay's for leases and
-// backoff), in microseconds since the Unix epoch, 0 for none: relays on
-// several hosts need clocks that agree to well within the relay's lease.
+// in microseconds since the Unix epoch, 0 for none. Leases (lease_until)
+// and backoff deadlines (not_before) are on the server's clock
+// (clock_timestamp()), as the runs' are: relays on hosts whose clocks
+// disagree still agree on when a claim has expired and a retry is due; a
+// relay's clock counts only as durations (the lease, a backoff's
+// NotBefore - Now). created and delivered are the run's and the relay's
+// clocks: they are shown, and compared only by Prune and OutboxStats'
+// Oldest.
 const (
 	outboxDDL = `
 CREATE TABLE IF NOT EXISTS {s}.outbox (
@@ -63,12 +68,16 @@ CREATE INDEX IF NOT EXISTS outbox_delivered ON {s}.outbox (delivered) WHERE stat
 	INSERT INTO {s}.outbox(id, topic, payload, headers, job, period, item, created)
 	SELECT $2::text, $3::text, $4::bytea, $5::text, $6::text, $7::text, $8::text, $9::bigint FROM l`
 
-	// outboxClaimSQL claims ($1: the owner, $2: the lease's end) the
-	// first pending message of each topic that is due and not leased ($3:
-	// now), oldest first, up to $4, and after each such head the pending
+	// srvNow is the server's clock in the outbox's unit.
+	srvNow = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
+
+	// outboxClaimSQL claims ($1: the owner, $2: the lease in microseconds)
+	// the first pending message of each topic that is due and not leased
+	// (clk: the server's now, read once), oldest first, up to $4, and
+	// after each such head the pending
 	// messages of its topic right after it, each due and not leased, up to
-	// the first that is not: up to $5 of the topic in all (1: the head
-	// alone) and $4 in all, the heads first. It reads the heads and what
+	// the first that is not: up to $4 of the topic in all (1: the head
+	// alone) and $3 in all, the heads first. It reads the heads and what
 	// follows them, never the backlog: heads walks outbox_pending from
 	// topic to topic, one descent each (a loose index scan: the first
 	// entry after a topic's last is the next topic's head); taken locks
@@ -83,7 +92,8 @@ CREATE INDEX IF NOT EXISTS outbox_delivered ON {s}.outbox (delivered) WHERE stat
 	// out (its new version's ctid is not the one asked for): a claim may
 	// take fewer messages than it could, never one it should not, and
 	// every row it updates is one it locked, as its snapshot shows it.
-	outboxClaimSQL = `WITH RECURSIVE heads(topic, seq, ctid) AS (
+	outboxClaimSQL = `WITH RECURSIVE clk(now) AS MATERIALIZED (SELECT ` + srvNow + `
+	), heads(topic, seq, ctid) AS (
 		(SELECT o.topic, o.seq, o.ctid FROM {s}.outbox o WHERE o.status = 'pending' ORDER BY o.topic, o.seq LIMIT 1)
 		UNION ALL
 		SELECT n.topic, n.seq, n.ctid FROM heads h CROSS JOIN LATERAL (
@@ -92,19 +102,19 @@ CREATE INDEX IF NOT EXISTS outbox_delivered ON {s}.outbox (delivered) WHERE stat
 	), taken AS (
 		SELECT c.seq, c.topic, c.ctid FROM {s}.outbox c
 		WHERE c.ctid = ANY (ARRAY(SELECT ctid FROM heads))
-		  AND c.status = 'pending' AND c.lease_until <= $3::bigint AND c.not_before <= $3::bigint
-		ORDER BY c.seq LIMIT $4::bigint
+		  AND c.status = 'pending' AND c.lease_until <= (SELECT now FROM clk) AND c.not_before <= (SELECT now FROM clk)
+		ORDER BY c.seq LIMIT $3::bigint
 		FOR UPDATE OF c SKIP LOCKED
 	), next AS (
-		SELECT h.seq AS head, f.seq, f.ctid, f.topic = h.topic AND f.lease_until <= $3::bigint AND f.not_before <= $3::bigint AS due
+		SELECT h.seq AS head, f.seq, f.ctid, f.topic = h.topic AND f.lease_until <= (SELECT now FROM clk) AND f.not_before <= (SELECT now FROM clk) AS due
 		FROM taken h CROSS JOIN LATERAL (
 			SELECT o.seq, o.topic, o.ctid, o.lease_until, o.not_before FROM {s}.outbox o
 			WHERE o.status = 'pending' AND (o.topic, o.seq) > (h.topic, h.seq)
-			ORDER BY o.topic, o.seq LIMIT least($5::bigint, $4::bigint - (SELECT count(*) FROM taken) + 1) - 1) f
+			ORDER BY o.topic, o.seq LIMIT least($4::bigint, $3::bigint - (SELECT count(*) FROM taken) + 1) - 1) f
 	), held AS (
 		SELECT c.seq, c.ctid FROM {s}.outbox c
 		WHERE c.ctid = ANY (ARRAY(SELECT ctid FROM next WHERE due))
-		  AND c.status = 'pending' AND c.lease_until <= $3::bigint AND c.not_before <= $3::bigint
+		  AND c.status = 'pending' AND c.lease_until <= (SELECT now FROM clk) AND c.not_before <= (SELECT now FROM clk)
 		FOR UPDATE OF c SKIP LOCKED
 	), runs AS (
 		SELECT r.ctid, row_number() OVER (ORDER BY r.head, r.seq) AS k FROM (
@@ -112,8 +122,8 @@ CREATE INDEX IF NOT EXISTS outbox_delivered ON {s}.outbox (delivered) WHERE stat
 			FROM next n LEFT JOIN held l ON l.seq = n.seq) r
 		WHERE r.ok
 	)
-	UPDATE {s}.outbox o SET attempts = o.attempts + 1, token = o.token + 1, owner = $1::text, lease_until = $2::bigint
-	WHERE o.ctid = ANY (ARRAY(SELECT ctid FROM taken UNION ALL SELECT ctid FROM runs WHERE k <= $4::bigint - (SELECT count(*) FROM taken)))
+	UPDATE {s}.outbox o SET attempts = o.attempts + 1, token = o.token + 1, owner = $1::text, lease_until = (SELECT now FROM clk) + $2::bigint
+	WHERE o.ctid = ANY (ARRAY(SELECT ctid FROM taken UNION ALL SELECT ctid FROM runs WHERE k <= $3::bigint - (SELECT count(*) FROM taken)))
 	RETURNING ` + outboxCols
 
 	// outboxReleaseSQL gives back each claim ($1: ids, $2: their tokens)
@@ -124,10 +134,13 @@ CREATE INDEX IF NOT EXISTS outbox_delivered ON {s}.outbox (delivered) WHERE stat
 
 	outboxDeliveredSQL = `UPDATE {s}.outbox SET status = 'delivered', delivered = $1, lease_until = 0, last_error = ''
 	WHERE id = $2 AND token = $3 AND status = 'pending'`
-	outboxFailSQL = `UPDATE {s}.outbox SET status = $1, not_before = $2, lease_until = 0, last_error = $3
+	// outboxFailSQL's $2 is the backoff in microseconds from the server's
+	// now, negative for none.
+	outboxFailSQL = `UPDATE {s}.outbox SET status = $1,
+		not_before = CASE WHEN $2::bigint < 0 THEN 0 ELSE ` + srvNow + ` + $2::bigint END, lease_until = 0, last_error = $3
 	WHERE id = $4 AND token = $5 AND status = 'pending'`
-	outboxRetrySQL = `UPDATE {s}.outbox SET status = 'pending', attempts = 0, not_before = $1, lease_until = 0
-	WHERE id = $2 AND status = 'parked'`
+	outboxRetrySQL = `UPDATE {s}.outbox SET status = 'pending', attempts = 0, not_before = 0, lease_until = 0
+	WHERE id = $1 AND status = 'parked'`
 	outboxDropSQL  = `DELETE FROM {s}.outbox WHERE id = $1`
 	outboxPruneSQL = `DELETE FROM {s}.outbox WHERE status = 'delivered' AND delivered < $1`
 	outboxStatsSQL = `SELECT topic,
@@ -247,10 +260,19 @@ func (l *core) queryOutbox(ctx context.Context, c conn, q string, args ...any) (
 // once. It reads the index of pending messages a topic at a time, not the
 // backlog: its cost grows with the topics and the messages it takes, not
 // with the messages pending.
+//
+// The lease runs on the server's clock, from the claim's statement, for
+// req.Lease; each record's LeaseUntil is expressed on the caller's clock
+// (req.Now + req.Lease, no later than the server's lease ends, as req.Now
+// was read before the claim), for a relay that ends its deliverer's
+// context there.
 func (l *core) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimRequest) ([]idemstore.OutboxRecord, error) {
 	out, err := l.queryOutbox(ctx, l.db, l.oq(outboxClaimSQL), claimArgs(req)...)
 	if err != nil {
 		return nil, fmt.Errorf("pgledger: schema %q: claim outbox messages: %w", l.schema, err)
+	}
+	for i := range out {
+		out[i].LeaseUntil = req.Now.Add(req.Lease)
 	}
 	sortSeq(out)
 	return out, nil
@@ -258,7 +280,7 @@ func (l *core) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimRequest
 
 // claimArgs are outboxClaimSQL's arguments for req.
 func claimArgs(req idemstore.OutboxClaimRequest) []any {
-	return []any{req.Owner, usMicros(req.Now.Add(req.Lease)), usMicros(req.Now), int64(req.N), int64(max(req.Run, 1))}
+	return []any{req.Owner, req.Lease.Microseconds(), int64(req.N), int64(max(req.Run, 1))}
 }
 
 // ReleaseOutbox implements [idemstore.OutboxReleaser]: in one statement,
@@ -309,7 +331,11 @@ func (l *core) FailOutbox(ctx context.Context, id string, token int64, f idemsto
 	if f.Park {
 		status = idemstore.OutboxParked
 	}
-	return l.outboxEnd(ctx, "failure record", id, token, outboxFailSQL, string(status), usMicros(f.NotBefore), f.Error, id, token)
+	backoff := int64(-1) // none: parked, or due at once
+	if !f.NotBefore.IsZero() {
+		backoff = max(f.NotBefore.Sub(f.Now).Microseconds(), 0)
+	}
+	return l.outboxEnd(ctx, "failure record", id, token, outboxFailSQL, string(status), backoff, f.Error, id, token)
 }
 
 // ListOutbox implements [idemstore.OutboxStore].
@@ -337,9 +363,10 @@ func (l *core) ListOutbox(ctx context.Context, f idemstore.OutboxFilter) ([]idem
 	return out, nil
 }
 
-// RetryOutbox implements [idemstore.OutboxStore].
-func (l *core) RetryOutbox(ctx context.Context, id string, now time.Time) error {
-	return l.outboxOp(ctx, "retry", id, outboxRetrySQL, usMicros(now), id)
+// RetryOutbox implements [idemstore.OutboxStore]: the message is due at
+// once, on the server's clock (the caller's is not needed).
+func (l *core) RetryOutbox(ctx context.Context, id string, _ time.Time) error {
+	return l.outboxOp(ctx, "retry", id, outboxRetrySQL, id)
 }
 
 // DropOutbox implements [idemstore.OutboxStore].

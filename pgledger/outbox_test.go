@@ -3,6 +3,7 @@ package pgledger_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
@@ -23,13 +25,13 @@ func TestOutboxConformance(t *testing.T) {
 	t.Run("pgx", func(t *testing.T) {
 		t.Parallel()
 		pool := newPool(t)
-		idemtest.TestOutbox(t, func(t *testing.T) idem.TxStore[pgx.Tx] { return openLedger(t, pool) })
+		idemtest.TestOutbox(t, idemtest.OutboxHarness[pgx.Tx]{Open: func(t *testing.T) idem.TxStore[pgx.Tx] { return openLedger(t, pool) }, Shift: kitShift})
 	})
 	for _, driver := range []string{"pgx", "postgres"} {
 		t.Run("database/sql "+driver, func(t *testing.T) {
 			t.Parallel()
 			db := openDB(t, driver)
-			idemtest.TestOutbox(t, func(t *testing.T) idem.TxStore[*sql.Tx] { return openDBLedger(t, db) })
+			idemtest.TestOutbox(t, idemtest.OutboxHarness[*sql.Tx]{Open: func(t *testing.T) idem.TxStore[*sql.Tx] { return openDBLedger(t, db) }, Shift: kitShift})
 		})
 	}
 }
@@ -342,5 +344,98 @@ func TestOutboxClaimRunStopsAtLocked(t *testing.T) {
 	}
 	if want := []string{"backlog/p000001-0", "backlog/p000003-0"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("claim took %v while t0's head and t1's third message were locked, want %v", got, want)
+	}
+}
+
+// TestOutboxLeasesOnServerClock: two relays on hosts whose clocks disagree
+// (the second's two minutes ahead, past the first's one-minute lease)
+// share one outbox. The second never takes a message the first is
+// delivering, nor one whose backoff the first set, before the database's
+// clock says so: leases and backoff deadlines are the server's, as the
+// runs' are. (On the relays' clocks, the second handed out the message
+// being delivered, and the retry a minute early.)
+func TestOutboxLeasesOnServerClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLedger(t, newPool(t))
+	ahead, err := pgledger.New(ctx, newPool(t), pgledger.WithSchema(l.Schema()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aheadClock := outbox.WithClock(idemtest.NewClock(time.Now().Add(2 * time.Minute)))
+	put := func(period string) string {
+		t.Helper()
+		var id string
+		err := l.RunTx(ctx, idem.Key{Job: "clocks", Period: period}, func(ctx context.Context, tx pgx.Tx) error {
+			var err error
+			id, err = outbox.Put(ctx, tx, outbox.Message{Topic: "t", Payload: []byte(period)})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	var mu sync.Mutex
+	got := map[string]int{} // deliveries per message, by either relay
+	count := func(d outbox.Delivery) {
+		mu.Lock()
+		defer mu.Unlock()
+		got[d.ID]++
+	}
+
+	// The first relay holds a message mid-delivery; the second, ahead,
+	// must find nothing to do.
+	id := put("held")
+	holding, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := outbox.RelayOnce(ctx, l, outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
+			count(d)
+			close(holding)
+			<-release
+			return nil
+		}))
+		done <- err
+	}()
+	testwait.Recv(t, holding, "the first relay to start delivering %s", id)
+	res, err := outbox.RelayOnce(ctx, ahead, outbox.DeliverFunc(func(_ context.Context, d outbox.Delivery) error {
+		count(d)
+		return nil
+	}), aheadClock)
+	close(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testwait.Recv(t, done, "the first relay to end"); err != nil {
+		t.Fatal(err)
+	}
+	if res.Claimed != 0 || got[id] != 1 {
+		t.Fatalf("a relay two minutes ahead, while another held %s for its one-minute lease: %+v, delivered %d times; want nothing claimed, once", id, res, got[id])
+	}
+
+	// The first relay's delivery fails with a minute's backoff; the second
+	// is ahead by two, and still must wait for the server's minute.
+	id = put("backoff")
+	res, err = outbox.RelayOnce(ctx, l, outbox.DeliverFunc(func(_ context.Context, d outbox.Delivery) error {
+		count(d)
+		return errors.New("receiver down")
+	}), outbox.WithBackoff(idem.Constant(time.Minute)))
+	if err != nil || res.Retrying != 1 {
+		t.Fatalf("first relay: %+v, %v; want one failure", res, err)
+	}
+	ok := outbox.DeliverFunc(func(_ context.Context, d outbox.Delivery) error {
+		count(d)
+		return nil
+	})
+	if res, err := outbox.RelayOnce(ctx, ahead, ok, aheadClock); err != nil || res.Claimed != 0 {
+		t.Fatalf("a relay two minutes ahead, during a one-minute backoff on the server: %+v, %v; want nothing claimed", res, err)
+	}
+	shift(t, l, time.Minute+time.Second) // the server's minute passes
+	if res, err := outbox.RelayOnce(ctx, ahead, ok, aheadClock); err != nil || res.Delivered != 1 {
+		t.Fatalf("after the backoff: %+v, %v; want the retry delivered", res, err)
+	}
+	if got[id] != 2 {
+		t.Fatalf("message %s delivered %d times, want 2 (the failure and the retry)", id, got[id])
 	}
 }
