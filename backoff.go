@@ -35,8 +35,10 @@ type badBackoff struct{ why string }
 
 func (b badBackoff) Next(int) (time.Duration, bool) { return 0, false }
 
-// checkBackoff returns why b cannot be used, or nil.
-func checkBackoff(b Backoff) error {
+// CheckBackoff returns why b cannot be used (nil, or made by a Backoff
+// constructor from a bad value), or nil: how an option that takes a
+// Backoff (WithBackoff, outbox.WithBackoff) refuses it at once.
+func CheckBackoff(b Backoff) error {
 	switch b := b.(type) {
 	case nil:
 		return errors.New("no backoff (nil)")
@@ -53,7 +55,7 @@ func checkBackoff(b Backoff) error {
 // inner returns b, or, if b cannot be used, the badBackoff that says so
 // in the decorator named by what.
 func inner(what string, b Backoff) (Backoff, bool) {
-	if err := checkBackoff(b); err != nil {
+	if err := CheckBackoff(b); err != nil {
 		if bb, ok := b.(badBackoff); ok {
 			return bb, false
 		}
@@ -212,7 +214,7 @@ func DefaultBackoff() Backoff {
 // would be parked). A b that cannot be used (nil, or made from a bad value) is an
 // error matching [ErrInvalidOption], returned before fn runs.
 func Retry(ctx context.Context, b Backoff, fn func(context.Context) error) error {
-	if err := checkBackoff(b); err != nil {
+	if err := CheckBackoff(b); err != nil {
 		return invalidOption("Retry: %s", err)
 	}
 	return retry(ctx, systemClock{}, b, fn)
@@ -221,7 +223,7 @@ func Retry(ctx context.Context, b Backoff, fn func(context.Context) error) error
 func retry(ctx context.Context, c Clock, b Backoff, fn func(context.Context) error) error {
 	for n := 1; ; n++ {
 		err := fn(ctx)
-		if err == nil || isPermanent(err) {
+		if err == nil || IsPermanent(err) {
 			return err
 		}
 		d, ok := b.Next(n)

@@ -1,8 +1,11 @@
-// Package catchup does the due periods of a job that are not done yet,
-// oldest first, each through idem.Run: what a job triggered by cron or a
-// timer calls instead of Run, so that after downtime the missed periods
-// get done, and never twice.
-package catchup
+package idem
+
+// Catch-up: CatchUp does the due periods of a job that are not done yet,
+// oldest first, each through Run: what a job triggered by cron or a timer
+// calls instead of Run, so that after downtime the missed periods get
+// done, and never twice. Its options set catchUpSettings
+// (catchup_settings.go); dependencies between jobs' periods are
+// catchup_deps.go; a Scheduler runs its jobs through loop.
 
 import (
 	"context"
@@ -11,35 +14,32 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
-	"github.com/idemgo/idem/internal/catchupcfg"
-	"github.com/idemgo/idem/internal/core"
 )
 
-// DefaultMaxPeriods is how many due periods one Run does at most, unless
-// [All] says otherwise: an explicit version of Kubernetes' "100 missed
+// DefaultMaxPeriods is how many due periods one CatchUp does at most, unless
+// [CatchUpAll] says otherwise: an explicit version of Kubernetes' "100 missed
 // start times" rule, except that the rest is not dropped but left for the
 // next call.
-const DefaultMaxPeriods = catchupcfg.DefaultMaxPeriods
+const DefaultMaxPeriods = 100
 
 // PeriodResult is what catch-up did with one period.
 type PeriodResult struct {
-	Period  idem.Period
-	Outcome idem.Outcome // Ran, AlreadyDone, Recovered, Skipped, Waiting, or the failure's outcome
-	Err     error        // nil unless the period failed
-	Waiting Waits        // Waiting: the upstream periods not done yet ([After])
+	Period  Period
+	Outcome Outcome // Ran, AlreadyDone, Recovered, Skipped, Waiting, or the failure's outcome
+	Err     error   // nil unless the period failed
+	Waiting Waits   // Waiting: the upstream periods not done yet ([After])
 }
 
-// Result reports a Run or RunTx call.
-type Result struct {
+// CatchUpResult reports a CatchUp or CatchUpTx call.
+type CatchUpResult struct {
 	Periods  []PeriodResult // in order, oldest first
 	Deferred int            // due periods left for a later call (the MaxPeriods cap, a stop at a failure, or a period that waits)
 	Cursor   string         // the job's cursor afterwards
 }
 
 // Count returns how many periods ended with outcome o.
-func (r Result) Count(o idem.Outcome) int {
+func (r CatchUpResult) Count(o Outcome) int {
 	n := 0
 	for _, p := range r.Periods {
 		if p.Outcome == o {
@@ -49,12 +49,12 @@ func (r Result) Count(o idem.Outcome) int {
 	return n
 }
 
-// Run does every due period of job that is not done yet, oldest first,
+// CatchUp does every due period of job that is not done yet, oldest first,
 // each through Run (so each is idempotent on its own), up to now on the
-// clock ([idem.WithClock]). It is what a job triggered by cron or a timer calls
+// clock ([WithClock]). It is what a job triggered by cron or a timer calls
 // instead of Run: after downtime, the missed periods get done. The store
 // keeps each job's cursor: behind s there must be an
-// [idemstore.CatchUpStore] (idem.Ledger, idem.StateFile and the Postgres
+// [idemstore.CatchUpStore] (Ledger, StateFile and the Postgres
 // and Redis stores have one); another store is an error naming it, before
 // anything runs.
 //
@@ -71,14 +71,14 @@ func (r Result) Count(o idem.Outcome) int {
 // Catch-up never goes back before the job's cursor: a period at or before
 // it that is not settled (run by a plain Run, or left by an older version
 // of idem whose catch-up could skip it) is not reached by Run again;
-// run it with idem.Run, or Resolve it.
+// run it with Run, or Resolve it.
 //
 // Dependencies: with [After] (or [AfterPrevious]) a period waits, unclaimed
 // and with no error, until the periods it depends on are done (outcome
-// [idem.Waiting]; see After).
+// [Waiting]; see After).
 //
-// Policies: [All] (default; capped at DefaultMaxPeriods per call) or
-// [Latest]. A failing period stops the catch-up there unless
+// Policies: [CatchUpAll] (default; capped at DefaultMaxPeriods per call) or
+// [CatchUpLatest]. A failing period stops the catch-up there unless
 // [ContinueAfterFailure]; the error returned is that period's.
 //
 // The cursor advances in the same transaction as each period's done mark,
@@ -86,29 +86,34 @@ func (r Result) Count(o idem.Outcome) int {
 // wall clock that jumps back therefore re-runs nothing; one that jumps
 // forward makes the periods in between due, under the policy.
 //
-// Other options (mode, backoff, logger, ...) apply to every period's idem.Run;
-// [idem.RetryWithin] bounds the in-process retries of the whole call, counted
-// from its start. An observer ([idem.OnResult]) gets one Result per period
+// Other options (mode, backoff, logger, ...) apply to every period's Run;
+// [RetryWithin] bounds the in-process retries of the whole call, counted
+// from its start. An observer ([OnResult]) gets one Result per period
 // handled, skipped periods included; the call's result is a Result.
 //
 // fn must not call Run or RunTx for its own period (the key is held by
-// the Run that called fn: [idem.ErrNestedRun]); for business writes that commit
-// with each period's done mark, use [RunTx].
-func Run(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(ctx context.Context, p idem.Period) error, opts ...idem.Option) (Result, error) {
+// the Run that called fn: [ErrNestedRun]); for business writes that commit
+// with each period's done mark, use [CatchUpTx].
+func CatchUp(ctx context.Context, s Store, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...Option) (CatchUpResult, error) {
+	return catchUp(ctx, s, job, sched, fn, opts, nil)
+}
+
+// catchUp is CatchUp; a Scheduler's look at its job sets look.
+func catchUp(ctx context.Context, s Store, job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts []Option, look *schedLook) (CatchUpResult, error) {
 	if fn == nil || sched == nil || s == nil {
-		panic("catchup: Run needs a store, a schedule and a fn")
+		panic("idem: CatchUp needs a store, a schedule and a fn")
 	}
-	cs, err := core.StoreAs[idemstore.CatchUpStore]("catchup.Run", s)
+	cs, err := storeAs[idemstore.CatchUpStore]("CatchUp", s)
 	if err != nil {
-		return Result{}, err
+		return CatchUpResult{}, err
 	}
-	return loop(ctx, cs, job, sched, "catchup.Run", opts, func(ctx context.Context, key idem.Key, p idem.Period, opts []idem.Option) error {
-		return idem.RunOn(ctx, s, key, func(ctx context.Context) error { return fn(ctx, p) }, opts...)
+	return loop(ctx, cs, job, sched, callCatchUp, opts, look, func(ctx context.Context, key Key, p Period, opts []Option) error {
+		return RunOn(ctx, s, key, func(ctx context.Context) error { return fn(ctx, p) }, opts...)
 	})
 }
 
-// RunTx is [Run] for a transactional job: each due period runs
-// through [idem.RunTx], and fn's writes, the period's done mark and the
+// CatchUpTx is [CatchUp] for a transactional job: each due period runs
+// through [RunTx], and fn's writes, the period's done mark and the
 // move of the job's cursor to the period commit in ONE transaction of the
 // store's database, or not at all. After downtime every missed period is
 // done exactly once in that database, whatever kills the process: a
@@ -121,53 +126,55 @@ func Run(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn 
 // [ContinueAfterFailure]); the error returned is that period's. As in
 // RunTx, write idempotent, recomputing statements: they are what the
 // re-run of a rolled-back period repeats.
-func RunTx[Tx any](ctx context.Context, s idem.TxStore[Tx], job string, sched idem.Schedule, fn func(ctx context.Context, tx Tx, p idem.Period) error, opts ...idem.Option) (Result, error) {
+func CatchUpTx[Tx any](ctx context.Context, s TxStore[Tx], job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...Option) (CatchUpResult, error) {
+	return catchUpTx(ctx, s, job, sched, fn, opts, nil)
+}
+
+// catchUpTx is CatchUpTx; a Scheduler's look at its job sets look.
+func catchUpTx[Tx any](ctx context.Context, s TxStore[Tx], job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts []Option, look *schedLook) (CatchUpResult, error) {
 	if fn == nil || sched == nil || s == nil {
-		panic("catchup: RunTx needs a store, a schedule and a fn")
+		panic("idem: CatchUpTx needs a store, a schedule and a fn")
 	}
-	cs, err := core.StoreAs[idemstore.CatchUpTxStore[Tx]]("catchup.RunTx", s)
+	cs, err := storeAs[idemstore.CatchUpTxStore[Tx]]("CatchUpTx", s)
 	if err != nil {
-		return Result{}, err
+		return CatchUpResult{}, err
 	}
-	return loop(ctx, cs, job, sched, "catchup.RunTx", opts, func(ctx context.Context, key idem.Key, p idem.Period, opts []idem.Option) error {
-		return idem.RunTx(ctx, s, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) }, opts...)
+	return loop(ctx, cs, job, sched, callCatchUpTx, opts, look, func(ctx context.Context, key Key, p Period, opts []Option) error {
+		return RunTx(ctx, s, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) }, opts...)
 	})
 }
 
-// loop is Run's and RunTx's loop, for the call named call with opts; run
-// runs one period with the options given.
-func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.Schedule, call string, opts []idem.Option,
-	run func(ctx context.Context, key idem.Key, p idem.Period, opts []idem.Option) error) (res Result, err error) {
+// loop is CatchUp's and CatchUpTx's loop, for the call cl with opts (and
+// a Scheduler's look, if it is one); run runs one period with the options
+// given.
+func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, cl call, opts []Option, look *schedLook,
+	run func(ctx context.Context, key Key, p Period, opts []Option) error) (res CatchUpResult, err error) {
 	if idemstore.Traced(ctx) {
 		var end func(idemstore.SpanEnd)
-		ctx, end = idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanCatchUp, Key: idem.Key{Job: job},
-			Attrs: []idemstore.Attr{{Key: idemstore.AttrCall, Value: call}}})
+		ctx, end = idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanCatchUp, Key: Key{Job: job},
+			Attrs: []idemstore.Attr{{Key: idemstore.AttrCall, Value: "idem." + cl.name}}})
 		defer func() {
 			end(idemstore.SpanEnd{Err: err, Attrs: []idemstore.Attr{{Key: idemstore.AttrPeriods, Value: len(res.Periods)}}})
 		}()
 	}
-	cfg := core.Configure(s, call, opts)
-	cu, err := catchupcfg.Of(cfg.Ext())
-	cfg.Keep(err)
-	var onPeriod func(PeriodResult)
-	for _, p := range cfg.Ext() {
-		if f, ok := p.(periodObserver); ok {
-			onPeriod = f
-		}
+	cfg := configure(s, cl, opts)
+	cu, onPeriod := cfg.catchUp, cfg.onPeriod
+	if look != nil {
+		look.set(&cu)
 	}
-	if err := cfg.Err(); err != nil {
-		return res, err
+	if cfg.err != nil {
+		return res, cfg.err
 	}
 	if err := idemstore.ValidateJob(job); err != nil {
 		return res, err
 	}
 	for _, d := range cu.Deps {
 		if d.Job == job {
-			return res, core.InvalidOption("catchup.After(%q, %s) in %s of job %q: a job cannot wait for its own periods (use AfterPrevious)", d.Job, d.Mapping, call, job)
+			return res, invalidOption("After(%q, %s) in %s of job %q: a job cannot wait for its own periods (use AfterPrevious)", d.Job, d.Mapping, cl.name, job)
 		}
 	}
-	plain := core.R.Plain(opts)
-	clock := cfg.Clock()
+	plain := runOptions(opts)
+	clock := cfg.clock
 	js, err := s.Job(ctx, job)
 	if err != nil {
 		return res, err
@@ -181,8 +188,8 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.
 		// count as settled without having run. Refused before anything is
 		// written.
 		if p, next := sched.At(cu.Since), sched.Next(last); p.Start.After(next.Start) {
-			return res, core.InvalidOption("catchup.Since(%s) in %s of job %q is in the future: its period %s comes after %s, the next period to become due (now is %s)",
-				cu.Since.Format(time.RFC3339), call, job, p.Name, next.Name, now.Format(time.RFC3339))
+			return res, invalidOption("Since(%s) in %s of job %q is in the future: its period %s comes after %s, the next period to become due (now is %s)",
+				cu.Since.Format(time.RFC3339), cl.name, job, p.Name, next.Name, now.Format(time.RFC3339))
 		}
 	}
 	if js.Cursor == "" {
@@ -201,7 +208,7 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.
 	if cu.Progress != nil && res.Cursor != "" {
 		cu.Progress(res.Cursor)
 	}
-	var first idem.Period
+	var first Period
 	switch {
 	case js.Cursor != "":
 		c, err := sched.Parse(js.Cursor)
@@ -236,31 +243,31 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.
 	unbroken := true // every period so far is settled: the cursor may move
 	var firstErr error
 	ran := 0 // periods run (not skipped): what the cap counts
-	observer := cfg.Observer()
+	observer := cfg.observer
 	for p := first; !p.Start.After(last.Start); p = sched.Next(p) {
-		if (!cu.Latest && cu.MaxPeriods > 0 && ran >= cu.MaxPeriods) || (firstErr != nil && (!cu.KeepGoing || errors.Is(firstErr, idem.ErrDeferred))) || (cu.Stop != nil && cu.Stop()) {
+		if (!cu.Latest && cu.MaxPeriods > 0 && ran >= cu.MaxPeriods) || (firstErr != nil && (!cu.KeepGoing || errors.Is(firstErr, ErrDeferred))) || (cu.Stop != nil && cu.Stop()) {
 			break
 		}
-		key := idem.Key{Job: job, Period: p.Name}
+		key := Key{Job: job, Period: p.Name}
 		var pr PeriodResult
 		if (cu.Latest && p.Name != last.Name) || (cu.Window > 0 && p.Name != last.Name && cu.Due(p).Before(now.Add(-cu.Window))) {
 			start := clock.Now()
 			pr = skipPeriod(ctx, s, key, p)
 			if observer != nil { // a Result per period, skipped ones too
-				observer(idem.Result{Key: key, Outcome: pr.Outcome, Duration: clock.Now().Sub(start), Err: pr.Err})
+				observer(Result{Key: key, Outcome: pr.Outcome, Duration: clock.Now().Sub(start), Err: pr.Err})
 			}
 		} else if w, err := waits(ctx, s, job, js.Cursor, sched, p, cu.Deps); err != nil || len(w) > 0 {
 			// Upstream periods not done: this one waits, unclaimed, and so
 			// do the periods after it. Not a failure (unless the store's
 			// read failed).
-			pr = PeriodResult{Period: p, Outcome: idem.Waiting, Waiting: w}
+			pr = PeriodResult{Period: p, Outcome: Waiting, Waiting: w}
 			if err != nil {
-				pr = PeriodResult{Period: p, Outcome: idem.Failed, Err: err}
+				pr = PeriodResult{Period: p, Outcome: Failed, Err: err}
 			}
 			if observer != nil {
-				observer(idem.Result{Key: key, Outcome: pr.Outcome, Err: pr.Err})
+				observer(Result{Key: key, Outcome: pr.Outcome, Err: pr.Err})
 			}
-			if logger := cfg.Logger(); logger != nil && err == nil {
+			if logger := cfg.logger; logger != nil && err == nil {
 				logger.LogAttrs(ctx, slog.LevelInfo, "idem: catch-up period waits", slog.String("job", job),
 					slog.String("period", p.Name), slog.String("for", w.String()))
 			}
@@ -276,13 +283,13 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.
 		} else {
 			// This period's Run: the call's options, its report, the
 			// call's start for RetryWithin, and the cursor's move.
-			var r idem.Result
-			popts := append(append([]idem.Option(nil), plain...), idem.ReportTo(&r), core.R.InternalOption(now, unbroken))
+			var r Result
+			popts := append(append([]Option(nil), plain...), ReportTo(&r), internalOption(now, unbroken))
 			ran++
 			err := run(ctx, key, p, popts)
 			pr = PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
-			if cu.Scheduled && errors.Is(err, idem.ErrParamsMismatch) && settledElsewise(ctx, s, key) {
-				pr = PeriodResult{Period: p, Outcome: idem.AlreadyDone}
+			if cu.Scheduled && errors.Is(err, ErrParamsMismatch) && settledElsewise(ctx, s, key) {
+				pr = PeriodResult{Period: p, Outcome: AlreadyDone}
 			}
 		}
 		if pr.Err != nil {
@@ -290,7 +297,7 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.
 			if firstErr == nil {
 				firstErr = fmt.Errorf("idem: catch-up %s stopped at %s: %w", job, p.Name, pr.Err)
 			}
-		} else if unbroken && pr.Outcome != idem.Ran && pr.Outcome != idem.Recovered {
+		} else if unbroken && pr.Outcome != Ran && pr.Outcome != Recovered {
 			// Settled without a done mark written now: move the cursor here.
 			if err := s.Advance(ctx, job, p.Name); err != nil {
 				unbroken = false
@@ -305,7 +312,7 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.
 				cu.Progress(res.Cursor)
 			}
 		}
-		if logger := cfg.Logger(); logger != nil {
+		if logger := cfg.logger; logger != nil {
 			logger.LogAttrs(ctx, slog.LevelInfo, "idem: catch-up period", slog.String("job", job),
 				slog.String("period", p.Name), slog.String("outcome", pr.Outcome.String()), slog.Any("error", pr.Err))
 		}
@@ -323,12 +330,12 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched idem.
 // checked against it, so that a duplicate trigger with other parameters
 // gets ErrParamsMismatch (as one period, outcome ParamsMismatch) rather
 // than nothing. It writes nothing.
-func checkLatest(ctx context.Context, s idemstore.CatchUpStore, job string, p idem.Period, cfg core.Config, onPeriod func(PeriodResult), res Result) (Result, error) {
-	fp := cfg.Fingerprint()
+func checkLatest(ctx context.Context, s idemstore.CatchUpStore, job string, p Period, cfg *config, onPeriod func(PeriodResult), res CatchUpResult) (CatchUpResult, error) {
+	fp := cfg.fingerprint
 	if fp == "" {
 		return res, nil
 	}
-	key := idem.Key{Job: job, Period: p.Name}
+	key := Key{Job: job, Period: p.Name}
 	rec, ok, err := s.Lookup(ctx, key)
 	if err != nil {
 		return res, err
@@ -336,10 +343,10 @@ func checkLatest(ctx context.Context, s idemstore.CatchUpStore, job string, p id
 	if !ok || !idemstore.Mismatch(rec.Fingerprint, fp) {
 		return res, nil
 	}
-	err = core.R.Mismatch(key, rec.Fingerprint, fp)
-	pr := PeriodResult{Period: p, Outcome: idem.ParamsMismatch, Err: err}
-	if observer := cfg.Observer(); observer != nil {
-		observer(idem.Result{Key: key, Outcome: idem.ParamsMismatch, Err: err})
+	err = mismatch(key, rec.Fingerprint, fp)
+	pr := PeriodResult{Period: p, Outcome: ParamsMismatch, Err: err}
+	if observer := cfg.observer; observer != nil {
+		observer(Result{Key: key, Outcome: ParamsMismatch, Err: err})
 	}
 	if onPeriod != nil {
 		onPeriod(pr)
@@ -352,62 +359,63 @@ func checkLatest(ctx context.Context, s idemstore.CatchUpStore, job string, p id
 // parameters, is settled (done or skipped): the Scheduler passes over it,
 // as it does over any settled period; the parameters it was settled with
 // are its own.
-func settledElsewise(ctx context.Context, s idemstore.CatchUpStore, key idem.Key) bool {
+func settledElsewise(ctx context.Context, s idemstore.CatchUpStore, key Key) bool {
 	rec, ok, err := s.Lookup(ctx, key)
-	return err == nil && ok && (rec.Status == idem.StatusDone || rec.Status == idem.StatusSkipped)
+	return err == nil && ok && (rec.Status == StatusDone || rec.Status == StatusSkipped)
 }
 
 // skipPeriod records p as skipped (CatchUpLatest), unless it is settled
 // already.
-func skipPeriod(ctx context.Context, s idemstore.CatchUpStore, key idem.Key, p idem.Period) PeriodResult {
+func skipPeriod(ctx context.Context, s idemstore.CatchUpStore, key Key, p Period) PeriodResult {
 	rec, ok, err := s.Lookup(ctx, key)
 	if err != nil {
-		return PeriodResult{Period: p, Outcome: idem.Failed, Err: err}
+		return PeriodResult{Period: p, Outcome: Failed, Err: err}
 	}
 	switch {
-	case ok && rec.Status == idem.StatusDone:
-		return PeriodResult{Period: p, Outcome: idem.AlreadyDone}
-	case ok && rec.Status == idem.StatusSkipped:
-		return PeriodResult{Period: p, Outcome: idem.Skipped}
-	case ok && (rec.Status == idem.StatusUnknown || rec.Status == idem.StatusParked):
-		o := map[idem.Status]idem.Outcome{idem.StatusUnknown: idem.Unknown, idem.StatusParked: idem.Parked}[rec.Status]
-		return PeriodResult{Period: p, Outcome: o, Err: &idem.Error{Key: key, Outcome: o, Attempt: rec.Attempt, Err: core.R.LastError(rec)}}
+	case ok && rec.Status == StatusDone:
+		return PeriodResult{Period: p, Outcome: AlreadyDone}
+	case ok && rec.Status == StatusSkipped:
+		return PeriodResult{Period: p, Outcome: Skipped}
+	case ok && (rec.Status == StatusUnknown || rec.Status == StatusParked):
+		o := map[Status]Outcome{StatusUnknown: Unknown, StatusParked: Parked}[rec.Status]
+		return PeriodResult{Period: p, Outcome: o, Err: &Error{Key: key, Outcome: o, Attempt: rec.Attempt, Err: lastError(rec)}}
 	}
-	if err := s.Resolve(ctx, key, idem.ResolveSkip); err != nil {
-		o := idem.Failed
-		if errors.Is(err, idem.ErrNotResolvable) {
-			o = idem.InProgress
+	if err := s.Resolve(ctx, key, ResolveSkip); err != nil {
+		o := Failed
+		if errors.Is(err, ErrNotResolvable) {
+			o = InProgress
 		}
 		return PeriodResult{Period: p, Outcome: o, Err: err}
 	}
-	return PeriodResult{Period: p, Outcome: idem.Skipped}
+	return PeriodResult{Period: p, Outcome: Skipped}
 }
 
-// A periodObserver is OnPeriod's payload.
-type periodObserver func(PeriodResult)
+// policy is the catch-up option named name: set sets the call's catch-up
+// settings.
+func policy(name string, set func(*catchUpSettings) error) Option {
+	return newOption(name, classCatchUp, func(c *config) error { return set(&c.catchUp) })
+}
 
-func policy(name string, set catchupcfg.Set) idem.Option { return core.NewOption(name, "catchup", set) }
-
-// All runs every due period, oldest first, at most max of them per call
+// CatchUpAll runs every due period, oldest first, at most max of them per call
 // (max = 0: no limit). The rest are counted in Result.Deferred and run by
 // the next call. This is the default, with max = DefaultMaxPeriods. A
-// negative max is an error matching [idem.ErrInvalidOption].
-func All(max int) idem.Option {
-	return policy("catchup.All", func(c *catchupcfg.Settings) error {
+// negative max is an error matching [ErrInvalidOption].
+func CatchUpAll(max int) Option {
+	return policy("CatchUpAll", func(c *catchUpSettings) error {
 		if max < 0 {
-			return core.InvalidOption("catchup.All(%d): the cap must not be negative (0 means no cap)", max)
+			return invalidOption("CatchUpAll(%d): the cap must not be negative (0 means no cap)", max)
 		}
 		c.Latest, c.MaxPeriods = false, max
 		return nil
 	})
 }
 
-// Latest coalesces: only the newest due period runs; the older ones are
+// CatchUpLatest coalesces: only the newest due period runs; the older ones are
 // recorded as skipped (ResolveSkip), not silently forgotten (no cap
 // applies to the skipping). Periods that are unknown or parked are not
 // skipped: catch-up stops at them, since they need a person.
-func Latest() idem.Option {
-	return policy("catchup.Latest", func(c *catchupcfg.Settings) error { c.Latest = true; return nil })
+func CatchUpLatest() Option {
+	return policy("CatchUpLatest", func(c *catchUpSettings) error { c.Latest = true; return nil })
 }
 
 // Since bounds the first catch-up of a job (one with no cursor yet): it
@@ -416,12 +424,12 @@ func Latest() idem.Option {
 // the period after the latest due one starts the job with that period (the
 // first call runs nothing and records the latest due period as settled:
 // idem serve --since next). A t later than that is an error matching
-// [idem.ErrInvalidOption], naming the job, t and now, returned before
+// [ErrInvalidOption], naming the job, t and now, returned before
 // anything is written, as is a zero t.
-func Since(t time.Time) idem.Option {
-	return policy("catchup.Since", func(c *catchupcfg.Settings) error {
+func Since(t time.Time) Option {
+	return policy("Since", func(c *catchUpSettings) error {
 		if t.IsZero() {
-			return core.InvalidOption("catchup.Since(%v): the zero time is no start", t)
+			return invalidOption("Since(%v): the zero time is no start", t)
 		}
 		c.Since = t
 		return nil
@@ -431,21 +439,21 @@ func Since(t time.Time) idem.Option {
 // DueAtStart makes a period due as soon as it starts (a report FOR today,
 // sent in the morning). By default a period is due when it ends: you settle
 // a day once it is over.
-func DueAtStart() idem.Option {
-	return policy("catchup.DueAtStart", func(c *catchupcfg.Settings) error { c.DueAtStart = true; return nil })
+func DueAtStart() Option {
+	return policy("DueAtStart", func(c *catchUpSettings) error { c.DueAtStart = true; return nil })
 }
 
-// Window records the due periods that became due more than w ago as
+// CatchUpWindow records the due periods that became due more than w ago as
 // skipped (ResolveSkip) instead of running them: after a long outage, only
 // the periods of the last w run (Temporal's catchupWindow). The latest due
 // period always runs, however old. Skipped periods do not count against
-// the cap of [All]; unknown or parked periods are not skipped (catch-up
-// stops at them, as with [Latest]). A w of zero or less is an error
-// matching [idem.ErrInvalidOption].
-func Window(w time.Duration) idem.Option {
-	return policy("catchup.Window", func(c *catchupcfg.Settings) error {
+// the cap of [CatchUpAll]; unknown or parked periods are not skipped (catch-up
+// stops at them, as with [CatchUpLatest]). A w of zero or less is an error
+// matching [ErrInvalidOption].
+func CatchUpWindow(w time.Duration) Option {
+	return policy("CatchUpWindow", func(c *catchUpSettings) error {
 		if w <= 0 {
-			return core.InvalidOption("catchup.Window(%v): the window must be positive", w)
+			return invalidOption("CatchUpWindow(%v): the window must be positive", w)
 		}
 		c.Window = w
 		return nil
@@ -453,13 +461,13 @@ func Window(w time.Duration) idem.Option {
 }
 
 // DueAfter makes a period due d after it ends (or starts, with
-// [DueAtStart]): idem.Daily(loc) with DueAfter(2*time.Hour) settles
+// [DueAtStart]): Daily(loc) with DueAfter(2*time.Hour) settles
 // yesterday at 02:00, once late records have landed. A negative d is an
-// error matching [idem.ErrInvalidOption].
-func DueAfter(d time.Duration) idem.Option {
-	return policy("catchup.DueAfter", func(c *catchupcfg.Settings) error {
+// error matching [ErrInvalidOption].
+func DueAfter(d time.Duration) Option {
+	return policy("DueAfter", func(c *catchUpSettings) error {
 		if d < 0 {
-			return core.InvalidOption("catchup.DueAfter(%v): the delay must not be negative", d)
+			return invalidOption("DueAfter(%v): the delay must not be negative", d)
 		}
 		c.Delay = d
 		return nil
@@ -470,18 +478,44 @@ func DueAfter(d time.Duration) idem.Option {
 // fails. By default it stops at the failed period and the later ones wait,
 // so periods complete in order. Either way the cursor only moves over an
 // unbroken run of settled periods.
-func ContinueAfterFailure() idem.Option {
-	return policy("catchup.ContinueAfterFailure", func(c *catchupcfg.Settings) error { c.KeepGoing = true; return nil })
+func ContinueAfterFailure() Option {
+	return policy("ContinueAfterFailure", func(c *catchUpSettings) error { c.KeepGoing = true; return nil })
 }
 
 // OnPeriod calls f after each period catch-up handles, for progress
 // reporting on long catch-ups. A nil f is an error matching
-// [idem.ErrInvalidOption].
-func OnPeriod(f func(PeriodResult)) idem.Option {
-	if f == nil {
-		return policy("catchup.OnPeriod", func(*catchupcfg.Settings) error {
-			return core.InvalidOption("catchup.OnPeriod(nil): no function to call")
-		})
+// [ErrInvalidOption].
+func OnPeriod(f func(PeriodResult)) Option {
+	return newOption("OnPeriod", classCatchUp, func(c *config) error {
+		if f == nil {
+			return invalidOption("OnPeriod(nil): no function to call")
+		}
+		c.onPeriod = f
+		return nil
+	})
+}
+
+// internalOption sets, for a Run that a catch-up makes, the start of the
+// catch-up (retryFrom, for RetryWithin) and whether its done mark moves
+// the job's cursor.
+func internalOption(retryFrom time.Time, cursor bool) Option {
+	return newOption("internal", classInternal, func(c *config) error {
+		if !retryFrom.IsZero() {
+			c.retryFrom = retryFrom
+		}
+		c.cursor = cursor
+		return nil
+	})
+}
+
+// runOptions is opts without the catch-up's and a Scheduler's own: what a
+// catch-up passes on to Run or RunTx (nil ones kept, for their error).
+func runOptions(opts []Option) []Option {
+	var out []Option
+	for _, o := range opts {
+		if o == nil || o.option().class&(classCatchUp|classJob|classScheduler) == 0 {
+			out = append(out, o)
+		}
 	}
-	return core.NewOption("catchup.OnPeriod", "catchup", periodObserver(f))
+	return out
 }

@@ -1,14 +1,11 @@
-package catchup
+package idem
 
 import (
 	"context"
 	"fmt"
 	"strings"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
-	"github.com/idemgo/idem/internal/catchupcfg"
-	"github.com/idemgo/idem/internal/core"
 )
 
 // A Mapping says which periods of an upstream job a period of the job
@@ -16,7 +13,7 @@ import (
 type Mapping struct {
 	name string
 	same bool
-	f    func(p idem.Period, own idem.Schedule) []string
+	f    func(p Period, own Schedule) []string
 }
 
 // SamePeriod maps a period to the upstream's period of the same name:
@@ -24,7 +21,7 @@ type Mapping struct {
 // settled"). A Scheduler that runs both jobs refuses it, when the job is
 // added, if their schedules differ.
 func SamePeriod() Mapping {
-	return Mapping{name: "same period", same: true, f: func(p idem.Period, _ idem.Schedule) []string { return []string{p.Name} }}
+	return Mapping{name: "same period", same: true, f: func(p Period, _ Schedule) []string { return []string{p.Name} }}
 }
 
 // Within maps a period to every period of upstream, the upstream job's
@@ -34,11 +31,11 @@ func SamePeriod() Mapping {
 // schedule's zone); a monthly report after a daily job, for the month's
 // 28 to 31 days. An upstream period that starts before the period and
 // ends inside it is not waited for.
-func Within(upstream idem.Schedule) Mapping {
+func Within(upstream Schedule) Mapping {
 	if upstream == nil {
 		return Mapping{}
 	}
-	return Mapping{name: "within " + upstream.String(), f: func(p idem.Period, _ idem.Schedule) []string {
+	return Mapping{name: "within " + upstream.String(), f: func(p Period, _ Schedule) []string {
 		var names []string
 		q := upstream.At(p.Start)
 		if q.Start.Before(p.Start) {
@@ -54,7 +51,7 @@ func Within(upstream idem.Schedule) Mapping {
 // Upstream returns the names of the upstream's periods that p, a period
 // of a job of schedule own, waits for under m: what a catch-up looks up
 // (an operator's page shows it too).
-func (m Mapping) Upstream(p idem.Period, own idem.Schedule) []string {
+func (m Mapping) Upstream(p Period, own Schedule) []string {
 	if m.f == nil {
 		return nil
 	}
@@ -64,11 +61,11 @@ func (m Mapping) Upstream(p idem.Period, own idem.Schedule) []string {
 // MapFunc maps a period with f, which returns the names of the upstream's
 // periods it waits for (none: it waits for nothing). name describes the
 // mapping in messages.
-func MapFunc(name string, f func(p idem.Period) []string) Mapping {
+func MapFunc(name string, f func(p Period) []string) Mapping {
 	if f == nil {
 		return Mapping{}
 	}
-	return Mapping{name: name, f: func(p idem.Period, _ idem.Schedule) []string { return f(p) }}
+	return Mapping{name: name, f: func(p Period, _ Schedule) []string { return f(p) }}
 }
 
 // After makes each period of the job wait until the periods of the job
@@ -85,7 +82,7 @@ func MapFunc(name string, f func(p idem.Period) []string) Mapping {
 // done is not claimed and its fn not called; no attempt or failure is
 // counted, no backoff runs, it is never parked. The catch-up stops there
 // (the periods after it wait too) and returns no error, with the period's
-// [PeriodResult] of outcome [idem.Waiting] listing what it waits for
+// [PeriodResult] of outcome [Waiting] listing what it waits for
 // (PeriodResult.Waiting: each upstream key and its status, "" when the
 // store has no record of it, as for a job it has never seen). An upstream
 // period that is parked or unknown is said so there: it waits for a
@@ -94,17 +91,17 @@ func MapFunc(name string, f func(p idem.Period) []string) Mapping {
 // next recheck.
 //
 // An empty upstream, the job itself (use [AfterPrevious]) or a zero
-// Mapping is an error matching idem.ErrInvalidOption.
-func After(upstream string, m Mapping) idem.Option {
-	name := fmt.Sprintf("catchup.After(%q, %s)", upstream, m.name)
-	return policy(name, func(c *catchupcfg.Settings) error {
+// Mapping is an error matching ErrInvalidOption.
+func After(upstream string, m Mapping) Option {
+	name := fmt.Sprintf("After(%q, %s)", upstream, m.name)
+	return policy(name, func(c *catchUpSettings) error {
 		if m.f == nil {
-			return core.InvalidOption("%s: no mapping (use SamePeriod, Within or MapFunc)", name)
+			return invalidOption("%s: no mapping (use SamePeriod, Within or MapFunc)", name)
 		}
 		if err := idemstore.ValidateJob(upstream); err != nil {
-			return core.InvalidOption("%s: %v", name, err)
+			return invalidOption("%s: %v", name, err)
 		}
-		c.Deps = append(c.Deps, catchupcfg.Dep{Job: upstream, Mapping: m.name, Map: m.f, SameCalendar: m.same})
+		c.Deps = append(c.Deps, catchUpDep{Job: upstream, Mapping: m.name, Map: m.f, SameCalendar: m.same})
 		return nil
 	})
 }
@@ -115,12 +112,12 @@ func After(upstream string, m Mapping) idem.Option {
 // periods oldest first anyway; what AfterPrevious adds is that a period
 // never starts while the one before it is unsettled — failed, parked,
 // unknown, or held by another replica's run (with ContinueAfterFailure,
-// or [idem.Run] of a single period, it might). A period at or before the
+// or [Run] of a single period, it might). A period at or before the
 // job's cursor counts as settled: the job's first period does not wait
 // for the one before the job began.
-func AfterPrevious() idem.Option {
-	return policy("catchup.AfterPrevious", func(c *catchupcfg.Settings) error {
-		c.Deps = append(c.Deps, catchupcfg.Dep{Mapping: "previous period", Map: func(p idem.Period, own idem.Schedule) []string {
+func AfterPrevious() Option {
+	return policy("AfterPrevious", func(c *catchUpSettings) error {
+		c.Deps = append(c.Deps, catchUpDep{Mapping: "previous period", Map: func(p Period, own Schedule) []string {
 			return []string{own.Prev(p).Name}
 		}})
 		return nil
@@ -129,8 +126,8 @@ func AfterPrevious() idem.Option {
 
 // A Wait is one upstream period a period waits for.
 type Wait struct {
-	Key    idem.Key
-	Status idem.Status // its record's status; "" when the store has none
+	Key    Key
+	Status Status // its record's status; "" when the store has none
 }
 
 func (w Wait) String() string {
@@ -152,7 +149,7 @@ func (w Wait) String() string {
 // catch-up never goes back before its cursor, so such a period would be
 // waited for forever. One with a record that is not done is waited for,
 // with its status.
-func waits(ctx context.Context, s idemstore.CatchUpStore, job, cursor string, sched idem.Schedule, p idem.Period, deps []catchupcfg.Dep) (Waits, error) {
+func waits(ctx context.Context, s idemstore.CatchUpStore, job, cursor string, sched Schedule, p Period, deps []catchUpDep) (Waits, error) {
 	var w Waits
 	for _, d := range deps {
 		up := d.Job
@@ -164,12 +161,12 @@ func waits(ctx context.Context, s idemstore.CatchUpStore, job, cursor string, sc
 			if d.Job == "" && cursor != "" && name <= cursor {
 				continue // the job's own period at or before its cursor: settled, or before the job began
 			}
-			key := idem.Key{Job: up, Period: name}
+			key := Key{Job: up, Period: name}
 			rec, ok, err := s.Lookup(ctx, key)
 			if err != nil {
 				return nil, err
 			}
-			if ok && (rec.Status == idem.StatusDone || rec.Status == idem.StatusSkipped) {
+			if ok && (rec.Status == StatusDone || rec.Status == StatusSkipped) {
 				continue
 			}
 			if d.Job != "" && !ok {
@@ -215,24 +212,21 @@ func (w Waits) String() string {
 	return s
 }
 
-// Waiting is what period p of job waits for, now, under the dependencies
+// WaitingFor is what period p of job waits for, now, under the dependencies
 // among opts (After, AfterPrevious: the options its Run is given; the
 // others are ignored): the upstream periods not done, as Run would find
 // them; none when p may run. It is for tools that show a job's state (the
 // idem command's show and ls); Run itself needs no call to it.
-func Waiting(ctx context.Context, s idem.Store, job string, sched idem.Schedule, p idem.Period, opts ...idem.Option) (Waits, error) {
-	cs, err := core.StoreAs[idemstore.CatchUpStore]("catchup.Waiting", s)
+func WaitingFor(ctx context.Context, s Store, job string, sched Schedule, p Period, opts ...Option) (Waits, error) {
+	cs, err := storeAs[idemstore.CatchUpStore]("WaitingFor", s)
 	if err != nil {
 		return nil, err
 	}
-	cfg := core.Configure(cs, "catchup.Run", opts)
-	cu, err := catchupcfg.Of(cfg.Ext())
-	if err != nil {
-		return nil, err
+	cfg := configure(cs, callCatchUp, opts)
+	if cfg.err != nil {
+		return nil, cfg.err
 	}
-	if err := cfg.Err(); err != nil {
-		return nil, err
-	}
+	cu := cfg.catchUp
 	js, err := cs.Job(ctx, job)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package catchup_test
+package idem_test
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 )
 
@@ -45,13 +44,13 @@ func depKillJob(dir, job string, offset time.Duration) error {
 	}
 	defer log.Close()
 	daily, monthly := idem.Daily(time.UTC), idem.Monthly(time.UTC)
-	sched, deps := daily, []catchup.Mapping(nil)
+	sched, deps := daily, []idem.Mapping(nil)
 	upstream := "settle"
 	switch job {
 	case "mail":
-		deps = []catchup.Mapping{catchup.SamePeriod()}
+		deps = []idem.Mapping{idem.SamePeriod()}
 	case "report":
-		sched, deps = monthly, []catchup.Mapping{catchup.Within(daily)}
+		sched, deps = monthly, []idem.Mapping{idem.Within(daily)}
 	}
 	fn := func(ctx context.Context, p idem.Period) error {
 		if len(deps) > 0 {
@@ -69,13 +68,13 @@ func depKillJob(dir, job string, offset time.Duration) error {
 		_, err := fmt.Fprintf(log, "%s %s\n", job, p.Name)
 		return err
 	}
-	opts := []idem.Option{catchup.Since(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)), catchup.All(0),
+	opts := []idem.Option{idem.Since(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)), idem.CatchUpAll(0),
 		idem.WithLease(200 * time.Millisecond), idem.WithBackoff(idem.Constant(time.Millisecond)), idem.WaitForTurn()}
 	for _, m := range deps {
-		opts = append(opts, catchup.After(upstream, m))
+		opts = append(opts, idem.After(upstream, m))
 	}
 	for {
-		res, err := catchup.Run(ctx, l, job, sched, fn, opts...)
+		res, err := idem.CatchUp(ctx, l, job, sched, fn, opts...)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package catchup_test
+package idem_test
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 )
 
@@ -57,9 +56,9 @@ func TestAfterWaitsWithoutAttempts(t *testing.T) {
 	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	runs := &depRuns{}
-	mail := func() (catchup.Result, error) {
+	mail := func() (idem.CatchUpResult, error) {
 		var seen []idem.Result
-		res, err := catchup.Run(ctx, l, "mail", daily, runs.fn("mail"), catchup.After("settle", catchup.SamePeriod()),
+		res, err := idem.CatchUp(ctx, l, "mail", daily, runs.fn("mail"), idem.After("settle", idem.SamePeriod()),
 			idem.OnResult(func(r idem.Result) { seen = append(seen, r) }))
 		if len(seen) != len(res.Periods) {
 			t.Fatalf("observer got %d results for %d periods", len(seen), len(res.Periods))
@@ -83,7 +82,7 @@ func TestAfterWaitsWithoutAttempts(t *testing.T) {
 	if got := runs.ran("mail"); len(got) != 0 {
 		t.Fatalf("mail ran %v while waiting", got)
 	}
-	if _, err := catchup.Run(ctx, l, "settle", daily, runs.fn("settle")); err != nil {
+	if _, err := idem.CatchUp(ctx, l, "settle", daily, runs.fn("settle")); err != nil {
 		t.Fatal(err)
 	}
 	res, err := mail()
@@ -104,23 +103,23 @@ func TestAfterParkedUpstreamSaysSo(t *testing.T) {
 	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	runs := &depRuns{}
-	_, err := catchup.Run(ctx, l, "settle", daily, func(context.Context, idem.Period) error {
+	_, err := idem.CatchUp(ctx, l, "settle", daily, func(context.Context, idem.Period) error {
 		return idem.Permanent(errors.New("bank file missing"))
 	})
 	if !errors.Is(err, idem.ErrParked) {
 		t.Fatalf("settle: %v, want parked", err)
 	}
-	res, err := catchup.Run(ctx, l, "mail", daily, runs.fn("mail"), catchup.After("settle", catchup.SamePeriod()))
+	res, err := idem.CatchUp(ctx, l, "mail", daily, runs.fn("mail"), idem.After("settle", idem.SamePeriod()))
 	if err != nil || res.Periods[0].Outcome != idem.Waiting || res.Periods[0].Waiting.String() != "settle/2026-10-27 (parked)" {
 		t.Fatalf("mail: %+v, %v; want waiting for settle/2026-10-27 (parked)", res, err)
 	}
 	if err := l.Reset(ctx, idem.Key{Job: "settle", Period: "2026-10-27"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := catchup.Run(ctx, l, "settle", daily, runs.fn("settle")); err != nil {
+	if _, err := idem.CatchUp(ctx, l, "settle", daily, runs.fn("settle")); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := catchup.Run(ctx, l, "mail", daily, runs.fn("mail"), catchup.After("settle", catchup.SamePeriod())); err != nil || res.Count(idem.Ran) != 1 {
+	if res, err := idem.CatchUp(ctx, l, "mail", daily, runs.fn("mail"), idem.After("settle", idem.SamePeriod())); err != nil || res.Count(idem.Ran) != 1 {
 		t.Fatalf("mail after the reset: %+v, %v", res, err)
 	}
 }
@@ -137,17 +136,17 @@ func TestAfterCatchUpOrder(t *testing.T) {
 	clk := idemtest.NewClock(time.Date(2026, 10, 3, 2, 0, 0, 0, time.UTC))
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	runs := &depRuns{}
-	since := catchup.Since(time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC))
+	since := idem.Since(time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC))
 	monthly := idem.Monthly(time.UTC)
-	jobs := map[string]func() (catchup.Result, error){
-		"settle": func() (catchup.Result, error) {
-			return catchup.Run(ctx, l, "settle", daily, runs.fn("settle"), since)
+	jobs := map[string]func() (idem.CatchUpResult, error){
+		"settle": func() (idem.CatchUpResult, error) {
+			return idem.CatchUp(ctx, l, "settle", daily, runs.fn("settle"), since)
 		},
-		"mail": func() (catchup.Result, error) {
-			return catchup.Run(ctx, l, "mail", daily, runs.fn("mail"), since, catchup.After("settle", catchup.SamePeriod()))
+		"mail": func() (idem.CatchUpResult, error) {
+			return idem.CatchUp(ctx, l, "mail", daily, runs.fn("mail"), since, idem.After("settle", idem.SamePeriod()))
 		},
-		"report": func() (catchup.Result, error) {
-			return catchup.Run(ctx, l, "report", monthly, runs.fn("report"), since, catchup.After("settle", catchup.Within(daily)))
+		"report": func() (idem.CatchUpResult, error) {
+			return idem.CatchUp(ctx, l, "report", monthly, runs.fn("report"), since, idem.After("settle", idem.Within(daily)))
 		},
 	}
 	// Triggers in the worst order first, then each job again until
@@ -207,8 +206,8 @@ func TestWithinDaylightSaving(t *testing.T) {
 		// empty ledger is every hour of the day.
 		clk := idemtest.NewClock(day.End.Add(time.Minute))
 		l := openLedger(t, t.TempDir(), idem.WithClock(clk))
-		res, err := catchup.Run(ctx, l, "daily", idem.Daily(berlin), func(context.Context, idem.Period) error { return nil },
-			catchup.After("hourly", catchup.Within(idem.Hourly(berlin))))
+		res, err := idem.CatchUp(ctx, l, "daily", idem.Daily(berlin), func(context.Context, idem.Period) error { return nil },
+			idem.After("hourly", idem.Within(idem.Hourly(berlin))))
 		if err != nil || len(res.Periods) != 1 || res.Periods[0].Period != day {
 			t.Fatalf("%s: %+v, %v", c.day, res, err)
 		}
@@ -228,8 +227,8 @@ func TestWithinDaylightSaving(t *testing.T) {
 		}
 		clk := idemtest.NewClock(m.End.Add(time.Minute))
 		l := openLedger(t, t.TempDir(), idem.WithClock(clk))
-		res, err := catchup.Run(ctx, l, "report", idem.Monthly(berlin), func(context.Context, idem.Period) error { return nil },
-			catchup.After("settle", catchup.Within(idem.Daily(berlin))))
+		res, err := idem.CatchUp(ctx, l, "report", idem.Monthly(berlin), func(context.Context, idem.Period) error { return nil },
+			idem.After("settle", idem.Within(idem.Daily(berlin))))
 		if err != nil || len(res.Periods[0].Waiting) != days {
 			t.Fatalf("%s waits for %d days (%v), want %d", month, len(res.Periods[0].Waiting), err, days)
 		}
@@ -246,7 +245,7 @@ func TestAfterPrevious(t *testing.T) {
 	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	runs := &depRuns{}
-	res, err := catchup.Run(ctx, l, "balance", daily, runs.fn("balance"), catchup.AfterPrevious())
+	res, err := idem.CatchUp(ctx, l, "balance", daily, runs.fn("balance"), idem.AfterPrevious())
 	if err != nil || res.Count(idem.Ran) != 1 {
 		t.Fatalf("first period: %+v, %v; want it run (nothing before the job)", res, err)
 	}
@@ -258,7 +257,7 @@ func TestAfterPrevious(t *testing.T) {
 		}
 		return runs.fn("balance")(ctx, p)
 	}
-	res, err = catchup.Run(ctx, l, "balance", daily, fail, catchup.AfterPrevious(), catchup.ContinueAfterFailure())
+	res, err = idem.CatchUp(ctx, l, "balance", daily, fail, idem.AfterPrevious(), idem.ContinueAfterFailure())
 	if !errors.Is(err, idem.ErrParked) || len(res.Periods) != 2 || res.Periods[1].Outcome != idem.Waiting ||
 		res.Periods[1].Waiting.String() != "balance/2026-10-28 (parked)" {
 		t.Fatalf("%+v, %v; want 10-28 parked and 10-29 waiting for it", res, err)
@@ -274,7 +273,7 @@ func TestAfterPrevious(t *testing.T) {
 // AfterPrevious counts the job's own periods before its cursor: the
 // downstream's periods from its own, earlier Since run instead of waiting
 // forever; those from the upstream's Since on wait for it as before. So
-// does Within, and catchup.Waiting (what idem show lists) agrees.
+// does Within, and idem.Waiting (what idem show lists) agrees.
 func TestAfterUpstreamBeforeItsSince(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -284,12 +283,12 @@ func TestAfterUpstreamBeforeItsSince(t *testing.T) {
 	// settle began on 10-25 and has settled 10-25 and 10-26; 10-27 is
 	// not run yet.
 	clk.Set(time.Date(2026, 10, 27, 2, 0, 0, 0, time.UTC))
-	if _, err := catchup.Run(ctx, l, "settle", daily, runs.fn("settle"), catchup.Since(time.Date(2026, 10, 25, 0, 0, 0, 0, time.UTC))); err != nil {
+	if _, err := idem.CatchUp(ctx, l, "settle", daily, runs.fn("settle"), idem.Since(time.Date(2026, 10, 25, 0, 0, 0, 0, time.UTC))); err != nil {
 		t.Fatal(err)
 	}
 	clk.Set(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
-	after := catchup.After("settle", catchup.SamePeriod())
-	res, err := catchup.Run(ctx, l, "mail", daily, runs.fn("mail"), after, catchup.Since(time.Date(2026, 10, 22, 0, 0, 0, 0, time.UTC)))
+	after := idem.After("settle", idem.SamePeriod())
+	res, err := idem.CatchUp(ctx, l, "mail", daily, runs.fn("mail"), after, idem.Since(time.Date(2026, 10, 22, 0, 0, 0, 0, time.UTC)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,13 +303,13 @@ func TestAfterUpstreamBeforeItsSince(t *testing.T) {
 	// only, which settle did.
 	weekly := idem.Weekly(time.UTC)
 	wk := weekly.At(time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC))
-	within := catchup.After("settle", catchup.Within(daily))
-	w, err := catchup.Waiting(ctx, l, "summary", weekly, wk, within)
+	within := idem.After("settle", idem.Within(daily))
+	w, err := idem.WaitingFor(ctx, l, "summary", weekly, wk, within)
 	if err != nil || len(w) != 0 {
 		t.Fatalf("Waiting for the week %s: %v, %v; want nothing (the days before settle's Since are settled)", wk.Name, w, err)
 	}
 	// A job that never ran (no cursor) is still waited for, saying so.
-	w, err = catchup.Waiting(ctx, l, "mail", daily, daily.At(time.Date(2026, 10, 22, 0, 0, 0, 0, time.UTC)), catchup.After("import", catchup.SamePeriod()))
+	w, err = idem.WaitingFor(ctx, l, "mail", daily, daily.At(time.Date(2026, 10, 22, 0, 0, 0, 0, time.UTC)), idem.After("import", idem.SamePeriod()))
 	if err != nil || w.String() != "import/2026-10-22 (not run yet)" {
 		t.Fatalf("Waiting for a job never run: %v, %v", w, err)
 	}
@@ -329,13 +328,13 @@ func TestAfterMisuse(t *testing.T) {
 		opt  idem.Option
 		want string
 	}{
-		{"empty upstream", catchup.After("", catchup.SamePeriod()), "job is empty"},
-		{"zero mapping", catchup.After("settle", catchup.Mapping{}), "no mapping"},
-		{"nil Within", catchup.After("settle", catchup.Within(nil)), "no mapping"},
-		{"nil MapFunc", catchup.After("settle", catchup.MapFunc("x", nil)), "no mapping"},
-		{"itself", catchup.After("mail", catchup.SamePeriod()), "its own periods"},
+		{"empty upstream", idem.After("", idem.SamePeriod()), "job is empty"},
+		{"zero mapping", idem.After("settle", idem.Mapping{}), "no mapping"},
+		{"nil Within", idem.After("settle", idem.Within(nil)), "no mapping"},
+		{"nil MapFunc", idem.After("settle", idem.MapFunc("x", nil)), "no mapping"},
+		{"itself", idem.After("mail", idem.SamePeriod()), "its own periods"},
 	} {
-		_, err := catchup.Run(ctx, l, "mail", daily, fn, c.opt)
+		_, err := idem.CatchUp(ctx, l, "mail", daily, fn, c.opt)
 		if !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want ErrInvalidOption saying %q", c.name, err, c.want)
 		}
@@ -360,18 +359,18 @@ func ExampleAfter() {
 		return func(_ context.Context, p idem.Period) error { fmt.Println(job, p.Name); return nil }
 	}
 	daily, monthly := idem.Daily(time.UTC), idem.Monthly(time.UTC)
-	oct := catchup.Since(time.Date(2026, 10, 30, 0, 0, 0, 0, time.UTC))
-	after := catchup.After("settle", catchup.SamePeriod())
-	res, _ := catchup.Run(ctx, l, "report", monthly, say("report"), catchup.After("settle", catchup.Within(daily)))
+	oct := idem.Since(time.Date(2026, 10, 30, 0, 0, 0, 0, time.UTC))
+	after := idem.After("settle", idem.SamePeriod())
+	res, _ := idem.CatchUp(ctx, l, "report", monthly, say("report"), idem.After("settle", idem.Within(daily)))
 	fmt.Println("report", res.Periods[0].Period.Name, res.Periods[0].Outcome, "for", len(res.Periods[0].Waiting), "days")
-	res, _ = catchup.Run(ctx, l, "mail", daily, say("mail"), oct, after)
+	res, _ = idem.CatchUp(ctx, l, "mail", daily, say("mail"), oct, after)
 	fmt.Println("mail", res.Periods[0].Period.Name, res.Periods[0].Outcome, "for", res.Periods[0].Waiting)
 	settled := 0
-	_, _ = catchup.Run(ctx, l, "settle", daily, func(context.Context, idem.Period) error { settled++; return nil },
-		catchup.Since(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)))
+	_, _ = idem.CatchUp(ctx, l, "settle", daily, func(context.Context, idem.Period) error { settled++; return nil },
+		idem.Since(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)))
 	fmt.Println("settled", settled, "days")
-	_, _ = catchup.Run(ctx, l, "mail", daily, say("mail"), oct, after)
-	_, _ = catchup.Run(ctx, l, "report", monthly, say("report"), catchup.After("settle", catchup.Within(daily)))
+	_, _ = idem.CatchUp(ctx, l, "mail", daily, say("mail"), oct, after)
+	_, _ = idem.CatchUp(ctx, l, "report", monthly, say("report"), idem.After("settle", idem.Within(daily)))
 	// Output:
 	// report 2026-10 waiting for 31 days
 	// mail 2026-10-30 waiting for settle/2026-10-30 (not run yet)
@@ -381,7 +380,7 @@ func ExampleAfter() {
 	// report 2026-10
 }
 
-// TestAfterRunTx: catchup.RunTx waits as catchup.Run does: a waiting
+// TestAfterRunTx: idem.CatchUpTx waits as idem.CatchUp does: a waiting
 // period's transaction is not begun, and runs once its upstream is done.
 func TestAfterRunTx(t *testing.T) {
 	t.Parallel()
@@ -390,15 +389,15 @@ func TestAfterRunTx(t *testing.T) {
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	ran := 0
 	fn := func(context.Context, *sql.Tx, idem.Period) error { ran++; return nil }
-	after := catchup.After("settle", catchup.SamePeriod())
-	res, err := catchup.RunTx(ctx, l, "mail", daily, fn, after)
+	after := idem.After("settle", idem.SamePeriod())
+	res, err := idem.CatchUpTx(ctx, l, "mail", daily, fn, after)
 	if err != nil || res.Periods[0].Outcome != idem.Waiting || ran != 0 {
 		t.Fatalf("%+v, %v (fn ran %d times); want waiting", res, err, ran)
 	}
-	if _, err := catchup.Run(ctx, l, "settle", daily, func(context.Context, idem.Period) error { return nil }); err != nil {
+	if _, err := idem.CatchUp(ctx, l, "settle", daily, func(context.Context, idem.Period) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := catchup.RunTx(ctx, l, "mail", daily, fn, after); err != nil || res.Count(idem.Ran) != 1 || ran != 1 {
+	if res, err := idem.CatchUpTx(ctx, l, "mail", daily, fn, after); err != nil || res.Count(idem.Ran) != 1 || ran != 1 {
 		t.Fatalf("after settle: %+v, %v (fn ran %d times)", res, err, ran)
 	}
 }

@@ -1,4 +1,4 @@
-package catchup_test
+package idem_test
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testledger"
@@ -27,10 +26,10 @@ type catchUpJob struct {
 	extra []idem.Option
 }
 
-func (j *catchUpJob) run(t *testing.T, opts ...idem.Option) (catchup.Result, error) {
+func (j *catchUpJob) run(t *testing.T, opts ...idem.Option) (idem.CatchUpResult, error) {
 	t.Helper()
 	opts = append(append([]idem.Option{idem.WithClock(j.clk)}, j.extra...), opts...)
-	return catchup.Run(context.Background(), j.s, "settle", daily, func(ctx context.Context, p idem.Period) error {
+	return idem.CatchUp(context.Background(), j.s, "settle", daily, func(ctx context.Context, p idem.Period) error {
 		if j.fail[p.Name] {
 			return idem.Permanent(fmt.Errorf("no data for %s", p.Name))
 		}
@@ -73,11 +72,11 @@ func TestCatchUpMissedPeriods(t *testing.T) {
 					var opt idem.Option
 					switch policy {
 					case "all":
-						opt = catchup.All(0)
+						opt = idem.CatchUpAll(0)
 					case "all-capped":
-						opt = catchup.All(catchup.DefaultMaxPeriods)
+						opt = idem.CatchUpAll(idem.DefaultMaxPeriods)
 					case "latest":
-						opt = catchup.Latest()
+						opt = idem.CatchUpLatest()
 					}
 					res, err := j.run(t, opt)
 					if err != nil {
@@ -90,11 +89,11 @@ func TestCatchUpMissedPeriods(t *testing.T) {
 						if got := res.Count(idem.Skipped); got != missed-1 {
 							t.Fatalf("skipped %d, want %d", got, missed-1)
 						}
-					case policy == "all-capped" && missed > catchup.DefaultMaxPeriods:
-						if res.Deferred != missed-catchup.DefaultMaxPeriods {
-							t.Fatalf("deferred %d, want %d", res.Deferred, missed-catchup.DefaultMaxPeriods)
+					case policy == "all-capped" && missed > idem.DefaultMaxPeriods:
+						if res.Deferred != missed-idem.DefaultMaxPeriods {
+							t.Fatalf("deferred %d, want %d", res.Deferred, missed-idem.DefaultMaxPeriods)
 						}
-						want = want[:catchup.DefaultMaxPeriods]
+						want = want[:idem.DefaultMaxPeriods]
 					}
 					if !slices.Equal(j.ran, want) {
 						t.Fatalf("ran %d periods %v..., want %d", len(j.ran), head(j.ran), len(want))
@@ -129,14 +128,14 @@ func TestCatchUpSinceAndDueAtStart(t *testing.T) {
 	t.Parallel()
 	clk := idemtest.NewClock(day(10))
 	j := &catchUpJob{s: openLedger(t, t.TempDir()), clk: clk}
-	if _, err := j.run(t, catchup.Since(day(5))); err != nil {
+	if _, err := j.run(t, idem.Since(day(5))); err != nil {
 		t.Fatal(err)
 	}
 	if want := names(5, 5); !slices.Equal(j.ran, want) {
 		t.Fatalf("ran %v, want %v", j.ran, want)
 	}
 	j2 := &catchUpJob{s: openLedger(t, t.TempDir()), clk: clk}
-	if _, err := j2.run(t, catchup.DueAtStart()); err != nil {
+	if _, err := j2.run(t, idem.DueAtStart()); err != nil {
 		t.Fatal(err)
 	}
 	if want := names(10, 1); !slices.Equal(j2.ran, want) {
@@ -159,7 +158,7 @@ func TestCatchUpSinceInFuture(t *testing.T) {
 			t.Parallel()
 			clk := idemtest.NewClock(day(10)) // 2026-10-11 02:00: 2026-10-10 is the latest due day
 			j := &catchUpJob{s: open(t, t.TempDir()), clk: clk}
-			_, err := j.run(t, catchup.Since(day(11)))
+			_, err := j.run(t, idem.Since(day(11)))
 			for _, want := range []string{`"settle"`, "2026-10-12T02:00:00Z", "now is 2026-10-11T02:00:00Z"} {
 				if err == nil || !strings.Contains(err.Error(), want) {
 					t.Fatalf("Since in the future: %v; want an error naming %s", err, want)
@@ -181,11 +180,11 @@ func TestCatchUpSinceInFuture(t *testing.T) {
 				}
 			}
 			// The next period to become due: the job starts there.
-			if _, err := j.run(t, catchup.Since(day(10))); err != nil || len(j.ran) != 0 {
+			if _, err := j.run(t, idem.Since(day(10))); err != nil || len(j.ran) != 0 {
 				t.Fatalf("Since the next period: ran %v, %v; want nothing yet", j.ran, err)
 			}
 			clk.Set(day(11))
-			if _, err := j.run(t, catchup.Since(day(10))); err != nil || !slices.Equal(j.ran, names(10, 1)) {
+			if _, err := j.run(t, idem.Since(day(10))); err != nil || !slices.Equal(j.ran, names(10, 1)) {
 				t.Fatalf("a day later: ran %v, %v; want %v", j.ran, err, names(10, 1))
 			}
 		})
@@ -208,7 +207,7 @@ func TestCatchUpStopsAtFailure(t *testing.T) {
 		t.Fatalf("ran %v, cursor %s, deferred %d", j.ran, res.Cursor, res.Deferred)
 	}
 	// Continue past it: later periods run, but the cursor stays before the failure.
-	res, err = j.run(t, catchup.ContinueAfterFailure())
+	res, err = j.run(t, idem.ContinueAfterFailure())
 	if want := []string{"2026-10-02", "2026-10-03", "2026-10-05", "2026-10-06"}; !errors.Is(err, idem.ErrParked) || !slices.Equal(j.ran, want) {
 		t.Fatalf("continue: %v, ran %v, want %v", err, j.ran, want)
 	}
@@ -243,7 +242,7 @@ func TestCatchUpClockJumps(t *testing.T) {
 	t.Parallel()
 	clk := idemtest.NewClock(day(10))
 	j := &catchUpJob{s: openLedger(t, t.TempDir()), clk: clk}
-	if _, err := j.run(t, catchup.Since(day(8))); err != nil {
+	if _, err := j.run(t, idem.Since(day(8))); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(j.ran, names(8, 2)) {
@@ -273,7 +272,7 @@ func TestPruneNeverReopens(t *testing.T) {
 	clk := idemtest.NewClock(day(30))
 	l := openLedger(t, t.TempDir())
 	j := &catchUpJob{s: l, clk: clk}
-	if _, err := j.run(t, catchup.Since(day(0))); err != nil {
+	if _, err := j.run(t, idem.Since(day(0))); err != nil {
 		t.Fatal(err)
 	}
 	if len(j.ran) != 30 {
@@ -301,7 +300,7 @@ func TestPruneNeverReopens(t *testing.T) {
 	if _, err := l.DB().Exec(`UPDATE idem_jobs SET cursor = '' WHERE job = 'settle'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.run(t, catchup.Since(day(0)), catchup.All(0)); err != nil {
+	if _, err := j.run(t, idem.Since(day(0)), idem.CatchUpAll(0)); err != nil {
 		t.Fatal(err)
 	}
 	if len(j.ran) != 0 {
@@ -325,10 +324,10 @@ func TestCatchUpKilledMidway(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			job := func(ctx context.Context, dir string, now time.Time) (catchup.Result, error) {
+			job := func(ctx context.Context, dir string, now time.Time) (idem.CatchUpResult, error) {
 				l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
 				if err != nil {
-					return catchup.Result{}, err
+					return idem.CatchUpResult{}, err
 				}
 				defer l.Close()
 				eff := newEffects(dir)
@@ -336,10 +335,10 @@ func TestCatchUpKilledMidway(t *testing.T) {
 				if mode == "two-phase" {
 					opt = idem.TwoPhase(func(_ context.Context, k idem.Key) (bool, error) { return eff.Counts(t)[k.Period] > 0, nil })
 				}
-				return catchup.Run(ctx, l, "settle", daily, func(ctx context.Context, p idem.Period) error {
+				return idem.CatchUp(ctx, l, "settle", daily, func(ctx context.Context, p idem.Period) error {
 					eff.Add(nil, p.Name)
 					return nil
-				}, idem.WithClock(idemtest.NewClock(now)), catchup.Since(day(0)), opt)
+				}, idem.WithClock(idemtest.NewClock(now)), idem.Since(day(0)), opt)
 			}
 			exit := idemtest.Fork(t, dir, func(dir string) {
 				ctx := idemtest.KillWhen(context.Background(), func(p idemstore.Point, k idem.Key) bool {
@@ -412,7 +411,7 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 				if how == "parked-then-reset" {
 					boom = idem.Permanent(boom)
 				}
-				res, err := catchup.Run(ctx, s, "j", sched, func(context.Context, idem.Period) error { return boom },
+				res, err := idem.CatchUp(ctx, s, "j", sched, func(context.Context, idem.Period) error { return boom },
 					idem.WithClock(clk), idem.OneAttempt())
 				if err == nil || len(res.Periods) != 1 || res.Periods[0].Period.Name != "2026-11-30" {
 					t.Fatalf("first call: %v, periods %+v; want 2026-11-30 failed", err, res.Periods)
@@ -424,7 +423,7 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 				clk.Advance(48 * time.Hour)
 				var ran []string
 				ok := func(_ context.Context, p idem.Period) error { ran = append(ran, p.Name); return nil }
-				res, err = catchup.Run(ctx, s, "j", sched, ok, idem.WithClock(clk), idem.OneAttempt())
+				res, err = idem.CatchUp(ctx, s, "j", sched, ok, idem.WithClock(clk), idem.OneAttempt())
 				if how == "parked-then-reset" {
 					// The parked period stops the catch-up; the later ones wait for it.
 					if !errors.Is(err, idem.ErrParked) || len(ran) != 0 || res.Deferred != 2 {
@@ -433,7 +432,7 @@ func TestCatchUpFirstPeriodFailsIsNotSkipped(t *testing.T) {
 					if err := s.Resolve(ctx, idem.Key{Job: "j", Period: "2026-11-30"}, idem.ResolveRetry); err != nil {
 						t.Fatal(err)
 					}
-					res, err = catchup.Run(ctx, s, "j", sched, ok, idem.WithClock(clk), idem.OneAttempt())
+					res, err = idem.CatchUp(ctx, s, "j", sched, ok, idem.WithClock(clk), idem.OneAttempt())
 				}
 				want := []string{"2026-11-30", "2026-12-01", "2026-12-02"}
 				if err != nil || !slices.Equal(ran, want) || res.Cursor != "2026-12-02" {
@@ -489,17 +488,17 @@ func TestCatchUpWaitForTurn(t *testing.T) {
 			}()
 			testwait.Recv(t, started, "the holder's fn to start")
 			var ran []string
-			opts := []idem.Option{catchup.Since(now.AddDate(0, 0, -3))}
+			opts := []idem.Option{idem.Since(now.AddDate(0, 0, -3))}
 			if wait {
 				opts = append(opts, idem.WaitForTurn())
 			}
 			type result struct {
-				res catchup.Result
+				res idem.CatchUpResult
 				err error
 			}
 			done := make(chan result, 1)
 			go func() {
-				res, err := catchup.Run(ctx, s, "j", sched, func(_ context.Context, p idem.Period) error {
+				res, err := idem.CatchUp(ctx, s, "j", sched, func(_ context.Context, p idem.Period) error {
 					ran = append(ran, p.Name)
 					return nil
 				}, opts...)
@@ -539,11 +538,11 @@ func TestCatchUpWaitForTurn(t *testing.T) {
 func TestCatchUpInvalidJob(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir())
-	_, err := catchup.Run(context.Background(), l, "", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
+	_, err := idem.CatchUp(context.Background(), l, "", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
 	if want := `idem: invalid job "": job is empty`; err == nil || err.Error() != want || !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("%v, want %s", err, want)
 	}
-	_, err = catchup.Run(context.Background(), l, "a\tb", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
+	_, err = idem.CatchUp(context.Background(), l, "a\tb", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
 	if err == nil || strings.Contains(err.Error(), `"-"`) || !strings.Contains(err.Error(), `"a\tb"`) {
 		t.Fatalf("%v, want the job and no placeholder period", err)
 	}

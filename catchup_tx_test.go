@@ -1,4 +1,4 @@
-package catchup_test
+package idem_test
 
 import (
 	"context"
@@ -13,17 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 )
 
 // TestRunInsideItsOwnRunFailsAtOnce: RunTx (or Run) called inside fn for
 // the key that the enclosing Run holds cannot work (it would find its own
-// key held). It fails at once, saying to use catchup.RunTx, and the period is
+// key held). It fails at once, saying to use idem.CatchUpTx, and the period is
 // parked at once instead of after retrying a call that cannot succeed.
 func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
 	t.Parallel()
@@ -31,12 +28,12 @@ func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
 	clk := idemtest.NewAutoClock(day(1))
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	calls, inner := 0, 0
-	res, err := catchup.Run(ctx, l, "settle", daily, func(ctx context.Context, p idem.Period) error {
+	res, err := idem.CatchUp(ctx, l, "settle", daily, func(ctx context.Context, p idem.Period) error {
 		calls++
 		return l.RunTx(ctx, idem.Key{Job: "settle", Period: p.Name}, func(context.Context, *sql.Tx) error { inner++; return nil })
 	})
-	if !errors.Is(err, idem.ErrNestedRun) || !strings.Contains(err.Error(), "catchup.RunTx") || calls != 1 || inner != 0 {
-		t.Fatalf("RunTx inside CatchUp's fn: %v; fn called %d times, the inner fn %d; want one call, an error naming catchup.RunTx", err, calls, inner)
+	if !errors.Is(err, idem.ErrNestedRun) || !strings.Contains(err.Error(), "idem.CatchUpTx") || calls != 1 || inner != 0 {
+		t.Fatalf("RunTx inside CatchUp's fn: %v; fn called %d times, the inner fn %d; want one call, an error naming idem.CatchUpTx", err, calls, inner)
 	}
 	if len(res.Periods) != 1 || res.Periods[0].Outcome != idem.Parked {
 		t.Fatalf("periods %+v, want 2026-10-01 given up", res.Periods)
@@ -57,7 +54,7 @@ func TestRunInsideItsOwnRunFailsAtOnce(t *testing.T) {
 	defer cancel()
 	applied := 0
 	err = l.Run(ectx, ek, func(ctx context.Context) error {
-		_, err := fanout.Each(ctx, l, ek, accounts(3), func(context.Context, string) error { applied++; return nil })
+		_, err := idem.Each(ctx, l, ek, accounts(3), func(context.Context, string) error { applied++; return nil })
 		return err
 	})
 	if !errors.Is(err, idem.ErrNestedRun) || ectx.Err() != nil || applied != 0 {
@@ -149,13 +146,13 @@ func TestCatchUpTxAfterDowntime(t *testing.T) {
 	ctx := context.Background()
 	clk := idemtest.NewClock(day(1))
 	l := openTxLedger(t, t.TempDir(), idem.WithClock(clk))
-	if _, err := catchup.RunTx(ctx, l, "settle", daily, settlePeriod); err != nil {
+	if _, err := idem.CatchUpTx(ctx, l, "settle", daily, settlePeriod); err != nil {
 		t.Fatal(err)
 	}
 	wantTxState(t, l, "settle", names(0, 1))
 	clk.Set(day(4)) // down on the 2nd, 3rd and 4th
 	var seen []string
-	res, err := catchup.RunTx(ctx, l, "settle", daily, settlePeriod, catchup.OnPeriod(func(pr catchup.PeriodResult) {
+	res, err := idem.CatchUpTx(ctx, l, "settle", daily, settlePeriod, idem.OnPeriod(func(pr idem.PeriodResult) {
 		// Each period is committed, cursor and all, before the next runs.
 		_, _, cursor := txState(t, l, "settle")
 		seen = append(seen, pr.Period.Name+"@"+cursor)
@@ -167,7 +164,7 @@ func TestCatchUpTxAfterDowntime(t *testing.T) {
 		t.Fatalf("period@cursor after each period: %v, want %v", seen, want)
 	}
 	wantTxState(t, l, "settle", names(0, 4))
-	res, err = catchup.RunTx(ctx, l, "settle", daily, settlePeriod)
+	res, err = idem.CatchUpTx(ctx, l, "settle", daily, settlePeriod)
 	if err != nil || len(res.Periods) != 0 {
 		t.Fatalf("second call: %v, %+v", err, res.Periods)
 	}
@@ -191,7 +188,7 @@ func TestCatchUpTxFailingPeriodRollsBack(t *testing.T) {
 		}
 		return nil
 	}
-	res, err := catchup.RunTx(ctx, l, "settle", daily, failing, catchup.Since(day(1)), idem.OneAttempt())
+	res, err := idem.CatchUpTx(ctx, l, "settle", daily, failing, idem.Since(day(1)), idem.OneAttempt())
 	if !errors.Is(err, idem.ErrBackingOff) || !strings.Contains(err.Error(), "2026-10-03") || res.Deferred != 1 || res.Cursor != "2026-10-02" {
 		t.Fatalf("failing period: %v, deferred %d, cursor %q", err, res.Deferred, res.Cursor)
 	}
@@ -200,7 +197,7 @@ func TestCatchUpTxFailingPeriodRollsBack(t *testing.T) {
 		t.Fatalf("the failed period: %+v", rec)
 	}
 	clk.Advance(time.Hour) // past its backoff
-	if _, err := catchup.RunTx(ctx, l, "settle", daily, settlePeriod, idem.OneAttempt()); err != nil {
+	if _, err := idem.CatchUpTx(ctx, l, "settle", daily, settlePeriod, idem.OneAttempt()); err != nil {
 		t.Fatal(err)
 	}
 	wantTxState(t, l, "settle", names(1, 3))
@@ -221,7 +218,7 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 			ctx := context.Background()
 			clk := idemtest.NewClock(day(4))
 			l := openTxLedger(t, t.TempDir(), idem.WithClock(clk))
-			opts := []idem.Option{catchup.Since(day(1)), idem.OneAttempt()}
+			opts := []idem.Option{idem.Since(day(1)), idem.OneAttempt()}
 			if path == "after-a-failure" {
 				fail := func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 					if p.Name == "2026-10-03" {
@@ -229,7 +226,7 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 					}
 					return settlePeriod(ctx, tx, p)
 				}
-				if _, err := catchup.RunTx(ctx, l, "settle", daily, fail, opts...); !errors.Is(err, idem.ErrBackingOff) {
+				if _, err := idem.CatchUpTx(ctx, l, "settle", daily, fail, opts...); !errors.Is(err, idem.ErrBackingOff) {
 					t.Fatalf("failing call: %v", err)
 				}
 				clk.Advance(time.Hour)
@@ -237,13 +234,13 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 			crash := idemtest.CrashWhen(ctx, func(p idemstore.Point, k idem.Key) bool {
 				return p == idemstore.AfterFn && k.Period == "2026-10-03"
 			})
-			_, err := catchup.RunTx(crash, l, "settle", daily, settlePeriod, opts...)
+			_, err := idem.CatchUpTx(crash, l, "settle", daily, settlePeriod, opts...)
 			if !errors.Is(err, idemtest.ErrCrashed) {
 				t.Fatalf("crashing call: %v", err)
 			}
 			wantTxState(t, l, "settle", []string{"2026-10-02"})
 			clk.Advance(idem.DefaultLease + time.Second) // the crashed attempt's lease, if it has one
-			res, err := catchup.RunTx(ctx, l, "settle", daily, settlePeriod, opts...)
+			res, err := idem.CatchUpTx(ctx, l, "settle", daily, settlePeriod, opts...)
 			if err != nil || res.Count(idem.Ran) != 2 {
 				t.Fatalf("recovery: %v, %+v", err, res.Periods)
 			}
@@ -258,16 +255,16 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 func TestCatchUpTxKilled(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	job := func(ctx context.Context, dir string, now time.Time) (catchup.Result, error) {
+	job := func(ctx context.Context, dir string, now time.Time) (idem.CatchUpResult, error) {
 		l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"), idem.WithClock(idemtest.NewClock(now)))
 		if err != nil {
-			return catchup.Result{}, err
+			return idem.CatchUpResult{}, err
 		}
 		defer l.Close()
 		if _, err := l.DB().Exec(settledTable); err != nil {
-			return catchup.Result{}, err
+			return idem.CatchUpResult{}, err
 		}
-		return catchup.RunTx(ctx, l, "settle", daily, settlePeriod, catchup.Since(day(1)))
+		return idem.CatchUpTx(ctx, l, "settle", daily, settlePeriod, idem.Since(day(1)))
 	}
 	exit := idemtest.Fork(t, dir, func(dir string) {
 		ctx := idemtest.KillWhen(context.Background(), func(p idemstore.Point, k idem.Key) bool {

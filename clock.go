@@ -14,6 +14,11 @@ type Clock interface {
 	After(d time.Duration) <-chan time.Time
 }
 
+// SystemClock is the clock of every call not given [WithClock]: the
+// system's time (time.Now, time.After). A relay on it ends a delivery's
+// context with the delivery's lease; compare a Clock with it to tell.
+func SystemClock() Clock { return systemClock{} }
+
 type systemClock struct{}
 
 func (systemClock) Now() time.Time                         { return time.Now() }

@@ -47,17 +47,17 @@
 //	RetryWithin, OneAttempt, WaitForTurn          x    x      x                      x              x
 //	ReportTo                                      x    x
 //	WithParams, WithParamsBytes                   x    x      x        x     x       x
-//	catchup.All, catchup.Latest, catchup.Since,               x                      x
-//	catchup.DueAtStart, catchup.DueAfter, ...
+//	idem.CatchUpAll, idem.CatchUpLatest, idem.Since,               x                      x
+//	idem.DueAtStart, idem.DueAfter, ...
 //	WithWorkers, WithBatch, OnProgress,                                x     x
 //	WithRate, WithPause, WithBreaker
-//	scheduler.WithJitter, RunOverlapping, ...                                        x
+//	idem.WithJitter, RunOverlapping, ...                                        x
 //	WithLockWait                                                                                    x
 //
-// A transactional call (RunTx, catchup.RunTx, EachTx, scheduler.AddTx)
+// A transactional call (RunTx, idem.CatchUpTx, EachTx, idem.AddTx)
 // takes no mode: it is exactly once for writes in the store's database.
-// scheduler.New takes the options of every call, as the defaults of every
-// job, and scheduler.WithMaxRunning. The "store" column is the defaults
+// idem.NewScheduler takes the options of every call, as the defaults of every
+// job, and idem.WithMaxRunning. The "store" column is the defaults
 // given to a store's constructor: they apply to every call on the store,
 // and a default that means nothing for a call (a mode, for RunTx) is
 // ignored there. A value an option cannot take (a negative duration, a nil
@@ -76,9 +76,9 @@
 // WithBatch, WithRate, WithPause, WithBreaker, WithParams);
 // a bare name chooses a behaviour or a policy, with or without a value
 // (AtLeastOnce, TwoPhase(has), RetryWithin(d), OneAttempt, WaitForTurn,
-// ReportTo(&r), catchup.All(n), catchup.Latest, catchup.Since(t),
-// catchup.DueAtStart, catchup.ContinueAfterFailure); On<Event>(f)
-// registers a callback (OnResult, catchup.OnPeriod, OnProgress). The
+// ReportTo(&r), idem.CatchUpAll(n), idem.CatchUpLatest, idem.Since(t),
+// idem.DueAtStart, idem.ContinueAfterFailure); On<Event>(f)
+// registers a callback (OnResult, idem.OnPeriod, OnProgress). The
 // Backoff decorators (Capped, MaxAttempts, FullJitter, EqualJitter) are
 // not options: each returns a Backoff.
 //

@@ -1,22 +1,19 @@
-// Package fanout applies a function once to each item of one business
-// period, the way idem.Run does the period itself ("grant 10 points to
-// every eligible account for 2026-10-27"): Each and EachTx, shared by the
-// processes and hosts that run them at once, with per-item backoff, the
-// run modes of idem, pacing, guards and a breaker.
-package fanout
+package idem
+
+// Fan-out: Each applies a function once to each item of one business
+// period, the way Run does the period itself ("grant 10 points to every
+// eligible account for 2026-10-27"); EachTx with the store's transaction.
+// The engine is items.go.
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"time"
 
-	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/guard"
 	"github.com/idemgo/idem/idemstore"
-	"github.com/idemgo/idem/internal/breaker"
-	"github.com/idemgo/idem/internal/core"
-	"github.com/idemgo/idem/internal/hook"
 	"github.com/idemgo/idem/internal/runctx"
+	"github.com/idemgo/idem/internal/storeof"
 )
 
 // DefaultWorkers is how many items Each works on at once unless told
@@ -25,19 +22,19 @@ const DefaultWorkers = 4
 
 // Progress is the progress of a period's items ([OnProgress]).
 type Progress struct {
-	Key   idem.Key
+	Key   Key
 	Done  int64 // done or parked
 	Total int64 // recorded so far
 }
 
-// Result reports an Each call: the period's items by status when it
+// EachResult reports an Each call: the period's items by status when it
 // returned. An error comes with the outcome of a failure (Failed where
 // nothing more precise applies). A period found done is AlreadyDone with
 // no error even if its items could not be counted: Counts is then empty.
-type Result struct {
-	Key     idem.Key
-	Outcome idem.Outcome // Ran when the period was completed now, AlreadyDone, or the failure
-	Counts  idem.ItemCounts
+type EachResult struct {
+	Key     Key
+	Outcome Outcome // Ran when the period was completed now, AlreadyDone, or the failure
+	Counts  ItemCounts
 	Parked  []string // items parked by this call (at most 100 listed)
 }
 
@@ -57,7 +54,7 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // does the period itself: "grant 10 points to every eligible account for
 // 2026-10-27". Several processes or hosts may run Each for the same key at
 // once; they share its items. The store keeps the period's item set: behind
-// s there must be an [idemstore.ItemStore] (idem.Ledger and the Postgres
+// s there must be an [idemstore.ItemStore] (Ledger and the Postgres
 // ledgers have one); another store is the call's error, naming it.
 //
 // items is a stream of stable item ids (account ids), generated again on
@@ -88,8 +85,8 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // and [EachTx] for the transactional variant. Failures back off per item
 // (attempts, next-allowed time and last error are kept per item); after the
 // Backoff's last attempt, or on a Permanent error, the item is parked and
-// reported. fn gets the item id, and its context carries [idem.Info] with the
-// item and a request id of its own, [idem.Key.ItemRequestID] (not the id of any
+// reported. fn gets the item id, and its context carries [Info] with the
+// item and a request id of its own, [Key.ItemRequestID] (not the id of any
 // period).
 //
 // Each returns when every item is done or parked: then it marks the period
@@ -108,16 +105,16 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // (a backoff, until its deadline).
 //
 // Overload: [WithRate] and [WithPause] pace the items; guards
-// ([idem.WithGuard]: memory, free disk, a function of yours) are asked before
-// each claim and before each window is marked started, and a [guard.Breaker]
+// ([WithGuard]: memory, free disk, a function of yours) are asked before
+// each claim and before each window is marked started, and a [Breaker]
 // ([WithBreaker]) counts fn's failures. A guard that refuses, or a breaker
 // that opens, DEFERS the call: the workers claim nothing more, the windows
 // already marked started run (a guard) or are handed back unrun (a
 // breaker: each of their items ends failed with its failure count
 // unchanged, due at once), the chunks' leases end at once (CountItems counts
 // what was handed back as pending, not running or failed), and Each returns
-// an error matching [idem.ErrDeferred] (Outcome Deferred, the reason in
-// *[idem.Deferral]) without waiting for anything. Items not started stay
+// an error matching [ErrDeferred] (Outcome Deferred, the reason in
+// *[Deferral]) without waiting for anything. Items not started stay
 // unclaimed: no attempt, failure or park is counted for them, and the next
 // call goes on with them. It does NOT promise that no item starts after
 // the guard's measure crossed its limit (a window runs between two
@@ -126,14 +123,13 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // handed back counts, in the store, one abandoned attempt, which only
 // items a later crash leaves in doubt would carry.
 //
-// An observer ([idem.OnResult]) gets one [idem.Result] per call, whatever it
+// An observer ([OnResult]) gets one [Result] per call, whatever it
 // returns, with the period's item counts in Result.Items.
-func Each(ctx context.Context, s idem.Store, key idem.Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...idem.Option) (Result, error) {
+func Each(ctx context.Context, s Store, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...Option) (EachResult, error) {
 	if fn == nil {
-		panic("fanout: Each with a nil fn")
+		panic("idem: Each with a nil fn")
 	}
-	o, counts, parked, err := core.R.Each(ctx, s, nil, key, items, fn, opts, nil)
-	return Result{Key: key, Outcome: o, Counts: counts, Parked: parked}, err
+	return eachCall(ctx, s, nil, key, items, fn, opts, nil)
 }
 
 // EachTx is [Each] for a store whose transactions are of type Tx (an
@@ -144,17 +140,16 @@ func Each(ctx context.Context, s idem.Store, key idem.Key, items iter.Seq2[strin
 // exactly once. It takes no mode option, and ignores a store's default mode
 // for its items: a failed or killed item left nothing behind and is simply
 // run again.
-func EachTx[Tx any](ctx context.Context, s idem.TxStore[Tx], key idem.Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...idem.Option) (Result, error) {
+func EachTx[Tx any](ctx context.Context, s TxStore[Tx], key Key, items iter.Seq2[string, error], fn func(ctx context.Context, tx Tx, item string) error, opts ...Option) (EachResult, error) {
 	if fn == nil {
-		panic("fanout: EachTx with a nil fn")
+		panic("idem: EachTx with a nil fn")
 	}
-	its, storeErr := core.StoreAs[idemstore.ItemTxStore[Tx]]("fanout.EachTx", s)
+	its, storeErr := storeAs[idemstore.ItemTxStore[Tx]]("EachTx", s)
 	// A window of items runs in one transaction of the store; item runs
 	// each item's call of fn (with its Info in ctx), in a savepoint, with
 	// the item's outbox.
-	tx := func(clock idem.Clock) any {
-		return func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim,
-			item func(context.Context, idemstore.ItemClaim, func(context.Context) error) error,
+	tx := func(clock Clock) txItems {
+		return func(ctx context.Context, step idemstore.ItemStep, claims []idemstore.ItemClaim, item itemFunc,
 			failed func(idemstore.ItemClaim, error) idemstore.ItemEnd) ([]idemstore.ItemEnd, []string, error) {
 			return its.FinishItemsTx(ctx, key, step, claims, func(tx Tx, c idemstore.ItemClaim) error {
 				return item(ctx, c, func(ctx context.Context) error {
@@ -164,13 +159,51 @@ func EachTx[Tx any](ctx context.Context, s idem.TxStore[Tx], key idem.Key, items
 			}, failed)
 		}
 	}
-	o, counts, parked, err := core.R.Each(ctx, s, storeErr, key, items, nil, opts, tx)
-	return Result{Key: key, Outcome: o, Counts: counts, Parked: parked}, err
+	return eachCall(ctx, s, storeErr, key, items, nil, opts, tx)
+}
+
+// eachCall is Each (fn) or EachTx (tx, which builds from the call's clock
+// the function that runs a window of items in the store's transaction).
+// The store behind s must be an idemstore.ItemStore; storeErr, when not
+// nil, is what the caller found wrong with it (EachTx's: not an
+// ItemTxStore of its type): both are the call's error, reported as an
+// invalid option's is.
+func eachCall(ctx context.Context, s Store, storeErr error, key Key, items iter.Seq2[string, error], fn func(context.Context, string) error,
+	opts []Option, tx func(clock Clock) txItems) (EachResult, error) {
+	call := callEach
+	if tx != nil {
+		call = callEachTx
+	}
+	st, err := idemstore.Of(s)
+	cfg := configureEach(ctx, st, call, opts)
+	is, ok := st.(idemstore.ItemStore)
+	switch {
+	case storeErr != nil:
+		cfg.err = storeErr
+	case err != nil:
+		cfg.err = fmt.Errorf("idem: %s: %w", call.name, err)
+	case !ok:
+		cfg.err = storeof.Lacks(call.name, s, "idemstore.ItemStore")
+	}
+	var t txItems
+	if tx != nil {
+		t = tx(cfg.clock)
+	}
+	res, err := each(ctx, is, key, items, cfg, fn, t)
+	return EachResult{Key: key, Outcome: res.Outcome, Counts: res.Counts, Parked: res.Parked}, err
 }
 
 // WithWorkers sets how many items Each works on at once (default
-// [DefaultWorkers]). An n below 1 is an error matching [idem.ErrInvalidOption].
-func WithWorkers(n int) idem.Option { return core.R.Workers(n) }
+// [DefaultWorkers]). An n below 1 is an error matching [ErrInvalidOption].
+func WithWorkers(n int) Option {
+	return newOption("WithWorkers", classFanOut, func(c *config) error {
+		if n < 1 {
+			return invalidOption("WithWorkers(%d): at least one worker is needed", n)
+		}
+		c.each.workers = n
+		return nil
+	})
+}
 
 // WithBatch sets the window of Each: how many items a worker applies
 // between two commits of their done marks (default 100; 1 in AtMostOnce).
@@ -180,18 +213,29 @@ func WithWorkers(n int) idem.Option { return core.R.Workers(n) }
 // ends the window before it: after a crash those items, and no others, are
 // in doubt — run again (AtLeastOnce), unknown (AtMostOnce) or checked
 // (TwoPhase). Larger windows mean fewer commits and more doubt. An n below
-// 1 is an error matching [idem.ErrInvalidOption].
-func WithBatch(n int) idem.Option { return core.R.Batch(n) }
+// 1 is an error matching [ErrInvalidOption].
+func WithBatch(n int) Option {
+	return newOption("WithBatch", classFanOut, func(c *config) error {
+		if n < 1 {
+			return invalidOption("WithBatch(%d): a window holds at least one item", n)
+		}
+		c.each.batch = n
+		return nil
+	})
+}
 
 // OnProgress calls f after every committed batch with the period's
 // progress, enough to drive a progress bar or a log line every N items. f is
 // called from Each's workers, one call at a time. A nil f is an error
-// matching [idem.ErrInvalidOption].
-func OnProgress(f func(Progress)) idem.Option {
-	if f == nil {
-		return core.R.Progress(nil)
-	}
-	return core.R.Progress(func(key idem.Key, done, total int64) { f(Progress{Key: key, Done: done, Total: total}) })
+// matching [ErrInvalidOption].
+func OnProgress(f func(Progress)) Option {
+	return newOption("OnProgress", classFanOut, func(c *config) error {
+		if f == nil {
+			return invalidOption("OnProgress(nil): no function to call")
+		}
+		c.each.progress = func(key Key, done, total int64) { f(Progress{Key: key, Done: done, Total: total}) }
+		return nil
+	})
 }
 
 // WithRate paces Each's items: fn starts for at most perSecond items a
@@ -201,22 +245,46 @@ func OnProgress(f func(Progress)) idem.Option {
 // one transaction, which waits for its items' tokens before it begins, so a
 // window holds at most burst items there. A perSecond not above 0, a burst
 // below 1, or (at the call) a pace slower than one item per third of the
-// lease is an error matching [idem.ErrInvalidOption].
-func WithRate(perSecond float64, burst int) idem.Option { return core.R.Rate(perSecond, burst) }
+// lease is an error matching [ErrInvalidOption].
+func WithRate(perSecond float64, burst int) Option {
+	return newOption("WithRate", classFanOut, func(c *config) error {
+		if !(perSecond > 0) || burst < 1 {
+			return invalidOption("WithRate(%v, %d): the rate must be above 0 and the burst at least 1", perSecond, burst)
+		}
+		c.each.rate, c.each.burst = perSecond, burst
+		return nil
+	})
+}
 
 // WithPause makes each of Each's workers pause for d after each window it
 // commits (seed: "a pause of 0.5-1 s between batches, so the database can
 // breathe"). With several workers, their windows still overlap: the pause
 // spaces each worker's own. A negative d, or (at the call) a d not below a
 // third of the lease, which the pause would let run out, is an error
-// matching [idem.ErrInvalidOption].
-func WithPause(d time.Duration) idem.Option { return core.R.Pause(d) }
+// matching [ErrInvalidOption].
+func WithPause(d time.Duration) Option {
+	return newOption("WithPause", classFanOut, func(c *config) error {
+		if d < 0 {
+			return invalidOption("WithPause(%v): the pause must not be negative", d)
+		}
+		c.each.pause = d
+		return nil
+	})
+}
 
 // WithBreaker makes Each and EachTx stop feeding a failing downstream: b
-// counts fn's failures and, once open, defers the call ([guard.Breaker]). Pass
-// the same b to every call of the job. A nil b, or one guard.NewBreaker made of
-// bad values, is an error matching [idem.ErrInvalidOption].
-func WithBreaker(b *guard.Breaker) idem.Option { return core.R.Breaker(breakerOf(b)) }
-
-// breakerOf is package guard's: a Breaker's state machine.
-var breakerOf = hook.BreakerOf.(func(*guard.Breaker) *breaker.Breaker)
+// counts fn's failures and, once open, defers the call ([Breaker]). Pass
+// the same b to every call of the job. A nil b, or one [NewBreaker] made of
+// bad values, is an error matching [ErrInvalidOption].
+func WithBreaker(b *Breaker) Option {
+	return newOption("WithBreaker", classFanOut, func(c *config) error {
+		if b == nil {
+			return invalidOption("WithBreaker(nil): no breaker")
+		}
+		if err := b.b.Validate(); err != nil {
+			return invalidOption("WithBreaker: %s", err)
+		}
+		c.each.breaker = &itemBreaker{b.b}
+		return nil
+	})
+}

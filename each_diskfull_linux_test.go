@@ -1,4 +1,4 @@
-package fanout_test
+package idem_test
 
 import (
 	"context"
@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem/guard"
-
-	"github.com/idemgo/idem/fanout"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
@@ -74,7 +72,7 @@ func diskFullChild(t *testing.T, dir string) {
 
 	// A disk guard that wants more free space than the tmpfs has defers
 	// the call before it writes anything.
-	if _, err := fanout.EachTx(ctx, l, points, accounts(n), fn, idem.WithGuard(guard.DiskGuard{MinFree: 4 << 20})); !errors.Is(err, idem.ErrDeferred) {
+	if _, err := idem.EachTx(ctx, l, points, accounts(n), fn, idem.WithGuard(guard.DiskGuard{MinFree: 4 << 20})); !errors.Is(err, idem.ErrDeferred) {
 		t.Fatalf("EachTx with a disk guard of 4 MiB on a 3 MiB tmpfs: %v, want ErrDeferred", err)
 	} else {
 		t.Logf("with a disk guard: %v", err)
@@ -87,7 +85,7 @@ func diskFullChild(t *testing.T, dir string) {
 	// the lease of the chunk the failed call held expired, as a later
 	// trigger would.
 	clk := idemtest.NewAutoClock(time.Now())
-	res, err := fanout.EachTx(ctx, l, points, accounts(n), fn, idem.WithClock(clk))
+	res, err := idem.EachTx(ctx, l, points, accounts(n), fn, idem.WithClock(clk))
 	t.Logf("on a full disk: %v", err)
 	if err == nil || !strings.Contains(err.Error(), "full") {
 		t.Fatalf("EachTx on a 3 MiB tmpfs: %v, want the write error (database or disk is full)", err)
@@ -103,11 +101,11 @@ func diskFullChild(t *testing.T, dir string) {
 	}
 	// A write that failed on the disk broke the handle: it refuses every
 	// write until the ledger is opened anew.
-	if _, err := fanout.EachTx(ctx, l, points, accounts(n), fn, idem.WithClock(clk)); err == nil || !strings.Contains(err.Error(), "opened anew") {
+	if _, err := idem.EachTx(ctx, l, points, accounts(n), fn, idem.WithClock(clk)); err == nil || !strings.Contains(err.Error(), "opened anew") {
 		t.Fatalf("EachTx on the handle whose write failed, with space: %v, want the handle's refusal", err)
 	}
 	l = openLedger(t, dir)
-	res, err = fanout.EachTx(ctx, l, points, accounts(n), fn, idem.WithClock(clk))
+	res, err = idem.EachTx(ctx, l, points, accounts(n), fn, idem.WithClock(clk))
 	if err != nil || res.Outcome != idem.Ran {
 		t.Fatalf("EachTx with space: %v (%v, %+v)", err, res.Outcome, res.Counts)
 	}

@@ -4,7 +4,7 @@
 // processes; under the race detector (instrumented transpiled SQLite) they
 // take minutes, so scripts/test.sh runs them in a separate pass without it.
 
-package fanout_test
+package idem_test
 
 import (
 	"context"
@@ -17,8 +17,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/idemgo/idem/fanout"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
@@ -39,7 +37,7 @@ func eachChild(dir, mode string, killAt int64, workers int) error {
 			idemtest.Kill()
 		}
 	}
-	fanOut := fanout.WithWorkers(workers)
+	fanOut := idem.WithWorkers(workers)
 	opts := []idem.Option{idem.WithLease(500 * time.Millisecond),
 		idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Millisecond)))}
 	poison := func(item string) error {
@@ -49,7 +47,7 @@ func eachChild(dir, mode string, killAt int64, workers int) error {
 		return nil
 	}
 	if mode == "tx" {
-		_, err = fanout.EachTx(ctx, l, points, accounts(10000), func(ctx context.Context, tx *sql.Tx, item string) error {
+		_, err = idem.EachTx(ctx, l, points, accounts(10000), func(ctx context.Context, tx *sql.Tx, item string) error {
 			if err := poison(item); err != nil {
 				return err
 			}
@@ -68,7 +66,7 @@ func eachChild(dir, mode string, killAt int64, workers int) error {
 		info, _ := idem.InfoFrom(ctx)
 		return newEffects(dir).Counts(nil)[info.Item] > 0, nil
 	}
-	_, err = fanout.Each(ctx, l, points, accounts(10000), func(ctx context.Context, item string) error {
+	_, err = idem.Each(ctx, l, points, accounts(10000), func(ctx context.Context, item string) error {
 		if err := poison(item); err != nil {
 			return idem.NothingHappened(err)
 		}

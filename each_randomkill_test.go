@@ -1,6 +1,6 @@
 //go:build !race
 
-package fanout_test
+package idem_test
 
 import (
 	"context"
@@ -13,8 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/idemgo/idem/fanout"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
@@ -46,12 +44,12 @@ func randomKillChild(dir, mode string, dieWhileRecording bool) error {
 			}
 		}
 	}
-	fanOut := fanout.WithWorkers(2)
+	fanOut := idem.WithWorkers(2)
 	opts := []idem.Option{idem.WithLease(300 * time.Millisecond),
 		idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Millisecond)))}
 	work := func() { time.Sleep(time.Duration(100+rand.IntN(200)) * time.Microsecond) }
 	if mode == "tx" {
-		_, err = fanout.EachTx(ctx, l, points, items, func(ctx context.Context, tx *sql.Tx, item string) error {
+		_, err = idem.EachTx(ctx, l, points, items, func(ctx context.Context, tx *sql.Tx, item string) error {
 			work()
 			if item == randomKillPoison {
 				return errors.New("account frozen")
@@ -78,7 +76,7 @@ func randomKillChild(dir, mode string, dieWhileRecording bool) error {
 	case "at-least-once":
 		m = idem.AtLeastOnce()
 	}
-	_, err = fanout.Each(ctx, l, points, items, func(ctx context.Context, item string) error {
+	_, err = idem.Each(ctx, l, points, items, func(ctx context.Context, item string) error {
 		work()
 		if item == randomKillPoison {
 			return idem.NothingHappened(errors.New("account frozen"))

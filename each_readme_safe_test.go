@@ -1,4 +1,4 @@
-package fanout_test
+package idem_test
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/guard"
 )
 
@@ -18,24 +17,24 @@ import (
 
 // pointsBreaker is the breaker of the daily_points job: one per process,
 // shared by every trigger, so that a trigger during an outage finds it open.
-var pointsBreaker = guard.NewBreaker(20, 30*time.Second)
+var pointsBreaker = idem.NewBreaker(20, 30*time.Second)
 
 // grantPointsSafely is grantPoints sized for a database with 100
 // connections, paced, and stopping by itself when the host or the partner
 // cannot take more.
 func grantPointsSafely(ctx context.Context, ledger *idem.Ledger, day string) error {
-	res, err := fanout.EachTx(ctx, ledger, idem.Key{Job: "daily_points", Period: day}, eligibleAccounts(ctx, ledger.DB(), day),
+	res, err := idem.EachTx(ctx, ledger, idem.Key{Job: "daily_points", Period: day}, eligibleAccounts(ctx, ledger.DB(), day),
 		func(ctx context.Context, tx *sql.Tx, account string) error {
 			_, err := tx.ExecContext(ctx, `UPDATE accounts SET points = points + 10 WHERE id = ?`, account)
 			return err
 		},
-		fanout.WithWorkers(25),                             // 20-30 of the database's 100 connections for this job
-		fanout.WithBatch(500),                              // 500 items a transaction
-		fanout.WithPause(time.Second),                      // 0.5-1 s between a worker's batches
-		fanout.WithRate(2000, 500),                         // never more than 2000 items a second
+		idem.WithWorkers(25),                               // 20-30 of the database's 100 connections for this job
+		idem.WithBatch(500),                                // 500 items a transaction
+		idem.WithPause(time.Second),                        // 0.5-1 s between a worker's batches
+		idem.WithRate(2000, 500),                           // never more than 2000 items a second
 		idem.WithGuard(guard.MemoryGuard{Limit: 0.85}),     // memory above 85 %: stop claiming
 		idem.WithGuard(guard.DiskGuard{MinFree: 64 << 20}), // under 64 MiB free by the ledger: stop claiming
-		fanout.WithBreaker(pointsBreaker))                  // 20 failures in a row: stop for 30 s, then probe
+		idem.WithBreaker(pointsBreaker))                    // 20 failures in a row: stop for 30 s, then probe
 	var d *idem.Deferral
 	if errors.As(err, &d) {
 		// Nothing failed and nothing is lost: the next trigger goes on.

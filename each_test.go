@@ -1,4 +1,4 @@
-package fanout_test
+package idem_test
 
 import (
 	"bytes"
@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
@@ -26,15 +24,15 @@ func TestEachAppliesEveryItemOnce(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	c := newTally()
-	var progress []fanout.Progress
-	res, err := fanout.Each(ctx, l, points, accounts(1000), func(ctx context.Context, item string) error {
+	var progress []idem.Progress
+	res, err := idem.Each(ctx, l, points, accounts(1000), func(ctx context.Context, item string) error {
 		info, _ := idem.InfoFrom(ctx)
 		if info.Item != item || info.Key != points || info.RequestID == "" {
 			t.Errorf("info %+v for %s", info, item)
 		}
 		c.Add(item)
 		return nil
-	}, fanout.OnProgress(func(p fanout.Progress) { progress = append(progress, p) }))
+	}, idem.OnProgress(func(p idem.Progress) { progress = append(progress, p) }))
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 1000 {
 		t.Fatalf("Each: %v, %+v", err, res)
 	}
@@ -52,7 +50,7 @@ func TestEachAppliesEveryItemOnce(t *testing.T) {
 		t.Fatalf("period %+v", rec)
 	}
 	// Again: the period is done; nothing runs, items are not generated.
-	res, err = fanout.Each(ctx, l, points, func(yield func(string, error) bool) { t.Error("items generated again") },
+	res, err = idem.Each(ctx, l, points, func(yield func(string, error) bool) { t.Error("items generated again") },
 		func(context.Context, string) error { t.Error("ran again"); return nil })
 	if err != nil || res.Outcome != idem.AlreadyDone {
 		t.Fatalf("second Each: %v %v", err, res.Outcome)
@@ -76,20 +74,20 @@ func TestEachResumesAfterCrash(t *testing.T) {
 			}
 			run := func(ctx context.Context) error {
 				if mode == "tx" {
-					_, err := fanout.EachTx(ctx, l, points, accounts(500), func(ctx context.Context, tx *sql.Tx, item string) error {
+					_, err := idem.EachTx(ctx, l, points, accounts(500), func(ctx context.Context, tx *sql.Tx, item string) error {
 						_, err := tx.ExecContext(ctx, `INSERT INTO granted VALUES(?, 1) ON CONFLICT DO UPDATE SET n = n + 1`, item)
 						return err
-					}, fanout.WithBatch(50))
+					}, idem.WithBatch(50))
 					return err
 				}
 				opt := idem.AtLeastOnce()
 				if mode == "two-phase" {
 					opt = idem.TwoPhase(has)
 				}
-				_, err := fanout.Each(ctx, l, points, accounts(500), func(ctx context.Context, item string) error {
+				_, err := idem.Each(ctx, l, points, accounts(500), func(ctx context.Context, item string) error {
 					c.Add(item)
 					return nil
-				}, opt, fanout.WithBatch(50), fanout.WithWorkers(1))
+				}, opt, idem.WithBatch(50), idem.WithWorkers(1))
 				return err
 			}
 			// Crash after the 4th batch's fn, before its done marks.
@@ -123,7 +121,7 @@ func TestEachParksPoisonItem(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewAutoClock(t0)))
 	c := newTally()
-	res, err := fanout.Each(context.Background(), l, points, accounts(300), func(ctx context.Context, item string) error {
+	res, err := idem.Each(context.Background(), l, points, accounts(300), func(ctx context.Context, item string) error {
 		if item == "acct-000042" {
 			return errors.New("account frozen")
 		}
@@ -139,7 +137,7 @@ func TestEachParksPoisonItem(t *testing.T) {
 func TestEachAtMostOnceUnknown(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir())
-	res, err := fanout.Each(context.Background(), l, points, accounts(20), func(ctx context.Context, item string) error {
+	res, err := idem.Each(context.Background(), l, points, accounts(20), func(ctx context.Context, item string) error {
 		if item == "acct-000007" {
 			return errors.New("gateway timeout")
 		}
@@ -156,7 +154,7 @@ func TestEachAtMostOnceUnknown(t *testing.T) {
 func TestEachInvalidItem(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir())
-	_, err := fanout.Each(context.Background(), l, points, fanout.Items(func(yield func(string) bool) { yield("ok"); yield("bad\n") }),
+	_, err := idem.Each(context.Background(), l, points, idem.Items(func(yield func(string) bool) { yield("ok"); yield("bad\n") }),
 		func(context.Context, string) error { return nil })
 	if !errors.Is(err, idem.ErrInvalidKey) {
 		t.Fatalf("Each: %v", err)
@@ -167,7 +165,7 @@ func TestPruneDeletesItems(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
-	if _, err := fanout.Each(ctx, l, points, accounts(50), func(context.Context, string) error { return nil }); err != nil {
+	if _, err := idem.Each(ctx, l, points, accounts(50), func(context.Context, string) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Prune(ctx, points.Job, points.Period); err != nil {
@@ -177,7 +175,7 @@ func TestPruneDeletesItems(t *testing.T) {
 	if err != nil || c.Total() != 0 || c.Sealed {
 		t.Fatalf("items after prune: %+v, %v", c, err)
 	}
-	res, err := fanout.Each(ctx, l, points, accounts(50), func(context.Context, string) error { t.Error("ran a pruned period's item"); return nil })
+	res, err := idem.Each(ctx, l, points, accounts(50), func(context.Context, string) error { t.Error("ran a pruned period's item"); return nil })
 	if err != nil || res.Outcome != idem.AlreadyDone {
 		t.Fatalf("Each of a pruned period: %v, %v", err, res.Outcome)
 	}
@@ -218,22 +216,22 @@ func TestEachWaitsForOtherHoldersSoonThenLess(t *testing.T) {
 	aDone := make(chan error, 1)
 	go func() {
 		var once sync.Once
-		_, err := fanout.Each(ctx, l, key, accounts(2), func(context.Context, string) error {
+		_, err := idem.Each(ctx, l, key, accounts(2), func(context.Context, string) error {
 			ran.Add(1)
 			once.Do(func() { close(started) })
 			<-release
 			return nil
-		}, fanout.WithWorkers(1))
+		}, idem.WithWorkers(1))
 		aDone <- err
 	}()
 	testwait.Recv(t, started, "A to hold the period's only chunk")
 	clk := &waitClock{}
 	bDone := make(chan error, 1)
 	go func() {
-		_, err := fanout.Each(ctx, l, key, accounts(2), func(context.Context, string) error {
+		_, err := idem.Each(ctx, l, key, accounts(2), func(context.Context, string) error {
 			ran.Add(1)
 			return nil
-		}, fanout.WithWorkers(1), idem.WithClock(clk))
+		}, idem.WithWorkers(1), idem.WithClock(clk))
 		bDone <- err
 	}()
 	want := []time.Duration{1, 2, 4, 8, 16, 32, 64, 128, 200, 200}
@@ -280,16 +278,16 @@ func TestEachOutcomeOnAStoreError(t *testing.T) {
 	var ran atomic.Int32
 	fn := func(context.Context, string) error { ran.Add(1); return nil }
 
-	res, err := fanout.Each(ctx, failing, points, accounts(3), fn)
+	res, err := idem.Each(ctx, failing, points, accounts(3), fn)
 	if !errors.Is(err, errCount) || res.Outcome != idem.Failed {
 		t.Fatalf("Each whose store fails to count: %v, outcome %s; want the store's error and Failed", err, res.Outcome)
 	}
-	if res, err := fanout.Each(ctx, l, points, accounts(3), fn); err != nil || res.Outcome != idem.Ran {
+	if res, err := idem.Each(ctx, l, points, accounts(3), fn); err != nil || res.Outcome != idem.Ran {
 		t.Fatalf("Each: %v, %+v", err, res)
 	}
 	before := ran.Load()
 	var log bytes.Buffer
-	res, err = fanout.Each(ctx, failing, points, accounts(3), fn, idem.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	res, err = idem.Each(ctx, failing, points, accounts(3), fn, idem.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	if err != nil || res.Outcome != idem.AlreadyDone || res.Counts != (idem.ItemCounts{}) || ran.Load() != before {
 		t.Fatalf("Each of a done period whose store fails to count: %v, %+v, %d more calls; want AlreadyDone, no error, no counts, no call",
 			err, res, ran.Load()-before)

@@ -70,8 +70,8 @@ var (
 	// context carries its [Info]), and would find its own key held. Nothing
 	// was claimed, and the error is [Permanent]: returned by the enclosing
 	// fn, it parks the key at once. For business writes that commit with a
-	// catch-up period's done mark, use catchup.RunTx instead of RunTx inside
-	// catchup.Run.
+	// catch-up period's done mark, use idem.CatchUpTx instead of RunTx inside
+	// idem.CatchUp.
 	ErrNestedRun = errors.New("idem: run of a key inside the fn of its own run")
 
 	// ErrParamsMismatch: the key was claimed for work with other
@@ -192,7 +192,10 @@ type harmlessError struct{ err error }
 func (e *harmlessError) Error() string { return e.err.Error() }
 func (e *harmlessError) Unwrap() error { return e.err }
 
-func isPermanent(err error) bool {
+// IsPermanent reports whether err, or an error it wraps, was marked by
+// [Permanent]: what a relay or a store of your own treats as "do not
+// retry".
+func IsPermanent(err error) bool {
 	var p *permanentError
 	return errors.As(err, &p)
 }

@@ -1,4 +1,4 @@
-package catchup_test
+package idem_test
 
 import (
 	"context"
@@ -10,14 +10,13 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 )
 
-// A daily job triggered by cron calls catchup.Run instead of idem.Run: after three
+// A daily job triggered by cron calls idem.CatchUp instead of idem.Run: after three
 // days of downtime, its next trigger settles the days it missed, oldest
 // first. (A fake clock stands for the days passing.)
-func Example() {
+func ExampleCatchUp() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
 	l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
@@ -33,12 +32,12 @@ func Example() {
 	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
 
 	// The job's first trigger, at 02:00 on 28 October: the day that ended.
-	if _, err := catchup.Run(context.Background(), l, "daily_settle", daily, settle, idem.WithClock(clk)); err != nil {
+	if _, err := idem.CatchUp(context.Background(), l, "daily_settle", daily, settle, idem.WithClock(clk)); err != nil {
 		log.Fatal(err)
 	}
 	// The host is down until 02:00 on 31 October.
 	clk.Advance(3 * 24 * time.Hour)
-	res, err := catchup.Run(context.Background(), l, "daily_settle", daily, settle, idem.WithClock(clk))
+	res, err := idem.CatchUp(context.Background(), l, "daily_settle", daily, settle, idem.WithClock(clk))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -53,7 +52,7 @@ func Example() {
 
 // A daily settlement that was down for three days catches up: each missed
 // day's rows, its done mark and the job's cursor commit in one transaction.
-func ExampleRunTx() {
+func ExampleCatchUpTx() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
 	l, err := idem.OpenLedger(filepath.Join(dir, "app.db"))
@@ -73,12 +72,12 @@ func ExampleRunTx() {
 	utc := idem.Daily(time.UTC)
 	// The job's first run, at 02:00 on 28 October, settles the 27th.
 	first := idem.WithClock(idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC)))
-	if _, err := catchup.RunTx(ctx, l, "daily_settle", utc, settle, first); err != nil {
+	if _, err := idem.CatchUpTx(ctx, l, "daily_settle", utc, settle, first); err != nil {
 		log.Fatal(err)
 	}
 	// The host is down until the 31st: the 28th, 29th and 30th are due.
 	later := idem.WithClock(idemtest.NewClock(time.Date(2026, 10, 31, 2, 0, 0, 0, time.UTC)))
-	res, err := catchup.RunTx(ctx, l, "daily_settle", utc, settle, later)
+	res, err := idem.CatchUpTx(ctx, l, "daily_settle", utc, settle, later)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package fanout_test
+package idem_test
 
 import (
 	"context"
@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-
-	"github.com/idemgo/idem/fanout"
 
 	"github.com/idemgo/idem"
 )
@@ -37,10 +35,10 @@ func ExampleEach() {
 		granted[account] += 10
 		return nil
 	}
-	accounts := fanout.Items(slices.Values([]string{"a1", "a2", "a3"}))
+	accounts := idem.Items(slices.Values([]string{"a1", "a2", "a3"}))
 	key := idem.Key{Job: "daily_points", Period: "2026-10-27"}
 	for range 2 {
-		res, err := fanout.Each(context.Background(), l, key, accounts, grant)
+		res, err := idem.Each(context.Background(), l, key, accounts, grant)
 		fmt.Println(res.Outcome, res.Counts.Done, "items done, err:", err)
 	}
 	fmt.Println(granted)
@@ -83,12 +81,12 @@ func eligibleAccounts(ctx context.Context, db *sql.DB, day string) iter.Seq2[str
 }
 
 // grantPoints grants 10 points to every eligible account for day, each once.
-func grantPoints(ctx context.Context, ledger *idem.Ledger, day string) (fanout.Result, error) {
-	res, err := fanout.EachTx(ctx, ledger, idem.Key{Job: "daily_points", Period: day}, eligibleAccounts(ctx, ledger.DB(), day),
+func grantPoints(ctx context.Context, ledger *idem.Ledger, day string) (idem.EachResult, error) {
+	res, err := idem.EachTx(ctx, ledger, idem.Key{Job: "daily_points", Period: day}, eligibleAccounts(ctx, ledger.DB(), day),
 		func(ctx context.Context, tx *sql.Tx, account string) error {
 			_, err := tx.ExecContext(ctx, `UPDATE accounts SET points = points + 10 WHERE id = ?`, account)
 			return err // committed with the item's done mark: exactly once
-		}, fanout.WithWorkers(4), fanout.OnProgress(func(p fanout.Progress) { log.Printf("%d/%d", p.Done, p.Total) }))
+		}, idem.WithWorkers(4), idem.OnProgress(func(p idem.Progress) { log.Printf("%d/%d", p.Done, p.Total) }))
 	return res, err
 }
 

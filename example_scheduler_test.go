@@ -1,4 +1,4 @@
-package scheduler_test
+package idem_test
 
 import (
 	"context"
@@ -10,14 +10,13 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // A service runs a daily settlement on a Scheduler: at its first look the
 // job catches up on the day that ended, and every replica of the service
 // could run the same Scheduler on the same ledger without settling a day
 // twice. (A fake clock stands for the time of day.)
-func Example() {
+func ExampleScheduler() {
 	dir, _ := os.MkdirTemp("", "idem-example")
 	defer os.RemoveAll(dir)
 	l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
@@ -27,7 +26,7 @@ func Example() {
 	defer l.Close()
 	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
 	settled := make(chan string, 1)
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	err = s.Add("daily_settle", idem.Daily(time.UTC), func(ctx context.Context, p idem.Period) error {
 		settled <- p.Name
 		return nil

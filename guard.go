@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgo/idem/internal/hook"
+	"github.com/idemgo/idem/idemstore"
 )
 
 // A Guard tells whether this host can take more work now: the memory in
@@ -44,7 +44,7 @@ type Deferral struct {
 }
 
 func (d *Deferral) Error() string {
-	if d.Reason == reasonBreaker {
+	if d.Reason == ReasonBreaker {
 		return "breaker open until " + d.Until.UTC().Format(time.RFC3339Nano)
 	}
 	msg := "guard " + d.Reason
@@ -60,25 +60,36 @@ func (d *Deferral) Error() string {
 // Unwrap returns the guard's error.
 func (d *Deferral) Unwrap() error { return d.Err }
 
-// bindGuards returns gs for a call on store s: package guard binds its
-// guards to s (a DiskGuard with no Path watches s's file).
-func bindGuards(gs []Guard, s any) ([]Guard, error) {
-	bind, _ := hook.BindGuard.(func(g any, store any) (any, bool, error))
-	if bind == nil {
-		return gs, nil
-	}
+// storeGuard is a Guard that depends on the call's store (package guard's
+// DiskGuard with no Path watches the store's file): a call asks ForStore
+// for the guard to check instead.
+type storeGuard interface {
+	ForStore(s idemstore.Store) (Guard, error)
+}
+
+// validGuard is a Guard that can tell it cannot be used (package guard's
+// MemoryGuard with a Limit that is not a fraction): WithGuard refuses it.
+type validGuard interface {
+	Validate() error
+}
+
+// bindGuards returns gs for a call on store s: each storeGuard is replaced
+// by the guard it makes for s.
+func bindGuards(gs []Guard, s idemstore.Store) ([]Guard, error) {
 	var out []Guard
 	for i, g := range gs {
-		b, bound, err := bind(g, s)
+		sg, ok := g.(storeGuard)
+		if !ok {
+			continue
+		}
+		b, err := sg.ForStore(s)
 		if err != nil {
 			return nil, invalidOption("WithGuard(%s)", err)
 		}
-		if bound {
-			if out == nil {
-				out = append([]Guard(nil), gs...)
-			}
-			out[i] = b.(Guard)
+		if out == nil {
+			out = append([]Guard(nil), gs...)
 		}
+		out[i] = b
 	}
 	if out == nil {
 		return gs, nil

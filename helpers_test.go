@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testledger"
 )
 
@@ -63,4 +64,9 @@ func store(t testing.TB, l *idem.Ledger) testledger.Store {
 func stateStore(t testing.TB, s *idem.StateFile) testledger.StateStore {
 	t.Helper()
 	return testledger.StateSPI(t, s)
+}
+
+func startScheduler(t *testing.T, s *idem.Scheduler) {
+	t.Helper()
+	schedtest.Start(t, s)
 }

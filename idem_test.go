@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
@@ -940,7 +939,7 @@ func TestStoreDefaultsApplyEverywhere(t *testing.T) {
 	clk := idemtest.NewClock(day(10))
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	var got time.Time
-	_, err := catchup.Run(context.Background(), l, "j", daily, func(ctx context.Context, p idem.Period) error {
+	_, err := idem.CatchUp(context.Background(), l, "j", daily, func(ctx context.Context, p idem.Period) error {
 		got = p.End
 		return nil
 	})

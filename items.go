@@ -16,10 +16,6 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// defaultWorkers is how many items a fan-out works on at once unless told
-// otherwise (fanout.DefaultWorkers).
-const defaultWorkers = 4
-
 // ItemCounts is a period's items by status (what a fan-out reports).
 type ItemCounts = idemstore.ItemCounts
 
@@ -35,7 +31,7 @@ type eachConfig struct {
 	breaker  *itemBreaker
 }
 
-// eachResult is what a fan-out reports (fanout.Result): the period's
+// eachResult is what a fan-out reports (idem.EachResult): the period's
 // items by status when it returned.
 type eachResult struct {
 	Key     Key
@@ -74,9 +70,9 @@ type eacher struct {
 
 func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], cfg *config, fn func(context.Context, string) error, tx txItems) (res eachResult, err error) {
 	if idemstore.Traced(ctx) {
-		call := "fanout.Each"
+		call := "idem.Each"
 		if tx != nil {
-			call = "fanout.EachTx"
+			call = "idem.EachTx"
 		}
 		var endSpan func(idemstore.SpanEnd)
 		ctx, endSpan = idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanEach, Key: key, Attrs: []idemstore.Attr{
@@ -137,11 +133,11 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 		return res, err
 	}
 	if r := cfg.each.rate; r > 0 && time.Duration(float64(time.Second)/r) >= cfg.lease/3 {
-		return res, invalidOption("fanout.WithRate(%v, %d): one item per %v, not below a third of the lease (%v)", r, cfg.each.burst,
+		return res, invalidOption("WithRate(%v, %d): one item per %v, not below a third of the lease (%v)", r, cfg.each.burst,
 			time.Duration(float64(time.Second)/r), cfg.lease)
 	}
 	if p := cfg.each.pause; p > 0 && p >= cfg.lease/3 {
-		return res, invalidOption("fanout.WithPause(%v): not below a third of the lease (%v)", p, cfg.lease)
+		return res, invalidOption("WithPause(%v): not below a third of the lease (%v)", p, cfg.lease)
 	}
 	if rec, ok, err := s.Lookup(ctx, key); err != nil {
 		return res, err
@@ -276,7 +272,7 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 	pc.wait = true          // another holder may be writing the same mark this instant
 	pc.pollFirst = heldPoll // which takes it a moment: look again soon
 	// Its span, inside the call's, is named as the done mark's.
-	pc.spanCall = "fanout.Each.mark"
+	pc.spanCall = "idem.Each.mark"
 	// A store that marks a key with no record done in one write does so:
 	// no claim before the mark, and the holders that lose the race find
 	// the period done instead of waiting for another holder's mark.
@@ -709,7 +705,7 @@ func (e *eacher) gate(ctx context.Context) bool {
 
 // stop defers the call for d (the first reason is kept and logged).
 func (e *eacher) stop(ctx context.Context, d *Deferral) {
-	if d.Reason == reasonBreaker {
+	if d.Reason == ReasonBreaker {
 		e.broken.Store(true)
 	}
 	if e.deferral.CompareAndSwap(nil, d) {
@@ -719,8 +715,8 @@ func (e *eacher) stop(ctx context.Context, d *Deferral) {
 
 func (e *eacher) stopped() bool { return e.deferral.Load() != nil }
 
-// pace waits until n items may start (fanout.WithRate, limit.With). A
-// rate of limit.With's starts must go by the time it returns (zero:
+// pace waits until n items may start (WithRate, WithLimits). A
+// rate of WithLimits' starts must go by the time it returns (zero:
 // whenever), or they are void.
 func (e *eacher) pace(ctx context.Context, n int) (time.Time, error) {
 	by, err := paceLimits(ctx, e.cfg.limits, n)
@@ -745,7 +741,7 @@ func (e *eacher) pace(ctx context.Context, n int) (time.Time, error) {
 	return by, sleep(ctx, e.cfg.clock, r.DelayFrom(now))
 }
 
-// pausing is the pause after a window (fanout.WithPause).
+// pausing is the pause after a window (idem.WithPause).
 func (e *eacher) pausing(ctx context.Context) error {
 	if e.cfg.each.pause == 0 || e.stopped() {
 		return nil
@@ -861,7 +857,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 			ends = append(ends, idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusDone, Now: now})
 			continue
 		}
-		if !isHarmless(err) && !isPermanent(err) {
+		if !isHarmless(err) && !IsPermanent(err) {
 			v, herr := e.cfg.mode.check(ictx, e.key)
 			if end, settled := e.settle(c, v, herr, err); settled {
 				ends = append(ends, end)
@@ -905,7 +901,7 @@ func (e *eacher) failed(c idemstore.ItemClaim, err error) idemstore.ItemEnd {
 	n := c.Failures + 1
 	end := idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Failures: n, Error: err.Error(), Now: now}
 	d, ok := e.cfg.backoff.Next(n)
-	if !ok || isPermanent(err) {
+	if !ok || IsPermanent(err) {
 		end.Status = StatusParked
 		return end
 	}

@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 )
 
@@ -38,11 +35,11 @@ func TestInvalidKeyErrorIsShort(t *testing.T) {
 		{"state file Run", func() error { return s.Run(ctx, idem.Key{Job: nul, Period: "2026-10-27"}, fn) }},
 		{"Resolve", func() error { return l.Resolve(ctx, idem.Key{Job: "j", Period: nul}, idem.ResolveDone) }},
 		{"CatchUp", func() error {
-			_, err := catchup.Run(ctx, l, nul, idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
+			_, err := idem.CatchUp(ctx, l, nul, idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
 			return err
 		}},
 		{"Each", func() error {
-			_, err := fanout.Each(ctx, l, idem.Key{Job: long, Period: "2026-10-27"}, func(yield func(string, error) bool) { yield("a", nil) },
+			_, err := idem.Each(ctx, l, idem.Key{Job: long, Period: "2026-10-27"}, func(yield func(string, error) bool) { yield("a", nil) },
 				func(context.Context, string) error { return nil })
 			return err
 		}},
@@ -107,7 +104,7 @@ func TestRequestIDPeriodAndItemDiffer(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	one := fanout.Items(func(yield func(string) bool) { yield("acct-7") })
+	one := idem.Items(func(yield func(string) bool) { yield("acct-7") })
 	check := func(call string) func(ctx context.Context) {
 		return func(ctx context.Context) {
 			info, _ := idem.InfoFrom(ctx)
@@ -124,7 +121,7 @@ func TestRequestIDPeriodAndItemDiffer(t *testing.T) {
 		check("TwoPhase check")(ctx)
 		return true, nil
 	}
-	res, err := fanout.Each(ctx, l, period, one, func(ctx context.Context, item string) error {
+	res, err := idem.Each(ctx, l, period, one, func(ctx context.Context, item string) error {
 		fns++
 		check("Each")(ctx)
 		return errors.New("timeout: the request may have reached the downstream")
@@ -133,7 +130,7 @@ func TestRequestIDPeriodAndItemDiffer(t *testing.T) {
 		t.Fatalf("Each: %v, %+v; fn ran %d times, check %d (want 1, 1)", err, res, fns, checks)
 	}
 	l2 := openLedger(t, t.TempDir())
-	res, err = fanout.EachTx(ctx, l2, period, one, func(ctx context.Context, _ *sql.Tx, item string) error {
+	res, err = idem.EachTx(ctx, l2, period, one, func(ctx context.Context, _ *sql.Tx, item string) error {
 		check("EachTx")(ctx)
 		return nil
 	})

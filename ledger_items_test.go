@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/internal/testwait"
 
 	"github.com/idemgo/idem"
@@ -24,7 +23,7 @@ func TestItemIDsRoundTrip(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	ids := []string{`a"b`, `back\slash`, `\"`, `"`, `\`, "line\u2028sep", "tag\U000E0001", "emoji 🧾", "ünïcödé", "plain"}
 	got := newTally()
-	res, err := fanout.Each(context.Background(), l, points, fanout.Items(slices.Values(ids)), func(_ context.Context, item string) error {
+	res, err := idem.Each(context.Background(), l, points, idem.Items(slices.Values(ids)), func(_ context.Context, item string) error {
 		got.Add(item)
 		return nil
 	})
@@ -218,7 +217,7 @@ func TestUpgradeVersion2Items(t *testing.T) {
 		t.Fatalf("counts after the upgrade %+v, %v", c, err)
 	}
 	ran := newTally()
-	res, err := fanout.Each(ctx, l, points, accounts(0), func(_ context.Context, item string) error { ran.Add(item); return nil })
+	res, err := idem.Each(ctx, l, points, accounts(0), func(_ context.Context, item string) error { ran.Add(item); return nil })
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 2 || res.Counts.Parked != 1 {
 		t.Fatalf("Each after the upgrade: %+v, %v", res, err)
 	}
@@ -239,7 +238,7 @@ func TestEachSmallPeriodInParallel(t *testing.T) {
 	all := make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := fanout.Each(ctx, l, points, accounts(8), func(ctx context.Context, item string) error {
+	_, err := idem.Each(ctx, l, points, accounts(8), func(ctx context.Context, item string) error {
 		mu.Lock()
 		running++
 		most = max(most, running)
@@ -255,7 +254,7 @@ func TestEachSmallPeriodInParallel(t *testing.T) {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}, fanout.WithWorkers(4))
+	}, idem.WithWorkers(4))
 	if err != nil {
 		t.Fatalf("Each: %v (at most %d items ran at once, want 4)", err, most)
 	}
@@ -307,7 +306,7 @@ func TestEachSlowItemsKeepTheirChunk(t *testing.T) {
 	var mu sync.Mutex
 	attempts := map[int64]int{}
 	var commits []time.Time
-	res, err := fanout.Each(context.Background(), l, points, accounts(30), func(ctx context.Context, item string) error {
+	res, err := idem.Each(context.Background(), l, points, accounts(30), func(ctx context.Context, item string) error {
 		info, _ := idem.InfoFrom(ctx)
 		mu.Lock()
 		attempts[info.Attempt]++
@@ -315,7 +314,7 @@ func TestEachSlowItemsKeepTheirChunk(t *testing.T) {
 		clk.Advance(20 * time.Millisecond) // 30 items: four leases' worth
 		got.Add(item)
 		return nil
-	}, fanout.WithWorkers(1), fanout.OnProgress(func(p fanout.Progress) {
+	}, idem.WithWorkers(1), idem.OnProgress(func(p idem.Progress) {
 		commits = append(commits, clk.Now()) // one call at a time
 	}))
 	if err != nil || res.Counts.Done != 30 {
@@ -360,8 +359,8 @@ func TestEachStallBetweenItemsStopsTheWindow(t *testing.T) {
 		return nil
 	}})
 	var windows []int64 // done items at each commit
-	res, err := fanout.Each(ctx, l, points, accounts(10), func(context.Context, string) error { return nil },
-		fanout.WithWorkers(1), fanout.WithBatch(10), fanout.OnProgress(func(p fanout.Progress) { windows = append(windows, p.Done) }))
+	res, err := idem.Each(ctx, l, points, accounts(10), func(context.Context, string) error { return nil },
+		idem.WithWorkers(1), idem.WithBatch(10), idem.OnProgress(func(p idem.Progress) { windows = append(windows, p.Done) }))
 	if err != nil || res.Counts.Done != 10 {
 		t.Fatalf("Each: %v, %+v", err, res)
 	}

@@ -9,11 +9,13 @@ import (
 	"github.com/idemgo/idem/idemstore"
 )
 
-// limiter is a limit of package limit (limit.With), as the engine uses it:
-// a rate that paces starts, or an "at once" limit whose place a run holds
-// while it runs.
-type limiter interface {
-	LimitName() string
+// A Limiter is a limit that calls share, across the processes and hosts
+// of one store: package limit's *Rate (paces starts) and *AtOnce (caps
+// the runs at once). [WithLimits] makes a call wait for its limiters
+// before it claims work.
+type Limiter interface {
+	// Name names the limit in errors, logs and Deferral.Reason.
+	Name() string
 	// TakeN waits until n more starts may go (a rate; at once for an "at
 	// once" limit). They must go by the time it returns (by this
 	// process's clock; zero: whenever), or they are void.
@@ -24,16 +26,20 @@ type limiter interface {
 	Hold(ctx context.Context) (held context.Context, release func(), err error)
 }
 
-// withLimits is limit.With (see there), through hooks.
-func withLimits(ls []any) Option {
-	return newOption("limit.With", classCommon, func(c *config) error {
-		for _, l := range ls {
-			lim, ok := l.(limiter)
-			if !ok || lim == nil {
-				return invalidOption("limit.With(%T): not a limit of package limit", l)
+// WithLimits makes a call wait for the limits ls before it runs: Run and
+// RunTx before their claim, a catch-up's periods each, Each and EachTx
+// each item's start (a rate) and the whole call (an "at once" limit), a
+// Scheduler's job each period; as a store default, every call on the
+// store (package limit says what each call takes). A nil limit is an
+// error matching [ErrInvalidOption].
+func WithLimits(ls ...Limiter) Option {
+	return newOption("WithLimits", classCommon, func(c *config) error {
+		for i, l := range ls {
+			if l == nil {
+				return invalidOption("WithLimits: limit %d of %d is nil: not a limit", i+1, len(ls))
 			}
-			c.limits = append(c.limits[:len(c.limits):len(c.limits)], lim)
 		}
+		c.limits = append(c.limits[:len(c.limits):len(c.limits)], ls...)
 		return nil
 	})
 }
@@ -45,7 +51,7 @@ func withLimits(ls []any) Option {
 // (its store failed, ctx ended while waiting) defers the run, as a guard
 // would: nothing was claimed. The starts taken are in the context it
 // returns, for startLimits.
-func holdLimits(ctx context.Context, s idemstore.Store, key Key, ls []limiter) (context.Context, func(), *Deferral) {
+func holdLimits(ctx context.Context, s idemstore.Store, key Key, ls []Limiter) (context.Context, func(), *Deferral) {
 	if len(ls) == 0 {
 		return ctx, func() {}, nil
 	}
@@ -57,7 +63,7 @@ func holdLimits(ctx context.Context, s idemstore.Store, key Key, ls []limiter) (
 
 // takeLimits takes n starts of every rate in ls and a place of every "at
 // once" limit (see holdLimits).
-func takeLimits(ctx context.Context, ls []limiter, n int) (context.Context, func(), *Deferral) {
+func takeLimits(ctx context.Context, ls []Limiter, n int) (context.Context, func(), *Deferral) {
 	var releases []func()
 	release := func() {
 		for i := len(releases) - 1; i >= 0; i-- {
@@ -88,17 +94,17 @@ func takeLimits(ctx context.Context, ls []limiter, n int) (context.Context, func
 	return ctx, release, nil
 }
 
-func limitDeferral(l limiter, err error) *Deferral {
-	return &Deferral{Reason: "limit " + l.LimitName(), Err: err}
+func limitDeferral(l Limiter, err error) *Deferral {
+	return &Deferral{Reason: "limit " + l.Name(), Err: err}
 }
 
 // paceLimits takes n starts of every rate in ls, for items of Each. They
 // must go by the time it returns (zero: whenever).
-func paceLimits(ctx context.Context, ls []limiter, n int) (by time.Time, err error) {
+func paceLimits(ctx context.Context, ls []Limiter, n int) (by time.Time, err error) {
 	for _, l := range ls {
 		b, err := l.TakeN(ctx, n)
 		if err != nil {
-			return by, fmt.Errorf("limit %s: %w", l.LimitName(), err)
+			return by, fmt.Errorf("limit %s: %w", l.Name(), err)
 		}
 		if !b.IsZero() && (by.IsZero() || b.Before(by)) {
 			by = b
@@ -118,7 +124,7 @@ var errStartLate = errors.New("idem: the start reserved by a rate limit went voi
 // one start of fn. Each limit's start is void after its by (zero:
 // whenever; an "at once" limit's).
 type starts struct {
-	ls   []limiter
+	ls   []Limiter
 	by   []time.Time
 	used bool // taken by a start of fn; the next needs new ones
 }
@@ -127,7 +133,7 @@ type startsKey struct{}
 
 // withStarts returns ctx with the starts of ls, which must go by bys (nil:
 // none taken yet).
-func withStarts(ctx context.Context, ls []limiter, bys []time.Time) context.Context {
+func withStarts(ctx context.Context, ls []Limiter, bys []time.Time) context.Context {
 	st := &starts{ls: ls, by: bys, used: bys == nil}
 	return context.WithValue(ctx, startsKey{}, st)
 }
@@ -153,7 +159,7 @@ func (st *starts) ready(ctx context.Context) error {
 			}
 			by, err := l.TakeN(ctx, 1)
 			if err != nil {
-				return fmt.Errorf("limit %s: %w", l.LimitName(), err)
+				return fmt.Errorf("limit %s: %w", l.Name(), err)
 			}
 			st.by[i], again = by, true
 		}

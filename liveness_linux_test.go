@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/holder"
@@ -263,7 +261,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 				_, err := tx.ExecContext(ctx, `INSERT INTO applied VALUES(?, 1) ON CONFLICT DO UPDATE SET n = n + 1`, item)
 				return err
 			}
-			run := func(l *idem.Ledger, kill bool, opts ...idem.Option) (fanout.Result, error) {
+			run := func(l *idem.Ledger, kill bool, opts ...idem.Option) (idem.EachResult, error) {
 				eff := newEffects(dir)
 				maybeKill := func(item string) {
 					if kill && item == "acct-000005" {
@@ -271,7 +269,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 					}
 				}
 				if variant == "eachtx" {
-					return fanout.EachTx(context.Background(), l, points, accounts(n), func(ctx context.Context, tx *sql.Tx, item string) error {
+					return idem.EachTx(context.Background(), l, points, accounts(n), func(ctx context.Context, tx *sql.Tx, item string) error {
 						if err := apply(ctx, tx, item); err != nil {
 							return err
 						}
@@ -279,7 +277,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 						return nil
 					}, fanOut[idem.Option](opts)...)
 				}
-				return fanout.Each(context.Background(), l, points, accounts(n), func(ctx context.Context, item string) error {
+				return idem.Each(context.Background(), l, points, accounts(n), func(ctx context.Context, item string) error {
 					eff.Add(nil, item)
 					maybeKill(item)
 					return nil
@@ -294,7 +292,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 					fmt.Println("open:", err)
 					os.Exit(2)
 				}
-				_, err = run(l, true, fanout.WithWorkers(1))
+				_, err = run(l, true, idem.WithWorkers(1))
 				fmt.Println("each returned:", err)
 				os.Exit(3)
 			})
@@ -309,7 +307,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 				t.Fatalf("the dead child's items: %+v, %v; want some running", c, err)
 			}
 			clk := idemtest.NewClock(time.Now()) // never advanced: the child's lease holds throughout
-			var res fanout.Result
+			var res idem.EachResult
 			var err error
 			within(t, "Each of the dead child's period", time.Minute, nil, func() error {
 				res, err = run(l, false, idem.WithClock(clk))

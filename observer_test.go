@@ -9,13 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/schedtest"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // TestObserverOnePerEach: the observer gets one Result per Each call, with
@@ -28,13 +24,13 @@ func TestObserverOnePerEach(t *testing.T) {
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewAutoClock(t0)))
 	var got []idem.Result
 	observe := idem.OnResult(func(r idem.Result) { got = append(got, r) })
-	abc := fanout.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") })
-	_, err := fanout.Each(ctx, l, points, abc, func(_ context.Context, it string) error {
+	abc := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") })
+	_, err := idem.Each(ctx, l, points, abc, func(_ context.Context, it string) error {
 		if it == "c" {
 			return idem.Permanent(errors.New("account frozen"))
 		}
 		return nil
-	}, observe, fanout.WithWorkers(1))
+	}, observe, idem.WithWorkers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +43,7 @@ func TestObserverOnePerEach(t *testing.T) {
 	// Result, with the error.
 	got = nil
 	k := idem.Key{Job: "daily_points", Period: "2026-10-28"}
-	_, err = fanout.Each(ctx, l, k, abc, func(_ context.Context, it string) error {
+	_, err = idem.Each(ctx, l, k, abc, func(_ context.Context, it string) error {
 		if it == "b" {
 			return errors.New("gateway timeout")
 		}
@@ -63,7 +59,7 @@ func TestObserverOnePerEach(t *testing.T) {
 
 	// A done period: one Result, already done.
 	got = nil
-	if _, err := fanout.Each(ctx, l, points, abc, func(context.Context, string) error { return nil }, observe); err != nil {
+	if _, err := idem.Each(ctx, l, points, abc, func(context.Context, string) error { return nil }, observe); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 1 || got[0].Outcome != idem.AlreadyDone || got[0].Items.Done != 2 {
@@ -78,8 +74,8 @@ func TestObserverOnePerCatchUpPeriod(t *testing.T) {
 	ctx := context.Background()
 	l := openLedger(t, t.TempDir(), idem.WithClock(idemtest.NewClock(day(4))))
 	got := map[string]idem.Outcome{}
-	res, err := catchup.Run(ctx, l, "report", daily, func(context.Context, idem.Period) error { return nil },
-		catchup.Since(day(1)), catchup.Latest(), idem.OnResult(func(r idem.Result) { got[r.Key.Period] = r.Outcome }))
+	res, err := idem.CatchUp(ctx, l, "report", daily, func(context.Context, idem.Period) error { return nil },
+		idem.Since(day(1)), idem.CatchUpLatest(), idem.OnResult(func(r idem.Result) { got[r.Key.Period] = r.Outcome }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,12 +123,12 @@ func TestLogsUseCallerContext(t *testing.T) {
 	if err := l.Run(ctx, key, fails, idem.RetryWithin(time.Hour)); !errors.Is(err, idem.ErrParked) {
 		t.Fatalf("Run: %v", err)
 	}
-	if _, err := fanout.Each(ctx, l, points, fanout.Items(func(yield func(string) bool) { yield("a") }),
+	if _, err := idem.Each(ctx, l, points, idem.Items(func(yield func(string) bool) { yield("a") }),
 		func(context.Context, string) error { return idem.Permanent(errors.New("frozen")) }); err != nil {
 		t.Fatalf("Each: %v", err)
 	}
-	if _, err := catchup.Run(ctx, l, "report", daily, func(context.Context, idem.Period) error { return nil },
-		catchup.Since(day(1))); err != nil {
+	if _, err := idem.CatchUp(ctx, l, "report", daily, func(context.Context, idem.Period) error { return nil },
+		idem.Since(day(1))); err != nil {
 		t.Fatalf("CatchUp: %v", err)
 	}
 	if len(seen) < 5 {
@@ -180,22 +176,22 @@ func TestSchedulerObserverReachesEach(t *testing.T) {
 	var sched, job, own, store recorder
 	l := openLedger(t, t.TempDir(), idem.OnResult(store.observe))
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(l, idem.WithClock(clk), idem.OnResult(sched.observe))
-	abc := fanout.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") })
+	s := idem.NewScheduler(l, idem.WithClock(clk), idem.OnResult(sched.observe))
+	abc := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") })
 	if err := s.Add("grant", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
-		_, err := fanout.Each(ctx, l, idem.Key{Job: "grant_items", Period: p.Name}, abc, func(context.Context, string) error { return nil })
+		_, err := idem.Each(ctx, l, idem.Key{Job: "grant_items", Period: p.Name}, abc, func(context.Context, string) error { return nil })
 		return err
 	}, idem.OnResult(job.observe)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Add("credit", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
-		_, err := fanout.EachTx(ctx, l, idem.Key{Job: "credit_items", Period: p.Name}, abc, func(context.Context, *sql.Tx, string) error { return nil })
+		_, err := idem.EachTx(ctx, l, idem.Key{Job: "credit_items", Period: p.Name}, abc, func(context.Context, *sql.Tx, string) error { return nil })
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Add("own", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
-		_, err := fanout.Each(ctx, l, idem.Key{Job: "own_items", Period: p.Name}, abc, func(context.Context, string) error { return nil },
+		_, err := idem.Each(ctx, l, idem.Key{Job: "own_items", Period: p.Name}, abc, func(context.Context, string) error { return nil },
 			idem.OnResult(own.observe))
 		return err
 	}); err != nil {

@@ -10,9 +10,6 @@ import (
 	"log/slog"
 	"strings"
 	"time"
-
-	"github.com/idemgo/idem/internal/breaker"
-	"github.com/idemgo/idem/internal/hook"
 )
 
 // An Option configures a call: [Run], [RunTx] and their variants, a
@@ -43,10 +40,6 @@ type option struct {
 	name  string
 	class optionClass
 	apply func(*config) error
-	// payload, for an option of a subsystem package (catchup,
-	// scheduler), is what that package reads of it (config.ext); apply is
-	// nil then.
-	payload any
 }
 
 func (o *option) option() *option { return o }
@@ -82,27 +75,18 @@ type call struct {
 var (
 	callRun       = call{"Run", classCommon | classMode | classAttempt | classReport | classParams | classInternal}
 	callRunTx     = call{"RunTx", classCommon | classAttempt | classReport | classParams | classInternal}
-	callCatchUp   = call{"catchup.Run", classCommon | classMode | classAttempt | classCatchUp | classParams | classInternal}
-	callCatchUpTx = call{"catchup.RunTx", classCommon | classAttempt | classCatchUp | classParams | classInternal}
+	callCatchUp   = call{"CatchUp", classCommon | classMode | classAttempt | classCatchUp | classParams | classInternal}
+	callCatchUpTx = call{"CatchUpTx", classCommon | classAttempt | classCatchUp | classParams | classInternal}
 	callEach      = call{"Each", classCommon | classMode | classFanOut | classParams}
 	callEachTx    = call{"EachTx", classCommon | classFanOut | classParams}
 	callJob       = call{"Scheduler.Add", classCommon | classMode | classAttempt | classCatchUp | classJob | classParams}
-	callJobTx     = call{"scheduler.AddTx", classCommon | classAttempt | classCatchUp | classJob | classParams}
-	callScheduler = call{"scheduler.New", classCommon | classScheduler}
+	callJobTx     = call{"AddTx", classCommon | classAttempt | classCatchUp | classJob | classParams}
+	callScheduler = call{"NewScheduler", classCommon | classScheduler}
 	callStore     = call{"a store's defaults", classCommon | classMode | classAttempt | classStore}
 )
 
 // allCalls is every call that takes options.
 var allCalls = []call{callRun, callRunTx, callCatchUp, callCatchUpTx, callEach, callEachTx, callJob, callJobTx, callScheduler, callStore}
-
-// calls are the calls of the subsystem packages, by name (see hooks).
-var calls = map[string]call{}
-
-func init() {
-	for _, c := range []call{callCatchUp, callCatchUpTx, callJob, callJobTx, callScheduler} {
-		calls[c.name] = c
-	}
-}
 
 // callsTaking names the calls that take options of class cl, for errors.
 func callsTaking(cl optionClass) string {
@@ -158,20 +142,21 @@ type config struct {
 	report    *Result
 	result    *Result // internal: RunValue's copy of the result
 	each      eachConfig
-	// ext is the payloads of the options of a subsystem package given to
-	// its call, in order: what that package reads (see hooks).
-	ext []any
+	catchUp   catchUpSettings    // the catch-up options' (CatchUp, a Scheduler's job)
+	onPeriod  func(PeriodResult) // OnPeriod
+	job       jobConfig          // a Scheduler job's own options
+	sched     schedulerConfig    // a Scheduler's own options
 	// cursor: the done mark advances the job's cursor (a catch-up's
 	// period in an unbroken run of settled ones).
 	cursor bool
 
 	fingerprint string // WithParams: the fingerprint of the work's parameters; "" for none
 	guards      []Guard
-	limits      []limiter // limit.With
+	limits      []Limiter // WithLimits
 
 	retryWithin    time.Duration // RetryWithin's bound
 	retryWithinSet bool          // RetryWithin (or OneAttempt) was given
-	retryFrom      time.Time     // internal: the start of the call the bound counts from (catchup.Run's), if not the Run's own
+	retryFrom      time.Time     // internal: the start of the call the bound counts from (idem.CatchUp's), if not the Run's own
 
 	spanCall string // internal: the call's name in its span (idemstore.SpanRun's AttrCall), when not Run's or RunTx's
 
@@ -193,7 +178,9 @@ func newConfig(s any, cl call) *config {
 		backoff: defaultBackoff,
 		poll:    200 * time.Millisecond,
 		clock:   systemClock{},
-		each:    eachConfig{workers: defaultWorkers},
+		each:    eachConfig{workers: DefaultWorkers},
+		catchUp: catchUpSettings{MaxPeriods: DefaultMaxPeriods},
+		sched:   schedulerConfig{maxRunning: DefaultMaxRunning},
 	}
 	if d, ok := s.(defaulter); ok {
 		for _, o := range d.DefaultOptions() {
@@ -239,8 +226,8 @@ func configureEach(ctx context.Context, s any, cl call, opts []Option) *config {
 	return c
 }
 
-// jobObserverKey carries a Scheduler job's observers (hooks.WithJobObserver)
-// in the context of its fn.
+// jobObserverKey carries a Scheduler job's observers (withJobObserver) in
+// the context of its fn.
 type jobObserverKey struct{}
 
 // chainObservers calls a, then b; either may be nil.
@@ -263,8 +250,6 @@ func applyOptions(c *config, cl call, opts []Option) {
 			c.keep(invalidOption("%s: option %d of %d is nil", cl.name, i+1, len(opts)))
 		case !cl.fits(o.option()):
 			c.keep(cl.misfit(o.option()))
-		case o.option().payload != nil:
-			c.ext = append(c.ext, o.option().payload)
 		default:
 			c.keep(o.option().apply(c))
 		}
@@ -308,7 +293,7 @@ func WithLease(d time.Duration) Option {
 // before anything is written.
 func WithBackoff(b Backoff) Option {
 	return newOption("WithBackoff", classCommon, func(c *config) error {
-		if err := checkBackoff(b); err != nil {
+		if err := CheckBackoff(b); err != nil {
 			return invalidOption("WithBackoff: %s", err)
 		}
 		c.backoff = b
@@ -335,14 +320,14 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // OnResult calls f with the [Result] of every call, for metrics: once
-// at the end of every Run and RunTx; once per period for catchup.Run and
-// catchup.RunTx (each period is a Run; a period catchup.Latest skips is one
+// at the end of every Run and RunTx; once per period for idem.CatchUp and
+// idem.CatchUpTx (each period is a Run; a period idem.CatchUpLatest skips is one
 // too); once per period for Each and EachTx, with the period's item counts
 // (Result.Items). f must be quick and must not block. Several observers
 // are all called, in order. A nil f is an error matching
 // [ErrInvalidOption].
 //
-// Given to a Scheduler (package scheduler) (a default of its jobs) or to one of its jobs, f
+// Given to a Scheduler (a default of its jobs) or to one of its jobs, f
 // also observes the Each and EachTx calls that the job's fn makes with
 // the context it gets, unless such a call is given an OnResult of its
 // own (then only that one, and the store's defaults, observe it): pass
@@ -362,7 +347,7 @@ func OnResult(f func(Result)) Option {
 }
 
 // WithGuard adds g to the call's guards ([Guard]): Run asks them before
-// its claim, catchup.Run before each period's, Each and EachTx before each
+// its claim, idem.CatchUp before each period's, Each and EachTx before each
 // claim and before each window of items is marked started (the window
 // already started when a guard refuses still runs). A guard that refuses
 // defers the call ([ErrDeferred]). Several guards are asked in the order
@@ -374,8 +359,8 @@ func WithGuard(g Guard) Option {
 		if g == nil {
 			return invalidOption("WithGuard(nil): no guard")
 		}
-		if bind, ok := hook.BindGuard.(func(g any, store any) (any, bool, error)); ok {
-			if _, _, err := bind(g, nil); err != nil { // a guard of package guard, checked alone
+		if v, ok := g.(validGuard); ok {
+			if err := v.Validate(); err != nil {
 				return invalidOption("WithGuard(%s)", err)
 			}
 		}
@@ -398,13 +383,13 @@ func CheckStoreOptions(opts ...Option) error { return storeConfig(opts).err }
 // keys sorted, no insignificant space: a struct and the map of the same
 // fields and values give the same one), is stored with the key at its first
 // claim. A later call for the key with a different fingerprint, whether a
-// Run, RunTx, catchup.Run, Each, a Scheduler's job or the idem command, returns an error matching
+// Run, RunTx, idem.CatchUp, Each, a Scheduler's job or the idem command, returns an error matching
 // [ErrParamsMismatch] that names the key and both fingerprints; it runs
 // nothing and writes nothing, even when the key is done. A call without
 // WithParams is not checked, and a key first claimed without one takes the
 // fingerprint of the first call that gives one. Resolve and Reset keep it.
 //
-// In catchup.Run every period's key is checked and stored with v: a period
+// In idem.CatchUp every period's key is checked and stored with v: a period
 // recorded with other parameters, settled or not, stops the call with
 // ErrParamsMismatch, and a call with nothing due checks the latest due
 // period (a duplicate trigger with other parameters is refused). A Scheduler's jobs differ (and only they): a period
@@ -507,13 +492,13 @@ func AtMostOnce() Option {
 
 // How long a call tries (class AttemptOption).
 
-// DefaultRetryWithin is how long one call of Run (or catchup.Run) goes on
+// DefaultRetryWithin is how long one call of Run (or idem.CatchUp) goes on
 // retrying a failing fn in-process, unless [RetryWithin] says otherwise.
 const DefaultRetryWithin = time.Minute
 
 // RetryWithin bounds how long one call retries in-process: after fn fails,
 // Run sleeps for the backoff's delay and tries again only if that retry
-// would start within d of the call's start (for catchup.Run, of the catch-up
+// would start within d of the call's start (for idem.CatchUp, of the catch-up
 // call's start). Otherwise it records the failure with the time of the next
 // allowed attempt and returns ErrBackingOff at once, leaving the retry to
 // the next trigger (the next cron tick, timer or call), which honours the
@@ -525,7 +510,7 @@ const DefaultRetryWithin = time.Minute
 // carries over to the next trigger until [DefaultBackoff] gives up.
 //
 // d = 0 means one attempt per call ([OneAttempt]). A negative d is an error
-// matching [ErrInvalidOption], returned before anything is written. fanout.Each
+// matching [ErrInvalidOption], returned before anything is written. idem.Each
 // waits for its items' backoffs until ctx ends, whatever d is.
 func RetryWithin(d time.Duration) Option {
 	return newOption("RetryWithin", classAttempt, func(c *config) error {
@@ -546,7 +531,7 @@ func OneAttempt() Option { return RetryWithin(0) }
 
 // WaitForTurn makes Run wait, until ctx ends, for a key that another holder is
 // running or that is backing off, instead of returning ErrInProgress or
-// ErrBackingOff at once; in catchup.Run, every period's Run waits so. Unless
+// ErrBackingOff at once; in idem.CatchUp, every period's Run waits so. Unless
 // [RetryWithin] (or [OneAttempt]) is given as well, it also retries its own
 // failures in-process until ctx ends.
 func WaitForTurn() Option {
@@ -564,74 +549,6 @@ func ReportTo(r *Result) Option {
 			return invalidOption("ReportTo(nil): nowhere to store the result")
 		}
 		c.report = r
-		return nil
-	})
-}
-
-// Fan-out options (package fanout's, through hooks).
-
-// withWorkers is fanout.WithWorkers (see there), through hooks.
-func withWorkers(n int) Option {
-	return newOption("fanout.WithWorkers", classFanOut, func(c *config) error {
-		if n < 1 {
-			return invalidOption("fanout.WithWorkers(%d): at least one worker is needed", n)
-		}
-		c.each.workers = n
-		return nil
-	})
-}
-
-// withBatch is fanout.WithBatch (see there), through hooks.
-func withBatch(n int) Option {
-	return newOption("fanout.WithBatch", classFanOut, func(c *config) error {
-		if n < 1 {
-			return invalidOption("fanout.WithBatch(%d): a window holds at least one item", n)
-		}
-		c.each.batch = n
-		return nil
-	})
-}
-
-// onProgress is fanout.OnProgress (see there), through hooks.
-func onProgress(f func(key Key, done, total int64)) Option {
-	return newOption("fanout.OnProgress", classFanOut, func(c *config) error {
-		if f == nil {
-			return invalidOption("fanout.OnProgress(nil): no function to call")
-		}
-		c.each.progress = f
-		return nil
-	})
-}
-
-// withRate is fanout.WithRate (see there), through hooks.
-func withRate(perSecond float64, burst int) Option {
-	return newOption("fanout.WithRate", classFanOut, func(c *config) error {
-		if !(perSecond > 0) || burst < 1 {
-			return invalidOption("fanout.WithRate(%v, %d): the rate must be above 0 and the burst at least 1", perSecond, burst)
-		}
-		c.each.rate, c.each.burst = perSecond, burst
-		return nil
-	})
-}
-
-// withPause is fanout.WithPause (see there), through hooks.
-func withPause(d time.Duration) Option {
-	return newOption("fanout.WithPause", classFanOut, func(c *config) error {
-		if d < 0 {
-			return invalidOption("fanout.WithPause(%v): the pause must not be negative", d)
-		}
-		c.each.pause = d
-		return nil
-	})
-}
-
-// withBreaker is fanout.WithBreaker (see there), through hooks.
-func withBreaker(b *breaker.Breaker) Option {
-	return newOption("fanout.WithBreaker", classFanOut, func(c *config) error {
-		if err := b.Validate(); err != nil {
-			return invalidOption("fanout.WithBreaker: %s", err)
-		}
-		c.each.breaker = &itemBreaker{b}
 		return nil
 	})
 }

@@ -10,11 +10,7 @@ import (
 
 	"github.com/idemgo/idem/guard"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // TestMisusedOptionIsAnError: an option given to a call it means nothing
@@ -25,7 +21,7 @@ func TestMisusedOptionIsAnError(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l := openLedger(t, t.TempDir())
-	items := fanout.Items(func(yield func(string) bool) { yield("a") })
+	items := idem.Items(func(yield func(string) bool) { yield("a") })
 	var r idem.Result
 	ran := false
 	fn := func(context.Context) error { ran = true; return nil }
@@ -39,40 +35,40 @@ func TestMisusedOptionIsAnError(t *testing.T) {
 		do                 func(k idem.Key) error
 	}{
 		{"fan-out option to Run", "WithWorkers", "Run", func(k idem.Key) error {
-			return l.Run(ctx, k, fn, fanout.WithWorkers(2))
+			return l.Run(ctx, k, fn, idem.WithWorkers(2))
 		}},
 		{"ReportTo to Each", "ReportTo", "Each", func(k idem.Key) error {
-			_, err := fanout.Each(ctx, l, k, items, itemFn, idem.ReportTo(&r))
+			_, err := idem.Each(ctx, l, k, items, itemFn, idem.ReportTo(&r))
 			return err
 		}},
 		{"mode to RunTx", "AtMostOnce", "RunTx", func(k idem.Key) error {
 			return l.RunTx(ctx, k, txFn, idem.AtMostOnce())
 		}},
-		{"catch-up policy to Each", "catchup.All", "Each", func(k idem.Key) error {
-			_, err := fanout.Each(ctx, l, k, items, itemFn, catchup.All(10))
+		{"catch-up policy to Each", "CatchUpAll", "Each", func(k idem.Key) error {
+			_, err := idem.Each(ctx, l, k, items, itemFn, idem.CatchUpAll(10))
 			return err
 		}},
 		{"ReportTo to a job", "ReportTo", "Scheduler.Add", func(k idem.Key) error {
-			return scheduler.New(l).Add(k.Job, idem.Daily(time.UTC), periodFn, idem.ReportTo(&r))
+			return idem.NewScheduler(l).Add(k.Job, idem.Daily(time.UTC), periodFn, idem.ReportTo(&r))
 		}},
-		{"mode to a transactional job", "AtMostOnce", "scheduler.AddTx", func(k idem.Key) error {
-			return scheduler.AddTx(scheduler.New(l), k.Job, idem.Daily(time.UTC), txPeriodFn, idem.AtMostOnce())
+		{"mode to a transactional job", "AtMostOnce", "AddTx", func(k idem.Key) error {
+			return idem.AddTx(idem.NewScheduler(l), k.Job, idem.Daily(time.UTC), txPeriodFn, idem.AtMostOnce())
 		}},
-		{"job setting to Run", "scheduler.WithJitter", "Run", func(k idem.Key) error {
-			return l.Run(ctx, k, fn, scheduler.WithJitter(time.Second))
+		{"job setting to Run", "WithJitter", "Run", func(k idem.Key) error {
+			return l.Run(ctx, k, fn, idem.WithJitter(time.Second))
 		}},
-		{"fan-out option to scheduler.New", "WithWorkers", "scheduler.New", func(k idem.Key) error {
-			return scheduler.New(l, fanout.WithWorkers(2)).Add(k.Job, idem.Daily(time.UTC), periodFn)
+		{"fan-out option to idem.NewScheduler", "WithWorkers", "NewScheduler", func(k idem.Key) error {
+			return idem.NewScheduler(l, idem.WithWorkers(2)).Add(k.Job, idem.Daily(time.UTC), periodFn)
 		}},
 		{"parameters to a store", "WithParams", "a store's defaults", func(k idem.Key) error {
 			_, err := idem.OpenLedger(t.TempDir()+"/l.db", idem.WithParams(1))
 			return err
 		}},
-		{"parameters to scheduler.New", "WithParams", "scheduler.New", func(k idem.Key) error {
-			return scheduler.New(l, idem.WithParams(1)).Add(k.Job, idem.Daily(time.UTC), periodFn)
+		{"parameters to idem.NewScheduler", "WithParams", "NewScheduler", func(k idem.Key) error {
+			return idem.NewScheduler(l, idem.WithParams(1)).Add(k.Job, idem.Daily(time.UTC), periodFn)
 		}},
-		{"scheduler option to catchup.Run", "scheduler.WithMaxRunning", "catchup.Run", func(k idem.Key) error {
-			_, err := catchup.Run(ctx, l, k.Job, idem.Daily(time.UTC), periodFn, scheduler.WithMaxRunning(2))
+		{"scheduler option to idem.CatchUp", "WithMaxRunning", "CatchUp", func(k idem.Key) error {
+			_, err := idem.CatchUp(ctx, l, k.Job, idem.Daily(time.UTC), periodFn, idem.WithMaxRunning(2))
 			return err
 		}},
 		{"store option to Run", "WithLockWait", "Run", func(k idem.Key) error {
@@ -109,7 +105,7 @@ func TestOptionsWhereTheyFit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	items := fanout.Items(func(yield func(string) bool) { yield("a") })
+	items := idem.Items(func(yield func(string) bool) { yield("a") })
 	var r idem.Result
 	k := func(p string) idem.Key { return idem.Key{Job: "fit", Period: p} }
 	check := func(what string, err error) {
@@ -122,24 +118,24 @@ func TestOptionsWhereTheyFit(t *testing.T) {
 		append(common, idem.AtMostOnce(), idem.RetryWithin(time.Second), idem.ReportTo(&r), idem.WithParams("v3"))...))
 	check("RunTx", l.RunTx(ctx, k("2"), func(context.Context, *sql.Tx) error { return nil },
 		append(common, idem.ReportTo(&r), idem.OneAttempt(), idem.WithParamsBytes([]byte("v3")))...))
-	_, err = fanout.Each(ctx, l, k("3"), items, func(context.Context, string) error { return nil },
-		append(common, fanout.WithWorkers(2), idem.AtLeastOnce(), fanout.WithBatch(10), fanout.OnProgress(func(fanout.Progress) {}), idem.WithParams(1))...)
+	_, err = idem.Each(ctx, l, k("3"), items, func(context.Context, string) error { return nil },
+		append(common, idem.WithWorkers(2), idem.AtLeastOnce(), idem.WithBatch(10), idem.OnProgress(func(idem.Progress) {}), idem.WithParams(1))...)
 	check("Each", err)
-	_, err = fanout.EachTx(ctx, l, k("4"), items, func(context.Context, *sql.Tx, string) error { return nil },
-		append(common, fanout.WithWorkers(2), idem.WithParams(1))...)
+	_, err = idem.EachTx(ctx, l, k("4"), items, func(context.Context, *sql.Tx, string) error { return nil },
+		append(common, idem.WithWorkers(2), idem.WithParams(1))...)
 	check("EachTx", err)
 	since := time.Now().Add(-time.Hour)
-	_, err = catchup.Run(ctx, l, "cu", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil },
-		append(common, catchup.All(0), idem.AtMostOnce(), idem.WaitForTurn(), catchup.Since(since), catchup.OnPeriod(func(catchup.PeriodResult) {}), idem.WithParams(1))...)
+	_, err = idem.CatchUp(ctx, l, "cu", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil },
+		append(common, idem.CatchUpAll(0), idem.AtMostOnce(), idem.WaitForTurn(), idem.Since(since), idem.OnPeriod(func(idem.PeriodResult) {}), idem.WithParams(1))...)
 	check("CatchUp", err)
-	_, err = catchup.RunTx(ctx, l, "cutx", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
-		append(common, catchup.Latest(), idem.OneAttempt(), catchup.DueAtStart(), catchup.ContinueAfterFailure(), idem.WithParams(1))...)
+	_, err = idem.CatchUpTx(ctx, l, "cutx", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
+		append(common, idem.CatchUpLatest(), idem.OneAttempt(), idem.DueAtStart(), idem.ContinueAfterFailure(), idem.WithParams(1))...)
 	check("CatchUpTx", err)
-	s := scheduler.New(l, append(common, scheduler.WithMaxRunning(2))...)
+	s := idem.NewScheduler(l, append(common, idem.WithMaxRunning(2))...)
 	check("Scheduler.Add", s.Add("j", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil },
-		append(common, scheduler.WithJitter(time.Second), idem.AtMostOnce(), catchup.Window(time.Hour), catchup.DueAfter(time.Hour), idem.OneAttempt(), idem.WithParams(1))...))
-	check("AddTx", scheduler.AddTx(s, "t", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
-		append(common, scheduler.RunOverlapping(), scheduler.WithLagTolerance(time.Hour), catchup.Latest(), idem.WithParamsBytes([]byte("v3")), idem.WithGuard(guard.MemoryGuard{}))...))
+		append(common, idem.WithJitter(time.Second), idem.AtMostOnce(), idem.CatchUpWindow(time.Hour), idem.DueAfter(time.Hour), idem.OneAttempt(), idem.WithParams(1))...))
+	check("AddTx", idem.AddTx(s, "t", idem.Daily(time.UTC), func(context.Context, *sql.Tx, idem.Period) error { return nil },
+		append(common, idem.RunOverlapping(), idem.WithLagTolerance(time.Hour), idem.CatchUpLatest(), idem.WithParamsBytes([]byte("v3")), idem.WithGuard(guard.MemoryGuard{}))...))
 	_, err = idem.RunValueOn(ctx, l, k("5"), func(context.Context) (int, error) { return 1, nil }, idem.WithParams(1), idem.AtMostOnce())
 	check("RunValue", err)
 }

@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 )
 
@@ -24,7 +21,7 @@ import (
 func TestInvalidOptionValues(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	items := fanout.Items(func(yield func(string) bool) { yield("a") })
+	items := idem.Items(func(yield func(string) bool) { yield("a") })
 	cases := []struct {
 		name string
 		want string // the error's text names the option and its value
@@ -73,31 +70,31 @@ func TestInvalidOptionValues(t *testing.T) {
 			return l.Run(ctx, key, func(context.Context) error { *ran = true; return nil },
 				idem.WithBackoff(idem.MaxAttempts(3, idem.EqualJitter(idem.Exponential(-time.Second)))))
 		}},
-		{"CatchUpAll", "catchup.All(-1)", func(l *idem.Ledger, ran *bool) error {
-			_, err := catchup.Run(ctx, l, "j", daily, func(context.Context, idem.Period) error { *ran = true; return nil },
-				catchup.Since(day(1)), catchup.All(-1))
+		{"CatchUpAll", "CatchUpAll(-1)", func(l *idem.Ledger, ran *bool) error {
+			_, err := idem.CatchUp(ctx, l, "j", daily, func(context.Context, idem.Period) error { *ran = true; return nil },
+				idem.Since(day(1)), idem.CatchUpAll(-1))
 			return err
 		}},
 		{"Since", "Since(0001-01-01 00:00:00 +0000 UTC)", func(l *idem.Ledger, ran *bool) error {
-			_, err := catchup.Run(ctx, l, "j", daily, func(context.Context, idem.Period) error { *ran = true; return nil },
-				catchup.Since(time.Time{}))
+			_, err := idem.CatchUp(ctx, l, "j", daily, func(context.Context, idem.Period) error { *ran = true; return nil },
+				idem.Since(time.Time{}))
 			return err
 		}},
 		{"OnPeriod(nil)", "OnPeriod(nil)", func(l *idem.Ledger, ran *bool) error {
-			_, err := catchup.RunTx(ctx, l, "j", daily, func(context.Context, *sql.Tx, idem.Period) error { *ran = true; return nil },
-				catchup.Since(day(1)), catchup.OnPeriod(nil))
+			_, err := idem.CatchUpTx(ctx, l, "j", daily, func(context.Context, *sql.Tx, idem.Period) error { *ran = true; return nil },
+				idem.Since(day(1)), idem.OnPeriod(nil))
 			return err
 		}},
 		{"WithWorkers", "WithWorkers(0)", func(l *idem.Ledger, ran *bool) error {
-			_, err := fanout.Each(ctx, l, key, items, func(context.Context, string) error { *ran = true; return nil }, fanout.WithWorkers(0))
+			_, err := idem.Each(ctx, l, key, items, func(context.Context, string) error { *ran = true; return nil }, idem.WithWorkers(0))
 			return err
 		}},
 		{"WithBatch", "WithBatch(-2)", func(l *idem.Ledger, ran *bool) error {
-			_, err := fanout.EachTx(ctx, l, key, items, func(context.Context, *sql.Tx, string) error { *ran = true; return nil }, fanout.WithBatch(-2))
+			_, err := idem.EachTx(ctx, l, key, items, func(context.Context, *sql.Tx, string) error { *ran = true; return nil }, idem.WithBatch(-2))
 			return err
 		}},
 		{"OnProgress(nil)", "OnProgress(nil)", func(l *idem.Ledger, ran *bool) error {
-			_, err := fanout.Each(ctx, l, key, items, func(context.Context, string) error { *ran = true; return nil }, fanout.OnProgress(nil))
+			_, err := idem.Each(ctx, l, key, items, func(context.Context, string) error { *ran = true; return nil }, idem.OnProgress(nil))
 			return err
 		}},
 	}
@@ -168,8 +165,8 @@ func TestCallerOptionSliceNotWritten(t *testing.T) {
 	l := openLedger(t, t.TempDir(), idem.WithClock(clk))
 	each := make([]idem.Option, 4)
 	opts := each[:1]
-	opts[0] = fanout.WithWorkers(1)
-	if _, err := fanout.Each(ctx, l, points, fanout.Items(func(yield func(string) bool) { yield("a") }),
+	opts[0] = idem.WithWorkers(1)
+	if _, err := idem.Each(ctx, l, points, idem.Items(func(yield func(string) bool) { yield("a") }),
 		func(context.Context, string) error { return nil }, opts...); err != nil {
 		t.Fatal(err)
 	}
@@ -180,8 +177,8 @@ func TestCallerOptionSliceNotWritten(t *testing.T) {
 	}
 	cu := make([]idem.Option, 4)
 	copts := cu[:1]
-	copts[0] = catchup.Since(day(8))
-	if _, err := catchup.Run(ctx, l, "j", daily, func(context.Context, idem.Period) error { return nil }, copts...); err != nil {
+	copts[0] = idem.Since(day(8))
+	if _, err := idem.CatchUp(ctx, l, "j", daily, func(context.Context, idem.Period) error { return nil }, copts...); err != nil {
 		t.Fatal(err)
 	}
 	for i, o := range cu[1:] {

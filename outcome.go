@@ -21,7 +21,7 @@ const (
 	Failed                            // fn or the store failed, and the run stopped before the key was settled (its context ended, or the store returned an error)
 	ParamsMismatch                    // ErrParamsMismatch: the key was claimed with other parameters (WithParams); fn did not run, nothing was written
 	Deferred                          // ErrDeferred: a guard or a breaker stopped the call before it claimed (more) work; nothing was counted as a failure
-	Waiting                           // a catch-up's period waits for periods of other jobs (catchup.After): not claimed, no attempt counted; no error
+	Waiting                           // a catch-up's period waits for periods of other jobs (idem.After): not claimed, no attempt counted; no error
 )
 
 var outcomeNames = [...]string{

@@ -11,10 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/outbox"
@@ -202,24 +199,24 @@ func TestParamsEveryCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := mustLookup(t, l, idem.Key{Job: "settle", Period: "2026-10-02"})
-	_, err := catchup.Run(ctx, l, "settle", daily, func(context.Context, idem.Period) error { return ran("CatchUp")(ctx) },
-		idem.WithClock(clk), catchup.Since(day(1)), b)
+	_, err := idem.CatchUp(ctx, l, "settle", daily, func(context.Context, idem.Period) error { return ran("CatchUp")(ctx) },
+		idem.WithClock(clk), idem.Since(day(1)), b)
 	mismatch("CatchUp", err)
-	_, err = catchup.RunTx(ctx, l, "settle", daily, func(context.Context, *sql.Tx, idem.Period) error { return ran("CatchUpTx")(ctx) },
-		idem.WithClock(clk), catchup.Since(day(1)), b)
+	_, err = idem.CatchUpTx(ctx, l, "settle", daily, func(context.Context, *sql.Tx, idem.Period) error { return ran("CatchUpTx")(ctx) },
+		idem.WithClock(clk), idem.Since(day(1)), b)
 	mismatch("CatchUpTx", err)
 	// A duplicate trigger of a catch-up, with nothing due, checks the latest due period.
-	if _, err := catchup.Run(ctx, l, "daily", daily, func(context.Context, idem.Period) error { return nil },
+	if _, err := idem.CatchUp(ctx, l, "daily", daily, func(context.Context, idem.Period) error { return nil },
 		idem.WithClock(clk), a); err != nil {
 		t.Fatal(err)
 	}
-	res, err := catchup.Run(ctx, l, "daily", daily, func(context.Context, idem.Period) error { return ran("CatchUp")(ctx) },
+	res, err := idem.CatchUp(ctx, l, "daily", daily, func(context.Context, idem.Period) error { return ran("CatchUp")(ctx) },
 		idem.WithClock(clk), b)
 	mismatch("a duplicate CatchUp", err)
 	if len(res.Periods) != 1 || res.Periods[0].Period.Name != "2026-10-03" || res.Periods[0].Outcome != idem.ParamsMismatch {
 		t.Fatalf("duplicate CatchUp with other params: %+v; want the latest due period, params mismatch", res.Periods)
 	}
-	if res, err := catchup.Run(ctx, l, "daily", daily, func(context.Context, idem.Period) error { return ran("CatchUp")(ctx) }, idem.WithClock(clk)); err != nil || len(res.Periods) != 0 {
+	if res, err := idem.CatchUp(ctx, l, "daily", daily, func(context.Context, idem.Period) error { return ran("CatchUp")(ctx) }, idem.WithClock(clk)); err != nil || len(res.Periods) != 0 {
 		t.Fatalf("duplicate CatchUp without params: %+v, %v; want nothing due", res, err)
 	}
 	if after := mustLookup(t, l, before.Key); !reflect.DeepEqual(after, before) {
@@ -227,12 +224,12 @@ func TestParamsEveryCall(t *testing.T) {
 	}
 
 	p := idem.Key{Job: "points", Period: "2026-10-27"}
-	if _, err := fanout.Each(ctx, l, p, accounts(3), func(context.Context, string) error { return nil }, a); err != nil {
+	if _, err := idem.Each(ctx, l, p, accounts(3), func(context.Context, string) error { return nil }, a); err != nil {
 		t.Fatal(err)
 	}
-	_, err = fanout.Each(ctx, l, p, accounts(3), func(context.Context, string) error { return ran("Each")(ctx) }, b)
+	_, err = idem.Each(ctx, l, p, accounts(3), func(context.Context, string) error { return ran("Each")(ctx) }, b)
 	mismatch("Each", err)
-	_, err = fanout.EachTx(ctx, l, p, accounts(3), func(context.Context, *sql.Tx, string) error { return ran("EachTx")(ctx) }, b)
+	_, err = idem.EachTx(ctx, l, p, accounts(3), func(context.Context, *sql.Tx, string) error { return ran("EachTx")(ctx) }, b)
 	mismatch("EachTx", err)
 }
 

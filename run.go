@@ -416,7 +416,7 @@ func nestedRun(ctx context.Context, key Key) error {
 		return nil
 	}
 	return Permanent(fmt.Errorf("%w: attempt %d of the enclosing run holds %s, so this run would find it held. "+
-		"Do not call Run, RunTx or Each for the key inside its own run; to commit business writes with a catch-up period's done mark and cursor, use catchup.RunTx",
+		"Do not call Run, RunTx or Each for the key inside its own run; to commit business writes with a catch-up period's done mark and cursor, use idem.CatchUpTx",
 		ErrNestedRun, info.Attempt, key))
 }
 
@@ -717,7 +717,7 @@ func (r *runner) recordFailure(ctx context.Context, c idemstore.Claim, runErr er
 	}
 	failures := c.Record.Failures + 1
 	r.log(ctx, slog.LevelWarn, "attempt failed", slog.Any("error", cause), slog.Int("failures", failures))
-	if isPermanent(cause) {
+	if IsPermanent(cause) {
 		return rec, cause, true, r.park(ctx, c.Attempt, failures, cause)
 	}
 	if !isHarmless(cause) {

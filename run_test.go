@@ -11,10 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 )
@@ -632,13 +629,13 @@ func TestInvalidOptionWritesNothing(t *testing.T) {
 		t.Fatalf("Run: %v, ran %v; want %q", err, ran, want)
 	}
 	// CatchUpLatest would record the older periods as skipped first.
-	_, err = catchup.Run(ctx, l, "j", daily, func(context.Context, idem.Period) error { ran = true; return nil },
-		catchup.Latest(), catchup.Since(day(1)), bad)
+	_, err = idem.CatchUp(ctx, l, "j", daily, func(context.Context, idem.Period) error { ran = true; return nil },
+		idem.CatchUpLatest(), idem.Since(day(1)), bad)
 	if !errors.Is(err, idem.ErrInvalidOption) || ran {
 		t.Fatalf("CatchUp: %v, ran %v", err, ran)
 	}
-	_, err = fanout.Each(ctx, l, key, fanout.Items(func(yield func(string) bool) { yield("a") }),
-		func(context.Context, string) error { ran = true; return nil }, fanout.WithWorkers(0))
+	_, err = idem.Each(ctx, l, key, idem.Items(func(yield func(string) bool) { yield("a") }),
+		func(context.Context, string) error { ran = true; return nil }, idem.WithWorkers(0))
 	if !errors.Is(err, idem.ErrInvalidOption) || ran {
 		t.Fatalf("Each: %v, ran %v", err, ran)
 	}
@@ -709,7 +706,7 @@ func TestOutageHealsUnderDefaults(t *testing.T) {
 				for trig := start; !trig.After(until); trig = trig.Add(every) {
 					clk.Set(trig)
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a trigger that never stops retrying
-					res, err := catchup.Run(ctx, s, "settle", daily, fn, idem.WithClock(clk))
+					res, err := idem.CatchUp(ctx, s, "settle", daily, fn, idem.WithClock(clk))
 					if ctx.Err() != nil {
 						t.Fatalf("round %d: the trigger at %s was still retrying after 10s: %v", round, trig.Format("15:04"), err)
 					}

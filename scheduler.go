@@ -1,8 +1,12 @@
-// Package scheduler runs jobs on their schedules inside a long-running
-// process, each due period through a catch-up (package catchup): a period
-// is done once per store however many replicas run the same jobs, and
-// the periods missed while the service was down run afterwards, in order.
-package scheduler
+package idem
+
+// The Scheduler runs jobs on their schedules inside a long-running
+// process, each due period through a catch-up (catchup.go): a period is
+// done once per store however many replicas run the same jobs, and the
+// periods missed while the service was down run afterwards, in order.
+// scheduler_deps.go checks dependencies between its jobs,
+// scheduler_health.go serves its status, scheduler_relay.go runs its
+// relays.
 
 import (
 	"container/heap"
@@ -14,52 +18,46 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
-	"github.com/idemgo/idem/internal/catchupcfg"
-	"github.com/idemgo/idem/internal/core"
 	"github.com/idemgo/idem/internal/holder"
 	"github.com/idemgo/idem/internal/timeheap"
 )
 
-// Recheck is the longest a [Scheduler] waits before it reads the wall
+// SchedulerRecheck is the longest a [Scheduler] waits before it reads the wall
 // clock again. Its timers are monotonic and do not advance while the
 // machine is suspended, so a wake-up or a clock step is noticed within
-// Recheck at most.
-const Recheck = time.Minute
+// SchedulerRecheck at most.
+const SchedulerRecheck = time.Minute
 
 // DefaultMaxRunning is how many jobs a Scheduler runs at once unless
 // [WithMaxRunning] says otherwise.
 const DefaultMaxRunning = 8
 
-// ErrClosed is returned by [Scheduler.Run] after [Scheduler.Shutdown],
+// ErrSchedulerClosed is returned by [Scheduler.Run] after [Scheduler.Shutdown],
 // and by Add, AddTx and a second Run on a scheduler that has run.
-var ErrClosed = errors.New("idem: scheduler closed")
+var ErrSchedulerClosed = errors.New("idem: scheduler closed")
 
+// schedulerConfig is what a Scheduler's own options set (config.sched).
 type schedulerConfig struct {
-	defaults   []idem.Option // every job's defaults, before its own options
-	err        error         // the first invalid option's
+	defaults   []Option // every job's defaults, before its own options
+	err        error    // the first invalid option's
 	maxRunning int
 }
-
-// A schedulerSet is the payload of a Scheduler's own option.
-type schedulerSet func(*schedulerConfig) error
 
 // WithMaxRunning caps how many jobs of a Scheduler run at once (default
 // [DefaultMaxRunning]): a job that is due while n others run waits for one
 // of them to end, its Status showing why. Size it from the store's
 // connection budget: a running job holds a connection for each of its
 // writes, and its lease renewals. An n below 1 is an error matching
-// [idem.ErrInvalidOption].
-func WithMaxRunning(n int) idem.Option {
-	return core.NewOption("scheduler.WithMaxRunning", "scheduler", schedulerSet(func(c *schedulerConfig) error {
+// [ErrInvalidOption].
+func WithMaxRunning(n int) Option {
+	return newOption("WithMaxRunning", classScheduler, func(c *config) error {
 		if n < 1 {
-			return core.InvalidOption("scheduler.WithMaxRunning(%d): at least one job must be able to run", n)
+			return invalidOption("WithMaxRunning(%d): at least one job must be able to run", n)
 		}
-		c.maxRunning = n
+		c.sched.maxRunning = n
 		return nil
-	}))
+	})
 }
 
 // jobConfig is what a Scheduler needs of a job besides the catch-up's
@@ -70,19 +68,19 @@ type jobConfig struct {
 	tolerance   time.Duration
 }
 
-// A jobSet is the payload of a job's option.
-type jobSet func(*jobConfig) error
-
-func jobOption(name string, set jobSet) idem.Option { return core.NewOption(name, "job", set) }
+// jobOption is the job option named name: set sets the job's config.
+func jobOption(name string, set func(*jobConfig) error) Option {
+	return newOption(name, classJob, func(c *config) error { return set(&c.job) })
+}
 
 // WithJitter delays each due run of the job by a random duration in [0, d),
 // so that the replicas of a service, which all run the same jobs, do not
 // reach the store at the same instant. A negative d is an error matching
-// [idem.ErrInvalidOption].
-func WithJitter(d time.Duration) idem.Option {
-	return jobOption("scheduler.WithJitter", func(c *jobConfig) error {
+// [ErrInvalidOption].
+func WithJitter(d time.Duration) Option {
+	return jobOption("WithJitter", func(c *jobConfig) error {
 		if d < 0 {
-			return core.InvalidOption("scheduler.WithJitter(%v): the jitter must not be negative", d)
+			return invalidOption("WithJitter(%v): the jitter must not be negative", d)
 		}
 		c.jitter = d
 		return nil
@@ -93,22 +91,22 @@ func WithJitter(d time.Duration) idem.Option {
 // periods still run start at once, as a Run of its own key, alongside
 // them. By default the job waits: its periods run one after the other, in
 // order, each once the one before it has ended.
-func RunOverlapping() idem.Option {
-	return jobOption("scheduler.RunOverlapping", func(c *jobConfig) error { c.overlapping = true; return nil })
+func RunOverlapping() Option {
+	return jobOption("RunOverlapping", func(c *jobConfig) error { c.overlapping = true; return nil })
 }
 
-// WithLagTolerance makes the job unready ([Status.Ready]) once a
+// WithLagTolerance makes the job unready ([SchedulerStatus.Ready]) once a
 // due period has waited longer than d without being settled. The lag is
 // measured at every read of the status, from the due time of the oldest
 // period after the job's cursor as the Scheduler last read it: it grows
 // while the store fails, while a claim waits for a lock and while fn
 // hangs, not only once a catch-up returns. By default lag does not make a
 // job unready. A d of zero or less is an error matching
-// [idem.ErrInvalidOption].
-func WithLagTolerance(d time.Duration) idem.Option {
-	return jobOption("scheduler.WithLagTolerance", func(c *jobConfig) error {
+// [ErrInvalidOption].
+func WithLagTolerance(d time.Duration) Option {
+	return jobOption("WithLagTolerance", func(c *jobConfig) error {
 		if d <= 0 {
-			return core.InvalidOption("scheduler.WithLagTolerance(%v): the tolerance must be positive", d)
+			return invalidOption("WithLagTolerance(%v): the tolerance must be positive", d)
 		}
 		c.tolerance = d
 		return nil
@@ -125,14 +123,14 @@ func WithLagTolerance(d time.Duration) idem.Option {
 // one run each period, and a replica that starts reads where each job
 // stands from the store.
 //
-//	s := scheduler.New(ledger)
-//	err := s.Add("settle", idem.Daily(shanghai), settle)
+//	s := NewScheduler(ledger)
+//	err := s.Add("settle", Daily(shanghai), settle)
 //	go s.Run(ctx)
 //	defer s.Shutdown(context.Background())
 //
 // When: a period is due when it ends (with [DueAtStart], when it starts).
 // All jobs share one timer, set for the earliest due time; the Scheduler
-// also reads the wall clock at least every [Recheck], because monotonic
+// also reads the wall clock at least every [SchedulerRecheck], because monotonic
 // timers stand still while the machine is suspended. A wall clock that
 // jumps forward makes the periods in between due: they run under the job's
 // catch-up policy and caps ([CatchUpAll], [CatchUpLatest],
@@ -142,7 +140,7 @@ func WithLagTolerance(d time.Duration) idem.Option {
 // Guards ([WithGuard], as a job's option or the Scheduler's default) are
 // asked before each period's claim. One that refuses defers the job: nothing
 // is claimed or counted as a failure, [JobStatus].Deferred says why, and
-// the Scheduler looks at the job again at the next [Recheck], not at once.
+// the Scheduler looks at the job again at the next [SchedulerRecheck], not at once.
 //
 // A period another replica holds (ErrInProgress) is looked at again when
 // the holder's lease ends, as the store reported it (without a report: a
@@ -165,9 +163,9 @@ func WithLagTolerance(d time.Duration) idem.Option {
 // periods delay it; nor, in [AtLeastOnce], that fn runs once (see the
 // modes).
 type Scheduler struct {
-	store    idem.Store
+	store    Store
 	cfg      schedulerConfig
-	clock    idem.Clock
+	clock    Clock
 	logger   *slog.Logger
 	randInt  func(n int64) int64 // the jitter's randomness (a seam for tests)
 	checks   []runCheck          // asked before each run
@@ -202,16 +200,16 @@ type runCheck func(j *schedJob) (reason string)
 // schedJob is one job of a Scheduler and what the Scheduler knows of it.
 type schedJob struct {
 	name  string
-	sched idem.Schedule
-	opts  []idem.Option       // the Scheduler's defaults, then the job's own options
-	cu    catchupcfg.Settings // the job's catch-up settings (when its periods are due)
-	job   jobConfig           // the job's settings
-	lease time.Duration       // the job's lease
-	obs   func(idem.Result)   // the job's observers, the store's left out: what its fn's Each calls report to too
+	sched Schedule
+	opts  []Option        // the Scheduler's defaults, then the job's own options
+	cu    catchUpSettings // the job's catch-up settings (when its periods are due)
+	job   jobConfig       // the job's settings
+	lease time.Duration   // the job's lease
+	obs   func(Result)    // the job's observers, the store's left out: what its fn's Each calls report to too
 	// catchUp runs the job's catch-up with its options and extra; runOne
 	// runs one period of it (an overlapping job's) likewise.
-	catchUp func(ctx context.Context, extra []idem.Option) (catchup.Result, error)
-	runOne  func(ctx context.Context, key idem.Key, p idem.Period, extra []idem.Option) error
+	catchUp func(ctx context.Context, look *schedLook) (CatchUpResult, error)
+	runOne  func(ctx context.Context, key Key, p Period, extra []Option) error
 
 	index    int       // in the due heap; -1 when not in it
 	wake     time.Time // when to look at the job next
@@ -236,116 +234,102 @@ type schedJob struct {
 // job's lease).
 const holderProbe = time.Second
 
-// New returns a Scheduler whose jobs keep their periods in store. opts
+// NewScheduler returns a Scheduler whose jobs keep their periods in store. opts
 // are the Scheduler's: [WithMaxRunning], and the options of every call
-// (idem.WithLease, idem.WithBackoff, ...), which are the defaults of every
-// job (a job's own options override them); idem.WithClock and
-// idem.WithLogger also set the Scheduler's own clock and logger. An
+// (WithLease, WithBackoff, ...), which are the defaults of every
+// job (a job's own options override them); WithClock and
+// WithLogger also set the Scheduler's own clock and logger. An
 // invalid option makes Add and Run return its error.
 //
 // The store keeps each job's catch-up cursor: behind it there must be an
-// [idemstore.CatchUpStore] (idem.Ledger, idem.StateFile and the Postgres
+// [idemstore.CatchUpStore] (Ledger, StateFile and the Postgres
 // and Redis stores have one); another store makes Add and Run return an
 // error naming it. New panics if store is nil.
-func New(store idem.Store, opts ...idem.Option) *Scheduler {
+func NewScheduler(store Store, opts ...Option) *Scheduler {
 	if store == nil {
-		panic("scheduler: New needs a store")
+		panic("idem: NewScheduler needs a store")
 	}
 	s := &Scheduler{
 		store:    store,
-		cfg:      schedulerConfig{maxRunning: DefaultMaxRunning},
 		randInt:  rand.Int64N,
 		kick:     make(chan struct{}, 1),
 		finished: make(chan struct{}),
 		byName:   map[string]*schedJob{},
 	}
-	probe := core.Configure(store, "scheduler.New", opts)
-	s.cfg.err = probe.Err()
-	if _, err := core.StoreAs[idemstore.CatchUpStore]("scheduler.New", store); err != nil {
+	probe := configure(store, callScheduler, opts)
+	s.cfg = probe.sched
+	s.cfg.err = probe.err
+	if _, err := storeAs[idemstore.CatchUpStore]("NewScheduler", store); err != nil {
 		s.cfg.err = err
 	}
-	for _, p := range probe.Ext() {
-		if f, ok := p.(schedulerSet); ok {
-			if err := f(&s.cfg); err != nil && s.cfg.err == nil {
-				s.cfg.err = err
-			}
-		}
-	}
-	s.cfg.defaults = core.R.Plain(opts)
-	s.clock, s.logger = probe.Clock(), probe.Logger()
+	s.cfg.defaults = schedulerDefaults(opts)
+	s.clock, s.logger = probe.clock, probe.logger
 	s.checks = append(s.checks, s.slotCheck)
 	return s
 }
 
 // Add registers the job named job: fn runs once for each period of sched,
-// as in [catchup.Run], with opts (and the Scheduler's defaults). Jobs may
+// as in [CatchUp], with opts (and the Scheduler's defaults). Jobs may
 // be added before Run or while it runs.
 //
 // An invalid job name, option or schedule, or a name added twice, is an
-// error (idem.ErrInvalidOption for options; the job is not added). fn must
+// error (ErrInvalidOption for options; the job is not added). fn must
 // not be nil.
-func (s *Scheduler) Add(job string, sched idem.Schedule, fn func(ctx context.Context, p idem.Period) error, opts ...idem.Option) error {
+func (s *Scheduler) Add(job string, sched Schedule, fn func(ctx context.Context, p Period) error, opts ...Option) error {
 	if fn == nil || sched == nil {
-		panic("scheduler: Add needs a schedule and a fn")
+		panic("idem: Scheduler.Add needs a schedule and a fn")
 	}
-	return s.add(job, sched, "Scheduler.Add", opts, func(j *schedJob) {
-		j.catchUp = func(ctx context.Context, extra []idem.Option) (catchup.Result, error) {
-			return catchup.Run(ctx, s.store, j.name, j.sched, func(ctx context.Context, p idem.Period) error {
-				return fn(core.R.WithJobObserver(ctx, j.obs), p)
-			}, append(append([]idem.Option(nil), j.opts...), extra...)...)
+	return s.add(job, sched, callJob, opts, func(j *schedJob) {
+		j.catchUp = func(ctx context.Context, look *schedLook) (CatchUpResult, error) {
+			return catchUp(ctx, s.store, j.name, j.sched, func(ctx context.Context, p Period) error {
+				return fn(withJobObserver(ctx, j.obs), p)
+			}, j.opts, look)
 		}
-		j.runOne = func(ctx context.Context, key idem.Key, p idem.Period, extra []idem.Option) error {
-			return idem.RunOn(core.R.WithJobObserver(ctx, j.obs), s.store, key, func(ctx context.Context) error { return fn(ctx, p) },
-				append(core.R.Plain(j.opts), extra...)...)
+		j.runOne = func(ctx context.Context, key Key, p Period, extra []Option) error {
+			return RunOn(withJobObserver(ctx, j.obs), s.store, key, func(ctx context.Context) error { return fn(ctx, p) },
+				append(runOptions(j.opts), extra...)...)
 		}
 	})
 }
 
 // AddTx registers a transactional job, as [Scheduler.Add] does a plain
-// one: each period runs through [catchup.RunTx], and fn's writes, the
+// one: each period runs through [CatchUpTx], and fn's writes, the
 // period's done mark and the job's cursor commit in one transaction of the
 // store's database. The store behind the Scheduler's must be an
 // [idemstore.CatchUpTxStore] of Tx (a Ledger's is *sql.Tx); otherwise AddTx
 // returns an error and adds nothing.
-func AddTx[Tx any](s *Scheduler, job string, sched idem.Schedule, fn func(ctx context.Context, tx Tx, p idem.Period) error, opts ...idem.Option) error {
+func AddTx[Tx any](s *Scheduler, job string, sched Schedule, fn func(ctx context.Context, tx Tx, p Period) error, opts ...Option) error {
 	if fn == nil || sched == nil {
-		panic("scheduler: AddTx needs a schedule and a fn")
+		panic("idem: AddTx needs a schedule and a fn")
 	}
-	cs, err := core.StoreAs[idemstore.CatchUpTxStore[Tx]]("scheduler.AddTx "+job, s.store)
+	cs, err := storeAs[idemstore.CatchUpTxStore[Tx]]("AddTx "+job, s.store)
 	if err != nil {
 		return err
 	}
-	ts := core.TxStore[Tx](cs)
-	return s.add(job, sched, "scheduler.AddTx", opts, func(j *schedJob) {
-		j.catchUp = func(ctx context.Context, extra []idem.Option) (catchup.Result, error) {
-			return catchup.RunTx(ctx, ts, j.name, j.sched, func(ctx context.Context, tx Tx, p idem.Period) error {
-				return fn(core.R.WithJobObserver(ctx, j.obs), tx, p)
-			}, append(append([]idem.Option(nil), j.opts...), extra...)...)
+	ts := TxStoreOf[Tx](cs)
+	return s.add(job, sched, callJobTx, opts, func(j *schedJob) {
+		j.catchUp = func(ctx context.Context, look *schedLook) (CatchUpResult, error) {
+			return catchUpTx(ctx, ts, j.name, j.sched, func(ctx context.Context, tx Tx, p Period) error {
+				return fn(withJobObserver(ctx, j.obs), tx, p)
+			}, j.opts, look)
 		}
-		j.runOne = func(ctx context.Context, key idem.Key, p idem.Period, extra []idem.Option) error {
-			return idem.RunTx(core.R.WithJobObserver(ctx, j.obs), ts, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) },
-				append(core.R.Plain(j.opts), extra...)...)
+		j.runOne = func(ctx context.Context, key Key, p Period, extra []Option) error {
+			return RunTx(withJobObserver(ctx, j.obs), ts, key, func(ctx context.Context, tx Tx) error { return fn(ctx, tx, p) },
+				append(runOptions(j.opts), extra...)...)
 		}
 	})
 }
 
 // add adds the job named job, whose call (Scheduler.Add or AddTx) took
 // opts; set sets its runs.
-func (s *Scheduler) add(job string, sched idem.Schedule, call string, opts []idem.Option, set func(*schedJob)) error {
+func (s *Scheduler) add(job string, sched Schedule, cl call, opts []Option, set func(*schedJob)) error {
 	if err := s.cfg.err; err != nil {
 		return fmt.Errorf("idem: Scheduler.Add %s: %w", job, err)
 	}
-	all := append(append([]idem.Option(nil), s.cfg.defaults...), opts...)
-	cfg := core.Configure(s.store, call, all)
-	cu, err := catchupcfg.Of(cfg.Ext())
-	cfg.Keep(err)
-	var jc jobConfig
-	for _, p := range cfg.Ext() {
-		if f, ok := p.(jobSet); ok {
-			cfg.Keep(f(&jc))
-		}
-	}
-	if err := cfg.Err(); err != nil {
+	all := append(append([]Option(nil), s.cfg.defaults...), opts...)
+	cfg := configure(s.store, cl, all)
+	cu, jc := cfg.catchUp, cfg.job
+	if err := cfg.err; err != nil {
 		return fmt.Errorf("idem: Scheduler.Add %s: %w", job, err)
 	}
 	if err := idemstore.ValidateJob(job); err != nil {
@@ -354,7 +338,7 @@ func (s *Scheduler) add(job string, sched idem.Schedule, call string, opts []ide
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state >= schedStopping {
-		return ErrClosed
+		return ErrSchedulerClosed
 	}
 	if _, dup := s.byName[job]; dup {
 		return fmt.Errorf("idem: Scheduler.Add %s: a job of this name was added already", job)
@@ -362,20 +346,20 @@ func (s *Scheduler) add(job string, sched idem.Schedule, call string, opts []ide
 	if jc.overlapping && len(cu.Deps) > 0 {
 		// An overlapping period runs on its own, outside the catch-up
 		// that checks what it waits for.
-		return fmt.Errorf("idem: Scheduler.Add %s: %w: scheduler.RunOverlapping with catchup.After or AfterPrevious: a period that waits cannot run alongside others",
-			job, idem.ErrInvalidOption)
+		return fmt.Errorf("idem: Scheduler.Add %s: %w: RunOverlapping with After or AfterPrevious: a period that waits cannot run alongside others",
+			job, ErrInvalidOption)
 	}
 	if err := s.checkDeps(job, sched, cu.Deps); err != nil {
 		return err
 	}
 	// What the job's catch-up takes: all but the job's own settings.
-	var cuOpts []idem.Option
+	var cuOpts []Option
 	for _, o := range all {
-		if _, own := core.R.Payload(o).(jobSet); !own {
+		if o == nil || o.option().class != classJob {
 			cuOpts = append(cuOpts, o)
 		}
 	}
-	j := &schedJob{name: job, sched: sched, opts: cuOpts, cu: cu, job: jc, lease: cfg.Lease(), obs: core.R.Observers(all), index: -1}
+	j := &schedJob{name: job, sched: sched, opts: cuOpts, cu: cu, job: jc, lease: cfg.lease, obs: observersOf(all), index: -1}
 	set(j)
 	j.st = JobStatus{Job: job, Schedule: sched.String()}
 	s.jobs = append(s.jobs, j)
@@ -408,11 +392,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.state != schedIdle {
 		s.mu.Unlock()
-		return ErrClosed
+		return ErrSchedulerClosed
 	}
 	if err := s.cfg.err; err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("idem: scheduler.New: %w", err)
+		return fmt.Errorf("idem: NewScheduler: %w", err)
 	}
 	s.state = schedRunning
 	work, hard := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -436,7 +420,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			break
 		}
 		s.dispatchWork(work, now)
-		wake := now.Add(Recheck)
+		wake := now.Add(SchedulerRecheck)
 		if len(s.due) > 0 && s.due[0].wake.Before(wake) {
 			wake = s.due[0].wake
 		}
@@ -463,14 +447,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	s.stopRelays()
 	s.runs.Wait()
-	hard(ErrClosed)
+	hard(ErrSchedulerClosed)
 	s.mu.Lock()
 	s.state = schedStopped
 	s.mu.Unlock()
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	return ErrClosed
+	return ErrSchedulerClosed
 }
 
 // Shutdown stops the Scheduler gracefully: no run starts any more, and no
@@ -618,17 +602,13 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	// The Scheduler's own settings of the job's catch-up: it stops when
 	// the Scheduler does, it is a look rather than a trigger, and it tells
 	// the job's cursor as it goes.
-	look := core.NewOption("scheduler", "internal", catchupcfg.Set(func(st *catchupcfg.Settings) error {
-		st.Stop, st.Scheduled = s.stopping, true
-		st.Progress = func(cursor string) {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			j.cursor = cursor
-		}
-		return nil
-	}))
-	sctx, endSpan := idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanSlot, Key: idem.Key{Job: j.name}})
-	res, err := j.catchUp(sctx, []idem.Option{look})
+	look := &schedLook{stop: s.stopping, progress: func(cursor string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		j.cursor = cursor
+	}}
+	sctx, endSpan := idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanSlot, Key: Key{Job: j.name}})
+	res, err := j.catchUp(sctx, look)
 	endSpan(idemstore.SpanEnd{Err: err, Attrs: []idemstore.Attr{{Key: idemstore.AttrPeriods, Value: len(res.Periods)}}})
 	now := s.clock.Now()
 	s.mu.Lock()
@@ -641,7 +621,7 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 		j.cursor = res.Cursor
 	}
 	waiting := ""
-	if n := len(res.Periods); n > 0 && res.Periods[n-1].Outcome == idem.Waiting {
+	if n := len(res.Periods); n > 0 && res.Periods[n-1].Outcome == Waiting {
 		pr := res.Periods[n-1]
 		waiting = pr.Period.Name + " waits for " + pr.Waiting.String()
 	}
@@ -653,7 +633,7 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	if j.index >= 0 { // an overlapping job, looked at while its catch-up ran
 		wake = earliest(wake, j.wake)
 	}
-	var ie *idem.Error
+	var ie *Error
 	deferred := ""
 	switch {
 	case s.state >= schedStopping:
@@ -661,24 +641,24 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	case err == nil && waiting != "":
 		// Its upstream's done marks wake it: this Scheduler's at once
 		// (wakeDependents), another replica's at the next recheck.
-		wake = earliest(wake, now.Add(Recheck))
+		wake = earliest(wake, now.Add(SchedulerRecheck))
 	case err == nil && res.Deferred > 0:
 		wake = now // the cap: go on, after the others due now
 	case err == nil && res.Cursor != "" && !s.oldestDue(j, now).IsZero() && len(res.Periods) > 0:
 		wake = now // due since the catch-up looked
-	case errors.As(err, &ie) && ie.Outcome == idem.BackingOff && !ie.NotBefore.IsZero():
+	case errors.As(err, &ie) && ie.Outcome == BackingOff && !ie.NotBefore.IsZero():
 		wake = earliest(wake, ie.NotBefore)
-	case errors.As(err, &ie) && ie.Outcome == idem.InProgress:
+	case errors.As(err, &ie) && ie.Outcome == InProgress:
 		wake = s.watchHolder(j, ie, now, wake)
-	case errors.As(err, &ie) && ie.Outcome == idem.LeaseLost:
+	case errors.As(err, &ie) && ie.Outcome == LeaseLost:
 		// A newer attempt holds the period: if it died, its lease ends.
 		wake = earliest(wake, now.Add(j.lease))
-	case errors.As(err, &ie) && ie.Outcome == idem.Deferred:
+	case errors.As(err, &ie) && ie.Outcome == Deferred:
 		// A guard or a breaker said this host cannot take more now: nothing
 		// was claimed. Look again at the next recheck (an open breaker: when
 		// it lets a probe through), not at once.
-		next := now.Add(Recheck)
-		var d *idem.Deferral
+		next := now.Add(SchedulerRecheck)
+		var d *Deferral
 		if errors.As(err, &d) {
 			deferred = d.Error()
 			if d.Until.After(now) {
@@ -686,14 +666,14 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 			}
 		}
 		wake = earliest(wake, next)
-	case errors.As(err, &ie) && (ie.Outcome == idem.Parked || ie.Outcome == idem.Unknown || ie.Outcome == idem.ParamsMismatch):
+	case errors.As(err, &ie) && (ie.Outcome == Parked || ie.Outcome == Unknown || ie.Outcome == ParamsMismatch):
 		// A person must settle it; look again at the next due time.
 	case err != nil:
 		if s.logger != nil {
 			s.logger.LogAttrs(context.Background(), slog.LevelWarn, "idem: scheduler: catch-up failed",
 				slog.String("job", j.name), slog.Any("error", err))
 		}
-		wake = earliest(wake, now.Add(Recheck))
+		wake = earliest(wake, now.Add(SchedulerRecheck))
 	}
 	j.st.Deferred = deferred
 	if err != nil && deferred == "" {
@@ -710,7 +690,7 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 // lease ends, as the store reported it (a lease from now, if it did not
 // or if its clock is behind this one); and, if the holder is a process of
 // this host, as soon as a probe finds it dead (see dispatchWork).
-func (s *Scheduler) watchHolder(j *schedJob, ie *idem.Error, now, slot time.Time) time.Time {
+func (s *Scheduler) watchHolder(j *schedJob, ie *Error, now, slot time.Time) time.Time {
 	until := ie.LeaseUntil
 	if !until.After(now) {
 		until = now.Add(j.lease)
@@ -749,11 +729,11 @@ func (s *Scheduler) oldestDue(j *schedJob, now time.Time) time.Time {
 }
 
 // runOne runs the single period p of an overlapping job.
-func (s *Scheduler) runOne(ctx context.Context, j *schedJob, p idem.Period) {
-	var r idem.Result
-	key := idem.Key{Job: j.name, Period: p.Name}
+func (s *Scheduler) runOne(ctx context.Context, j *schedJob, p Period) {
+	var r Result
+	key := Key{Job: j.name, Period: p.Name}
 	sctx, endSpan := idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanSlot, Key: key})
-	err := j.runOne(sctx, key, p, []idem.Option{idem.ReportTo(&r)})
+	err := j.runOne(sctx, key, p, []Option{ReportTo(&r)})
 	endSpan(idemstore.SpanEnd{Outcome: r.Outcome.String(), Err: err})
 	now := s.clock.Now()
 	s.mu.Lock()
@@ -761,7 +741,7 @@ func (s *Scheduler) runOne(ctx context.Context, j *schedJob, p idem.Period) {
 	s.running--
 	j.extra--
 	j.st.Running = j.catching || j.extra > 0
-	s.record(j, []catchup.PeriodResult{{Period: p, Outcome: r.Outcome, Err: err}}, now, false)
+	s.record(j, []PeriodResult{{Period: p, Outcome: r.Outcome, Err: err}}, now, false)
 	if s.state < schedStopping {
 		// The next catch-up settles the cursor over it, or retries it.
 		s.schedule(j, earliest(j.wake, now))
@@ -773,20 +753,20 @@ func (s *Scheduler) runOne(ctx context.Context, j *schedJob, p idem.Period) {
 // periods (all of them: it stops at, or goes past, every parked or unknown
 // one after the cursor) set the parked and unknown counts; an overlapping
 // run's only add to them.
-func (s *Scheduler) record(j *schedJob, periods []catchup.PeriodResult, now time.Time, catchUp bool) {
+func (s *Scheduler) record(j *schedJob, periods []PeriodResult, now time.Time, catchUp bool) {
 	parked, unknown, mismatched := 0, 0, 0
 	for _, pr := range periods {
 		j.st.LastPeriod, j.st.LastOutcome, j.st.LastAt = pr.Period.Name, pr.Outcome, now
 		switch pr.Outcome {
-		case idem.Ran, idem.Recovered, idem.AlreadyDone:
+		case Ran, Recovered, AlreadyDone:
 			if pr.Err == nil {
 				j.st.LastSuccess = now
 			}
-		case idem.Parked:
+		case Parked:
 			parked++
-		case idem.Unknown:
+		case Unknown:
 			unknown++
-		case idem.ParamsMismatch:
+		case ParamsMismatch:
 			mismatched++
 		}
 	}
@@ -810,7 +790,7 @@ func (s *Scheduler) nextWake(j *schedJob, now time.Time) time.Time {
 	return next
 }
 
-func mustParse(sched idem.Schedule, name string) idem.Period {
+func mustParse(sched Schedule, name string) Period {
 	p, err := sched.Parse(name)
 	if err != nil {
 		panic(fmt.Sprintf("idem: scheduler: period %q of %s: %v", name, sched, err))
@@ -828,3 +808,52 @@ func earliest(a, b time.Time) time.Time {
 // HeapTime and HeapIndex place a job in the heap of jobs by wake time.
 func (j *schedJob) HeapTime() time.Time { return j.wake }
 func (j *schedJob) HeapIndex() *int     { return &j.index }
+
+// schedLook is a Scheduler's own part of a job's catch-up: it stops when
+// the Scheduler does (stop), it is a look rather than a trigger, and it
+// tells the job's cursor as it goes (progress).
+type schedLook struct {
+	stop     func() bool
+	progress func(cursor string)
+}
+
+// set sets the look's part of cu.
+func (l *schedLook) set(cu *catchUpSettings) {
+	cu.Stop, cu.Scheduled, cu.Progress = l.stop, true, l.progress
+}
+
+// schedulerDefaults is opts without the Scheduler's own: every job's
+// defaults (nil ones kept, for their error).
+func schedulerDefaults(opts []Option) []Option {
+	var out []Option
+	for _, o := range opts {
+		if o == nil || o.option().class != classScheduler {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// withJobObserver is ctx carrying f, the observers of a Scheduler's job:
+// the Each and EachTx calls of its fn report to them too.
+func withJobObserver(ctx context.Context, f func(Result)) context.Context {
+	if f == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, jobObserverKey{}, f)
+}
+
+// observersOf is the observers (OnResult) among opts, called in order;
+// nil if none.
+func observersOf(opts []Option) func(Result) {
+	var f func(Result)
+	for _, o := range opts {
+		if o != nil && o.option().class == classCommon {
+			c := &config{}
+			if o.option().apply(c) == nil {
+				f = chainObservers(f, c.observer)
+			}
+		}
+	}
+	return f
+}

@@ -1,36 +1,32 @@
-package scheduler
+package idem
 
 import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
-	"github.com/idemgo/idem/internal/catchupcfg"
 )
 
 // checkDeps checks the dependencies of job, about to be added with sched
-// (catchup.After, AfterPrevious), against the jobs added before: a cycle
+// (After, AfterPrevious), against the jobs added before: a cycle
 // (job waits for itself through others), or SamePeriod between jobs of
-// different schedules, is an error matching idem.ErrInvalidOption; a job
+// different schedules, is an error matching ErrInvalidOption; a job
 // added earlier that waits for job with SamePeriod is checked too. A
 // dependency on a job this Scheduler does not run is no error: another
 // process may run it (its periods wait, and say so, until it has). Called
 // with s.mu held.
-func (s *Scheduler) checkDeps(job string, sched idem.Schedule, deps []catchupcfg.Dep) error {
+func (s *Scheduler) checkDeps(job string, sched Schedule, deps []catchUpDep) error {
 	for _, d := range deps {
 		up, ok := s.byName[d.Job]
 		if ok && d.SameCalendar && up.sched.String() != sched.String() {
-			return fmt.Errorf("idem: Scheduler.Add %s: %w: catchup.After(%q, SamePeriod()): the jobs' schedules differ (%s, %s): map the periods with Within or MapFunc",
-				job, idem.ErrInvalidOption, d.Job, sched, up.sched)
+			return fmt.Errorf("idem: Scheduler.Add %s: %w: After(%q, SamePeriod()): the jobs' schedules differ (%s, %s): map the periods with Within or MapFunc",
+				job, ErrInvalidOption, d.Job, sched, up.sched)
 		}
 	}
 	for _, other := range s.jobs {
 		for _, d := range other.cu.Deps {
 			if d.Job == job && d.SameCalendar && other.sched.String() != sched.String() {
-				return fmt.Errorf("idem: Scheduler.Add %s: %w: job %q waits for it with catchup.After(%q, SamePeriod()), but the schedules differ (%s, %s)",
-					job, idem.ErrInvalidOption, other.name, job, other.sched, sched)
+				return fmt.Errorf("idem: Scheduler.Add %s: %w: job %q waits for it with After(%q, SamePeriod()), but the schedules differ (%s, %s)",
+					job, ErrInvalidOption, other.name, job, other.sched, sched)
 			}
 		}
 	}
@@ -63,7 +59,7 @@ func (s *Scheduler) checkDeps(job string, sched idem.Schedule, deps []catchupcfg
 				cycle = append(cycle, path[i])
 			}
 			return fmt.Errorf("idem: Scheduler.Add %s: %w: the dependencies make a cycle: %s",
-				job, idem.ErrInvalidOption, strings.Join(cycle, " waits for "))
+				job, ErrInvalidOption, strings.Join(cycle, " waits for "))
 		}
 	}
 	return nil
@@ -86,9 +82,9 @@ func (s *Scheduler) wakeDependents(upstream string, now time.Time) {
 }
 
 // settledSome reports whether a catch-up settled one of periods now.
-func settledSome(periods []catchup.PeriodResult) bool {
+func settledSome(periods []PeriodResult) bool {
 	for _, pr := range periods {
-		if pr.Err == nil && (pr.Outcome == idem.Ran || pr.Outcome == idem.Recovered || pr.Outcome == idem.AlreadyDone || pr.Outcome == idem.Skipped) {
+		if pr.Err == nil && (pr.Outcome == Ran || pr.Outcome == Recovered || pr.Outcome == AlreadyDone || pr.Outcome == Skipped) {
 			return true
 		}
 	}

@@ -1,4 +1,4 @@
-package scheduler_test
+package idem_test
 
 import (
 	"context"
@@ -9,20 +9,18 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testwait"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // TestSchedulerWakesWaitingJob: in one Scheduler, a job whose period waits
-// for another job's (catchup.After) says so in its status, is not claimed
+// for another job's (idem.After) says so in its status, is not claimed
 // while it waits, and runs as soon as the upstream period is done — on
 // the same instant of the fake clock, without waiting for a recheck.
 func TestSchedulerWakesWaitingJob(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var mu sync.Mutex
 	var order []string
 	note := func(job string, p idem.Period) {
@@ -33,7 +31,7 @@ func TestSchedulerWakesWaitingJob(t *testing.T) {
 	if err := s.Add("mail", idem.Daily(time.UTC), func(_ context.Context, p idem.Period) error {
 		note("mail", p)
 		return nil
-	}, catchup.After("settle", catchup.SamePeriod())); err != nil {
+	}, idem.After("settle", idem.SamePeriod())); err != nil {
 		t.Fatal(err)
 	}
 	mailWaits := func() bool {
@@ -84,27 +82,27 @@ func TestSchedulerRefusesBadDependencies(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	fn := func(context.Context, idem.Period) error { return nil }
 	daily, hourly := idem.Daily(time.UTC), idem.Hourly(time.UTC)
-	s := scheduler.New(l)
-	if err := s.Add("a", daily, fn, catchup.After("b", catchup.SamePeriod())); err != nil {
+	s := idem.NewScheduler(l)
+	if err := s.Add("a", daily, fn, idem.After("b", idem.SamePeriod())); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Add("b", daily, fn, catchup.After("c", catchup.SamePeriod())); err != nil {
+	if err := s.Add("b", daily, fn, idem.After("c", idem.SamePeriod())); err != nil {
 		t.Fatal(err)
 	}
-	err := s.Add("c", daily, fn, catchup.After("a", catchup.SamePeriod()))
+	err := s.Add("c", daily, fn, idem.After("a", idem.SamePeriod()))
 	if !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), "cycle: c waits for a waits for b waits for c") {
 		t.Fatalf("a cycle: %v", err)
 	}
-	err = s.Add("d", hourly, fn, catchup.After("a", catchup.SamePeriod()))
+	err = s.Add("d", hourly, fn, idem.After("a", idem.SamePeriod()))
 	if !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), "schedules differ") {
 		t.Fatalf("SamePeriod across schedules: %v", err)
 	}
-	err = s.Add("e", daily, fn, scheduler.RunOverlapping(), catchup.AfterPrevious())
+	err = s.Add("e", daily, fn, idem.RunOverlapping(), idem.AfterPrevious())
 	if !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), "RunOverlapping") {
 		t.Fatalf("RunOverlapping with a dependency: %v", err)
 	}
-	s2 := scheduler.New(l)
-	if err := s2.Add("report", daily, fn, catchup.After("hourly", catchup.SamePeriod())); err != nil {
+	s2 := idem.NewScheduler(l)
+	if err := s2.Add("report", daily, fn, idem.After("hourly", idem.SamePeriod())); err != nil {
 		t.Fatal(err)
 	}
 	err = s2.Add("hourly", hourly, fn)
@@ -114,7 +112,7 @@ func TestSchedulerRefusesBadDependencies(t *testing.T) {
 	if err := s2.Add("h2", hourly, fn); err != nil {
 		t.Fatal(err)
 	}
-	if err := s2.Add("d2", daily, fn, catchup.After("h2", catchup.Within(hourly)), catchup.After("elsewhere", catchup.SamePeriod())); err != nil {
+	if err := s2.Add("d2", daily, fn, idem.After("h2", idem.Within(hourly)), idem.After("elsewhere", idem.SamePeriod())); err != nil {
 		t.Fatalf("Within across schedules, and a job run elsewhere: %v", err)
 	}
 }
@@ -126,11 +124,11 @@ func TestSchedulerWaitingAcrossReplicas(t *testing.T) {
 	dir := t.TempDir()
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
 	fn := func(context.Context, idem.Period) error { return nil }
-	mailer := scheduler.New(openLedger(t, dir), idem.WithClock(clk))
-	if err := mailer.Add("mail", idem.Daily(time.UTC), fn, catchup.After("settle", catchup.SamePeriod())); err != nil {
+	mailer := idem.NewScheduler(openLedger(t, dir), idem.WithClock(clk))
+	if err := mailer.Add("mail", idem.Daily(time.UTC), fn, idem.After("settle", idem.SamePeriod())); err != nil {
 		t.Fatal(err)
 	}
-	settler := scheduler.New(openLedger(t, dir), idem.WithClock(clk))
+	settler := idem.NewScheduler(openLedger(t, dir), idem.WithClock(clk))
 	if err := settler.Add("settle", idem.Daily(time.UTC), fn); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +136,7 @@ func TestSchedulerWaitingAcrossReplicas(t *testing.T) {
 	schedtest.Idle(t, mailer, clk.Now())
 	startScheduler(t, settler)
 	schedtest.Idle(t, settler, clk.Now())
-	clk.Advance(scheduler.Recheck)
+	clk.Advance(idem.SchedulerRecheck)
 	schedtest.Idle(t, mailer, clk.Now())
 	l := openLedger(t, dir)
 	mail := mustLookup(t, l, idem.Key{Job: "mail", Period: "2026-02-28"})

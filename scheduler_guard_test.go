@@ -1,4 +1,4 @@
-package scheduler_test
+package idem_test
 
 import (
 	"context"
@@ -11,9 +11,7 @@ import (
 	"github.com/idemgo/idem/guard"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/internal/schedtest"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // TestSchedulerGuardDefers: a guard that refuses defers a due job: fn does
@@ -33,7 +31,7 @@ func TestSchedulerGuardDefers(t *testing.T) {
 		}
 		return nil
 	})
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var c calls
 	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, idem.WithGuard(guard)); err != nil {
 		t.Fatal(err)
@@ -50,14 +48,14 @@ func TestSchedulerGuardDefers(t *testing.T) {
 	if !strings.Contains(j.Deferred, "guard partner: partner API answers 503") || j.LastError != "" || !j.Ready || !st.Ready {
 		t.Fatalf("status while deferred: %+v", st)
 	}
-	if want := clk.Now().Add(scheduler.Recheck); !j.NextRun.Equal(want) {
+	if want := clk.Now().Add(idem.SchedulerRecheck); !j.NextRun.Equal(want) {
 		t.Errorf("NextRun while deferred: %v, want the next recheck %v", j.NextRun, want)
 	}
 	n := asked.Load()
 	if n == 0 {
 		t.Fatal("the guard was never asked")
 	}
-	clk.Advance(scheduler.Recheck)
+	clk.Advance(idem.SchedulerRecheck)
 	schedtest.Idle(t, s, clk.Now())
 	if got := asked.Load(); got != n+1 {
 		t.Errorf("after a recheck the guard was asked %d more times, want 1", got-n)
@@ -65,7 +63,7 @@ func TestSchedulerGuardDefers(t *testing.T) {
 	wantPeriods(t, "still refused", c.get())
 
 	blocked.Store(false)
-	clk.Advance(scheduler.Recheck)
+	clk.Advance(idem.SchedulerRecheck)
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "after the guard let it", c.get(), "2026-03-01T09:00Z")
 	if rec := mustLookup(t, l, key); rec.Status != idem.StatusDone || rec.Attempt != 1 {
@@ -86,9 +84,9 @@ func TestSchedulerParams(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
 	ctx := context.Background()
 	// An earlier deployment, with rate table v1, failed 09:00 and died.
-	_, err := catchup.Run(ctx, l, "settle", idem.Hourly(time.UTC),
+	_, err := idem.CatchUp(ctx, l, "settle", idem.Hourly(time.UTC),
 		func(context.Context, idem.Period) error { return errors.New("downstream timeout") },
-		idem.WithParams("rates-v1"), idem.WithClock(clk), catchup.Latest(), idem.OneAttempt())
+		idem.WithParams("rates-v1"), idem.WithClock(clk), idem.CatchUpLatest(), idem.OneAttempt())
 	if err == nil {
 		t.Fatal("the v1 catch-up did not fail")
 	}
@@ -100,9 +98,9 @@ func TestSchedulerParams(t *testing.T) {
 
 	// The new deployment runs with v2, after the backoff.
 	clk.Advance(time.Hour / 2) // 11:00: 10:00 is due too
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var c calls
-	if err := s.Add("settle", idem.Hourly(time.UTC), c.fn, idem.WithParams("rates-v2"), catchup.All(0)); err != nil {
+	if err := s.Add("settle", idem.Hourly(time.UTC), c.fn, idem.WithParams("rates-v2"), idem.CatchUpAll(0)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
@@ -126,7 +124,7 @@ func TestSchedulerParams(t *testing.T) {
 	if err := l.Reset(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(scheduler.Recheck)
+	clk.Advance(idem.SchedulerRecheck)
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "after a reset", c.get())
 	if j := s.Status().Jobs[0]; j.Ready || j.ParamsMismatch != 1 {
@@ -162,11 +160,11 @@ func TestSchedulerParamsDeploy(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
 	ctx := context.Background()
-	if _, err := catchup.Run(ctx, l, "settle", idem.Hourly(time.UTC), func(context.Context, idem.Period) error { return nil },
+	if _, err := idem.CatchUp(ctx, l, "settle", idem.Hourly(time.UTC), func(context.Context, idem.Period) error { return nil },
 		idem.WithParams("rates-v1"), idem.WithClock(clk)); err != nil {
 		t.Fatal(err)
 	}
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var c calls
 	if err := s.Add("settle", idem.Hourly(time.UTC), c.fn, idem.WithParams("rates-v2")); err != nil {
 		t.Fatal(err)

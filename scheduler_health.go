@@ -1,4 +1,4 @@
-package scheduler
+package idem
 
 import (
 	"context"
@@ -6,9 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
-	"github.com/idemgo/idem/internal/core"
 )
 
 // JobStatus is what a [Scheduler] knows of one job: from its own runs, and
@@ -23,10 +21,10 @@ type JobStatus struct {
 	NextRun time.Time `json:"next_run"`
 	// The last period handled (ran, found done, failed...), its outcome
 	// and when; LastError is the error of the last catch-up, if it failed.
-	LastPeriod  string       `json:"last_period,omitempty"`
-	LastOutcome idem.Outcome `json:"last_outcome,omitempty"`
-	LastAt      time.Time    `json:"last_at"`
-	LastError   string       `json:"last_error,omitempty"`
+	LastPeriod  string    `json:"last_period,omitempty"`
+	LastOutcome Outcome   `json:"last_outcome,omitempty"`
+	LastAt      time.Time `json:"last_at"`
+	LastError   string    `json:"last_error,omitempty"`
 	// LastSuccess is when a period last ran successfully, or was found
 	// done by another replica.
 	LastSuccess time.Time `json:"last_success"`
@@ -65,7 +63,7 @@ type JobStatus struct {
 	// WithLagTolerance.
 	Deferred string `json:"deferred,omitempty"`
 	// Waiting says which period of the job waits for which periods of
-	// other jobs (catchup.After), as its last catch-up found them:
+	// other jobs (After), as its last catch-up found them:
 	// "2026-10-27 waits for settle/2026-10-27 (not run yet)". A waiting
 	// job is ready; it turns unready once it lags more than its
 	// WithLagTolerance, and the upstream job whose period is unknown is
@@ -79,8 +77,8 @@ type JobStatus struct {
 	Why   string `json:"why,omitempty"`
 }
 
-// Status is the status of a Scheduler and its jobs.
-type Status struct {
+// SchedulerStatus is the status of a Scheduler and its jobs.
+type SchedulerStatus struct {
 	// Ready is true when every job is.
 	Ready bool `json:"ready"`
 	// Checked is the wall-clock time the Scheduler last looked at its
@@ -94,11 +92,11 @@ type Status struct {
 
 // Status returns the status of the Scheduler's jobs, in the order they
 // were added, as of now on the Scheduler's clock.
-func (s *Scheduler) Status() Status {
+func (s *Scheduler) Status() SchedulerStatus {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Status{Ready: true, Checked: s.checked, Jobs: make([]JobStatus, 0, len(s.jobs))}
+	st := SchedulerStatus{Ready: true, Checked: s.checked, Jobs: make([]JobStatus, 0, len(s.jobs))}
 	for _, j := range s.jobs {
 		js := j.st
 		if oldest := s.oldestDue(j, now); !oldest.IsZero() && now.After(oldest) {
@@ -147,7 +145,7 @@ func UnreadyWhenParked() HandlerOption { return func(c *handlerConfig) { c.parke
 // no lag (for 2 seconds at most: a store that does not answer leaves this
 // Scheduler's knowledge). With the query
 // ?live, it answers 200 whenever the Scheduler's loop has looked at its
-// jobs within twice [Recheck], a liveness probe.
+// jobs within twice [SchedulerRecheck], a liveness probe.
 func (s *Scheduler) Handler(opts ...HandlerOption) http.Handler {
 	var c handlerConfig
 	for _, o := range opts {
@@ -167,7 +165,7 @@ func (s *Scheduler) Handler(opts ...HandlerOption) http.Handler {
 		}
 		code := http.StatusOK
 		if _, live := r.URL.Query()["live"]; live {
-			if st.Checked.IsZero() || s.clock.Now().Sub(st.Checked) > 2*Recheck {
+			if st.Checked.IsZero() || s.clock.Now().Sub(st.Checked) > 2*SchedulerRecheck {
 				code = http.StatusServiceUnavailable
 			}
 		} else if !st.Ready {
@@ -204,7 +202,7 @@ func (s *Scheduler) readCursors(ctx context.Context) {
 	if len(lagging) == 0 {
 		return
 	}
-	cs, err := core.StoreAs[idemstore.CatchUpStore]("scheduler.Handler", s.store)
+	cs, err := storeAs[idemstore.CatchUpStore]("Handler", s.store)
 	if err != nil {
 		return
 	}

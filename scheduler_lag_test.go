@@ -1,4 +1,4 @@
-package scheduler_test
+package idem_test
 
 import (
 	"context"
@@ -13,12 +13,10 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/internal/testwait"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // downStore is a real store that fails, while down is set, as a store
@@ -45,7 +43,7 @@ func (d *downStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idem
 }
 
 // healthz is the status code of s's readiness probe.
-func healthz(s *scheduler.Scheduler) int {
+func healthz(s *idem.Scheduler) int {
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
 	return rec.Code
@@ -53,7 +51,7 @@ func healthz(s *scheduler.Scheduler) int {
 
 // wantLagging checks that s is unready, lagging lag, with 503 from its
 // probe; or ready with lag 0 and 200 when lag is 0.
-func wantLagging(t *testing.T, what string, s *scheduler.Scheduler, lag time.Duration) {
+func wantLagging(t *testing.T, what string, s *idem.Scheduler, lag time.Duration) {
 	t.Helper()
 	st := s.Status()
 	j := st.Jobs[0]
@@ -76,9 +74,9 @@ func wantLagging(t *testing.T, what string, s *scheduler.Scheduler, lag time.Dur
 func TestSchedulerLagWhileStoreDown(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
 	st := &downStore{CatchUpStore: testledger.As[idemstore.CatchUpStore](t, openLedger(t, t.TempDir()))}
-	s := scheduler.New(st, idem.WithClock(clk))
+	s := idem.NewScheduler(st, idem.WithClock(clk))
 	var c calls
-	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, scheduler.WithLagTolerance(10*time.Minute)); err != nil {
+	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, idem.WithLagTolerance(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
@@ -99,7 +97,7 @@ func TestSchedulerLagWhileStoreDown(t *testing.T) {
 	wantLagging(t, "at 11:11 with the store down", s, 11*time.Minute)
 
 	st.down.Store(false)
-	clk.Advance(scheduler.Recheck) // its next look: the store answers
+	clk.Advance(idem.SchedulerRecheck) // its next look: the store answers
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "once the store is back", c.get(), "2026-03-01T09:00Z", "2026-03-01T10:00Z")
 	wantLagging(t, "once 10:00 is done", s, 0)
@@ -114,9 +112,9 @@ func TestSchedulerLagWhileClaimBlocked(t *testing.T) {
 	dir := t.TempDir()
 	l := openLedger(t, dir)
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var c calls
-	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, scheduler.WithLagTolerance(10*time.Minute)); err != nil {
+	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, idem.WithLagTolerance(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
@@ -160,7 +158,7 @@ func TestSchedulerLagWhileClaimBlocked(t *testing.T) {
 	}
 	locked = false
 	testwait.Until(t, func() bool { return !s.Status().Jobs[0].Running }, "the catch-up of 10:00 to end once the lock is free")
-	clk.Advance(scheduler.Recheck) // a claim that gave up is tried again
+	clk.Advance(idem.SchedulerRecheck) // a claim that gave up is tried again
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "once the lock is free", c.get(), "2026-03-01T09:00Z", "2026-03-01T10:00Z")
 	wantLagging(t, "once 10:00 is done", s, 0)
@@ -171,7 +169,7 @@ func TestSchedulerLagWhileClaimBlocked(t *testing.T) {
 // its tolerance; ready again once fn returns and the period is done.
 func TestSchedulerLagWhileFnHangs(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	started, release := make(chan string, 1), make(chan struct{})
 	var c calls
 	fn := func(ctx context.Context, p idem.Period) error {
@@ -185,7 +183,7 @@ func TestSchedulerLagWhileFnHangs(t *testing.T) {
 		}
 		return c.fn(ctx, p)
 	}
-	if err := s.Add("hourly", idem.Hourly(time.UTC), fn, scheduler.WithLagTolerance(10*time.Minute)); err != nil {
+	if err := s.Add("hourly", idem.Hourly(time.UTC), fn, idem.WithLagTolerance(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
@@ -220,9 +218,9 @@ func TestSchedulerLagWhileFnHangs(t *testing.T) {
 func TestSchedulerLagReadsStore(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
 	l := openLedger(t, t.TempDir())
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var c calls
-	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, scheduler.WithLagTolerance(10*time.Minute)); err != nil {
+	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, idem.WithLagTolerance(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
@@ -231,7 +229,7 @@ func TestSchedulerLagReadsStore(t *testing.T) {
 
 	clk.Jump(2 * time.Hour) // 12:30, and this replica has not looked since 10:30
 	var other calls
-	if _, err := catchup.Run(context.Background(), l, "hourly", idem.Hourly(time.UTC), other.fn, idem.WithClock(clk)); err != nil {
+	if _, err := idem.CatchUp(context.Background(), l, "hourly", idem.Hourly(time.UTC), other.fn, idem.WithClock(clk)); err != nil {
 		t.Fatal(err)
 	}
 	wantPeriods(t, "the other replica", other.get(), "2026-03-01T10:00Z", "2026-03-01T11:00Z")

@@ -1,4 +1,4 @@
-package scheduler_test
+package idem_test
 
 import (
 	"context"
@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/internal/testwait"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // startJobs is docs/scheduler.md's "Inside a Go service": a service's daily job at
@@ -25,11 +23,11 @@ func startJobs(ctx context.Context, mux *http.ServeMux, path string, settle func
 	if err != nil {
 		return nil, err
 	}
-	s := scheduler.New(ledger)
+	s := idem.NewScheduler(ledger)
 	// Settle yesterday at 02:00 Shanghai time, once across all replicas.
 	err = s.Add("settle", idem.Daily(shanghai), func(ctx context.Context, day idem.Period) error {
 		return settle(ctx, day.Name) // "2026-10-27"; day.Start and day.End bound the day
-	}, catchup.DueAfter(2*time.Hour))
+	}, idem.DueAfter(2*time.Hour))
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package scheduler
+package idem
 
 import (
 	"context"
@@ -6,9 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/hook"
-	"github.com/idemgo/idem/outbox"
+	"log/slog"
 )
 
 // RelayStatus is what a [Scheduler] knows of one of its outbox relays
@@ -30,66 +28,72 @@ type RelayStatus struct {
 	Why   string `json:"why,omitempty"`
 }
 
-// schedRelay is one relay of a Scheduler.
-type schedRelay struct {
-	name string
-	loop func(ctx context.Context) // the relay's passes, until ctx ends
-	st   RelayStatus               // under the Scheduler's lock
+// A Relay is a loop that a [Scheduler] runs beside its jobs
+// ([Scheduler.AddRelay]): package outbox's NewRelay makes one that
+// delivers a store's outbox.
+type Relay interface {
+	// RunRelay makes passes until ctx ends. After each pass it calls pass
+	// with what the pass did and the pass's store error, if any. logger is
+	// the Scheduler's ([WithLogger]; nil: none), for a relay given no
+	// logger of its own.
+	RunRelay(ctx context.Context, logger *slog.Logger, pass func(RelayPass, error))
 }
 
-// relayLoop is package outbox's: it checks a relay's options and returns
-// its loop.
-var relayLoop = hook.Relay.(func(idem.Store, outbox.Deliverer, []outbox.Option) (func(context.Context), error))
+// RelayPass is what one pass of a [Relay] did: its delivery attempts by
+// how they ended.
+type RelayPass struct {
+	Delivered  int // marked delivered
+	Retrying   int // failed; due again later
+	Parked     int // failed for good
+	Superseded int // ends refused: another relay took the message over
+}
 
-// AddRelay adds an outbox relay to the Scheduler: while [Scheduler.Run]
-// runs, it runs [outbox.Relay] on store (which must have an outbox, as
-// outbox.Relay's does) with d and opts (the Scheduler's logger unless
-// opts set another), and it stops when Run stops (a
-// delivery in progress has its context cancelled; the message is due again
-// at once, and delivered again: at least once). Its state shows in
-// Status().Relays, and a relay whose last pass failed on a store error
+// schedRelay is one relay of a Scheduler.
+type schedRelay struct {
+	name  string
+	relay Relay
+	st    RelayStatus // under the Scheduler's lock
+}
+
+// AddRelay adds a relay to the Scheduler (package outbox's NewRelay:
+// an outbox relay): while [Scheduler.Run] runs, it runs r, with the
+// Scheduler's logger unless r has its own, and it stops when Run stops (an
+// outbox delivery in progress has its context cancelled; the message is
+// due again at once, and delivered again: at least once). Its state shows
+// in Status().Relays, and a relay whose last pass failed on a store error
 // makes the Scheduler unready.
 //
-// The relay keeps its own clock, the system clock unless opts give
-// outbox.WithClock: not the Scheduler's ([idem.WithClock]). Its leases
-// are what keeps two relays, of this process or of another replica, from
-// delivering one message at once; a test clock that jumps past a lease
-// while a delivery is under way would hand the message out again.
+// An outbox relay keeps its own clock, the system clock unless its
+// options give outbox.WithClock: not the Scheduler's ([WithClock]). Its
+// leases are what keeps two relays, of this process or of another
+// replica, from delivering one message at once; a test clock that jumps
+// past a lease while a delivery is under way would hand the message out
+// again.
 //
-// name names it in Status (it must be new). An invalid option is an error
-// matching [idem.ErrInvalidOption]; a Scheduler that has stopped returns
-// [ErrClosed]. A relay added while Run runs starts at once.
-func (s *Scheduler) AddRelay(name string, store idem.Store, d outbox.Deliverer, opts ...outbox.Option) error {
-	if store == nil || d == nil {
-		panic("scheduler: AddRelay needs a store and a deliverer")
+// name names it in Status (it must be new; "" is an error matching
+// [ErrInvalidOption]); a Scheduler that has stopped returns
+// [ErrSchedulerClosed]. A relay added while Run runs starts at once.
+func (s *Scheduler) AddRelay(name string, r Relay) error {
+	if r == nil {
+		panic("idem: Scheduler.AddRelay needs a relay")
 	}
 	if name == "" {
-		return fmt.Errorf("idem: Scheduler.AddRelay: %w: the relay needs a name", idem.ErrInvalidOption)
+		return fmt.Errorf("idem: Scheduler.AddRelay: %w: the relay needs a name", ErrInvalidOption)
 	}
-	r := &schedRelay{name: name, st: RelayStatus{Name: name, Ready: true}}
-	var base []outbox.Option
-	if s.logger != nil {
-		base = append(base, outbox.WithLogger(s.logger))
-	}
-	all := append(append(base, opts...), outbox.OnPass(func(res outbox.Result, err error) { s.pass(r, res, err) }))
-	loop, err := relayLoop(store, d, all)
-	if err != nil {
-		return fmt.Errorf("idem: Scheduler.AddRelay %s: %w", name, err)
-	}
-	r.loop = loop
+	sr := &schedRelay{name: name, relay: r, st: RelayStatus{Name: name, Ready: true}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state >= schedStopping {
-		return ErrClosed
+		return ErrSchedulerClosed
 	}
-	for _, r := range s.relays {
-		if r.name == name {
+	for _, o := range s.relays {
+		if o.name == name {
 			return fmt.Errorf("idem: Scheduler.AddRelay %s: a relay of this name was added already", name)
 		}
 	}
-	s.relays = append(s.relays, r)
+	s.relays = append(s.relays, sr)
 	if s.state == schedRunning {
-		s.startRelay(r)
+		s.startRelay(sr)
 	}
 	return nil
 }
@@ -101,7 +105,7 @@ func (s *Scheduler) startRelay(r *schedRelay) {
 	s.relayRuns.Add(1)
 	go func() {
 		defer s.relayRuns.Done()
-		r.loop(ctx)
+		r.relay.RunRelay(ctx, s.logger, func(p RelayPass, err error) { s.pass(r, p, err) })
 		s.mu.Lock()
 		r.st.Running = false
 		s.mu.Unlock()
@@ -137,7 +141,7 @@ type relayState struct {
 }
 
 // pass records a pass of r (its result and store error) in its status.
-func (s *Scheduler) pass(r *schedRelay, res outbox.Result, err error) {
+func (s *Scheduler) pass(r *schedRelay, res RelayPass, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := &r.st

@@ -1,4 +1,4 @@
-package scheduler_test
+package idem_test
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/internal/testwait"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // holdPeriod claims key for owner at now with lease, as another replica's
@@ -41,7 +40,7 @@ func TestSchedulerLooksAgainAtHolderLeaseEnd(t *testing.T) {
 	// lease of 45 s: its lease ends at 10:30:25.
 	leaseEnd := clk.Now().Add(25 * time.Second)
 	holdPeriod(t, l, key, "elsewhere:4242:0badcafe", clk.Now().Add(-20*time.Second), 45*time.Second)
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var c calls
 	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn); err != nil {
 		t.Fatal(err)
@@ -106,7 +105,7 @@ func TestSchedulerTakesOverKilledHolder(t *testing.T) {
 	}
 
 	clk := schedtest.NewClock(start)
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var c calls
 	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn); err != nil {
 		t.Fatal(err)

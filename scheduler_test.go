@@ -1,4 +1,4 @@
-package scheduler_test
+package idem_test
 
 import (
 	"context"
@@ -14,10 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/scheduler"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testwait"
@@ -58,7 +55,7 @@ func wantPeriods(t *testing.T, what string, got []string, want ...string) {
 func TestSchedulerRunsDuePeriods(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var c calls
 	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn); err != nil {
 		t.Fatal(err)
@@ -123,7 +120,7 @@ func TestSchedulerSuspend(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	sh := schedtest.Location(t, "Asia/Shanghai")
 	clk := schedtest.NewClock(time.Date(2026, 3, 1, 2, 0, 0, 0, sh))
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var c calls
 	if err := s.Add("settle", idem.Daily(sh), c.fn); err != nil {
 		t.Fatal(err)
@@ -132,7 +129,7 @@ func TestSchedulerSuspend(t *testing.T) {
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "first look", c.get(), "2026-02-28")
 	clk.Jump(72 * time.Hour) // suspended: no timer fired
-	clk.Advance(scheduler.Recheck)
+	clk.Advance(idem.SchedulerRecheck)
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "after the suspend", c.get(), "2026-02-28", "2026-03-01", "2026-03-02", "2026-03-03")
 }
@@ -142,7 +139,7 @@ func TestSchedulerSuspend(t *testing.T) {
 func TestSchedulerClockBack(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-05T00:10:00Z"))
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var daily, hourly calls
 	if err := s.Add("daily", idem.Daily(time.UTC), daily.fn); err != nil {
 		t.Fatal(err)
@@ -162,7 +159,7 @@ func TestSchedulerClockBack(t *testing.T) {
 	wantPeriods(t, "daily, clock back", daily.get(), "2026-03-04")
 	wantPeriods(t, "hourly, clock back", hourly.get(), "2026-03-04T23:00Z")
 	clk.Jump(72*time.Hour - 3*time.Hour + 50*time.Minute) // 2026-03-05T01:00Z
-	clk.Advance(scheduler.Recheck)
+	clk.Advance(idem.SchedulerRecheck)
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "daily, clock forward again", daily.get(), "2026-03-04")
 	wantPeriods(t, "hourly, clock forward again", hourly.get(), "2026-03-04T23:00Z", "2026-03-05T00:00Z")
@@ -184,7 +181,7 @@ func TestSchedulerDSTHourly(t *testing.T) {
 				sched := idem.Hourly(loc)
 				start := schedtest.LocalDay(t, day, loc).Add(-12*time.Hour + 30*time.Minute)
 				clk := schedtest.NewClock(start)
-				s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
+				s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
 				var c calls
 				if err := s.Add("hourly", sched, c.fn); err != nil {
 					t.Fatal(err)
@@ -217,7 +214,7 @@ func TestSchedulerShutdownMidRun(t *testing.T) {
 		t.Run(fmt.Sprintf("deadline=%v", deadline), func(t *testing.T) {
 			dir := t.TempDir()
 			clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-			s := scheduler.New(openLedger(t, dir), idem.WithClock(clk))
+			s := idem.NewScheduler(openLedger(t, dir), idem.WithClock(clk))
 			started, release := make(chan string, 1), make(chan struct{})
 			var c calls
 			fn := func(ctx context.Context, p idem.Period) error {
@@ -243,7 +240,7 @@ func TestSchedulerShutdownMidRun(t *testing.T) {
 				// An Add before Shutdown began is accepted, and its job
 				// may run: not one of c's.
 				err := s.Add("late", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
-				return errors.Is(err, scheduler.ErrClosed)
+				return errors.Is(err, idem.ErrSchedulerClosed)
 			},
 				"Add to be refused once Shutdown began")
 			if deadline {
@@ -255,7 +252,7 @@ func TestSchedulerShutdownMidRun(t *testing.T) {
 			if deadline != (err != nil) {
 				t.Fatalf("Shutdown: %v", err)
 			}
-			if err := testwait.Recv(t, runErr, "Run to return"); !errors.Is(err, scheduler.ErrClosed) {
+			if err := testwait.Recv(t, runErr, "Run to return"); !errors.Is(err, idem.ErrSchedulerClosed) {
 				t.Fatalf("Run: %v, want ErrSchedulerClosed", err)
 			}
 			l := openLedger(t, dir)
@@ -271,7 +268,7 @@ func TestSchedulerShutdownMidRun(t *testing.T) {
 				t.Fatalf("%s: %s, want failed (fn cancelled)", period, rec.Status)
 			}
 			// The next Scheduler runs it, once its backoff allows.
-			s2 := scheduler.New(l, idem.WithClock(clk))
+			s2 := idem.NewScheduler(l, idem.WithClock(clk))
 			if err := s2.Add("hourly", idem.Hourly(time.UTC), c.fn); err != nil {
 				t.Fatal(err)
 			}
@@ -294,7 +291,7 @@ func TestSchedulerOverlap(t *testing.T) {
 	for _, overlapping := range []bool{false, true} {
 		t.Run(fmt.Sprintf("overlapping=%v", overlapping), func(t *testing.T) {
 			clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-			s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
+			s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
 			started := make(chan string, 4)
 			release := make(chan struct{})
 			fn := func(ctx context.Context, p idem.Period) error {
@@ -304,7 +301,7 @@ func TestSchedulerOverlap(t *testing.T) {
 			}
 			var opts []idem.Option
 			if overlapping {
-				opts = append(opts, scheduler.RunOverlapping())
+				opts = append(opts, idem.RunOverlapping())
 			}
 			if err := s.Add("hourly", idem.Hourly(time.UTC), fn, opts...); err != nil {
 				t.Fatal(err)
@@ -341,7 +338,7 @@ func TestSchedulerOverlap(t *testing.T) {
 // deferred, until the first ends.
 func TestSchedulerMaxRunning(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk), scheduler.WithMaxRunning(1))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk), idem.WithMaxRunning(1))
 	started, release := make(chan string, 2), make(chan struct{})
 	fn := func(ctx context.Context, p idem.Period) error {
 		info, _ := idem.InfoFrom(ctx)
@@ -375,9 +372,9 @@ func TestSchedulerMaxRunning(t *testing.T) {
 // time, never before.
 func TestSchedulerJitter(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	var c calls
-	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, scheduler.WithJitter(10*time.Minute)); err != nil {
+	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, idem.WithJitter(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
@@ -400,15 +397,15 @@ func TestSchedulerJitter(t *testing.T) {
 func TestSchedulerCatchUpWindow(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var c calls
-	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, catchup.Window(2*time.Hour)); err != nil {
+	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, idem.CatchUpWindow(2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
 	schedtest.Idle(t, s, clk.Now())
 	clk.Jump(5 * time.Hour) // 15:30: 10:00 to 14:00 are due
-	clk.Advance(scheduler.Recheck)
+	clk.Advance(idem.SchedulerRecheck)
 	schedtest.Idle(t, s, clk.Now())
 	wantPeriods(t, "ran", c.get(), "2026-03-01T09:00Z", "2026-03-01T13:00Z", "2026-03-01T14:00Z")
 	for _, p := range []string{"2026-03-01T10:00Z", "2026-03-01T11:00Z", "2026-03-01T12:00Z"} {
@@ -422,20 +419,20 @@ func TestSchedulerCatchUpWindow(t *testing.T) {
 // job, and the handler, unready; the JSON names it.
 func TestSchedulerHealth(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	ok := func(context.Context, idem.Period) error { return nil }
 	bad := func(context.Context, idem.Period) error { return idem.Permanent(errors.New("no such account")) }
-	if err := s.Add("good", idem.Hourly(time.UTC), ok, scheduler.WithLagTolerance(time.Hour)); err != nil {
+	if err := s.Add("good", idem.Hourly(time.UTC), ok, idem.WithLagTolerance(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Add("bad", idem.Hourly(time.UTC), bad); err != nil {
 		t.Fatal(err)
 	}
-	h := s.Handler(scheduler.UnreadyWhenParked())
-	get := func(query string) (int, scheduler.Status) {
+	h := s.Handler(idem.UnreadyWhenParked())
+	get := func(query string) (int, idem.SchedulerStatus) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz"+query, nil))
-		var st scheduler.Status
+		var st idem.SchedulerStatus
 		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 			t.Fatalf("%s: %v", rec.Body, err)
 		}
@@ -467,7 +464,7 @@ func TestSchedulerHealth(t *testing.T) {
 // every replica out of its load balancer for one bad day of data.
 func TestSchedulerParkedStaysReady(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	bad := func(context.Context, idem.Period) error { return idem.Permanent(errors.New("no such account")) }
 	if err := s.Add("bad", idem.Hourly(time.UTC), bad); err != nil {
 		t.Fatal(err)
@@ -476,7 +473,7 @@ func TestSchedulerParkedStaysReady(t *testing.T) {
 	schedtest.Idle(t, s, clk.Now())
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
-	var st scheduler.Status
+	var st idem.SchedulerStatus
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 		t.Fatalf("%s: %v", rec.Body, err)
 	}
@@ -490,12 +487,12 @@ func TestSchedulerParkedStaysReady(t *testing.T) {
 
 func TestSchedulerInvalid(t *testing.T) {
 	l := openLedger(t, t.TempDir())
-	s := scheduler.New(l)
+	s := idem.NewScheduler(l)
 	fn := func(context.Context, idem.Period) error { return nil }
 	for name, opt := range map[string]idem.Option{
-		"jitter":    scheduler.WithJitter(-time.Second),
-		"tolerance": scheduler.WithLagTolerance(0),
-		"window":    catchup.Window(0),
+		"jitter":    idem.WithJitter(-time.Second),
+		"tolerance": idem.WithLagTolerance(0),
+		"window":    idem.CatchUpWindow(0),
 		"lease":     idem.WithLease(0),
 	} {
 		if err := s.Add("j", idem.Daily(time.UTC), fn, opt); !errors.Is(err, idem.ErrInvalidOption) {
@@ -511,11 +508,11 @@ func TestSchedulerInvalid(t *testing.T) {
 	if err := s.Add("j", idem.Daily(time.UTC), fn); err == nil || !strings.Contains(err.Error(), "added already") {
 		t.Errorf("a second j: %v", err)
 	}
-	bad := scheduler.New(l, scheduler.WithMaxRunning(0))
+	bad := idem.NewScheduler(l, idem.WithMaxRunning(0))
 	if err := bad.Run(context.Background()); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Errorf("Run with WithMaxRunning(0): %v", err)
 	}
-	if err := scheduler.AddTx(s, "tx", idem.Daily(time.UTC), func(context.Context, *struct{}, idem.Period) error { return nil }); err == nil {
+	if err := idem.AddTx(s, "tx", idem.Daily(time.UTC), func(context.Context, *struct{}, idem.Period) error { return nil }); err == nil {
 		t.Error("AddTx with a Tx type the ledger does not have was accepted")
 	}
 }
@@ -525,9 +522,9 @@ func TestSchedulerInvalid(t *testing.T) {
 func TestSchedulerDueAfter(t *testing.T) {
 	sh := schedtest.Location(t, "Asia/Shanghai")
 	clk := schedtest.NewClock(time.Date(2026, 3, 1, 0, 30, 0, 0, sh))
-	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	var c calls
-	if err := s.Add("settle", idem.Daily(sh), c.fn, catchup.DueAfter(2*time.Hour)); err != nil {
+	if err := s.Add("settle", idem.Daily(sh), c.fn, idem.DueAfter(2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
@@ -549,15 +546,15 @@ func TestSchedulerDueAfter(t *testing.T) {
 // and the next ones, at once, run the rest, in order.
 func TestSchedulerClockForwardCap(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	var c calls
-	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, catchup.All(2)); err != nil {
+	if err := s.Add("hourly", idem.Hourly(time.UTC), c.fn, idem.CatchUpAll(2)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
 	schedtest.Idle(t, s, clk.Now())
 	clk.Jump(5 * time.Hour) // 15:30: 10:00 to 14:00 are due
-	clk.Advance(scheduler.Recheck)
+	clk.Advance(idem.SchedulerRecheck)
 	schedtest.Idle(t, s, clk.Now())
 	// Two per catch-up: without the next ones at once, 12:00 to 14:00
 	// would wait for the next hour.
@@ -570,7 +567,7 @@ func TestSchedulerClockForwardCap(t *testing.T) {
 // the Scheduler runs gets its first look at once.
 func TestSchedulerRetriesAtBackoff(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	var c calls
 	failures := 1
 	fn := func(ctx context.Context, p idem.Period) error {
@@ -608,7 +605,7 @@ func TestSchedulerRetriesAtBackoff(t *testing.T) {
 func TestSchedulerRunContextEnds(t *testing.T) {
 	dir := t.TempDir()
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(openLedger(t, dir), idem.WithClock(clk))
+	s := idem.NewScheduler(openLedger(t, dir), idem.WithClock(clk))
 	started := make(chan string, 1)
 	fn := func(ctx context.Context, p idem.Period) error {
 		started <- p.Name
@@ -630,14 +627,14 @@ func TestSchedulerRunContextEnds(t *testing.T) {
 	if rec := mustLookup(t, openLedger(t, dir), idem.Key{Job: "hourly", Period: period}); rec.Status != idem.StatusFailed || !strings.Contains(rec.LastError, stopped.Error()) {
 		t.Errorf("%s: %s (%q), want failed with the cause", period, rec.Status, rec.LastError)
 	}
-	if err := s.Run(context.Background()); !errors.Is(err, scheduler.ErrClosed) {
+	if err := s.Run(context.Background()); !errors.Is(err, idem.ErrSchedulerClosed) {
 		t.Errorf("a second Run: %v, want ErrSchedulerClosed", err)
 	}
-	never := scheduler.New(openLedger(t, dir))
+	never := idem.NewScheduler(openLedger(t, dir))
 	if err := never.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := never.Run(context.Background()); !errors.Is(err, scheduler.ErrClosed) {
+	if err := never.Run(context.Background()); !errors.Is(err, idem.ErrSchedulerClosed) {
 		t.Errorf("Run after Shutdown: %v, want ErrSchedulerClosed", err)
 	}
 }
@@ -646,10 +643,10 @@ func TestSchedulerRunContextEnds(t *testing.T) {
 // than its tolerance makes the Scheduler unready.
 func TestSchedulerLagTolerance(t *testing.T) {
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
 	fail := func(context.Context, idem.Period) error { return errors.New("upstream is down") }
 	if err := s.Add("hourly", idem.Hourly(time.UTC), fail, idem.OneAttempt(),
-		idem.WithBackoff(idem.Constant(time.Hour)), scheduler.WithLagTolerance(45*time.Minute)); err != nil {
+		idem.WithBackoff(idem.Constant(time.Hour)), idem.WithLagTolerance(45*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)
@@ -674,12 +671,12 @@ func TestSchedulerAddTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	fn := func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO rollup(hour) VALUES (?)`, p.Name)
 		return err
 	}
-	if err := scheduler.AddTx(s, "rollup", idem.Hourly(time.UTC), fn); err != nil {
+	if err := idem.AddTx(s, "rollup", idem.Hourly(time.UTC), fn); err != nil {
 		t.Fatal(err)
 	}
 	startScheduler(t, s)

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
@@ -404,13 +403,13 @@ func TestStateFileStart(t *testing.T) {
 	var ran []string
 	job := func(context.Context, idem.Period) error { return nil }
 	record := func(_ context.Context, p idem.Period) error { ran = append(ran, p.Name); return nil }
-	if _, err := catchup.Run(ctx, s, "pending", daily, job, idem.WithClock(idemtest.NewClock(day(28)))); !errors.Is(err, idem.ErrOutOfOrder) {
+	if _, err := idem.CatchUp(ctx, s, "pending", daily, job, idem.WithClock(idemtest.NewClock(day(28)))); !errors.Is(err, idem.ErrOutOfOrder) {
 		t.Fatalf("catch-up of a job with a pending period and no watermark: %v, want ErrOutOfOrder", err)
 	}
 	if err := s.Resolve(ctx, pend, idem.ResolveDone); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := catchup.Run(ctx, s, "pending", daily, record, idem.WithClock(idemtest.NewClock(day(28)))); err != nil || !slices.Equal(ran, []string{"2026-10-28"}) || res.Cursor != "2026-10-28" {
+	if res, err := idem.CatchUp(ctx, s, "pending", daily, record, idem.WithClock(idemtest.NewClock(day(28)))); err != nil || !slices.Equal(ran, []string{"2026-10-28"}) || res.Cursor != "2026-10-28" {
 		t.Fatalf("catch-up after the resolve: %v, ran %v, cursor %q", err, ran, res.Cursor)
 	}
 

@@ -34,30 +34,29 @@ type TxStore[Tx any] interface {
 	RunTx(ctx context.Context, key Key, fn func(ctx context.Context, tx Tx) error, opts ...Option) error
 }
 
-func init() {
-	storeof.Named = func(s any) string {
-		switch s.(type) {
-		case ledgerStore:
-			return "*idem.Ledger"
-		case stateStore:
-			return "*idem.StateFile"
-		}
-		return ""
-	}
-	storeof.Unwrap = func(s any) any {
-		switch s := s.(type) {
-		case *Ledger:
-			if s != nil {
-				return ledgerStore{s}
-			}
-		case *StateFile:
-			if s != nil {
-				return stateStore{s}
-			}
-		}
+// StoreBehind returns the store behind l, for [idemstore.Of]: what
+// Run, the other calls and a store's tools reach l's store methods
+// through.
+func (l *Ledger) StoreBehind() any {
+	if l == nil {
 		return nil
 	}
+	return ledgerStore{l}
 }
+
+// StoreBehind returns the store behind f, for [idemstore.Of].
+func (f *StateFile) StoreBehind() any {
+	if f == nil {
+		return nil
+	}
+	return stateStore{f}
+}
+
+// StoreName names the store in messages by its public type.
+func (ledgerStore) StoreName() string { return "*idem.Ledger" }
+
+// StoreName names the store in messages by its public type.
+func (stateStore) StoreName() string { return "*idem.StateFile" }
 
 // storeFor is the store behind s and the config of the call cl on it
 // with opts; an s that is not a store is the config's error, naming s's
@@ -83,6 +82,45 @@ func txStoreFor[Tx any](s any, cl call, opts []Option) (idemstore.TxStore[Tx], *
 	return txs, cfg
 }
 
+// storeAs is the store behind s ([idemstore.Of]) as a T, the store
+// interface that the call named call needs: a compile-time check given up
+// (the calls take Store, whose store methods are out of view), so what is
+// not one is an error naming the call, s's type and T, returned before
+// anything is written.
+func storeAs[T any](call string, s any) (T, error) {
+	var zero T
+	st, err := idemstore.Of(s)
+	if err != nil {
+		return zero, fmt.Errorf("idem: %s: %w", call, err)
+	}
+	t, ok := st.(T)
+	if !ok {
+		return zero, storeof.Lacks(call, s, reflect.TypeFor[T]().String())
+	}
+	return t, nil
+}
+
+// TxStoreOf is s, a store of the store interfaces (a store of your own,
+// or the store behind another), as a TxStore: its RunTx is [RunTx] on s.
+// idemstore.Of(TxStoreOf(s)) is s, with every interface s implements.
+func TxStoreOf[Tx any](s idemstore.TxStore[Tx]) TxStore[Tx] { return txStoreWrap[Tx]{s} }
+
+type txStoreWrap[Tx any] struct{ s idemstore.TxStore[Tx] }
+
+func (t txStoreWrap[Tx]) StoreBehind() any { return t.s }
+
+func (t txStoreWrap[Tx]) Lookup(ctx context.Context, key Key) (Record, bool, error) {
+	return t.s.Lookup(ctx, key)
+}
+
+func (t txStoreWrap[Tx]) Resolve(ctx context.Context, key Key, to Resolution) error {
+	return t.s.Resolve(ctx, key, to)
+}
+
+func (t txStoreWrap[Tx]) RunTx(ctx context.Context, key Key, fn func(context.Context, Tx) error, opts ...Option) error {
+	return RunTx(ctx, t, key, fn, opts...)
+}
+
 // Record is what a store knows of one key: what [Ledger.Lookup] and
 // [Ledger.List] return.
 type Record = idemstore.Record
@@ -103,7 +141,7 @@ const (
 // Filter selects records for [Ledger.List]. Zero fields match everything.
 type Filter = idemstore.Filter
 
-// JobState is what a store keeps per job for a catch-up (package catchup): its cursor and
+// JobState is what a store keeps per job for a catch-up ([CatchUp]): its cursor and
 // retention horizon ([Ledger.Job]).
 type JobState = idemstore.JobState
 

@@ -8,10 +8,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/outbox"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // lookupOnly has the methods of idem.Store and none of idemstore.Store's:
@@ -41,7 +38,7 @@ func TestWrongStoreIsAnError(t *testing.T) {
 	fake := lookupOnly{l}
 	ran := false
 	fn := func(context.Context) error { ran = true; return nil }
-	items := fanout.Items(func(yield func(string) bool) { yield("a") })
+	items := idem.Items(func(yield func(string) bool) { yield("a") })
 	itemFn := func(context.Context, string) error { ran = true; return nil }
 	periodFn := func(context.Context, idem.Period) error { ran = true; return nil }
 	txPeriodFn := func(context.Context, *sql.Tx, idem.Period) error { ran = true; return nil }
@@ -60,20 +57,20 @@ func TestWrongStoreIsAnError(t *testing.T) {
 		{"RunTx", "RunTx", "idem_test.lookupOnly", func() error {
 			return idem.RunTx(ctx, fake, key, func(context.Context, *sql.Tx) error { ran = true; return nil }, idem.ReportTo(&r))
 		}},
-		{"catchup.Run", "catchup.Run", "idem_test.lookupOnly", func() error {
-			_, err := catchup.Run(ctx, fake, key.Job, idem.Daily(time.UTC), periodFn)
+		{"CatchUp", "CatchUp", "idem_test.lookupOnly", func() error {
+			_, err := idem.CatchUp(ctx, fake, key.Job, idem.Daily(time.UTC), periodFn)
 			return err
 		}},
-		{"catchup.RunTx", "catchup.RunTx", "idem_test.lookupOnly", func() error {
-			_, err := catchup.RunTx(ctx, fake, key.Job, idem.Daily(time.UTC), txPeriodFn)
+		{"CatchUpTx", "CatchUpTx", "idem_test.lookupOnly", func() error {
+			_, err := idem.CatchUpTx(ctx, fake, key.Job, idem.Daily(time.UTC), txPeriodFn)
 			return err
 		}},
-		{"fanout.Each on a state file", "Each", "*idem.StateFile", func() error {
-			_, err := fanout.Each(ctx, sf, key, items, itemFn, idem.OnResult(func(res idem.Result) { r = res }))
+		{"Each on a state file", "Each", "*idem.StateFile", func() error {
+			_, err := idem.Each(ctx, sf, key, items, itemFn, idem.OnResult(func(res idem.Result) { r = res }))
 			return err
 		}},
-		{"fanout.EachTx", "fanout.EachTx", "idem_test.lookupOnly", func() error {
-			_, err := fanout.EachTx(ctx, fake, key, items, func(context.Context, *sql.Tx, string) error { ran = true; return nil })
+		{"EachTx", "EachTx", "idem_test.lookupOnly", func() error {
+			_, err := idem.EachTx(ctx, fake, key, items, func(context.Context, *sql.Tx, string) error { ran = true; return nil })
 			return err
 		}},
 		{"outbox.RelayOnce on a state file", "outbox.RelayOnce", "*idem.StateFile", func() error {
@@ -81,14 +78,15 @@ func TestWrongStoreIsAnError(t *testing.T) {
 			return err
 		}},
 		{"outbox.Relay", "outbox.Relay", "idem_test.lookupOnly", func() error { return outbox.Relay(ctx, fake, relay) }},
-		{"Scheduler.AddRelay on a state file", "Scheduler.AddRelay", "*idem.StateFile", func() error {
-			return scheduler.New(sf).AddRelay("r", sf, relay)
+		{"outbox.NewRelay on a state file", "outbox.NewRelay", "*idem.StateFile", func() error {
+			_, err := outbox.NewRelay(sf, relay)
+			return err
 		}},
-		{"scheduler.New", "scheduler.New", "idem_test.lookupOnly", func() error {
-			return scheduler.New(fake).Add(key.Job, idem.Daily(time.UTC), periodFn)
+		{"NewScheduler", "NewScheduler", "idem_test.lookupOnly", func() error {
+			return idem.NewScheduler(fake).Add(key.Job, idem.Daily(time.UTC), periodFn)
 		}},
-		{"scheduler.AddTx", "scheduler.AddTx", "*idem.StateFile", func() error {
-			return scheduler.AddTx(scheduler.New(sf), key.Job, idem.Daily(time.UTC), txPeriodFn)
+		{"AddTx", "AddTx", "*idem.StateFile", func() error {
+			return idem.AddTx(idem.NewScheduler(sf), key.Job, idem.Daily(time.UTC), txPeriodFn)
 		}},
 	}
 	for _, c := range cases {
@@ -97,7 +95,7 @@ func TestWrongStoreIsAnError(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.call) || !strings.Contains(err.Error(), c.store) {
 			t.Errorf("%s: %v; want an error naming the call %s and the store %s", c.name, err, c.call, c.store)
 		}
-		reports := strings.Contains(c.name, "RunOn") || c.name == "RunTx" || strings.HasPrefix(c.name, "fanout.Each ")
+		reports := strings.Contains(c.name, "RunOn") || c.name == "RunTx" || strings.HasPrefix(c.name, "Each ")
 		if reports && (r.Key != key || r.Err == nil || r.Err.Error() != err.Error()) {
 			t.Errorf("%s: ReportTo got %+v, want the call's error", c.name, r)
 		}

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
 	"github.com/riverqueue/river"
 )
@@ -39,13 +37,13 @@ func ledgerFanoutSide(l *idem.Ledger, n int) side {
 	ids := fanoutItemIDs(n)
 	return side{ops: func(ctx context.Context, round int) (int, error) {
 		key := idem.Key{Job: "fanout", Period: fmt.Sprintf("%03d", round)}
-		res, err := fanout.Each(ctx, l, key, fanout.Items(func(yield func(string) bool) {
+		res, err := idem.Each(ctx, l, key, idem.Items(func(yield func(string) bool) {
 			for _, id := range ids {
 				if !yield(id) {
 					return
 				}
 			}
-		}), func(context.Context, string) error { return nil }, fanout.WithBatch(fanoutBatch))
+		}), func(context.Context, string) error { return nil }, idem.WithBatch(fanoutBatch))
 		if err != nil {
 			return 0, err
 		}

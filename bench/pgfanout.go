@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
@@ -66,13 +64,13 @@ func pgLedgerFanoutSide(ls []*pgledger.Ledger, n int) side {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := fanout.Each(ctx, l, key, fanout.Items(func(yield func(string) bool) {
+				res, err := idem.Each(ctx, l, key, idem.Items(func(yield func(string) bool) {
 					for _, id := range ids {
 						if !yield(id) {
 							return
 						}
 					}
-				}), func(context.Context, string) error { return nil }, fanout.WithBatch(fanoutBatch), fanout.WithWorkers(1))
+				}), func(context.Context, string) error { return nil }, idem.WithBatch(fanoutBatch), idem.WithWorkers(1))
 				if err == nil && res.Counts.Done != int64(n) {
 					err = fmt.Errorf("each: %d items done, want %d", res.Counts.Done, n)
 				}

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // tempLedger opens a ledger in a new temporary directory; done closes it
@@ -38,14 +37,14 @@ func tempLedger() (l *idem.Ledger, done func(), err error) {
 }
 
 // startScheduler runs s until the returned stop is called.
-func startScheduler(s *scheduler.Scheduler) (stop func() error) {
+func startScheduler(s *idem.Scheduler) (stop func() error) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(context.Background()) }()
 	return func() error {
 		if err := s.Shutdown(context.Background()); err != nil {
 			return err
 		}
-		if err := <-done; !errors.Is(err, scheduler.ErrClosed) {
+		if err := <-done; !errors.Is(err, idem.ErrSchedulerClosed) {
 			return err
 		}
 		return nil
@@ -59,7 +58,7 @@ func schedulerIdleCPU(ctx context.Context, cfg config) (result, error) {
 	}
 	defer done()
 	const jobs = 1000
-	s := scheduler.New(l)
+	s := idem.NewScheduler(l)
 	fn := func(context.Context, idem.Period) error { return nil }
 	for i := range jobs {
 		if err := s.Add(fmt.Sprintf("job%04d", i), idem.Daily(time.UTC), fn); err != nil {
@@ -118,7 +117,7 @@ func schedulerWakeLatency(ctx context.Context, cfg config) (result, error) {
 		}
 		return nil
 	}
-	s := scheduler.New(l, scheduler.WithMaxRunning(jobs))
+	s := idem.NewScheduler(l, idem.WithMaxRunning(jobs))
 	for i := range jobs {
 		if err := s.Add(fmt.Sprintf("tick%02d", i), seconds{}, fn); err != nil {
 			return result{}, err

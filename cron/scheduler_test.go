@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/cron"
 	"github.com/idemgo/idem/internal/schedtest"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // TestSchedulerDST runs cron jobs through the DST days of New York, London
@@ -78,7 +76,7 @@ func TestSchedulerDST(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer l.Close()
-				s := scheduler.New(l, idem.WithClock(clk))
+				s := idem.NewScheduler(l, idem.WithClock(clk))
 				var mu sync.Mutex
 				var ran []string
 				fn := func(_ context.Context, p idem.Period) error {
@@ -88,7 +86,7 @@ func TestSchedulerDST(t *testing.T) {
 					return nil
 				}
 				// Due at its start: the slot fires the period.
-				if err := s.Add("cron", sched, fn, catchup.DueAtStart()); err != nil {
+				if err := s.Add("cron", sched, fn, idem.DueAtStart()); err != nil {
 					t.Fatal(err)
 				}
 				done := make(chan error, 1)
@@ -97,7 +95,7 @@ func TestSchedulerDST(t *testing.T) {
 					if err := s.Shutdown(context.Background()); err != nil {
 						t.Error(err)
 					}
-					if err := <-done; !errors.Is(err, scheduler.ErrClosed) {
+					if err := <-done; !errors.Is(err, idem.ErrSchedulerClosed) {
 						t.Error(err)
 					}
 				}()

@@ -10,8 +10,6 @@ import (
 
 	"github.com/idemgo/idem/guard"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 )
@@ -46,16 +44,16 @@ func TestCountItemsAfterDeferral(t *testing.T) {
 				}
 				var opt idem.Option = idem.WithGuard(guard.MemoryGuard{Limit: 0.85, Cgroup: cg.dir})
 				if by == "breaker" {
-					opt = fanout.WithBreaker(guard.NewBreaker(3, time.Hour))
+					opt = idem.WithBreaker(idem.NewBreaker(3, time.Hour))
 				}
-				var res fanout.Result
+				var res idem.EachResult
 				var err error
 				if tx {
-					res, err = fanout.EachTx(ctx, l, points, accounts(n), func(context.Context, *sql.Tx, string) error { return item() },
-						opt, idem.WithClock(clk), fanout.WithBatch(20))
+					res, err = idem.EachTx(ctx, l, points, accounts(n), func(context.Context, *sql.Tx, string) error { return item() },
+						opt, idem.WithClock(clk), idem.WithBatch(20))
 				} else {
-					res, err = fanout.Each(ctx, l, points, accounts(n), func(context.Context, string) error { return item() },
-						opt, idem.WithClock(clk), fanout.WithBatch(20))
+					res, err = idem.Each(ctx, l, points, accounts(n), func(context.Context, string) error { return item() },
+						opt, idem.WithClock(clk), idem.WithBatch(20))
 				}
 				if !errors.Is(err, idem.ErrDeferred) {
 					t.Fatalf("%s: %v (%+v), want deferred", name, err, res.Counts)

@@ -1,7 +1,7 @@
 // Package guard has the guards that defer work while this host cannot
 // take more (idem.WithGuard): the memory in use, the free disk, a function
-// of yours; and the Breaker that stops a fan-out from feeding a failing
-// downstream (fanout.WithBreaker).
+// of yours. (The Breaker that stops a fan-out from feeding a failing
+// downstream is idem.Breaker.)
 package guard
 
 import (
@@ -14,11 +14,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/internal/breaker"
-	"github.com/idemgo/idem/internal/hook"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/storeof"
 )
 
@@ -69,7 +67,7 @@ func (g MemoryGuard) limit() float64 {
 	return g.Limit
 }
 
-func (g MemoryGuard) validate() error {
+func (g MemoryGuard) Validate() error {
 	if l := g.limit(); !(l > 0 && l <= 1) {
 		return fmt.Errorf("guard.MemoryGuard{Limit: %v}: the limit is a fraction of memory, above 0 and at most 1", g.Limit)
 	}
@@ -232,99 +230,19 @@ func bytesText(n uint64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// ReasonBreaker is [idem.Deferral].Reason when an open [Breaker] deferred
-// the call.
-const ReasonBreaker = "breaker"
+// Validate reports whether g can be used: WithGuard refuses a MemoryGuard
+// whose Limit is not a fraction, when the option is given.
 
-// Breaker is a circuit breaker on fn's errors, for fanout.Each and fanout.EachTx
-// (fanout.WithBreaker): after Failures consecutive failures of fn it opens for
-// CoolDown, and a call that finds it open is deferred ([idem.ErrDeferred]): it
-// claims nothing, and a call that is running stops claiming, so that a
-// downstream outage does not make every item fail, back off and park.
-// After the cool-down it is half-open: one item runs as a probe while the
-// other workers wait for it; success closes the breaker, failure opens it
-// for another cool-down.
-//
-// What counts as a failure: an error of fn, except an [idem.Permanent] one (the
-// item's own fault: it parks as without a breaker) and the end of the
-// call's context. Items that failed before the breaker opened keep their
-// failure (they back off as usual): at most Failures of them in a row, plus
-// one for each other worker whose item was running when it opened.
-//
-// A Breaker keeps its state in memory, for the process: give the same one
-// to every call of a job (every trigger), so that the next trigger finds it
-// open or probing. It takes time from the call's clock ([idem.WithClock]). Safe
-// for concurrent use; the zero Breaker is not usable, call NewBreaker.
-//
-// Why not sony/gobreaker: the core module depends only on SQLite, renameio
-// and golang.org/x, and gobreaker reads the wall clock (time.Now) where
-// idem's tests need the call's clock. This one is the part Each needs:
-// consecutive failures, cool-down, one probe.
-type Breaker struct {
-	b *breaker.Breaker
-}
-
-// BreakerState is a Breaker's state.
-type BreakerState int
-
-// The states of a Breaker.
-const (
-	BreakerClosed   BreakerState = iota // items run
-	BreakerOpen                         // calls are deferred until the cool-down ends
-	BreakerHalfOpen                     // the cool-down ended: the next item is a probe
-)
-
-func (s BreakerState) String() string {
-	switch s {
-	case BreakerClosed:
-		return "closed"
-	case BreakerOpen:
-		return "open"
-	case BreakerHalfOpen:
-		return "half_open"
+// ForStore is g for a call on store s (idem.WithGuard asks it first): a
+// DiskGuard with no Path watches s's file (s must have one).
+func (g DiskGuard) ForStore(s idemstore.Store) (idem.Guard, error) {
+	if g.Path != "" {
+		return g, nil
 	}
-	return fmt.Sprintf("BreakerState(%d)", int(s))
-}
-
-// NewBreaker returns a closed Breaker that opens after failures consecutive
-// failures, for coolDown. A failures below 1 or a coolDown not above 0 makes
-// fanout.WithBreaker fail with [idem.ErrInvalidOption].
-func NewBreaker(failures int, coolDown time.Duration) *Breaker {
-	return &Breaker{&breaker.Breaker{Failures: failures, CoolDown: coolDown}}
-}
-
-// State returns the breaker's state at now, and when an open one lets a
-// probe through.
-func (b *Breaker) State(now time.Time) (BreakerState, time.Time) {
-	s, until := b.b.State(now)
-	return BreakerState(s), until
-}
-
-func init() {
-	// The root package checks this package's guards in WithGuard, and
-	// binds them to a call's store; package fanout reaches a Breaker's
-	// state machine.
-	hook.BindGuard = func(g any, store any) (bound any, ok bool, err error) {
-		switch g := g.(type) {
-		case MemoryGuard:
-			return nil, false, g.validate()
-		case DiskGuard:
-			if store == nil || g.Path != "" {
-				return nil, false, nil
-			}
-			p, _ := store.(interface{ Path() string })
-			if p == nil || p.Path() == "" {
-				return nil, false, fmt.Errorf("guard.DiskGuard{MinFree: %d}: the store %s has no file; give the guard a Path", g.MinFree, storeof.TypeName(store))
-			}
-			g.Path = p.Path()
-			return g, true, nil
-		}
-		return nil, false, nil
+	p, _ := s.(interface{ Path() string })
+	if p == nil || p.Path() == "" {
+		return nil, fmt.Errorf("guard.DiskGuard{MinFree: %d}: the store %s has no file; give the guard a Path", g.MinFree, storeof.TypeName(s))
 	}
-	hook.BreakerOf = func(b *Breaker) *breaker.Breaker {
-		if b == nil {
-			return nil
-		}
-		return b.b
-	}
+	g.Path = p.Path()
+	return g, nil
 }

@@ -15,10 +15,7 @@ import (
 
 	"github.com/idemgo/idem/guard"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 )
 
@@ -80,9 +77,9 @@ func TestMemoryGuardDefersEachTx(t *testing.T) {
 		_, err := tx.ExecContext(ctx, `INSERT INTO effects(item) VALUES(?)`, item)
 		return err
 	}
-	opts := []idem.Option{idem.WithGuard(guard), idem.WithClock(clk), fanout.WithBatch(100)}
+	opts := []idem.Option{idem.WithGuard(guard), idem.WithClock(clk), idem.WithBatch(100)}
 
-	res, err := fanout.EachTx(ctx, l, points, accounts(n), fn, opts...)
+	res, err := idem.EachTx(ctx, l, points, accounts(n), fn, opts...)
 	var d *idem.Deferral
 	if !errors.Is(err, idem.ErrDeferred) || !errors.As(err, &d) || d.Reason != "memory" || res.Outcome != idem.Deferred {
 		t.Fatalf("EachTx with memory at 85.1%%: %v (outcome %v, deferral %+v), want ErrDeferred by the memory guard", err, res.Outcome, d)
@@ -99,14 +96,14 @@ func TestMemoryGuardDefersEachTx(t *testing.T) {
 
 	// Memory still high: the next trigger claims nothing.
 	before := calls.Load()
-	res2, err := fanout.EachTx(ctx, l, points, accounts(n), fn, opts...)
+	res2, err := idem.EachTx(ctx, l, points, accounts(n), fn, opts...)
 	if !errors.Is(err, idem.ErrDeferred) || calls.Load() != before || res2.Counts != res.Counts {
 		t.Fatalf("EachTx with memory still high: %v, fn ran %d times, counts %+v (were %+v); want deferred at once, nothing run or claimed",
 			err, calls.Load()-before, res2.Counts, res.Counts)
 	}
 
 	cg.setUsed(400)
-	res3, err := fanout.EachTx(ctx, l, points, accounts(n), fn, opts...)
+	res3, err := idem.EachTx(ctx, l, points, accounts(n), fn, opts...)
 	if err != nil || res3.Outcome != idem.Ran || res3.Counts.Done != n {
 		t.Fatalf("EachTx once memory is down: %v, %v, %+v; want ran, %d done", err, res3.Outcome, res3.Counts, n)
 	}
@@ -165,7 +162,7 @@ func TestBreakerStopsAnOutage(t *testing.T) {
 			l := openLedger(t, t.TempDir())
 			ctx := context.Background()
 			clk := idemtest.NewAutoClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
-			br := guard.NewBreaker(threshold, coolDown)
+			br := idem.NewBreaker(threshold, coolDown)
 			var mu sync.Mutex
 			done := map[string]int{}
 			var calls atomic.Int64
@@ -180,20 +177,20 @@ func TestBreakerStopsAnOutage(t *testing.T) {
 				mu.Unlock()
 				return nil
 			}
-			call := func() (fanout.Result, error) {
+			call := func() (idem.EachResult, error) {
 				if tx {
-					return fanout.EachTx(ctx, l, points, accounts(n), func(ctx context.Context, _ *sql.Tx, item string) error {
+					return idem.EachTx(ctx, l, points, accounts(n), func(ctx context.Context, _ *sql.Tx, item string) error {
 						return downstream(item)
-					}, fanout.WithBreaker(br), idem.WithClock(clk), fanout.WithWorkers(workers))
+					}, idem.WithBreaker(br), idem.WithClock(clk), idem.WithWorkers(workers))
 				}
-				return fanout.Each(ctx, l, points, accounts(n), func(ctx context.Context, item string) error {
+				return idem.Each(ctx, l, points, accounts(n), func(ctx context.Context, item string) error {
 					return downstream(item)
-				}, fanout.WithBreaker(br), idem.WithClock(clk), fanout.WithWorkers(workers))
+				}, idem.WithBreaker(br), idem.WithClock(clk), idem.WithWorkers(workers))
 			}
 
 			res, err := call()
 			var d *idem.Deferral
-			if !errors.Is(err, idem.ErrDeferred) || !errors.As(err, &d) || d.Reason != guard.ReasonBreaker {
+			if !errors.Is(err, idem.ErrDeferred) || !errors.As(err, &d) || d.Reason != idem.ReasonBreaker {
 				t.Fatalf("call during the outage: %v (%+v), want deferred by the breaker", err, res.Counts)
 			}
 			failed, parked := itemRecords(t, l.DB(), points)
@@ -201,7 +198,7 @@ func TestBreakerStopsAnOutage(t *testing.T) {
 			if failed > threshold+workers-1 || parked != 0 || res.Counts.Parked != 0 {
 				t.Errorf("%d items record a failure, %d parked; want at most %d and 0", failed, parked, threshold+workers-1)
 			}
-			if st, _ := br.State(clk.Now()); st != guard.BreakerOpen {
+			if st, _ := br.State(clk.Now()); st != idem.BreakerOpen {
 				t.Errorf("breaker %v after the outage, want open", st)
 			}
 
@@ -224,7 +221,7 @@ func TestBreakerStopsAnOutage(t *testing.T) {
 					t.Errorf("item %s succeeded %d times, want once", it, k)
 				}
 			}
-			if st, _ := br.State(clk.Now()); st != guard.BreakerClosed {
+			if st, _ := br.State(clk.Now()); st != idem.BreakerClosed {
 				t.Errorf("breaker %v after recovery, want closed", st)
 			}
 		})
@@ -237,26 +234,26 @@ func TestBreakerProbe(t *testing.T) {
 	l := openLedger(t, t.TempDir())
 	ctx := context.Background()
 	clk := idemtest.NewAutoClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
-	br := guard.NewBreaker(2, time.Minute)
+	br := idem.NewBreaker(2, time.Minute)
 	var calls atomic.Int64
 	fail := func(ctx context.Context, item string) error {
 		calls.Add(1)
 		return errors.New("down")
 	}
-	opts := []idem.Option{fanout.WithBreaker(br), idem.WithClock(clk), fanout.WithWorkers(1)}
-	if _, err := fanout.Each(ctx, l, points, accounts(50), fail, opts...); !errors.Is(err, idem.ErrDeferred) || calls.Load() != 2 {
+	opts := []idem.Option{idem.WithBreaker(br), idem.WithClock(clk), idem.WithWorkers(1)}
+	if _, err := idem.Each(ctx, l, points, accounts(50), fail, opts...); !errors.Is(err, idem.ErrDeferred) || calls.Load() != 2 {
 		t.Fatalf("first call: %v after %d calls of fn, want deferred after 2", err, calls.Load())
 	}
 	clk.Advance(time.Minute)
-	if st, _ := br.State(clk.Now()); st != guard.BreakerHalfOpen {
+	if st, _ := br.State(clk.Now()); st != idem.BreakerHalfOpen {
 		t.Fatalf("breaker %v after the cool-down, want half_open", st)
 	}
-	_, err := fanout.Each(ctx, l, points, accounts(50), fail, opts...)
+	_, err := idem.Each(ctx, l, points, accounts(50), fail, opts...)
 	var d *idem.Deferral
-	if !errors.As(err, &d) || d.Reason != guard.ReasonBreaker || calls.Load() != 3 {
+	if !errors.As(err, &d) || d.Reason != idem.ReasonBreaker || calls.Load() != 3 {
 		t.Fatalf("probe call: %v after %d calls of fn, want one probe (3 calls) and the breaker open again", err, calls.Load())
 	}
-	if st, _ := br.State(clk.Now()); st != guard.BreakerOpen {
+	if st, _ := br.State(clk.Now()); st != idem.BreakerOpen {
 		t.Errorf("breaker %v after a failed probe, want open", st)
 	}
 }
@@ -281,11 +278,11 @@ func TestRatePacesItems(t *testing.T) {
 			}
 			var err error
 			if tx {
-				_, err = fanout.EachTx(ctx, l, points, accounts(n), func(ctx context.Context, _ *sql.Tx, _ string) error { at(); return nil },
-					fanout.WithRate(perSecond, burst), idem.WithClock(clk), idem.WithLease(10*time.Minute))
+				_, err = idem.EachTx(ctx, l, points, accounts(n), func(ctx context.Context, _ *sql.Tx, _ string) error { at(); return nil },
+					idem.WithRate(perSecond, burst), idem.WithClock(clk), idem.WithLease(10*time.Minute))
 			} else {
-				_, err = fanout.Each(ctx, l, points, accounts(n), func(ctx context.Context, _ string) error { at(); return nil },
-					fanout.WithRate(perSecond, burst), idem.WithClock(clk), idem.WithLease(10*time.Minute))
+				_, err = idem.Each(ctx, l, points, accounts(n), func(ctx context.Context, _ string) error { at(); return nil },
+					idem.WithRate(perSecond, burst), idem.WithClock(clk), idem.WithLease(10*time.Minute))
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -310,10 +307,10 @@ func TestPauseBetweenWindows(t *testing.T) {
 	clk := idemtest.NewAutoClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
 	start := clk.Now()
 	var last time.Time
-	_, err := fanout.Each(context.Background(), l, points, accounts(1000), func(ctx context.Context, _ string) error {
+	_, err := idem.Each(context.Background(), l, points, accounts(1000), func(ctx context.Context, _ string) error {
 		last = clk.Now()
 		return nil
-	}, fanout.WithPause(500*time.Millisecond), fanout.WithBatch(100), fanout.WithWorkers(1), idem.WithClock(clk))
+	}, idem.WithPause(500*time.Millisecond), idem.WithBatch(100), idem.WithWorkers(1), idem.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,16 +329,16 @@ func TestGuardOptions(t *testing.T) {
 	for name, opt := range map[string]idem.Option{
 		"nil guard":       idem.WithGuard(nil),
 		"limit 0.0001%":   idem.WithGuard(guard.MemoryGuard{Limit: 1.5}),
-		"rate 0":          fanout.WithRate(0, 1),
-		"burst 0":         fanout.WithRate(10, 0),
-		"slow rate":       fanout.WithRate(0.01, 1), // one item per 100 s, the default lease is a minute
-		"negative pause":  fanout.WithPause(-time.Second),
-		"long pause":      fanout.WithPause(time.Minute),
-		"nil breaker":     fanout.WithBreaker(nil),
-		"breaker 0":       fanout.WithBreaker(guard.NewBreaker(0, time.Minute)),
-		"breaker no cool": fanout.WithBreaker(guard.NewBreaker(3, 0)),
+		"rate 0":          idem.WithRate(0, 1),
+		"burst 0":         idem.WithRate(10, 0),
+		"slow rate":       idem.WithRate(0.01, 1), // one item per 100 s, the default lease is a minute
+		"negative pause":  idem.WithPause(-time.Second),
+		"long pause":      idem.WithPause(time.Minute),
+		"nil breaker":     idem.WithBreaker(nil),
+		"breaker 0":       idem.WithBreaker(idem.NewBreaker(0, time.Minute)),
+		"breaker no cool": idem.WithBreaker(idem.NewBreaker(3, 0)),
 	} {
-		_, err := fanout.Each(ctx, l, points, accounts(10), noop, opt)
+		_, err := idem.Each(ctx, l, points, accounts(10), noop, opt)
 		if !errors.Is(err, idem.ErrInvalidOption) {
 			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
 		}
@@ -400,15 +397,15 @@ func TestDiskGuard(t *testing.T) {
 // without a breaker, and do not open it.
 func TestBreakerPermanentStillParks(t *testing.T) {
 	l := openLedger(t, t.TempDir())
-	br := guard.NewBreaker(2, time.Minute)
+	br := idem.NewBreaker(2, time.Minute)
 	clk := idemtest.NewAutoClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
-	res, err := fanout.Each(context.Background(), l, points, accounts(20), func(ctx context.Context, _ string) error {
+	res, err := idem.Each(context.Background(), l, points, accounts(20), func(ctx context.Context, _ string) error {
 		return idem.Permanent(errors.New("account closed"))
-	}, fanout.WithBreaker(br), idem.WithClock(clk))
+	}, idem.WithBreaker(br), idem.WithClock(clk))
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Parked != 20 {
 		t.Fatalf("Each of 20 items failing permanently: %v, %v, %+v; want ran with 20 parked", err, res.Outcome, res.Counts)
 	}
-	if st, _ := br.State(clk.Now()); st != guard.BreakerClosed {
+	if st, _ := br.State(clk.Now()); st != idem.BreakerClosed {
 		t.Errorf("breaker %v after permanent errors, want closed", st)
 	}
 }
@@ -420,10 +417,10 @@ func TestGuardStopsCatchUp(t *testing.T) {
 	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
 	busy := guard.Func("partner", func(context.Context) error { return errors.New("in maintenance") })
 	ran := 0
-	res, err := catchup.Run(context.Background(), l, "daily_export", idem.Daily(time.UTC), func(context.Context, idem.Period) error {
+	res, err := idem.CatchUp(context.Background(), l, "daily_export", idem.Daily(time.UTC), func(context.Context, idem.Period) error {
 		ran++
 		return nil
-	}, catchup.Since(time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC)), catchup.ContinueAfterFailure(), idem.WithGuard(busy), idem.WithClock(clk))
+	}, idem.Since(time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC)), idem.ContinueAfterFailure(), idem.WithGuard(busy), idem.WithClock(clk))
 	if !errors.Is(err, idem.ErrDeferred) || ran != 0 || len(res.Periods) != 1 || res.Periods[0].Outcome != idem.Deferred || res.Deferred != 7 {
 		t.Fatalf("CatchUp of 8 days with the guard refusing: %v, fn ran %d times, %+v; want one period deferred and 7 left", err, ran, res)
 	}
@@ -461,8 +458,8 @@ func TestGuardSeesTheKey(t *testing.T) {
 	if !errors.Is(err, idem.ErrDeferred) || !errors.As(err, &d) || d.Reason != "holiday" || ran != 1 {
 		t.Fatalf("the holiday: %v (ran %d); want deferred by the holiday guard", err, ran)
 	}
-	items := fanout.Items(func(yield func(string) bool) { yield("a") })
-	if _, err := fanout.Each(ctx, l, idem.Key{Job: "grant", Period: "2026-12-24"}, items,
+	items := idem.Items(func(yield func(string) bool) { yield("a") })
+	if _, err := idem.Each(ctx, l, idem.Key{Job: "grant", Period: "2026-12-24"}, items,
 		func(context.Context, string) error { return nil }, idem.WithGuard(holiday)); err != nil {
 		t.Fatal(err)
 	}

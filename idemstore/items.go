@@ -124,7 +124,7 @@ type ItemTurn interface {
 }
 
 // ItemTxStore is an ItemStore whose items' business writes can commit with
-// their done marks: the transactional variant of Each (fanout.EachTx).
+// their done marks: the transactional variant of Each (idem.EachTx).
 type ItemTxStore[Tx any] interface {
 	ItemStore
 

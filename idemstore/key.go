@@ -40,7 +40,7 @@ func (k Key) Validate() error {
 }
 
 // ValidateJob reports whether job can be the Job of a [Key] (the rules of
-// [Key.Validate]), for calls that take a job alone, such as catchup.Run.
+// [Key.Validate]), for calls that take a job alone, such as idem.CatchUp.
 // The error matches [ErrInvalidKey] and names the job only.
 func ValidateJob(job string) error {
 	if err := ValidatePart("job", job); err != nil {

@@ -23,11 +23,6 @@ func Of(s any) (Store, error) {
 	if w, ok := s.(storeof.Wrapper); ok {
 		s = w.StoreBehind()
 	}
-	if u := storeof.Unwrap; u != nil {
-		if st := u(s); st != nil {
-			return st.(Store), nil
-		}
-	}
 	if st, ok := s.(Store); ok && st != nil {
 		return st, nil
 	}

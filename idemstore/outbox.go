@@ -52,7 +52,7 @@ type OutboxRecord struct {
 // *sql.Tx, the Postgres ledger with pgx.Tx (and DBLedger with *sql.Tx).
 type OutboxTxStore[Tx any] interface {
 	// PutOutbox writes msgs, pending and due at once, in tx: the
-	// transaction of a RunTx, EachTx or catchup.RunTx body, so they commit
+	// transaction of a RunTx, EachTx or idem.CatchUpTx body, so they commit
 	// with the business writes and the done mark, or not at all. Within a
 	// topic, messages are ordered by commit and, in one transaction, in
 	// the order given. An id that is already stored is an error (nothing

@@ -27,13 +27,13 @@ const (
 	// it ran, or its outcome is unknown). Ended with the attempt's error
 	// (nil: its done mark is written).
 	SpanAttempt SpanKind = "attempt"
-	// SpanEach is one call of fanout.Each or EachTx (Key is the period).
+	// SpanEach is one call of idem.Each or EachTx (Key is the period).
 	// Attrs: AttrWorkers. Ended with the period's outcome.
 	SpanEach SpanKind = "each"
 	// SpanChunk is one claimed chunk of a fan-out's items, worked by one
 	// worker, inside a SpanEach. Attrs: AttrChunk, AttrAttempt, AttrItems.
 	SpanChunk SpanKind = "chunk"
-	// SpanCatchUp is one pass of catchup.Run or RunTx (Key.Period is
+	// SpanCatchUp is one pass of idem.CatchUp or RunTx (Key.Period is
 	// empty): the periods' SpanRun are inside it. Ended with AttrPeriods.
 	SpanCatchUp SpanKind = "catchup"
 	// SpanSlot is one look of a Scheduler at a due job (its catch-up, or
@@ -51,7 +51,7 @@ const (
 // Attribute names that the engine passes in [SpanStart.Attrs] and
 // [SpanEnd.Attrs].
 const (
-	AttrCall     = "call"     // string: the call (idem.Run, idem.RunTx, fanout.Each, ...)
+	AttrCall     = "call"     // string: the call (idem.Run, idem.RunTx, idem.Each, ...)
 	AttrMode     = "mode"     // string: the mode's name (at-least-once, at-most-once, two-phase)
 	AttrStore    = "store"    // string: the store's type (*idem.Ledger, ...)
 	AttrAttempt  = "attempt"  // int64: the attempt number (fencing token), or a message's delivery attempt

@@ -66,7 +66,7 @@ type TxStore[Tx any] interface {
 	// (a write lock or row lock held by the transaction ensures it).
 	// Before committing it calls [Checkpoint] with [AfterFn]. With cursor,
 	// the same transaction also moves the job's catch-up cursor forward to
-	// key.Period, as Advance does (catchup.RunTx; a store that is not a
+	// key.Period, as Advance does (idem.CatchUpTx; a store that is not a
 	// [CatchUpStore] is never asked to).
 	//
 	// fn returns the value to store with the done mark (End.Value; nil for
@@ -113,7 +113,7 @@ type ClaimFirst interface {
 }
 
 // FreshMarker is a Store that can mark a key that has no record done in
-// one write, with no attempt before it: the period of fanout.Each has no
+// one write, with no attempt before it: the period of idem.Each has no
 // work of its own, and once its items are settled its done mark is all
 // that is left. The Postgres ledgers implement it.
 type FreshMarker interface {
@@ -134,7 +134,7 @@ type FreshMarker interface {
 }
 
 // CatchUpStore is a Store that also keeps, per job, a catch-up cursor and
-// a retention horizon. catchup.Run and the idem command's prune need one.
+// a retention horizon. idem.CatchUp and the idem command's prune need one.
 // For the state file, the job's watermark is both.
 type CatchUpStore interface {
 	Store
@@ -145,7 +145,7 @@ type CatchUpStore interface {
 	// Start records where a job's catch-up begins: if the job has no
 	// cursor, it sets the cursor to before (the period just before the
 	// job's first period), durably; a job that has a cursor keeps it. It
-	// returns the job's state afterwards. catchup.Run calls it once, before
+	// returns the job's state afterwards. idem.CatchUp calls it once, before
 	// the first period of a job ever runs, so that a first period that
 	// fails is where every later call starts; and since a cursor, once
 	// there, is left as it is, concurrent first calls with different
@@ -167,7 +167,7 @@ type CatchUpStore interface {
 	Prune(ctx context.Context, job, through string) (deleted int64, err error)
 }
 
-// CatchUpTxStore is a store that catchup.RunTx can use: a
+// CatchUpTxStore is a store that idem.CatchUpTx can use: a
 // [CatchUpStore] whose records live in the database of the business data
 // ([TxStore]). idem.Ledger is one with *sql.Tx; the Postgres ledger with
 // pgx.Tx.

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/testwait"
@@ -99,7 +97,7 @@ func testItemsOnce(t *testing.T, h Harness) {
 				t.Fatal(err)
 			}
 			d := newItemDownstream()
-			res, err := fanout.Each(ctx, s, k, itemIDs(300), d.apply, m.opt(d.has), fanout.WithBatch(40))
+			res, err := idem.Each(ctx, s, k, itemIDs(300), d.apply, m.opt(d.has), idem.WithBatch(40))
 			if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 300 || res.Counts.Total() != 300 {
 				t.Fatalf("Each: %v, %+v", err, res)
 			}
@@ -109,7 +107,7 @@ func testItemsOnce(t *testing.T, h Harness) {
 					t.Fatalf("%s applied %d times", it, got[it])
 				}
 			}
-			res, err = fanout.Each(ctx, s, k, func(yield func(string, error) bool) { t.Error("items generated for a done period") },
+			res, err = idem.Each(ctx, s, k, func(yield func(string, error) bool) { t.Error("items generated for a done period") },
 				d.apply, m.opt(d.has))
 			if err != nil || res.Outcome != idem.AlreadyDone {
 				t.Fatalf("Each of a done period: %v, %s", err, res.Outcome)
@@ -145,7 +143,7 @@ func testItemsCrash(t *testing.T, h Harness) {
 				s := itemStore(t, h.open(t, clk))
 				k := idem.Key{Job: "items-crash", Period: "2026-10-27"}
 				d := newItemDownstream()
-				opts := []idem.Option{m.opt(d.has), fanout.WithBatch(50), fanout.WithWorkers(1)}
+				opts := []idem.Option{m.opt(d.has), idem.WithBatch(50), idem.WithWorkers(1)}
 				seen := 0
 				ctx := CrashWhen(context.Background(), func(p idemstore.Point, _ idem.Key) bool {
 					if p == c.at {
@@ -156,11 +154,11 @@ func testItemsCrash(t *testing.T, h Harness) {
 					}
 					return p == c.at && (seen == c.nth || c.nth == 0)
 				})
-				if _, err := fanout.Each(ctx, s, k, itemIDs(n), d.apply, opts...); !errors.Is(err, ErrCrashed) {
+				if _, err := idem.Each(ctx, s, k, itemIDs(n), d.apply, opts...); !errors.Is(err, ErrCrashed) {
 					t.Fatalf("crashing Each: %v, want ErrCrashed", err)
 				}
 				h.expire(t, s, clk)
-				res, err := fanout.Each(context.Background(), s, k, itemIDs(n), d.apply, opts...)
+				res, err := idem.Each(context.Background(), s, k, itemIDs(n), d.apply, opts...)
 				got := d.counts()
 				applied := 0
 				for i := range n {
@@ -191,7 +189,7 @@ func testItemsCrash(t *testing.T, h Harness) {
 				}
 				// One more Each changes nothing.
 				before := d.counts()
-				if _, err := fanout.Each(context.Background(), s, k, itemIDs(n), d.apply, opts...); err != nil && !errors.Is(err, idem.ErrUnknownOutcome) {
+				if _, err := idem.Each(context.Background(), s, k, itemIDs(n), d.apply, opts...); err != nil && !errors.Is(err, idem.ErrUnknownOutcome) {
 					t.Fatalf("Each after recovery: %v", err)
 				}
 				for it, e := range d.counts() {
@@ -213,13 +211,13 @@ func testItemsPoison(t *testing.T, h Harness) {
 	k := idem.Key{Job: "items-poison", Period: "2026-10-27"}
 	d := newItemDownstream()
 	tries := 0
-	res, err := fanout.Each(context.Background(), s, k, itemIDs(60), func(ctx context.Context, item string) error {
+	res, err := idem.Each(context.Background(), s, k, itemIDs(60), func(ctx context.Context, item string) error {
 		if item == "item-00017" {
 			tries++
 			return idem.NothingHappened(errors.New("account frozen"))
 		}
 		return d.apply(ctx, item)
-	}, idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Minute))), fanout.WithBatch(10))
+	}, idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Minute))), idem.WithBatch(10))
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Parked != 1 || res.Counts.Done != 59 ||
 		len(res.Parked) != 1 || res.Parked[0] != "item-00017" {
 		t.Fatalf("Each: %v, %+v", err, res)
@@ -248,7 +246,7 @@ func testItemsMarkAbandoned(t *testing.T, h Harness) {
 			s := itemStore(t, h.open(t, clk))
 			k := idem.Key{Job: "items-mark", Period: "2026-10-27"}
 			d := newItemDownstream()
-			opts := []idem.Option{m.opt(d.has), fanout.WithBatch(7), idem.WithBackoff(idem.MaxAttempts(2, idem.Constant(time.Minute)))}
+			opts := []idem.Option{m.opt(d.has), idem.WithBatch(7), idem.WithBackoff(idem.MaxAttempts(2, idem.Constant(time.Minute)))}
 			// Each call ends by the test's deadline, naming what it was doing.
 			limit, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
 			defer cancel()
@@ -256,12 +254,12 @@ func testItemsMarkAbandoned(t *testing.T, h Harness) {
 				ctx := CrashWhen(limit, func(p idemstore.Point, _ idem.Key) bool {
 					return p == idemstore.AfterClaim && len(d.counts()) == n // every item took effect: the mark's claim
 				})
-				if _, err := fanout.Each(ctx, s, k, itemIDs(n), d.apply, opts...); !errors.Is(err, ErrCrashed) {
+				if _, err := idem.Each(ctx, s, k, itemIDs(n), d.apply, opts...); !errors.Is(err, ErrCrashed) {
 					t.Fatalf("Each %d, stopped at the mark's claim: %v, want ErrCrashed", i+1, err)
 				}
 				h.expire(t, s, clk)
 			}
-			res, err := fanout.Each(limit, s, k, itemIDs(n), d.apply, opts...)
+			res, err := idem.Each(limit, s, k, itemIDs(n), d.apply, opts...)
 			if err != nil || res.Outcome != idem.Ran || res.Counts.Done != n {
 				t.Fatalf("Each after three abandoned marks: %v, %+v; want Ran with %d items done", err, res, n)
 			}

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemstore"
 )
 
@@ -371,7 +370,7 @@ func runItemsSequence(t *testing.T, h Harness, seed uint64, n int, faultIn strin
 
 // imCall is one Each call's outcome.
 type imCall struct {
-	res fanout.Result
+	res idem.EachResult
 	err error
 }
 
@@ -388,7 +387,7 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 	}
 	m := modes[p.mode]
 	opts := func(workers int) []idem.Option {
-		return []idem.Option{m.opt(p.has), fanout.WithWorkers(workers), fanout.WithBatch(op.batch),
+		return []idem.Option{m.opt(p.has), idem.WithWorkers(workers), idem.WithBatch(op.batch),
 			idem.WithLease(imLease), idem.WithBackoff(idem.MaxAttempts(imTries, idem.Constant(time.Second)))}
 	}
 	wasDone := p.done
@@ -425,7 +424,7 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 			fault = op.storeFault(p.key)
 			es = withFault(s, fault)
 		}
-		res, err := fanout.Each(cctx, es, p.key, gen(r), p.fn, opts(op.workers[0])...)
+		res, err := idem.Each(cctx, es, p.key, gen(r), p.fn, opts(op.workers[0])...)
 		calls = append(calls, imCall{res, err})
 	case "pair":
 		gens := []iter.Seq2[string, error]{gen(r), gen(r)}
@@ -435,7 +434,7 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := fanout.Each(ctx, s, p.key, gens[i], p.fn, opts(op.workers[i])...)
+				res, err := idem.Each(ctx, s, p.key, gens[i], p.fn, opts(op.workers[i])...)
 				out[i] = imCall{res, err}
 			}()
 		}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/holder"
 	"github.com/idemgo/idem/internal/testwait"
@@ -178,7 +177,7 @@ type LimitHarness struct {
 // TestSharedLimits runs limits of package limit in three processes (this
 // test binary, re-executed) that share a store, and measures them from a
 // receiver in this process: a rate of 200 a second over items of
-// fanout.Each, or over Runs of a key each where the store keeps no items
+// idem.Each, or over Runs of a key each where the store keeps no items
 // (idemstore.ItemStore; the three together stay within it: the test fails
 // above 110 %, and logs the rate it measured), an AtOnce limit of 2 over Runs
 // (never more than 2 at once at the receiver), and the place of a holder
@@ -308,9 +307,9 @@ func testSharedRate(t *testing.T, h LimitHarness) {
 				return
 			}
 		}
-		_, err = fanout.Each(context.Background(), s, key, fanout.Items(slices.Values(items)), func(ctx context.Context, item string) error {
+		_, err = idem.Each(context.Background(), s, key, idem.Items(slices.Values(items)), func(ctx context.Context, item string) error {
 			return send(ctx)
-		}, limit.With(r), fanout.WithWorkers(sharedWorkers))
+		}, idem.WithLimits(r), idem.WithWorkers(sharedWorkers))
 		if err != nil {
 			childFail("Each %s: %v", key, err)
 		}
@@ -332,7 +331,7 @@ func testSharedRate(t *testing.T, h LimitHarness) {
 	}
 }
 
-// runEach is testSharedRate's fanout.Each for a store that keeps no items
+// runEach is testSharedRate's idem.Each for a store that keeps no items
 // (idemstore.ItemStore): a Run per item, of key's job with the item as
 // its period, sharedWorkers at a time, each waiting for a start of r.
 func runEach(s idem.Store, key idem.Key, items []string, send func(context.Context) error, r *limit.Rate) {
@@ -342,7 +341,7 @@ func runEach(s idem.Store, key idem.Key, items []string, send func(context.Conte
 	for range sharedWorkers {
 		wg.Go(func() {
 			for item := range work {
-				errs <- idem.RunOn(context.Background(), s, idem.Key{Job: key.Job, Period: key.Period + "/" + item}, send, limit.With(r))
+				errs <- idem.RunOn(context.Background(), s, idem.Key{Job: key.Job, Period: key.Period + "/" + item}, send, idem.WithLimits(r))
 			}
 		})
 	}
@@ -377,7 +376,7 @@ func testSharedAtOnce(t *testing.T, h LimitHarness) {
 					}
 					time.Sleep(20 * time.Millisecond) // the work: others may come meanwhile
 					return get(ctx, url+"/end")
-				}, limit.With(a))
+				}, idem.WithLimits(a))
 			})
 		}
 		wg.Wait()
@@ -417,7 +416,7 @@ func testKilledHolder(t *testing.T, h LimitHarness) {
 				return err
 			}
 			select {} // held until killed
-		}, limit.With(a))
+		}, idem.WithLimits(a))
 		childFail("the run ended: %v", err)
 	})
 	testwait.Recv(t, rc.held, "the child holding the only place of limit settle")
@@ -443,7 +442,7 @@ func testKilledHolder(t *testing.T, h LimitHarness) {
 		t.Fatal(err)
 	}
 	// A run of another key may go now.
-	if err := idem.RunOn(ctx, s, idem.Key{Job: "settle", Period: "2026-12-02"}, func(context.Context) error { return nil }, limit.With(a)); err != nil && !errors.Is(err, idem.ErrDeferred) {
+	if err := idem.RunOn(ctx, s, idem.Key{Job: "settle", Period: "2026-12-02"}, func(context.Context) error { return nil }, idem.WithLimits(a)); err != nil && !errors.Is(err, idem.ErrDeferred) {
 		t.Fatal(err)
 	} else if err != nil {
 		t.Fatalf("a run after the place came back: %v", err)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/limit"
@@ -108,7 +107,7 @@ func (g itemsGate[Tx]) RunTx(ctx context.Context, key idem.Key, fn func(context.
 }
 
 // TestRateAcrossStallEachTx is [TestRateAcrossStall] for the items of
-// fanout.EachTx on s, an idemstore.ItemTxStore: four calls (a worker and
+// idem.EachTx on s, an idemstore.ItemTxStore: four calls (a worker and
 // windows of one item each) whose windows' transactions wait at the gate
 // before they begin, with the window's start reserved.
 func TestRateAcrossStallEachTx[Tx any](t *testing.T, s idem.Store) {
@@ -121,14 +120,14 @@ func TestRateAcrossStallEachTx[Tx any](t *testing.T, s idem.Store) {
 	ig := itemsGate[Tx]{ItemTxStore: its, LimitStore: g.LimitStore, g: g}
 	rateAcrossStall(t, g, func(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
 		const items = 1000 // more than the test runs: its context ends the call
-		_, err := fanout.EachTx(ctx, ig, key, fanout.Items(func(yield func(string) bool) {
+		_, err := idem.EachTx(ctx, ig, key, idem.Items(func(yield func(string) bool) {
 			for i := range items {
 				if !yield(fmt.Sprintf("i%04d", i)) {
 					return
 				}
 			}
 		}), func(ctx context.Context, _ Tx, _ string) error { return fn(ctx) },
-			append(opts, fanout.WithWorkers(1), fanout.WithBatch(1))...)
+			append(opts, idem.WithWorkers(1), idem.WithBatch(1))...)
 		return err
 	})
 }
@@ -213,7 +212,7 @@ func rateAcrossStall(t *testing.T, g *claimGate, run func(ctx context.Context, k
 					mu.Unlock()
 					n.Add(1)
 					return nil
-				}, limit.With(r))
+				}, idem.WithLimits(r))
 				if err != nil && ctx.Err() == nil {
 					t.Logf("run %s: %v", key, err)
 				}

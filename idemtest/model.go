@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 )
 
@@ -845,7 +844,7 @@ func (m *model) catchUp(op catchUpOp, next func() mFn, cr *crashState) mCatchUpR
 	}
 	max := op.max
 	if max < 0 {
-		max = catchup.DefaultMaxPeriods
+		max = idem.DefaultMaxPeriods
 	}
 	unbroken := true
 	for p := first; p <= last; p = addDays(p, 1) {

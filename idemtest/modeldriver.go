@@ -20,9 +20,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
-	"github.com/idemgo/idem/internal/core"
 )
 
 // ModelOptions sizes a run of [TestModel]. The environment overrides them,
@@ -64,10 +62,10 @@ type TxHarness struct {
 	Run func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error
 	// Rows returns the committed business writes, counted by key.
 	Rows func(ctx context.Context, s idem.Store) (map[idem.Key]int, error)
-	// CatchUp, if set, calls catchup.RunTx on s with the same business
+	// CatchUp, if set, calls idem.CatchUpTx on s with the same business
 	// write for each period's key (job, p.Name), then fn(ctx, p); TestModel
 	// then also catches up a RunTx job.
-	CatchUp func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (catchup.Result, error)
+	CatchUp func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error)
 }
 
 // SQLTx is the [TxHarness] of a store whose transactions are *sql.Tx and
@@ -101,19 +99,19 @@ func SQLTx() *TxHarness {
 			if !ok {
 				return fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.TxStore[*sql.Tx]", s)
 			}
-			return idem.RunTx(ctx, core.TxStore(ts), key, func(ctx context.Context, tx *sql.Tx) error {
+			return idem.RunTx(ctx, idem.TxStoreOf(ts), key, func(ctx context.Context, tx *sql.Tx) error {
 				if err := write(ctx, tx, key); err != nil {
 					return err
 				}
 				return fn(ctx)
 			}, opts...)
 		},
-		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (catchup.Result, error) {
+		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
 			cs, ok := s.(idemstore.CatchUpTxStore[*sql.Tx])
 			if !ok {
-				return catchup.Result{}, fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.CatchUpTxStore[*sql.Tx]", s)
+				return idem.CatchUpResult{}, fmt.Errorf("idemtest: SQLTx: %T is not an idemstore.CatchUpTxStore[*sql.Tx]", s)
 			}
-			return catchup.RunTx(ctx, core.TxStore[*sql.Tx](cs), job, sched, func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
+			return idem.CatchUpTx(ctx, idem.TxStoreOf[*sql.Tx](cs), job, sched, func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 				if err := write(ctx, tx, idem.Key{Job: job, Period: p.Name}); err != nil {
 					return err
 				}
@@ -916,7 +914,7 @@ func (w *world) trigger(ctx context.Context, k idem.Key, fn func(context.Context
 
 // rCatchUp is how a real CatchUp ended.
 type rCatchUp struct {
-	res catchup.Result
+	res idem.CatchUpResult
 	rResult
 }
 
@@ -939,22 +937,22 @@ func (w *world) exec(ctx context.Context, op mOp) (st rStep) {
 	case opRun:
 		st.a = w.trigger(ctx, op.key, w.fn(queue([]mFn{op.fn}), w.cfg.modes[op.key.Job] == modeTx), op.crash)
 	case opCatchUp:
-		var res catchup.Result
+		var res idem.CatchUpResult
 		func() {
 			defer catch(&st.cu.rResult)
-			opts := []idem.Option{catchup.OnPeriod(func(catchup.PeriodResult) { w.clk.clear() })}
+			opts := []idem.Option{idem.OnPeriod(func(idem.PeriodResult) { w.clk.clear() })}
 			switch {
 			case op.cu.latest:
-				opts = append(opts, catchup.Latest())
+				opts = append(opts, idem.CatchUpLatest())
 			case op.cu.max >= 0:
-				opts = append(opts, catchup.All(op.cu.max))
+				opts = append(opts, idem.CatchUpAll(op.cu.max))
 			}
 			if op.cu.keepGoing {
-				opts = append(opts, catchup.ContinueAfterFailure())
+				opts = append(opts, idem.ContinueAfterFailure())
 			}
 			if op.cu.since != "" {
 				t, _ := time.Parse(time.DateOnly, op.cu.since)
-				opts = append(opts, catchup.Since(t))
+				opts = append(opts, idem.Since(t))
 			}
 			next := queue(op.fns)
 			tx := w.cfg.modes[op.cu.job] == modeTx
@@ -972,7 +970,7 @@ func (w *world) exec(ctx context.Context, op mOp) (st rStep) {
 				return
 			}
 			cuOpts := append(optsOf[idem.Option](w.base(), w.mode(w.cfg.modes[op.cu.job]), idem.OneAttempt()), opts...)
-			res, st.cu.err = catchup.Run(ctx, w.cs, op.cu.job, idem.Daily(time.UTC), fn, cuOpts...)
+			res, st.cu.err = idem.CatchUp(ctx, w.cs, op.cu.job, idem.Daily(time.UTC), fn, cuOpts...)
 		}()
 		st.cu.res = res
 	case opResolve:

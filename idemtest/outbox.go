@@ -15,12 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
-	"github.com/idemgo/idem/internal/core"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/outbox"
 )
@@ -145,7 +141,7 @@ func (r *receiver) ids() []string {
 // putTx runs a RunTx of key on s that puts msgs, then returns fnErr.
 func putTx[Tx any](ctx context.Context, s outboxLedger[Tx], key idem.Key, fnErr error, msgs []outbox.Message, opts ...idem.Option) ([]string, error) {
 	var ids []string
-	err := idem.RunTx(ctx, core.TxStore[Tx](s), key, func(ctx context.Context, tx Tx) error {
+	err := idem.RunTx(ctx, idem.TxStoreOf[Tx](s), key, func(ctx context.Context, tx Tx) error {
 		ids = ids[:0]
 		for _, m := range msgs {
 			id, err := outbox.Put(ctx, tx, m)
@@ -248,7 +244,7 @@ func testOutboxPut[Tx any](t *testing.T, s outboxLedger[Tx], clk *Clock) {
 		t.Fatalf("a second pass claimed %+v", res)
 	}
 	// Put with another transaction type, or outside a body.
-	err = idem.RunTx(ctx, core.TxStore[Tx](s), idem.Key{Job: "settle", Period: "other"}, func(ctx context.Context, tx Tx) error {
+	err = idem.RunTx(ctx, idem.TxStoreOf[Tx](s), idem.Key{Job: "settle", Period: "other"}, func(ctx context.Context, tx Tx) error {
 		_, err := outbox.Put(ctx, "not a tx", outbox.Message{Topic: "x"})
 		return idem.Permanent(err)
 	}, idem.WithClock(clk))
@@ -258,7 +254,7 @@ func testOutboxPut[Tx any](t *testing.T, s outboxLedger[Tx], clk *Clock) {
 	if _, err := outbox.Put(ctx, 0, outbox.Message{Topic: "x"}); !errors.Is(err, outbox.ErrNoOutbox) {
 		t.Fatalf("Put outside a body: %v, want ErrNoOutbox", err)
 	}
-	err = idem.RunTx(ctx, core.TxStore[Tx](s), idem.Key{Job: "settle", Period: "bad"}, func(ctx context.Context, tx Tx) error {
+	err = idem.RunTx(ctx, idem.TxStoreOf[Tx](s), idem.Key{Job: "settle", Period: "bad"}, func(ctx context.Context, tx Tx) error {
 		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: ""})
 		return idem.Permanent(err)
 	}, idem.WithClock(clk))
@@ -289,7 +285,7 @@ func testOutboxRollback[Tx any](t *testing.T, s outboxLedger[Tx], _ *Clock) {
 	// In-process retries: fails twice, then commits.
 	fails := 2
 	var ids []string
-	err := idem.RunTx(ctx, core.TxStore[Tx](s), key, func(ctx context.Context, tx Tx) error {
+	err := idem.RunTx(ctx, idem.TxStoreOf[Tx](s), key, func(ctx context.Context, tx Tx) error {
 		ids = ids[:0]
 		for _, m := range msgs {
 			id, err := outbox.Put(ctx, tx, m)
@@ -705,7 +701,7 @@ func testOutboxEach[Tx any](t *testing.T, s outboxLedger[Tx], _ *Clock) {
 	key := idem.Key{Job: "fan", Period: "p"}
 	failed := map[string]bool{}
 	var mu sync.Mutex
-	_, err := fanout.EachTx(ctx, core.TxStore[Tx](s), key, fanout.Items(func(yield func(string) bool) {
+	_, err := idem.EachTx(ctx, idem.TxStoreOf[Tx](s), key, idem.Items(func(yield func(string) bool) {
 		for i := range 5 {
 			if !yield("acct-" + strconv.Itoa(i)) {
 				return
@@ -743,10 +739,10 @@ func testOutboxCatchUp[Tx any](t *testing.T, s outboxLedger[Tx], clk *Clock) {
 		t.Skipf("%T is not an idemstore.CatchUpTxStore", s)
 	}
 	ctx := context.Background()
-	res, err := catchup.RunTx(ctx, core.TxStore[Tx](cs), "daily", idem.Daily(time.UTC), func(ctx context.Context, tx Tx, p idem.Period) error {
+	res, err := idem.CatchUpTx(ctx, idem.TxStoreOf[Tx](cs), "daily", idem.Daily(time.UTC), func(ctx context.Context, tx Tx, p idem.Period) error {
 		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "daily", Payload: []byte(p.Name)})
 		return err
-	}, idem.WithClock(clk), catchup.Since(outboxT0.Add(-72*time.Hour)))
+	}, idem.WithClock(clk), idem.Since(outboxT0.Add(-72*time.Hour)))
 	if err != nil {
 		t.Fatal(err)
 	}

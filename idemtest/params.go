@@ -12,7 +12,6 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
-	"github.com/idemgo/idem/internal/core"
 )
 
 // testParams: a key's fingerprint (idem.WithParams) is stored with its
@@ -272,7 +271,7 @@ func testValues(t *testing.T, h Harness) {
 		if !ok {
 			t.Skip("the store is not an idemstore.TxStore[*sql.Tx]")
 		}
-		s := core.TxStore(st)
+		s := idem.TxStoreOf(st)
 		k := idem.Key{Job: "value-tx", Period: "2026-10-27"}
 		runs := 0
 		fn := func(context.Context, *sql.Tx) (total, error) { runs++; return total{Cents: 5, Run: runs}, nil }

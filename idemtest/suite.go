@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/testwait"
 )
@@ -572,7 +571,7 @@ func testFirstPeriodFails(t *testing.T, h Harness, parked bool) {
 	if parked {
 		boom = idem.Permanent(boom)
 	}
-	res, err := catchup.Run(ctx, s, first.Job, sched, func(context.Context, idem.Period) error { return boom },
+	res, err := idem.CatchUp(ctx, s, first.Job, sched, func(context.Context, idem.Period) error { return boom },
 		idem.WithClock(clk), idem.OneAttempt())
 	if !errors.Is(err, boom) || len(res.Periods) != 1 || res.Periods[0].Period.Name != first.Period {
 		t.Fatalf("first call: %v, periods %+v; want %s failed", err, res.Periods, first.Period)
@@ -585,7 +584,7 @@ func testFirstPeriodFails(t *testing.T, h Harness, parked bool) {
 	h.advance(t, s, clk, 48*time.Hour)
 	var ran []string
 	ok2 := func(_ context.Context, p idem.Period) error { ran = append(ran, p.Name); return nil }
-	res, err = catchup.Run(ctx, s, first.Job, sched, ok2, idem.WithClock(clk), idem.OneAttempt())
+	res, err = idem.CatchUp(ctx, s, first.Job, sched, ok2, idem.WithClock(clk), idem.OneAttempt())
 	if parked {
 		// The parked period stops the catch-up; the two after it wait.
 		if !errors.Is(err, idem.ErrParked) || len(ran) != 0 || res.Deferred != 2 {
@@ -594,7 +593,7 @@ func testFirstPeriodFails(t *testing.T, h Harness, parked bool) {
 		if err := s.Resolve(ctx, first, idem.ResolveRetry); err != nil {
 			t.Fatalf("Reset: %v", err)
 		}
-		res, err = catchup.Run(ctx, s, first.Job, sched, ok2, idem.WithClock(clk), idem.OneAttempt())
+		res, err = idem.CatchUp(ctx, s, first.Job, sched, ok2, idem.WithClock(clk), idem.OneAttempt())
 	}
 	want := []string{"2026-11-30", "2026-12-01", "2026-12-02"}
 	if err != nil || !slices.Equal(ran, want) || res.Cursor != "2026-12-02" {
@@ -630,7 +629,7 @@ func testStart(t *testing.T, h Harness) {
 	}
 	// Once catch-up has moved the cursor, Start leaves it there too.
 	var ran []string
-	res, err := catchup.Run(ctx, s, "start", idem.Daily(time.UTC), func(_ context.Context, p idem.Period) error {
+	res, err := idem.CatchUp(ctx, s, "start", idem.Daily(time.UTC), func(_ context.Context, p idem.Period) error {
 		ran = append(ran, p.Name)
 		return nil
 	}, idem.WithClock(clk))

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/limit"
 )
 
@@ -37,11 +36,11 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	merchants := fanout.Items(slices.Values([]string{"m-001", "m-002", "m-003"}))
-	res, err := fanout.Each(ctx, l, idem.Key{Job: "mail", Period: "2026-12-01"}, merchants,
+	merchants := idem.Items(slices.Values([]string{"m-001", "m-002", "m-003"}))
+	res, err := idem.Each(ctx, l, idem.Key{Job: "mail", Period: "2026-12-01"}, merchants,
 		func(ctx context.Context, merchant string) error {
 			return nil // send the merchant's statement
-		}, limit.With(mail))
+		}, idem.WithLimits(mail))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -49,7 +48,7 @@ func Example() {
 
 	err = idem.RunOn(ctx, l, idem.Key{Job: "report", Period: "2026-12-01"}, func(ctx context.Context) error {
 		return nil // build the report; ctx ends if the place is lost
-	}, limit.With(reports))
+	}, idem.WithLimits(reports))
 	fmt.Println("report:", err)
 	// Output:
 	// mailed 3 merchants

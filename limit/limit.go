@@ -7,9 +7,9 @@
 //
 //	mail, err := limit.NewRate(ledger, "mail", 200, 20)
 //	...
-//	err = fanout.Each(ctx, ledger, key, merchants, send, limit.With(mail))
+//	err = idem.Each(ctx, ledger, key, merchants, send, idem.WithLimits(mail))
 //
-// [With] makes a call wait for its limits: Run, RunTx, a catch-up's
+// [idem.WithLimits] makes a call wait for its limits: Run, RunTx, a catch-up's
 // periods and a Scheduler's jobs take one start of each rate per start of
 // fn (a retry takes another) and hold a place of each AtOnce limit while
 // they run; Each and EachTx hold a place for the whole call and take one
@@ -64,7 +64,6 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
-	"github.com/idemgo/idem/internal/core"
 	"github.com/idemgo/idem/internal/storeof"
 )
 
@@ -72,24 +71,6 @@ import (
 // its place of an AtOnce limit was lost: the store could not renew it for
 // a whole lease, or found it taken by another after its lease ended.
 var ErrSlotLost = errors.New("limit: place of an at-once limit lost")
-
-// A Limit is a [*Rate] or an [*AtOnce], for [With].
-type Limit interface {
-	limit() any // the engine's view (see idem's limiter)
-}
-
-// With makes a call wait for the limits ls before it runs (see the
-// package's comment for what each call takes). Give it to Run, RunTx,
-// catchup.Run, fanout.Each, a Scheduler's job, or a store's defaults.
-func With(ls ...Limit) idem.Option {
-	vs := make([]any, len(ls))
-	for i, l := range ls {
-		if l != nil {
-			vs[i] = l.limit()
-		}
-	}
-	return core.R.Limits(vs)
-}
 
 // store returns s's limit store, or an error naming call and s's type.
 func store(call string, s idem.Store, name string) (idemstore.LimitStore, error) {
@@ -203,16 +184,13 @@ func (r *Rate) take(ctx context.Context, n int) (time.Time, error) {
 	}
 }
 
-func (r *Rate) limit() any { return rateLimiter{r} }
+// TakeN waits until n more starts may go, and returns by when they must
+// go: what idem's engine asks of a rate ([idem.Limiter]).
+func (r *Rate) TakeN(ctx context.Context, n int) (by time.Time, err error) { return r.take(ctx, n) }
 
-// rateLimiter is a Rate as idem's engine uses it.
-type rateLimiter struct{ r *Rate }
-
-func (l rateLimiter) LimitName() string { return l.r.name }
-func (l rateLimiter) TakeN(ctx context.Context, n int) (time.Time, error) {
-	return l.r.take(ctx, n)
-}
-func (l rateLimiter) Hold(ctx context.Context) (context.Context, func(), error) {
+// Hold is at once for a rate: what idem's engine asks of an "at once"
+// limit ([idem.Limiter]).
+func (r *Rate) Hold(ctx context.Context) (held context.Context, release func(), err error) {
 	return ctx, func() {}, nil
 }
 
@@ -372,18 +350,14 @@ func (s *Slot) renew(held time.Time) {
 	}
 }
 
-func (a *AtOnce) limit() any { return atOnceLimiter{a} }
+// TakeN is at once for an "at once" limit: what idem's engine asks of a
+// rate ([idem.Limiter]).
+func (a *AtOnce) TakeN(ctx context.Context, n int) (by time.Time, err error) { return time.Time{}, nil }
 
-// atOnceLimiter is an AtOnce as idem's engine uses it.
-type atOnceLimiter struct{ a *AtOnce }
-
-func (l atOnceLimiter) LimitName() string                                   { return l.a.name }
-func (l atOnceLimiter) TakeN(ctx context.Context, n int) (time.Time, error) { return time.Time{}, nil }
-
-// Hold takes a place for a run: the run's context ends with cause
-// ErrSlotLost when the place is lost.
-func (l atOnceLimiter) Hold(ctx context.Context) (context.Context, func(), error) {
-	s, err := l.a.Acquire(ctx)
+// Hold takes a place for a run ([idem.Limiter]): the run's context ends
+// with cause ErrSlotLost when the place is lost.
+func (a *AtOnce) Hold(ctx context.Context) (held context.Context, release func(), err error) {
+	s, err := a.Acquire(ctx)
 	if err != nil {
 		return ctx, nil, err
 	}
@@ -392,7 +366,7 @@ func (l atOnceLimiter) Hold(ctx context.Context) (context.Context, func(), error
 	go func() {
 		select {
 		case <-s.Lost():
-			cancel(fmt.Errorf("%w: %s, place %d", ErrSlotLost, l.a.name, s.n))
+			cancel(fmt.Errorf("%w: %s, place %d", ErrSlotLost, a.name, s.n))
 		case <-stop:
 		}
 	}()
@@ -417,3 +391,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Both are limits idem's calls wait for (idem.WithLimits).
+var (
+	_ idem.Limiter = (*Rate)(nil)
+	_ idem.Limiter = (*AtOnce)(nil)
+)

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/limit"
@@ -64,7 +62,7 @@ func TestBadLimits(t *testing.T) {
 		{"nil store", func() error { _, err := limit.NewRate(nil, "a", 1, 1); return err }, "no store"},
 		{"nil limit", func() error {
 			return idem.RunOn(context.Background(), l, idem.Key{Job: "j", Period: "p"},
-				func(context.Context) error { return nil }, limit.With(nil))
+				func(context.Context) error { return nil }, idem.WithLimits(nil))
 		}, "not a limit"},
 	} {
 		if err := c.err(); !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), c.want) {
@@ -116,7 +114,7 @@ func TestWaitingForALimitDefers(t *testing.T) {
 	err = idem.RunOn(wctx, l, key, func(context.Context) error {
 		t.Error("fn ran without a place")
 		return nil
-	}, limit.With(a), idem.ReportTo(&res))
+	}, idem.WithLimits(a), idem.ReportTo(&res))
 	var d *idem.Deferral
 	if !errors.Is(err, idem.ErrDeferred) || !errors.As(err, &d) || d.Reason != "limit settle" || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run while the only place is held: %v; want ErrDeferred, reason \"limit settle\", the context's error", err)
@@ -131,7 +129,7 @@ func TestWaitingForALimitDefers(t *testing.T) {
 	if err := slot.Release(); err != nil {
 		t.Fatal(err)
 	}
-	if err := idem.RunOn(ctx, l, key, func(context.Context) error { return nil }, limit.With(a)); err != nil {
+	if err := idem.RunOn(ctx, l, key, func(context.Context) error { return nil }, idem.WithLimits(a)); err != nil {
 		t.Fatal(err)
 	}
 	if rec, _, _ := l.Lookup(ctx, key); rec.Status != idem.StatusDone || rec.Attempt != 1 {
@@ -150,17 +148,17 @@ func TestDoneKeyTakesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	key := idem.Key{Job: "mail", Period: "2026-12-01"}
-	if err := idem.RunOn(ctx, l, key, func(context.Context) error { return nil }, limit.With(r)); err != nil {
+	if err := idem.RunOn(ctx, l, key, func(context.Context) error { return nil }, idem.WithLimits(r)); err != nil {
 		t.Fatal(err)
 	}
 	var res idem.Result
-	if err := idem.RunOn(ctx, l, key, func(context.Context) error { return nil }, limit.With(r), idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
+	if err := idem.RunOn(ctx, l, key, func(context.Context) error { return nil }, idem.WithLimits(r), idem.ReportTo(&res)); err != nil || res.Outcome != idem.AlreadyDone {
 		t.Fatalf("the duplicate: %v, outcome %v; want AlreadyDone at once", err, res.Outcome)
 	}
 	// A new key waits an hour: deferred by the deadline.
 	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer scancel()
-	if err := idem.RunOn(sctx, l, idem.Key{Job: "mail", Period: "2026-12-02"}, func(context.Context) error { return nil }, limit.With(r)); !errors.Is(err, idem.ErrDeferred) {
+	if err := idem.RunOn(sctx, l, idem.Key{Job: "mail", Period: "2026-12-02"}, func(context.Context) error { return nil }, idem.WithLimits(r)); !errors.Is(err, idem.ErrDeferred) {
 		t.Fatalf("a second start within the hour: %v; want deferred", err)
 	}
 }
@@ -178,10 +176,10 @@ func TestCatchUpTakesAStartPerPeriod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var ran []string
-	_, err = catchup.Run(ctx, l, "report", cal, func(ctx context.Context, p idem.Period) error {
+	_, err = idem.CatchUp(ctx, l, "report", cal, func(ctx context.Context, p idem.Period) error {
 		ran = append(ran, p.Name)
 		return nil
-	}, catchup.Since(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)), idem.WithClock(idemtest.NewClock(now)), limit.With(r))
+	}, idem.Since(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)), idem.WithClock(idemtest.NewClock(now)), idem.WithLimits(r))
 	if !errors.Is(err, idem.ErrDeferred) {
 		t.Fatalf("catch-up of 4 periods with 2 starts: %v; want deferred", err)
 	}
@@ -207,11 +205,11 @@ func TestEachHoldsAPlace(t *testing.T) {
 	}
 	ctx := context.Background()
 	var inside atomic.Bool
-	items := fanout.Items(slices.Values([]string{"a", "b", "c", "d", "e", "f", "g"}))
+	items := idem.Items(slices.Values([]string{"a", "b", "c", "d", "e", "f", "g"}))
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var n atomic.Int32
-	_, err = fanout.Each(sctx, l, idem.Key{Job: "batch", Period: "2026-12-01"}, items, func(ctx context.Context, item string) error {
+	_, err = idem.Each(sctx, l, idem.Key{Job: "batch", Period: "2026-12-01"}, items, func(ctx context.Context, item string) error {
 		if !inside.Load() {
 			inside.Store(true)
 			// While Each holds the only place, no other holder gets it.
@@ -221,7 +219,7 @@ func TestEachHoldsAPlace(t *testing.T) {
 		}
 		n.Add(1)
 		return nil
-	}, limit.With(a, r), fanout.WithWorkers(1))
+	}, idem.WithLimits(a, r), idem.WithWorkers(1))
 	if err == nil || n.Load() != 5 {
 		t.Fatalf("Each of 7 items with 5 starts: %v, %d items ran; want 5 and an error", err, n.Load())
 	}
@@ -268,12 +266,12 @@ func TestRunTxTakesAStart(t *testing.T) {
 		return err
 	}
 	ctx := context.Background()
-	if err := idem.RunTx(ctx, l, idem.Key{Job: "mail", Period: "2026-12-01"}, send, limit.With(r)); err != nil {
+	if err := idem.RunTx(ctx, l, idem.Key{Job: "mail", Period: "2026-12-01"}, send, idem.WithLimits(r)); err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if err := idem.RunTx(wctx, l, idem.Key{Job: "mail", Period: "2026-12-02"}, send, limit.With(r)); !errors.Is(err, idem.ErrDeferred) {
+	if err := idem.RunTx(wctx, l, idem.Key{Job: "mail", Period: "2026-12-02"}, send, idem.WithLimits(r)); !errors.Is(err, idem.ErrDeferred) {
 		t.Fatalf("the second RunTx within the hour: %v; want deferred", err)
 	}
 	var n int
@@ -295,7 +293,7 @@ func TestRateAcrossStallTxSQLite(t *testing.T) {
 }
 
 // TestRateAcrossStallEachTxSQLite is TestRateAcrossStallSQLite for the
-// items of fanout.EachTx: a window's transaction stalls before it begins.
+// items of idem.EachTx: a window's transaction stalls before it begins.
 func TestRateAcrossStallEachTxSQLite(t *testing.T) {
 	idemtest.TestRateAcrossStallEachTx[*sql.Tx](t, testledger.Open(t, t.TempDir()))
 }

@@ -45,7 +45,7 @@ func TestLostPlaceEndsTheRun(t *testing.T) {
 			<-ctx.Done()
 			cause = context.Cause(ctx)
 			return cause
-		}, With(a))
+		}, idem.WithLimits(a))
 		if !errors.Is(cause, ErrSlotLost) || !errors.Is(err, ErrSlotLost) {
 			t.Fatalf("taken %v: fn's context ended by %v, Run: %v; want ErrSlotLost", taken, cause, err)
 		}

@@ -7,12 +7,10 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/limit"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // Two jobs of a Scheduler that share an AtOnce limit of one catch up on
@@ -25,7 +23,7 @@ func TestSchedulerJobsShareAPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := idemtest.NewClock(time.Date(2026, 12, 4, 2, 0, 0, 0, time.UTC))
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var mu sync.Mutex
 	now, most := 0, 0
 	runs := map[idem.Key]int{}
@@ -41,7 +39,7 @@ func TestSchedulerJobsShareAPlace(t *testing.T) {
 			now--
 			mu.Unlock()
 			return nil
-		}, catchup.Since(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)), limit.With(a))
+		}, idem.Since(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)), idem.WithLimits(a))
 		if err != nil {
 			t.Fatal(err)
 		}

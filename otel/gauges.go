@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/gauge"
-	"github.com/idemgo/idem/scheduler"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -39,7 +39,7 @@ type gauges struct {
 	mu     sync.Mutex
 	lister idemstore.Lister
 	outbox OutboxSource
-	scheds []*scheduler.Scheduler
+	scheds []*idem.Scheduler
 	jobs   gauge.Seen // jobs seen, reported at 0 when they have no such keys
 	topics gauge.Seen // topics seen, likewise
 }
@@ -82,7 +82,7 @@ func (m *Metrics) Watch(l idemstore.Lister) {
 // WatchScheduler makes idem.last_success.timestamp and
 // idem.next_due.timestamp report the jobs of s, from s.Status() at every
 // collection. Several Schedulers may be watched.
-func (m *Metrics) WatchScheduler(s *scheduler.Scheduler) {
+func (m *Metrics) WatchScheduler(s *idem.Scheduler) {
 	m.gauges.mu.Lock()
 	defer m.gauges.mu.Unlock()
 	m.gauges.scheds = append(m.gauges.scheds, s)

@@ -19,10 +19,10 @@
 //	name                      kind      what
 //	<call> <job>              internal  one call of Run, RunTx, RunValue (call: idem.Run, idem.RunTx, ...); a catch-up's period's too
 //	attempt <job>             internal  one attempt of fn, inside the call's span: fn's context is the attempt's
-//	fanout.Each <job>         internal  one call of fanout.Each or EachTx
-//	fanout.Each.mark <job>    internal  the Run of the period's done mark, inside a fan-out's span
+//	idem.Each <job>         internal  one call of idem.Each or EachTx
+//	idem.Each.mark <job>    internal  the Run of the period's done mark, inside a fan-out's span
 //	chunk <job>               internal  one chunk of a fan-out's items, worked by one worker
-//	catchup <job>             internal  one pass of catchup.Run or RunTx: its periods' calls are inside it
+//	catchup <job>             internal  one pass of idem.CatchUp or RunTx: its periods' calls are inside it
 //	scheduler <job>           internal  one look of a Scheduler at a due job (its catch-up, or one period of an overlapping job)
 //	outbox.deliver <topic>    producer  one delivery attempt of an outbox message by a relay
 //
@@ -160,7 +160,7 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, opts ...Option) (*Tel
 	return t, nil
 }
 
-// Context returns ctx carrying t: every Run, RunTx, fanout.Each, catch-up,
+// Context returns ctx carrying t: every Run, RunTx, idem.Each, catch-up,
 // Scheduler (its Run's context) and outbox relay given it is traced. A
 // crash kit's hooks in ctx (idemstore.WithTrace, idemtest) keep working,
 // and so does another tracer's idemstore.Spans: both are called.
@@ -266,7 +266,7 @@ func SpanName(s idemstore.SpanStart) string {
 	case idemstore.SpanAttempt:
 		return "attempt " + s.Key.Job
 	case idemstore.SpanEach:
-		return "fanout.Each " + s.Key.Job
+		return "idem.Each " + s.Key.Job
 	case idemstore.SpanChunk:
 		return "chunk " + s.Key.Job
 	case idemstore.SpanCatchUp:

@@ -12,13 +12,11 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/guard"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
 	idemotel "github.com/idemgo/idem/otel"
 	"github.com/idemgo/idem/outbox"
-	"github.com/idemgo/idem/scheduler"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -128,7 +126,7 @@ func TestMetrics(t *testing.T) {
 	for i := range 5 {
 		ids = append(ids, fmt.Sprint("a", i))
 	}
-	if _, err := fanout.Each(ctx, l, idem.Key{Job: "grant", Period: "p1"}, fanout.Items(slices.Values(ids)),
+	if _, err := idem.Each(ctx, l, idem.Key{Job: "grant", Period: "p1"}, idem.Items(slices.Values(ids)),
 		func(context.Context, string) error { return nil }, tel.Option()); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +237,7 @@ func TestGauges(t *testing.T) {
 	// A Scheduler on a clock that stands still: its job runs its due
 	// period at once, and then the next is due an hour later.
 	now := time.Date(2026, 12, 1, 10, 30, 0, 0, time.UTC)
-	s := scheduler.New(l, idem.WithClock(idemtest.NewClock(now)))
+	s := idem.NewScheduler(l, idem.WithClock(idemtest.NewClock(now)))
 	if err := s.Add("hourly", idem.Hourly(time.UTC), func(context.Context, idem.Period) error { return nil }); err != nil {
 		t.Fatal(err)
 	}

@@ -10,14 +10,11 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testwait"
 	idemotel "github.com/idemgo/idem/otel"
 	"github.com/idemgo/idem/outbox"
-	"github.com/idemgo/idem/scheduler"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
@@ -27,7 +24,7 @@ func TestCatchUpSpans(t *testing.T) {
 	r := newRig(t)
 	l := openLedger(t)
 	ctx := r.tel.Context(context.Background())
-	res, err := catchup.Run(ctx, l, "daily", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
+	res, err := idem.CatchUp(ctx, l, "daily", idem.Daily(time.UTC), func(context.Context, idem.Period) error { return nil })
 	if err != nil || len(res.Periods) != 1 {
 		t.Fatalf("catch-up: %+v, %v", res, err)
 	}
@@ -36,7 +33,7 @@ func TestCatchUpSpans(t *testing.T) {
 	att := r.one(t, "attempt daily")
 	wantParent(t, run, pass)
 	wantParent(t, att, run)
-	wantAttrs(t, pass, idemotel.KeyJob.String("daily"), idemotel.KeyCall.String("catchup.Run"), idemotel.KeyPeriods.Int(1))
+	wantAttrs(t, pass, idemotel.KeyJob.String("daily"), idemotel.KeyCall.String("idem.CatchUp"), idemotel.KeyPeriods.Int(1))
 	wantAttrs(t, run, idemotel.KeyPeriod.String(res.Periods[0].Period.Name), idemotel.KeyOutcome.String("ran"))
 	if _, ok := attr(pass, idemotel.KeyPeriod); ok {
 		t.Fatalf("the pass has a period: %v", pass.Attributes())
@@ -56,17 +53,17 @@ func TestEachSpans(t *testing.T) {
 		ids = append(ids, fmt.Sprintf("acct-%02d", i))
 	}
 	tracer := r.tp.Tracer("app")
-	res, err := fanout.Each(ctx, l, key, fanout.Items(slices.Values(ids)), func(ctx context.Context, item string) error {
+	res, err := idem.Each(ctx, l, key, idem.Items(slices.Values(ids)), func(ctx context.Context, item string) error {
 		_, s := tracer.Start(ctx, "item")
 		s.End()
 		return nil
-	}, fanout.WithWorkers(2))
+	}, idem.WithWorkers(2))
 	if err != nil || res.Outcome != idem.Ran {
 		t.Fatalf("Each: %+v, %v", res, err)
 	}
-	each := r.one(t, "fanout.Each grant")
+	each := r.one(t, "idem.Each grant")
 	wantAttrs(t, each, idemotel.KeyJob.String("grant"), idemotel.KeyPeriod.String("2026-12-01"), idemotel.KeyWorkers.Int(2),
-		idemotel.KeyCall.String("fanout.Each"), idemotel.KeyOutcome.String("ran"), idemotel.KeyItems.Int(40))
+		idemotel.KeyCall.String("idem.Each"), idemotel.KeyOutcome.String("ran"), idemotel.KeyItems.Int(40))
 	chunks := r.spans("chunk grant")
 	if len(chunks) < 1 {
 		t.Fatalf("no chunk spans: %v", r.names())
@@ -88,7 +85,7 @@ func TestEachSpans(t *testing.T) {
 			t.Fatalf("an item's span has parent %s, not a chunk", it.Parent().SpanID())
 		}
 	}
-	mark := r.one(t, "fanout.Each.mark grant")
+	mark := r.one(t, "idem.Each.mark grant")
 	wantParent(t, mark, each)
 }
 
@@ -102,16 +99,19 @@ func TestSchedulerSlotToReceiver(t *testing.T) {
 	rc := newReceiver(t, nil)
 	// The Scheduler's clock stands still (no second period comes due
 	// while the test runs); the relay's is the system's, for its polls.
-	s := scheduler.New(l, idem.WithClock(idemtest.NewClock(time.Date(2026, 12, 1, 10, 30, 0, 0, time.UTC))))
-	err := scheduler.AddTx(s, "report", idem.Hourly(time.UTC), func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
+	s := idem.NewScheduler(l, idem.WithClock(idemtest.NewClock(time.Date(2026, 12, 1, 10, 30, 0, 0, time.UTC))))
+	err := idem.AddTx(s, "report", idem.Hourly(time.UTC), func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "reports", Payload: []byte(p.Name)})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddRelay("webhook", l, outbox.Webhook(rc.URL, nil), outbox.WithPoll(5*time.Millisecond),
-		outbox.WithClock(systemClock{})); err != nil {
+	relay, err := outbox.NewRelay(l, outbox.Webhook(rc.URL, nil), outbox.WithPoll(5*time.Millisecond), outbox.WithClock(systemClock{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddRelay("webhook", relay); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(r.tel.Context(context.Background()))
@@ -157,7 +157,7 @@ func TestSchedulerOverlappingSlot(t *testing.T) {
 	r := newRig(t)
 	l := openLedger(t)
 	clk := schedtest.NewClock(time.Date(2026, 12, 1, 10, 30, 0, 0, time.UTC))
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	first, release := make(chan string, 1), make(chan struct{})
 	second := make(chan string, 1)
 	var calls atomic.Int32
@@ -169,7 +169,7 @@ func TestSchedulerOverlappingSlot(t *testing.T) {
 		}
 		second <- p.Name
 		return nil
-	}, scheduler.RunOverlapping())
+	}, idem.RunOverlapping())
 	if err != nil {
 		t.Fatal(err)
 	}

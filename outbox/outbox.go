@@ -69,7 +69,7 @@ const MaxTopic = 200
 
 // Put queues msg in the outbox of tx, the transaction of the body that
 // ctx belongs to: an idem.RunTx body (or a store's RunTx method's), a
-// fanout.EachTx item's, a catchup.RunTx period's, or a Scheduler's AddTx
+// idem.EachTx item's, a idem.CatchUpTx period's, or a Scheduler's AddTx
 // job's. The message commits with the body's business writes and the
 // key's done mark, or not at all: a body that fails, or a transaction that
 // is rolled back or killed, leaves no message behind, and none is ever

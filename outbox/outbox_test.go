@@ -11,15 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/outbox"
-	"github.com/idemgo/idem/scheduler"
 )
 
 func TestOutboxPutInRunTxThenRelay(t *testing.T) {
@@ -96,7 +93,7 @@ func TestPutWhereNoOutbox(t *testing.T) {
 		t.Fatalf("Put in a Run nested in a RunTx body: %v", err)
 	}
 	var putErr error
-	res, err := fanout.Each(ctx, l, idem.Key{Job: "j", Period: "c"}, fanout.Items(func(yield func(string) bool) { yield("x") }),
+	res, err := idem.Each(ctx, l, idem.Key{Job: "j", Period: "c"}, idem.Items(func(yield func(string) bool) { yield("x") }),
 		func(ctx context.Context, item string) error {
 			_, putErr = outbox.Put(ctx, (*sql.Tx)(nil), outbox.Message{Topic: "t"})
 			return idem.Permanent(putErr)
@@ -116,8 +113,8 @@ func TestSchedulerRelay(t *testing.T) {
 	t.Parallel()
 	l := openLedger(t, t.TempDir())
 	clk := idemtest.NewClock(t0)
-	s := scheduler.New(l, idem.WithClock(clk))
-	err := scheduler.AddTx(s, "settle", idem.Daily(time.UTC), func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
+	s := idem.NewScheduler(l, idem.WithClock(clk))
+	err := idem.AddTx(s, "settle", idem.Daily(time.UTC), func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "settled", Payload: []byte(p.Name)})
 		return err
 	})
@@ -133,17 +130,17 @@ func TestSchedulerRelay(t *testing.T) {
 		got = append(got, string(d.Payload))
 		return nil
 	})
-	if err := s.AddRelay("notify", l, deliver, outbox.OnDelivery(func(r outbox.DeliveryResult) {
+	if err := s.AddRelay("notify", newRelay(t, l, deliver, outbox.OnDelivery(func(r outbox.DeliveryResult) {
 		mu.Lock()
 		defer mu.Unlock()
 		results = append(results, r)
-	})); err != nil {
+	}))); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddRelay("notify", l, deliver); err == nil {
+	if err := s.AddRelay("notify", newRelay(t, l, deliver)); err == nil {
 		t.Fatal("a second relay of the same name was added")
 	}
-	if err := s.AddRelay("bad", l, deliver, outbox.WithBatch(0)); !errors.Is(err, idem.ErrInvalidOption) {
+	if _, err := outbox.NewRelay(l, deliver, outbox.WithBatch(0)); !errors.Is(err, idem.ErrInvalidOption) {
 		t.Fatalf("invalid option: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -200,7 +197,7 @@ func TestSchedulerRelayLeasesOnRealClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := idemtest.NewClock(t0)
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	started, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int64
 	deliver := outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
@@ -214,7 +211,7 @@ func TestSchedulerRelayLeasesOnRealClock(t *testing.T) {
 		return nil
 	})
 	for _, name := range []string{"a", "b"} {
-		if err := s.AddRelay(name, l, deliver); err != nil {
+		if err := s.AddRelay(name, newRelay(t, l, deliver)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -322,7 +319,7 @@ func TestSchedulerRelayStoreError(t *testing.T) {
 	fc := &failingClaims{Store: testledger.SPI(t, l)}
 	fc.fail.Store(true)
 	clk := idemtest.NewClock(t0)
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	var c collect
 	var mu sync.Mutex
 	deliver := outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
@@ -330,7 +327,7 @@ func TestSchedulerRelayStoreError(t *testing.T) {
 		defer mu.Unlock()
 		return c.Deliver(ctx, d)
 	})
-	if err := s.AddRelay("notify", fc, deliver); err != nil {
+	if err := s.AddRelay("notify", newRelay(t, fc, deliver)); err != nil {
 		t.Fatal(err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -480,4 +477,14 @@ func TestRelayWithStop(t *testing.T) {
 		msgs[1].Status != idemstore.OutboxPending || msgs[1].Attempts != 0 || !msgs[1].LeaseUntil.IsZero() {
 		t.Fatalf("after the stop: %+v, %v, handed out %q; want %s delivered and %s pending, never attempted", msgs, err, handed, ids[0], ids[1])
 	}
+}
+
+// newRelay is outbox.NewRelay, which must succeed.
+func newRelay(t *testing.T, s idem.Store, d outbox.Deliverer, opts ...outbox.Option) idem.Relay {
+	t.Helper()
+	r, err := outbox.NewRelay(s, d, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

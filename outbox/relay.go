@@ -9,8 +9,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
-	"github.com/idemgo/idem/internal/core"
-	"github.com/idemgo/idem/internal/hook"
+	"github.com/idemgo/idem/internal/storeof"
 )
 
 // Delivery is one attempt to deliver an outbox message: what a
@@ -131,11 +130,11 @@ type relayConfig struct {
 
 func newRelayConfig(opts []Option) *relayConfig {
 	c := &relayConfig{batch: DefaultBatch, lease: DefaultLease, poll: DefaultPoll,
-		backoff: idem.DefaultBackoff(), clock: systemClock{}, owner: idemstore.Owner()}
+		backoff: idem.DefaultBackoff(), clock: idem.SystemClock(), owner: idemstore.Owner()}
 	for i, o := range opts {
 		var err error
 		if o == nil {
-			err = core.InvalidOption("option %d of %d is nil", i+1, len(opts))
+			err = invalidOption("option %d of %d is nil", i+1, len(opts))
 		} else {
 			err = o.applyRelay(c)
 		}
@@ -154,7 +153,7 @@ func newRelayConfig(opts []Option) *relayConfig {
 func WithBatch(n int) Option {
 	return relayOption(func(c *relayConfig) error {
 		if n < 1 {
-			return core.InvalidOption("outbox.WithBatch(%d): at least 1", n)
+			return invalidOption("outbox.WithBatch(%d): at least 1", n)
 		}
 		c.batch = n
 		return nil
@@ -170,7 +169,7 @@ func WithBatch(n int) Option {
 func WithLease(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
 		if d < idem.MinLease {
-			return core.InvalidOption("outbox.WithLease(%v): at least %v", d, idem.MinLease)
+			return invalidOption("outbox.WithLease(%v): at least %v", d, idem.MinLease)
 		}
 		c.lease = d
 		return nil
@@ -183,7 +182,7 @@ func WithLease(d time.Duration) Option {
 func WithPoll(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
 		if d <= 0 {
-			return core.InvalidOption("outbox.WithPoll(%v): must be positive", d)
+			return invalidOption("outbox.WithPoll(%v): must be positive", d)
 		}
 		c.poll = d
 		return nil
@@ -196,7 +195,7 @@ func WithPoll(d time.Duration) Option {
 func WithRetention(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
 		if d <= 0 {
-			return core.InvalidOption("outbox.WithRetention(%v): must be positive", d)
+			return invalidOption("outbox.WithRetention(%v): must be positive", d)
 		}
 		c.retention = d
 		return nil
@@ -210,8 +209,8 @@ func WithRetention(d time.Duration) Option {
 // matching [ErrInvalidOption].
 func WithBackoff(b idem.Backoff) Option {
 	return relayOption(func(c *relayConfig) error {
-		if err := core.R.CheckBackoff(b); err != nil {
-			return core.InvalidOption("outbox.WithBackoff: %s", err)
+		if err := idem.CheckBackoff(b); err != nil {
+			return invalidOption("outbox.WithBackoff: %s", err)
 		}
 		c.backoff = b
 		return nil
@@ -225,7 +224,7 @@ func WithBackoff(b idem.Backoff) Option {
 func WithClock(clk idem.Clock) Option {
 	return relayOption(func(c *relayConfig) error {
 		if clk == nil {
-			return core.InvalidOption("outbox.WithClock(nil)")
+			return invalidOption("outbox.WithClock(nil)")
 		}
 		c.clock = clk
 		return nil
@@ -244,7 +243,7 @@ func WithLogger(l *slog.Logger) Option {
 func WithOwner(name string) Option {
 	return relayOption(func(c *relayConfig) error {
 		if name == "" {
-			return core.InvalidOption("outbox.WithOwner(\"\")")
+			return invalidOption("outbox.WithOwner(\"\")")
 		}
 		c.owner = name
 		return nil
@@ -296,7 +295,7 @@ func RelayOnce(ctx context.Context, s idem.Store, d Deliverer, opts ...Option) (
 	if c.err != nil {
 		return Result{}, c.err
 	}
-	ob, err := core.StoreAs[idemstore.OutboxStore]("outbox.RelayOnce", s)
+	ob, err := outboxOf("outbox.RelayOnce", s)
 	if err != nil {
 		return Result{}, err
 	}
@@ -334,7 +333,7 @@ func Relay(ctx context.Context, s idem.Store, d Deliverer, opts ...Option) error
 	if c.err != nil {
 		return c.err
 	}
-	ob, err := core.StoreAs[idemstore.OutboxStore]("outbox.Relay", s)
+	ob, err := outboxOf("outbox.Relay", s)
 	if err != nil {
 		return err
 	}
@@ -366,7 +365,7 @@ func (c *relayConfig) loop(ctx context.Context, s idemstore.OutboxStore, d Deliv
 		if err != nil && ctx.Err() == nil {
 			c.log(ctx, slog.LevelWarn, "outbox relay: store error; trying again", slog.Any("error", err))
 		}
-		if core.R.Sleep(wait, c.clock, c.poll) != nil {
+		if sleep(wait, c.clock, c.poll) != nil {
 			return
 		}
 	}
@@ -491,7 +490,7 @@ func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d De
 			{Key: idemstore.AttrAttempt, Value: rec.Attempts}}})
 	dl.Headers = idemstore.InjectSpan(sctx, dl.Headers, true) // the delivery's trace context, for the receiver
 	dctx, cancel := sctx, context.CancelFunc(func() {})
-	if _, ok := c.clock.(systemClock); ok {
+	if c.clock == idem.SystemClock() {
 		dctx, cancel = context.WithDeadline(sctx, rec.LeaseUntil)
 	}
 	start := c.clock.Now()
@@ -512,7 +511,7 @@ func (c *relayConfig) deliver(ctx context.Context, s idemstore.OutboxStore, d De
 			// The relay is stopping: the message is due again at once,
 			// for the next relay.
 			f.NotBefore, r.Outcome, r.NotBefore = now, DeliveryRetrying, now
-		case core.R.IsPermanent(derr) || !ok:
+		case idem.IsPermanent(derr) || !ok:
 			f.Park, r.Outcome = true, DeliveryParked
 		default:
 			f.NotBefore, r.Outcome, r.NotBefore = now.Add(delay), DeliveryRetrying, now.Add(delay)
@@ -556,20 +555,13 @@ func callDeliver(ctx context.Context, d Deliverer, dl Delivery) (err error) {
 	return d.Deliver(ctx, dl)
 }
 
-// systemClock is the relay's default clock: on it, a delivery's context
-// ends with its lease.
-type systemClock struct{}
-
-func (systemClock) Now() time.Time                         { return time.Now() }
-func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // OnPass calls f after each pass of [Relay] (a Scheduler's relay too) with
 // what it did and its store error, if any; f runs on the relay's
 // goroutine: keep it short.
 func OnPass(f func(Result, error)) Option {
 	return relayOption(func(c *relayConfig) error {
 		if f == nil {
-			return core.InvalidOption("outbox.OnPass(nil): no function to call")
+			return invalidOption("outbox.OnPass(nil): no function to call")
 		}
 		c.onPass = f
 		return nil
@@ -588,25 +580,87 @@ func OnPass(f func(Result, error)) Option {
 func WithStop(stop <-chan struct{}) Option {
 	return relayOption(func(c *relayConfig) error {
 		if stop == nil {
-			return core.InvalidOption("outbox.WithStop(nil): no channel to wait for")
+			return invalidOption("outbox.WithStop(nil): no channel to wait for")
 		}
 		c.stop = stop
 		return nil
 	})
 }
 
-func init() {
-	// A Scheduler's relay (package scheduler): its options are checked
-	// when it is added, and it runs until its context ends.
-	hook.Relay = func(s idem.Store, d Deliverer, opts []Option) (func(ctx context.Context), error) {
-		c := newRelayConfig(opts)
-		if c.err != nil {
-			return nil, c.err
+// NewRelay is a relay of s's outbox to d with opts, for a Scheduler
+// (idem.Scheduler.AddRelay): it runs [Relay]'s passes while the Scheduler
+// runs, with the Scheduler's logger unless opts give [WithLogger], and
+// reports each pass to the Scheduler's status (after [OnPass]'s f, if
+// given). Its options and store are checked now: an invalid option is an
+// error matching [idem.ErrInvalidOption]; a store with no outbox is an
+// error naming it.
+func NewRelay(s idem.Store, d Deliverer, opts ...Option) (idem.Relay, error) {
+	if s == nil || d == nil {
+		panic("outbox: NewRelay needs a store and a deliverer")
+	}
+	c := newRelayConfig(opts)
+	if c.err != nil {
+		return nil, c.err
+	}
+	ob, err := outboxOf("outbox.NewRelay", s)
+	if err != nil {
+		return nil, err
+	}
+	return &schedRelay{c: c, s: ob, d: d}, nil
+}
+
+// schedRelay is a Scheduler's relay (NewRelay).
+type schedRelay struct {
+	c *relayConfig
+	s idemstore.OutboxStore
+	d Deliverer
+}
+
+// RunRelay implements [idem.Relay].
+func (r *schedRelay) RunRelay(ctx context.Context, logger *slog.Logger, pass func(idem.RelayPass, error)) {
+	c := *r.c // this run's: the logger and the report are the Scheduler's
+	if c.logger == nil {
+		c.logger = logger
+	}
+	own := c.onPass
+	c.onPass = func(res Result, err error) {
+		if own != nil {
+			own(res, err)
 		}
-		ob, err := core.StoreAs[idemstore.OutboxStore]("Scheduler.AddRelay", s)
-		if err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context) { c.loop(ctx, ob, d) }, nil
+		pass(idem.RelayPass{Delivered: res.Delivered, Retrying: res.Retrying, Parked: res.Parked, Superseded: res.Superseded}, err)
+	}
+	c.loop(ctx, r.s, r.d)
+}
+
+// outboxOf is the outbox store behind s, or an error naming the call and
+// s's type.
+func outboxOf(call string, s idem.Store) (idemstore.OutboxStore, error) {
+	st, err := idemstore.Of(s)
+	if err != nil {
+		return nil, fmt.Errorf("idem: %s: %w", call, err)
+	}
+	ob, ok := st.(idemstore.OutboxStore)
+	if !ok {
+		return nil, storeof.Lacks(call, s, "idemstore.OutboxStore")
+	}
+	return ob, nil
+}
+
+// invalidOption is the error of an option given a value it cannot take:
+// it matches ErrInvalidOption.
+func invalidOption(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{idem.ErrInvalidOption}, args...)...)
+}
+
+// sleep waits d on c, or until ctx ends (its cause is returned then).
+func sleep(ctx context.Context, c idem.Clock, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-c.After(d):
+		return nil
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/idemgo/idem/internal/core"
+	"github.com/idemgo/idem"
 )
 
 // TestWebhook: the webhook deliverer against a real HTTP server: the
@@ -68,7 +68,7 @@ func TestWebhook(t *testing.T) {
 		if (err == nil) != ok {
 			t.Fatalf("status %d: %v", c.code, err)
 		}
-		if err != nil && core.R.IsPermanent(err) != c.permanent {
+		if err != nil && idem.IsPermanent(err) != c.permanent {
 			t.Fatalf("status %d: %v, permanent %v, want %v", c.code, err, !c.permanent, c.permanent)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgledger"
@@ -111,17 +110,17 @@ func TestCatchUpTxAfterDowntime(t *testing.T) {
 	ctx := context.Background()
 	clk := idemtest.NewClock(cuDay(1))
 	l := openSettleLedger(t, newPool(t), clk)
-	if _, err := catchup.RunTx(ctx, l, "settle", daily, settleIn(l)); err != nil {
+	if _, err := idem.CatchUpTx(ctx, l, "settle", daily, settleIn(l)); err != nil {
 		t.Fatal(err)
 	}
 	wantCommitted(t, l, "settle", cuDays(0, 1))
 	clk.Set(cuDay(4)) // down on the 2nd, 3rd and 4th
-	res, err := catchup.RunTx(ctx, l, "settle", daily, settleIn(l))
+	res, err := idem.CatchUpTx(ctx, l, "settle", daily, settleIn(l))
 	if err != nil || res.Count(idem.Ran) != 3 || res.Cursor != "2026-10-04" {
 		t.Fatalf("after downtime: %v, %d ran, cursor %q", err, res.Count(idem.Ran), res.Cursor)
 	}
 	wantCommitted(t, l, "settle", cuDays(0, 4))
-	if res, err := catchup.RunTx(ctx, l, "settle", daily, settleIn(l)); err != nil || len(res.Periods) != 0 {
+	if res, err := idem.CatchUpTx(ctx, l, "settle", daily, settleIn(l)); err != nil || len(res.Periods) != 0 {
 		t.Fatalf("second call: %v, %+v", err, res.Periods)
 	}
 	wantCommitted(t, l, "settle", cuDays(0, 4))
@@ -145,13 +144,13 @@ func TestCatchUpTxFailingPeriodRollsBack(t *testing.T) {
 		}
 		return nil
 	}
-	res, err := catchup.RunTx(ctx, l, "settle", daily, failing, catchup.Since(cuDay(1)), idem.OneAttempt())
+	res, err := idem.CatchUpTx(ctx, l, "settle", daily, failing, idem.Since(cuDay(1)), idem.OneAttempt())
 	if !errors.Is(err, idem.ErrBackingOff) || !strings.Contains(err.Error(), "2026-10-03") || res.Deferred != 1 || res.Cursor != "2026-10-02" {
 		t.Fatalf("failing period: %v, deferred %d, cursor %q", err, res.Deferred, res.Cursor)
 	}
 	wantCommitted(t, l, "settle", []string{"2026-10-02"})
 	shift(t, l, time.Hour) // past the backoff, on the server's clock
-	if _, err := catchup.RunTx(ctx, l, "settle", daily, settle, idem.OneAttempt()); err != nil {
+	if _, err := idem.CatchUpTx(ctx, l, "settle", daily, settle, idem.OneAttempt()); err != nil {
 		t.Fatal(err)
 	}
 	wantCommitted(t, l, "settle", cuDays(1, 3))
@@ -169,12 +168,12 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 	crash := idemtest.CrashWhen(ctx, func(p idemstore.Point, k idem.Key) bool {
 		return p == idemstore.AfterFn && k.Period == "2026-10-03"
 	})
-	if _, err := catchup.RunTx(crash, l, "settle", daily, settleIn(l), catchup.Since(cuDay(1))); !errors.Is(err, idemtest.ErrCrashed) {
+	if _, err := idem.CatchUpTx(crash, l, "settle", daily, settleIn(l), idem.Since(cuDay(1))); !errors.Is(err, idemtest.ErrCrashed) {
 		t.Fatalf("crashing call: %v", err)
 	}
 	wantCommitted(t, l, "settle", []string{"2026-10-02"})
 	shift(t, l, idem.DefaultLease+time.Second)
-	res, err := catchup.RunTx(ctx, l, "settle", daily, settleIn(l))
+	res, err := idem.CatchUpTx(ctx, l, "settle", daily, settleIn(l))
 	if err != nil || res.Count(idem.Ran) != 2 {
 		t.Fatalf("recovery: %v, %+v", err, res.Periods)
 	}
@@ -188,8 +187,8 @@ func TestCatchUpTxCrashInTransaction(t *testing.T) {
 func TestCatchUpTxKilled(t *testing.T) {
 	t.Parallel()
 	testDSN(t)
-	job := func(ctx context.Context, l *pgledger.Ledger) (catchup.Result, error) {
-		return catchup.RunTx(ctx, l, "settle", daily, settleIn(l), idem.WithClock(idemtest.NewClock(cuDay(4))), catchup.Since(cuDay(1)))
+	job := func(ctx context.Context, l *pgledger.Ledger) (idem.CatchUpResult, error) {
+		return idem.CatchUpTx(ctx, l, "settle", daily, settleIn(l), idem.WithClock(idemtest.NewClock(cuDay(4))), idem.Since(cuDay(1)))
 	}
 	if idemtest.IsChild(t) {
 		idemtest.Start(t, "", func(schema string) { // does not return

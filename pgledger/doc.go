@@ -81,7 +81,7 @@
 //
 // The ledger is an [idemstore.ItemStore] and an [idemstore.ItemTxStore] with
 // [pgx.Tx]: [idem.Each] applies a function to every item of a period
-// (every account, say) once, and [fanout.EachTx] commits each batch's business
+// (every account, say) once, and [idem.EachTx] commits each batch's business
 // writes with its items' done marks, in one transaction, each item in a
 // savepoint. Items are recorded and claimed in chunks (the new items of one
 // batch of the item stream): a window's done marks are one write to its

@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgledger"
@@ -77,12 +75,12 @@ func eachChild(env eachEnv, mode string, killAt int64) error {
 			idemtest.Kill()
 		}
 	}
-	fanOut := fanout.WithWorkers(2)
+	fanOut := idem.WithWorkers(2)
 	opts := []idem.Option{idem.WithLease(500 * time.Millisecond),
 		idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Millisecond)))}
 	if mode == "tx" {
 		granted := table(l, "granted")
-		_, err = fanout.EachTx(ctx, l, points, accounts(killItems), func(ctx context.Context, tx pgx.Tx, item string) error {
+		_, err = idem.EachTx(ctx, l, points, accounts(killItems), func(ctx context.Context, tx pgx.Tx, item string) error {
 			if item == poison {
 				return errors.New("account frozen")
 			}
@@ -102,7 +100,7 @@ func eachChild(env eachEnv, mode string, killAt int64) error {
 		n, err := seen.count(info.Item)
 		return n > 0, err
 	}
-	_, err = fanout.Each(ctx, l, points, accounts(killItems), func(ctx context.Context, item string) error {
+	_, err = idem.Each(ctx, l, points, accounts(killItems), func(ctx context.Context, item string) error {
 		if item == poison {
 			return idem.NothingHappened(errors.New("account frozen"))
 		}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
@@ -21,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// The period's done mark of fanout.Each (MarkFresh): once a period's items
+// The period's done mark of idem.Each (MarkFresh): once a period's items
 // are settled, one write marks it done; the holders that lose the race
 // find it done; a record already there (another holder's) is claimed the
 // usual way.
@@ -67,7 +66,7 @@ func TestEachMarksThePeriodInOneWrite(t *testing.T) {
 	pool, log := loggedPool(t, testDSN(t))
 	l := openLedger(t, pool)
 	var applied atomic.Int64
-	res, err := fanout.Each(ctx, l, points, accounts(300), func(context.Context, string) error {
+	res, err := idem.Each(ctx, l, points, accounts(300), func(context.Context, string) error {
 		applied.Add(1)
 		return nil
 	}, idem.WithParams(map[string]string{"points": "10"}))
@@ -83,7 +82,7 @@ func TestEachMarksThePeriodInOneWrite(t *testing.T) {
 		t.Fatalf("the period's record %+v; want done, attempt 1, with the params' fingerprint and an owner", rec)
 	}
 	// A second Each finds it done, and writes nothing.
-	if res, err := fanout.Each(ctx, l, points, accounts(300), func(context.Context, string) error {
+	if res, err := idem.Each(ctx, l, points, accounts(300), func(context.Context, string) error {
 		t.Error("an item ran again")
 		return nil
 	}, idem.WithParams(map[string]string{"points": "10"})); err != nil || res.Outcome != idem.AlreadyDone {
@@ -118,12 +117,12 @@ func TestEachMarkRace(t *testing.T) {
 			var wg sync.WaitGroup
 			for i, h := range hosts {
 				wg.Go(func() {
-					res, err := fanout.Each(ctx, h, key, accounts(40), func(_ context.Context, it string) error {
+					res, err := idem.Each(ctx, h, key, accounts(40), func(_ context.Context, it string) error {
 						mu.Lock()
 						applied[it]++
 						mu.Unlock()
 						return nil
-					}, fanout.WithWorkers(2))
+					}, idem.WithWorkers(2))
 					errs[i], outcomes[i] = err, res.Outcome
 				})
 			}
@@ -183,12 +182,12 @@ func TestEachMarkWaitsForAHolder(t *testing.T) {
 		}})
 		var finished atomic.Bool
 		type result struct {
-			res fanout.Result
+			res idem.EachResult
 			err error
 		}
 		done := make(chan result, 1)
 		go func() {
-			res, err := fanout.Each(watch, l, points, accounts(30), func(context.Context, string) error { return nil })
+			res, err := idem.Each(watch, l, points, accounts(30), func(context.Context, string) error { return nil })
 			done <- result{res, err}
 		}()
 		deadline := time.After(time.Minute)
@@ -234,17 +233,17 @@ func TestEachMarkCrash(t *testing.T) {
 				marking = marking || p == idemstore.BeforeClaim && k == points
 				return p == at && marking
 			})
-			_, err := fanout.Each(crash, l, points, accounts(50), func(context.Context, string) error {
+			_, err := idem.Each(crash, l, points, accounts(50), func(context.Context, string) error {
 				applied.Add(1)
 				return nil
-			}, fanout.WithWorkers(1))
+			}, idem.WithWorkers(1))
 			if !errors.Is(err, idemtest.ErrCrashed) || applied.Load() != 50 {
 				t.Fatalf("Each: %v, %d items applied; want the crash after all 50", err, applied.Load())
 			}
 			if _, ok, err := l.Lookup(ctx, points); ok || err != nil {
 				t.Fatalf("the period has a record after a crash at %s: %v, %v", at, ok, err)
 			}
-			res, err := fanout.Each(ctx, l, points, func(yield func(string, error) bool) { t.Error("items generated again") },
+			res, err := idem.Each(ctx, l, points, func(yield func(string, error) bool) { t.Error("items generated again") },
 				func(context.Context, string) error { t.Error("an item ran again"); return nil })
 			if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 50 {
 				t.Fatalf("Each after the crash: %v, %+v; want nil, Ran, 50 done", err, res)
@@ -322,7 +321,7 @@ func TestEachMarkLoserOneRoundTrip(t *testing.T) {
 		}
 		return nil
 	}})
-	res, err := fanout.Each(hook, b, points, accounts(20), func(context.Context, string) error { return nil })
+	res, err := idem.Each(hook, b, points, accounts(20), func(context.Context, string) error { return nil })
 	if err != nil || res.Outcome != idem.Ran {
 		t.Fatalf("b's Each: %v, %v; want nil, Ran", err, res.Outcome)
 	}
@@ -384,12 +383,12 @@ func TestEachBackoffWaitOnAClockOfItsOwn(t *testing.T) {
 	key := idem.Key{Job: "backoff-clock", Period: "2026-10-27"}
 	var calls atomic.Int32
 	type result struct {
-		res fanout.Result
+		res idem.EachResult
 		err error
 	}
 	out := make(chan result, 1)
 	go func() {
-		res, err := fanout.Each(ctx, l, key, fanout.Items(slices.Values([]string{"acct-1"})), func(context.Context, string) error {
+		res, err := idem.Each(ctx, l, key, idem.Items(slices.Values([]string{"acct-1"})), func(context.Context, string) error {
 			if calls.Add(1) == 1 {
 				return idem.NothingHappened(errors.New("downstream busy"))
 			}

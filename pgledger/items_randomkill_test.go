@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgledger"
@@ -49,7 +47,7 @@ func randomKillChild(env eachEnv, mode string, dieWhileRecording bool) error {
 			}
 		}
 	}
-	fanOut := fanout.WithWorkers(2)
+	fanOut := idem.WithWorkers(2)
 	opts := []idem.Option{idem.WithLease(300 * time.Millisecond),
 		idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Millisecond)))}
 	// An item's work, 100-300 µs in all, is half before its effect and half
@@ -62,7 +60,7 @@ func randomKillChild(env eachEnv, mode string, dieWhileRecording bool) error {
 	work := func() { time.Sleep(time.Duration(50+rand.IntN(100)) * time.Microsecond) }
 	if mode == "tx" {
 		granted := table(l, "granted")
-		_, err = fanout.EachTx(ctx, l, points, items, func(ctx context.Context, tx pgx.Tx, item string) error {
+		_, err = idem.EachTx(ctx, l, points, items, func(ctx context.Context, tx pgx.Tx, item string) error {
 			work()
 			if item == randomKillPoison {
 				return errors.New("account frozen")
@@ -95,7 +93,7 @@ func randomKillChild(env eachEnv, mode string, dieWhileRecording bool) error {
 	case "at-least-once":
 		m = idem.AtLeastOnce()
 	}
-	_, err = fanout.Each(ctx, l, points, items, func(ctx context.Context, item string) error {
+	_, err = idem.Each(ctx, l, points, items, func(ctx context.Context, item string) error {
 		work()
 		if item == randomKillPoison {
 			return idem.NothingHappened(errors.New("account frozen"))

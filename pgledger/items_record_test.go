@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/internal/testwait"
 )
 
@@ -23,12 +22,12 @@ func TestEachRecordsNoItemRows(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	ran := map[string]int{}
-	res, err := fanout.Each(ctx, l, points, accounts(1200), func(_ context.Context, item string) error {
+	res, err := idem.Each(ctx, l, points, accounts(1200), func(_ context.Context, item string) error {
 		mu.Lock()
 		ran[item]++
 		mu.Unlock()
 		return nil
-	}, fanout.WithWorkers(1), fanout.WithBatch(500))
+	}, idem.WithWorkers(1), idem.WithBatch(500))
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 1200 || res.Counts.Total() != 1200 {
 		t.Fatalf("Each: %v, %+v", err, res)
 	}
@@ -137,7 +136,7 @@ func TestEachHostsRecordInAnyOrder(t *testing.T) {
 			order = append(order, all[:700]...) // every id of the first 700 twice
 		}
 		wg.Go(func() {
-			_, errs[h] = fanout.Each(ctx, l, points, func(yield func(string, error) bool) {
+			_, errs[h] = idem.Each(ctx, l, points, func(yield func(string, error) bool) {
 				for _, it := range order {
 					if !yield(it, nil) {
 						return
@@ -148,7 +147,7 @@ func TestEachHostsRecordInAnyOrder(t *testing.T) {
 				ran[item]++
 				mu.Unlock()
 				return nil
-			}, fanout.WithWorkers(2))
+			}, idem.WithWorkers(2))
 		})
 	}
 	testwait.Group(t, &wg, "4 hosts' Each of %d items", n)
@@ -204,10 +203,10 @@ func TestRecordItemsRefusesSeparator(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	res, err := fanout.Each(ctx, l, points, fanout.Items(slices.Values(odd)), func(_ context.Context, item string) error {
+	res, err := idem.Each(ctx, l, points, idem.Items(slices.Values(odd)), func(_ context.Context, item string) error {
 		got = append(got, item)
 		return nil
-	}, fanout.WithWorkers(1))
+	}, idem.WithWorkers(1))
 	if err != nil || res.Counts.Done != int64(len(odd)) {
 		t.Fatalf("Each: %v, %+v", err, res)
 	}

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
@@ -64,8 +62,8 @@ func TestEachAppliesEveryItemOnce(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	applied := map[string]int{}
-	var progress []fanout.Progress
-	res, err := fanout.Each(ctx, l, points, accounts(1000), func(ctx context.Context, item string) error {
+	var progress []idem.Progress
+	res, err := idem.Each(ctx, l, points, accounts(1000), func(ctx context.Context, item string) error {
 		info, _ := idem.InfoFrom(ctx)
 		if info.Item != item || info.Key != points || info.RequestID == "" {
 			t.Errorf("info %+v for %s", info, item)
@@ -74,7 +72,7 @@ func TestEachAppliesEveryItemOnce(t *testing.T) {
 		applied[item]++
 		mu.Unlock()
 		return nil
-	}, fanout.OnProgress(func(p fanout.Progress) { progress = append(progress, p) }))
+	}, idem.OnProgress(func(p idem.Progress) { progress = append(progress, p) }))
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 1000 || !res.Counts.Sealed {
 		t.Fatalf("Each: %v, %+v", err, res)
 	}
@@ -99,7 +97,7 @@ func TestEachAppliesEveryItemOnce(t *testing.T) {
 		t.Fatalf("period %+v, %v, %v", rec, ok, err)
 	}
 	// Again: the period is done; nothing runs, items are not generated.
-	res, err = fanout.Each(ctx, l, points, func(yield func(string, error) bool) { t.Error("items generated again") },
+	res, err = idem.Each(ctx, l, points, func(yield func(string, error) bool) { t.Error("items generated again") },
 		func(context.Context, string) error { t.Error("ran again"); return nil })
 	if err != nil || res.Outcome != idem.AlreadyDone || res.Counts.Done != 1000 {
 		t.Fatalf("second Each: %v, %+v", err, res)
@@ -115,7 +113,7 @@ func TestEachTxRollsBackFailedItem(t *testing.T) {
 	ctx := context.Background()
 	granted := createGranted(t, l)
 	calls := map[string]int{}
-	res, err := fanout.EachTx(ctx, l, points, accounts(50), func(ctx context.Context, tx pgx.Tx, item string) error {
+	res, err := idem.EachTx(ctx, l, points, accounts(50), func(ctx context.Context, tx pgx.Tx, item string) error {
 		calls[item]++
 		if err := grant(ctx, tx, granted, item); err != nil {
 			return err
@@ -124,7 +122,7 @@ func TestEachTxRollsBackFailedItem(t *testing.T) {
 			return errors.New("account frozen") // after its write: the savepoint must undo it
 		}
 		return nil
-	}, fanout.WithWorkers(1), fanout.WithBatch(20), idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Millisecond))))
+	}, idem.WithWorkers(1), idem.WithBatch(20), idem.WithBackoff(idem.MaxAttempts(3, idem.Constant(time.Millisecond))))
 	if err != nil || res.Counts.Done != 49 || res.Counts.Parked != 1 || !slices.Equal(res.Parked, []string{"acct-000007"}) {
 		t.Fatalf("EachTx: %v, %+v", err, res)
 	}
@@ -151,9 +149,9 @@ func TestEachTxCrashBeforeCommit(t *testing.T) {
 	ctx := context.Background()
 	granted := createGranted(t, l)
 	run := func(ctx context.Context) error {
-		_, err := fanout.EachTx(ctx, l, points, accounts(500), func(ctx context.Context, tx pgx.Tx, item string) error {
+		_, err := idem.EachTx(ctx, l, points, accounts(500), func(ctx context.Context, tx pgx.Tx, item string) error {
 			return grant(ctx, tx, granted, item)
-		}, fanout.WithBatch(50), fanout.WithWorkers(1))
+		}, idem.WithBatch(50), idem.WithWorkers(1))
 		return err
 	}
 	fns := 0 // the 5th batch crashes after its fn calls
@@ -684,7 +682,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	if rec, ok, err := ls[0].Lookup(ctx, k); err != nil || !ok || rec.Status != idem.StatusDone {
 		t.Fatalf("old record %+v, %v, %v", rec, ok, err)
 	}
-	res, err := fanout.Each(ctx, ls[1], points, accounts(10), func(context.Context, string) error { return nil })
+	res, err := idem.Each(ctx, ls[1], points, accounts(10), func(context.Context, string) error { return nil })
 	if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 10 {
 		t.Fatalf("Each on the upgraded schema: %v, %+v", err, res)
 	}
@@ -703,7 +701,7 @@ func TestPruneDeletesItems(t *testing.T) {
 		if err := l.AddItems(ctx, k, []string{"acct-000001"}); err != nil {
 			t.Fatal(err)
 		}
-		_, err := fanout.Each(ctx, l, k, accounts(50), func(_ context.Context, item string) error {
+		_, err := idem.Each(ctx, l, k, accounts(50), func(_ context.Context, item string) error {
 			if item == "acct-000007" { // a record of its own
 				return idem.Permanent(errors.New("account closed"))
 			}
@@ -726,7 +724,7 @@ func TestPruneDeletesItems(t *testing.T) {
 	if c, err := l.CountItems(ctx, points); err != nil || c.Total() != 0 || c.Sealed {
 		t.Fatalf("items after prune: %+v, %v", c, err)
 	}
-	res, err := fanout.Each(ctx, l, points, accounts(50), func(context.Context, string) error { t.Error("ran a pruned period's item"); return nil })
+	res, err := idem.Each(ctx, l, points, accounts(50), func(context.Context, string) error { t.Error("ran a pruned period's item"); return nil })
 	if err != nil || res.Outcome != idem.AlreadyDone {
 		t.Fatalf("Each of a pruned period: %v, %v", err, res.Outcome)
 	}
@@ -843,7 +841,7 @@ func TestUpgradeFromVersion2(t *testing.T) {
 	// Each runs what is left: the failed, the pending and the expired item.
 	var mu sync.Mutex
 	var ran []string
-	res, err := fanout.Each(ctx, ls[1], points, func(yield func(string, error) bool) { t.Error("items generated again") },
+	res, err := idem.Each(ctx, ls[1], points, func(yield func(string, error) bool) { t.Error("items generated again") },
 		func(_ context.Context, item string) error {
 			mu.Lock()
 			ran = append(ran, item)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
@@ -230,7 +229,7 @@ type turnPair struct {
 func (p turnPair) runB(pulled *atomic.Int64, opts ...idem.Option) <-chan error {
 	errB := make(chan error, 1)
 	go func() {
-		_, err := fanout.Each(context.Background(), p.b, points, countedItems(pulled), p.fn, append([]idem.Option{fanout.WithWorkers(1)}, opts...)...)
+		_, err := idem.Each(context.Background(), p.b, points, countedItems(pulled), p.fn, append([]idem.Option{idem.WithWorkers(1)}, opts...)...)
 		errB <- err
 	}()
 	return errB
@@ -251,7 +250,7 @@ func startHolder(t *testing.T, driver string, bParams ...string) turnPair {
 	// pools close (a pool waits for A's connection, which holds the turn).
 	t.Cleanup(p.goOn)
 	go func() {
-		_, err := fanout.Each(context.Background(), p.a, points, blockingItems(reached, goOn), p.fn, fanout.WithWorkers(1))
+		_, err := idem.Each(context.Background(), p.a, points, blockingItems(reached, goOn), p.fn, idem.WithWorkers(1))
 		p.errA <- err
 	}()
 	testwait.Recv(t, reached, "A to generate 600 items")
@@ -269,7 +268,7 @@ func TestEachRecorderKilledHandsOnTheTurn(t *testing.T) {
 		idemtest.Start(t, "", func(arg string) { // does not return
 			schema, app, _ := strings.Cut(arg, "|")
 			l := openAs(t, "", schema, app, 0)
-			_, err := fanout.Each(context.Background(), l, points, blockingItems(make(chan struct{}), nil),
+			_, err := idem.Each(context.Background(), l, points, blockingItems(make(chan struct{}), nil),
 				func(context.Context, string) error { return errors.New("the child applies nothing") })
 			t.Fatalf("Each returned: %v", err)
 		})
@@ -290,7 +289,7 @@ func TestEachRecorderKilledHandsOnTheTurn(t *testing.T) {
 	var pulled atomic.Int64
 	errs := make(chan error, 1)
 	go func() {
-		_, err := fanout.Each(ctx, l, points, countedItems(&pulled), fn, fanout.WithWorkers(2), idem.WithLease(time.Hour))
+		_, err := idem.Each(ctx, l, points, countedItems(&pulled), fn, idem.WithWorkers(2), idem.WithLease(time.Hour))
 		errs <- err
 	}()
 	testwait.Until(t, func() bool { return advisoryLocks(t, watch, appParent, false) == 1 },
@@ -334,7 +333,7 @@ func TestEachTurnWaitEnds(t *testing.T) {
 			// test's own deadline bounds it too, should neither end it.
 			ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
 			defer cancel()
-			res, err := fanout.Each(ctx, p.b, points, countedItems(&pulled), p.fn, idem.WithLease(tc.lease))
+			res, err := idem.Each(ctx, p.b, points, countedItems(&pulled), p.fn, idem.WithLease(tc.lease))
 			if err != nil || res.Outcome != idem.Ran || res.Counts.Done != turnItems {
 				t.Fatalf("B, beside a stalled holder of the turn: %v, %+v", err, res)
 			}
@@ -402,7 +401,7 @@ func TestEachTurnOnAPoolOfOne(t *testing.T) {
 		errs := make(chan error, 2)
 		for range 2 {
 			go func() {
-				_, err := fanout.Each(context.Background(), l, points, accounts(turnItems), fn, fanout.WithWorkers(2))
+				_, err := idem.Each(context.Background(), l, points, accounts(turnItems), fn, idem.WithWorkers(2))
 				errs <- err
 			}()
 		}

@@ -48,7 +48,7 @@ const SchemaVersion = 7
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idemstore.Store],
 // [idemstore.TxStore] (with [pgx.Tx]), [idemstore.CatchUpStore], [idemstore.Lister], and,
-// for [idem.Each] and [fanout.EachTx], [idemstore.ItemStore] and
+// for [idem.Each] and [idem.EachTx], [idemstore.ItemStore] and
 // [idemstore.ItemTxStore] (with [pgx.Tx]), and, for [outbox.Put] and
 // [idem.Relay], [idemstore.OutboxTxStore] (with [pgx.Tx]) and
 // [idemstore.OutboxStore] (table outbox), and, for package limit,

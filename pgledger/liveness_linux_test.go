@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
@@ -306,7 +304,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 	for _, mode := range []string{"tx", "two-phase"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			run := func(l *pgledger.Ledger, granted string, kill bool, opts ...idem.Option) (fanout.Result, error) {
+			run := func(l *pgledger.Ledger, granted string, kill bool, opts ...idem.Option) (idem.EachResult, error) {
 				ctx := context.Background()
 				maybeKill := func(item string) {
 					if kill && item == "acct-000005" {
@@ -314,7 +312,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 					}
 				}
 				if mode == "tx" {
-					return fanout.EachTx(ctx, l, points, accounts(n), func(ctx context.Context, tx pgx.Tx, item string) error {
+					return idem.EachTx(ctx, l, points, accounts(n), func(ctx context.Context, tx pgx.Tx, item string) error {
 						if err := grant(ctx, tx, granted, item); err != nil {
 							return err
 						}
@@ -328,7 +326,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 					err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM `+granted+` WHERE item = $1`, info.Item).Scan(&k)
 					return k > 0, err
 				}
-				return fanout.Each(ctx, l, points, accounts(n), func(ctx context.Context, item string) error {
+				return idem.Each(ctx, l, points, accounts(n), func(ctx context.Context, item string) error {
 					if err := pgx.BeginFunc(ctx, l.Pool(), func(tx pgx.Tx) error { return grant(ctx, tx, granted, item) }); err != nil {
 						return err
 					}
@@ -340,7 +338,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 				idemtest.Start(t, "", func(schema string) { // does not return
 					l, err := openChildLedger(context.Background(), eachEnv{schema: schema})
 					if err == nil {
-						_, err = run(l, pgx.Identifier{schema, "granted"}.Sanitize(), true, fanout.WithWorkers(1))
+						_, err = run(l, pgx.Identifier{schema, "granted"}.Sanitize(), true, idem.WithWorkers(1))
 					}
 					fmt.Println("each returned:", err)
 					os.Exit(3)
@@ -355,7 +353,7 @@ func TestEachKilledWorkerTakenOverAtOnce(t *testing.T) {
 				t.Fatalf("the dead child's items: %+v, %v; want some running", c, err)
 			}
 			clk := idemtest.NewClock(time.Now()) // never advanced: Each's polls never end
-			var res fanout.Result
+			var res idem.EachResult
 			var err error
 			within(t, "Each of the dead child's period", time.Minute, func() {
 				res, err = run(l, granted, false, idem.WithClock(clk))

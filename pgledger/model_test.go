@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgledger"
@@ -68,9 +67,9 @@ func modelTxFor[L txLedger[T], T any](exec func(ctx context.Context, tx T, q str
 				return fn(ctx)
 			}, opts...)
 		},
-		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (catchup.Result, error) {
+		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
 			l := s.(L)
-			return catchup.RunTx(ctx, l, job, sched, func(ctx context.Context, tx T, p idem.Period) error {
+			return idem.CatchUpTx(ctx, l, job, sched, func(ctx context.Context, tx T, p idem.Period) error {
 				if err := write(ctx, l, tx, idem.Key{Job: job, Period: p.Name}); err != nil {
 					return err
 				}

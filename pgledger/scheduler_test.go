@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/pgledger"
-	"github.com/idemgo/idem/scheduler"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -59,7 +57,7 @@ func TestSchedulerReplicaProcesses(t *testing.T) {
 
 // TestSchedulerEachReplicas: three Schedulers (goroutines, each on a pool
 // of two connections of its own) on one Postgres ledger run a daily job
-// whose fn applies fanout.Each to the day's 1,200 items, with two workers:
+// whose fn applies idem.Each to the day's 1,200 items, with two workers:
 // over four days each day's items are applied exactly once, and each
 // day's item set is sealed and done, whichever replica ran the day (the
 // item set's turn holds one of the replica's two connections while it
@@ -71,18 +69,18 @@ func TestSchedulerEachReplicas(t *testing.T) {
 	clk := schedtest.NewClock(time.Date(2026, 3, 1, 0, 30, 0, 0, time.UTC))
 	var mu sync.Mutex
 	applied := map[string]int{} // period/item
-	var scheds []*scheduler.Scheduler
+	var scheds []*idem.Scheduler
 	for range 3 {
 		l := openAs(t, "", schema, uniqueName("sched_each_"), 2)
-		s := scheduler.New(l, idem.WithClock(clk))
+		s := idem.NewScheduler(l, idem.WithClock(clk))
 		err := s.Add("grant", idem.Daily(time.UTC), func(ctx context.Context, p idem.Period) error {
-			_, err := fanout.Each(ctx, l, idem.Key{Job: "grant-items", Period: p.Name}, accounts(turnItems),
+			_, err := idem.Each(ctx, l, idem.Key{Job: "grant-items", Period: p.Name}, accounts(turnItems),
 				func(_ context.Context, item string) error {
 					mu.Lock()
 					applied[p.Name+"/"+item]++
 					mu.Unlock()
 					return nil
-				}, fanout.WithWorkers(2))
+				}, idem.WithWorkers(2))
 			return err
 		})
 		if err != nil {

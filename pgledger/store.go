@@ -234,7 +234,7 @@ func (l *core) insertClaim(ctx context.Context, req idemstore.ClaimRequest, firs
 }
 
 // MarkFresh implements [idemstore.FreshMarker]: the period mark of
-// fanout.Each, once its items are settled. One batch (one round trip on a
+// idem.Each, once its items are settled. One batch (one round trip on a
 // pool, one implicit transaction, committed synchronously): the job's
 // shared advisory lock (as a claim takes it, so that Prune never deletes
 // a period it is writing), an INSERT of the record as done, which a

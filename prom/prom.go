@@ -57,7 +57,6 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/gauge"
-	"github.com/idemgo/idem/scheduler"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -281,13 +280,13 @@ func (k *keysCollector) Collect(ch chan<- prometheus.Metric) {
 // WatchScheduler makes idem_last_success_timestamp_seconds and
 // idem_next_due_timestamp_seconds report the jobs of s, read from
 // s.Status() at scrape time. Several Schedulers may be watched.
-func (m *Metrics) WatchScheduler(s *scheduler.Scheduler) { m.sched.add(s) }
+func (m *Metrics) WatchScheduler(s *idem.Scheduler) { m.sched.add(s) }
 
 // schedulerCollector computes the Scheduler gauges at scrape time.
 type schedulerCollector struct {
 	lastSuccess, nextDue *prometheus.Desc
 	mu                   sync.Mutex
-	scheds               []*scheduler.Scheduler
+	scheds               []*idem.Scheduler
 }
 
 func newSchedulerCollector(constLabels prometheus.Labels) *schedulerCollector {
@@ -301,7 +300,7 @@ func newSchedulerCollector(constLabels prometheus.Labels) *schedulerCollector {
 	}
 }
 
-func (c *schedulerCollector) add(s *scheduler.Scheduler) {
+func (c *schedulerCollector) add(s *idem.Scheduler) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.scheds = append(c.scheds, s)

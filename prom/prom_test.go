@@ -7,18 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/guard"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/limit"
-
-	"github.com/idemgo/idem/fanout"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/prom"
-	"github.com/idemgo/idem/scheduler"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -233,10 +229,10 @@ func TestFanOutCountedOncePerCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	abcd := fanout.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") && yield("d") })
+	abcd := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") && yield("d") })
 	grant := idem.Key{Job: "grant", Period: "2026-10-27"}
 	for range 2 {
-		_, err := fanout.Each(ctx, l, grant, abcd, func(_ context.Context, it string) error {
+		_, err := idem.Each(ctx, l, grant, abcd, func(_ context.Context, it string) error {
 			if it == "d" {
 				return idem.Permanent(errors.New("account frozen"))
 			}
@@ -247,7 +243,7 @@ func TestFanOutCountedOncePerCall(t *testing.T) {
 		}
 	}
 	// pay: at most once, an item fails: unknown, the period stays open.
-	_, err = fanout.Each(ctx, l, idem.Key{Job: "pay", Period: "2026-10-27"}, abcd, func(_ context.Context, it string) error {
+	_, err = idem.Each(ctx, l, idem.Key{Job: "pay", Period: "2026-10-27"}, abcd, func(_ context.Context, it string) error {
 		if it == "b" {
 			return errors.New("gateway timeout")
 		}
@@ -290,12 +286,12 @@ func TestDeferralsCounted(t *testing.T) {
 		}
 	}
 	// A breaker open after one failure defers the next Each.
-	br := guard.NewBreaker(1, time.Hour)
-	items := fanout.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") })
+	br := idem.NewBreaker(1, time.Hour)
+	items := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") })
 	grant := idem.Key{Job: "grant", Period: "2026-10-27"}
 	fail := func(context.Context, string) error { return errors.New("503") }
 	for range 2 {
-		if _, err := fanout.Each(ctx, l, grant, items, fail, fanout.WithBreaker(br), fanout.WithWorkers(1), m.Option()); !errors.Is(err, idem.ErrDeferred) {
+		if _, err := idem.Each(ctx, l, grant, items, fail, idem.WithBreaker(br), idem.WithWorkers(1), m.Option()); !errors.Is(err, idem.ErrDeferred) {
 			t.Fatalf("Each: %v, want ErrDeferred", err)
 		}
 	}
@@ -312,7 +308,7 @@ func TestDeferralsCounted(t *testing.T) {
 	defer slot.Release()
 	for range 2 {
 		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		err := l.Run(wctx, idem.Key{Job: "report", Period: "2026-10-27"}, func(context.Context) error { return nil }, limit.With(once), m.Option())
+		err := l.Run(wctx, idem.Key{Job: "report", Period: "2026-10-27"}, func(context.Context) error { return nil }, idem.WithLimits(once), m.Option())
 		cancel()
 		if !errors.Is(err, idem.ErrDeferred) {
 			t.Fatalf("Run waiting for a limit: %v, want ErrDeferred", err)
@@ -339,7 +335,7 @@ func TestSchedulerGauges(t *testing.T) {
 	defer l.Close()
 	start := time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC)
 	clk := schedtest.NewClock(start)
-	s := scheduler.New(l, idem.WithClock(clk))
+	s := idem.NewScheduler(l, idem.WithClock(clk))
 	ok := func(context.Context, idem.Period) error { return nil }
 	if err := s.Add("hourly", idem.Hourly(time.UTC), ok); err != nil {
 		t.Fatal(err)
@@ -384,10 +380,10 @@ func TestSchedulerMetricsReachEach(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := schedtest.NewClock(time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC))
-	s := scheduler.New(l, idem.WithClock(clk), m.Option())
-	abcd := fanout.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") && yield("d") })
+	s := idem.NewScheduler(l, idem.WithClock(clk), m.Option())
+	abcd := idem.Items(func(yield func(string) bool) { _ = yield("a") && yield("b") && yield("c") && yield("d") })
 	if err := s.Add("grant", idem.Hourly(time.UTC), func(ctx context.Context, p idem.Period) error {
-		_, err := fanout.Each(ctx, l, idem.Key{Job: "grant_items", Period: p.Name}, abcd, func(context.Context, string) error { return nil })
+		_, err := idem.Each(ctx, l, idem.Key{Job: "grant_items", Period: p.Name}, abcd, func(context.Context, string) error { return nil })
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -407,7 +403,7 @@ func TestSchedulerMetricsReachEach(t *testing.T) {
 }
 
 // TestWaitingCounted: a catch-up period that waits for another job's
-// (catchup.After) is counted as idem_runs_total{outcome="waiting"}, once
+// (idem.After) is counted as idem_runs_total{outcome="waiting"}, once
 // per look, with no failure; once its upstream is done it counts as ran.
 func TestWaitingCounted(t *testing.T) {
 	ctx := context.Background()
@@ -424,16 +420,16 @@ func TestWaitingCounted(t *testing.T) {
 	}
 	daily := idem.Daily(time.UTC)
 	noop := func(context.Context, idem.Period) error { return nil }
-	after := catchup.After("settle", catchup.SamePeriod())
+	after := idem.After("settle", idem.SamePeriod())
 	for range 3 {
-		if _, err := catchup.Run(ctx, l, "mail", daily, noop, after, m.Option()); err != nil {
+		if _, err := idem.CatchUp(ctx, l, "mail", daily, noop, after, m.Option()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := catchup.Run(ctx, l, "settle", daily, noop, m.Option()); err != nil {
+	if _, err := idem.CatchUp(ctx, l, "settle", daily, noop, m.Option()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := catchup.Run(ctx, l, "mail", daily, noop, after, m.Option()); err != nil {
+	if _, err := idem.CatchUp(ctx, l, "mail", daily, noop, after, m.Option()); err != nil {
 		t.Fatal(err)
 	}
 	gather(t, reg).expect(t, []series{

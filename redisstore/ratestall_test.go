@@ -121,7 +121,7 @@ func TestRateAcrossRedisRestart(t *testing.T) {
 					mu.Unlock()
 					n.Add(1)
 					return nil
-				}, limit.With(rates[p]))
+				}, idem.WithLimits(rates[p]))
 				if err != nil && ctx.Err() == nil {
 					t.Logf("Run %s: %v", key, err) // the outage's, or a bug: shown either way
 				}

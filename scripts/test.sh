@@ -292,7 +292,7 @@ queue "staticcheck" each_module run_staticcheck
 # the race detector: through race-instrumented SQLite they take minutes. So
 # are the model tests at full size (under -race they run a quarter of it),
 # and the fault-injection test (hundreds of child processes under strace).
-queue "module . and ./fanout (fan-out kill, model and fault-injection tests, without -race)" go test -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^Test(Ledger|StateFile)Model$|^TestFaultInjection$' . ./fanout
+queue "module . (fan-out kill, model and fault-injection tests, without -race)" go test -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^Test(Ledger|StateFile)Model$|^TestFaultInjection$' .
 for m in "${modules[@]}"; do
 	case $m in
 	. | ./pgledger) ;;

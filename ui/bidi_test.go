@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/ui"
@@ -78,7 +77,7 @@ func TestStoredTextIsolated(t *testing.T) {
 	}
 	h := newHandler(t, l, ui.Options{Actions: true, Now: func() time.Time { return now },
 		Schedules: map[string]idem.Schedule{job: idem.Daily(time.UTC)},
-		After:     map[string][]ui.Dependency{job: {{Job: upstream, Mapping: catchup.SamePeriod()}}}})
+		After:     map[string][]ui.Dependency{job: {{Job: upstream, Mapping: idem.SamePeriod()}}}})
 
 	key := url.Values{"job": {job}, "period": {period}}.Encode()
 	pages := map[string]string{}

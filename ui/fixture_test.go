@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/fanout"
 	"github.com/idemgo/idem/outbox"
 )
 
@@ -94,14 +93,14 @@ func newFixtureAt(t *testing.T, path string, shots bool) *fixture {
 		t.Fatalf("AtMostOnce failure: %v, want ErrUnknownOutcome", err)
 	}
 	step("runs")
-	items := fanout.Items(slices.Values([]string{"a", "b", "c"}))
-	if _, err := fanout.Each(ctx, l, idem.Key{Job: "grant", Period: "2026-10-27"}, items, func(_ context.Context, item string) error {
+	items := idem.Items(slices.Values([]string{"a", "b", "c"}))
+	if _, err := idem.Each(ctx, l, idem.Key{Job: "grant", Period: "2026-10-27"}, items, func(_ context.Context, item string) error {
 		if item == "c" {
 			return idem.Permanent(errors.New("no such account"))
 		}
 		return nil
 	}); err != nil {
-		t.Logf("fanout.Each: %v", err)
+		t.Logf("idem.Each: %v", err)
 	}
 	step("each")
 	if err := l.RunTx(ctx, idem.Key{Job: "notify", Period: "2026-10-27"}, func(ctx context.Context, tx *sql.Tx) error {

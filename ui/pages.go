@@ -16,7 +16,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 )
 
@@ -662,7 +661,7 @@ func (h *Handler) waiting(ctx context.Context, job string, s idem.Schedule, curs
 	if c, err := s.Parse(cursor); err == nil && cursor != "" {
 		next = s.Next(c)
 	}
-	var w catchup.Waits
+	var w idem.Waits
 	for _, d := range h.o.After[job] {
 		for _, name := range d.Mapping.Upstream(next, s) {
 			key := idemstore.Key{Job: d.Job, Period: name}
@@ -671,7 +670,7 @@ func (h *Handler) waiting(ctx context.Context, job string, s idem.Schedule, curs
 				return "", err
 			}
 			if !ok || (rec.Status != idemstore.StatusDone && rec.Status != idemstore.StatusSkipped) {
-				w = append(w, catchup.Wait{Key: key, Status: rec.Status})
+				w = append(w, idem.Wait{Key: key, Status: rec.Status})
 			}
 		}
 	}

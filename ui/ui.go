@@ -50,7 +50,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 )
 
@@ -69,7 +68,7 @@ type JobStore interface {
 	Job(ctx context.Context, job string) (idemstore.JobState, error)
 }
 
-// ItemStore is a store that keeps the items of a period (fanout.Each); a
+// ItemStore is a store that keeps the items of a period (idem.Each); a
 // record's page counts them by state when the store has it.
 type ItemStore interface {
 	CountItems(ctx context.Context, key idemstore.Key) (idemstore.ItemCounts, error)
@@ -107,7 +106,7 @@ type Options struct {
 	// show neither.
 	Schedules map[string]idem.Schedule
 
-	// After, by job, is what a job's periods wait for (its catchup.After
+	// After, by job, is what a job's periods wait for (its idem.After
 	// dependencies): with the job's schedule, the overview tells, of a job
 	// whose next period to settle waits, which upstream periods it waits
 	// for and their status, instead of calling it late.
@@ -129,11 +128,11 @@ type Options struct {
 	Title string
 }
 
-// A Dependency is one catchup.After of a job: its periods wait for the
+// A Dependency is one idem.After of a job: its periods wait for the
 // periods of Job that Mapping names.
 type Dependency struct {
 	Job     string
-	Mapping catchup.Mapping
+	Mapping idem.Mapping
 }
 
 // Handler serves the pages. Make one with New.

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/ui"
 )
@@ -348,7 +347,7 @@ func TestNoScriptPolicyAndRefresh(t *testing.T) {
 
 // TestJobGridMarksCursorDueAndWindow: with the job's schedule known, a
 // job's grid marks the latest due period, the catch-up cursor (set by a
-// real catchup.Run), and the periods between them that catch-up has still
+// real idem.CatchUp), and the periods between them that catch-up has still
 // to settle; the overview says the job is late.
 func TestJobGridMarksCursorDueAndWindow(t *testing.T) {
 	ctx := context.Background()
@@ -359,7 +358,7 @@ func TestJobGridMarksCursorDueAndWindow(t *testing.T) {
 	defer l.Close()
 	daily := idem.Daily(time.UTC)
 	clk := idemtest.NewClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
-	if _, err := catchup.Run(ctx, l, "settle", daily, func(context.Context, idem.Period) error { return nil }, idem.WithClock(clk)); err != nil {
+	if _, err := idem.CatchUp(ctx, l, "settle", daily, func(context.Context, idem.Period) error { return nil }, idem.WithClock(clk)); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 10, 31, 2, 0, 0, 0, time.UTC)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/ui"
 )
@@ -32,16 +31,16 @@ func waitingLedger(t *testing.T) (*idem.Ledger, ui.Options) {
 	t.Cleanup(func() { l.Close() })
 	daily, monthly := idem.Daily(time.UTC), idem.Monthly(time.UTC)
 	noop := func(context.Context, idem.Period) error { return nil }
-	since := catchup.Since(time.Date(2026, 10, 27, 0, 0, 0, 0, time.UTC))
+	since := idem.Since(time.Date(2026, 10, 27, 0, 0, 0, 0, time.UTC))
 	if err := l.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-27"}, func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	same, within := catchup.SamePeriod(), catchup.Within(daily)
-	res, err := catchup.Run(ctx, l, "mail", daily, noop, since, catchup.After("settle", same))
+	same, within := idem.SamePeriod(), idem.Within(daily)
+	res, err := idem.CatchUp(ctx, l, "mail", daily, noop, since, idem.After("settle", same))
 	if err != nil || res.Count(idem.Ran) != 1 || res.Periods[len(res.Periods)-1].Outcome != idem.Waiting {
 		t.Fatalf("mail: %+v, %v; want 10-27 run and 10-28 waiting", res, err)
 	}
-	if _, err := catchup.Run(ctx, l, "report", monthly, noop, catchup.After("settle", within)); err != nil {
+	if _, err := idem.CatchUp(ctx, l, "report", monthly, noop, idem.After("settle", within)); err != nil {
 		t.Fatal(err)
 	}
 	return l, ui.Options{

@@ -69,7 +69,7 @@ func TestServeCheckAfter(t *testing.T) {
 		name, file, want string
 	}{
 		{"cycle", "daily a after:b true\ndaily b after:a true\n", "crontab:2: idem: Scheduler.Add b: idem: invalid option: the dependencies make a cycle: b waits for a waits for b"},
-		{"calendars", "hourly imp true\ndaily rep after:imp true\n", "crontab:2: idem: Scheduler.Add rep: idem: invalid option: catchup.After(\"imp\", SamePeriod()): the jobs' schedules differ"},
+		{"calendars", "hourly imp true\ndaily rep after:imp true\n", "crontab:2: idem: Scheduler.Add rep: idem: invalid option: After(\"imp\", SamePeriod()): the jobs' schedules differ"},
 		{"itself", "daily a after:a true\n", "crontab:1: after:a: \"a\": a job cannot wait for its own periods (use previous)"},
 		{"schedule", "daily a after:b/fortnightly true\n", `crontab:1: after:b/fortnightly: "b/fortnightly": "fortnightly" is not hourly, daily, weekly or monthly`},
 		{"no command", "daily a after:b\n", "crontab:1: job a has no command"},

@@ -11,33 +11,32 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 )
 
 func TestExitCode(t *testing.T) {
 	t.Parallel()
-	pr := func(o idem.Outcome, err error) catchup.PeriodResult {
-		return catchup.PeriodResult{Outcome: o, Err: err}
+	pr := func(o idem.Outcome, err error) idem.PeriodResult {
+		return idem.PeriodResult{Outcome: o, Err: err}
 	}
 	boom := errors.New("boom")
 	for _, c := range []struct {
 		name    string
-		periods []catchup.PeriodResult
+		periods []idem.PeriodResult
 		want    int
 	}{
 		{"nothing due", nil, exitDone},
-		{"already done", []catchup.PeriodResult{pr(idem.AlreadyDone, nil)}, exitDone},
-		{"skipped and done", []catchup.PeriodResult{pr(idem.Skipped, nil), pr(idem.AlreadyDone, nil)}, exitDone},
-		{"ran", []catchup.PeriodResult{pr(idem.AlreadyDone, nil), pr(idem.Ran, nil)}, exitOK},
-		{"recovered", []catchup.PeriodResult{pr(idem.Recovered, nil)}, exitOK},
-		{"ran then failed", []catchup.PeriodResult{pr(idem.Ran, nil), pr(idem.BackingOff, boom)}, exitFailed},
-		{"parked", []catchup.PeriodResult{pr(idem.Parked, boom)}, exitFailed},
-		{"store failed", []catchup.PeriodResult{pr(idem.Failed, boom)}, exitFailed},
-		{"busy", []catchup.PeriodResult{pr(idem.InProgress, boom)}, exitBusy},
-		{"lease lost", []catchup.PeriodResult{pr(idem.LeaseLost, boom)}, exitBusy},
-		{"unknown", []catchup.PeriodResult{pr(idem.Ran, nil), pr(idem.Unknown, boom)}, exitUnknown},
-		{"unknown beats failed", []catchup.PeriodResult{pr(idem.Parked, boom), pr(idem.Unknown, boom)}, exitUnknown},
-		{"failed beats busy", []catchup.PeriodResult{pr(idem.InProgress, boom), pr(idem.BackingOff, boom)}, exitFailed},
+		{"already done", []idem.PeriodResult{pr(idem.AlreadyDone, nil)}, exitDone},
+		{"skipped and done", []idem.PeriodResult{pr(idem.Skipped, nil), pr(idem.AlreadyDone, nil)}, exitDone},
+		{"ran", []idem.PeriodResult{pr(idem.AlreadyDone, nil), pr(idem.Ran, nil)}, exitOK},
+		{"recovered", []idem.PeriodResult{pr(idem.Recovered, nil)}, exitOK},
+		{"ran then failed", []idem.PeriodResult{pr(idem.Ran, nil), pr(idem.BackingOff, boom)}, exitFailed},
+		{"parked", []idem.PeriodResult{pr(idem.Parked, boom)}, exitFailed},
+		{"store failed", []idem.PeriodResult{pr(idem.Failed, boom)}, exitFailed},
+		{"busy", []idem.PeriodResult{pr(idem.InProgress, boom)}, exitBusy},
+		{"lease lost", []idem.PeriodResult{pr(idem.LeaseLost, boom)}, exitBusy},
+		{"unknown", []idem.PeriodResult{pr(idem.Ran, nil), pr(idem.Unknown, boom)}, exitUnknown},
+		{"unknown beats failed", []idem.PeriodResult{pr(idem.Parked, boom), pr(idem.Unknown, boom)}, exitUnknown},
+		{"failed beats busy", []idem.PeriodResult{pr(idem.InProgress, boom), pr(idem.BackingOff, boom)}, exitFailed},
 	} {
 		if got := exitCode(c.periods); got != c.want {
 			t.Errorf("%s: exit %d, want %d", c.name, got, c.want)

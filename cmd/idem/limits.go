@@ -72,12 +72,12 @@ func parseAtOnce(v string) (limitSpec, error) {
 type limits struct {
 	s     idem.Store
 	lease time.Duration
-	made  map[string]limit.Limit
+	made  map[string]idem.Limiter
 	specs map[string]limitSpec
 }
 
 func newLimits(s idem.Store, lease time.Duration) *limits {
-	return &limits{s: s, lease: lease, made: map[string]limit.Limit{}, specs: map[string]limitSpec{}}
+	return &limits{s: s, lease: lease, made: map[string]idem.Limiter{}, specs: map[string]limitSpec{}}
 }
 
 // option returns the option of specs: nil for none.
@@ -85,7 +85,7 @@ func (ls *limits) option(specs []limitSpec) (idem.Option, error) {
 	if len(specs) == 0 {
 		return nil, nil
 	}
-	var all []limit.Limit
+	var all []idem.Limiter
 	for _, sp := range specs {
 		if prev, ok := ls.specs[sp.name]; ok {
 			if prev != sp {
@@ -94,7 +94,7 @@ func (ls *limits) option(specs []limitSpec) (idem.Option, error) {
 			all = append(all, ls.made[sp.name])
 			continue
 		}
-		var l limit.Limit
+		var l idem.Limiter
 		var err error
 		if sp.max > 0 {
 			if ls.lease < time.Second {
@@ -110,5 +110,5 @@ func (ls *limits) option(specs []limitSpec) (idem.Option, error) {
 		ls.specs[sp.name], ls.made[sp.name] = sp, l
 		all = append(all, l)
 	}
-	return limit.With(all...), nil
+	return idem.WithLimits(all...), nil
 }

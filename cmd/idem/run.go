@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/capture"
 	idemholder "github.com/idemgo/idem/internal/holder"
@@ -244,7 +243,7 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.schedule, "schedule", "daily", `the business periods: daily, hourly, weekly (ISO weeks), monthly, or a 5-field cron expression such as "30 2 * * *" whose slots start the periods`)
 	f.StringVar(&o.tz, "tz", "Local", "the time zone the periods are cut in (IANA name: Asia/Shanghai, America/New_York, UTC); Local is the host's zone, usually UTC in containers")
 	f.StringVar(&o.catchUp, "catch-up", "all", "which due periods to run: all (missed ones too, oldest first), latest (only the newest; older ones are recorded as skipped), none (only the latest due period, no backfill)")
-	f.IntVar(&o.max, "max", catchup.DefaultMaxPeriods, "with --catch-up all: run at most this many periods per call, leaving the rest for the next call (0 = no limit)")
+	f.IntVar(&o.max, "max", idem.DefaultMaxPeriods, "with --catch-up all: run at most this many periods per call, leaving the rest for the next call (0 = no limit)")
 	f.StringVar(&o.since, "since", "", "for a job that has never run: catch up from the period containing this date (2026-10-01, 2026-10-01T02:00 in --tz, or RFC 3339) instead of only the latest due period")
 	f.BoolVar(&o.okIfDone, "ok-if-done", false, "exit 0 instead of 3 when nothing was due (for systemd and Kubernetes, which count any non-zero exit as a failure)")
 	o.attemptFlags.add(f)
@@ -292,13 +291,13 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	var policies []idem.Option
 	switch o.catchUp {
 	case "all":
-		policies = append(policies, catchup.All(o.max))
+		policies = append(policies, idem.CatchUpAll(o.max))
 	case "latest", "none":
 		if cmd.Flags().Changed("max") {
 			return usageError(fmt.Errorf("--max applies to --catch-up all only"))
 		}
 		if o.catchUp == "latest" {
-			policies = append(policies, catchup.Latest())
+			policies = append(policies, idem.CatchUpLatest())
 		}
 	default:
 		return usageError(fmt.Errorf("--catch-up %q: use all, latest or none", o.catchUp))
@@ -336,7 +335,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		if err != nil {
 			return flagError("--since", err)
 		}
-		policies = append(policies, catchup.Since(t))
+		policies = append(policies, idem.Since(t))
 	}
 	clk, mode, common, attempt, err := o.options(stderr)
 	if err != nil {
@@ -376,7 +375,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		rep.ended = skip.attemptEnded
 	}
 
-	var periods []catchup.PeriodResult
+	var periods []idem.PeriodResult
 	var runErr error
 	latest := idem.LastPeriod(sched, clk.Now())
 	if o.catchUp == "none" {
@@ -385,12 +384,12 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		opts := append(append([]idem.Option{mode, attempt, idem.ReportTo(&r)}, common...), params...)
 		err := idem.RunOn(ctx, store, idem.Key{Job: o.job, Period: p.Name},
 			func(ctx context.Context) error { return sup.run(ctx, p) }, opts...)
-		pr := catchup.PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
+		pr := idem.PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
 		rep.period(pr)
-		periods = []catchup.PeriodResult{pr}
+		periods = []idem.PeriodResult{pr}
 	} else {
-		opts := append(append(append([]idem.Option{mode, attempt, catchup.OnPeriod(rep.period)}, common...), policies...), params...)
-		res, err := catchup.Run(ctx, store, o.job, sched, sup.run, opts...)
+		opts := append(append(append([]idem.Option{mode, attempt, idem.OnPeriod(rep.period)}, common...), policies...), params...)
+		res, err := idem.CatchUp(ctx, store, o.job, sched, sup.run, opts...)
 		periods, runErr = res.Periods, err
 		if err != nil && len(res.Periods) == 0 {
 			return usageError(err) // the job's state cannot be read, or its cursor does not fit --schedule
@@ -423,7 +422,7 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 // replay prints, for --capture, the output stored with the done mark of
 // key (the latest due period) when this run did not run it now: a later
 // trigger gets the first run's answer.
-func replay(ctx context.Context, s idem.Store, stdout, stderr io.Writer, key idem.Key, periods []catchup.PeriodResult) {
+func replay(ctx context.Context, s idem.Store, stdout, stderr io.Writer, key idem.Key, periods []idem.PeriodResult) {
 	for _, p := range periods {
 		if p.Period.Name == key.Period && p.Outcome == idem.Ran {
 			return // its output went to stdout as it ran
@@ -441,7 +440,7 @@ func replay(ctx context.Context, s idem.Store, stdout, stderr io.Writer, key ide
 // exitCode sums up the periods of a run: the most urgent problem wins
 // (params mismatch, then unknown, then failed, then busy); otherwise 0 if
 // one ran, 3 if none did.
-func exitCode(periods []catchup.PeriodResult) int {
+func exitCode(periods []idem.PeriodResult) int {
 	rank := func(code int) int {
 		return map[int]int{exitDone: 0, exitOK: 1, exitBusy: 2, exitFailed: 3, exitStore: 4, exitUnknown: 5, exitMismatch: 6}[code]
 	}
@@ -509,7 +508,7 @@ type reporter struct {
 	ended    func() // called first for every period (the $IDEM_CLOCK=skip clock's)
 }
 
-func (r reporter) period(pr catchup.PeriodResult) {
+func (r reporter) period(pr idem.PeriodResult) {
 	if r.ended != nil {
 		r.ended()
 	}
@@ -609,32 +608,32 @@ func (r reporter) whileLatest() string {
 // job's own previous period).
 func afterOption(v, job string, loc *time.Location) (idem.Option, error) {
 	if v == "previous" {
-		return catchup.AfterPrevious(), nil
+		return idem.AfterPrevious(), nil
 	}
 	up, m, err := parseAfter(v, job, loc)
 	if err != nil {
 		return nil, err
 	}
-	return catchup.After(up, m), nil
+	return idem.After(up, m), nil
 }
 
 // parseAfter reads JOB or JOB/PERIODS, a dependency of job on the periods
 // of another job (as --after of 'idem run' and 'idem ui' take it): the
 // upstream job and the mapping of job's periods to its.
-func parseAfter(v, job string, loc *time.Location) (string, catchup.Mapping, error) {
+func parseAfter(v, job string, loc *time.Location) (string, idem.Mapping, error) {
 	up, periods, within := strings.Cut(v, "/")
 	if err := idemstore.ValidateJob(up); err != nil {
-		return "", catchup.Mapping{}, fmt.Errorf("%q: %w", v, err)
+		return "", idem.Mapping{}, fmt.Errorf("%q: %w", v, err)
 	}
 	if up == job {
-		return "", catchup.Mapping{}, fmt.Errorf("%q: a job cannot wait for its own periods (use previous)", v)
+		return "", idem.Mapping{}, fmt.Errorf("%q: a job cannot wait for its own periods (use previous)", v)
 	}
 	if !within {
-		return up, catchup.SamePeriod(), nil
+		return up, idem.SamePeriod(), nil
 	}
 	sched, ok := namedSchedule(periods, loc)
 	if !ok {
-		return "", catchup.Mapping{}, fmt.Errorf("%q: %q is not hourly, daily, weekly or monthly", v, periods)
+		return "", idem.Mapping{}, fmt.Errorf("%q: %q is not hourly, daily, weekly or monthly", v, periods)
 	}
-	return up, catchup.Within(sched), nil
+	return up, idem.Within(sched), nil
 }

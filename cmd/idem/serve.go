@@ -15,10 +15,8 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/cron"
 	"github.com/idemgo/idem/idemstore"
-	"github.com/idemgo/idem/scheduler"
 	"github.com/spf13/cobra"
 )
 
@@ -135,7 +133,7 @@ type serveOptions struct {
 // serve's clock and is given the Scheduler and a stop that acts as SIGTERM.
 var serveTestHook *struct {
 	clock   idem.Clock
-	started func(s *scheduler.Scheduler, stop func())
+	started func(s *idem.Scheduler, stop func())
 }
 
 func newServeCmd() *cobra.Command {
@@ -152,7 +150,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&o.crontab, "crontab", "", "the crontab file to run")
 	f.StringVar(&o.check, "check", "", "only check the crontab file: exit 0 if it is valid, 2 with the line and the reason if not")
 	f.StringVar(&o.tz, "tz", "Local", "the zone of the lines before any CRON_TZ= line (IANA name; Local is the host's zone, usually UTC in containers)")
-	f.IntVar(&o.max, "max", catchup.DefaultMaxPeriods, "run at most this many missed periods of a job at a time (0 = no limit)")
+	f.IntVar(&o.max, "max", idem.DefaultMaxPeriods, "run at most this many missed periods of a job at a time (0 = no limit)")
 	f.StringVar(&o.since, "since", "next", "where a job that has never run starts: next (its first period due after idem serve starts; nothing at once), latest (its latest due period, at once, as 'idem run'), or a date (2026-10-01, 2026-10-01T02:00 in the line's zone, or RFC 3339) to catch up from")
 	o.attemptFlags.add(f)
 	cmd.MarkFlagsMutuallyExclusive("crontab", "check")
@@ -186,9 +184,9 @@ func (j crontabJob) String() string {
 // due are the line's Scheduler options of when a period is due.
 func (j crontabJob) due() []idem.Option {
 	if j.atStart {
-		return []idem.Option{catchup.DueAtStart()}
+		return []idem.Option{idem.DueAtStart()}
 	}
-	return []idem.Option{catchup.DueAfter(j.delay)}
+	return []idem.Option{idem.DueAfter(j.delay)}
 }
 
 // since is the Scheduler option of where the job starts if it has never
@@ -203,13 +201,13 @@ func (j crontabJob) since(since string, now time.Time) (idem.Option, error) {
 		if j.atStart {
 			p = j.sched.Next(j.sched.At(now)) // due at its start
 		}
-		return catchup.Since(p.Start), nil
+		return idem.Since(p.Start), nil
 	}
 	t, err := parseTime(since, j.loc)
 	if err != nil {
 		return nil, fmt.Errorf("--since: %w", err)
 	}
-	return catchup.Since(t), nil
+	return idem.Since(t), nil
 }
 
 // checkSince checks --since: next, latest or a time.
@@ -319,7 +317,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	store := detached{l.store, skip}
 	now := clk.Now()
 
-	s := scheduler.New(store, common...)
+	s := idem.NewScheduler(store, common...)
 	lims := newLimits(l.store, o.lease)
 	var sups []*supervisor
 	for _, j := range jobs {
@@ -329,7 +327,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		if skip != nil {
 			rep.ended = skip.attemptEnded
 		}
-		opts := append(append(j.due(), j.after...), mode, attempt, catchup.All(o.max), catchup.OnPeriod(rep.period))
+		opts := append(append(j.due(), j.after...), mode, attempt, idem.CatchUpAll(o.max), idem.OnPeriod(rep.period))
 		if lim, err := lims.option(j.limits); err != nil {
 			return usageError(fmt.Errorf("%s:%d: %w", path, j.line, err))
 		} else if lim != nil {
@@ -369,7 +367,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if o.verbose {
 		fmt.Fprintf(stderr, "idem: serving %d jobs from %s\n", len(jobs), path)
 	}
-	if err := s.Run(context.Background()); !errors.Is(err, scheduler.ErrClosed) {
+	if err := s.Run(context.Background()); !errors.Is(err, idem.ErrSchedulerClosed) {
 		return &exitError{code: exitFailed, err: err}
 	}
 	if o.verbose {
@@ -422,7 +420,7 @@ func checkDependencies(path string, jobs []crontabJob) error {
 	if err != nil {
 		return err
 	}
-	s := scheduler.New(sf)
+	s := idem.NewScheduler(sf)
 	for _, j := range jobs {
 		if err := s.Add(j.name, j.sched, func(context.Context, idem.Period) error { return nil }, j.after...); err != nil {
 			return fmt.Errorf("%s:%d: %w", path, j.line, err)

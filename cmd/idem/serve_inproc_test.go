@@ -14,7 +14,6 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testwait"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // replica is an idem serve running in this process on a fake clock
@@ -22,7 +21,7 @@ import (
 type replica struct {
 	t    *testing.T
 	args []string
-	s    *scheduler.Scheduler
+	s    *idem.Scheduler
 	stop func()
 	code chan int
 	out  *lockedBuffer // its stdout and stderr
@@ -37,8 +36,8 @@ func startReplica(t *testing.T, clk idem.Clock, args ...string) *replica {
 	ready := make(chan struct{})
 	serveTestHook = &struct {
 		clock   idem.Clock
-		started func(s *scheduler.Scheduler, stop func())
-	}{clk, func(s *scheduler.Scheduler, stop func()) { r.s, r.stop = s, stop; close(ready) }}
+		started func(s *idem.Scheduler, stop func())
+	}{clk, func(s *idem.Scheduler, stop func()) { r.s, r.stop = s, stop; close(ready) }}
 	t.Cleanup(func() { serveTestHook = nil })
 	go func() { r.code <- execute(append([]string{"serve"}, args...), r.out, r.out) }()
 	timer := time.NewTimer(testwait.Limit(t))
@@ -229,7 +228,7 @@ func TestServeReplicasEachSlotOnce(t *testing.T) {
 	// All three down for ten minutes (their clocks jump; their timers do
 	// not move): the missed slots run when they look again.
 	clk.Jump(10 * time.Minute)
-	clk.Advance(scheduler.Recheck)
+	clk.Advance(idem.SchedulerRecheck)
 	idle()
 	for _, r := range rs {
 		r.shutdown()

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/internal/testwait"
 )
 
@@ -274,7 +273,7 @@ func TestServeBusyOnOtherReplicaIsNotAFault(t *testing.T) {
 	// Without -v, idem serve says nothing of it.
 	var w bytes.Buffer
 	held := &idem.Error{Key: idem.Key{Job: "tick", Period: period}, Outcome: idem.InProgress, Holder: "other:1:x"}
-	reporter{w: &w, job: "tick", replicas: true}.period(catchup.PeriodResult{Period: idem.Period{Name: period}, Outcome: idem.InProgress, Err: held})
+	reporter{w: &w, job: "tick", replicas: true}.period(idem.PeriodResult{Period: idem.Period{Name: period}, Outcome: idem.InProgress, Err: held})
 	if w.Len() != 0 {
 		t.Errorf("without -v, idem serve reported a slot held by another replica: %q", w.String())
 	}

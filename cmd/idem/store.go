@@ -92,11 +92,6 @@ func (c *skipClock) setHolding(h bool) {
 	c.mu.Unlock()
 }
 
-type systemClock struct{}
-
-func (systemClock) Now() time.Time                         { return time.Now() }
-func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // clock returns the clock idem uses: the system clock, or the fixed one of
 // $IDEM_NOW, or with $IDEM_CLOCK=skip as well the skipping one (tests only).
 func clock() (idem.Clock, error) {
@@ -107,7 +102,7 @@ func clock() (idem.Clock, error) {
 	case mode != "" && v == "":
 		return nil, usageError(fmt.Errorf("$%s=%s needs $%s (tests only)", EnvClock, mode, EnvNow))
 	case v == "":
-		return systemClock{}, nil
+		return idem.SystemClock(), nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/spf13/cobra"
 )
@@ -69,7 +68,7 @@ func (d *jobDeps) waiting(ctx context.Context, s idem.Store, key idem.Key) (stri
 	if err != nil {
 		return "", usageError(fmt.Errorf("%s: not a period of --schedule %s: %w", key.Period, d.sched, err))
 	}
-	w, err := catchup.Waiting(ctx, s, key.Job, d.sched, p, d.opts...)
+	w, err := idem.WaitingFor(ctx, s, key.Job, d.sched, p, d.opts...)
 	if err != nil || len(w) == 0 {
 		return "", err
 	}
@@ -101,7 +100,7 @@ func (d *jobDeps) next(ctx context.Context, s idemstore.CatchUpStore, job string
 	if ok && (rec.Status == idem.StatusDone || rec.Status == idem.StatusSkipped) {
 		return nil, "", nil
 	}
-	w, err := catchup.Waiting(ctx, s, job, d.sched, p, d.opts...)
+	w, err := idem.WaitingFor(ctx, s, job, d.sched, p, d.opts...)
 	if err != nil || len(w) == 0 {
 		return nil, "", err
 	}

@@ -20,7 +20,6 @@ import (
 	_ "time/tzdata" // the business zone must not depend on the machine's zoneinfo
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
 )
 
 // clock is a settable idem.Clock for the demo.
@@ -65,8 +64,8 @@ func demo(dir string) ([]string, error) {
 	// The command cron runs every day at 02:00: catch up the daily settlement.
 	command := func(at time.Time) error {
 		clk.now = at
-		fmt.Printf("%s  catchup.Run(daily_settle)\n", at.Format("Mon 2006-01-02 15:04 MST"))
-		res, err := catchup.Run(context.Background(), l, "daily_settle", sched,
+		fmt.Printf("%s  idem.CatchUp(daily_settle)\n", at.Format("Mon 2006-01-02 15:04 MST"))
+		res, err := idem.CatchUp(context.Background(), l, "daily_settle", sched,
 			func(ctx context.Context, p idem.Period) error {
 				settled = append(settled, p.Name)
 				fmt.Printf("    settling %s (%s .. %s, %v)\n", p.Name,

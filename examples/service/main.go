@@ -1,5 +1,5 @@
 // Command service is an HTTP service with two scheduled jobs inside it,
-// run by an scheduler.Scheduler: every replica of the service runs the same
+// run by an idem.Scheduler: every replica of the service runs the same
 // Scheduler on one ledger, and each period runs once.
 //
 //	go run ./examples/service -addr localhost:8080
@@ -33,8 +33,6 @@ import (
 	_ "time/tzdata" // the business zone must not depend on the machine's zoneinfo
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/catchup"
-	"github.com/idemgo/idem/scheduler"
 )
 
 func main() {
@@ -71,7 +69,7 @@ func serve(addr, ledgerPath string) error {
 		_ = s.Shutdown(grace)
 	}()
 	go func() {
-		if err := s.Run(context.Background()); !errors.Is(err, scheduler.ErrClosed) {
+		if err := s.Run(context.Background()); !errors.Is(err, idem.ErrSchedulerClosed) {
 			log.Printf("scheduler: %v", err)
 		}
 	}()
@@ -84,12 +82,12 @@ func serve(addr, ledgerPath string) error {
 
 // newScheduler is the service's Scheduler and its two jobs; out is where
 // the jobs report.
-func newScheduler(l *idem.Ledger, out io.Writer, opts ...idem.Option) (*scheduler.Scheduler, error) {
+func newScheduler(l *idem.Ledger, out io.Writer, opts ...idem.Option) (*idem.Scheduler, error) {
 	shanghai, err := time.LoadLocation("Asia/Shanghai")
 	if err != nil {
 		return nil, err
 	}
-	s := scheduler.New(l, opts...)
+	s := idem.NewScheduler(l, opts...)
 	settle := func(ctx context.Context, day idem.Period) error {
 		// Settle the business day day.Name ("2026-10-27"), from
 		// day.Start to day.End, Shanghai time.
@@ -98,7 +96,7 @@ func newScheduler(l *idem.Ledger, out io.Writer, opts ...idem.Option) (*schedule
 	}
 	// Yesterday, at 02:00 Shanghai time; unready if still not settled at 04:00.
 	if err := s.Add("settle", idem.Daily(shanghai), settle,
-		catchup.DueAfter(2*time.Hour), scheduler.WithLagTolerance(2*time.Hour)); err != nil {
+		idem.DueAfter(2*time.Hour), idem.WithLagTolerance(2*time.Hour)); err != nil {
 		return nil, err
 	}
 	rollup := func(ctx context.Context, hour idem.Period) error {
@@ -106,7 +104,7 @@ func newScheduler(l *idem.Ledger, out io.Writer, opts ...idem.Option) (*schedule
 		return nil
 	}
 	// Each hour once it ends; replicas spread over 10 s.
-	if err := s.Add("rollup", idem.Hourly(time.UTC), rollup, scheduler.WithJitter(10*time.Second)); err != nil {
+	if err := s.Add("rollup", idem.Hourly(time.UTC), rollup, idem.WithJitter(10*time.Second)); err != nil {
 		return nil, err
 	}
 	return s, nil

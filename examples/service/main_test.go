@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/scheduler"
-
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/schedtest"
 	"github.com/idemgo/idem/internal/testwait"
@@ -58,7 +56,7 @@ func TestService(t *testing.T) {
 		if err := s.Shutdown(context.Background()); err != nil {
 			t.Error(err)
 		}
-		if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, scheduler.ErrClosed) {
+		if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, idem.ErrSchedulerClosed) {
 			t.Error(err)
 		}
 	}()
@@ -77,7 +75,7 @@ func TestService(t *testing.T) {
 	}
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
-	var st scheduler.Status
+	var st idem.SchedulerStatus
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != 200 || len(st.Jobs) != 2 || !st.Ready {
 		t.Errorf("/healthz: %d %s (%v)", rec.Code, rec.Body, err)
 	}

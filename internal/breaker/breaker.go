@@ -1,5 +1,5 @@
 // Package breaker is the circuit breaker of a fan-out: its state machine,
-// which package guard's Breaker wraps and the root package's item engine
+// which the root package's Breaker wraps and its item engine
 // drives (consecutive failures, a cool-down, one probe).
 package breaker
 

@@ -20,14 +20,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgo/idem/fanout"
-
 	"github.com/idemgo/idem"
 )
 
 func main() {
 	n := flag.Int("n", 1_000_000, "items")
-	workers := flag.Int("workers", fanout.DefaultWorkers, "workers")
+	workers := flag.Int("workers", idem.DefaultWorkers, "workers")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -59,10 +57,10 @@ func main() {
 	}
 	start := time.Now()
 	lastLog := time.Now()
-	res, err := fanout.Each(context.Background(), l, idem.Key{Job: "noop", Period: "2026-10-27"}, items,
+	res, err := idem.Each(context.Background(), l, idem.Key{Job: "noop", Period: "2026-10-27"}, items,
 		func(context.Context, string) error { return nil },
-		fanout.WithWorkers(*workers), fanout.WithBatch(500),
-		fanout.OnProgress(func(p fanout.Progress) {
+		idem.WithWorkers(*workers), idem.WithBatch(500),
+		idem.OnProgress(func(p idem.Progress) {
 			if time.Since(lastLog) > 5*time.Second {
 				lastLog = time.Now()
 				fmt.Printf("  %d/%d items done, peak RSS so far %s\n", p.Done, p.Total, peak())

@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemgo/idem/scheduler"
-
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testwait"
 )
 
@@ -136,7 +135,7 @@ func SetFileClock(t testing.TB, path string, now time.Time) {
 
 // Idle waits until s has looked at its jobs at the wall time now, runs
 // nothing, and has nothing due at now: what it does at now, it has done.
-func Idle(t testing.TB, s *scheduler.Scheduler, now time.Time) {
+func Idle(t testing.TB, s *idem.Scheduler, now time.Time) {
 	t.Helper()
 	var last lastStatus
 	testwait.Until(t, func() bool {
@@ -156,6 +155,6 @@ func Idle(t testing.TB, s *scheduler.Scheduler, now time.Time) {
 	}, "the scheduler to be idle at %v; its last status: %v", now, &last)
 }
 
-type lastStatus struct{ st scheduler.Status }
+type lastStatus struct{ st idem.SchedulerStatus }
 
 func (l *lastStatus) String() string { return fmt.Sprintf("%+v", l.st) }

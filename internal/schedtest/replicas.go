@@ -16,7 +16,6 @@ import (
 	"github.com/idemgo/idem/internal/holder"
 	"github.com/idemgo/idem/internal/proc"
 	"github.com/idemgo/idem/internal/testwait"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // An Opener opens the store under test from the argument the test passed
@@ -41,14 +40,14 @@ func Goroutines(t *testing.T, arg string, open Opener) {
 		ran[info.Key.String()]++
 		return nil
 	}
-	var scheds []*scheduler.Scheduler
+	var scheds []*idem.Scheduler
 	for range 3 {
 		st, closeStore, err := open(context.Background(), arg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(closeStore)
-		s := scheduler.New(st, idem.WithClock(clk))
+		s := idem.NewScheduler(st, idem.WithClock(clk))
 		if err := s.Add("hourly", idem.Hourly(time.UTC), fn); err != nil {
 			t.Fatal(err)
 		}
@@ -87,14 +86,14 @@ func Goroutines(t *testing.T, arg string, open Opener) {
 
 // Serve runs s (Run) until t ends, then shuts it down and checks that Run
 // returned ErrClosed.
-func Serve(t testing.TB, s *scheduler.Scheduler) {
+func Serve(t testing.TB, s *idem.Scheduler) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(context.Background()) }()
 	t.Cleanup(func() {
 		if err := s.Shutdown(context.Background()); err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
-		if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, scheduler.ErrClosed) {
+		if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, idem.ErrSchedulerClosed) {
 			t.Errorf("Run: %v", err)
 		}
 	})
@@ -209,7 +208,7 @@ func replica(dir, arg string, open Opener) error {
 	}
 	defer closeStore()
 	clk := FileClock{Path: filepath.Join(dir, "clock")}
-	s := scheduler.New(st, idem.WithClock(clk))
+	s := idem.NewScheduler(st, idem.WithClock(clk))
 	logPath := filepath.Join(dir, "fn.log")
 	fn := func(ctx context.Context, p idem.Period) error {
 		info, _ := idem.InfoFrom(ctx)
@@ -234,7 +233,7 @@ func replica(dir, arg string, open Opener) error {
 			time.Sleep(5 * time.Millisecond) // a poll for the parent's signal
 		}
 	}()
-	if err := s.Run(ctx); !errors.Is(err, scheduler.ErrClosed) {
+	if err := s.Run(ctx); !errors.Is(err, idem.ErrSchedulerClosed) {
 		return err
 	}
 	return nil

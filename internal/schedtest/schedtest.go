@@ -1,6 +1,6 @@
-// Package schedtest holds test helpers shared by the tests of packages idem
-// and scheduler and of module github.com/idemgo/idem/cron. It is imported
-// only by tests.
+// Package schedtest holds test helpers shared by the Scheduler's tests in
+// package idem and those of module github.com/idemgo/idem/cron. It is
+// imported only by tests.
 package schedtest
 
 import (

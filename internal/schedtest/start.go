@@ -5,13 +5,13 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/internal/testwait"
-	"github.com/idemgo/idem/scheduler"
 )
 
 // Start runs s until the test ends; the test fails if Run returns anything
-// but scheduler.ErrClosed.
-func Start(t *testing.T, s *scheduler.Scheduler) {
+// but idem.ErrSchedulerClosed.
+func Start(t *testing.T, s *idem.Scheduler) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- s.Run(context.Background()) }()
@@ -21,7 +21,7 @@ func Start(t *testing.T, s *scheduler.Scheduler) {
 		if err := s.Shutdown(ctx); err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
-		if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, scheduler.ErrClosed) {
+		if err := testwait.Recv(t, done, "Run to return"); !errors.Is(err, idem.ErrSchedulerClosed) {
 			t.Errorf("Run returned %v, want ErrSchedulerClosed", err)
 		}
 	})

@@ -1,33 +1,27 @@
-// Package storeof lets package idemstore find the store behind a store of
-// package idem (a *Ledger's or a *StateFile's), which it cannot import:
-// package idem sets Unwrap when it is initialised.
+// Package storeof names the stores of package idem, which package
+// idemstore cannot import, and what a call finds wrong with a store.
 package storeof
 
 import "fmt"
 
-// Unwrap returns the idemstore.Store behind s, if s is a store of package
-// idem; nil otherwise. Set once, by package idem's init.
-var Unwrap func(s any) any
-
-// Wrapper is a value of this module's packages that stands for the store
-// it holds (see core.TxStore): idemstore.Of returns the store behind it.
+// Wrapper is a value that stands for the store it holds (*idem.Ledger,
+// *idem.StateFile, idem.TxStoreOf's): idemstore.Of returns the store
+// behind it.
 type Wrapper interface{ StoreBehind() any }
+
+// Named is a store that names itself in messages by a type other than
+// its own (an unexported type of package idem: "*idem.Ledger").
+type Named interface{ StoreName() string }
 
 // TypeName is the name of s's type for messages: that of the store of
 // package idem that s stands for (*idem.Ledger, not the unexported type
-// behind it), else %T's. Package idem sets Named.
+// behind it: a Named store's StoreName), else %T's.
 func TypeName(s any) string {
-	if Named != nil {
-		if n := Named(s); n != "" {
-			return n
-		}
+	if n, ok := s.(Named); ok {
+		return n.StoreName()
 	}
 	return fmt.Sprintf("%T", s)
 }
-
-// Named names the unexported store types of package idem; "" for any
-// other value. Set once, by package idem's init.
-var Named func(s any) string
 
 // Lacks is the error of the call named call on the store s, which is not
 // the store interface want that the call needs ("idemstore.ItemStore"):

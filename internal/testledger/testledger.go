@@ -1,5 +1,5 @@
 // Package testledger holds what the tests of the root package and of the
-// subsystems' packages (catchup, scheduler, outbox, fanout, guard) share:
+// packages built on it (outbox, guard, limit) share:
 // their TestMain ([Main]), a ledger per test made quickly ([Open]), the
 // fake clocks' start ([T0]), an fsynced log of a job's effects
 // ([Effects]), and whether the race detector is on ([Race]).

@@ -39,7 +39,6 @@ import (
 	"github.com/idemgo/idem"
 	idemotel "github.com/idemgo/idem/otel"
 	"github.com/idemgo/idem/outbox"
-	"github.com/idemgo/idem/scheduler"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -101,15 +100,19 @@ func run(ctx context.Context, spansOut, treeOut io.Writer) error {
 	}))
 	defer receiver.Close()
 
-	s := scheduler.New(ledger)
-	err = scheduler.AddTx(s, "report", idem.Hourly(time.UTC), func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
+	s := idem.NewScheduler(ledger)
+	err = idem.AddTx(s, "report", idem.Hourly(time.UTC), func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
 		_, err := outbox.Put(ctx, tx, outbox.Message{Topic: "reports", Payload: []byte(p.Name)})
 		return err
 	}, tel.Option())
 	if err != nil {
 		return err
 	}
-	if err := s.AddRelay("webhook", ledger, outbox.Webhook(receiver.URL+"/reports", nil), outbox.WithPoll(10*time.Millisecond), tel.RelayOption()); err != nil {
+	relay, err := outbox.NewRelay(ledger, outbox.Webhook(receiver.URL+"/reports", nil), outbox.WithPoll(10*time.Millisecond), tel.RelayOption())
+	if err != nil {
+		return err
+	}
+	if err := s.AddRelay("webhook", relay); err != nil {
 		return err
 	}
 	sctx, cancel := context.WithCancel(tel.Context(ctx))
@@ -125,7 +128,7 @@ func run(ctx context.Context, spansOut, treeOut io.Writer) error {
 		return err
 	}
 	cancel()
-	if err := <-done; err != nil && !errors.Is(err, scheduler.ErrClosed) {
+	if err := <-done; err != nil && !errors.Is(err, idem.ErrSchedulerClosed) {
 		return err
 	}
 	return printTree(treeOut, mem.GetSpans())

@@ -1,0 +1,100 @@
+package idem_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestArchitectureNamesEveryPackage: ARCHITECTURE.md's "Packages" section
+// names every package of every module of the repository, and no other, as
+// `go list ./...` of each module (a go.mod below the root) lists them.
+func TestArchitectureNamesEveryPackage(t *testing.T) {
+	doc, err := os.ReadFile("ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := architecturePackages(t, string(doc))
+	var listed []string
+	for _, mod := range modules(t) {
+		cmd := exec.Command("go", "list", "-e", "-f", "{{.Dir}}", "./...")
+		cmd.Dir = mod
+		// Listing needs no dependency downloaded: with no proxy, a missing
+		// module is an error of its importer (-e), never a download.
+		cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list ./... in %s: %v", mod, err)
+		}
+		root, err := filepath.Abs(".")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for dir := range strings.FieldsSeq(string(out)) {
+			rel, err := filepath.Rel(root, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed = append(listed, filepath.ToSlash(rel))
+		}
+	}
+	slices.Sort(listed)
+	listed = slices.Compact(listed)
+	for _, p := range listed {
+		if !slices.Contains(named, p) {
+			t.Errorf("ARCHITECTURE.md does not name package %s: add a line for it under \"## Packages\"", p)
+		}
+	}
+	for _, p := range named {
+		if !slices.Contains(listed, p) {
+			t.Errorf("ARCHITECTURE.md names %s, which no module's go list ./... lists: remove it", p)
+		}
+	}
+}
+
+// architecturePackages is every package path that the "## Packages"
+// section of doc names: each backquoted path (lower-case, no spaces).
+func architecturePackages(t *testing.T, doc string) []string {
+	t.Helper()
+	_, rest, ok := strings.Cut(doc, "\n## Packages\n")
+	if !ok {
+		t.Fatal(`ARCHITECTURE.md has no "## Packages" section`)
+	}
+	section, _, _ := strings.Cut(rest, "\n## ")
+	var out []string
+	for _, m := range regexp.MustCompile("`([a-z0-9_./]+)`").FindAllStringSubmatch(section, -1) {
+		out = append(out, m[1])
+	}
+	if len(out) == 0 {
+		t.Fatal(`ARCHITECTURE.md's "## Packages" section names no package`)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// modules is the directory of every module of the repository: the root
+// and each directory below it with a go.mod (testdata aside).
+func modules(t *testing.T) []string {
+	t.Helper()
+	var mods []string
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && d.Name() == "go.mod" {
+			mods = append(mods, filepath.Dir(path))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mods
+}
