@@ -123,8 +123,8 @@ func WithLagTolerance(d time.Duration) Option {
 // one run each period, and a replica that starts reads where each job
 // stands from the store.
 //
-//	s := NewScheduler(ledger)
-//	err := s.Add("settle", Daily(shanghai), settle)
+//	s := idem.NewScheduler(ledger)
+//	err := s.Add("settle", idem.Daily(shanghai), settle)
 //	go s.Run(ctx)
 //	defer s.Shutdown(context.Background())
 //
