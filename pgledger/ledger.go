@@ -84,7 +84,10 @@ var (
 	_ idemstore.CatchUpTxStore[pgx.Tx] = (*Ledger)(nil)
 )
 
-// An Option configures a Ledger, for [New] and [Open].
+// An Option configures a Ledger, for [New] and [Open]. As with idem's own
+// options, a nil one or one given a value it cannot take makes New and
+// Open return an error matching [idem.ErrInvalidOption] that names it,
+// before anything is written.
 type Option func(*config)
 
 type config struct {
@@ -133,11 +136,14 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Ledger, erro
 // schema (migrate).
 func newCore(ctx context.Context, d db, opts []Option) (core, error) {
 	c := config{schema: DefaultSchema}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return core{}, fmt.Errorf("%w: pgledger: option %d of %d is nil", idem.ErrInvalidOption, i+1, len(opts))
+		}
 		o(&c)
 	}
 	if c.schema == "" || len(c.schema) > 63 || strings.ContainsRune(c.schema, 0) {
-		return core{}, fmt.Errorf("pgledger: invalid schema name %q (1 to 63 bytes, no NUL)", c.schema)
+		return core{}, fmt.Errorf("%w: pgledger.WithSchema(%q): a schema name is 1 to 63 bytes, no NUL", idem.ErrInvalidOption, c.schema)
 	}
 	if err := idem.CheckStoreOptions(c.runOpts...); err != nil {
 		return core{}, fmt.Errorf("pgledger: ledger in schema %q: %w", c.schema, err)

@@ -668,8 +668,13 @@ func TestOpen(t *testing.T) {
 	if err := l.Pool().Ping(ctx); err == nil {
 		t.Fatal("Open's pool still usable after Close")
 	}
-	if _, err := pgledger.New(ctx, newPool(t), pgledger.WithSchema("")); err == nil {
-		t.Fatal("empty schema name accepted")
+	// Invalid options match idem.ErrInvalidOption and name the option, as
+	// idem's own do.
+	if _, err := pgledger.New(ctx, newPool(t), pgledger.WithSchema("")); !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), `pgledger.WithSchema("")`) {
+		t.Fatalf("empty schema name: %v; want ErrInvalidOption naming pgledger.WithSchema", err)
+	}
+	if _, err := pgledger.New(ctx, newPool(t), pgledger.WithSchema("s"), nil); !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), "option 2 of 2 is nil") {
+		t.Fatalf("nil option: %v; want ErrInvalidOption naming its place", err)
 	}
 	if _, err := pgledger.Open(ctx, "postgres://idem@127.0.0.1:1/none?connect_timeout=2"); err == nil {
 		t.Fatal("Open of an unreachable server succeeded")

@@ -2,9 +2,11 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,8 +22,11 @@ func TestInvalidPrefix(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	for _, p := range []string{"", "a{b", "a}b", "line\nbreak", strings.Repeat("p", 201)} {
 		_, err := redisstore.New(context.Background(), c, redisstore.WithPrefix(p))
-		if err == nil || !strings.Contains(err.Error(), "invalid prefix") {
-			t.Errorf("WithPrefix(%.20q): %v; want an invalid prefix error", p, err)
+		if !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), "redisstore.WithPrefix(") {
+			t.Errorf("WithPrefix(%.20q): %v; want an error matching idem.ErrInvalidOption naming redisstore.WithPrefix", p, err)
 		}
+	}
+	if _, err := redisstore.New(context.Background(), c, nil); !errors.Is(err, idem.ErrInvalidOption) || !strings.Contains(err.Error(), "option 1 of 1 is nil") {
+		t.Errorf("nil option: %v; want an error matching idem.ErrInvalidOption naming its place", err)
 	}
 }

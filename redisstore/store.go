@@ -70,7 +70,10 @@ var (
 	_ idemstore.Lister       = (*Store)(nil)
 )
 
-// An Option configures a Store, for [New] and [Open].
+// An Option configures a Store, for [New] and [Open]. As with idem's own
+// options, a nil one or one given a value it cannot take makes New and
+// Open return an error matching [idem.ErrInvalidOption] that names it,
+// before anything is written.
 type Option func(*config)
 
 type config struct {
@@ -129,11 +132,14 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 		return nil, errors.New("redisstore: New with a nil client")
 	}
 	c := config{prefix: DefaultPrefix}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: redisstore: option %d of %d is nil", idem.ErrInvalidOption, i+1, len(opts))
+		}
 		o(&c)
 	}
 	if c.prefix == "" || len(c.prefix) > 200 || strings.ContainsAny(c.prefix, "{}") || strings.ContainsFunc(c.prefix, isControl) {
-		return nil, fmt.Errorf("redisstore: invalid prefix %q (1 to 200 bytes, no braces or control characters)", c.prefix)
+		return nil, fmt.Errorf("%w: redisstore.WithPrefix(%q): a prefix is 1 to 200 bytes, no braces or control characters", idem.ErrInvalidOption, c.prefix)
 	}
 	if err := idem.CheckStoreOptions(c.runOpts...); err != nil {
 		return nil, fmt.Errorf("redisstore: store %q: %w", c.prefix, err)
