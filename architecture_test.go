@@ -98,3 +98,18 @@ func modules(t *testing.T) []string {
 	}
 	return mods
 }
+
+// TestRootAPISmall: `go doc -short .` of the root package, one line per
+// exported name, stays at most 180 lines (ARCHITECTURE.md: the root holds
+// the engine and what must share its state; the rest is built above it).
+func TestRootAPISmall(t *testing.T) {
+	cmd := exec.Command("go", "doc", "-short", ".")
+	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go doc -short .: %v", err)
+	}
+	if n := strings.Count(string(out), "\n"); n > 180 {
+		t.Errorf("go doc -short . prints %d lines, more than 180: is everything new in the root sharing the engine's state?", n)
+	}
+}
