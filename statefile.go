@@ -250,5 +250,5 @@ func (s *StateFile) Run(ctx context.Context, key Key, fn func(context.Context) e
 }
 
 // DefaultOptions returns the options given to OpenStateFile: the defaults
-// of every Run and idem.CatchUp on the store.
+// of every Run and [CatchUp] on the store.
 func (s stateStore) DefaultOptions() []Option { return s.defaults }
