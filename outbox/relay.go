@@ -99,7 +99,7 @@ type Result struct {
 }
 
 // An Option configures [Relay], [RelayOnce] and a Scheduler's relay
-// (scheduler's AddRelay).
+// ([idem.Scheduler.AddRelay]).
 type Option interface{ applyRelay(*relayConfig) error }
 
 type relayOption func(*relayConfig) error
