@@ -40,34 +40,37 @@
 // call it is not for is an error matching [ErrInvalidOption] that names
 // the option and the call, returned before anything is written:
 //
-//	options                                       Run  RunTx  catchup  Each  EachTx  Scheduler job  store
+//	options                                       Run  RunTx  CatchUp  Each  EachTx  Scheduler job  store
 //	WithLease, WithBackoff, WithClock,            x    x      x        x     x       x              x
 //	WithLogger, OnResult, WithGuard
 //	AtLeastOnce, AtMostOnce, TwoPhase             x           x        x             x              x
 //	RetryWithin, OneAttempt, WaitForTurn          x    x      x                      x              x
 //	ReportTo                                      x    x
 //	WithParams, WithParamsBytes                   x    x      x        x     x       x
-//	idem.CatchUpAll, idem.CatchUpLatest, idem.Since,               x                      x
-//	idem.DueAtStart, idem.DueAfter, ...
+//	CatchUpAll, CatchUpLatest, Since,                         x                      x
+//	DueAtStart, DueAfter, ...
 //	WithWorkers, WithBatch, OnProgress,                                x     x
 //	WithRate, WithPause, WithBreaker
-//	idem.WithJitter, RunOverlapping, ...                                        x
+//	WithJitter, RunOverlapping, ...                                                  x
 //	WithLockWait                                                                                    x
 //
-// A transactional call (RunTx, idem.CatchUpTx, EachTx, idem.AddTx)
-// takes no mode: it is exactly once for writes in the store's database.
-// idem.NewScheduler takes the options of every call, as the defaults of every
-// job, and idem.WithMaxRunning. The "store" column is the defaults
+// A transactional call (RunTx, CatchUpTx, EachTx, AddTx) takes no mode:
+// it is exactly once for writes in the store's database. NewScheduler
+// takes the options of every call, as the defaults of every job, and
+// WithMaxRunning. The "store" column is the defaults
 // given to a store's constructor: they apply to every call on the store,
 // and a default that means nothing for a call (a mode, for RunTx) is
 // ignored there. A value an option cannot take (a negative duration, a nil
 // function) is an error matching [ErrInvalidOption] too; nothing is
 // clamped.
 //
-// Subsystems have packages of their own, above this one: catchup (the due
-// periods of a job, after downtime), scheduler (jobs on their schedules in
-// a service), outbox (messages that commit with a job's transaction, and
-// their relay).
+// Catch-up ([CatchUp]: the due periods of a job, after downtime), fan-out
+// ([Each]: one period, many items) and the [Scheduler] (jobs on their
+// schedules in a service) are part of this package. Packages above it
+// build on its API alone: guard (memory and disk guards for [WithGuard]),
+// limit (rates and runs at once shared through the store, for
+// [WithLimits]), outbox (messages that commit with a job's transaction,
+// and their relay).
 //
 // # Names
 //
@@ -76,9 +79,9 @@
 // WithBatch, WithRate, WithPause, WithBreaker, WithParams);
 // a bare name chooses a behaviour or a policy, with or without a value
 // (AtLeastOnce, TwoPhase(has), RetryWithin(d), OneAttempt, WaitForTurn,
-// ReportTo(&r), idem.CatchUpAll(n), idem.CatchUpLatest, idem.Since(t),
-// idem.DueAtStart, idem.ContinueAfterFailure); On<Event>(f)
-// registers a callback (OnResult, idem.OnPeriod, OnProgress). The
+// ReportTo(&r), CatchUpAll(n), CatchUpLatest, Since(t), DueAtStart,
+// ContinueAfterFailure); On<Event>(f) registers a callback (OnResult,
+// OnPeriod, OnProgress). The
 // Backoff decorators (Capped, MaxAttempts, FullJitter, EqualJitter) are
 // not options: each returns a Backoff.
 //

@@ -70,8 +70,8 @@ var (
 	// context carries its [Info]), and would find its own key held. Nothing
 	// was claimed, and the error is [Permanent]: returned by the enclosing
 	// fn, it parks the key at once. For business writes that commit with a
-	// catch-up period's done mark, use idem.CatchUpTx instead of RunTx inside
-	// idem.CatchUp.
+	// catch-up period's done mark, use [CatchUpTx] instead of RunTx inside
+	// [CatchUp].
 	ErrNestedRun = errors.New("idem: run of a key inside the fn of its own run")
 
 	// ErrParamsMismatch: the key was claimed for work with other

@@ -29,7 +29,7 @@ import (
 // run on a holiday, say.
 type Guard interface {
 	// Name names the guard in logs, in [Deferral.Reason] and in metric
-	// labels: "memory", "disk", or the name given to [GuardFunc].
+	// labels: "memory", "disk", or the name given to guard.Func.
 	Name() string
 	// Check returns nil when work may go on, or why not.
 	Check(ctx context.Context) error

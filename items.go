@@ -31,7 +31,7 @@ type eachConfig struct {
 	breaker  *itemBreaker
 }
 
-// eachResult is what a fan-out reports (idem.EachResult): the period's
+// eachResult is what a fan-out reports ([EachResult]): the period's
 // items by status when it returned.
 type eachResult struct {
 	Key     Key
@@ -741,7 +741,7 @@ func (e *eacher) pace(ctx context.Context, n int) (time.Time, error) {
 	return by, sleep(ctx, e.cfg.clock, r.DelayFrom(now))
 }
 
-// pausing is the pause after a window (idem.WithPause).
+// pausing is the pause after a window ([WithPause]).
 func (e *eacher) pausing(ctx context.Context) error {
 	if e.cfg.each.pause == 0 || e.stopped() {
 		return nil

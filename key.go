@@ -25,7 +25,7 @@ import "github.com/idemgo/idem/idemstore"
 type Key = idemstore.Key
 
 // KeyError describes an invalid [Key] (or an invalid job given to
-// idem.CatchUp). It matches [ErrInvalidKey]. Its message quotes each part of
+// [CatchUp]). It matches [ErrInvalidKey]. Its message quotes each part of
 // the key escaped and, past 64 bytes, cut short and followed by its length
 // ("xxxx"… (10240 bytes)); Key holds them whole.
 type KeyError = idemstore.KeyError

@@ -118,7 +118,7 @@ var sqliteHeader = []byte("SQLite format 3\x00")
 
 // OpenLedger opens (creating it if needed) the ledger database at path. The
 // directory must exist. opts become defaults for every call on the ledger
-// (see [StoreOption]); an invalid one is an error matching
+// (see [Option]); an invalid one is an error matching
 // [ErrInvalidOption] that names path, returned before the file is touched.
 //
 // It refuses, without writing anything: a path that is a directory or not
@@ -227,7 +227,7 @@ func checkLedgerFile(path string) (exists bool, err error) {
 // processes' (see [Ledger]): they wait for SQLite's lock in its busy
 // handler, as the database's other writers do.
 //
-// opts become defaults for every call on the ledger (see [StoreOption]); an
+// opts become defaults for every call on the ledger (see [Option]); an
 // invalid one is an error matching [ErrInvalidOption], returned before
 // anything is written.
 func NewLedger(ctx context.Context, db *sql.DB, opts ...Option) (*Ledger, error) {

@@ -166,7 +166,7 @@ func (l *Ledger) migrate(ctx context.Context) error {
 		}
 		if v < 4 {
 			// Version 4: the parameter fingerprint and the stored value
-			// of a key (idem.WithParams, idem.RunValue). Records of
+			// of a key (WithParams, RunValue). Records of
 			// older versions have neither: no check, no value.
 			for _, c := range []struct{ name, decl string }{{"fingerprint", `TEXT NOT NULL DEFAULT ''`}, {"value", `BLOB`}} {
 				if err := addColumn(ctx, tx, "idem_runs", c.name, c.decl); err != nil {
@@ -175,7 +175,7 @@ func (l *Ledger) migrate(ctx context.Context) error {
 			}
 		}
 		if v < 5 {
-			// Version 5: the outbox (outbox.Put, idem.Relay). Older
+			// Version 5: the outbox (outbox.Put, Relay). Older
 			// ledgers had none: an empty table.
 			if _, err := tx.ExecContext(ctx, outboxSchema); err != nil {
 				return l.wrapOpenErr(fmt.Errorf("upgrading to version 5: %w", err))

@@ -320,8 +320,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // OnResult calls f with the [Result] of every call, for metrics: once
-// at the end of every Run and RunTx; once per period for idem.CatchUp and
-// idem.CatchUpTx (each period is a Run; a period idem.CatchUpLatest skips is one
+// at the end of every Run and RunTx; once per period for [CatchUp] and
+// [CatchUpTx] (each period is a Run; a period [CatchUpLatest] skips is one
 // too); once per period for Each and EachTx, with the period's item counts
 // (Result.Items). f must be quick and must not block. Several observers
 // are all called, in order. A nil f is an error matching
@@ -347,7 +347,7 @@ func OnResult(f func(Result)) Option {
 }
 
 // WithGuard adds g to the call's guards ([Guard]): Run asks them before
-// its claim, idem.CatchUp before each period's, Each and EachTx before each
+// its claim, [CatchUp] before each period's, Each and EachTx before each
 // claim and before each window of items is marked started (the window
 // already started when a guard refuses still runs). A guard that refuses
 // defers the call ([ErrDeferred]). Several guards are asked in the order
@@ -383,13 +383,13 @@ func CheckStoreOptions(opts ...Option) error { return storeConfig(opts).err }
 // keys sorted, no insignificant space: a struct and the map of the same
 // fields and values give the same one), is stored with the key at its first
 // claim. A later call for the key with a different fingerprint, whether a
-// Run, RunTx, idem.CatchUp, Each, a Scheduler's job or the idem command, returns an error matching
+// Run, RunTx, [CatchUp], Each, a Scheduler's job or the idem command, returns an error matching
 // [ErrParamsMismatch] that names the key and both fingerprints; it runs
 // nothing and writes nothing, even when the key is done. A call without
 // WithParams is not checked, and a key first claimed without one takes the
 // fingerprint of the first call that gives one. Resolve and Reset keep it.
 //
-// In idem.CatchUp every period's key is checked and stored with v: a period
+// In [CatchUp] every period's key is checked and stored with v: a period
 // recorded with other parameters, settled or not, stops the call with
 // ErrParamsMismatch, and a call with nothing due checks the latest due
 // period (a duplicate trigger with other parameters is refused). A Scheduler's jobs differ (and only they): a period
@@ -492,13 +492,13 @@ func AtMostOnce() Option {
 
 // How long a call tries (class AttemptOption).
 
-// DefaultRetryWithin is how long one call of Run (or idem.CatchUp) goes on
+// DefaultRetryWithin is how long one call of Run (or [CatchUp]) goes on
 // retrying a failing fn in-process, unless [RetryWithin] says otherwise.
 const DefaultRetryWithin = time.Minute
 
 // RetryWithin bounds how long one call retries in-process: after fn fails,
 // Run sleeps for the backoff's delay and tries again only if that retry
-// would start within d of the call's start (for idem.CatchUp, of the catch-up
+// would start within d of the call's start (for [CatchUp], of the catch-up
 // call's start). Otherwise it records the failure with the time of the next
 // allowed attempt and returns ErrBackingOff at once, leaving the retry to
 // the next trigger (the next cron tick, timer or call), which honours the
@@ -510,7 +510,7 @@ const DefaultRetryWithin = time.Minute
 // carries over to the next trigger until [DefaultBackoff] gives up.
 //
 // d = 0 means one attempt per call ([OneAttempt]). A negative d is an error
-// matching [ErrInvalidOption], returned before anything is written. idem.Each
+// matching [ErrInvalidOption], returned before anything is written. [Each]
 // waits for its items' backoffs until ctx ends, whatever d is.
 func RetryWithin(d time.Duration) Option {
 	return newOption("RetryWithin", classAttempt, func(c *config) error {
@@ -531,7 +531,7 @@ func OneAttempt() Option { return RetryWithin(0) }
 
 // WaitForTurn makes Run wait, until ctx ends, for a key that another holder is
 // running or that is backing off, instead of returning ErrInProgress or
-// ErrBackingOff at once; in idem.CatchUp, every period's Run waits so. Unless
+// ErrBackingOff at once; in [CatchUp], every period's Run waits so. Unless
 // [RetryWithin] (or [OneAttempt]) is given as well, it also retries its own
 // failures in-process until ctx ends.
 func WaitForTurn() Option {

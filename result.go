@@ -3,7 +3,7 @@ package idem
 import "time"
 
 // Result describes one call of Run or RunTx (what [ReportTo] stores and
-// [OnResult] gets), or one period of idem.CatchUp, or one call of Each or
+// [OnResult] gets), or one period of [CatchUp], or one call of Each or
 // EachTx (for [OnResult]).
 type Result struct {
 	Key      Key

@@ -117,7 +117,7 @@ var (
 // exist; the file is created on the first write. An existing file is read
 // and checked at once: a corrupt one is reported ([ErrCorruptState]) with
 // its path and left untouched. opts become defaults for every call on the
-// store (see [StoreOption]); an invalid one is an error matching
+// store (see [Option]); an invalid one is an error matching
 // [ErrInvalidOption] that names path, returned before the file is read.
 //
 // The file must be a regular file: a directory, a named pipe, a socket or
@@ -250,5 +250,5 @@ func (s *StateFile) Run(ctx context.Context, key Key, fn func(context.Context) e
 }
 
 // DefaultOptions returns the options given to OpenStateFile: the defaults
-// of every Run and idem.CatchUp on the store.
+// of every Run and [CatchUp] on the store.
 func (s stateStore) DefaultOptions() []Option { return s.defaults }

@@ -17,8 +17,8 @@ import (
 // stateFileVersion is the version of the state file format that this
 // version of idem writes. A newer file is refused as corrupt; an older one
 // is read, and written back in this version. Version 2 added the
-// fingerprints (idem.WithParams) and the value of the last done period
-// (idem.RunValue): fields a version-1 file does not have, read as none.
+// fingerprints ([WithParams]) and the value of the last done period
+// ([RunValue]): fields a version-1 file does not have, read as none.
 const stateFileVersion = statefmt.Version
 
 // ErrCorruptState: a state file is empty, truncated, not JSON, of the wrong

@@ -5,7 +5,7 @@ import "context"
 // DownstreamHas asks the downstream whether the work of key has already
 // reached it: "does the mail gateway have a message with id
 // key.RequestID()?". It must answer from the downstream's own records, not
-// from a guess. An error means "cannot tell now". In idem.Each key is the
+// from a guess. An error means "cannot tell now". In [Each] key is the
 // period's and the item is in ctx: ask for InfoFrom(ctx).RequestID, which is
 // key.ItemRequestID(item).
 type DownstreamHas func(ctx context.Context, key Key) (bool, error)

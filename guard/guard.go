@@ -184,9 +184,9 @@ func field(b []byte, name string, unit uint64) (uint64, bool) {
 
 // DiskGuard defers work while the filesystem holding Path has fewer than
 // MinFree bytes free for unprivileged writers. An empty Path means the
-// store's own file ([Ledger.Path], [StateFile.Path]); a store without a
-// file (a database server's) needs a Path, or the call fails with
-// [ErrInvalidOption].
+// store's own file ([idem.Ledger.Path], [idem.StateFile.Path]); a store
+// without a file (a database server's) needs a Path, or the call fails
+// with [idem.ErrInvalidOption].
 //
 // It keeps the ledger from filling the disk in the first place. A disk that
 // fills anyway (another process wrote to it) stops the call with the

@@ -99,7 +99,7 @@ type Result struct {
 }
 
 // An Option configures [Relay], [RelayOnce] and a Scheduler's relay
-// (scheduler's AddRelay).
+// ([idem.Scheduler.AddRelay]).
 type Option interface{ applyRelay(*relayConfig) error }
 
 type relayOption func(*relayConfig) error
@@ -149,7 +149,7 @@ func newRelayConfig(opts []Option) *relayConfig {
 // [DefaultBatch]). On a store that can give claims back (the SQLite and
 // Postgres ledgers) a claim takes runs of a topic's messages, handed out
 // one at a time in order; on another, at most one message per topic. n
-// below 1 is an error matching [ErrInvalidOption].
+// below 1 is an error matching [idem.ErrInvalidOption].
 func WithBatch(n int) Option {
 	return relayOption(func(c *relayConfig) error {
 		if n < 1 {
@@ -165,7 +165,7 @@ func WithBatch(n int) Option {
 // with it (with [WithClock], it is no deadline on that context), and
 // after it another relay may deliver the message again. Make it much longer than a
 // delivery takes. Below [idem.MinLease] it is an error matching
-// [ErrInvalidOption].
+// [idem.ErrInvalidOption].
 func WithLease(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
 		if d < idem.MinLease {
@@ -178,7 +178,7 @@ func WithLease(d time.Duration) Option {
 
 // WithPoll sets how long [Relay] waits, when nothing is due, before it
 // looks again (default [DefaultPoll]). Not positive: an error
-// matching [ErrInvalidOption].
+// matching [idem.ErrInvalidOption].
 func WithPoll(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
 		if d <= 0 {
@@ -191,7 +191,7 @@ func WithPoll(d time.Duration) Option {
 
 // WithRetention makes each pass delete the messages delivered more than
 // d ago (by the relay's clock). By default delivered messages are kept.
-// Not positive: an error matching [ErrInvalidOption].
+// Not positive: an error matching [idem.ErrInvalidOption].
 func WithRetention(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
 		if d <= 0 {
@@ -206,7 +206,7 @@ func WithRetention(d time.Duration) Option {
 // [idem.DefaultBackoff]): after the n-th failed attempt of a message it is due
 // again after b.Next(n); when b gives up it is parked. The attempt count
 // and the next time are kept in the store. A nil or invalid b is an error
-// matching [ErrInvalidOption].
+// matching [idem.ErrInvalidOption].
 func WithBackoff(b idem.Backoff) Option {
 	return relayOption(func(c *relayConfig) error {
 		if err := idem.CheckBackoff(b); err != nil {
@@ -220,7 +220,7 @@ func WithBackoff(b idem.Backoff) Option {
 // WithClock sets the relay's clock (leases, backoff, waits, retention;
 // default the system clock). A store that keeps leases and backoff on its
 // own clock (pgledger: the server's) takes only durations from it. A nil
-// clk is an error matching [ErrInvalidOption].
+// clk is an error matching [idem.ErrInvalidOption].
 func WithClock(clk idem.Clock) Option {
 	return relayOption(func(c *relayConfig) error {
 		if clk == nil {
@@ -239,7 +239,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithOwner names the relay in the store's records (default
 // idemstore.Owner(): host, pid and what proves the process's death). An
-// empty name is an error matching [ErrInvalidOption].
+// empty name is an error matching [idem.ErrInvalidOption].
 func WithOwner(name string) Option {
 	return relayOption(func(c *relayConfig) error {
 		if name == "" {
@@ -576,7 +576,7 @@ func OnPass(f func(Result, error)) Option {
 // its pass). Unlike cancelling the relay's context, it does not abort the
 // delivery under way, so that message is not delivered twice.
 // 'idem outbox relay' stops so on SIGTERM. A nil stop is an error
-// matching [ErrInvalidOption].
+// matching [idem.ErrInvalidOption].
 func WithStop(stop <-chan struct{}) Option {
 	return relayOption(func(c *relayConfig) error {
 		if stop == nil {

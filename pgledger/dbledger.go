@@ -16,7 +16,7 @@ import (
 // stdlib driver or lib/pq underneath, and sqlx, GORM, ent or sqlc on top):
 // the same schema, statements and protocol (leases on the database's clock,
 // SKIP LOCKED claims, catch-up, prune, fan-out), and the same promises,
-// except that [DBLedger.RunTx], [DBLedger.CatchUpTx] and [idem.EachTx] hand
+// except that [DBLedger.RunTx], [idem.CatchUpTx] and [idem.EachTx] hand
 // fn a *sql.Tx. A DBLedger and a Ledger on the same schema are one ledger.
 //
 // It implements [idemstore.Store], [idemstore.TxStore] (with *sql.Tx),
