@@ -456,6 +456,9 @@ func (c *itemCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
+// worker claims chunks (or single items) of the period and works each
+// (workChunk) until none can be claimed, the call is deferred, or an error
+// ends it. Each chunk worked is a span of its own when traced.
 func (e *eacher) worker(wctx context.Context) (err error) {
 	m := e.cfg.mode
 	window := e.cfg.each.batch
@@ -489,106 +492,127 @@ func (e *eacher) worker(wctx context.Context) (err error) {
 		if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, e.key); err != nil {
 			return err
 		}
-		// A chunk is worked window by window: each window's done marks are
-		// one write, which also renews the chunk's lease and marks the next
-		// window started. Single items are one window.
-		lease := newLeaseState(e.cfg.clock, now.Add(e.cfg.lease))
-		step := idemstore.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: b.Pos}
-		started := true // the window is marked started (by the claim, or the last window's step)
-		for items := b.Items; len(items) > 0; {
-			win := items[:min(window, len(items))]
-			if b.Chunk == 0 {
-				win = items
-			}
-			if e.broken.Load() {
-				// The breaker opened while this window was marked started:
-				// hand its items back unrun. (A window marked started when
-				// a guard refused runs: settle marks nothing after it.)
-				return e.release(ctx, step, win, started)
-			}
-			// settle readies the step that settles the window's first n
-			// items: it renews the lease and marks started the next window
-			// of what is left, unless the call is deferred (the guards are
-			// asked here): then it marks nothing more started and ends the
-			// chunk's lease at once, so any claimer may take the rest.
-			settle := func(n int, probe bool) {
-				step.Now = e.cfg.clock.Now()
-				step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(window, len(items)-n)
-				if step.Next > 0 && !probe && !e.stopped() {
-					e.gate(ctx)
-				}
-				if e.stopped() || probe {
-					step.LeaseUntil, step.Next = step.Now, 0
-				}
-			}
-			var ends []idemstore.ItemEnd
-			var lost []string
-			if e.tx != nil {
-				var probe uint64 // the window is the breaker's probe
-				if br := e.cfg.each.breaker; br != nil {
-					// Acquired outside the transaction: a worker may wait
-					// here for another's probe.
-					var d *Deferral
-					if probe, d, err = br.acquire(ctx, e.cfg.clock); err != nil {
-						return err
-					} else if d != nil {
-						e.stop(ctx, d)
-						return e.release(ctx, step, win, started)
-					}
-					if probe != 0 {
-						win = win[:1]
-					}
-				}
-				var by time.Time // the window's starts must go by then
-				if by, err = e.pace(ctx, len(win)); err != nil {
-					if probe != 0 {
-						e.cfg.each.breaker.cancel(probe)
-					}
-					return err
-				}
-				settle(len(win), probe != 0)
-				ends, lost, err = e.tx(ctx, step, win, e.itemTx(probe, by), e.failed)
-				if probe != 0 {
-					// The probe ran and told the breaker (done), or did not
-					// run (the transaction failed first): then the next
-					// item probes.
-					e.cfg.each.breaker.cancel(probe)
-				}
-			} else {
-				ends, err = e.run(ctx, win, b.Chunk != 0, lease, e.cfg.clock.Now().Add(e.cfg.lease/3))
-				if err == nil && len(ends) > 0 {
-					settle(len(ends), false)
-					lost, err = e.s.FinishItems(ctx, e.key, step, ends)
-				}
-			}
-			if err != nil {
-				return err
-			}
-			e.report(ctx, ends, lost)
-			if len(ends) > 0 {
-				if err := idemstore.Checkpoint(ctx, idemstore.AfterDone, e.key); err != nil {
-					return err
-				}
-			}
-			// A window cut short (a third of the lease gone, or the lease
-			// run out by this process's clock) goes on from where it
-			// stopped: its done marks, fenced by the chunk's attempt,
-			// renewed the lease. Lost means another attempt has the chunk.
-			if len(ends) == 0 || len(lost) > 0 || b.Chunk == 0 || step.Next == 0 && e.stopped() {
-				break
-			}
-			items = items[len(ends):]
-			step.From += len(ends)
-			started = step.Next > 0
-			lease.until.Store(step.LeaseUntil.UnixNano())
-			if err := e.pausing(ctx); err != nil {
-				return err
-			}
+		if stop, err := e.workChunk(ctx, b, now); stop {
+			return err
 		}
 		endChunk(nil)
 		if err := e.pausing(ctx); err != nil {
 			return err
 		}
+	}
+}
+
+// workChunk works the chunk b, claimed at now, window by window: each
+// window's done marks are one write, which also renews the chunk's lease
+// and marks the next window started. Single items are one window. It
+// returns stop true when the worker must end, with err (nil when the call
+// was deferred or the breaker opened and the window was handed back);
+// false when the chunk is worked as far as this attempt goes.
+func (e *eacher) workChunk(ctx context.Context, b idemstore.ItemBatch, now time.Time) (stop bool, err error) {
+	window := e.cfg.each.batch
+	lease := newLeaseState(e.cfg.clock, now.Add(e.cfg.lease))
+	step := idemstore.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: b.Pos}
+	started := true // the window is marked started (by the claim, or the last window's step)
+	for items := b.Items; len(items) > 0; {
+		win := items[:min(window, len(items))]
+		if b.Chunk == 0 {
+			win = items
+		}
+		if e.broken.Load() {
+			// The breaker opened while this window was marked started:
+			// hand its items back unrun. (A window marked started when
+			// a guard refused runs: readyStep marks nothing after it.)
+			return true, e.release(ctx, step, win, started)
+		}
+		var ends []idemstore.ItemEnd
+		var lost []string
+		if e.tx != nil {
+			var probe uint64 // the window is the breaker's probe
+			if br := e.cfg.each.breaker; br != nil {
+				// Acquired outside the transaction: a worker may wait
+				// here for another's probe.
+				var d *Deferral
+				if probe, d, err = br.acquire(ctx, e.cfg.clock); err != nil {
+					return true, err
+				} else if d != nil {
+					e.stop(ctx, d)
+					return true, e.release(ctx, step, win, started)
+				}
+				if probe != 0 {
+					win = win[:1]
+				}
+			}
+			ends, lost, err = e.txWindow(ctx, &step, win, len(items), probe)
+		} else {
+			ends, err = e.run(ctx, win, b.Chunk != 0, lease, e.cfg.clock.Now().Add(e.cfg.lease/3))
+			if err == nil && len(ends) > 0 {
+				e.readyStep(ctx, &step, len(ends), len(items), false)
+				lost, err = e.s.FinishItems(ctx, e.key, step, ends)
+			}
+		}
+		if err != nil {
+			return true, err
+		}
+		e.report(ctx, ends, lost)
+		if len(ends) > 0 {
+			if err := idemstore.Checkpoint(ctx, idemstore.AfterDone, e.key); err != nil {
+				return true, err
+			}
+		}
+		// A window cut short (a third of the lease gone, or the lease
+		// run out by this process's clock) goes on from where it
+		// stopped: its done marks, fenced by the chunk's attempt,
+		// renewed the lease. Lost means another attempt has the chunk.
+		if len(ends) == 0 || len(lost) > 0 || b.Chunk == 0 || step.Next == 0 && e.stopped() {
+			break
+		}
+		items = items[len(ends):]
+		step.From += len(ends)
+		started = step.Next > 0
+		lease.until.Store(step.LeaseUntil.UnixNano())
+		if err := e.pausing(ctx); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// txWindow runs the window win of an EachTx in the store's transaction,
+// its starts paced by the call's rates, with step, readied for the window
+// (of the left items of the chunk), settling it in the same transaction.
+// probe, unless zero, is the breaker's probe that win is: it ends with the
+// window, whether its item ran and told the breaker or the transaction
+// failed first (then the next item probes).
+func (e *eacher) txWindow(ctx context.Context, step *idemstore.ItemStep, win []idemstore.ItemClaim, left int, probe uint64) ([]idemstore.ItemEnd, []string, error) {
+	by, err := e.pace(ctx, len(win)) // the window's starts must go by then
+	if err != nil {
+		if probe != 0 {
+			e.cfg.each.breaker.cancel(probe)
+		}
+		return nil, nil, err
+	}
+	e.readyStep(ctx, step, len(win), left, probe != 0)
+	ends, lost, err := e.tx(ctx, *step, win, e.itemTx(probe, by), e.failed)
+	if probe != 0 {
+		e.cfg.each.breaker.cancel(probe)
+	}
+	return ends, lost, err
+}
+
+// readyStep readies the step that settles a window's first n items, of
+// the left items of its chunk: it renews the lease and marks started the
+// next window of what is left, unless the call is deferred (the guards are
+// asked here) or the window is the breaker's probe: then it marks nothing
+// more started and ends the chunk's lease at once, so any claimer may take
+// the rest.
+func (e *eacher) readyStep(ctx context.Context, step *idemstore.ItemStep, n, left int, probe bool) {
+	step.Now = e.cfg.clock.Now()
+	step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(e.cfg.each.batch, left-n)
+	if step.Next > 0 && !probe && !e.stopped() {
+		e.gate(ctx)
+	}
+	if e.stopped() || probe {
+		step.LeaseUntil, step.Next = step.Now, 0
 	}
 }
 
