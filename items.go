@@ -68,6 +68,11 @@ type eacher struct {
 	owner    string                   // who the item claims name: this process, or a crashed run's own (internal/runctx)
 }
 
+// each is Each's and EachTx's engine for the period key: it checks the
+// call, answers for a period settled already, records the item set
+// (record), works the items until none is open (workAll), and marks the
+// period done (markDone). tx, unless nil, runs a window of items in the
+// store's transaction (EachTx).
 func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], cfg *config, fn func(context.Context, string) error, tx txItems) (res eachResult, err error) {
 	if idemstore.Traced(ctx) {
 		call := "idem.Each"
@@ -116,47 +121,12 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			res.Outcome = Failed // a store error, an invalid option: before anything settled
 		}
 	}()
-	if cfg.err != nil {
-		return res, cfg.err
-	}
-	if err := key.Validate(); err != nil {
-		return res, err
-	}
-	if err := nestedRun(ctx, key); err != nil {
-		// Checked before any item runs: the period's done mark could never
-		// be written.
-		res.Outcome = Failed
-		return res, &Error{Key: key, Outcome: Failed, Err: err}
-	}
-	guards, err := bindGuards(cfg.guards, s)
+	guards, err := checkEach(ctx, s, key, cfg)
 	if err != nil {
 		return res, err
 	}
-	if r := cfg.each.rate; r > 0 && time.Duration(float64(time.Second)/r) >= cfg.lease/3 {
-		return res, invalidOption("WithRate(%v, %d): one item per %v, not below a third of the lease (%v)", r, cfg.each.burst,
-			time.Duration(float64(time.Second)/r), cfg.lease)
-	}
-	if p := cfg.each.pause; p > 0 && p >= cfg.lease/3 {
-		return res, invalidOption("WithPause(%v): not below a third of the lease (%v)", p, cfg.lease)
-	}
-	if rec, ok, err := s.Lookup(ctx, key); err != nil {
+	if settled, err := settledAlready(ctx, s, key, cfg, &res); settled || err != nil {
 		return res, err
-	} else if ok && idemstore.Mismatch(rec.Fingerprint, cfg.fingerprint) {
-		res.Outcome = ParamsMismatch
-		return res, mismatch(key, rec.Fingerprint, cfg.fingerprint)
-	} else if ok && rec.Status == StatusDone {
-		// The period is done, whatever its counts: a store that fails to
-		// count them leaves Counts empty (and says so in the log), not the
-		// outcome in doubt.
-		res.Outcome = AlreadyDone
-		if res.Counts, err = s.CountItems(ctx, key); err != nil {
-			res.Counts = ItemCounts{}
-			if cfg.logger != nil {
-				cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idem: counting the items of a done period failed; its result has no counts",
-					slog.String("job", key.Job), slog.String("period", key.Period), slog.Any("error", err))
-			}
-		}
-		return res, nil
 	}
 	// The call holds a place of each "at once" limit for all its items;
 	// its rates pace the items (pace).
@@ -175,84 +145,17 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			cfg.each.batch = min(cfg.each.batch, cfg.each.burst) // a window waits for all its tokens
 		}
 	}
-	deferred := func(counts ItemCounts) (eachResult, error) {
-		d := e.deferral.Load()
-		res.Outcome, res.Counts, res.Parked = Deferred, counts, e.parked
-		return res, &Error{Key: key, Outcome: Deferred, Err: d}
-	}
 	if e.gate(ctx) { // before anything is written
 		counts, _ := s.CountItems(ctx, key)
-		return deferred(counts)
+		err = e.deferred(&res, counts)
+		return res, err
 	}
-	// A store that gives turns to record the set says, with the turn,
-	// whether it is sealed: no count before it.
-	var counts ItemCounts
-	_, turns := s.(idemstore.ItemRecordTurns)
-	if !turns {
-		if counts, err = s.CountItems(ctx, key); err != nil {
-			return res, err
-		}
+	counts, counted, err := e.recordSet(ctx, items)
+	if err != nil {
+		return res, err
 	}
-	counted := true // counts are the set's as recorded
-	if !counts.Sealed {
-		if err := e.record(ctx, items); err != nil {
-			res.Outcome = Failed
-			return res, err
-		}
-		// Progress reports start from the set's counts; without them the
-		// workers start at once, and the first count is the one after
-		// their work.
-		counted = e.cfg.each.progress != nil
-		if counted {
-			if counts, err = s.CountItems(ctx, key); err != nil {
-				return res, err
-			}
-		}
-	}
-	e.done.Store(counts.Done + counts.Parked)
-	e.total = counts.Total()
-
-	var held time.Duration // the last wait for items that others hold
-	for {
-		if err := e.work(ctx); err != nil {
-			if !counted && !idemstore.IsStop(err) {
-				counts, _ = s.CountItems(context.WithoutCancel(ctx), key) // for the result alone
-			}
-			res.Outcome, res.Counts, res.Parked = Failed, counts, e.parked
-			if idemstore.IsStop(err) {
-				return res, err
-			}
-			return res, fmt.Errorf("idem: each %s: %w", key, err)
-		}
-		if counts, err = s.CountItems(ctx, key); err != nil {
-			return res, err
-		}
-		if openItems(counts) == 0 {
-			break // settled, even if a guard refused after the last window: mark the period
-		}
-		if e.stopped() {
-			return deferred(counts)
-		}
-		// Others hold items, or items back off: wait for them. While others
-		// hold items, look again soon, then less and less often (heldPoll,
-		// doubling up to the poll interval): the end of a period's last
-		// chunk is seen about as soon as it has been waited for.
-		wait := e.cfg.poll
-		if counts.Pending+counts.Running == 0 && !counts.NextRetry.IsZero() {
-			// NextRetry may be on the store's clock (ItemCounts.Now).
-			now := counts.Now
-			if now.IsZero() {
-				now = e.cfg.clock.Now()
-			}
-			wait = max(wait, counts.NextRetry.Sub(now))
-		} else if counts.Pending+counts.Running > 0 {
-			held = min(max(2*held, heldPoll), e.cfg.poll)
-			wait = held
-		}
-		if err := sleep(ctx, e.cfg.clock, wait); err != nil {
-			res.Outcome, res.Counts, res.Parked = Failed, counts, e.parked
-			return res, &Error{Key: key, Outcome: Failed, Err: err}
-		}
+	if settled, err := e.workAll(ctx, &res, &counts, counted); !settled {
+		return res, err
 	}
 	res.Counts, res.Parked = counts, e.parked
 	if counts.Unknown > 0 {
@@ -261,13 +164,170 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			Err: fmt.Errorf("%d items may or may not have taken effect; resolve them", counts.Unknown)}
 	}
 	// Every item is done or parked: mark the period done.
+	err = markDone(ctx, s, key, cfg, &mark)
+	res.Outcome = mark.Outcome
+	if mark.Outcome == AlreadyDone {
+		res.Outcome = Ran // another holder marked it a moment ago; the items ran now
+	}
+	return res, err
+}
+
+// checkEach checks the call before anything is read or written: the key,
+// that it is not made inside a Run (the period's done mark could never be
+// written), its guards (bound to the store: they are returned) and that
+// WithRate's and WithPause's waits leave room in a lease.
+func checkEach(ctx context.Context, s idemstore.ItemStore, key Key, cfg *config) ([]Guard, error) {
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	if err := nestedRun(ctx, key); err != nil {
+		return nil, &Error{Key: key, Outcome: Failed, Err: err}
+	}
+	guards, err := bindGuards(cfg.guards, s)
+	if err != nil {
+		return nil, err
+	}
+	if r := cfg.each.rate; r > 0 && time.Duration(float64(time.Second)/r) >= cfg.lease/3 {
+		return nil, invalidOption("WithRate(%v, %d): one item per %v, not below a third of the lease (%v)", r, cfg.each.burst,
+			time.Duration(float64(time.Second)/r), cfg.lease)
+	}
+	if p := cfg.each.pause; p > 0 && p >= cfg.lease/3 {
+		return nil, invalidOption("WithPause(%v): not below a third of the lease (%v)", p, cfg.lease)
+	}
+	return guards, nil
+}
+
+// settledAlready reports whether the period key is settled before the
+// call works any item: recorded with other parameters (res is
+// ParamsMismatch, with its error) or done (res is AlreadyDone, with its
+// counts). The period is done whatever its counts: a store that fails to
+// count them leaves Counts empty (and says so in the log), not the outcome
+// in doubt.
+func settledAlready(ctx context.Context, s idemstore.ItemStore, key Key, cfg *config, res *eachResult) (bool, error) {
+	rec, ok, err := s.Lookup(ctx, key)
+	switch {
+	case err != nil:
+		return false, err
+	case ok && idemstore.Mismatch(rec.Fingerprint, cfg.fingerprint):
+		res.Outcome = ParamsMismatch
+		return true, mismatch(key, rec.Fingerprint, cfg.fingerprint)
+	case ok && rec.Status == StatusDone:
+		res.Outcome = AlreadyDone
+		if res.Counts, err = s.CountItems(ctx, key); err != nil {
+			res.Counts = ItemCounts{}
+			if cfg.logger != nil {
+				cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idem: counting the items of a done period failed; its result has no counts",
+					slog.String("job", key.Job), slog.String("period", key.Period), slog.Any("error", err))
+			}
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// recordSet records the period's item set from items unless it is sealed
+// already, and returns the period's counts. counted says whether they are
+// the set's as recorded: without a progress report to start from them,
+// they are not counted after recording (the workers start at once, and
+// the first count is the one after their work).
+func (e *eacher) recordSet(ctx context.Context, items iter.Seq2[string, error]) (counts ItemCounts, counted bool, err error) {
+	// A store that gives turns to record the set says, with the turn,
+	// whether it is sealed: no count before it.
+	if _, turns := e.s.(idemstore.ItemRecordTurns); !turns {
+		if counts, err = e.s.CountItems(ctx, e.key); err != nil {
+			return counts, false, err
+		}
+	}
+	counted = true
+	if !counts.Sealed {
+		if err := e.record(ctx, items); err != nil {
+			return counts, false, err
+		}
+		counted = e.cfg.each.progress != nil
+		if counted {
+			if counts, err = e.s.CountItems(ctx, e.key); err != nil {
+				return counts, false, err
+			}
+		}
+	}
+	e.done.Store(counts.Done + counts.Parked)
+	e.total = counts.Total()
+	return counts, counted, nil
+}
+
+// workAll runs the workers (work) until no item of the period is open,
+// waiting between rounds for the items that other holders work or that
+// back off, and reports true with the period's counts in *counts then.
+// Otherwise (an error, the call deferred) it reports false with the
+// error to return, res set as the call ends.
+func (e *eacher) workAll(ctx context.Context, res *eachResult, counts *ItemCounts, counted bool) (bool, error) {
+	var held time.Duration // the last wait for items that others hold
+	for {
+		if err := e.work(ctx); err != nil {
+			if !counted && !idemstore.IsStop(err) {
+				*counts, _ = e.s.CountItems(context.WithoutCancel(ctx), e.key) // for the result alone
+			}
+			res.Outcome, res.Counts, res.Parked = Failed, *counts, e.parked
+			if idemstore.IsStop(err) {
+				return false, err
+			}
+			return false, fmt.Errorf("idem: each %s: %w", e.key, err)
+		}
+		c, err := e.s.CountItems(ctx, e.key)
+		if err != nil {
+			return false, err
+		}
+		*counts = c
+		if openItems(c) == 0 {
+			return true, nil // settled, even if a guard refused after the last window: mark the period
+		}
+		if e.stopped() {
+			return false, e.deferred(res, c)
+		}
+		// Others hold items, or items back off: wait for them. While others
+		// hold items, look again soon, then less and less often (heldPoll,
+		// doubling up to the poll interval): the end of a period's last
+		// chunk is seen about as soon as it has been waited for.
+		wait := e.cfg.poll
+		if c.Pending+c.Running == 0 && !c.NextRetry.IsZero() {
+			// NextRetry may be on the store's clock (ItemCounts.Now).
+			now := c.Now
+			if now.IsZero() {
+				now = e.cfg.clock.Now()
+			}
+			wait = max(wait, c.NextRetry.Sub(now))
+		} else if c.Pending+c.Running > 0 {
+			held = min(max(2*held, heldPoll), e.cfg.poll)
+			wait = held
+		}
+		if err := sleep(ctx, e.cfg.clock, wait); err != nil {
+			res.Outcome, res.Counts, res.Parked = Failed, c, e.parked
+			return false, &Error{Key: e.key, Outcome: Failed, Err: err}
+		}
+	}
+}
+
+// deferred ends the call deferred: res gets the period's counts and the
+// items this call parked, and the error returned is the deferral's.
+func (e *eacher) deferred(res *eachResult, counts ItemCounts) error {
+	d := e.deferral.Load()
+	res.Outcome, res.Counts, res.Parked = Deferred, counts, e.parked
+	return &Error{Key: e.key, Outcome: Deferred, Err: d}
+}
+
+// markDone writes the done mark of the period key, whose items are all
+// settled, through a Run of its own (reporting to mark). The mark's body
+// has no effect and every item is settled, so an abandoned mark is simply
+// written again, whatever the items' mode: the items' downstream check is
+// never asked about the period, and a crash between the mark's claim and
+// its write leaves nothing unknown. For the same reason abandoned marks
+// never park it (markBackoff).
+func markDone(ctx context.Context, s idemstore.ItemStore, key Key, cfg *config, mark *Result) error {
 	pc := *cfg // the done mark's Run: its own copy
-	// The mark's body has no effect and every item is settled, so an
-	// abandoned mark is simply written again, whatever the items' mode:
-	// the items' downstream check is never asked about the period, and a
-	// crash between the mark's claim and its write leaves nothing unknown.
-	// For the same reason abandoned marks never park it (markBackoff).
-	pc.mode, pc.report, pc.observer = atLeastOnce, &mark, nil
+	pc.mode, pc.report, pc.observer = atLeastOnce, mark, nil
 	pc.backoff = markBackoff(cfg.backoff)
 	pc.wait = true          // another holder may be writing the same mark this instant
 	pc.pollFirst = heldPoll // which takes it a moment: look again soon
@@ -283,12 +343,7 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			return idemstore.Claim{}, done, nil, nil, err
 		}
 	}
-	err = execute(ctx, s, key, &pc, func(context.Context) ([]byte, error) { return nil, nil }, nil, fresh)
-	res.Outcome = mark.Outcome
-	if mark.Outcome == AlreadyDone {
-		res.Outcome = Ran // another holder marked it a moment ago; the items ran now
-	}
-	return res, err
+	return execute(ctx, s, key, &pc, func(context.Context) ([]byte, error) { return nil, nil }, nil, fresh)
 }
 
 // markBackoff is the Backoff of a period's done mark: b's delays, and
