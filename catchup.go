@@ -150,7 +150,7 @@ func catchUpTx[Tx any](ctx context.Context, s TxStore[Tx], job string, sched Sch
 // firstToDo), then walks the due periods oldest first: each is skipped
 // (CatchUpLatest, CatchUpWindow), waits for its dependencies (which ends
 // the walk) or runs, and the cursor follows the unbroken run of settled
-// periods (settle).
+// periods (moveCursor).
 func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, cl call, opts []Option, look *schedLook,
 	run func(ctx context.Context, key Key, p Period, opts []Option) error) (res CatchUpResult, err error) {
 	if idemstore.Traced(ctx) {
@@ -242,7 +242,7 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sched
 				pr = PeriodResult{Period: p, Outcome: AlreadyDone}
 			}
 		}
-		unbroken, firstErr = settle(ctx, s, job, p, pr, unbroken, firstErr)
+		unbroken, firstErr = moveCursor(ctx, s, job, p, pr, unbroken, firstErr)
 		if unbroken {
 			res.Cursor = p.Name
 			if cu.Progress != nil {
@@ -355,12 +355,12 @@ func waitingPeriod(ctx context.Context, cfg *config, key Key, p Period, w Waits,
 	return pr
 }
 
-// settle moves job's cursor over period p, whose result is pr, while every
+// moveCursor moves job's cursor over period p, whose result is pr, while every
 // period so far is settled (unbroken): a period done now moved it in its
 // own transaction, one settled otherwise (done already, skipped) moves it
 // here. A failure breaks the run, and the first is the call's error. It
 // returns unbroken and firstErr as they are after p.
-func settle(ctx context.Context, s idemstore.CatchUpStore, job string, p Period, pr PeriodResult, unbroken bool, firstErr error) (bool, error) {
+func moveCursor(ctx context.Context, s idemstore.CatchUpStore, job string, p Period, pr PeriodResult, unbroken bool, firstErr error) (bool, error) {
 	if pr.Err != nil {
 		if firstErr == nil {
 			firstErr = fmt.Errorf("idem: catch-up %s stopped at %s: %w", job, p.Name, pr.Err)
