@@ -146,7 +146,11 @@ func catchUpTx[Tx any](ctx context.Context, s TxStore[Tx], job string, sched Sch
 
 // loop is CatchUp's and CatchUpTx's loop, for the call cl with opts (and
 // a Scheduler's look, if it is one); run runs one period with the options
-// given.
+// given. It checks the call, finds the first period to do (startCursor,
+// firstToDo), then walks the due periods oldest first: each is skipped
+// (CatchUpLatest, CatchUpWindow), waits for its dependencies (which ends
+// the walk) or runs, and the cursor follows the unbroken run of settled
+// periods (moveCursor).
 func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, cl call, opts []Option, look *schedLook,
 	run func(ctx context.Context, key Key, p Period, opts []Option) error) (res CatchUpResult, err error) {
 	if idemstore.Traced(ctx) {
@@ -165,66 +169,22 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sched
 	if cfg.err != nil {
 		return res, cfg.err
 	}
-	if err := idemstore.ValidateJob(job); err != nil {
+	if err := checkCatchUpJob(job, cl.name, cu.Deps); err != nil {
 		return res, err
-	}
-	for _, d := range cu.Deps {
-		if d.Job == job {
-			return res, invalidOption("After(%q, %s) in %s of job %q: a job cannot wait for its own periods (use AfterPrevious)", d.Job, d.Mapping, cl.name, job)
-		}
 	}
 	plain := runOptions(opts)
 	clock := cfg.clock
-	js, err := s.Job(ctx, job)
+	js, now, last, err := startCursor(ctx, s, job, sched, cl.name, &cu, clock)
 	if err != nil {
 		return res, err
-	}
-
-	now := clock.Now()
-	last := cu.LastDue(sched, now)
-	if js.Cursor == "" && !cu.Since.IsZero() {
-		// A start after the next period to become due would record, as the
-		// cursor, a period that is not due yet: the periods up to it would
-		// count as settled without having run. Refused before anything is
-		// written.
-		if p, next := sched.At(cu.Since), sched.Next(last); p.Start.After(next.Start) {
-			return res, invalidOption("Since(%s) in %s of job %q is in the future: its period %s comes after %s, the next period to become due (now is %s)",
-				cu.Since.Format(time.RFC3339), cl.name, job, p.Name, next.Name, now.Format(time.RFC3339))
-		}
-	}
-	if js.Cursor == "" {
-		// The job's first catch-up: record where it starts before any
-		// period runs, so that a first period that fails is where the
-		// next call starts too.
-		first := last
-		if !cu.Since.IsZero() {
-			first = sched.At(cu.Since)
-		}
-		if js, err = s.Start(ctx, job, sched.Prev(first).Name); err != nil {
-			return res, err
-		}
 	}
 	res.Cursor = js.Cursor
 	if cu.Progress != nil && res.Cursor != "" {
 		cu.Progress(res.Cursor)
 	}
-	var first Period
-	switch {
-	case js.Cursor != "":
-		c, err := sched.Parse(js.Cursor)
-		if err != nil {
-			return res, fmt.Errorf("idem: catch-up %s: the cursor %q is not a period of %s (did the schedule change?): %w", job, js.Cursor, sched, err)
-		}
-		first = sched.Next(c)
-	case !cu.Since.IsZero():
-		// No start could be recorded (a state file's job that has a
-		// pending period but no watermark).
-		first = sched.At(cu.Since)
-	default:
-		first = last
-	}
-	for js.Horizon != "" && first.Name <= js.Horizon && !first.Start.After(last.Start) {
-		first = sched.Next(first)
+	first, err := firstToDo(job, sched, js, &cu, last)
+	if err != nil {
+		return res, err
 	}
 	if first.Start.After(last.Start) {
 		// Nothing due: also what a clock that jumped back sees. A
@@ -260,17 +220,7 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sched
 			// Upstream periods not done: this one waits, unclaimed, and so
 			// do the periods after it. Not a failure (unless the store's
 			// read failed).
-			pr = PeriodResult{Period: p, Outcome: Waiting, Waiting: w}
-			if err != nil {
-				pr = PeriodResult{Period: p, Outcome: Failed, Err: err}
-			}
-			if observer != nil {
-				observer(Result{Key: key, Outcome: pr.Outcome, Err: pr.Err})
-			}
-			if logger := cfg.logger; logger != nil && err == nil {
-				logger.LogAttrs(ctx, slog.LevelInfo, "idem: catch-up period waits", slog.String("job", job),
-					slog.String("period", p.Name), slog.String("for", w.String()))
-			}
+			pr = waitingPeriod(ctx, cfg, key, p, w, err)
 			unbroken = false
 			if pr.Err != nil && firstErr == nil {
 				firstErr = fmt.Errorf("idem: catch-up %s stopped at %s: %w", job, p.Name, pr.Err)
@@ -292,20 +242,7 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sched
 				pr = PeriodResult{Period: p, Outcome: AlreadyDone}
 			}
 		}
-		if pr.Err != nil {
-			unbroken = false
-			if firstErr == nil {
-				firstErr = fmt.Errorf("idem: catch-up %s stopped at %s: %w", job, p.Name, pr.Err)
-			}
-		} else if unbroken && pr.Outcome != Ran && pr.Outcome != Recovered {
-			// Settled without a done mark written now: move the cursor here.
-			if err := s.Advance(ctx, job, p.Name); err != nil {
-				unbroken = false
-				if firstErr == nil {
-					firstErr = err
-				}
-			}
-		}
+		unbroken, firstErr = moveCursor(ctx, s, job, p, pr, unbroken, firstErr)
 		if unbroken {
 			res.Cursor = p.Name
 			if cu.Progress != nil {
@@ -323,6 +260,123 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sched
 	}
 	res.Deferred = due - len(res.Periods)
 	return res, firstErr
+}
+
+// checkCatchUpJob refuses, before anything is read or written, a job name
+// the stores cannot hold and a dependency of the job on its own periods
+// through After (which could never be met: AfterPrevious says that).
+func checkCatchUpJob(job, callName string, deps []catchUpDep) error {
+	if err := idemstore.ValidateJob(job); err != nil {
+		return err
+	}
+	for _, d := range deps {
+		if d.Job == job {
+			return invalidOption("After(%q, %s) in %s of job %q: a job cannot wait for its own periods (use AfterPrevious)", d.Job, d.Mapping, callName, job)
+		}
+	}
+	return nil
+}
+
+// startCursor reads job's state, and the time now on clock and the latest
+// period due then (last). On the job's first catch-up it records where the
+// job starts (its cursor: the period before the first to run) before any
+// period runs, so that a first period that fails is where the next call
+// starts too; a Since whose period is not due yet is refused first.
+func startCursor(ctx context.Context, s idemstore.CatchUpStore, job string, sched Schedule, callName string, cu *catchUpSettings, clock Clock) (js idemstore.JobState, now time.Time, last Period, err error) {
+	js, err = s.Job(ctx, job)
+	if err != nil {
+		return js, now, last, err
+	}
+	now = clock.Now()
+	last = cu.LastDue(sched, now)
+	if js.Cursor == "" && !cu.Since.IsZero() {
+		// A start after the next period to become due would record, as the
+		// cursor, a period that is not due yet: the periods up to it would
+		// count as settled without having run. Refused before anything is
+		// written.
+		if p, next := sched.At(cu.Since), sched.Next(last); p.Start.After(next.Start) {
+			return js, now, last, invalidOption("Since(%s) in %s of job %q is in the future: its period %s comes after %s, the next period to become due (now is %s)",
+				cu.Since.Format(time.RFC3339), callName, job, p.Name, next.Name, now.Format(time.RFC3339))
+		}
+	}
+	if js.Cursor == "" {
+		first := last
+		if !cu.Since.IsZero() {
+			first = sched.At(cu.Since)
+		}
+		if js, err = s.Start(ctx, job, sched.Prev(first).Name); err != nil {
+			return js, now, last, err
+		}
+	}
+	return js, now, last, nil
+}
+
+// firstToDo is the first period of job that catch-up has to do: the one
+// after the cursor in js, or else Since's, or else the latest due (last);
+// periods at or before the retention horizon count as done and are passed
+// over. It comes after last when nothing is due.
+func firstToDo(job string, sched Schedule, js idemstore.JobState, cu *catchUpSettings, last Period) (Period, error) {
+	var first Period
+	switch {
+	case js.Cursor != "":
+		c, err := sched.Parse(js.Cursor)
+		if err != nil {
+			return first, fmt.Errorf("idem: catch-up %s: the cursor %q is not a period of %s (did the schedule change?): %w", job, js.Cursor, sched, err)
+		}
+		first = sched.Next(c)
+	case !cu.Since.IsZero():
+		// No start could be recorded (a state file's job that has a
+		// pending period but no watermark).
+		first = sched.At(cu.Since)
+	default:
+		first = last
+	}
+	for js.Horizon != "" && first.Name <= js.Horizon && !first.Start.After(last.Start) {
+		first = sched.Next(first)
+	}
+	return first, nil
+}
+
+// waitingPeriod is the result of period p (key), whose upstream periods w
+// are not done (or could not be read: readErr): outcome Waiting, or Failed
+// with readErr. The call's observer gets it, and its logger the wait.
+func waitingPeriod(ctx context.Context, cfg *config, key Key, p Period, w Waits, readErr error) PeriodResult {
+	pr := PeriodResult{Period: p, Outcome: Waiting, Waiting: w}
+	if readErr != nil {
+		pr = PeriodResult{Period: p, Outcome: Failed, Err: readErr}
+	}
+	if observer := cfg.observer; observer != nil {
+		observer(Result{Key: key, Outcome: pr.Outcome, Err: pr.Err})
+	}
+	if logger := cfg.logger; logger != nil && readErr == nil {
+		logger.LogAttrs(ctx, slog.LevelInfo, "idem: catch-up period waits", slog.String("job", key.Job),
+			slog.String("period", p.Name), slog.String("for", w.String()))
+	}
+	return pr
+}
+
+// moveCursor moves job's cursor over period p, whose result is pr, while every
+// period so far is settled (unbroken): a period done now moved it in its
+// own transaction, one settled otherwise (done already, skipped) moves it
+// here. A failure breaks the run, and the first is the call's error. It
+// returns unbroken and firstErr as they are after p.
+func moveCursor(ctx context.Context, s idemstore.CatchUpStore, job string, p Period, pr PeriodResult, unbroken bool, firstErr error) (bool, error) {
+	if pr.Err != nil {
+		if firstErr == nil {
+			firstErr = fmt.Errorf("idem: catch-up %s stopped at %s: %w", job, p.Name, pr.Err)
+		}
+		return false, firstErr
+	}
+	if unbroken && pr.Outcome != Ran && pr.Outcome != Recovered {
+		// Settled without a done mark written now: move the cursor here.
+		if err := s.Advance(ctx, job, p.Name); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			return false, firstErr
+		}
+	}
+	return unbroken, firstErr
 }
 
 // checkLatest is the answer of a catch-up that found nothing due: with a

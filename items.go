@@ -68,6 +68,11 @@ type eacher struct {
 	owner    string                   // who the item claims name: this process, or a crashed run's own (internal/runctx)
 }
 
+// each is Each's and EachTx's engine for the period key: it checks the
+// call, answers for a period settled already, records the item set
+// (record), works the items until none is open (workAll), and marks the
+// period done (markDone). tx, unless nil, runs a window of items in the
+// store's transaction (EachTx).
 func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[string, error], cfg *config, fn func(context.Context, string) error, tx txItems) (res eachResult, err error) {
 	if idemstore.Traced(ctx) {
 		call := "idem.Each"
@@ -116,47 +121,12 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			res.Outcome = Failed // a store error, an invalid option: before anything settled
 		}
 	}()
-	if cfg.err != nil {
-		return res, cfg.err
-	}
-	if err := key.Validate(); err != nil {
-		return res, err
-	}
-	if err := nestedRun(ctx, key); err != nil {
-		// Checked before any item runs: the period's done mark could never
-		// be written.
-		res.Outcome = Failed
-		return res, &Error{Key: key, Outcome: Failed, Err: err}
-	}
-	guards, err := bindGuards(cfg.guards, s)
+	guards, err := checkEach(ctx, s, key, cfg)
 	if err != nil {
 		return res, err
 	}
-	if r := cfg.each.rate; r > 0 && time.Duration(float64(time.Second)/r) >= cfg.lease/3 {
-		return res, invalidOption("WithRate(%v, %d): one item per %v, not below a third of the lease (%v)", r, cfg.each.burst,
-			time.Duration(float64(time.Second)/r), cfg.lease)
-	}
-	if p := cfg.each.pause; p > 0 && p >= cfg.lease/3 {
-		return res, invalidOption("WithPause(%v): not below a third of the lease (%v)", p, cfg.lease)
-	}
-	if rec, ok, err := s.Lookup(ctx, key); err != nil {
+	if settled, err := settledAlready(ctx, s, key, cfg, &res); settled || err != nil {
 		return res, err
-	} else if ok && idemstore.Mismatch(rec.Fingerprint, cfg.fingerprint) {
-		res.Outcome = ParamsMismatch
-		return res, mismatch(key, rec.Fingerprint, cfg.fingerprint)
-	} else if ok && rec.Status == StatusDone {
-		// The period is done, whatever its counts: a store that fails to
-		// count them leaves Counts empty (and says so in the log), not the
-		// outcome in doubt.
-		res.Outcome = AlreadyDone
-		if res.Counts, err = s.CountItems(ctx, key); err != nil {
-			res.Counts = ItemCounts{}
-			if cfg.logger != nil {
-				cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idem: counting the items of a done period failed; its result has no counts",
-					slog.String("job", key.Job), slog.String("period", key.Period), slog.Any("error", err))
-			}
-		}
-		return res, nil
 	}
 	// The call holds a place of each "at once" limit for all its items;
 	// its rates pace the items (pace).
@@ -175,84 +145,17 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			cfg.each.batch = min(cfg.each.batch, cfg.each.burst) // a window waits for all its tokens
 		}
 	}
-	deferred := func(counts ItemCounts) (eachResult, error) {
-		d := e.deferral.Load()
-		res.Outcome, res.Counts, res.Parked = Deferred, counts, e.parked
-		return res, &Error{Key: key, Outcome: Deferred, Err: d}
-	}
 	if e.gate(ctx) { // before anything is written
 		counts, _ := s.CountItems(ctx, key)
-		return deferred(counts)
+		err = e.deferred(&res, counts)
+		return res, err
 	}
-	// A store that gives turns to record the set says, with the turn,
-	// whether it is sealed: no count before it.
-	var counts ItemCounts
-	_, turns := s.(idemstore.ItemRecordTurns)
-	if !turns {
-		if counts, err = s.CountItems(ctx, key); err != nil {
-			return res, err
-		}
+	counts, counted, err := e.recordSet(ctx, items)
+	if err != nil {
+		return res, err
 	}
-	counted := true // counts are the set's as recorded
-	if !counts.Sealed {
-		if err := e.record(ctx, items); err != nil {
-			res.Outcome = Failed
-			return res, err
-		}
-		// Progress reports start from the set's counts; without them the
-		// workers start at once, and the first count is the one after
-		// their work.
-		counted = e.cfg.each.progress != nil
-		if counted {
-			if counts, err = s.CountItems(ctx, key); err != nil {
-				return res, err
-			}
-		}
-	}
-	e.done.Store(counts.Done + counts.Parked)
-	e.total = counts.Total()
-
-	var held time.Duration // the last wait for items that others hold
-	for {
-		if err := e.work(ctx); err != nil {
-			if !counted && !idemstore.IsStop(err) {
-				counts, _ = s.CountItems(context.WithoutCancel(ctx), key) // for the result alone
-			}
-			res.Outcome, res.Counts, res.Parked = Failed, counts, e.parked
-			if idemstore.IsStop(err) {
-				return res, err
-			}
-			return res, fmt.Errorf("idem: each %s: %w", key, err)
-		}
-		if counts, err = s.CountItems(ctx, key); err != nil {
-			return res, err
-		}
-		if openItems(counts) == 0 {
-			break // settled, even if a guard refused after the last window: mark the period
-		}
-		if e.stopped() {
-			return deferred(counts)
-		}
-		// Others hold items, or items back off: wait for them. While others
-		// hold items, look again soon, then less and less often (heldPoll,
-		// doubling up to the poll interval): the end of a period's last
-		// chunk is seen about as soon as it has been waited for.
-		wait := e.cfg.poll
-		if counts.Pending+counts.Running == 0 && !counts.NextRetry.IsZero() {
-			// NextRetry may be on the store's clock (ItemCounts.Now).
-			now := counts.Now
-			if now.IsZero() {
-				now = e.cfg.clock.Now()
-			}
-			wait = max(wait, counts.NextRetry.Sub(now))
-		} else if counts.Pending+counts.Running > 0 {
-			held = min(max(2*held, heldPoll), e.cfg.poll)
-			wait = held
-		}
-		if err := sleep(ctx, e.cfg.clock, wait); err != nil {
-			res.Outcome, res.Counts, res.Parked = Failed, counts, e.parked
-			return res, &Error{Key: key, Outcome: Failed, Err: err}
-		}
+	if settled, err := e.workAll(ctx, &res, &counts, counted); !settled {
+		return res, err
 	}
 	res.Counts, res.Parked = counts, e.parked
 	if counts.Unknown > 0 {
@@ -261,13 +164,170 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			Err: fmt.Errorf("%d items may or may not have taken effect; resolve them", counts.Unknown)}
 	}
 	// Every item is done or parked: mark the period done.
+	err = markDone(ctx, s, key, cfg, &mark)
+	res.Outcome = mark.Outcome
+	if mark.Outcome == AlreadyDone {
+		res.Outcome = Ran // another holder marked it a moment ago; the items ran now
+	}
+	return res, err
+}
+
+// checkEach checks the call before anything is read or written: the key,
+// that it is not made inside a Run (the period's done mark could never be
+// written), its guards (bound to the store: they are returned) and that
+// WithRate's and WithPause's waits leave room in a lease.
+func checkEach(ctx context.Context, s idemstore.ItemStore, key Key, cfg *config) ([]Guard, error) {
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	if err := nestedRun(ctx, key); err != nil {
+		return nil, &Error{Key: key, Outcome: Failed, Err: err}
+	}
+	guards, err := bindGuards(cfg.guards, s)
+	if err != nil {
+		return nil, err
+	}
+	if r := cfg.each.rate; r > 0 && time.Duration(float64(time.Second)/r) >= cfg.lease/3 {
+		return nil, invalidOption("WithRate(%v, %d): one item per %v, not below a third of the lease (%v)", r, cfg.each.burst,
+			time.Duration(float64(time.Second)/r), cfg.lease)
+	}
+	if p := cfg.each.pause; p > 0 && p >= cfg.lease/3 {
+		return nil, invalidOption("WithPause(%v): not below a third of the lease (%v)", p, cfg.lease)
+	}
+	return guards, nil
+}
+
+// settledAlready reports whether the period key is settled before the
+// call works any item: recorded with other parameters (res is
+// ParamsMismatch, with its error) or done (res is AlreadyDone, with its
+// counts). The period is done whatever its counts: a store that fails to
+// count them leaves Counts empty (and says so in the log), not the outcome
+// in doubt.
+func settledAlready(ctx context.Context, s idemstore.ItemStore, key Key, cfg *config, res *eachResult) (bool, error) {
+	rec, ok, err := s.Lookup(ctx, key)
+	switch {
+	case err != nil:
+		return false, err
+	case ok && idemstore.Mismatch(rec.Fingerprint, cfg.fingerprint):
+		res.Outcome = ParamsMismatch
+		return true, mismatch(key, rec.Fingerprint, cfg.fingerprint)
+	case ok && rec.Status == StatusDone:
+		res.Outcome = AlreadyDone
+		if res.Counts, err = s.CountItems(ctx, key); err != nil {
+			res.Counts = ItemCounts{}
+			if cfg.logger != nil {
+				cfg.logger.LogAttrs(ctx, slog.LevelWarn, "idem: counting the items of a done period failed; its result has no counts",
+					slog.String("job", key.Job), slog.String("period", key.Period), slog.Any("error", err))
+			}
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// recordSet records the period's item set from items unless it is sealed
+// already, and returns the period's counts. counted says whether they are
+// the set's as recorded: without a progress report to start from them,
+// they are not counted after recording (the workers start at once, and
+// the first count is the one after their work).
+func (e *eacher) recordSet(ctx context.Context, items iter.Seq2[string, error]) (counts ItemCounts, counted bool, err error) {
+	// A store that gives turns to record the set says, with the turn,
+	// whether it is sealed: no count before it.
+	if _, turns := e.s.(idemstore.ItemRecordTurns); !turns {
+		if counts, err = e.s.CountItems(ctx, e.key); err != nil {
+			return counts, false, err
+		}
+	}
+	counted = true
+	if !counts.Sealed {
+		if err := e.record(ctx, items); err != nil {
+			return counts, false, err
+		}
+		counted = e.cfg.each.progress != nil
+		if counted {
+			if counts, err = e.s.CountItems(ctx, e.key); err != nil {
+				return counts, false, err
+			}
+		}
+	}
+	e.done.Store(counts.Done + counts.Parked)
+	e.total = counts.Total()
+	return counts, counted, nil
+}
+
+// workAll runs the workers (work) until no item of the period is open,
+// waiting between rounds for the items that other holders work or that
+// back off, and reports true with the period's counts in *counts then.
+// Otherwise (an error, the call deferred) it reports false with the
+// error to return, res set as the call ends.
+func (e *eacher) workAll(ctx context.Context, res *eachResult, counts *ItemCounts, counted bool) (bool, error) {
+	var held time.Duration // the last wait for items that others hold
+	for {
+		if err := e.work(ctx); err != nil {
+			if !counted && !idemstore.IsStop(err) {
+				*counts, _ = e.s.CountItems(context.WithoutCancel(ctx), e.key) // for the result alone
+			}
+			res.Outcome, res.Counts, res.Parked = Failed, *counts, e.parked
+			if idemstore.IsStop(err) {
+				return false, err
+			}
+			return false, fmt.Errorf("idem: each %s: %w", e.key, err)
+		}
+		c, err := e.s.CountItems(ctx, e.key)
+		if err != nil {
+			return false, err
+		}
+		*counts = c
+		if openItems(c) == 0 {
+			return true, nil // settled, even if a guard refused after the last window: mark the period
+		}
+		if e.stopped() {
+			return false, e.deferred(res, c)
+		}
+		// Others hold items, or items back off: wait for them. While others
+		// hold items, look again soon, then less and less often (heldPoll,
+		// doubling up to the poll interval): the end of a period's last
+		// chunk is seen about as soon as it has been waited for.
+		wait := e.cfg.poll
+		if c.Pending+c.Running == 0 && !c.NextRetry.IsZero() {
+			// NextRetry may be on the store's clock (ItemCounts.Now).
+			now := c.Now
+			if now.IsZero() {
+				now = e.cfg.clock.Now()
+			}
+			wait = max(wait, c.NextRetry.Sub(now))
+		} else if c.Pending+c.Running > 0 {
+			held = min(max(2*held, heldPoll), e.cfg.poll)
+			wait = held
+		}
+		if err := sleep(ctx, e.cfg.clock, wait); err != nil {
+			res.Outcome, res.Counts, res.Parked = Failed, c, e.parked
+			return false, &Error{Key: e.key, Outcome: Failed, Err: err}
+		}
+	}
+}
+
+// deferred ends the call deferred: res gets the period's counts and the
+// items this call parked, and the error returned is the deferral's.
+func (e *eacher) deferred(res *eachResult, counts ItemCounts) error {
+	d := e.deferral.Load()
+	res.Outcome, res.Counts, res.Parked = Deferred, counts, e.parked
+	return &Error{Key: e.key, Outcome: Deferred, Err: d}
+}
+
+// markDone writes the done mark of the period key, whose items are all
+// settled, through a Run of its own (reporting to mark). The mark's body
+// has no effect and every item is settled, so an abandoned mark is simply
+// written again, whatever the items' mode: the items' downstream check is
+// never asked about the period, and a crash between the mark's claim and
+// its write leaves nothing unknown. For the same reason abandoned marks
+// never park it (markBackoff).
+func markDone(ctx context.Context, s idemstore.ItemStore, key Key, cfg *config, mark *Result) error {
 	pc := *cfg // the done mark's Run: its own copy
-	// The mark's body has no effect and every item is settled, so an
-	// abandoned mark is simply written again, whatever the items' mode:
-	// the items' downstream check is never asked about the period, and a
-	// crash between the mark's claim and its write leaves nothing unknown.
-	// For the same reason abandoned marks never park it (markBackoff).
-	pc.mode, pc.report, pc.observer = atLeastOnce, &mark, nil
+	pc.mode, pc.report, pc.observer = atLeastOnce, mark, nil
 	pc.backoff = markBackoff(cfg.backoff)
 	pc.wait = true          // another holder may be writing the same mark this instant
 	pc.pollFirst = heldPoll // which takes it a moment: look again soon
@@ -283,12 +343,7 @@ func each(ctx context.Context, s idemstore.ItemStore, key Key, items iter.Seq2[s
 			return idemstore.Claim{}, done, nil, nil, err
 		}
 	}
-	err = execute(ctx, s, key, &pc, func(context.Context) ([]byte, error) { return nil, nil }, nil, fresh)
-	res.Outcome = mark.Outcome
-	if mark.Outcome == AlreadyDone {
-		res.Outcome = Ran // another holder marked it a moment ago; the items ran now
-	}
-	return res, err
+	return execute(ctx, s, key, &pc, func(context.Context) ([]byte, error) { return nil, nil }, nil, fresh)
 }
 
 // markBackoff is the Backoff of a period's done mark: b's delays, and
@@ -456,6 +511,9 @@ func (c *itemCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
+// worker claims chunks (or single items) of the period and works each
+// (workChunk) until none can be claimed, the call is deferred, or an error
+// ends it. Each chunk worked is a span of its own when traced.
 func (e *eacher) worker(wctx context.Context) (err error) {
 	m := e.cfg.mode
 	window := e.cfg.each.batch
@@ -489,106 +547,127 @@ func (e *eacher) worker(wctx context.Context) (err error) {
 		if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, e.key); err != nil {
 			return err
 		}
-		// A chunk is worked window by window: each window's done marks are
-		// one write, which also renews the chunk's lease and marks the next
-		// window started. Single items are one window.
-		lease := newLeaseState(e.cfg.clock, now.Add(e.cfg.lease))
-		step := idemstore.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: b.Pos}
-		started := true // the window is marked started (by the claim, or the last window's step)
-		for items := b.Items; len(items) > 0; {
-			win := items[:min(window, len(items))]
-			if b.Chunk == 0 {
-				win = items
-			}
-			if e.broken.Load() {
-				// The breaker opened while this window was marked started:
-				// hand its items back unrun. (A window marked started when
-				// a guard refused runs: settle marks nothing after it.)
-				return e.release(ctx, step, win, started)
-			}
-			// settle readies the step that settles the window's first n
-			// items: it renews the lease and marks started the next window
-			// of what is left, unless the call is deferred (the guards are
-			// asked here): then it marks nothing more started and ends the
-			// chunk's lease at once, so any claimer may take the rest.
-			settle := func(n int, probe bool) {
-				step.Now = e.cfg.clock.Now()
-				step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(window, len(items)-n)
-				if step.Next > 0 && !probe && !e.stopped() {
-					e.gate(ctx)
-				}
-				if e.stopped() || probe {
-					step.LeaseUntil, step.Next = step.Now, 0
-				}
-			}
-			var ends []idemstore.ItemEnd
-			var lost []string
-			if e.tx != nil {
-				var probe uint64 // the window is the breaker's probe
-				if br := e.cfg.each.breaker; br != nil {
-					// Acquired outside the transaction: a worker may wait
-					// here for another's probe.
-					var d *Deferral
-					if probe, d, err = br.acquire(ctx, e.cfg.clock); err != nil {
-						return err
-					} else if d != nil {
-						e.stop(ctx, d)
-						return e.release(ctx, step, win, started)
-					}
-					if probe != 0 {
-						win = win[:1]
-					}
-				}
-				var by time.Time // the window's starts must go by then
-				if by, err = e.pace(ctx, len(win)); err != nil {
-					if probe != 0 {
-						e.cfg.each.breaker.cancel(probe)
-					}
-					return err
-				}
-				settle(len(win), probe != 0)
-				ends, lost, err = e.tx(ctx, step, win, e.itemTx(probe, by), e.failed)
-				if probe != 0 {
-					// The probe ran and told the breaker (done), or did not
-					// run (the transaction failed first): then the next
-					// item probes.
-					e.cfg.each.breaker.cancel(probe)
-				}
-			} else {
-				ends, err = e.run(ctx, win, b.Chunk != 0, lease, e.cfg.clock.Now().Add(e.cfg.lease/3))
-				if err == nil && len(ends) > 0 {
-					settle(len(ends), false)
-					lost, err = e.s.FinishItems(ctx, e.key, step, ends)
-				}
-			}
-			if err != nil {
-				return err
-			}
-			e.report(ctx, ends, lost)
-			if len(ends) > 0 {
-				if err := idemstore.Checkpoint(ctx, idemstore.AfterDone, e.key); err != nil {
-					return err
-				}
-			}
-			// A window cut short (a third of the lease gone, or the lease
-			// run out by this process's clock) goes on from where it
-			// stopped: its done marks, fenced by the chunk's attempt,
-			// renewed the lease. Lost means another attempt has the chunk.
-			if len(ends) == 0 || len(lost) > 0 || b.Chunk == 0 || step.Next == 0 && e.stopped() {
-				break
-			}
-			items = items[len(ends):]
-			step.From += len(ends)
-			started = step.Next > 0
-			lease.until.Store(step.LeaseUntil.UnixNano())
-			if err := e.pausing(ctx); err != nil {
-				return err
-			}
+		if stop, err := e.workChunk(ctx, b, now); stop {
+			return err
 		}
 		endChunk(nil)
 		if err := e.pausing(ctx); err != nil {
 			return err
 		}
+	}
+}
+
+// workChunk works the chunk b, claimed at now, window by window: each
+// window's done marks are one write, which also renews the chunk's lease
+// and marks the next window started. Single items are one window. It
+// returns stop true when the worker must end, with err (nil when the call
+// was deferred or the breaker opened and the window was handed back);
+// false when the chunk is worked as far as this attempt goes.
+func (e *eacher) workChunk(ctx context.Context, b idemstore.ItemBatch, now time.Time) (stop bool, err error) {
+	window := e.cfg.each.batch
+	lease := newLeaseState(e.cfg.clock, now.Add(e.cfg.lease))
+	step := idemstore.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: b.Pos}
+	started := true // the window is marked started (by the claim, or the last window's step)
+	for items := b.Items; len(items) > 0; {
+		win := items[:min(window, len(items))]
+		if b.Chunk == 0 {
+			win = items
+		}
+		if e.broken.Load() {
+			// The breaker opened while this window was marked started:
+			// hand its items back unrun. (A window marked started when
+			// a guard refused runs: readyStep marks nothing after it.)
+			return true, e.release(ctx, step, win, started)
+		}
+		var ends []idemstore.ItemEnd
+		var lost []string
+		if e.tx != nil {
+			var probe uint64 // the window is the breaker's probe
+			if br := e.cfg.each.breaker; br != nil {
+				// Acquired outside the transaction: a worker may wait
+				// here for another's probe.
+				var d *Deferral
+				if probe, d, err = br.acquire(ctx, e.cfg.clock); err != nil {
+					return true, err
+				} else if d != nil {
+					e.stop(ctx, d)
+					return true, e.release(ctx, step, win, started)
+				}
+				if probe != 0 {
+					win = win[:1]
+				}
+			}
+			ends, lost, err = e.txWindow(ctx, &step, win, len(items), probe)
+		} else {
+			ends, err = e.run(ctx, win, b.Chunk != 0, lease, e.cfg.clock.Now().Add(e.cfg.lease/3))
+			if err == nil && len(ends) > 0 {
+				e.readyStep(ctx, &step, len(ends), len(items), false)
+				lost, err = e.s.FinishItems(ctx, e.key, step, ends)
+			}
+		}
+		if err != nil {
+			return true, err
+		}
+		e.report(ctx, ends, lost)
+		if len(ends) > 0 {
+			if err := idemstore.Checkpoint(ctx, idemstore.AfterDone, e.key); err != nil {
+				return true, err
+			}
+		}
+		// A window cut short (a third of the lease gone, or the lease
+		// run out by this process's clock) goes on from where it
+		// stopped: its done marks, fenced by the chunk's attempt,
+		// renewed the lease. Lost means another attempt has the chunk.
+		if len(ends) == 0 || len(lost) > 0 || b.Chunk == 0 || step.Next == 0 && e.stopped() {
+			break
+		}
+		items = items[len(ends):]
+		step.From += len(ends)
+		started = step.Next > 0
+		lease.until.Store(step.LeaseUntil.UnixNano())
+		if err := e.pausing(ctx); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// txWindow runs the window win of an EachTx in the store's transaction,
+// its starts paced by the call's rates, with step, readied for the window
+// (of the left items of the chunk), settling it in the same transaction.
+// probe, unless zero, is the breaker's probe that win is: it ends with the
+// window, whether its item ran and told the breaker or the transaction
+// failed first (then the next item probes).
+func (e *eacher) txWindow(ctx context.Context, step *idemstore.ItemStep, win []idemstore.ItemClaim, left int, probe uint64) ([]idemstore.ItemEnd, []string, error) {
+	by, err := e.pace(ctx, len(win)) // the window's starts must go by then
+	if err != nil {
+		if probe != 0 {
+			e.cfg.each.breaker.cancel(probe)
+		}
+		return nil, nil, err
+	}
+	e.readyStep(ctx, step, len(win), left, probe != 0)
+	ends, lost, err := e.tx(ctx, *step, win, e.itemTx(probe, by), e.failed)
+	if probe != 0 {
+		e.cfg.each.breaker.cancel(probe)
+	}
+	return ends, lost, err
+}
+
+// readyStep readies the step that settles a window's first n items, of
+// the left items of its chunk: it renews the lease and marks started the
+// next window of what is left, unless the call is deferred (the guards are
+// asked here) or the window is the breaker's probe: then it marks nothing
+// more started and ends the chunk's lease at once, so any claimer may take
+// the rest.
+func (e *eacher) readyStep(ctx context.Context, step *idemstore.ItemStep, n, left int, probe bool) {
+	step.Now = e.cfg.clock.Now()
+	step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(e.cfg.each.batch, left-n)
+	if step.Next > 0 && !probe && !e.stopped() {
+		e.gate(ctx)
+	}
+	if e.stopped() || probe {
+		step.LeaseUntil, step.Next = step.Now, 0
 	}
 }
 

@@ -385,92 +385,21 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 		}
 		return ""
 	}
-	m := modes[p.mode]
-	opts := func(workers int) []idem.Option {
-		return []idem.Option{m.opt(p.has), idem.WithWorkers(workers), idem.WithBatch(op.batch),
-			idem.WithLease(imLease), idem.WithBackoff(idem.MaxAttempts(imTries, idem.Constant(time.Second)))}
-	}
 	wasDone := p.done
 	p.mu.Lock()
 	callsBefore := sum(p.calls)
 	p.mu.Unlock()
-	// A done period's items are never generated again.
-	gen := func(r *rand.Rand) iter.Seq2[string, error] {
-		if wasDone {
-			return func(func(string, error) bool) { p.regenerated.Add(1) }
-		}
-		return p.stream(r)
-	}
 	p.mu.Lock()
 	p.canStall = op.kind == "each" && op.workers[0] == 1
 	p.mu.Unlock()
 	defer func() { p.mu.Lock(); p.canStall = false; p.mu.Unlock() }()
-	var calls []imCall
-	var fault *storeFault
-	switch op.kind {
-	case "each":
-		cctx := ctx
-		if op.crashAt != "" {
-			seen := 0
-			cctx = CrashWhen(ctx, func(pt idemstore.Point, k idem.Key) bool {
-				if pt == op.crashAt && k == p.key {
-					seen++
-				}
-				return pt == op.crashAt && k == p.key && seen == op.nth
-			})
-		}
-		es := s
-		if op.fault > 0 {
-			fault = op.storeFault(p.key)
-			es = withFault(s, fault)
-		}
-		res, err := idem.Each(cctx, es, p.key, gen(r), p.fn, opts(op.workers[0])...)
-		calls = append(calls, imCall{res, err})
-	case "pair":
-		gens := []iter.Seq2[string, error]{gen(r), gen(r)}
-		out := make([]imCall, 2)
-		var wg sync.WaitGroup
-		for i := range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err := idem.Each(ctx, s, p.key, gens[i], p.fn, opts(op.workers[i])...)
-				out[i] = imCall{res, err}
-			}()
-		}
-		wg.Wait()
-		calls = out
-	}
+	calls, fault := imEachCalls(ctx, s, p, op, r, wasDone)
 	if ctx.Err() != nil {
 		return fmt.Sprintf("the operation did not end within 2 minutes: %+v", calls)
 	}
-	crashed, failed := false, false
-	for _, c := range calls {
-		// (A stopped call stands for a process that died: it reports
-		// nothing anyone reads.)
-		if o := c.res.Outcome; c.err != nil && !errors.Is(c.err, ErrCrashed) && (o == 0 || o == idem.Ran || o == idem.AlreadyDone || o == idem.Recovered || o == idem.Skipped) {
-			return fmt.Sprintf("Each returned %v with outcome %s: an error needs the outcome of a failure", c.err, o)
-		}
-		switch {
-		case errors.Is(c.err, ErrCrashed):
-			if op.crashAt == "" {
-				return fmt.Sprintf("ErrCrashed from a call that was not stopped: %v", c.err)
-			}
-			crashed = true
-		case errors.Is(c.err, errTransient):
-			if fault == nil || fault.fired() == "" {
-				return fmt.Sprintf("a store error from a call whose store did not fail: %v", c.err)
-			}
-			failed = true
-		case c.err != nil && !(m.name == "at-most-once" && errors.Is(c.err, idem.ErrUnknownOutcome)):
-			return fmt.Sprintf("Each: %v (outcome %s, counts %+v)", c.err, c.res.Outcome, c.res.Counts)
-		}
-		for _, it := range c.res.Parked {
-			if _, ok := p.kinds[it]; !ok {
-				return fmt.Sprintf("Each reported %q parked, which is not an item of the period", it)
-			}
-			p.parked[it] = true
-		}
+	crashed, failed, msg := imCheckErrors(p, op, calls, fault)
+	if msg != "" {
+		return msg
 	}
 	p.mu.Lock()
 	callsAfter := sum(p.calls)
@@ -509,6 +438,107 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 	if fault != nil && fault.fired() != "" {
 		p.absorbed[fault.fired()]++ // the checks below hold all the same
 	}
+	return imCheckSettled(p, calls, fault)
+}
+
+// imEachCalls makes op's Each calls of the period p: one ("each"), stopped
+// at op's crash point and on a store that fails as op says (fault, nil
+// when it does not), or two at once on s ("pair"), each with its own
+// stream of the items. A done period's items (wasDone) are never
+// generated again: its streams count it if they are.
+func imEachCalls(ctx context.Context, s idemstore.ItemStore, p *imPeriod, op imOp, r *rand.Rand, wasDone bool) (calls []imCall, fault *storeFault) {
+	m := modes[p.mode]
+	opts := func(workers int) []idem.Option {
+		return []idem.Option{m.opt(p.has), idem.WithWorkers(workers), idem.WithBatch(op.batch),
+			idem.WithLease(imLease), idem.WithBackoff(idem.MaxAttempts(imTries, idem.Constant(time.Second)))}
+	}
+	gen := func(r *rand.Rand) iter.Seq2[string, error] {
+		if wasDone {
+			return func(func(string, error) bool) { p.regenerated.Add(1) }
+		}
+		return p.stream(r)
+	}
+	switch op.kind {
+	case "each":
+		cctx := ctx
+		if op.crashAt != "" {
+			seen := 0
+			cctx = CrashWhen(ctx, func(pt idemstore.Point, k idem.Key) bool {
+				if pt == op.crashAt && k == p.key {
+					seen++
+				}
+				return pt == op.crashAt && k == p.key && seen == op.nth
+			})
+		}
+		es := s
+		if op.fault > 0 {
+			fault = op.storeFault(p.key)
+			es = withFault(s, fault)
+		}
+		res, err := idem.Each(cctx, es, p.key, gen(r), p.fn, opts(op.workers[0])...)
+		calls = append(calls, imCall{res, err})
+	case "pair":
+		gens := []iter.Seq2[string, error]{gen(r), gen(r)}
+		out := make([]imCall, 2)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := idem.Each(ctx, s, p.key, gens[i], p.fn, opts(op.workers[i])...)
+				out[i] = imCall{res, err}
+			}()
+		}
+		wg.Wait()
+		calls = out
+	}
+	return calls, fault
+}
+
+// imCheckErrors checks the errors of op's calls against what could end
+// them: a stop only where op crashes, a store error only where the store
+// failed (fault), an unknown outcome only at most once, and an error only
+// with the outcome of a failure. It records the items the calls report
+// parked, and says whether a call was stopped (crashed) or ended by the
+// store's error (failed); msg is the first broken promise ("" when none).
+func imCheckErrors(p *imPeriod, op imOp, calls []imCall, fault *storeFault) (crashed, failed bool, msg string) {
+	m := modes[p.mode]
+	for _, c := range calls {
+		// (A stopped call stands for a process that died: it reports
+		// nothing anyone reads.)
+		if o := c.res.Outcome; c.err != nil && !errors.Is(c.err, ErrCrashed) && (o == 0 || o == idem.Ran || o == idem.AlreadyDone || o == idem.Recovered || o == idem.Skipped) {
+			return crashed, failed, fmt.Sprintf("Each returned %v with outcome %s: an error needs the outcome of a failure", c.err, o)
+		}
+		switch {
+		case errors.Is(c.err, ErrCrashed):
+			if op.crashAt == "" {
+				return crashed, failed, fmt.Sprintf("ErrCrashed from a call that was not stopped: %v", c.err)
+			}
+			crashed = true
+		case errors.Is(c.err, errTransient):
+			if fault == nil || fault.fired() == "" {
+				return crashed, failed, fmt.Sprintf("a store error from a call whose store did not fail: %v", c.err)
+			}
+			failed = true
+		case c.err != nil && !(m.name == "at-most-once" && errors.Is(c.err, idem.ErrUnknownOutcome)):
+			return crashed, failed, fmt.Sprintf("Each: %v (outcome %s, counts %+v)", c.err, c.res.Outcome, c.res.Counts)
+		}
+		for _, it := range c.res.Parked {
+			if _, ok := p.kinds[it]; !ok {
+				return crashed, failed, fmt.Sprintf("Each reported %q parked, which is not an item of the period", it)
+			}
+			p.parked[it] = true
+		}
+	}
+	return crashed, failed, ""
+}
+
+// imCheckSettled checks the calls that returned (none was stopped, none
+// ended by a store error): one that returned nil completed the period
+// (Ran or AlreadyDone), and each left every item settled, with an error
+// exactly when some are unknown. A done period whose count failed (fault)
+// is done with no counts.
+func imCheckSettled(p *imPeriod, calls []imCall, fault *storeFault) string {
 	for _, c := range calls {
 		if c.err == nil {
 			if c.res.Outcome != idem.Ran && c.res.Outcome != idem.AlreadyDone {

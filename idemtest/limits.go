@@ -40,124 +40,143 @@ func TestLimits(t *testing.T, open func(t *testing.T) idem.Store) {
 		}
 		return l
 	}
-	ctx := context.Background()
-	t.Run("RateBurstThenWait", func(t *testing.T) {
-		s := ls(t)
-		r := idemstore.Rate{PerSecond: 1.0 / 3600, Burst: 3} // one an hour: no wait here ends by itself
-		for i := range 3 {
-			if wait, ok, err := s.TakeRate(ctx, "a", r, 1, time.Minute); err != nil || !ok || wait != 0 {
-				t.Fatalf("start %d of a burst of 3: wait %v, reserved %v, %v; want at once", i+1, wait, ok, err)
-			}
-		}
-		// The fourth waits about an hour: more than maxWait, so nothing
-		// is reserved, and asking again says the same.
-		for range 2 {
-			wait, ok, err := s.TakeRate(ctx, "a", r, 1, time.Minute)
-			if err != nil || ok || wait < 58*time.Minute || wait > time.Hour {
-				t.Fatalf("start 4: wait %v, reserved %v, %v; want not reserved, ask again in about 59 minutes", wait, ok, err)
-			}
-		}
-		wait, ok, err := s.TakeRate(ctx, "a", r, 1, 2*time.Hour)
-		if err != nil || !ok || wait < 59*time.Minute || wait > time.Hour {
-			t.Fatalf("start 4 with maxWait 2h: wait %v, reserved %v, %v; want reserved, about an hour", wait, ok, err)
-		}
-		wait, ok, err = s.TakeRate(ctx, "a", r, 2, 4*time.Hour)
-		if err != nil || !ok || wait < 179*time.Minute || wait > 3*time.Hour {
-			t.Fatalf("starts 5 and 6: wait %v, reserved %v, %v; want about 3 hours", wait, ok, err)
-		}
-		// Another name is another limit.
-		if wait, ok, err := s.TakeRate(ctx, "b", r, 3, time.Minute); err != nil || !ok || wait != 0 {
-			t.Fatalf("limit b: wait %v, reserved %v, %v; want at once", wait, ok, err)
-		}
-	})
-	t.Run("SlotsUpToMax", func(t *testing.T) {
-		s := ls(t)
-		hs := []idemstore.SlotHolder{{Owner: idemstore.Owner(), Token: "t1"}, {Owner: idemstore.Owner(), Token: "t2"}, {Owner: idemstore.Owner(), Token: "t3"}}
-		var slots []int
-		for _, h := range hs[:2] {
-			n, ok, _, err := s.AcquireSlot(ctx, "x", 2, h, time.Hour)
-			if err != nil || !ok {
-				t.Fatalf("acquire a place of 2 for %s: ok %v, %v", h.Token, ok, err)
-			}
-			slots = append(slots, n)
-		}
-		if slots[0] == slots[1] || min(slots[0], slots[1]) < 0 || max(slots[0], slots[1]) > 1 {
-			t.Fatalf("places %v; want 0 and 1", slots)
-		}
-		_, ok, wait, err := s.AcquireSlot(ctx, "x", 2, hs[2], time.Hour)
-		if err != nil || ok || wait <= 0 || wait > time.Hour {
-			t.Fatalf("a third holder of 2: ok %v, wait %v, %v; want refused, wait up to an hour", ok, wait, err)
-		}
-		if n, ok, _, err := s.AcquireSlot(ctx, "y", 1, hs[2], time.Hour); err != nil || !ok || n != 0 {
-			t.Fatalf("limit y: place %d, ok %v, %v; want 0", n, ok, err)
-		}
-		if held, err := s.RenewSlot(ctx, "x", slots[0], hs[0], time.Hour); err != nil || !held {
-			t.Fatalf("renew t1's place: held %v, %v", held, err)
-		}
-		if held, err := s.RenewSlot(ctx, "x", slots[0], hs[1], time.Hour); err != nil || held {
-			t.Fatalf("renew t1's place as t2: held %v, %v; want not held", held, err)
-		}
-		if err := s.ReleaseSlot(ctx, "x", slots[0], hs[1]); err != nil {
-			t.Fatal(err)
-		}
-		if _, ok, _, err := s.AcquireSlot(ctx, "x", 2, hs[2], time.Hour); err != nil || ok {
-			t.Fatalf("after t2 released t1's place (it holds another): ok %v, %v; want still full", ok, err)
-		}
-		if err := s.ReleaseSlot(ctx, "x", slots[0], hs[0]); err != nil {
-			t.Fatal(err)
-		}
-		if held, err := s.RenewSlot(ctx, "x", slots[0], hs[0], time.Hour); err != nil || held {
-			t.Fatalf("renew a released place: held %v, %v; want not held", held, err)
-		}
-		if n, ok, _, err := s.AcquireSlot(ctx, "x", 2, hs[2], time.Hour); err != nil || !ok || n != slots[0] {
-			t.Fatalf("after a release: place %d, ok %v, %v; want place %d", n, ok, err, slots[0])
-		}
-		// A smaller max counts the places held, whatever their numbers.
-		if _, ok, _, err := s.AcquireSlot(ctx, "x", 1, idemstore.SlotHolder{Owner: idemstore.Owner(), Token: "t4"}, time.Hour); err != nil || ok {
-			t.Fatalf("max 1 with 2 held: ok %v, %v; want refused", ok, err)
-		}
-	})
-	t.Run("LeaseEnds", func(t *testing.T) {
-		s := ls(t)
-		// A holder of another host: only its lease can end its hold.
-		other := idemstore.SlotHolder{Owner: "elsewhere.invalid:1:00000000", Token: "old"}
-		if _, ok, _, err := s.AcquireSlot(ctx, "z", 1, other, time.Second); err != nil || !ok {
-			t.Fatalf("acquire: ok %v, %v", ok, err)
-		}
-		h := idemstore.SlotHolder{Owner: idemstore.Owner(), Token: "new"}
-		var n int
-		testwait.Until(t, func() bool {
-			var ok bool
-			var err error
-			n, ok, _, err = s.AcquireSlot(ctx, "z", 1, h, time.Hour)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				time.Sleep(100 * time.Millisecond)
-			}
-			return ok
-		}, "the place of a holder whose 1-second lease ended")
-		if held, err := s.RenewSlot(ctx, "z", n, other, time.Hour); err != nil || held {
-			t.Fatalf("the old holder renews the place taken over: held %v, %v; want not held", held, err)
-		}
-		if held, err := s.RenewSlot(ctx, "z", n, h, time.Hour); err != nil || !held {
-			t.Fatalf("the new holder renews: held %v, %v", held, err)
-		}
-	})
+	t.Run("RateBurstThenWait", func(t *testing.T) { limitRateBurst(t, ls(t)) })
+	t.Run("SlotsUpToMax", func(t *testing.T) { limitSlotsUpToMax(t, ls(t)) })
+	t.Run("LeaseEnds", func(t *testing.T) { limitLeaseEnds(t, ls(t)) })
 	t.Run("HolderGone", func(t *testing.T) {
 		dead := holder.EndedForTest()
 		if dead == "" {
 			t.Skip("this system cannot tell that a process has ended (idemstore.HolderGone)")
 		}
-		s := ls(t)
-		if _, ok, _, err := s.AcquireSlot(ctx, "g", 1, idemstore.SlotHolder{Owner: dead, Token: "dead"}, time.Hour); err != nil || !ok {
-			t.Fatalf("acquire: ok %v, %v", ok, err)
-		}
-		if _, ok, _, err := s.AcquireSlot(ctx, "g", 1, idemstore.SlotHolder{Owner: idemstore.Owner(), Token: "live"}, time.Hour); err != nil || !ok {
-			t.Fatalf("the place of a holder whose process ended, its lease an hour: ok %v, %v; want taken at once", ok, err)
-		}
+		limitHolderGone(t, ls(t), dead)
 	})
+}
+
+// limitRateBurst: a rate's burst starts at once, the next start waits
+// (reserved only within maxWait; asked again, the same answer), n starts
+// wait n times as long, and a limit of another name is apart.
+func limitRateBurst(t *testing.T, s idemstore.LimitStore) {
+	ctx := context.Background()
+	r := idemstore.Rate{PerSecond: 1.0 / 3600, Burst: 3} // one an hour: no wait here ends by itself
+	for i := range 3 {
+		if wait, ok, err := s.TakeRate(ctx, "a", r, 1, time.Minute); err != nil || !ok || wait != 0 {
+			t.Fatalf("start %d of a burst of 3: wait %v, reserved %v, %v; want at once", i+1, wait, ok, err)
+		}
+	}
+	// The fourth waits about an hour: more than maxWait, so nothing
+	// is reserved, and asking again says the same.
+	for range 2 {
+		wait, ok, err := s.TakeRate(ctx, "a", r, 1, time.Minute)
+		if err != nil || ok || wait < 58*time.Minute || wait > time.Hour {
+			t.Fatalf("start 4: wait %v, reserved %v, %v; want not reserved, ask again in about 59 minutes", wait, ok, err)
+		}
+	}
+	wait, ok, err := s.TakeRate(ctx, "a", r, 1, 2*time.Hour)
+	if err != nil || !ok || wait < 59*time.Minute || wait > time.Hour {
+		t.Fatalf("start 4 with maxWait 2h: wait %v, reserved %v, %v; want reserved, about an hour", wait, ok, err)
+	}
+	wait, ok, err = s.TakeRate(ctx, "a", r, 2, 4*time.Hour)
+	if err != nil || !ok || wait < 179*time.Minute || wait > 3*time.Hour {
+		t.Fatalf("starts 5 and 6: wait %v, reserved %v, %v; want about 3 hours", wait, ok, err)
+	}
+	// Another name is another limit.
+	if wait, ok, err := s.TakeRate(ctx, "b", r, 3, time.Minute); err != nil || !ok || wait != 0 {
+		t.Fatalf("limit b: wait %v, reserved %v, %v; want at once", wait, ok, err)
+	}
+}
+
+// limitSlotsUpToMax: an AtOnce limit gives places up to its max, numbered
+// from 0; they are renewed and released by their holder alone, a released
+// place is given again, and a smaller max counts the places held.
+func limitSlotsUpToMax(t *testing.T, s idemstore.LimitStore) {
+	ctx := context.Background()
+	hs := []idemstore.SlotHolder{{Owner: idemstore.Owner(), Token: "t1"}, {Owner: idemstore.Owner(), Token: "t2"}, {Owner: idemstore.Owner(), Token: "t3"}}
+	var slots []int
+	for _, h := range hs[:2] {
+		n, ok, _, err := s.AcquireSlot(ctx, "x", 2, h, time.Hour)
+		if err != nil || !ok {
+			t.Fatalf("acquire a place of 2 for %s: ok %v, %v", h.Token, ok, err)
+		}
+		slots = append(slots, n)
+	}
+	if slots[0] == slots[1] || min(slots[0], slots[1]) < 0 || max(slots[0], slots[1]) > 1 {
+		t.Fatalf("places %v; want 0 and 1", slots)
+	}
+	_, ok, wait, err := s.AcquireSlot(ctx, "x", 2, hs[2], time.Hour)
+	if err != nil || ok || wait <= 0 || wait > time.Hour {
+		t.Fatalf("a third holder of 2: ok %v, wait %v, %v; want refused, wait up to an hour", ok, wait, err)
+	}
+	if n, ok, _, err := s.AcquireSlot(ctx, "y", 1, hs[2], time.Hour); err != nil || !ok || n != 0 {
+		t.Fatalf("limit y: place %d, ok %v, %v; want 0", n, ok, err)
+	}
+	if held, err := s.RenewSlot(ctx, "x", slots[0], hs[0], time.Hour); err != nil || !held {
+		t.Fatalf("renew t1's place: held %v, %v", held, err)
+	}
+	if held, err := s.RenewSlot(ctx, "x", slots[0], hs[1], time.Hour); err != nil || held {
+		t.Fatalf("renew t1's place as t2: held %v, %v; want not held", held, err)
+	}
+	if err := s.ReleaseSlot(ctx, "x", slots[0], hs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _, err := s.AcquireSlot(ctx, "x", 2, hs[2], time.Hour); err != nil || ok {
+		t.Fatalf("after t2 released t1's place (it holds another): ok %v, %v; want still full", ok, err)
+	}
+	if err := s.ReleaseSlot(ctx, "x", slots[0], hs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := s.RenewSlot(ctx, "x", slots[0], hs[0], time.Hour); err != nil || held {
+		t.Fatalf("renew a released place: held %v, %v; want not held", held, err)
+	}
+	if n, ok, _, err := s.AcquireSlot(ctx, "x", 2, hs[2], time.Hour); err != nil || !ok || n != slots[0] {
+		t.Fatalf("after a release: place %d, ok %v, %v; want place %d", n, ok, err, slots[0])
+	}
+	// A smaller max counts the places held, whatever their numbers.
+	if _, ok, _, err := s.AcquireSlot(ctx, "x", 1, idemstore.SlotHolder{Owner: idemstore.Owner(), Token: "t4"}, time.Hour); err != nil || ok {
+		t.Fatalf("max 1 with 2 held: ok %v, %v; want refused", ok, err)
+	}
+}
+
+// limitLeaseEnds: the place of a holder of another host is taken over once
+// its lease ends, and from then on renewed by the new holder alone.
+func limitLeaseEnds(t *testing.T, s idemstore.LimitStore) {
+	ctx := context.Background()
+	// A holder of another host: only its lease can end its hold.
+	other := idemstore.SlotHolder{Owner: "elsewhere.invalid:1:00000000", Token: "old"}
+	if _, ok, _, err := s.AcquireSlot(ctx, "z", 1, other, time.Second); err != nil || !ok {
+		t.Fatalf("acquire: ok %v, %v", ok, err)
+	}
+	h := idemstore.SlotHolder{Owner: idemstore.Owner(), Token: "new"}
+	var n int
+	testwait.Until(t, func() bool {
+		var ok bool
+		var err error
+		n, ok, _, err = s.AcquireSlot(ctx, "z", 1, h, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			time.Sleep(100 * time.Millisecond)
+		}
+		return ok
+	}, "the place of a holder whose 1-second lease ended")
+	if held, err := s.RenewSlot(ctx, "z", n, other, time.Hour); err != nil || held {
+		t.Fatalf("the old holder renews the place taken over: held %v, %v; want not held", held, err)
+	}
+	if held, err := s.RenewSlot(ctx, "z", n, h, time.Hour); err != nil || !held {
+		t.Fatalf("the new holder renews: held %v, %v", held, err)
+	}
+}
+
+// limitHolderGone: the place of a holder whose process has ended (dead,
+// its owner) is taken at once, whatever its lease.
+func limitHolderGone(t *testing.T, s idemstore.LimitStore, dead string) {
+	ctx := context.Background()
+	if _, ok, _, err := s.AcquireSlot(ctx, "g", 1, idemstore.SlotHolder{Owner: dead, Token: "dead"}, time.Hour); err != nil || !ok {
+		t.Fatalf("acquire: ok %v, %v", ok, err)
+	}
+	if _, ok, _, err := s.AcquireSlot(ctx, "g", 1, idemstore.SlotHolder{Owner: idemstore.Owner(), Token: "live"}, time.Hour); err != nil || !ok {
+		t.Fatalf("the place of a holder whose process ended, its lease an hour: ok %v, %v; want taken at once", ok, err)
+	}
 }
 
 // LimitHarness opens one store from several processes, for

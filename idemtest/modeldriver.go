@@ -1200,18 +1200,59 @@ func (w *world) sameRec(want mRec, wantOK bool, got mRec, gotOK bool) bool {
 // against the model, and returns what differs.
 func (w *world) compare(ctx context.Context, m *model, op mOp, want mStep, got rStep) []string {
 	var d []string
-	add := func(s string) {
-		if s != "" {
-			d = append(d, s)
-		}
-	}
 	w.mu.Lock()
 	d = append(d, w.stuck...)
 	w.stuck = nil
 	w.mu.Unlock()
 
 	// The operation's own results.
-	touched := []idem.Key{op.probe}
+	opD, touched := w.opDiff(m, op, want, got)
+	d = append(d, opD...)
+	if got := w.clk.Now(); !got.Equal(m.now) {
+		d = append(d, fmt.Sprintf("clock: the model is at %s, the Runs' clock at %s", m.now.Format(time.RFC3339), got.Format(time.RFC3339)))
+	}
+	// Every record.
+	times := w.h.Shift == nil
+	listD, unlisted := w.listDiff(ctx, m, times)
+	d = append(d, listD...)
+	touched = append(touched, unlisted...)
+	// The business writes, read once: the promises of RunTx's keys below
+	// and the count of every key at the end compare with them.
+	var rows map[idem.Key]int
+	rowsOK := false
+	if w.h.Tx != nil {
+		var err error
+		if rows, err = w.h.Tx.Rows(ctx, w.s); err != nil {
+			d = append(d, fmt.Sprintf("business rows: %v", err))
+		}
+		rowsOK = err == nil
+	}
+	// Lookup of the keys the operation touched, and a probe.
+	slices.SortFunc(touched, keyOrder)
+	touched = slices.Compact(touched)
+	d = append(d, w.lookupDiff(ctx, m, touched, times, rows, rowsOK)...)
+	d = append(d, w.jobDiff(ctx, m, op, touched)...)
+	// The effects, and the business writes.
+	w.mu.Lock()
+	eff := maps(w.effects)
+	w.mu.Unlock()
+	d = append(d, countDiff("effects of fn", m.effects, eff)...)
+	if rowsOK {
+		d = append(d, countDiff("business rows", m.rows, rows)...)
+	}
+	return d
+}
+
+// opDiff compares what op returned (got) with what the model says it
+// returns (want), and returns the differences and the keys op touched
+// (with its probe), whose records compare after it.
+func (w *world) opDiff(m *model, op mOp, want mStep, got rStep) (d []string, touched []idem.Key) {
+	add := func(s string) {
+		if s != "" {
+			d = append(d, s)
+		}
+	}
+	touched = []idem.Key{op.probe}
 	switch op.kind {
 	case opRun:
 		add(resultDiff("Run "+op.key.String(), want.a, got.a))
@@ -1242,96 +1283,91 @@ func (w *world) compare(ctx context.Context, m *model, op mOp, want mStep, got r
 			add(fmt.Sprintf("Prune %s through %s: want %d deleted, got %d, %v", op.job, op.through, want.deleted, got.deleted, got.prune))
 		}
 	}
-	if got := w.clk.Now(); !got.Equal(m.now) {
-		add(fmt.Sprintf("clock: the model is at %s, the Runs' clock at %s", m.now.Format(time.RFC3339), got.Format(time.RFC3339)))
-	}
+	return d, touched
+}
 
-	// Every record.
-	times := w.h.Shift == nil
+// listDiff compares every record the store lists with the model's (times:
+// compare their times too), and checks that no attempt number went back.
+// A store that cannot list (no idemstore.Lister) has its records compared
+// by Lookup instead: listDiff returns the model's keys for that.
+func (w *world) listDiff(ctx context.Context, m *model, times bool) (d []string, unlisted []idem.Key) {
 	wantRecs := m.records()
-	if ls, ok := w.s.(idemstore.Lister); ok {
-		recs, err := ls.List(ctx, idemstore.Filter{})
-		if err != nil {
-			add(fmt.Sprintf("List: %v", err))
-		}
-		gotRecs := map[idem.Key]mRec{}
-		for _, r := range recs {
-			gotRecs[r.Key] = fromRecord(r)
-			if r.Attempt < w.seen[r.Key] {
-				add(fmt.Sprintf("%s: attempt number went back from %d to %d", r.Key, w.seen[r.Key], r.Attempt))
-			}
-			w.seen[r.Key] = max(w.seen[r.Key], r.Attempt)
-		}
-		for _, k := range sortedKeys(wantRecs, gotRecs) {
-			wr, wok := wantRecs[k]
-			gr, gok := gotRecs[k]
-			if !w.sameRec(wr, wok, gr, gok) {
-				add(fmt.Sprintf("List %s: want %s, got %s", k, recString(wr, wok, times), recString(gr, gok, times)))
-			}
-		}
-	} else {
+	ls, ok := w.s.(idemstore.Lister)
+	if !ok {
 		for k := range wantRecs {
-			touched = append(touched, k)
+			unlisted = append(unlisted, k)
+		}
+		return nil, unlisted
+	}
+	recs, err := ls.List(ctx, idemstore.Filter{})
+	if err != nil {
+		d = append(d, fmt.Sprintf("List: %v", err))
+	}
+	gotRecs := map[idem.Key]mRec{}
+	for _, r := range recs {
+		gotRecs[r.Key] = fromRecord(r)
+		if r.Attempt < w.seen[r.Key] {
+			d = append(d, fmt.Sprintf("%s: attempt number went back from %d to %d", r.Key, w.seen[r.Key], r.Attempt))
+		}
+		w.seen[r.Key] = max(w.seen[r.Key], r.Attempt)
+	}
+	for _, k := range sortedKeys(wantRecs, gotRecs) {
+		wr, wok := wantRecs[k]
+		gr, gok := gotRecs[k]
+		if !w.sameRec(wr, wok, gr, gok) {
+			d = append(d, fmt.Sprintf("List %s: want %s, got %s", k, recString(wr, wok, times), recString(gr, gok, times)))
 		}
 	}
-	// The business writes, read once: the promises of RunTx's keys below
-	// and the count of every key at the end compare with them.
-	var rows map[idem.Key]int
-	rowsOK := false
-	if w.h.Tx != nil {
-		var err error
-		if rows, err = w.h.Tx.Rows(ctx, w.s); err != nil {
-			add(fmt.Sprintf("business rows: %v", err))
-		}
-		rowsOK = err == nil
-	}
-	// Lookup of the keys the operation touched, and a probe.
-	slices.SortFunc(touched, keyOrder)
-	for _, k := range slices.Compact(touched) {
+	return d, nil
+}
+
+// lookupDiff compares the store's Lookup of each key (sorted, each once)
+// with the model's, and checks the promises of its record (promises; rows
+// are the business writes, when rowsOK).
+func (w *world) lookupDiff(ctx context.Context, m *model, keys []idem.Key, times bool, rows map[idem.Key]int, rowsOK bool) (d []string) {
+	for _, k := range keys {
 		if k.Job == "" {
 			continue
 		}
 		wr, wok := m.lookup(k)
 		gr, gok, err := w.s.Lookup(ctx, k)
 		if err != nil {
-			add(fmt.Sprintf("Lookup %s: %v", k, err))
+			d = append(d, fmt.Sprintf("Lookup %s: %v", k, err))
 			continue
 		}
 		if !w.sameRec(wr, wok, fromRecord(gr), gok) {
-			add(fmt.Sprintf("Lookup %s: want %s, got %s", k, recString(wr, wok, times), recString(fromRecord(gr), gok, times)))
+			d = append(d, fmt.Sprintf("Lookup %s: want %s, got %s", k, recString(wr, wok, times), recString(fromRecord(gr), gok, times)))
 		}
 		d = append(d, w.promises(m, k, gr, gok, rows, rowsOK)...)
 	}
-	// The cursor and horizon of the jobs the operation touched, and of one
-	// more in turn (an operation changes only its own job's).
-	if w.cs != nil {
-		jobs := []string{w.cfg.jobs[w.steps%len(w.cfg.jobs)], op.cu.job, op.job}
-		for _, k := range touched {
-			jobs = append(jobs, k.Job)
-		}
-		slices.Sort(jobs)
-		for _, job := range slices.Compact(jobs) {
-			if job == "" {
-				continue
-			}
-			js, err := w.cs.Job(ctx, job)
-			if err != nil {
-				add(fmt.Sprintf("Job %s: %v", job, err))
-				continue
-			}
-			cursor, horizon := m.jobState(job)
-			if js.Cursor != cursor || js.Horizon != horizon {
-				add(fmt.Sprintf("Job %s: want cursor %q horizon %q, got cursor %q horizon %q", job, cursor, horizon, js.Cursor, js.Horizon))
-			}
-		}
+	return d
+}
+
+// jobDiff compares the cursor and horizon of the jobs op touched (the jobs
+// of the keys touched) and of one more in turn with the model's: an
+// operation changes only its own job's.
+func (w *world) jobDiff(ctx context.Context, m *model, op mOp, touched []idem.Key) (d []string) {
+	if w.cs == nil {
+		return nil
 	}
-	// The effects, and the business writes.
-	w.mu.Lock()
-	eff := maps(w.effects)
-	w.mu.Unlock()
-	d = append(d, countDiff("effects of fn", m.effects, eff)...)
-	if rowsOK {
-		d = append(d, countDiff("business rows", m.rows, rows)...)
+	jobs := []string{w.cfg.jobs[w.steps%len(w.cfg.jobs)], op.cu.job, op.job}
+	for _, k := range touched {
+		jobs = append(jobs, k.Job)
+	}
+	slices.Sort(jobs)
+	for _, job := range slices.Compact(jobs) {
+		if job == "" {
+			continue
+		}
+		js, err := w.cs.Job(ctx, job)
+		if err != nil {
+			d = append(d, fmt.Sprintf("Job %s: %v", job, err))
+			continue
+		}
+		cursor, horizon := m.jobState(job)
+		if js.Cursor != cursor || js.Horizon != horizon {
+			d = append(d, fmt.Sprintf("Job %s: want cursor %q horizon %q, got cursor %q horizon %q", job, cursor, horizon, js.Cursor, js.Horizon))
+		}
 	}
 	return d
 }

@@ -341,7 +341,9 @@ type outboxStats struct {
 }
 
 // checkOutbox compares the deliveries with the store's outbox and the
-// business rows.
+// business rows: the keys' rows and records (outboxRowViolations), the
+// store's messages (outboxStoreViolations), then the deliveries
+// (deliveryViolations). It prints the mode's figures.
 func (r *runner) checkOutbox(ctx context.Context, h *Handle, s *Summary) ([]violation, error) {
 	rows, err := h.Outbox.Rows(ctx)
 	if err != nil {
@@ -353,15 +355,45 @@ func (r *runner) checkOutbox(ctx context.Context, h *Handle, s *Summary) ([]viol
 	}
 	got := r.recv.deliveries()
 	var st outboxStats
-	var vs []violation
 	keyOf := map[string]idem.Key{}
 	for _, ks := range makeKeys(r.cfg.Keys) {
 		for _, k := range ks {
 			keyOf[k.String()] = k
 		}
 	}
+	vs, err := r.outboxRowViolations(ctx, h, rows, s, &st)
+	if err != nil {
+		return nil, err
+	}
+	storeVs, inStore, order := r.outboxStoreViolations(stored, rows, keyOf, s, &st)
+	vs = append(vs, storeVs...)
+	firstAt, deliveryVs := deliveryViolations(got, rows, keyOf, inStore, order, &st)
+	vs = append(vs, deliveryVs...)
+	for id, m := range inStore {
+		if _, ok := firstAt[id]; !ok && m.Status == idemstore.OutboxDelivered {
+			vs = append(vs, violation{m.Key, "delivered-unseen", fmt.Sprintf("message %s is marked delivered, but the receiver never accepted it", id)})
+		}
+	}
+	if st.applied != st.committed {
+		s.Errors = append(s.Errors, fmt.Sprintf("the deduping receiver applied %d messages; %d committed", st.applied, st.committed))
+	}
+	r.recv.mu.Lock()
+	for _, b := range r.recv.bad {
+		r.printf("receiver: torn request (a relay killed while sending): %s", shorten(b, 120))
+	}
+	r.recv.mu.Unlock()
+	r.printf("outbox: messages=%d requests=%d refused=%d redelivered=%d applied=%d rolledback_keys=%d abandoned_keys=%d",
+		st.committed, st.requests, st.refused, st.redelivered, st.applied, st.rolledBack, st.abandoned)
+	s.Violations = len(vs)
+	return vs, nil
+}
 
-	// The business rows and the keys' records.
+// outboxRowViolations checks each key's business row and record: at most
+// one effect; an abandoned key has none and is parked; any other is done,
+// with its effect. It counts the effects, duplicates and losses in s, and
+// the keys rolled back on purpose and abandoned in st.
+func (r *runner) outboxRowViolations(ctx context.Context, h *Handle, rows map[string]Row, s *Summary, st *outboxStats) ([]violation, error) {
+	var vs []violation
 	for _, ks := range makeKeys(r.cfg.Keys) {
 		for _, k := range ks {
 			plan := planFor(k)
@@ -403,15 +435,16 @@ func (r *runner) checkOutbox(ctx context.Context, h *Handle, s *Summary) ([]viol
 			}
 		}
 	}
+	return vs, nil
+}
 
-	// The store's outbox: one message per committed (key, index), with the
-	// committed nonce, delivered.
-	type msgKey struct {
-		key string
-		i   int
-	}
-	inStore := map[string]idemstore.OutboxRecord{}
-	var order = map[string][]string{} // topic -> ids in the store's order
+// outboxStoreViolations checks the store's outbox (stored): one message
+// per committed (key, index), with the committed nonce and a stable id,
+// delivered. It returns the messages by id (inStore) and each topic's ids
+// in the store's order, which the deliveries are checked against.
+func (r *runner) outboxStoreViolations(stored []idemstore.OutboxRecord, rows map[string]Row, keyOf map[string]idem.Key, s *Summary, st *outboxStats) (vs []violation, inStore map[string]idemstore.OutboxRecord, order map[string][]string) {
+	inStore = map[string]idemstore.OutboxRecord{}
+	order = map[string][]string{} // topic -> ids in the store's order
 	for _, m := range stored {
 		inStore[m.ID] = m
 		order[m.Topic] = append(order[m.Topic], m.ID)
@@ -448,9 +481,20 @@ func (r *runner) checkOutbox(ctx context.Context, h *Handle, s *Summary) ([]viol
 			}
 		}
 	}
+	return vs, inStore, order
+}
 
-	// The deliveries: only committed messages, each with one id, in order.
-	firstAt := map[string]int{} // id -> position of its first accepted delivery
+// deliveryViolations checks the deliveries the receiver got: only
+// committed messages (inStore), each on its topic, in the store's order of
+// the topic (order), each message under one id. It counts the requests,
+// refusals, redeliveries and messages applied in st, and returns where
+// each id was first accepted (firstAt: position in got).
+func deliveryViolations(got []delivery, rows map[string]Row, keyOf map[string]idem.Key, inStore map[string]idemstore.OutboxRecord, order map[string][]string, st *outboxStats) (firstAt map[string]int, vs []violation) {
+	type msgKey struct {
+		key string
+		i   int
+	}
+	firstAt = map[string]int{} // id -> position of its first accepted delivery
 	idsOf := map[msgKey]map[string]bool{}
 	applied := map[string]bool{}
 	for p, d := range got {
@@ -508,21 +552,5 @@ func (r *runner) checkOutbox(ctx context.Context, h *Handle, s *Summary) ([]viol
 			vs = append(vs, violation{keyOf[mk.key], "unstable-id", fmt.Sprintf("message %d delivered under %d ids: %s", mk.i, len(ids), strings.Join(l, ", "))})
 		}
 	}
-	for id, m := range inStore {
-		if _, ok := firstAt[id]; !ok && m.Status == idemstore.OutboxDelivered {
-			vs = append(vs, violation{m.Key, "delivered-unseen", fmt.Sprintf("message %s is marked delivered, but the receiver never accepted it", id)})
-		}
-	}
-	if st.applied != st.committed {
-		s.Errors = append(s.Errors, fmt.Sprintf("the deduping receiver applied %d messages; %d committed", st.applied, st.committed))
-	}
-	r.recv.mu.Lock()
-	for _, b := range r.recv.bad {
-		r.printf("receiver: torn request (a relay killed while sending): %s", shorten(b, 120))
-	}
-	r.recv.mu.Unlock()
-	r.printf("outbox: messages=%d requests=%d refused=%d redelivered=%d applied=%d rolledback_keys=%d abandoned_keys=%d",
-		st.committed, st.requests, st.refused, st.redelivered, st.applied, st.rolledBack, st.abandoned)
-	s.Violations = len(vs)
-	return vs, nil
+	return firstAt, vs
 }
