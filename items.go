@@ -68,6 +68,14 @@ type eacher struct {
 	owner    string                   // who the item claims name: this process, or a crashed run's own (internal/runctx)
 }
 
+// call names the call the eacher serves, for errors: "Each" or "EachTx".
+func (e *eacher) call() string {
+	if e.tx != nil {
+		return callEachTx.name
+	}
+	return callEach.name
+}
+
 // each is Each's and EachTx's engine for the period key: it checks the
 // call, answers for a period settled already, records the item set
 // (record), works the items until none is open (workAll), and marks the
@@ -274,7 +282,7 @@ func (e *eacher) workAll(ctx context.Context, res *eachResult, counts *ItemCount
 			if idemstore.IsStop(err) {
 				return false, err
 			}
-			return false, fmt.Errorf("idem: each %s: %w", e.key, err)
+			return false, fmt.Errorf("idem: %s %s: %w", e.call(), e.key, err)
 		}
 		c, err := e.s.CountItems(ctx, e.key)
 		if err != nil {
@@ -428,7 +436,7 @@ func (e *eacher) record(ctx context.Context, items iter.Seq2[string, error]) err
 	}
 	for it, err := range items {
 		if err != nil {
-			return fmt.Errorf("idem: each %s: generating items: %w", e.key, err)
+			return fmt.Errorf("idem: %s %s: generating items: %w", e.call(), e.key, err)
 		}
 		if err := idemstore.ValidatePart("item", it); err != nil {
 			return &KeyError{Key: e.key, Reason: err.Error()}
@@ -815,7 +823,7 @@ func (e *eacher) pace(ctx context.Context, n int) (time.Time, error) {
 	r := e.limiter.ReserveN(at, n)
 	e.paceMu.Unlock()
 	if !r.OK() {
-		return by, fmt.Errorf("idem: each %s: a window of %d items exceeds the rate's burst %d", e.key, n, e.limiter.Burst())
+		return by, fmt.Errorf("idem: %s %s: a window of %d items exceeds the rate's burst %d", e.call(), e.key, n, e.limiter.Burst())
 	}
 	return by, sleep(ctx, e.cfg.clock, r.DelayFrom(now))
 }
