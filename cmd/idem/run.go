@@ -362,13 +362,16 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	}
 	defer l.close()
 	sup.locks = l.locks
-	if lim, err := newLimits(l.store, o.lease).option(specs); err != nil {
+	skip, _ := clk.(*skipClock)
+	store, err := detachStore(l.store, skip)
+	if err != nil {
+		return err
+	}
+	if lim, err := newLimits(store, o.lease).option(specs); err != nil {
 		return usageError(err)
 	} else if lim != nil {
 		params = append(params, lim)
 	}
-	skip, _ := clk.(*skipClock)
-	store := detached{l.store, skip}
 	rep := reporter{w: stderr, job: o.job, verbose: o.verbose, hint: ledgerHint(cmd), none: o.catchUp == "none"}
 	if skip != nil {
 		// Whatever ended the period, no attempt holds it now.

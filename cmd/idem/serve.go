@@ -314,11 +314,14 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		return usageError(err)
 	}
 	skip, _ := clk.(*skipClock)
-	store := detached{l.store, skip}
+	store, err := detachStore(l.store, skip)
+	if err != nil {
+		return err
+	}
 	now := clk.Now()
 
 	s := idem.NewScheduler(store, common...)
-	lims := newLimits(l.store, o.lease)
+	lims := newLimits(store, o.lease)
 	var sups []*supervisor
 	for _, j := range jobs {
 		sup := &supervisor{argv: j.argv, stdin: strings.NewReader(""), stdout: cmd.OutOrStdout(), stderr: stderr, cancel: cancel, locks: l.locks}
