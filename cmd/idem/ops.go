@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/spec"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/spf13/cobra"
 )
@@ -657,7 +658,7 @@ ledger.`,
 				}
 			}
 			if keep != "" {
-				d, err := parseDuration(keep)
+				d, err := spec.ParseDuration(keep)
 				if err != nil {
 					return flagError("--keep", err)
 				}

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/spec"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/outbox"
 	"github.com/spf13/cobra"
@@ -117,7 +118,7 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 				return usageError(fmt.Errorf("--timeout %s: must be positive", timeout))
 			}
 			if retention != "" {
-				if ret, err = parseDuration(retention); err != nil || ret <= 0 {
+				if ret, err = spec.ParseDuration(retention); err != nil || ret <= 0 {
 					return usageError(fmt.Errorf("--retention %q: want a positive duration like 7d or 36h", retention))
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/spec"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/capture"
 	idemholder "github.com/idemgo/idem/internal/holder"
@@ -306,22 +307,22 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 		if o.catchUp == "none" {
 			return usageError(fmt.Errorf("--after needs --catch-up all or latest"))
 		}
-		opt, err := afterOption(a, o.job, loc)
+		opt, err := spec.After(a, o.job, loc)
 		if err != nil {
 			return flagError("--after", err)
 		}
 		policies = append(policies, opt)
 	}
-	var specs []limitSpec
+	var specs []spec.Limit
 	for _, v := range o.rates {
-		sp, err := parseRate(v)
+		sp, err := spec.ParseRate(v)
 		if err != nil {
 			return flagError("--rate", err)
 		}
 		specs = append(specs, sp)
 	}
 	for _, v := range o.atOnce {
-		sp, err := parseAtOnce(v)
+		sp, err := spec.ParseAtOnce(v)
 		if err != nil {
 			return flagError("--at-once", err)
 		}
@@ -603,40 +604,4 @@ func (r reporter) whileLatest() string {
 		return " only while it is the latest due period (--catch-up none runs no other)"
 	}
 	return ""
-}
-
-// afterOption is the catch-up dependency an --after value (or a crontab
-// line's after:) names: JOB (the same period), JOB/PERIODS (every period
-// of JOB's schedule PERIODS inside this one, in loc), or previous (the
-// job's own previous period).
-func afterOption(v, job string, loc *time.Location) (idem.Option, error) {
-	if v == "previous" {
-		return idem.AfterPrevious(), nil
-	}
-	up, m, err := parseAfter(v, job, loc)
-	if err != nil {
-		return nil, err
-	}
-	return idem.After(up, m), nil
-}
-
-// parseAfter reads JOB or JOB/PERIODS, a dependency of job on the periods
-// of another job (as --after of 'idem run' and 'idem ui' take it): the
-// upstream job and the mapping of job's periods to its.
-func parseAfter(v, job string, loc *time.Location) (string, idem.Mapping, error) {
-	up, periods, within := strings.Cut(v, "/")
-	if err := idemstore.ValidateJob(up); err != nil {
-		return "", idem.Mapping{}, fmt.Errorf("%q: %w", v, err)
-	}
-	if up == job {
-		return "", idem.Mapping{}, fmt.Errorf("%q: a job cannot wait for its own periods (use previous)", v)
-	}
-	if !within {
-		return up, idem.SamePeriod(), nil
-	}
-	sched, ok := namedSchedule(periods, loc)
-	if !ok {
-		return "", idem.Mapping{}, fmt.Errorf("%q: %q is not hourly, daily, weekly or monthly", v, periods)
-	}
-	return up, idem.Within(sched), nil
 }
