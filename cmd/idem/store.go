@@ -244,3 +244,16 @@ func openRedis(ctx context.Context, cmd *cobra.Command, addr string, clk idem.Cl
 	return &ledger{store: s, desc: fmt.Sprintf("redis store (prefix %s on %s)", s.Prefix(), where),
 		close: func() { _ = s.Close() }, locks: sharedLocks("redis", where+"\x00"+s.Prefix())}, nil
 }
+
+// openForOps opens an existing ledger for ls, show, resolve, reset, prune.
+func openForOps(cmd *cobra.Command) (*ledger, idem.Clock, error) {
+	clk, err := clock()
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := openLedger(cmd.Context(), cmd, clk, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, clk, nil
+}
