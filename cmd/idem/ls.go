@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 
@@ -13,15 +14,7 @@ import (
 
 var statusNames = []string{"running", "failed", "done", "unknown", "parked", "skipped", "pending"}
 
-func newLsCmd() *cobra.Command {
-	var job, status string
-	var asJSON bool
-	var limit int
-	var w waitFlags
-	cmd := &cobra.Command{
-		Use:   "ls [--job JOB] [--status STATUS] [--json]",
-		Short: "List the periods in the ledger and their status",
-		Long: `List the ledger's records, by job and period (oldest first). --limit N keeps
+const lsLong = `List the ledger's records, by job and period (oldest first). --limit N keeps
 the last N of them: with --job, the job's N newest periods.
 
 Statuses:
@@ -50,7 +43,17 @@ its --schedule and --tz), ls adds the job's next period to settle (the one
 after its catch-up cursor, else the last that ended) as "waiting" when it
 waits, and says for what.
 
-Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
+Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`
+
+func newLsCmd() *cobra.Command {
+	var job, status string
+	var asJSON bool
+	var limit int
+	var w waitFlags
+	cmd := &cobra.Command{
+		Use:   "ls [--job JOB] [--status STATUS] [--json]",
+		Short: "List the periods in the ledger and their status",
+		Long:  lsLong,
 		Example: `  idem ls --status unknown
   idem ls --job mail --after settle --schedule daily --tz Asia/Shanghai
   idem ls --job settle --json | jq -r '.[] | select(.status == "parked") | .period'`,
@@ -113,18 +116,7 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				list := make([]recordJSON, 0, len(recs)+1)
-				for _, r := range recs {
-					j := toJSON(r)
-					if waiting != nil && r.Key == waiting.Key {
-						j.Status, j.WaitsFor = "waiting", waitsFor
-					}
-					list = append(list, j)
-				}
-				if waiting != nil && waiting.Status == "" {
-					list = append(list, recordJSON{Job: job, Period: waiting.Key.Period, Status: "waiting", WaitsFor: waitsFor, RequestID: waiting.Key.RequestID()})
-				}
-				return writeJSON(out, list)
+				return lsJSON(out, job, recs, waiting, waitsFor)
 			}
 			if waiting != nil && waiting.Status == "" {
 				recs = append(recs, *waiting) // shown as waiting below
@@ -157,4 +149,21 @@ Exit status: 0 listed (perhaps nothing), 2 usage error or no ledger.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array, for scripts")
 	w.add(cmd)
 	return cmd
+}
+
+// lsJSON prints recs as ls --json does, with waiting (when not nil) the
+// job's next period, waiting for waitsFor.
+func lsJSON(out io.Writer, job string, recs []idem.Record, waiting *idem.Record, waitsFor string) error {
+	list := make([]recordJSON, 0, len(recs)+1)
+	for _, r := range recs {
+		j := toJSON(r)
+		if waiting != nil && r.Key == waiting.Key {
+			j.Status, j.WaitsFor = "waiting", waitsFor
+		}
+		list = append(list, j)
+	}
+	if waiting != nil && waiting.Status == "" {
+		list = append(list, recordJSON{Job: job, Period: waiting.Key.Period, Status: "waiting", WaitsFor: waitsFor, RequestID: waiting.Key.RequestID()})
+	}
+	return writeJSON(out, list)
 }

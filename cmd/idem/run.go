@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/spec"
@@ -211,66 +212,20 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if o.max < 0 {
 		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
 	}
-	var params []idem.Option
-	switch {
-	case o.paramsFromArgs && cmd.Flags().Changed("params"):
-		return usageError(errors.New("--params and --params-from-args: give one of them"))
-	case o.paramsFromArgs:
-		params = append(params, idem.WithParams(argv))
-	case cmd.Flags().Changed("params"):
-		params = append(params, idem.WithParamsBytes([]byte(o.params)))
+	params, err := runParams(cmd, o, argv)
+	if err != nil {
+		return err
 	}
 	if o.capture < 0 || o.capture > idemstore.MaxValue {
 		return usageError(fmt.Errorf("--capture %d: must be 0 (keep nothing) to %d bytes", o.capture, idemstore.MaxValue))
 	}
-	var policies []idem.Option
-	switch o.catchUp {
-	case "all":
-		policies = append(policies, idem.CatchUpAll(o.max))
-	case "latest", "none":
-		if cmd.Flags().Changed("max") {
-			return usageError(fmt.Errorf("--max applies to --catch-up all only"))
-		}
-		if o.catchUp == "latest" {
-			policies = append(policies, idem.CatchUpLatest())
-		}
-	default:
-		return usageError(fmt.Errorf("--catch-up %q: use all, latest or none", o.catchUp))
+	policies, err := runPolicies(cmd, o, loc)
+	if err != nil {
+		return err
 	}
-	for _, a := range o.after {
-		if o.catchUp == "none" {
-			return usageError(fmt.Errorf("--after needs --catch-up all or latest"))
-		}
-		opt, err := spec.After(a, o.job, loc)
-		if err != nil {
-			return flagError("--after", err)
-		}
-		policies = append(policies, opt)
-	}
-	var specs []spec.Limit
-	for _, v := range o.rates {
-		sp, err := spec.ParseRate(v)
-		if err != nil {
-			return flagError("--rate", err)
-		}
-		specs = append(specs, sp)
-	}
-	for _, v := range o.atOnce {
-		sp, err := spec.ParseAtOnce(v)
-		if err != nil {
-			return flagError("--at-once", err)
-		}
-		specs = append(specs, sp)
-	}
-	if o.since != "" {
-		if o.catchUp == "none" {
-			return usageError(fmt.Errorf("--since needs --catch-up all or latest"))
-		}
-		t, err := parseTime(o.since, loc)
-		if err != nil {
-			return flagError("--since", err)
-		}
-		policies = append(policies, idem.Since(t))
+	specs, err := runLimits(o)
+	if err != nil {
+		return err
 	}
 	clk, mode, common, attempt, err := o.options(stderr)
 	if err != nil {
@@ -342,19 +297,99 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if o.capture > 0 {
 		replay(ctx, store, cmd.OutOrStdout(), stderr, idem.Key{Job: o.job, Period: latest.Name}, periods)
 	}
+	return runExit(periods, runErr, o.okIfDone)
+}
+
+// runExit is how idem run exits after periods (exitCode), runErr the error
+// of its catch-up, okIfDone --ok-if-done.
+func runExit(periods []idem.PeriodResult, runErr error, okIfDone bool) error {
 	code := exitCode(periods)
 	if runErr != nil && (code == exitOK || code == exitDone) {
 		// The periods are fine but the ledger failed afterwards (moving the
 		// catch-up cursor): say so.
 		return &exitError{code: exitFailed, err: runErr}
 	}
-	if code == exitDone && o.okIfDone {
+	if code == exitDone && okIfDone {
 		code = exitOK
 	}
 	if code != exitOK {
 		return &exitError{code: code}
 	}
 	return nil
+}
+
+// runParams are the options of --params and --params-from-args.
+func runParams(cmd *cobra.Command, o runOptions, argv []string) ([]idem.Option, error) {
+	var params []idem.Option
+	switch {
+	case o.paramsFromArgs && cmd.Flags().Changed("params"):
+		return nil, usageError(errors.New("--params and --params-from-args: give one of them"))
+	case o.paramsFromArgs:
+		params = append(params, idem.WithParams(argv))
+	case cmd.Flags().Changed("params"):
+		params = append(params, idem.WithParamsBytes([]byte(o.params)))
+	}
+	return params, nil
+}
+
+// runPolicies are the catch-up options of --catch-up, --max, --after and
+// --since.
+func runPolicies(cmd *cobra.Command, o runOptions, loc *time.Location) ([]idem.Option, error) {
+	var policies []idem.Option
+	switch o.catchUp {
+	case "all":
+		policies = append(policies, idem.CatchUpAll(o.max))
+	case "latest", "none":
+		if cmd.Flags().Changed("max") {
+			return nil, usageError(fmt.Errorf("--max applies to --catch-up all only"))
+		}
+		if o.catchUp == "latest" {
+			policies = append(policies, idem.CatchUpLatest())
+		}
+	default:
+		return nil, usageError(fmt.Errorf("--catch-up %q: use all, latest or none", o.catchUp))
+	}
+	for _, a := range o.after {
+		if o.catchUp == "none" {
+			return nil, usageError(fmt.Errorf("--after needs --catch-up all or latest"))
+		}
+		opt, err := spec.After(a, o.job, loc)
+		if err != nil {
+			return nil, flagError("--after", err)
+		}
+		policies = append(policies, opt)
+	}
+	if o.since != "" {
+		if o.catchUp == "none" {
+			return nil, usageError(fmt.Errorf("--since needs --catch-up all or latest"))
+		}
+		t, err := parseTime(o.since, loc)
+		if err != nil {
+			return nil, flagError("--since", err)
+		}
+		policies = append(policies, idem.Since(t))
+	}
+	return policies, nil
+}
+
+// runLimits are the shared limits of --rate and --at-once.
+func runLimits(o runOptions) ([]spec.Limit, error) {
+	var specs []spec.Limit
+	for _, v := range o.rates {
+		sp, err := spec.ParseRate(v)
+		if err != nil {
+			return nil, flagError("--rate", err)
+		}
+		specs = append(specs, sp)
+	}
+	for _, v := range o.atOnce {
+		sp, err := spec.ParseAtOnce(v)
+		if err != nil {
+			return nil, flagError("--at-once", err)
+		}
+		specs = append(specs, sp)
+	}
+	return specs, nil
 }
 
 // replay prints, for --capture, the output stored with the done mark of

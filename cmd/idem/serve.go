@@ -221,36 +221,15 @@ func storeGiven(cmd *cobra.Command) bool {
 
 func runServe(cmd *cobra.Command, o serveOptions) error {
 	stderr := cmd.ErrOrStderr()
-	path := o.crontab
-	if o.check != "" {
-		path = o.check
-	}
-	defLoc, err := loadZone(o.tz)
+	path, jobs, err := readCrontab(o)
 	if err != nil {
-		return usageError(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return usageError(fmt.Errorf("crontab: %w", err))
-	}
-	jobs, err := crontab.Parse(path, f, defLoc, o.check == "")
-	f.Close()
-	if err != nil {
-		return usageError(err)
+		return err
 	}
 	if err := checkSince(o.since); err != nil {
 		return usageError(err)
 	}
 	if o.check != "" {
-		if o.verbose {
-			for _, j := range jobs {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s:%d: %s %s: %s\n", path, j.Line, j.Name, j, strings.Join(j.Argv, " "))
-			}
-		}
-		if err := checkDependencies(path, jobs); err != nil {
-			return usageError(err)
-		}
-		return checkLedger(cmd, path, jobs)
+		return runCheck(cmd, o, path, jobs)
 	}
 	if o.max < 0 {
 		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
@@ -344,6 +323,42 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		fmt.Fprintf(stderr, "idem: stopped: %v\n", context.Cause(stop))
 	}
 	return nil
+}
+
+// readCrontab reads the file of --crontab or --check: its path and jobs.
+func readCrontab(o serveOptions) (string, []crontab.Job, error) {
+	path := o.crontab
+	if o.check != "" {
+		path = o.check
+	}
+	defLoc, err := loadZone(o.tz)
+	if err != nil {
+		return "", nil, usageError(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", nil, usageError(fmt.Errorf("crontab: %w", err))
+	}
+	jobs, err := crontab.Parse(path, f, defLoc, o.check == "")
+	f.Close()
+	if err != nil {
+		return "", nil, usageError(err)
+	}
+	return path, jobs, nil
+}
+
+// runCheck is idem serve --check of the jobs of the file path, read: with
+// -v it prints them; it checks their after: words and the ledger's jobs.
+func runCheck(cmd *cobra.Command, o serveOptions, path string, jobs []crontab.Job) error {
+	if o.verbose {
+		for _, j := range jobs {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s:%d: %s %s: %s\n", path, j.Line, j.Name, j, strings.Join(j.Argv, " "))
+		}
+	}
+	if err := checkDependencies(path, jobs); err != nil {
+		return usageError(err)
+	}
+	return checkLedger(cmd, path, jobs)
 }
 
 // checkLedger is --check's look at the ledger, when one is named
