@@ -177,6 +177,46 @@ func diagnose(ctx context.Context, path string, now time.Time, outboxMaxAge time
 	rep.Path = abs
 	dir := filepath.Dir(abs)
 
+	fi, statErr := checkFile(rep, abs)
+	if di, err := os.Stat(dir); err != nil || !di.IsDir() {
+		rep.add(levelWarn, "directory", "%s does not exist or is not a directory ('idem run' creates a missing one)", dir)
+		return rep
+	}
+	checkFilesystem(rep, dir)
+	checkWritable(rep, dir)
+	if statErr != nil || !fi.Mode().IsRegular() {
+		return rep
+	}
+
+	if !checkHeader(rep, abs, fi) {
+		return rep
+	}
+
+	u := url.URL{Scheme: "file", Path: abs}
+	db, err := sql.Open("sqlite", "file:"+u.EscapedPath()+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		rep.add(levelError, "sqlite", "cannot open %s: %v", abs, err)
+		return rep
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+
+	if !checkSQLite(ctx, rep, db, abs) || !checkSchema(ctx, rep, db, abs) {
+		return rep
+	}
+	checkKeys(ctx, rep, db, now, " --ledger "+shellQuote(abs))
+	switch b, ok, err := sqliteOutboxBacklog(ctx, db); {
+	case err != nil:
+		rep.add(levelError, "outbox", "cannot read idem_outbox: %v", err)
+	case ok:
+		rep.checkOutbox(b, now, outboxMaxAge, " --ledger "+shellQuote(abs))
+	}
+	return rep
+}
+
+// checkFile looks at the ledger's path, abs: a regular file, or why not.
+func checkFile(rep *doctorReport, abs string) (os.FileInfo, error) {
 	fi, statErr := os.Stat(abs)
 	switch {
 	case errors.Is(statErr, os.ErrNotExist):
@@ -197,52 +237,43 @@ func diagnose(ctx context.Context, path string, now time.Time, outboxMaxAge time
 		}
 		rep.add(levelError, "file", "%s is %s, not a regular file: give the ledger file's path", abs, kind)
 	}
-	if di, err := os.Stat(dir); err != nil || !di.IsDir() {
-		rep.add(levelWarn, "directory", "%s does not exist or is not a directory ('idem run' creates a missing one)", dir)
-		return rep
-	}
-	checkFilesystem(rep, dir)
-	checkWritable(rep, dir)
-	if statErr != nil || !fi.Mode().IsRegular() {
-		return rep
-	}
+	return fi, statErr
+}
 
+// checkHeader reports whether the ledger file abs (fi) can be read and is
+// a SQLite database.
+func checkHeader(rep *doctorReport, abs string, fi os.FileInfo) bool {
 	if fi.Size() == 0 {
 		rep.add(levelWarn, "file", "%s is empty: the next 'idem run' initialises it", abs)
-		return rep
+		return false
 	}
 	head := make([]byte, 16)
 	f, err := os.Open(abs)
 	if err != nil {
 		rep.add(levelError, "file", "cannot read %s: %v. Run doctor as the user the jobs run as", abs, err)
-		return rep
+		return false
 	}
 	_, err = io.ReadFull(f, head)
 	f.Close()
 	if err != nil || !bytes.Equal(head, []byte("SQLite format 3\x00")) {
 		rep.add(levelError, "file", "%s is not a SQLite database: idem refuses it and leaves it untouched. Point --ledger at the ledger file (or a new path); do not delete this file before finding out what it is", abs)
-		return rep
+		return false
 	}
 	rep.add(levelOK, "file", "%s (%s)", abs, size(fi.Size()))
+	return true
+}
 
-	u := url.URL{Scheme: "file", Path: abs}
-	db, err := sql.Open("sqlite", "file:"+u.EscapedPath()+"?mode=ro&_pragma=busy_timeout(5000)")
-	if err != nil {
-		rep.add(levelError, "sqlite", "cannot open %s: %v", abs, err)
-		return rep
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-
+// checkSQLite reports whether SQLite can read the ledger abs (db), and
+// checks its integrity.
+func checkSQLite(ctx context.Context, rep *doctorReport, db *sql.DB, abs string) bool {
 	var version string
 	if err := db.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&version); err != nil {
 		if rep.full {
 			rep.add(levelError, "sqlite", "cannot read %s: %v: its file system is full, and SQLite needs room for the -shm file even to read. Free space, then rerun doctor", abs, err)
-			return rep
+			return false
 		}
 		rep.add(levelError, "sqlite", "cannot read %s: %v. Check its permissions (and those of its -wal and -shm files), and run doctor as the user the jobs run as", abs, err)
-		return rep
+		return false
 	}
 	var check string
 	if err := db.QueryRowContext(ctx, `PRAGMA quick_check`).Scan(&check); err != nil || check != "ok" {
@@ -253,15 +284,20 @@ func diagnose(ctx context.Context, path string, now time.Time, outboxMaxAge time
 	} else {
 		rep.add(levelOK, "sqlite", "SQLite %s; integrity check ok", version)
 	}
+	return true
+}
 
+// checkSchema reports whether the database abs (db) is an idem ledger, and
+// checks its journal mode and schema version.
+func checkSchema(ctx context.Context, rep *doctorReport, db *sql.DB, abs string) bool {
 	var tables int
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN ('idem_meta', 'idem_runs')`).Scan(&tables); err != nil {
 		rep.add(levelError, "schema", "cannot read the schema: %v", err)
-		return rep
+		return false
 	}
 	if tables < 2 {
 		rep.add(levelError, "schema", "%s is a SQLite database but not an idem ledger (no idem_meta/idem_runs tables): point --ledger at the ledger file, or at a new path", abs)
-		return rep
+		return false
 	}
 	var mode string
 	if err := db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
@@ -273,7 +309,7 @@ func diagnose(ctx context.Context, path string, now time.Time, outboxMaxAge time
 	}
 
 	var sv int
-	err = db.QueryRowContext(ctx, `SELECT value FROM idem_meta WHERE name='schema_version'`).Scan(&sv)
+	err := db.QueryRowContext(ctx, `SELECT value FROM idem_meta WHERE name='schema_version'`).Scan(&sv)
 	switch {
 	case err != nil:
 		rep.add(levelError, "schema", "no schema version in idem_meta (%v): the ledger was not initialised completely; move it aside and let 'idem run' create a new one", err)
@@ -284,14 +320,7 @@ func diagnose(ctx context.Context, path string, now time.Time, outboxMaxAge time
 	default:
 		rep.add(levelOK, "schema", "idem schema version %d", sv)
 	}
-	checkKeys(ctx, rep, db, now, " --ledger "+shellQuote(abs))
-	switch b, ok, err := sqliteOutboxBacklog(ctx, db); {
-	case err != nil:
-		rep.add(levelError, "outbox", "cannot read idem_outbox: %v", err)
-	case ok:
-		rep.checkOutbox(b, now, outboxMaxAge, " --ledger "+shellQuote(abs))
-	}
-	return rep
+	return true
 }
 
 // checkKeys reports the periods that are not settled.

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -40,22 +39,6 @@ func TestExitCode(t *testing.T) {
 	} {
 		if got := exitCode(c.periods); got != c.want {
 			t.Errorf("%s: exit %d, want %d", c.name, got, c.want)
-		}
-	}
-}
-
-func TestParseDuration(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]time.Duration{
-		"90d": 90 * 24 * time.Hour, "2w": 14 * 24 * time.Hour, "36h": 36 * time.Hour, "1.5d": 36 * time.Hour, "30m": 30 * time.Minute,
-	} {
-		if got, err := parseDuration(in); err != nil || got != want {
-			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "d", "-1d", "ten days", "-5h"} {
-		if _, err := parseDuration(in); err == nil {
-			t.Errorf("parseDuration(%q): no error", in)
 		}
 	}
 }
@@ -139,21 +122,6 @@ func TestBadScheduleSaysWhyOnce(t *testing.T) {
 		if code != exitUsage || !strings.HasPrefix(line, want) || strings.Count(line, "idem: ") != 1 ||
 			strings.Count(line, "--schedule") != 1 || strings.Count(line, spec) != 1 || !strings.Contains(line, "61") || len(line) == len(want) {
 			t.Errorf("idem %s: exit %d, stderr %q; want exit %d and one line %q and cron's reason", strings.Join(args, " "), code, errb.String(), exitUsage, want)
-		}
-	}
-}
-
-// TestLongLimitFlagCut: a --rate or --at-once with a 10 KB name is quoted
-// in its error cut short, with its length, not whole.
-func TestLongLimitFlagCut(t *testing.T) {
-	t.Parallel()
-	long := strings.Repeat("x", 10240)
-	for _, v := range []string{long + "=1", long + "=x", long, "a=1," + long} {
-		for name, parse := range map[string]func(string) (limitSpec, error){"--rate": parseRate, "--at-once": parseAtOnce} {
-			_, err := parse(v)
-			if err == nil || len(err.Error()) > 300 || !strings.Contains(err.Error(), " bytes)") {
-				t.Errorf("%s of %d bytes: an error of %d bytes; want the value cut short, with its length", name, len(v), len(fmt.Sprint(err)))
-			}
 		}
 	}
 }

@@ -5,20 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/spec"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/capture"
-	idemholder "github.com/idemgo/idem/internal/holder"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 )
 
 const runLong = `Run COMMAND once for every business period that is due and not done yet.
@@ -161,67 +158,6 @@ type runOptions struct {
 	attemptFlags
 }
 
-// attemptFlags are the flags of how a command's attempts run, shared by
-// 'idem run' and 'idem serve'.
-type attemptFlags struct {
-	mode                        string
-	maxAttempts                 int
-	lease, backoff, retryWithin time.Duration
-	verbose                     bool
-}
-
-func (o *attemptFlags) add(f *pflag.FlagSet) {
-	f.StringVar(&o.mode, "mode", "at-least-once", "what to do with an attempt that failed or was killed: at-least-once (run it again) or at-most-once (never run twice; leave it unknown for 'idem resolve')")
-	f.DurationVar(&o.lease, "lease", idem.DefaultLease, "how long a killed run keeps its period before another run may take it over (a run killed on this host is taken over at once); a live run renews it every third of it")
-	f.IntVar(&o.maxAttempts, "max-attempts", idem.DefaultMaxAttempts, "attempts of a failing period (in this run and later ones) before it is parked until 'idem reset'")
-	f.DurationVar(&o.backoff, "backoff", time.Second, "wait before retrying a failed attempt; doubles each time (each wait random between half of it and all of it), at most 10m or this value if larger")
-	f.DurationVar(&o.retryWithin, "retry-within", idem.DefaultRetryWithin, "retry a failed attempt in this run only if the retry starts within this long of the run's start; a later retry is left to the next run (0: one attempt per run)")
-	f.BoolVarP(&o.verbose, "verbose", "v", false, "report every period on stderr, not only failures (by default a successful run prints nothing, so cron sends no mail)")
-}
-
-// options checks the flags and returns idem's clock ($IDEM_NOW, or the
-// system's), the mode, the options of every call (lease, backoff, clock,
-// logger) and the attempt bound.
-func (o attemptFlags) options(stderr io.Writer) (clk idem.Clock, mode idem.Option, common []idem.Option, attempt idem.Option, err error) {
-	if clk, err = clock(); err != nil {
-		return nil, nil, nil, nil, err
-	}
-	switch o.mode {
-	case "at-least-once", "atleastonce":
-		mode = idem.AtLeastOnce()
-	case "at-most-once", "atmostonce":
-		mode = idem.AtMostOnce()
-	default:
-		return nil, nil, nil, nil, usageError(fmt.Errorf("--mode %q: use at-least-once or at-most-once", o.mode))
-	}
-	if o.lease < idem.MinLease {
-		return nil, nil, nil, nil, usageError(fmt.Errorf("--lease %v: must be at least %v", o.lease, idem.MinLease))
-	}
-	if o.maxAttempts < 1 {
-		return nil, nil, nil, nil, usageError(fmt.Errorf("--max-attempts %d: must be at least 1", o.maxAttempts))
-	}
-	if o.backoff < 0 {
-		return nil, nil, nil, nil, usageError(fmt.Errorf("--backoff %v: must not be negative", o.backoff))
-	}
-	if o.retryWithin < 0 {
-		return nil, nil, nil, nil, usageError(fmt.Errorf("--retry-within %v: must not be negative", o.retryWithin))
-	}
-	growth := idem.Exponential(o.backoff)
-	if o.backoff == 0 {
-		growth = idem.Constant(0) // --backoff 0: retry at once
-	}
-	common = []idem.Option{
-		idem.WithLease(o.lease),
-		idem.WithBackoff(idem.MaxAttempts(o.maxAttempts,
-			idem.EqualJitter(idem.Capped(max(idem.DefaultBackoffCap, o.backoff), growth)))),
-		idem.WithClock(clk)}
-	if o.verbose {
-		// Retried failures and lost leases, which the summary lines do not show.
-		common = append(common, idem.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-	}
-	return clk, mode, common, idem.RetryWithin(o.retryWithin), nil
-}
-
 func newRunCmd() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
@@ -276,66 +212,20 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if o.max < 0 {
 		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
 	}
-	var params []idem.Option
-	switch {
-	case o.paramsFromArgs && cmd.Flags().Changed("params"):
-		return usageError(errors.New("--params and --params-from-args: give one of them"))
-	case o.paramsFromArgs:
-		params = append(params, idem.WithParams(argv))
-	case cmd.Flags().Changed("params"):
-		params = append(params, idem.WithParamsBytes([]byte(o.params)))
+	params, err := runParams(cmd, o, argv)
+	if err != nil {
+		return err
 	}
 	if o.capture < 0 || o.capture > idemstore.MaxValue {
 		return usageError(fmt.Errorf("--capture %d: must be 0 (keep nothing) to %d bytes", o.capture, idemstore.MaxValue))
 	}
-	var policies []idem.Option
-	switch o.catchUp {
-	case "all":
-		policies = append(policies, idem.CatchUpAll(o.max))
-	case "latest", "none":
-		if cmd.Flags().Changed("max") {
-			return usageError(fmt.Errorf("--max applies to --catch-up all only"))
-		}
-		if o.catchUp == "latest" {
-			policies = append(policies, idem.CatchUpLatest())
-		}
-	default:
-		return usageError(fmt.Errorf("--catch-up %q: use all, latest or none", o.catchUp))
+	policies, err := runPolicies(cmd, o, loc)
+	if err != nil {
+		return err
 	}
-	for _, a := range o.after {
-		if o.catchUp == "none" {
-			return usageError(fmt.Errorf("--after needs --catch-up all or latest"))
-		}
-		opt, err := afterOption(a, o.job, loc)
-		if err != nil {
-			return flagError("--after", err)
-		}
-		policies = append(policies, opt)
-	}
-	var specs []limitSpec
-	for _, v := range o.rates {
-		sp, err := parseRate(v)
-		if err != nil {
-			return flagError("--rate", err)
-		}
-		specs = append(specs, sp)
-	}
-	for _, v := range o.atOnce {
-		sp, err := parseAtOnce(v)
-		if err != nil {
-			return flagError("--at-once", err)
-		}
-		specs = append(specs, sp)
-	}
-	if o.since != "" {
-		if o.catchUp == "none" {
-			return usageError(fmt.Errorf("--since needs --catch-up all or latest"))
-		}
-		t, err := parseTime(o.since, loc)
-		if err != nil {
-			return flagError("--since", err)
-		}
-		policies = append(policies, idem.Since(t))
+	specs, err := runLimits(o)
+	if err != nil {
+		return err
 	}
 	clk, mode, common, attempt, err := o.options(stderr)
 	if err != nil {
@@ -362,13 +252,16 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	}
 	defer l.close()
 	sup.locks = l.locks
-	if lim, err := newLimits(l.store, o.lease).option(specs); err != nil {
+	skip, _ := clk.(*skipClock)
+	store, err := detachStore(l.store, skip)
+	if err != nil {
+		return err
+	}
+	if lim, err := newLimits(store, o.lease).option(specs); err != nil {
 		return usageError(err)
 	} else if lim != nil {
 		params = append(params, lim)
 	}
-	skip, _ := clk.(*skipClock)
-	store := detached{l.store, skip}
 	rep := reporter{w: stderr, job: o.job, verbose: o.verbose, hint: ledgerHint(cmd), none: o.catchUp == "none"}
 	if skip != nil {
 		// Whatever ended the period, no attempt holds it now.
@@ -404,19 +297,99 @@ func runRun(cmd *cobra.Command, o runOptions, argv []string) error {
 	if o.capture > 0 {
 		replay(ctx, store, cmd.OutOrStdout(), stderr, idem.Key{Job: o.job, Period: latest.Name}, periods)
 	}
+	return runExit(periods, runErr, o.okIfDone)
+}
+
+// runExit is how idem run exits after periods (exitCode), runErr the error
+// of its catch-up, okIfDone --ok-if-done.
+func runExit(periods []idem.PeriodResult, runErr error, okIfDone bool) error {
 	code := exitCode(periods)
 	if runErr != nil && (code == exitOK || code == exitDone) {
 		// The periods are fine but the ledger failed afterwards (moving the
 		// catch-up cursor): say so.
 		return &exitError{code: exitFailed, err: runErr}
 	}
-	if code == exitDone && o.okIfDone {
+	if code == exitDone && okIfDone {
 		code = exitOK
 	}
 	if code != exitOK {
 		return &exitError{code: code}
 	}
 	return nil
+}
+
+// runParams are the options of --params and --params-from-args.
+func runParams(cmd *cobra.Command, o runOptions, argv []string) ([]idem.Option, error) {
+	var params []idem.Option
+	switch {
+	case o.paramsFromArgs && cmd.Flags().Changed("params"):
+		return nil, usageError(errors.New("--params and --params-from-args: give one of them"))
+	case o.paramsFromArgs:
+		params = append(params, idem.WithParams(argv))
+	case cmd.Flags().Changed("params"):
+		params = append(params, idem.WithParamsBytes([]byte(o.params)))
+	}
+	return params, nil
+}
+
+// runPolicies are the catch-up options of --catch-up, --max, --after and
+// --since.
+func runPolicies(cmd *cobra.Command, o runOptions, loc *time.Location) ([]idem.Option, error) {
+	var policies []idem.Option
+	switch o.catchUp {
+	case "all":
+		policies = append(policies, idem.CatchUpAll(o.max))
+	case "latest", "none":
+		if cmd.Flags().Changed("max") {
+			return nil, usageError(fmt.Errorf("--max applies to --catch-up all only"))
+		}
+		if o.catchUp == "latest" {
+			policies = append(policies, idem.CatchUpLatest())
+		}
+	default:
+		return nil, usageError(fmt.Errorf("--catch-up %q: use all, latest or none", o.catchUp))
+	}
+	for _, a := range o.after {
+		if o.catchUp == "none" {
+			return nil, usageError(fmt.Errorf("--after needs --catch-up all or latest"))
+		}
+		opt, err := spec.After(a, o.job, loc)
+		if err != nil {
+			return nil, flagError("--after", err)
+		}
+		policies = append(policies, opt)
+	}
+	if o.since != "" {
+		if o.catchUp == "none" {
+			return nil, usageError(fmt.Errorf("--since needs --catch-up all or latest"))
+		}
+		t, err := parseTime(o.since, loc)
+		if err != nil {
+			return nil, flagError("--since", err)
+		}
+		policies = append(policies, idem.Since(t))
+	}
+	return policies, nil
+}
+
+// runLimits are the shared limits of --rate and --at-once.
+func runLimits(o runOptions) ([]spec.Limit, error) {
+	var specs []spec.Limit
+	for _, v := range o.rates {
+		sp, err := spec.ParseRate(v)
+		if err != nil {
+			return nil, flagError("--rate", err)
+		}
+		specs = append(specs, sp)
+	}
+	for _, v := range o.atOnce {
+		sp, err := spec.ParseAtOnce(v)
+		if err != nil {
+			return nil, flagError("--at-once", err)
+		}
+		specs = append(specs, sp)
+	}
+	return specs, nil
 }
 
 // replay prints, for --capture, the output stored with the done mark of
@@ -470,170 +443,4 @@ func exitCode(periods []idem.PeriodResult) int {
 		}
 	}
 	return code
-}
-
-// ledgerHint is the ledger flag to repeat in the commands idem suggests.
-func ledgerHint(cmd *cobra.Command) string {
-	if p, _ := cmd.Flags().GetString("ledger"); p != "" {
-		return " --ledger " + shellQuote(p)
-	}
-	if d, _ := cmd.Flags().GetString("postgres"); d != "" {
-		return " --postgres DSN"
-	}
-	if a, _ := cmd.Flags().GetString("redis"); a != "" {
-		return " --redis ADDR"
-	}
-	return ""
-}
-
-// shellQuote quotes s for a shell if it needs it.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@+,%") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// reporter prints what happened to each period on stderr: failures always,
-// successes with --verbose.
-type reporter struct {
-	w       io.Writer
-	job     string
-	verbose bool
-	hint    string
-	none    bool // --catch-up none: a later run retries a period only while it is the latest due one
-	// idem serve: a period another replica holds is the normal case, not
-	// a fault: reported with verbose only, and as such.
-	replicas bool
-	ended    func() // called first for every period (the $IDEM_CLOCK=skip clock's)
-}
-
-func (r reporter) period(pr idem.PeriodResult) {
-	if r.ended != nil {
-		r.ended()
-	}
-	name := r.job + " " + pr.Period.Name
-	var ie *idem.Error
-	_ = errors.As(pr.Err, &ie)
-	cause := func() string {
-		var err error
-		switch {
-		case ie != nil:
-			err = ie.Err
-		default:
-			err = pr.Err
-		}
-		if err == nil {
-			return ""
-		}
-		return ": " + strings.ReplaceAll(err.Error(), "\n", "; ")
-	}
-	attempt := ""
-	if ie != nil && ie.Attempt > 0 {
-		attempt = fmt.Sprintf(" (attempt %d)", ie.Attempt)
-	}
-	switch pr.Outcome {
-	case idem.Ran, idem.Recovered, idem.AlreadyDone, idem.Skipped:
-		if r.verbose && pr.Err == nil {
-			fmt.Fprintf(r.w, "idem: %s: %s\n", name, strings.ReplaceAll(pr.Outcome.String(), "_", " "))
-		}
-		if pr.Err == nil {
-			return
-		}
-		fmt.Fprintf(r.w, "idem: %s: %v\n", name, pr.Err)
-	case idem.Waiting:
-		if r.replicas { // idem serve: it looks again by itself; say so each time only with -v
-			if r.verbose {
-				fmt.Fprintf(r.w, "idem: %s: waiting for %s; not started yet\n", name, pr.Waiting)
-			}
-			return
-		}
-		fmt.Fprintf(r.w, "idem: %s: waiting for %s (--after); nothing was started, a later run starts it\n", name, pr.Waiting)
-	case idem.Deferred:
-		fmt.Fprintf(r.w, "idem: %s: not started%s; a later run starts it\n", name, cause())
-	case idem.InProgress:
-		holder := ""
-		if ie != nil && ie.Holder != "" {
-			holder = " (" + idemholder.Short(ie.Holder) + ")"
-		}
-		if r.replicas {
-			if r.verbose {
-				fmt.Fprintf(r.w, "idem: %s: held by another replica%s; not started here (looked at again after --lease, in case that replica died)\n", name, holder)
-			}
-			return
-		}
-		fmt.Fprintf(r.w, "idem: %s: busy: another run holds this period%s; nothing was started. A run killed on another host holds it until its lease expires (one killed on this host is taken over at once).\n", name, holder)
-	case idem.Unknown:
-		fmt.Fprintf(r.w, "idem: %s: outcome unknown%s%s\n  The command may or may not have done its work. Check, then run\n    idem resolve%s %s %s --done    if it did\n    idem resolve%s %s %s --retry   if it did not\n",
-			name, attempt, cause(), r.hint, r.job, pr.Period.Name, r.hint, r.job, pr.Period.Name)
-	case idem.BackingOff:
-		// The attempt that failed last: this run's, or an earlier run's
-		// that this one found backing off.
-		until, failed := "", ""
-		if ie != nil && !ie.NotBefore.IsZero() {
-			until = " until " + ie.NotBefore.UTC().Format(time.RFC3339)
-		}
-		if ie != nil && ie.Attempt > 0 {
-			failed = fmt.Sprintf(" after attempt %d failed", ie.Attempt)
-		}
-		fmt.Fprintf(r.w, "idem: %s: backing off%s%s%s\n  A run after that time retries it%s; 'idem reset%s %s %s' allows it now.\n",
-			name, until, failed, cause(), r.whileLatest(), r.hint, r.job, pr.Period.Name)
-	case idem.Parked:
-		fmt.Fprintf(r.w, "idem: %s: parked%s%s\n  Fix the cause, then run: idem reset%s %s %s\n",
-			name, attempt, cause(), r.hint, r.job, pr.Period.Name)
-		if r.none {
-			fmt.Fprintf(r.w, "  After the reset, a run retries it%s.\n", r.whileLatest())
-		}
-	case idem.LeaseLost:
-		fmt.Fprintf(r.w, "idem: %s: lease lost%s%s\n  This run stalled longer than --lease and a newer run took the period over.\n", name, attempt, cause())
-	case idem.ParamsMismatch:
-		fmt.Fprintf(r.w, "idem: %s: params mismatch%s\n  The period was first run with other --params (or another command line, with --params-from-args); nothing was started. 'idem show%s %s %s' prints its fingerprint.\n",
-			name, cause(), r.hint, r.job, pr.Period.Name)
-	default:
-		fmt.Fprintf(r.w, "idem: %s: failed%s%s\n", name, attempt, cause())
-	}
-}
-
-// whileLatest is the condition on a later run's retry of a failed period.
-func (r reporter) whileLatest() string {
-	if r.none {
-		return " only while it is the latest due period (--catch-up none runs no other)"
-	}
-	return ""
-}
-
-// afterOption is the catch-up dependency an --after value (or a crontab
-// line's after:) names: JOB (the same period), JOB/PERIODS (every period
-// of JOB's schedule PERIODS inside this one, in loc), or previous (the
-// job's own previous period).
-func afterOption(v, job string, loc *time.Location) (idem.Option, error) {
-	if v == "previous" {
-		return idem.AfterPrevious(), nil
-	}
-	up, m, err := parseAfter(v, job, loc)
-	if err != nil {
-		return nil, err
-	}
-	return idem.After(up, m), nil
-}
-
-// parseAfter reads JOB or JOB/PERIODS, a dependency of job on the periods
-// of another job (as --after of 'idem run' and 'idem ui' take it): the
-// upstream job and the mapping of job's periods to its.
-func parseAfter(v, job string, loc *time.Location) (string, idem.Mapping, error) {
-	up, periods, within := strings.Cut(v, "/")
-	if err := idemstore.ValidateJob(up); err != nil {
-		return "", idem.Mapping{}, fmt.Errorf("%q: %w", v, err)
-	}
-	if up == job {
-		return "", idem.Mapping{}, fmt.Errorf("%q: a job cannot wait for its own periods (use previous)", v)
-	}
-	if !within {
-		return up, idem.SamePeriod(), nil
-	}
-	sched, ok := namedSchedule(periods, loc)
-	if !ok {
-		return "", idem.Mapping{}, fmt.Errorf("%q: %q is not hourly, daily, weekly or monthly", v, periods)
-	}
-	return up, idem.Within(sched), nil
 }

@@ -2,12 +2,11 @@ package main
 
 import (
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/spec"
 	"github.com/idemgo/idem/cron"
 )
 
@@ -23,36 +22,18 @@ func loadZone(name string) (*time.Location, error) {
 	return loc, nil
 }
 
-// namedSchedule is the business calendar that word names in loc (daily,
-// hourly, weekly, monthly, as --schedule takes them); ok is false for any
-// other word. 'idem run --schedule' and the business lines of 'idem serve'
-// share it, so that their periods and IDEM_PERIOD are the same.
-func namedSchedule(word string, loc *time.Location) (s idem.Schedule, ok bool) {
-	switch strings.ToLower(strings.TrimSpace(word)) {
-	case "daily", "day":
-		return idem.Daily(loc), true
-	case "hourly", "hour":
-		return idem.Hourly(loc), true
-	case "weekly", "week":
-		return idem.Weekly(loc), true
-	case "monthly", "month":
-		return idem.Monthly(loc), true
-	}
-	return nil, false
-}
-
 // parseSchedule turns --schedule into a schedule in loc: daily, hourly,
 // weekly, monthly, or a cron expression.
-func parseSchedule(spec string, loc *time.Location) (idem.Schedule, error) {
-	if s, ok := namedSchedule(spec, loc); ok {
+func parseSchedule(v string, loc *time.Location) (idem.Schedule, error) {
+	if s, ok := spec.NamedSchedule(v, loc); ok {
 		return s, nil
 	}
-	if strings.TrimSpace(spec) == "" {
+	if strings.TrimSpace(v) == "" {
 		return nil, fmt.Errorf("--schedule is empty: use daily, hourly, weekly, monthly or a cron expression like \"30 2 * * *\"")
 	}
-	s, err := cron.New(spec, loc)
+	s, err := cron.New(v, loc)
 	if err != nil {
-		return nil, &cronSpecError{fmt.Sprintf("--schedule %q: not daily, hourly, weekly, monthly or a valid 5-field cron expression: %s", spec, cronReason(spec, err)), err}
+		return nil, &cronSpecError{fmt.Sprintf("--schedule %q: not daily, hourly, weekly, monthly or a valid 5-field cron expression: %s", v, cronReason(v, err)), err}
 	}
 	return s, nil
 }
@@ -77,26 +58,6 @@ type cronSpecError struct {
 
 func (e *cronSpecError) Error() string { return e.msg }
 func (e *cronSpecError) Unwrap() error { return e.err }
-
-// parseDuration is time.ParseDuration that also accepts whole days and
-// weeks ("90d", "2w"), for --keep.
-func parseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	for suffix, unit := range map[string]time.Duration{"d": 24 * time.Hour, "w": 7 * 24 * time.Hour} {
-		if n, ok := strings.CutSuffix(s, suffix); ok {
-			v, err := strconv.ParseFloat(n, 64)
-			if err != nil || !(v >= 0) || v*float64(unit) > math.MaxInt64 { // also NaN, Inf, and more than 290 years
-				return 0, fmt.Errorf("invalid duration %q (use e.g. 90d, 2w, 36h, 30m)", s)
-			}
-			return time.Duration(v * float64(unit)), nil
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("invalid duration %q (use e.g. 90d, 2w, 36h, 30m)", s)
-	}
-	return d, nil
-}
 
 // parseTime reads --since: a date (2026-10-01) or a local time
 // (2026-10-01T02:00) in loc, or an RFC 3339 instant.

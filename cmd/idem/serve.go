@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -15,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/cron"
+	"github.com/idemgo/idem/cmd/idem/internal/crontab"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/spf13/cobra"
 )
@@ -158,52 +155,22 @@ func newServeCmd() *cobra.Command {
 	return cmd
 }
 
-// crontabJob is a job line of a crontab file.
-type crontabJob struct {
-	line  int
-	name  string
-	sched idem.Schedule
-	loc   *time.Location // the line's zone (CRON_TZ=, or --tz)
-	argv  []string
-	// A cron line's periods (slots) are due when they start; a business
-	// line's (daily, ...) when they end, plus delay.
-	atStart bool
-	delay   time.Duration
-	after   []idem.Option // the line's after: words (catch-up dependencies)
-	limits  []limitSpec   // the line's rate: and at-once: words (shared limits)
-}
-
-// String describes the line's periods, for --check -v.
-func (j crontabJob) String() string {
-	if j.atStart {
-		return j.sched.String()
-	}
-	return fmt.Sprintf("%s, each due %v after it ends", j.sched, j.delay)
-}
-
-// due are the line's Scheduler options of when a period is due.
-func (j crontabJob) due() []idem.Option {
-	if j.atStart {
-		return []idem.Option{idem.DueAtStart()}
-	}
-	return []idem.Option{idem.DueAfter(j.delay)}
-}
-
-// since is the Scheduler option of where the job starts if it has never
-// run, by --since (checked by checkSince): nil for latest (the latest due
-// period, as 'idem run'); for next, the first period not due at now.
-func (j crontabJob) since(since string, now time.Time) (idem.Option, error) {
+// jobSince is the Scheduler option of where the job of j starts if it has
+// never run, by --since (checked by checkSince): nil for latest (the
+// latest due period, as 'idem run'); for next, the first period not due at
+// now.
+func jobSince(j crontab.Job, since string, now time.Time) (idem.Option, error) {
 	switch since {
 	case "latest":
 		return nil, nil
 	case "next":
-		p := j.sched.At(now.Add(-j.delay)) // due at its end: not due yet
-		if j.atStart {
-			p = j.sched.Next(j.sched.At(now)) // due at its start
+		p := j.Sched.At(now.Add(-j.Delay)) // due at its end: not due yet
+		if j.AtStart {
+			p = j.Sched.Next(j.Sched.At(now)) // due at its start
 		}
 		return idem.Since(p.Start), nil
 	}
-	t, err := parseTime(since, j.loc)
+	t, err := parseTime(since, j.Loc)
 	if err != nil {
 		return nil, fmt.Errorf("--since: %w", err)
 	}
@@ -227,19 +194,19 @@ func checkSince(since string) error {
 // schedule change?"). A change of schedule under which that period is
 // still one (from "*/5 * * * *" to "* * * * *", from idem run --schedule
 // daily to a daily line) is not detected: the job goes on from it.
-func checkStored(ctx context.Context, store idemstore.CatchUpStore, desc, path string, jobs []crontabJob) error {
+func checkStored(ctx context.Context, store idemstore.CatchUpStore, desc, path string, jobs []crontab.Job) error {
 	for _, j := range jobs {
-		js, err := store.Job(ctx, j.name)
+		js, err := store.Job(ctx, j.Name)
 		if err != nil {
-			return fmt.Errorf("%s:%d: job %s: cannot read it from the %s: %w", path, j.line, j.name, desc, err)
+			return fmt.Errorf("%s:%d: job %s: cannot read it from the %s: %w", path, j.Line, j.Name, desc, err)
 		}
 		if js.Cursor == "" {
 			continue
 		}
-		if _, err := j.sched.Parse(js.Cursor); err != nil {
+		if _, err := j.Sched.Parse(js.Cursor); err != nil {
 			return fmt.Errorf("%s:%d: job %s ran with another schedule: the %s has it settled up to %s, which is not a period of %s. "+
 				"Give the line a new job name (a new job starts as --since says), or put back the schedule it ran with",
-				path, j.line, j.name, desc, js.Cursor, j.sched)
+				path, j.Line, j.Name, desc, js.Cursor, j.Sched)
 		}
 	}
 	return nil
@@ -254,36 +221,15 @@ func storeGiven(cmd *cobra.Command) bool {
 
 func runServe(cmd *cobra.Command, o serveOptions) error {
 	stderr := cmd.ErrOrStderr()
-	path := o.crontab
-	if o.check != "" {
-		path = o.check
-	}
-	defLoc, err := loadZone(o.tz)
+	path, jobs, err := readCrontab(o)
 	if err != nil {
-		return usageError(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return usageError(fmt.Errorf("crontab: %w", err))
-	}
-	jobs, err := parseCrontab(path, f, defLoc, o.check == "")
-	f.Close()
-	if err != nil {
-		return usageError(err)
+		return err
 	}
 	if err := checkSince(o.since); err != nil {
 		return usageError(err)
 	}
 	if o.check != "" {
-		if o.verbose {
-			for _, j := range jobs {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s:%d: %s %s: %s\n", path, j.line, j.name, j, strings.Join(j.argv, " "))
-			}
-		}
-		if err := checkDependencies(path, jobs); err != nil {
-			return usageError(err)
-		}
-		return checkLedger(cmd, path, jobs)
+		return runCheck(cmd, o, path, jobs)
 	}
 	if o.max < 0 {
 		return usageError(fmt.Errorf("--max %d: must be 0 (no limit) or more", o.max))
@@ -314,34 +260,37 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		return usageError(err)
 	}
 	skip, _ := clk.(*skipClock)
-	store := detached{l.store, skip}
+	store, err := detachStore(l.store, skip)
+	if err != nil {
+		return err
+	}
 	now := clk.Now()
 
 	s := idem.NewScheduler(store, common...)
-	lims := newLimits(l.store, o.lease)
+	lims := newLimits(store, o.lease)
 	var sups []*supervisor
 	for _, j := range jobs {
-		sup := &supervisor{argv: j.argv, stdin: strings.NewReader(""), stdout: cmd.OutOrStdout(), stderr: stderr, cancel: cancel, locks: l.locks}
+		sup := &supervisor{argv: j.Argv, stdin: strings.NewReader(""), stdout: cmd.OutOrStdout(), stderr: stderr, cancel: cancel, locks: l.locks}
 		sups = append(sups, sup)
-		rep := reporter{w: stderr, job: j.name, verbose: o.verbose, hint: ledgerHint(cmd), replicas: true}
+		rep := reporter{w: stderr, job: j.Name, verbose: o.verbose, hint: ledgerHint(cmd), replicas: true}
 		if skip != nil {
 			rep.ended = skip.attemptEnded
 		}
-		opts := append(append(j.due(), j.after...), mode, attempt, idem.CatchUpAll(o.max), idem.OnPeriod(rep.period))
-		if lim, err := lims.option(j.limits); err != nil {
-			return usageError(fmt.Errorf("%s:%d: %w", path, j.line, err))
+		opts := append(append(j.Due(), j.Deps...), mode, attempt, idem.CatchUpAll(o.max), idem.OnPeriod(rep.period))
+		if lim, err := lims.option(j.Limits); err != nil {
+			return usageError(fmt.Errorf("%s:%d: %w", path, j.Line, err))
 		} else if lim != nil {
 			opts = append(opts, lim)
 		}
-		since, err := j.since(o.since, now)
+		since, err := jobSince(j, o.since, now)
 		if err != nil {
-			return usageError(fmt.Errorf("%s:%d: %w", path, j.line, err))
+			return usageError(fmt.Errorf("%s:%d: %w", path, j.Line, err))
 		}
 		if since != nil {
 			opts = append(opts, since)
 		}
-		if err := s.Add(j.name, j.sched, sup.run, opts...); err != nil {
-			return usageError(fmt.Errorf("%s:%d: %w", path, j.line, err))
+		if err := s.Add(j.Name, j.Sched, sup.run, opts...); err != nil {
+			return usageError(fmt.Errorf("%s:%d: %w", path, j.Line, err))
 		}
 	}
 	if h := serveTestHook; h != nil && h.started != nil {
@@ -376,11 +325,47 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	return nil
 }
 
+// readCrontab reads the file of --crontab or --check: its path and jobs.
+func readCrontab(o serveOptions) (string, []crontab.Job, error) {
+	path := o.crontab
+	if o.check != "" {
+		path = o.check
+	}
+	defLoc, err := loadZone(o.tz)
+	if err != nil {
+		return "", nil, usageError(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", nil, usageError(fmt.Errorf("crontab: %w", err))
+	}
+	jobs, err := crontab.Parse(path, f, defLoc, o.check == "")
+	f.Close()
+	if err != nil {
+		return "", nil, usageError(err)
+	}
+	return path, jobs, nil
+}
+
+// runCheck is idem serve --check of the jobs of the file path, read: with
+// -v it prints them; it checks their after: words and the ledger's jobs.
+func runCheck(cmd *cobra.Command, o serveOptions, path string, jobs []crontab.Job) error {
+	if o.verbose {
+		for _, j := range jobs {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s:%d: %s %s: %s\n", path, j.Line, j.Name, j, strings.Join(j.Argv, " "))
+		}
+	}
+	if err := checkDependencies(path, jobs); err != nil {
+		return usageError(err)
+	}
+	return checkLedger(cmd, path, jobs)
+}
+
 // checkLedger is --check's look at the ledger, when one is named
 // (storeGiven): a job it has under another schedule is an error
 // (checkStored). A SQLite ledger that does not exist yet has no jobs: it
 // is not created.
-func checkLedger(cmd *cobra.Command, path string, jobs []crontabJob) error {
+func checkLedger(cmd *cobra.Command, path string, jobs []crontab.Job) error {
 	if !storeGiven(cmd) {
 		return nil
 	}
@@ -410,7 +395,7 @@ func checkLedger(cmd *cobra.Command, path string, jobs []crontabJob) error {
 // 'idem serve' will: each line's job added, in order, to a Scheduler over
 // a throwaway store, so that a cycle, or after:JOB between lines of
 // different schedules, is the same error, with its line.
-func checkDependencies(path string, jobs []crontabJob) error {
+func checkDependencies(path string, jobs []crontab.Job) error {
 	dir, err := os.MkdirTemp("", "idem-check-")
 	if err != nil {
 		return err
@@ -422,202 +407,9 @@ func checkDependencies(path string, jobs []crontabJob) error {
 	}
 	s := idem.NewScheduler(sf)
 	for _, j := range jobs {
-		if err := s.Add(j.name, j.sched, func(context.Context, idem.Period) error { return nil }, j.after...); err != nil {
-			return fmt.Errorf("%s:%d: %w", path, j.line, err)
+		if err := s.Add(j.Name, j.Sched, func(context.Context, idem.Period) error { return nil }, j.Deps...); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, j.Line, err)
 		}
 	}
 	return nil
-}
-
-// parseCrontab reads a crontab file (see serveLong). lookPath checks that
-// each command can be found.
-func parseCrontab(path string, r io.Reader, loc *time.Location, lookPath bool) ([]crontabJob, error) {
-	var jobs []crontabJob
-	seen := map[string]int{}
-	type limitLine struct {
-		spec limitSpec
-		line int
-	}
-	limitsSeen := map[string]limitLine{}
-	sc := bufio.NewScanner(r)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		bad := func(format string, args ...any) error {
-			return fmt.Errorf("%s:%d: %s", path, n, fmt.Sprintf(format, args...))
-		}
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if zone, ok := strings.CutPrefix(line, "CRON_TZ="); ok {
-			l, err := time.LoadLocation(strings.TrimSpace(zone))
-			if err != nil || strings.TrimSpace(zone) == "" {
-				return nil, bad("CRON_TZ=%s: not a time zone (use an IANA name like Asia/Shanghai)", zone)
-			}
-			loc = l
-			continue
-		}
-		if k, _, ok := strings.Cut(line, "="); ok && !strings.ContainsAny(k, " \t") {
-			return nil, bad("%s=: the only setting is CRON_TZ= (the commands get idem's environment)", k)
-		}
-		words, err := shellWords(line)
-		if err != nil {
-			return nil, bad("%v", err)
-		}
-		job := crontabJob{line: n, loc: loc}
-		var rest []string // JOB COMMAND [ARGS...]
-		base, delay, hasDelay := strings.Cut(words[0], "+")
-		named, isNamed := namedSchedule(base, loc)
-		switch {
-		case isNamed:
-			// A business line: PERIODS[+DELAY] JOB COMMAND [ARGS...]
-			if len(words) < 3 {
-				return nil, bad("want %s[+DELAY] JOB COMMAND [ARGS...], got %d fields", base, len(words))
-			}
-			if hasDelay {
-				d, err := parseDuration(delay)
-				if err != nil {
-					return nil, bad("%s: the delay after each period's end: %v", words[0], err)
-				}
-				job.delay = d
-			}
-			job.sched, rest = named, words[1:]
-		case words[0] == "@reboot":
-			return nil, bad("@reboot: idem serve runs periods, not a command at start-up (run it before idem serve, in the entrypoint)")
-		case strings.HasPrefix(words[0], "@"):
-			// @daily, @hourly, ...: a cron descriptor, as in cronie.
-			if len(words) < 3 {
-				return nil, bad("want %s JOB COMMAND [ARGS...], got %d fields", words[0], len(words))
-			}
-			sched, err := cron.New(words[0], loc)
-			if err != nil {
-				return nil, bad("%s is not a cron descriptor (@yearly, @monthly, @weekly, @daily, @hourly): %v", words[0], err)
-			}
-			job.sched, job.atStart, rest = sched, true, words[1:]
-		default:
-			if len(words) < 7 {
-				return nil, bad("want MIN HOUR DOM MON DOW JOB COMMAND [ARGS...] (or daily[+DELAY] JOB COMMAND...), got %d fields", len(words))
-			}
-			spec := strings.Join(words[:5], " ")
-			sched, err := cron.New(spec, loc)
-			if err != nil {
-				return nil, bad("%q is not a 5-field cron expression: %v", spec, err)
-			}
-			job.sched, job.atStart, rest = sched, true, words[5:]
-		}
-		name := rest[0]
-		if err := idemstore.ValidateJob(name); err != nil {
-			return nil, bad("job %v", err)
-		}
-		if prev, dup := seen[name]; dup {
-			return nil, bad("job %s is on line %d already (a job's name must be unique: its periods are kept under it)", name, prev)
-		}
-		seen[name] = n
-		argv := rest[1:]
-		// after:JOB, after:JOB/PERIODS, after:previous: as 'idem run --after';
-		// rate:NAME=PER_SECOND[,BURST] and at-once:NAME=MAX: as --rate and
-		// --at-once.
-	words:
-		for len(argv) > 0 {
-			word := argv[0]
-			switch {
-			case strings.HasPrefix(word, "after:"):
-				opt, err := afterOption(strings.TrimPrefix(word, "after:"), name, loc)
-				if err != nil {
-					return nil, bad("%s: %v", word, err)
-				}
-				job.after = append(job.after, opt)
-			case strings.HasPrefix(word, "rate:"), strings.HasPrefix(word, "at-once:"):
-				var sp limitSpec
-				var err error
-				if v, ok := strings.CutPrefix(word, "rate:"); ok {
-					sp, err = parseRate(v)
-				} else {
-					sp, err = parseAtOnce(strings.TrimPrefix(word, "at-once:"))
-				}
-				if err != nil {
-					return nil, bad("%s: %v", word, err)
-				}
-				if prev, ok := limitsSeen[sp.name]; ok && prev.spec != sp {
-					return nil, bad("%s: limit %s is %s on line %d: give one limit one meaning everywhere", word, sp.name, prev.spec, prev.line)
-				}
-				limitsSeen[sp.name] = limitLine{sp, n}
-				job.limits = append(job.limits, sp)
-			default:
-				break words
-			}
-			argv = argv[1:]
-		}
-		if len(argv) == 0 {
-			return nil, bad("job %s has no command", name)
-		}
-		if lookPath {
-			if _, err := exec.LookPath(argv[0]); err != nil {
-				return nil, bad("command %q: %v", argv[0], err)
-			}
-		}
-		job.name, job.argv = name, argv
-		jobs = append(jobs, job)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(jobs) == 0 {
-		return nil, fmt.Errorf("%s: no job lines", path)
-	}
-	return jobs, nil
-}
-
-// shellWords splits s into words as a POSIX shell does, with single and
-// double quotes and backslashes; it expands nothing.
-func shellWords(s string) ([]string, error) {
-	var words []string
-	var cur strings.Builder
-	inWord := false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == ' ' || c == '\t':
-			if inWord {
-				words = append(words, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		case c == '\'':
-			j := strings.IndexByte(s[i+1:], '\'')
-			if j < 0 {
-				return nil, errors.New("unterminated single quote")
-			}
-			cur.WriteString(s[i+1 : i+1+j])
-			i += j + 1
-			inWord = true
-		case c == '"':
-			i++
-			for ; i < len(s) && s[i] != '"'; i++ {
-				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("\"\\$`", s[i+1]) >= 0 {
-					i++
-				}
-				cur.WriteByte(s[i])
-			}
-			if i >= len(s) {
-				return nil, errors.New("unterminated double quote")
-			}
-			inWord = true
-		case c == '\\':
-			if i+1 >= len(s) {
-				return nil, errors.New("a backslash at the end of the line")
-			}
-			i++
-			cur.WriteByte(s[i])
-			inWord = true
-		default:
-			cur.WriteByte(c)
-			inWord = true
-		}
-	}
-	if inWord {
-		words = append(words, cur.String())
-	}
-	return words, nil
 }

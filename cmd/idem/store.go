@@ -245,79 +245,15 @@ func openRedis(ctx context.Context, cmd *cobra.Command, addr string, clk idem.Cl
 		close: func() { _ = s.Close() }, locks: sharedLocks("redis", where+"\x00"+s.Prefix())}, nil
 }
 
-// storeTimeout bounds one ledger operation that must complete although the
-// run is stopping (see detached).
-const storeTimeout = time.Minute
-
-// detached wraps the store of a run so that recording an attempt's end
-// survives a SIGTERM: when idem is asked to stop, it cancels the run's
-// context (so that no backoff wait holds it up), but the failure of the
-// interrupted command must still be written to the ledger. Every method
-// but Claim therefore runs detached from the run's cancellation (bounded by
-// storeTimeout); Claim keeps it, so that no new period is started once idem
-// is stopping. It also tells the $IDEM_CLOCK=skip clock (skip; nil
-// otherwise) when an attempt holds its period.
-type detached struct {
-	idemstore.CatchUpStore
-	skip *skipClock
-}
-
-func detach(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-}
-
-func (d detached) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
-	if err := ctx.Err(); err != nil {
-		return idemstore.Claim{}, fmt.Errorf("not starting %s: %w", req.Key, context.Cause(ctx))
+// openForOps opens an existing ledger for ls, show, resolve, reset, prune.
+func openForOps(cmd *cobra.Command) (*ledger, idem.Clock, error) {
+	clk, err := clock()
+	if err != nil {
+		return nil, nil, err
 	}
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	c, err := d.CatchUpStore.Claim(ctx, req)
-	if err == nil && c.State == idemstore.ClaimAcquired {
-		d.skip.attemptStarted()
+	l, err := openLedger(cmd.Context(), cmd, clk, false)
+	if err != nil {
+		return nil, nil, err
 	}
-	return c, err
-}
-
-func (d detached) Renew(ctx context.Context, key idem.Key, attempt int64, now time.Time, lease time.Duration) error {
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	return d.CatchUpStore.Renew(ctx, key, attempt, now, lease)
-}
-
-func (d detached) Finish(ctx context.Context, key idem.Key, attempt int64, end idemstore.End) error {
-	d.skip.attemptEnded() // the heartbeat has stopped
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	return d.CatchUpStore.Finish(ctx, key, attempt, end)
-}
-
-func (d detached) Resolve(ctx context.Context, key idem.Key, to idem.Resolution) error {
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	return d.CatchUpStore.Resolve(ctx, key, to)
-}
-
-func (d detached) Lookup(ctx context.Context, key idem.Key) (idem.Record, bool, error) {
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	return d.CatchUpStore.Lookup(ctx, key)
-}
-
-func (d detached) Job(ctx context.Context, job string) (idem.JobState, error) {
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	return d.CatchUpStore.Job(ctx, job)
-}
-
-func (d detached) Advance(ctx context.Context, job, period string) error {
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	return d.CatchUpStore.Advance(ctx, job, period)
-}
-
-func (d detached) Start(ctx context.Context, job, before string) (idem.JobState, error) {
-	ctx, cancel := detach(ctx)
-	defer cancel()
-	return d.CatchUpStore.Start(ctx, job, before)
+	return l, clk, nil
 }

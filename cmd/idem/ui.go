@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/spec"
 	"github.com/idemgo/idem/ui"
 	"github.com/spf13/cobra"
 )
@@ -98,7 +99,7 @@ func newUICmd() *cobra.Command {
 				if !ok || job == "" {
 					return usageError(fmt.Errorf("--after %q: want JOB=UPSTREAM or JOB=UPSTREAM/PERIODS, like mail=settle", a))
 				}
-				upstream, m, err := parseAfter(up, job, loc)
+				upstream, m, err := spec.ParseAfter(up, job, loc)
 				if err != nil {
 					return flagError("--after", err)
 				}

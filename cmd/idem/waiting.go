@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/spec"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/spf13/cobra"
 )
@@ -53,7 +54,7 @@ func (w *waitFlags) parse(job string) (*jobDeps, error) {
 	}
 	d := &jobDeps{sched: sched}
 	for _, v := range w.after {
-		o, err := afterOption(v, job, loc)
+		o, err := spec.After(v, job, loc)
 		if err != nil {
 			return nil, flagError("--after", err)
 		}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/idemgo/idem/cmd/idem/internal/spec"
+	"github.com/idemgo/idem/outbox"
+	"github.com/spf13/cobra"
+)
+
+func newOutboxRelayCmd() *cobra.Command {
+	var (
+		webhook          string
+		lease, poll, ret time.Duration
+		retention        string
+		batch            int
+		timeout          time.Duration
+		verbose          bool
+	)
+	cmd := &cobra.Command{
+		Use:   "relay --webhook URL [--ledger PATH | --postgres DSN]",
+		Short: "Deliver the outbox's messages to a webhook until SIGTERM",
+		Long: `Deliver the outbox's messages: POST each message's payload to the webhook,
+with its headers and Idempotency-Key set to the message's id (plus
+Idem-Topic and Idem-Attempt). The messages of one topic go one at a time,
+in the order their transactions committed.
+
+  2xx                 delivered
+  4xx but 408, 429    a permanent failure: the message is parked at once
+                      (fix the cause, then 'idem outbox retry ID')
+  anything else, or   a failed attempt: retried after the backoff (1 s,
+  no answer           doubling up to 10 min, with jitter); parked after
+                      16 attempts (at least about 33 minutes of failing)
+
+Several relays may run at once, on one host or many (the Postgres ledger
+hands each message to one of them at a time); a relay that dies leaves
+its messages to the others after --lease. It runs until SIGTERM or
+SIGINT, then claims nothing more, finishes the delivery under way (within
+its deadline: --timeout, and the message's --lease), records it, and exits
+0; the messages it had claimed and not yet posted are given back, due
+again at once for the next relay, their attempts not counted (a message
+that was never posted never moves toward parking, however many deploys
+stop relays).
+
+With --retention, delivered messages older than that are deleted after
+each pass; by default they are kept (list them with 'idem outbox ls').
+
+Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
+		Example: `  idem outbox relay --ledger /var/lib/idem/ledger.db --webhook https://payments.example/notify
+  idem outbox relay --postgres "$IDEM_POSTGRES" --webhook http://localhost:8080/hook --retention 7d`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			u, err := url.Parse(webhook)
+			switch {
+			case webhook == "":
+				return usageError(errors.New("--webhook URL is required"))
+			case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+				return usageError(fmt.Errorf("--webhook %q: want an http:// or https:// URL", webhook))
+			case timeout <= 0:
+				return usageError(fmt.Errorf("--timeout %s: must be positive", timeout))
+			}
+			if retention != "" {
+				if ret, err = spec.ParseDuration(retention); err != nil || ret <= 0 {
+					return usageError(fmt.Errorf("--retention %q: want a positive duration like 7d or 36h", retention))
+				}
+			}
+			stderr := cmd.ErrOrStderr()
+			level := slog.LevelWarn
+			if verbose {
+				level = slog.LevelInfo
+			}
+			logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+			opts := []outbox.Option{outbox.WithLease(lease), outbox.WithPoll(poll), outbox.WithBatch(batch), outbox.WithLogger(logger)}
+			if ret > 0 {
+				opts = append(opts, outbox.WithRetention(ret))
+			}
+			opts = append(opts, outbox.OnDelivery(func(r outbox.DeliveryResult) {
+				if r.Outcome == outbox.DeliverySent {
+					logger.Info("outbox relay: delivered", slog.String("id", r.ID), slog.String("topic", r.Topic), slog.Int("attempt", r.Attempt))
+				}
+			}))
+
+			sig, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			l, _, clk, err := openOutbox(cmd)
+			if err != nil {
+				return err
+			}
+			defer l.close()
+			opts = append(opts, outbox.WithClock(clk))
+			client := &http.Client{Timeout: timeout}
+			if verbose {
+				fmt.Fprintf(stderr, "idem: relaying the outbox of %s to %s\n", l.desc, webhook)
+			}
+			// On the signal the relay stops gracefully (outbox.WithStop):
+			// the POST under way is not aborted (that would leave the
+			// message pending although the receiver may have applied it,
+			// and the next relay would post it again: a duplicate on every
+			// deploy); it finishes within its deadline (the lease and
+			// --timeout) and is recorded, and the messages claimed with it
+			// and not yet posted are given back, due at once, their
+			// attempts not counted.
+			d := &underway{next: outbox.Webhook(webhook, client)}
+			context.AfterFunc(sig, func() {
+				if id := d.current(); id != "" {
+					fmt.Fprintf(stderr, "idem: stopping: finishing the delivery of %s under way first\n", id)
+				}
+			})
+			opts = append(opts, outbox.WithStop(sig.Done()))
+			if err := outbox.Relay(context.Background(), l.store, d, opts...); err != nil {
+				return usageError(err)
+			}
+			if verbose {
+				fmt.Fprintln(stderr, "idem: relay stopped")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&webhook, "webhook", "", "POST each message to this http:// or https:// URL (required)")
+	cmd.Flags().DurationVar(&lease, "lease", outbox.DefaultLease, "how long a relay holds a message it delivers; after it, another relay may deliver it again")
+	cmd.Flags().DurationVar(&poll, "poll", outbox.DefaultPoll, "how long to wait before looking again when nothing is due")
+	cmd.Flags().IntVar(&batch, "batch", outbox.DefaultBatch, "messages claimed at once (at most one per topic)")
+	cmd.Flags().StringVar(&retention, "retention", "", "delete delivered messages older than this (e.g. 7d, 36h); default: keep them")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "HTTP timeout of one delivery (a delivery also ends with --lease, if that is shorter)")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every delivery on stderr")
+	return cmd
+}
+
+// underway is a Deliverer that knows the delivery under way, so that the
+// relay can say, on the signal, which one it finishes before it stops.
+type underway struct {
+	next outbox.Deliverer
+	mu   sync.Mutex
+	id   string // the id of the delivery under way, "" for none
+}
+
+func (u *underway) Deliver(ctx context.Context, dl outbox.Delivery) error {
+	u.mu.Lock()
+	u.id = dl.ID
+	u.mu.Unlock()
+	defer func() {
+		u.mu.Lock()
+		u.id = ""
+		u.mu.Unlock()
+	}()
+	return u.next.Deliver(ctx, dl)
+}
+
+func (u *underway) current() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.id
+}
