@@ -46,25 +46,7 @@ func sqliteKillHarness() idemtest.KillHarness[*sql.Tx] {
 			return err
 		},
 		Applied: func(t *testing.T, s idem.TxStore[*sql.Tx]) map[string]int {
-			t.Helper()
-			rows, err := db(s).Query(`SELECT item, n FROM granted`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rows.Close()
-			got := map[string]int{}
-			for rows.Next() {
-				var it string
-				var n int
-				if err := rows.Scan(&it, &n); err != nil {
-					t.Fatal(err)
-				}
-				got[it] = n
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
-			return got
+			return grantedCounts(t, db(s))
 		},
 		ItemStatus: func(ctx context.Context, s idem.TxStore[*sql.Tx], key idem.Key, item string) (string, error) {
 			var status string

@@ -5,21 +5,19 @@ package idemtest
 // random moments, and the effects log its non-transactional modes write.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/effectlog"
 )
 
 const (
@@ -121,7 +119,7 @@ func testRandomKills[Tx any](t *testing.T, h KillHarness[Tx], mode string) {
 	var got map[string]int
 	if mode == "tx" {
 		got = h.Applied(t, s)
-	} else if got, err = readKillEffects(dir); err != nil {
+	} else if got, err = effectlog.Counts(filepath.Join(dir, "effects.log")); err != nil {
 		t.Fatal(err)
 	}
 	c, err := is.CountItems(ctx, randomKillKey)
@@ -241,10 +239,10 @@ func randomKillRun[Tx any](h KillHarness[Tx], storeArg, dir, mode string, dieWhi
 	var m idem.Option
 	switch mode {
 	case "two-phase":
-		seen := &killEffects{path: path, n: map[string]int{}}
+		seen := effectlog.NewReader(path)
 		m = idem.TwoPhase(func(ctx context.Context, _ idem.Key) (bool, error) {
 			info, _ := idem.InfoFrom(ctx)
-			n, err := seen.count(info.Item)
+			n, err := seen.Count(info.Item)
 			return n > 0, err
 		})
 	case "at-most-once":
@@ -269,53 +267,4 @@ func randomKillRun[Tx any](h KillHarness[Tx], storeArg, dir, mode string, dieWhi
 		return nil
 	}, fanOut, opts[0], opts[1], m)
 	return err
-}
-
-// killEffects reads the effects log incrementally: a check reads only what
-// was appended since the last one, so that a batch of doubtful items stays
-// well within its lease.
-type killEffects struct {
-	mu   sync.Mutex
-	path string
-	off  int64
-	rest []byte // a last line not yet whole
-	n    map[string]int
-}
-
-func (r *killEffects) count(item string) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	f, err := os.Open(r.path)
-	if os.IsNotExist(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.NewSectionReader(f, r.off, 1<<62))
-	if err != nil {
-		return 0, err
-	}
-	r.off += int64(len(b))
-	b = append(r.rest, b...)
-	for {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			break
-		}
-		r.n[string(b[:i])]++
-		b = b[i+1:]
-	}
-	r.rest = b
-	return r.n[item], nil
-}
-
-// readKillEffects counts the effects log's lines in dir per item.
-func readKillEffects(dir string) (map[string]int, error) {
-	r := &killEffects{path: filepath.Join(dir, "effects.log"), n: map[string]int{}}
-	if _, err := r.count(""); err != nil {
-		return nil, err
-	}
-	return r.n, nil
 }
