@@ -95,7 +95,13 @@ func appliedCounts(t *testing.T, dir, mode string) map[string]int {
 	if mode != "tx" {
 		return newEffects(dir).Counts(t)
 	}
-	rows, err := openLedger(t, dir).DB().Query(`SELECT item, n FROM granted`)
+	return grantedCounts(t, openLedger(t, dir).DB())
+}
+
+// grantedCounts is the granted table's counters in db, by item.
+func grantedCounts(t *testing.T, db *sql.DB) map[string]int {
+	t.Helper()
+	rows, err := db.Query(`SELECT item, n FROM granted`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,23 +1,20 @@
 package pgledger_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/effectlog"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -94,10 +91,10 @@ func eachChild(env eachEnv, mode string, killAt int64) error {
 		return err
 	}
 	defer log.Close()
-	seen := &effectsReader{path: filepath.Join(env.dir, "effects.log"), n: map[string]int{}}
+	seen := effectlog.NewReader(filepath.Join(env.dir, "effects.log"))
 	has := func(ctx context.Context, _ idem.Key) (bool, error) {
 		info, _ := idem.InfoFrom(ctx)
-		n, err := seen.count(info.Item)
+		n, err := seen.Count(info.Item)
 		return n > 0, err
 	}
 	_, err = idem.Each(ctx, l, points, accounts(killItems), func(ctx context.Context, item string) error {
@@ -118,65 +115,6 @@ func eachChild(env eachEnv, mode string, killAt int64) error {
 	return err
 }
 
-// effectsReader reads the effects log incrementally: a check reads only
-// what was appended since the last one, so that a batch of doubtful items
-// (after a kill, up to 100 per worker) stays well within its 500 ms lease
-// even under the race detector.
-type effectsReader struct {
-	mu   sync.Mutex
-	path string
-	off  int64
-	rest []byte // a last line not yet whole
-	n    map[string]int
-}
-
-func (r *effectsReader) count(item string) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	f, err := os.Open(r.path)
-	if os.IsNotExist(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.NewSectionReader(f, r.off, 1<<62))
-	if err != nil {
-		return 0, err
-	}
-	r.off += int64(len(b))
-	b = append(r.rest, b...)
-	for {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			break
-		}
-		r.n[string(b[:i])]++
-		b = b[i+1:]
-	}
-	r.rest = b
-	return r.n[item], nil
-}
-
-// readEffects counts the effects log's lines per item.
-func readEffects(dir string) (map[string]int, error) {
-	m := map[string]int{}
-	f, err := os.Open(filepath.Join(dir, "effects.log"))
-	if os.IsNotExist(err) {
-		return m, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		m[s.Text()]++
-	}
-	return m, s.Err()
-}
-
 // newEachEnv creates the ledger (and the tx mode's business table) in a
 // fresh schema, dropped when t ends.
 func newEachEnv(t *testing.T) (eachEnv, *pgledger.Ledger) {
@@ -194,7 +132,7 @@ func checkApplied(t *testing.T, l *pgledger.Ledger, env eachEnv, mode string) {
 		got = grantedCounts(t, l, table(l, "granted"))
 	} else {
 		var err error
-		if got, err = readEffects(env.dir); err != nil {
+		if got, err = effectlog.Counts(filepath.Join(env.dir, "effects.log")); err != nil {
 			t.Fatal(err)
 		}
 	}
