@@ -226,26 +226,15 @@ func (p *declPkg) declare(f *ast.File) {
 	}
 	// typeRef names the type of expression e: its package and name.
 	typeRef := func(e ast.Expr) (string, string, bool) {
-		for {
-			switch x := e.(type) {
-			case *ast.StarExpr:
-				e = x.X
-				continue
-			case *ast.IndexExpr:
-				e = x.X
-				continue
-			case *ast.IndexListExpr:
-				e = x.X
-				continue
-			case *ast.Ident:
-				return p.path, x.Name, true
-			case *ast.SelectorExpr:
-				if id, ok := x.X.(*ast.Ident); ok && imports[id.Name] != "" {
-					return imports[id.Name], x.Sel.Name, true
-				}
+		switch x := baseType(e).(type) {
+		case *ast.Ident:
+			return p.path, x.Name, true
+		case *ast.SelectorExpr:
+			if id, ok := x.X.(*ast.Ident); ok && imports[id.Name] != "" {
+				return imports[id.Name], x.Sel.Name, true
 			}
-			return "", "", false
 		}
+		return "", "", false
 	}
 	for _, d := range f.Decls {
 		switch d := d.(type) {

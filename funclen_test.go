@@ -74,24 +74,27 @@ func TestNoLongFunctions(t *testing.T) {
 // funcName is fn's name as a reader looks for it: Name for a function,
 // Type.Name for a method.
 func funcName(fn *ast.FuncDecl) string {
-	if fn.Recv == nil || len(fn.Recv.List) == 0 {
-		return fn.Name.Name
-	}
-	typ := fn.Recv.List[0].Type
-	for {
-		switch x := typ.(type) {
-		case *ast.StarExpr:
-			typ = x.X
-			continue
-		case *ast.IndexExpr:
-			typ = x.X
-			continue
-		case *ast.IndexListExpr:
-			typ = x.X
-			continue
-		case *ast.Ident:
-			return x.Name + "." + fn.Name.Name
+	if fn.Recv != nil && len(fn.Recv.List) > 0 {
+		if id, ok := baseType(fn.Recv.List[0].Type).(*ast.Ident); ok {
+			return id.Name + "." + fn.Name.Name
 		}
-		return fn.Name.Name
+	}
+	return fn.Name.Name
+}
+
+// baseType is the type expression e without its pointer and its type
+// arguments: the named type (an *ast.Ident or *ast.SelectorExpr), or e.
+func baseType(e ast.Expr) ast.Expr {
+	for {
+		switch x := e.(type) {
+		case *ast.StarExpr:
+			e = x.X
+		case *ast.IndexExpr:
+			e = x.X
+		case *ast.IndexListExpr:
+			e = x.X
+		default:
+			return e
+		}
 	}
 }
