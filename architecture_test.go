@@ -113,3 +113,18 @@ func TestRootAPISmall(t *testing.T) {
 		t.Errorf("go doc -short . prints %d lines, more than 180: is everything new in the root sharing the engine's state?", n)
 	}
 }
+
+// TestEveryModuleLicensed: every module's directory has the root's
+// LICENSE, so that each module's zip (what go get fetches) carries it.
+func TestEveryModuleLicensed(t *testing.T) {
+	want, err := os.ReadFile("LICENSE")
+	if err != nil {
+		t.Fatalf("the repository has no LICENSE: %v", err)
+	}
+	for _, mod := range modules(t) {
+		got, err := os.ReadFile(filepath.Join(mod, "LICENSE"))
+		if err != nil || string(got) != string(want) {
+			t.Errorf("module %s: its LICENSE is missing or differs from the root's (%v)", mod, err)
+		}
+	}
+}

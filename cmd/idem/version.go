@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// commit names the commit of a release binary built with
+// -ldflags "-X main.commit=…", for a build whose build info has none (a
+// build outside a checkout).
+var commit string
+
+// newVersionCmd is `idem version`: the version of the module the binary
+// was built from (v1.2.3 when installed with go install …@v1.2.3,
+// "(devel)" when built in a checkout), the commit and the Go version.
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print idem's version, commit and Go version",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			printVersion(c.OutOrStdout())
+			return nil
+		},
+	}
+}
+
+// printVersion writes "idem VERSION commit COMMIT GOVERSION": from the
+// binary's build info (debug.ReadBuildInfo), the commit from its VCS
+// stamp (with "+modified" for a build of a changed tree), else the
+// release's -X main.commit, else "unknown" (go install from a module
+// proxy stamps no commit: the version names the release).
+func printVersion(w io.Writer) {
+	version, rev, modified, goVersion := "unknown", commit, false, "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version, goVersion = bi.Main.Version, bi.GoVersion
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if rev == "" {
+		rev = "unknown"
+	}
+	if modified {
+		rev += "+modified"
+	}
+	fmt.Fprintf(w, "idem %s commit %s %s\n", version, rev, goVersion)
+}
