@@ -565,11 +565,5 @@ func internalOption(retryFrom time.Time, cursor bool) Option {
 // runOptions is opts without the catch-up's and a Scheduler's own: what a
 // catch-up passes on to Run or RunTx (nil ones kept, for their error).
 func runOptions(opts []Option) []Option {
-	var out []Option
-	for _, o := range opts {
-		if o == nil || o.option().class&(classCatchUp|classJob|classScheduler) == 0 {
-			out = append(out, o)
-		}
-	}
-	return out
+	return withoutClasses(opts, classCatchUp|classJob|classScheduler)
 }

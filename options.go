@@ -110,6 +110,18 @@ func (c call) misfit(o *option) error {
 	return invalidOption("%s is not an option of %s: it is for %s", o.name, c.name, callsTaking(o.class))
 }
 
+// withoutClasses is opts without the options of the classes in mask; nil
+// options are kept, for the error of the call they are given to.
+func withoutClasses(opts []Option, mask optionClass) []Option {
+	var out []Option
+	for _, o := range opts {
+		if o == nil || o.option().class&mask == 0 {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // invalidOption is the error of an option given a value it cannot take.
 func invalidOption(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)

@@ -824,15 +824,7 @@ func (l *schedLook) set(cu *catchUpSettings) {
 
 // schedulerDefaults is opts without the Scheduler's own: every job's
 // defaults (nil ones kept, for their error).
-func schedulerDefaults(opts []Option) []Option {
-	var out []Option
-	for _, o := range opts {
-		if o == nil || o.option().class != classScheduler {
-			out = append(out, o)
-		}
-	}
-	return out
-}
+func schedulerDefaults(opts []Option) []Option { return withoutClasses(opts, classScheduler) }
 
 // withJobObserver is ctx carrying f, the observers of a Scheduler's job:
 // the Each and EachTx calls of its fn report to them too.
