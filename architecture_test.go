@@ -1,6 +1,8 @@
 package idem_test
 
 import (
+	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,11 +26,12 @@ func TestArchitectureNamesEveryPackage(t *testing.T) {
 		cmd := exec.Command("go", "list", "-e", "-f", "{{.Dir}}", "./...")
 		cmd.Dir = mod
 		// Listing needs no dependency downloaded: with no proxy, a missing
-		// module is an error of its importer (-e), never a download.
-		cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod")
+		// module is an error of its importer (-e), never a download. The
+		// modules are the workspace's (go.work).
+		cmd.Env = append(os.Environ(), "GOPROXY=off")
 		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("go list ./... in %s: %v", mod, err)
+			t.Fatalf("go list ./... in %s: %v\n%s", mod, err, stderrOf(err))
 		}
 		root, err := filepath.Abs(".")
 		if err != nil {
@@ -104,10 +107,10 @@ func modules(t *testing.T) []string {
 // the engine and what must share its state; the rest is built above it).
 func TestRootAPISmall(t *testing.T) {
 	cmd := exec.Command("go", "doc", "-short", ".")
-	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod")
+	cmd.Env = append(os.Environ(), "GOPROXY=off")
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go doc -short .: %v", err)
+		t.Fatalf("go doc -short .: %v\n%s", err, stderrOf(err))
 	}
 	if n := strings.Count(string(out), "\n"); n > 180 {
 		t.Errorf("go doc -short . prints %d lines, more than 180: is everything new in the root sharing the engine's state?", n)
@@ -125,6 +128,82 @@ func TestEveryModuleLicensed(t *testing.T) {
 		got, err := os.ReadFile(filepath.Join(mod, "LICENSE"))
 		if err != nil || string(got) != string(want) {
 			t.Errorf("module %s: its LICENSE is missing or differs from the root's (%v)", mod, err)
+		}
+	}
+}
+
+// stderrOf returns what a command that failed wrote to its standard error.
+func stderrOf(err error) []byte {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.Stderr
+	}
+	return nil
+}
+
+// TestModulesInstallable: no module's go.mod has a replace directive (a
+// dependency's replace is ignored, and `go install pkg@version` refuses a
+// module with one); every module requires its siblings at one version (the
+// modules are released together: scripts/release); and go.work uses every
+// module and maps that version of each sibling to its directory, so the
+// workspace builds without a proxy that has it.
+func TestModulesInstallable(t *testing.T) {
+	type modFile struct {
+		Module  struct{ Path string }
+		Require []struct{ Path, Version string }
+		Replace []struct{ Old, New struct{ Path, Version string } }
+		Use     []struct{ DiskPath string }
+	}
+	editJSON := func(dir string, args ...string) modFile {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, stderrOf(err))
+		}
+		var f modFile
+		if err := json.Unmarshal(out, &f); err != nil {
+			t.Fatalf("go %s in %s: %v", strings.Join(args, " "), dir, err)
+		}
+		return f
+	}
+	const prefix = "github.com/idemgo/idem"
+	dirOf := map[string]string{} // module path -> directory
+	versions := map[string][]string{}
+	required := map[string]string{} // sibling's module path -> version required
+	for _, mod := range modules(t) {
+		f := editJSON(mod, "mod", "edit", "-json")
+		dirOf[f.Module.Path] = filepath.ToSlash(filepath.Clean(mod))
+		for _, r := range f.Replace {
+			t.Errorf("%s/go.mod replaces %s: a module's go.mod must not (go.work is for development)", mod, r.Old.Path)
+		}
+		for _, r := range f.Require {
+			if r.Path == prefix || strings.HasPrefix(r.Path, prefix+"/") {
+				versions[r.Version] = append(versions[r.Version], mod+" requires "+r.Path)
+				required[r.Path] = r.Version
+			}
+		}
+	}
+	if len(versions) > 1 {
+		t.Errorf("the modules require their siblings at %d versions, want one: %v", len(versions), versions)
+	}
+	w := editJSON(".", "work", "edit", "-json")
+	used := map[string]bool{}
+	for _, u := range w.Use {
+		used[filepath.ToSlash(filepath.Clean(u.DiskPath))] = true
+	}
+	replaced := map[string]string{}
+	for _, r := range w.Replace {
+		replaced[r.Old.Path+"@"+r.Old.Version] = filepath.ToSlash(filepath.Clean(r.New.Path))
+	}
+	for path, dir := range dirOf {
+		if !used[dir] {
+			t.Errorf("go.work does not use %s (module %s)", dir, path)
+		}
+	}
+	for path, v := range required {
+		if got := replaced[path+"@"+v]; got != dirOf[path] {
+			t.Errorf("go.work maps %s@%s to %q, want %q", path, v, got, dirOf[path])
 		}
 	}
 }

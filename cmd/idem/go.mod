@@ -37,11 +37,3 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
-
-replace (
-	github.com/idemgo/idem => ../../
-	github.com/idemgo/idem/cron => ../../cron
-	github.com/idemgo/idem/pgledger => ../../pgledger
-	github.com/idemgo/idem/redisstore => ../../redisstore
-	github.com/idemgo/idem/ui => ../../ui
-)
