@@ -151,8 +151,10 @@ func TestModulesInstallable(t *testing.T) {
 	type modFile struct {
 		Module  struct{ Path string }
 		Require []struct{ Path, Version string }
-		Replace []struct{ Old, New struct{ Path, Version string } }
-		Use     []struct{ DiskPath string }
+		Replace []struct {
+			Old, New struct{ Path, Version string }
+		}
+		Use []struct{ DiskPath string }
 	}
 	editJSON := func(dir string, args ...string) modFile {
 		cmd := exec.Command("go", args...)
