@@ -1,9 +1,11 @@
 package main
 
 import (
+	_ "embed"
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -12,6 +14,14 @@ import (
 // -ldflags "-X main.commit=…", for a build whose build info has none (a
 // build outside a checkout).
 var commit string
+
+// releaseCommit is the commit a release was prepared from, written into
+// the release commit by scripts/release.sh (empty between releases): a
+// binary installed with go install …@VERSION has the version in its build
+// info and no commit.
+//
+//go:embed release_commit.txt
+var releaseCommit string
 
 // newVersionCmd is `idem version`: the version of the module the binary
 // was built from (v1.2.3 when installed with go install …@v1.2.3,
@@ -31,8 +41,9 @@ func newVersionCmd() *cobra.Command {
 // printVersion writes "idem VERSION commit COMMIT GOVERSION": from the
 // binary's build info (debug.ReadBuildInfo), the commit from its VCS
 // stamp (with "+modified" for a build of a changed tree), else the
-// release's -X main.commit, else "unknown" (go install from a module
-// proxy stamps no commit: the version names the release).
+// release's -X main.commit, else, for a build of a released version (go
+// install …@VERSION, whose build info has no commit), the commit the
+// release was prepared from, else "unknown".
 func printVersion(w io.Writer) {
 	version, rev, modified, goVersion := "unknown", commit, false, "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {
@@ -45,6 +56,9 @@ func printVersion(w io.Writer) {
 				modified = s.Value == "true"
 			}
 		}
+	}
+	if rev == "" && version != "(devel)" && version != "unknown" {
+		rev = strings.TrimSpace(releaseCommit)
 	}
 	if rev == "" {
 		rev = "unknown"
