@@ -7,6 +7,8 @@
 # vets, tests included, for linux, darwin and windows (amd64) (this one runs
 # first); staticcheck (the pinned version below, through `go run`) finds
 # nothing; and `go mod tidy` would change nothing in go.mod or go.sum.
+# scripts/release-check.sh then shows that a release of the tree installs
+# from a module proxy.
 #
 # Each `go test` gets -timeout $IDEM_TEST_TIMEOUT (default 15m; a -timeout
 # among the arguments wins): a test that hangs fails its module with a
@@ -333,6 +335,10 @@ for m in "${modules[@]}"; do
 	esac
 done
 queue "go mod tidy" each_module tidy_check
+# A release of this tree at a throwaway version installs from a module
+# proxy: go get of every published module, a program using them together,
+# go install …/cmd/idem@VERSION and its idem version (scripts/release-check.sh).
+queue "release-check v0.9.0-check" scripts/release-check.sh v0.9.0-check
 # A short pass of the state-file decoder's fuzz test (its seed corpus is in
 # internal/statefmt/testdata/fuzz); it must never panic. The decoder is in a
 # package of its own so that the coverage-instrumented build is small (no
