@@ -1,3 +1,4 @@
+// Not published: benchmarks against other libraries.
 module github.com/idemgo/idem/bench
 
 go 1.26.8
