@@ -11,47 +11,7 @@ import (
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgledger"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
-	_ "github.com/lib/pq"              // database/sql driver "postgres"
 )
-
-// sqlDrivers are the database/sql drivers the DBLedger is tested with:
-// pgx's stdlib and lib/pq.
-var sqlDrivers = []string{"pgx", "postgres"}
-
-// openDB opens the test database through driver, closed when t ends.
-func openDB(t testing.TB, driver string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open(driver, testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
-// openDBLedger attaches a ledger in a fresh schema of its own to db; the
-// schema is dropped when t ends.
-func openDBLedger(t testing.TB, db *sql.DB, opts ...pgledger.Option) *pgledger.DBLedger {
-	t.Helper()
-	schema := uniqueName("idemtest_")
-	dropSchemaLater(t, newPool(t), schema)
-	l, err := pgledger.NewDB(context.Background(), db, append([]pgledger.Option{pgledger.WithSchema(schema)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-// dbHarness is harness on a *sql.DB of driver: each store gets a *sql.DB
-// of its own (sequences that run in parallel cannot then hold all of one's
-// connections while waiting for one more).
-func dbHarness(t *testing.T, driver string) idemtest.Harness {
-	h := harness(nil)
-	h.Open = func(t *testing.T, clk idem.Clock) idem.Store {
-		return openDBLedger(t, openDB(t, driver), pgledger.WithRunOptions(idem.WithClock(clk)))
-	}
-	return h
-}
 
 // TestDBConformance runs idem's conformance suite on the DBLedger with each
 // driver.
@@ -82,7 +42,7 @@ func TestDBSharesLedger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l := openLedger(t, newPool(t))
-	d, err := pgledger.NewDB(ctx, openDB(t, "postgres"), pgledger.WithSchema(l.Schema()))
+	d, err := pgledger.NewDB(ctx, openDB(t, "pgx"), pgledger.WithSchema(l.Schema()))
 	if err != nil {
 		t.Fatal(err)
 	}

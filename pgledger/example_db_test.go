@@ -9,86 +9,29 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/pgledger"
 	_ "github.com/jackc/pgx/v5/stdlib" // or _ "github.com/lib/pq"
-	"github.com/jmoiron/sqlx"
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
 )
 
-// payout is a business row, written with sqlx's named parameters.
-type payout struct {
-	Day         string `db:"day"`
-	Account     string `db:"account"`
-	AmountCents int64  `db:"amount_cents"`
-}
-
-// insertPayout writes p through sqlx on the ledger's transaction: dbx binds
-// the named parameters for its driver, and the statement runs on tx, so it
-// commits with the done mark or not at all.
-func insertPayout(ctx context.Context, dbx *sqlx.DB, tx *sql.Tx, table string, p payout) error {
-	q, args, err := dbx.BindNamed(`INSERT INTO `+table+` (day, account, amount_cents)
-		VALUES (:day, :account, :amount_cents)`, p)
-	if err != nil {
-		return err
-	}
-	_, err = tx.ExecContext(ctx, q, args...)
-	return err
-}
-
-// NewDB attaches the ledger to the service's own *sql.DB (here through
-// sqlx, with pgx's stdlib driver): RunTx hands fn a *sql.Tx on it, and the
-// payout written through sqlx commits with the day's done mark.
-// (Compiled, not run: it needs a database.)
+// NewDB attaches the ledger to the service's own *sql.DB (here with pgx's
+// stdlib driver): RunTx hands fn a *sql.Tx on it, and the payout written on
+// it commits with the day's done mark. sqlx, GORM and ent work on the same
+// *sql.Tx (docs/stores.md). (Compiled, not run: it needs a database.)
 func ExampleNewDB() {
 	ctx := context.Background()
-	dbx, err := sqlx.Open("pgx", os.Getenv("DATABASE_URL")) // lib/pq: sqlx.Open("postgres", ...)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer dbx.Close()
-	l, err := pgledger.NewDB(ctx, dbx.DB) // the same *sql.DB: one pool of connections
-	if err != nil {
-		log.Fatal(err)
-	}
-	day := "2026-10-27"
-	err = l.RunTx(ctx, idem.Key{Job: "payouts", Period: day}, func(ctx context.Context, tx *sql.Tx) error {
-		return insertPayout(ctx, dbx, tx, "payouts", payout{Day: day, Account: "acme", AmountCents: 12000})
-	})
-	if err != nil {
-		log.Print(err) // errors.Is(err, idem.ErrInProgress): another host has the day
-	}
-}
-
-// gormOn returns a GORM handle whose statements run on tx: a new session of
-// gdb (opened once on the service's *sql.DB) on the ledger's transaction,
-// as GORM's own Begin makes one on the transaction it opens.
-func gormOn(ctx context.Context, gdb *gorm.DB, tx *sql.Tx) *gorm.DB {
-	g := gdb.Session(&gorm.Session{NewDB: true, Context: ctx})
-	g.Statement.ConnPool = tx
-	return g
-}
-
-// RunTx with GORM: the payout created through GORM on the *sql.Tx commits
-// with the day's done mark. (Compiled, not run: it needs a database.)
-func ExampleDBLedger_RunTx_gorm() {
-	ctx := context.Background()
-	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL")) // lib/pq: sql.Open("postgres", ...)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	gdb, err := gorm.Open(postgres.New(postgres.Config{Conn: db}), &gorm.Config{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	l, err := pgledger.NewDB(ctx, db)
+	l, err := pgledger.NewDB(ctx, db) // the service's *sql.DB: one pool of connections
 	if err != nil {
 		log.Fatal(err)
 	}
 	day := "2026-10-27"
 	err = l.RunTx(ctx, idem.Key{Job: "payouts", Period: day}, func(ctx context.Context, tx *sql.Tx) error {
-		return gormOn(ctx, gdb, tx).Table("payouts").Create(&payout{Day: day, Account: "acme", AmountCents: 12000}).Error
+		_, err := tx.ExecContext(ctx, `INSERT INTO payouts (day, account, amount_cents) VALUES ($1, $2, $3)`, day, "acme", 12000)
+		return err
 	})
 	if err != nil {
-		log.Print(err)
+		log.Print(err) // errors.Is(err, idem.ErrInProgress): another host has the day
 	}
 }

@@ -5,10 +5,6 @@ go 1.26.8
 require (
 	github.com/idemgo/idem v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/jmoiron/sqlx v1.4.0
-	github.com/lib/pq v1.12.3
-	gorm.io/driver/postgres v1.6.3
-	gorm.io/gorm v1.31.2
 )
 
 require (
@@ -18,8 +14,6 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/jinzhu/inflection v1.0.0 // indirect
-	github.com/jinzhu/now v1.1.5 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect

@@ -20,7 +20,8 @@ import (
 )
 
 // TestLimits runs idemtest's conformance suite of idemstore.LimitStore on
-// the Ledger (pgx pool) and on the DBLedger (pgx's stdlib and lib/pq).
+// the Ledger (pgx pool) and on the DBLedger (pgx's stdlib; lib/pq in
+// pgledger/compattest).
 func TestLimits(t *testing.T) {
 	t.Parallel()
 	t.Run("Ledger", func(t *testing.T) {

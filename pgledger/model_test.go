@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/idemgo/idem"
-	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
@@ -36,54 +35,4 @@ func modelTx() *idemtest.TxHarness {
 		_, err := tx.Exec(ctx, q, args...)
 		return err
 	})
-}
-
-// txLedger is a ledger whose transactions are T (pgx.Tx or *sql.Tx).
-type txLedger[T any] interface {
-	schemaLedger
-	RunTx(ctx context.Context, key idem.Key, fn func(ctx context.Context, tx T) error, opts ...idem.Option) error
-	idemstore.CatchUpTxStore[T]
-}
-
-// modelTxFor is modelTx for ledgers of type L, whose transactions are T;
-// exec runs a business statement in one.
-func modelTxFor[L txLedger[T], T any](exec func(ctx context.Context, tx T, q string, args ...any) error) *idemtest.TxHarness {
-	// write is the model's business write for key: one more in its row.
-	write := func(ctx context.Context, l L, tx T, key idem.Key) error {
-		return exec(ctx, tx, `INSERT INTO `+table(l, "model_effects")+` AS e (job, period, n) VALUES ($1, $2, 1)
-		ON CONFLICT (job, period) DO UPDATE SET n = e.n + 1`, key.Job, key.Period)
-	}
-	return &idemtest.TxHarness{
-		Setup: func(ctx context.Context, s idem.Store) error {
-			return execIn(ctx, s.(L), `CREATE TABLE `+table(s.(L), "model_effects")+
-				` (job text NOT NULL, period text NOT NULL, n int NOT NULL, PRIMARY KEY (job, period))`)
-		},
-		Run: func(ctx context.Context, s idem.Store, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
-			l := s.(L)
-			return l.RunTx(ctx, key, func(ctx context.Context, tx T) error {
-				if err := write(ctx, l, tx, key); err != nil {
-					return err
-				}
-				return fn(ctx)
-			}, opts...)
-		},
-		CatchUp: func(ctx context.Context, s idem.Store, job string, sched idem.Schedule, fn func(context.Context, idem.Period) error, opts ...idem.Option) (idem.CatchUpResult, error) {
-			l := s.(L)
-			return idem.CatchUpTx(ctx, l, job, sched, func(ctx context.Context, tx T, p idem.Period) error {
-				if err := write(ctx, l, tx, idem.Key{Job: job, Period: p.Name}); err != nil {
-					return err
-				}
-				return fn(ctx, p)
-			}, opts...)
-		},
-		Rows: func(ctx context.Context, s idem.Store) (map[idem.Key]int, error) {
-			out := map[idem.Key]int{}
-			var k idem.Key
-			var n int
-			err := queryIn(ctx, s.(L), `SELECT job, period, n FROM `+table(s.(L), "model_effects"), []any{&k.Job, &k.Period, &n}, func() {
-				out[k] = n
-			})
-			return out, err
-		},
-	}
 }

@@ -27,7 +27,7 @@ func TestOutboxConformance(t *testing.T) {
 		pool := newPool(t)
 		idemtest.TestOutbox(t, idemtest.OutboxHarness[pgx.Tx]{Open: func(t *testing.T) idem.TxStore[pgx.Tx] { return openLedger(t, pool) }, Shift: kitShift})
 	})
-	for _, driver := range []string{"pgx", "postgres"} {
+	for _, driver := range sqlDrivers {
 		t.Run("database/sql "+driver, func(t *testing.T) {
 			t.Parallel()
 			db := openDB(t, driver)

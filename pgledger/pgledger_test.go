@@ -26,27 +26,6 @@ func TestConformance(t *testing.T) {
 	idemtest.TestStore(t, harness(newPool(t)))
 }
 
-// harness opens ledgers in fresh schemas of pool for idemtest's
-// conformance kit.
-func harness(pool *pgxpool.Pool) idemtest.Harness {
-	return idemtest.Harness{
-		Open: func(t *testing.T, clk idem.Clock) idem.Store {
-			return openLedger(t, pool, pgledger.WithRunOptions(idem.WithClock(clk)))
-		},
-		LeaseExpiry: true,
-		Items:       true,
-		Shift:       kitShift,
-	}
-}
-
-// kitShift is the conformance kits' Shift: d passes on the database's clock
-// for s's leases and deadlines.
-func kitShift(t *testing.T, s idem.Store, d time.Duration) {
-	if err := shiftTimes(s.(schemaLedger), d); err != nil {
-		t.Errorf("shift: %v", err) // maybe not on the test's goroutine: no Fatal
-	}
-}
-
 // effects is a business table that counts every write fn makes per key,
 // so a second effect shows (an idempotent upsert would hide it).
 func createEffects(t *testing.T, l *pgledger.Ledger) {

@@ -74,7 +74,7 @@ func schemaExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
 
 // TestRoleNamedLikeSchema: connected as a real role named like the
 // ledger's schema, with PostgreSQL's default search_path ("$user",
-// public), New, NewDB (both drivers) and CheckSearchPath refuse with
+// public), New, NewDB (pgx's stdlib) and CheckSearchPath refuse with
 // ErrSchemaOnSearchPath and create nothing. Accepted with
 // AllowSchemaOnSearchPath, the schema does capture the application's
 // unqualified CREATE TABLE (what the refusal prevents); once the role's

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the screenshots of the web page (docs/img/ui-*.png) that
 # docs/ui.md shows: writes a ledger filled by real Runs (the browser tests'
-# fixture, ui/fixture_test.go's TestWriteFixture), serves it with `idem ui`
+# fixture, ui/internal/uitest, through ui/fixture_test.go's
+# TestWriteFixture), serves it with `idem ui`
 # on a free loopback port, and has headless Chromium (Debian: apt-get
 # install chromium; or $IDEM_CHROMIUM) take a picture of the overview, a
 # job's grid and a record, in light and dark mode.

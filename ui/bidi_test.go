@@ -17,6 +17,7 @@ import (
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/outbox"
 	"github.com/idemgo/idem/ui"
+	"github.com/idemgo/idem/ui/internal/uitest"
 )
 
 // rlo is RIGHT-TO-LEFT OVERRIDE: in a stored text it reverses the text
@@ -75,7 +76,7 @@ func TestStoredTextIsolated(t *testing.T) {
 	if _, err := cs.(idemstore.CatchUpStore).Start(ctx, job, "2026-09-"+rlo+"30"); err != nil {
 		t.Fatal(err)
 	}
-	h := newHandler(t, l, ui.Options{Actions: true, Now: func() time.Time { return now },
+	h := uitest.NewHandler(t, l, ui.Options{Actions: true, Now: func() time.Time { return now },
 		Schedules: map[string]idem.Schedule{job: idem.Daily(time.UTC)},
 		After:     map[string][]ui.Dependency{job: {{Job: upstream, Mapping: idem.SamePeriod()}}}})
 

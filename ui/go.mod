@@ -2,15 +2,10 @@ module github.com/idemgo/idem/ui
 
 go 1.26.8
 
-require (
-	github.com/chromedp/cdproto v0.159.0
-	github.com/chromedp/chromedp v0.23.0
-	github.com/idemgo/idem v0.0.0
-)
+require github.com/idemgo/idem v0.0.0
 
 require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
-	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/renameio/v2 v2.0.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect

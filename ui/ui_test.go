@@ -3,7 +3,6 @@ package ui_test
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +16,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/ui"
+	"github.com/idemgo/idem/ui/internal/uitest"
 )
 
 // do serves one request to h and returns the status and body.
@@ -25,18 +25,6 @@ func do(t *testing.T, h http.Handler, r *http.Request) (int, string) {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w.Code, w.Body.String()
-}
-
-func newHandler(t *testing.T, s ui.Store, o ui.Options) *ui.Handler {
-	t.Helper()
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	h, err := ui.New(s, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
 }
 
 // httptest.NewRequest's RemoteAddr is 192.0.2.1 and its host example.com:
@@ -56,19 +44,19 @@ func localGet(t *testing.T, h http.Handler, target string) (int, string) {
 // outbox payload that are HTML show as text (escaped) on every page that
 // shows them, and no page has a script element.
 func TestPagesEscapeStoredValues(t *testing.T) {
-	f := newFixture(t)
-	h := newHandler(t, f.ledger, ui.Options{Actions: true})
-	q := url.Values{"job": {xssJob}, "period": {"2026-10-27"}}.Encode()
+	f := uitest.NewFixture(t)
+	h := uitest.NewHandler(t, f.Ledger, ui.Options{Actions: true})
+	q := url.Values{"job": {uitest.XSSJob}, "period": {"2026-10-27"}}.Encode()
 	for _, tc := range []struct {
 		target string
 		want   []string
 	}{
 		{"/", []string{"&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;img src=x onerror=alert(2)&gt;"}},
-		{"/job?" + url.Values{"job": {xssJob}}.Encode(), []string{"&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;img src=x onerror=alert(2)&gt;"}},
+		{"/job?" + url.Values{"job": {uitest.XSSJob}}.Encode(), []string{"&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;img src=x onerror=alert(2)&gt;"}},
 		{"/record?" + q, []string{"&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;img src=x onerror=alert(2)&gt;"}},
 		{"/record?job=xss&period=2026-10-27", []string{`&#34;\u003cscript\u003ealert(3)\u003c/script\u003e&#34;`}},
 		{"/outbox", []string{"&lt;b onmouseover=alert(4)&gt;hi&lt;/b&gt;", "410 gone: &lt;img src=x onerror=alert(2)&gt;"}},
-		{"/search?job=" + url.QueryEscape(xssJob), []string{"&lt;script&gt;alert(1)&lt;/script&gt;"}},
+		{"/search?job=" + url.QueryEscape(uitest.XSSJob), []string{"&lt;script&gt;alert(1)&lt;/script&gt;"}},
 		{"/action?do=reset&" + q, []string{"<bdi>&lt;script&gt;alert(1)&lt;/script&gt;</bdi> <bdi>2026-10-27</bdi>"}},
 	} {
 		code, body := localGet(t, h, tc.target)
@@ -76,7 +64,7 @@ func TestPagesEscapeStoredValues(t *testing.T) {
 			t.Errorf("GET %s: %d\n%s", tc.target, code, body)
 			continue
 		}
-		if miss := has(body, tc.want...); miss != "" {
+		if miss := uitest.Has(body, tc.want...); miss != "" {
 			t.Errorf("GET %s: no %q in\n%s", tc.target, miss, body)
 		}
 		if strings.Contains(strings.ToLower(body), "<script") || strings.Contains(body, "<img") || strings.Contains(body, "<b onmouseover") {
@@ -89,21 +77,21 @@ func TestPagesEscapeStoredValues(t *testing.T) {
 // the POST are refused (403), the record is unchanged, and the pages offer
 // no action.
 func TestActionsOffByDefault(t *testing.T) {
-	f := newFixture(t)
-	h := newHandler(t, f.ledger, ui.Options{})
+	f := uitest.NewFixture(t)
+	h := uitest.NewHandler(t, f.Ledger, ui.Options{})
 	key := idem.Key{Job: "pay", Period: "2026-10-27"}
 	form := url.Values{"do": {ui.ResolveDone}, "job": {key.Job}, "period": {key.Period}}
 	if code, body := localGet(t, h, "/action?"+form.Encode()); code != http.StatusForbidden || !strings.Contains(body, "actions are off") {
 		t.Errorf("GET /action without Actions: %d\n%s", code, body)
 	}
 	// Even with a token taken from a handler that has actions on.
-	on := newHandler(t, f.ledger, ui.Options{Actions: true})
+	on := uitest.NewHandler(t, f.Ledger, ui.Options{Actions: true})
 	_, page := localGet(t, on, "/action?"+form.Encode())
 	form.Set("csrf", csrfOf(t, page))
 	if code, body := post(t, h, form); code != http.StatusForbidden || !strings.Contains(body, "actions are off") {
 		t.Errorf("POST /action without Actions: %d\n%s", code, body)
 	}
-	if s := f.status(t, key); s != idem.StatusUnknown {
+	if s := f.Status(t, key); s != idem.StatusUnknown {
 		t.Errorf("after refused actions %s is %s, want unknown", key, s)
 	}
 	if _, body := localGet(t, h, "/record?job=pay&period=2026-10-27"); strings.Contains(body, `action="action"`) {
@@ -134,10 +122,10 @@ func post(t *testing.T, h http.Handler, form url.Values) (int, string) {
 // of another handler (another process's secret) too; the confirmation
 // page's token works.
 func TestCSRF(t *testing.T) {
-	f := newFixture(t)
+	f := uitest.NewFixture(t)
 	var logs bytes.Buffer
-	h := newHandler(t, f.ledger, ui.Options{Actions: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	other := newHandler(t, f.ledger, ui.Options{Actions: true})
+	h := uitest.NewHandler(t, f.Ledger, ui.Options{Actions: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	other := uitest.NewHandler(t, f.Ledger, ui.Options{Actions: true})
 	key := idem.Key{Job: "pay", Period: "2026-10-27"}
 	form := url.Values{"do": {ui.ResolveDone}, "job": {key.Job}, "period": {key.Period}}
 	_, page := localGet(t, h, "/action?"+form.Encode())
@@ -159,7 +147,7 @@ func TestCSRF(t *testing.T) {
 		if code, body := post(t, h, bad); code != http.StatusForbidden || !strings.Contains(body, "CSRF") {
 			t.Errorf("POST with %s token: %d\n%s", name, code, body)
 		}
-		if s := f.status(t, key); s != idem.StatusUnknown {
+		if s := f.Status(t, key); s != idem.StatusUnknown {
 			t.Fatalf("after a POST with %s token %s is %s, want unknown", name, key, s)
 		}
 	}
@@ -167,10 +155,10 @@ func TestCSRF(t *testing.T) {
 	if code, body := post(t, h, form); code != http.StatusOK {
 		t.Fatalf("POST with the confirmation's token: %d\n%s", code, body)
 	}
-	if s := f.status(t, key); s != idem.StatusDone {
+	if s := f.Status(t, key); s != idem.StatusDone {
 		t.Errorf("after resolve-done %s is %s, want done", key, s)
 	}
-	if miss := has(logs.String(), "missing or wrong CSRF token", "action=resolve-done", `target="pay 2026-10-27"`, "remote=127.0.0.1:40000"); miss != "" {
+	if miss := uitest.Has(logs.String(), "missing or wrong CSRF token", "action=resolve-done", `target="pay 2026-10-27"`, "remote=127.0.0.1:40000"); miss != "" {
 		t.Errorf("the log has no %q:\n%s", miss, logs.String())
 	}
 }
@@ -180,8 +168,8 @@ func TestCSRF(t *testing.T) {
 // done key (the store's ErrNotResolvable); an outbox retry of a message
 // that is not parked is the store's ErrMessageNotFound. Nothing changes.
 func TestActionsRefusedAsTheCLI(t *testing.T) {
-	f := newFixture(t)
-	h := newHandler(t, f.ledger, ui.Options{Actions: true})
+	f := uitest.NewFixture(t)
+	h := uitest.NewHandler(t, f.Ledger, ui.Options{Actions: true})
 	for _, tc := range []struct {
 		form url.Values
 		want string
@@ -190,7 +178,7 @@ func TestActionsRefusedAsTheCLI(t *testing.T) {
 		{url.Values{"do": {ui.Reset}, "job": {"settle"}, "period": {"2026-10-25"}}, "is done, not parked"},
 		{url.Values{"do": {ui.Reset}, "job": {"settle"}, "period": {"2030-01-01"}}, "has no record"},
 		{url.Values{"do": {ui.ResolveRetry}, "job": {"settle"}, "period": {"2026-10-25"}}, "cannot be resolved"},
-		{url.Values{"do": {ui.OutboxRetry}, "id": {f.failed}}, "outbox message not found"},
+		{url.Values{"do": {ui.OutboxRetry}, "id": {f.Failed}}, "outbox message not found"},
 	} {
 		_, page := localGet(t, h, "/action?"+tc.form.Encode())
 		tc.form.Set("csrf", csrfOf(t, page))
@@ -199,7 +187,7 @@ func TestActionsRefusedAsTheCLI(t *testing.T) {
 			t.Errorf("%v: %d, want 409 with %q:\n%s", tc.form, code, tc.want, body)
 		}
 	}
-	if s := f.status(t, idem.Key{Job: "pay", Period: "2026-10-27"}); s != idem.StatusUnknown {
+	if s := f.Status(t, idem.Key{Job: "pay", Period: "2026-10-27"}); s != idem.StatusUnknown {
 		t.Errorf("pay is %s after refused actions, want unknown", s)
 	}
 }
@@ -210,8 +198,8 @@ func TestActionsRefusedAsTheCLI(t *testing.T) {
 // needs it (header, or the cookie of a ?token= visit), and a wrong one is
 // refused; with Insecure, any client is served.
 func TestRemoteClientsNeedToken(t *testing.T) {
-	f := newFixture(t)
-	h := newHandler(t, f.ledger, ui.Options{})
+	f := uitest.NewFixture(t)
+	h := uitest.NewHandler(t, f.Ledger, ui.Options{})
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "203.0.113.7:5000"
 	r.Host = "127.0.0.1:8080"
@@ -232,7 +220,7 @@ func TestRemoteClientsNeedToken(t *testing.T) {
 		}
 	}
 
-	th := newHandler(t, f.ledger, ui.Options{Token: "s3cret"})
+	th := uitest.NewHandler(t, f.Ledger, ui.Options{Token: "s3cret"})
 	remote := func(target string) *http.Request {
 		r := httptest.NewRequest(http.MethodGet, target, nil)
 		r.RemoteAddr = "203.0.113.7:5000"
@@ -269,7 +257,7 @@ func TestRemoteClientsNeedToken(t *testing.T) {
 		t.Errorf("with the cookie: %d\n%s", code, body)
 	}
 
-	ih := newHandler(t, f.ledger, ui.Options{Insecure: true})
+	ih := uitest.NewHandler(t, f.Ledger, ui.Options{Insecure: true})
 	if code, _ := do(t, ih, remote("/")); code != http.StatusOK {
 		t.Errorf("Insecure, a remote client: %d, want 200", code)
 	}
@@ -286,13 +274,13 @@ func TestStateFileHasNoOutbox(t *testing.T) {
 	if err := s.Run(ctx, idem.Key{Job: "report", Period: "2026-10-27"}, func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	h := newHandler(t, s, ui.Options{})
+	h := uitest.NewHandler(t, s, ui.Options{})
 	code, body := localGet(t, h, "/")
-	if code != http.StatusOK || has(body, "report", "This store has no outbox") != "" || strings.Contains(body, `href="outbox"`) {
+	if code != http.StatusOK || uitest.Has(body, "report", "This store has no outbox") != "" || strings.Contains(body, `href="outbox"`) {
 		t.Errorf("overview: %d\n%s", code, body)
 	}
 	code, body = localGet(t, h, "/record?job=report&period=2026-10-27")
-	if code != http.StatusOK || has(body, "done", "This store has no outbox", "This store keeps no items") != "" {
+	if code != http.StatusOK || uitest.Has(body, "done", "This store has no outbox", "This store keeps no items") != "" {
 		t.Errorf("record: %d\n%s", code, body)
 	}
 	if code, body := localGet(t, h, "/outbox"); code != http.StatusNotFound || !strings.Contains(body, "no outbox") {
@@ -303,9 +291,9 @@ func TestStateFileHasNoOutbox(t *testing.T) {
 // TestNoPathReachesFiles: paths that name files (or climb out) are not
 // found; only the pages and the embedded style sheet are served.
 func TestNoPathReachesFiles(t *testing.T) {
-	f := newFixture(t)
-	h := newHandler(t, f.ledger, ui.Options{})
-	for _, p := range []string{"/../../etc/passwd", "/templates/layout.html", "/static/style.css", "/style.css/../go.mod", "/" + filepath.Base(f.path), "/job/x"} {
+	f := uitest.NewFixture(t)
+	h := uitest.NewHandler(t, f.Ledger, ui.Options{})
+	for _, p := range []string{"/../../etc/passwd", "/templates/layout.html", "/static/style.css", "/style.css/../go.mod", "/" + filepath.Base(f.Path), "/job/x"} {
 		if code, body := localGet(t, h, p); code == http.StatusOK {
 			t.Errorf("GET %s: 200\n%.200s", p, body)
 		}
@@ -320,8 +308,8 @@ func TestNoPathReachesFiles(t *testing.T) {
 // the overview reloads itself by a meta refresh (Options.Refresh; never
 // when negative).
 func TestNoScriptPolicyAndRefresh(t *testing.T) {
-	f := newFixture(t)
-	h := newHandler(t, f.ledger, ui.Options{Refresh: 7 * time.Second})
+	f := uitest.NewFixture(t)
+	h := uitest.NewHandler(t, f.Ledger, ui.Options{Refresh: 7 * time.Second})
 	for _, p := range []string{"/", "/job?job=settle", "/record?job=pay&period=2026-10-27", "/outbox", "/search", "/nope"} {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, local(httptest.NewRequest(http.MethodGet, p, nil)))
@@ -339,7 +327,7 @@ func TestNoScriptPolicyAndRefresh(t *testing.T) {
 	if _, body := localGet(t, h, "/job?job=settle"); strings.Contains(body, `http-equiv="refresh"`) {
 		t.Errorf("a job's page reloads itself")
 	}
-	never := newHandler(t, f.ledger, ui.Options{Refresh: -1})
+	never := uitest.NewHandler(t, f.Ledger, ui.Options{Refresh: -1})
 	if _, body := localGet(t, never, "/"); strings.Contains(body, `http-equiv="refresh"`) {
 		t.Errorf("Refresh -1: the overview reloads itself")
 	}
@@ -362,7 +350,7 @@ func TestJobGridMarksCursorDueAndWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 10, 31, 2, 0, 0, 0, time.UTC)
-	h := newHandler(t, l, ui.Options{Schedules: map[string]idem.Schedule{"settle": daily}, Now: func() time.Time { return now }})
+	h := uitest.NewHandler(t, l, ui.Options{Schedules: map[string]idem.Schedule{"settle": daily}, Now: func() time.Time { return now }})
 	_, body := localGet(t, h, "/job?job=settle")
 	for _, want := range []string{
 		`class="cell c-done cursor" href="record?job=settle&amp;period=2026-10-27"`,

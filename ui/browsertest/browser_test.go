@@ -1,4 +1,4 @@
-package ui_test
+package browsertest_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/ui"
+	"github.com/idemgo/idem/ui/internal/uitest"
 )
 
 // EnvChromium names the browser the tests drive when it is not Debian's
@@ -115,7 +116,7 @@ func html(t *testing.T, ctx context.Context) string {
 
 func serve(t *testing.T, s ui.Store, o ui.Options) string {
 	t.Helper()
-	srv := httptest.NewServer(newHandler(t, s, o))
+	srv := httptest.NewServer(uitest.NewHandler(t, s, o))
 	t.Cleanup(srv.Close)
 	return srv.URL + "/"
 }
@@ -129,16 +130,16 @@ func recordURL(base string, k idem.Key) string {
 // unknown, a fan-out's items, its outbox messages), the outbox and a
 // search; and clicks from the overview to a record.
 func TestBrowserPages(t *testing.T) {
-	f := newFixture(t)
-	base := serve(t, f.ledger, ui.Options{})
+	f := uitest.NewFixture(t)
+	base := serve(t, f.Ledger, ui.Options{})
 	ctx := browser(t, false)
 
 	step(t, ctx, "open the overview", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS("#jobs")))
 	jobs := text(t, ctx, "#jobs")
-	if miss := has(jobs, "settle", "pay", "grant", "notify", xssJob, "2026-10-25", "2/3 done 1 parked"); miss != "" {
+	if miss := uitest.Has(jobs, "settle", "pay", "grant", "notify", uitest.XSSJob, "2026-10-25", "2/3 done 1 parked"); miss != "" {
 		t.Errorf("the overview has no %q:\n%s", miss, jobs)
 	}
-	if miss := has(text(t, ctx, "#topics"), "mail", "hooks"); miss != "" {
+	if miss := uitest.Has(text(t, ctx, "#topics"), "mail", "hooks"); miss != "" {
 		t.Errorf("the overview's outbox has no %q", miss)
 	}
 
@@ -168,11 +169,11 @@ func TestBrowserPages(t *testing.T) {
 		{idem.Key{Job: "settle", Period: "2026-10-27"}, []string{"parked", "account closed"}},
 		{idem.Key{Job: "pay", Period: "2026-10-27"}, []string{"unknown", "connection reset while paying"}},
 		{idem.Key{Job: "grant", Period: "2026-10-27"}, []string{"done", "total\t3", "parked\t1"}},
-		{idem.Key{Job: "notify", Period: "2026-10-27"}, []string{"delivered", "pending", "parked", "503 unavailable", xssBody}},
+		{idem.Key{Job: "notify", Period: "2026-10-27"}, []string{"delivered", "pending", "parked", "503 unavailable", uitest.XSSBody}},
 	} {
 		step(t, ctx, "open "+tc.key.String(), chromedp.Navigate(recordURL(base, tc.key)), chromedp.WaitVisible(chromedp.CSS("#record")))
 		body := text(t, ctx, "main")
-		if miss := has(body, tc.want...); miss != "" {
+		if miss := uitest.Has(body, tc.want...); miss != "" {
 			t.Errorf("%s's page has no %q:\n%s", tc.key, miss, body)
 		}
 	}
@@ -186,7 +187,7 @@ func TestBrowserPages(t *testing.T) {
 	}
 
 	step(t, ctx, "open the outbox", chromedp.Navigate(base+"outbox"), chromedp.WaitVisible(chromedp.CSS(".messages")))
-	if miss := has(text(t, ctx, "main"), "mail", "hooks", "410 gone", "delivered", "parked"); miss != "" {
+	if miss := uitest.Has(text(t, ctx, "main"), "mail", "hooks", "410 gone", "delivered", "parked"); miss != "" {
 		t.Errorf("the outbox page has no %q", miss)
 	}
 	step(t, ctx, "search settle 2026-10-2",
@@ -205,8 +206,8 @@ func TestBrowserPages(t *testing.T) {
 // resolve retry and reset (settle), outbox retry (the parked message) and
 // drop (the failing one). A POST whose CSRF token was removed is refused.
 func TestBrowserActions(t *testing.T) {
-	f := newFixture(t)
-	base := serve(t, f.ledger, ui.Options{Actions: true})
+	f := uitest.NewFixture(t)
+	base := serve(t, f.Ledger, ui.Options{Actions: true})
 	ctx := browser(t, false)
 	bg := context.Background()
 
@@ -233,22 +234,22 @@ func TestBrowserActions(t *testing.T) {
 	if msg := text(t, ctx, "#message"); !strings.Contains(msg, "CSRF") {
 		t.Errorf("a POST without its token: %q", msg)
 	}
-	if s := f.status(t, pay); s != idem.StatusUnknown {
+	if s := f.Status(t, pay); s != idem.StatusUnknown {
 		t.Fatalf("after a POST without its token pay is %s", s)
 	}
 
 	act(pay, ui.ResolveDone)
-	if s := f.status(t, pay); s != idem.StatusDone {
+	if s := f.Status(t, pay); s != idem.StatusDone {
 		t.Errorf("after resolve-done pay is %s", s)
 	}
 	failed := idem.Key{Job: "settle", Period: "2026-10-26"}
 	act(failed, ui.ResolveRetry)
-	if rec, _, _ := f.ledger.Lookup(bg, failed); rec.Status != idem.StatusFailed || rec.Failures != 0 || !rec.NotBefore.IsZero() && rec.NotBefore.After(time.Now()) {
+	if rec, _, _ := f.Ledger.Lookup(bg, failed); rec.Status != idem.StatusFailed || rec.Failures != 0 || !rec.NotBefore.IsZero() && rec.NotBefore.After(time.Now()) {
 		t.Errorf("after resolve-retry: %+v, want failed, 0 failures, due now", rec)
 	}
 	parked := idem.Key{Job: "settle", Period: "2026-10-27"}
 	act(parked, ui.Reset)
-	if rec, _, _ := f.ledger.Lookup(bg, parked); rec.Status != idem.StatusFailed || rec.Failures != 0 {
+	if rec, _, _ := f.Ledger.Lookup(bg, parked); rec.Status != idem.StatusFailed || rec.Failures != 0 {
 		t.Errorf("after reset: %+v, want failed (runnable), 0 failures", rec)
 	}
 
@@ -265,12 +266,12 @@ func TestBrowserActions(t *testing.T) {
 			t.Errorf("after %s of %s: %q", do, id, msg)
 		}
 	}
-	outboxAct(ui.OutboxRetry, f.parked)
-	if msgs, err := f.ledger.ListOutbox(bg, idemstore.OutboxFilter{ID: f.parked}); err != nil || len(msgs) != 1 || msgs[0].Status != idemstore.OutboxPending {
+	outboxAct(ui.OutboxRetry, f.Parked)
+	if msgs, err := f.Ledger.ListOutbox(bg, idemstore.OutboxFilter{ID: f.Parked}); err != nil || len(msgs) != 1 || msgs[0].Status != idemstore.OutboxPending {
 		t.Errorf("after outbox-retry: %+v, %v; want pending", msgs, err)
 	}
-	outboxAct(ui.OutboxDrop, f.failed)
-	if msgs, err := f.ledger.ListOutbox(bg, idemstore.OutboxFilter{ID: f.failed}); err != nil || len(msgs) != 0 {
+	outboxAct(ui.OutboxDrop, f.Failed)
+	if msgs, err := f.Ledger.ListOutbox(bg, idemstore.OutboxFilter{ID: f.Failed}); err != nil || len(msgs) != 0 {
 		t.Errorf("after outbox-drop: %+v, %v; want none", msgs, err)
 	}
 }
@@ -280,9 +281,9 @@ func TestBrowserActions(t *testing.T) {
 // refuses the browser until it visits with ?token=, then serves it (the
 // cookie).
 func TestBrowserRefusals(t *testing.T) {
-	f := newFixture(t)
+	f := uitest.NewFixture(t)
 	ctx := browser(t, false)
-	base := serve(t, f.ledger, ui.Options{})
+	base := serve(t, f.Ledger, ui.Options{})
 	pay := idem.Key{Job: "pay", Period: "2026-10-27"}
 	step(t, ctx, "open pay", chromedp.Navigate(recordURL(base, pay)), chromedp.WaitVisible(chromedp.CSS("#record")))
 	if n, _ := chromedp.Run(ctx, chromedp.Nodes(chromedp.CSS("#resolve-done"), chromedp.AtLeast(0))); len(n) != 0 {
@@ -293,7 +294,7 @@ func TestBrowserRefusals(t *testing.T) {
 		t.Errorf("an action with actions off: %q", msg)
 	}
 
-	tbase := serve(t, f.ledger, ui.Options{Token: "s3cret"})
+	tbase := serve(t, f.Ledger, ui.Options{Token: "s3cret"})
 	step(t, ctx, "open without the token", chromedp.Navigate(tbase+"job?job=settle"), chromedp.WaitVisible(chromedp.CSS("#message")))
 	if msg := text(t, ctx, "#message"); !strings.Contains(msg, "needs its token") {
 		t.Errorf("without the token: %q", msg)
@@ -303,7 +304,7 @@ func TestBrowserRefusals(t *testing.T) {
 		t.Errorf("the token stayed in the address bar: %s", loc)
 	}
 	step(t, ctx, "open the overview with the cookie", chromedp.Navigate(tbase), chromedp.WaitVisible(chromedp.CSS("#jobs")))
-	if s := f.status(t, pay); s != idem.StatusUnknown {
+	if s := f.Status(t, pay); s != idem.StatusUnknown {
 		t.Errorf("pay is %s after refused actions", s)
 	}
 }
@@ -313,20 +314,20 @@ func TestBrowserRefusals(t *testing.T) {
 // them as text, no script or img element is in any page, and no dialog
 // opens (browser fails the test on one).
 func TestBrowserXSS(t *testing.T) {
-	f := newFixture(t)
-	base := serve(t, f.ledger, ui.Options{Actions: true})
+	f := uitest.NewFixture(t)
+	base := serve(t, f.Ledger, ui.Options{Actions: true})
 	ctx := browser(t, false)
-	xk := idem.Key{Job: xssJob, Period: "2026-10-27"}
+	xk := idem.Key{Job: uitest.XSSJob, Period: "2026-10-27"}
 	for _, tc := range []struct {
 		url, sel, want string
 	}{
-		{base, `#jobs a.job[href^="job?job=%3Cscript"]`, xssJob},
-		{base + "job?" + url.Values{"job": {xssJob}}.Encode(), "h1", "Job " + xssJob},
-		{recordURL(base, xk), "#job", xssJob},
-		{recordURL(base, xk), "#lasterror", xssError},
+		{base, `#jobs a.job[href^="job?job=%3Cscript"]`, uitest.XSSJob},
+		{base + "job?" + url.Values{"job": {uitest.XSSJob}}.Encode(), "h1", "Job " + uitest.XSSJob},
+		{recordURL(base, xk), "#job", uitest.XSSJob},
+		{recordURL(base, xk), "#lasterror", uitest.XSSError},
 		{recordURL(base, idem.Key{Job: "xss", Period: "2026-10-27"}), "#value", `"\u003cscript\u003ealert(3)\u003c/script\u003e"`},
 		{base + "outbox?topic=mail", "code.payload", "first"},
-		{base + "action?" + url.Values{"do": {"reset"}, "job": {xssJob}, "period": {"2026-10-27"}}.Encode(), "#target", xssJob + " 2026-10-27"},
+		{base + "action?" + url.Values{"do": {"reset"}, "job": {uitest.XSSJob}, "period": {"2026-10-27"}}.Encode(), "#target", uitest.XSSJob + " 2026-10-27"},
 	} {
 		step(t, ctx, "open "+tc.url, chromedp.Navigate(tc.url), chromedp.WaitVisible(chromedp.CSS("main")))
 		if got := text(t, ctx, tc.sel); got != tc.want {
@@ -339,16 +340,16 @@ func TestBrowserXSS(t *testing.T) {
 		}
 	}
 	step(t, ctx, "open the outbox", chromedp.Navigate(base+"outbox?topic=mail&status=pending"), chromedp.WaitVisible(chromedp.CSS(".messages")))
-	if got := text(t, ctx, ".messages tbody tr code.payload"); got != xssBody {
-		t.Errorf("the pending payload shows as %q, want the text %q", got, xssBody)
+	if got := text(t, ctx, ".messages tbody tr code.payload"); got != uitest.XSSBody {
+		t.Errorf("the pending payload shows as %q, want the text %q", got, uitest.XSSBody)
 	}
 }
 
 // TestBrowserNoScript: with JavaScript disabled every page still shows
 // its content (the pages need none).
 func TestBrowserNoScript(t *testing.T) {
-	f := newFixture(t)
-	base := serve(t, f.ledger, ui.Options{Actions: true})
+	f := uitest.NewFixture(t)
+	base := serve(t, f.Ledger, ui.Options{Actions: true})
 	ctx := browser(t, true)
 	// Scripts are off in this tab: a page's script does not run.
 	step(t, ctx, "open a page with a script", chromedp.Navigate(`data:text/html,<title>off</title><script>document.title="ran"</script>`))
@@ -369,7 +370,7 @@ func TestBrowserNoScript(t *testing.T) {
 	} {
 		step(t, ctx, "open "+tc.path, chromedp.Navigate(base+tc.path), chromedp.WaitReady(chromedp.CSS("footer")))
 		body := html(t, ctx)
-		if miss := has(body, tc.want...); miss != "" {
+		if miss := uitest.Has(body, tc.want...); miss != "" {
 			t.Errorf("%s with JavaScript off: no %q in\n%s", tc.path, miss, body)
 		}
 	}
@@ -377,7 +378,7 @@ func TestBrowserNoScript(t *testing.T) {
 	step(t, ctx, "resolve pay with JavaScript off", chromedp.Navigate(base+"record?job=pay&period=2026-10-27"),
 		chromedp.Click(chromedp.CSS("#resolve-done")), chromedp.WaitReady(chromedp.CSS("#confirm")),
 		chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitReady(chromedp.CSS("#message")))
-	if s := f.status(t, idem.Key{Job: "pay", Period: "2026-10-27"}); s != idem.StatusDone {
+	if s := f.Status(t, idem.Key{Job: "pay", Period: "2026-10-27"}); s != idem.StatusDone {
 		t.Errorf("pay resolved with JavaScript off is %s, want done", s)
 	}
 }

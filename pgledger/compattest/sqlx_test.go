@@ -1,4 +1,4 @@
-package pgledger_test
+package compattest_test
 
 import (
 	"context"
