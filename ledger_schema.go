@@ -22,8 +22,10 @@ import (
 // tables of Each; version 3 records and claims items in chunks; version 4
 // keeps a key's parameter fingerprint and its stored value; version 5
 // adds the outbox, table idem_outbox; version 6 the limits shared by
-// processes, tables idem_limit_rates and idem_limit_slots.)
-const SchemaVersion = 6
+// processes, tables idem_limit_rates and idem_limit_slots; version 7 the
+// history of attempts, table idem_attempts, and the columns revision and
+// started of idem_runs.)
+const SchemaVersion = 7
 
 const schema = `
 CREATE TABLE IF NOT EXISTS idem_meta (
@@ -188,6 +190,19 @@ func (l *Ledger) migrate(ctx context.Context) error {
 			// Version 6: the shared limits (package limit).
 			if _, err := tx.ExecContext(ctx, limitsSchema); err != nil {
 				return l.wrapOpenErr(fmt.Errorf("upgrading to version 6: %w", err))
+			}
+		}
+		if v < 7 {
+			// Version 7: the history of attempts. Expand-only: a
+			// version-6 process keeps working on it, and writes no
+			// history.
+			for _, c := range runsV7Columns {
+				if err := addColumn(ctx, tx, "idem_runs", c.name, c.decl); err != nil {
+					return l.wrapOpenErr(fmt.Errorf("upgrading to version 7: %w", err))
+				}
+			}
+			if _, err := tx.ExecContext(ctx, attemptsSchema); err != nil {
+				return l.wrapOpenErr(fmt.Errorf("upgrading to version 7: %w", err))
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)

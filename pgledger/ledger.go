@@ -48,8 +48,11 @@ const DefaultSchema = "idem"
 // Version 7 adds the function durable_commit and a trigger of it on each
 // table, which makes every transaction that writes to the ledger commit
 // durably whatever synchronous_commit its session has (see
-// [AllowWeakDurability] for what no session can change).
-const SchemaVersion = 7
+// [AllowWeakDurability] for what no session can change). Version 8 adds
+// the history of attempts (table attempts, written by triggers on runs, and
+// the columns revision and started of runs; see history.go), expand-only:
+// a version-7 pgledger keeps working on it.
+const SchemaVersion = 8
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idemstore.Store],
@@ -343,6 +346,11 @@ func (l *core) migrateOnce(ctx context.Context) error {
 	if v < 7 {
 		if _, err := tx.exec(ctx, l.oq(durableDDL())); err != nil {
 			return l.schemaErr(fmt.Errorf("upgrading to version 7: %w", err))
+		}
+	}
+	if v < 8 {
+		if _, err := tx.exec(ctx, l.oq(historyDDLAll())); err != nil {
+			return l.schemaErr(fmt.Errorf("upgrading to version 8: %w", err))
 		}
 	}
 	if _, err := tx.exec(ctx, l.q.setVersion, SchemaVersion); err != nil {
