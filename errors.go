@@ -53,8 +53,9 @@ var (
 	// negative duration, say). Nothing was written.
 	ErrInvalidOption = errors.New("idem: invalid option")
 
-	// ErrNewerSchema: the ledger was written by a newer version of idem.
-	// Nothing was written to it.
+	// ErrNewerSchema: the ledger was written by a version of idem whose
+	// schema is two or more versions newer than this one's (one newer is
+	// used as it is: see [SchemaVersion]). Nothing was written to it.
 	ErrNewerSchema = errors.New("idem: ledger schema is newer than this version of idem")
 
 	// ErrPruneRefused: Prune was asked to forget periods that catch-up can

@@ -727,11 +727,14 @@ func TestOpenLedgerBadInput(t *testing.T) {
 	}
 }
 
+// TestNewerSchemaRefused: a ledger two versions newer than SchemaVersion is
+// refused with ErrNewerSchema, which says which versions may share a
+// ledger, and is not written to.
 func TestNewerSchemaRefused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	l := openLedger(t, dir)
-	if _, err := l.DB().Exec(`UPDATE idem_meta SET value = ? WHERE name = 'schema_version'`, idem.SchemaVersion+1); err != nil {
+	if _, err := l.DB().Exec(`UPDATE idem_meta SET value = ? WHERE name = 'schema_version'`, idem.SchemaVersion+2); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
@@ -740,6 +743,10 @@ func TestNewerSchemaRefused(t *testing.T) {
 	_, err := idem.OpenLedger(path)
 	if !errors.Is(err, idem.ErrNewerSchema) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("OpenLedger: %v, want ErrNewerSchema naming the path", err)
+	}
+	share := fmt.Sprintf("versions %d and %d may share a ledger", idem.SchemaVersion+1, idem.SchemaVersion+2)
+	if !strings.Contains(err.Error(), share) {
+		t.Fatalf("OpenLedger: %v, want it to say %q", err, share)
 	}
 	if after, _ := os.ReadFile(path); string(before) != string(after) {
 		t.Fatal("newer ledger was written to")

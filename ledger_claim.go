@@ -111,7 +111,7 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest, now bo
 		at := tx.at(req.Now)
 		now := micros(at)
 		until := micros(at.Add(req.Lease))
-		res, err := tx.exec(claimInsertSQL, req.Key.Job, req.Key.Period, req.Owner, until, now, now, req.Fingerprint, req.Key.Job, req.Key.Period)
+		res, err := tx.exec(claimInsertSQL, req.Key.Job, req.Key.Period, req.Owner, until, now, now, now, req.Fingerprint, req.Key.Job, req.Key.Period)
 		if err != nil {
 			return err
 		}
@@ -136,9 +136,15 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest, now bo
 			return nil
 		}
 		c.Attempt, c.Doubt, c.Record, c.Now = rec.Attempt+1, doubt, idemstore.TakenOver(rec, at), at
+		if rec.Status == StatusRunning {
+			// The attempt taken over ended without an outcome.
+			if _, err := tx.exec(abandonedInsertSQL, now, req.Key.Job, req.Key.Period); err != nil {
+				return err
+			}
+		}
 		_, err = tx.exec(`UPDATE idem_runs SET status='running', attempt=?, failures=?, owner=?,
-			lease_until=?, not_before=0, last_error=?, updated=?, fingerprint=? WHERE job=? AND period=?`,
-			c.Attempt, c.Record.Failures, req.Owner, until, c.Record.LastError, now,
+			lease_until=?, not_before=0, last_error=?, updated=?, started=?, fingerprint=? WHERE job=? AND period=?`,
+			c.Attempt, c.Record.Failures, req.Owner, until, c.Record.LastError, now, now,
 			idemstore.KeptFingerprint(rec.Fingerprint, req.Fingerprint), req.Key.Job, req.Key.Period)
 		return err
 	})
@@ -209,7 +215,13 @@ func finishExec(tx *wtx, key Key, attempt int64, end idemstore.End) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	return res.RowsAffected()
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 {
+		return n, err
+	}
+	// The attempt's history row, in the outcome's transaction.
+	_, err = tx.exec(attemptInsertSQL, key.Job, key.Period)
+	return n, err
 }
 
 func advanceExec(tx *wtx, job, period string) error {
@@ -220,8 +232,8 @@ func advanceExec(tx *wtx, job, period string) error {
 
 // claimInsertSQL records a key that has no record as attempt 1, running,
 // unless the key is at or below its job's retention horizon.
-const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated, fingerprint)
-	SELECT ?, ?, 'running', 1, ?, ?, ?, ?, ?
+const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated, started, fingerprint)
+	SELECT ?, ?, 'running', 1, ?, ?, ?, ?, ?, ?
 	WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
 	ON CONFLICT DO NOTHING`
 
@@ -229,8 +241,8 @@ const claimInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owne
 // unless the key is at or below its job's retention horizon: a RunTx
 // key's claim and done mark in one statement, inside the transaction that
 // runs fn.
-const claimDoneInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated, fingerprint)
-	SELECT ?, ?, 'done', 1, ?, 0, ?, ?, ?
+const claimDoneInsertSQL = `INSERT INTO idem_runs(job, period, status, attempt, owner, lease_until, created, updated, started, fingerprint)
+	SELECT ?, ?, 'done', 1, ?, 0, ?, ?, ?, ?
 	WHERE NOT EXISTS (SELECT 1 FROM idem_jobs WHERE job = ? AND horizon >= ?)
 	ON CONFLICT DO NOTHING`
 
@@ -283,7 +295,7 @@ func (l *Ledger) claimFinishTx(ctx context.Context, req idemstore.ClaimRequest, 
 		// The row goes in as done at once: nothing outside this
 		// transaction sees it before the commit, and fn's failure turns
 		// it into the claim below. That spares the done mark's UPDATE.
-		res, err := tx.exec(claimDoneInsertSQL, key.Job, key.Period, req.Owner, now, now, req.Fingerprint, key.Job, key.Period)
+		res, err := tx.exec(claimDoneInsertSQL, key.Job, key.Period, req.Owner, now, now, now, req.Fingerprint, key.Job, key.Period)
 		if err != nil {
 			return err
 		}
@@ -321,6 +333,10 @@ func (l *Ledger) claimFinishTx(ctx context.Context, req idemstore.ClaimRequest, 
 			if _, err := tx.exec(`UPDATE idem_runs SET value=? WHERE job=? AND period=?`, value, key.Job, key.Period); err != nil {
 				return err
 			}
+		}
+		// Attempt 1 started and ended done here: its history row.
+		if _, err := tx.exec(attemptInsertSQL, key.Job, key.Period); err != nil {
+			return err
 		}
 		if !cursor {
 			return nil

@@ -11,13 +11,21 @@ import (
 )
 
 // SchemaVersion is the version of the ledger's tables that this version of
-// idem writes. A ledger with a higher version is refused with
-// [ErrNewerSchema]; a lower one is upgraded (version 2 added the item
+// idem writes. A lower one is upgraded. A ledger one version higher
+// (SchemaVersion+1, written by the next release) is used as it is, never
+// downgraded nor its version rewritten: every schema change is expand-only
+// (new tables, new columns that are nullable or have a default; nothing
+// that the version before reads or writes is dropped, renamed or retyped),
+// so that releases N and N+1 share a ledger during a rolling update. Two
+// or more versions higher is refused with [ErrNewerSchema], without a
+// write. (Version 2 added the item
 // tables of Each; version 3 records and claims items in chunks; version 4
 // keeps a key's parameter fingerprint and its stored value; version 5
 // adds the outbox, table idem_outbox; version 6 the limits shared by
-// processes, tables idem_limit_rates and idem_limit_slots).
-const SchemaVersion = 6
+// processes, tables idem_limit_rates and idem_limit_slots; version 7 the
+// history of attempts, table idem_attempts, and the columns revision and
+// started of idem_runs.)
+const SchemaVersion = 7
 
 const schema = `
 CREATE TABLE IF NOT EXISTS idem_meta (
@@ -128,11 +136,8 @@ func (l *Ledger) migrate(ctx context.Context) error {
 	if err != nil {
 		return l.wrapOpenErr(err)
 	}
-	if v > SchemaVersion {
-		return fmt.Errorf("%w: %s has version %d, this idem knows %d", ErrNewerSchema, l.where(), v, SchemaVersion)
-	}
-	if v == SchemaVersion {
-		return nil
+	if err := l.checkVersion(v); err != nil || v >= SchemaVersion {
+		return err
 	}
 	if err := checkTableShapes(ctx, l.db, l.where()); err != nil {
 		return l.wrapOpenErr(err)
@@ -158,8 +163,8 @@ func (l *Ledger) migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if v > SchemaVersion {
-			return fmt.Errorf("%w: %s has version %d, this idem knows %d", ErrNewerSchema, l.where(), v, SchemaVersion)
+		if err := l.checkVersion(v); err != nil || v >= SchemaVersion {
+			return err // a concurrent opener migrated it (rolled back: nothing written)
 		}
 		if err := upgradeItems(ctx, tx); err != nil {
 			return l.wrapOpenErr(err)
@@ -187,12 +192,35 @@ func (l *Ledger) migrate(ctx context.Context) error {
 				return l.wrapOpenErr(fmt.Errorf("upgrading to version 6: %w", err))
 			}
 		}
+		if v < 7 {
+			// Version 7: the history of attempts. Expand-only: a
+			// version-6 process keeps working on it, and writes no
+			// history.
+			for _, c := range runsV7Columns {
+				if err := addColumn(ctx, tx, "idem_runs", c.name, c.decl); err != nil {
+					return l.wrapOpenErr(fmt.Errorf("upgrading to version 7: %w", err))
+				}
+			}
+			if _, err := tx.ExecContext(ctx, attemptsSchema); err != nil {
+				return l.wrapOpenErr(fmt.Errorf("upgrading to version 7: %w", err))
+			}
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)
 			ON CONFLICT(name) DO UPDATE SET value=excluded.value`, SchemaVersion); err != nil {
 			return err
 		}
 		return tx.Commit()
 	})
+}
+
+// checkVersion refuses a stored version more than one above
+// SchemaVersion (see there: versions N and N+1 share a ledger).
+func (l *Ledger) checkVersion(v int) error {
+	if v > SchemaVersion+1 {
+		return fmt.Errorf("%w: %s has version %d, this idem knows %d (left untouched; versions %d and %d may share a ledger: upgrade this process first)",
+			ErrNewerSchema, l.where(), v, SchemaVersion, v-1, v)
+	}
+	return nil
 }
 
 func (l *Ledger) wrapOpenErr(err error) error {

@@ -44,8 +44,8 @@ var (
 // in the same database then commit with the ledger's done marks
 // ([DBLedger.RunTx]). The ledger never closes db.
 //
-// It refuses, without writing anything, a schema written by a newer version
-// of pgledger ([idem.ErrNewerSchema]), and a connection whose search_path
+// It refuses, without writing anything, a schema two or more versions newer
+// than [SchemaVersion] ([idem.ErrNewerSchema]), and a connection whose search_path
 // names the schema ([ErrSchemaOnSearchPath]), and a server that runs with
 // fsync off ([ErrWeakDurability]), as New does.
 func NewDB(ctx context.Context, db *sql.DB, opts ...Option) (*DBLedger, error) {

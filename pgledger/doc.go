@@ -60,8 +60,9 @@
 // when their connections have run the application's own migrations first
 // (one creates the tables under an advisory lock; the others find them; a
 // creator that races another program's CREATE SCHEMA outside that lock
-// retries). A schema written by a newer
-// version of pgledger is refused with [idem.ErrNewerSchema], without a
+// retries). A schema one version newer (the
+// next release's, during a rolling update) is used as it is; one two or
+// more versions newer is refused with [idem.ErrNewerSchema], without a
 // write; one of an older version is upgraded in place, under the same lock
 // (the upgrade creates tables and adds columns: the user needs CREATE on
 // the schema, and to own runs, then;

@@ -21,8 +21,14 @@ import (
 const DefaultSchema = "idem"
 
 // SchemaVersion is the version of the ledger's tables that this version of
-// pgledger writes. A schema with a higher version is refused with
-// [idem.ErrNewerSchema]. Version 2 added the items of [idem.Each] (tables
+// pgledger writes. A lower one is upgraded in place. A schema one version
+// higher (SchemaVersion+1, written by the next release) is used as it is,
+// never downgraded nor its version rewritten: every schema change is
+// expand-only (new tables, new columns that are nullable or have a
+// default; nothing the version before reads or writes is dropped, renamed
+// or retyped), so that releases N and N+1 share a schema during a rolling
+// update. Two or more versions higher is refused with
+// [idem.ErrNewerSchema], without a write. Version 2 added the items of [idem.Each] (tables
 // items and itemsets); version 3 records and claims them in chunks (tables
 // item_set, item_chunks, item_lists and item_state replace items); version
 // 4 adds the columns fingerprint and value to runs (idem.WithParams,
@@ -42,8 +48,11 @@ const DefaultSchema = "idem"
 // Version 7 adds the function durable_commit and a trigger of it on each
 // table, which makes every transaction that writes to the ledger commit
 // durably whatever synchronous_commit its session has (see
-// [AllowWeakDurability] for what no session can change).
-const SchemaVersion = 7
+// [AllowWeakDurability] for what no session can change). Version 8 adds
+// the history of attempts (table attempts, written by triggers on runs, and
+// the columns revision and started of runs; see history.go), expand-only:
+// a version-7 pgledger keeps working on it.
+const SchemaVersion = 8
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idemstore.Store],
@@ -115,8 +124,8 @@ func WithRunOptions(opts ...idem.Option) Option {
 // tables if needed. Business tables in the same database can then commit
 // with the ledger's done marks ([Ledger.RunTx]). Close does not close pool.
 //
-// It refuses, without writing anything, a schema written by a newer version
-// of pgledger ([idem.ErrNewerSchema]), and a connection whose search_path
+// It refuses, without writing anything, a schema two or more versions newer
+// than [SchemaVersion] ([idem.ErrNewerSchema]), and a connection whose search_path
 // names the schema ([ErrSchemaOnSearchPath]: a role named like the schema,
 // with the default search_path), unless [AllowSchemaOnSearchPath], and a
 // server that runs with fsync off ([ErrWeakDurability]), unless
@@ -288,7 +297,7 @@ func (l *core) migrateOnce(ctx context.Context) error {
 	if err != nil {
 		return l.schemaErr(err)
 	}
-	if err := l.checkVersion(v); err != nil || v == SchemaVersion {
+	if err := l.checkVersion(v); err != nil || v >= SchemaVersion {
 		return err
 	}
 	tx, err := l.db.begin(ctx)
@@ -308,7 +317,7 @@ func (l *core) migrateOnce(ctx context.Context) error {
 	if v, err = l.version(ctx, tx); err != nil {
 		return l.schemaErr(err)
 	}
-	if err := l.checkVersion(v); err != nil || v == SchemaVersion {
+	if err := l.checkVersion(v); err != nil || v >= SchemaVersion {
 		return err
 	}
 	if _, err := tx.exec(ctx, l.q.ddl); err != nil {
@@ -337,6 +346,11 @@ func (l *core) migrateOnce(ctx context.Context) error {
 	if v < 7 {
 		if _, err := tx.exec(ctx, l.oq(durableDDL())); err != nil {
 			return l.schemaErr(fmt.Errorf("upgrading to version 7: %w", err))
+		}
+	}
+	if v < 8 {
+		if _, err := tx.exec(ctx, l.oq(historyDDLAll())); err != nil {
+			return l.schemaErr(fmt.Errorf("upgrading to version 8: %w", err))
 		}
 	}
 	if _, err := tx.exec(ctx, l.q.setVersion, SchemaVersion); err != nil {
@@ -379,10 +393,12 @@ const versionExistsSQL = `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class AS c
 	JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
 	WHERE n.nspname = $1 AND c.relname = 'meta')`
 
+// checkVersion refuses a stored version more than one above SchemaVersion
+// (see there: versions N and N+1 share a schema).
 func (l *core) checkVersion(v int64) error {
-	if v > SchemaVersion {
-		return fmt.Errorf("%w: schema %q has version %d, this pgledger knows %d (left untouched)",
-			idem.ErrNewerSchema, l.schema, v, SchemaVersion)
+	if v > SchemaVersion+1 {
+		return fmt.Errorf("%w: schema %q has version %d, this pgledger knows %d (left untouched; versions %d and %d may share a schema: upgrade this process first)",
+			idem.ErrNewerSchema, l.schema, v, SchemaVersion, v-1, v)
 	}
 	return nil
 }

@@ -328,15 +328,15 @@ func TestResolve(t *testing.T) {
 	}
 }
 
-// TestNewerSchemaRefused: a schema written by a newer pgledger is refused
-// with ErrNewerSchema, without a write: the ledger is opened through a
-// read-only session, where any write would fail with another error.
+// TestNewerSchemaRefused: a schema two versions newer than SchemaVersion is
+// refused with ErrNewerSchema, without a write: the ledger is opened through
+// a read-only session, where any write would fail with another error.
 func TestNewerSchemaRefused(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
 	ctx := context.Background()
 	l := openLedger(t, pool)
-	newer := pgledger.SchemaVersion + 1
+	newer := pgledger.SchemaVersion + 2
 	if _, err := pool.Exec(ctx, `UPDATE `+table(l, "meta")+` SET value = $1 WHERE name = 'schema_version'`, newer); err != nil {
 		t.Fatal(err)
 	}
@@ -354,8 +354,12 @@ func TestNewerSchemaRefused(t *testing.T) {
 		t.Fatalf("New on a newer schema: %v, want ErrNewerSchema", err)
 	}
 	// Through a writable pool too, and the version stays.
-	if _, err := pgledger.New(ctx, pool, pgledger.WithSchema(l.Schema())); !errors.Is(err, idem.ErrNewerSchema) {
+	_, err = pgledger.New(ctx, pool, pgledger.WithSchema(l.Schema()))
+	if !errors.Is(err, idem.ErrNewerSchema) {
 		t.Fatalf("New on a newer schema: %v, want ErrNewerSchema", err)
+	}
+	if share := fmt.Sprintf("versions %d and %d may share a schema", newer-1, newer); !strings.Contains(err.Error(), share) {
+		t.Fatalf("New on a newer schema: %v, want it to say %q", err, share)
 	}
 	var v int
 	if err := pool.QueryRow(ctx, `SELECT value FROM `+table(l, "meta")).Scan(&v); err != nil || v != newer {
@@ -367,7 +371,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 	dropSchemaLater(t, pool, schema)
 	s := pgx.Identifier{schema}.Sanitize()
 	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+s+`; CREATE TABLE `+s+`.meta (name text PRIMARY KEY, value bigint NOT NULL);
-		INSERT INTO `+s+`.meta VALUES ('schema_version', `+fmt.Sprint(pgledger.SchemaVersion+1)+`)`); err != nil {
+		INSERT INTO `+s+`.meta VALUES ('schema_version', `+fmt.Sprint(pgledger.SchemaVersion+2)+`)`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pgledger.New(ctx, pool, pgledger.WithSchema(schema)); !errors.Is(err, idem.ErrNewerSchema) {

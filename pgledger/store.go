@@ -640,8 +640,9 @@ func (l *core) Prune(ctx context.Context, job, through string) (int64, error) {
 			return err
 		}
 		deleted = n
-		// The item records of those periods (Each) go with them.
-		for _, t := range []string{"item_set", "item_chunks", "item_lists", "item_state", "itemsets"} {
+		// The item records of those periods (Each), and their history of
+		// attempts, go with them.
+		for _, t := range []string{"item_set", "item_chunks", "item_lists", "item_state", "itemsets", "attempts"} {
 			q := `DELETE FROM ` + pgx.Identifier{l.schema, t}.Sanitize() + ` WHERE job = $1 AND period <= $2 COLLATE "C"`
 			if _, err := tx.exec(ctx, q, job, through); err != nil {
 				return err

@@ -313,8 +313,10 @@ func checkSchema(ctx context.Context, rep *doctorReport, db *sql.DB, abs string)
 	switch {
 	case err != nil:
 		rep.add(levelError, "schema", "no schema version in idem_meta (%v): the ledger was not initialised completely; move it aside and let 'idem run' create a new one", err)
+	case sv == idem.SchemaVersion+1:
+		rep.add(levelWarn, "schema", "schema version %d, one newer than this idem's %d: the next release wrote it; this idem uses it as it is (as in a rolling update), upgrade it soon", sv, idem.SchemaVersion)
 	case sv > idem.SchemaVersion:
-		rep.add(levelError, "schema", "schema version %d, newer than this idem knows (%d): a newer idem wrote it; upgrade this idem binary (it refuses to touch the ledger)", sv, idem.SchemaVersion)
+		rep.add(levelError, "schema", "schema version %d, newer than this idem knows (%d) by more than one: a newer idem wrote it; upgrade this idem binary (it refuses to touch the ledger)", sv, idem.SchemaVersion)
 	case sv < idem.SchemaVersion:
 		rep.add(levelWarn, "schema", "schema version %d, older than this idem's %d: the next 'idem run' upgrades it", sv, idem.SchemaVersion)
 	default:

@@ -149,8 +149,10 @@ func checkPostgresSchema(ctx context.Context, rep *doctorReport, pool *pgxpool.P
 	case err != nil:
 		rep.add(levelError, "schema", "no schema version in %s.meta (%v): the ledger's schema is incomplete, or role %s may not read it (it needs SELECT, INSERT, UPDATE and DELETE on the schema's tables)", schema, err, role)
 		return 0, false
+	case sv == pgledger.SchemaVersion+1:
+		rep.add(levelWarn, "schema", "schema version %d, one newer than this idem's %d: the next release wrote it; this idem uses it as it is (as in a rolling update), upgrade it soon", sv, pgledger.SchemaVersion)
 	case sv > pgledger.SchemaVersion:
-		rep.add(levelError, "schema", "schema version %d, newer than this idem knows (%d): a newer idem or pgledger wrote it; upgrade this idem binary (it refuses to touch the ledger)", sv, pgledger.SchemaVersion)
+		rep.add(levelError, "schema", "schema version %d, newer than this idem knows (%d) by more than one: a newer idem or pgledger wrote it; upgrade this idem binary (it refuses to touch the ledger)", sv, pgledger.SchemaVersion)
 		return 0, false
 	case sv < pgledger.SchemaVersion:
 		rep.add(levelWarn, "schema", "schema version %d, older than this idem's %d: the next 'idem run' upgrades it (role %s then needs CREATE on schema %s and to own its tables)", sv, pgledger.SchemaVersion, role, schema)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -44,7 +45,18 @@ type Config struct {
 	// or TestMain must call RunWorker when IsWorker (after registering the
 	// backends it registers).
 	Exe string
-	Out io.Writer // progress and the report; nil = os.Stdout
+	// Exes, if set, are the binaries of the workers by slot: slot i runs
+	// Exes[i % len(Exes)], and so does its restart after a kill. A rolling
+	// upgrade's test mixes two releases' workers this way; "" = Exe.
+	Exes []string
+	// FirstCreates: the store is created by the workers of the slots that
+	// run Exes[0] (the parent does not open it before them; the modes
+	// with an effects log only), and the other slots start once the
+	// effects log has a first line, which a worker writes only after it
+	// has opened the store; the kill phase begins once one of the others
+	// has opened it too (and upgraded it, in a rolling upgrade's test).
+	FirstCreates bool
+	Out          io.Writer // progress and the report; nil = os.Stdout
 }
 
 // Summary is the outcome of a run.
@@ -92,6 +104,8 @@ func (c *Config) validate() error {
 		return usageError{errors.New("-duration must be > 0")}
 	case c.Lease <= 0:
 		return usageError{errors.New("-lease must be > 0")}
+	case c.FirstCreates && (c.Mode == "tx" || c.Mode == "outbox" || len(c.Exes) < 2):
+		return usageError{errors.New("FirstCreates needs a mode with an effects log and two Exes")}
 	}
 	return nil
 }
@@ -223,13 +237,9 @@ func Run(cfg Config) (s *Summary, err error) {
 
 	start := time.Now()
 	r.deadline = start.Add(cfg.Duration + cfg.Settle)
-	for i := range cfg.Workers {
-		sl := &slot{i: i}
-		r.slots = append(r.slots, sl)
-		if err := r.start(sl); err != nil {
-			keep = true
-			return nil, err
-		}
+	if err := r.startAll(); err != nil {
+		keep = true
+		return nil, err
 	}
 	kills, why := r.killPhase(start)
 	r.printf("kill phase: %d kills in %s (%s); waiting for the workers to finish", kills, time.Since(start).Round(time.Millisecond), why)
@@ -261,9 +271,69 @@ func Run(cfg Config) (s *Summary, err error) {
 	return s, nil
 }
 
+// startAll starts every slot's first worker; with FirstCreates, those of
+// Exes[0] first, the others once the effects log has a line, and it returns
+// once one of the others has logged its start.
+func (r *runner) startAll() error {
+	for i := range r.cfg.Workers {
+		r.slots = append(r.slots, &slot{i: i})
+	}
+	var late []string // the "start" lines of the later slots' workers
+	for _, first := range []bool{true, false} {
+		for _, sl := range r.slots {
+			if r.cfg.FirstCreates && (r.exeOf(sl) == r.cfg.Exes[0]) != first {
+				continue
+			}
+			if err := r.start(sl); err != nil {
+				return err
+			}
+			late = append(late, fmt.Sprintf("%s pid=%d start\n", sl.name(), sl.cmd.Process.Pid))
+		}
+		if !r.cfg.FirstCreates {
+			return nil
+		}
+		if first {
+			late = nil
+			if err := r.waitFile(effectsFile, "a first effect", func(b []byte) bool { return len(b) > 0 }); err != nil {
+				return err
+			}
+		}
+	}
+	// The kill phase begins once one of them has opened the store (and
+	// upgraded it): from then on every restart of a first slot's worker
+	// opens the upgraded store.
+	return r.waitFile(workersLog, "a later worker's start", func(b []byte) bool {
+		return slices.ContainsFunc(late, func(l string) bool { return bytes.Contains(b, []byte(l)) })
+	})
+}
+
+// waitFile waits (30 s at most) until the file named name in the run's
+// directory satisfies ok.
+func (r *runner) waitFile(name, what string, ok func([]byte) bool) error {
+	path := filepath.Join(r.dir, name)
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if b, err := os.ReadFile(path); err == nil && ok(b) {
+			r.printf("%s in %s", what, path)
+			return nil
+		}
+	}
+	return fmt.Errorf("no %s in %s within 30s (see %s)", what, path, workersLog)
+}
+
+// exeOf is the binary of sl's workers.
+func (r *runner) exeOf(sl *slot) string {
+	if len(r.cfg.Exes) > 0 && r.cfg.Exes[sl.i%len(r.cfg.Exes)] != "" {
+		return r.cfg.Exes[sl.i%len(r.cfg.Exes)]
+	}
+	return r.exe
+}
+
 // setup prepares the directory: the store (and the tx mode's table), the
 // effects log, the workers' log.
 func (r *runner) setup() error {
+	if r.cfg.FirstCreates {
+		return r.setupFiles()
+	}
 	ctx := context.Background()
 	h, err := r.b.Open(ctx, r.dir, r.loc)
 	if err != nil {
@@ -297,6 +367,12 @@ func (r *runner) setup() error {
 	if err := h.Close(); err != nil {
 		return err
 	}
+	return r.setupFiles()
+}
+
+// setupFiles creates the effects log (modes other than tx and outbox) and
+// the workers' log.
+func (r *runner) setupFiles() (err error) {
 	if r.cfg.Mode != "tx" && r.cfg.Mode != "outbox" {
 		if err := os.WriteFile(filepath.Join(r.dir, effectsFile), nil, 0o644); err != nil {
 			return err
@@ -325,7 +401,7 @@ func (r *runner) start(sl *slot) error {
 		return fmt.Errorf("start worker %s: %w", sl.name(), err)
 	}
 	defer stderr.Close() // the worker has its own descriptor
-	cmd := exec.Command(r.exe)
+	cmd := exec.Command(r.exeOf(sl))
 	cmd.Env = append(os.Environ(), workerEnv+"="+string(b))
 	cmd.Stdout, cmd.Stderr = r.log, stderr
 	// Workers die with the torture process: a stopped run leaves none behind

@@ -38,6 +38,10 @@ const (
 	connSQL  = "sql"  // pgledger.NewDB on a *sql.DB with pgx's stdlib driver
 )
 
+// workersCreate leaves the ledger's creation to the workers (a
+// rolling-upgrade test's old release: Config.FirstCreates).
+var workersCreate bool
+
 func postgresBackend() *harness.Backend {
 	var dsnFlag string
 	connFlag := connPool
@@ -69,11 +73,13 @@ func postgresBackend() *harness.Backend {
 			loc := pgLoc{DSN: dsn, Schema: "idem_torture_" + time.Now().UTC().Format("20060102t150405") + "_" + hex.EncodeToString(b[:]), Conn: connFlag}
 			// Create the ledger now: the workers then find it (and the
 			// check finds it even if no worker ever started).
-			l, err := pgledger.Open(ctx, dsn, pgledger.WithSchema(loc.Schema))
-			if err != nil {
-				return "", "", err
+			if !workersCreate {
+				l, err := pgledger.Open(ctx, dsn, pgledger.WithSchema(loc.Schema))
+				if err != nil {
+					return "", "", err
+				}
+				l.Close()
 			}
-			l.Close()
 			// For a kept directory: which schema holds its store.
 			if err := os.WriteFile(filepath.Join(dir, "postgres-schema.txt"), []byte(loc.Schema+"\n"), 0o644); err != nil {
 				return "", "", err

@@ -1,0 +1,73 @@
+package pgledger
+
+import "strings"
+
+// The history of attempts (schema version 8): table attempts holds one row
+// per attempt that ended, keyed by the key, its revision and the attempt's
+// number, with its outcome (done, failed, unknown, parked, or abandoned:
+// taken over once its lease expired or its process was gone), its error,
+// owner and times. Triggers on runs write it, in the transaction that
+// records the outcome (no extra commit, no extra round trip): BEFORE a
+// claim (an INSERT, or an UPDATE that changes attempt) sets runs.started;
+// AFTER an UPDATE that ends a running attempt, or an INSERT of a key done at
+// once (a RunTx's first attempt, MarkFresh), the attempt's row goes into
+// attempts. Being triggers, they also record the attempts that an older
+// pgledger (version 7) ends on the same schema during a rolling update;
+// the attempts it claimed before the upgrade have started NULL.
+//
+// runs.revision is the key's revision: 0 until re-runs of done periods
+// exist. Everything here is expand-only: a version-7 process's statements
+// work unchanged.
+const historyDDL = `
+ALTER TABLE {s}.runs ADD COLUMN IF NOT EXISTS revision bigint NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS started timestamptz;
+CREATE TABLE IF NOT EXISTS {s}.attempts (
+	job      text COLLATE "C" NOT NULL,
+	period   text COLLATE "C" NOT NULL,
+	revision bigint NOT NULL,
+	attempt  bigint NOT NULL,
+	outcome  text NOT NULL,
+	error    text NOT NULL DEFAULT '',
+	owner    text NOT NULL DEFAULT '',
+	started  timestamptz,
+	ended    timestamptz NOT NULL,
+	PRIMARY KEY (job, period, revision, attempt)
+);
+CREATE OR REPLACE FUNCTION {s}.attempt_started() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'INSERT' OR NEW.attempt IS DISTINCT FROM OLD.attempt THEN
+		NEW.started := pg_catalog.clock_timestamp();
+	END IF;
+	RETURN NEW;
+END
+$$;
+CREATE OR REPLACE FUNCTION {s}.attempt_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'INSERT' THEN
+		IF NEW.status = 'done' AND NEW.attempt > 0 THEN
+			INSERT INTO {s}.attempts(job, period, revision, attempt, outcome, error, owner, started, ended)
+			VALUES (NEW.job, NEW.period, NEW.revision, NEW.attempt, 'done', '', NEW.owner, NEW.started, NEW.updated)
+			ON CONFLICT DO NOTHING;
+		END IF;
+	ELSIF OLD.status = 'running' AND (NEW.status <> 'running' OR NEW.attempt <> OLD.attempt) THEN
+		INSERT INTO {s}.attempts(job, period, revision, attempt, outcome, error, owner, started, ended)
+		VALUES (OLD.job, OLD.period, OLD.revision, OLD.attempt,
+			CASE WHEN NEW.attempt <> OLD.attempt THEN 'abandoned' ELSE NEW.status END,
+			NEW.last_error, OLD.owner, OLD.started, NEW.updated)
+		ON CONFLICT DO NOTHING;
+	END IF;
+	RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS attempt_started ON {s}.runs;
+CREATE TRIGGER attempt_started BEFORE INSERT OR UPDATE OF attempt ON {s}.runs
+	FOR EACH ROW EXECUTE FUNCTION {s}.attempt_started();
+DROP TRIGGER IF EXISTS attempt_ended ON {s}.runs;
+CREATE TRIGGER attempt_ended AFTER INSERT OR UPDATE ON {s}.runs
+	FOR EACH ROW EXECUTE FUNCTION {s}.attempt_ended()`
+
+// historyDDLAll is historyDDL and the durable-commit trigger of table
+// attempts (see durableDDL).
+func historyDDLAll() string {
+	return historyDDL + ";\n" + strings.ReplaceAll(durableTriggerSQL, "{t}", "attempts")
+}
