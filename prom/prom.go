@@ -20,6 +20,9 @@
 //	idem_ledger_up                    gauge      1 if the last read of the Lister succeeded, 0 if it failed (only with a Lister)
 //	idem_last_success_timestamp_seconds{job}  gauge  when a period of the job last ran successfully (or was found done), in Unix seconds; 0 if not since the Scheduler started (only with WatchScheduler)
 //	idem_next_due_timestamp_seconds{job}      gauge  when the job's next period is due, in Unix seconds (only with WatchScheduler)
+//	idem_scheduler_lag_seconds{job}           gauge  how long the job's oldest due period not known settled has been due (idem.JobStatus.Lag); 0 when nothing due is unsettled (only with WatchScheduler)
+//	idem_scheduler_ready{job}                 gauge  1 if the job is ready in the Scheduler's Status, 0 if not: a period unknown, claimed with other parameters, or lagging past WithLagTolerance (only with WatchScheduler)
+//	idem_scheduler_lagging{job}               gauge  1 if the job is unready because its lag passed its WithLagTolerance (and for no earlier reason), else 0 (only with WatchScheduler)
 //
 // A "call of Run" is one Run or RunTx, one period of CatchUp (skipped
 // periods included), or one call of Each or EachTx: a fan-out period is
@@ -35,6 +38,10 @@
 //
 // Alert on idem_keys{status="unknown"} > 0 (a person must run Resolve) and
 // idem_keys{status="parked"} > 0 (a key is parked; Reset it once fixed).
+//
+// Ready-made Prometheus alert rules for these metrics are in the module's
+// alerts/idem.rules.yml, and a Grafana dashboard in
+// alerts/idem-dashboard.json (docs/operators.md says how to load them).
 //
 // The transactional outbox (outbox.Put, idem.Relay) has metrics of its own:
 // [NewOutbox], fed by the relay ([Outbox.RelayOption]) and reading the
@@ -277,16 +284,24 @@ func (k *keysCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// WatchScheduler makes idem_last_success_timestamp_seconds and
-// idem_next_due_timestamp_seconds report the jobs of s, read from
-// s.Status() at scrape time. Several Schedulers may be watched.
+// WatchScheduler makes idem_last_success_timestamp_seconds,
+// idem_next_due_timestamp_seconds, idem_scheduler_lag_seconds,
+// idem_scheduler_ready and idem_scheduler_lagging report the jobs of s,
+// read from s.Status() at scrape time. Several Schedulers may be watched.
+//
+// They are what this Scheduler knows: its Status does not read the store,
+// so a period that another replica settled counts as lag here until this
+// Scheduler's next look at the job (the readiness probe, s.Handler(), reads
+// the store first). Alert on idem_scheduler_lagging with a "for" longer
+// than [idem.SchedulerRecheck].
 func (m *Metrics) WatchScheduler(s *idem.Scheduler) { m.sched.add(s) }
 
 // schedulerCollector computes the Scheduler gauges at scrape time.
 type schedulerCollector struct {
-	lastSuccess, nextDue *prometheus.Desc
-	mu                   sync.Mutex
-	scheds               []*idem.Scheduler
+	lastSuccess, nextDue, lag, ready, lagging *prometheus.Desc
+
+	mu     sync.Mutex
+	scheds []*idem.Scheduler
 }
 
 func newSchedulerCollector(constLabels prometheus.Labels) *schedulerCollector {
@@ -296,6 +311,15 @@ func newSchedulerCollector(constLabels prometheus.Labels) *schedulerCollector {
 			[]string{"job"}, constLabels),
 		nextDue: prometheus.NewDesc("idem_next_due_timestamp_seconds",
 			"When the job's next period is due, in Unix seconds.",
+			[]string{"job"}, constLabels),
+		lag: prometheus.NewDesc("idem_scheduler_lag_seconds",
+			"How long the job's oldest due period not known settled has been due, in seconds, as far as the Scheduler knows; 0 when nothing due is unsettled.",
+			[]string{"job"}, constLabels),
+		ready: prometheus.NewDesc("idem_scheduler_ready",
+			"1 if the job is ready in the Scheduler's status, 0 if not: a period is unknown, claimed with other parameters, or the job lags past its tolerance.",
+			[]string{"job"}, constLabels),
+		lagging: prometheus.NewDesc("idem_scheduler_lagging",
+			"1 if the job is unready because it lags past its WithLagTolerance (and for no earlier reason), else 0.",
 			[]string{"job"}, constLabels),
 	}
 }
@@ -309,6 +333,9 @@ func (c *schedulerCollector) add(s *idem.Scheduler) {
 func (c *schedulerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.lastSuccess
 	ch <- c.nextDue
+	ch <- c.lag
+	ch <- c.ready
+	ch <- c.lagging
 }
 
 func (c *schedulerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -327,6 +354,25 @@ func (c *schedulerCollector) Collect(ch chan<- prometheus.Metric) {
 			if !j.NextDue.IsZero() {
 				ch <- prometheus.MustNewConstMetric(c.nextDue, prometheus.GaugeValue, unix(j.NextDue), j.Job)
 			}
+			ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, j.Lag.Seconds(), j.Job)
+			ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, one(j.Ready), j.Job)
+			ch <- prometheus.MustNewConstMetric(c.lagging, prometheus.GaugeValue, one(lagging(j)), j.Job)
 		}
 	}
+}
+
+// lagging reports whether j is unready because of its lag. The
+// Scheduler's Status gives the first reason that applies, in this order:
+// a period unknown, a period claimed with other parameters, then a lag
+// past the job's tolerance; a job unready for an earlier reason is not
+// reported lagging (its own alert says what to do).
+func lagging(j idem.JobStatus) bool {
+	return !j.Ready && j.Unknown == 0 && j.ParamsMismatch == 0
+}
+
+func one(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
