@@ -46,12 +46,13 @@ func (asynqQuiet) Warn(...any)  {}
 func (asynqQuiet) Error(...any) {}
 func (asynqQuiet) Fatal(...any) {}
 
-// startAsynq starts a server on a new queue; none of this is timed.
-func startAsynq(addr string, n int) (*asynqEnv, error) {
+// startAsynq starts a server of workers workers on a new queue; none of
+// this is timed.
+func startAsynq(addr string, n, workers int) (*asynqEnv, error) {
 	opt := asynq.RedisClientOpt{Addr: addr}
 	e := &asynqEnv{queue: randomName("idem_bench_"), handled: make(chan struct{}, n+1000)}
 	e.server = asynq.NewServer(opt, asynq.Config{
-		Concurrency:       asynqConcurrency,
+		Concurrency:       workers,
 		Queues:            map[string]int{e.queue: 1},
 		TaskCheckInterval: asynqTaskCheckInterval,
 		ShutdownTimeout:   10 * time.Second,
@@ -84,18 +85,32 @@ func (e *asynqEnv) stop() {
 // unique lock).
 func (e *asynqEnv) enqueueAndProcess(ctx context.Context, keys []idem.Key) error {
 	for _, k := range keys {
-		payload, err := json.Marshal(benchArgs{Job: k.Job, Period: k.Period})
-		if err != nil {
-			return err
-		}
-		if _, err := e.client.EnqueueContext(ctx, asynq.NewTask(asynqTaskType, payload),
-			asynq.Queue(e.queue), asynq.Unique(asynqUniqueTTL)); err != nil {
-			if errors.Is(err, asynq.ErrDuplicateTask) {
-				return fmt.Errorf("asynq: %s was a duplicate", k)
-			}
+		if err := e.enqueue(ctx, k); err != nil {
 			return err
 		}
 	}
+	return e.awaitProcessed(keys)
+}
+
+// enqueue enqueues k's unique task.
+func (e *asynqEnv) enqueue(ctx context.Context, k idem.Key) error {
+	payload, err := json.Marshal(benchArgs{Job: k.Job, Period: k.Period})
+	if err != nil {
+		return err
+	}
+	if _, err := e.client.EnqueueContext(ctx, asynq.NewTask(asynqTaskType, payload),
+		asynq.Queue(e.queue), asynq.Unique(asynqUniqueTTL)); err != nil {
+		if errors.Is(err, asynq.ErrDuplicateTask) {
+			return fmt.Errorf("asynq: %s was a duplicate", k)
+		}
+		return fmt.Errorf("asynq: enqueue %s: %w", k, err)
+	}
+	return nil
+}
+
+// awaitProcessed returns when the handler has run for every one of keys,
+// enqueued, and asynq has recorded the last of them as processed.
+func (e *asynqEnv) awaitProcessed(keys []idem.Key) error {
 	e.processed += len(keys)
 	handled := time.NewTimer(time.Minute)
 	defer handled.Stop()
@@ -134,13 +149,49 @@ func redisFreshRunVsAsynq(ctx context.Context, cfg config) (result, error) {
 		return result{skipped: why}, err
 	}
 	defer e.close(ctx)
-	q, err := startAsynq(e.client.Options().Addr, cfg.n)
+	q, err := startAsynq(e.client.Options().Addr, cfg.n, asynqConcurrency)
 	if err != nil {
 		return result{}, err
 	}
 	defer q.stop()
-	return alternate(ctx, cfg, ledgerFreshSide(e.store, cfg.n), side{ops: func(ctx context.Context, round int) (int, error) {
+	res, err := alternate(ctx, cfg, ledgerFreshSide(e.store, cfg.n), side{ops: func(ctx context.Context, round int) (int, error) {
 		keys := roundKeys("fresh", round, cfg.n)
 		return len(keys), q.enqueueAndProcess(ctx, keys)
 	}})
+	res.note = asynqUnitNote
+	return res, err
 }
+
+// redisConcurrentFreshRunVsAsynq: redis_fresh_run_vs_asynq at equal
+// concurrency. idem: 16 goroutines run redisstore's Run (AtLeastOnce) of
+// the round's new keys, each taking the next key. asynq: 16 goroutines
+// enqueue one unique task per key, each taking the next key, and a server
+// of 16 workers processes them; the round ends when asynq has recorded
+// every task as processed. Both on the same server, each side with its
+// own connections (go-redis's pool: 10 per CPU), the same keys a round.
+func redisConcurrentFreshRunVsAsynq(ctx context.Context, cfg config) (result, error) {
+	e, why, err := openRedis(ctx, cfg)
+	if err != nil || e == nil {
+		return result{skipped: why}, err
+	}
+	defer e.close(ctx)
+	q, err := startAsynq(e.client.Options().Addr, cfg.n, concurrency)
+	if err != nil {
+		return result{}, err
+	}
+	defer q.stop()
+	idemRun := func(ctx context.Context, k idem.Key) error { return e.store.Run(ctx, k, noop) }
+	res, err := alternate(ctx, cfg, concurrentSide(cfg.n, idemRun), side{ops: func(ctx context.Context, round int) (int, error) {
+		keys := roundKeys("fresh", round, cfg.n)
+		if err := concurrently(ctx, keys, q.enqueue); err != nil {
+			return 0, err
+		}
+		return len(keys), q.awaitProcessed(keys)
+	}})
+	res.note = asynqUnitNote
+	return res, err
+}
+
+// asynqUnitNote says what one unit of each side of the asynq lines is.
+const asynqUnitNote = "a unit: idem one fresh Run = claim + done mark (2 scripts, 2 AOF-fsynced writes, in turn); " +
+	"asynq one task = enqueue + dequeue + done (3 scripts, each a write; dequeues and done marks share fsyncs with the enqueues)"

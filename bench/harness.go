@@ -60,6 +60,7 @@ var comparisons = []comparison{
 	{"redis_fresh_run_vs_floor", "floor", redisFreshRunVsFloor},
 	{"redis_duplicate_vs_floor", "floor", redisDuplicateVsFloor},
 	{"redis_fresh_run_vs_asynq", "asynq", redisFreshRunVsAsynq},
+	{"redis_concurrent_fresh_run_vs_asynq", "asynq", redisConcurrentFreshRunVsAsynq},
 	{"scale_fresh_run_1m_vs_empty", "empty", scaleFreshRun1MVsEmpty},
 	{"scale_duplicate_1m_vs_empty", "empty", scaleDuplicate1MVsEmpty},
 	{"scale_outbox_100k_vs_none", "none", scaleOutbox100kVsNone},
@@ -69,6 +70,8 @@ var comparisons = []comparison{
 	{"scheduler_idle_cpu", "", schedulerIdleCPU},
 	{"scheduler_wake_latency", "", schedulerWakeLatency},
 	{"otel_overhead", "", otelOverhead},
+	{"otel_sdk_fresh_run_vs_plain", "plain", otelSDKFreshRunVsPlain},
+	{"otel_sdk_duplicate_vs_plain", "plain", otelSDKDuplicateVsPlain},
 }
 
 // result is the throughput of each side, in operations per second, or why
@@ -77,6 +80,7 @@ type result struct {
 	idem, other float64
 	skipped     string
 	text        string // a measurement that is no comparison: the line's text
+	note        string // what a unit of each side is, printed under the line
 
 	// With -count-sql: the statements each side ran in its measured
 	// rounds, and how many operations those rounds did.
@@ -136,6 +140,9 @@ func (r result) line(c comparison) string {
 	line := fmt.Sprintf("%s: idem %s/s  %s %s/s  ratio %s", c.name, rate(r.idem), c.other, rate(r.other), ratio)
 	if r.idemOps > 0 || r.otherOps > 0 {
 		line += fmt.Sprintf("\n  per op: idem %s; %s %s", r.idemCost.perOp(r.idemOps), c.other, r.otherCost.perOp(r.otherOps))
+	}
+	if r.note != "" {
+		line += "\n  note: " + r.note
 	}
 	if countSQL && (r.idemSQL != countSnapshot{} || r.otherSQL != countSnapshot{}) {
 		line += fmt.Sprintf("\n  statements per op: idem %s; %s %s", r.idemSQL.perOp(r.idemOps), c.other, r.otherSQL.perOp(r.otherOps))
