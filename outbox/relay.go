@@ -125,12 +125,14 @@ type relayConfig struct {
 	onResult  func(DeliveryResult)
 	onPass    func(Result, error)
 	stop      <-chan struct{} // WithStop; nil: never
+	conc      int             // WithConcurrency
+	limits    []idem.Limiter  // WithLimits
 	err       error
 }
 
 func newRelayConfig(opts []Option) *relayConfig {
 	c := &relayConfig{batch: DefaultBatch, lease: DefaultLease, poll: DefaultPoll,
-		backoff: idem.DefaultBackoff(), clock: idem.SystemClock(), owner: idemstore.Owner()}
+		backoff: idem.DefaultBackoff(), clock: idem.SystemClock(), owner: idemstore.Owner(), conc: DefaultConcurrency}
 	for i, o := range opts {
 		var err error
 		if o == nil {
@@ -386,10 +388,13 @@ func (c *relayConfig) log(ctx context.Context, level slog.Level, msg string, att
 // When the relay stops (ctx ends, or WithStop's channel closes), the
 // messages of the batch not yet handed out are given back the same way
 // (giveBack): one mechanism for a context's end and for a graceful stop.
+// The topics of a batch are delivered side by side by up to
+// WithConcurrency workers (deliverBatch), and the next claim waits for
+// them all.
 func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliverer) (res Result, err error) {
 	req := idemstore.OutboxClaimRequest{N: c.batch, Owner: c.owner, Lease: c.lease}
 	if _, ok := s.(idemstore.OutboxReleaser); ok {
-		req.Run = c.batch
+		req.Run = c.runLength()
 	}
 	for !c.stopping(ctx) {
 		req.Now = c.clock.Now()
@@ -400,31 +405,13 @@ func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliv
 		if len(batch) == 0 {
 			break
 		}
-		var stopped map[string]bool       // topics whose run ended
-		var back []idemstore.OutboxRecord // claimed and not handed out
-		for i, rec := range batch {
-			if c.stopping(ctx) {
-				// The relay is stopping: nothing more is handed out.
-				back = append(back, batch[i:]...)
-				break
-			}
-			if stopped[rec.Topic] {
-				back = append(back, rec)
-				continue
-			}
-			res.Claimed++
-			outcome, err := c.deliver(ctx, s, d, rec, &res)
-			if err != nil {
-				// The rest of the batch was claimed and not handed out:
-				// delivered after its lease, by this relay or another.
-				return res, err
-			}
-			if outcome != DeliverySent && outcome != DeliveryParked {
-				if stopped == nil {
-					stopped = map[string]bool{}
-				}
-				stopped[rec.Topic] = true
-			}
+		r, back, err := c.deliverBatch(ctx, s, d, batch, req.Now)
+		res.add(r)
+		if err != nil {
+			// Best effort: what was not handed out is due again after
+			// its lease anyway, by this relay or another.
+			_ = c.giveBack(ctx, s, back)
+			return res, err
 		}
 		if err := c.giveBack(ctx, s, back); err != nil {
 			return res, err // the messages are due again after their lease
