@@ -1,0 +1,245 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
+	"github.com/idemgo/idem/limit"
+	"github.com/idemgo/idem/outbox"
+)
+
+// putTopics queues per messages on each of topics topics ("t0", "t1",
+// ...), payloads "0", "1", ... in each, one transaction per round.
+func putTopics(t *testing.T, l *idem.Ledger, job string, topics, per int) {
+	t.Helper()
+	for p := range per {
+		err := l.RunTx(context.Background(), idem.Key{Job: job, Period: fmt.Sprintf("p%d", p)}, func(ctx context.Context, tx *sql.Tx) error {
+			for tp := range topics {
+				if _, err := outbox.Put(ctx, tx, outbox.Message{Topic: "t" + strconv.Itoa(tp), Payload: []byte(strconv.Itoa(p))}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// inOrder fails unless every topic of got (its payloads in arrival
+// order) got exactly "0", "1", ... per-1.
+func inOrder(t *testing.T, got map[string][]string, topics, per int) {
+	t.Helper()
+	var want []string
+	for i := range per {
+		want = append(want, strconv.Itoa(i))
+	}
+	if len(got) != topics {
+		t.Fatalf("%d topics delivered, want %d: %v", len(got), topics, got)
+	}
+	for topic, ps := range got {
+		if !slices.Equal(ps, want) {
+			t.Fatalf("topic %s delivered %v, want %v", topic, ps, want)
+		}
+	}
+}
+
+// TestRelayRateLimit: a relay given a shared rate (limit.Rate, 4 a
+// second, burst 1) with WithConcurrency(4) starts at most PerSecond +
+// Burst deliveries in any second of the limit's clock (the ledger's: the
+// system clock), as package limit bounds starts; a delivery that waited
+// for the rate counts no attempt.
+func TestRelayRateLimit(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir())
+	const topics, per = 4, 3
+	putTopics(t, l, "rate", topics, per)
+	rate, err := limit.NewRate(l, "webhook", 4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var at []time.Time
+	got := map[string][]string{}
+	var attempts []int
+	deliver := outbox.DeliverFunc(func(_ context.Context, d outbox.Delivery) error {
+		now := time.Now() // the limit's clock
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, now)
+		got[d.Topic] = append(got[d.Topic], string(d.Payload))
+		attempts = append(attempts, d.Attempt)
+		return nil
+	})
+	res, err := outbox.RelayOnce(context.Background(), l, deliver, outbox.WithConcurrency(4), outbox.WithLimits(rate))
+	if err != nil || res.Delivered != topics*per || res.Claimed != topics*per {
+		t.Fatalf("RelayOnce: %+v, %v; want %d delivered, as many handed out", res, err, topics*per)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	inOrder(t, got, topics, per)
+	for i, a := range attempts {
+		if a != 1 {
+			t.Fatalf("delivery %d was attempt %d: a wait for the rate counted as an attempt", i, a)
+		}
+	}
+	// PerSecond + Burst = 5, and package limit's slack (a quarter start)
+	// adds none.
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	for i, start := range at {
+		n := 0
+		for _, x := range at[i:] {
+			if x.Before(start.Add(time.Second)) {
+				n++
+			}
+		}
+		if n > 5 {
+			t.Fatalf("%d deliveries in the second from %s (at most 5 for 4/s, burst 1): %v", n, start.Format(time.StampMicro), at)
+		}
+	}
+}
+
+// TestRelayGivesBackHalfGoneLease: a message that waited in the relay
+// (behind its topic's earlier message) until less than half of its lease
+// was left is not handed out on it: it is given back, claimed again with
+// a new lease, and delivered as its first attempt.
+func TestRelayGivesBackHalfGoneLease(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir())
+	putTopics(t, l, "lease", 1, 3)
+	clk := idemtest.NewClock(t0)
+	const lease = time.Minute
+	var left []time.Duration
+	var attempts []int
+	deliver := outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
+		recs, err := l.ListOutbox(ctx, idemstore.OutboxFilter{ID: d.ID})
+		if err != nil || len(recs) != 1 {
+			return fmt.Errorf("list %s: %v, %d records", d.ID, err, len(recs))
+		}
+		left = append(left, recs[0].LeaseUntil.Sub(clk.Now()))
+		attempts = append(attempts, d.Attempt)
+		if len(left) == 1 {
+			clk.Advance(lease * 6 / 10) // the first delivery takes most of the lease
+		}
+		return nil
+	})
+	res, err := outbox.RelayOnce(context.Background(), l, deliver, outbox.WithClock(clk), outbox.WithLease(lease), outbox.WithBatch(4))
+	if err != nil || res.Delivered != 3 {
+		t.Fatalf("RelayOnce: %+v, %v; want 3 delivered", res, err)
+	}
+	for i, d := range left {
+		if d < lease/2 || attempts[i] != 1 {
+			t.Fatalf("delivery %d handed out with %v of its %v lease left, attempt %d; want at least half, first attempt (all: %v, %v)",
+				i+1, d, lease, attempts[i], left, attempts)
+		}
+	}
+}
+
+// TestBadRelayConcurrencyOptions: WithConcurrency below 1 and a nil limit
+// are ErrInvalidOption.
+func TestBadRelayConcurrencyOptions(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir())
+	nop := outbox.DeliverFunc(func(context.Context, outbox.Delivery) error { return nil })
+	for _, o := range []outbox.Option{outbox.WithConcurrency(0), outbox.WithLimits(nil)} {
+		if _, err := outbox.NewRelay(l, nop, o); !errors.Is(err, idem.ErrInvalidOption) {
+			t.Fatalf("NewRelay: %v; want ErrInvalidOption", err)
+		}
+	}
+}
+
+// TestSchedulerRelayConcurrentAndPaced: a Scheduler's relay (AddRelay)
+// with WithConcurrency(4) and a shared rate delivers what an AddTx job
+// queued on four topics, more than one delivery in flight at once (a
+// barrier in the receiver holds the first two until both are), at most
+// four, every topic in order.
+func TestSchedulerRelayConcurrentAndPaced(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir())
+	clk := idemtest.NewClock(t0)
+	s := idem.NewScheduler(l, idem.WithClock(clk))
+	const topics, per = 4, 3
+	err := idem.AddTx(s, "settle", idem.Daily(time.UTC), func(ctx context.Context, tx *sql.Tx, p idem.Period) error {
+		for i := range per {
+			for tp := range topics {
+				if _, err := outbox.Put(ctx, tx, outbox.Message{Topic: "t" + strconv.Itoa(tp), Payload: []byte(strconv.Itoa(i))}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate, err := limit.NewRate(l, "webhook", 1000, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu             sync.Mutex
+		got            = map[string][]string{}
+		n              int
+		inFlight, most atomic.Int64
+		both           = make(chan struct{})
+		arrived        atomic.Int64
+	)
+	deliver := outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
+		cur := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); cur > m && !most.CompareAndSwap(m, cur); m = most.Load() {
+		}
+		if k := arrived.Add(1); k <= 2 {
+			if k == 2 {
+				close(both)
+			}
+			select { // the barrier: the first two wait for each other
+			case <-both:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		got[d.Topic] = append(got[d.Topic], string(d.Payload))
+		n++
+		return nil
+	})
+	if err := s.AddRelay("notify", newRelay(t, l, deliver, outbox.WithConcurrency(4), outbox.WithLimits(rate))); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	testwait.Recv(t, both, "two deliveries in flight at once")
+	testwait.Until(t, func() bool {
+		mu.Lock()
+		ok := n == topics*per
+		mu.Unlock()
+		if !ok {
+			clk.Advance(outbox.DefaultPoll)
+		}
+		return ok
+	}, "the relay to deliver the %d messages", topics*per)
+	cancel()
+	testwait.Recv(t, done, "the Scheduler to stop")
+	if m := most.Load(); m > 4 || m < 2 {
+		t.Fatalf("%d deliveries in flight at most; want 2 to 4", m)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	inOrder(t, got, topics, per)
+}
