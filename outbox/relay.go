@@ -166,7 +166,11 @@ func WithBatch(n int) Option {
 // [DefaultLease]): on the system clock the deliverer's context ends
 // with it (with [WithClock], it is no deadline on that context), and
 // after it another relay may deliver the message again. Make it much longer than a
-// delivery takes. Below [idem.MinLease] it is an error matching
+// delivery takes. A message is handed out only while at least half of its
+// lease is left (counted on the relay's clock from before its claim): one
+// that waited longer in the relay, behind its topic's earlier messages or
+// for [WithLimits], is given back untouched (its attempt not counted) and
+// claimed again with a new lease. Below [idem.MinLease] it is an error matching
 // [idem.ErrInvalidOption].
 func WithLease(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
@@ -254,7 +258,8 @@ func WithOwner(name string) Option {
 
 // OnDelivery calls f with the result of every delivery attempt, after its
 // end was recorded (or refused), for metrics and tests. f runs on the
-// relay's goroutine: keep it short.
+// goroutine that delivered (with [WithConcurrency] above 1, several at
+// once): keep it short.
 func OnDelivery(f func(DeliveryResult)) Option {
 	return relayOption(func(c *relayConfig) error { c.onResult = f; return nil })
 }
@@ -262,7 +267,9 @@ func OnDelivery(f func(DeliveryResult)) Option {
 // RelayOnce delivers the outbox messages of s that are due, with d, until
 // none is due: it claims a batch (the first pending message of each topic,
 // and on the SQLite and Postgres ledgers the ones right after it, leased
-// to this relay with a fencing token), calls d for each in order, records
+// to this relay with a fencing token), calls d for each in its topic's
+// order (the topics one after another, or side by side with
+// [WithConcurrency]), records
 // each end (fenced: an end whose lease another relay took over is
 // refused), and claims again. Then, with [WithRetention], it prunes the
 // delivered messages older than the retention.
