@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -242,4 +243,127 @@ func TestSchedulerRelayConcurrentAndPaced(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	inOrder(t, got, topics, per)
+}
+
+// fakeLimiter is an idem.Limiter whose TakeN and Hold the test scripts.
+type fakeLimiter struct {
+	take func(ctx context.Context) error
+	hold func(ctx context.Context) (context.Context, func(), error)
+}
+
+func (f *fakeLimiter) Name() string { return "fake" }
+
+func (f *fakeLimiter) TakeN(ctx context.Context, _ int) (time.Time, error) {
+	if f.take == nil {
+		return time.Time{}, nil
+	}
+	return time.Time{}, f.take(ctx)
+}
+
+func (f *fakeLimiter) Hold(ctx context.Context) (context.Context, func(), error) {
+	if f.hold == nil {
+		return ctx, func() {}, nil
+	}
+	return f.hold(ctx)
+}
+
+// untouched fails unless every message of l is pending, not leased, and
+// counts no attempt.
+func untouched(t *testing.T, l *idem.Ledger) {
+	t.Helper()
+	recs, err := l.ListOutbox(context.Background(), idemstore.OutboxFilter{})
+	if err != nil || len(recs) == 0 {
+		t.Fatalf("ListOutbox: %d, %v", len(recs), err)
+	}
+	for _, r := range recs {
+		if r.Status != idemstore.OutboxPending || r.Attempts != 0 || r.LeaseUntil.After(time.Now()) {
+			t.Fatalf("message %s after a deferral: %s, %d attempts, leased until %v; want pending, 0, not leased", r.ID, r.Status, r.Attempts, r.LeaseUntil)
+		}
+	}
+}
+
+// TestRelayLimitDeferral: a limit whose store fails ends the pass with
+// its error, naming the limit; a relay stopped (its context cancelled)
+// while it waits for a limit ends quietly; either way nothing was handed
+// out and every message is given back untouched, no attempt counted.
+func TestRelayLimitDeferral(t *testing.T) {
+	t.Parallel()
+	nope := outbox.DeliverFunc(func(_ context.Context, d outbox.Delivery) error {
+		return fmt.Errorf("delivered %s although the limit did not let it go", d.ID)
+	})
+	t.Run("store fails", func(t *testing.T) {
+		l := openLedger(t, t.TempDir())
+		putTopics(t, l, "limitdown", 3, 2)
+		down := errors.New("limit store down")
+		res, err := outbox.RelayOnce(context.Background(), l, nope, outbox.WithConcurrency(2),
+			outbox.WithLimits(&fakeLimiter{take: func(context.Context) error { return down }}))
+		if !errors.Is(err, down) || !strings.Contains(err.Error(), "limit fake") || res.Claimed != 0 {
+			t.Fatalf("RelayOnce: %+v, %v; want the limit's error, naming it, nothing handed out", res, err)
+		}
+		untouched(t, l)
+	})
+	t.Run("stopped while waiting", func(t *testing.T) {
+		l := openLedger(t, t.TempDir())
+		putTopics(t, l, "limitwait", 3, 2)
+		waiting := make(chan struct{}, 8)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := outbox.RelayOnce(ctx, l, nope, outbox.WithConcurrency(2), outbox.WithLimits(&fakeLimiter{take: func(ctx context.Context) error {
+				waiting <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			}}))
+			done <- err
+		}()
+		testwait.Recv(t, waiting, "the relay to wait for the limit")
+		cancel()
+		if err := testwait.Recv(t, done, "RelayOnce to end after its context"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("RelayOnce: %v; want context.Canceled", err)
+		}
+		untouched(t, l)
+	})
+}
+
+type heldKey struct{}
+
+// TestRelayHoldsAPlace: an "at once" limit's place is held for each
+// delivery: the deliverer's context is the one Hold returned, and the
+// place is released after the delivery's end was recorded.
+func TestRelayHoldsAPlace(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir())
+	putTopics(t, l, "hold", 2, 2)
+	var mu sync.Mutex
+	var problems []string
+	held, released := 0, 0
+	lim := &fakeLimiter{hold: func(ctx context.Context) (context.Context, func(), error) {
+		mu.Lock()
+		held++
+		mu.Unlock()
+		ctx = context.WithValue(ctx, heldKey{}, true)
+		return ctx, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			released++
+			recs, err := l.ListOutbox(context.Background(), idemstore.OutboxFilter{Status: idemstore.OutboxDelivered})
+			if err != nil || len(recs) < released {
+				problems = append(problems, fmt.Sprintf("release %d with %d messages marked delivered (%v)", released, len(recs), err))
+			}
+		}, nil
+	}}
+	deliver := outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
+		if ctx.Value(heldKey{}) == nil {
+			mu.Lock()
+			problems = append(problems, d.ID+": the deliverer's context is not the held one")
+			mu.Unlock()
+		}
+		return nil
+	})
+	res, err := outbox.RelayOnce(context.Background(), l, deliver, outbox.WithLimits(lim))
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil || res.Delivered != 4 || held != 4 || released != 4 || len(problems) > 0 {
+		t.Fatalf("RelayOnce: %+v, %v; places held %d, released %d (want 4 each); %v", res, err, held, released, problems)
+	}
 }
