@@ -367,3 +367,31 @@ func TestRelayHoldsAPlace(t *testing.T) {
 		t.Fatalf("RelayOnce: %+v, %v; places held %d, released %d (want 4 each); %v", res, err, held, released, problems)
 	}
 }
+
+// TestRelayConcurrencyShortensRuns: with WithConcurrency(4) and
+// WithBatch(8), a claim takes at most 8/4 = 2 messages of one topic, so
+// that one busy topic does not fill the batch.
+func TestRelayConcurrencyShortensRuns(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir())
+	putTopics(t, l, "runs", 1, 10)
+	var most int
+	deliver := outbox.DeliverFunc(func(ctx context.Context, d outbox.Delivery) error {
+		recs, err := l.ListOutbox(ctx, idemstore.OutboxFilter{Status: idemstore.OutboxPending})
+		if err != nil {
+			return err
+		}
+		leased := 0
+		for _, r := range recs {
+			if r.LeaseUntil.After(time.Now()) {
+				leased++
+			}
+		}
+		most = max(most, leased)
+		return nil
+	})
+	res, err := outbox.RelayOnce(context.Background(), l, deliver, outbox.WithConcurrency(4), outbox.WithBatch(8))
+	if err != nil || res.Delivered != 10 || most != 2 {
+		t.Fatalf("RelayOnce: %+v, %v; at most %d messages of the topic leased at once, want 2", res, err, most)
+	}
+}
