@@ -65,6 +65,7 @@ var comparisons = []comparison{
 	{"scale_duplicate_1m_vs_empty", "empty", scaleDuplicate1MVsEmpty},
 	{"scale_outbox_100k_vs_none", "none", scaleOutbox100kVsNone},
 	{"outbox_backlog_100k_vs_empty", "empty", outboxBacklog100kVsEmpty},
+	{"outbox_slow_receiver_4_topics_vs_1", "1_topic", outboxSlowReceiver4TopicsVs1},
 	{"pg_outbox_backlog_100k_vs_empty", "empty", pgOutboxBacklog100kVsEmpty},
 	{"scale_each_1m", "", scaleEach1M},
 	{"scheduler_idle_cpu", "", schedulerIdleCPU},

@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -74,7 +75,8 @@ type killReceived struct{ id, topic, body string }
 // nothing: an outbox relay (outbox.Relay with outbox.Webhook, in a child
 // process) is SIGKILLed while the receiver holds one of its requests, the
 // 1st, 5th or 12th of 12 messages on 3 topics (the message arrived, the
-// relay never learned it). After a restart (outbox.RelayOnce in the test's
+// relay never learned it), delivering one message at a time and, again,
+// with outbox.WithConcurrency(4) (other deliveries in flight as it dies). After a restart (outbox.RelayOnce in the test's
 // process, once the dead relay's leases have run out: h.Shift, or the
 // relay's clock) every message is delivered and arrived with its payload,
 // the interrupted one a second time with the same Idempotency-Key, and
@@ -84,37 +86,51 @@ type killReceived struct{ id, topic, body string }
 // The store behind h.Open's ([idemstore.Of]) must be an
 // idemstore.OutboxTxStore of Tx and an idemstore.OutboxStore.
 func TestRelayKilledMidDelivery[Tx any](t *testing.T, h KillHarness[Tx]) {
-	for _, killAt := range []int{1, 5, 12} {
-		t.Run(fmt.Sprintf("request%d", killAt), func(t *testing.T) {
-			if IsChild(t) {
-				Start(t, "", relayChild(h)) // does not return
+	for _, conc := range []int{1, 4} {
+		for _, killAt := range []int{1, 5, 12} {
+			name := fmt.Sprintf("request%d", killAt)
+			if conc > 1 {
+				name += fmt.Sprintf("_concurrency%d", conc)
 			}
-			if h.Parallel {
-				t.Parallel()
-			}
-			testRelayKilled(t, h, killAt)
-		})
+			t.Run(name, func(t *testing.T) {
+				if IsChild(t) {
+					Start(t, "", relayChild(h)) // does not return
+				}
+				if h.Parallel {
+					t.Parallel()
+				}
+				testRelayKilled(t, h, killAt, conc)
+			})
+		}
 	}
 }
 
 // relayChild is the child of TestRelayKilledMidDelivery: a relay until it
-// is killed. Its arg is the receiver's URL, then Reopen's.
+// is killed. Its arg is the relay's concurrency, the receiver's URL, then
+// Reopen's.
 func relayChild[Tx any](h KillHarness[Tx]) func(string) {
 	return func(arg string) {
-		url, storeArg, _ := strings.Cut(arg, "|")
+		concArg, rest, _ := strings.Cut(arg, "|")
+		url, storeArg, _ := strings.Cut(rest, "|")
+		conc, err := strconv.Atoi(concArg)
+		if err != nil {
+			fmt.Println("concurrency:", err)
+			os.Exit(2)
+		}
 		ctx := context.Background()
 		s, _, err := h.Reopen(ctx, storeArg)
 		if err != nil {
 			fmt.Println("open:", err)
 			os.Exit(2)
 		}
-		err = outbox.Relay(ctx, s, outbox.Webhook(url, nil), outbox.WithPoll(5*time.Millisecond), outbox.WithBatch(2))
+		err = outbox.Relay(ctx, s, outbox.Webhook(url, nil), outbox.WithPoll(5*time.Millisecond), outbox.WithBatch(2*conc),
+			outbox.WithConcurrency(conc))
 		fmt.Println("relay returned:", err)
 		os.Exit(3)
 	}
 }
 
-func testRelayKilled[Tx any](t *testing.T, h KillHarness[Tx], killAt int) {
+func testRelayKilled[Tx any](t *testing.T, h KillHarness[Tx], killAt, conc int) {
 	ctx := context.Background()
 	s, storeArg := h.Open(t)
 	st, err := idemstore.Of(s)
@@ -163,7 +179,7 @@ func testRelayKilled[Tx any](t *testing.T, h KillHarness[Tx], killAt int) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer srv.Close()
-	child = Start(t, srv.URL+"|"+storeArg, nil)
+	child = Start(t, strconv.Itoa(conc)+"|"+srv.URL+"|"+storeArg, nil)
 	close(started)
 	testwait.Recv(t, killed, "the receiver to get request %d and kill the relay", killAt)
 	if e := child.Wait(); !e.Killed {

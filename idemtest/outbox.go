@@ -52,7 +52,10 @@ type OutboxHarness[Tx any] struct {
 // order through failures; backoff through a receiver down for an hour (on
 // a fake clock); poison messages parked without blocking other topics;
 // fencing of a relay whose lease ran out; retry, drop, prune and stats;
-// concurrent relays that deliver no message twice; and relays stopped
+// concurrent relays that deliver no message twice; a relay with
+// outbox.WithConcurrency that keeps its bound on deliveries in flight, has
+// more than one in flight, and keeps every topic's order through a slow,
+// flaky receiver; and relays stopped
 // during a delivery to a real HTTP receiver, whose messages claimed and
 // never posted are given back without an attempt (which needs an
 // idemstore.OutboxReleaser) and never park.
@@ -92,6 +95,7 @@ func TestOutbox[Tx any](t *testing.T, h OutboxHarness[Tx]) {
 		{"EachTx", testOutboxEach[Tx]},
 		{"CatchUpTx", testOutboxCatchUp[Tx]},
 		{"RelayStopped", testOutboxRelayStopped[Tx]},
+		{"ConcurrentTopics", testOutboxConcurrentTopics[Tx]},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, clk := open(t)

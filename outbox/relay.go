@@ -125,12 +125,14 @@ type relayConfig struct {
 	onResult  func(DeliveryResult)
 	onPass    func(Result, error)
 	stop      <-chan struct{} // WithStop; nil: never
+	conc      int             // WithConcurrency
+	limits    []idem.Limiter  // WithLimits
 	err       error
 }
 
 func newRelayConfig(opts []Option) *relayConfig {
 	c := &relayConfig{batch: DefaultBatch, lease: DefaultLease, poll: DefaultPoll,
-		backoff: idem.DefaultBackoff(), clock: idem.SystemClock(), owner: idemstore.Owner()}
+		backoff: idem.DefaultBackoff(), clock: idem.SystemClock(), owner: idemstore.Owner(), conc: DefaultConcurrency}
 	for i, o := range opts {
 		var err error
 		if o == nil {
@@ -164,7 +166,11 @@ func WithBatch(n int) Option {
 // [DefaultLease]): on the system clock the deliverer's context ends
 // with it (with [WithClock], it is no deadline on that context), and
 // after it another relay may deliver the message again. Make it much longer than a
-// delivery takes. Below [idem.MinLease] it is an error matching
+// delivery takes. A message is handed out only while at least half of its
+// lease is left (counted on the relay's clock from before its claim): one
+// that waited longer in the relay, behind its topic's earlier messages or
+// for [WithLimits], is given back untouched (its attempt not counted) and
+// claimed again with a new lease. Below [idem.MinLease] it is an error matching
 // [idem.ErrInvalidOption].
 func WithLease(d time.Duration) Option {
 	return relayOption(func(c *relayConfig) error {
@@ -252,7 +258,8 @@ func WithOwner(name string) Option {
 
 // OnDelivery calls f with the result of every delivery attempt, after its
 // end was recorded (or refused), for metrics and tests. f runs on the
-// relay's goroutine: keep it short.
+// goroutine that delivered (with [WithConcurrency] above 1, several at
+// once): keep it short.
 func OnDelivery(f func(DeliveryResult)) Option {
 	return relayOption(func(c *relayConfig) error { c.onResult = f; return nil })
 }
@@ -260,7 +267,9 @@ func OnDelivery(f func(DeliveryResult)) Option {
 // RelayOnce delivers the outbox messages of s that are due, with d, until
 // none is due: it claims a batch (the first pending message of each topic,
 // and on the SQLite and Postgres ledgers the ones right after it, leased
-// to this relay with a fencing token), calls d for each in order, records
+// to this relay with a fencing token), calls d for each in its topic's
+// order (the topics one after another, or side by side with
+// [WithConcurrency]), records
 // each end (fenced: an end whose lease another relay took over is
 // refused), and claims again. Then, with [WithRetention], it prunes the
 // delivered messages older than the retention.
@@ -386,10 +395,13 @@ func (c *relayConfig) log(ctx context.Context, level slog.Level, msg string, att
 // When the relay stops (ctx ends, or WithStop's channel closes), the
 // messages of the batch not yet handed out are given back the same way
 // (giveBack): one mechanism for a context's end and for a graceful stop.
+// The topics of a batch are delivered side by side by up to
+// WithConcurrency workers (deliverBatch), and the next claim waits for
+// them all.
 func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliverer) (res Result, err error) {
 	req := idemstore.OutboxClaimRequest{N: c.batch, Owner: c.owner, Lease: c.lease}
 	if _, ok := s.(idemstore.OutboxReleaser); ok {
-		req.Run = c.batch
+		req.Run = c.runLength()
 	}
 	for !c.stopping(ctx) {
 		req.Now = c.clock.Now()
@@ -400,31 +412,13 @@ func (c *relayConfig) once(ctx context.Context, s idemstore.OutboxStore, d Deliv
 		if len(batch) == 0 {
 			break
 		}
-		var stopped map[string]bool       // topics whose run ended
-		var back []idemstore.OutboxRecord // claimed and not handed out
-		for i, rec := range batch {
-			if c.stopping(ctx) {
-				// The relay is stopping: nothing more is handed out.
-				back = append(back, batch[i:]...)
-				break
-			}
-			if stopped[rec.Topic] {
-				back = append(back, rec)
-				continue
-			}
-			res.Claimed++
-			outcome, err := c.deliver(ctx, s, d, rec, &res)
-			if err != nil {
-				// The rest of the batch was claimed and not handed out:
-				// delivered after its lease, by this relay or another.
-				return res, err
-			}
-			if outcome != DeliverySent && outcome != DeliveryParked {
-				if stopped == nil {
-					stopped = map[string]bool{}
-				}
-				stopped[rec.Topic] = true
-			}
+		r, back, err := c.deliverBatch(ctx, s, d, batch, req.Now)
+		res.add(r)
+		if err != nil {
+			// Best effort: what was not handed out is due again after
+			// its lease anyway, by this relay or another.
+			_ = c.giveBack(ctx, s, back)
+			return res, err
 		}
 		if err := c.giveBack(ctx, s, back); err != nil {
 			return res, err // the messages are due again after their lease

@@ -28,8 +28,12 @@ func readmeBuild(path, out string) (env, args []string, err error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("%s: no \"### 1. Install\" section", path)
 	}
+	fenced := false // in a code block, where "#" starts a shell comment
 	for _, line := range strings.Split(section, "\n") {
-		if strings.HasPrefix(line, "#") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+		}
+		if strings.HasPrefix(line, "#") && !fenced {
 			break // the next section
 		}
 		for _, cmd := range strings.Split(line, "&&") {

@@ -5,34 +5,32 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/cmd/idem/internal/spec"
+	"github.com/idemgo/idem/limit"
 	"github.com/idemgo/idem/outbox"
 	"github.com/spf13/cobra"
 )
 
-func newOutboxRelayCmd() *cobra.Command {
-	var (
-		webhook          string
-		lease, poll, ret time.Duration
-		retention        string
-		batch            int
-		timeout          time.Duration
-		verbose          bool
-	)
-	cmd := &cobra.Command{
-		Use:   "relay --webhook URL [--ledger PATH | --postgres DSN]",
-		Short: "Deliver the outbox's messages to a webhook until SIGTERM",
-		Long: `Deliver the outbox's messages: POST each message's payload to the webhook,
+// outboxRelayLong is the help text of 'idem outbox relay'.
+const outboxRelayLong = `Deliver the outbox's messages: POST each message's payload to the webhook,
 with its headers and Idempotency-Key set to the message's id (plus
 Idem-Topic and Idem-Attempt). The messages of one topic go one at a time,
-in the order their transactions committed.
+in the order their transactions committed; with --concurrency N, up to N
+topics' messages are posted at once (each topic still one at a time, in
+order). --rate NAME=PER_SECOND[,BURST] paces the posts by a rate shared
+with every process that names it in the ledger (other relays, 'idem run
+--rate'): a post waiting for it is not a failed attempt.
 
   2xx                 delivered
   4xx but 408, 429    a permanent failure: the message is parked at once
@@ -54,9 +52,25 @@ stop relays).
 With --retention, delivered messages older than that are deleted after
 each pass; by default they are kept (list them with 'idem outbox ls').
 
-Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
+Exit status: 0 stopped by a signal, 2 usage error or no ledger.`
+
+func newOutboxRelayCmd() *cobra.Command {
+	var (
+		webhook          string
+		lease, poll, ret time.Duration
+		retention        string
+		batch, conc      int
+		rates            []string
+		timeout          time.Duration
+		verbose          bool
+	)
+	cmd := &cobra.Command{
+		Use:   "relay --webhook URL [--ledger PATH | --postgres DSN]",
+		Short: "Deliver the outbox's messages to a webhook until SIGTERM",
+		Long:  outboxRelayLong,
 		Example: `  idem outbox relay --ledger /var/lib/idem/ledger.db --webhook https://payments.example/notify
-  idem outbox relay --postgres "$IDEM_POSTGRES" --webhook http://localhost:8080/hook --retention 7d`,
+  idem outbox relay --postgres "$IDEM_POSTGRES" --webhook http://localhost:8080/hook --retention 7d
+  idem outbox relay --ledger ledger.db --webhook https://crm.example/hook --concurrency 4 --rate crm=20,5`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u, err := url.Parse(webhook)
@@ -67,6 +81,12 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 				return usageError(fmt.Errorf("--webhook %q: want an http:// or https:// URL", webhook))
 			case timeout <= 0:
 				return usageError(fmt.Errorf("--timeout %s: must be positive", timeout))
+			case conc < 1:
+				return usageError(fmt.Errorf("--concurrency %d: at least 1", conc))
+			}
+			specs, err := relayRates(rates)
+			if err != nil {
+				return err
 			}
 			if retention != "" {
 				if ret, err = spec.ParseDuration(retention); err != nil || ret <= 0 {
@@ -79,7 +99,8 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 				level = slog.LevelInfo
 			}
 			logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-			opts := []outbox.Option{outbox.WithLease(lease), outbox.WithPoll(poll), outbox.WithBatch(batch), outbox.WithLogger(logger)}
+			opts := []outbox.Option{outbox.WithLease(lease), outbox.WithPoll(poll), outbox.WithBatch(batch), outbox.WithLogger(logger),
+				outbox.WithConcurrency(conc)}
 			if ret > 0 {
 				opts = append(opts, outbox.WithRetention(ret))
 			}
@@ -97,6 +118,11 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 			}
 			defer l.close()
 			opts = append(opts, outbox.WithClock(clk))
+			lims, err := relayLimits(l.store, specs)
+			if err != nil {
+				return err
+			}
+			opts = append(opts, lims...)
 			client := &http.Client{Timeout: timeout}
 			if verbose {
 				fmt.Fprintf(stderr, "idem: relaying the outbox of %s to %s\n", l.desc, webhook)
@@ -111,8 +137,8 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 			// attempts not counted.
 			d := &underway{next: outbox.Webhook(webhook, client)}
 			context.AfterFunc(sig, func() {
-				if id := d.current(); id != "" {
-					fmt.Fprintf(stderr, "idem: stopping: finishing the delivery of %s under way first\n", id)
+				if ids := d.current(); ids != "" {
+					fmt.Fprintf(stderr, "idem: stopping: finishing the delivery of %s under way first\n", ids)
 				}
 			})
 			opts = append(opts, outbox.WithStop(sig.Done()))
@@ -129,34 +155,67 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`,
 	cmd.Flags().DurationVar(&lease, "lease", outbox.DefaultLease, "how long a relay holds a message it delivers; after it, another relay may deliver it again")
 	cmd.Flags().DurationVar(&poll, "poll", outbox.DefaultPoll, "how long to wait before looking again when nothing is due")
 	cmd.Flags().IntVar(&batch, "batch", outbox.DefaultBatch, "messages claimed at once (at most one per topic)")
+	cmd.Flags().IntVar(&conc, "concurrency", outbox.DefaultConcurrency, "posts in flight at once, each of a different topic (a topic's messages always go one at a time, in order)")
+	cmd.Flags().StringArrayVar(&rates, "rate", nil, "pace the posts by the limit NAME, shared by every process that names it in the ledger: NAME=PER_SECOND[,BURST] posts a second (burst 1 when not given); repeatable")
 	cmd.Flags().StringVar(&retention, "retention", "", "delete delivered messages older than this (e.g. 7d, 36h); default: keep them")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "HTTP timeout of one delivery (a delivery also ends with --lease, if that is shorter)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every delivery on stderr")
 	return cmd
 }
 
-// underway is a Deliverer that knows the delivery under way, so that the
-// relay can say, on the signal, which one it finishes before it stops.
+// relayRates parses the --rate flags.
+func relayRates(rates []string) ([]spec.Limit, error) {
+	var specs []spec.Limit
+	for _, v := range rates {
+		sp, err := spec.ParseRate(v)
+		if err != nil {
+			return nil, flagError("--rate", err)
+		}
+		specs = append(specs, sp)
+	}
+	return specs, nil
+}
+
+// relayLimits are the relay's options of the rates specs, kept in s.
+func relayLimits(s idem.Store, specs []spec.Limit) ([]outbox.Option, error) {
+	var opts []outbox.Option
+	for _, sp := range specs {
+		r, err := limit.NewRate(s, sp.Name, sp.PerSecond, sp.Burst)
+		if err != nil {
+			return nil, usageError(fmt.Errorf("--rate %s: %w", sp, err))
+		}
+		opts = append(opts, outbox.WithLimits(r))
+	}
+	return opts, nil
+}
+
+// underway is a Deliverer that knows the deliveries under way (one per
+// topic, up to --concurrency), so that the relay can say, on the signal,
+// which ones it finishes before it stops.
 type underway struct {
 	next outbox.Deliverer
 	mu   sync.Mutex
-	id   string // the id of the delivery under way, "" for none
+	ids  map[string]bool // the ids of the deliveries under way
 }
 
 func (u *underway) Deliver(ctx context.Context, dl outbox.Delivery) error {
 	u.mu.Lock()
-	u.id = dl.ID
+	if u.ids == nil {
+		u.ids = map[string]bool{}
+	}
+	u.ids[dl.ID] = true
 	u.mu.Unlock()
 	defer func() {
 		u.mu.Lock()
-		u.id = ""
+		delete(u.ids, dl.ID)
 		u.mu.Unlock()
 	}()
 	return u.next.Deliver(ctx, dl)
 }
 
+// current lists the ids under way, sorted, "" for none.
 func (u *underway) current() string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.id
+	return strings.Join(slices.Sorted(maps.Keys(u.ids)), ", ")
 }

@@ -289,6 +289,8 @@ func TestOutboxUsage(t *testing.T) {
 		{"outbox", "relay", "--webhook", "ftp://example.com/x"},
 		{"outbox", "relay", "--webhook", "http://127.0.0.1:1/x", "--retention", "forever"},
 		{"outbox", "relay", "--webhook", "http://127.0.0.1:1/x", "--lease", "1ms"},
+		{"outbox", "relay", "--webhook", "http://127.0.0.1:1/x", "--concurrency", "0"},
+		{"outbox", "relay", "--webhook", "http://127.0.0.1:1/x", "--rate", "mail"},
 		{"outbox", "ls", "--status", "lost"},
 		{"outbox", "ls", "--limit", "-1"},
 		{"outbox", "retry"},
