@@ -154,7 +154,7 @@ func newOutboxRelayCmd() *cobra.Command {
 	cmd.Flags().StringVar(&webhook, "webhook", "", "POST each message to this http:// or https:// URL (required)")
 	cmd.Flags().DurationVar(&lease, "lease", outbox.DefaultLease, "how long a relay holds a message it delivers; after it, another relay may deliver it again")
 	cmd.Flags().DurationVar(&poll, "poll", outbox.DefaultPoll, "how long to wait before looking again when nothing is due")
-	cmd.Flags().IntVar(&batch, "batch", outbox.DefaultBatch, "messages claimed at once (at most one per topic)")
+	cmd.Flags().IntVar(&batch, "batch", outbox.DefaultBatch, "messages claimed at once: runs of a topic's messages, delivered in order (with --concurrency N, at most batch/N per topic)")
 	cmd.Flags().IntVar(&conc, "concurrency", outbox.DefaultConcurrency, "posts in flight at once, each of a different topic (a topic's messages always go one at a time, in order)")
 	cmd.Flags().StringArrayVar(&rates, "rate", nil, "pace the posts by the limit NAME, shared by every process that names it in the ledger: NAME=PER_SECOND[,BURST] posts a second (burst 1 when not given); repeatable")
 	cmd.Flags().StringVar(&retention, "retention", "", "delete delivered messages older than this (e.g. 7d, 36h); default: keep them")
