@@ -204,39 +204,6 @@ for m in "${modules[@]}"; do
 done
 echo "== done compile (-race) ($((SECONDS - start))s)"
 
-# tidy_check: `go mod tidy` would change nothing in the module's go.mod and
-# go.sum. The modules require their siblings (github.com/idemgo/idem/...) at
-# the version of the last release (v0.0.0 before the first), which no proxy
-# may have; go mod tidy works on one module, outside the workspace (go.work),
-# so it runs on a copy of go.mod in which those siblings are replaced by
-# their directories (go mod tidy -modfile), and the replace lines are dropped
-# again before the comparison. The siblings' own go.sum lines are left out of
-# it (a directory has none; a release adds them: scripts/release).
-tidy_check() {
-	local tmp p siblings rc=0
-	tmp=$(mktemp -d)
-	cp go.mod "$tmp/go.mod"
-	if [ -f go.sum ]; then cp go.sum "$tmp/go.sum"; else : >"$tmp/go.sum"; fi
-	siblings=$(awk '$1 ~ /^github\.com\/idemgo\/idem(\/|$)/ {print $1} $1 == "require" && $2 ~ /^github\.com\/idemgo\/idem(\/|$)/ {print $2}' go.mod)
-	for p in $siblings; do
-		go mod edit -modfile="$tmp/go.mod" -replace "$p=$root${p#github.com/idemgo/idem}"
-	done
-	if GOWORK=off go mod tidy -modfile="$tmp/go.mod"; then
-		for p in $siblings; do
-			go mod edit -modfile="$tmp/go.mod" -dropreplace "$p"
-		done
-		diff -u go.mod "$tmp/go.mod" || rc=1
-		diff -u <(grep -v '^github.com/idemgo/' go.sum 2>/dev/null) <(grep -v '^github.com/idemgo/' "$tmp/go.sum") || rc=1
-	else
-		rc=1
-	fi
-	rm -rf "$tmp"
-	if [ $rc -ne 0 ]; then
-		echo "go mod tidy would change go.mod or go.sum in $(pwd) (above: what it would write)" >&2
-	fi
-	return $rc
-}
-
 # run_steps: runs the steps queued by queue (NAME, then its COMMAND...
 # separated by a "--" line) $IDEM_TEST_JOBS at a time, in the order queued;
 # each one's output is printed whole, with its result, when it ends. A step
@@ -334,7 +301,7 @@ for m in "${modules[@]}"; do
 	*) queue "module $m" test_module "$root/$m" "$@" ;;
 	esac
 done
-queue "go mod tidy" each_module tidy_check
+queue "go mod tidy" scripts/tidy.sh --check
 # A release of this tree at a throwaway version installs from a module
 # proxy: go get of every published module, a program using them together,
 # go install …/cmd/idem@VERSION and its idem version (scripts/release-check.sh).

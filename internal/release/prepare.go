@@ -155,16 +155,24 @@ func writeSums(root string, mods []*modInfo, version string) error {
 		if err != nil && !os.IsNotExist(err) {
 			return err
 		}
+		var ours []string
+		for _, s := range m.Siblings {
+			ours = append(ours, lines[s]...)
+		}
+		slices.Sort(ours) // one version: the paths decide
+		// The other lines keep the go command's order; ours go where it
+		// would put them, before the first module path above theirs.
 		var sum []string
 		for _, l := range strings.Split(string(data), "\n") {
-			if l != "" && !isSibling(strings.Fields(l)[0]) {
-				sum = append(sum, l)
+			if l == "" || isSibling(strings.Fields(l)[0]) {
+				continue
 			}
+			if ours != nil && strings.Fields(l)[0] > prefix {
+				sum, ours = append(sum, ours...), nil
+			}
+			sum = append(sum, l)
 		}
-		for _, s := range m.Siblings {
-			sum = append(sum, lines[s]...)
-		}
-		slices.Sort(sum)
+		sum = append(sum, ours...)
 		if len(sum) > 0 {
 			if err := os.WriteFile(file, []byte(strings.Join(sum, "\n")+"\n"), 0o644); err != nil {
 				return err
