@@ -1,7 +1,6 @@
 package idem_test
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -144,68 +143,15 @@ func stderrOf(err error) []byte {
 // TestModulesInstallable: no module's go.mod has a replace directive (a
 // dependency's replace is ignored, and `go install pkg@version` refuses a
 // module with one); every module requires its siblings at one version (the
-// modules are released together: scripts/release); and go.work uses every
+// modules are released together: scripts/release.sh); and go.work uses every
 // module and maps that version of each sibling to its directory, so the
-// workspace builds without a proxy that has it.
+// workspace builds without a proxy that has it. The release tool's own
+// check (internal/release, which scripts/release.sh runs before it
+// prepares a release) says so.
 func TestModulesInstallable(t *testing.T) {
-	type modFile struct {
-		Module  struct{ Path string }
-		Require []struct{ Path, Version string }
-		Replace []struct {
-			Old, New struct{ Path, Version string }
-		}
-		Use []struct{ DiskPath string }
-	}
-	editJSON := func(dir string, args ...string) modFile {
-		cmd := exec.Command("go", args...)
-		cmd.Dir = dir
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, stderrOf(err))
-		}
-		var f modFile
-		if err := json.Unmarshal(out, &f); err != nil {
-			t.Fatalf("go %s in %s: %v", strings.Join(args, " "), dir, err)
-		}
-		return f
-	}
-	const prefix = "github.com/idemgo/idem"
-	dirOf := map[string]string{} // module path -> directory
-	versions := map[string][]string{}
-	required := map[string]string{} // sibling's module path -> version required
-	for _, mod := range modules(t) {
-		f := editJSON(mod, "mod", "edit", "-json")
-		dirOf[f.Module.Path] = filepath.ToSlash(filepath.Clean(mod))
-		for _, r := range f.Replace {
-			t.Errorf("%s/go.mod replaces %s: a module's go.mod must not (go.work is for development)", mod, r.Old.Path)
-		}
-		for _, r := range f.Require {
-			if r.Path == prefix || strings.HasPrefix(r.Path, prefix+"/") {
-				versions[r.Version] = append(versions[r.Version], mod+" requires "+r.Path)
-				required[r.Path] = r.Version
-			}
-		}
-	}
-	if len(versions) > 1 {
-		t.Errorf("the modules require their siblings at %d versions, want one: %v", len(versions), versions)
-	}
-	w := editJSON(".", "work", "edit", "-json")
-	used := map[string]bool{}
-	for _, u := range w.Use {
-		used[filepath.ToSlash(filepath.Clean(u.DiskPath))] = true
-	}
-	replaced := map[string]string{}
-	for _, r := range w.Replace {
-		replaced[r.Old.Path+"@"+r.Old.Version] = filepath.ToSlash(filepath.Clean(r.New.Path))
-	}
-	for path, dir := range dirOf {
-		if !used[dir] {
-			t.Errorf("go.work does not use %s (module %s)", dir, path)
-		}
-	}
-	for path, v := range required {
-		if got := replaced[path+"@"+v]; got != dirOf[path] {
-			t.Errorf("go.work maps %s@%s to %q, want %q", path, v, got, dirOf[path])
-		}
+	cmd := exec.Command("go", "run", "./internal/release", "check")
+	cmd.Env = append(os.Environ(), "GOPROXY=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("go run ./internal/release check: %v\n%s", err, out)
 	}
 }
