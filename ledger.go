@@ -43,7 +43,13 @@ import (
 //
 // Writes (claims, lease renewals, done marks, outbox claims and ends) take
 // the database's write lock, one at a time. A process's writers queue in
-// the order they come. On Linux the writers of every Ledger opened with
+// the order they come, and those that wait while another holds the lock
+// commit together once it is free (group commit, ledger_group.go): one
+// transaction, each write in a savepoint of its own, one fsync for all, each
+// call returning only once that commit is durable. A write whose own
+// statements fail is rolled back alone; a commit or sync that fails fails
+// every write of the group. The transactions that run a caller's function
+// (RunTx, EachTx) commit on their own. On Linux the writers of every Ledger opened with
 // OpenLedger on the file, in any process of the host, queue too, in a lock
 // file beside it (<path>-lock, removed by the last handle to close it):
 // a write waits behind at most 4 writes (one turn) of each handle queued
@@ -79,6 +85,9 @@ type Ledger struct {
 	// come, each waiting at most WithLockWait. SQLite allows one writer at
 	// a time anyway; queueing here wakes the next writer at once.
 	wl writeLock
+	// group gathers the ledger's own writes that wait for the write lock,
+	// to commit them together (ledger_group.go).
+	group groupCommit
 	// wconns holds the connection an owned ledger keeps for its own write
 	// transactions, under wl, on db: for the synced commits and the
 	// unsynced ones alike (wconn.setSync), so that its page cache stays

@@ -28,3 +28,31 @@ func LedgerReadsFirst(l *Ledger) bool { return l.readFirst() }
 // LedgerQueueBatch is how many writes of a process one turn in a ledger's
 // write queue covers at most.
 const LedgerQueueBatch = queueBatch
+
+// LedgerHoldWrites takes l's turn to write in this process, as a write of
+// its own would (not its turn in the write queue), until the returned
+// function is called: the ledger's writes meanwhile wait in its group.
+func LedgerHoldWrites(l *Ledger) (release func()) {
+	l.wl.sem <- struct{}{}
+	return func() { <-l.wl.sem }
+}
+
+// LedgerGroupPending is how many writes wait in l's group (the one that
+// will lead them included).
+func LedgerGroupPending(l *Ledger) int {
+	l.group.mu.Lock()
+	defer l.group.mu.Unlock()
+	return len(l.group.pending)
+}
+
+// LedgerOwnWrite runs f as one of the ledger's own write transactions
+// (writeTx), which may share a commit with others; exec runs a statement
+// in it.
+func LedgerOwnWrite(ctx context.Context, l *Ledger, durable bool, f func(exec func(q string, args ...any) error) error) error {
+	return l.writeTx(ctx, durable, false, func(tx *wtx) error {
+		return f(func(q string, args ...any) error {
+			_, err := tx.exec(q, args...)
+			return err
+		})
+	})
+}

@@ -644,7 +644,8 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 // file must be checked by the caller's usual path. Nothing was written.
 var errNotNow = errors.New("idem: the write lock is not free now")
 
-// writeTx is withTx; with now (an owned ledger only), it does not wait for
+// writeTx is withTx (on an owned ledger, in the ledger's group: groupTx);
+// with now (an owned ledger only), it does not wait for
 // SQLite's write lock, nor for this process's turn to write behind a
 // transaction of a caller's function (startWrite): then, and when the
 // ledger's file check fails, it fails with errNotNow, having written
@@ -665,60 +666,7 @@ func (l *Ledger) writeTx(ctx context.Context, durable, now bool, f func(*wtx) er
 		}
 		return err
 	}
-	ls, err := l.startWrite(ctx, now, 0)
-	if err != nil {
-		return err
-	}
-	defer l.wl.release()
-	const i = 0 // the kept connection of every write transaction: see wconn.setSync
-	pool := l.db
-	waiting := true // until the first try that gets the lock: locked reports the wait once
-	return l.writeErr(l.lockWait(ctx, ls, now, l.busyTimeout(i), func() error {
-		w, err := l.writeConn(ctx, i, pool)
-		if err != nil {
-			return err
-		}
-		if err := w.setSync(ctx, durable); err != nil {
-			w.close()
-			l.wconns[i] = nil
-			return err
-		}
-		if _, err := w.exec(ctx, `BEGIN IMMEDIATE`); err != nil {
-			if !isBusy(err) { // a connection in an unknown state: take a new one next time
-				w.close()
-				l.wconns[i] = nil
-			}
-			return err
-		}
-		committed := false
-		defer func() { // also when f panics
-			if committed {
-				return
-			}
-			if _, err := w.exec(context.WithoutCancel(ctx), `ROLLBACK`); err != nil {
-				w.close()
-				l.wconns[i] = nil
-			}
-		}()
-		var shift time.Duration
-		if waiting {
-			waiting = false
-			shift = l.locked(ctx, ls)
-		} else {
-			shift = ls.shift(l.clock)
-		}
-		if err := f(&wtx{execer: w.conn, wc: w, ctx: ctx, l: l, pool: pool, shift: shift, began: ls.clock}); err != nil {
-			return err
-		}
-		if _, err := w.exec(ctx, `COMMIT`); err != nil {
-			return err
-		}
-		committed = true
-		if durable {
-			return l.syncWALDir()
-		}
-		return nil
-	}))
+	return l.groupTx(ctx, durable, now, f)
 }
 
 // takeLockSQL is a write that changes nothing: run first in a transaction

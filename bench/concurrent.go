@@ -95,6 +95,35 @@ func concurrentFreshRunVsFloor(ctx context.Context, cfg config) (result, error) 
 	return alternate(ctx, cfg, concurrentSide(cfg.n, idemRun), concurrentSide(cfg.n, floorRun))
 }
 
+// concurrent16FreshRunVsSequentialFloor: Ledger.Run (AtLeastOnce) of new
+// keys from 16 goroutines at once against fresh_run_vs_floor's floor run
+// one key after the other: what 16 concurrent callers gain from the
+// ledger's group commit (their done marks share a COMMIT, so an fsync),
+// against the least a sequential caller can pay for the same durability.
+func concurrent16FreshRunVsSequentialFloor(ctx context.Context, cfg config) (result, error) {
+	dir, l, cleanup, err := ledgerInTempDir(ctx, "concurrent16")
+	if err != nil {
+		return result{}, err
+	}
+	defer cleanup()
+	fl, err := newFreshFloor(ctx, filepath.Join(dir, "floor.db"))
+	if err != nil {
+		return result{}, err
+	}
+	defer fl.close()
+	floorSide := side{ops: func(ctx context.Context, round int) (int, error) {
+		keys := roundKeys("fresh", round, cfg.n)
+		for _, k := range keys {
+			if err := fl.run(ctx, k, noop); err != nil {
+				return 0, err
+			}
+		}
+		return len(keys), nil
+	}}
+	idemRun := func(ctx context.Context, k idem.Key) error { return l.Run(ctx, k, noop) }
+	return alternate(ctx, cfg, concurrentSide(cfg.n, idemRun), floorSide)
+}
+
 // pgConcurrentFreshRunVsFloor: pgledger's Run (AtLeastOnce) of new keys
 // from 16 goroutines at once against pg_fresh_run_vs_floor's floor from 16
 // goroutines at once; each side's pool holds up to 16 connections.

@@ -55,6 +55,7 @@ var comparisons = []comparison{
 	{"pg_fanout_vs_floor", "floor", pgFanoutVsFloor},
 	{"pg_fanout_vs_river", "river", pgFanoutVsRiver},
 	{"concurrent_fresh_run_vs_floor", "floor", concurrentFreshRunVsFloor},
+	{"concurrent16_fresh_run_vs_sequential_floor", "sequential_floor", concurrent16FreshRunVsSequentialFloor},
 	{"sqlite_write_lock_wait", "", sqliteWriteLockWait},
 	{"pg_concurrent_fresh_run_vs_floor", "floor", pgConcurrentFreshRunVsFloor},
 	{"redis_fresh_run_vs_floor", "floor", redisFreshRunVsFloor},

@@ -56,3 +56,13 @@ func pgKillHarness() idemtest.KillHarness[pgx.Tx] {
 		Shift:   func(t *testing.T, s idem.Store, d time.Duration) { shift(t, s.(*pgledger.Ledger), d) },
 	}
 }
+
+// TestConcurrentRunKills is idemtest's kill kit for concurrent Runs and
+// RunTx calls on the Postgres ledger.
+func TestConcurrentRunKills(t *testing.T) {
+	testDSN(t)
+	if testing.Short() {
+		t.Skip("6 kills of 16 goroutines per mode")
+	}
+	idemtest.TestConcurrentRunKills(t, pgKillHarness())
+}

@@ -1,0 +1,340 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Group commit. The writes of an owned ledger's own (claims, lease
+// renewals, done marks, outbox claims and ends, ...: writeTx) that come
+// while another of them holds the write lock do not each wait for the lock
+// and commit on their own: they queue in the ledger's group (pending), and
+// the write that holds the lock next (the leader) runs every write queued
+// at that moment in one SQLite transaction, each in a savepoint of its own,
+// and commits them together: one COMMIT, so one fsync of the -wal file,
+// for the lot. A write whose statements fail is rolled back to its
+// savepoint alone and returns its error; the others commit. A COMMIT that
+// fails (a failed fsync, a full disk) fails every write of the group, none
+// of which is then reported done. The commit is synced (synchronous=FULL)
+// when any write of the group asks for it; a claim that needs no sync
+// (AtLeastOnce's) may so be made durable along with a done mark.
+//
+// A write returns once its group's COMMIT (and, for a synced one, the
+// directory sync of the -wal file) has returned: a done mark is reported
+// only once it is durable, as without groups. A write waiting in the group
+// gives up as it gives up waiting for the lock (its context, WithLockWait)
+// while no leader has taken it; once taken, it waits for the group's end
+// (a few statements of the ledger's own, and a commit).
+//
+// The transactions that run a caller's function (RunTx's, EachTx's,
+// outbox.Put's: sqlTx) are not grouped: the caller's statements would
+// share a transaction with other calls' writes, and its failure or its
+// panic would be theirs.
+//
+// NOT promised: a group of a given size (a write alone, or whose lock is
+// free, commits alone at once; groups form only while a commit is under
+// way), or an order between the writes of one group other than the order
+// they came in.
+
+// maxGroup is the most writes one group commits together.
+const maxGroup = 64
+
+// groupCommit is an owned ledger's group of waiting writes, under mu.
+type groupCommit struct {
+	mu      sync.Mutex
+	pending []*groupWrite // in the order they came
+	leading bool          // a write leads (holds or is taking the write lock)
+}
+
+// groupWrite is one write of the ledger's own, waiting in the group, led,
+// or done.
+type groupWrite struct {
+	ctx     context.Context
+	durable bool
+	now     bool // fail with errNotNow rather than wait for SQLite's lock
+	f       func(*wtx) error
+	ls      *lockStart
+
+	wake chan struct{} // cap 1: done, or chosen to lead (lead)
+	lead bool          // under mu: chosen to lead the next group
+	done bool          // under mu: err is its answer
+	err  error
+}
+
+// groupTx is writeTx's path on an owned ledger: the write joins the group,
+// leads it if no write does, and returns once a group that holds it has
+// committed (or failed).
+func (l *Ledger) groupTx(ctx context.Context, durable, now bool, f func(*wtx) error) error {
+	if now && l.wl.long.Load() > 0 {
+		// A transaction of a caller's function holds this process's turn
+		// or waits for it: see startWrite.
+		return errNotNow
+	}
+	w := &groupWrite{ctx: ctx, durable: durable, now: now, f: f, ls: l.newLockStart(), wake: make(chan struct{}, 1)}
+	g := &l.group
+	g.mu.Lock()
+	g.pending = append(g.pending, w)
+	first := !g.leading
+	if first {
+		g.leading = true
+		w.lead = true
+	}
+	g.mu.Unlock()
+	if !first && !l.waitInGroup(w) {
+		return w.err
+	}
+	// Chosen to lead: take the write lock, then the group.
+	l.lead(w)
+	return w.err
+}
+
+// waitInGroup waits until w is done (false) or chosen to lead (true), or
+// gives up while it is still pending (its context, WithLockWait: false,
+// with w.err set).
+func (l *Ledger) waitInGroup(w *groupWrite) (lead bool) {
+	t := time.NewTimer(time.Until(w.ls.deadline))
+	defer t.Stop()
+	for {
+		var gaveUp error
+		select {
+		case <-w.wake:
+		case <-w.ctx.Done():
+			gaveUp = context.Cause(w.ctx)
+		case <-t.C:
+			gaveUp = lockHeld(time.Since(w.ls.real), nil)
+		}
+		g := &l.group
+		g.mu.Lock()
+		switch {
+		case w.done:
+			g.mu.Unlock()
+			return false
+		case w.lead && gaveUp == nil:
+			g.mu.Unlock()
+			return true
+		case w.lead:
+			// Chosen to lead as it gave up: the lead goes on.
+			g.remove(w)
+			g.handOff()
+			g.mu.Unlock()
+			w.err = gaveUp
+			return false
+		case gaveUp != nil:
+			if i := indexOf(g.pending, w); i >= 0 {
+				g.remove(w)
+				g.mu.Unlock()
+				w.err = gaveUp
+				return false
+			}
+			// Taken by a leader already: its group ends soon.
+			g.mu.Unlock()
+			<-w.wake
+			g.mu.Lock()
+			lead = w.lead && !w.done
+			g.mu.Unlock()
+			return lead
+		default:
+			g.mu.Unlock()
+		}
+	}
+}
+
+func indexOf(ws []*groupWrite, w *groupWrite) int {
+	for i, x := range ws {
+		if x == w {
+			return i
+		}
+	}
+	return -1
+}
+
+// lead takes the write lock for w's group (w is pending[0]), runs the
+// writes pending then as one transaction, answers them, and hands the lead
+// to the first write left pending.
+func (l *Ledger) lead(w *groupWrite) {
+	g := &l.group
+	var batch []*groupWrite
+	defer func() { // also when a write panics: no write is left waiting
+		g.mu.Lock()
+		if w.err == nil && !w.done && batch == nil {
+			w.err = errors.New("idem: ledger write ended without an answer")
+		}
+		for _, x := range batch {
+			if !x.done {
+				x.done = true
+				if x.err == nil {
+					x.err = errors.New("idem: ledger write ended without an answer")
+				}
+				x.signal()
+			}
+		}
+		g.remove(w) // w never got the lock
+		g.handOff()
+		g.mu.Unlock()
+	}()
+	ls, err := l.startWrite(w.ctx, w.now, 0)
+	if err != nil {
+		w.err = err
+		return
+	}
+	defer l.wl.release()
+	ls.real, ls.clock, ls.deadline = w.ls.real, w.ls.clock, w.ls.deadline
+	ls.waited = ls.waited || w.ls.waited
+	w.ls = ls
+	g.mu.Lock()
+	n := min(len(g.pending), maxGroup)
+	batch = append([]*groupWrite(nil), g.pending[:n]...)
+	g.pending = append(g.pending[:0], g.pending[n:]...)
+	g.mu.Unlock()
+	for _, x := range batch[1:] {
+		x.ls.waited = true // it waited behind the group before
+	}
+	err = l.runGroup(w, batch)
+	g.mu.Lock()
+	var again []*groupWrite
+	for _, x := range batch {
+		switch {
+		case errors.Is(err, errNotNow) && !x.now:
+			// The leader would not wait for SQLite's lock; this write
+			// would: it goes back to the front of the group.
+			again = append(again, x)
+			continue
+		case err != nil:
+			x.err = err
+		}
+		x.done = true
+		if x != w {
+			x.signal()
+		}
+	}
+	g.pending = append(again, g.pending...)
+	batch = nil
+	g.mu.Unlock()
+}
+
+// remove takes w out of the pending writes, if it is there (under mu).
+func (g *groupCommit) remove(w *groupWrite) {
+	if i := indexOf(g.pending, w); i >= 0 {
+		g.pending = append(g.pending[:i], g.pending[i+1:]...)
+	}
+}
+
+// handOff gives the lead to the first pending write, or ends it when none
+// is left (under mu).
+func (g *groupCommit) handOff() {
+	if len(g.pending) == 0 {
+		g.leading = false
+		return
+	}
+	next := g.pending[0]
+	next.lead = true
+	next.signal()
+}
+
+func (x *groupWrite) signal() {
+	select {
+	case x.wake <- struct{}{}:
+	default:
+	}
+}
+
+// runGroup runs batch (led by w, which holds the write lock) in one
+// transaction on the kept connection: each write's f in a savepoint when
+// there are several. Each write's own error is set in its err; the error
+// returned (the BEGIN's, the COMMIT's, the sync's) is every write's.
+func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite) error {
+	durable := false
+	for _, x := range batch {
+		durable = durable || x.durable
+	}
+	ctx := w.ctx
+	if len(batch) > 1 {
+		// The leader's context ending must not fail the others' commit.
+		ctx = context.WithoutCancel(ctx)
+	}
+	const i = 0 // the kept connection of every write transaction: see wconn.setSync
+	pool := l.db
+	waiting := true // until the first try that gets the lock: locked reports the wait once
+	return l.writeErr(l.lockWait(ctx, w.ls, w.now, l.busyTimeout(i), func() error {
+		c, err := l.writeConn(ctx, i, pool)
+		if err != nil {
+			return err
+		}
+		if err := c.setSync(ctx, durable); err != nil {
+			c.close()
+			l.wconns[i] = nil
+			return err
+		}
+		if _, err := c.exec(ctx, `BEGIN IMMEDIATE`); err != nil {
+			if !isBusy(err) { // a connection in an unknown state: take a new one next time
+				c.close()
+				l.wconns[i] = nil
+			}
+			return err
+		}
+		committed := false
+		defer func() { // also when f panics
+			if committed {
+				return
+			}
+			if _, err := c.exec(context.WithoutCancel(ctx), `ROLLBACK`); err != nil {
+				c.close()
+				l.wconns[i] = nil
+			}
+		}()
+		if waiting {
+			waiting = false
+			for _, x := range batch {
+				l.locked(x.ctx, x.ls)
+			}
+		}
+		if len(batch) == 1 {
+			if err := w.f(l.groupWtx(c, w)); err != nil {
+				return err
+			}
+		} else if err := l.runSavepoints(ctx, c, batch); err != nil {
+			return err
+		}
+		if _, err := c.exec(ctx, `COMMIT`); err != nil {
+			return err
+		}
+		committed = true
+		if durable {
+			return l.syncWALDir()
+		}
+		return nil
+	}))
+}
+
+// groupWtx is the transaction x's f sees on the kept connection c.
+func (l *Ledger) groupWtx(c *wconn, x *groupWrite) *wtx {
+	return &wtx{execer: c.conn, wc: c, ctx: x.ctx, l: l, pool: l.db, shift: x.ls.shift(l.clock), began: x.ls.clock}
+}
+
+// runSavepoints runs each write of batch in a savepoint of its own: one
+// whose f fails (or whose context has ended) is rolled back to it, with its
+// error in its err. An error of the savepoints themselves is the group's.
+func (l *Ledger) runSavepoints(ctx context.Context, c *wconn, batch []*groupWrite) error {
+	for _, x := range batch {
+		x.err = nil
+		if err := context.Cause(x.ctx); err != nil && x.ctx.Err() != nil {
+			x.err = err
+			continue
+		}
+		if _, err := c.exec(ctx, `SAVEPOINT idem_group`); err != nil {
+			return err
+		}
+		if err := x.f(l.groupWtx(c, x)); err != nil {
+			x.err = l.writeErr(err)
+			if _, err := c.exec(ctx, `ROLLBACK TO idem_group`); err != nil {
+				return err
+			}
+		}
+		if _, err := c.exec(ctx, `RELEASE idem_group`); err != nil {
+			return err
+		}
+	}
+	return nil
+}
