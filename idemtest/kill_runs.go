@@ -232,4 +232,3 @@ func cmpOr(a, b error) error {
 	}
 	return b
 }
-
