@@ -1,6 +1,7 @@
 package idemtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -208,7 +209,7 @@ func concurrentKillRun[Tx any](h KillHarness[Tx], storeArg, dir, mode string, ch
 				case err == nil:
 					if err := line(reported, key.Period); err != nil {
 						mu.Lock()
-						first = cmpOr(first, err)
+						first = cmp.Or(first, err)
 						mu.Unlock()
 						return
 					}
@@ -216,7 +217,7 @@ func concurrentKillRun[Tx any](h KillHarness[Tx], storeArg, dir, mode string, ch
 				case mode == "at-most-once" && errors.Is(err, idem.ErrUnknownOutcome):
 				default:
 					mu.Lock()
-					first = cmpOr(first, fmt.Errorf("%s: %w", key, err))
+					first = cmp.Or(first, fmt.Errorf("%s: %w", key, err))
 					mu.Unlock()
 				}
 			}
@@ -224,11 +225,4 @@ func concurrentKillRun[Tx any](h KillHarness[Tx], storeArg, dir, mode string, ch
 	}
 	wg.Wait()
 	return first
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
