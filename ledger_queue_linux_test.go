@@ -276,7 +276,10 @@ func TestLedgerQueueWaitBounded(t *testing.T) {
 	go func() {
 		errCh <- c.Run(ctx, idem.Key{Job: "queue", Period: "cancelled"}, func(context.Context) error { ran = true; return nil })
 	}()
-	testwait.Until(t, func() bool { return queueTaken(t, path) >= 3 }, "the cancelled write to take its number")
+	// a's RunTx went ahead of the empty queue without a number; c's claim
+	// finds SQLite's lock held, takes a number, gets its turn and waits
+	// for that lock.
+	testwait.Until(t, func() bool { return idem.LedgerLockBlocked(c) > 0 }, "the cancelled write to wait for the write lock")
 	cancel()
 	if err := testwait.Recv(t, errCh, "a queued write to end with its context"); !errors.Is(err, context.Canceled) {
 		t.Errorf("Run queued behind another handle's turn, its context cancelled = %v, want context.Canceled", err)
@@ -364,7 +367,7 @@ func TestLedgerQueueHolderKilled(t *testing.T) {
 	go func() {
 		done <- l.Run(context.Background(), idem.Key{Job: "killed", Period: "1"}, func(context.Context) error { return nil })
 	}()
-	testwait.Until(t, func() bool { return queueTaken(t, path) >= 2 }, "this process's write to queue behind the child")
+	testwait.Until(t, func() bool { return idem.LedgerLockBlocked(l) > 0 }, "this process's write to wait behind the child")
 	holder.Process.Kill()
 	if err := testwait.Recv(t, done, "the write queued behind a killed holder to run"); err != nil {
 		t.Fatalf("Run queued behind a killed holder: %v", err)

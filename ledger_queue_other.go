@@ -17,5 +17,6 @@ func openWriteQueue(string, os.FileInfo) *writeQueue { return nil }
 
 func (*writeQueue) turn(context.Context, time.Time, time.Time, bool) (bool, error) { return false, nil }
 func (*writeQueue) holding() bool                                                  { return false }
+func (*writeQueue) join(context.Context, time.Time, time.Time) error               { return nil }
 func (*writeQueue) leave()                                                         {}
 func (*writeQueue) close()                                                         {}

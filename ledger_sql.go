@@ -459,6 +459,13 @@ func lockWait(ctx context.Context, ls *lockStart, setTimeout func(time.Duration)
 			blocked = true
 			ls.wl.blocked.Add(1)
 		}
+		if ls.wl != nil {
+			// A write that went ahead of an empty queue takes its number
+			// now (writeQueue.turn).
+			if err := ls.wl.joinQueue(ctx, ls); err != nil {
+				return err
+			}
+		}
 		left := time.Until(deadline)
 		if left <= 0 {
 			return lockHeld(time.Since(start), err)
