@@ -186,6 +186,15 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sched
 	if err != nil {
 		return res, err
 	}
+	// Periods behind the cursor that a re-run request (Rerun) made
+	// runnable again run first, each once for its revision; the cursor
+	// does not move for them, and one that fails waits for the next call
+	// without holding up the periods after the cursor.
+	reruns, err := runReruns(ctx, s, job, js.Cursor, sched, plain, now, onPeriod, run)
+	if err != nil {
+		return res, err
+	}
+	res.Periods = append(res.Periods, reruns...)
 	if first.Start.After(last.Start) {
 		// Nothing due: also what a clock that jumped back sees. A
 		// duplicate trigger with other parameters is refused all the same.
@@ -258,8 +267,38 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sched
 		}
 		res.Periods = append(res.Periods, pr)
 	}
-	res.Deferred = due - len(res.Periods)
+	res.Deferred = due - (len(res.Periods) - len(reruns))
 	return res, firstErr
+}
+
+// runReruns runs the periods of job at or before its cursor that a re-run
+// request made runnable again (see loop), if the store re-runs.
+func runReruns(ctx context.Context, s idemstore.CatchUpStore, job, cursor string, sched Schedule, plain []Option, now time.Time, onPeriod func(PeriodResult),
+	run func(ctx context.Context, key Key, p Period, opts []Option) error) ([]PeriodResult, error) {
+	rs, ok := s.(idemstore.Rerunner)
+	if !ok || cursor == "" {
+		return nil, nil
+	}
+	names, err := rs.RerunsDue(ctx, job, cursor)
+	if err != nil {
+		return nil, err
+	}
+	var out []PeriodResult
+	for _, name := range names {
+		p, err := sched.Parse(name)
+		if err != nil {
+			return out, fmt.Errorf("idem: catch-up %s: re-run of period %q: %w", job, name, err)
+		}
+		var r Result
+		popts := append(append([]Option(nil), plain...), ReportTo(&r), internalOption(now, false))
+		err = run(ctx, Key{Job: job, Period: name}, p, popts)
+		pr := PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
+		if onPeriod != nil {
+			onPeriod(pr)
+		}
+		out = append(out, pr)
+	}
+	return out, nil
 }
 
 // checkCatchUpJob refuses, before anything is read or written, a job name

@@ -52,3 +52,42 @@ func ExampleLedger_Resolve() {
 	// unknown: true
 	// after Resolve: <nil>
 }
+
+// docs/operators.md's "Repairing data": October's settlements were
+// computed from a flow table that has since been corrected; a re-run
+// request makes each day run once more.
+func ExampleRerun() {
+	dir, _ := os.MkdirTemp("", "idem-example")
+	defer os.RemoveAll(dir)
+	l, err := idem.OpenLedger(filepath.Join(dir, "ledger.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	settle := func(ctx context.Context) error {
+		info, _ := idem.InfoFrom(ctx)
+		fmt.Printf("settling %s, revision %d\n", info.Key.Period, info.Revision)
+		return nil // an upsert of the recomputed amounts: SET amount = ?, never amount = amount + ?
+	}
+	key := idem.Key{Job: "settle", Period: "2026-10-01"}
+	_ = l.Run(ctx, key, settle)
+
+	// The flow table was corrected: run the day again, once.
+	out, err := idem.Rerun(ctx, l, idem.RerunRequest{
+		Keys:      []idem.Key{key},
+		RequestID: "INC-4711", // sent twice (a retrying script), it re-runs once
+		Reason:    "flow table corrected",
+		By:        "ops@example.com",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(out[0].Key, "revision", out[0].Revision, out[0].State)
+	_ = l.Run(ctx, key, settle) // the next trigger runs it once more
+	_ = l.Run(ctx, key, settle) // and then it is done again
+	// Output:
+	// settling 2026-10-01, revision 0
+	// settle/2026-10-01 revision 1 queued
+	// settling 2026-10-01, revision 1
+}

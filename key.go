@@ -9,10 +9,11 @@ import "github.com/idemgo/idem/idemstore"
 //		Period string // the business period, e.g. "2026-10-27"
 //	}
 //
-//	func (k Key) Validate() error                  // ErrInvalidKey (a *KeyError) for an empty, too long or non-text part
-//	func (k Key) String() string                   // "job/period"
-//	func (k Key) RequestID() string                // the period's id for a downstream's idempotency key, the same on every attempt and host
-//	func (k Key) ItemRequestID(item string) string // the same for an item of a fan-out
+//	func (k Key) Validate() error                         // ErrInvalidKey (a *KeyError) for an empty, too long or non-text part
+//	func (k Key) String() string                          // "job/period"
+//	func (k Key) RequestID() string                       // the period's id for a downstream's idempotency key, the same on every attempt and host
+//	func (k Key) RevisionRequestID(revision int64) string // the same for a re-run's revision (Rerun); RequestID for revision 0
+//	func (k Key) ItemRequestID(item string) string        // the same for an item of a fan-out
 //
 // Period is the period the work is FOR ("2026-10-27" for the settlement of
 // 27 October), never the wall-clock time the run started: a re-run tomorrow of

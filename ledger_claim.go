@@ -220,8 +220,11 @@ func finishExec(tx *wtx, key Key, attempt int64, end idemstore.End) (int64, erro
 		return n, err
 	}
 	// The attempt's history row, in the outcome's transaction.
-	_, err = tx.exec(attemptInsertSQL, key.Job, key.Period)
-	return n, err
+	if _, err = tx.exec(attemptInsertSQL, key.Job, key.Period); err != nil || end.Status != StatusDone {
+		return n, err
+	}
+	// A re-run requested while the attempt ran begins now.
+	return n, promoteRerun(tx, key)
 }
 
 func advanceExec(tx *wtx, job, period string) error {

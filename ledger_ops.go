@@ -157,7 +157,7 @@ func (l *Ledger) List(ctx context.Context, f Filter) ([]Record, error) {
 			var status string
 			var lease, notBefore, updated int64
 			if err := rows.Scan(&r.Key.Job, &r.Key.Period, &status, &r.Attempt, &r.Failures, &r.Owner,
-				&lease, &notBefore, &r.LastError, &updated, &r.Fingerprint, &r.Value); err != nil {
+				&lease, &notBefore, &r.LastError, &updated, &r.Fingerprint, &r.Value, &r.Revision); err != nil {
 				return err
 			}
 			r.Status, r.LeaseUntil, r.NotBefore, r.Updated = Status(status), fromMicros(lease), fromMicros(notBefore), fromMicros(updated)

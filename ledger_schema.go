@@ -24,8 +24,9 @@ import (
 // adds the outbox, table idem_outbox; version 6 the limits shared by
 // processes, tables idem_limit_rates and idem_limit_slots; version 7 the
 // history of attempts, table idem_attempts, and the columns revision and
-// started of idem_runs.)
-const SchemaVersion = 7
+// started of idem_runs; version 8 the requests to re-run done periods,
+// table idem_reruns.)
+const SchemaVersion = 8
 
 const schema = `
 CREATE TABLE IF NOT EXISTS idem_meta (
@@ -203,6 +204,15 @@ func (l *Ledger) migrate(ctx context.Context) error {
 			}
 			if _, err := tx.ExecContext(ctx, attemptsSchema); err != nil {
 				return l.wrapOpenErr(fmt.Errorf("upgrading to version 7: %w", err))
+			}
+		}
+		if v < 8 {
+			// Version 8: re-run requests (Rerun). A version-7 process
+			// sharing the ledger re-runs a period whose revision a
+			// request made (it is failed, runnable at once), and knows
+			// no requests.
+			if _, err := tx.ExecContext(ctx, rerunsSchema); err != nil {
+				return l.wrapOpenErr(fmt.Errorf("upgrading to version 8: %w", err))
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)

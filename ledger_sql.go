@@ -787,13 +787,13 @@ func (l *Ledger) sqlTx(ctx context.Context, durable, now bool, f func(*wtx) erro
 	}))
 }
 
-const recordCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated, fingerprint, value`
+const recordCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated, fingerprint, value, revision`
 
 func scanRecord(key Key, row *sql.Row) (Record, bool, error) {
 	r := Record{Key: key}
 	var status string
 	var lease, notBefore, updated int64
-	err := row.Scan(&status, &r.Attempt, &r.Failures, &r.Owner, &lease, &notBefore, &r.LastError, &updated, &r.Fingerprint, &r.Value)
+	err := row.Scan(&status, &r.Attempt, &r.Failures, &r.Owner, &lease, &notBefore, &r.LastError, &updated, &r.Fingerprint, &r.Value, &r.Revision)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Record{Key: key}, false, nil
 	}

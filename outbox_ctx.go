@@ -11,7 +11,11 @@ import (
 // EachTx): what package outbox's Put writes through. A store that is not
 // an OutboxTxStore of Tx gives an outbox that refuses every Put.
 func withOutbox[Tx any](ctx context.Context, s any, tx Tx, key Key, item string, clock Clock) context.Context {
-	return runctx.WithOutbox(ctx, &runctx.Outbox{Tx: tx, Store: s, Key: key, Item: item, Now: clock.Now})
+	w := &runctx.Outbox{Tx: tx, Store: s, Key: key, Item: item, Now: clock.Now}
+	if info, ok := InfoFrom(ctx); ok && item == "" {
+		w.Revision = info.Revision // a re-run's messages have the revision's ids
+	}
+	return runctx.WithOutbox(ctx, w)
 }
 
 // withoutOutbox hides an enclosing body's outbox from a fn that does not

@@ -330,8 +330,13 @@ type Info struct {
 	Key       Key
 	Item      string // Each: the item being applied; "" for Run
 	Attempt   int64  // the attempt number: the fencing token, higher for every new attempt (see above)
-	RequestID string // Key.RequestID(); in Each Key.ItemRequestID(Item), a format of its own: the same for every attempt
+	RequestID string // Key.RevisionRequestID(Revision); in Each Key.ItemRequestID(Item), a format of its own: the same for every attempt
 	Owner     string // who holds the attempt
+	// Revision is the period's revision: 0 for its first run, n for the
+	// n-th re-run requested after it was done (Rerun). A re-run's
+	// RequestID is the revision's, so a downstream that dedupes by it
+	// sees the re-run as new work.
+	Revision int64
 }
 
 type infoKey struct{}
@@ -439,6 +444,7 @@ type runner struct {
 	leaseEnd  time.Time     // the current attempt's lease end, by cfg.clock, as of its claim or last renewal
 	held      int64         // the attempt this call holds and has not recorded the end of; 0 if none
 	busyWait  time.Duration // with cfg.pollFirst: the last wait for another holder
+	revision  int64         // the claimed period's revision (Info.Revision)
 
 	// owner is who the call's claims name: this process (idemstore.Owner),
 	// or, in a run that idemtest's crash kit crashes, an owner of its own
@@ -502,6 +508,7 @@ func (r *runner) loop(ctx context.Context, fn valueFunc, tx txBody, fresh freshB
 					return err
 				}
 			}
+			r.revision = c.Record.Revision
 			if runErr = r.attempt(ctx, c.Attempt, c.Record.Attempt, c.Doubt, fn, tx); runErr == nil {
 				r.res.Outcome = Ran
 				r.log(ctx, slog.LevelInfo, "done")
@@ -894,7 +901,7 @@ func (r *runner) landed(ctx context.Context, attempt int64, end idemstore.End) b
 func (r *runner) attempt(ctx context.Context, attempt, prev int64, doubt bool, fn valueFunc, tx txBody) (err error) {
 	ctx, endSpan := startAttemptSpan(ctx, r.key, attempt, prev, doubt)
 	defer func() { endSpan(idemstore.SpanEnd{Err: err}) }()
-	info := Info{Key: r.key, Attempt: attempt, RequestID: r.key.RequestID(), Owner: r.owner}
+	info := Info{Key: r.key, Attempt: attempt, RequestID: r.key.RevisionRequestID(r.revision), Owner: r.owner, Revision: r.revision}
 	fctx := context.WithValue(ctx, infoKey{}, info)
 	r.res.Attempts++
 	if tx != nil {

@@ -93,6 +93,32 @@ func (k Key) RequestID() string {
 	return string(id[:])
 }
 
+// revisionIDTag opens the hashed input of a re-run's request id.
+const revisionIDTag = "idem revision request id v1"
+
+// RevisionRequestID returns the request id of revision of k's period
+// (Info.RequestID of the attempts of a re-run, idem.Rerun): for revision 0,
+// the first run, [Key.RequestID]; for a re-run, "idem-" followed by the
+// lowercase hex of the first 16 bytes of SHA-256("idem revision request id
+// v1" 0x00 Job 0x00 Period 0x00 revision in decimal), the shape of a
+// period's id. The same for every attempt of the revision, different from
+// every other revision's, so a downstream that dedupes by it sees a re-run
+// as new work and a retried attempt of the re-run as the same.
+func (k Key) RevisionRequestID(revision int64) string {
+	if revision == 0 {
+		return k.RequestID()
+	}
+	h := sha256.New()
+	h.Write([]byte(revisionIDTag))
+	h.Write([]byte{0})
+	h.Write([]byte(k.Job))
+	h.Write([]byte{0})
+	h.Write([]byte(k.Period))
+	h.Write([]byte{0})
+	h.Write([]byte(strconv.FormatInt(revision, 10)))
+	return "idem-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 // itemIDTag opens the hashed input of an item's request id: it names the
 // format, so that no other id of idem hashes the same bytes.
 const itemIDTag = "idem item request id v2"

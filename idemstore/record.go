@@ -39,6 +39,11 @@ type Record struct {
 	// stored none. A store writes it only with a done mark, in the same
 	// write, and keeps it while the key is done.
 	Value []byte
+
+	// Revision counts the re-runs of the period requested after it was
+	// done (idem.Rerun): 0 until the first. A store that keeps no
+	// revisions leaves it 0.
+	Revision int64
 }
 
 // MaxValue is the largest Value a store must keep: idem refuses, before

@@ -113,6 +113,7 @@ func TestStore(t *testing.T, h Harness) {
 		t.Run("Items", func(t *testing.T) { testItems(t, h) })
 	}
 	t.Run("MarkFresh", func(t *testing.T) { testMarkFresh(t, h) })
+	t.Run("Rerun", func(t *testing.T) { testRerun(t, h) })
 }
 
 // testMarkFresh: a store that is an idemstore.FreshMarker writes a key

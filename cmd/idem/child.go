@@ -92,6 +92,7 @@ func (s *supervisor) run(ctx context.Context, p idem.Period) error {
 		"IDEM_PERIOD_END="+p.End.Format(time.RFC3339),
 		"IDEM_ATTEMPT="+strconv.FormatInt(info.Attempt, 10),
 		"IDEM_REQUEST_ID="+info.RequestID,
+		"IDEM_REVISION="+strconv.FormatInt(info.Revision, 10),
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.stdin, s.stdout, s.stderr
 	var out *captured

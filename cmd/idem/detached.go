@@ -116,6 +116,7 @@ var detachedCapabilities = []capability{
 	{"LimitStore", implements[idemstore.LimitStore]},
 	{"Lister", implements[idemstore.Lister]},
 	{"Releaser", implements[idemstore.Releaser]},
+	{"Rerunner", implements[idemstore.Rerunner]},
 }
 
 // capabilities names the capabilities s has, in detachedCapabilities'
@@ -136,7 +137,7 @@ func capabilities(s any) string {
 var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 	"": func(d detached) idemstore.CatchUpStore { return d },
 	// The SQLite ledger.
-	"ItemStore OutboxStore OutboxReleaser LimitStore Lister": func(d detached) idemstore.CatchUpStore {
+	"ItemStore OutboxStore OutboxReleaser LimitStore Lister Rerunner": func(d detached) idemstore.CatchUpStore {
 		s := d.CatchUpStore
 		return struct {
 			detached
@@ -145,8 +146,10 @@ var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 			detachedOutboxReleaser
 			detachedLimits
 			detachedLister
+			detachedRerunner
 		}{d, detachedItems{s.(idemstore.ItemStore)}, detachedOutbox{s.(idemstore.OutboxStore)},
-			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)}}
+			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)},
+			detachedRerunner{s.(idemstore.Rerunner)}}
 	},
 	// The Postgres ledger.
 	"ItemStore ItemRecorder ItemRecordTurns FreshMarker ClaimFirst OutboxStore OutboxReleaser LimitStore Lister": func(d detached) idemstore.CatchUpStore {
@@ -192,6 +195,18 @@ func detachStore(s idemstore.CatchUpStore, skip *skipClock) (idemstore.CatchUpSt
 
 // The forwarders of the capabilities: each runs detached what records or
 // gives back, and passes the caller's context to what takes new work.
+
+type detachedRerunner struct{ s idemstore.Rerunner }
+
+func (d detachedRerunner) Rerun(ctx context.Context, req idemstore.RerunRequest) ([]idemstore.RerunOutcome, error) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
+	return d.s.Rerun(ctx, req)
+}
+
+func (d detachedRerunner) RerunsDue(ctx context.Context, job, through string) ([]string, error) {
+	return d.s.RerunsDue(ctx, job, through)
+}
 
 type detachedItems struct{ s idemstore.ItemStore }
 

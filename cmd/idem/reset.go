@@ -42,6 +42,9 @@ Exit status: 0 reset, 1 refused, 2 usage error or no ledger.`,
 			case rec.Status == idem.StatusUnknown:
 				return fail(exitFailed, "%s %s is unknown, not parked: check whether its work happened, then 'idem resolve%s %s %s --done' or '--retry'",
 					key.Job, key.Period, ledgerHint(cmd), key.Job, key.Period)
+			case rec.Status == idem.StatusDone:
+				return fail(exitFailed, "%s %s is done, not parked: to run it again on purpose (to repair data), 'idem rerun%s %s --period %s --reason TEXT'",
+					key.Job, key.Period, ledgerHint(cmd), key.Job, key.Period)
 			case rec.Status != idem.StatusParked && rec.Status != idem.StatusFailed:
 				return fail(exitFailed, "%s %s is %s, not parked: nothing to reset", key.Job, key.Period, rec.Status)
 			}

@@ -19,15 +19,18 @@ type Outbox struct {
 	Store any // the body's store: an OutboxTxStore of the transaction's type, or a store without an outbox
 	Key   idemstore.Key
 	Item  string
-	Now   func() time.Time // the run's clock
+	// Revision is the period's revision (a re-run's: idem.Rerun); its
+	// messages' ids are those of the revision's request id.
+	Revision int64
+	Now      func() time.Time // the run's clock
 
 	mu   sync.Mutex
 	id   string // the request id, made at the first Put
 	next int
 }
 
-// NextID is the id of the next message put: the key's (or item's)
-// request id, a dash and the index of the message among this attempt's.
+// NextID is the id of the next message put: the key's revision's (or
+// the item's) request id, a dash and the index of the message among this attempt's.
 // The index counts every call, whether or not its write succeeds: the
 // ids depend on the order of Puts alone.
 func (w *Outbox) NextID() string {
@@ -37,7 +40,7 @@ func (w *Outbox) NextID() string {
 		if w.Item != "" {
 			w.id = w.Key.ItemRequestID(w.Item)
 		} else {
-			w.id = w.Key.RequestID()
+			w.id = w.Key.RevisionRequestID(w.Revision)
 		}
 	}
 	id := w.id + "-" + strconv.Itoa(w.next)

@@ -1,0 +1,146 @@
+package idem_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/outbox"
+)
+
+func rerunReq(id, reason string, keys ...idem.Key) idem.RerunRequest {
+	return idem.RerunRequest{Keys: keys, RequestID: id, Reason: reason, By: "test"}
+}
+
+// TestRerunRunTxOutbox: a re-run of a RunTx period recomputes its rows
+// once, in the transaction of its done mark, and its outbox messages get
+// the revision's ids.
+func TestRerunRunTxOutbox(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	if _, err := l.DB().ExecContext(ctx, `CREATE TABLE settlement(day TEXT PRIMARY KEY, amount INTEGER, runs INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	key := idem.Key{Job: "settle", Period: "2026-10-02"}
+	amount := 100
+	var ids []string
+	body := func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO settlement VALUES(?, ?, 1)
+			ON CONFLICT(day) DO UPDATE SET amount = excluded.amount, runs = runs + 1`, key.Period, amount); err != nil {
+			return err
+		}
+		id, err := outbox.Put(ctx, tx, outbox.Message{Topic: "mail", Payload: []byte("settled")})
+		ids = append(ids, id)
+		return err
+	}
+	for range 2 {
+		if err := l.RunTx(ctx, key, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	amount = 120 // the flow table was corrected
+	if _, err := idem.Rerun(ctx, l, rerunReq("fix-october", "flow table corrected", key)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := l.RunTx(ctx, key, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got, runs int
+	if err := l.DB().QueryRowContext(ctx, `SELECT amount, runs FROM settlement WHERE day = ?`, key.Period).Scan(&got, &runs); err != nil {
+		t.Fatal(err)
+	}
+	if got != 120 || runs != 2 {
+		t.Errorf("settlement after the re-run: amount %d, written %d times; want 120, twice (the first run and the re-run)", got, runs)
+	}
+	if len(ids) != 2 || ids[0] != key.RequestID()+"-0" || ids[1] != key.RevisionRequestID(1)+"-0" {
+		t.Errorf("message ids %q, want %s-0 then the revision's %s-0", ids, key.RequestID(), key.RevisionRequestID(1))
+	}
+}
+
+// TestRerunRefusedByStateFile: a store that keeps no revisions says so.
+func TestRerunRefusedByStateFile(t *testing.T) {
+	sf := openState(t, t.TempDir())
+	_, err := idem.Rerun(context.Background(), sf, rerunReq("x", "x", idem.Key{Job: "j", Period: "p"}))
+	if err == nil || !strings.Contains(err.Error(), "Rerunner") {
+		t.Errorf("Rerun on the state file = %v, want an error saying it cannot re-run", err)
+	}
+}
+
+// TestRerunValueReplaced: RunValue's stored value is the re-run's.
+func TestRerunValueReplaced(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	key := idem.Key{Job: "report", Period: "2026-10"}
+	v := "v1"
+	get := func() string {
+		t.Helper()
+		got, err := idem.RunValueOn(ctx, l, key, func(context.Context) (string, error) { return v, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := get(); got != "v1" {
+		t.Fatalf("first run: %q", got)
+	}
+	v = "v2"
+	if got := get(); got != "v1" {
+		t.Fatalf("a duplicate returns %q, want the stored v1", got)
+	}
+	if _, err := idem.Rerun(ctx, l, rerunReq("fix", "report bug fixed", key)); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(); got != "v2" {
+		t.Errorf("the re-run returns %q, want v2", got)
+	}
+	v = "v3"
+	if got := get(); got != "v2" {
+		t.Errorf("after the re-run a duplicate returns %q, want the re-run's v2", got)
+	}
+}
+
+// TestRerunCatchUp: a catch-up runs the periods behind its cursor that a
+// re-run request made runnable, once each, without moving the cursor, and
+// then the periods due after it.
+func TestRerunCatchUp(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	sched := idem.Daily(time.UTC)
+	clk := idemtest.NewClock(time.Date(2026, 10, 4, 2, 0, 0, 0, time.UTC))
+	ran := map[string][]int64{}
+	fn := func(ctx context.Context, p idem.Period) error {
+		info, _ := idem.InfoFrom(ctx)
+		ran[p.Name] = append(ran[p.Name], info.Revision)
+		return nil
+	}
+	opts := []idem.Option{idem.WithClock(clk), idem.Since(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC))}
+	if _, err := idem.CatchUp(ctx, l, "settle", sched, fn, opts...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idem.Rerun(ctx, l, rerunReq("oct", "flow table corrected",
+		idem.Key{Job: "settle", Period: "2026-10-01"}, idem.Key{Job: "settle", Period: "2026-10-02"})); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(24 * time.Hour) // 2026-10-04 is due too now
+	res, err := idem.CatchUp(ctx, l, "settle", sched, fn, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idem.CatchUp(ctx, l, "settle", sched, fn, opts...); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]int64{"2026-10-01": {0, 1}, "2026-10-02": {0, 1}, "2026-10-03": {0}, "2026-10-04": {0}}
+	if fmt.Sprint(ran) != fmt.Sprint(want) {
+		t.Errorf("fn ran for (period: revisions) %v, want %v", ran, want)
+	}
+	if res.Cursor != "2026-10-04" || len(res.Periods) != 3 {
+		t.Errorf("the catch-up after the request: cursor %s, %d periods (%+v); want the cursor at 2026-10-04, three periods (two re-runs and the new one)", res.Cursor, len(res.Periods), res.Periods)
+	}
+}
