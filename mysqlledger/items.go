@@ -144,7 +144,7 @@ func (l *Ledger) addChunk(ctx context.Context, tx *sql.Tx, key idemstore.Key, it
 
 // SealItems implements [idemstore.ItemStore].
 func (l *Ledger) SealItems(ctx context.Context, key idemstore.Key) error {
-	_, err := l.db.ExecContext(ctx, `INSERT INTO `+l.t.itemsets+` (job, period, sealed) VALUES (?, ?, 1)
+	_, err := l.exec(ctx, `INSERT INTO `+l.t.itemsets+` (job, period, sealed) VALUES (?, ?, 1)
 		ON DUPLICATE KEY UPDATE sealed = 1`, key.Job, key.Period)
 	if err != nil {
 		return opErr("seal items", key, err)

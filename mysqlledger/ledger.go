@@ -243,6 +243,18 @@ func (l *Ledger) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return err
 }
 
+// exec runs one statement in a transaction of its own, again after a
+// deadlock (which rolled it back).
+func (l *Ledger) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	for try := 0; ; try++ {
+		res, err := l.db.ExecContext(ctx, q, args...)
+		if !retryable(err) || try == 19 {
+			return res, err
+		}
+		time.Sleep(time.Duration(try+1) * time.Millisecond)
+	}
+}
+
 func (l *Ledger) inTxOnce(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := l.db.BeginTx(ctx, txOpts)
 	if err != nil {

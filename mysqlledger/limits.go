@@ -123,7 +123,7 @@ func (l *Ledger) RenewSlot(ctx context.Context, name string, slot int, h idemsto
 
 // ReleaseSlot implements [idemstore.LimitStore].
 func (l *Ledger) ReleaseSlot(ctx context.Context, name string, slot int, h idemstore.SlotHolder) error {
-	if _, err := l.db.ExecContext(ctx, `DELETE FROM `+l.t.limitSlots+` WHERE name = ? AND slot = ? AND token = ?`, name, slot, h.Token); err != nil {
+	if _, err := l.exec(ctx, `DELETE FROM `+l.t.limitSlots+` WHERE name = ? AND slot = ? AND token = ?`, name, slot, h.Token); err != nil {
 		return fmt.Errorf("mysqlledger: limit %q: release slot %d: %w", name, slot, err)
 	}
 	return nil

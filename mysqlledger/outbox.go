@@ -239,7 +239,7 @@ func (l *Ledger) DropOutbox(ctx context.Context, id string) error {
 }
 
 func (l *Ledger) outboxOp(ctx context.Context, op, id, q string, args ...any) error {
-	res, err := l.db.ExecContext(ctx, q, args...)
+	res, err := l.exec(ctx, q, args...)
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
@@ -259,7 +259,7 @@ func (l *Ledger) outboxOp(ctx context.Context, op, id, q string, args ...any) er
 
 // PruneOutbox implements [idemstore.OutboxStore].
 func (l *Ledger) PruneOutbox(ctx context.Context, before time.Time) (int64, error) {
-	res, err := l.db.ExecContext(ctx, `DELETE FROM `+l.t.outbox+` WHERE status = 'delivered' AND delivered < ?`, before.UnixMicro())
+	res, err := l.exec(ctx, `DELETE FROM `+l.t.outbox+` WHERE status = 'delivered' AND delivered < ?`, before.UnixMicro())
 	if err != nil {
 		return 0, fmt.Errorf("mysqlledger: prune outbox: %w", err)
 	}

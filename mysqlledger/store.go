@@ -158,7 +158,7 @@ func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemsto
 // Renew implements [idemstore.Store]: the lease runs until the server's
 // time plus lease (now is ignored).
 func (l *Ledger) Renew(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, lease time.Duration) error {
-	res, err := l.db.ExecContext(ctx, `UPDATE `+l.t.runs+` SET lease_until = `+nowSQL+` + ?
+	res, err := l.exec(ctx, `UPDATE `+l.t.runs+` SET lease_until = `+nowSQL+` + ?
 		WHERE job = ? AND period = ? AND attempt = ? AND status = 'running'`, micros(lease), key.Job, key.Period, attempt)
 	if err != nil {
 		return opErr("renew", key, err)
@@ -395,7 +395,7 @@ func (l *Ledger) Advance(ctx context.Context, job, period string) error {
 	if err := (idemstore.Key{Job: job, Period: period}).Validate(); err != nil {
 		return err
 	}
-	if _, err := l.db.ExecContext(ctx, l.advanceSQL(), job, period); err != nil {
+	if _, err := l.exec(ctx, l.advanceSQL(), job, period); err != nil {
 		return fmt.Errorf("mysqlledger: advance %q to %q: %w", job, period, err)
 	}
 	return nil
@@ -410,7 +410,7 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 		return 0, err
 	}
 	// The job's row must exist for its lock to keep claims out.
-	if _, err := l.db.ExecContext(ctx, `INSERT IGNORE INTO `+l.t.jobs+` (job, cursor_period, horizon) VALUES (?, '', '')`, job); err != nil {
+	if _, err := l.exec(ctx, `INSERT IGNORE INTO `+l.t.jobs+` (job, cursor_period, horizon) VALUES (?, '', '')`, job); err != nil {
 		return 0, fmt.Errorf("mysqlledger: prune %q through %q: %w", job, through, err)
 	}
 	var deleted int64
