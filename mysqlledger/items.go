@@ -37,12 +37,10 @@ func (l *Ledger) AddItems(ctx context.Context, key idemstore.Key, items []string
 		return nil
 	}
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO `+l.t.itemsets+` (job, period, sealed) VALUES (?, ?, 0)`, key.Job, key.Period); err != nil {
-			return err
-		}
 		var sealed int
-		if err := tx.QueryRowContext(ctx, `SELECT sealed FROM `+l.t.itemsets+` WHERE job = ? AND period = ? FOR UPDATE`,
-			key.Job, key.Period).Scan(&sealed); err != nil {
+		if err := lockOrCreate(ctx, tx, `SELECT sealed FROM `+l.t.itemsets+` WHERE job = ? AND period = ? FOR UPDATE`,
+			[]any{key.Job, key.Period}, []any{&sealed},
+			`INSERT IGNORE INTO `+l.t.itemsets+` (job, period, sealed) VALUES (?, ?, 0)`, []any{key.Job, key.Period}); err != nil {
 			return err
 		}
 		if sealed == 1 {

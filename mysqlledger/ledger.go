@@ -61,7 +61,7 @@ var (
 	_ idemstore.Lister                  = (*Ledger)(nil)
 	_ idemstore.LimitStore              = (*Ledger)(nil)
 	_ idemstore.OutboxTxStore[*sql.Tx]  = (*Ledger)(nil)
-	_ idemstore.OutboxStore             = (*Ledger)(nil)
+	_ idemstore.OutboxReleaser          = (*Ledger)(nil)
 )
 
 // An Option configures a Ledger, for [New]. A nil one or one given a value

@@ -15,11 +15,8 @@ import (
 // limit's row lock, in one transaction.
 func (l *Ledger) TakeRate(ctx context.Context, name string, r idemstore.Rate, n int, maxWait time.Duration) (wait time.Duration, reserved bool, err error) {
 	err = l.inTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO `+l.t.limitRates+` (name, tat) VALUES (?, 0)`, name); err != nil {
-			return err
-		}
 		var now, tat int64
-		if err := tx.QueryRowContext(ctx, `SELECT `+nowSQL+`, tat FROM `+l.t.limitRates+` WHERE name = ? FOR UPDATE`, name).Scan(&now, &tat); err != nil {
+		if err := l.lockRate(ctx, tx, name, &now, &tat); err != nil {
 			return err
 		}
 		var next time.Time
@@ -44,11 +41,8 @@ func (l *Ledger) AcquireSlot(ctx context.Context, name string, most int, h idems
 	err = l.inTx(ctx, func(tx *sql.Tx) error {
 		slot, ok, wait = 0, false, 0
 		// The limit's row in limit_rates serializes its slots' takers.
-		if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO `+l.t.limitRates+` (name, tat) VALUES (?, 0)`, name); err != nil {
-			return err
-		}
-		var now int64
-		if err := tx.QueryRowContext(ctx, `SELECT `+nowSQL+` FROM `+l.t.limitRates+` WHERE name = ? FOR UPDATE`, name).Scan(&now); err != nil {
+		var now, tat int64
+		if err := l.lockRate(ctx, tx, name, &now, &tat); err != nil {
 			return err
 		}
 		rows, err := tx.QueryContext(ctx, `SELECT slot, owner, expires FROM `+l.t.limitSlots+` WHERE name = ? FOR UPDATE`, name)
@@ -127,4 +121,27 @@ func (l *Ledger) ReleaseSlot(ctx context.Context, name string, slot int, h idems
 		return fmt.Errorf("mysqlledger: limit %q: release slot %d: %w", name, slot, err)
 	}
 	return nil
+}
+
+// lockRate locks the limit's row in limit_rates (FOR UPDATE), creating it
+// first if needed, and reads the server's time and the row's tat. It
+// locks before it inserts: INSERT IGNORE of a row that exists takes a
+// shared lock, and two transactions that hold it and then both ask for
+// the exclusive one deadlock.
+func (l *Ledger) lockRate(ctx context.Context, tx *sql.Tx, name string, now, tat *int64) error {
+	return lockOrCreate(ctx, tx, `SELECT `+nowSQL+`, tat FROM `+l.t.limitRates+` WHERE name = ? FOR UPDATE`, []any{name}, []any{now, tat},
+		`INSERT IGNORE INTO `+l.t.limitRates+` (name, tat) VALUES (?, 0)`, []any{name})
+}
+
+// lockOrCreate runs the locking read sel; if it finds no row, it runs the
+// INSERT IGNORE ins and reads again.
+func lockOrCreate(ctx context.Context, tx *sql.Tx, sel string, selArgs, dest []any, ins string, insArgs []any) error {
+	err := tx.QueryRowContext(ctx, sel, selArgs...).Scan(dest...)
+	if !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, ins, insArgs...); err != nil {
+		return err
+	}
+	return tx.QueryRowContext(ctx, sel, selArgs...).Scan(dest...)
 }

@@ -61,8 +61,8 @@ func (l *Ledger) PutOutbox(ctx context.Context, tx *sql.Tx, msgs []idemstore.Out
 			payload = []byte{}
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO `+l.t.outbox+` (id, topic, payload, headers, job, period, item, created, status,
-			attempts, token, owner, lease_until, not_before, last_error, delivered, prev_attempts)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, 0, '', 0, 0, '', 0, 0)`,
+			attempts, token, owner, lease_until, not_before, last_error, delivered)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, 0, '', 0, 0, '', 0)`,
 			m.ID, m.Topic, payload, h, m.Key.Job, m.Key.Period, m.Item, m.Created.UnixMicro())
 		if errno(err) == erDupEntry {
 			return fmt.Errorf("message id %s is already in the outbox: %w", m.ID, err)
@@ -147,7 +147,7 @@ func (l *Ledger) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimReque
 		}
 		// Read again under the lock: still pending, due and not leased.
 		args := append([]any{req.Owner, req.Now.Add(req.Lease).UnixMicro(), now, now}, seqs...)
-		if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.outbox+` SET prev_attempts = attempts, attempts = attempts + 1, token = token + 1,
+		if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.outbox+` SET attempts = attempts + 1, token = token + 1,
 			owner = ?, lease_until = ? WHERE status = 'pending' AND lease_until <= ? AND not_before <= ? AND seq IN (`+marks(len(seqs))+`)`, args...); err != nil {
 			return err
 		}
@@ -159,6 +159,27 @@ func (l *Ledger) ClaimOutbox(ctx context.Context, req idemstore.OutboxClaimReque
 		return nil, fmt.Errorf("mysqlledger: claim outbox messages: %w", err)
 	}
 	return out, nil
+}
+
+// ReleaseOutbox implements [idemstore.OutboxReleaser]: each claim still
+// the latest is given back (its lease released, its attempt uncounted).
+func (l *Ledger) ReleaseOutbox(ctx context.Context, claims []idemstore.OutboxClaimed) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	err := l.inTx(ctx, func(tx *sql.Tx) error {
+		for _, c := range claims {
+			if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.outbox+` SET attempts = attempts - 1, lease_until = 0
+				WHERE id = ? AND token = ? AND status = 'pending'`, c.ID, c.Token); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mysqlledger: release outbox claims: %w", err)
+	}
+	return nil
 }
 
 // outboxEnd runs a fenced end of a message's claim.

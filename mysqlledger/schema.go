@@ -15,7 +15,7 @@ import (
 // tables are the quoted names of the ledger's tables.
 type tables struct {
 	meta, runs, jobs, itemsets, itemSet, itemChunks, itemLists, itemState string
-	outbox, outboxTopics, limitRates, limitSlots                           string
+	outbox, outboxTopics, limitRates, limitSlots                          string
 }
 
 func newTables(p string) tables {
@@ -75,7 +75,7 @@ func (l *Ledger) ddl() []string {
 			job VARBINARY(255) NOT NULL, period VARBINARY(255) NOT NULL, item VARBINARY(255) NOT NULL, created BIGINT NOT NULL,
 			status VARCHAR(16) CHARACTER SET ascii NOT NULL, attempts INT NOT NULL, token BIGINT NOT NULL,
 			owner TEXT NOT NULL, lease_until BIGINT NOT NULL, not_before BIGINT NOT NULL, last_error MEDIUMTEXT NOT NULL,
-			delivered BIGINT NOT NULL, prev_attempts INT NOT NULL,
+			delivered BIGINT NOT NULL,
 			UNIQUE KEY id_idx (id), KEY topic_idx (topic, status, seq), KEY status_idx (status, seq))` + tableOpts,
 		`CREATE TABLE IF NOT EXISTS ` + t.outboxTopics + ` (topic VARBINARY(255) NOT NULL PRIMARY KEY, puts BIGINT NOT NULL)` + tableOpts,
 		`CREATE TABLE IF NOT EXISTS ` + t.limitRates + ` (name VARBINARY(255) NOT NULL PRIMARY KEY, tat BIGINT NOT NULL)` + tableOpts,
