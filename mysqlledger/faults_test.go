@@ -33,8 +33,8 @@ type faults struct {
 	rnd   *rand.Rand
 	// lose and kill are the chances of each fault per write (lose) and
 	// per statement or commit (kill); 0 turns it off.
-	lose, kill atomic.Uint64 // math.Float64bits
-	lost, kills atomic.Int64 // how many were injected
+	lose, kill  atomic.Uint64 // chance(p): p in billionths
+	lost, kills atomic.Int64  // how many were injected
 	// only, if set, limits the faults to statements whose text contains it.
 	only atomic.Pointer[string]
 	// once turns kill off after its first kill.
@@ -55,7 +55,7 @@ func (f *faults) roll(p *atomic.Uint64, query string) bool {
 }
 
 func float64frombits(b uint64) float64 { return float64(int64(b)) / 1e9 }
-func chance(p float64) uint64         { return uint64(int64(p * 1e9)) }
+func chance(p float64) uint64          { return uint64(int64(p * 1e9)) }
 
 // errLost is what the client sees when the reply to an applied write is
 // lost: the driver's own error for a connection that broke mid-read.
