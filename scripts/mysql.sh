@@ -181,7 +181,10 @@ crash() {
 	kill -KILL "$pid" 2>/dev/null || true
 	waitgone "$pid" || die "mariadbd $pid outlived SIGKILL for 60 s"
 	rm -f "$dir/sock"
-	launch "$dir" "$port" || die "the server did not start again after the crash (log: $dir/server.log)"
+	if ! launch "$dir" "$port"; then
+		tail -n 20 "$dir/server.log" >&2 || true
+		die "the server did not start again after the crash (log: $dir/server.log)"
+	fi
 }
 
 case ${1:-} in
