@@ -39,9 +39,12 @@ func (s snapshot) view() (idemstore.Record, bool) {
 	return s.rec, s.found
 }
 
-// read reads key's record, locked FOR UPDATE when lock (in a transaction),
-// the job's horizon (locked shared when lock: Prune locks the job's row
-// exclusively), and the server's time.
+// read reads key's record, locked FOR UPDATE when lock (in a
+// transaction), then the job's horizon (locked shared when lock: Prune
+// locks the job's row exclusively), and the server's time. The record's
+// row comes first, then the job's: the order in which FinishTx takes them
+// (the fence, then the cursor), so that a claim waiting for a RunTx's key
+// never holds what that RunTx needs to commit.
 func (l *Ledger) read(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }, key idemstore.Key, lock bool) (snapshot, error) {
@@ -50,26 +53,30 @@ func (l *Ledger) read(ctx context.Context, q interface {
 	if lock {
 		lockJob, lockRun = ` LOCK IN SHARE MODE`, ` FOR UPDATE`
 	}
-	var horizon string
-	err := q.QueryRowContext(ctx, `SELECT horizon FROM `+l.t.jobs+` WHERE job = ?`+lockJob, key.Job).Scan(&horizon)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return s, err
-	}
 	var now int64
-	err = scanRun(q.QueryRowContext(ctx, `SELECT `+nowSQL+`, `+runCols+` FROM `+l.t.runs+` WHERE job = ? AND period = ?`+lockRun,
+	err := scanRun(q.QueryRowContext(ctx, `SELECT `+nowSQL+`, `+runCols+` FROM `+l.t.runs+` WHERE job = ? AND period = ?`+lockRun,
 		key.Job, key.Period), &now, &s.rec)
 	switch {
 	case err == nil:
 		s.found = true
 	case errors.Is(err, sql.ErrNoRows):
 		s.rec = idemstore.Record{Key: key}
-		if err := q.QueryRowContext(ctx, `SELECT `+nowSQL).Scan(&now); err != nil {
-			return s, err
-		}
-		s.covered = horizon != "" && key.Period <= horizon
 	default:
 		return s, err
 	}
+	var horizon string
+	err = q.QueryRowContext(ctx, `SELECT `+nowSQL+`, horizon FROM `+l.t.jobs+` WHERE job = ?`+lockJob, key.Job).Scan(&now, &horizon)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if !s.found {
+			if err := q.QueryRowContext(ctx, `SELECT `+nowSQL).Scan(&now); err != nil {
+				return s, err
+			}
+		}
+	case err != nil:
+		return s, err
+	}
+	s.covered = !s.found && horizon != "" && key.Period <= horizon
 	s.now = fromMicros(now)
 	return s, nil
 }
