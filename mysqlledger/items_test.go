@@ -2,10 +2,12 @@ package mysqlledger_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
@@ -89,5 +91,35 @@ func TestKeysAreBytes(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("listed %q; want %q (one record each, in Go's order)", got, want)
+	}
+}
+
+// TestIdleConnectionsClosedByServer: the server closes connections idle
+// longer than wait_timeout (1 s here, set through the DSN for every
+// connection of the pool); the next calls, on connections the pool kept,
+// still work: the driver finds a closed connection before it writes to it,
+// and database/sql takes another.
+func TestIdleConnectionsClosedByServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sep := "?"
+	if strings.Contains(testDSN(t), "?") {
+		sep = "&"
+	}
+	db, err := sql.Open("mysql", testDSN(t)+sep+"wait_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxIdleConns(4)
+	l := openLedger(t, db)
+	for i := range 3 {
+		k := idem.Key{Job: "idle", Period: fmt.Sprintf("2026-12-0%d", i+1)}
+		if err := l.RunTx(ctx, k, func(context.Context, *sql.Tx) error { return nil }); err != nil {
+			t.Fatalf("RunTx %d: %v", i, err)
+		}
+		if i < 2 {
+			time.Sleep(2 * time.Second) // past wait_timeout: the server closes the pool's idle connections
+		}
 	}
 }
