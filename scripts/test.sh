@@ -54,7 +54,7 @@ if [ -n "$unformatted" ]; then
 fi
 
 # The throwaway servers started below are stopped at exit, on every path.
-stop_pg="" stop_redis=""
+stop_pg="" stop_redis="" stop_mysql=""
 running=() # pids of the steps running in the background (run_steps)
 cleanup() {
 	local pid
@@ -66,6 +66,9 @@ cleanup() {
 	fi
 	if [ -n "$stop_redis" ]; then
 		scripts/redis.sh stop "$IDEM_TEST_REDIS_ADDR" >/dev/null 2>&1 || true
+	fi
+	if [ -n "$stop_mysql" ]; then
+		scripts/mysql.sh stop "$IDEM_TEST_MYSQL_DSN" >/dev/null 2>&1 || true
 	fi
 }
 trap cleanup EXIT
@@ -111,6 +114,27 @@ if [ -f redisstore/go.mod ] && [ -z "${IDEM_TEST_REDIS_ADDR:-}" ]; then
 		echo "== redis-server not started ($(tail -n 1 "$redislog")): ./redisstore's tests skip; install redis-server or set IDEM_TEST_REDIS_ADDR=host:port and rerun scripts/test.sh"
 	fi
 	rm -f "$redislog"
+fi
+
+# The MySQL ledger's tests need a MySQL or MariaDB: unless
+# IDEM_TEST_MYSQL_DSN names one, start a throwaway MariaDB (scripts/mysql.sh:
+# innodb_flush_log_at_trx_commit=1, sync_binlog=1) and stop it at exit. In CI
+# a server that cannot start fails the run; elsewhere those tests skip.
+if [ -f mysqlledger/go.mod ] && [ -z "${IDEM_TEST_MYSQL_DSN:-}" ]; then
+	mysqllog=$(mktemp)
+	if mysqlenv=$(scripts/mysql.sh start 2>"$mysqllog"); then
+		eval "$mysqlenv"
+		export IDEM_TEST_MYSQL_DSN
+		stop_mysql=1
+	elif ci; then
+		cat "$mysqllog" >&2
+		echo "scripts/test.sh: cannot start MariaDB for ./mysqlledger's tests (CI requires them)" >&2
+		rm -f "$mysqllog"
+		exit 1
+	else
+		echo "== MariaDB not started ($(tail -n 1 "$mysqllog")): ./mysqlledger's database tests skip; install mariadb-server or set IDEM_TEST_MYSQL_DSN='user@tcp(host:port)/db' and rerun scripts/test.sh"
+	fi
+	rm -f "$mysqllog"
 fi
 
 # Every directory with a go.mod is a module; test each on its own.

@@ -1,0 +1,384 @@
+package mysqlledger_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/mysqlledger"
+)
+
+// The faults of a connection to the server, injected under database/sql
+// by a connector that wraps the driver's: a reply lost after the server
+// applied a write (the commit, or a statement outside a transaction, ran;
+// the client sees the connection break, as when the network drops the
+// answer), and a connection killed by the server (KILL CONNECTION, from
+// another connection) right before a statement or a commit.
+type faults struct {
+	admin *sql.DB
+	mu    sync.Mutex
+	rnd   *rand.Rand
+	// lose and kill are the chances of each fault per write (lose) and
+	// per statement or commit (kill); 0 turns it off.
+	lose, kill  atomic.Uint64 // chance(p): p in billionths
+	lost, kills atomic.Int64  // how many were injected
+	// only, if set, limits the faults to statements whose text contains it.
+	only atomic.Pointer[string]
+	// once turns kill off after its first kill.
+	once atomic.Bool
+}
+
+func (f *faults) roll(p *atomic.Uint64, query string) bool {
+	if o := f.only.Load(); o != nil && query != "" && !strings.Contains(query, *o) {
+		return false
+	}
+	chance := float64frombits(p.Load())
+	if chance == 0 {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rnd.Float64() < chance
+}
+
+func float64frombits(b uint64) float64 { return float64(int64(b)) / 1e9 }
+func chance(p float64) uint64          { return uint64(int64(p * 1e9)) }
+
+// errLost is what the client sees when the reply to an applied write is
+// lost: the driver's own error for a connection that broke mid-read.
+var errLost = fmt.Errorf("fault: the reply was lost after the server applied the write: %w", mysql.ErrInvalidConn)
+
+// openFaultyDB opens the test database through a connector that injects f.
+func openFaultyDB(t testing.TB, f *faults) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(&faultConnector{inner: inner, f: f})
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+type faultConnector struct {
+	inner driver.Connector
+	f     *faults
+}
+
+func (c *faultConnector) Driver() driver.Driver { return c.inner.Driver() }
+
+func (c *faultConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.inner.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := conn.(driver.QueryerContext).QueryContext(ctx, `SELECT CONNECTION_ID()`, nil)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	v := make([]driver.Value, 1)
+	err = rows.Next(v)
+	rows.Close()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	var id int64
+	switch x := v[0].(type) {
+	case int64:
+		id = x
+	case []byte:
+		fmt.Sscan(string(x), &id)
+	}
+	return &faultConn{inner: conn, f: c.f, id: id}, nil
+}
+
+// faultConn is a connection of the driver with faults.
+type faultConn struct {
+	inner driver.Conn
+	f     *faults
+	id    int64
+	inTx  bool
+	bad   bool
+}
+
+// killed kills the connection on the server, from the admin connection, if
+// the dice say so.
+func (c *faultConn) killed(query string) {
+	if c.f.roll(&c.f.kill, query) {
+		if c.f.once.Load() {
+			c.f.kill.Store(0)
+		}
+		if _, err := c.f.admin.Exec(fmt.Sprintf(`KILL CONNECTION %d`, c.id)); err == nil {
+			c.f.kills.Add(1)
+		}
+	}
+}
+
+// lose breaks the connection after a write the server applied.
+func (c *faultConn) lose() error {
+	c.f.lost.Add(1)
+	c.bad = true
+	c.inner.Close()
+	return errLost
+}
+
+func (c *faultConn) Prepare(query string) (driver.Stmt, error) { return c.inner.Prepare(query) }
+func (c *faultConn) Close() error                              { return c.inner.Close() }
+func (c *faultConn) Begin() (driver.Tx, error)                 { return nil, errors.New("Begin without a context") }
+
+func (c *faultConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	return c.inner.(driver.ConnPrepareContext).PrepareContext(ctx, query)
+}
+
+func (c *faultConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	tx, err := c.inner.(driver.ConnBeginTx).BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	c.inTx = true
+	return &faultTx{inner: tx, c: c}, nil
+}
+
+func (c *faultConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	c.killed(query)
+	res, err := c.inner.(driver.ExecerContext).ExecContext(ctx, query, args)
+	if err == nil && !c.inTx && c.f.roll(&c.f.lose, query) {
+		return nil, c.lose()
+	}
+	return res, err
+}
+
+func (c *faultConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	c.killed(query)
+	return c.inner.(driver.QueryerContext).QueryContext(ctx, query, args)
+}
+
+func (c *faultConn) Ping(ctx context.Context) error { return c.inner.(driver.Pinger).Ping(ctx) }
+
+func (c *faultConn) ResetSession(ctx context.Context) error {
+	if c.bad {
+		return driver.ErrBadConn
+	}
+	return c.inner.(driver.SessionResetter).ResetSession(ctx)
+}
+
+func (c *faultConn) IsValid() bool { return !c.bad && c.inner.(driver.Validator).IsValid() }
+
+func (c *faultConn) CheckNamedValue(nv *driver.NamedValue) error {
+	return c.inner.(driver.NamedValueChecker).CheckNamedValue(nv)
+}
+
+type faultTx struct {
+	inner driver.Tx
+	c     *faultConn
+}
+
+func (t *faultTx) Commit() error {
+	t.c.inTx = false
+	t.c.killed("")
+	if err := t.inner.Commit(); err != nil {
+		return err
+	}
+	if t.c.f.roll(&t.c.f.lose, "") {
+		return t.c.lose()
+	}
+	return nil
+}
+
+func (t *faultTx) Rollback() error {
+	t.c.inTx = false
+	return t.inner.Rollback()
+}
+
+func init() {
+	// The driver logs every broken connection; the faults break many.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+}
+
+func newFaults(t testing.TB, seed uint64) *faults {
+	return &faults{admin: openDB(t), rnd: rand.New(rand.NewPCG(seed, seed))}
+}
+
+// TestDoneMarkAfterLostReply: the reply to the done mark's commit is
+// lost after the server applied it. Run retries the done mark, finds the
+// record done by its attempt, and reports the run done: fn ran once, the
+// key is done by attempt 1.
+func TestDoneMarkAfterLostReply(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, mode := range []struct {
+		name string
+		opt  idem.Option
+	}{{"at-least-once", idem.AtLeastOnce()}, {"at-most-once", idem.AtMostOnce()}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFaults(t, 1)
+			l := openLedger(t, openFaultyDB(t, f))
+			key := idem.Key{Job: "settle", Period: "2026-12-05"}
+			ran := 0
+			var res idem.Result
+			err := l.Run(ctx, key, func(context.Context) error {
+				ran++
+				only := "SET status = ?" // the done mark's UPDATE, and its commit
+				f.only.Store(&only)
+				f.lose.Store(chance(1))
+				return nil
+			}, mode.opt, idem.ReportTo(&res), idem.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			f.lose.Store(0)
+			if f.lost.Load() == 0 {
+				t.Fatal("no reply was lost")
+			}
+			if err != nil || res.Outcome != idem.Ran || ran != 1 {
+				t.Fatalf("Run: %v (%s), fn ran %d times; want ran once", err, res.Outcome, ran)
+			}
+			rec, ok, err := l.Lookup(ctx, key)
+			if err != nil || !ok || rec.Status != idem.StatusDone || rec.Attempt != 1 {
+				t.Fatalf("record %+v (%v, %v), want done by attempt 1", rec, ok, err)
+			}
+		})
+	}
+}
+
+// TestDoneMarkAfterConnectionKilled: right after fn, the server kills the
+// connection of the done mark's first statement (KILL CONNECTION) before
+// the statement runs. The done mark's first try fails on the dead
+// connection; Run retries it on a new one, and the key
+// is done: fn ran once.
+func TestDoneMarkAfterConnectionKilled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFaults(t, 2)
+	db := openFaultyDB(t, f)
+	db.SetMaxIdleConns(10)
+	l := openLedger(t, db)
+	key := idem.Key{Job: "settle", Period: "2026-12-05"}
+	ran := 0
+	var res idem.Result
+	err := l.Run(ctx, key, func(context.Context) error {
+		ran++
+		f.once.Store(true)
+		f.kill.Store(chance(1)) // the next statement's connection is killed before it runs
+		return nil
+	}, idem.AtMostOnce(), idem.ReportTo(&res), idem.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		idem.WithLease(time.Minute))
+	f.kill.Store(0)
+	if f.kills.Load() == 0 {
+		t.Fatal("no connection was killed")
+	}
+	if err != nil || res.Outcome != idem.Ran || ran != 1 {
+		t.Fatalf("Run: %v (%s), fn ran %d times; want ran once (%d connections killed)", err, res.Outcome, ran, f.kills.Load())
+	}
+	if rec, ok, err := l.Lookup(ctx, key); err != nil || !ok || rec.Status != idem.StatusDone || rec.Attempt != 1 {
+		t.Fatalf("record %+v (%v, %v), want done by attempt 1", rec, ok, err)
+	}
+}
+
+// TestRunTxUnderFaults: 8 workers run RunTx over 40 keys until every key
+// is done, while replies to applied writes are lost (5 % of writes and
+// commits) and connections are killed by the server (5 % of statements),
+// anywhere in the ledger's protocol and the business write. The business
+// write is NOT idempotent (n = n + 1): whatever failed, every key is done
+// and its business row was committed exactly once: 0 duplicates, 0 lost.
+func TestRunTxUnderFaults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFaults(t, 3)
+	db := openFaultyDB(t, f)
+	l := openLedger(t, db, mysqlledger.WithRunOptions(idem.WithLease(300*time.Millisecond),
+		idem.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))))
+	if _, err := openDB(t).Exec(`CREATE TABLE ` + l.Table("model_effects") + ` (job VARBINARY(255) NOT NULL, period VARBINARY(255) NOT NULL,
+		n INT NOT NULL, PRIMARY KEY (job, period))`); err != nil {
+		t.Fatal(err)
+	}
+	const keys = 40
+	f.lose.Store(chance(0.05))
+	f.kill.Store(chance(0.05))
+	var wg sync.WaitGroup
+	var errs atomic.Int64
+	deadline := time.Now().Add(2 * time.Minute)
+	for w := range 8 {
+		wg.Go(func() {
+			for round := 0; time.Now().Before(deadline); round++ {
+				done := 0
+				for i := range keys {
+					k := idem.Key{Job: "pay", Period: fmt.Sprintf("2026-12-%02d", (i+w)%keys+1)}
+					rec, ok, err := l.Lookup(ctx, k)
+					if err == nil && ok && rec.Status == idem.StatusDone {
+						done++
+						continue
+					}
+					err = l.RunTx(ctx, k, func(ctx context.Context, tx *sql.Tx) error {
+						_, err := tx.ExecContext(ctx, `INSERT INTO `+l.Table("model_effects")+` (job, period, n) VALUES (?, ?, 1)
+							ON DUPLICATE KEY UPDATE n = n + 1`, k.Job, k.Period)
+						return err
+					}, idem.WithBackoff(idem.Constant(time.Millisecond)))
+					if err != nil {
+						errs.Add(1)
+					}
+				}
+				if done == keys {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	f.lose.Store(0)
+	f.kill.Store(0)
+	t.Logf("%d replies lost, %d connections killed, %d RunTx calls failed", f.lost.Load(), f.kills.Load(), errs.Load())
+	if f.lost.Load() == 0 || f.kills.Load() == 0 {
+		t.Errorf("too few faults injected: %d lost, %d killed", f.lost.Load(), f.kills.Load())
+	}
+	rows, err := openDB(t).Query(`SELECT period, n FROM ` + l.Table("model_effects"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]int{}
+	for rows.Next() {
+		var p string
+		var n int
+		if err := rows.Scan(&p, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[p] = n
+	}
+	dup, lost := 0, 0
+	for i := range keys {
+		p := fmt.Sprintf("2026-12-%02d", i+1)
+		rec, ok, err := l.Lookup(ctx, idem.Key{Job: "pay", Period: p})
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case !ok || rec.Status != idem.StatusDone:
+			lost++
+			t.Errorf("key %s not done: %+v", p, rec)
+		case got[p] == 0:
+			lost++
+			t.Errorf("key %s done without its business row", p)
+		case got[p] > 1:
+			dup++
+			t.Errorf("key %s: business row committed %d times", p, got[p])
+		}
+	}
+	t.Logf("%d keys: %d duplicated, %d lost", keys, dup, lost)
+}
