@@ -113,6 +113,28 @@ if [ -f redisstore/go.mod ] && [ -z "${IDEM_TEST_REDIS_ADDR:-}" ]; then
 	rm -f "$redislog"
 fi
 
+# The NATS JetStream deliverer's tests (./natsoutbox, cmd/idem) need a
+# nats-server: unless IDEM_TEST_NATS_URL names one, start a throwaway
+# server (scripts/nats.sh: JetStream on, its store in a temporary
+# directory) and stop it at exit. In CI a server that cannot start fails
+# the run; elsewhere those tests skip.
+if [ -f natsoutbox/go.mod ] && [ -z "${IDEM_TEST_NATS_URL:-}" ]; then
+	natslog=$(mktemp)
+	if natsenv=$(scripts/nats.sh start 2>"$natslog"); then
+		eval "$natsenv"
+		export IDEM_TEST_NATS_URL
+		trap 'cleanup; scripts/nats.sh stop "$IDEM_TEST_NATS_URL" >/dev/null 2>&1 || true' EXIT
+	elif ci; then
+		cat "$natslog" >&2
+		echo "scripts/test.sh: cannot start nats-server for ./natsoutbox's tests (CI requires them)" >&2
+		rm -f "$natslog"
+		exit 1
+	else
+		echo "== nats-server not started ($(tail -n 1 "$natslog")): the NATS tests skip; install nats-server or set IDEM_TEST_NATS_URL=nats://host:port and rerun scripts/test.sh"
+	fi
+	rm -f "$natslog"
+fi
+
 # Every directory with a go.mod is a module; test each on its own.
 mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -printf '%h\n' | sort)
 
