@@ -135,6 +135,28 @@ if [ -f natsoutbox/go.mod ] && [ -z "${IDEM_TEST_NATS_URL:-}" ]; then
 	rm -f "$natslog"
 fi
 
+# The Kafka deliverer's tests (./kafkaoutbox, cmd/idem) need a broker:
+# unless IDEM_TEST_KAFKA_ADDR names one, start kfake (scripts/kafka.sh:
+# franz-go's Kafka-protocol fake, in memory; not Apache Kafka) and stop it
+# at exit. In CI a broker that cannot start fails the run; elsewhere those
+# tests skip.
+if [ -f kafkaoutbox/go.mod ] && [ -z "${IDEM_TEST_KAFKA_ADDR:-}" ]; then
+	kafkalog=$(mktemp)
+	if kafkaenv=$(scripts/kafka.sh start 2>"$kafkalog"); then
+		eval "$kafkaenv"
+		export IDEM_TEST_KAFKA_ADDR
+		trap 'cleanup; scripts/nats.sh stop "${IDEM_TEST_NATS_URL:-}" >/dev/null 2>&1 || true; scripts/kafka.sh stop "$IDEM_TEST_KAFKA_ADDR" >/dev/null 2>&1 || true' EXIT
+	elif ci; then
+		cat "$kafkalog" >&2
+		echo "scripts/test.sh: cannot start kfake for ./kafkaoutbox's tests (CI requires them)" >&2
+		rm -f "$kafkalog"
+		exit 1
+	else
+		echo "== kfake not started ($(tail -n 1 "$kafkalog")): the Kafka tests skip; set IDEM_TEST_KAFKA_ADDR=host:port and rerun scripts/test.sh"
+	fi
+	rm -f "$kafkalog"
+fi
+
 # Every directory with a go.mod is a module; test each on its own.
 mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -printf '%h\n' | sort)
 
