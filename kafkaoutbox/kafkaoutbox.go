@@ -200,13 +200,13 @@ func checkTopic(name string) error {
 	case name == "":
 		return errors.New("empty Kafka topic name")
 	case name == "." || name == "..":
-		return fmt.Errorf("Kafka topic name %q is not allowed", name)
+		return fmt.Errorf("kafka topic name %q is not allowed", name)
 	case len(name) > 249:
-		return fmt.Errorf("Kafka topic name %.40q... is %d bytes, more than 249", name, len(name))
+		return fmt.Errorf("kafka topic name %.40q... is %d bytes, more than 249", name, len(name))
 	}
 	for _, r := range name {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return fmt.Errorf("Kafka topic name %q has %q (only a-z, A-Z, 0-9, '.', '_' and '-' are allowed)", name, r)
+			return fmt.Errorf("kafka topic name %q has %q (only a-z, A-Z, 0-9, '.', '_' and '-' are allowed)", name, r)
 		}
 	}
 	return nil
