@@ -175,3 +175,28 @@ func TestOutboxRelayToKafka(t *testing.T) {
 	}
 	checkBrokerOrder(t, got, ids)
 }
+
+// TestOutboxRelayToUsage: --to with a scheme no deliverer takes, a URL its
+// deliverer refuses, a broker that is not there, or with --webhook too,
+// is exit 2, saying why.
+func TestOutboxRelayToUsage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	e.sqlitePut()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--to", "ftp://127.0.0.1/"}, "want a URL of"},
+		{[]string{"--to", "nats://127.0.0.1:4222/?streem=S"}, "unknown parameter"},
+		{[]string{"--to", "kafka://127.0.0.1:9092/?topc=x"}, "unknown parameter"},
+		{[]string{"--to", "nats://127.0.0.1:1/"}, "connect"},
+		{[]string{"--to", "nats://127.0.0.1:1/", "--webhook", "http://127.0.0.1:1/"}, "give one"},
+		{nil, "--webhook URL or --to URL is required"},
+	} {
+		_, stderr := e.want(exitUsage, append([]string{"outbox", "relay", "--ledger", e.ledger}, tc.args...)...)
+		if !strings.Contains(stderr, tc.want) {
+			t.Errorf("idem outbox relay %v: stderr %q, want %q", tc.args, stderr, tc.want)
+		}
+	}
+}
