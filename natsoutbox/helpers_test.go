@@ -90,10 +90,12 @@ type stored struct {
 	headers        nats.Header
 }
 
-// readStream returns every message of stream, in the stream's order.
+// readStream returns every message of stream, in the stream's order, as
+// a consumer gets them (an ordered consumer from the start).
 func readStream(t testing.TB, js jetstream.JetStream, stream string) []stored {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
+	defer cancel()
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		t.Fatalf("stream %s: %v", stream, err)
@@ -102,14 +104,31 @@ func readStream(t testing.TB, js jetstream.JetStream, stream string) []stored {
 	if err != nil {
 		t.Fatalf("stream %s: %v", stream, err)
 	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatalf("consumer of %s: %v", stream, err)
+	}
 	var out []stored
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
+	for uint64(len(out)) < info.State.Msgs {
+		batch, err := cons.Fetch(int(info.State.Msgs)-len(out), jetstream.FetchMaxWait(time.Second))
 		if err != nil {
-			t.Fatalf("stream %s, message %d: %v", stream, seq, err)
+			t.Fatalf("fetch from %s: %v", stream, err)
 		}
-		out = append(out, stored{seq: seq, id: m.Header.Get(jetstream.MsgIDHeader), topic: m.Header.Get("Idem-Topic"),
-			sub: m.Subject, attempt: m.Header.Get("Idem-Attempt"), body: string(m.Data), headers: m.Header})
+		for m := range batch.Messages() {
+			meta, err := m.Metadata()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := m.Headers()
+			out = append(out, stored{seq: meta.Sequence.Stream, id: h.Get(jetstream.MsgIDHeader), topic: h.Get("Idem-Topic"),
+				sub: m.Subject(), attempt: h.Get("Idem-Attempt"), body: string(m.Data()), headers: h})
+		}
+		if err := batch.Error(); err != nil {
+			t.Fatalf("fetch from %s: %v", stream, err)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("gave up after %s reading %d messages of %s: got %d", testwait.Limit(t), info.State.Msgs, stream, len(out))
+		}
 	}
 	return out
 }
