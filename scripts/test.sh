@@ -113,6 +113,19 @@ if [ -f redisstore/go.mod ] && [ -z "${IDEM_TEST_REDIS_ADDR:-}" ]; then
 	rm -f "$redislog"
 fi
 
+# The brokers started below are stopped at exit too (after cleanup).
+stop_nats="" stop_kafka=""
+stop_brokers() {
+	cleanup
+	if [ -n "$stop_nats" ]; then
+		scripts/nats.sh stop "$IDEM_TEST_NATS_URL" >/dev/null 2>&1 || true
+	fi
+	if [ -n "$stop_kafka" ]; then
+		scripts/kafka.sh stop "$IDEM_TEST_KAFKA_ADDR" >/dev/null 2>&1 || true
+	fi
+}
+trap stop_brokers EXIT
+
 # The NATS JetStream deliverer's tests (./natsoutbox, cmd/idem) need a
 # nats-server: unless IDEM_TEST_NATS_URL names one, start a throwaway
 # server (scripts/nats.sh: JetStream on, its store in a temporary
@@ -123,7 +136,7 @@ if [ -f natsoutbox/go.mod ] && [ -z "${IDEM_TEST_NATS_URL:-}" ]; then
 	if natsenv=$(scripts/nats.sh start 2>"$natslog"); then
 		eval "$natsenv"
 		export IDEM_TEST_NATS_URL
-		trap 'cleanup; scripts/nats.sh stop "$IDEM_TEST_NATS_URL" >/dev/null 2>&1 || true' EXIT
+		stop_nats=1
 	elif ci; then
 		cat "$natslog" >&2
 		echo "scripts/test.sh: cannot start nats-server for ./natsoutbox's tests (CI requires them)" >&2
@@ -145,7 +158,7 @@ if [ -f kafkaoutbox/go.mod ] && [ -z "${IDEM_TEST_KAFKA_ADDR:-}" ]; then
 	if kafkaenv=$(scripts/kafka.sh start 2>"$kafkalog"); then
 		eval "$kafkaenv"
 		export IDEM_TEST_KAFKA_ADDR
-		trap 'cleanup; scripts/nats.sh stop "${IDEM_TEST_NATS_URL:-}" >/dev/null 2>&1 || true; scripts/kafka.sh stop "$IDEM_TEST_KAFKA_ADDR" >/dev/null 2>&1 || true' EXIT
+		stop_kafka=1
 	elif ci; then
 		cat "$kafkalog" >&2
 		echo "scripts/test.sh: cannot start kfake for ./kafkaoutbox's tests (CI requires them)" >&2
