@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/natsoutbox"
 	"github.com/idemgo/idem/outbox"
 )
@@ -154,5 +155,48 @@ func TestFromURLErrors(t *testing.T) {
 	_, err := natsoutbox.FromURL("nats://u:secret@127.0.0.1:1/?x=1")
 	if err == nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("error %v shows the password", err)
+	}
+}
+
+// TestResendAfterWindowIsStored shows what is NOT promised: a copy
+// published again after the stream's duplicate window (here 1 s) is
+// stored a second time, so a consumer that must not apply a message twice
+// dedupes by Nats-Msg-Id too.
+func TestResendAfterWindowIsStored(t *testing.T) {
+	url := testURL(t)
+	js := jsOf(t, url)
+	prefix := unique("idemtest.") + "."
+	stream := newStream(t, js, prefix, time.Second)
+	d, err := natsoutbox.FromURL(url + "/?subject_prefix=" + prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	dl := outbox.Delivery{ID: "req-2-0", Topic: "orders", Payload: []byte("x"), Attempt: 1}
+	if err := d.Deliver(ctx, dl); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, func() bool {
+		dl.Attempt++
+		if err := d.Deliver(ctx, dl); err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs == 1 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		return info.State.Msgs == 2
+	}, "a re-send after the 1 s duplicate window to be stored again")
+	got := readStream(t, js, stream)
+	if len(got) != 2 || got[0].id != got[1].id {
+		t.Fatalf("the stream has %+v; want the message twice, with one Nats-Msg-Id", got)
 	}
 }
