@@ -1,7 +1,9 @@
 // Package outbox queues messages in the transaction of a job's body
 // (idem.RunTx and the other transactional calls) and delivers them after
 // it commits: Put, a Relay that hands them to a Deliverer, and a Webhook
-// deliverer. A message whose transaction committed is delivered at least
+// deliverer (modules github.com/idemgo/idem/natsoutbox and
+// github.com/idemgo/idem/kafkaoutbox have deliverers to NATS JetStream and
+// Kafka). A message whose transaction committed is delivered at least
 // once, in the order of its topic; one whose transaction rolled back
 // never is.
 package outbox

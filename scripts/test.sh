@@ -54,7 +54,7 @@ if [ -n "$unformatted" ]; then
 fi
 
 # The throwaway servers started below are stopped at exit, on every path.
-stop_pg="" stop_redis="" stop_mysql=""
+stop_pg="" stop_redis="" stop_mysql="" stop_nats="" stop_kafka=""
 running=() # pids of the steps running in the background (run_steps)
 cleanup() {
 	local pid
@@ -69,6 +69,12 @@ cleanup() {
 	fi
 	if [ -n "$stop_mysql" ]; then
 		scripts/mysql.sh stop "$IDEM_TEST_MYSQL_DSN" >/dev/null 2>&1 || true
+	fi
+	if [ -n "$stop_nats" ]; then
+		scripts/nats.sh stop "$IDEM_TEST_NATS_URL" >/dev/null 2>&1 || true
+	fi
+	if [ -n "$stop_kafka" ]; then
+		scripts/kafka.sh stop "$IDEM_TEST_KAFKA_ADDR" >/dev/null 2>&1 || true
 	fi
 }
 trap cleanup EXIT
@@ -135,6 +141,50 @@ if [ -f mysqlledger/go.mod ] && [ -z "${IDEM_TEST_MYSQL_DSN:-}" ]; then
 		echo "== MariaDB not started ($(tail -n 1 "$mysqllog")): ./mysqlledger's database tests skip; install mariadb-server or set IDEM_TEST_MYSQL_DSN='user@tcp(host:port)/db' and rerun scripts/test.sh"
 	fi
 	rm -f "$mysqllog"
+fi
+
+# The NATS JetStream deliverer's tests (./natsoutbox, cmd/idem) need a
+# nats-server: unless IDEM_TEST_NATS_URL names one, start a throwaway
+# server (scripts/nats.sh: JetStream on, its store in a temporary
+# directory) and stop it at exit. In CI a server that cannot start fails
+# the run; elsewhere those tests skip.
+if [ -f natsoutbox/go.mod ] && [ -z "${IDEM_TEST_NATS_URL:-}" ]; then
+	natslog=$(mktemp)
+	if natsenv=$(scripts/nats.sh start 2>"$natslog"); then
+		eval "$natsenv"
+		export IDEM_TEST_NATS_URL
+		stop_nats=1
+	elif ci; then
+		cat "$natslog" >&2
+		echo "scripts/test.sh: cannot start nats-server for ./natsoutbox's tests (CI requires them)" >&2
+		rm -f "$natslog"
+		exit 1
+	else
+		echo "== nats-server not started ($(tail -n 1 "$natslog")): the NATS tests skip; install nats-server or set IDEM_TEST_NATS_URL=nats://host:port and rerun scripts/test.sh"
+	fi
+	rm -f "$natslog"
+fi
+
+# The Kafka deliverer's tests (./kafkaoutbox, cmd/idem) need a broker:
+# unless IDEM_TEST_KAFKA_ADDR names one, start kfake (scripts/kafka.sh:
+# franz-go's Kafka-protocol fake, in memory; not Apache Kafka) and stop it
+# at exit. In CI a broker that cannot start fails the run; elsewhere those
+# tests skip.
+if [ -f kafkaoutbox/go.mod ] && [ -z "${IDEM_TEST_KAFKA_ADDR:-}" ]; then
+	kafkalog=$(mktemp)
+	if kafkaenv=$(scripts/kafka.sh start 2>"$kafkalog"); then
+		eval "$kafkaenv"
+		export IDEM_TEST_KAFKA_ADDR
+		stop_kafka=1
+	elif ci; then
+		cat "$kafkalog" >&2
+		echo "scripts/test.sh: cannot start kfake for ./kafkaoutbox's tests (CI requires them)" >&2
+		rm -f "$kafkalog"
+		exit 1
+	else
+		echo "== kfake not started ($(tail -n 1 "$kafkalog")): the Kafka tests skip; set IDEM_TEST_KAFKA_ADDR=host:port and rerun scripts/test.sh"
+	fi
+	rm -f "$kafkalog"
 fi
 
 # Every directory with a go.mod is a module; test each on its own.

@@ -49,6 +49,22 @@ again at once for the next relay, their attempts not counted (a message
 that was never posted never moves toward parking, however many deploys
 stop relays).
 
+With --to URL instead of --webhook, the messages go to a broker, each
+topic's in order, the next one only after the broker acknowledged the
+last:
+
+  nats://HOST:PORT/?stream=NAME&subject_prefix=PREFIX
+      NATS JetStream: published to PREFIX+topic with Nats-Msg-Id set to
+      the message's id (the stream drops a copy re-sent within its
+      duplicate window, after a relay crash), waiting for the ack
+  kafka://HOST:PORT[,HOST:PORT...]/?topic_prefix=PREFIX (or ?topic=NAME)
+      Kafka: an idempotent producer, acks from all in-sync replicas, the
+      record's key the message's topic, its id in the Idem-Message-Id
+      header (at least once: a consumer dedupes by it)
+
+A failure to publish is a failed attempt, retried after the backoff; a
+topic that makes no valid subject or Kafka topic name parks at once.
+
 With --retention, delivered messages older than that are deleted after
 each pass; by default they are kept (list them with 'idem outbox ls').
 
@@ -56,7 +72,7 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`
 
 func newOutboxRelayCmd() *cobra.Command {
 	var (
-		webhook          string
+		webhook, to      string
 		lease, poll, ret time.Duration
 		retention        string
 		batch, conc      int
@@ -65,19 +81,23 @@ func newOutboxRelayCmd() *cobra.Command {
 		verbose          bool
 	)
 	cmd := &cobra.Command{
-		Use:   "relay --webhook URL [--ledger PATH | --postgres DSN]",
-		Short: "Deliver the outbox's messages to a webhook until SIGTERM",
+		Use:   "relay (--webhook URL | --to URL) [--ledger PATH | --postgres DSN]",
+		Short: "Deliver the outbox's messages to a webhook or a broker until SIGTERM",
 		Long:  outboxRelayLong,
 		Example: `  idem outbox relay --ledger /var/lib/idem/ledger.db --webhook https://payments.example/notify
   idem outbox relay --postgres "$IDEM_POSTGRES" --webhook http://localhost:8080/hook --retention 7d
-  idem outbox relay --ledger ledger.db --webhook https://crm.example/hook --concurrency 4 --rate crm=20,5`,
+  idem outbox relay --ledger ledger.db --webhook https://crm.example/hook --concurrency 4 --rate crm=20,5
+  idem outbox relay --ledger ledger.db --to 'nats://127.0.0.1:4222/?stream=ORDERS&subject_prefix=orders.'
+  idem outbox relay --ledger ledger.db --to 'kafka://kafka1:9092,kafka2:9092/?topic_prefix=orders.'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u, err := url.Parse(webhook)
 			switch {
-			case webhook == "":
-				return usageError(errors.New("--webhook URL is required"))
-			case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			case webhook == "" && to == "":
+				return usageError(errors.New("--webhook URL or --to URL is required"))
+			case webhook != "" && to != "":
+				return usageError(errors.New("--webhook and --to: give one"))
+			case webhook != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""):
 				return usageError(fmt.Errorf("--webhook %q: want an http:// or https:// URL", webhook))
 			case timeout <= 0:
 				return usageError(fmt.Errorf("--timeout %s: must be positive", timeout))
@@ -123,9 +143,23 @@ func newOutboxRelayCmd() *cobra.Command {
 				return err
 			}
 			opts = append(opts, lims...)
-			client := &http.Client{Timeout: timeout}
+			var next outbox.Deliverer = outbox.Webhook(webhook, &http.Client{Timeout: timeout})
+			dest := webhook
+			if to != "" {
+				d, closeTo, err := relayTo(to)
+				if err != nil {
+					return err
+				}
+				defer closeTo()
+				dest = to
+				next = outbox.DeliverFunc(func(ctx context.Context, dl outbox.Delivery) error {
+					ctx, cancel := context.WithTimeout(ctx, timeout) // the wait for the broker's ack
+					defer cancel()
+					return d.Deliver(ctx, dl)
+				})
+			}
 			if verbose {
-				fmt.Fprintf(stderr, "idem: relaying the outbox of %s to %s\n", l.desc, webhook)
+				fmt.Fprintf(stderr, "idem: relaying the outbox of %s to %s\n", l.desc, dest)
 			}
 			// On the signal the relay stops gracefully (outbox.WithStop):
 			// the POST under way is not aborted (that would leave the
@@ -135,7 +169,7 @@ func newOutboxRelayCmd() *cobra.Command {
 			// --timeout) and is recorded, and the messages claimed with it
 			// and not yet posted are given back, due at once, their
 			// attempts not counted.
-			d := &underway{next: outbox.Webhook(webhook, client)}
+			d := &underway{next: next}
 			context.AfterFunc(sig, func() {
 				if ids := d.current(); ids != "" {
 					fmt.Fprintf(stderr, "idem: stopping: finishing the delivery of %s under way first\n", ids)
@@ -151,14 +185,15 @@ func newOutboxRelayCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&webhook, "webhook", "", "POST each message to this http:// or https:// URL (required)")
+	cmd.Flags().StringVar(&webhook, "webhook", "", "POST each message to this http:// or https:// URL (this or --to is required)")
+	cmd.Flags().StringVar(&to, "to", "", "deliver each message to a broker: nats://HOST:PORT/?stream=NAME&subject_prefix=PREFIX (NATS JetStream) or kafka://HOST:PORT/?topic_prefix=PREFIX (Kafka)")
 	cmd.Flags().DurationVar(&lease, "lease", outbox.DefaultLease, "how long a relay holds a message it delivers; after it, another relay may deliver it again")
 	cmd.Flags().DurationVar(&poll, "poll", outbox.DefaultPoll, "how long to wait before looking again when nothing is due")
 	cmd.Flags().IntVar(&batch, "batch", outbox.DefaultBatch, "messages claimed at once: runs of a topic's messages, delivered in order (with --concurrency N, at most batch/N per topic)")
 	cmd.Flags().IntVar(&conc, "concurrency", outbox.DefaultConcurrency, "posts in flight at once, each of a different topic (a topic's messages always go one at a time, in order)")
 	cmd.Flags().StringArrayVar(&rates, "rate", nil, "pace the posts by the limit NAME, shared by every process that names it in the ledger: NAME=PER_SECOND[,BURST] posts a second (burst 1 when not given); repeatable")
 	cmd.Flags().StringVar(&retention, "retention", "", "delete delivered messages older than this (e.g. 7d, 36h); default: keep them")
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "HTTP timeout of one delivery (a delivery also ends with --lease, if that is shorter)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "timeout of one delivery: the HTTP request, or with --to the wait for the broker's ack (a delivery also ends with --lease, if that is shorter)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log every delivery on stderr")
 	return cmd
 }
