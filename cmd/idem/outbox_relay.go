@@ -49,6 +49,14 @@ again at once for the next relay, their attempts not counted (a message
 that was never posted never moves toward parking, however many deploys
 stop relays).
 
+With --to amqp://user:pass@host:port/vhost?exchange=NAME instead of
+--webhook, each message is published to RabbitMQ (module rabbitoutbox):
+persistent, mandatory, its message-id the message's id, routing key its
+topic (or routing_key=KEY), to the exchange given (none: the default
+exchange, where the routing key names the queue). It counts as delivered
+once the broker confirmed it; a message that no queue takes comes back and
+is a failed attempt, retried like a post that got no answer.
+
 With --retention, delivered messages older than that are deleted after
 each pass; by default they are kept (list them with 'idem outbox ls').
 
@@ -56,7 +64,7 @@ Exit status: 0 stopped by a signal, 2 usage error or no ledger.`
 
 func newOutboxRelayCmd() *cobra.Command {
 	var (
-		webhook          string
+		webhook, to      string
 		lease, poll, ret time.Duration
 		retention        string
 		batch, conc      int
@@ -65,18 +73,22 @@ func newOutboxRelayCmd() *cobra.Command {
 		verbose          bool
 	)
 	cmd := &cobra.Command{
-		Use:   "relay --webhook URL [--ledger PATH | --postgres DSN]",
-		Short: "Deliver the outbox's messages to a webhook until SIGTERM",
+		Use:   "relay (--webhook URL | --to amqp://...) [--ledger PATH | --postgres DSN]",
+		Short: "Deliver the outbox's messages to a webhook or RabbitMQ until SIGTERM",
 		Long:  outboxRelayLong,
 		Example: `  idem outbox relay --ledger /var/lib/idem/ledger.db --webhook https://payments.example/notify
   idem outbox relay --postgres "$IDEM_POSTGRES" --webhook http://localhost:8080/hook --retention 7d
-  idem outbox relay --ledger ledger.db --webhook https://crm.example/hook --concurrency 4 --rate crm=20,5`,
+  idem outbox relay --ledger ledger.db --webhook https://crm.example/hook --concurrency 4 --rate crm=20,5
+  idem outbox relay --ledger ledger.db --to 'amqp://relay:secret@mq.internal:5672/prod?exchange=events'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u, err := url.Parse(webhook)
 			switch {
+			case webhook != "" && to != "":
+				return usageError(errors.New("--webhook and --to: give one of them"))
+			case to != "":
 			case webhook == "":
-				return usageError(errors.New("--webhook URL is required"))
+				return usageError(errors.New("--webhook URL (or --to URL) is required"))
 			case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 				return usageError(fmt.Errorf("--webhook %q: want an http:// or https:// URL", webhook))
 			case timeout <= 0:
@@ -124,8 +136,15 @@ func newOutboxRelayCmd() *cobra.Command {
 			}
 			opts = append(opts, lims...)
 			client := &http.Client{Timeout: timeout}
+			target := relayTarget{d: outbox.Webhook(webhook, client), desc: webhook}
+			if to != "" {
+				if target, err = relayTo(to); err != nil {
+					return err
+				}
+				defer target.close()
+			}
 			if verbose {
-				fmt.Fprintf(stderr, "idem: relaying the outbox of %s to %s\n", l.desc, webhook)
+				fmt.Fprintf(stderr, "idem: relaying the outbox of %s to %s\n", l.desc, target.desc)
 			}
 			// On the signal the relay stops gracefully (outbox.WithStop):
 			// the POST under way is not aborted (that would leave the
@@ -135,7 +154,7 @@ func newOutboxRelayCmd() *cobra.Command {
 			// --timeout) and is recorded, and the messages claimed with it
 			// and not yet posted are given back, due at once, their
 			// attempts not counted.
-			d := &underway{next: outbox.Webhook(webhook, client)}
+			d := &underway{next: target.d}
 			context.AfterFunc(sig, func() {
 				if ids := d.current(); ids != "" {
 					fmt.Fprintf(stderr, "idem: stopping: finishing the delivery of %s under way first\n", ids)
@@ -151,7 +170,8 @@ func newOutboxRelayCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&webhook, "webhook", "", "POST each message to this http:// or https:// URL (required)")
+	cmd.Flags().StringVar(&webhook, "webhook", "", "POST each message to this http:// or https:// URL (this or --to is required)")
+	cmd.Flags().StringVar(&to, "to", "", "publish each message to RabbitMQ: amqp://user:pass@host:port/vhost?exchange=NAME (or amqps://)")
 	cmd.Flags().DurationVar(&lease, "lease", outbox.DefaultLease, "how long a relay holds a message it delivers; after it, another relay may deliver it again")
 	cmd.Flags().DurationVar(&poll, "poll", outbox.DefaultPoll, "how long to wait before looking again when nothing is due")
 	cmd.Flags().IntVar(&batch, "batch", outbox.DefaultBatch, "messages claimed at once: runs of a topic's messages, delivered in order (with --concurrency N, at most batch/N per topic)")
