@@ -142,6 +142,11 @@ func newOutboxRelayCmd() *cobra.Command {
 					return err
 				}
 				defer target.close()
+				cctx, cancel := context.WithTimeout(context.Background(), timeout)
+				if err := target.connect(cctx); err != nil {
+					logger.Warn("outbox relay: cannot reach the target yet; each delivery tries again", slog.String("to", target.desc), slog.Any("error", err))
+				}
+				cancel()
 			}
 			if verbose {
 				fmt.Fprintf(stderr, "idem: relaying the outbox of %s to %s\n", l.desc, target.desc)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net/url"
@@ -17,6 +18,9 @@ type relayTarget struct {
 	d     outbox.Deliverer
 	desc  string
 	close func() error
+	// connect, if set, reaches the target now: the relay warns when it
+	// cannot (each delivery tries again).
+	connect func(ctx context.Context) error
 }
 
 // relayTargets builds the deliverer of --to by the URL's scheme.
@@ -51,5 +55,5 @@ func amqpTarget(raw string) (relayTarget, error) {
 	if err != nil {
 		return relayTarget{}, err
 	}
-	return relayTarget{d: p, desc: "RabbitMQ " + p.String(), close: p.Close}, nil
+	return relayTarget{d: p, desc: "RabbitMQ " + p.String(), close: p.Close, connect: p.Connect}, nil
 }
