@@ -186,7 +186,7 @@ func TestRelayKilledWhilePublishing(t *testing.T) {
 		}
 	}
 	dups := len(c.got) - len(count)
-	t.Logf("%d messages, %d arrivals: %d lost, %d topics out of order, %d duplicates (%d flagged redelivered by the broker); %d relays killed, broker restarted: %v",
+	t.Logf("%d messages, %d arrivals: %d lost, %d topics out of order, %d duplicates; %d arrivals flagged redelivered by the broker (handed to a consumer before, maybe never read); %d relays killed, broker restarted: %v",
 		total, len(c.got), lost, violations, dups, c.redelivered, kills, crashed)
 	if lost > 0 {
 		t.Errorf("%d messages lost", lost)

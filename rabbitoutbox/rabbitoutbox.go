@@ -225,7 +225,7 @@ func (p *Publisher) Close() error {
 	if p.conn == nil {
 		return nil
 	}
-	err := p.conn.Close()
+	err := p.conn.CloseDeadline(time.Now().Add(10 * time.Second))
 	p.conn = nil
 	if errors.Is(err, amqp.ErrClosed) {
 		err = nil
@@ -295,7 +295,10 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 }
 
 // release gives pc back for the next delivery, or closes it when it is no
-// longer usable (ok false: a publish on it may still be answered).
+// longer usable (ok false: a publish on it may still be answered). The
+// close waits for the broker's answer, which a broker that blocks the
+// connection (a memory or disk alarm) does not send: it is not waited for
+// here, so that Deliver returns by its deadline.
 func (p *Publisher) release(pc *pubChannel, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -303,7 +306,7 @@ func (p *Publisher) release(pc *pubChannel, ok bool) {
 		p.idle = append(p.idle, pc)
 		return
 	}
-	_ = pc.ch.Close()
+	go func() { _ = pc.ch.Close() }()
 }
 
 // Deliver publishes d (mandatory, persistent, message-id d.ID) and waits for
