@@ -315,12 +315,13 @@ func (p *Publisher) release(pc *pubChannel, ok bool) {
 // [ErrReturned]; a nack, with one matching [ErrNacked]; a lost connection or
 // channel (a broker restart, a missing exchange), ctx's end (the relay's
 // lease), with an error saying so. The relay retries each after its
-// backoff; none is [idem.Permanent].
+// backoff; none is [github.com/idemgo/idem.Permanent].
 //
 // The message's headers (with the relay's traceparent and tracestate, when
 // traced) go into the AMQP headers table as strings, with idem-topic and
-// idem-attempt added; a Content-Type header (any case) sets the content
-// type property instead (default application/octet-stream).
+// idem-attempt set (over stored headers of those names); a Content-Type
+// header (any case) sets the content type property instead (default
+// application/octet-stream).
 func (p *Publisher) Deliver(ctx context.Context, d outbox.Delivery) error {
 	pc, err := p.channel(ctx)
 	if err != nil {
@@ -331,7 +332,7 @@ func (p *Publisher) Deliver(ctx context.Context, d outbox.Delivery) error {
 		key = d.Topic
 	}
 	msg := amqp.Publishing{MessageId: d.ID, DeliveryMode: amqp.Persistent, Body: d.Payload, ContentType: "application/octet-stream",
-		Headers: amqp.Table{"idem-topic": d.Topic, "idem-attempt": int64(d.Attempt)}}
+		Headers: amqp.Table{}}
 	for k, v := range d.Headers {
 		if strings.EqualFold(k, "content-type") {
 			msg.ContentType = v
@@ -339,6 +340,7 @@ func (p *Publisher) Deliver(ctx context.Context, d outbox.Delivery) error {
 		}
 		msg.Headers[k] = v
 	}
+	msg.Headers["idem-topic"], msg.Headers["idem-attempt"] = d.Topic, int64(d.Attempt) // the relay's, not a stored header's
 	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, key, true, false, msg)
 	if err != nil {
 		p.release(pc, false)
