@@ -92,7 +92,7 @@ func TestRelayKilledWhilePublishing(t *testing.T) {
 		crashAt := 0
 		if round == 2 && crash != nil {
 			crashAt = min(c.distinct()+2, total)
-			target = min(crashAt+5+rng.IntN(8), total)
+			target = min(crashAt+8+rng.IntN(8), total) // past what arrives before the pause
 		}
 		var child *idemtest.Child
 		armed := make(chan struct{})
@@ -417,6 +417,11 @@ func (c *consumer) session(url, queue string) {
 		case d, ok := <-ds:
 			if !ok {
 				return
+			}
+			select {
+			case <-halt: // paused: d goes back to its queue unacked
+				return
+			default:
 			}
 			topic, _ := d.Headers["idem-topic"].(string)
 			var f func()
