@@ -55,6 +55,7 @@ fi
 
 # The throwaway servers started below are stopped at exit, on every path.
 stop_pg="" stop_redis="" stop_mysql="" stop_nats="" stop_kafka=""
+rabbit_pid="" rabbit_out="" stop_rabbit="" # RabbitMQ's (below)
 running=() # pids of the steps running in the background (run_steps)
 cleanup() {
 	local pid
@@ -76,9 +77,41 @@ cleanup() {
 	if [ -n "$stop_kafka" ]; then
 		scripts/kafka.sh stop "$IDEM_TEST_KAFKA_ADDR" >/dev/null 2>&1 || true
 	fi
+	stop_rabbitmq
 }
 trap cleanup EXIT
 ci() { [ -n "${CI:-}" ] && [ "${CI}" != false ] && [ "${CI}" != 0 ]; }
+
+# RabbitMQ, for ./rabbitoutbox's tests and cmd/idem's `outbox relay --to
+# amqp://` test: unless IDEM_TEST_AMQP_URL names a broker, a throwaway one
+# (scripts/rabbitmq.sh) starts in the background here, since it takes 5-15 s,
+# while the other servers start; it is waited for after them, and stopped at
+# exit. In CI a broker that cannot start fails the run; elsewhere those
+# tests skip.
+if [ -f rabbitoutbox/go.mod ] && [ -z "${IDEM_TEST_AMQP_URL:-}" ]; then
+	rabbit_out=$(mktemp -d)
+	scripts/rabbitmq.sh start >"$rabbit_out/env" 2>"$rabbit_out/log" </dev/null &
+	rabbit_pid=$!
+fi
+# stop_rabbitmq stops the broker started above (waiting for its start to
+# end, if it has not).
+stop_rabbitmq() {
+	if [ -n "$rabbit_pid" ]; then
+		wait "$rabbit_pid" 2>/dev/null || true
+		rabbit_pid=""
+		if [ -s "$rabbit_out/env" ]; then
+			eval "$(cat "$rabbit_out/env")"
+			stop_rabbit=1
+		fi
+	fi
+	if [ -n "$stop_rabbit" ]; then
+		scripts/rabbitmq.sh stop "$IDEM_TEST_AMQP_URL" >/dev/null 2>&1 || true
+		stop_rabbit=""
+	fi
+	if [ -n "$rabbit_out" ]; then
+		rm -rf "$rabbit_out"
+	fi
+}
 
 # The Postgres ledger's tests need a PostgreSQL: unless IDEM_TEST_PG_DSN
 # names one, start a throwaway server (scripts/pg.sh) and stop it at exit.
@@ -185,6 +218,23 @@ if [ -f kafkaoutbox/go.mod ] && [ -z "${IDEM_TEST_KAFKA_ADDR:-}" ]; then
 		echo "== kfake not started ($(tail -n 1 "$kafkalog")): the Kafka tests skip; set IDEM_TEST_KAFKA_ADDR=host:port and rerun scripts/test.sh"
 	fi
 	rm -f "$kafkalog"
+fi
+
+if [ -n "$rabbit_pid" ]; then
+	if wait "$rabbit_pid"; then
+		rabbit_pid=""
+		eval "$(cat "$rabbit_out/env")"
+		export IDEM_TEST_AMQP_URL
+		stop_rabbit=1
+	elif ci; then
+		rabbit_pid=""
+		cat "$rabbit_out/log" >&2
+		echo "scripts/test.sh: cannot start rabbitmq-server for ./rabbitoutbox's tests (CI requires them)" >&2
+		exit 1
+	else
+		rabbit_pid=""
+		echo "== rabbitmq-server not started ($(tail -n 1 "$rabbit_out/log")): ./rabbitoutbox's tests and cmd/idem's --to amqp:// test skip; install rabbitmq-server or set IDEM_TEST_AMQP_URL=amqp://... and rerun scripts/test.sh"
+	fi
 fi
 
 # Every directory with a go.mod is a module; test each on its own.

@@ -33,7 +33,7 @@ tidy_module() {
 	tmp=$(mktemp -d)
 	cp "$dir/go.mod" "$tmp/go.mod"
 	if [ -f "$dir/go.sum" ]; then cp "$dir/go.sum" "$tmp/go.sum"; else : >"$tmp/go.sum"; fi
-	siblings=$(awk -v re="$sibling" '$1 ~ re {print $1} $1 == "require" && $2 ~ re {print $2}' "$dir/go.mod")
+	siblings=$(re="$sibling" awk '$1 ~ ENVIRON["re"] {print $1} $1 == "require" && $2 ~ ENVIRON["re"] {print $2}' "$dir/go.mod")
 	for p in $siblings; do
 		(cd "$dir" && go mod edit -modfile="$tmp/go.mod" -replace "$p=$root${p#github.com/idemgo/idem}")
 	done

@@ -6,10 +6,12 @@ require (
 	github.com/idemgo/idem v0.0.0
 	github.com/idemgo/idem/cron v0.0.0
 	github.com/idemgo/idem/pgledger v0.0.0
+	github.com/idemgo/idem/rabbitoutbox v0.0.0
 	github.com/idemgo/idem/redisstore v0.0.0
 	github.com/idemgo/idem/ui v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.56.0
+	github.com/rabbitmq/amqp091-go v1.17.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9

@@ -22,6 +22,7 @@ RunTx, EachTx or CatchUpTx body): each committed with its transaction's
 business writes, and waits for a relay to deliver it.
 
   idem outbox relay --webhook URL   deliver them: POST each to URL, until SIGTERM
+  idem outbox relay --to amqp://…  or publish each to RabbitMQ
   idem outbox ls                    list them (pending, delivered, parked)
   idem outbox retry ID              put a parked message back to pending
   idem outbox drop ID               delete a message: it is never delivered (again)

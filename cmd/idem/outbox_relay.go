@@ -62,6 +62,12 @@ last:
       record's key the message's topic, its id in the Idem-Message-Id
       header (at least once: a consumer dedupes by it)
 
+  amqp://USER:PASS@HOST:PORT/VHOST?exchange=NAME[&routing_key=KEY] (or amqps://)
+      RabbitMQ: persistent, mandatory, its message-id the message's id,
+      routing key its topic (or KEY), delivered once the broker confirmed
+      it; a message no queue takes comes back and is a failed attempt
+      (at least once: a consumer dedupes by the message-id)
+
 A failure to publish is a failed attempt, retried after the backoff; a
 topic that makes no valid subject or Kafka topic name parks at once.
 
@@ -88,7 +94,8 @@ func newOutboxRelayCmd() *cobra.Command {
   idem outbox relay --postgres "$IDEM_POSTGRES" --webhook http://localhost:8080/hook --retention 7d
   idem outbox relay --ledger ledger.db --webhook https://crm.example/hook --concurrency 4 --rate crm=20,5
   idem outbox relay --ledger ledger.db --to 'nats://127.0.0.1:4222/?stream=ORDERS&subject_prefix=orders.'
-  idem outbox relay --ledger ledger.db --to 'kafka://kafka1:9092,kafka2:9092/?topic_prefix=orders.'`,
+  idem outbox relay --ledger ledger.db --to 'kafka://kafka1:9092,kafka2:9092/?topic_prefix=orders.'
+  idem outbox relay --ledger ledger.db --to 'amqp://relay:secret@mq.internal:5672/prod?exchange=events'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u, err := url.Parse(webhook)
@@ -186,7 +193,7 @@ func newOutboxRelayCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&webhook, "webhook", "", "POST each message to this http:// or https:// URL (this or --to is required)")
-	cmd.Flags().StringVar(&to, "to", "", "deliver each message to a broker: nats://HOST:PORT/?stream=NAME&subject_prefix=PREFIX (NATS JetStream) or kafka://HOST:PORT/?topic_prefix=PREFIX (Kafka)")
+	cmd.Flags().StringVar(&to, "to", "", "deliver each message to a broker: nats://HOST:PORT/?stream=NAME&subject_prefix=PREFIX (NATS JetStream), kafka://HOST:PORT/?topic_prefix=PREFIX (Kafka) or amqp://USER:PASS@HOST:PORT/VHOST?exchange=NAME (RabbitMQ)")
 	cmd.Flags().DurationVar(&lease, "lease", outbox.DefaultLease, "how long a relay holds a message it delivers; after it, another relay may deliver it again")
 	cmd.Flags().DurationVar(&poll, "poll", outbox.DefaultPoll, "how long to wait before looking again when nothing is due")
 	cmd.Flags().IntVar(&batch, "batch", outbox.DefaultBatch, "messages claimed at once: runs of a topic's messages, delivered in order (with --concurrency N, at most batch/N per topic)")
