@@ -158,7 +158,10 @@ func newOutboxRelayCmd() *cobra.Command {
 					return err
 				}
 				defer closeTo()
-				dest = to
+				dest = to // never its password: the log may be read by others
+				if tu, err := url.Parse(to); err == nil {
+					dest = tu.Redacted()
+				}
 				next = outbox.DeliverFunc(func(ctx context.Context, dl outbox.Delivery) error {
 					ctx, cancel := context.WithTimeout(ctx, timeout) // the wait for the broker's ack
 					defer cancel()
