@@ -144,24 +144,6 @@ type Counts struct {
 	Running, Failed, Unknown, Parked, Done, Skipped, Total int
 }
 
-func (c *Counts) add(s idemstore.Status) {
-	c.Total++
-	switch s {
-	case idemstore.StatusRunning:
-		c.Running++
-	case idemstore.StatusFailed:
-		c.Failed++
-	case idemstore.StatusUnknown:
-		c.Unknown++
-	case idemstore.StatusParked:
-		c.Parked++
-	case idemstore.StatusDone:
-		c.Done++
-	case idemstore.StatusSkipped:
-		c.Skipped++
-	}
-}
-
 type jobRow struct {
 	Job        string
 	Counts     Counts
