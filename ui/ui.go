@@ -31,14 +31,15 @@
 // ([idemstore.Summarizer]) and a page of the records that need a look; a
 // job's page, its summary and a page of its latest records
 // ([idemstore.Pager]; ?before=PERIOD for older ones) with the grid of their
-// months. With a store that has both (the SQLite ledger) their cost grows
-// with the jobs and the rows shown, not with the records kept. What it
-// does NOT promise: the same of a store without them (the state file,
-// Redis, the Postgres ledger for now, a store of your own): the pages then
-// cut what they show from its List, which reads every record (of the job,
-// for a job's page) per request; the search page lists the job's records
-// (or every record) in either case; a store that cannot list its records
-// cannot be shown.
+// months. With a store that has both their cost in this process grows
+// with the jobs and the rows shown, not with the records kept: the SQLite
+// ledger keeps its counts as it writes; the Postgres ledger counts on the
+// server (a GROUP BY of its records per overview). What it does NOT
+// promise: the same of a store without them (the state file, Redis, a
+// store of your own): the pages then cut what they show from its List,
+// which reads every record (of the job, for a job's page) per request; the
+// search page lists the job's records (or every record) in either case; a
+// store that cannot list its records cannot be shown.
 package ui
 
 import (
