@@ -12,11 +12,12 @@ import (
 // can compute the same from [Lister.List] (with [SummarizeRecords]), at
 // the cost of reading every record.
 //
-// The SQLite ledger implements it from an index of its records by job and
-// status: its cost grows with the number of jobs and, through the counts,
-// with the number of records (the index's entries are counted, not the
-// records read). What is NOT promised: that the counts are one snapshot
-// with each other while records are written; each job's are.
+// The SQLite ledger keeps the counts as it writes (a table that triggers
+// keep): its Summarize costs a row per job and status and a few seeks per
+// job. The Postgres ledger counts on the server (a GROUP BY of its
+// records). What is NOT promised: that the summaries of different jobs,
+// or a job's counts and its latest periods, are one snapshot while records
+// are written.
 type Summarizer interface {
 	// Summarize returns a summary per job that has at least one record,
 	// ordered by job; with job set, of that job alone (none when it has no
@@ -47,7 +48,8 @@ func (s JobSummary) Total() int64 {
 // latest period first, reading only the page: an operators' page of a job
 // with many periods asks it for the rows it shows. It is optional: the same
 // page can be cut from [Lister.List] (with [PageRecords]), at the cost of
-// reading every record of the job. The SQLite ledger implements it.
+// reading every record of the job. The SQLite and Postgres ledgers
+// implement it.
 type Pager interface {
 	// ListPage returns the records of q.Job that match q, by period,
 	// latest first, at most q.Limit of them. A page's records may carry
