@@ -155,6 +155,7 @@ var ledgerTables = map[string][]string{
 	"idem_item_lists":  {"job", "period", "chunk", "items"},
 	"idem_item_state":  {"job", "period", "item", "chunk", "status", "attempt", "failures", "doubt", "owner", "lease_until", "not_before", "last_error", "updated"},
 	"idem_outbox":      {"seq", "id", "topic", "payload", "headers", "job", "period", "item", "status", "attempts", "token", "owner", "lease_until", "not_before", "last_error", "created", "delivered"}, // version 5
+	"idem_job_counts":  {"job", "status", "n", "updated"},                                                                                                                                                // version 8
 }
 
 type querier interface {

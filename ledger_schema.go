@@ -25,8 +25,51 @@ import (
 // processes, tables idem_limit_rates and idem_limit_slots; version 7 the
 // history of attempts, table idem_attempts, and the columns revision and
 // started of idem_runs; version 8 the requests to re-run done periods,
-// table idem_reruns.)
+// table idem_reruns, and the counts of records by job and status, table
+// idem_job_counts kept by triggers, with the index of the records that
+// need a look, idem_runs_attention: what the operators' page reads.)
 const SchemaVersion = 8
+
+// jobCountsSchema is version 8's summary of idem_runs: per job and status,
+// how many records it holds and the latest updated of a record that
+// entered it or changed in it. Triggers keep it in the transaction of
+// every write to idem_runs, whoever writes (a version-7 process sharing
+// the ledger too: the triggers are the database's), so Summarize reads a
+// row per job and status instead of counting records. A record's insert
+// adds one (ON CONFLICT DO NOTHING inserts nothing and fires nothing); an
+// update of its status or updated moves it (a renew moves it within its
+// status); a delete (Prune) removes it. The index idem_runs_attention holds
+// the records that need a look (unknown, parked, failed), by job and
+// period: the overview lists a page of them without reading the others.
+// Neither changes what version 7 reads or writes.
+const jobCountsSchema = `
+CREATE TABLE IF NOT EXISTS idem_job_counts (
+	job     TEXT    NOT NULL,
+	status  TEXT    NOT NULL,
+	n       INTEGER NOT NULL DEFAULT 0,
+	updated INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (job, status)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS idem_runs_count_insert AFTER INSERT ON idem_runs BEGIN
+	INSERT INTO idem_job_counts(job, status, n, updated) VALUES (NEW.job, NEW.status, 1, NEW.updated)
+		ON CONFLICT(job, status) DO UPDATE SET n = n + 1, updated = max(updated, excluded.updated);
+END;
+CREATE TRIGGER IF NOT EXISTS idem_runs_count_update AFTER UPDATE OF status, updated ON idem_runs BEGIN
+	UPDATE idem_job_counts SET n = n - 1 WHERE job = OLD.job AND status = OLD.status;
+	INSERT INTO idem_job_counts(job, status, n, updated) VALUES (NEW.job, NEW.status, 1, NEW.updated)
+		ON CONFLICT(job, status) DO UPDATE SET n = n + 1, updated = max(updated, excluded.updated);
+END;
+CREATE TRIGGER IF NOT EXISTS idem_runs_count_delete AFTER DELETE ON idem_runs BEGIN
+	UPDATE idem_job_counts SET n = n - 1 WHERE job = OLD.job AND status = OLD.status;
+END;
+CREATE INDEX IF NOT EXISTS idem_runs_attention ON idem_runs(job, period) WHERE status IN ('unknown', 'parked', 'failed');
+`
+
+// jobCountsFill counts the records a ledger had before version 8, once,
+// in the transaction that creates the table and its triggers.
+const jobCountsFill = `INSERT INTO idem_job_counts(job, status, n, updated)
+	SELECT job, status, count(*), max(updated) FROM idem_runs WHERE true GROUP BY job, status
+	ON CONFLICT(job, status) DO UPDATE SET n = excluded.n, updated = excluded.updated`
 
 const schema = `
 CREATE TABLE IF NOT EXISTS idem_meta (
@@ -213,6 +256,21 @@ func (l *Ledger) migrate(ctx context.Context) error {
 			// no requests.
 			if _, err := tx.ExecContext(ctx, rerunsSchema); err != nil {
 				return l.wrapOpenErr(fmt.Errorf("upgrading to version 8: %w", err))
+			}
+			// Version 8: the counts by job and status (Summarize) and
+			// the index of the records that need a look. Counting
+			// the records there are reads each once, under the write
+			// lock (about a second for a million).
+			var have int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'idem_job_counts'`).Scan(&have); err != nil {
+				return err
+			}
+			if have == 0 {
+				for _, q := range []string{jobCountsSchema, jobCountsFill} {
+					if _, err := tx.ExecContext(ctx, q); err != nil {
+						return l.wrapOpenErr(fmt.Errorf("upgrading to version 8: %w", err))
+					}
+				}
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)

@@ -17,6 +17,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(lockWaitChildEnv) != "" {
 		os.Exit(lockWaitChild())
 	}
+	if os.Getenv(uiChildEnv) != "" {
+		os.Exit(uiChild())
+	}
 	os.Exit(m.Run())
 }
 

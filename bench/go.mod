@@ -9,6 +9,7 @@ require (
 	github.com/idemgo/idem/otel v0.0.0
 	github.com/idemgo/idem/pgledger v0.0.0
 	github.com/idemgo/idem/redisstore v0.0.0
+	github.com/idemgo/idem/ui v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/riverqueue/river v0.51.2

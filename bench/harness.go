@@ -69,6 +69,8 @@ var comparisons = []comparison{
 	{"outbox_slow_receiver_4_topics_vs_1", "1_topic", outboxSlowReceiver4TopicsVs1},
 	{"pg_outbox_backlog_100k_vs_empty", "empty", pgOutboxBacklog100kVsEmpty},
 	{"scale_each_1m", "", scaleEach1M},
+	{"ui_overview_1m", "", uiOverview1M},
+	{"ui_job_page_1m", "", uiJobPage1M},
 	{"scheduler_idle_cpu", "", schedulerIdleCPU},
 	{"scheduler_wake_latency", "", schedulerWakeLatency},
 	{"otel_overhead", "", otelOverhead},

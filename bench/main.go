@@ -21,6 +21,9 @@ func main() {
 	if os.Getenv(lockWaitChildEnv) != "" {
 		os.Exit(lockWaitChild())
 	}
+	if os.Getenv(uiChildEnv) != "" {
+		os.Exit(uiChild())
+	}
 	if os.Getenv(eachChildEnv) != "" {
 		os.Exit(eachChild())
 	}

@@ -6,7 +6,8 @@
 // Run protocol atomic: [Store] is what every store implements, and
 // [TxStore], [FreshTxStore], [CatchUpStore], [CatchUpTxStore], [Lister],
 // [ItemStore], [ItemTxStore] and [Releaser] are what the calls of package
-// idem that need more ask for. The SQLite ledger and the state file of
+// idem that need more ask for; [Summarizer] and [Pager] what tools that
+// show many records (module ui) use when a store has them. The SQLite ledger and the state file of
 // package idem, and the Postgres ledger of module
 // github.com/idemgo/idem/pgledger, implement them against this package
 // alone; so can a store of your own.

@@ -14,7 +14,8 @@ import (
 
 // BenchmarkJobPage (ui_job_page) renders the page of a job with 10,000
 // daily periods (27 years; real Runs on a SQLite ledger), server-side:
-// the store's List, the grid and the template.
+// the job's summary, a page of its latest records, the grid of their
+// months and the template.
 func BenchmarkJobPage(b *testing.B) {
 	ctx := context.Background()
 	l, err := idem.OpenLedger(filepath.Join(b.TempDir(), "ledger.db"))

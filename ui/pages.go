@@ -144,24 +144,6 @@ type Counts struct {
 	Running, Failed, Unknown, Parked, Done, Skipped, Total int
 }
 
-func (c *Counts) add(s idemstore.Status) {
-	c.Total++
-	switch s {
-	case idemstore.StatusRunning:
-		c.Running++
-	case idemstore.StatusFailed:
-		c.Failed++
-	case idemstore.StatusUnknown:
-		c.Unknown++
-	case idemstore.StatusParked:
-		c.Parked++
-	case idemstore.StatusDone:
-		c.Done++
-	case idemstore.StatusSkipped:
-		c.Skipped++
-	}
-}
-
 type jobRow struct {
 	Job        string
 	Counts     Counts
@@ -185,37 +167,55 @@ type overviewData struct {
 	Attention []idemstore.Record // unknown, parked, failed: what needs a look
 }
 
+// attention are the statuses the overview lists under "Needs a look".
+var attention = []idemstore.Status{idemstore.StatusUnknown, idemstore.StatusParked, idemstore.StatusFailed}
+
+const attentionLimit = 50
+
+func (c *Counts) addSummary(s idemstore.JobSummary) {
+	c.Running += int(s.Counts[idemstore.StatusRunning])
+	c.Failed += int(s.Counts[idemstore.StatusFailed])
+	c.Unknown += int(s.Counts[idemstore.StatusUnknown])
+	c.Parked += int(s.Counts[idemstore.StatusParked])
+	c.Done += int(s.Counts[idemstore.StatusDone])
+	c.Skipped += int(s.Counts[idemstore.StatusSkipped])
+	c.Total += int(s.Total())
+}
+
+// overview reads a summary per job and, of the jobs that have records
+// that need a look, a page of them: with a store that is an
+// idemstore.Summarizer and Pager, no more than that.
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	recs, err := h.s.List(ctx, idemstore.Filter{})
+	rd := newReader(h.s)
+	sums, err := rd.summaries(ctx, "")
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	d := overviewData{}
 	byJob := map[string]*jobRow{}
-	for _, rec := range recs {
-		j := byJob[rec.Key.Job]
-		if j == nil {
-			j = &jobRow{Job: rec.Key.Job}
-			byJob[rec.Key.Job] = j
-			d.Jobs = append(d.Jobs, j)
+	for _, s := range sums {
+		j := &jobRow{Job: s.Job, Latest: s.Latest, LastDone: s.LastDone, LastDoneAt: s.LastDoneAt, LastChange: s.LastChange}
+		j.Counts.addSummary(s)
+		d.Total.addSummary(s)
+		byJob[s.Job] = j
+		d.Jobs = append(d.Jobs, j)
+	}
+	// What needs a look: each job's latest, in the order of jobs.
+	for _, s := range sums {
+		if len(d.Attention) == attentionLimit {
+			break
 		}
-		j.Counts.add(rec.Status)
-		d.Total.add(rec.Status)
-		j.Latest = max(j.Latest, rec.Key.Period)
-		if rec.Status == idemstore.StatusDone && rec.Key.Period >= j.LastDone {
-			j.LastDone, j.LastDoneAt = rec.Key.Period, rec.Updated
+		if s.Counts[idemstore.StatusUnknown]+s.Counts[idemstore.StatusParked]+s.Counts[idemstore.StatusFailed] == 0 {
+			continue
 		}
-		if rec.Updated.After(j.LastChange) {
-			j.LastChange = rec.Updated
+		recs, err := rd.page(ctx, idemstore.PageQuery{Job: s.Job, Statuses: attention, Limit: attentionLimit - len(d.Attention)})
+		if err != nil {
+			h.fail(w, r, err)
+			return
 		}
-		switch rec.Status {
-		case idemstore.StatusUnknown, idemstore.StatusParked, idemstore.StatusFailed:
-			if len(d.Attention) < 50 {
-				d.Attention = append(d.Attention, rec)
-			}
-		}
+		d.Attention = append(d.Attention, recs...)
 	}
 	// Jobs with a schedule but no record yet are shown too.
 	for job := range h.o.Schedules {
@@ -327,26 +327,45 @@ type jobData struct {
 	Cursor   string
 	Horizon  string
 	Due      string
-	Records  []idemstore.Record // newest first, at most 200
-	More     int
+	Records  []idemstore.Record // newest first, at most jobPage
+	Before   string             // the page's records are before this period ("" for the latest)
+	Older    string             // when there are older records: the Before of the next page
 	Statuses []idemstore.Status
 }
 
+// jobPage is how many records a job's page lists; its grid shows the
+// months (or, for periods that are not days, the periods) of those.
+const jobPage = 200
+
 func validJob(job string) error { return idemstore.ValidateJob(job) }
 
+// job reads the job's summary and one page of its records (the latest, or
+// those before ?before=PERIOD), and lays the grid out over that page: with
+// a store that is an idemstore.Summarizer and Pager, no more than that.
 func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	job := r.URL.Query().Get("job")
+	q := r.URL.Query()
+	job := q.Get("job")
 	if err := validJob(job); err != nil {
 		h.refuse(w, r, http.StatusBadRequest, "job "+strconv.Quote(job)+": "+err.Error())
 		return
 	}
-	recs, err := h.s.List(ctx, idemstore.Filter{Job: job})
+	d := jobData{Job: job, Statuses: statuses, Before: q.Get("before")}
+	if d.Before != "" {
+		if err := (idemstore.Key{Job: job, Period: d.Before}).Validate(); err != nil {
+			h.refuse(w, r, http.StatusBadRequest, "before: "+err.Error())
+			return
+		}
+	}
+	rd := newReader(h.s)
+	sums, err := rd.summaries(ctx, job)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	d := jobData{Job: job, Statuses: statuses}
+	for _, s := range sums {
+		d.Counts.addSummary(s)
+	}
 	if js, ok := h.s.(JobStore); ok {
 		st, err := js.Job(ctx, job)
 		if err != nil {
@@ -358,36 +377,75 @@ func (h *Handler) job(w http.ResponseWriter, r *http.Request) {
 	if s := h.o.Schedules[job]; s != nil {
 		d.Due = idem.LastPeriod(s, h.o.Now()).Name
 	}
-	for _, rec := range recs {
-		d.Counts.add(rec.Status)
+	recs, err := rd.page(ctx, idemstore.PageQuery{Job: job, Before: d.Before, Limit: jobPage + 1})
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
-	d.Rows = grid(recs, d.Due, d.Cursor)
-	for i := len(recs) - 1; i >= 0; i-- {
-		if len(d.Records) == 200 {
-			d.More = i + 1
-			break
-		}
-		d.Records = append(d.Records, recs[i])
+	if len(recs) > jobPage {
+		recs = recs[:jobPage]
+		d.Older = recs[len(recs)-1].Key.Period
+	}
+	d.Records = recs
+	due := d.Due
+	if d.Before != "" && due >= d.Before {
+		due = "" // a later page's
+	}
+	if d.Rows, err = h.grid(ctx, rd, job, recs, due, d.Cursor); err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	h.render(w, "job", page{Heading: "Job", Names: []string{job}, Data: d})
 }
 
-// grid lays a job's periods out: daily periods ("2026-10-27") as a month
-// per row with a column per day (days without a record empty), any other
-// periods in order, as a row of cells.
-func grid(recs []idemstore.Record, due, cursor string) []gridRow {
+// grid lays out the periods of a page of a job's records (latest first),
+// and due when it is after them. Daily periods ("2026-10-27") show as a
+// month per row with a column per day: the page's months, whole (the
+// records of their other days are read too); any other periods in order,
+// as a row of cells.
+func (h *Handler) grid(ctx context.Context, rd *reader, job string, recs []idemstore.Record, due, cursor string) ([]gridRow, error) {
 	days := len(recs) > 0 || due != ""
 	for _, rec := range recs {
-		if _, err := time.Parse(time.DateOnly, rec.Key.Period); err != nil {
+		if !isDay(rec.Key.Period) {
 			days = false
 			break
 		}
 	}
-	if due != "" {
-		if _, err := time.Parse(time.DateOnly, due); err != nil {
-			days = false
+	if due != "" && !isDay(due) {
+		days = false
+	}
+	if !days || len(recs) == 0 {
+		return gridOf(recs, due, cursor, days), nil
+	}
+	// The page's months whole: the days before its oldest record in that
+	// month, and (on an older page) after its latest.
+	oldest, latest := recs[len(recs)-1].Key.Period, recs[0].Key.Period
+	before, err := rd.page(ctx, idemstore.PageQuery{Job: job, From: oldest[:7] + "-01", Before: oldest, Limit: 64})
+	if err != nil {
+		return nil, err
+	}
+	// After latest ("\x00" is in no period), to the month's end.
+	after, err := rd.page(ctx, idemstore.PageQuery{Job: job, From: latest + "\x00", Before: latest[:7] + "-32", Limit: 64})
+	if err != nil {
+		return nil, err
+	}
+	var month []idemstore.Record
+	for _, rec := range slices.Concat(after, recs, before) {
+		if isDay(rec.Key.Period) {
+			month = append(month, rec)
 		}
 	}
+	return gridOf(month, due, cursor, true), nil
+}
+
+func isDay(p string) bool {
+	_, err := time.Parse(time.DateOnly, p)
+	return err == nil
+}
+
+// gridOf lays out recs (latest first) and due: with days, as months of
+// days, else as a row of cells in order.
+func gridOf(recs []idemstore.Record, due, cursor string, days bool) []gridRow {
 	status := map[string]string{}
 	for _, rec := range recs {
 		status[rec.Key.Period] = string(rec.Status)
@@ -398,8 +456,8 @@ func grid(recs []idemstore.Record, due, cursor string) []gridRow {
 	}
 	if !days {
 		var row gridRow
-		for _, rec := range recs {
-			row.Cells = append(row.Cells, mk(rec.Key.Period, rec.Key.Period))
+		for i := len(recs) - 1; i >= 0; i-- {
+			row.Cells = append(row.Cells, mk(recs[i].Key.Period, recs[i].Key.Period))
 		}
 		if due != "" && status[due] == "" {
 			row.Cells = append(row.Cells, mk(due, due))

@@ -27,9 +27,19 @@
 //     [::1]), so that a web page elsewhere cannot reach it through DNS
 //     rebinding.
 //
-// What it does NOT promise: an overview of a store of millions of records
-// is as fast as listing them (it lists every record); a store that cannot
-// list its records cannot be shown.
+// What the pages read: the overview, a summary per job
+// ([idemstore.Summarizer]) and a page of the records that need a look; a
+// job's page, its summary and a page of its latest records
+// ([idemstore.Pager]; ?before=PERIOD for older ones) with the grid of their
+// months. With a store that has both their cost in this process grows
+// with the jobs and the rows shown, not with the records kept: the SQLite
+// ledger keeps its counts as it writes; the Postgres ledger counts on the
+// server (a GROUP BY of its records per overview). What it does NOT
+// promise: the same of a store without them (the state file, Redis, a
+// store of your own): the pages then cut what they show from its List,
+// which reads every record (of the job, for a job's page) per request; the
+// search page lists the job's records (or every record) in either case; a
+// store that cannot list its records cannot be shown.
 package ui
 
 import (
@@ -55,7 +65,9 @@ import (
 
 // Store is what every page needs of a store: *idem.Ledger, *idem.StateFile,
 // the Postgres ledger of pgledger and the Redis store of redisstore have
-// these methods.
+// these methods. A store that is also an [idemstore.Summarizer] and an
+// [idemstore.Pager] (*idem.Ledger) is read through them: see the package's
+// doc for what each page reads.
 type Store interface {
 	Lookup(ctx context.Context, key idemstore.Key) (idemstore.Record, bool, error)
 	Resolve(ctx context.Context, key idemstore.Key, to idemstore.Resolution) error
