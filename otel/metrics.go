@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/outbox"
@@ -93,6 +95,58 @@ type Metrics struct {
 	runs, retries, errors, items, deferrals, deliveries metric.Int64Counter
 	duration                                            metric.Float64Histogram
 	gauges                                              *gauges
+	jobs                                                jobCache
+}
+
+// maxCachedJobs bounds the jobs whose attribute sets [Metrics.Observe]
+// keeps; the calls of a job beyond them build theirs each time.
+const maxCachedJobs = 4096
+
+// jobCache keeps, per job, the measurement options of its series, built
+// once: an attribute set is sorted and allocated when it is built, which
+// cost a call more than recording it.
+type jobCache struct {
+	m sync.Map // job → *jobOpts
+	n atomic.Int64
+}
+
+// jobOpts are one job's measurement options.
+type jobOpts struct {
+	job  metric.MeasurementOption             // {idem.job}
+	runs [16]atomic.Pointer[metric.AddOption] // {idem.job, idem.outcome} by outcome, built on first use
+}
+
+// of returns job's options, nil when the cache is full and job not in it.
+func (c *jobCache) of(job string, seen func(string)) *jobOpts {
+	if o, ok := c.m.Load(job); ok {
+		return o.(*jobOpts)
+	}
+	if c.n.Load() >= maxCachedJobs {
+		return nil
+	}
+	seen(job) // once per job cached: the gauges report it from now on
+	o, loaded := c.m.LoadOrStore(job, &jobOpts{job: metric.WithAttributeSet(attribute.NewSet(KeyJob.String(job)))})
+	if !loaded {
+		c.n.Add(1)
+	}
+	return o.(*jobOpts)
+}
+
+// runsOption is the option of idem.runs for job o and outcome.
+func (j *jobOpts) runsOption(job string, outcome idem.Outcome) metric.AddOption {
+	if outcome < 0 || int(outcome) >= len(j.runs) {
+		return runsAttrs(job, outcome)
+	}
+	if p := j.runs[outcome].Load(); p != nil {
+		return *p
+	}
+	opt := runsAttrs(job, outcome)
+	j.runs[outcome].Store(&opt)
+	return opt
+}
+
+func runsAttrs(job string, outcome idem.Outcome) metric.AddOption {
+	return metric.WithAttributeSet(attribute.NewSet(KeyJob.String(job), KeyOutcome.String(outcome.String())))
 }
 
 // NewMetrics creates the instruments of [Instruments] on a meter of mp.
@@ -136,9 +190,15 @@ func instrument(name string) Instrument {
 // idem.OnResult; [Metrics.Option] does that.
 func (m *Metrics) Observe(r idem.Result) {
 	ctx := context.Background()
-	m.gauges.seenJob(r.Key.Job)
-	job := metric.WithAttributes(KeyJob.String(r.Key.Job))
-	m.runs.Add(ctx, 1, metric.WithAttributes(KeyJob.String(r.Key.Job), KeyOutcome.String(r.Outcome.String())))
+	var job metric.MeasurementOption
+	var runs metric.AddOption
+	if o := m.jobs.of(r.Key.Job, m.gauges.seenJob); o != nil {
+		job, runs = o.job, o.runsOption(r.Key.Job, r.Outcome)
+	} else {
+		m.gauges.seenJob(r.Key.Job)
+		job, runs = metric.WithAttributes(KeyJob.String(r.Key.Job)), runsAttrs(r.Key.Job, r.Outcome)
+	}
+	m.runs.Add(ctx, 1, runs)
 	m.duration.Record(ctx, r.Duration.Seconds(), job)
 	m.retries.Add(ctx, int64(max(r.Attempts-1, 0)), job) // the series exists from the first call on, at 0
 	if r.Err != nil && !r.Outcome.NotNow() {
