@@ -88,6 +88,7 @@ package idemotel
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
@@ -110,8 +111,9 @@ const DefaultLinks = 4096
 type Option func(*config)
 
 type config struct {
-	prop  propagation.TextMapPropagator
-	links int
+	prop     propagation.TextMapPropagator
+	links    int
+	dupSpans bool
 }
 
 // WithPropagator sets the propagator that writes the trace context into a
@@ -121,6 +123,14 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 	return func(c *config) { c.prop = p }
 }
 
+// WithDuplicateSpans gives every call a span from its start, a duplicate's
+// too: a span with idem.outcome already_done and idem.duplicate true,
+// instead of an idem.duplicate event on the span of its context. It costs
+// a duplicate call a span (see the bench's otel_sdk_duplicate_vs_plain
+// line); what the store does during the claim (the spans of an
+// instrumented database driver) is then inside the call's span.
+func WithDuplicateSpans() Option { return func(c *config) { c.dupSpans = true } }
+
 // WithLinks sets how many attempts' span contexts are kept for links
 // (default [DefaultLinks]); 0 keeps none: no links between attempts.
 func WithLinks(n int) Option { return func(c *config) { c.links = max(n, 0) } }
@@ -129,11 +139,12 @@ func WithLinks(n int) Option { return func(c *config) { c.links = max(n, 0) } }
 // and records its metrics ([Telemetry.Option]). It is safe for concurrent
 // use.
 type Telemetry struct {
-	tracer  trace.Tracer
-	prop    propagation.TextMapPropagator
-	spans   *idemstore.Spans
-	links   *linkCache
-	metrics *Metrics
+	tracer   trace.Tracer
+	prop     propagation.TextMapPropagator
+	spans    *idemstore.Spans
+	links    *linkCache
+	metrics  *Metrics
+	dupSpans bool
 }
 
 // New returns the Telemetry that traces through tp and records metrics
@@ -155,7 +166,7 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, opts ...Option) (*Tel
 	if err != nil {
 		return nil, err
 	}
-	t := &Telemetry{tracer: tp.Tracer(ScopeName), prop: c.prop, links: newLinkCache(c.links), metrics: m}
+	t := &Telemetry{tracer: tp.Tracer(ScopeName), prop: c.prop, links: newLinkCache(c.links), metrics: m, dupSpans: c.dupSpans}
 	t.spans = &idemstore.Spans{Start: t.start, Inject: t.inject}
 	return t, nil
 }
@@ -181,6 +192,9 @@ func (t *Telemetry) Observe(r idem.Result) { t.metrics.Observe(r) }
 func (t *Telemetry) Metrics() *Metrics { return t.metrics }
 
 func (t *Telemetry) inject(ctx context.Context, h map[string]string) {
+	if p := pendingOf(ctx); p != nil {
+		ctx = p.begin(ctx) // the call's span is the context that travels
+	}
 	t.prop.Inject(ctx, propagation.MapCarrier(h))
 }
 
@@ -282,7 +296,32 @@ func SpanName(s idemstore.SpanStart) string {
 
 // start is the engine's Spans.Start.
 func (t *Telemetry) start(ctx context.Context, s idemstore.SpanStart) (context.Context, func(idemstore.SpanEnd)) {
-	attrs := make([]attribute.KeyValue, 0, 8)
+	inCall := false
+	if p := pendingOf(ctx); p != nil {
+		ctx, inCall = p.begin(ctx), true // work inside a call: the call's span starts now, its parent
+	}
+	if s.Kind == idemstore.SpanRun && !t.dupSpans {
+		p := &pendingCall{t: t, ctx: ctx, s: s, at: time.Now()}
+		return context.WithValue(ctx, pendingKey{}, p), p.end
+	}
+	ctx, span := t.startSpan(ctx, s, time.Time{}, nil)
+	if inCall {
+		// What starts inside this span is its child, not the call's.
+		ctx = context.WithValue(ctx, pendingKey{}, (*pendingCall)(nil))
+	}
+	return ctx, func(e idemstore.SpanEnd) { end(span, e, true) }
+}
+
+// Span start options that every span of a kind shares.
+var (
+	internalKind = trace.WithSpanKind(trace.SpanKindInternal)
+	producerKind = trace.WithSpanKind(trace.SpanKindProducer)
+)
+
+// startSpan starts the span of s (at, if not zero: the work started
+// then), with s's attributes and more.
+func (t *Telemetry) startSpan(ctx context.Context, s idemstore.SpanStart, at time.Time, more []attribute.KeyValue) (context.Context, trace.Span) {
+	attrs := make([]attribute.KeyValue, 0, 2+len(s.Attrs)+len(more)+1)
 	if s.Key.Job != "" {
 		attrs = append(attrs, KeyJob.String(s.Key.Job))
 	}
@@ -290,7 +329,9 @@ func (t *Telemetry) start(ctx context.Context, s idemstore.SpanStart) (context.C
 		attrs = append(attrs, KeyPeriod.String(s.Key.Period))
 	}
 	attrs = convert(s.Attrs, attrs)
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+	attrs = append(attrs, more...)
+	opts := make([]trace.SpanStartOption, 1, 4)
+	opts[0] = internalKind
 	var linkKey attemptKey
 	switch s.Kind {
 	case idemstore.SpanAttempt:
@@ -304,7 +345,7 @@ func (t *Telemetry) start(ctx context.Context, s idemstore.SpanStart) (context.C
 		}
 	case idemstore.SpanDelivery:
 		attrs = append(attrs, KeyMessagingSystem.String("idem.outbox"))
-		opts[0] = trace.WithSpanKind(trace.SpanKindProducer)
+		opts[0] = producerKind
 		// The parent is the trace context stored with the message (the
 		// body that Put it); the relay's own span, if any, is a link.
 		stored := t.prop.Extract(context.Background(), propagation.MapCarrier(s.Headers))
@@ -316,12 +357,85 @@ func (t *Telemetry) start(ctx context.Context, s idemstore.SpanStart) (context.C
 		}
 	}
 	opts = append(opts, trace.WithAttributes(attrs...))
+	if !at.IsZero() {
+		opts = append(opts, trace.WithTimestamp(at))
+	}
 	ctx, span := t.tracer.Start(ctx, SpanName(s), opts...)
 	if linkKey.attempt > 0 {
 		t.links.put(linkKey, span.SpanContext())
 	}
-	return ctx, func(e idemstore.SpanEnd) { end(span, e) }
+	return ctx, span
 }
+
+// pendingKey is the context key of a call whose span has not started.
+type pendingKey struct{}
+
+// pendingOf returns the call of ctx whose span has not started, if any
+// (nil inside a span that started in it).
+func pendingOf(ctx context.Context) *pendingCall {
+	p, _ := ctx.Value(pendingKey{}).(*pendingCall)
+	return p
+}
+
+// pendingCall is a call of Run whose span starts when the call turns out
+// to be more than a duplicate: when work starts inside it (its attempt),
+// or at its end with an outcome other than already_done. A duplicate
+// gets none: an idem.duplicate event on the span of its context instead.
+// The span's start time is the call's.
+type pendingCall struct {
+	t   *Telemetry
+	ctx context.Context // the call's context: the parent's span
+	s   idemstore.SpanStart
+	at  time.Time
+
+	mu   sync.Mutex
+	span trace.Span // nil until started
+}
+
+// begin starts the call's span if it has not, and returns ctx with it.
+func (p *pendingCall) begin(ctx context.Context) context.Context {
+	p.mu.Lock()
+	if p.span == nil {
+		_, p.span = p.t.startSpan(p.ctx, p.s, p.at, nil)
+	}
+	span := p.span
+	p.mu.Unlock()
+	return trace.ContextWithSpan(ctx, span)
+}
+
+// end is the call's end.
+func (p *pendingCall) end(e idemstore.SpanEnd) {
+	p.mu.Lock()
+	span := p.span
+	p.mu.Unlock()
+	if span != nil {
+		end(span, e, true)
+		return
+	}
+	if e.Outcome == alreadyDone && e.Err == nil {
+		if parent := trace.SpanFromContext(p.ctx); parent.IsRecording() {
+			attrs := make([]attribute.KeyValue, 0, 3)
+			attrs = append(attrs, KeyJob.String(p.s.Key.Job))
+			if p.s.Key.Period != "" {
+				attrs = append(attrs, KeyPeriod.String(p.s.Key.Period))
+			}
+			if call, ok := lookup(p.s.Attrs, idemstore.AttrCall).(string); ok {
+				attrs = append(attrs, KeyCall.String(call))
+			}
+			parent.AddEvent(duplicateEvent, trace.WithAttributes(attrs...))
+		}
+		return
+	}
+	// Started and ended at once, with every attribute.
+	_, span = p.t.startSpan(p.ctx, p.s, p.at, endAttrs(e))
+	end(span, e, false)
+}
+
+// duplicateEvent is the event that a duplicate call adds to the span of
+// its context.
+const duplicateEvent = "idem.duplicate"
+
+var alreadyDone = idem.AlreadyDone.String()
 
 // notNow reports whether the outcome named says "not now" rather than
 // "failed" (idem.Outcome.NotNow, which the metrics' error counters use
@@ -331,23 +445,32 @@ func notNow(outcome string) bool {
 	return o.UnmarshalText([]byte(outcome)) == nil && o.NotNow()
 }
 
-func end(span trace.Span, e idemstore.SpanEnd) {
+// endAttrs are the attributes of a span's end.
+func endAttrs(e idemstore.SpanEnd) []attribute.KeyValue {
+	attrs := convert(e.Attrs, make([]attribute.KeyValue, 0, len(e.Attrs)+2))
+	if e.Outcome != "" {
+		attrs = append(attrs, KeyOutcome.String(e.Outcome))
+	}
+	if e.Outcome == alreadyDone {
+		attrs = append(attrs, KeyDuplicate.Bool(true))
+	}
+	return attrs
+}
+
+// end ends span as e says (setAttrs: with endAttrs(e), which a span
+// started at its end has already).
+func end(span trace.Span, e idemstore.SpanEnd, setAttrs bool) {
 	if !span.IsRecording() { // not sampled, or a no-op provider's
 		span.End()
 		return
 	}
-	attrs := convert(e.Attrs, nil)
-	if e.Outcome != "" {
-		attrs = append(attrs, KeyOutcome.String(e.Outcome))
+	if setAttrs {
+		span.SetAttributes(endAttrs(e)...)
 	}
-	switch e.Outcome {
-	case idem.AlreadyDone.String():
-		attrs = append(attrs, KeyDuplicate.Bool(true))
-	case idem.Deferred.String():
+	if e.Outcome == idem.Deferred.String() {
 		reason, _ := lookup(e.Attrs, idemstore.AttrReason).(string)
 		span.AddEvent("idem.deferred", trace.WithAttributes(KeyReason.String(reason)))
 	}
-	span.SetAttributes(attrs...)
 	if e.Err != nil {
 		span.RecordError(e.Err)
 		if !notNow(e.Outcome) {
