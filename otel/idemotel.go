@@ -17,7 +17,7 @@
 // # Spans
 //
 //	name                      kind      what
-//	<call> <job>              internal  one call of Run, RunTx, RunValue (call: idem.Run, idem.RunTx, ...); a catch-up's period's too
+//	<call> <job>              internal  one call of Run, RunTx, RunValue (call: idem.Run, idem.RunTx, ...); a catch-up's period's too; a duplicate's: none (see Duplicates)
 //	attempt <job>             internal  one attempt of fn, inside the call's span: fn's context is the attempt's
 //	idem.Each <job>         internal  one call of idem.Each or EachTx
 //	idem.Each.mark <job>    internal  the Run of the period's done mark, inside a fan-out's span
@@ -38,8 +38,25 @@
 // sets its status to Error, except the answers that say "not now" rather
 // than "failed": a deferral (idem.outcome deferred, with idem.reason, the
 // guard's name or breaker, and an event "idem.deferred") and a key that
-// another holder runs (in_progress). A duplicate, a key found done, is
-// idem.outcome already_done with idem.duplicate true and no attempt span.
+// another holder runs (in_progress).
+//
+// # Duplicates
+//
+// A duplicate, a call that finds its key done, has no span of its own: it
+// adds an event idem.duplicate (idem.job, idem.period, idem.call) to the
+// span of its context, if that span is recording, and records nothing
+// when there is none. A duplicate is the cheapest call, and a span of its
+// own would double its cost with the SDK's batching processor; the
+// metrics count it (idem.runs, idem.outcome already_done) all the same.
+// [WithDuplicateSpans] gives it a span, idem.outcome already_done with
+// idem.duplicate true, like every other call. For that, a call's span
+// starts when the call turns out to be more than a duplicate: when its
+// first attempt starts, or at its end with another outcome; its start
+// time is the call's all the same. NOT promised, without
+// WithDuplicateSpans: that what the store does before the attempt (the
+// claim) is inside the call's span. A span started from the context the
+// store is given there, such as an instrumented database driver's, is a
+// child of the caller's span.
 //
 // # Links between attempts
 //

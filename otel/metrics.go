@@ -112,8 +112,9 @@ type jobCache struct {
 
 // jobOpts are one job's measurement options.
 type jobOpts struct {
-	job  metric.MeasurementOption             // {idem.job}
-	runs [16]atomic.Pointer[metric.AddOption] // {idem.job, idem.outcome} by outcome, built on first use
+	job    metric.MeasurementOption             // {idem.job}
+	runs   [16]atomic.Pointer[metric.AddOption] // {idem.job, idem.outcome} by outcome, built on first use
+	seeded atomic.Bool                          // idem.retries and idem.errors have their series
 }
 
 // of returns job's options, nil when the cache is full and job not in it.
@@ -187,23 +188,33 @@ func instrument(name string) Instrument {
 }
 
 // Observe records one call's result. It is the function to give
-// idem.OnResult; [Metrics.Option] does that.
+// idem.OnResult; [Metrics.Option] does that. A job's series of
+// idem.retries and idem.errors start at its first call, at 0; the calls
+// after it add to them only what is not 0 (with a delta temporality, an
+// interval without retries or errors has no point for them).
 func (m *Metrics) Observe(r idem.Result) {
 	ctx := context.Background()
 	var job metric.MeasurementOption
 	var runs metric.AddOption
+	zeros := true // add the zeros of idem.retries and idem.errors too
 	if o := m.jobs.of(r.Key.Job, m.gauges.seenJob); o != nil {
 		job, runs = o.job, o.runsOption(r.Key.Job, r.Outcome)
+		zeros = !o.seeded.Load()
+		defer o.seeded.Store(true)
 	} else {
 		m.gauges.seenJob(r.Key.Job)
 		job, runs = metric.WithAttributes(KeyJob.String(r.Key.Job)), runsAttrs(r.Key.Job, r.Outcome)
 	}
 	m.runs.Add(ctx, 1, runs)
 	m.duration.Record(ctx, r.Duration.Seconds(), job)
-	m.retries.Add(ctx, int64(max(r.Attempts-1, 0)), job) // the series exists from the first call on, at 0
+	// The series of idem.retries and idem.errors exist from a job's first
+	// call on, at 0; the calls after it add only what is not 0.
+	if retries := int64(max(r.Attempts-1, 0)); retries > 0 || zeros {
+		m.retries.Add(ctx, retries, job)
+	}
 	if r.Err != nil && !r.Outcome.NotNow() {
 		m.errors.Add(ctx, 1, job)
-	} else {
+	} else if zeros {
 		m.errors.Add(ctx, 0, job)
 	}
 	var d *idem.Deferral
