@@ -338,7 +338,9 @@ var (
 // startSpan starts the span of s (at, if not zero: the work started
 // then), with s's attributes and more.
 func (t *Telemetry) startSpan(ctx context.Context, s idemstore.SpanStart, at time.Time, more []attribute.KeyValue) (context.Context, trace.Span) {
-	attrs := make([]attribute.KeyValue, 0, 2+len(s.Attrs)+len(more)+1)
+	buf := getAttrs()
+	defer putAttrs(buf)
+	attrs := (*buf)[:0]
 	if s.Key.Job != "" {
 		attrs = append(attrs, KeyJob.String(s.Key.Job))
 	}
@@ -373,15 +375,35 @@ func (t *Telemetry) startSpan(ctx context.Context, s idemstore.SpanStart, at tim
 			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
 	}
-	opts = append(opts, trace.WithAttributes(attrs...))
+	opts = append(opts, trace.WithAttributes(attrs...)) // copied into the span's config
 	if !at.IsZero() {
 		opts = append(opts, trace.WithTimestamp(at))
 	}
 	ctx, span := t.tracer.Start(ctx, SpanName(s), opts...)
+	*buf = attrs
 	if linkKey.attempt > 0 {
 		t.links.put(linkKey, span.SpanContext())
 	}
 	return ctx, span
+}
+
+// attrsPool holds the attribute slices of span starts and events, which
+// trace.WithAttributes copies (into the span's config, the event's): a
+// span's start allocates what the SDK keeps, not a slice more.
+var attrsPool = sync.Pool{New: func() any {
+	s := make([]attribute.KeyValue, 0, 16)
+	return &s
+}}
+
+func getAttrs() *[]attribute.KeyValue { return attrsPool.Get().(*[]attribute.KeyValue) }
+
+func putAttrs(s *[]attribute.KeyValue) {
+	if cap(*s) > 64 {
+		return // a rare large one: left to the collector
+	}
+	clear((*s)[:cap(*s)]) // holds no strings for the collector
+	*s = (*s)[:0]
+	attrsPool.Put(s)
 }
 
 // pendingKey is the context key of a call whose span has not started.
@@ -431,15 +453,17 @@ func (p *pendingCall) end(e idemstore.SpanEnd) {
 	}
 	if e.Outcome == alreadyDone && e.Err == nil {
 		if parent := trace.SpanFromContext(p.ctx); parent.IsRecording() {
-			attrs := make([]attribute.KeyValue, 0, 3)
-			attrs = append(attrs, KeyJob.String(p.s.Key.Job))
+			buf := getAttrs()
+			defer putAttrs(buf)
+			attrs := append((*buf)[:0], KeyJob.String(p.s.Key.Job))
 			if p.s.Key.Period != "" {
 				attrs = append(attrs, KeyPeriod.String(p.s.Key.Period))
 			}
 			if call, ok := lookup(p.s.Attrs, idemstore.AttrCall).(string); ok {
 				attrs = append(attrs, KeyCall.String(call))
 			}
-			parent.AddEvent(duplicateEvent, trace.WithAttributes(attrs...))
+			parent.AddEvent(duplicateEvent, trace.WithAttributes(attrs...)) // copied into the event
+			*buf = attrs
 		}
 		return
 	}
