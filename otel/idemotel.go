@@ -318,8 +318,8 @@ func (t *Telemetry) start(ctx context.Context, s idemstore.SpanStart) (context.C
 		ctx, inCall = p.begin(ctx), true // work inside a call: the call's span starts now, its parent
 	}
 	if s.Kind == idemstore.SpanRun && !t.dupSpans {
-		p := &pendingCall{t: t, ctx: ctx, s: s, at: time.Now()}
-		return context.WithValue(ctx, pendingKey{}, p), p.end
+		p := &pendingCall{Context: ctx, t: t, s: s, at: time.Now()}
+		return p, p.end
 	}
 	ctx, span := t.startSpan(ctx, s, time.Time{}, nil)
 	if inCall {
@@ -421,21 +421,32 @@ func pendingOf(ctx context.Context) *pendingCall {
 // or at its end with an outcome other than already_done. A duplicate
 // gets none: an idem.duplicate event on the span of its context instead.
 // The span's start time is the call's.
+//
+// It is the call's context too: the context it was started with (whose
+// span is the parent's), carrying itself under pendingKey.
 type pendingCall struct {
-	t   *Telemetry
-	ctx context.Context // the call's context: the parent's span
-	s   idemstore.SpanStart
-	at  time.Time
+	context.Context
+	t  *Telemetry
+	s  idemstore.SpanStart
+	at time.Time
 
 	mu   sync.Mutex
 	span trace.Span // nil until started
+}
+
+// Value returns p for pendingKey, else the value of the call's context.
+func (p *pendingCall) Value(key any) any {
+	if _, ok := key.(pendingKey); ok {
+		return p
+	}
+	return p.Context.Value(key)
 }
 
 // begin starts the call's span if it has not, and returns ctx with it.
 func (p *pendingCall) begin(ctx context.Context) context.Context {
 	p.mu.Lock()
 	if p.span == nil {
-		_, p.span = p.t.startSpan(p.ctx, p.s, p.at, nil)
+		_, p.span = p.t.startSpan(p.Context, p.s, p.at, nil)
 	}
 	span := p.span
 	p.mu.Unlock()
@@ -452,7 +463,7 @@ func (p *pendingCall) end(e idemstore.SpanEnd) {
 		return
 	}
 	if e.Outcome == alreadyDone && e.Err == nil {
-		if parent := trace.SpanFromContext(p.ctx); parent.IsRecording() {
+		if parent := trace.SpanFromContext(p.Context); parent.IsRecording() {
 			buf := getAttrs()
 			defer putAttrs(buf)
 			attrs := append((*buf)[:0], KeyJob.String(p.s.Key.Job))
@@ -468,7 +479,7 @@ func (p *pendingCall) end(e idemstore.SpanEnd) {
 		return
 	}
 	// Started and ended at once, with every attribute.
-	_, span = p.t.startSpan(p.ctx, p.s, p.at, endAttrs(e))
+	_, span = p.t.startSpan(p.Context, p.s, p.at, endAttrs(e))
 	end(span, e, false)
 }
 

@@ -110,11 +110,13 @@ type jobCache struct {
 	n atomic.Int64
 }
 
-// jobOpts are one job's measurement options.
+// jobOpts are one job's measurement options, as the slices the
+// instruments' variadic calls take (passed whole: not a slice a call).
 type jobOpts struct {
-	job    metric.MeasurementOption             // {idem.job}
-	runs   [16]atomic.Pointer[metric.AddOption] // {idem.job, idem.outcome} by outcome, built on first use
-	seeded atomic.Bool                          // idem.retries and idem.errors have their series
+	add    []metric.AddOption                     // {idem.job}
+	record []metric.RecordOption                  // {idem.job}
+	runs   [16]atomic.Pointer[[]metric.AddOption] // {idem.job, idem.outcome} by outcome, built on first use
+	seeded atomic.Bool                            // idem.retries and idem.errors have their series
 }
 
 // of returns job's options, nil when the cache is full and job not in it.
@@ -126,24 +128,25 @@ func (c *jobCache) of(job string, seen func(string)) *jobOpts {
 		return nil
 	}
 	seen(job) // once per job cached: the gauges report it from now on
-	o, loaded := c.m.LoadOrStore(job, &jobOpts{job: metric.WithAttributeSet(attribute.NewSet(KeyJob.String(job)))})
+	opt := metric.WithAttributeSet(attribute.NewSet(KeyJob.String(job)))
+	o, loaded := c.m.LoadOrStore(job, &jobOpts{add: []metric.AddOption{opt}, record: []metric.RecordOption{opt}})
 	if !loaded {
 		c.n.Add(1)
 	}
 	return o.(*jobOpts)
 }
 
-// runsOption is the option of idem.runs for job o and outcome.
-func (j *jobOpts) runsOption(job string, outcome idem.Outcome) metric.AddOption {
+// runsOptions are the options of idem.runs for job and outcome.
+func (j *jobOpts) runsOptions(job string, outcome idem.Outcome) []metric.AddOption {
 	if outcome < 0 || int(outcome) >= len(j.runs) {
-		return runsAttrs(job, outcome)
+		return []metric.AddOption{runsAttrs(job, outcome)}
 	}
 	if p := j.runs[outcome].Load(); p != nil {
 		return *p
 	}
-	opt := runsAttrs(job, outcome)
-	j.runs[outcome].Store(&opt)
-	return opt
+	opts := []metric.AddOption{runsAttrs(job, outcome)}
+	j.runs[outcome].Store(&opts)
+	return opts
 }
 
 func runsAttrs(job string, outcome idem.Outcome) metric.AddOption {
@@ -194,32 +197,33 @@ func instrument(name string) Instrument {
 // interval without retries or errors has no point for them).
 func (m *Metrics) Observe(r idem.Result) {
 	ctx := context.Background()
-	var job metric.MeasurementOption
-	var runs metric.AddOption
+	o := m.jobs.of(r.Key.Job, m.gauges.seenJob)
 	zeros := true // add the zeros of idem.retries and idem.errors too
-	if o := m.jobs.of(r.Key.Job, m.gauges.seenJob); o != nil {
-		job, runs = o.job, o.runsOption(r.Key.Job, r.Outcome)
+	if o != nil {
 		zeros = !o.seeded.Load()
 		defer o.seeded.Store(true)
 	} else {
 		m.gauges.seenJob(r.Key.Job)
-		job, runs = metric.WithAttributes(KeyJob.String(r.Key.Job)), runsAttrs(r.Key.Job, r.Outcome)
+		opt := metric.WithAttributes(KeyJob.String(r.Key.Job))
+		o = &jobOpts{add: []metric.AddOption{opt}, record: []metric.RecordOption{opt}}
 	}
-	m.runs.Add(ctx, 1, runs)
-	m.duration.Record(ctx, r.Duration.Seconds(), job)
+	m.runs.Add(ctx, 1, o.runsOptions(r.Key.Job, r.Outcome)...)
+	m.duration.Record(ctx, r.Duration.Seconds(), o.record...)
 	// The series of idem.retries and idem.errors exist from a job's first
 	// call on, at 0; the calls after it add only what is not 0.
 	if retries := int64(max(r.Attempts-1, 0)); retries > 0 || zeros {
-		m.retries.Add(ctx, retries, job)
+		m.retries.Add(ctx, retries, o.add...)
 	}
 	if r.Err != nil && !r.Outcome.NotNow() {
-		m.errors.Add(ctx, 1, job)
+		m.errors.Add(ctx, 1, o.add...)
 	} else if zeros {
-		m.errors.Add(ctx, 0, job)
+		m.errors.Add(ctx, 0, o.add...)
 	}
-	var d *idem.Deferral
-	if r.Outcome == idem.Deferred && errors.As(r.Err, &d) {
-		m.deferrals.Add(ctx, 1, metric.WithAttributes(KeyJob.String(r.Key.Job), KeyReason.String(d.Reason)))
+	if r.Outcome == idem.Deferred {
+		var d *idem.Deferral // allocated here only: errors.As takes its address
+		if errors.As(r.Err, &d) {
+			m.deferrals.Add(ctx, 1, metric.WithAttributes(KeyJob.String(r.Key.Job), KeyReason.String(d.Reason)))
+		}
 	}
 	if r.Outcome == idem.Ran && r.Items.Total() > 0 {
 		m.items.Add(ctx, r.Items.Done, metric.WithAttributes(KeyJob.String(r.Key.Job), KeyStatus.String("done")))
