@@ -321,10 +321,19 @@ func (t *Telemetry) start(ctx context.Context, s idemstore.SpanStart) (context.C
 		p := &pendingCall{Context: ctx, t: t, s: s, at: time.Now()}
 		return p, p.end
 	}
-	ctx, span := t.startSpan(ctx, s, time.Time{}, nil)
+	ctx, span, linked := t.startSpan(ctx, s, time.Time{}, nil)
 	if inCall {
 		// What starts inside this span is its child, not the call's.
 		ctx = context.WithValue(ctx, pendingKey{}, (*pendingCall)(nil))
+	}
+	if linked.attempt > 0 {
+		return ctx, func(e idemstore.SpanEnd) {
+			if e.Err == nil {
+				// The key is done: no attempt of it follows this one.
+				t.links.forget(linked, span.SpanContext())
+			}
+			end(span, e, true)
+		}
 	}
 	return ctx, func(e idemstore.SpanEnd) { end(span, e, true) }
 }
@@ -336,8 +345,9 @@ var (
 )
 
 // startSpan starts the span of s (at, if not zero: the work started
-// then), with s's attributes and more.
-func (t *Telemetry) startSpan(ctx context.Context, s idemstore.SpanStart, at time.Time, more []attribute.KeyValue) (context.Context, trace.Span) {
+// then), with s's attributes and more. An attempt's span context is kept
+// for the links of the attempts after it, under linked.
+func (t *Telemetry) startSpan(ctx context.Context, s idemstore.SpanStart, at time.Time, more []attribute.KeyValue) (_ context.Context, _ trace.Span, linked attemptKey) {
 	buf := getAttrs()
 	defer putAttrs(buf)
 	attrs := (*buf)[:0]
@@ -381,10 +391,10 @@ func (t *Telemetry) startSpan(ctx context.Context, s idemstore.SpanStart, at tim
 	}
 	ctx, span := t.tracer.Start(ctx, SpanName(s), opts...)
 	*buf = attrs
-	if linkKey.attempt > 0 {
-		t.links.put(linkKey, span.SpanContext())
+	if linkKey.attempt > 0 && t.links.put(linkKey, span.SpanContext()) {
+		linked = linkKey
 	}
-	return ctx, span
+	return ctx, span, linked
 }
 
 // attrsPool holds the attribute slices of span starts and events, which
@@ -446,7 +456,7 @@ func (p *pendingCall) Value(key any) any {
 func (p *pendingCall) begin(ctx context.Context) context.Context {
 	p.mu.Lock()
 	if p.span == nil {
-		_, p.span = p.t.startSpan(p.Context, p.s, p.at, nil)
+		_, p.span, _ = p.t.startSpan(p.Context, p.s, p.at, nil)
 	}
 	span := p.span
 	p.mu.Unlock()
@@ -479,7 +489,7 @@ func (p *pendingCall) end(e idemstore.SpanEnd) {
 		return
 	}
 	// Started and ended at once, with every attribute.
-	_, span = p.t.startSpan(p.Context, p.s, p.at, endAttrs(e))
+	_, span, _ = p.t.startSpan(p.Context, p.s, p.at, endAttrs(e))
 	end(span, e, false)
 }
 
@@ -543,7 +553,7 @@ type linkCache struct {
 	mu    sync.Mutex
 	n     int
 	m     map[attemptKey]trace.SpanContext
-	order []attemptKey // a ring of the keys in m, oldest at next
+	order []attemptKey // a ring of the keys put, oldest at next
 	next  int
 }
 
@@ -551,15 +561,16 @@ func newLinkCache(n int) *linkCache {
 	return &linkCache{n: n, m: make(map[attemptKey]trace.SpanContext)}
 }
 
-func (c *linkCache) put(k attemptKey, sc trace.SpanContext) {
+// put keeps sc for k and reports whether it did.
+func (c *linkCache) put(k attemptKey, sc trace.SpanContext) bool {
 	if c.n == 0 || !sc.IsValid() {
-		return
+		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.m[k]; ok {
 		c.m[k] = sc
-		return
+		return true
 	}
 	if len(c.order) < c.n {
 		c.order = append(c.order, k)
@@ -569,6 +580,18 @@ func (c *linkCache) put(k attemptKey, sc trace.SpanContext) {
 		c.next = (c.next + 1) % c.n
 	}
 	c.m[k] = sc
+	return true
+}
+
+// forget drops k's span context if it is sc: an attempt that ended with
+// its key done is followed by none, and the map keeps only the attempts
+// that may be (a ring entry of a key forgotten stays until its turn).
+func (c *linkCache) forget(k attemptKey, sc trace.SpanContext) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.m[k]; ok && cur.Equal(sc) {
+		delete(c.m, k)
+	}
 }
 
 func (c *linkCache) get(k attemptKey) (trace.SpanContext, bool) {
