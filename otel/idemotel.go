@@ -509,6 +509,9 @@ func notNow(outcome string) bool {
 
 // endAttrs are the attributes of a span's end.
 func endAttrs(e idemstore.SpanEnd) []attribute.KeyValue {
+	if len(e.Attrs) == 0 && e.Outcome == "" {
+		return nil // an attempt's: no slice to allocate
+	}
 	attrs := convert(e.Attrs, make([]attribute.KeyValue, 0, len(e.Attrs)+2))
 	if e.Outcome != "" {
 		attrs = append(attrs, KeyOutcome.String(e.Outcome))
