@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"errors"
+	"reflect"
+	"sync"
 
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/storeof"
@@ -31,7 +33,7 @@ func startRunSpan(ctx context.Context, s idemstore.Store, key Key, cfg *config, 
 	return idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanRun, Key: key, Attrs: []idemstore.Attr{
 		{Key: idemstore.AttrCall, Value: boxed(call)},
 		{Key: idemstore.AttrMode, Value: boxed(cfg.mode.name)},
-		{Key: idemstore.AttrStore, Value: boxed(storeof.TypeName(s))},
+		{Key: idemstore.AttrStore, Value: storeAttr(s)},
 	}})
 }
 
@@ -42,6 +44,24 @@ var (
 	boxedAtLeastOnce, boxedAtMostOnce, boxedTwoPhase any = "at-least-once", "at-most-once", "two-phase"
 	boxedLedger, boxedStateFile                      any = "*idem.Ledger", "*idem.StateFile"
 )
+
+// storeNames are the names of the stores' types (fmt's %T) that name no
+// store of this package, boxed, by type.
+var storeNames sync.Map // reflect.Type → any
+
+// storeAttr is storeof.TypeName(s) as an any, formatted and boxed once
+// per type.
+func storeAttr(s idemstore.Store) any {
+	if n, ok := s.(storeof.Named); ok {
+		return boxed(n.StoreName())
+	}
+	t := reflect.TypeOf(s)
+	if v, ok := storeNames.Load(t); ok {
+		return v
+	}
+	v, _ := storeNames.LoadOrStore(t, any(storeof.TypeName(s)))
+	return v
+}
 
 // boxed returns s as an any, one boxed once if s is one of those.
 func boxed(s string) any {
