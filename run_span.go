@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"errors"
+	"reflect"
+	"sync"
 
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/storeof"
@@ -29,10 +31,57 @@ func startRunSpan(ctx context.Context, s idemstore.Store, key Key, cfg *config, 
 		call = cfg.spanCall
 	}
 	return idemstore.StartSpan(ctx, idemstore.SpanStart{Kind: idemstore.SpanRun, Key: key, Attrs: []idemstore.Attr{
-		{Key: idemstore.AttrCall, Value: call},
-		{Key: idemstore.AttrMode, Value: cfg.mode.name},
-		{Key: idemstore.AttrStore, Value: storeof.TypeName(s)},
+		{Key: idemstore.AttrCall, Value: boxed(call)},
+		{Key: idemstore.AttrMode, Value: boxed(cfg.mode.name)},
+		{Key: idemstore.AttrStore, Value: storeAttr(s)},
 	}})
+}
+
+// The values a call's span mostly starts with, boxed once: a string
+// converted to an any at every call is an allocation.
+var (
+	boxedRun, boxedRunTx                             any = "idem.Run", "idem.RunTx"
+	boxedAtLeastOnce, boxedAtMostOnce, boxedTwoPhase any = "at-least-once", "at-most-once", "two-phase"
+	boxedLedger, boxedStateFile                      any = "*idem.Ledger", "*idem.StateFile"
+)
+
+// storeNames are the names of the stores' types (fmt's %T) that name no
+// store of this package, boxed, by type.
+var storeNames sync.Map // reflect.Type → any
+
+// storeAttr is storeof.TypeName(s) as an any, formatted and boxed once
+// per type.
+func storeAttr(s idemstore.Store) any {
+	if n, ok := s.(storeof.Named); ok {
+		return boxed(n.StoreName())
+	}
+	t := reflect.TypeOf(s)
+	if v, ok := storeNames.Load(t); ok {
+		return v
+	}
+	v, _ := storeNames.LoadOrStore(t, any(storeof.TypeName(s)))
+	return v
+}
+
+// boxed returns s as an any, one boxed once if s is one of those.
+func boxed(s string) any {
+	switch s {
+	case "idem.Run":
+		return boxedRun
+	case "idem.RunTx":
+		return boxedRunTx
+	case "at-least-once":
+		return boxedAtLeastOnce
+	case "at-most-once":
+		return boxedAtMostOnce
+	case "two-phase":
+		return boxedTwoPhase
+	case "*idem.Ledger":
+		return boxedLedger
+	case "*idem.StateFile":
+		return boxedStateFile
+	}
+	return s
 }
 
 // endRunSpan reports the end of a call with its result.
@@ -40,14 +89,16 @@ func endRunSpan(end func(idemstore.SpanEnd), res Result) {
 	if end == nil {
 		return
 	}
-	e := idemstore.SpanEnd{Outcome: res.Outcome.String(), Err: res.Err,
-		Attrs: []idemstore.Attr{{Key: idemstore.AttrAttempts, Value: res.Attempts}}}
+	e := idemstore.SpanEnd{Outcome: res.Outcome.String(), Err: res.Err, Attrs: make([]idemstore.Attr, 1, 3)}
+	e.Attrs[0] = idemstore.Attr{Key: idemstore.AttrAttempts, Value: res.Attempts}
 	if res.Attempt > 0 {
 		e.Attrs = append(e.Attrs, idemstore.Attr{Key: idemstore.AttrAttempt, Value: res.Attempt})
 	}
-	var d *Deferral
-	if res.Outcome == Deferred && errors.As(res.Err, &d) {
-		e.Attrs = append(e.Attrs, idemstore.Attr{Key: idemstore.AttrReason, Value: d.Reason})
+	if res.Outcome == Deferred {
+		var d *Deferral // allocated here only: errors.As takes its address
+		if errors.As(res.Err, &d) {
+			e.Attrs = append(e.Attrs, idemstore.Attr{Key: idemstore.AttrReason, Value: d.Reason})
+		}
 	}
 	end(e)
 }

@@ -17,11 +17,13 @@ import (
 // otelOverhead: what tracing costs a Ledger.Run (module otel, package
 // idemotel): fresh Runs of new keys and duplicate Runs of done keys,
 // without the adapter, with it over OpenTelemetry's no-op tracer
-// provider, and with it over the SDK with a batching span processor (its
-// exporter discards the batches). The three variants take turns each
-// round, on one ledger, each with keys of its own; the line gives their
-// throughputs and the cost per Run of each adapter, in microseconds.
-// Metrics (Telemetry.Option) are not measured: spans only.
+// provider, with it over the SDK with a batching span processor (its
+// exporter discards the batches), and the same with
+// idemotel.WithDuplicateSpans (a span for a duplicate too). The variants
+// take turns each round, on one ledger, each with keys of its own; the
+// line gives their throughputs and each adapter's as a ratio of the
+// throughput without it (below 1 by its cost), then the cost per Run in
+// microseconds. Metrics (Telemetry.Option) are not measured: spans only.
 func otelOverhead(ctx context.Context, cfg config) (result, error) {
 	_, l, cleanup, err := ledgerInTempDir(ctx, "otel")
 	if err != nil {
@@ -34,12 +36,14 @@ func otelOverhead(ctx context.Context, cfg config) (result, error) {
 	variants := []struct {
 		name string
 		tp   trace.TracerProvider // nil: no adapter
-	}{{"without", nil}, {"noop", tracenoop.NewTracerProvider()}, {"sdk_batch", sdk}}
+		opts []idemotel.Option
+	}{{"without", nil, nil}, {"noop", tracenoop.NewTracerProvider(), nil}, {"sdk_batch", sdk, nil},
+		{"sdk_batch_dupspans", sdk, []idemotel.Option{idemotel.WithDuplicateSpans()}}}
 	ctxs := make([]context.Context, len(variants))
 	for i, v := range variants {
 		ctxs[i] = ctx
 		if v.tp != nil {
-			tel, err := idemotel.New(v.tp, mp)
+			tel, err := idemotel.New(v.tp, mp, v.opts...)
 			if err != nil {
 				return result{}, err
 			}
@@ -84,9 +88,19 @@ func otelOverhead(ctx context.Context, cfg config) (result, error) {
 		if text != "" {
 			text += "; "
 		}
-		text += fmt.Sprintf("%s Run/s without=%s noop=%s sdk_batch=%s (cost per Run: noop %+.1fµs, sdk_batch %+.1fµs)", part.what,
-			rate(perSecond(part.ts[0].n, part.ts[0].d)), rate(perSecond(part.ts[1].n, part.ts[1].d)), rate(perSecond(part.ts[2].n, part.ts[2].d)),
-			perRun(part.ts[1])-perRun(part.ts[0]), perRun(part.ts[2])-perRun(part.ts[0]))
+		text += part.what + " Run/s"
+		for i, v := range variants {
+			text += fmt.Sprintf(" %s=%s", v.name, rate(perSecond(part.ts[i].n, part.ts[i].d)))
+		}
+		text += " (ratio to without:"
+		for i, v := range variants[1:] {
+			text += fmt.Sprintf(" %s %.2f", v.name, perRun(part.ts[0])/perRun(part.ts[i+1]))
+		}
+		text += "; cost per Run:"
+		for i, v := range variants[1:] {
+			text += fmt.Sprintf(" %s %+.1fµs", v.name, perRun(part.ts[i+1])-perRun(part.ts[0]))
+		}
+		text += ")"
 	}
 	return result{text: text}, nil
 }

@@ -40,12 +40,16 @@ func TestCrashAndRetryLinked(t *testing.T) {
 			t.Fatalf("recover: %v", err)
 		}
 		runs := r.spans("idem.Run crashy")
+		if c.Point == idemtest.AfterDone {
+			// The recovery finds the key done: a duplicate, no span of
+			// its own (TestDuplicateEvent).
+			if len(runs) != 1 {
+				t.Fatalf("run spans %v after a recovery that found the key done", r.names())
+			}
+			return
+		}
 		if len(runs) != 2 {
 			t.Fatalf("run spans %v", r.names())
-		}
-		if c.Point == idemtest.AfterDone {
-			wantAttrs(t, runs[1], KeyOutcome("already_done"))
-			return
 		}
 		atts := r.spans("attempt crashy")
 		if len(atts) != len(before)+1 {

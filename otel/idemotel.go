@@ -17,7 +17,7 @@
 // # Spans
 //
 //	name                      kind      what
-//	<call> <job>              internal  one call of Run, RunTx, RunValue (call: idem.Run, idem.RunTx, ...); a catch-up's period's too
+//	<call> <job>              internal  one call of Run, RunTx, RunValue (call: idem.Run, idem.RunTx, ...); a catch-up's period's too; a duplicate's: none (see Duplicates)
 //	attempt <job>             internal  one attempt of fn, inside the call's span: fn's context is the attempt's
 //	idem.Each <job>         internal  one call of idem.Each or EachTx
 //	idem.Each.mark <job>    internal  the Run of the period's done mark, inside a fan-out's span
@@ -38,8 +38,25 @@
 // sets its status to Error, except the answers that say "not now" rather
 // than "failed": a deferral (idem.outcome deferred, with idem.reason, the
 // guard's name or breaker, and an event "idem.deferred") and a key that
-// another holder runs (in_progress). A duplicate, a key found done, is
-// idem.outcome already_done with idem.duplicate true and no attempt span.
+// another holder runs (in_progress).
+//
+// # Duplicates
+//
+// A duplicate, a call that finds its key done, has no span of its own: it
+// adds an event idem.duplicate (idem.job, idem.period, idem.call) to the
+// span of its context, if that span is recording, and records nothing
+// when there is none. A duplicate is the cheapest call, and a span of its
+// own would double its cost with the SDK's batching processor; the
+// metrics count it (idem.runs, idem.outcome already_done) all the same.
+// [WithDuplicateSpans] gives it a span, idem.outcome already_done with
+// idem.duplicate true, like every other call. For that, a call's span
+// starts when the call turns out to be more than a duplicate: when its
+// first attempt starts, or at its end with another outcome; its start
+// time is the call's all the same. NOT promised, without
+// WithDuplicateSpans: that what the store does before the attempt (the
+// claim) is inside the call's span. A span started from the context the
+// store is given there, such as an instrumented database driver's, is a
+// child of the caller's span.
 //
 // # Links between attempts
 //
@@ -88,6 +105,7 @@ package idemotel
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
@@ -110,8 +128,9 @@ const DefaultLinks = 4096
 type Option func(*config)
 
 type config struct {
-	prop  propagation.TextMapPropagator
-	links int
+	prop     propagation.TextMapPropagator
+	links    int
+	dupSpans bool
 }
 
 // WithPropagator sets the propagator that writes the trace context into a
@@ -121,6 +140,14 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 	return func(c *config) { c.prop = p }
 }
 
+// WithDuplicateSpans gives every call a span from its start, a duplicate's
+// too: a span with idem.outcome already_done and idem.duplicate true,
+// instead of an idem.duplicate event on the span of its context. It costs
+// a duplicate call a span (see the bench's otel_sdk_duplicate_vs_plain
+// line); what the store does during the claim (the spans of an
+// instrumented database driver) is then inside the call's span.
+func WithDuplicateSpans() Option { return func(c *config) { c.dupSpans = true } }
+
 // WithLinks sets how many attempts' span contexts are kept for links
 // (default [DefaultLinks]); 0 keeps none: no links between attempts.
 func WithLinks(n int) Option { return func(c *config) { c.links = max(n, 0) } }
@@ -129,11 +156,12 @@ func WithLinks(n int) Option { return func(c *config) { c.links = max(n, 0) } }
 // and records its metrics ([Telemetry.Option]). It is safe for concurrent
 // use.
 type Telemetry struct {
-	tracer  trace.Tracer
-	prop    propagation.TextMapPropagator
-	spans   *idemstore.Spans
-	links   *linkCache
-	metrics *Metrics
+	tracer   trace.Tracer
+	prop     propagation.TextMapPropagator
+	spans    *idemstore.Spans
+	links    *linkCache
+	metrics  *Metrics
+	dupSpans bool
 }
 
 // New returns the Telemetry that traces through tp and records metrics
@@ -155,7 +183,7 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, opts ...Option) (*Tel
 	if err != nil {
 		return nil, err
 	}
-	t := &Telemetry{tracer: tp.Tracer(ScopeName), prop: c.prop, links: newLinkCache(c.links), metrics: m}
+	t := &Telemetry{tracer: tp.Tracer(ScopeName), prop: c.prop, links: newLinkCache(c.links), metrics: m, dupSpans: c.dupSpans}
 	t.spans = &idemstore.Spans{Start: t.start, Inject: t.inject}
 	return t, nil
 }
@@ -181,6 +209,9 @@ func (t *Telemetry) Observe(r idem.Result) { t.metrics.Observe(r) }
 func (t *Telemetry) Metrics() *Metrics { return t.metrics }
 
 func (t *Telemetry) inject(ctx context.Context, h map[string]string) {
+	if p := pendingOf(ctx); p != nil {
+		ctx = p.begin(ctx) // the call's span is the context that travels
+	}
 	t.prop.Inject(ctx, propagation.MapCarrier(h))
 }
 
@@ -282,7 +313,44 @@ func SpanName(s idemstore.SpanStart) string {
 
 // start is the engine's Spans.Start.
 func (t *Telemetry) start(ctx context.Context, s idemstore.SpanStart) (context.Context, func(idemstore.SpanEnd)) {
-	attrs := make([]attribute.KeyValue, 0, 8)
+	inCall := false
+	if p := pendingOf(ctx); p != nil {
+		ctx, inCall = p.begin(ctx), true // work inside a call: the call's span starts now, its parent
+	}
+	if s.Kind == idemstore.SpanRun && !t.dupSpans {
+		p := &pendingCall{Context: ctx, t: t, s: s, at: time.Now()}
+		return p, p.end
+	}
+	ctx, span, linked := t.startSpan(ctx, s, time.Time{}, nil)
+	if inCall {
+		// What starts inside this span is its child, not the call's.
+		ctx = context.WithValue(ctx, pendingKey{}, (*pendingCall)(nil))
+	}
+	if linked.attempt > 0 {
+		return ctx, func(e idemstore.SpanEnd) {
+			if e.Err == nil {
+				// The key is done: no attempt of it follows this one.
+				t.links.forget(linked, span.SpanContext())
+			}
+			end(span, e, true)
+		}
+	}
+	return ctx, func(e idemstore.SpanEnd) { end(span, e, true) }
+}
+
+// Span start options that every span of a kind shares.
+var (
+	internalKind = trace.WithSpanKind(trace.SpanKindInternal)
+	producerKind = trace.WithSpanKind(trace.SpanKindProducer)
+)
+
+// startSpan starts the span of s (at, if not zero: the work started
+// then), with s's attributes and more. An attempt's span context is kept
+// for the links of the attempts after it, under linked.
+func (t *Telemetry) startSpan(ctx context.Context, s idemstore.SpanStart, at time.Time, more []attribute.KeyValue) (_ context.Context, _ trace.Span, linked attemptKey) {
+	buf := getAttrs()
+	defer putAttrs(buf)
+	attrs := (*buf)[:0]
 	if s.Key.Job != "" {
 		attrs = append(attrs, KeyJob.String(s.Key.Job))
 	}
@@ -290,7 +358,9 @@ func (t *Telemetry) start(ctx context.Context, s idemstore.SpanStart) (context.C
 		attrs = append(attrs, KeyPeriod.String(s.Key.Period))
 	}
 	attrs = convert(s.Attrs, attrs)
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+	attrs = append(attrs, more...)
+	opts := make([]trace.SpanStartOption, 1, 4)
+	opts[0] = internalKind
 	var linkKey attemptKey
 	switch s.Kind {
 	case idemstore.SpanAttempt:
@@ -304,7 +374,7 @@ func (t *Telemetry) start(ctx context.Context, s idemstore.SpanStart) (context.C
 		}
 	case idemstore.SpanDelivery:
 		attrs = append(attrs, KeyMessagingSystem.String("idem.outbox"))
-		opts[0] = trace.WithSpanKind(trace.SpanKindProducer)
+		opts[0] = producerKind
 		// The parent is the trace context stored with the message (the
 		// body that Put it); the relay's own span, if any, is a link.
 		stored := t.prop.Extract(context.Background(), propagation.MapCarrier(s.Headers))
@@ -315,13 +385,119 @@ func (t *Telemetry) start(ctx context.Context, s idemstore.SpanStart) (context.C
 			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
 	}
-	opts = append(opts, trace.WithAttributes(attrs...))
-	ctx, span := t.tracer.Start(ctx, SpanName(s), opts...)
-	if linkKey.attempt > 0 {
-		t.links.put(linkKey, span.SpanContext())
+	opts = append(opts, trace.WithAttributes(attrs...)) // copied into the span's config
+	if !at.IsZero() {
+		opts = append(opts, trace.WithTimestamp(at))
 	}
-	return ctx, func(e idemstore.SpanEnd) { end(span, e) }
+	ctx, span := t.tracer.Start(ctx, SpanName(s), opts...)
+	*buf = attrs
+	if linkKey.attempt > 0 && t.links.put(linkKey, span.SpanContext()) {
+		linked = linkKey
+	}
+	return ctx, span, linked
 }
+
+// attrsPool holds the attribute slices of span starts and events, which
+// trace.WithAttributes copies (into the span's config, the event's): a
+// span's start allocates what the SDK keeps, not a slice more.
+var attrsPool = sync.Pool{New: func() any {
+	s := make([]attribute.KeyValue, 0, 16)
+	return &s
+}}
+
+func getAttrs() *[]attribute.KeyValue { return attrsPool.Get().(*[]attribute.KeyValue) }
+
+func putAttrs(s *[]attribute.KeyValue) {
+	if cap(*s) > 64 {
+		return // a rare large one: left to the collector
+	}
+	clear((*s)[:cap(*s)]) // holds no strings for the collector
+	*s = (*s)[:0]
+	attrsPool.Put(s)
+}
+
+// pendingKey is the context key of a call whose span has not started.
+type pendingKey struct{}
+
+// pendingOf returns the call of ctx whose span has not started, if any
+// (nil inside a span that started in it).
+func pendingOf(ctx context.Context) *pendingCall {
+	p, _ := ctx.Value(pendingKey{}).(*pendingCall)
+	return p
+}
+
+// pendingCall is a call of Run whose span starts when the call turns out
+// to be more than a duplicate: when work starts inside it (its attempt),
+// or at its end with an outcome other than already_done. A duplicate
+// gets none: an idem.duplicate event on the span of its context instead.
+// The span's start time is the call's.
+//
+// It is the call's context too: the context it was started with (whose
+// span is the parent's), carrying itself under pendingKey.
+type pendingCall struct {
+	context.Context
+	t  *Telemetry
+	s  idemstore.SpanStart
+	at time.Time
+
+	mu   sync.Mutex
+	span trace.Span // nil until started
+}
+
+// Value returns p for pendingKey, else the value of the call's context.
+func (p *pendingCall) Value(key any) any {
+	if _, ok := key.(pendingKey); ok {
+		return p
+	}
+	return p.Context.Value(key)
+}
+
+// begin starts the call's span if it has not, and returns ctx with it.
+func (p *pendingCall) begin(ctx context.Context) context.Context {
+	p.mu.Lock()
+	if p.span == nil {
+		_, p.span, _ = p.t.startSpan(p.Context, p.s, p.at, nil)
+	}
+	span := p.span
+	p.mu.Unlock()
+	return trace.ContextWithSpan(ctx, span)
+}
+
+// end is the call's end.
+func (p *pendingCall) end(e idemstore.SpanEnd) {
+	p.mu.Lock()
+	span := p.span
+	p.mu.Unlock()
+	if span != nil {
+		end(span, e, true)
+		return
+	}
+	if e.Outcome == alreadyDone && e.Err == nil {
+		if parent := trace.SpanFromContext(p.Context); parent.IsRecording() {
+			buf := getAttrs()
+			defer putAttrs(buf)
+			attrs := append((*buf)[:0], KeyJob.String(p.s.Key.Job))
+			if p.s.Key.Period != "" {
+				attrs = append(attrs, KeyPeriod.String(p.s.Key.Period))
+			}
+			if call, ok := lookup(p.s.Attrs, idemstore.AttrCall).(string); ok {
+				attrs = append(attrs, KeyCall.String(call))
+			}
+			parent.AddEvent(duplicateEvent, trace.WithAttributes(attrs...)) // copied into the event
+			*buf = attrs
+		}
+		return
+	}
+	// Started and ended at once, with every attribute.
+	_, span, _ = p.t.startSpan(p.Context, p.s, p.at, endAttrs(e))
+	end(span, e, false)
+}
+
+// duplicateEvent is the event that a duplicate call adds to the span of
+// its context.
+const duplicateEvent = "idem.duplicate"
+
+var alreadyDone = idem.AlreadyDone.String()
 
 // notNow reports whether the outcome named says "not now" rather than
 // "failed" (idem.Outcome.NotNow, which the metrics' error counters use
@@ -331,23 +507,35 @@ func notNow(outcome string) bool {
 	return o.UnmarshalText([]byte(outcome)) == nil && o.NotNow()
 }
 
-func end(span trace.Span, e idemstore.SpanEnd) {
+// endAttrs are the attributes of a span's end.
+func endAttrs(e idemstore.SpanEnd) []attribute.KeyValue {
+	if len(e.Attrs) == 0 && e.Outcome == "" {
+		return nil // an attempt's: no slice to allocate
+	}
+	attrs := convert(e.Attrs, make([]attribute.KeyValue, 0, len(e.Attrs)+2))
+	if e.Outcome != "" {
+		attrs = append(attrs, KeyOutcome.String(e.Outcome))
+	}
+	if e.Outcome == alreadyDone {
+		attrs = append(attrs, KeyDuplicate.Bool(true))
+	}
+	return attrs
+}
+
+// end ends span as e says (setAttrs: with endAttrs(e), which a span
+// started at its end has already).
+func end(span trace.Span, e idemstore.SpanEnd, setAttrs bool) {
 	if !span.IsRecording() { // not sampled, or a no-op provider's
 		span.End()
 		return
 	}
-	attrs := convert(e.Attrs, nil)
-	if e.Outcome != "" {
-		attrs = append(attrs, KeyOutcome.String(e.Outcome))
+	if setAttrs {
+		span.SetAttributes(endAttrs(e)...)
 	}
-	switch e.Outcome {
-	case idem.AlreadyDone.String():
-		attrs = append(attrs, KeyDuplicate.Bool(true))
-	case idem.Deferred.String():
+	if e.Outcome == idem.Deferred.String() {
 		reason, _ := lookup(e.Attrs, idemstore.AttrReason).(string)
 		span.AddEvent("idem.deferred", trace.WithAttributes(KeyReason.String(reason)))
 	}
-	span.SetAttributes(attrs...)
 	if e.Err != nil {
 		span.RecordError(e.Err)
 		if !notNow(e.Outcome) {
@@ -368,7 +556,7 @@ type linkCache struct {
 	mu    sync.Mutex
 	n     int
 	m     map[attemptKey]trace.SpanContext
-	order []attemptKey // a ring of the keys in m, oldest at next
+	order []attemptKey // a ring of the keys put, oldest at next
 	next  int
 }
 
@@ -376,15 +564,16 @@ func newLinkCache(n int) *linkCache {
 	return &linkCache{n: n, m: make(map[attemptKey]trace.SpanContext)}
 }
 
-func (c *linkCache) put(k attemptKey, sc trace.SpanContext) {
+// put keeps sc for k and reports whether it did.
+func (c *linkCache) put(k attemptKey, sc trace.SpanContext) bool {
 	if c.n == 0 || !sc.IsValid() {
-		return
+		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.m[k]; ok {
 		c.m[k] = sc
-		return
+		return true
 	}
 	if len(c.order) < c.n {
 		c.order = append(c.order, k)
@@ -394,6 +583,18 @@ func (c *linkCache) put(k attemptKey, sc trace.SpanContext) {
 		c.next = (c.next + 1) % c.n
 	}
 	c.m[k] = sc
+	return true
+}
+
+// forget drops k's span context if it is sc: an attempt that ended with
+// its key done is followed by none, and the map keeps only the attempts
+// that may be (a ring entry of a key forgotten stays until its turn).
+func (c *linkCache) forget(k attemptKey, sc trace.SpanContext) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.m[k]; ok && cur.Equal(sc) {
+		delete(c.m, k)
+	}
 }
 
 func (c *linkCache) get(k attemptKey) (trace.SpanContext, bool) {

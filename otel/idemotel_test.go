@@ -119,7 +119,7 @@ func openLedger(t testing.TB) *idem.Ledger {
 // TestRunSpans: a Run is a span named by its call and job with the key's
 // attributes, its attempt a child span, and fn's context the attempt's
 // (a span fn starts is the attempt's child). A second Run of the key is a
-// duplicate: outcome already_done, no attempt.
+// duplicate: no span of its own (TestDuplicateEvent).
 func TestRunSpans(t *testing.T) {
 	r := newRig(t)
 	l := openLedger(t)
@@ -136,21 +136,81 @@ func TestRunSpans(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	runs := r.spans("idem.Run settle")
-	if len(runs) != 2 {
-		t.Fatalf("run spans: %v", r.names())
-	}
+	run := r.one(t, "idem.Run settle")
 	attempt := r.one(t, "attempt settle")
 	work := r.one(t, "work")
-	wantParent(t, attempt, runs[0])
+	wantParent(t, attempt, run)
 	wantParent(t, work, attempt)
-	wantAttrs(t, runs[0], idemotel.KeyJob.String("settle"), idemotel.KeyPeriod.String("2026-12-01"),
+	wantAttrs(t, run, idemotel.KeyJob.String("settle"), idemotel.KeyPeriod.String("2026-12-01"),
 		idemotel.KeyCall.String("idem.Run"), idemotel.KeyMode.String("at-least-once"), idemotel.KeyStore.String("*idem.Ledger"),
 		idemotel.KeyOutcome.String("ran"), idemotel.KeyAttempt.Int64(1), idemotel.KeyAttempts.Int(1))
 	wantAttrs(t, attempt, idemotel.KeyAttempt.Int64(1), idemotel.KeyJob.String("settle"))
-	wantAttrs(t, runs[1], idemotel.KeyOutcome.String("already_done"), idemotel.KeyDuplicate.Bool(true), idemotel.KeyAttempts.Int(0))
-	if runs[1].Status().Code == codes.Error || runs[0].Status().Code == codes.Error {
-		t.Fatalf("statuses %v, %v", runs[0].Status(), runs[1].Status())
+	if run.Status().Code == codes.Error {
+		t.Fatalf("status %v", run.Status())
+	}
+	if !run.StartTime().Before(attempt.StartTime()) && !run.StartTime().Equal(attempt.StartTime()) {
+		t.Fatalf("the call's span starts at %v, after its attempt's %v", run.StartTime(), attempt.StartTime())
+	}
+}
+
+// TestDuplicateEvent: a duplicate Run (its key is done) has no span of
+// its own: an idem.duplicate event (job, period, call) on the span of its
+// context, nothing without one. With WithDuplicateSpans it is a span with
+// idem.outcome already_done and idem.duplicate true, as every other call.
+func TestDuplicateEvent(t *testing.T) {
+	for _, dupSpans := range []bool{false, true} {
+		var opts []idemotel.Option
+		if dupSpans {
+			opts = append(opts, idemotel.WithDuplicateSpans())
+		}
+		r := newRig(t, opts...)
+		l := openLedger(t)
+		key := idem.Key{Job: "settle", Period: "2026-12-01"}
+		fn := func(context.Context) error { return nil }
+		ctx := r.tel.Context(context.Background())
+		if err := l.Run(ctx, key, fn); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Run(ctx, key, fn); err != nil { // no parent span
+			t.Fatal(err)
+		}
+		pctx, parent := r.tp.Tracer("app").Start(ctx, "request")
+		if err := l.RunTx(pctx, key, func(context.Context, *sql.Tx) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		parent.End()
+		req := r.one(t, "request")
+		if dupSpans {
+			runs := append(r.spans("idem.Run settle"), r.spans("idem.RunTx settle")...)
+			if len(runs) != 3 || len(r.spans("attempt settle")) != 1 {
+				t.Fatalf("WithDuplicateSpans: spans %v, want 3 calls, 1 attempt", r.names())
+			}
+			for _, dup := range runs[1:] {
+				wantAttrs(t, dup, idemotel.KeyOutcome.String("already_done"), idemotel.KeyDuplicate.Bool(true), idemotel.KeyAttempts.Int(0))
+			}
+			wantParent(t, runs[2], req)
+			if len(req.Events()) != 0 {
+				t.Fatalf("WithDuplicateSpans: events %v on the parent", req.Events())
+			}
+			continue
+		}
+		if len(r.spans("idem.Run settle")) != 1 || len(r.spans("idem.RunTx settle")) != 0 {
+			t.Fatalf("spans %v, want the first call's only", r.names())
+		}
+		ev := req.Events()
+		if len(ev) != 1 || ev[0].Name != "idem.duplicate" {
+			t.Fatalf("the parent's events %v, want one idem.duplicate", ev)
+		}
+		want := map[attribute.Key]attribute.Value{idemotel.KeyJob: attribute.StringValue("settle"),
+			idemotel.KeyPeriod: attribute.StringValue("2026-12-01"), idemotel.KeyCall: attribute.StringValue("idem.RunTx")}
+		for _, a := range ev[0].Attributes {
+			if w, ok := want[a.Key]; ok && w == a.Value {
+				delete(want, a.Key)
+			}
+		}
+		if len(want) != 0 {
+			t.Fatalf("the event's attributes %v lack %v", ev[0].Attributes, want)
+		}
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/outbox"
@@ -93,6 +95,62 @@ type Metrics struct {
 	runs, retries, errors, items, deferrals, deliveries metric.Int64Counter
 	duration                                            metric.Float64Histogram
 	gauges                                              *gauges
+	jobs                                                jobCache
+}
+
+// maxCachedJobs bounds the jobs whose attribute sets [Metrics.Observe]
+// keeps; the calls of a job beyond them build theirs each time.
+const maxCachedJobs = 4096
+
+// jobCache keeps, per job, the measurement options of its series, built
+// once: an attribute set is sorted and allocated when it is built, which
+// cost a call more than recording it.
+type jobCache struct {
+	m sync.Map // job → *jobOpts
+	n atomic.Int64
+}
+
+// jobOpts are one job's measurement options, as the slices the
+// instruments' variadic calls take (passed whole: not a slice a call).
+type jobOpts struct {
+	add    []metric.AddOption                     // {idem.job}
+	record []metric.RecordOption                  // {idem.job}
+	runs   [16]atomic.Pointer[[]metric.AddOption] // {idem.job, idem.outcome} by outcome, built on first use
+	seeded atomic.Bool                            // idem.retries and idem.errors have their series
+}
+
+// of returns job's options, nil when the cache is full and job not in it.
+func (c *jobCache) of(job string, seen func(string)) *jobOpts {
+	if o, ok := c.m.Load(job); ok {
+		return o.(*jobOpts)
+	}
+	if c.n.Load() >= maxCachedJobs {
+		return nil
+	}
+	seen(job) // once per job cached: the gauges report it from now on
+	opt := metric.WithAttributeSet(attribute.NewSet(KeyJob.String(job)))
+	o, loaded := c.m.LoadOrStore(job, &jobOpts{add: []metric.AddOption{opt}, record: []metric.RecordOption{opt}})
+	if !loaded {
+		c.n.Add(1)
+	}
+	return o.(*jobOpts)
+}
+
+// runsOptions are the options of idem.runs for job and outcome.
+func (j *jobOpts) runsOptions(job string, outcome idem.Outcome) []metric.AddOption {
+	if outcome < 0 || int(outcome) >= len(j.runs) {
+		return []metric.AddOption{runsAttrs(job, outcome)}
+	}
+	if p := j.runs[outcome].Load(); p != nil {
+		return *p
+	}
+	opts := []metric.AddOption{runsAttrs(job, outcome)}
+	j.runs[outcome].Store(&opts)
+	return opts
+}
+
+func runsAttrs(job string, outcome idem.Outcome) metric.AddOption {
+	return metric.WithAttributeSet(attribute.NewSet(KeyJob.String(job), KeyOutcome.String(outcome.String())))
 }
 
 // NewMetrics creates the instruments of [Instruments] on a meter of mp.
@@ -133,22 +191,39 @@ func instrument(name string) Instrument {
 }
 
 // Observe records one call's result. It is the function to give
-// idem.OnResult; [Metrics.Option] does that.
+// idem.OnResult; [Metrics.Option] does that. A job's series of
+// idem.retries and idem.errors start at its first call, at 0; the calls
+// after it add to them only what is not 0 (with a delta temporality, an
+// interval without retries or errors has no point for them).
 func (m *Metrics) Observe(r idem.Result) {
 	ctx := context.Background()
-	m.gauges.seenJob(r.Key.Job)
-	job := metric.WithAttributes(KeyJob.String(r.Key.Job))
-	m.runs.Add(ctx, 1, metric.WithAttributes(KeyJob.String(r.Key.Job), KeyOutcome.String(r.Outcome.String())))
-	m.duration.Record(ctx, r.Duration.Seconds(), job)
-	m.retries.Add(ctx, int64(max(r.Attempts-1, 0)), job) // the series exists from the first call on, at 0
-	if r.Err != nil && !r.Outcome.NotNow() {
-		m.errors.Add(ctx, 1, job)
+	o := m.jobs.of(r.Key.Job, m.gauges.seenJob)
+	zeros := true // add the zeros of idem.retries and idem.errors too
+	if o != nil {
+		zeros = !o.seeded.Load()
+		defer o.seeded.Store(true)
 	} else {
-		m.errors.Add(ctx, 0, job)
+		m.gauges.seenJob(r.Key.Job)
+		opt := metric.WithAttributes(KeyJob.String(r.Key.Job))
+		o = &jobOpts{add: []metric.AddOption{opt}, record: []metric.RecordOption{opt}}
 	}
-	var d *idem.Deferral
-	if r.Outcome == idem.Deferred && errors.As(r.Err, &d) {
-		m.deferrals.Add(ctx, 1, metric.WithAttributes(KeyJob.String(r.Key.Job), KeyReason.String(d.Reason)))
+	m.runs.Add(ctx, 1, o.runsOptions(r.Key.Job, r.Outcome)...)
+	m.duration.Record(ctx, r.Duration.Seconds(), o.record...)
+	// The series of idem.retries and idem.errors exist from a job's first
+	// call on, at 0; the calls after it add only what is not 0.
+	if retries := int64(max(r.Attempts-1, 0)); retries > 0 || zeros {
+		m.retries.Add(ctx, retries, o.add...)
+	}
+	if r.Err != nil && !r.Outcome.NotNow() {
+		m.errors.Add(ctx, 1, o.add...)
+	} else if zeros {
+		m.errors.Add(ctx, 0, o.add...)
+	}
+	if r.Outcome == idem.Deferred {
+		var d *idem.Deferral // allocated here only: errors.As takes its address
+		if errors.As(r.Err, &d) {
+			m.deferrals.Add(ctx, 1, metric.WithAttributes(KeyJob.String(r.Key.Job), KeyReason.String(d.Reason)))
+		}
 	}
 	if r.Outcome == idem.Ran && r.Items.Total() > 0 {
 		m.items.Add(ctx, r.Items.Done, metric.WithAttributes(KeyJob.String(r.Key.Job), KeyStatus.String("done")))

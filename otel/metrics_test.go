@@ -252,3 +252,37 @@ func TestGauges(t *testing.T) {
 	cancel()
 	testwait.Recv(t, done, "Scheduler.Run to return")
 }
+
+// TestMetricsManyJobs: Observe keeps the attribute sets of a bounded
+// number of jobs (4096); the calls of jobs beyond them are counted all the
+// same, and every job's idem.retries and idem.errors series exist from its
+// first call on, at 0, also when its later calls add nothing to them.
+func TestMetricsManyJobs(t *testing.T) {
+	rd := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd), sdkmetric.WithCardinalityLimit(10000))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	m, err := idemotel.NewMetrics(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const jobs = 4100
+	for i := range jobs {
+		for range 2 {
+			m.Observe(idem.Result{Key: idem.Key{Job: fmt.Sprintf("job%04d", i), Period: "p"}, Outcome: idem.AlreadyDone})
+		}
+	}
+	m.Observe(idem.Result{Key: idem.Key{Job: "job0000", Period: "p"}, Outcome: idem.Ran, Attempts: 3})
+	m.Observe(idem.Result{Key: idem.Key{Job: "job4099", Period: "p"}, Outcome: idem.Failed, Attempts: 2, Err: errors.New("boom")})
+	runs, retries, errs := sums(t, rd, "idem.runs"), sums(t, rd, "idem.retries"), sums(t, rd, "idem.errors")
+	for _, job := range []string{"job0000", "job4095", "job4096", "job4099"} {
+		wantSum(t, runs, "idem.job="+job+",idem.outcome=already_done", 2)
+	}
+	if len(retries) != jobs || len(errs) != jobs {
+		t.Fatalf("%d idem.retries series, %d idem.errors series, want %d each", len(retries), len(errs), jobs)
+	}
+	wantSum(t, retries, "idem.job=job0000", 2)
+	wantSum(t, errs, "idem.job=job0000", 0)
+	wantSum(t, retries, "idem.job=job4099", 1)
+	wantSum(t, errs, "idem.job=job4099", 1)
+	wantSum(t, retries, "idem.job=job4098", 0)
+}
