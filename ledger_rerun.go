@@ -135,8 +135,11 @@ func promoteRerun(tx *wtx, key Key) error {
 
 // RerunsDue implements [idemstore.Rerunner].
 func (l ledgerStore) RerunsDue(ctx context.Context, job, through string) ([]string, error) {
-	periods, err := queryStrings(ctx, l.db, `SELECT period FROM idem_runs WHERE job = ? AND period <= ? AND revision > 0
-		AND status IN ('failed', 'running') ORDER BY period`, job, through)
+	// From the requests (few), not from the job's records (many): a
+	// Scheduler asks at every look at the job.
+	periods, err := queryStrings(ctx, l.db, `SELECT r.period FROM idem_runs r
+		WHERE r.job = ?1 AND r.period IN (SELECT DISTINCT period FROM idem_reruns WHERE job = ?1 AND period <= ?2)
+		AND r.revision > 0 AND r.status IN ('failed', 'running') ORDER BY r.period`, job, through)
 	if err != nil {
 		return nil, fmt.Errorf("idem: %s: re-runs due of %s: %w", l.where(), job, err)
 	}
