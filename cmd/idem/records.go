@@ -24,7 +24,8 @@ type recordJSON struct {
 	NotBefore  *time.Time `json:"not_before,omitempty"`
 	LastError  string     `json:"last_error,omitempty"`
 	Updated    *time.Time `json:"updated,omitempty"`
-	RequestID  string     `json:"request_id"`
+	RequestID  string     `json:"request_id"` // the revision's (re-runs: idem rerun)
+	Revision   int64      `json:"revision"`   // 0, or the re-runs requested after it was done
 
 	Fingerprint string `json:"fingerprint,omitempty"`  // of the params (--params) it was first run with
 	Value       string `json:"value,omitempty"`        // stored with the done mark (--capture), when it is text
@@ -45,7 +46,7 @@ func toJSON(r idem.Record) recordJSON {
 	j := recordJSON{
 		Job: r.Key.Job, Period: r.Key.Period, Status: string(r.Status), Attempt: r.Attempt, Failures: r.Failures,
 		Owner: r.Owner, LeaseUntil: utcPtr(r.LeaseUntil), NotBefore: utcPtr(r.NotBefore), LastError: r.LastError,
-		Updated: utcPtr(r.Updated), RequestID: r.Key.RequestID(), Fingerprint: r.Fingerprint,
+		Updated: utcPtr(r.Updated), RequestID: r.Key.RevisionRequestID(r.Revision), Revision: r.Revision, Fingerprint: r.Fingerprint,
 	}
 	if utf8.Valid(r.Value) {
 		j.Value = string(r.Value)

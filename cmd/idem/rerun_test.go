@@ -42,6 +42,9 @@ func TestRerunCommand(t *testing.T) {
 		t.Errorf("the same rerun again: %q, want both seen before", stdout)
 	}
 	run(exitDone)
+	if stdout, _ := e.want(exitOK, "show", "settle", "2026-10-27", "--json"); !strings.Contains(stdout, `"revision": 1`) {
+		t.Errorf("idem show --json after the re-run: %s, want revision 1", stdout)
+	}
 	got := e.lines("out.txt")
 	if len(got) != 4 {
 		t.Fatalf("out.txt = %q, want 4 runs (two periods, each run once and re-run once)", got)
