@@ -142,7 +142,7 @@ func runTx[Tx any](ctx context.Context, s idemstore.TxStore[Tx], key Key, fn fun
 				ran = true
 				endSpan(idemstore.SpanEnd{Err: errTxAgain}) // the store runs the transaction again
 				var sctx context.Context
-				sctx, endSpan = startAttemptSpan(ctx, key, 1, 0, false)
+				sctx, endSpan = startAttemptSpan(ctx, key, 1, 0, 0, false)
 				return body(sctx, &failed, &stored)(tx)
 			})
 			switch {
@@ -899,7 +899,7 @@ func (r *runner) landed(ctx context.Context, attempt int64, end idemstore.End) b
 // attempt runs one attempt of fn (with heartbeat) and marks it done, or
 // runs tx. It returns nil when the key is done.
 func (r *runner) attempt(ctx context.Context, attempt, prev int64, doubt bool, fn valueFunc, tx txBody) (err error) {
-	ctx, endSpan := startAttemptSpan(ctx, r.key, attempt, prev, doubt)
+	ctx, endSpan := startAttemptSpan(ctx, r.key, attempt, prev, r.revision, doubt)
 	defer func() { endSpan(idemstore.SpanEnd{Err: err}) }()
 	info := Info{Key: r.key, Attempt: attempt, RequestID: r.key.RevisionRequestID(r.revision), Owner: r.owner, Revision: r.revision}
 	fctx := context.WithValue(ctx, infoKey{}, info)

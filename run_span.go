@@ -105,13 +105,16 @@ func endRunSpan(end func(idemstore.SpanEnd), res Result) {
 
 // startAttemptSpan reports the start of attempt of key; prev is the
 // attempt before it (0: none), doubt whether it may have had its effect.
-func startAttemptSpan(ctx context.Context, key Key, attempt, prev int64, doubt bool) (context.Context, func(idemstore.SpanEnd)) {
+func startAttemptSpan(ctx context.Context, key Key, attempt, prev, revision int64, doubt bool) (context.Context, func(idemstore.SpanEnd)) {
 	if !idemstore.Traced(ctx) {
 		return ctx, func(idemstore.SpanEnd) {}
 	}
 	attrs := []idemstore.Attr{{Key: idemstore.AttrAttempt, Value: attempt}}
 	if prev > 0 {
 		attrs = append(attrs, idemstore.Attr{Key: idemstore.AttrPrevious, Value: prev})
+	}
+	if revision > 0 {
+		attrs = append(attrs, idemstore.Attr{Key: idemstore.AttrRevision, Value: revision})
 	}
 	if doubt {
 		attrs = append(attrs, idemstore.Attr{Key: idemstore.AttrTakeover, Value: true})

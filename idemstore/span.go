@@ -22,7 +22,8 @@ const (
 	// SpanAttempt is one attempt of fn, inside a SpanRun: the context
 	// handed to fn (and to a RunTx body, where outbox.Put records it) is
 	// this span's. Attrs: AttrAttempt; AttrPrevious, the attempt before
-	// it (one that failed, or died: a retry), if any; AttrTakeover (true)
+	// it (one that failed, or died: a retry), if any; AttrRevision, a
+	// re-run's revision (above 0); AttrTakeover (true)
 	// when that attempt may have had its effect (its lease ran out while
 	// it ran, or its outcome is unknown). Ended with the attempt's error
 	// (nil: its done mark is written).
@@ -57,6 +58,7 @@ const (
 	AttrAttempt  = "attempt"  // int64: the attempt number (fencing token), or a message's delivery attempt
 	AttrPrevious = "previous" // int64: the attempt before this one of the key (SpanAttempt of a retry)
 	AttrTakeover = "takeover" // bool: the attempt took over one that may have had its effect
+	AttrRevision = "revision" // int64: the period's revision, when a re-run's (idem.Rerun; SpanAttempt)
 	AttrAttempts = "attempts" // int: attempts of fn within the call (SpanRun's end)
 	AttrReason   = "reason"   // string: why a call was deferred (a guard's name, or breaker)
 	AttrWorkers  = "workers"  // int: a fan-out's workers

@@ -227,6 +227,7 @@ const (
 	KeyAttempts        = attribute.Key("idem.attempts")
 	KeyPreviousAttempt = attribute.Key("idem.previous_attempt")
 	KeyTakeover        = attribute.Key("idem.takeover")
+	KeyRevision        = attribute.Key("idem.revision")
 	KeyDuplicate       = attribute.Key("idem.duplicate")
 	KeyReason          = attribute.Key("idem.reason")
 	KeyWorkers         = attribute.Key("idem.workers")
@@ -246,6 +247,7 @@ var attrKeys = map[string]attribute.Key{
 	idemstore.AttrAttempt:  KeyAttempt,
 	idemstore.AttrPrevious: KeyPreviousAttempt,
 	idemstore.AttrTakeover: KeyTakeover,
+	idemstore.AttrRevision: KeyRevision,
 	idemstore.AttrAttempts: KeyAttempts,
 	idemstore.AttrReason:   KeyReason,
 	idemstore.AttrWorkers:  KeyWorkers,

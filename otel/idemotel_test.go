@@ -502,3 +502,32 @@ func TestOutboxCallersTraceContextAnyCase(t *testing.T) {
 		t.Fatalf("the receiver got a tracestate of %d characters next to the delivery's traceparent: want none (the caller's is no W3C list)", len(ts[0]))
 	}
 }
+
+// TestRerunSpan: the attempt of a re-run (idem.Rerun) carries the
+// period's revision; the first run's does not.
+func TestRerunSpan(t *testing.T) {
+	r := newRig(t)
+	l := openLedger(t)
+	ctx := r.tel.Context(context.Background())
+	key := idem.Key{Job: "settle", Period: "2026-12-02"}
+	noop := func(context.Context) error { return nil }
+	if err := l.Run(ctx, key, noop); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idem.Rerun(ctx, l, idem.RerunRequest{Keys: []idem.Key{key}, RequestID: "r1", Reason: "repair"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Run(ctx, key, noop); err != nil {
+		t.Fatal(err)
+	}
+	attempts := r.spans("attempt settle")
+	if len(attempts) != 2 {
+		t.Fatalf("%d attempt spans, want 2 (the run and the re-run); spans: %v", len(attempts), r.names())
+	}
+	for _, kv := range attempts[0].Attributes() {
+		if kv.Key == idemotel.KeyRevision {
+			t.Errorf("the first run's attempt has %v, want no revision", kv)
+		}
+	}
+	wantAttrs(t, attempts[1], idemotel.KeyRevision.Int64(1))
+}
