@@ -51,7 +51,10 @@ const (
 // [ErrNotRerunnable] naming the command that fits, and nothing changes.
 //
 // Write the work as a recomputing upsert (SET amount = ?, never amount =
-// amount + ?): a re-run repeats it over the rows of the first run.
+// amount + ?): a re-run repeats it over the rows of the first run. A
+// TwoPhase check must ask the downstream for Info.RequestID (the
+// revision's), not for the key: asked for the key, it finds the first
+// run's effect and the re-run is marked done without running.
 //
 // NOT promised (yet): a catch-up or a Scheduler does not look behind the
 // job's cursor for re-run periods: trigger them by key (idem run JOB

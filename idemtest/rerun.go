@@ -22,6 +22,59 @@ func testRerun(t *testing.T, h Harness) {
 	t.Run("DonePeriod", func(t *testing.T) { testRerunDone(t, h) })
 	t.Run("Refused", func(t *testing.T) { testRerunRefused(t, h) })
 	t.Run("WhileRunning", func(t *testing.T) { testRerunWhileRunning(t, h) })
+	t.Run("CrashPoints", func(t *testing.T) { testRerunCrashPoints(t, h) })
+}
+
+// testRerunCrashPoints: a re-run's run stopped at each crash point, as a
+// SIGKILL would, then recovered by the next trigger, keeps its mode's
+// promise for the revision: at least once, one more effect or more, the
+// period done; at most once, never two more, done with one or unknown.
+func testRerunCrashPoints(t *testing.T, h Harness) {
+	for _, mode := range []string{"at-least-once", "at-most-once"} {
+		for _, p := range idemstore.Points() {
+			t.Run(mode+"/"+string(p), func(t *testing.T) {
+				ctx := context.Background()
+				clk := NewClock(start)
+				s := h.open(t, clk)
+				d := newDownstream()
+				k := idem.Key{Job: "rerun-crash", Period: "2026-10-27"}
+				opts := []idem.Option{idem.WithClock(clk)}
+				if mode == "at-most-once" {
+					opts = append(opts, idem.AtMostOnce())
+				}
+				if err := idem.RunOn(ctx, s, k, d.apply, opts...); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := idem.Rerun(ctx, s, rerunReq("crash", "repair", k)); err != nil {
+					t.Fatal(err)
+				}
+				err := idem.RunOn(CrashAt(ctx, p), s, k, d.apply, opts...)
+				if crashed := errors.Is(err, ErrCrashed); !crashed {
+					if err != nil {
+						t.Fatalf("crashing re-run: %v", err)
+					}
+					t.Skipf("the store has no crash point %s", p)
+				}
+				h.expire(t, s, clk)
+				err = idem.RunOn(ctx, s, k, d.apply, opts...)
+				n := d.count(k) - 1 // the re-run's effects
+				rec, _, lerr := s.Lookup(ctx, k)
+				if lerr != nil {
+					t.Fatal(lerr)
+				}
+				switch {
+				case mode == "at-least-once" && (err != nil || rec.Status != idem.StatusDone || n < 1 || rec.Revision != 1):
+					t.Fatalf("recovery: %v, %s revision %d, re-run effects %d; want done, revision 1, at least 1", err, rec.Status, rec.Revision, n)
+				case mode == "at-most-once" && n > 1:
+					t.Fatalf("the re-run's fn ran %d times", n)
+				case mode == "at-most-once" && rec.Status == idem.StatusDone && (n != 1 || err != nil):
+					t.Fatalf("done after the re-run with %d effects (%v), want 1", n, err)
+				case mode == "at-most-once" && rec.Status != idem.StatusDone && (rec.Status != idem.StatusUnknown || !errors.Is(err, idem.ErrUnknownOutcome)):
+					t.Fatalf("after the re-run: %s (%v), want done or unknown", rec.Status, err)
+				}
+			})
+		}
+	}
 }
 
 func rerunReq(id, reason string, keys ...idem.Key) idem.RerunRequest {
