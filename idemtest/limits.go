@@ -212,6 +212,7 @@ func TestSharedLimits(t *testing.T, h LimitHarness) {
 type limitReceiver struct {
 	mu      sync.Mutex
 	times   []time.Time
+	items   map[string]int // /item's who and item: how many times each arrived
 	now     int
 	most    int
 	started int
@@ -227,6 +228,10 @@ func newLimitReceiver(t *testing.T) (*limitReceiver, *httptest.Server) {
 		switch r.URL.Path {
 		case "/item":
 			rc.times = append(rc.times, time.Now())
+			if rc.items == nil {
+				rc.items = map[string]int{}
+			}
+			rc.items[r.URL.Query().Get("who")+"/"+r.URL.Query().Get("item")]++
 		case "/start":
 			rc.started++
 			rc.now++
@@ -319,7 +324,14 @@ func testSharedRate(t *testing.T, h LimitHarness) {
 			items[j] = fmt.Sprintf("m%04d", j)
 		}
 		key := idem.Key{Job: fmt.Sprintf("mail-%d", i), Period: "2026-12-02"}
-		send := func(ctx context.Context) error { return get(ctx, url+"/item?who="+strconv.Itoa(i)) }
+		send := func(ctx context.Context) error {
+			info, _ := idem.InfoFrom(ctx)
+			item := info.Item
+			if item == "" { // runEach's Run: the item is the period's last part
+				item = info.Key.Period[strings.LastIndex(info.Key.Period, "/")+1:]
+			}
+			return get(ctx, url+"/item?who="+strconv.Itoa(i)+"&item="+item)
+		}
 		if st, err := idemstore.Of(s); err == nil {
 			if _, ok := st.(idemstore.ItemStore); !ok {
 				runEach(s, key, items, send, r) // a store without items (Redis)
@@ -335,9 +347,16 @@ func testSharedRate(t *testing.T, h LimitHarness) {
 	})
 	rc.mu.Lock()
 	times := slices.Clone(rc.times)
+	distinct := len(rc.items)
 	rc.mu.Unlock()
-	if len(times) != 3*rateItems {
-		t.Fatalf("the receiver saw %d items, want %d", len(times), 3*rateItems)
+	// Each is at least once: an item whose attempt stalled past its lease
+	// (a busy machine) may be sent again. Every item arrives; the
+	// repeats are counted, not forbidden.
+	if distinct != 3*rateItems {
+		t.Fatalf("the receiver saw %d distinct items (%d arrivals), want %d", distinct, len(times), 3*rateItems)
+	}
+	if len(times) > distinct {
+		t.Logf("%d items arrived again (at least once: an attempt taken over after its lease)", len(times)-distinct)
 	}
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 	span := times[len(times)-1].Sub(times[0]).Seconds()
