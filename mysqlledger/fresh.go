@@ -1,0 +1,175 @@
+package mysqlledger
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/idemgo/idem/idemstore"
+)
+
+var _ idemstore.FreshTxStore[*sql.Tx] = (*Ledger)(nil)
+
+// peekSQL reads a key's record, its job's horizon and the server's time in
+// one statement (one round trip, no transaction, no lock): the first column
+// says whether the record exists.
+func (l *Ledger) peekSQL() string {
+	return `SELECT r.job IS NOT NULL, ` + nowSQL + `, COALESCE(r.status, ''), COALESCE(r.attempt, 0), COALESCE(r.failures, 0),
+		COALESCE(r.owner, ''), COALESCE(r.lease_until, 0), COALESCE(r.not_before, 0), COALESCE(r.last_error, ''),
+		COALESCE(r.updated, 0), COALESCE(r.fingerprint, ''), r.value, COALESCE(j.horizon, '')
+		FROM (SELECT 1 AS one) AS d
+		LEFT JOIN ` + l.t.runs + ` AS r ON r.job = ? AND r.period = ?
+		LEFT JOIN ` + l.t.jobs + ` AS j ON j.job = ?`
+}
+
+// peek is read without a transaction or a lock, in one statement: what
+// the key's record and its job's horizon were at one moment (the
+// statement's consistent read).
+func (l *Ledger) peek(ctx context.Context, key idemstore.Key) (snapshot, error) {
+	s := snapshot{rec: idemstore.Record{Key: key}}
+	var horizon string
+	var now int64
+	err := scanRun(scanPrefix2{l.db.QueryRowContext(ctx, l.peekSQL(), key.Job, key.Period, key.Job), &s.found, &horizon}, &now, &s.rec)
+	if err != nil {
+		return s, err
+	}
+	if !s.found {
+		s.rec = idemstore.Record{Key: key}
+	}
+	s.covered = !s.found && horizon != "" && key.Period <= horizon
+	s.now = fromMicros(now)
+	return s, nil
+}
+
+// scanPrefix2 scans the found flag before the caller's destinations and
+// the horizon after them.
+type scanPrefix2 struct {
+	row     *sql.Row
+	found   *bool
+	horizon *string
+}
+
+func (s scanPrefix2) Scan(dest ...any) error {
+	return s.row.Scan(append(append([]any{s.found}, dest...), s.horizon)...)
+}
+
+// settled is Claim's fast path: one read without a lock. A key that is
+// not to be taken (done, skipped, parked, held by a live lease, waiting
+// for its backoff) is answered from it, as it was at that moment; a key to
+// take is claimed under its row lock. ok is false when the read failed or
+// says to take the key.
+func (l *Ledger) settled(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool) {
+	s, err := l.peek(ctx, req.Key)
+	if err != nil {
+		return idemstore.Claim{}, false
+	}
+	rec, found := s.view()
+	r := req
+	r.Now = s.now
+	state, take, _ := idemstore.Decide(rec, found, r)
+	if take {
+		return idemstore.Claim{}, false
+	}
+	return idemstore.Claim{State: state, Record: inFrame(req, s.now, rec)}, true
+}
+
+// freshInsertSQL records a key that has no record as attempt 1, done,
+// unless the job's horizon covers it (the job's row read under a shared
+// lock, as Claim reads it: Prune holds it exclusively); a key that has a
+// record fails with a duplicate key and writes nothing.
+func (l *Ledger) freshInsertSQL() string {
+	return `INSERT INTO ` + l.t.runs + ` (job, period, status, attempt, failures, owner, lease_until, not_before,
+		last_error, created, updated, fingerprint, value)
+		SELECT ?, ?, 'done', 1, 0, ?, 0, 0, '', t.n, t.n, ?, NULL FROM (SELECT ` + nowSQL + ` AS n) AS t
+		WHERE NOT EXISTS (SELECT 1 FROM ` + l.t.jobs + ` WHERE job = ? AND horizon >= ? LOCK IN SHARE MODE)`
+}
+
+// ClaimFinishTx implements [idemstore.FreshTxStore]: for a key with no
+// record, one READ COMMITTED transaction inserts the key's row as attempt
+// 1 done (freshInsertSQL: the row's lock keeps every other attempt out
+// until the commit), sets a savepoint, runs fn, stores fn's value (and
+// moves the job's cursor with cursor) and commits: the claim, fn's writes
+// and the done mark together, or nothing (a crash leaves no record). If fn
+// fails, its writes are rolled back to the savepoint and the row becomes
+// attempt 1's claim (running, its lease from the server's time), which
+// commits. A key that has a record (or that the horizon covers) is
+// claimed as by Claim: its INSERT wrote nothing, and the transaction rolls
+// back. A key already settled is answered by Claim's single read first,
+// with no transaction.
+func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) ([]byte, error)) (idemstore.Claim, bool, error) {
+	key := req.Key
+	if err := key.Validate(); err != nil {
+		return idemstore.Claim{}, false, err
+	}
+	inserted, done, fnErr, err := l.freshTx(ctx, req, cursor, fn)
+	switch {
+	case err != nil:
+		return idemstore.Claim{}, false, opErr("run tx", key, err)
+	case !inserted:
+		c, err := l.Claim(ctx, req)
+		return c, false, err
+	}
+	return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: key}}, done, fnErr
+}
+
+// freshTx is ClaimFinishTx's transaction. inserted is false when the key
+// has a record or the horizon covers it (nothing was written); fnErr is
+// fn's error, the claim alone committed.
+func (l *Ledger) freshTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) ([]byte, error)) (inserted, done bool, fnErr, err error) {
+	key := req.Key
+	tx, err := l.db.BeginTx(ctx, txOpts)
+	if err != nil {
+		return false, false, nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
+	res, err := tx.ExecContext(ctx, l.freshInsertSQL(), key.Job, key.Period, req.Owner, req.Fingerprint, key.Job, key.Period)
+	switch {
+	case errno(err) == erDupEntry || retryable(err):
+		return false, false, nil, nil // the usual way: Claim
+	case err != nil:
+		return false, false, nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return false, false, nil, err
+	} else if n == 0 {
+		return false, false, nil, nil // below the horizon
+	}
+	if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, key); err != nil {
+		return true, false, nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT idem_fn`); err != nil {
+		return true, false, nil, err
+	}
+	value, ferr := fn(tx)
+	if ferr != nil {
+		// fn's writes go; the row becomes attempt 1's claim, as Claim
+		// writes it, and commits.
+		if _, err := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT idem_fn`); err != nil {
+			return true, false, nil, err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.runs+` SET status = 'running', lease_until = `+nowSQL+` + ?
+			WHERE job = ? AND period = ?`, micros(req.Lease), key.Job, key.Period); err != nil {
+			return true, false, nil, err
+		}
+		if err := tx.Commit(); err != nil {
+			return true, false, nil, err
+		}
+		return true, false, ferr, nil
+	}
+	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
+		return true, false, nil, err
+	}
+	if value != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.runs+` SET value = ? WHERE job = ? AND period = ?`, value, key.Job, key.Period); err != nil {
+			return true, false, nil, err
+		}
+	}
+	if cursor {
+		if _, err := tx.ExecContext(ctx, l.advanceSQL(), key.Job, key.Period); err != nil {
+			return true, false, nil, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return true, false, nil, err
+	}
+	return true, true, nil, nil
+}
