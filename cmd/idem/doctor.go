@@ -115,6 +115,9 @@ parked periods, still exit 0), 1 if one is, 2 usage error.`,
 				if t.redis != "" {
 					return usageError(errors.New("doctor checks SQLite and Postgres ledgers, not the Redis store"))
 				}
+				if t.mysql != "" {
+					return usageError(errors.New("doctor checks SQLite and Postgres ledgers, not the MySQL ledger yet"))
+				}
 				path, dsn = t.path, t.dsn
 			}
 			if outboxMaxAge <= 0 {
