@@ -3,53 +3,30 @@ package mysqlledger
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"strings"
 
 	"github.com/idemgo/idem/idemstore"
 )
 
 var _ idemstore.FreshTxStore[*sql.Tx] = (*Ledger)(nil)
 
-// peekSQL reads a key's record, its job's horizon and the server's time in
-// one statement (one round trip, no transaction, no lock): the first column
-// says whether the record exists.
-func (l *Ledger) peekSQL() string {
-	return `SELECT r.job IS NOT NULL, ` + nowSQL + `, COALESCE(r.status, ''), COALESCE(r.attempt, 0), COALESCE(r.failures, 0),
-		COALESCE(r.owner, ''), COALESCE(r.lease_until, 0), COALESCE(r.not_before, 0), COALESCE(r.last_error, ''),
-		COALESCE(r.updated, 0), COALESCE(r.fingerprint, ''), r.value, COALESCE(j.horizon, '')
-		FROM (SELECT 1 AS one) AS d
-		LEFT JOIN ` + l.t.runs + ` AS r ON r.job = ? AND r.period = ?
-		LEFT JOIN ` + l.t.jobs + ` AS j ON j.job = ?`
-}
-
-// peek is read without a transaction or a lock, in one statement: what
-// the key's record and its job's horizon were at one moment (the
-// statement's consistent read).
-func (l *Ledger) peek(ctx context.Context, key idemstore.Key) (snapshot, error) {
-	s := snapshot{rec: idemstore.Record{Key: key}}
-	var horizon string
+// peek reads the key's record and the server's time in one statement
+// (one round trip, no transaction, no lock): what the record was at one
+// moment (the statement's consistent read). found is false when the key
+// has no record; then the job's horizon is not read.
+func (l *Ledger) peek(ctx context.Context, key idemstore.Key) (s snapshot, found bool, err error) {
+	s = snapshot{rec: idemstore.Record{Key: key}}
 	var now int64
-	err := scanRun(scanPrefix2{l.db.QueryRowContext(ctx, l.peekSQL(), key.Job, key.Period, key.Job), &s.found, &horizon}, &now, &s.rec)
+	err = scanRun(l.db.QueryRowContext(ctx, l.q.peek, key.Job, key.Period), &now, &s.rec)
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, false, nil
+	}
 	if err != nil {
-		return s, err
+		return s, false, err
 	}
-	if !s.found {
-		s.rec = idemstore.Record{Key: key}
-	}
-	s.covered = !s.found && horizon != "" && key.Period <= horizon
-	s.now = fromMicros(now)
-	return s, nil
-}
-
-// scanPrefix2 scans the found flag before the caller's destinations and
-// the horizon after them.
-type scanPrefix2 struct {
-	row     *sql.Row
-	found   *bool
-	horizon *string
-}
-
-func (s scanPrefix2) Scan(dest ...any) error {
-	return s.row.Scan(append(append([]any{s.found}, dest...), s.horizon)...)
+	s.found, s.now = true, fromMicros(now)
+	return s, true, nil
 }
 
 // settled is Claim's fast path: one read without a lock. A key that is
@@ -58,9 +35,9 @@ func (s scanPrefix2) Scan(dest ...any) error {
 // take is claimed under its row lock. ok is false when the read failed or
 // says to take the key.
 func (l *Ledger) settled(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool) {
-	s, err := l.peek(ctx, req.Key)
-	if err != nil {
-		return idemstore.Claim{}, false
+	s, found, err := l.peek(ctx, req.Key)
+	if err != nil || !found {
+		return idemstore.Claim{}, false // a new key (or one the horizon covers): Claim's transaction reads the horizon
 	}
 	rec, found := s.view()
 	r := req
@@ -72,15 +49,32 @@ func (l *Ledger) settled(ctx context.Context, req idemstore.ClaimRequest) (idems
 	return idemstore.Claim{State: state, Record: inFrame(req, s.now, rec)}, true
 }
 
-// freshInsertSQL records a key that has no record as attempt 1, done,
+// freshInsertSQL: a template (see queries) that records a key that has no record as attempt 1, done,
 // unless the job's horizon covers it (the job's row read under a shared
 // lock, as Claim reads it: Prune holds it exclusively); a key that has a
 // record fails with a duplicate key and writes nothing.
-func (l *Ledger) freshInsertSQL() string {
-	return `INSERT INTO ` + l.t.runs + ` (job, period, status, attempt, failures, owner, lease_until, not_before,
+const freshInsertSQL = `INSERT INTO {runs} (job, period, status, attempt, failures, owner, lease_until, not_before,
 		last_error, created, updated, fingerprint, value)
-		SELECT ?, ?, 'done', 1, 0, ?, 0, 0, '', t.n, t.n, ?, NULL FROM (SELECT ` + nowSQL + ` AS n) AS t
-		WHERE NOT EXISTS (SELECT 1 FROM ` + l.t.jobs + ` WHERE job = ? AND horizon >= ? LOCK IN SHARE MODE)`
+		SELECT ?, ?, 'done', 1, 0, ?, 0, 0, '', t.n, t.n, ?, NULL FROM (SELECT {now} AS n) AS t
+		WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE job = ? AND horizon >= ? LOCK IN SHARE MODE)`
+
+// queries are a ledger's statements, their table names filled in once.
+type queries struct {
+	peek, freshInsert, finish, advance string
+}
+
+func newQueries(t tables) queries {
+	r := strings.NewReplacer("{runs}", t.runs, "{jobs}", t.jobs, "{now}", nowSQL)
+	return queries{
+		peek:        `SELECT ` + nowSQL + `, ` + runCols + ` FROM ` + t.runs + ` WHERE job = ? AND period = ?`,
+		freshInsert: r.Replace(freshInsertSQL),
+		finish: `UPDATE ` + t.runs + ` SET status = ?, failures = ?,
+		not_before = CASE WHEN ? IS NULL THEN 0 ELSE ` + nowSQL + ` + ? END,
+		last_error = ?, lease_until = 0, updated = ` + nowSQL + `, value = ?
+		WHERE job = ? AND period = ? AND attempt = ? AND status = 'running'`,
+		advance: `INSERT INTO ` + t.jobs + ` (job, cursor_period, horizon) VALUES (?, ?, '')
+		ON DUPLICATE KEY UPDATE cursor_period = GREATEST(cursor_period, VALUES(cursor_period))`,
+	}
 }
 
 // ClaimFinishTx implements [idemstore.FreshTxStore]: for a key with no
@@ -121,7 +115,7 @@ func (l *Ledger) freshTx(ctx context.Context, req idemstore.ClaimRequest, cursor
 		return false, false, nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
-	res, err := tx.ExecContext(ctx, l.freshInsertSQL(), key.Job, key.Period, req.Owner, req.Fingerprint, key.Job, key.Period)
+	res, err := tx.ExecContext(ctx, l.q.freshInsert, key.Job, key.Period, req.Owner, req.Fingerprint, key.Job, key.Period)
 	switch {
 	case errno(err) == erDupEntry || retryable(err):
 		return false, false, nil, nil // the usual way: Claim

@@ -53,6 +53,7 @@ type Ledger struct {
 	prefix   string
 	defaults []idem.Option
 	t        tables
+	q        queries
 }
 
 var (
@@ -124,6 +125,7 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Ledger, error) {
 		return nil, fmt.Errorf("mysqlledger: ledger %q: %w", c.prefix, err)
 	}
 	l := &Ledger{db: db, prefix: c.prefix, defaults: c.runOpts, t: newTables(c.prefix)}
+	l.q = newQueries(l.t)
 	if err := l.checkServer(ctx, c.weak); err != nil {
 		return nil, err
 	}

@@ -213,12 +213,7 @@ func (l *Ledger) holds(ctx context.Context, q interface {
 // values) still matches its row: the driver is asked for found rows, not
 // changed ones, by the WHERE clause's own check (status = 'running' always
 // changes).
-func (l *Ledger) finishSQL() string {
-	return `UPDATE ` + l.t.runs + ` SET status = ?, failures = ?,
-		not_before = CASE WHEN ? IS NULL THEN 0 ELSE ` + nowSQL + ` + ? END,
-		last_error = ?, lease_until = 0, updated = ` + nowSQL + `, value = ?
-		WHERE job = ? AND period = ? AND attempt = ? AND status = 'running'`
-}
+func (l *Ledger) finishSQL() string { return l.q.finish }
 
 func (l *Ledger) finishArgs(key idemstore.Key, attempt int64, end idemstore.End) []any {
 	var backoff any // NULL: no deadline
@@ -233,10 +228,7 @@ func (l *Ledger) finishArgs(key idemstore.Key, attempt int64, end idemstore.End)
 }
 
 // advanceSQL moves a job's cursor forward (byte order).
-func (l *Ledger) advanceSQL() string {
-	return `INSERT INTO ` + l.t.jobs + ` (job, cursor_period, horizon) VALUES (?, ?, '')
-		ON DUPLICATE KEY UPDATE cursor_period = GREATEST(cursor_period, VALUES(cursor_period))`
-}
+func (l *Ledger) advanceSQL() string { return l.q.advance }
 
 // Finish implements [idemstore.Store]. A backoff deadline is kept on the
 // server's clock: end.NotBefore - end.Now from the server's time. With
