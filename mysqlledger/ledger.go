@@ -41,7 +41,8 @@ var ErrWeakDurability = errors.New("mysqlledger: the server does not flush each 
 // deadlines on the server's clock, every state change in a READ COMMITTED
 // transaction under the key's row lock.
 //
-// It implements [idemstore.Store], [idemstore.TxStore] (with *sql.Tx),
+// It implements [idemstore.Store], [idemstore.TxStore] and
+// [idemstore.FreshTxStore] (with *sql.Tx),
 // [idemstore.CatchUpStore], [idemstore.Lister], [idemstore.ItemStore] and
 // [idemstore.ItemTxStore] (with *sql.Tx), [idemstore.OutboxTxStore] (with
 // *sql.Tx) and [idemstore.OutboxStore], and [idemstore.LimitStore].
