@@ -31,9 +31,9 @@ func mysqlDSN(t *testing.T) string {
 
 // TestMySQLLedgerCLI: --mysql DSN (or $IDEM_MYSQL) puts the ledger in
 // MySQL or MariaDB for run, ls, show, resolve and prune, in tables named
-// by --mysql-prefix; doctor refuses it with a clear error, as it does a
-// DSN that does not parse, an unreachable server, or two stores named at
-// once.
+// by --mysql-prefix, and doctor reads it; a DSN that does not parse, an
+// unreachable server, a bad prefix or two stores named at once are usage
+// errors.
 func TestMySQLLedgerCLI(t *testing.T) {
 	t.Parallel()
 	dsn := mysqlDSN(t)
@@ -131,6 +131,20 @@ func TestMySQLLedgerCLI(t *testing.T) {
 		t.Errorf("ls of an empty ledger: %q", stderr)
 	}
 
+	// doctor reads the ledger: the at-most-once period that failed is
+	// unknown and needs a person (exit 0: a warning); a prefix with no
+	// ledger is a warning too; an unreachable server is an error (exit 1).
+	e.want(exitUnknown, "run", "--job", "wire", "--tz", "UTC", "--mode", "at-most-once", "--", "false")
+	out, _ := e.want(exitOK, "doctor", "--mysql", dsn, "--mysql-prefix", prefix)
+	for _, want := range []string{"durability", "mysqlledger tables with prefix " + prefix, "1 unknown", "--mysql DSN --mysql-prefix"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor --mysql: no %q in:\n%s", want, out)
+		}
+	}
+	if out, _ := e.want(exitOK, "doctor", "--mysql", dsn, "--mysql-prefix", prefix+"none_"); !strings.Contains(out, "no ledger with prefix") {
+		t.Errorf("doctor --mysql of a prefix with no ledger:\n%s", out)
+	}
+
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -140,9 +154,9 @@ func TestMySQLLedgerCLI(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"doctor", "--mysql", dsn}, "MySQL"},
 		{[]string{"ls", "--mysql", "not a dsn"}, "mysql"},
 		{[]string{"ls", "--mysql", cfg.FormatDSN()}, "127.0.0.1:1"},
+		{[]string{"ls", "--mysql", dsn, "--mysql-allow-weak-durability", "--mysql-prefix", "bad-prefix"}, "WithTablePrefix"},
 		{[]string{"ls", "--mysql", dsn, "--ledger", e.ledger}, "mysql"},
 	} {
 		e2 := newEnv(t, "")
@@ -151,6 +165,10 @@ func TestMySQLLedgerCLI(t *testing.T) {
 		if code := cmd.ProcessState.ExitCode(); code != exitUsage || !strings.Contains(string(out), c.want) {
 			t.Errorf("idem %s: exit %d (%v), want %d and an error naming %q:\n%s", strings.Join(c.args, " "), code, err, exitUsage, c.want, out)
 		}
+	}
+	cmd = e.command("doctor", "--mysql", cfg.FormatDSN())
+	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "cannot connect") {
+		t.Errorf("doctor --mysql of an unreachable server: exit %d, want 1:\n%s", cmd.ProcessState.ExitCode(), out)
 	}
 	cmd = e.command("ls")
 	cmd.Env = append(cmd.Env, EnvMySQL+"="+dsn, EnvPostgres+"=postgres://localhost/x")
