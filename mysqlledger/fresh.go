@@ -87,21 +87,40 @@ func newQueries(t tables) queries {
 // attempt 1's claim (running, its lease from the server's time), which
 // commits. A key that has a record (or that the horizon covers) is
 // claimed as by Claim: its INSERT wrote nothing, and the transaction rolls
-// back. A key already settled is answered by Claim's single read first,
-// with no transaction.
+// back. After such a key, the next ClaimFinishTx reads first, as Claim
+// does (one round trip, no lock): a key with a record is then claimed, or
+// answered if settled, without the transaction; one with none goes on as
+// above, and the next one tries the INSERT first again.
 func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) ([]byte, error)) (idemstore.Claim, bool, error) {
 	key := req.Key
 	if err := key.Validate(); err != nil {
 		return idemstore.Claim{}, false, err
+	}
+	if l.readFirst.Load() {
+		// The last key found a record: read first (one round trip, no
+		// lock) rather than begin a transaction whose INSERT fails.
+		s, found, err := l.peek(ctx, key)
+		if err == nil && found {
+			rec, found := s.view()
+			r := req
+			r.Now = s.now
+			if state, take, _ := idemstore.Decide(rec, found, r); !take {
+				return idemstore.Claim{State: state, Record: inFrame(req, s.now, rec)}, false, nil
+			}
+			c, err := l.Claim(ctx, req)
+			return c, false, err
+		}
 	}
 	inserted, done, fnErr, err := l.freshTx(ctx, req, cursor, fn)
 	switch {
 	case err != nil:
 		return idemstore.Claim{}, false, opErr("run tx", key, err)
 	case !inserted:
+		l.readFirst.Store(true)
 		c, err := l.Claim(ctx, req)
 		return c, false, err
 	}
+	l.readFirst.Store(false)
 	return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: key}}, done, fnErr
 }
 

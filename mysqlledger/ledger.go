@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -55,6 +56,9 @@ type Ledger struct {
 	defaults []idem.Option
 	t        tables
 	q        queries
+	// readFirst: the last ClaimFinishTx found its key recorded (RunTx's
+	// duplicate triggers): the next one reads before it inserts.
+	readFirst atomic.Bool
 }
 
 var (
