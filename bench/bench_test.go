@@ -32,7 +32,8 @@ func ci() bool {
 // TestComparisons runs every comparison on a few keys, one measured round
 // each, and checks that both sides did their work and reported a
 // throughput. It asserts nothing about speed. The pg_ comparisons run when
-// $IDEM_TEST_PG_DSN names a database; otherwise they are skipped. The
+// $IDEM_TEST_PG_DSN names a database, the mysql_ ones when
+// $IDEM_TEST_MYSQL_DSN does; otherwise they are skipped. The
 // redis_ comparisons run on the server $IDEM_TEST_REDIS_ADDR names, else on
 // a throwaway one from ../scripts/redis.sh; when none can be started they
 // are skipped, except in CI (CI=true), where they fail.
@@ -44,6 +45,9 @@ func TestComparisons(t *testing.T) {
 			cfg := config{n: 5, rounds: 1, side: "both", other: c.other, idleWindow: time.Second, wakeSeconds: 2}
 			if dsn := os.Getenv("IDEM_TEST_PG_DSN"); dsn != "" {
 				cfg.pg = newPGProvider(dsn)
+			}
+			if dsn := os.Getenv("IDEM_TEST_MYSQL_DSN"); dsn != "" {
+				cfg.mysql = newMySQLProvider(dsn)
 			}
 			cfg.redis = redisServer
 			res, err := c.run(context.Background(), cfg)

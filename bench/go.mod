@@ -4,8 +4,10 @@ module github.com/idemgo/idem/bench
 go 1.26.8
 
 require (
+	github.com/go-sql-driver/mysql v1.10.2
 	github.com/hibiken/asynq v0.26.0
 	github.com/idemgo/idem v0.0.0
+	github.com/idemgo/idem/mysqlledger v0.0.0
 	github.com/idemgo/idem/otel v0.0.0
 	github.com/idemgo/idem/pgledger v0.0.0
 	github.com/idemgo/idem/redisstore v0.0.0
@@ -24,6 +26,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect

@@ -19,6 +19,7 @@ type config struct {
 	pgDSN    string // flag value; pg resolves it
 	pg       *pgProvider
 	redis    *serverProvider // Redis address, for the redis_ comparisons
+	mysql    *serverProvider // MySQL DSN, for the mysql_ comparisons
 	side     string          // "idem", "other" or "both"
 	noWarmup bool
 	other    string // the comparison's other side: "floor", "river" or "asynq"
@@ -54,6 +55,10 @@ var comparisons = []comparison{
 	{"pg_runtx_vs_floor", "floor", pgRunTxVsFloor},
 	{"pg_fanout_vs_floor", "floor", pgFanoutVsFloor},
 	{"pg_fanout_vs_river", "river", pgFanoutVsRiver},
+	{"mysql_fresh_run_vs_floor", "floor", mysqlFreshRunVsFloor},
+	{"mysql_duplicate_vs_floor", "floor", mysqlDuplicateVsFloor},
+	{"mysql_runtx_vs_floor", "floor", mysqlRunTxVsFloor},
+	{"mysql_fanout_vs_floor", "floor", mysqlFanoutVsFloor},
 	{"concurrent_fresh_run_vs_floor", "floor", concurrentFreshRunVsFloor},
 	{"concurrent16_fresh_run_vs_sequential_floor", "sequential_floor", concurrent16FreshRunVsSequentialFloor},
 	{"sqlite_write_lock_wait", "", sqliteWriteLockWait},

@@ -33,6 +33,7 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 8, "measured rounds per side, alternating idem and the other (after one warm-up round)")
 	flag.StringVar(&cfg.pgDSN, "pg-dsn", os.Getenv("IDEM_TEST_PG_DSN"), "PostgreSQL DSN for the pg_ comparisons (default $IDEM_TEST_PG_DSN; else ../scripts/pg.sh starts a throwaway server)")
 	redisAddr := flag.String("redis-addr", os.Getenv("IDEM_TEST_REDIS_ADDR"), "Redis host:port for the redis_ comparisons, with appendfsync always (default $IDEM_TEST_REDIS_ADDR; else ../scripts/redis.sh starts a throwaway server)")
+	mysqlDSN := flag.String("mysql-dsn", os.Getenv("IDEM_TEST_MYSQL_DSN"), "MySQL or MariaDB DSN for the mysql_ comparisons, durable (innodb_flush_log_at_trx_commit=1) (default $IDEM_TEST_MYSQL_DSN; else ../scripts/mysql.sh starts a throwaway MariaDB)")
 	flag.StringVar(&cfg.side, "side", "both", "run only one side: idem, other or both (for counting fsyncs under strace)")
 	flag.BoolVar(&cfg.noWarmup, "no-warmup", false, "skip the warm-up round (for counting fsyncs under strace)")
 	flag.DurationVar(&cfg.idleWindow, "idle-window", 30*time.Second, "scheduler_idle_cpu: how long to measure the idle Scheduler's CPU time")
@@ -63,9 +64,11 @@ func main() {
 	}
 	cfg.pg = newPGProvider(cfg.pgDSN)
 	cfg.redis = newRedisProvider(*redisAddr)
+	cfg.mysql = newMySQLProvider(*mysqlDSN)
 	failed := run(context.Background(), cfg, re)
 	cfg.pg.close()
 	cfg.redis.close()
+	cfg.mysql.close()
 	if failed {
 		pprof.StopCPUProfile()
 		os.Exit(1)

@@ -74,8 +74,16 @@
 //
 // # What is not promised
 //
-// There are no batches in database/sql: a claim costs a few round trips
-// (the job's horizon, the record under its lock, the write, the commit).
+// There are no batches in database/sql. A trigger of a key that is
+// settled (done, most often) costs one round trip: a primary-key read,
+// with no transaction and no lock. A claim that takes a key costs a few
+// more (the record under its lock, the job's horizon, the write, the
+// commit), and its done mark a transaction of its own. RunTx of a key with
+// no record claims it, runs fn and writes the done mark in one
+// transaction (Ledger.ClaimFinishTx: five round trips beside fn's, one
+// synced commit). Each records a period's items one row per item (the
+// set's uniqueness), and claims and finishes each chunk in a transaction
+// of its own: it has no bulk recording (idemstore.ItemRecorder) yet.
 // Without interpolateParams=true in the DSN, the driver prepares each
 // statement with arguments on the server (three round trips each). The
 // SQLite ledger's history is not migrated: keys done there would run

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -41,7 +42,8 @@ var ErrWeakDurability = errors.New("mysqlledger: the server does not flush each 
 // deadlines on the server's clock, every state change in a READ COMMITTED
 // transaction under the key's row lock.
 //
-// It implements [idemstore.Store], [idemstore.TxStore] (with *sql.Tx),
+// It implements [idemstore.Store], [idemstore.TxStore] and
+// [idemstore.FreshTxStore] (with *sql.Tx),
 // [idemstore.CatchUpStore], [idemstore.Lister], [idemstore.ItemStore] and
 // [idemstore.ItemTxStore] (with *sql.Tx), [idemstore.OutboxTxStore] (with
 // *sql.Tx) and [idemstore.OutboxStore], and [idemstore.LimitStore].
@@ -53,6 +55,10 @@ type Ledger struct {
 	prefix   string
 	defaults []idem.Option
 	t        tables
+	q        queries
+	// readFirst: the last ClaimFinishTx found its key recorded (RunTx's
+	// duplicate triggers): the next one reads before it inserts.
+	readFirst atomic.Bool
 }
 
 var (
@@ -124,6 +130,7 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Ledger, error) {
 		return nil, fmt.Errorf("mysqlledger: ledger %q: %w", c.prefix, err)
 	}
 	l := &Ledger{db: db, prefix: c.prefix, defaults: c.runOpts, t: newTables(c.prefix)}
+	l.q = newQueries(l.t)
 	if err := l.checkServer(ctx, c.weak); err != nil {
 		return nil, err
 	}

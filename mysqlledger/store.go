@@ -98,7 +98,10 @@ func inFrame(req idemstore.ClaimRequest, now time.Time, rec idemstore.Record) id
 	return rec
 }
 
-// Claim implements [idemstore.Store]: in one READ COMMITTED transaction it
+// Claim implements [idemstore.Store]. It first reads the key's record and
+// its job's horizon in one statement, without a lock: a key not to be
+// taken (done, most often) is answered from that read. Otherwise, in one
+// READ COMMITTED transaction it
 // reads the key's record under its row lock (FOR UPDATE) and the job's
 // horizon under a shared lock of the job's row, decides with
 // [idemstore.Decide] on the server's clock, and writes the claim. Two
@@ -108,6 +111,9 @@ func inFrame(req idemstore.ClaimRequest, now time.Time, rec idemstore.Record) id
 func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
 	if err := req.Key.Validate(); err != nil {
 		return idemstore.Claim{}, err
+	}
+	if c, ok := l.settled(ctx, req); ok {
+		return c, nil
 	}
 	var c idemstore.Claim
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
@@ -207,12 +213,7 @@ func (l *Ledger) holds(ctx context.Context, q interface {
 // values) still matches its row: the driver is asked for found rows, not
 // changed ones, by the WHERE clause's own check (status = 'running' always
 // changes).
-func (l *Ledger) finishSQL() string {
-	return `UPDATE ` + l.t.runs + ` SET status = ?, failures = ?,
-		not_before = CASE WHEN ? IS NULL THEN 0 ELSE ` + nowSQL + ` + ? END,
-		last_error = ?, lease_until = 0, updated = ` + nowSQL + `, value = ?
-		WHERE job = ? AND period = ? AND attempt = ? AND status = 'running'`
-}
+func (l *Ledger) finishSQL() string { return l.q.finish }
 
 func (l *Ledger) finishArgs(key idemstore.Key, attempt int64, end idemstore.End) []any {
 	var backoff any // NULL: no deadline
@@ -227,10 +228,7 @@ func (l *Ledger) finishArgs(key idemstore.Key, attempt int64, end idemstore.End)
 }
 
 // advanceSQL moves a job's cursor forward (byte order).
-func (l *Ledger) advanceSQL() string {
-	return `INSERT INTO ` + l.t.jobs + ` (job, cursor_period, horizon) VALUES (?, ?, '')
-		ON DUPLICATE KEY UPDATE cursor_period = GREATEST(cursor_period, VALUES(cursor_period))`
-}
+func (l *Ledger) advanceSQL() string { return l.q.advance }
 
 // Finish implements [idemstore.Store]. A backoff deadline is kept on the
 // server's clock: end.NotBefore - end.Now from the server's time. With

@@ -110,9 +110,17 @@ client() {
 }
 
 start() {
-	local try port dir
+	local try port dir low
+	# A port below the kernel's ephemeral range: crash restarts the server
+	# on the same port, which an outgoing connection of any process could
+	# otherwise take while the server is down ("Address already in use").
+	low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 	for try in 1 2 3 4 5 6 7 8; do
-		port=$((20000 + RANDOM % 40000))
+		if [ "$low" -gt 21024 ] 2>/dev/null; then
+			port=$((20000 + RANDOM % (low - 20000)))
+		else
+			port=$((20000 + RANDOM % 40000))
+		fi
 		dir="$base/idem-mysql-$port"
 		if port_in_use "$port" || ! mkdir "$dir" 2>/dev/null; then
 			continue

@@ -155,7 +155,8 @@ if [ -f redisstore/go.mod ] && [ -z "${IDEM_TEST_REDIS_ADDR:-}" ]; then
 	rm -f "$redislog"
 fi
 
-# The MySQL ledger's tests need a MySQL or MariaDB: unless
+# The MySQL ledger's tests (./mysqlledger, the idem command's --mysql, the
+# bench's mysql_ comparisons) need a MySQL or MariaDB: unless
 # IDEM_TEST_MYSQL_DSN names one, start a throwaway MariaDB (scripts/mysql.sh:
 # innodb_flush_log_at_trx_commit=1, sync_binlog=1) and stop it at exit. In CI
 # a server that cannot start fails the run; elsewhere those tests skip.

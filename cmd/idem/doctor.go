@@ -97,14 +97,28 @@ in a read-only session:
   keys         periods pending, unknown and parked, as above
   outbox       messages pending and parked, as above
 
+With --mysql DSN (--mysql-prefix names the tables' prefix, default idem_),
+reading only:
+
+  connection   the server answers, its version, the user, a database
+               selected
+  durability   innodb_flush_log_at_trx_commit is 1, and sync_binlog is 1
+               when the binary log is on (idem refuses the server
+               otherwise, unless --mysql-allow-weak-durability: then a
+               warning)
+  schema       the ledger's tables exist, with a version this idem knows
+  keys         periods pending, unknown and parked, as above
+  (the outbox is not checked)
+
 Exit status: 0 if no finding is an error (warnings, such as unknown or
 parked periods, still exit 0), 1 if one is, 2 usage error.`,
 		Example: `  idem doctor /var/lib/idem/ledger.db
   idem doctor --postgres postgres://app@db/app
+  idem doctor --mysql 'app:secret@tcp(db:3306)/app'
   idem doctor --json /var/lib/idem/ledger.db | jq -r '.findings[] | select(.level != "ok") | .message'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path, dsn := "", ""
+			path, dsn, my := "", "", ""
 			if len(args) == 1 {
 				path = args[0]
 			} else {
@@ -115,7 +129,7 @@ parked periods, still exit 0), 1 if one is, 2 usage error.`,
 				if t.redis != "" {
 					return usageError(errors.New("doctor checks SQLite and Postgres ledgers, not the Redis store"))
 				}
-				path, dsn = t.path, t.dsn
+				path, dsn, my = t.path, t.dsn, t.mysql
 			}
 			if outboxMaxAge <= 0 {
 				return flagError("--outbox-max-age", fmt.Errorf("%v: must be positive", outboxMaxAge))
@@ -125,11 +139,16 @@ parked periods, still exit 0), 1 if one is, 2 usage error.`,
 				return err
 			}
 			var rep *doctorReport
-			if dsn != "" {
+			switch {
+			case my != "":
+				prefix, _ := cmd.Flags().GetString("mysql-prefix")
+				weak, _ := cmd.Flags().GetBool("mysql-allow-weak-durability")
+				rep = diagnoseMySQL(cmd.Context(), my, prefix, weak)
+			case dsn != "":
 				schema, _ := cmd.Flags().GetString("postgres-schema")
 				weak, _ := cmd.Flags().GetBool("postgres-allow-weak-durability")
 				rep = diagnosePostgres(cmd.Context(), dsn, schema, weak, clk.Now(), outboxMaxAge)
-			} else {
+			default:
 				rep = diagnose(cmd.Context(), path, clk.Now(), outboxMaxAge)
 			}
 			out := cmd.OutOrStdout()

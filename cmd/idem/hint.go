@@ -17,6 +17,9 @@ func ledgerHint(cmd *cobra.Command) string {
 	if a, _ := cmd.Flags().GetString("redis"); a != "" {
 		return " --redis ADDR"
 	}
+	if d, _ := cmd.Flags().GetString("mysql"); d != "" {
+		return " --mysql DSN"
+	}
 	return ""
 }
 

@@ -20,6 +20,7 @@ import (
 	"strings"
 	_ "time/tzdata" // --tz must work on minimal images without /usr/share/zoneinfo
 
+	"github.com/idemgo/idem/mysqlledger"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/spf13/cobra"
 )
@@ -82,8 +83,9 @@ periods missed while the host was down run in order afterwards.
 
 idem keeps what ran in a ledger: a SQLite file on a local disk (--ledger, or
 $IDEM_LEDGER, or ~/.local/state/idem/ledger.db) or a Postgres database
-shared by many hosts (--postgres, or $IDEM_POSTGRES), or a Redis server
-(--redis, or $IDEM_REDIS).
+shared by many hosts (--postgres, or $IDEM_POSTGRES), a MySQL or MariaDB
+database (--mysql, or $IDEM_MYSQL), or a Redis server (--redis, or
+$IDEM_REDIS).
 
   idem run --ledger /var/lib/idem/ledger.db --job settle --tz Asia/Shanghai -- /opt/settle.sh
 
@@ -100,7 +102,10 @@ messages to a webhook and lists, retries and drops them.`,
 	root.PersistentFlags().String("redis", "", "use the Redis store on this server (host:port, or redis://[user:password@]host:port/db) instead of a SQLite file (default $IDEM_REDIS); it must run with appendonly yes and appendfsync always")
 	root.PersistentFlags().String("redis-prefix", redisstore.DefaultPrefix, "with --redis: the prefix of the store's keys (stores with different prefixes are independent)")
 	root.PersistentFlags().Bool("redis-allow-weak-durability", false, "with --redis: accept a server that does not fsync every write before replying (a crash can lose done marks and claims: work may run again)")
-	root.MarkFlagsMutuallyExclusive("ledger", "postgres", "redis")
+	root.PersistentFlags().String("mysql", "", "use the MySQL 8.0+ or MariaDB 10.6+ ledger at this DSN (user:password@tcp(host:port)/db) instead of a SQLite file (default $IDEM_MYSQL); the server must flush every commit (innodb_flush_log_at_trx_commit=1, sync_binlog=1)")
+	root.PersistentFlags().String("mysql-prefix", mysqlledger.DefaultPrefix, "with --mysql: the prefix of the ledger's table names (ledgers with different prefixes are independent)")
+	root.PersistentFlags().Bool("mysql-allow-weak-durability", false, "with --mysql: accept a server that does not flush every commit to disk (a power failure of its host can lose done marks: work may run again)")
+	root.MarkFlagsMutuallyExclusive("ledger", "postgres", "redis", "mysql")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err, hint: fmt.Sprintf("Run '%s --help' for usage.", c.CommandPath())}
 	})

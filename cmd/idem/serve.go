@@ -215,8 +215,8 @@ func checkStored(ctx context.Context, store idemstore.CatchUpStore, desc, path s
 // storeGiven reports whether the command line or the environment names a
 // ledger (--check reads it only then).
 func storeGiven(cmd *cobra.Command) bool {
-	return cmd.Flags().Changed("ledger") || cmd.Flags().Changed("postgres") ||
-		os.Getenv(EnvPostgres) != "" || os.Getenv(idem.EnvLedger) != ""
+	return cmd.Flags().Changed("ledger") || cmd.Flags().Changed("postgres") || cmd.Flags().Changed("mysql") ||
+		os.Getenv(EnvPostgres) != "" || os.Getenv(EnvMySQL) != "" || os.Getenv(idem.EnvLedger) != ""
 }
 
 func runServe(cmd *cobra.Command, o serveOptions) error {

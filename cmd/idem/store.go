@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -10,8 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/mysqlledger"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/idemgo/idem/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -22,6 +25,11 @@ import (
 // EnvPostgres is the environment variable that names the Postgres ledger's
 // DSN when --postgres is not given.
 const EnvPostgres = "IDEM_POSTGRES"
+
+// EnvMySQL is the environment variable that names the MySQL (or MariaDB)
+// ledger's DSN (user:password@tcp(host:port)/db) when --mysql is not
+// given.
+const EnvMySQL = "IDEM_MYSQL"
 
 // EnvRedis is the environment variable that names the Redis store's
 // server (host:port or a redis:// URL) when --redis is not given.
@@ -128,15 +136,17 @@ type target struct {
 	path  string
 	dsn   string
 	redis string // host:port or a redis:// (rediss://) URL
+	mysql string // a DSN of github.com/go-sql-driver/mysql
 }
 
-// ledgerTarget resolves --ledger, --postgres, --redis, $IDEM_POSTGRES,
-// $IDEM_REDIS, $IDEM_LEDGER and the default path, in that order (two of
+// ledgerTarget resolves --ledger, --postgres, --redis, --mysql,
+// $IDEM_POSTGRES, $IDEM_REDIS, $IDEM_MYSQL, $IDEM_LEDGER and the default path, in that order (two of
 // the variables set at once, with no flag, is an error).
 func ledgerTarget(cmd *cobra.Command) (target, error) {
 	path, _ := cmd.Flags().GetString("ledger")
 	dsn, _ := cmd.Flags().GetString("postgres")
 	addr, _ := cmd.Flags().GetString("redis")
+	my, _ := cmd.Flags().GetString("mysql")
 	switch {
 	case path != "":
 		return target{path: path}, nil
@@ -144,21 +154,26 @@ func ledgerTarget(cmd *cobra.Command) (target, error) {
 		return target{dsn: dsn}, nil
 	case addr != "":
 		return target{redis: addr}, nil
+	case my != "":
+		return target{mysql: my}, nil
 	}
 	var set []string
-	for _, v := range []string{EnvPostgres, EnvRedis, idem.EnvLedger} {
+	for _, v := range []string{EnvPostgres, EnvRedis, EnvMySQL, idem.EnvLedger} {
 		if os.Getenv(v) != "" {
 			set = append(set, "$"+v)
 		}
 	}
 	if len(set) > 1 {
-		return target{}, usageError(fmt.Errorf("%s are all set: unset all but one, or pass --ledger, --postgres or --redis", strings.Join(set, " and ")))
+		return target{}, usageError(fmt.Errorf("%s are all set: unset all but one, or pass --ledger, --postgres, --redis or --mysql", strings.Join(set, " and ")))
 	}
 	if dsn := os.Getenv(EnvPostgres); dsn != "" {
 		return target{dsn: dsn}, nil
 	}
 	if addr := os.Getenv(EnvRedis); addr != "" {
 		return target{redis: addr}, nil
+	}
+	if dsn := os.Getenv(EnvMySQL); dsn != "" {
+		return target{mysql: dsn}, nil
 	}
 	p, err := idem.DefaultLedgerPath()
 	if err != nil {
@@ -195,6 +210,9 @@ func openLedger(ctx context.Context, cmd *cobra.Command, clk idem.Clock, create 
 	}
 	if t.redis != "" {
 		return openRedis(ctx, cmd, t.redis, clk)
+	}
+	if t.mysql != "" {
+		return openMySQL(ctx, cmd, t.mysql, clk)
 	}
 	if create {
 		if err := os.MkdirAll(filepath.Dir(t.path), 0o755); err != nil {
@@ -243,6 +261,44 @@ func openRedis(ctx context.Context, cmd *cobra.Command, addr string, clk idem.Cl
 	where := fmt.Sprintf("%s/%d", o.Addr, o.DB)
 	return &ledger{store: s, desc: fmt.Sprintf("redis store (prefix %s on %s)", s.Prefix(), where),
 		close: func() { _ = s.Close() }, locks: sharedLocks("redis", where+"\x00"+s.Prefix())}, nil
+}
+
+// openMySQL opens the MySQL (or MariaDB) ledger at dsn, a DSN of
+// github.com/go-sql-driver/mysql that selects a database. Unless the DSN
+// says otherwise, statements go with their arguments in one round trip
+// (interpolateParams=true), and idle connections are closed after a minute
+// (before the server's wait_timeout does).
+func openMySQL(ctx context.Context, cmd *cobra.Command, dsn string, clk idem.Clock) (*ledger, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, usageError(fmt.Errorf("mysql ledger: --mysql %w", err))
+	}
+	if !strings.Contains(dsn, "interpolateParams=") {
+		cfg.InterpolateParams = true
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, usageError(fmt.Errorf("mysql ledger: %w", err))
+	}
+	db := sql.OpenDB(conn)
+	db.SetConnMaxIdleTime(time.Minute)
+	prefix, _ := cmd.Flags().GetString("mysql-prefix")
+	opts := []mysqlledger.Option{mysqlledger.WithTablePrefix(prefix), mysqlledger.WithRunOptions(idem.WithClock(clk))}
+	if weak, _ := cmd.Flags().GetBool("mysql-allow-weak-durability"); weak {
+		opts = append(opts, mysqlledger.AllowWeakDurability())
+	}
+	ml, err := mysqlledger.New(ctx, db, opts...)
+	if err != nil {
+		db.Close()
+		hint := ""
+		if errors.Is(err, mysqlledger.ErrWeakDurability) {
+			hint = " (the option is --mysql-allow-weak-durability here)"
+		}
+		return nil, usageError(fmt.Errorf("mysql ledger: %w%s", err, hint))
+	}
+	where := fmt.Sprintf("%s(%s)/%s", cfg.Net, cfg.Addr, cfg.DBName)
+	return &ledger{store: ml, desc: fmt.Sprintf("mysql ledger (prefix %s on %s)", ml.Prefix(), where),
+		close: func() { db.Close() }, locks: sharedLocks("mysql", where+"\x00"+ml.Prefix())}, nil
 }
 
 // openForOps opens an existing ledger for ls, show, resolve, reset, prune.

@@ -1,0 +1,188 @@
+package mysqlledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/idemgo/idem/idemstore"
+)
+
+var _ idemstore.FreshTxStore[*sql.Tx] = (*Ledger)(nil)
+
+// peek reads the key's record and the server's time in one statement
+// (one round trip, no transaction, no lock): what the record was at one
+// moment (the statement's consistent read). found is false when the key
+// has no record; then the job's horizon is not read.
+func (l *Ledger) peek(ctx context.Context, key idemstore.Key) (s snapshot, found bool, err error) {
+	s = snapshot{rec: idemstore.Record{Key: key}}
+	var now int64
+	err = scanRun(l.db.QueryRowContext(ctx, l.q.peek, key.Job, key.Period), &now, &s.rec)
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, false, nil
+	}
+	if err != nil {
+		return s, false, err
+	}
+	s.found, s.now = true, fromMicros(now)
+	return s, true, nil
+}
+
+// settled is Claim's fast path: one read without a lock. A key that is
+// not to be taken (done, skipped, parked, held by a live lease, waiting
+// for its backoff) is answered from it, as it was at that moment; a key to
+// take is claimed under its row lock. ok is false when the read failed or
+// says to take the key.
+func (l *Ledger) settled(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool) {
+	s, found, err := l.peek(ctx, req.Key)
+	if err != nil || !found {
+		return idemstore.Claim{}, false // a new key (or one the horizon covers): Claim's transaction reads the horizon
+	}
+	rec, found := s.view()
+	r := req
+	r.Now = s.now
+	state, take, _ := idemstore.Decide(rec, found, r)
+	if take {
+		return idemstore.Claim{}, false
+	}
+	return idemstore.Claim{State: state, Record: inFrame(req, s.now, rec)}, true
+}
+
+// freshInsertSQL: a template (see queries) that records a key that has no record as attempt 1, done,
+// unless the job's horizon covers it (the job's row read under a shared
+// lock, as Claim reads it: Prune holds it exclusively); a key that has a
+// record fails with a duplicate key and writes nothing.
+const freshInsertSQL = `INSERT INTO {runs} (job, period, status, attempt, failures, owner, lease_until, not_before,
+		last_error, created, updated, fingerprint, value)
+		SELECT ?, ?, 'done', 1, 0, ?, 0, 0, '', t.n, t.n, ?, NULL FROM (SELECT {now} AS n) AS t
+		WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE job = ? AND horizon >= ? LOCK IN SHARE MODE)`
+
+// queries are a ledger's statements, their table names filled in once.
+type queries struct {
+	peek, freshInsert, finish, advance string
+}
+
+func newQueries(t tables) queries {
+	r := strings.NewReplacer("{runs}", t.runs, "{jobs}", t.jobs, "{now}", nowSQL)
+	return queries{
+		peek:        `SELECT ` + nowSQL + `, ` + runCols + ` FROM ` + t.runs + ` WHERE job = ? AND period = ?`,
+		freshInsert: r.Replace(freshInsertSQL),
+		finish: `UPDATE ` + t.runs + ` SET status = ?, failures = ?,
+		not_before = CASE WHEN ? IS NULL THEN 0 ELSE ` + nowSQL + ` + ? END,
+		last_error = ?, lease_until = 0, updated = ` + nowSQL + `, value = ?
+		WHERE job = ? AND period = ? AND attempt = ? AND status = 'running'`,
+		advance: `INSERT INTO ` + t.jobs + ` (job, cursor_period, horizon) VALUES (?, ?, '')
+		ON DUPLICATE KEY UPDATE cursor_period = GREATEST(cursor_period, VALUES(cursor_period))`,
+	}
+}
+
+// ClaimFinishTx implements [idemstore.FreshTxStore]: for a key with no
+// record, one READ COMMITTED transaction inserts the key's row as attempt
+// 1 done (freshInsertSQL: the row's lock keeps every other attempt out
+// until the commit), sets a savepoint, runs fn, stores fn's value (and
+// moves the job's cursor with cursor) and commits: the claim, fn's writes
+// and the done mark together, or nothing (a crash leaves no record). If fn
+// fails, its writes are rolled back to the savepoint and the row becomes
+// attempt 1's claim (running, its lease from the server's time), which
+// commits. A key that has a record (or that the horizon covers) is
+// claimed as by Claim: its INSERT wrote nothing, and the transaction rolls
+// back. After such a key, the next ClaimFinishTx reads first, as Claim
+// does (one round trip, no lock): a key with a record is then claimed, or
+// answered if settled, without the transaction; one with none goes on as
+// above, and the next one tries the INSERT first again.
+func (l *Ledger) ClaimFinishTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) ([]byte, error)) (idemstore.Claim, bool, error) {
+	key := req.Key
+	if err := key.Validate(); err != nil {
+		return idemstore.Claim{}, false, err
+	}
+	if l.readFirst.Load() {
+		// The last key found a record: read first (one round trip, no
+		// lock) rather than begin a transaction whose INSERT fails.
+		s, found, err := l.peek(ctx, key)
+		if err == nil && found {
+			rec, found := s.view()
+			r := req
+			r.Now = s.now
+			if state, take, _ := idemstore.Decide(rec, found, r); !take {
+				return idemstore.Claim{State: state, Record: inFrame(req, s.now, rec)}, false, nil
+			}
+			c, err := l.Claim(ctx, req)
+			return c, false, err
+		}
+	}
+	inserted, done, fnErr, err := l.freshTx(ctx, req, cursor, fn)
+	switch {
+	case err != nil:
+		return idemstore.Claim{}, false, opErr("run tx", key, err)
+	case !inserted:
+		l.readFirst.Store(true)
+		c, err := l.Claim(ctx, req)
+		return c, false, err
+	}
+	l.readFirst.Store(false)
+	return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: key}}, done, fnErr
+}
+
+// freshTx is ClaimFinishTx's transaction. inserted is false when the key
+// has a record or the horizon covers it (nothing was written); fnErr is
+// fn's error, the claim alone committed.
+func (l *Ledger) freshTx(ctx context.Context, req idemstore.ClaimRequest, cursor bool, fn func(*sql.Tx) ([]byte, error)) (inserted, done bool, fnErr, err error) {
+	key := req.Key
+	tx, err := l.db.BeginTx(ctx, txOpts)
+	if err != nil {
+		return false, false, nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
+	res, err := tx.ExecContext(ctx, l.q.freshInsert, key.Job, key.Period, req.Owner, req.Fingerprint, key.Job, key.Period)
+	switch {
+	case errno(err) == erDupEntry || retryable(err):
+		return false, false, nil, nil // the usual way: Claim
+	case err != nil:
+		return false, false, nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return false, false, nil, err
+	} else if n == 0 {
+		return false, false, nil, nil // below the horizon
+	}
+	if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, key); err != nil {
+		return true, false, nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT idem_fn`); err != nil {
+		return true, false, nil, err
+	}
+	value, ferr := fn(tx)
+	if ferr != nil {
+		// fn's writes go; the row becomes attempt 1's claim, as Claim
+		// writes it, and commits.
+		if _, err := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT idem_fn`); err != nil {
+			return true, false, nil, err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.runs+` SET status = 'running', lease_until = `+nowSQL+` + ?
+			WHERE job = ? AND period = ?`, micros(req.Lease), key.Job, key.Period); err != nil {
+			return true, false, nil, err
+		}
+		if err := tx.Commit(); err != nil {
+			return true, false, nil, err
+		}
+		return true, false, ferr, nil
+	}
+	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
+		return true, false, nil, err
+	}
+	if value != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.runs+` SET value = ? WHERE job = ? AND period = ?`, value, key.Job, key.Period); err != nil {
+			return true, false, nil, err
+		}
+	}
+	if cursor {
+		if _, err := tx.ExecContext(ctx, l.advanceSQL(), key.Job, key.Period); err != nil {
+			return true, false, nil, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return true, false, nil, err
+	}
+	return true, true, nil, nil
+}
