@@ -151,6 +151,19 @@ var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)},
 			detachedRerunner{s.(idemstore.Rerunner)}}
 	},
+	// The MySQL ledger.
+	"ItemStore OutboxStore OutboxReleaser LimitStore Lister": func(d detached) idemstore.CatchUpStore {
+		s := d.CatchUpStore
+		return struct {
+			detached
+			detachedItems
+			detachedOutbox
+			detachedOutboxReleaser
+			detachedLimits
+			detachedLister
+		}{d, detachedItems{s.(idemstore.ItemStore)}, detachedOutbox{s.(idemstore.OutboxStore)},
+			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)}}
+	},
 	// The Postgres ledger.
 	"ItemStore ItemRecorder ItemRecordTurns FreshMarker ClaimFirst OutboxStore OutboxReleaser LimitStore Lister": func(d detached) idemstore.CatchUpStore {
 		s := d.CatchUpStore
