@@ -266,7 +266,9 @@ func TestRerunDoneMarkRace(t *testing.T) {
 		var wg sync.WaitGroup
 		var rerr, ferr error
 		wg.Go(func() { _, rerr = l.Rerun(ctx, req) })
-		wg.Go(func() { ferr = l.Finish(ctx, key, attempt, idemstore.End{Status: idemstore.StatusDone, Now: time.Now()}) })
+		wg.Go(func() {
+			ferr = l.Finish(ctx, key, attempt, idemstore.End{Status: idemstore.StatusDone, Now: time.Now()})
+		})
 		wg.Wait()
 		if rerr != nil || ferr != nil {
 			t.Fatalf("%s: Rerun: %v; Finish: %v", key, rerr, ferr)
