@@ -38,7 +38,7 @@ import (
 // it ends done). Rerun calls it too, for a request sent again whose
 // attempt ended done without a promotion (not expected while the trigger
 // exists; kept as the SQLite ledger does it). Its note (last_error) is
-// idemstore.RerunNote's text, which TestRerunNoteMatches checks.
+// idemstore.RerunNote's text (TestRerunEveryDoneMark compares them).
 //
 // The partial index runs_revised holds the periods that were ever re-run
 // (revision above 0), for RerunsDue: revision is its only column beside
