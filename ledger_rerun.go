@@ -111,13 +111,16 @@ func rerunKey(tx *wtx, key Key, req idemstore.RerunRequest, now int64) (idemstor
 	}
 }
 
-// promoteRerun gives key, done, the revision of the re-run requests that
-// waited for its attempt to end (state pending), if any.
+// promoteRerun gives key, if it is done, the revision of the re-run
+// requests that waited for its attempt to end (state pending), if any. A
+// key that is not done keeps them pending: a request sent again while the
+// attempt runs still waits for its done mark.
 func promoteRerun(tx *wtx, key Key) error {
 	var revision int64
 	var reason, by, id string
 	err := tx.queryRow(`SELECT revision, reason, by_whom, request_id FROM idem_reruns WHERE job=? AND period=? AND state='pending'
-		ORDER BY requested LIMIT 1`, key.Job, key.Period).Scan(&revision, &reason, &by, &id)
+		AND EXISTS (SELECT 1 FROM idem_runs WHERE job=? AND period=? AND status='done')
+		ORDER BY requested LIMIT 1`, key.Job, key.Period, key.Job, key.Period).Scan(&revision, &reason, &by, &id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}

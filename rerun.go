@@ -56,11 +56,12 @@ const (
 // revision's), not for the key: asked for the key, it finds the first
 // run's effect and the re-run is marked done without running.
 //
-// NOT promised (yet): a catch-up or a Scheduler does not look behind the
-// job's cursor for re-run periods: trigger them by key (idem run JOB
-// PERIOD, or Run with the key). The store must implement
-// [idemstore.Rerunner]: the SQLite ledger does; others refuse with an
-// error naming the store.
+// A catch-up (CatchUp, CatchUpTx, a Scheduler, idem run) runs the re-run
+// periods behind the job's cursor first, once each. NOT promised (yet):
+// re-running the jobs downstream of a period in dependency order. The
+// store must implement
+// [idemstore.Rerunner]: the SQLite ledger and the Postgres ledger
+// (pgledger) do; others refuse with an error naming the store.
 func Rerun(ctx context.Context, s Store, req RerunRequest) ([]RerunOutcome, error) {
 	r, err := storeAs[idemstore.Rerunner]("Rerun", s)
 	if err != nil {

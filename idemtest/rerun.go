@@ -21,7 +21,8 @@ func testRerun(t *testing.T, h Harness) {
 	}
 	t.Run("DonePeriod", func(t *testing.T) { testRerunDone(t, h) })
 	t.Run("Refused", func(t *testing.T) { testRerunRefused(t, h) })
-	t.Run("WhileRunning", func(t *testing.T) { testRerunWhileRunning(t, h) })
+	t.Run("WhileRunning", func(t *testing.T) { testRerunWhileRunning(t, h, 1) })
+	t.Run("SentAgainWhileRunning", func(t *testing.T) { testRerunWhileRunning(t, h, 2) })
 	t.Run("CrashPoints", func(t *testing.T) { testRerunCrashPoints(t, h) })
 }
 
@@ -189,8 +190,9 @@ func testRerunRefused(t *testing.T, h Harness) {
 }
 
 // testRerunWhileRunning: a request that comes while an attempt holds the
-// period re-runs it after that attempt ends done.
-func testRerunWhileRunning(t *testing.T, h Harness) {
+// period re-runs it after that attempt ends done; sent again meanwhile
+// (sends above 1), it is seen, and still waits for the attempt.
+func testRerunWhileRunning(t *testing.T, h Harness, sends int) {
 	ctx := context.Background()
 	clk := NewClock(start)
 	s := h.open(t, clk)
@@ -207,9 +209,15 @@ func testRerunWhileRunning(t *testing.T, h Harness) {
 		}, idem.WithClock(clk))
 	}()
 	testwait.Recv(t, started, "the first attempt to start")
-	out, err := idem.Rerun(ctx, s, rerunReq("during", "corrected while it ran", key))
-	if err != nil || out[0].State != idem.RerunAfterRun || out[0].Revision != 1 {
-		t.Fatalf("Rerun while running = %+v, %v; want after the run, revision 1", out, err)
+	for i := range sends {
+		want := idem.RerunAfterRun
+		if i > 0 {
+			want = idem.RerunSeen
+		}
+		out, err := idem.Rerun(ctx, s, rerunReq("during", "corrected while it ran", key))
+		if err != nil || out[0].State != want || out[0].Revision != 1 {
+			t.Fatalf("Rerun %d while running = %+v, %v; want %v, revision 1", i+1, out, err, want)
+		}
 	}
 	close(release)
 	if err := testwait.Recv(t, errCh, "the first attempt to end"); err != nil {

@@ -21,7 +21,8 @@ import (
 //
 // It implements [idemstore.Store], [idemstore.TxStore] (with *sql.Tx),
 // [idemstore.CatchUpStore], [idemstore.Lister], [idemstore.ItemStore] and
-// [idemstore.ItemTxStore] (with *sql.Tx), and [idemstore.LimitStore].
+// [idemstore.ItemTxStore] (with *sql.Tx), [idemstore.LimitStore], and
+// [idemstore.Rerunner] (idem.Rerun).
 //
 // What it does not do as a pool does: database/sql has no batches, so
 // the statements that the pgx pool sends in one round trip (AddItems, a
@@ -36,6 +37,7 @@ var (
 	_ idemstore.CatchUpTxStore[*sql.Tx] = (*DBLedger)(nil)
 	_ idemstore.ItemTxStore[*sql.Tx]    = (*DBLedger)(nil)
 	_ idemstore.Lister                  = (*DBLedger)(nil)
+	_ idemstore.Rerunner                = (*DBLedger)(nil)
 )
 
 // NewDB attaches a ledger to the caller's *sql.DB (opened with a

@@ -51,8 +51,14 @@ const DefaultSchema = "idem"
 // [AllowWeakDurability] for what no session can change). Version 8 adds
 // the history of attempts (table attempts, written by triggers on runs, and
 // the columns revision and started of runs; see history.go), expand-only:
-// a version-7 pgledger keeps working on it.
-const SchemaVersion = 8
+// a version-7 pgledger keeps working on it. Version 9 adds the re-runs of
+// done periods (table reruns, the function promote_rerun and its trigger
+// on runs, and the partial index runs_revised; see rerun.go),
+// expand-only: a version-8 pgledger keeps working on it, and its done
+// marks give a period the revision of a request that waited for them.
+// Its upgrade builds runs_revised, which holds the writes to runs for one
+// scan of the table.
+const SchemaVersion = 9
 
 // Ledger is an idem store in PostgreSQL: one row per key in the table runs
 // of its schema, keyed by (job, period). It implements [idemstore.Store],
@@ -61,7 +67,8 @@ const SchemaVersion = 8
 // [idemstore.ItemTxStore] (with [pgx.Tx]), and, for [outbox.Put] and
 // [idem.Relay], [idemstore.OutboxTxStore] (with [pgx.Tx]) and
 // [idemstore.OutboxStore] (table outbox), and, for package limit,
-// [idemstore.LimitStore] (tables limit_rates and limit_slots).
+// [idemstore.LimitStore] (tables limit_rates and limit_slots), and, for
+// [idem.Rerun], [idemstore.Rerunner] (table reruns).
 //
 // A Ledger is safe for concurrent use by many goroutines, processes and
 // hosts.
@@ -91,6 +98,7 @@ var (
 	_ idemstore.ClaimFirst             = (*Ledger)(nil)
 	_ idemstore.CatchUpStore           = (*Ledger)(nil)
 	_ idemstore.CatchUpTxStore[pgx.Tx] = (*Ledger)(nil)
+	_ idemstore.Rerunner               = (*Ledger)(nil)
 )
 
 // An Option configures a Ledger, for [New] and [Open]. As with idem's own
@@ -351,6 +359,11 @@ func (l *core) migrateOnce(ctx context.Context) error {
 	if v < 8 {
 		if _, err := tx.exec(ctx, l.oq(historyDDLAll())); err != nil {
 			return l.schemaErr(fmt.Errorf("upgrading to version 8: %w", err))
+		}
+	}
+	if v < 9 {
+		if _, err := tx.exec(ctx, l.oq(rerunsDDLAll())); err != nil {
+			return l.schemaErr(fmt.Errorf("upgrading to version 9: %w", err))
 		}
 	}
 	if _, err := tx.exec(ctx, l.q.setVersion, SchemaVersion); err != nil {

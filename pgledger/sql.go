@@ -153,7 +153,7 @@ CREATE TABLE IF NOT EXISTS {s}.itemsets (
 	// time. It always returns one row.
 	readSQL = `SELECT clock_timestamp(), r.job IS NOT NULL, coalesce(r.status, ''), coalesce(r.attempt, 0),
 		coalesce(r.failures, 0), coalesce(r.owner, ''), r.lease_until, r.not_before, coalesce(r.last_error, ''), r.updated,
-		coalesce(j.horizon, '') >= $2 COLLATE "C", coalesce(r.fingerprint, ''), r.value
+		coalesce(j.horizon, '') >= $2 COLLATE "C", coalesce(r.fingerprint, ''), r.value, coalesce(r.revision, 0)
 	FROM (SELECT) AS one
 	LEFT JOIN {s}.runs AS r ON r.job = $1 AND r.period = $2
 	LEFT JOIN {s}.jobs AS j ON j.job = $1`
@@ -683,7 +683,9 @@ const recordTurnSQL = `SELECT set_config('lock_timeout', $1, true), set_config('
 // ends (Prune takes it exclusively).
 const lockSharedSQL = `SELECT pg_advisory_xact_lock_shared($1)`
 
-const recordCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated, fingerprint, value`
+// recordCols are the columns of runs that make an idemstore.Record, in
+// the order every scan of them takes.
+const recordCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated, fingerprint, value, revision`
 
 func newQueries(schema string) queries {
 	s := pgx.Identifier{schema}.Sanitize()

@@ -25,7 +25,7 @@ func (l *core) read(ctx context.Context, q conn, key idemstore.Key) (snapshot, e
 	var status string
 	var lease, notBefore, updated *time.Time
 	err := q.queryRow(ctx, l.q.read, []any{key.Job, key.Period}, &s.now, &s.found, &status, &s.rec.Attempt,
-		&s.rec.Failures, &s.rec.Owner, &lease, &notBefore, &s.rec.LastError, &updated, &s.covered, &s.rec.Fingerprint, &s.rec.Value)
+		&s.rec.Failures, &s.rec.Owner, &lease, &notBefore, &s.rec.LastError, &updated, &s.covered, &s.rec.Fingerprint, &s.rec.Value, &s.rec.Revision)
 	if err != nil {
 		return snapshot{}, err
 	}
@@ -504,7 +504,7 @@ func (l *core) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Reso
 				var status string
 				var lease, notBefore, updated *time.Time
 				err := tx.queryRow(ctx, l.q.lockRow, []any{key.Job, key.Period}, &s.now, &status, &s.rec.Attempt,
-					&s.rec.Failures, &s.rec.Owner, &lease, &notBefore, &s.rec.LastError, &updated, &s.rec.Fingerprint, &s.rec.Value)
+					&s.rec.Failures, &s.rec.Owner, &lease, &notBefore, &s.rec.LastError, &updated, &s.rec.Fingerprint, &s.rec.Value, &s.rec.Revision)
 				if errors.Is(err, sql.ErrNoRows) {
 					continue // deleted in between (pruned): read again
 				}
@@ -640,9 +640,9 @@ func (l *core) Prune(ctx context.Context, job, through string) (int64, error) {
 			return err
 		}
 		deleted = n
-		// The item records of those periods (Each), and their history of
-		// attempts, go with them.
-		for _, t := range []string{"item_set", "item_chunks", "item_lists", "item_state", "itemsets", "attempts"} {
+		// The item records of those periods (Each), their history of
+		// attempts and their re-run requests go with them.
+		for _, t := range []string{"item_set", "item_chunks", "item_lists", "item_state", "itemsets", "attempts", "reruns"} {
 			q := `DELETE FROM ` + pgx.Identifier{l.schema, t}.Sanitize() + ` WHERE job = $1 AND period <= $2 COLLATE "C"`
 			if _, err := tx.exec(ctx, q, job, through); err != nil {
 				return err
@@ -673,7 +673,7 @@ func (l *core) List(ctx context.Context, f idemstore.Filter) ([]idemstore.Record
 		var status string
 		var lease, notBefore, updated *time.Time
 		err := scan(&r.Key.Job, &r.Key.Period, &status, &r.Attempt, &r.Failures, &r.Owner,
-			&lease, &notBefore, &r.LastError, &updated, &r.Fingerprint, &r.Value)
+			&lease, &notBefore, &r.LastError, &updated, &r.Fingerprint, &r.Value, &r.Revision)
 		r.Status = idemstore.Status(status)
 		r.LeaseUntil, r.NotBefore, r.Updated = deref(lease), deref(notBefore), deref(updated)
 		recs = append(recs, r)

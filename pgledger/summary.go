@@ -87,7 +87,7 @@ func (l *core) ListPage(ctx context.Context, q idemstore.PageQuery) ([]idemstore
 		statuses[i] = string(s)
 	}
 	recs := []idemstore.Record{}
-	err := l.db.query(ctx, `SELECT period, status, attempt, failures, owner, lease_until, not_before, last_error, updated, fingerprint FROM `+pgx.Identifier{l.schema, "runs"}.Sanitize()+`
+	err := l.db.query(ctx, `SELECT period, status, attempt, failures, owner, lease_until, not_before, last_error, updated, fingerprint, revision FROM `+pgx.Identifier{l.schema, "runs"}.Sanitize()+`
 		WHERE job = $1 AND ($2 = '' OR period < $2) AND period >= $3 AND ($4 = '' OR status = ANY(string_to_array($4, ',')))
 		ORDER BY period DESC LIMIT $5`,
 		[]any{q.Job, q.Before, q.From, strings.Join(statuses, ","), int64(q.Limit)}, func(scan func(...any) error) error {
@@ -95,7 +95,7 @@ func (l *core) ListPage(ctx context.Context, q idemstore.PageQuery) ([]idemstore
 			var status string
 			var lease, notBefore, updated *time.Time
 			err := scan(&r.Key.Period, &status, &r.Attempt, &r.Failures, &r.Owner,
-				&lease, &notBefore, &r.LastError, &updated, &r.Fingerprint)
+				&lease, &notBefore, &r.LastError, &updated, &r.Fingerprint, &r.Revision)
 			r.Status = idemstore.Status(status)
 			r.LeaseUntil, r.NotBefore, r.Updated = deref(lease), deref(notBefore), deref(updated)
 			recs = append(recs, r)

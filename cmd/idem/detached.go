@@ -165,7 +165,7 @@ var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)}}
 	},
 	// The Postgres ledger.
-	"ItemStore ItemRecorder ItemRecordTurns FreshMarker ClaimFirst OutboxStore OutboxReleaser LimitStore Lister": func(d detached) idemstore.CatchUpStore {
+	"ItemStore ItemRecorder ItemRecordTurns FreshMarker ClaimFirst OutboxStore OutboxReleaser LimitStore Lister Rerunner": func(d detached) idemstore.CatchUpStore {
 		s := d.CatchUpStore
 		return struct {
 			detached
@@ -178,10 +178,12 @@ var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 			detachedOutboxReleaser
 			detachedLimits
 			detachedLister
+			detachedRerunner
 		}{d, detachedItems{s.(idemstore.ItemStore)}, detachedItemRecorder{s.(idemstore.ItemRecorder)},
 			detachedItemRecordTurns{s.(idemstore.ItemRecordTurns)}, detachedFreshMarker{s.(idemstore.FreshMarker)},
 			detachedClaimFirst{s.(idemstore.ClaimFirst)}, detachedOutbox{s.(idemstore.OutboxStore)},
-			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)}}
+			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)},
+			detachedRerunner{s.(idemstore.Rerunner)}}
 	},
 	// The Redis store.
 	"LimitStore Lister": func(d detached) idemstore.CatchUpStore {

@@ -14,7 +14,21 @@ import (
 // nothing changed; 'idem reset' of a done period points to rerun.
 func TestRerunCommand(t *testing.T) {
 	t.Parallel()
+	testRerunCommand(t, newEnv(t, "2026-10-28T02:00:00Z"))
+}
+
+// TestRerunCommandPostgres is TestRerunCommand on the Postgres ledger
+// ($IDEM_TEST_PG_DSN), in a schema of its own: idem rerun --postgres, and
+// idem run --postgres running the re-runs behind the job's cursor.
+func TestRerunCommandPostgres(t *testing.T) {
+	t.Parallel()
+	dsn, schema := pgSchema(t, "idemcli_")
 	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.pg = []string{"--postgres", dsn, "--postgres-schema", schema}
+	testRerunCommand(t, e)
+}
+
+func testRerunCommand(t *testing.T, e *env) {
 	line := []string{"--", "sh", "-c", `echo "$IDEM_PERIOD $IDEM_REVISION $IDEM_REQUEST_ID" >> out.txt`}
 	run := func(code int, extra ...string) {
 		t.Helper()
