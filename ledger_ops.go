@@ -117,6 +117,7 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 			`DELETE FROM idem_item_state WHERE job=? AND period <= ?`,
 			`DELETE FROM idem_itemsets WHERE job=? AND period <= ?`,
 			`DELETE FROM idem_attempts WHERE job=? AND period <= ?`,
+			`DELETE FROM idem_reruns WHERE job=? AND period <= ?`,
 		} {
 			if _, err := tx.ExecContext(ctx, q, job, through); err != nil {
 				return err

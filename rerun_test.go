@@ -144,3 +144,32 @@ func TestRerunCatchUp(t *testing.T) {
 		t.Errorf("the catch-up after the request: cursor %s, %d periods (%+v); want the cursor at 2026-10-04, three periods (two re-runs and the new one)", res.Cursor, len(res.Periods), res.Periods)
 	}
 }
+
+// TestRerunPruned: Prune forgets a period's re-run requests with its
+// record, and a re-run of a pruned period is refused, naming the
+// retention.
+func TestRerunPruned(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	key := idem.Key{Job: "settle", Period: "2026-10-01"}
+	noop := func(context.Context) error { return nil }
+	if err := l.Run(ctx, key, noop); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idem.Rerun(ctx, l, rerunReq("r1", "repair", key)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Run(ctx, key, noop); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Prune(ctx, "settle", "2026-10-01"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := l.DB().QueryRowContext(ctx, `SELECT count(*) FROM idem_reruns`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("after Prune: %d re-run requests kept (%v), want none", n, err)
+	}
+	if _, err := idem.Rerun(ctx, l, rerunReq("r2", "repair", key)); !errors.Is(err, idem.ErrNotRerunnable) || !strings.Contains(err.Error(), "retention") {
+		t.Errorf("Rerun of a pruned period = %v, want ErrNotRerunnable naming the retention", err)
+	}
+}
