@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,8 +29,19 @@ import (
 // dead one's leases produces the interrupted message again: at least once,
 // so the consumer gets it twice with the same Idem-Message-Id; nothing is
 // lost, each topic's first arrivals are in the order stored, and all are
-// marked delivered. The broker is kfake (a Kafka-protocol broker, not
-// Apache Kafka), which keeps its log in memory: it is not restarted.
+// marked delivered. Between the two relays the broker is SIGKILLed and
+// started again on the same ports and data directory: every record it
+// acknowledged before must be there after it (the restarted relay never
+// produces a message the ledger marked delivered, so a lost record is a
+// lost message).
+//
+// The broker is the test's own kfake (scripts/kafka.sh start, crash and
+// stop; a Kafka-protocol broker, not Apache Kafka) with a data directory:
+// kfake writes each produced batch to its partition's segment file
+// before it acknowledges it (without fsync: the page cache survives a
+// process's SIGKILL, not a machine's crash), and, started again on the
+// directory, replays the segments. It is one process for its three
+// brokers: the whole cluster dies at once, not one broker of several.
 func TestRelayKilledMidProduce(t *testing.T) {
 	for _, conc := range []int{1, 4} {
 		for _, killAt := range []int{1, 5, 12} {
@@ -80,7 +93,7 @@ func killChild(arg string) {
 }
 
 func testRelayKilled(t *testing.T, killAt, conc int) {
-	addr := testAddr(t)
+	addr, crash := killBroker(t)
 	prefix := unique("idemtest.") + "."
 	ktopics := topicNames(prefix, 3)
 	createTopics(t, addr, ktopics...)
@@ -97,6 +110,11 @@ func testRelayKilled(t *testing.T, killAt, conc int) {
 	inKafka := map[string]bool{}
 	for _, r := range before {
 		inKafka[r.id] = true
+	}
+	crash()
+	after := readTopics(t, addr, len(before), ktopics...)
+	for _, id := range lost(before, after) {
+		t.Errorf("message %s: acknowledged by the broker before its restart, not in Kafka after it", id)
 	}
 
 	// The restart: a relay past the dead relay's leases (on its own clock).
@@ -148,6 +166,73 @@ func testRelayKilled(t *testing.T, killAt, conc int) {
 	for _, r := range recs {
 		if r.Status != idemstore.OutboxDelivered {
 			t.Errorf("message %s: %s, want delivered", r.ID, r.Status)
+		}
+	}
+}
+
+// lost are the ids of records in before and not in after.
+func lost(before, after []received) []string {
+	in := map[string]bool{}
+	for _, r := range after {
+		in[r.id] = true
+	}
+	var out []string
+	for _, r := range before {
+		if !in[r.id] {
+			out = append(out, r.id)
+		}
+	}
+	return out
+}
+
+// killBroker starts a kfake broker of the test's own (scripts/kafka.sh,
+// in a temporary directory, stopped when the test ends) and returns its
+// addresses and a function that SIGKILLs it and starts it again on the
+// same ports and data directory (scripts/kafka.sh crash). Without go on
+// PATH (kafka.sh builds kfakeserver) the test is skipped, except in CI.
+func killBroker(t *testing.T) (addr string, crash func()) {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		if inCI() {
+			t.Fatalf("no go on PATH to build kfakeserver, and CI must run the Kafka tests")
+		}
+		t.Skip("no go on PATH to build kfakeserver (scripts/kafka.sh)")
+	}
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "kafka.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "TMPDIR="+t.TempDir())
+	run := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
+		cmd.Env = env
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if msg := strings.TrimSpace(stderr.String()); msg != "" || err != nil {
+			t.Logf("scripts/kafka.sh %s: %v\n%s", args[0], err, msg)
+		}
+		return string(out), err
+	}
+	out, err := run("start")
+	if err != nil {
+		t.Fatalf("start a broker for the test (scripts/kafka.sh start): %v", err)
+	}
+	addr = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(out), "export "+addrEnv+"='"), "'")
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("scripts/kafka.sh start printed %q", out)
+	}
+	t.Cleanup(func() {
+		if _, err := run("stop", addr); err != nil {
+			t.Errorf("stop the test's broker: %v", err)
+		}
+	})
+	return addr, func() {
+		t.Helper()
+		if _, err := run("crash", addr); err != nil {
+			t.Fatalf("restart the broker (scripts/kafka.sh crash): %v", err)
 		}
 	}
 }

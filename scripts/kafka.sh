@@ -4,14 +4,18 @@
 # which runs kfake, franz-go's in-memory fake cluster (3 brokers on free
 # loopback ports). It is NOT Apache Kafka: it speaks the Kafka protocol
 # (idempotent producers, acks, partitions, fetch), with no real
-# replication and nothing on disk. Debian packages no Kafka.
+# replication. Its state is in its directory's data/ (kfake's DataDir:
+# each batch written there before the ack, not fsynced). Debian packages
+# no Kafka.
 #
 # Usage:
 #   eval "$(scripts/kafka.sh start)"   # prints only: export IDEM_TEST_KAFKA_ADDR='127.0.0.1:P1,127.0.0.1:P2,...'
 #   scripts/kafka.sh stop [ADDR]       # stops it and removes its directory
+#   scripts/kafka.sh crash [ADDR]      # SIGKILLs it and starts it again on the same ports
+#                                      # and data/ (kfake replays its segment files)
 #
-# stop finds the broker by ADDR (default: $IDEM_TEST_KAFKA_ADDR); with
-# neither, it stops the only throwaway broker running, if there is one.
+# stop and crash find the broker by ADDR (default: $IDEM_TEST_KAFKA_ADDR);
+# with neither, they act on the only throwaway broker running, if there is one.
 # Each lives in ${TMPDIR:-/tmp}/idem-kafka-XXXXXX. Needs go (it builds
 # kfakeserver).
 set -euo pipefail
@@ -51,20 +55,60 @@ start() {
 			rm -rf "$dir"
 			die "could not build kfakeserver"
 		}
-	"$dir/kfakeserver" -addrfile "$dir/addr" </dev/null >"$dir/server.log" 2>&1 &
-	echo $! >"$dir/pid"
+	run_server "$dir"
 	# 10 s for the brokers to listen.
-	for i in $(seq 100); do
-		if [ -f "$dir/addr" ]; then
-			echo "export IDEM_TEST_KAFKA_ADDR='$(cat "$dir/addr")'"
-			return
-		fi
-		kill -0 "$(cat "$dir/pid")" 2>/dev/null || break
-		sleep 0.1
-	done
+	if wait_listen "$dir" 10; then
+		echo "export IDEM_TEST_KAFKA_ADDR='$(cat "$dir/addr")'"
+		return
+	fi
 	cat "$dir/server.log" >&2 || true
 	stop_dir "$dir"
 	die "kfakeserver did not listen within 10 s"
+}
+
+# run_server DIR [PORTS]: starts kfakeserver in the background on DIR/data
+# (on PORTS, comma-separated, if given), its pid in DIR/pid; it writes its
+# addresses to DIR/addr once it listens.
+run_server() {
+	"$1/kfakeserver" -addrfile "$1/addr" -datadir "$1/data" ${2:+-ports "$2"} </dev/null >>"$1/server.log" 2>&1 &
+	echo $! >"$1/pid"
+}
+
+# wait_listen DIR SECONDS: waits for DIR/addr to appear.
+wait_listen() {
+	local i
+	for i in $(seq $(($2 * 10))); do
+		[ -f "$1/addr" ] && return 0
+		kill -0 "$(cat "$1/pid")" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+crash() {
+	local dir addr ports pid i
+	dir=$(serverdir "${1:-}")
+	addr=$(cat "$dir/addr")
+	ports=$(echo "$addr" | tr ',' '\n' | sed 's/.*://' | paste -sd, -)
+	pid=$(cat "$dir/pid")
+	kill -9 "$pid" 2>/dev/null || true
+	for i in $(seq 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -0 "$pid" 2>/dev/null && die "kfakeserver (pid $pid) did not exit within 10 s of SIGKILL"
+	# addr is written again once the restarted brokers listen; until then
+	# serverdir still finds DIR by addr.keep.
+	mv "$dir/addr" "$dir/addr.keep"
+	run_server "$dir" "$ports"
+	# kfake replays its segments before it listens: 30 s.
+	if ! wait_listen "$dir" 30; then
+		mv "$dir/addr.keep" "$dir/addr"
+		die "kfakeserver on $addr did not listen within 30 s of its restart (log: $dir/server.log)"
+	fi
+	rm -f "$dir/addr.keep"
+	[ "$(cat "$dir/addr")" = "$addr" ] || die "kfakeserver came back on $(cat "$dir/addr"), not $addr"
+	echo "kafka.sh: kfakeserver on $addr killed and restarted" >&2
 }
 
 # stop_dir DIR: ends the broker of DIR (10 s at most) and removes DIR.
@@ -84,6 +128,7 @@ stop_dir() {
 case ${1:-} in
 start) start ;;
 stop) stop_dir "$(serverdir "${2:-}")" ;;
+crash) crash "${2:-}" ;;
 *)
 	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
 	exit 2
