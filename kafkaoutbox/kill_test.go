@@ -189,7 +189,8 @@ func lost(before, after []received) []string {
 // in a temporary directory, stopped when the test ends) and returns its
 // addresses and a function that SIGKILLs it and starts it again on the
 // same ports and data directory (scripts/kafka.sh crash). Without go on
-// PATH (kafka.sh builds kfakeserver) the test is skipped, except in CI.
+// PATH (kafka.sh builds kfakeserver), or if the broker cannot start, the
+// test is skipped, except in CI.
 func killBroker(t *testing.T) (addr string, crash func()) {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
@@ -218,6 +219,9 @@ func killBroker(t *testing.T) (addr string, crash func()) {
 	}
 	out, err := run("start")
 	if err != nil {
+		if !inCI() {
+			t.Skipf("could not start a broker for the test (scripts/kafka.sh start): %v", err)
+		}
 		t.Fatalf("start a broker for the test (scripts/kafka.sh start): %v", err)
 	}
 	addr = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(out), "export "+addrEnv+"='"), "'")

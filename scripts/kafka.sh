@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts and stops a throwaway Kafka-protocol broker for the tests of
 # ./kafkaoutbox and cmd/idem: kfakeserver (./kafkaoutbox/kfakeserver),
-# which runs kfake, franz-go's in-memory fake cluster (3 brokers on free
+# which runs kfake, franz-go's fake cluster (3 brokers in one process on free
 # loopback ports). It is NOT Apache Kafka: it speaks the Kafka protocol
 # (idempotent producers, acks, partitions, fetch), with no real
 # replication. Its state is in its directory's data/ (kfake's DataDir:

@@ -1,4 +1,4 @@
-// Command kfakeserver runs kfake, franz-go's in-memory broker that speaks
+// Command kfakeserver runs kfake, franz-go's fake broker that speaks
 // the Kafka protocol, on loopback ports, for the tests of kafkaoutbox and
 // cmd/idem (scripts/kafka.sh starts it). It is not Apache Kafka: it
 // implements the protocol (idempotent producers, acks, partitions, fetch)
