@@ -202,8 +202,8 @@ fi
 # The Kafka deliverer's tests (./kafkaoutbox, cmd/idem) need a broker:
 # unless IDEM_TEST_KAFKA_ADDR names one, start kfake (scripts/kafka.sh:
 # franz-go's Kafka-protocol fake; not Apache Kafka) and stop it at exit
-# (kafkaoutbox's kill test starts one of its own, which it restarts). In CI a broker that cannot start fails the run; elsewhere those
-# tests skip.
+# (kafkaoutbox's kill test starts one of its own, which it restarts). In
+# CI a broker that cannot start fails the run; elsewhere those tests skip.
 if [ -f kafkaoutbox/go.mod ] && [ -z "${IDEM_TEST_KAFKA_ADDR:-}" ]; then
 	kafkalog=$(mktemp)
 	if kafkaenv=$(scripts/kafka.sh start 2>"$kafkalog"); then
