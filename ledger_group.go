@@ -191,28 +191,52 @@ func (l *Ledger) lead(w *groupWrite) {
 	for _, x := range batch[1:] {
 		x.ls.waited = true // it waited behind the group before
 	}
-	err = l.runGroup(w, batch)
-	g.mu.Lock()
-	var again []*groupWrite
-	for _, x := range batch {
-		switch {
-		case errors.Is(err, errNotNow) && !x.now:
-			// The leader would not wait for SQLite's lock; this write
-			// would: it goes back to the front of the group.
-			again = append(again, x)
-			continue
-		case err != nil:
-			x.err = err
+	head := w
+	for round := 1; ; round++ {
+		err = l.runGroup(head, batch)
+		g.mu.Lock()
+		var again []*groupWrite
+		for _, x := range batch {
+			switch {
+			case errors.Is(err, errNotNow) && !x.now:
+				// The leader would not wait for SQLite's lock; this
+				// write would: it goes back to the front of the group.
+				again = append(again, x)
+				continue
+			case err != nil:
+				x.err = err
+			}
+			x.done = true
+			if x != w {
+				x.signal()
+			}
 		}
-		x.done = true
-		if x != w {
-			x.signal()
+		g.pending = append(again, g.pending...)
+		batch = nil
+		// The writes that came during this group's commit: this leader
+		// commits them too, holding the lock (no hand-over to wake), up
+		// to maxRounds groups in all; then the lock goes round.
+		if len(again) > 0 || round == maxRounds || len(g.pending) == 0 {
+			g.mu.Unlock()
+			return
+		}
+		n := min(len(g.pending), maxGroup)
+		batch = append([]*groupWrite(nil), g.pending[:n]...)
+		g.pending = append(g.pending[:0], g.pending[n:]...)
+		g.mu.Unlock()
+		head = batch[0]
+		for _, x := range batch {
+			x.ls.waited = true
+			if !x.now {
+				head = x // a write that waits for SQLite's lock, if any, leads
+			}
 		}
 	}
-	g.pending = append(again, g.pending...)
-	batch = nil
-	g.mu.Unlock()
 }
+
+// maxRounds is how many groups one leader commits, one after the other,
+// while it holds the write lock (see lead).
+const maxRounds = 4
 
 // remove takes w out of the pending writes, if it is there (under mu).
 func (g *groupCommit) remove(w *groupWrite) {
