@@ -19,7 +19,18 @@ const DefaultOutboxMaxAge = time.Hour
 type outboxBacklog struct {
 	pending, parked int64
 	oldest          time.Time
+	topics          []topicBacklog // the topics with pending messages, oldest first (at most maxTopicLines)
 }
+
+// topicBacklog is one topic's pending messages and its oldest's queue time.
+type topicBacklog struct {
+	topic   string
+	pending int64
+	oldest  time.Time
+}
+
+// maxTopicLines is how many topics doctor names, those waiting longest.
+const maxTopicLines = 10
 
 // sqliteOutboxBacklog reads the outbox of the SQLite ledger db; ok is
 // false when the ledger has no outbox table (a schema older than it).
@@ -34,7 +45,25 @@ func sqliteOutboxBacklog(ctx context.Context, db *sql.DB) (b outboxBacklog, ok b
 	if oldest != 0 {
 		b.oldest = time.UnixMicro(oldest)
 	}
-	return b, true, err
+	if err != nil || b.pending == 0 {
+		return b, true, err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT topic, count(*), min(created) FROM idem_outbox WHERE status = 'pending'
+		GROUP BY topic ORDER BY min(created), topic LIMIT ?`, maxTopicLines)
+	if err != nil {
+		return b, true, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tb topicBacklog
+		var created int64
+		if err := rows.Scan(&tb.topic, &tb.pending, &created); err != nil {
+			return b, true, err
+		}
+		tb.oldest = time.UnixMicro(created)
+		b.topics = append(b.topics, tb)
+	}
+	return b, true, rows.Err()
 }
 
 // postgresOutboxBacklog reads the outbox of the Postgres ledger in schema
@@ -51,7 +80,25 @@ func postgresOutboxBacklog(ctx context.Context, pool *pgxpool.Pool, schema, quot
 	if oldest != 0 {
 		b.oldest = time.UnixMicro(oldest)
 	}
-	return b, true, err
+	if err != nil || b.pending == 0 {
+		return b, true, err
+	}
+	rows, err := pool.Query(ctx, `SELECT topic, count(*), min(created) FROM `+quoted+`.outbox WHERE status = 'pending'
+		GROUP BY topic ORDER BY min(created), topic LIMIT $1`, maxTopicLines)
+	if err != nil {
+		return b, true, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tb topicBacklog
+		var created int64
+		if err := rows.Scan(&tb.topic, &tb.pending, &created); err != nil {
+			return b, true, err
+		}
+		tb.oldest = time.UnixMicro(created)
+		b.topics = append(b.topics, tb)
+	}
+	return b, true, rows.Err()
 }
 
 // checkOutbox adds the findings of an outbox's backlog b as of now: a
@@ -71,6 +118,20 @@ func (rep *doctorReport) checkOutbox(b outboxBacklog, now time.Time, maxAge time
 			b.pending, roundAge(age), maxAge, hint)
 	default:
 		rep.add(levelOK, "outbox", "%d pending, the oldest queued %s ago", b.pending, roundAge(age))
+	}
+	for _, tb := range b.topics {
+		tage := time.Duration(0)
+		if now.After(tb.oldest) {
+			tage = now.Sub(tb.oldest)
+		}
+		level := levelOK
+		if tage > maxAge {
+			level = levelWarn
+		}
+		rep.add(level, "outbox", "topic %q: %d pending, the oldest queued %s ago", tb.topic, tb.pending, roundAge(tage))
+	}
+	if len(b.topics) == maxTopicLines {
+		rep.add(levelOK, "outbox", "(the %d topics waiting longest; 'idem outbox ls%s --status pending' lists every message)", maxTopicLines, hint)
 	}
 	if b.parked > 0 {
 		rep.add(levelWarn, "outbox", "%d parked: their delivery failed for good and no relay sends them. List them with 'idem outbox ls%s --status parked' (see the last error), fix the cause, then 'idem outbox retry%s ID' (or drop them)", b.parked, hint, hint)

@@ -50,11 +50,14 @@ func backlogMessages(t *testing.T, s idem.Store, runTx func(ctx context.Context,
 func wantBacklog(t *testing.T, e *env, args ...string) {
 	t.Helper()
 	out, _ := e.want(exitOK, append([]string{"doctor"}, args...)...)
-	var pending, parked string
+	var pending, parked, topic string
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
 		if len(f) > 2 && f[1] == "outbox" {
-			if strings.Contains(l, "pending") {
+			switch {
+			case strings.Contains(l, "topic "):
+				topic = l
+			case strings.Contains(l, "pending"):
 				pending = l
 			}
 			if strings.Contains(l, "parked") {
@@ -64,6 +67,10 @@ func wantBacklog(t *testing.T, e *env, args ...string) {
 	}
 	if !strings.HasPrefix(pending, levelWarn) || !strings.Contains(pending, "2 pending, the oldest queued 20d0h ago (more than --outbox-max-age 1h0m0s)") {
 		t.Errorf("doctor on a 20-day-old outbox backlog: the pending line is %q\n%s", pending, out)
+	}
+	// Per topic: the 2 pending messages are both of topic payments.
+	if !strings.HasPrefix(topic, levelWarn) || !strings.Contains(topic, `topic "payments": 2 pending, the oldest queued 20d0h ago`) {
+		t.Errorf("doctor on a 20-day-old outbox backlog: the topic line is %q\n%s", topic, out)
 	}
 	if !strings.HasPrefix(parked, levelWarn) || !strings.Contains(parked, "1 parked") || !strings.Contains(parked, "idem outbox retry") {
 		t.Errorf("doctor on a parked outbox message: the parked line is %q\n%s", parked, out)
