@@ -54,7 +54,7 @@ if [ -n "$unformatted" ]; then
 fi
 
 # The throwaway servers started below are stopped at exit, on every path.
-stop_pg="" stop_redis="" stop_mysql="" stop_nats="" stop_kafka=""
+started=() # "SCRIPT VAR" of each server started (start_server, below)
 rabbit_pid="" rabbit_out="" stop_rabbit="" # RabbitMQ's (below)
 running=() # pids of the steps running in the background (run_steps)
 cleanup() {
@@ -62,21 +62,11 @@ cleanup() {
 	for pid in "${running[@]}"; do
 		kill "$pid" 2>/dev/null || true
 	done
-	if [ -n "$stop_pg" ]; then
-		scripts/pg.sh stop "$IDEM_TEST_PG_DSN" >/dev/null 2>&1 || true
-	fi
-	if [ -n "$stop_redis" ]; then
-		scripts/redis.sh stop "$IDEM_TEST_REDIS_ADDR" >/dev/null 2>&1 || true
-	fi
-	if [ -n "$stop_mysql" ]; then
-		scripts/mysql.sh stop "$IDEM_TEST_MYSQL_DSN" >/dev/null 2>&1 || true
-	fi
-	if [ -n "$stop_nats" ]; then
-		scripts/nats.sh stop "$IDEM_TEST_NATS_URL" >/dev/null 2>&1 || true
-	fi
-	if [ -n "$stop_kafka" ]; then
-		scripts/kafka.sh stop "$IDEM_TEST_KAFKA_ADDR" >/dev/null 2>&1 || true
-	fi
+	local s
+	for s in "${started[@]}"; do
+		set -- $s
+		scripts/"$1" stop "${!2}" >/dev/null 2>&1 || true
+	done
 	stop_rabbitmq
 }
 trap cleanup EXIT
@@ -113,113 +103,51 @@ stop_rabbitmq() {
 	fi
 }
 
-# The Postgres ledger's tests need a PostgreSQL: unless IDEM_TEST_PG_DSN
-# names one, start a throwaway server (scripts/pg.sh) and stop it at exit.
-# In CI (CI=true) a server that cannot start fails the run; elsewhere those
-# tests skip.
-if [ -f pgledger/go.mod ] && [ -z "${IDEM_TEST_PG_DSN:-}" ]; then
-	pglog=$(mktemp)
-	if pgenv=$(scripts/pg.sh start 2>"$pglog"); then
-		eval "$pgenv"
-		export IDEM_TEST_PG_DSN
-		stop_pg=1
+# start_server NAME SCRIPT VAR MODULE HINT: unless $VAR names a server
+# already, or the repository has no MODULE, starts a throwaway one with
+# scripts/SCRIPT start (which prints VAR=...), exports VAR and has cleanup
+# stop it at exit. In CI (CI=true) a server that cannot start fails the
+# run; elsewhere the tests that need it skip, and HINT says how to get one.
+start_server() {
+	local name=$1 script=$2 var=$3 module=$4 hint=$5 log env
+	if [ ! -f "$module/go.mod" ] || [ -n "${!var:-}" ]; then
+		return 0
+	fi
+	log=$(mktemp)
+	if env=$(scripts/"$script" start 2>"$log"); then
+		eval "$env"
+		export "${var?}"
+		started+=("$script $var")
 	elif ci; then
-		cat "$pglog" >&2
-		echo "scripts/test.sh: cannot start PostgreSQL for ./pgledger's tests (CI requires them)" >&2
-		rm -f "$pglog"
+		cat "$log" >&2
+		echo "scripts/test.sh: cannot start $name for ./$module's tests (CI requires them)" >&2
+		rm -f "$log"
 		exit 1
 	else
-		echo "== PostgreSQL not started ($(tail -n 1 "$pglog")): ./pgledger's database tests skip; install postgresql (initdb under /usr/lib/postgresql/*/bin) or set IDEM_TEST_PG_DSN=postgres://... and rerun scripts/test.sh"
+		echo "== $name not started ($(tail -n 1 "$log")): the tests that need it skip; $hint and rerun scripts/test.sh"
 	fi
-	rm -f "$pglog"
-fi
+	rm -f "$log"
+}
 
-# The Redis store's tests need a redis-server: unless IDEM_TEST_REDIS_ADDR
-# names one, start a throwaway server (scripts/redis.sh: appendonly yes,
-# appendfsync always) and stop it at exit. In CI a server that cannot start
-# fails the run; elsewhere those tests skip.
-if [ -f redisstore/go.mod ] && [ -z "${IDEM_TEST_REDIS_ADDR:-}" ]; then
-	redislog=$(mktemp)
-	if redisenv=$(scripts/redis.sh start 2>"$redislog"); then
-		eval "$redisenv"
-		export IDEM_TEST_REDIS_ADDR
-		stop_redis=1
-	elif ci; then
-		cat "$redislog" >&2
-		echo "scripts/test.sh: cannot start redis-server for ./redisstore's tests (CI requires them)" >&2
-		rm -f "$redislog"
-		exit 1
-	else
-		echo "== redis-server not started ($(tail -n 1 "$redislog")): ./redisstore's tests skip; install redis-server or set IDEM_TEST_REDIS_ADDR=host:port and rerun scripts/test.sh"
-	fi
-	rm -f "$redislog"
-fi
-
-# The MySQL ledger's tests (./mysqlledger, the idem command's --mysql, the
-# bench's mysql_ comparisons) need a MySQL or MariaDB: unless
-# IDEM_TEST_MYSQL_DSN names one, start a throwaway MariaDB (scripts/mysql.sh:
-# innodb_flush_log_at_trx_commit=1, sync_binlog=1) and stop it at exit. In CI
-# a server that cannot start fails the run; elsewhere those tests skip.
-if [ -f mysqlledger/go.mod ] && [ -z "${IDEM_TEST_MYSQL_DSN:-}" ]; then
-	mysqllog=$(mktemp)
-	if mysqlenv=$(scripts/mysql.sh start 2>"$mysqllog"); then
-		eval "$mysqlenv"
-		export IDEM_TEST_MYSQL_DSN
-		stop_mysql=1
-	elif ci; then
-		cat "$mysqllog" >&2
-		echo "scripts/test.sh: cannot start MariaDB for ./mysqlledger's tests (CI requires them)" >&2
-		rm -f "$mysqllog"
-		exit 1
-	else
-		echo "== MariaDB not started ($(tail -n 1 "$mysqllog")): ./mysqlledger's database tests skip; install mariadb-server or set IDEM_TEST_MYSQL_DSN='user@tcp(host:port)/db' and rerun scripts/test.sh"
-	fi
-	rm -f "$mysqllog"
-fi
-
-# The NATS JetStream deliverer's tests (./natsoutbox, cmd/idem) need a
-# nats-server: unless IDEM_TEST_NATS_URL names one, start a throwaway
-# server (scripts/nats.sh: JetStream on, its store in a temporary
-# directory) and stop it at exit. In CI a server that cannot start fails
-# the run; elsewhere those tests skip.
-if [ -f natsoutbox/go.mod ] && [ -z "${IDEM_TEST_NATS_URL:-}" ]; then
-	natslog=$(mktemp)
-	if natsenv=$(scripts/nats.sh start 2>"$natslog"); then
-		eval "$natsenv"
-		export IDEM_TEST_NATS_URL
-		stop_nats=1
-	elif ci; then
-		cat "$natslog" >&2
-		echo "scripts/test.sh: cannot start nats-server for ./natsoutbox's tests (CI requires them)" >&2
-		rm -f "$natslog"
-		exit 1
-	else
-		echo "== nats-server not started ($(tail -n 1 "$natslog")): the NATS tests skip; install nats-server or set IDEM_TEST_NATS_URL=nats://host:port and rerun scripts/test.sh"
-	fi
-	rm -f "$natslog"
-fi
-
-# The Kafka deliverer's tests (./kafkaoutbox, cmd/idem) need a broker:
-# unless IDEM_TEST_KAFKA_ADDR names one, start kfake (scripts/kafka.sh:
-# franz-go's Kafka-protocol fake; not Apache Kafka) and stop it at exit
-# (kafkaoutbox's kill test starts one of its own, which it restarts). In
-# CI a broker that cannot start fails the run; elsewhere those tests skip.
-if [ -f kafkaoutbox/go.mod ] && [ -z "${IDEM_TEST_KAFKA_ADDR:-}" ]; then
-	kafkalog=$(mktemp)
-	if kafkaenv=$(scripts/kafka.sh start 2>"$kafkalog"); then
-		eval "$kafkaenv"
-		export IDEM_TEST_KAFKA_ADDR
-		stop_kafka=1
-	elif ci; then
-		cat "$kafkalog" >&2
-		echo "scripts/test.sh: cannot start kfake for ./kafkaoutbox's tests (CI requires them)" >&2
-		rm -f "$kafkalog"
-		exit 1
-	else
-		echo "== kfake not started ($(tail -n 1 "$kafkalog")): the Kafka tests skip; set IDEM_TEST_KAFKA_ADDR=host:port and rerun scripts/test.sh"
-	fi
-	rm -f "$kafkalog"
-fi
+# PostgreSQL, for ./pgledger (and the idem command's --postgres).
+start_server PostgreSQL pg.sh IDEM_TEST_PG_DSN pgledger \
+	"install postgresql (initdb under /usr/lib/postgresql/*/bin) or set IDEM_TEST_PG_DSN=postgres://..."
+# redis-server (appendonly yes, appendfsync always), for ./redisstore.
+start_server redis-server redis.sh IDEM_TEST_REDIS_ADDR redisstore \
+	"install redis-server or set IDEM_TEST_REDIS_ADDR=host:port"
+# MariaDB (innodb_flush_log_at_trx_commit=1, sync_binlog=1), for
+# ./mysqlledger, the idem command's --mysql and the bench's mysql_ lines.
+start_server MariaDB mysql.sh IDEM_TEST_MYSQL_DSN mysqlledger \
+	"install mariadb-server or set IDEM_TEST_MYSQL_DSN='user@tcp(host:port)/db'"
+# nats-server with JetStream (its store in a temporary directory), for
+# ./natsoutbox and the idem command's --to nats://.
+start_server nats-server nats.sh IDEM_TEST_NATS_URL natsoutbox \
+	"install nats-server or set IDEM_TEST_NATS_URL=nats://host:port"
+# kfake, franz-go's Kafka-protocol broker (not Apache Kafka), for
+# ./kafkaoutbox and the idem command's --to kafka:// (kafkaoutbox's kill
+# test starts one of its own, which it restarts).
+start_server kfake kafka.sh IDEM_TEST_KAFKA_ADDR kafkaoutbox \
+	"set IDEM_TEST_KAFKA_ADDR=host:port"
 
 if [ -n "$rabbit_pid" ]; then
 	if wait "$rabbit_pid"; then
