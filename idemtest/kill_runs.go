@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +19,7 @@ import (
 )
 
 const (
-	// concurrentKillKeys periods of job concurrentKillJob, run by
+	// concurrentKillKeys new periods of job concurrentKillJob per child, run by
 	// concurrentKillWorkers goroutines at once.
 	concurrentKillKeys    = 240
 	concurrentKillWorkers = 16
@@ -50,8 +51,10 @@ func TestConcurrentRunKills[Tx any](t *testing.T, h KillHarness[Tx]) {
 		t.Run(mode, func(t *testing.T) {
 			if IsChild(t) {
 				Start(t, "", func(arg string) { // does not return
-					dir, storeArg, _ := strings.Cut(arg, "|")
-					if err := concurrentKillRun(h, storeArg, dir, mode, true); err != nil {
+					f := strings.SplitN(arg, "|", 3)
+					round, _ := strconv.Atoi(f[0])
+					from := round * concurrentKillKeys
+					if err := concurrentKillRun(h, f[2], f[1], mode, from, from+concurrentKillKeys, true); err != nil {
 						fmt.Println(err)
 						os.Exit(3)
 					}
@@ -75,10 +78,33 @@ func testConcurrentRunKills[Tx any](t *testing.T, h KillHarness[Tx], mode string
 	reported := filepath.Join(dir, "reported.log")
 	midway := 0
 	for round := range concurrentKillRounds {
-		c := Start(t, dir+"|"+storeArg, nil)
-		time.Sleep(time.Duration(50+rng.IntN(400)) * time.Millisecond)
-		c.Kill()
-		e := c.Wait()
+		// Each child runs new keys of its own (and leaves them to the
+		// last run if killed); it is killed a moment after it reported
+		// its first one, while its goroutines run the others.
+		before := reportedLines(t, reported)
+		c := Start(t, strconv.Itoa(round)+"|"+dir+"|"+storeArg, nil)
+		exited := make(chan Exit, 1)
+		go func() { exited <- c.Wait() }()
+		deadline := time.Now().Add(2 * time.Minute)
+		var e Exit
+	wait:
+		for {
+			select {
+			case e = <-exited: // it ended before the kill
+				break wait
+			case <-time.After(time.Millisecond):
+			}
+			if reportedLines(t, reported) > before {
+				time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
+				c.Kill()
+				e = <-exited
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Kill()
+				t.Fatalf("round %d: waited 2 minutes for the child to report a key done; its output:\n%s", round, (<-exited).Output)
+			}
+		}
 		if !e.Killed && e.Code != 0 {
 			t.Fatalf("round %d: child: %+v", round, e)
 		}
@@ -101,7 +127,7 @@ func testConcurrentRunKills[Tx any](t *testing.T, h KillHarness[Tx], mode string
 	}
 	t.Logf("%d of %d children were killed at work", midway, concurrentKillRounds)
 	time.Sleep(2 * concurrentKillLease) // the leases of the last child's keys run out
-	if err := concurrentKillRun(h, storeArg, dir, mode, false); err != nil {
+	if err := concurrentKillRun(h, storeArg, dir, mode, 0, concurrentKillRounds*concurrentKillKeys, false); err != nil {
 		t.Fatalf("last run: %v", err)
 	}
 
@@ -113,7 +139,7 @@ func testConcurrentRunKills[Tx any](t *testing.T, h KillHarness[Tx], mode string
 		t.Fatal(err)
 	}
 	done, unknown := 0, 0
-	for i := range concurrentKillKeys {
+	for i := range concurrentKillRounds * concurrentKillKeys {
 		key := concurrentKillKey(i)
 		rec, ok, err := s.Lookup(ctx, key)
 		if err != nil || !ok {
@@ -144,12 +170,12 @@ func testConcurrentRunKills[Tx any](t *testing.T, h KillHarness[Tx], mode string
 	t.Logf("%s: %d keys done, %d unknown", mode, done, unknown)
 }
 
-// concurrentKillRun runs every key of the kit in mode from
+// concurrentKillRun runs the kit's keys from..to-1 in mode from
 // concurrentKillWorkers goroutines on the store h.Reopen opens from
 // storeArg, the logs in dir. In a child (killed) a key whose call fails
 // is left for the next run; otherwise a failure is the run's error, but
 // for at most once's unknown outcomes.
-func concurrentKillRun[Tx any](h KillHarness[Tx], storeArg, dir, mode string, child bool) error {
+func concurrentKillRun[Tx any](h KillHarness[Tx], storeArg, dir, mode string, from, to int, child bool) error {
 	ctx := context.Background()
 	s, done, err := h.Reopen(ctx, storeArg)
 	if err != nil {
@@ -173,7 +199,14 @@ func concurrentKillRun[Tx any](h KillHarness[Tx], storeArg, dir, mode string, ch
 	// nothing written.
 	line := func(f *os.File, s string) error { _, err := f.WriteString(s + "\n"); return err }
 	work := func() { time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond) }
-	opts := []idem.Option{idem.WithLease(concurrentKillLease)}
+	// A killed child's leases must run out soon for the next run to take
+	// its keys over; the last run (not killed) takes a long one, so that a
+	// goroutine stalled on a busy machine does not lose its key to nobody.
+	lease := concurrentKillLease
+	if !child {
+		lease = time.Minute
+	}
+	opts := []idem.Option{idem.WithLease(lease)}
 	if mode == "at-most-once" {
 		opts = append(opts, idem.AtMostOnce())
 	}
@@ -202,7 +235,7 @@ func concurrentKillRun[Tx any](h KillHarness[Tx], storeArg, dir, mode string, ch
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := g; i < concurrentKillKeys; i += concurrentKillWorkers {
+			for i := from + g; i < to; i += concurrentKillWorkers {
 				key := concurrentKillKey(i)
 				err := run(key)
 				switch {
@@ -225,4 +258,14 @@ func concurrentKillRun[Tx any](h KillHarness[Tx], storeArg, dir, mode string, ch
 	}
 	wg.Wait()
 	return first
+}
+
+// reportedLines counts the lines of the reported log at path (0 before
+// it exists).
+func reportedLines(t *testing.T, path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "\n")
 }
