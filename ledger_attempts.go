@@ -37,6 +37,13 @@ const attemptInsertSQL = `INSERT INTO idem_attempts(job, period, revision, attem
 	SELECT job, period, revision, attempt, status, last_error, owner, started, updated FROM idem_runs WHERE job=? AND period=?
 	ON CONFLICT DO NOTHING`
 
+// attemptEndSQL records the history row of the running attempt whose
+// outcome (status, error, ended) the same transaction is about to write
+// (by job, period and attempt: the done mark's own condition).
+const attemptEndSQL = `INSERT INTO idem_attempts(job, period, revision, attempt, outcome, error, owner, started, ended)
+	SELECT job, period, revision, attempt, ?, ?, owner, started, ? FROM idem_runs WHERE job=? AND period=? AND attempt=? AND status='running'
+	ON CONFLICT DO NOTHING`
+
 // abandonedInsertSQL records the history row of a running attempt that a
 // claim takes over (its lease expired): outcome abandoned, ended when taken
 // over (the first argument).

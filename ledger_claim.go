@@ -208,23 +208,23 @@ func finishExec(tx *wtx, key Key, attempt int64, end idemstore.End) (int64, erro
 	if end.Status == StatusDone {
 		value = end.Value
 	}
+	updated := micros(tx.at(end.Now))
+	// The attempt's history row, in the outcome's transaction, written
+	// before the outcome: a done mark may make the record a re-run's new
+	// revision at once (the trigger idem_rerun_after_done), and the row
+	// is this attempt's. Its WHERE is the done mark's: it inserts a row
+	// exactly when the UPDATE below changes one.
+	if _, err := tx.exec(attemptEndSQL, string(end.Status), end.Error, updated, key.Job, key.Period, attempt); err != nil {
+		return 0, err
+	}
 	res, err := tx.exec(`UPDATE idem_runs SET status=?, failures=?, not_before=?, last_error=?,
 		lease_until=0, updated=?, value=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
-		string(end.Status), end.Failures, micros(tx.at(end.NotBefore)), end.Error, micros(tx.at(end.Now)), value,
+		string(end.Status), end.Failures, micros(tx.at(end.NotBefore)), end.Error, updated, value,
 		key.Job, key.Period, attempt)
 	if err != nil {
 		return 0, err
 	}
-	n, err := res.RowsAffected()
-	if err != nil || n == 0 {
-		return n, err
-	}
-	// The attempt's history row, in the outcome's transaction.
-	if _, err = tx.exec(attemptInsertSQL, key.Job, key.Period); err != nil || end.Status != StatusDone {
-		return n, err
-	}
-	// A re-run requested while the attempt ran begins now.
-	return n, promoteRerun(tx, key)
+	return res.RowsAffected()
 }
 
 func advanceExec(tx *wtx, job, period string) error {

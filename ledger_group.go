@@ -18,8 +18,11 @@ import (
 // savepoint alone and returns its error; the others commit. A COMMIT that
 // fails (a failed fsync, a full disk) fails every write of the group, none
 // of which is then reported done. The commit is synced (synchronous=FULL)
-// when any write of the group asks for it; a claim that needs no sync
-// (AtLeastOnce's) may so be made durable along with a done mark.
+// when the writes ask for it. A group that mixes writes needing no sync
+// (an AtLeastOnce claim) with durable ones (a done mark) commits in two,
+// one after the other under the same lock: the former first, unsynced,
+// answered when their COMMIT returns, so their callers go on to their
+// work during the other commit's fsync; then the durable ones, synced.
 //
 // A write returns once its group's COMMIT (and, for a synced one, the
 // directory sync of the -wal file) has returned: a done mark is reported
@@ -190,24 +193,33 @@ func (l *Ledger) lead(w *groupWrite) {
 	}
 	head := w
 	for round := 1; ; round++ {
-		err = l.runGroup(head, batch)
-		g.mu.Lock()
 		var again []*groupWrite
-		for _, x := range batch {
-			switch {
-			case errors.Is(err, errNotNow) && !x.now:
-				// The leader would not wait for SQLite's lock; this
-				// write would: it goes back to the front of the group.
-				again = append(again, x)
+		for _, part := range splitDurable(head, batch) {
+			if len(again) > 0 {
+				// The lock was not to be had now: the rest waits too.
+				again = append(again, part.writes...)
 				continue
-			case err != nil:
-				x.err = err
 			}
-			x.done = true
-			if x != w {
-				x.signal()
+			err := l.runGroup(part.head, part.writes)
+			g.mu.Lock()
+			for _, x := range part.writes {
+				switch {
+				case errors.Is(err, errNotNow) && !x.now:
+					// The leader would not wait for SQLite's lock; this
+					// write would: it goes back to the front of the group.
+					again = append(again, x)
+					continue
+				case err != nil:
+					x.err = err
+				}
+				x.done = true
+				if x != w {
+					x.signal()
+				}
 			}
+			g.mu.Unlock()
 		}
+		g.mu.Lock()
 		g.pending = append(again, g.pending...)
 		batch = nil
 		// The writes that came during this group's commit: this leader
@@ -229,6 +241,46 @@ func (l *Ledger) lead(w *groupWrite) {
 			}
 		}
 	}
+}
+
+// groupPart is the writes of a group committed together, led by head.
+type groupPart struct {
+	head   *groupWrite
+	writes []*groupWrite
+}
+
+// splitDurable splits batch (led by head) in two commits when it mixes
+// writes that need no sync with writes that do: those that need none
+// first, answered as soon as their COMMIT returns, without waiting for
+// the other commit's fsync (an AtLeastOnce claim's caller goes on to its
+// work, and its done mark may join the group that forms meanwhile), then
+// the durable ones, synced. Each part is led by head if it holds it, else
+// by a write that waits for SQLite's lock, if any.
+func splitDurable(head *groupWrite, batch []*groupWrite) []groupPart {
+	var loose, durable []*groupWrite
+	for _, x := range batch {
+		if x.durable {
+			durable = append(durable, x)
+		} else {
+			loose = append(loose, x)
+		}
+	}
+	if len(loose) == 0 || len(durable) == 0 {
+		return []groupPart{{head, batch}}
+	}
+	lead := func(ws []*groupWrite) *groupWrite {
+		h := ws[0]
+		for _, x := range ws {
+			if x == head {
+				return x
+			}
+			if !x.now && h.now {
+				h = x
+			}
+		}
+		return h
+	}
+	return []groupPart{{lead(loose), loose}, {lead(durable), durable}}
 }
 
 // maxRounds is how many groups one leader commits, one after the other,

@@ -13,9 +13,9 @@ import (
 
 // groupOf starts n writes of l's own while its writes are held, waits
 // until all n wait in its group, and lets them go: they commit as one
-// group. write(i) is the i-th write's body; the writes' errors are
-// returned in order.
-func groupOf(t *testing.T, l *idem.Ledger, n int, durable bool, write func(i int, exec func(string, ...any) error) error) []error {
+// group. write(i) is the i-th write's body, durable(i) whether it asks
+// for a synced commit; the writes' errors are returned in order.
+func groupOf(t *testing.T, l *idem.Ledger, n int, durable func(i int) bool, write func(i int, exec func(string, ...any) error) error) []error {
 	t.Helper()
 	ctx := context.Background()
 	release := idem.LedgerHoldWrites(l)
@@ -25,7 +25,7 @@ func groupOf(t *testing.T, l *idem.Ledger, n int, durable bool, write func(i int
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = idem.LedgerOwnWrite(ctx, l, durable, func(exec func(string, ...any) error) error { return write(i, exec) })
+			errs[i] = idem.LedgerOwnWrite(ctx, l, durable(i), func(exec func(string, ...any) error) error { return write(i, exec) })
 		}()
 	}
 	testwait.Until(t, func() bool { return idem.LedgerGroupPending(l) == n }, "%d writes to wait in the ledger's group", n)
@@ -45,7 +45,7 @@ func TestLedgerGroupCommitIsolatesAFailedWrite(t *testing.T) {
 	}
 	const n, bad = 8, 3
 	errBad := errors.New("write 3 fails after its insert")
-	errs := groupOf(t, l, n, true, func(i int, exec func(string, ...any) error) error {
+	errs := groupOf(t, l, n, func(int) bool { return true }, func(i int, exec func(string, ...any) error) error {
 		if err := exec(`INSERT INTO g(i) VALUES(?)`, i); err != nil {
 			return err
 		}
@@ -77,6 +77,52 @@ func TestLedgerGroupCommitIsolatesAFailedWrite(t *testing.T) {
 	}
 	if want := []int{0, 1, 2, 4, 5, 6, 7}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("rows committed: %v, want %v (all but the failed write's)", got, want)
+	}
+}
+
+// TestLedgerGroupCommitMixed: a group that mixes writes needing no sync
+// (an AtLeastOnce claim) with durable ones (a done mark) commits them
+// apart: the first with synchronous=NORMAL, answered without waiting for
+// the other's fsync, the durable ones with synchronous=FULL, so synced.
+// Each write records the setting its statements ran under.
+func TestLedgerGroupCommitMixed(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	if _, err := l.DB().ExecContext(ctx, `CREATE TABLE g(i INTEGER PRIMARY KEY, sync INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	durable := func(i int) bool { return i%2 == 1 }
+	errs := groupOf(t, l, n, durable, func(i int, exec func(string, ...any) error) error {
+		return exec(`INSERT INTO g(i, sync) SELECT ?, synchronous FROM pragma_synchronous`, i)
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("write %d: %v", i, err)
+		}
+	}
+	rows, err := l.DB().QueryContext(ctx, `SELECT i, sync FROM g ORDER BY i`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := 0
+	for rows.Next() {
+		var i, sync int
+		if err := rows.Scan(&i, &sync); err != nil {
+			t.Fatal(err)
+		}
+		got++
+		// PRAGMA synchronous: 1 NORMAL, 2 FULL.
+		if want := map[bool]int{false: 1, true: 2}[durable(i)]; sync != want {
+			t.Errorf("write %d (durable %v) ran under synchronous=%d, want %d", i, durable(i), sync, want)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got != n {
+		t.Errorf("%d rows committed, want %d", got, n)
 	}
 }
 

@@ -13,7 +13,19 @@ import (
 // per request and period, keyed by the request's id so that the same
 // request sent again changes nothing. state is queued (the period has the
 // revision) or pending (an attempt held the period when the request came:
-// its done mark makes the revision, see promoteRerunSQL).
+// its done mark makes the revision).
+//
+// The trigger idem_rerun_after_done makes it: when a record's status
+// becomes done and the period has pending requests, the record becomes
+// their revision (failed, runnable at once, as Rerun makes a done period:
+// failures and not_before 0, last_error idemstore.RerunNote's text) and
+// the requests become queued (they share that revision). It is the
+// schema's, so every done mark promotes, in its own transaction, whoever
+// writes it (Finish, FinishTx, Resolve, a process of the release before).
+// Its WHEN clause makes a done mark that finds no pending request cost one
+// lookup of idem_reruns' primary key, inside SQLite. The record's update
+// moves its counts (idem_runs_count_update fires for it: a nested trigger,
+// not a recursive one) and ends no attempt, so it adds no history row.
 const rerunsSchema = `
 CREATE TABLE IF NOT EXISTS idem_reruns (
 	job        TEXT    NOT NULL,
@@ -26,6 +38,17 @@ CREATE TABLE IF NOT EXISTS idem_reruns (
 	requested  INTEGER NOT NULL, -- µs
 	PRIMARY KEY (job, period, request_id)
 ) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS idem_rerun_after_done AFTER UPDATE OF status ON idem_runs
+WHEN NEW.status = 'done' AND EXISTS (SELECT 1 FROM idem_reruns WHERE job = NEW.job AND period = NEW.period AND state = 'pending')
+BEGIN
+	UPDATE idem_runs SET status = 'failed', failures = 0, not_before = 0, lease_until = 0,
+		(revision, last_error) = (SELECT r.revision, 're-run requested as revision ' || r.revision || ' by ' ||
+			CASE r.by_whom WHEN '' THEN '?' ELSE r.by_whom END || ' (request ' || r.request_id || '): ' || r.reason
+			FROM idem_reruns AS r WHERE r.job = NEW.job AND r.period = NEW.period AND r.state = 'pending'
+			ORDER BY r.requested, r.request_id LIMIT 1)
+	WHERE job = NEW.job AND period = NEW.period AND status = 'done';
+	UPDATE idem_reruns SET state = 'queued' WHERE job = NEW.job AND period = NEW.period AND state = 'pending';
+END;
 `
 
 var _ idemstore.Rerunner = ledgerStore{}
@@ -64,12 +87,8 @@ func rerunKey(tx *wtx, key Key, req idemstore.RerunRequest, now int64) (idemstor
 	err := tx.queryRow(`SELECT revision FROM idem_reruns WHERE job=? AND period=? AND request_id=?`, key.Job, key.Period, req.RequestID).Scan(&seen)
 	switch {
 	case err == nil:
-		// Sent before. If it waited for an attempt that a process of the
-		// previous release ended done (which knows no requests), it is
-		// made now.
-		if err := promoteRerun(tx, key); err != nil {
-			return o, err
-		}
+		// Sent before (a pending one is made by its attempt's done
+		// mark: idem_rerun_after_done).
 		o.State, o.Revision = idemstore.RerunSeen, seen
 		return o, nil
 	case !errors.Is(err, sql.ErrNoRows):
@@ -109,31 +128,6 @@ func rerunKey(tx *wtx, key Key, req idemstore.RerunRequest, now int64) (idemstor
 		o.State, o.Revision = idemstore.RerunDue, rec.Revision
 		return o, insert(o.Revision, "queued")
 	}
-}
-
-// promoteRerun gives key, if it is done, the revision of the re-run
-// requests that waited for its attempt to end (state pending), if any. A
-// key that is not done keeps them pending: a request sent again while the
-// attempt runs still waits for its done mark.
-func promoteRerun(tx *wtx, key Key) error {
-	var revision int64
-	var reason, by, id string
-	err := tx.queryRow(`SELECT revision, reason, by_whom, request_id FROM idem_reruns WHERE job=? AND period=? AND state='pending'
-		AND EXISTS (SELECT 1 FROM idem_runs WHERE job=? AND period=? AND status='done')
-		ORDER BY requested LIMIT 1`, key.Job, key.Period, key.Job, key.Period).Scan(&revision, &reason, &by, &id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	note := idemstore.RerunNote(idemstore.RerunRequest{RequestID: id, Reason: reason, By: by}, revision)
-	if _, err := tx.exec(`UPDATE idem_runs SET status='failed', revision=?, failures=0, not_before=0, last_error=?
-		WHERE job=? AND period=? AND status='done' AND revision < ?`, revision, note, key.Job, key.Period, revision); err != nil {
-		return err
-	}
-	_, err = tx.exec(`UPDATE idem_reruns SET state='queued' WHERE job=? AND period=? AND state='pending'`, key.Job, key.Period)
-	return err
 }
 
 // RerunsDue implements [idemstore.Rerunner].

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/outbox"
 )
@@ -172,5 +173,68 @@ func TestRerunPruned(t *testing.T) {
 	}
 	if _, err := idem.Rerun(ctx, l, rerunReq("r2", "repair", key)); !errors.Is(err, idem.ErrNotRerunnable) || !strings.Contains(err.Error(), "retention") {
 		t.Errorf("Rerun of a pruned period = %v, want ErrNotRerunnable naming the retention", err)
+	}
+}
+
+// TestRerunEveryDoneMark: a request that came while an attempt held the
+// period gives it the new revision in the transaction of the attempt's
+// done mark, whichever writes it: Run's own, and one written by hand as a
+// process of the release before writes it (the promotion is the schema's
+// trigger, idem_rerun_after_done). The attempt's history row keeps its own
+// revision and outcome; the promotion ends no attempt.
+func TestRerunEveryDoneMark(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	for _, path := range []string{"Run", "OlderRelease"} {
+		key := idem.Key{Job: "every", Period: path}
+		started, release := make(chan struct{}), make(chan struct{})
+		errc := make(chan error, 1)
+		go func() {
+			errc <- l.Run(ctx, key, func(ctx context.Context) error {
+				close(started)
+				<-release
+				return nil
+			})
+		}()
+		<-started
+		req := rerunReq("during-"+path, "repair", key)
+		out, err := idem.Rerun(ctx, l, req)
+		if err != nil || out[0].State != idem.RerunAfterRun || out[0].Revision != 1 {
+			t.Fatalf("%s: Rerun while running = %+v, %v; want after the run, revision 1", path, out, err)
+		}
+		if path == "OlderRelease" {
+			if _, err := l.DB().ExecContext(ctx, `UPDATE idem_runs SET status='done', lease_until=0, updated=updated+1
+				WHERE job=? AND period=? AND status='running'`, key.Job, key.Period); err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(release)
+		err = <-errc
+		if path == "Run" && err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		rec, ok, err := l.Lookup(ctx, key)
+		if note := idemstore.RerunNote(req, 1); err != nil || !ok || rec.Status != idem.StatusFailed || rec.Revision != 1 ||
+			rec.Failures != 0 || !rec.NotBefore.IsZero() || rec.LastError != note {
+			t.Errorf("%s: after the done mark: %+v (%v); want failed (runnable at once), revision 1, no failure, last error %q", path, rec, err, note)
+		}
+		var hist, states string
+		if err := l.DB().QueryRowContext(ctx, `SELECT coalesce(group_concat(revision || '/' || attempt || '/' || outcome, ' '), '')
+			FROM idem_attempts WHERE job=? AND period=?`, key.Job, key.Period).Scan(&hist); err != nil {
+			t.Fatal(err)
+		}
+		if want := "0/1/done"; path == "Run" && hist != want {
+			t.Errorf("%s: history %q, want only %q (the attempt's done mark; the promotion ends no attempt)", path, hist, want)
+		}
+		if err := l.DB().QueryRowContext(ctx, `SELECT group_concat(state, ' ') FROM idem_reruns WHERE job=? AND period=?`,
+			key.Job, key.Period).Scan(&states); err != nil || states != "queued" {
+			t.Errorf("%s: the request's state %q (%v), want queued", path, states, err)
+		}
+		if err := l.Run(ctx, key, func(ctx context.Context) error { return nil }); err != nil {
+			t.Fatalf("%s: the re-run: %v", path, err)
+		}
+		if rec, _, _ := l.Lookup(ctx, key); rec.Status != idem.StatusDone || rec.Revision != 1 {
+			t.Errorf("%s: after the re-run: %s revision %d, want done revision 1", path, rec.Status, rec.Revision)
+		}
 	}
 }
