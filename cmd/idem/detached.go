@@ -136,7 +136,7 @@ func capabilities(s any) string {
 // opens (TestDetachedKeepsCapabilities checks each of them).
 var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 	"": func(d detached) idemstore.CatchUpStore { return d },
-	// The SQLite ledger.
+	// The SQLite ledger and the MySQL ledger.
 	"ItemStore OutboxStore OutboxReleaser LimitStore Lister Rerunner": func(d detached) idemstore.CatchUpStore {
 		s := d.CatchUpStore
 		return struct {
@@ -150,19 +150,6 @@ var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 		}{d, detachedItems{s.(idemstore.ItemStore)}, detachedOutbox{s.(idemstore.OutboxStore)},
 			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)},
 			detachedRerunner{s.(idemstore.Rerunner)}}
-	},
-	// The MySQL ledger.
-	"ItemStore OutboxStore OutboxReleaser LimitStore Lister": func(d detached) idemstore.CatchUpStore {
-		s := d.CatchUpStore
-		return struct {
-			detached
-			detachedItems
-			detachedOutbox
-			detachedOutboxReleaser
-			detachedLimits
-			detachedLister
-		}{d, detachedItems{s.(idemstore.ItemStore)}, detachedOutbox{s.(idemstore.OutboxStore)},
-			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)}}
 	},
 	// The Postgres ledger.
 	"ItemStore ItemRecorder ItemRecordTurns FreshMarker ClaimFirst OutboxStore OutboxReleaser LimitStore Lister Rerunner": func(d detached) idemstore.CatchUpStore {
@@ -186,13 +173,14 @@ var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 			detachedRerunner{s.(idemstore.Rerunner)}}
 	},
 	// The Redis store.
-	"LimitStore Lister": func(d detached) idemstore.CatchUpStore {
+	"LimitStore Lister Rerunner": func(d detached) idemstore.CatchUpStore {
 		s := d.CatchUpStore
 		return struct {
 			detached
 			detachedLimits
 			detachedLister
-		}{d, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)}}
+			detachedRerunner
+		}{d, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)}, detachedRerunner{s.(idemstore.Rerunner)}}
 	},
 }
 
