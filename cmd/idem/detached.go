@@ -97,7 +97,9 @@ func (d detached) Start(ctx context.Context, job, before string) (idem.JobState,
 // may have; the engine and the packages above it find each by a type
 // assertion. detachedCapabilities lists every one without a type
 // parameter (the Tx interfaces serve RunTx, CatchUpTx, EachTx and
-// outbox.Put, which take a transaction the idem command never has).
+// outbox.Put, which take a transaction the idem command never has), except
+// idemstore.Historian, which idem show reads from the store itself and no
+// run needs.
 type capability struct {
 	name string
 	has  func(s any) bool
