@@ -526,7 +526,7 @@ func TestRerunsCounted(t *testing.T) {
 		m.ObserveRerun(out)
 	}
 	rerun("a", k1, k2)
-	rerun("a", k1, k2) // a retrying script: seen before
+	rerun("a", k1, k2)                                                // a retrying script: seen before
 	rerun("b", report, idem.Key{Job: "report", Period: "2026-10-09"}) // refused: the second never ran
 	rerun("c", report)
 	gather(t, reg).expect(t, []series{
