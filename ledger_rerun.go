@@ -142,3 +142,56 @@ func (l ledgerStore) RerunsDue(ctx context.Context, job, through string) ([]stri
 	}
 	return periods, nil
 }
+
+var _ idemstore.Historian = ledgerStore{}
+
+// History implements [idemstore.Historian]: the key's attempts that ended
+// (idem_attempts, schema version 7) and its re-run requests (idem_reruns),
+// oldest first.
+func (l ledgerStore) History(ctx context.Context, key Key) (idemstore.History, error) {
+	var h idemstore.History
+	if err := key.Validate(); err != nil {
+		return h, err
+	}
+	fail := func(err error) (idemstore.History, error) {
+		return idemstore.History{}, fmt.Errorf("idem: %s: history of %s: %w", l.where(), key, err)
+	}
+	rows, err := l.db.QueryContext(ctx, `SELECT revision, attempt, outcome, error, owner, started, ended FROM idem_attempts
+		WHERE job=? AND period=? ORDER BY revision, attempt`, key.Job, key.Period)
+	if err != nil {
+		return fail(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a idemstore.AttemptRecord
+		var started, ended int64
+		if err := rows.Scan(&a.Revision, &a.Attempt, &a.Outcome, &a.Error, &a.Owner, &started, &ended); err != nil {
+			return fail(err)
+		}
+		a.Started, a.Ended = fromMicros(started), fromMicros(ended)
+		h.Attempts = append(h.Attempts, a)
+	}
+	if err := rows.Err(); err != nil {
+		return fail(err)
+	}
+	rows.Close()
+	rows, err = l.db.QueryContext(ctx, `SELECT request_id, revision, state, reason, by_whom, requested FROM idem_reruns
+		WHERE job=? AND period=? ORDER BY requested, request_id`, key.Job, key.Period)
+	if err != nil {
+		return fail(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r idemstore.RerunRecord
+		var requested int64
+		if err := rows.Scan(&r.RequestID, &r.Revision, &r.State, &r.Reason, &r.By, &requested); err != nil {
+			return fail(err)
+		}
+		r.Requested = fromMicros(requested)
+		h.Reruns = append(h.Reruns, r)
+	}
+	if err := rows.Err(); err != nil {
+		return fail(err)
+	}
+	return h, nil
+}

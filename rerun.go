@@ -60,8 +60,9 @@ const (
 // periods behind the job's cursor first, once each. NOT promised (yet):
 // re-running the jobs downstream of a period in dependency order. The
 // store must implement
-// [idemstore.Rerunner]: the SQLite ledger and the Postgres ledger
-// (pgledger) do; others refuse with an error naming the store.
+// [idemstore.Rerunner]: the SQLite ledger, the Postgres ledger (pgledger),
+// the MySQL ledger (mysqlledger) and the Redis store (redisstore) do; the
+// state file, and any other store, refuses with an error naming the store.
 func Rerun(ctx context.Context, s Store, req RerunRequest) ([]RerunOutcome, error) {
 	r, err := storeAs[idemstore.Rerunner]("Rerun", s)
 	if err != nil {

@@ -66,12 +66,24 @@ func TestRerunRunTxOutbox(t *testing.T) {
 	}
 }
 
-// TestRerunRefusedByStateFile: a store that keeps no revisions says so.
+// TestRerunRefusedByStateFile: a store that keeps no revisions says so,
+// naming itself and the interface it lacks, and its done period stays
+// done: the next trigger runs nothing.
 func TestRerunRefusedByStateFile(t *testing.T) {
+	ctx := context.Background()
 	sf := openState(t, t.TempDir())
-	_, err := idem.Rerun(context.Background(), sf, rerunReq("x", "x", idem.Key{Job: "j", Period: "p"}))
-	if err == nil || !strings.Contains(err.Error(), "Rerunner") {
-		t.Errorf("Rerun on the state file = %v, want an error saying it cannot re-run", err)
+	key := idem.Key{Job: "j", Period: "p"}
+	ran := 0
+	fn := func(context.Context) error { ran++; return nil }
+	if err := idem.RunOn(ctx, sf, key, fn); err != nil {
+		t.Fatal(err)
+	}
+	_, err := idem.Rerun(ctx, sf, rerunReq("x", "x", key))
+	if err == nil || !strings.Contains(err.Error(), "Rerunner") || !strings.Contains(err.Error(), "*idem.StateFile") || !strings.Contains(err.Error(), "Rerun") {
+		t.Errorf("Rerun on the state file = %v, want an error naming the call, the store (*idem.StateFile) and idemstore.Rerunner", err)
+	}
+	if err := idem.RunOn(ctx, sf, key, fn); err != nil || ran != 1 {
+		t.Errorf("after the refused request: %v, fn ran %d times; want the period still done (once)", err, ran)
 	}
 }
 

@@ -18,7 +18,8 @@
 // The ledger keeps its tables in the connection's database, named with a
 // prefix ("idem_" unless [WithTablePrefix]): runs, jobs, itemsets,
 // item_set, item_chunks, item_lists, item_state, outbox, outbox_topics,
-// limit_rates, limit_slots and meta (the schema version,
+// limit_rates, limit_slots, reruns (idem.Rerun's requests) and meta (the
+// schema version,
 // [SchemaVersion]). [New] creates them if needed: any number of processes
 // may start at once against an empty database (one creates the tables
 // under a named lock, GET_LOCK; the others wait for it and find them). A

@@ -60,7 +60,7 @@ const freshInsertSQL = `INSERT INTO {runs} (job, period, status, attempt, failur
 
 // queries are a ledger's statements, their table names filled in once.
 type queries struct {
-	peek, freshInsert, finish, advance string
+	peek, freshInsert, finish, advance, promote string
 }
 
 func newQueries(t tables) queries {
@@ -68,6 +68,7 @@ func newQueries(t tables) queries {
 	return queries{
 		peek:        `SELECT ` + nowSQL + `, ` + runCols + ` FROM ` + t.runs + ` WHERE job = ? AND period = ?`,
 		freshInsert: r.Replace(freshInsertSQL),
+		promote:     promoteSQL(t),
 		finish: `UPDATE ` + t.runs + ` SET status = ?, failures = ?,
 		not_before = CASE WHEN ? IS NULL THEN 0 ELSE ` + nowSQL + ` + ? END,
 		last_error = ?, lease_until = 0, updated = ` + nowSQL + `, value = ?

@@ -26,8 +26,9 @@ const DefaultPrefix = "idem_"
 // expand-only (new tables, new columns that are nullable or have a
 // default), so that releases N and N+1 share a schema during a rolling
 // update. Two or more versions higher is refused with
-// [idem.ErrNewerSchema], without a write. Version 1 is the first.
-const SchemaVersion = 1
+// [idem.ErrNewerSchema], without a write. Version 1 is the first; version
+// 2 keeps re-runs (the column runs.revision, the table reruns).
+const SchemaVersion = 2
 
 // ErrWeakDurability: the server does not flush every commit to disk
 // (innodb_flush_log_at_trx_commit is not 1, or the binary log is on and
@@ -46,7 +47,8 @@ var ErrWeakDurability = errors.New("mysqlledger: the server does not flush each 
 // [idemstore.FreshTxStore] (with *sql.Tx),
 // [idemstore.CatchUpStore], [idemstore.Lister], [idemstore.ItemStore] and
 // [idemstore.ItemTxStore] (with *sql.Tx), [idemstore.OutboxTxStore] (with
-// *sql.Tx) and [idemstore.OutboxStore], and [idemstore.LimitStore].
+// *sql.Tx) and [idemstore.OutboxStore], [idemstore.LimitStore] and
+// [idemstore.Rerunner] (idem.Rerun).
 //
 // A Ledger is safe for concurrent use by many goroutines, processes and
 // hosts.
@@ -221,6 +223,7 @@ func errno(err error) uint16 {
 // The server's errors the ledger handles.
 const (
 	erDupEntry        = 1062
+	erDupFieldName    = 1060 // ER_DUP_FIELDNAME: ADD COLUMN of a column that exists
 	erLockWaitTimeout = 1205
 	erLockDeadlock    = 1213
 )

@@ -16,6 +16,7 @@ import (
 type tables struct {
 	meta, runs, jobs, itemsets, itemSet, itemChunks, itemLists, itemState string
 	outbox, outboxTopics, limitRates, limitSlots                          string
+	reruns                                                                string
 }
 
 func newTables(p string) tables {
@@ -24,6 +25,7 @@ func newTables(p string) tables {
 		meta: q("meta"), runs: q("runs"), jobs: q("jobs"), itemsets: q("itemsets"), itemSet: q("item_set"),
 		itemChunks: q("item_chunks"), itemLists: q("item_lists"), itemState: q("item_state"),
 		outbox: q("outbox"), outboxTopics: q("outbox_topics"), limitRates: q("limit_rates"), limitSlots: q("limit_slots"),
+		reruns: q("reruns"),
 	}
 }
 
@@ -38,8 +40,11 @@ func newTables(p string) tables {
 // the microseconds) and no session time_zone in between.
 const tableOpts = ` ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
 
-// ddl creates the tables of version 1; every statement is CREATE TABLE IF
-// NOT EXISTS, run one by one (MySQL commits each DDL statement on its own).
+// ddl creates the tables of the current version, or upgrades an older
+// version's: every statement is CREATE TABLE IF NOT EXISTS or an ALTER
+// TABLE that adds a column (ignored when the column exists), run one by
+// one (MySQL commits each DDL statement on its own). Version 2 added the
+// column runs.revision and the table reruns (re-runs, rerun.go).
 func (l *Ledger) ddl() []string {
 	t := l.t
 	return []string{
@@ -49,8 +54,10 @@ func (l *Ledger) ddl() []string {
 			status VARCHAR(16) CHARACTER SET ascii NOT NULL, attempt BIGINT NOT NULL, failures INT NOT NULL,
 			owner TEXT NOT NULL, lease_until BIGINT NOT NULL, not_before BIGINT NOT NULL,
 			last_error MEDIUMTEXT NOT NULL, created BIGINT NOT NULL, updated BIGINT NOT NULL,
-			fingerprint TEXT NOT NULL, value MEDIUMBLOB NULL,
+			fingerprint TEXT NOT NULL, value MEDIUMBLOB NULL, revision BIGINT NOT NULL DEFAULT 0,
 			PRIMARY KEY (job, period), KEY status_idx (status, job, period))` + tableOpts,
+		`ALTER TABLE ` + t.runs + ` ADD COLUMN revision BIGINT NOT NULL DEFAULT 0`,
+		rerunsDDL(t),
 		`CREATE TABLE IF NOT EXISTS ` + t.jobs + ` (job VARBINARY(255) NOT NULL PRIMARY KEY,
 			cursor_period VARBINARY(255) NOT NULL, horizon VARBINARY(255) NOT NULL)` + tableOpts,
 		`CREATE TABLE IF NOT EXISTS ` + t.itemsets + ` (job VARBINARY(255) NOT NULL, period VARBINARY(255) NOT NULL,
@@ -185,8 +192,12 @@ func (l *Ledger) migrate(ctx context.Context) error {
 		return err
 	}
 	for _, q := range l.ddl() {
-		if _, err := c.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("mysqlledger: creating the tables: %s: %w", strings.Fields(q)[5], err)
+		_, err := c.ExecContext(ctx, q)
+		if errno(err) == erDupFieldName { // ADD COLUMN of a column the table has
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("mysqlledger: creating the tables: %s %s: %w", strings.Fields(q)[0], ddlTable(q), err)
 		}
 	}
 	if _, err := c.ExecContext(ctx, `INSERT INTO `+l.t.meta+` (name, version) VALUES ('schema', ?)

@@ -10,13 +10,13 @@ import (
 	"github.com/idemgo/idem/idemstore"
 )
 
-const runCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated, fingerprint, value`
+const runCols = `status, attempt, failures, owner, lease_until, not_before, last_error, updated, fingerprint, value, revision`
 
 // scanRun scans runCols (after now) into rec.
 func scanRun(row interface{ Scan(...any) error }, now *int64, rec *idemstore.Record) error {
 	var status string
 	var lease, notBefore, updated int64
-	err := row.Scan(now, &status, &rec.Attempt, &rec.Failures, &rec.Owner, &lease, &notBefore, &rec.LastError, &updated, &rec.Fingerprint, &rec.Value)
+	err := row.Scan(now, &status, &rec.Attempt, &rec.Failures, &rec.Owner, &lease, &notBefore, &rec.LastError, &updated, &rec.Fingerprint, &rec.Value, &rec.Revision)
 	rec.Status = idemstore.Status(status)
 	rec.LeaseUntil, rec.NotBefore, rec.Updated = fromMicros(lease), fromMicros(notBefore), fromMicros(updated)
 	return err
@@ -233,7 +233,9 @@ func (l *Ledger) advanceSQL() string { return l.q.advance }
 // Finish implements [idemstore.Store]. A backoff deadline is kept on the
 // server's clock: end.NotBefore - end.Now from the server's time. With
 // end.Cursor, a done mark also moves the job's cursor forward, in the same
-// transaction.
+// transaction; a done mark of an attempt for which a re-run request waits
+// ([Ledger.Rerun] while it ran) gives the period the request's revision,
+// in the same transaction too.
 func (l *Ledger) Finish(ctx context.Context, key idemstore.Key, attempt int64, end idemstore.End) error {
 	if err := end.Check("mysqlledger", key); err != nil {
 		return err
@@ -249,12 +251,15 @@ func (l *Ledger) Finish(ctx context.Context, key idemstore.Key, attempt int64, e
 		} else if n == 0 {
 			return idemstore.LeaseLost(key, attempt)
 		}
-		if end.Cursor && end.Status == idemstore.StatusDone {
+		if end.Status != idemstore.StatusDone {
+			return nil
+		}
+		if end.Cursor {
 			if _, err := tx.ExecContext(ctx, l.advanceSQL(), key.Job, key.Period); err != nil {
 				return err
 			}
 		}
-		return nil
+		return l.promote(ctx, tx, key)
 	})
 	if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) {
 		return opErr("finish", key, err)
@@ -266,7 +271,8 @@ func (l *Ledger) Finish(ctx context.Context, key idemstore.Key, attempt int64, e
 // transaction whose first statement checks that attempt still holds the
 // key and takes the key's row lock (kept until the transaction ends:
 // every other attempt waits), then fn, then the done mark (and, with
-// cursor, the job's cursor), then the commit. fn's error is returned as it
+// cursor, the job's cursor, and the promotion of a re-run request that
+// waited for this attempt: see [Ledger.Rerun]), then the commit. fn's error is returned as it
 // is, and everything rolls back.
 func (l *Ledger) FinishTx(ctx context.Context, key idemstore.Key, attempt int64, now time.Time, cursor bool, fn func(*sql.Tx) ([]byte, error)) error {
 	tx, err := l.db.BeginTx(ctx, txOpts)
@@ -294,6 +300,9 @@ func (l *Ledger) FinishTx(ctx context.Context, key idemstore.Key, attempt int64,
 		if _, err := tx.ExecContext(ctx, l.advanceSQL(), key.Job, key.Period); err != nil {
 			return opErr("run tx: advance the cursor", key, err)
 		}
+	}
+	if err := l.promote(ctx, tx, key); err != nil {
+		return opErr("run tx", key, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return opErr("run tx: commit", key, err)
@@ -409,7 +418,8 @@ func (l *Ledger) Advance(ctx context.Context, job, period string) error {
 // Prune implements [idemstore.CatchUpStore]: in one transaction, holding
 // the job's row exclusively (claims and Resolve of the job's keys take it
 // shared and wait), it checks and deletes the job's settled records at or
-// before through, their items, and raises the job's horizon.
+// before through, their items and re-run requests, and raises the job's
+// horizon.
 func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) {
 	if err := (idemstore.Key{Job: job, Period: through}).Validate(); err != nil {
 		return 0, err
@@ -440,7 +450,7 @@ func (l *Ledger) Prune(ctx context.Context, job, through string) (int64, error) 
 		if deleted, err = res.RowsAffected(); err != nil {
 			return err
 		}
-		for _, t := range []string{l.t.itemSet, l.t.itemChunks, l.t.itemLists, l.t.itemState, l.t.itemsets} {
+		for _, t := range []string{l.t.itemSet, l.t.itemChunks, l.t.itemLists, l.t.itemState, l.t.itemsets, l.t.reruns} {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM `+t+` WHERE job = ? AND period <= ?`, job, through); err != nil {
 				return err
 			}

@@ -51,6 +51,9 @@ var Instruments = []Instrument{
 	{"idem.deferrals", "counter", "{call}", "idem_deferrals_total",
 		"Calls of idem deferred because a guard refused (reason: its name, such as memory or disk) or a breaker was open (reason: breaker).",
 		[]attribute.Key{KeyJob, KeyReason}},
+	{"idem.reruns", "counter", "{period}", "idem_reruns_total",
+		"Periods that a re-run request (idem.Rerun) queued a re-run for, by job; a request sent again (seen before) is not counted.",
+		[]attribute.Key{KeyJob}},
 	{"idem.outbox.deliveries", "counter", "{delivery}", "idem_outbox_deliveries_total",
 		"Delivery attempts of the outbox relay, by topic and how they ended (delivered, retrying, parked, superseded).",
 		[]attribute.Key{KeyTopic, KeyOutcome}},
@@ -92,10 +95,10 @@ var DurationBuckets = []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 600
 // items in idem.items, counted by the call that completes the period).
 // It is safe for concurrent use.
 type Metrics struct {
-	runs, retries, errors, items, deferrals, deliveries metric.Int64Counter
-	duration                                            metric.Float64Histogram
-	gauges                                              *gauges
-	jobs                                                jobCache
+	runs, retries, errors, items, deferrals, deliveries, reruns metric.Int64Counter
+	duration                                                    metric.Float64Histogram
+	gauges                                                      *gauges
+	jobs                                                        jobCache
 }
 
 // maxCachedJobs bounds the jobs whose attribute sets [Metrics.Observe]
@@ -170,6 +173,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.items = counter("idem.items")
 	m.deferrals = counter("idem.deferrals")
 	m.deliveries = counter("idem.outbox.deliveries")
+	m.reruns = counter("idem.reruns")
 	in := instrument("idem.run.duration")
 	var err error
 	m.duration, err = meter.Float64Histogram(in.Name, metric.WithUnit(in.Unit), metric.WithDescription(in.Description),
@@ -240,6 +244,22 @@ func (m *Metrics) ObserveDelivery(r outbox.DeliveryResult) {
 	m.gauges.seenTopic(r.Topic)
 	m.deliveries.Add(context.Background(), 1, metric.WithAttributes(KeyTopic.String(r.Topic), KeyOutcome.String(r.Outcome.String())))
 }
+
+// ObserveRerun records what one re-run request did: give it the outcomes
+// idem.Rerun returned. Each period the request queued a re-run for
+// (RerunQueued, RerunAfterRun, RerunDue) adds 1 to idem.reruns of its job;
+// a period the same request had queued before (RerunSeen) adds nothing.
+func (m *Metrics) ObserveRerun(out []idem.RerunOutcome) {
+	for _, o := range out {
+		if o.State != idem.RerunSeen {
+			m.reruns.Add(context.Background(), 1, metric.WithAttributes(KeyJob.String(o.Key.Job)))
+		}
+	}
+}
+
+// ObserveRerun records what one re-run request did (see
+// [Metrics.ObserveRerun]).
+func (t *Telemetry) ObserveRerun(out []idem.RerunOutcome) { t.metrics.ObserveRerun(out) }
 
 // RelayOption returns outbox.OnDelivery(m.ObserveDelivery), for
 // outbox.Relay, RelayOnce or a Scheduler's AddRelay.

@@ -286,3 +286,30 @@ func TestMetricsManyJobs(t *testing.T) {
 	wantSum(t, errs, "idem.job=job4099", 1)
 	wantSum(t, retries, "idem.job=job4098", 0)
 }
+
+// TestRerunsMetric: idem.reruns counts, by job, the periods a re-run
+// request queued a re-run for, not those the same request sent again had
+// queued before.
+func TestRerunsMetric(t *testing.T) {
+	rd := sdkmetric.NewManualReader()
+	tel, err := idemotel.New(noop.NewTracerProvider(), sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := openLedger(t)
+	keys := []idem.Key{{Job: "settle", Period: "2026-10-01"}, {Job: "settle", Period: "2026-10-02"}}
+	for _, k := range keys {
+		if err := l.Run(ctx, k, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // the second: a retrying script, seen before
+		out, err := idem.Rerun(ctx, l, idem.RerunRequest{Keys: keys, RequestID: "a", Reason: "flow table corrected", By: "ops"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tel.ObserveRerun(out)
+	}
+	wantSum(t, sums(t, rd, "idem.reruns"), "idem.job=settle", 2)
+}

@@ -21,8 +21,8 @@ import (
 //
 // It implements [idemstore.Store], [idemstore.TxStore] (with *sql.Tx),
 // [idemstore.CatchUpStore], [idemstore.Lister], [idemstore.ItemStore] and
-// [idemstore.ItemTxStore] (with *sql.Tx), [idemstore.LimitStore], and
-// [idemstore.Rerunner] (idem.Rerun).
+// [idemstore.ItemTxStore] (with *sql.Tx), [idemstore.LimitStore],
+// [idemstore.Rerunner] (idem.Rerun) and [idemstore.Historian] (idem show).
 //
 // What it does not do as a pool does: database/sql has no batches, so
 // the statements that the pgx pool sends in one round trip (AddItems, a
@@ -38,6 +38,7 @@ var (
 	_ idemstore.ItemTxStore[*sql.Tx]    = (*DBLedger)(nil)
 	_ idemstore.Lister                  = (*DBLedger)(nil)
 	_ idemstore.Rerunner                = (*DBLedger)(nil)
+	_ idemstore.Historian               = (*DBLedger)(nil)
 )
 
 // NewDB attaches a ledger to the caller's *sql.DB (opened with a

@@ -1,6 +1,13 @@
 package pgledger
 
-import "strings"
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemgo/idem/idemstore"
+)
 
 // The history of attempts (schema version 8): table attempts holds one row
 // per attempt that ended, keyed by the key, its revision and the attempt's
@@ -70,4 +77,48 @@ CREATE TRIGGER attempt_ended AFTER INSERT OR UPDATE ON {s}.runs
 // attempts (see durableDDL).
 func historyDDLAll() string {
 	return historyDDL + ";\n" + strings.ReplaceAll(durableTriggerSQL, "{t}", "attempts")
+}
+
+const (
+	historyAttemptsSQL = `SELECT revision, attempt, outcome, error, owner, started, ended FROM {s}.attempts
+	WHERE job = $1 AND period = $2 ORDER BY revision, attempt`
+	historyRerunsSQL = `SELECT request_id, revision, state, reason, by_whom, requested FROM {s}.reruns
+	WHERE job = $1 AND period = $2 ORDER BY requested, request_id`
+)
+
+// History implements [idemstore.Historian]: the key's attempts that ended
+// (table attempts, schema version 8) and its re-run requests (table
+// reruns, schema version 9), oldest first. An attempt claimed by a
+// pgledger before version 8 has no start time.
+func (l *core) History(ctx context.Context, key idemstore.Key) (idemstore.History, error) {
+	var h idemstore.History
+	if err := key.Validate(); err != nil {
+		return h, err
+	}
+	err := l.db.query(ctx, l.oq(historyAttemptsSQL), []any{key.Job, key.Period}, func(scan func(...any) error) error {
+		var a idemstore.AttemptRecord
+		var started *time.Time
+		if err := scan(&a.Revision, &a.Attempt, &a.Outcome, &a.Error, &a.Owner, &started, &a.Ended); err != nil {
+			return err
+		}
+		if started != nil {
+			a.Started = *started
+		}
+		h.Attempts = append(h.Attempts, a)
+		return nil
+	})
+	if err == nil {
+		err = l.db.query(ctx, l.oq(historyRerunsSQL), []any{key.Job, key.Period}, func(scan func(...any) error) error {
+			var r idemstore.RerunRecord
+			if err := scan(&r.RequestID, &r.Revision, &r.State, &r.Reason, &r.By, &r.Requested); err != nil {
+				return err
+			}
+			h.Reruns = append(h.Reruns, r)
+			return nil
+		})
+	}
+	if err != nil {
+		return idemstore.History{}, fmt.Errorf("pgledger: schema %q: history of %s: %w", l.schema, key, err)
+	}
+	return h, nil
 }

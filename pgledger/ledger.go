@@ -68,7 +68,8 @@ const SchemaVersion = 9
 // [idem.Relay], [idemstore.OutboxTxStore] (with [pgx.Tx]) and
 // [idemstore.OutboxStore] (table outbox), and, for package limit,
 // [idemstore.LimitStore] (tables limit_rates and limit_slots), and, for
-// [idem.Rerun], [idemstore.Rerunner] (table reruns).
+// [idem.Rerun], [idemstore.Rerunner] (table reruns), and, for idem show,
+// [idemstore.Historian] (tables attempts and reruns).
 //
 // A Ledger is safe for concurrent use by many goroutines, processes and
 // hosts.
@@ -99,6 +100,7 @@ var (
 	_ idemstore.CatchUpStore           = (*Ledger)(nil)
 	_ idemstore.CatchUpTxStore[pgx.Tx] = (*Ledger)(nil)
 	_ idemstore.Rerunner               = (*Ledger)(nil)
+	_ idemstore.Historian              = (*Ledger)(nil)
 )
 
 // An Option configures a Ledger, for [New] and [Open]. As with idem's own

@@ -16,6 +16,7 @@
 //	idem_errors_total{job}            counter    calls of Run that failed: returned an error whose outcome is not "not now" (idem.Outcome.NotNow: in_progress, deferred)
 //	idem_items_total{job,status}      counter    items of the fan-out periods completed (Each returned ran), by final status: done, parked
 //	idem_deferrals_total{job,reason}  counter    calls deferred by a guard, a breaker or a shared limit (idem.ErrDeferred), by reason: the guard's name (memory, disk, ...), breaker, or "limit NAME"
+//	idem_reruns_total{job}            counter    periods a re-run request (idem.Rerun) queued a re-run for: not those the same request had queued before (RerunSeen); fed by [Metrics.ObserveRerun]
 //	idem_keys{job,status}             gauge      keys that are pending (running or failed), unknown or parked, read from the Lister at scrape time
 //	idem_ledger_up                    gauge      1 if the last read of the Lister succeeded, 0 if it failed (only with a Lister)
 //	idem_last_success_timestamp_seconds{job}  gauge  when a period of the job last ran successfully (or was found done), in Unix seconds; 0 if not since the Scheduler started (only with WatchScheduler)
@@ -119,6 +120,7 @@ type Metrics struct {
 	errors   *prometheus.CounterVec
 	items    *prometheus.CounterVec
 	deferred *prometheus.CounterVec
+	reruns   *prometheus.CounterVec
 	keys     *keysCollector
 	sched    *schedulerCollector
 }
@@ -165,11 +167,16 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help:        "Calls of idem deferred because a guard refused (reason: its name, such as memory or disk), a breaker was open (reason: breaker) or a shared limit could not be taken (reason: limit and its name).",
 			ConstLabels: c.constLabels,
 		}, []string{"job", "reason"}),
+		reruns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "idem_reruns_total",
+			Help:        "Periods that a re-run request (idem.Rerun) queued a re-run for, by job; a request sent again (seen before) is not counted.",
+			ConstLabels: c.constLabels,
+		}, []string{"job"}),
 		keys:  newKeysCollector(c.constLabels, c.scrapeTimeout),
 		sched: newSchedulerCollector(c.constLabels),
 	}
 	m.keys.setLister(c.lister)
-	for _, col := range []prometheus.Collector{m.runs, m.duration, m.retries, m.errors, m.items, m.deferred, m.keys, m.sched} {
+	for _, col := range []prometheus.Collector{m.runs, m.duration, m.retries, m.errors, m.items, m.deferred, m.reruns, m.keys, m.sched} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("idem/prom: register: %w", err)
 		}
@@ -209,6 +216,22 @@ func (m *Metrics) Observe(r idem.Result) {
 		// Each completed the period now: every item is done or parked.
 		m.items.WithLabelValues(job, ItemsDone).Add(float64(r.Items.Done))
 		m.items.WithLabelValues(job, ItemsParked).Add(float64(r.Items.Parked))
+	}
+}
+
+// ObserveRerun records what one re-run request did: give it the outcomes
+// idem.Rerun returned. Each period the request queued a re-run for
+// (RerunQueued, RerunAfterRun, RerunDue) adds 1 to idem_reruns_total of
+// its job; a period the same request had queued before (RerunSeen: a
+// retrying script, a double click) adds nothing. A refused request
+// returns no outcomes, and so counts nothing.
+func (m *Metrics) ObserveRerun(out []idem.RerunOutcome) {
+	for _, o := range out {
+		if o.State == idem.RerunSeen {
+			m.reruns.WithLabelValues(o.Key.Job) // the series exists, at what it was
+			continue
+		}
+		m.reruns.WithLabelValues(o.Key.Job).Inc()
 	}
 }
 

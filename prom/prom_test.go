@@ -492,3 +492,45 @@ func TestErrorsCountNoBusyOrDeferred(t *testing.T) {
 		{"idem_errors_total", "job=report", 1},
 	})
 }
+
+// TestRerunsCounted: idem_reruns_total counts, by job, the periods a
+// re-run request queued a re-run for (done, and running: after its
+// attempt), not those the same request sent again had queued before, and
+// nothing for a refused request.
+func TestRerunsCounted(t *testing.T) {
+	ctx := context.Background()
+	l, err := idem.OpenLedger(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reg := prometheus.NewRegistry()
+	m, err := prom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noop := func(context.Context) error { return nil }
+	k1, k2 := idem.Key{Job: "settle", Period: "2026-10-01"}, idem.Key{Job: "settle", Period: "2026-10-02"}
+	report := idem.Key{Job: "report", Period: "2026-10-01"}
+	for _, k := range []idem.Key{k1, k2, report} {
+		if err := l.Run(ctx, k, noop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rerun := func(id string, keys ...idem.Key) {
+		t.Helper()
+		out, err := idem.Rerun(ctx, l, idem.RerunRequest{Keys: keys, RequestID: id, Reason: "flow table corrected", By: "ops"})
+		if err != nil && !errors.Is(err, idem.ErrNotRerunnable) {
+			t.Fatal(err)
+		}
+		m.ObserveRerun(out)
+	}
+	rerun("a", k1, k2)
+	rerun("a", k1, k2)                                                // a retrying script: seen before
+	rerun("b", report, idem.Key{Job: "report", Period: "2026-10-09"}) // refused: the second never ran
+	rerun("c", report)
+	gather(t, reg).expect(t, []series{
+		{"idem_reruns_total", "job=settle", 2},
+		{"idem_reruns_total", "job=report", 1},
+	})
+}

@@ -53,10 +53,18 @@
 //	                               fingerprint (idem.WithParams), value (stored
 //	                               with the done mark; absent for none),
 //	                               ended_by (the attempt whose Finish wrote the
-//	                               end, so that the same end re-sent succeeds)
+//	                               end, so that the same end re-sent succeeds),
+//	                               revision (re-runs of the period: idem.Rerun),
+//	                               rerun_pending (the revision a running attempt's
+//	                               done mark gives the period), revised_after (the
+//	                               attempt whose done mark a re-run followed)
 //	                               (times in microseconds since the Unix epoch,
 //	                               on the server's clock)
 //	{p}:periods:<job>              sorted set (score 0): the job's periods that have a record
+//	{p}:rerun:<n>:<job>:<period>   hash: the period's re-run requests: field the
+//	                               request id, value JSON {revision, state (queued,
+//	                               pending), reason, by, requested (µs)}
+//	{p}:reruns:<job>               sorted set (score 0): the job's periods with re-run requests
 //	{p}:job:<job>                  hash: cursor, horizon (catch-up and Prune)
 //	{p}:jobs                       sorted set (score 0): the jobs, for List
 //	{p}:limit:rate:<name>          string: a rate limit's theoretical arrival time

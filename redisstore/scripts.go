@@ -86,7 +86,7 @@ local function types(...)
 	return nil
 end
 local recFields = {'status', 'attempt', 'failures', 'owner', 'lease_until', 'not_before', 'last_error', 'updated',
-	'fingerprint', 'value'}
+	'fingerprint', 'value', 'revision'}
 -- rec: the record at key as a flat list (status first; status false when none).
 local function rec(key)
 	return redis.call('HMGET', key, unpack(recFields))
@@ -100,6 +100,38 @@ end
 local function index(periodsKey, jobsKey, job, period)
 	redis.call('ZADD', periodsKey, 0, period)
 	redis.call('ZADD', jobsKey, 0, job)
+end
+-- rerunNote: the LastError of a period re-run on request (idemstore.RerunNote).
+local function rerunNote(revision, by, id, reason)
+	if by == '' then by = '?' end
+	return 're-run requested as revision ' .. revision .. ' by ' .. by .. ' (request ' .. id .. '): ' .. reason
+end
+-- promote: if the record at key is done and a re-run request waits for its
+-- attempt (rerun_pending: the revision), the period gets that revision,
+-- runnable at once, and the waiting requests (in the hash reruns) are
+-- queued. The oldest one's reason is the note. Returns true if it did.
+local function promote(key, reruns, t)
+	local r = redis.call('HMGET', key, 'status', 'rerun_pending', 'attempt')
+	if r[1] ~= 'done' or not r[2] or r[2] == '' then return false end
+	local oldest
+	local all = redis.call('HGETALL', reruns)
+	for i = 1, #all, 2 do
+		local q = cjson.decode(all[i + 1])
+		if q.state == 'pending' then
+			q.state = 'queued'
+			redis.call('HSET', reruns, all[i], cjson.encode(q))
+			local at = tonumber(q.requested)
+			if not oldest or at < oldest.at or (at == oldest.at and lt(all[i], oldest.id)) then
+				oldest = {at = at, id = all[i], by = q.by, reason = q.reason}
+			end
+		end
+	end
+	local note = rerunNote(r[2], '', '?', '')
+	if oldest then note = rerunNote(r[2], oldest.by, oldest.id, oldest.reason) end
+	redis.call('HSET', key, 'status', 'failed', 'revision', r[2], 'failures', 0, 'last_error', note, 'updated', str(t),
+		'revised_after', r[3])
+	redis.call('HDEL', key, 'rerun_pending', 'not_before', 'lease_until')
+	return true
 end
 -- advance: move job's cursor forward to period.
 local function advance(jobKey, jobsKey, job, period)
@@ -161,7 +193,7 @@ var claimScript = redis.NewScript(`
 -- needs of it; nothing is written). A key of the wrong type fails the read
 -- with an error reply, not a raised error, and types() below names it.
 local r = redis.pcall('HMGET', KEYS[1], 'status', 'attempt', 'failures', 'owner', 'lease_until', 'not_before',
-	'last_error', 'updated', 'fingerprint', 'value')
+	'last_error', 'updated', 'fingerprint', 'value', 'revision')
 if r[1] == 'done' then return {'done', r[9], r[10]} end
 ` + luaLib + `
 if r.err then return types({KEYS[1], 'hash'}) or r end
@@ -265,22 +297,33 @@ return 1
 // lost: a dropped connection, a server killed after its fsync) finds it
 // and returns 1 without writing, rather than 0 for an end that stands.
 //
-// KEYS: record, job, jobs. ARGV: attempt, status, failures, backoff µs,
-// error, cursor (0/1), job, period, value. Returns 1, or 0 if the attempt
-// no longer holds the key.
+// A done mark of an attempt for which a re-run request waits (the
+// record's rerun_pending, written by rerunScript) gives the period the
+// request's revision in the same step (promote): the period is runnable
+// at once, and the attempt's end stands (revised_after: the same done mark
+// re-sent still returns 1).
+//
+// KEYS: record, job, jobs, the period's re-run requests. ARGV: attempt,
+// status, failures, backoff µs, error, cursor (0/1), job, period, value.
+// Returns 1, or 0 if the attempt no longer holds the key.
 //
 // It writes the record with one HSET and one HDEL, and checks the types of
 // the job's keys only when it moves the cursor: the first read (HMGET
 // fails on a key that is not a hash) and the fence (a running attempt's
 // own number) vouch for the record.
 var finishScript = redis.NewScript(luaLib + `
-local r = redis.pcall('HMGET', KEYS[1], 'status', 'attempt', 'ended_by')
+local r = redis.pcall('HMGET', KEYS[1], 'status', 'attempt', 'ended_by', 'revised_after', 'rerun_pending')
 if r.err then return types({KEYS[1], 'hash'}) or r end
-if r[2] == ARGV[1] and r[3] == ARGV[1] and r[1] == ARGV[2] then return 1 end
+if r[2] == ARGV[1] and r[3] == ARGV[1] and (r[1] == ARGV[2] or (ARGV[2] == 'done' and r[4] == ARGV[1])) then return 1 end
 if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
 local cursor = ARGV[6] == '1' and ARGV[2] == 'done'
 if cursor then
 	local bad = types({KEYS[2], 'hash'}, {KEYS[3], 'zset'})
+	if bad then return bad end
+end
+local rerun = ARGV[2] == 'done' and r[5] and r[5] ~= ''
+if rerun then
+	local bad = types({KEYS[4], 'hash'})
 	if bad then return bad end
 end
 local t = now()
@@ -301,6 +344,7 @@ end
 redis.call('HSET', KEYS[1], unpack(set))
 redis.call('HDEL', KEYS[1], unpack(del))
 if cursor then advance(KEYS[2], KEYS[3], ARGV[7], ARGV[8]) end
+if rerun then promote(KEYS[1], KEYS[4], t) end
 return 1
 `)
 
@@ -362,11 +406,13 @@ return {j[1] or '', j[2] or ''}
 // record at or before through is not settled, it deletes the job's records
 // at or before through and raises the horizon to through.
 //
-// KEYS: job, periods, jobs. ARGV: record key prefix (the part before the
-// period), job, through. Returns {pruned (0/1), cursor, unsettled, first
-// unsettled, deleted}.
+// The re-run requests of the pruned periods go too.
+//
+// KEYS: job, periods, jobs, re-run periods. ARGV: record key prefix (the
+// part before the period), job, through, re-run requests' key prefix.
+// Returns {pruned (0/1), cursor, unsettled, first unsettled, deleted}.
 var pruneScript = redis.NewScript(luaLib + `
-local bad = types({KEYS[1], 'hash'}, {KEYS[2], 'zset'}, {KEYS[3], 'zset'})
+local bad = types({KEYS[1], 'hash'}, {KEYS[2], 'zset'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'})
 if bad then return bad end
 local cursor = redis.call('HGET', KEYS[1], 'cursor') or ''
 local periods = redis.call('ZRANGEBYLEX', KEYS[2], '-', '[' .. ARGV[3])
@@ -386,6 +432,10 @@ for _, p in ipairs(periods) do
 	deleted = deleted + redis.call('DEL', ARGV[1] .. p)
 	redis.call('ZREM', KEYS[2], p)
 end
+for _, p in ipairs(redis.call('ZRANGEBYLEX', KEYS[4], '-', '[' .. ARGV[3])) do
+	redis.call('DEL', ARGV[4] .. p)
+end
+redis.call('ZREMRANGEBYLEX', KEYS[4], '-', '[' .. ARGV[3])
 local h = redis.call('HGET', KEYS[1], 'horizon')
 if not h or lt(h, ARGV[3]) then redis.call('HSET', KEYS[1], 'horizon', ARGV[3]) end
 redis.call('ZADD', KEYS[3], 0, ARGV[2])
@@ -417,6 +467,90 @@ for _, job in ipairs(jobs) do
 			if limit > 0 and n >= limit then return out end
 		end
 	end
+end
+return out
+`)
+
+// rerunScript is Rerun: for every key of the request, in one step, or for
+// none. It first checks every key (the types of its keys; a key the
+// request was not recorded for must have a record that is neither parked
+// nor unknown) and returns the first refused one, writing nothing; then,
+// key by key, it promotes a request that waits for a done attempt (an
+// older redisstore's done mark does not), and records the request: a done
+// or skipped period gets revision+1, runnable at once (status failed, no
+// backoff, no failure counted; revised_after: the attempt whose done mark
+// stands); a running one gets rerun_pending (the revision its done mark
+// gives it, shared by the requests meanwhile); a failed one keeps its
+// revision. A request recorded for the key before is seen: nothing more.
+//
+// KEYS: per key, its record, job, re-run requests and the job's re-run
+// periods. ARGV: request id, reason, by, then the keys' periods. Returns
+// {'refused', index (from 1), found (0/1), pruned (0/1), status,
+// last_error}, or per key {state (queued, after, due, seen), revision}.
+var rerunScript = redis.NewScript(luaLib + `
+local n = #KEYS / 4
+local id, reason, by = ARGV[1], ARGV[2], ARGV[3]
+for i = 1, n do
+	local b = (i - 1) * 4
+	local bad = types({KEYS[b + 1], 'hash', true}, {KEYS[b + 2], 'hash'}, {KEYS[b + 3], 'hash'}, {KEYS[b + 4], 'zset'})
+	if bad then return bad end
+	if redis.call('HEXISTS', KEYS[b + 3], id) == 0 then
+		local r = redis.call('HMGET', KEYS[b + 1], 'status', 'last_error')
+		local st = r[1]
+		if not st or st == 'parked' or st == 'unknown' then
+			local pruned = (not st) and covered(KEYS[b + 2], ARGV[3 + i])
+			return {'refused', i, st and 1 or 0, pruned and 1 or 0, st or '', r[2] or ''}
+		end
+	end
+end
+local t = now()
+local out = {}
+for i = 1, n do
+	local b = (i - 1) * 4
+	local rk, qk = KEYS[b + 1], KEYS[b + 3]
+	promote(rk, qk, t)
+	local seen = redis.call('HGET', qk, id)
+	if seen then
+		out[#out + 1] = 'seen'
+		out[#out + 1] = cjson.decode(seen).revision
+	else
+		local r = redis.call('HMGET', rk, 'status', 'revision', 'rerun_pending', 'attempt')
+		local rev, state, q = num(r[2]), 'due', 'queued'
+		if r[1] == 'done' or r[1] == 'skipped' then
+			rev, state = rev + 1, 'queued'
+			redis.call('HSET', rk, 'status', 'failed', 'revision', str(rev), 'failures', 0,
+				'last_error', rerunNote(str(rev), by, id, reason), 'updated', str(t), 'revised_after', r[4] or '')
+			redis.call('HDEL', rk, 'not_before', 'lease_until')
+		elseif r[1] == 'running' then
+			state, q = 'after', 'pending'
+			if r[3] and r[3] ~= '' then
+				rev = tonumber(r[3])
+			else
+				rev = rev + 1
+				redis.call('HSET', rk, 'rerun_pending', str(rev))
+			end
+		end
+		redis.call('HSET', qk, id, cjson.encode({revision = str(rev), state = q, reason = reason, by = by, requested = str(t)}))
+		redis.call('ZADD', KEYS[b + 4], 0, ARGV[3 + i])
+		out[#out + 1] = state
+		out[#out + 1] = str(rev)
+	end
+end
+return out
+`)
+
+// rerunsDueScript is RerunsDue: the job's periods at or before through
+// that were re-run on request and have not run since (a revision above 0,
+// status failed or running), in byte order.
+//
+// KEYS: the job's re-run periods. ARGV: record key prefix, through.
+var rerunsDueScript = redis.NewScript(luaLib + `
+local bad = types({KEYS[1], 'zset'})
+if bad then return bad end
+local out = {}
+for _, p in ipairs(redis.call('ZRANGEBYLEX', KEYS[1], '-', '[' .. ARGV[2])) do
+	local r = redis.call('HMGET', ARGV[1] .. p, 'status', 'revision')
+	if num(r[2]) > 0 and (r[1] == 'failed' or r[1] == 'running') then out[#out + 1] = p end
 end
 return out
 `)

@@ -40,8 +40,8 @@ var ErrWeakDurability = errors.New("idem: redis server does not make every write
 var ErrAuth = errors.New("idem: redis server refused authentication")
 
 // Store is an idem store in Redis. It implements [idemstore.Store],
-// [idemstore.CatchUpStore], [idemstore.Lister] and, for package limit,
-// [idemstore.LimitStore]. It is not an
+// [idemstore.CatchUpStore], [idemstore.Lister], [idemstore.Rerunner]
+// (idem.Rerun) and, for package limit, [idemstore.LimitStore]. It is not an
 // [idemstore.ItemStore]: idem.Each does not take it (a call does not
 // compile), and neither is it an [idemstore.TxStore], since Redis holds
 // no business data to commit with a done mark. For the same reason it has
@@ -349,7 +349,7 @@ func i64(v any) int64 {
 	return 0
 }
 
-// record decodes the 10 fields of a record (status first, nil when the key
+// record decodes the 11 fields of a record (status first, nil when the key
 // has none).
 func record(key idemstore.Key, f []any) (rec idemstore.Record, found bool) {
 	rec.Key = key
@@ -368,12 +368,13 @@ func record(key idemstore.Key, f []any) (rec idemstore.Record, found bool) {
 	if v := str(f[9]); v != "" {
 		rec.Value = []byte(v)
 	}
+	rec.Revision = i64(f[10])
 	return rec, true
 }
 
 // recFields is how many fields of a record the scripts return (luaLib's
 // recFields).
-const recFields = 10
+const recFields = 11
 
 // snapshot is what one read of a key found, on the server's clock.
 type snapshot struct {
@@ -544,7 +545,10 @@ func (s *Store) Renew(ctx context.Context, key idemstore.Key, attempt int64, now
 // [idemstore.ErrLeaseLost], writing nothing, if attempt no longer holds
 // the key. A backoff deadline is kept on the server's clock: end.NotBefore
 // - end.Now from the server's time. With end.Cursor, a done mark also
-// moves the job's cursor forward to the period, in the same script. A done
+// moves the job's cursor forward to the period, in the same script; a
+// done mark of an attempt for which a re-run request waits ([Store.Rerun]
+// while it ran) gives the period the request's revision, in the same
+// script too. A done
 // mark is durable when Finish returns as far as the server's fsync policy
 // makes it (appendfsync always: fsynced before the reply).
 //
@@ -571,7 +575,7 @@ func (s *Store) Finish(ctx context.Context, key idemstore.Key, attempt int64, en
 	if end.Status == idemstore.StatusDone {
 		value = end.Value
 	}
-	n, err := finishScript.Run(ctx, s.client, []string{s.runKey(key), s.jobKey(key.Job), s.jobsKey()},
+	n, err := finishScript.Run(ctx, s.client, []string{s.runKey(key), s.jobKey(key.Job), s.jobsKey(), s.rerunKey(key)},
 		attempt, string(end.Status), end.Failures, backoff, end.Error, cursor, key.Job, key.Period, value).Int64()
 	if err != nil {
 		return s.opErr("finish", key, err)
@@ -697,7 +701,8 @@ func (s *Store) Advance(ctx context.Context, job, period string) error {
 
 // Prune implements [idemstore.CatchUpStore]: in one script it deletes the
 // job's done and skipped records at or before through and raises the
-// job's horizon to through. It refuses ([idemstore.ErrPruneRefused],
+// job's horizon to through; the pruned periods' re-run requests go too.
+// It refuses ([idemstore.ErrPruneRefused],
 // nothing deleted) a through after the job's cursor when the job has one,
 // and a through that would cover a record that is not settled. The script
 // reads every record of the job at or before through: the server serves
@@ -706,8 +711,8 @@ func (s *Store) Prune(ctx context.Context, job, through string) (int64, error) {
 	if err := (idemstore.Key{Job: job, Period: through}).Validate(); err != nil {
 		return 0, err
 	}
-	v, err := pruneScript.Run(ctx, s.client, []string{s.jobKey(job), s.periodsKey(job), s.jobsKey()},
-		s.runBase(job), job, through).Slice()
+	v, err := pruneScript.Run(ctx, s.client, []string{s.jobKey(job), s.periodsKey(job), s.jobsKey(), s.rerunPeriodsKey(job)},
+		s.runBase(job), job, through, s.rerunBase(job)).Slice()
 	if err != nil || len(v) != 5 {
 		return 0, fmt.Errorf("redisstore: prune %q through %q: %v (%d values)", job, through, err, len(v))
 	}

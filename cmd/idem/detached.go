@@ -97,7 +97,9 @@ func (d detached) Start(ctx context.Context, job, before string) (idem.JobState,
 // may have; the engine and the packages above it find each by a type
 // assertion. detachedCapabilities lists every one without a type
 // parameter (the Tx interfaces serve RunTx, CatchUpTx, EachTx and
-// outbox.Put, which take a transaction the idem command never has).
+// outbox.Put, which take a transaction the idem command never has), except
+// idemstore.Historian, which idem show reads from the store itself and no
+// run needs.
 type capability struct {
 	name string
 	has  func(s any) bool
@@ -136,7 +138,7 @@ func capabilities(s any) string {
 // opens (TestDetachedKeepsCapabilities checks each of them).
 var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 	"": func(d detached) idemstore.CatchUpStore { return d },
-	// The SQLite ledger.
+	// The SQLite ledger and the MySQL ledger.
 	"ItemStore OutboxStore OutboxReleaser LimitStore Lister Rerunner": func(d detached) idemstore.CatchUpStore {
 		s := d.CatchUpStore
 		return struct {
@@ -150,19 +152,6 @@ var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 		}{d, detachedItems{s.(idemstore.ItemStore)}, detachedOutbox{s.(idemstore.OutboxStore)},
 			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)},
 			detachedRerunner{s.(idemstore.Rerunner)}}
-	},
-	// The MySQL ledger.
-	"ItemStore OutboxStore OutboxReleaser LimitStore Lister": func(d detached) idemstore.CatchUpStore {
-		s := d.CatchUpStore
-		return struct {
-			detached
-			detachedItems
-			detachedOutbox
-			detachedOutboxReleaser
-			detachedLimits
-			detachedLister
-		}{d, detachedItems{s.(idemstore.ItemStore)}, detachedOutbox{s.(idemstore.OutboxStore)},
-			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)}}
 	},
 	// The Postgres ledger.
 	"ItemStore ItemRecorder ItemRecordTurns FreshMarker ClaimFirst OutboxStore OutboxReleaser LimitStore Lister Rerunner": func(d detached) idemstore.CatchUpStore {
@@ -186,13 +175,14 @@ var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 			detachedRerunner{s.(idemstore.Rerunner)}}
 	},
 	// The Redis store.
-	"LimitStore Lister": func(d detached) idemstore.CatchUpStore {
+	"LimitStore Lister Rerunner": func(d detached) idemstore.CatchUpStore {
 		s := d.CatchUpStore
 		return struct {
 			detached
 			detachedLimits
 			detachedLister
-		}{d, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)}}
+			detachedRerunner
+		}{d, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)}, detachedRerunner{s.(idemstore.Rerunner)}}
 	},
 }
 

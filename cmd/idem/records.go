@@ -32,6 +32,8 @@ type recordJSON struct {
 	ValueBase64 string `json:"value_base64,omitempty"` // the same, when it is not UTF-8 text
 
 	WaitsFor string `json:"waits_for,omitempty"` // with --after: the upstream periods it waits for
+
+	History []revisionJSON `json:"history,omitempty"` // show only: its revisions, their requests and ended attempts
 }
 
 func utcPtr(t time.Time) *time.Time {

@@ -54,7 +54,7 @@ Exit status: 0 requested, 1 refused, 2 usage error or no ledger.`,
 			if from > to {
 				return usageError(fmt.Errorf("--from %s is after --to %s", from, to))
 			}
-			l, _, err := openForOps(cmd)
+			l, clk, err := openForOps(cmd)
 			if err != nil {
 				return err
 			}
@@ -90,7 +90,7 @@ Exit status: 0 requested, 1 refused, 2 usage error or no ledger.`,
 			if requestID == "" {
 				requestID = defaultRerunID(keys, reason)
 			}
-			out, err := idem.Rerun(ctx, l.store, idem.RerunRequest{Keys: keys, RequestID: requestID, Reason: reason, By: whoAsks()})
+			out, err := idem.Rerun(ctx, l.store, idem.RerunRequest{Keys: keys, RequestID: requestID, Reason: reason, By: whoAsks(), Now: clk.Now()})
 			if err != nil {
 				return fail(exitFailed, "%w", err)
 			}

@@ -3,8 +3,14 @@
 package main
 
 import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TestRerunCommand: 'idem rerun' gives done periods a new revision; the
@@ -25,6 +31,62 @@ func TestRerunCommandPostgres(t *testing.T) {
 	dsn, schema := pgSchema(t, "idemcli_")
 	e := newEnv(t, "2026-10-28T02:00:00Z")
 	e.pg = []string{"--postgres", dsn, "--postgres-schema", schema}
+	testRerunCommand(t, e)
+}
+
+// TestRerunCommandRedis is TestRerunCommand on the Redis store
+// ($IDEM_TEST_REDIS_ADDR), under a prefix of its own: idem rerun --redis,
+// and idem run --redis running the re-runs behind the job's cursor.
+func TestRerunCommandRedis(t *testing.T) {
+	t.Parallel()
+	addr := redisAddr(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "idemcli-" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		ctx := context.Background()
+		keys, err := c.Keys(ctx, "{"+prefix+"}:*").Result()
+		if err == nil && len(keys) > 0 {
+			err = c.Del(ctx, keys...).Err()
+		}
+		if err != nil {
+			t.Errorf("deleting the keys of %s: %v", prefix, err)
+		}
+	})
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.pg = []string{"--redis", addr, "--redis-prefix", prefix}
+	testRerunCommand(t, e)
+}
+
+// TestRerunCommandMySQL is TestRerunCommand on the MySQL ledger
+// ($IDEM_TEST_MYSQL_DSN), in tables of their own: idem rerun --mysql, and
+// idem run --mysql running the re-runs behind the job's cursor.
+func TestRerunCommandMySQL(t *testing.T) {
+	t.Parallel()
+	dsn := mysqlDSN(t)
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	prefix := "idemcli_" + hex.EncodeToString(b[:]) + "_"
+	t.Cleanup(func() {
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer db.Close()
+		var names []string
+		for _, n := range []string{"meta", "runs", "jobs", "itemsets", "item_set", "item_chunks", "item_lists", "item_state",
+			"outbox", "outbox_topics", "limit_rates", "limit_slots", "reruns"} {
+			names = append(names, "`"+prefix+n+"`")
+		}
+		if _, err := db.Exec(`DROP TABLE IF EXISTS ` + strings.Join(names, ", ")); err != nil {
+			t.Errorf("dropping the tables of %s: %v", prefix, err)
+		}
+	})
+	e := newEnv(t, "2026-10-28T02:00:00Z")
+	e.pg = []string{"--mysql", dsn, "--mysql-prefix", prefix}
 	testRerunCommand(t, e)
 }
 

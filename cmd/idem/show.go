@@ -42,11 +42,16 @@ func newShowCmd() *cobra.Command {
 	var w waitFlags
 	cmd := &cobra.Command{
 		Use:   "show JOB PERIOD [--json]",
-		Short: "Show one period's record: attempts, failures, last error, lease, backoff",
+		Short: "Show one period's record and history: attempts, failures, last error, lease, backoff, re-runs",
 		Long: `Show everything the ledger knows of one period of a job: its status,
 attempt number, consecutive failures, last error, the lease owner (host:pid)
 and until when the lease holds, the backoff's not-before time, when the
 record last changed, and the request id the command got as $IDEM_REQUEST_ID.
+
+Then its history (the SQLite and Postgres ledgers keep one): each revision
+(0, the first run; then each re-run, with who asked for it, why and when)
+and the attempts that ran it and ended: their outcome, error, owner and
+times. --json gives it as "history".
 
 Period names are as 'idem ls' and $IDEM_PERIOD show them: 2026-10-27,
 2026-W44, 2026-10, 2026-10-27T05:00Z.
@@ -100,10 +105,15 @@ Exit status: 0 shown, 1 no such record, 2 usage error or no ledger.`,
 			if err != nil {
 				return fail(exitFailed, "%w", err)
 			}
+			revs, kept, err := history(cmd.Context(), l.store, rec)
+			if err != nil {
+				return fail(exitFailed, "%w", err)
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				j := toJSON(rec)
 				j.WaitsFor = waits
+				j.History = revs
 				return writeJSON(out, j)
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -143,6 +153,9 @@ Exit status: 0 shown, 1 no such record, 2 usage error or no ledger.`,
 			}
 			if err := tw.Flush(); err != nil {
 				return err
+			}
+			if kept {
+				printHistory(out, revs)
 			}
 			if !inline(rec.Value) {
 				fmt.Fprintf(out, "--- value (%d bytes) ---\n%s", len(rec.Value), rec.Value)
