@@ -85,12 +85,17 @@ func shrink(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, r seqResu
 }
 
 // simpler returns simpler versions of op, simplest first: without its
-// crash, without a failing TwoPhase check, with fewer catch-up fns.
+// crash, without its store fault, without a failing TwoPhase check, with fewer catch-up fns.
 func simpler(op mOp) []mOp {
 	var out []mOp
 	if op.crash.point != "" {
 		o := op
 		o.crash = mCrash{}
+		out = append(out, o)
+	}
+	if op.fault.method != "" {
+		o := op
+		o.fault = mFault{}
 		out = append(out, o)
 	}
 	if op.hasFails {

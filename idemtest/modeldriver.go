@@ -49,6 +49,16 @@ type ModelOptions struct {
 	// its end or first mismatch; the first failing one in seed order is
 	// reported and shrunk, as without Parallel.
 	Parallel bool
+	// Faults adds store faults to the triggers of Run and RunTx: the
+	// first Claim, or the first Finish (a done mark or a failure record),
+	// of one Run in eight or so fails, either before the store is reached
+	// (nothing written: an error of a moment, a connection killed) or
+	// after the store applied it (its answer lost); with Harness.Faults,
+	// by breaking the store's own connection (and the commit of RunTx's
+	// transaction too, right after fn: killed before it, or its answer
+	// lost after it), otherwise by failing the call in Go. Stores with a
+	// watermark or without lease expiry (the state file) get none.
+	Faults bool
 }
 
 // TestModel is the model-based test of the conformance kit: it runs long
@@ -260,7 +270,8 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 			effects: map[idem.Key]int{}, seen: map[idem.Key]int64{}}
 		var g *gen
 		if given == nil {
-			g = &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), m: m, cfg: cfg, cu: cs != nil}
+			g = &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), m: m, cfg: cfg, cu: cs != nil,
+				faults: o.Faults && !h.Watermark && h.LeaseExpiry, txFaults: h.Faults != nil}
 		}
 		for i := range n {
 			op := mOp{}
@@ -273,9 +284,36 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 				continue
 			}
 			out.ops, out.at = append(out.ops, op), append(out.at, m.now)
+			// A store fault may not strike (a killed connection the
+			// store replaced before it wrote): the model runs both
+			// branches, and the one the store took goes on.
+			var other *model
+			var otherWant mStep
+			if op.fault.method != "" {
+				other = m.clone()
+				plain := op
+				plain.fault = mFault{}
+				otherWant = other.apply(plain)
+			}
 			want := m.apply(op)
+			pick := func(got rStep) (mStep, []string) {
+				if other == nil || got.a.struck == want.struck {
+					return want, nil
+				}
+				var d []string
+				if h.Faults == nil || got.a.struck {
+					// Failed in Go, the fault strikes where the model
+					// says; a killed connection may be replaced.
+					d = append(d, fmt.Sprintf("store fault: the model says it strikes: %v; it struck: %v", want.struck, got.a.struck))
+				}
+				if got.a.struck {
+					return want, d
+				}
+				*m = *other
+				return otherWant, d
+			}
+			got, want, diffs, stuck := w.step(ctx, op, o.StepTimeout, m, pick)
 			want.count(op, out.tally)
-			got, diffs, stuck := w.step(ctx, op, o.StepTimeout, m, want)
 			if stuck != "" {
 				out.fatal = fmt.Sprintf("step %d (%s) is stuck:\n%s", i+1, op, stuck)
 				return
@@ -294,7 +332,7 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 }
 
 // step runs op on the store under a deadline, and compares.
-func (w *world) step(ctx context.Context, op mOp, timeout time.Duration, m *model, want mStep) (rStep, []string, string) {
+func (w *world) step(ctx context.Context, op mOp, timeout time.Duration, m *model, pick func(rStep) (mStep, []string)) (rStep, mStep, []string, string) {
 	// Every store call has a deadline; the watchdog fires first, to print
 	// where the step is stuck.
 	sctx, cancel := context.WithTimeout(ctx, timeout+10*time.Second)
@@ -309,10 +347,11 @@ func (w *world) step(ctx context.Context, op mOp, timeout time.Duration, m *mode
 	case <-timer.C:
 		dump := goroutines()
 		cancel()
-		return got, nil, fmt.Sprintf("no end after %s; goroutines:\n%s", timeout, dump)
+		return got, mStep{}, nil, fmt.Sprintf("no end after %s; goroutines:\n%s", timeout, dump)
 	}
+	want, d := pick(got)
 	cctx, ccancel := context.WithTimeout(ctx, timeout)
 	defer ccancel()
 	w.steps++
-	return got, w.compare(cctx, m, op, want, got), ""
+	return got, want, append(d, w.compare(cctx, m, op, want, got)...), ""
 }
