@@ -794,14 +794,15 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) 
 }
 
 // lostCommit is the end of a RunTx whose transaction committed (fn's
-// write and the done mark) and whose answer was lost. The engine counts the
-// commit's error as a failure that left nothing behind and records it; the
-// failure record is refused (the key is done by this attempt), and the run
-// ends with ErrLeaseLost. Exactly once holds; only the outcome misleads.
+// write and the done mark) and whose answer was lost: the engine reads the
+// key's record, finds it done by this attempt, and reports the run done.
+// (Before, it recorded the commit's error as a failure that left nothing
+// behind; that record was refused, the key being done, and the run ended
+// with ErrLeaseLost: exactly once held, but the caller was told it failed.)
 func (m *model) lostCommit(k idem.Key) mResult {
 	m.rows[k]++
 	m.byRun[k] = true
-	return mResult{outcome: idem.LeaseLost}
+	return mResult{outcome: idem.Ran}
 }
 
 // failedTx: a rolled-back transaction left nothing behind, whatever fn
