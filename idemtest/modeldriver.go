@@ -81,6 +81,25 @@ type ModelOptions struct {
 // AtMostOnce's never twice, TwoPhase's done key exactly once, RunTx's
 // business write committed exactly once.
 //
+// With o.Faults, store faults too (on a store with lease expiry and no
+// watermark): the first Claim, or the first Finish (a done mark or a
+// failure record), of a Run fails, either before it reaches the store
+// (nothing written: an error of a moment, a connection killed) or after
+// the store applied it (its answer lost); with h.Faults the store's own
+// connection breaks (the server kills it, the reply to an applied commit is
+// lost), and the commit of RunTx's transaction right after fn breaks too.
+// What each must lead to: a failed claim fails the Run, and an attempt the
+// lost answer hid is taken over once its lease ends, its mode settling the
+// doubt; a failed Finish is tried again after a short wait (the fake clock
+// moves through it) and lands, or finds that its first try did; RunTx's
+// commit killed is a failure that left nothing, RunTx's lost answer of an
+// applied commit is found done (Ran; a key's first transaction:
+// AlreadyDone). Every promise above holds through them: AtLeastOnce's done
+// key had its effect, AtMostOnce's never twice, TwoPhase's and RunTx's
+// exactly once. A killed connection that the store replaced before it wrote
+// (database/sql does) did not strike: the model runs both branches of each
+// fault and goes on with the one the store took.
+//
 // Runs use a fake clock given to h.Open, with idem.OneAttempt and a fixed
 // backoff (idem.MaxAttempts(3, idem.Constant(30m30s))), a lease of
 // 10m30s, and the periods of idem.Daily(time.UTC). h.Watermark selects the

@@ -12,8 +12,10 @@ import (
 
 // TestModel compares the ledger with the reference model of
 // idemtest.TestModel after every operation of random sequences, RunTx and
-// CatchUpTx included. The database's clock moves with the model's through Shift, as
-// in TestConformance. A long run: IDEM_MODEL_OPS=100000 (and
+// CatchUpTx included, with store faults (a claim or a done mark that fails
+// before the ledger or after it applied the write, failed in Go). The
+// database's clock moves with the model's through Shift, as in
+// TestConformance. A long run: IDEM_MODEL_OPS=100000 (and
 // IDEM_MODEL_SEED to reproduce a failure).
 func TestModel(t *testing.T) {
 	t.Parallel()
@@ -25,7 +27,7 @@ func TestModel(t *testing.T) {
 		return openLedger(t, newPool(t), pgledger.WithRunOptions(idem.WithClock(clk)))
 	}
 	h.Tx = modelTx()
-	idemtest.TestModel(t, h, idemtest.ModelOptions{Parallel: true})
+	idemtest.TestModel(t, h, idemtest.ModelOptions{Parallel: true, Faults: true})
 }
 
 // modelTx runs the model's RunTx and CatchUpTx jobs with their business
