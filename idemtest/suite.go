@@ -74,7 +74,7 @@ type Fault int
 
 const (
 	// FaultKill: the server kills the connection before the write runs
-	// (MySQL's KILL CONNECTION, Postgres's pg_terminate_backend), so its
+	// (MySQL's KILL CONNECTION, say), so its
 	// transaction rolls back and nothing of it is applied. A store may get
 	// a new connection and do the write after all (database/sql retries a
 	// connection found dead before anything was sent): the fault then did
