@@ -180,11 +180,6 @@ func (w *world) sameRec(want mRec, wantOK bool, got mRec, gotOK bool) bool {
 // against the model, and returns what differs.
 func (w *world) compare(ctx context.Context, m *model, op mOp, want mStep, got rStep) []string {
 	var d []string
-	w.mu.Lock()
-	d = append(d, w.stuck...)
-	w.stuck = nil
-	w.mu.Unlock()
-
 	// The operation's own results.
 	opD, touched := w.opDiff(m, op, want, got)
 	d = append(d, opD...)

@@ -304,43 +304,58 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 			}
 			out.ops, out.at = append(out.ops, op), append(out.at, m.now)
 			// A store fault may not strike (a killed connection the
-			// store replaced before it wrote): the model runs both
-			// branches, and the one the store took goes on.
-			var other *model
-			var otherWant mStep
-			switched := false
+			// store replaced before it wrote), and with Harness.Faults
+			// the answer lost may be that of a write that changed
+			// nothing: the model runs each branch the fault allows, and
+			// goes on with the one the store took.
+			var plain, before *branch
 			if op.fault.method != "" {
-				other = m.clone()
-				plain := op
-				plain.fault = mFault{}
-				otherWant = other.apply(plain)
+				plain = m.branch(op, mFault{}, "the store fault did not strike: the call reached the store and was answered; the model expects what the call does without it")
+				if op.fault.after && h.Faults != nil {
+					before = m.branch(op, mFault{method: op.fault.method}, "")
+				}
 			}
 			want := m.apply(op)
-			pick := func(got rStep) (mStep, []string) {
-				if other == nil || got.a.struck == want.struck {
-					return want, nil
+			pick := func(got rStep) ([]*branch, []string) {
+				main := &branch{m: m, want: want}
+				if plain == nil {
+					return []*branch{main}, nil
 				}
-				var d []string
-				if h.Faults == nil || got.a.struck {
+				var cands []*branch
+				switch {
+				case got.a.struck:
+					for _, b := range []*branch{main, before} {
+						if b != nil && b.want.struck {
+							cands = append(cands, b)
+						}
+					}
+				case want.struck:
+					cands = []*branch{plain}
+				default:
+					cands = []*branch{main}
+				}
+				switch {
+				case len(cands) == 0:
+					return []*branch{main}, []string{"store fault: it struck where the model says it cannot"}
+				case !got.a.struck && want.struck && h.Faults == nil:
 					// Failed in Go, the fault strikes where the model
 					// says; a killed connection may be replaced.
-					d = append(d, fmt.Sprintf("store fault: the model says it strikes: %v; it struck: %v", want.struck, got.a.struck))
+					return cands, []string{"store fault: the model says it strikes; it did not"}
 				}
-				if got.a.struck {
-					return want, d
-				}
-				*m, switched = *other, true
-				return otherWant, d
+				return cands, nil
 			}
-			got, want, diffs, stuck := w.step(ctx, op, o.StepTimeout, m, pick)
-			want.count(op, out.tally)
+			got, chosen, diffs, stuck := w.step(ctx, op, o.StepTimeout, pick)
 			if stuck != "" {
 				out.fatal = fmt.Sprintf("step %d (%s) is stuck:\n%s", i+1, op, stuck)
 				return
 			}
+			chosen.want.count(op, out.tally)
+			if chosen.m != m {
+				*m = *chosen.m
+			}
 			_ = got
-			if len(diffs) > 0 && switched {
-				diffs = append(diffs, "(the store fault did not strike: the call reached the store and was answered; the model expects what the call does without it)")
+			if len(diffs) > 0 && chosen.note != "" {
+				diffs = append(diffs, "("+chosen.note+")")
 			}
 			if len(diffs) > 0 {
 				out.fail = &mismatch{step: len(out.ops), op: op, diffs: diffs}
@@ -354,8 +369,25 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 	return out
 }
 
-// step runs op on the store under a deadline, and compares.
-func (w *world) step(ctx context.Context, op mOp, timeout time.Duration, m *model, pick func(rStep) (mStep, []string)) (rStep, mStep, []string, string) {
+// branch is one way an operation may go: the model after it, and what it
+// expects of the store; note is said with a mismatch against it.
+type branch struct {
+	m    *model
+	want mStep
+	note string
+}
+
+// branch runs op with fault f instead of its own on a copy of m.
+func (m *model) branch(op mOp, f mFault, note string) *branch {
+	c := m.clone()
+	op.fault = f
+	return &branch{m: c, want: c.apply(op), note: note}
+}
+
+// step runs op on the store under a deadline, and compares it with the
+// branches pick gives for what the store answered: the first one that
+// agrees, or else the first one, is chosen, with its differences.
+func (w *world) step(ctx context.Context, op mOp, timeout time.Duration, pick func(rStep) ([]*branch, []string)) (rStep, *branch, []string, string) {
 	// Every store call has a deadline; the watchdog fires first, to print
 	// where the step is stuck.
 	sctx, cancel := context.WithTimeout(ctx, timeout+10*time.Second)
@@ -370,11 +402,25 @@ func (w *world) step(ctx context.Context, op mOp, timeout time.Duration, m *mode
 	case <-timer.C:
 		dump := goroutines()
 		cancel()
-		return got, mStep{}, nil, fmt.Sprintf("no end after %s; goroutines:\n%s", timeout, dump)
+		return got, nil, nil, fmt.Sprintf("no end after %s; goroutines:\n%s", timeout, dump)
 	}
-	want, d := pick(got)
+	branches, d := pick(got)
 	cctx, ccancel := context.WithTimeout(ctx, timeout)
 	defer ccancel()
 	w.steps++
-	return got, want, append(d, w.compare(cctx, m, op, want, got)...), ""
+	w.mu.Lock()
+	d = append(d, w.stuck...)
+	w.stuck = nil
+	w.mu.Unlock()
+	var first []string
+	for i, b := range branches {
+		bd := w.compare(cctx, b.m, op, b.want, got)
+		if len(bd) == 0 {
+			return got, b, d, ""
+		}
+		if i == 0 {
+			first = bd
+		}
+	}
+	return got, branches[0], append(d, first...), ""
 }
