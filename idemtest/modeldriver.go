@@ -97,8 +97,10 @@ type ModelOptions struct {
 // AlreadyDone). Every promise above holds through them: AtLeastOnce's done
 // key had its effect, AtMostOnce's never twice, TwoPhase's and RunTx's
 // exactly once. A killed connection that the store replaced before it wrote
-// (database/sql does) did not strike: the model runs both branches of each
-// fault and goes on with the one the store took.
+// (database/sql does) did not strike, and with h.Faults a lost answer may
+// be that of a write that changed nothing (a claim's INSERT that found the
+// record): the model runs each branch a fault allows (struck or not;
+// applied or not) and goes on with the one the store's records show.
 //
 // Runs use a fake clock given to h.Open, with idem.OneAttempt and a fixed
 // backoff (idem.MaxAttempts(3, idem.Constant(30m30s))), a lease of
