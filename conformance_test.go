@@ -55,9 +55,9 @@ func TestStateFileModel(t *testing.T) {
 // scripts/test.sh runs them at full size in its pass without it.
 var modelOptions = func() idemtest.ModelOptions {
 	if raceEnabled {
-		return idemtest.ModelOptions{Ops: 500, Len: 250, Parallel: true}
+		return idemtest.ModelOptions{Ops: 500, Len: 250, Parallel: true, Faults: true}
 	}
-	return idemtest.ModelOptions{Parallel: true}
+	return idemtest.ModelOptions{Parallel: true, Faults: true}
 }()
 
 // TestLedgerOutboxConformance runs idemtest's outbox suite on the SQLite

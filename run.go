@@ -93,6 +93,11 @@ func noValue(fn func(context.Context) error) valueFunc {
 // default mode). The claim is a lease as in RunOn, but no heartbeat runs
 // while fn does: the transaction's lock keeps other attempts out until it
 // ends.
+//
+// A transaction whose commit the store applied but whose answer was lost
+// (the connection broke) is found done when RunTx reads the key's record
+// after the error: the call returns nil (outcome Ran). For a key's first
+// transaction the claim that follows finds the key done (AlreadyDone).
 func RunTx[Tx any](ctx context.Context, s TxStore[Tx], key Key, fn func(context.Context, Tx) error, opts ...Option) error {
 	if fn == nil {
 		panic("idem: RunTx with a nil fn")
@@ -718,6 +723,9 @@ func (r *runner) recordFailure(ctx context.Context, c idemstore.Claim, runErr er
 	case isTx && errors.Is(runErr, ErrLeaseLost):
 		return rec, nil, true, r.lost(ctx, "taken over by a newer attempt: its transaction was refused", runErr)
 	case isTx:
+		if r.committed(ctx, c.Attempt) {
+			return rec, nil, true, idemstore.Checkpoint(ctx, idemstore.AfterDone, r.key)
+		}
 		// The store's transaction failed, fn's writes with it. The attempt
 		// left nothing behind; count it as a failure and retry.
 		cause = NothingHappened(runErr)
@@ -742,6 +750,20 @@ func (r *runner) recordFailure(ctx context.Context, c idemstore.Claim, runErr er
 		return rec, cause, true, r.finishFailed(ctx, rec, err, cause)
 	}
 	return rec, cause, false, nil
+}
+
+// committed reports whether RunTx's transaction of attempt, which failed
+// without an error of fn, committed after all (its COMMIT was applied and
+// its answer lost): the key's record is done by attempt, which only that
+// transaction marks. If so the run is done (Ran), with the value stored.
+func (r *runner) committed(ctx context.Context, attempt int64) bool {
+	rec, ok, err := r.s.Lookup(context.WithoutCancel(ctx), r.key)
+	if err != nil || !ok || rec.Attempt != attempt || rec.Status != StatusDone {
+		return false
+	}
+	r.held, r.res.Outcome, r.res.Value = 0, Ran, rec.Value
+	r.log(ctx, slog.LevelInfo, "done: the transaction committed, though its answer was lost")
+	return true
 }
 
 // backOff is the step after a failure of attempt was recorded as rec: it

@@ -12,6 +12,7 @@ package idemtest
 // its own clock leaves behind).
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/idemgo/idem"
@@ -121,6 +122,10 @@ type model struct {
 	modes   map[string]mMode
 
 	hasFails bool // TwoPhase: the downstream check errs (for the current operation)
+
+	// fault is the store fault of the current operation (nil: none): it
+	// strikes the first call it names, once.
+	fault *mFaultState
 
 	// how keys were settled, for the promise checks: by an operator
 	// (Resolve done or retry), or by a run.
@@ -328,7 +333,16 @@ func (m *model) finish(k idem.Key, attempt int64, status idem.Status, failures i
 		})
 	}
 	r := m.recs[k]
-	if r == nil || r.attempt != attempt || r.status != idem.StatusRunning {
+	refused := r == nil || r.attempt != attempt || r.status != idem.StatusRunning
+	if ft := m.takeFault(faultFinish); ft != nil && !(ft.after && refused) {
+		// The engine tries again after a short wait on the Runs' clock:
+		// the second try lands, or (after) finds that the first did; a
+		// refused one is refused again. (A refused write has no answer
+		// to lose.)
+		ft.struck = true
+		m.move(mFinishRetry)
+	}
+	if refused {
 		return true, false
 	}
 	r.status, r.failures, r.notBefore, r.leaseUntil = status, failures, notBefore, time.Time{}
@@ -497,6 +511,17 @@ func (m *model) run(k idem.Key, next func() mFn, cr *crashState, cursor bool) mR
 // how the run ended.
 func (m *model) begin(k idem.Key, cr *crashState, cursor bool) (mResult, *mFlight) {
 	mode := m.modes[k.Job]
+	if ft := m.takeFault(faultClaim); ft != nil {
+		// The claim failed: nothing written (before), or written and
+		// its answer lost (after). Either way the run fails with the
+		// store's error; an attempt the claim took is abandoned, and
+		// found by a later claim once its lease ends.
+		ft.struck = true
+		if ft.after {
+			m.claim(k, mode == modeTP, mode == modeAMO || mode == modeTP, cr)
+		}
+		return mResult{outcome: idem.Failed}, nil
+	}
 	c := m.claim(k, mode == modeTP, mode == modeAMO || mode == modeTP, cr)
 	switch {
 	case c.crashed:
@@ -703,6 +728,21 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) 
 			if cr.hit(idemstore.AfterFn) {
 				return crashed
 			}
+			if ft := m.takeFault(faultCommit); ft != nil && !ft.after {
+				ft.struck = true
+				// Killed before the commit: nothing committed; the run
+				// was attempt 1, and the usual claim records its failure.
+				m.recs[k] = &mRec{status: idem.StatusRunning, attempt: 1, leaseUntil: m.snow.Add(mLease)}
+				return m.failedTx(&mFlight{key: k, mode: modeTx, attempt: 1, cursor: cursor}, fnNothing, cr)
+			} else if ft != nil {
+				ft.struck = true
+				// Committed, its answer lost: the usual claim that follows
+				// finds the key done.
+				m.recs[k] = &mRec{status: idem.StatusDone, attempt: 1}
+				m.rows[k]++
+				m.byRun[k] = true
+				return mResult{outcome: idem.AlreadyDone}
+			}
 			m.recs[k] = &mRec{status: idem.StatusDone, attempt: 1}
 			if j := m.job(k.Job); cursor && k.Period > j.cursor {
 				j.cursor = k.Period
@@ -730,8 +770,18 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) 
 		if cr.hit(idemstore.AfterFn) {
 			return crashed // rolled back; the claim stands
 		}
+		ft := m.takeFault(faultCommit)
+		if ft != nil {
+			ft.struck = true
+		}
+		if ft != nil && !ft.after {
+			return m.failedTx(f, fnNothing, cr) // killed before the commit: rolled back
+		}
 		if lost, _ := m.finish(k, f.attempt, idem.StatusDone, 0, time.Time{}, cursor, cr); lost {
 			return mResult{outcome: idem.LeaseLost}
+		}
+		if ft != nil {
+			return m.lostCommit(k)
 		}
 		m.rows[k]++
 		m.byRun[k] = true
@@ -741,6 +791,18 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) 
 		return mResult{outcome: idem.Ran}
 	}
 	return m.failedTx(f, b.kind, cr)
+}
+
+// lostCommit is the end of a RunTx whose transaction committed (fn's
+// write and the done mark) and whose answer was lost: the engine reads the
+// key's record, finds it done by this attempt, and reports the run done.
+// (Before, it recorded the commit's error as a failure that left nothing
+// behind; that record was refused, the key being done, and the run ended
+// with ErrLeaseLost: exactly once held, but the caller was told it failed.)
+func (m *model) lostCommit(k idem.Key) mResult {
+	m.rows[k]++
+	m.byRun[k] = true
+	return mResult{outcome: idem.Ran}
 }
 
 // failedTx: a rolled-back transaction left nothing behind, whatever fn
@@ -933,6 +995,90 @@ func (m *model) records() map[idem.Key]mRec {
 	}
 	for k, r := range m.recs {
 		out[k] = *r
+	}
+	return out
+}
+
+// ---- store faults ----
+
+// mFinishRetry is how long the engine waits, on the Runs' clock, before
+// it tries a failed Store.Finish again (its first retry delay).
+const mFinishRetry = 50 * time.Millisecond
+
+// The calls a fault can strike.
+const (
+	faultClaim  = "Claim"  // Store.Claim of a Run
+	faultFinish = "Finish" // the first Store.Finish of a Run (its done mark or failure record)
+	faultCommit = "commit" // the commit of RunTx's transaction, after fn
+)
+
+// mFault is a store fault of one trigger: the first call of method fails,
+// either before it reaches the store (nothing written: an error of a
+// moment, a connection killed), or after the store applied it (its answer
+// lost).
+type mFault struct {
+	method string // faultClaim, faultFinish or faultCommit; "" for none
+	after  bool
+}
+
+func (f mFault) String() string {
+	if f.method == "" {
+		return ""
+	}
+	if f.after {
+		return fmt.Sprintf(" fault=%s-applied-reply-lost", f.method)
+	}
+	return fmt.Sprintf(" fault=%s-fails-before-the-store", f.method)
+}
+
+// mFaultState is the fault of the operation the model runs.
+type mFaultState struct {
+	mFault
+	used   bool // the call it strikes was made
+	struck bool // and it failed
+}
+
+// takeFault returns the operation's fault if it strikes a call of method
+// (the first one), and notes that it did.
+func (m *model) takeFault(method string) *mFaultState {
+	if f := m.fault; f != nil && !f.used && f.method == method {
+		f.used = true
+		return f
+	}
+	return nil
+}
+
+// clone returns a copy of m that shares nothing it changes: the model of
+// an operation's other branch (a fault that did not strike).
+func (m *model) clone() *model {
+	c := *m
+	c.recs = make(map[idem.Key]*mRec, len(m.recs))
+	for k, r := range m.recs {
+		r := *r
+		c.recs[k] = &r
+	}
+	c.jobs = make(map[string]*mJob, len(m.jobs))
+	for n, j := range m.jobs {
+		j := *j
+		if j.file != nil {
+			f := *j.file
+			j.file = &f
+		}
+		c.jobs[n] = &j
+	}
+	c.locks = cloneMap(m.locks)
+	c.effects = cloneMap(m.effects)
+	c.rows = cloneMap(m.rows)
+	c.byOperator = cloneMap(m.byOperator)
+	c.byRun = cloneMap(m.byRun)
+	c.fault = nil
+	return &c
+}
+
+func cloneMap[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
 	}
 	return out
 }

@@ -21,7 +21,15 @@ type mclock struct {
 	now     time.Time
 	waiters []waiter
 	changed chan struct{}
+	// auto, while set, is called with every wait of at most mAutoWait
+	// (the engine's retry of a failed store call), after the waiter is
+	// kept: it moves the clock by the wait, firing it. The heartbeat's
+	// waits (a third of the lease) are longer.
+	auto func(d time.Duration)
 }
+
+// mAutoWait bounds the waits that mclock.auto moves the clock through.
+const mAutoWait = 5 * time.Second
 
 func newMClock(t time.Time) *mclock { return &mclock{now: t, changed: make(chan struct{})} }
 
@@ -42,7 +50,20 @@ func (c *mclock) After(d time.Duration) <-chan time.Time {
 	c.waiters = append(c.waiters, waiter{c.now.Add(d), ch})
 	close(c.changed)
 	c.changed = make(chan struct{})
+	if auto := c.auto; auto != nil && d <= mAutoWait {
+		c.mu.Unlock()
+		auto(d)
+		c.mu.Lock()
+	}
 	return ch
+}
+
+// setAuto sets (nil: clears) the function that moves the clock through
+// short waits.
+func (c *mclock) setAuto(f func(d time.Duration)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.auto = f
 }
 
 func (c *mclock) move(d time.Duration, fire bool) {

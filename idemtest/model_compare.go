@@ -24,6 +24,7 @@ type mStep struct {
 	resolve resolveErr
 	deleted int64
 	refused bool
+	struck  bool // the operation's store fault struck
 }
 
 func (m *model) apply(op mOp) (st mStep) {
@@ -31,6 +32,10 @@ func (m *model) apply(op mOp) (st mStep) {
 	defer func() { m.hasFails = false }()
 	switch op.kind {
 	case opRun:
+		if op.fault.method != "" {
+			m.fault = &mFaultState{mFault: op.fault}
+			defer func() { st.struck, m.fault = m.fault.struck, nil }()
+		}
 		st.a = m.run(op.key, queue([]mFn{op.fn}), newCrash(op.crash), false)
 	case opCatchUp:
 		st.cu = m.catchUp(op.cu, queue(op.fns), newCrash(op.crash))
@@ -63,6 +68,9 @@ func (st mStep) count(op mOp, tally map[string]int) {
 	switch op.kind {
 	case opRun:
 		tally["run:"+st.a.String()]++
+		if st.struck {
+			tally["store fault:"+strings.TrimPrefix(op.fault.String(), " fault=")]++
+		}
 	case opOverlap:
 		tally["overlap-A:"+st.a.String()]++
 		tally["overlap-B:"+st.b.String()]++
@@ -172,11 +180,6 @@ func (w *world) sameRec(want mRec, wantOK bool, got mRec, gotOK bool) bool {
 // against the model, and returns what differs.
 func (w *world) compare(ctx context.Context, m *model, op mOp, want mStep, got rStep) []string {
 	var d []string
-	w.mu.Lock()
-	d = append(d, w.stuck...)
-	w.stuck = nil
-	w.mu.Unlock()
-
 	// The operation's own results.
 	opD, touched := w.opDiff(m, op, want, got)
 	d = append(d, opD...)

@@ -2,14 +2,16 @@ package idemtest
 
 // The faults TestModel injects on the store's side: what a call of fn
 // does (succeeds, fails, panics, stalls past its lease, runs long), a crash
-// at a protocol point (crashCtx), fn's panic recovered (catch), and a
-// TwoPhase check that errs (has).
+// at a protocol point (crashCtx), fn's panic recovered (catch), a
+// TwoPhase check that errs (has), and a store call that fails (faultStore,
+// commitFault).
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
@@ -115,3 +117,127 @@ func catch(r *rResult) {
 		r.bad = fmt.Sprintf("panic: %v\n%s", p, debug.Stack())
 	}
 }
+
+// errModelStore is the error of a store call that TestModel fails itself
+// (no Harness.Faults).
+var errModelStore = errors.New("idemtest: model: the store call failed (injected)")
+
+// faultStore is the store of a Run with a store fault: the first call of
+// f.method for key fails, as the connection breaks (Harness.Faults) or,
+// without one, by an error returned before the store is called or after it
+// applied the call.
+type faultStore struct {
+	idemstore.Store
+	w   *world
+	key idem.Key
+	f   mFault
+
+	mu     sync.Mutex
+	used   bool
+	struck bool
+}
+
+// DefaultOptions are the store's, which the engine takes as the calls'
+// defaults.
+func (s *faultStore) DefaultOptions() []idem.Option {
+	if d, ok := s.Store.(interface{ DefaultOptions() []idem.Option }); ok {
+		return d.DefaultOptions()
+	}
+	return nil
+}
+
+// take reports whether this call of method for key is the one to fail.
+func (s *faultStore) take(method string, key idem.Key) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used || method != s.f.method || key != s.key {
+		return false
+	}
+	s.used = true
+	return true
+}
+
+func (s *faultStore) hit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.struck = true
+}
+
+func (s *faultStore) didStrike() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.struck
+}
+
+// call runs do, the store's call, with the fault.
+func (s *faultStore) call(do func() error) error {
+	if fh := s.w.h.Faults; fh != nil {
+		kind := FaultKill
+		if s.f.after {
+			kind = FaultLoseReply
+		}
+		disarm := fh.Arm(s.w.t, s.Store, kind)
+		err := do()
+		if disarm() && err != nil {
+			s.hit()
+		}
+		return err
+	}
+	if !s.f.after {
+		s.hit()
+		return fmt.Errorf("%s %s: %w", s.f.method, s.key, errModelStore)
+	}
+	if err := do(); err != nil {
+		return err // refused: no answer to lose
+	}
+	s.hit()
+	return fmt.Errorf("%s %s (applied, its answer lost): %w", s.f.method, s.key, errModelStore)
+}
+
+func (s *faultStore) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, error) {
+	if !s.take(faultClaim, req.Key) {
+		return s.Store.Claim(ctx, req)
+	}
+	var c idemstore.Claim
+	err := s.call(func() (err error) {
+		c, err = s.Store.Claim(ctx, req)
+		return err
+	})
+	if err != nil {
+		return idemstore.Claim{}, err
+	}
+	return c, nil
+}
+
+func (s *faultStore) Finish(ctx context.Context, key idem.Key, attempt int64, end idemstore.End) error {
+	if !s.take(faultFinish, key) {
+		return s.Store.Finish(ctx, key, attempt, end)
+	}
+	return s.call(func() error { return s.Store.Finish(ctx, key, attempt, end) })
+}
+
+// commitFault breaks the commit of RunTx's transaction through
+// Harness.Faults: armed when fn has returned (the point AfterFn, inside the
+// transaction), on the goroutine that commits.
+type commitFault struct {
+	w      *world
+	key    idem.Key
+	f      mFault
+	disarm func() bool
+}
+
+func (c *commitFault) ctx(ctx context.Context) context.Context {
+	return idemstore.WithTrace(ctx, &idemstore.Trace{Checkpoint: func(_ context.Context, p idemstore.Point, k idem.Key) error {
+		if p == idemstore.AfterFn && k == c.key && c.disarm == nil {
+			kind := FaultKill
+			if c.f.after {
+				kind = FaultLoseReply
+			}
+			c.disarm = c.w.h.Faults.Arm(c.w.t, c.w.s, kind)
+		}
+		return nil
+	}})
+}
+
+// end disarms the fault and reports whether it struck.
+func (c *commitFault) end() bool { return c.disarm != nil && c.disarm() }

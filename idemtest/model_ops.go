@@ -42,6 +42,7 @@ type mOp struct {
 	keyB     idem.Key      // overlap: the second trigger's key
 	noCheck  bool          // overlap: the first holder applies its effect without CheckLease
 	probe    idem.Key      // a key to look up after the operation
+	fault    mFault        // run: a store call of the trigger fails (then no crash)
 }
 
 func (f mFn) String() string {
@@ -80,7 +81,7 @@ func (op mOp) String() string {
 	}
 	switch op.kind {
 	case opRun:
-		return fmt.Sprintf("Run %s fn=%s%s%s", op.key, op.fn, op.crash, hf)
+		return fmt.Sprintf("Run %s fn=%s%s%s%s", op.key, op.fn, op.crash, op.fault, hf)
 	case opCatchUp:
 		pol := "default"
 		switch {
@@ -131,6 +132,9 @@ type gen struct {
 	m   *model
 	cfg *modelConfig
 	cu  bool // the store is a CatchUpStore
+	// faults: store faults (ModelOptions.Faults); txFaults: RunTx's too
+	// (Harness.Faults)
+	faults, txFaults bool
 }
 
 func (g *gen) pick(s []string) string { return s[g.r.IntN(len(s))] }
@@ -222,8 +226,33 @@ func (g *gen) op() mOp {
 		op.fn = g.fn(g.cfg.modes[job] == modeTx, true)
 		op.crash = g.crash(15)
 		op.hasFails = g.r.IntN(20) == 0
+		g.fault(&op)
 	}
 	return op
+}
+
+// fault gives a Run a store fault, at times: its claim or its first
+// Finish fails (RunTx: its commit), before the store or after it applied
+// the call. A faulted Run crashes nowhere, and its fn does not stall past
+// the lease (the engine retries a failed Finish only within the lease).
+func (g *gen) fault(op *mOp) {
+	if !g.faults || g.r.IntN(100) >= 12 {
+		return
+	}
+	f := mFault{after: g.r.IntN(2) == 0}
+	if g.cfg.modes[op.key.Job] == modeTx {
+		if !g.txFaults {
+			return
+		}
+		f.method = faultCommit
+		op.fn = mFn{kind: fnOK}
+	} else {
+		f.method = []string{faultClaim, faultFinish}[g.r.IntN(2)]
+		if op.fn.kind == fnStall {
+			op.fn = mFn{kind: fnOK}
+		}
+	}
+	op.fault, op.crash = f, mCrash{}
 }
 
 // fn draws what a call of fn does. A RunTx fn has no lease to lose (no

@@ -123,21 +123,53 @@ type rResult struct {
 	crashed  bool
 	panicked bool
 	bad      string // a panic that is not fn's
+	struck   bool   // the operation's store fault struck
 }
 
 func (w *world) trigger(ctx context.Context, k idem.Key, fn func(context.Context) error, crash mCrash) (r rResult) {
+	return w.triggerFault(ctx, k, fn, crash, mFault{})
+}
+
+// triggerFault is trigger with a store fault (f.method "": none); r.struck
+// reports whether it struck.
+func (w *world) triggerFault(ctx context.Context, k idem.Key, fn func(context.Context) error, crash mCrash, f mFault) (r rResult) {
 	var res idem.Result
+	s := w.s
+	var fs *faultStore
+	var cf *commitFault
+	if f.method != "" {
+		// The engine's retry of the failed call waits on the Runs'
+		// clock: the clock moves through that wait.
+		w.clk.setAuto(func(d time.Duration) { w.move(d, true) })
+		defer w.clk.setAuto(nil)
+	}
+	switch f.method {
+	case faultClaim, faultFinish:
+		fs = &faultStore{Store: w.s, w: w, key: k, f: f}
+		s = fs
+	case faultCommit:
+		cf = &commitFault{w: w, key: k, f: f}
+	}
 	func() {
 		defer catch(&r)
 		mode := w.cfg.modes[k.Job]
 		ctx := crashCtx(ctx, crash)
+		if cf != nil {
+			ctx = cf.ctx(ctx)
+		}
 		if mode == modeTx {
 			r.err = w.h.Tx.Run(ctx, w.s, k, fn, optsOf[idem.Option](w.base(), idem.OneAttempt(), idem.ReportTo(&res))...)
 			return
 		}
-		r.err = idem.RunOn(ctx, w.s, k, fn, optsOf[idem.Option](w.base(), w.mode(mode), idem.OneAttempt(), idem.ReportTo(&res))...)
+		r.err = idem.RunOn(ctx, s, k, fn, optsOf[idem.Option](w.base(), w.mode(mode), idem.OneAttempt(), idem.ReportTo(&res))...)
 	}()
 	r.outcome, r.crashed = res.Outcome, errors.Is(r.err, ErrCrashed)
+	switch {
+	case fs != nil:
+		r.struck = fs.didStrike()
+	case cf != nil:
+		r.struck = cf.end()
+	}
 	return r
 }
 
@@ -164,7 +196,7 @@ func (w *world) exec(ctx context.Context, op mOp) (st rStep) {
 	defer w.hasFails.Store(false)
 	switch op.kind {
 	case opRun:
-		st.a = w.trigger(ctx, op.key, w.fn(queue([]mFn{op.fn}), w.cfg.modes[op.key.Job] == modeTx), op.crash)
+		st.a = w.triggerFault(ctx, op.key, w.fn(queue([]mFn{op.fn}), w.cfg.modes[op.key.Job] == modeTx), op.crash, op.fault)
 	case opCatchUp:
 		var res idem.CatchUpResult
 		func() {

@@ -49,6 +49,16 @@ type ModelOptions struct {
 	// its end or first mismatch; the first failing one in seed order is
 	// reported and shrunk, as without Parallel.
 	Parallel bool
+	// Faults adds store faults to the triggers of Run and RunTx: the
+	// first Claim, or the first Finish (a done mark or a failure record),
+	// of one Run in eight or so fails, either before the store is reached
+	// (nothing written: an error of a moment, a connection killed) or
+	// after the store applied it (its answer lost); with Harness.Faults,
+	// by breaking the store's own connection (and the commit of RunTx's
+	// transaction too, right after fn: killed before it, or its answer
+	// lost after it), otherwise by failing the call in Go. Stores with a
+	// watermark or without lease expiry (the state file) get none.
+	Faults bool
 }
 
 // TestModel is the model-based test of the conformance kit: it runs long
@@ -70,6 +80,27 @@ type ModelOptions struct {
 // with its promise checked: AtLeastOnce's done key had its effect,
 // AtMostOnce's never twice, TwoPhase's done key exactly once, RunTx's
 // business write committed exactly once.
+//
+// With o.Faults, store faults too (on a store with lease expiry and no
+// watermark): the first Claim, or the first Finish (a done mark or a
+// failure record), of a Run fails, either before it reaches the store
+// (nothing written: an error of a moment, a connection killed) or after
+// the store applied it (its answer lost); with h.Faults the store's own
+// connection breaks (the server kills it, the reply to an applied commit is
+// lost), and the commit of RunTx's transaction right after fn breaks too.
+// What each must lead to: a failed claim fails the Run, and an attempt the
+// lost answer hid is taken over once its lease ends, its mode settling the
+// doubt; a failed Finish is tried again after a short wait (the fake clock
+// moves through it) and lands, or finds that its first try did; RunTx's
+// commit killed is a failure that left nothing, RunTx's lost answer of an
+// applied commit is found done (Ran; a key's first transaction:
+// AlreadyDone). Every promise above holds through them: AtLeastOnce's done
+// key had its effect, AtMostOnce's never twice, TwoPhase's and RunTx's
+// exactly once. A killed connection that the store replaced before it wrote
+// (database/sql does) did not strike, and with h.Faults a lost answer may
+// be that of a write that changed nothing (a claim's INSERT that found the
+// record): the model runs each branch a fault allows (struck or not;
+// applied or not) and goes on with the one the store's records show.
 //
 // Runs use a fake clock given to h.Open, with idem.OneAttempt and a fixed
 // backoff (idem.MaxAttempts(3, idem.Constant(30m30s))), a lease of
@@ -260,7 +291,8 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 			effects: map[idem.Key]int{}, seen: map[idem.Key]int64{}}
 		var g *gen
 		if given == nil {
-			g = &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), m: m, cfg: cfg, cu: cs != nil}
+			g = &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), m: m, cfg: cfg, cu: cs != nil,
+				faults: o.Faults && !h.Watermark && h.LeaseExpiry, txFaults: h.Faults != nil}
 		}
 		for i := range n {
 			op := mOp{}
@@ -273,14 +305,60 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 				continue
 			}
 			out.ops, out.at = append(out.ops, op), append(out.at, m.now)
+			// A store fault may not strike (a killed connection the
+			// store replaced before it wrote), and with Harness.Faults
+			// the answer lost may be that of a write that changed
+			// nothing: the model runs each branch the fault allows, and
+			// goes on with the one the store took.
+			var plain, before *branch
+			if op.fault.method != "" {
+				plain = m.branch(op, mFault{}, "the store fault did not strike: the call reached the store and was answered; the model expects what the call does without it")
+				if op.fault.after && h.Faults != nil {
+					before = m.branch(op, mFault{method: op.fault.method}, "")
+				}
+			}
 			want := m.apply(op)
-			want.count(op, out.tally)
-			got, diffs, stuck := w.step(ctx, op, o.StepTimeout, m, want)
+			pick := func(got rStep) ([]*branch, []string) {
+				main := &branch{m: m, want: want}
+				if plain == nil {
+					return []*branch{main}, nil
+				}
+				var cands []*branch
+				switch {
+				case got.a.struck:
+					for _, b := range []*branch{main, before} {
+						if b != nil && b.want.struck {
+							cands = append(cands, b)
+						}
+					}
+				case want.struck:
+					cands = []*branch{plain}
+				default:
+					cands = []*branch{main}
+				}
+				switch {
+				case len(cands) == 0:
+					return []*branch{main}, []string{"store fault: it struck where the model says it cannot"}
+				case !got.a.struck && want.struck && h.Faults == nil:
+					// Failed in Go, the fault strikes where the model
+					// says; a killed connection may be replaced.
+					return cands, []string{"store fault: the model says it strikes; it did not"}
+				}
+				return cands, nil
+			}
+			got, chosen, diffs, stuck := w.step(ctx, op, o.StepTimeout, pick)
 			if stuck != "" {
 				out.fatal = fmt.Sprintf("step %d (%s) is stuck:\n%s", i+1, op, stuck)
 				return
 			}
+			chosen.want.count(op, out.tally)
+			if chosen.m != m {
+				*m = *chosen.m
+			}
 			_ = got
+			if len(diffs) > 0 && chosen.note != "" {
+				diffs = append(diffs, "("+chosen.note+")")
+			}
 			if len(diffs) > 0 {
 				out.fail = &mismatch{step: len(out.ops), op: op, diffs: diffs}
 				return
@@ -293,8 +371,25 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 	return out
 }
 
-// step runs op on the store under a deadline, and compares.
-func (w *world) step(ctx context.Context, op mOp, timeout time.Duration, m *model, want mStep) (rStep, []string, string) {
+// branch is one way an operation may go: the model after it, and what it
+// expects of the store; note is said with a mismatch against it.
+type branch struct {
+	m    *model
+	want mStep
+	note string
+}
+
+// branch runs op with fault f instead of its own on a copy of m.
+func (m *model) branch(op mOp, f mFault, note string) *branch {
+	c := m.clone()
+	op.fault = f
+	return &branch{m: c, want: c.apply(op), note: note}
+}
+
+// step runs op on the store under a deadline, and compares it with the
+// branches pick gives for what the store answered: the first one that
+// agrees, or else the first one, is chosen, with its differences.
+func (w *world) step(ctx context.Context, op mOp, timeout time.Duration, pick func(rStep) ([]*branch, []string)) (rStep, *branch, []string, string) {
 	// Every store call has a deadline; the watchdog fires first, to print
 	// where the step is stuck.
 	sctx, cancel := context.WithTimeout(ctx, timeout+10*time.Second)
@@ -309,10 +404,25 @@ func (w *world) step(ctx context.Context, op mOp, timeout time.Duration, m *mode
 	case <-timer.C:
 		dump := goroutines()
 		cancel()
-		return got, nil, fmt.Sprintf("no end after %s; goroutines:\n%s", timeout, dump)
+		return got, nil, nil, fmt.Sprintf("no end after %s; goroutines:\n%s", timeout, dump)
 	}
+	branches, d := pick(got)
 	cctx, ccancel := context.WithTimeout(ctx, timeout)
 	defer ccancel()
 	w.steps++
-	return got, w.compare(cctx, m, op, want, got), ""
+	w.mu.Lock()
+	d = append(d, w.stuck...)
+	w.stuck = nil
+	w.mu.Unlock()
+	var first []string
+	for i, b := range branches {
+		bd := w.compare(cctx, b.m, op, b.want, got)
+		if len(bd) == 0 {
+			return got, b, d, ""
+		}
+		if i == 0 {
+			first = bd
+		}
+	}
+	return got, branches[0], append(d, first...), ""
 }

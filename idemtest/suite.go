@@ -48,7 +48,43 @@ type Harness struct {
 	// data: TestModel then also runs a job with idem.RunTx and checks
 	// that its business write commits exactly once. See SQLTx.
 	Tx *TxHarness
+
+	// Faults, if set, breaks the store's own connection to its server for
+	// TestModel's store faults (ModelOptions.Faults): a connection killed
+	// by the server, a reply lost after the server applied a write. Without
+	// it TestModel fails the store's calls itself, in Go, and gives RunTx
+	// jobs no faults.
+	Faults *FaultHarness
 }
+
+// FaultHarness breaks a store's connection to its server for [TestModel]
+// (see ModelOptions.Faults).
+type FaultHarness struct {
+	// Arm makes the next write of s fail as f says, once, and returns a
+	// function that disarms it and reports whether it struck. A write is a
+	// statement inside a transaction, a statement outside one that
+	// changes data, or a commit: reads outside a transaction are left
+	// alone. Arm is called on the goroutine about to write (inside RunTx's
+	// transaction, right after fn, for its commit).
+	Arm func(t *testing.T, s idem.Store, f Fault) (disarm func() (struck bool))
+}
+
+// Fault is a way a [FaultHarness] breaks a write.
+type Fault int
+
+const (
+	// FaultKill: the server kills the connection before the write runs
+	// (MySQL's KILL CONNECTION, say), so its
+	// transaction rolls back and nothing of it is applied. A store may get
+	// a new connection and do the write after all (database/sql retries a
+	// connection found dead before anything was sent): the fault then did
+	// not strike.
+	FaultKill Fault = iota + 1
+	// FaultLoseReply: the server applies the write (the commit, or the
+	// statement outside a transaction) and its reply is lost: the client
+	// sees its connection break.
+	FaultLoseReply
+)
 
 // Modes are the Run modes the suite exercises, by name.
 var modes = []struct {

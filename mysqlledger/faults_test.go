@@ -39,6 +39,10 @@ type faults struct {
 	only atomic.Pointer[string]
 	// once turns kill off after its first kill.
 	once atomic.Bool
+	// armKill and armLose break the next write once (see
+	// idemtest.FaultHarness): a statement in a transaction, a statement
+	// outside one that writes (Exec), or a commit. struck says one did.
+	armKill, armLose, struck atomic.Bool
 }
 
 func (f *faults) roll(p *atomic.Uint64, query string) bool {
@@ -121,8 +125,16 @@ type faultConn struct {
 }
 
 // killed kills the connection on the server, from the admin connection, if
-// the dice say so.
-func (c *faultConn) killed(query string) {
+// the dice say so, or if armed and the statement is a write (write: an Exec,
+// a statement in a transaction, or a commit).
+func (c *faultConn) killed(query string, write bool) {
+	if (write || c.inTx) && c.f.armKill.CompareAndSwap(true, false) {
+		if _, err := c.f.admin.Exec(fmt.Sprintf(`KILL CONNECTION %d`, c.id)); err == nil {
+			c.f.kills.Add(1)
+			c.f.struck.Store(true)
+		}
+		return
+	}
 	if c.f.roll(&c.f.kill, query) {
 		if c.f.once.Load() {
 			c.f.kill.Store(0)
@@ -136,6 +148,7 @@ func (c *faultConn) killed(query string) {
 // lose breaks the connection after a write the server applied.
 func (c *faultConn) lose() error {
 	c.f.lost.Add(1)
+	c.f.struck.Store(true)
 	c.bad = true
 	c.inner.Close()
 	return errLost
@@ -159,16 +172,16 @@ func (c *faultConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.
 }
 
 func (c *faultConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	c.killed(query)
+	c.killed(query, true)
 	res, err := c.inner.(driver.ExecerContext).ExecContext(ctx, query, args)
-	if err == nil && !c.inTx && c.f.roll(&c.f.lose, query) {
+	if err == nil && !c.inTx && (c.f.armLose.CompareAndSwap(true, false) || c.f.roll(&c.f.lose, query)) {
 		return nil, c.lose()
 	}
 	return res, err
 }
 
 func (c *faultConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	c.killed(query)
+	c.killed(query, false)
 	return c.inner.(driver.QueryerContext).QueryContext(ctx, query, args)
 }
 
@@ -193,12 +206,12 @@ type faultTx struct {
 }
 
 func (t *faultTx) Commit() error {
+	t.c.killed("", true)
 	t.c.inTx = false
-	t.c.killed("")
 	if err := t.inner.Commit(); err != nil {
 		return err
 	}
-	if t.c.f.roll(&t.c.f.lose, "") {
+	if t.c.f.armLose.CompareAndSwap(true, false) || t.c.f.roll(&t.c.f.lose, "") {
 		return t.c.lose()
 	}
 	return nil

@@ -23,7 +23,8 @@ func TestDBConformance(t *testing.T) {
 }
 
 // TestDBModel is TestModel on the DBLedger with each driver, its RunTx and
-// CatchUpTx jobs writing through the *sql.Tx.
+// CatchUpTx jobs writing through the *sql.Tx, with store faults (failed in
+// Go).
 func TestDBModel(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, func(t *testing.T, driver string) {
@@ -32,7 +33,7 @@ func TestDBModel(t *testing.T) {
 			_, err := tx.ExecContext(ctx, q, args...)
 			return err
 		})
-		idemtest.TestModel(t, h, idemtest.ModelOptions{Parallel: true})
+		idemtest.TestModel(t, h, idemtest.ModelOptions{Parallel: true, Faults: true})
 	})
 }
 
