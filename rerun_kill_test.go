@@ -28,7 +28,7 @@ func TestRerunDependentsKills(t *testing.T) {
 				return l, func() { _ = l.Close() }, nil
 			},
 		},
-		Table:       func(_ idem.Store, name string) string { return name },
+		Table: func(_ idem.Store, name string) string { return name },
 		Exec: func(ctx context.Context, tx *sql.Tx, query string, args ...any) error {
 			_, err := tx.ExecContext(ctx, query, args...)
 			return err
