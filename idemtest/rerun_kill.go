@@ -349,7 +349,7 @@ func rerunKillWork[Tx any](h RerunKillHarness[Tx], s idem.Store, job string) fun
 			return err
 		default:
 			var total, minRev, days int64
-			if err := h.QueryRow(ctx, tx, `SELECT COALESCE(SUM(amount), 0), COALESCE(MIN(revision), -1), COUNT(*) FROM `+table("settlement")+` WHERE day >= ? AND day < ?`,
+			if err := h.QueryRow(ctx, tx, `SELECT CAST(COALESCE(SUM(amount), 0) AS BIGINT), COALESCE(MIN(revision), -1), COUNT(*) FROM `+table("settlement")+` WHERE day >= ? AND day < ?`,
 				[]any{p.Start.Format(time.DateOnly), p.End.Format(time.DateOnly)}, &total, &minRev, &days); err != nil {
 				return err
 			}
