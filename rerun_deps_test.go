@@ -239,3 +239,53 @@ func TestSchedulerRerunWithDependents(t *testing.T) {
 		t.Errorf("%v", violations)
 	}
 }
+
+// TestRerunWithDependentsChain: dependents are found through other jobs
+// and through AfterPrevious: a re-run of settle's 29 October re-runs the
+// balance (after settle's day and its own previous day) of the 29th and
+// of every later day, and the digest (after the balance's day) of those
+// days; a record of the balance's job that is no period of its schedule
+// is none of them. The balance's re-runs run in order: that of the 30th
+// waits for that of the 29th, which waits for settle's.
+func TestRerunWithDependentsChain(t *testing.T) {
+	ctx := context.Background()
+	w := newRerunDepsWorld(t)
+	daily := idem.Daily(time.UTC)
+	w.jobs = []idem.JobDeps{
+		{Job: "settle", Schedule: daily},
+		{Job: "balance", Schedule: daily, Options: []idem.Option{idem.After("settle", idem.SamePeriod()), idem.AfterPrevious()}},
+		{Job: "digest", Schedule: daily, Options: []idem.Option{idem.After("balance", idem.SamePeriod())}},
+	}
+	for _, job := range []string{"settle", "balance", "digest"} {
+		w.catchUp(t, job)
+	}
+	if err := w.l.Run(ctx, idem.Key{Job: "balance", Period: "adhoc"}, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	out, err := idem.RerunWithDependents(ctx, w.l, rerunReq("fix", "repair", idem.Key{Job: "settle", Period: "2026-10-29"}), w.jobs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range out {
+		got = append(got, o.Key.String())
+	}
+	slices.Sort(got)
+	want := []string{"balance/2026-10-29", "balance/2026-10-30", "balance/2026-10-31", "digest/2026-10-29", "digest/2026-10-30", "digest/2026-10-31", "settle/2026-10-29"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the request's periods: %v, want %v", got, want)
+	}
+	if ran, waiting := w.catchUp(t, "balance"); len(ran) > 0 || len(waiting) != 3 {
+		t.Fatalf("balance before settle's re-run: ran %v, waiting %v; want its three re-runs waiting", ran, waiting)
+	}
+	if ran, waiting := w.catchUp(t, "digest"); len(ran) > 0 || len(waiting) != 3 {
+		t.Fatalf("digest before balance's re-runs: ran %v, waiting %v", ran, waiting)
+	}
+	w.catchUp(t, "settle")
+	if ran, _ := w.catchUp(t, "balance"); !slices.Equal(ran, []string{"2026-10-29", "2026-10-30", "2026-10-31"}) {
+		t.Fatalf("balance after settle's re-run ran %v", ran)
+	}
+	if ran, _ := w.catchUp(t, "digest"); !slices.Equal(ran, []string{"2026-10-29", "2026-10-30", "2026-10-31"}) {
+		t.Fatalf("digest ran %v", ran)
+	}
+}
