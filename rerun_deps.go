@@ -16,8 +16,9 @@ import (
 )
 
 // JobDeps declares a job to [RerunWithDependents]: its name, its schedule
-// and the options of its catch-up, of which its dependencies ([After],
-// [AfterPrevious]) count and the others are ignored.
+// and its options (those given to CatchUp or Scheduler.Add), of which
+// its dependencies ([After], [AfterPrevious]) count; the others are
+// ignored, unless a catch-up option's value is bad.
 type JobDeps struct {
 	Job      string
 	Schedule Schedule
@@ -97,7 +98,13 @@ func depGraph(s Store, jobs []JobDeps) ([]depJob, error) {
 		if j.Schedule == nil {
 			return nil, invalidOption("RerunWithDependents: job %q has no schedule", j.Job)
 		}
-		cfg := configure(s, callCatchUp, j.Options)
+		var deps []Option // the catch-up's options alone: its After and AfterPrevious, its policies
+		for _, o := range j.Options {
+			if o != nil && o.option().class&classCatchUp != 0 {
+				deps = append(deps, o)
+			}
+		}
+		cfg := configure(s, callCatchUp, deps)
 		if cfg.err != nil {
 			return nil, fmt.Errorf("idem: RerunWithDependents: job %q: %w", j.Job, cfg.err)
 		}

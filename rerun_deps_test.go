@@ -254,7 +254,7 @@ func TestRerunWithDependentsChain(t *testing.T) {
 	w.jobs = []idem.JobDeps{
 		{Job: "settle", Schedule: daily},
 		{Job: "balance", Schedule: daily, Options: []idem.Option{idem.After("settle", idem.SamePeriod()), idem.AfterPrevious()}},
-		{Job: "digest", Schedule: daily, Options: []idem.Option{idem.After("balance", idem.SamePeriod())}},
+		{Job: "digest", Schedule: daily, Options: []idem.Option{idem.After("balance", idem.SamePeriod()), }},
 	}
 	for _, job := range []string{"settle", "balance", "digest"} {
 		w.catchUp(t, job)
@@ -262,7 +262,9 @@ func TestRerunWithDependentsChain(t *testing.T) {
 	if err := w.l.Run(ctx, idem.Key{Job: "balance", Period: "adhoc"}, func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	out, err := idem.RerunWithDependents(ctx, w.l, rerunReq("fix", "repair", idem.Key{Job: "settle", Period: "2026-10-29"}), w.jobs...)
+	decl := slices.Clone(w.jobs) // a Scheduler's options too: ignored
+	decl[2].Options = append(slices.Clone(decl[2].Options), idem.RunOverlapping(), idem.WithMaxRunning(2), nil)
+	out, err := idem.RerunWithDependents(ctx, w.l, rerunReq("fix", "repair", idem.Key{Job: "settle", Period: "2026-10-29"}), decl...)
 	if err != nil {
 		t.Fatal(err)
 	}
