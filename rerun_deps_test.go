@@ -254,7 +254,7 @@ func TestRerunWithDependentsChain(t *testing.T) {
 	w.jobs = []idem.JobDeps{
 		{Job: "settle", Schedule: daily},
 		{Job: "balance", Schedule: daily, Options: []idem.Option{idem.After("settle", idem.SamePeriod()), idem.AfterPrevious()}},
-		{Job: "digest", Schedule: daily, Options: []idem.Option{idem.After("balance", idem.SamePeriod()), }},
+		{Job: "digest", Schedule: daily, Options: []idem.Option{idem.After("balance", idem.SamePeriod())}},
 	}
 	for _, job := range []string{"settle", "balance", "digest"} {
 		w.catchUp(t, job)
