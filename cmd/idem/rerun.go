@@ -78,7 +78,7 @@ Exit status: 0 requested, 1 refused, 2 usage error or no ledger.`,
 			if err != nil {
 				return err
 			}
-			l, _, err := openForOps(cmd)
+			l, clk, err := openForOps(cmd)
 			if err != nil {
 				return err
 			}
@@ -114,7 +114,7 @@ Exit status: 0 requested, 1 refused, 2 usage error or no ledger.`,
 			if requestID == "" {
 				requestID = defaultRerunID(keys, reason, withDependents)
 			}
-			req := idem.RerunRequest{Keys: keys, RequestID: requestID, Reason: reason, By: whoAsks()}
+			req := idem.RerunRequest{Keys: keys, RequestID: requestID, Reason: reason, By: whoAsks(), Now: clk.Now()}
 			var out []idem.RerunOutcome
 			if withDependents {
 				out, err = idem.RerunWithDependents(ctx, l.store, req, deps...)
