@@ -188,9 +188,10 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sched
 	}
 	// Periods behind the cursor that a re-run request (Rerun) made
 	// runnable again run first, each once for its revision; the cursor
-	// does not move for them, and one that fails waits for the next call
-	// without holding up the periods after the cursor.
-	reruns, err := runReruns(ctx, s, job, js.Cursor, sched, plain, now, onPeriod, run)
+	// does not move for them, and one that fails, or waits for its
+	// upstream's re-run, waits for the next call without holding up the
+	// periods after the cursor.
+	reruns, err := runReruns(ctx, s, job, js.Cursor, sched, cu.Deps, cfg, plain, now, onPeriod, run)
 	if err != nil {
 		return res, err
 	}
@@ -272,9 +273,15 @@ func loop(ctx context.Context, s idemstore.CatchUpStore, job string, sched Sched
 }
 
 // runReruns runs the periods of job at or before its cursor that a re-run
-// request made runnable again (see loop), if the store re-runs.
-func runReruns(ctx context.Context, s idemstore.CatchUpStore, job, cursor string, sched Schedule, plain []Option, now time.Time, onPeriod func(PeriodResult),
-	run func(ctx context.Context, key Key, p Period, opts []Option) error) ([]PeriodResult, error) {
+// request made runnable again (see loop), if the store re-runs, oldest
+// first. One whose dependencies (deps: After, AfterPrevious) are not done
+// waits, unclaimed, as a period after the cursor does (outcome Waiting):
+// an upstream period re-run by the same request (RerunWithDependents) is
+// not done until its new revision is. Under AfterPrevious the job's own
+// previous period counts as settled at or before the cursor unless it is
+// a re-run of this pass that did not end done.
+func runReruns(ctx context.Context, s idemstore.CatchUpStore, job, cursor string, sched Schedule, deps []catchUpDep, cfg *config, plain []Option, now time.Time,
+	onPeriod func(PeriodResult), run func(ctx context.Context, key Key, p Period, opts []Option) error) ([]PeriodResult, error) {
 	rs, ok := s.(idemstore.Rerunner)
 	if !ok || cursor == "" {
 		return nil, nil
@@ -284,15 +291,36 @@ func runReruns(ctx context.Context, s idemstore.CatchUpStore, job, cursor string
 		return nil, err
 	}
 	var out []PeriodResult
+	unsettled := map[string]Status{} // this pass's re-runs that did not end done
 	for _, name := range names {
 		p, err := sched.Parse(name)
 		if err != nil {
 			return out, fmt.Errorf("idem: catch-up %s: re-run of period %q: %w", job, name, err)
 		}
-		var r Result
-		popts := append(append([]Option(nil), plain...), ReportTo(&r), internalOption(now, false))
-		err = run(ctx, Key{Job: job, Period: name}, p, popts)
-		pr := PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
+		key := Key{Job: job, Period: name}
+		w, err := waits(ctx, s, job, cursor, sched, p, deps)
+		for _, d := range deps {
+			if d.Job != "" {
+				continue
+			}
+			for _, prev := range d.Map(p, sched) {
+				if st, ok := unsettled[prev]; ok {
+					w = append(w, Wait{Key: Key{Job: job, Period: prev}, Status: st})
+				}
+			}
+		}
+		var pr PeriodResult
+		if err != nil || len(w) > 0 {
+			pr = waitingPeriod(ctx, cfg, key, p, w, err)
+		} else {
+			var r Result
+			popts := append(append([]Option(nil), plain...), ReportTo(&r), internalOption(now, false))
+			err = run(ctx, key, p, popts)
+			pr = PeriodResult{Period: p, Outcome: r.Outcome, Err: err}
+		}
+		if pr.Err != nil || (pr.Outcome != Ran && pr.Outcome != Recovered && pr.Outcome != AlreadyDone) {
+			unsettled[name] = StatusFailed
+		}
 		if onPeriod != nil {
 			onPeriod(pr)
 		}

@@ -62,8 +62,12 @@ func (l ledgerStore) Rerun(ctx context.Context, req idemstore.RerunRequest) ([]i
 	err := l.withTx(ctx, true, func(tx *wtx) error {
 		out = out[:0]
 		now := micros(tx.at(req.Now))
+		sent, err := rerunSent(tx, req)
+		if err != nil {
+			return err
+		}
 		for _, key := range req.Keys {
-			o, err := rerunKey(tx, key, req, now)
+			o, err := rerunKey(tx, key, req, now, sent)
 			if err != nil {
 				return err
 			}
@@ -80,8 +84,26 @@ func (l ledgerStore) Rerun(ctx context.Context, req idemstore.RerunRequest) ([]i
 	return out, nil
 }
 
-// rerunKey applies req to key in tx (see idemstore.Rerunner).
-func rerunKey(tx *wtx, key Key, req idemstore.RerunRequest, now int64) (idemstore.RerunOutcome, error) {
+// rerunSent reports whether req's id is recorded for one of its keys: the
+// request was sent before (and applied to all its keys at once), and a
+// key it did not name then is not re-run now.
+func rerunSent(tx *wtx, req idemstore.RerunRequest) (bool, error) {
+	for _, key := range req.Keys {
+		var n int
+		err := tx.queryRow(`SELECT 1 FROM idem_reruns WHERE job=? AND period=? AND request_id=?`, key.Job, key.Period, req.RequestID).Scan(&n)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// rerunKey applies req to key in tx (see idemstore.Rerunner); sent: the
+// request was sent before (rerunSent).
+func rerunKey(tx *wtx, key Key, req idemstore.RerunRequest, now int64, sent bool) (idemstore.RerunOutcome, error) {
 	o := idemstore.RerunOutcome{Key: key}
 	var seen int64
 	err := tx.queryRow(`SELECT revision FROM idem_reruns WHERE job=? AND period=? AND request_id=?`, key.Job, key.Period, req.RequestID).Scan(&seen)
@@ -97,6 +119,12 @@ func rerunKey(tx *wtx, key Key, req idemstore.RerunRequest, now int64) (idemstor
 	rec, found, err := scanRecord(key, tx.queryRow(selectRecord, key.Job, key.Period))
 	if err != nil {
 		return o, err
+	}
+	if sent {
+		// A key the request did not name when it was first sent (its
+		// dependents, computed anew: RerunWithDependents): nothing more.
+		o.State, o.Revision = idemstore.RerunSeen, rec.Revision
+		return o, nil
 	}
 	pruned := false
 	if !found {

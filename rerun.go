@@ -57,8 +57,10 @@ const (
 // run's effect and the re-run is marked done without running.
 //
 // A catch-up (CatchUp, CatchUpTx, a Scheduler, idem run) runs the re-run
-// periods behind the job's cursor first, once each. NOT promised (yet):
-// re-running the jobs downstream of a period in dependency order. The
+// periods behind the job's cursor first, once each, each once what it
+// depends on (After, AfterPrevious) is done: until then it waits, with no
+// error (outcome Waiting). To re-run the periods downstream too, in
+// dependency order, use [RerunWithDependents]. The
 // store must implement
 // [idemstore.Rerunner]: the SQLite ledger, the Postgres ledger (pgledger),
 // the MySQL ledger (mysqlledger) and the Redis store (redisstore) do; the

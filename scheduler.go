@@ -217,6 +217,7 @@ type schedJob struct {
 	catching bool      // a catch-up runs
 	covered  string    // the latest period a catch-up or overlapping run has taken on
 	extra    int       // overlapping single-period runs in flight
+	again    bool      // look again as soon as the running catch-up ends (RerunWithDependents)
 	st       JobStatus // what Status reports
 	cursor   string    // the job's cursor as a catch-up last read or moved it ("": not read yet)
 	since    time.Time // the job's first look: where its lag counts from until its cursor is read
@@ -621,9 +622,11 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 		j.cursor = res.Cursor
 	}
 	waiting := ""
-	if n := len(res.Periods); n > 0 && res.Periods[n-1].Outcome == Waiting {
-		pr := res.Periods[n-1]
-		waiting = pr.Period.Name + " waits for " + pr.Waiting.String()
+	for _, pr := range res.Periods { // a re-run behind the cursor, or the period the walk stopped at
+		if pr.Outcome == Waiting {
+			waiting = pr.Period.Name + " waits for " + pr.Waiting.String()
+			break
+		}
 	}
 	j.st.Waiting = waiting
 	if settledSome(res.Periods) {
@@ -632,6 +635,9 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 	wake := s.nextWake(j, now)
 	if j.index >= 0 { // an overlapping job, looked at while its catch-up ran
 		wake = earliest(wake, j.wake)
+	}
+	if j.again { // re-runs were asked for while it ran
+		j.again, wake = false, now
 	}
 	var ie *Error
 	deferred := ""

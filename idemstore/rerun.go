@@ -98,7 +98,11 @@ type RerunOutcome struct {
 // mark turns the period into that revision as above (RerunAfterRun; more
 // requests meanwhile share it); failed → recorded with the current
 // revision (RerunDue); a request id recorded for the key before →
-// RerunSeen, nothing written.
+// RerunSeen, nothing written. A request whose id is recorded for any of
+// its keys was sent before: every key is RerunSeen and nothing is
+// written, a key the first sending did not name too (its revision then
+// is the key's current one): a request sent again with its dependents
+// computed anew (idem.RerunWithDependents) re-runs nothing more.
 type Rerunner interface {
 	Rerun(ctx context.Context, req RerunRequest) ([]RerunOutcome, error)
 

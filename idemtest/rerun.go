@@ -24,6 +24,34 @@ func testRerun(t *testing.T, h Harness) {
 	t.Run("WhileRunning", func(t *testing.T) { testRerunWhileRunning(t, h, 1) })
 	t.Run("SentAgainWhileRunning", func(t *testing.T) { testRerunWhileRunning(t, h, 2) })
 	t.Run("CrashPoints", func(t *testing.T) { testRerunCrashPoints(t, h) })
+	t.Run("SentAgainWithMoreKeys", func(t *testing.T) { testRerunSentAgainWithMoreKeys(t, h) })
+}
+
+// testRerunSentAgainWithMoreKeys: a request sent again that names a key
+// it did not name at first (a dependent that ran since:
+// idem.RerunWithDependents) re-runs nothing: every key is seen, the new
+// one at its current revision, still done.
+func testRerunSentAgainWithMoreKeys(t *testing.T, h Harness) {
+	ctx := context.Background()
+	clk := NewClock(start)
+	s := h.open(t, clk)
+	a, b := idem.Key{Job: "rerun-up", Period: "2026-10-01"}, idem.Key{Job: "rerun-down", Period: "2026-10-01"}
+	noop := func(context.Context) error { return nil }
+	for _, k := range []idem.Key{a, b} {
+		if err := idem.RunOn(ctx, s, k, noop, idem.WithClock(clk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := idem.Rerun(ctx, s, rerunReq("req-1", "repair", a)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := idem.Rerun(ctx, s, rerunReq("req-1", "repair", a, b))
+	if err != nil || len(out) != 2 || out[0].State != idem.RerunSeen || out[0].Revision != 1 || out[1].State != idem.RerunSeen || out[1].Revision != 0 {
+		t.Fatalf("sent again with one more key: %+v, %v; want both seen, at revisions 1 and 0", out, err)
+	}
+	if rec, ok, err := s.Lookup(ctx, b); err != nil || !ok || rec.Status != idem.StatusDone || rec.Revision != 0 {
+		t.Fatalf("the key added: %+v, %v, %v; want done at revision 0", rec, ok, err)
+	}
 }
 
 // testRerunCrashPoints: a re-run's run stopped at each crash point, as a

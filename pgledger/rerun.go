@@ -137,8 +137,23 @@ func (l *core) Rerun(ctx context.Context, req idemstore.RerunRequest) ([]idemsto
 				return err
 			}
 		}
+		// Sent before (applied to all its keys at once)? Then a key it
+		// did not name then (its dependents, computed anew:
+		// idem.RerunWithDependents) is not re-run now.
+		sent := false
 		for _, key := range req.Keys {
-			o, err := l.rerunKey(ctx, tx, key, req)
+			var seen int64
+			err := tx.queryRow(ctx, l.oq(rerunSeenSQL), []any{key.Job, key.Period, req.RequestID}, &seen)
+			if err == nil {
+				sent = true
+				break
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		for _, key := range req.Keys {
+			o, err := l.rerunKey(ctx, tx, key, req, sent)
 			if err != nil {
 				return err
 			}
@@ -158,7 +173,7 @@ func (l *core) Rerun(ctx context.Context, req idemstore.RerunRequest) ([]idemsto
 // rerunKey applies req to key in tx (see idemstore.Rerunner). The key's
 // row is locked first: a request sent twice at once is decided on once,
 // and a done mark waits for the decision (or the request for the mark).
-func (l *core) rerunKey(ctx context.Context, tx tx, key idemstore.Key, req idemstore.RerunRequest) (idemstore.RerunOutcome, error) {
+func (l *core) rerunKey(ctx context.Context, tx tx, key idemstore.Key, req idemstore.RerunRequest, sent bool) (idemstore.RerunOutcome, error) {
 	o := idemstore.RerunOutcome{Key: key}
 	rec := idemstore.Record{Key: key}
 	var status string
@@ -186,6 +201,10 @@ func (l *core) rerunKey(ctx context.Context, tx tx, key idemstore.Key, req idems
 		return o, nil
 	case !errors.Is(err, sql.ErrNoRows):
 		return o, err
+	}
+	if sent {
+		o.State, o.Revision = idemstore.RerunSeen, rec.Revision
+		return o, nil
 	}
 	pruned := false
 	if !found {

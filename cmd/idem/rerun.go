@@ -3,18 +3,22 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/user"
+	"strings"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/crontab"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/spf13/cobra"
 )
 
 func newRerunCmd() *cobra.Command {
-	var from, to, reason, requestID string
-	var periods []string
+	var from, to, reason, requestID, crontabPath, tz string
+	var periods, dependentLines []string
+	var withDependents bool
 	cmd := &cobra.Command{
 		Use:   "rerun JOB (--from P1 --to P2 | --period P ...) --reason TEXT",
 		Short: "Run done periods again on purpose (to repair data): each once per request",
@@ -33,12 +37,28 @@ changed. A period running now is re-run after its attempt ends.
 
 The request is idempotent: sent again with the same id (a retrying script),
 it re-runs nothing more. The id is --request-id, or by default one derived
-from JOB, the periods and the reason: to run the same periods again for the
-same reason, give a new --request-id.
+from JOB, the periods, the reason and --with-dependents: to run the same
+periods again for the same reason, give a new --request-id.
+
+Dependents (--with-dependents): the periods of the jobs downstream are
+re-run too, in the same request: each period that has a record and waits,
+by an after: dependency, for a period re-run (directly or through another
+job). Their re-runs wait, with no attempt counted, until what they wait
+for has run its new revision: the mail of a day runs after the day's new
+settlement, a monthly report after the month's days. The ledger does not
+keep the dependencies: name them as the jobs' runners do, with --crontab
+FILE (the file 'idem serve' runs: its lines' jobs, schedules and after:
+words) or with --dependent LINE, a crontab line without its command, once
+per job ('daily mail after:settle', 'monthly report after:settle/daily'),
+as given to 'idem run --schedule S --after A'. The downstream runners must
+wait for their upstream too ('idem serve' with those lines, 'idem run
+--after'): a runner that does not is not held back.
 
 Exit status: 0 requested, 1 refused, 2 usage error or no ledger.`,
 		Example: `  idem rerun settle --from 2026-10-01 --to 2026-10-31 --reason "flow table corrected (INC-4711)"
-  idem run settle 2026-10-01 -- ./settle.sh   # runs it once more (or let the scheduler run it)`,
+  idem run settle 2026-10-01 -- ./settle.sh   # runs it once more (or let the scheduler run it)
+  idem rerun settle --from 2026-10-01 --to 2026-10-31 --reason "flow table corrected" \
+      --with-dependents --crontab /etc/idem/crontab`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			job := args[0]
@@ -53,6 +73,10 @@ Exit status: 0 requested, 1 refused, 2 usage error or no ledger.`,
 			}
 			if from > to {
 				return usageError(fmt.Errorf("--from %s is after --to %s", from, to))
+			}
+			deps, err := rerunDependents(withDependents, crontabPath, dependentLines, tz)
+			if err != nil {
+				return err
 			}
 			l, clk, err := openForOps(cmd)
 			if err != nil {
@@ -88,9 +112,18 @@ Exit status: 0 requested, 1 refused, 2 usage error or no ledger.`,
 				}
 			}
 			if requestID == "" {
-				requestID = defaultRerunID(keys, reason)
+				requestID = defaultRerunID(keys, reason, withDependents)
 			}
-			out, err := idem.Rerun(ctx, l.store, idem.RerunRequest{Keys: keys, RequestID: requestID, Reason: reason, By: whoAsks(), Now: clk.Now()})
+			req := idem.RerunRequest{Keys: keys, RequestID: requestID, Reason: reason, By: whoAsks(), Now: clk.Now()}
+			var out []idem.RerunOutcome
+			if withDependents {
+				out, err = idem.RerunWithDependents(ctx, l.store, req, deps...)
+				if errors.Is(err, idem.ErrInvalidOption) {
+					return usageError(err) // the declarations: a job twice, a cycle
+				}
+			} else {
+				out, err = idem.Rerun(ctx, l.store, req)
+			}
 			if err != nil {
 				return fail(exitFailed, "%w", err)
 			}
@@ -109,18 +142,25 @@ Exit status: 0 requested, 1 refused, 2 usage error or no ledger.`,
 	f.StringVar(&to, "to", "", "the last period to re-run")
 	f.StringArrayVar(&periods, "period", nil, "a period to re-run (repeatable), instead of --from/--to")
 	f.StringVar(&reason, "reason", "", "why the periods run again (required; kept in their history)")
-	f.StringVar(&requestID, "request-id", "", "the request's id: the same id re-runs once (default: derived from the job, the periods and the reason)")
+	f.StringVar(&requestID, "request-id", "", "the request's id: the same id re-runs once (default: derived from the job, the periods, the reason and --with-dependents)")
+	f.BoolVar(&withDependents, "with-dependents", false, "re-run the periods of the jobs downstream too, each after what it waits for (needs --crontab or --dependent)")
+	f.StringVar(&crontabPath, "crontab", "", "with --with-dependents: the crontab file of 'idem serve' whose lines declare the jobs and their after: words")
+	f.StringArrayVar(&dependentLines, "dependent", nil, "with --with-dependents: a downstream job, as a crontab line without its command ('daily mail after:settle'; repeatable)")
+	f.StringVar(&tz, "tz", "Local", "the zone of the --crontab lines before any CRON_TZ= line, and of --dependent lines")
 	return cmd
 }
 
 // defaultRerunID is the id of a request that names no id: the same
 // periods for the same reason are the same request.
-func defaultRerunID(keys []idem.Key, reason string) string {
+func defaultRerunID(keys []idem.Key, reason string, withDependents bool) string {
 	h := sha256.New()
 	for _, k := range keys {
 		fmt.Fprintf(h, "%s\x00%s\x00", k.Job, k.Period)
 	}
 	h.Write([]byte(reason))
+	if withDependents { // another request than the same one without them
+		h.Write([]byte("\x00with dependents"))
+	}
 	return "cli-" + hex.EncodeToString(h.Sum(nil)[:12])
 }
 
@@ -132,4 +172,51 @@ func whoAsks() string {
 	}
 	host, _ := os.Hostname()
 	return name + "@" + host
+}
+
+// rerunDependents reads the jobs' declarations of --with-dependents: the
+// lines of the crontab file at path and the --dependent lines (crontab
+// lines without their command), in zone tz.
+func rerunDependents(with bool, path string, lines []string, tz string) ([]idem.JobDeps, error) {
+	if !with {
+		if path != "" || len(lines) > 0 {
+			return nil, usageError(fmt.Errorf("--crontab and --dependent declare the jobs of --with-dependents: give it too"))
+		}
+		return nil, nil
+	}
+	if path == "" && len(lines) == 0 {
+		return nil, usageError(fmt.Errorf("--with-dependents: name the jobs downstream and what they wait for, with --crontab FILE (the file of idem serve) or --dependent 'daily mail after:settle'"))
+	}
+	loc, err := loadZone(tz)
+	if err != nil {
+		return nil, usageError(err)
+	}
+	var jobs []crontab.Job
+	if path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, usageError(fmt.Errorf("--crontab: %w", err))
+		}
+		js, err := crontab.Parse(path, f, loc, false)
+		f.Close()
+		if err != nil {
+			return nil, usageError(err)
+		}
+		jobs = append(jobs, js...)
+	}
+	for _, line := range lines {
+		js, err := crontab.Parse("--dependent", strings.NewReader(line+" true"), loc, false)
+		if err != nil {
+			return nil, usageError(fmt.Errorf("--dependent %q: %w", line, err))
+		}
+		if len(js) != 1 {
+			return nil, usageError(fmt.Errorf("--dependent %q: not one job line (a crontab line without its command: 'daily mail after:settle')", line))
+		}
+		jobs = append(jobs, js[0])
+	}
+	var deps []idem.JobDeps
+	for _, j := range jobs {
+		deps = append(deps, idem.JobDeps{Job: j.Name, Schedule: j.Sched, Options: j.Deps})
+	}
+	return deps, nil
 }

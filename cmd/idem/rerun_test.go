@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -132,5 +134,79 @@ func testRerunCommand(t *testing.T, e *env) {
 	}
 	if id := func(s string) string { return s[strings.LastIndex(s, " ")+1:] }; id(got[1]) == id(got[3]) {
 		t.Errorf("the re-run had the first run's request id %s", id(got[1]))
+	}
+}
+
+// TestRerunCommandWithDependents: 'idem rerun --with-dependents' re-runs
+// the mail of the days re-run and the month's report, whose jobs the
+// crontab file (or --dependent lines) declares; 'idem run --after' of the
+// mail waits (exit 4, nothing started) until settle's re-run has run,
+// then runs the mail once more; the same request sent again re-runs
+// nothing; bad declarations are usage errors.
+func TestRerunCommandWithDependents(t *testing.T) {
+	t.Parallel()
+	testRerunCommandWithDependents(t, newEnv(t, "2026-11-01T02:00:00Z"))
+}
+
+// TestRerunCommandWithDependentsPostgres is
+// TestRerunCommandWithDependents on the Postgres ledger.
+func TestRerunCommandWithDependentsPostgres(t *testing.T) {
+	t.Parallel()
+	dsn, schema := pgSchema(t, "idemcli_")
+	e := newEnv(t, "2026-11-01T02:00:00Z")
+	e.pg = []string{"--postgres", dsn, "--postgres-schema", schema}
+	testRerunCommandWithDependents(t, e)
+}
+
+func testRerunCommandWithDependents(t *testing.T, e *env) {
+	job := func(name string, extra ...string) []string {
+		args := append([]string{"run", "--job", name, "--tz", "UTC", "--since", "2026-10-30"}, extra...)
+		return append(args, "--", "sh", "-c", `echo "$IDEM_JOB $IDEM_PERIOD $IDEM_REVISION" >> out.txt`)
+	}
+	settle, mail := job("settle"), job("mail", "--after", "settle")
+	report := job("report", "--schedule", "monthly", "--after", "settle/daily")
+	report[6] = "2026-10-01" // its month's first day
+	e.want(exitOK, settle...)
+	e.want(exitOK, mail...)
+	e.want(exitOK, report...)
+	if err := os.WriteFile(filepath.Join(e.dir, "crontab"), []byte("daily settle true\ndaily mail after:settle true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req := []string{"rerun", "settle", "--period", "2026-10-31", "--reason", "flow table corrected", "--with-dependents",
+		"--crontab", "crontab", "--dependent", "monthly report after:settle/daily", "--tz", "UTC"}
+	stdout, _ := e.want(exitOK, req...)
+	for _, want := range []string{"settle 2026-10-31: revision 1, queued", "mail 2026-10-31: revision 1, queued", "report 2026-10: revision 1, queued", "3 periods: 3 queued"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("rerun --with-dependents: %q, want %q", stdout, want)
+		}
+	}
+	_, stderr := e.want(exitBusy, mail...)
+	if !strings.Contains(stderr, "settle/2026-10-31") {
+		t.Errorf("the mail before settle's re-run: %q, want it waiting for settle/2026-10-31", stderr)
+	}
+	e.want(exitBusy, report...)
+	e.want(exitOK, settle...)
+	e.want(exitOK, mail...)
+	e.want(exitOK, report...)
+	if stdout, _ := e.want(exitOK, req...); !strings.Contains(stdout, "3 seen before") {
+		t.Errorf("the same request again: %q, want 3 seen before", stdout)
+	}
+	e.want(exitDone, mail...)
+	want := []string{"settle 2026-10-30 0", "settle 2026-10-31 0", "mail 2026-10-30 0", "mail 2026-10-31 0", "report 2026-10 0",
+		"settle 2026-10-31 1", "mail 2026-10-31 1", "report 2026-10 1"}
+	if got := e.lines("out.txt"); !equal(got, want) {
+		t.Errorf("out.txt = %q, want %q", got, want)
+	}
+	for _, bad := range [][]string{
+		{"--with-dependents"}, // no declarations
+		{"--crontab", "crontab"},
+		{"--with-dependents", "--dependent", "fortnightly mail"},
+		{"--with-dependents", "--dependent", "daily mail after:settle", "--dependent", "daily mail after:settle"},
+		{"--with-dependents", "--crontab", "nothere"},
+	} {
+		_, stderr := e.want(exitUsage, append([]string{"rerun", "settle", "--period", "2026-10-31", "--reason", "x"}, bad...)...)
+		if stderr == "" {
+			t.Errorf("%q: no message", bad)
+		}
 	}
 }

@@ -2,13 +2,12 @@ package schedtest
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
 	"github.com/idemgo/idem/internal/testwait"
 )
 
@@ -87,50 +86,13 @@ func (c *Clock) notify() {
 	c.changed = make(chan struct{})
 }
 
-// FileClock is an idem.Clock that reads the time from a file that another
-// process writes ([SetFileClock]): the clock of the child processes of a
-// multi-process test, which the parent moves. Its timers poll the file.
-type FileClock struct{ Path string }
+// FileClock is idemtest's clock shared across processes through a file.
+type FileClock = idemtest.FileClock
 
-// Now reads the file; it panics if the file cannot be read.
-func (c FileClock) Now() time.Time {
-	b, err := os.ReadFile(c.Path)
-	if err != nil {
-		panic(fmt.Sprintf("schedtest: FileClock: %v", err))
-	}
-	t, err := time.Parse(time.RFC3339Nano, string(b))
-	if err != nil {
-		panic(fmt.Sprintf("schedtest: FileClock %s: %v", c.Path, err))
-	}
-	return t
-}
-
-// After fires once the file's time is d past what it was at the call.
-func (c FileClock) After(d time.Duration) <-chan time.Time {
-	ch := make(chan time.Time, 1)
-	at := c.Now().Add(d)
-	go func() {
-		for {
-			if now := c.Now(); !now.Before(at) {
-				ch <- now
-				return
-			}
-			time.Sleep(2 * time.Millisecond) // a poll, not a timing assumption
-		}
-	}()
-	return ch
-}
-
-// SetFileClock writes t into the file of a FileClock, atomically.
+// SetFileClock writes now into a FileClock's file (idemtest.SetFileClock).
 func SetFileClock(t testing.TB, path string, now time.Time) {
 	t.Helper()
-	tmp := filepath.Join(filepath.Dir(path), ".clock.tmp")
-	if err := os.WriteFile(tmp, []byte(now.UTC().Format(time.RFC3339Nano)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
+	idemtest.SetFileClock(t, path, now)
 }
 
 // Idle waits until s has looked at its jobs at the wall time now, runs
