@@ -88,8 +88,12 @@ func (l *Ledger) Rerun(ctx context.Context, req idemstore.RerunRequest) ([]idems
 	var out []idemstore.RerunOutcome
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
+		sent, err := l.rerunSent(ctx, tx, req)
+		if err != nil {
+			return err
+		}
 		for _, key := range req.Keys {
-			o, err := l.rerunKey(ctx, tx, key, req)
+			o, err := l.rerunKey(ctx, tx, key, req, sent)
 			if err != nil {
 				return err
 			}
@@ -106,8 +110,27 @@ func (l *Ledger) Rerun(ctx context.Context, req idemstore.RerunRequest) ([]idems
 	return out, nil
 }
 
-// rerunKey applies req to key in tx (see idemstore.Rerunner).
-func (l *Ledger) rerunKey(ctx context.Context, tx *sql.Tx, key idemstore.Key, req idemstore.RerunRequest) (idemstore.RerunOutcome, error) {
+// rerunSent reports whether req's id is recorded for one of its keys: the
+// request was sent before (and applied to all its keys at once), and a key
+// it did not name then is not re-run now.
+func (l *Ledger) rerunSent(ctx context.Context, tx *sql.Tx, req idemstore.RerunRequest) (bool, error) {
+	for _, key := range req.Keys {
+		var n int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM `+l.t.reruns+` WHERE job = ? AND period = ? AND request_id = ?`,
+			key.Job, key.Period, req.RequestID).Scan(&n)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// rerunKey applies req to key in tx (see idemstore.Rerunner); sent: the
+// request was sent before (rerunSent).
+func (l *Ledger) rerunKey(ctx context.Context, tx *sql.Tx, key idemstore.Key, req idemstore.RerunRequest, sent bool) (idemstore.RerunOutcome, error) {
 	o := idemstore.RerunOutcome{Key: key}
 	s, err := l.read(ctx, tx, key, true)
 	if err != nil {
@@ -127,6 +150,12 @@ func (l *Ledger) rerunKey(ctx context.Context, tx *sql.Tx, key idemstore.Key, re
 		return o, nil
 	case !errors.Is(err, sql.ErrNoRows):
 		return o, err
+	}
+	if sent {
+		// A key the request did not name when it was first sent (its
+		// dependents, computed anew: RerunWithDependents): nothing more.
+		o.State, o.Revision = idemstore.RerunSeen, s.rec.Revision
+		return o, nil
 	}
 	if err := idemstore.Rerunnable(s.rec, s.found, s.covered); err != nil {
 		return o, err

@@ -472,16 +472,19 @@ return out
 `)
 
 // rerunScript is Rerun: for every key of the request, in one step, or for
-// none. It first checks every key (the types of its keys; a key the
-// request was not recorded for must have a record that is neither parked
-// nor unknown) and returns the first refused one, writing nothing; then,
+// none. It first checks every key (the types of its keys; unless the
+// request was recorded for one of them, each must have a record that is
+// neither parked nor unknown) and returns the first refused one, writing nothing; then,
 // key by key, it promotes a request that waits for a done attempt (an
 // older redisstore's done mark does not), and records the request: a done
 // or skipped period gets revision+1, runnable at once (status failed, no
 // backoff, no failure counted; revised_after: the attempt whose done mark
 // stands); a running one gets rerun_pending (the revision its done mark
 // gives it, shared by the requests meanwhile); a failed one keeps its
-// revision. A request recorded for the key before is seen: nothing more.
+// revision. A request recorded for the key before is seen: nothing more;
+// and when it was recorded for any key of the request (sent before), every
+// key is seen, none refused, nothing written (a key it did not name then:
+// a dependent computed anew).
 //
 // KEYS: per key, its record, job, re-run requests and the job's re-run
 // periods. ARGV: request id, reason, by, then the keys' periods. Returns
@@ -490,11 +493,16 @@ return out
 var rerunScript = redis.NewScript(luaLib + `
 local n = #KEYS / 4
 local id, reason, by = ARGV[1], ARGV[2], ARGV[3]
+local sent = false
 for i = 1, n do
 	local b = (i - 1) * 4
 	local bad = types({KEYS[b + 1], 'hash', true}, {KEYS[b + 2], 'hash'}, {KEYS[b + 3], 'hash'}, {KEYS[b + 4], 'zset'})
 	if bad then return bad end
-	if redis.call('HEXISTS', KEYS[b + 3], id) == 0 then
+	if redis.call('HEXISTS', KEYS[b + 3], id) == 1 then sent = true end
+end
+for i = 1, n do
+	local b = (i - 1) * 4
+	if not sent then
 		local r = redis.call('HMGET', KEYS[b + 1], 'status', 'last_error')
 		local st = r[1]
 		if not st or st == 'parked' or st == 'unknown' then
@@ -513,6 +521,11 @@ for i = 1, n do
 	if seen then
 		out[#out + 1] = 'seen'
 		out[#out + 1] = cjson.decode(seen).revision
+	elseif sent then
+		-- A key the request did not name when it was first sent (its
+		-- dependents, computed anew): nothing more.
+		out[#out + 1] = 'seen'
+		out[#out + 1] = str(num(redis.call('HGET', rk, 'revision')))
 	else
 		local r = redis.call('HMGET', rk, 'status', 'revision', 'rerun_pending', 'attempt')
 		local rev, state, q = num(r[2]), 'due', 'queued'
