@@ -29,16 +29,12 @@ func (l *Ledger) peek(ctx context.Context, key idemstore.Key) (s snapshot, found
 	return s, true, nil
 }
 
-// settled is Claim's fast path: one read without a lock. A key that is
-// not to be taken (done, skipped, parked, held by a live lease, waiting
-// for its backoff) is answered from it, as it was at that moment; a key to
-// take is claimed under its row lock. ok is false when the read failed or
-// says to take the key.
-func (l *Ledger) settled(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool) {
-	s, found, err := l.peek(ctx, req.Key)
-	if err != nil || !found {
-		return idemstore.Claim{}, false // a new key (or one the horizon covers): Claim's transaction reads the horizon
-	}
+// settledBy is Claim's fast path: the answer from one read without a
+// lock that found the key's record. A key that is not to be taken (done,
+// skipped, parked, held by a live lease, waiting for its backoff) is
+// answered from it, as it was at that moment; a key to take is claimed
+// under its row lock. ok is false when the read says to take the key.
+func (l *Ledger) settledBy(req idemstore.ClaimRequest, s snapshot) (idemstore.Claim, bool) {
 	rec, found := s.view()
 	r := req
 	r.Now = s.now
@@ -58,9 +54,38 @@ const freshInsertSQL = `INSERT INTO {runs} (job, period, status, attempt, failur
 		SELECT ?, ?, 'done', 1, 0, ?, 0, 0, '', t.n, t.n, ?, NULL FROM (SELECT {now} AS n) AS t
 		WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE job = ? AND horizon >= ? LOCK IN SHARE MODE)`
 
+// claimNewSQL: a template (see queries) that records a key that has no
+// record as attempt 1's claim, running, its lease (the 4th parameter, in
+// microseconds) from the server's time, unless the job's horizon covers
+// it (the job's row read under a shared lock, as Claim's transaction
+// reads it: Prune holds it exclusively); a key that has a record fails
+// with a duplicate key and writes nothing.
+const claimNewSQL = `INSERT INTO {runs} (job, period, status, attempt, failures, owner, lease_until, not_before,
+		last_error, created, updated, fingerprint, value)
+		SELECT ?, ?, 'running', 1, 0, ?, t.n + ?, 0, '', t.n, t.n, ?, NULL FROM (SELECT {now} AS n) AS t
+		WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE job = ? AND horizon >= ? LOCK IN SHARE MODE)`
+
+// claimNew claims a key that had no record at its read as attempt 1, in
+// one autocommitted statement (claimNewSQL). ok is false, with no error,
+// when it wrote nothing: the key has a record now, the job's horizon
+// covers it, or the statement was chosen as a deadlock's victim; Claim's
+// transaction then decides.
+func (l *Ledger) claimNew(ctx context.Context, req idemstore.ClaimRequest) (ok bool, err error) {
+	key := req.Key
+	res, err := l.db.ExecContext(ctx, l.q.claimNew, key.Job, key.Period, req.Owner, micros(req.Lease), req.Fingerprint, key.Job, key.Period)
+	switch {
+	case errno(err) == erDupEntry || retryable(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 // queries are a ledger's statements, their table names filled in once.
 type queries struct {
-	peek, freshInsert, finish, advance string
+	peek, freshInsert, claimNew, finish, advance string
 }
 
 func newQueries(t tables) queries {
@@ -68,6 +93,7 @@ func newQueries(t tables) queries {
 	return queries{
 		peek:        `SELECT ` + nowSQL + `, ` + runCols + ` FROM ` + t.runs + ` WHERE job = ? AND period = ?`,
 		freshInsert: r.Replace(freshInsertSQL),
+		claimNew:    r.Replace(claimNewSQL),
 		finish: `UPDATE ` + t.runs + ` SET status = ?, failures = ?,
 		not_before = CASE WHEN ? IS NULL THEN 0 ELSE ` + nowSQL + ` + ? END,
 		last_error = ?, lease_until = 0, updated = ` + nowSQL + `, value = ?

@@ -98,10 +98,14 @@ func inFrame(req idemstore.ClaimRequest, now time.Time, rec idemstore.Record) id
 	return rec
 }
 
-// Claim implements [idemstore.Store]. It first reads the key's record and
-// its job's horizon in one statement, without a lock: a key not to be
-// taken (done, most often) is answered from that read. Otherwise, in one
-// READ COMMITTED transaction it
+// Claim implements [idemstore.Store]. It first reads the key's record in
+// one statement, without a lock: a key not to be taken (done, most often)
+// is answered from that read. A key with no record is then claimed by one
+// autocommitted statement (claimNewSQL: attempt 1's row, unless the job's
+// horizon covers the key, read under a shared lock of the job's row, as
+// below): two round trips and one commit in all. Otherwise (the key has a
+// record to take, the horizon covers it, or another claimer inserted it
+// in between), in one READ COMMITTED transaction it
 // reads the key's record under its row lock (FOR UPDATE) and the job's
 // horizon under a shared lock of the job's row, decides with
 // [idemstore.Decide] on the server's clock, and writes the claim. Two
@@ -112,11 +116,23 @@ func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemsto
 	if err := req.Key.Validate(); err != nil {
 		return idemstore.Claim{}, err
 	}
-	if c, ok := l.settled(ctx, req); ok {
-		return c, nil
+	s, found, err := l.peek(ctx, req.Key)
+	switch {
+	case err == nil && found:
+		if c, ok := l.settledBy(req, s); ok {
+			return c, nil
+		}
+	case err == nil:
+		// No record: one statement inserts attempt 1's claim, unless the
+		// job's horizon covers the key or a claimer recorded it meanwhile.
+		if ok, err := l.claimNew(ctx, req); err != nil {
+			return idemstore.Claim{}, opErr("claim", req.Key, err)
+		} else if ok {
+			return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: req.Key}}, nil
+		}
 	}
 	var c idemstore.Claim
-	err := l.inTx(ctx, func(tx *sql.Tx) error {
+	err = l.inTx(ctx, func(tx *sql.Tx) error {
 		for tries := 0; ; tries++ {
 			if tries == 100 {
 				return errors.New("the record kept changing under the claim")
@@ -230,15 +246,29 @@ func (l *Ledger) finishArgs(key idemstore.Key, attempt int64, end idemstore.End)
 // advanceSQL moves a job's cursor forward (byte order).
 func (l *Ledger) advanceSQL() string { return l.q.advance }
 
-// Finish implements [idemstore.Store]. A backoff deadline is kept on the
-// server's clock: end.NotBefore - end.Now from the server's time. With
-// end.Cursor, a done mark also moves the job's cursor forward, in the same
-// transaction.
+// Finish implements [idemstore.Store]: one autocommitted UPDATE, fenced by
+// its WHERE clause (the attempt, still running). A backoff deadline is
+// kept on the server's clock: end.NotBefore - end.Now from the server's
+// time. With end.Cursor, a done mark also moves the job's cursor forward,
+// in the same transaction.
 func (l *Ledger) Finish(ctx context.Context, key idemstore.Key, attempt int64, end idemstore.End) error {
 	if err := end.Check("mysqlledger", key); err != nil {
 		return err
 	}
 	ctx = context.WithoutCancel(ctx) // a finished attempt must be recorded even if the caller gave up
+	if !end.Cursor || end.Status != idemstore.StatusDone {
+		// One statement, autocommitted: its WHERE clause is the fence.
+		res, err := l.exec(ctx, l.finishSQL(), l.finishArgs(key, attempt, end)...)
+		if err != nil {
+			return opErr("finish", key, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return opErr("finish", key, err)
+		} else if n == 0 {
+			return idemstore.LeaseLost(key, attempt)
+		}
+		return nil
+	}
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, l.finishSQL(), l.finishArgs(key, attempt, end)...)
 		if err != nil {
