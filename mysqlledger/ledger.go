@@ -44,7 +44,8 @@ var ErrWeakDurability = errors.New("mysqlledger: the server does not flush each 
 //
 // It implements [idemstore.Store], [idemstore.TxStore] and
 // [idemstore.FreshTxStore] (with *sql.Tx),
-// [idemstore.CatchUpStore], [idemstore.Lister], [idemstore.ItemStore] and
+// [idemstore.CatchUpStore], [idemstore.Lister], [idemstore.ItemStore],
+// [idemstore.ItemRecorder], [idemstore.ItemRecordTurns] and
 // [idemstore.ItemTxStore] (with *sql.Tx), [idemstore.OutboxTxStore] (with
 // *sql.Tx) and [idemstore.OutboxStore], and [idemstore.LimitStore].
 //

@@ -152,16 +152,19 @@ var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 			detachedRerunner{s.(idemstore.Rerunner)}}
 	},
 	// The MySQL ledger.
-	"ItemStore OutboxStore OutboxReleaser LimitStore Lister": func(d detached) idemstore.CatchUpStore {
+	"ItemStore ItemRecorder ItemRecordTurns OutboxStore OutboxReleaser LimitStore Lister": func(d detached) idemstore.CatchUpStore {
 		s := d.CatchUpStore
 		return struct {
 			detached
 			detachedItems
+			detachedItemRecorder
+			detachedItemRecordTurns
 			detachedOutbox
 			detachedOutboxReleaser
 			detachedLimits
 			detachedLister
-		}{d, detachedItems{s.(idemstore.ItemStore)}, detachedOutbox{s.(idemstore.OutboxStore)},
+		}{d, detachedItems{s.(idemstore.ItemStore)}, detachedItemRecorder{s.(idemstore.ItemRecorder)},
+			detachedItemRecordTurns{s.(idemstore.ItemRecordTurns)}, detachedOutbox{s.(idemstore.OutboxStore)},
 			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)}}
 	},
 	// The Postgres ledger.
