@@ -29,6 +29,27 @@ func (l *Ledger) peek(ctx context.Context, key idemstore.Key) (s snapshot, found
 	return s, true, nil
 }
 
+// quickClaim is Claim's first read: the key's status, fingerprint and
+// value alone, by primary key. A done key or a fingerprint that does not
+// match is settled: c is the answer. Otherwise found says whether the key
+// has a record.
+func (l *Ledger) quickClaim(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, settled, found bool, err error) {
+	var status, fp string
+	var value []byte
+	err = l.db.QueryRowContext(ctx, l.q.status, req.Key.Job, req.Key.Period).Scan(&status, &fp, &value)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return c, false, false, nil
+	case err != nil:
+		return c, false, false, err
+	case idemstore.Mismatch(fp, req.Fingerprint):
+		return idemstore.Claim{State: idemstore.ClaimMismatch, Record: idemstore.Record{Key: req.Key, Status: idemstore.Status(status), Fingerprint: fp}}, true, true, nil
+	case idemstore.Status(status) == idemstore.StatusDone:
+		return idemstore.Claim{State: idemstore.ClaimDone, Record: idemstore.Record{Key: req.Key, Status: idemstore.StatusDone, Fingerprint: fp, Value: value}}, true, true, nil
+	}
+	return c, false, true, nil
+}
+
 // settledBy is Claim's fast path: the answer from one read without a
 // lock that found the key's record. A key that is not to be taken (done,
 // skipped, parked, held by a live lease, waiting for its backoff) is
@@ -85,13 +106,14 @@ func (l *Ledger) claimNew(ctx context.Context, req idemstore.ClaimRequest) (ok b
 
 // queries are a ledger's statements, their table names filled in once.
 type queries struct {
-	peek, freshInsert, claimNew, finish, advance string
+	peek, status, freshInsert, claimNew, finish, advance string
 }
 
 func newQueries(t tables) queries {
 	r := strings.NewReplacer("{runs}", t.runs, "{jobs}", t.jobs, "{now}", nowSQL)
 	return queries{
 		peek:        `SELECT ` + nowSQL + `, ` + runCols + ` FROM ` + t.runs + ` WHERE job = ? AND period = ?`,
+		status:      `SELECT status, fingerprint, value FROM ` + t.runs + ` WHERE job = ? AND period = ?`,
 		freshInsert: r.Replace(freshInsertSQL),
 		claimNew:    r.Replace(claimNewSQL),
 		finish: `UPDATE ` + t.runs + ` SET status = ?, failures = ?,

@@ -23,7 +23,7 @@ var (
 // AddItems does (the interface allows leaving that to SealItems; doing it
 // here keeps CountItems exact).
 func (l *Ledger) RecordItems(ctx context.Context, key idemstore.Key, chunks [][]string) error {
-	if err := l.recordItems(ctx, key, chunks, false, false); err != nil {
+	if err := l.recordItems(ctx, l.db, key, chunks, false, false); err != nil {
 		return opErr("record items", key, err)
 	}
 	return nil
@@ -34,11 +34,11 @@ func (l *Ledger) RecordItems(ctx context.Context, key idemstore.Key, chunks [][]
 // period has no chunk the chunks are written without their items' rows in
 // item_set, which only a set sealed in the same transaction may do: no
 // caller adds to it after.
-func (l *Ledger) recordItems(ctx context.Context, key idemstore.Key, chunks [][]string, seal, fast bool) error {
+func (l *Ledger) recordItems(ctx context.Context, b beginner, key idemstore.Key, chunks [][]string, seal, fast bool) error {
 	if !seal && !anyItems(chunks) {
 		return nil
 	}
-	return l.inTx(ctx, func(tx *sql.Tx) error {
+	return inTxOn(ctx, b, func(tx *sql.Tx) error {
 		if sealed, err := l.lockItemSet(ctx, tx, key); err != nil || sealed {
 			return err
 		}
@@ -186,11 +186,21 @@ type recordTurn struct {
 
 func (r *recordTurn) Sealed() bool { return r.sealed }
 
+// on is where the turn's transactions run: on the connection that holds
+// the turn (a pool of one connection is enough for one caller), or on the
+// pool when the turn is not held.
+func (r *recordTurn) on() beginner {
+	if r.conn != nil {
+		return r.conn
+	}
+	return r.l.db
+}
+
 func (r *recordTurn) RecordItems(ctx context.Context, chunks [][]string) error {
 	if r.hold(chunks) {
 		return nil
 	}
-	err := r.l.recordItems(ctx, r.key, r.held, false, false)
+	err := r.l.recordItems(ctx, r.on(), r.key, r.held, false, false)
 	r.held = nil
 	if err != nil {
 		return opErr("record items", r.key, err)
@@ -232,7 +242,7 @@ func (r *recordTurn) Seal(ctx context.Context, last [][]string) error {
 	}
 	defer r.Release()
 	fast := r.hold(last)
-	if err := r.l.recordItems(ctx, r.key, r.held, true, fast); err != nil {
+	if err := r.l.recordItems(ctx, r.on(), r.key, r.held, true, fast); err != nil {
 		return opErr("seal items", r.key, err)
 	}
 	r.sealed = true

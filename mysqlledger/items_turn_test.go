@@ -375,3 +375,21 @@ func TestTurnWaitEndsNotHeld(t *testing.T) {
 	}
 	last.Release()
 }
+
+// TestEachOnOneConnection: a ledger on a pool of a single connection runs
+// Each: the turn records and seals the set on the connection that holds
+// it, and gives it back before the workers claim.
+func TestEachOnOneConnection(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	l := openLedger(t, db)
+	db.SetMaxOpenConns(1)
+	fn, check := ranOnce()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
+	defer cancel()
+	var pulled atomic.Int64
+	if _, err := idem.Each(ctx, l, turnKey, countedItems(&pulled), fn, idem.WithWorkers(1)); err != nil {
+		t.Fatal(err)
+	}
+	check(t, turnList())
+}

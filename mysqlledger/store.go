@@ -98,9 +98,13 @@ func inFrame(req idemstore.ClaimRequest, now time.Time, rec idemstore.Record) id
 	return rec
 }
 
-// Claim implements [idemstore.Store]. It first reads the key's record in
-// one statement, without a lock: a key not to be taken (done, most often)
-// is answered from that read. A key with no record is then claimed by one
+// Claim implements [idemstore.Store]. It first reads the key's status,
+// fingerprint and value by primary key, without a lock: a done key (the
+// usual duplicate trigger) or a fingerprint that does not match is
+// answered from that read, with the fields [idemstore.Claim] lets a store
+// fill in alone. Another recorded key is read whole, again without a
+// lock, and a key not to be taken (held, backing off, parked, skipped) is
+// answered from that read. A key with no record is then claimed by one
 // autocommitted statement (claimNewSQL: attempt 1's row, unless the job's
 // horizon covers the key, read under a shared lock of the job's row, as
 // below): two round trips and one commit in all. Otherwise (the key has a
@@ -116,13 +120,9 @@ func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemsto
 	if err := req.Key.Validate(); err != nil {
 		return idemstore.Claim{}, err
 	}
-	s, found, err := l.peek(ctx, req.Key)
-	switch {
-	case err == nil && found:
-		if c, ok := l.settledBy(req, s); ok {
-			return c, nil
-		}
-	case err == nil:
+	if c, settled, found, err := l.quickClaim(ctx, req); err == nil && settled {
+		return c, nil
+	} else if err == nil && !found {
 		// No record: one statement inserts attempt 1's claim, unless the
 		// job's horizon covers the key or a claimer recorded it meanwhile.
 		if ok, err := l.claimNew(ctx, req); err != nil {
@@ -131,8 +131,13 @@ func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemsto
 			return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: req.Key}}, nil
 		}
 	}
+	if s, found, err := l.peek(ctx, req.Key); err == nil && found {
+		if c, ok := l.settledBy(req, s); ok {
+			return c, nil
+		}
+	}
 	var c idemstore.Claim
-	err = l.inTx(ctx, func(tx *sql.Tx) error {
+	err := l.inTx(ctx, func(tx *sql.Tx) error {
 		for tries := 0; ; tries++ {
 			if tries == 100 {
 				return errors.New("the record kept changing under the claim")
