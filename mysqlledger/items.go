@@ -171,27 +171,25 @@ func (l *Ledger) SealItems(ctx context.Context, key idemstore.Key) error {
 	return nil
 }
 
-// CountItems implements [idemstore.ItemStore]. NextRetry and Now are the
-// server's.
+// CountItems implements [idemstore.ItemStore] with two reads, without a
+// transaction (each read sees what was committed when it ran, as in the
+// READ COMMITTED transaction it would otherwise be): the seal and the
+// chunks' counts, then the items that have records of their own. NextRetry
+// and Now are the server's.
 func (l *Ledger) CountItems(ctx context.Context, key idemstore.Key) (idemstore.ItemCounts, error) {
 	var c idemstore.ItemCounts
-	err := l.inTx(ctx, func(tx *sql.Tx) error {
-		c = idemstore.ItemCounts{}
-		var sealed int
-		err := tx.QueryRowContext(ctx, `SELECT sealed FROM `+l.t.itemsets+` WHERE job = ? AND period = ?`, key.Job, key.Period).Scan(&sealed)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		c.Sealed = sealed == 1
-		var now int64
+	err := func(tx *sql.DB) error {
+		var now, sealed int64
 		var pending, running, settled sql.NullInt64
 		if err := tx.QueryRowContext(ctx, `SELECT `+nowSQL+`,
+				COALESCE((SELECT sealed FROM `+l.t.itemsets+` WHERE job = ? AND period = ?), 0),
 				SUM(CASE WHEN status = 'pending' OR status = 'running' AND started <= settled THEN n - settled END),
 				SUM(CASE WHEN status = 'running' AND started > settled THEN n - settled END),
 				SUM(settled)
-			FROM `+l.t.itemChunks+` WHERE job = ? AND period = ?`, key.Job, key.Period).Scan(&now, &pending, &running, &settled); err != nil {
+			FROM `+l.t.itemChunks+` WHERE job = ? AND period = ?`, key.Job, key.Period, key.Job, key.Period).Scan(&now, &sealed, &pending, &running, &settled); err != nil {
 			return err
 		}
+		c.Sealed = sealed == 1
 		c.Now = fromMicros(now)
 		c.Pending, c.Running, c.Done = pending.Int64, running.Int64, settled.Int64
 		rows, err := tx.QueryContext(ctx, `SELECT CASE WHEN status = 'failed' AND failures = 0 THEN 'pending' ELSE status END AS st,
@@ -226,7 +224,7 @@ func (l *Ledger) CountItems(ctx context.Context, key idemstore.Key) (idemstore.I
 		}
 		c.Done -= own
 		return rows.Err()
-	})
+	}(l.db)
 	if err != nil {
 		return idemstore.ItemCounts{}, opErr("count items", key, err)
 	}
