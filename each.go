@@ -64,7 +64,7 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // chunk (a period too small to give each worker 500 is cut into a chunk
 // per worker). Generating the set again, in any order, adds only ids not seen
 // before. Where the store gives turns to record a set
-// ([idemstore.ItemRecordTurns]: the Postgres ledgers), one call at a time
+// ([idemstore.ItemRecordTurns]: the Postgres and MySQL ledgers), one call at a time
 // generates and records it: the calls of other processes and hosts wait for
 // its turn (for a lease at most, then they record too), and a call that
 // finds the set sealed once it has the turn generates nothing. A recorder

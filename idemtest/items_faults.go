@@ -91,7 +91,8 @@ type faultyItems struct {
 
 // withFault wraps s so that f fails one of its calls. A store that gives
 // turns to record a period's set and marks a fresh key done in one write
-// (the Postgres ledgers) keeps both, and its turns' calls fail too.
+// (the Postgres ledgers) keeps both, and its turns' calls fail too; one
+// that gives turns alone (mysqlledger) is wrapped without them.
 func withFault(s idemstore.ItemStore, f *storeFault) idemstore.ItemStore {
 	fi := &faultyItems{s: s, f: f}
 	if t, ok := s.(interface {

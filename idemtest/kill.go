@@ -62,6 +62,13 @@ type KillHarness[Tx any] struct {
 	// leases. Nil: the restarted relay's clock is moved instead.
 	Shift func(t *testing.T, s idem.Store, d time.Duration)
 
+	// SetUntilSeal: the store keeps the item set a caller records in
+	// memory until the set is sealed (mysqlledger's turn to record), so a
+	// process killed while it records leaves none of it. TestEachRandomKills
+	// then wants no item recorded after that kill, instead of part of the
+	// set.
+	SetUntilSeal bool
+
 	// Parallel runs a kit's subtests at once (t.Parallel). The stores Open
 	// returns must then not share a bounded resource (a small connection
 	// pool, say).

@@ -94,8 +94,13 @@ func testRandomKills[Tx any](t *testing.T, h KillHarness[Tx], mode string) {
 	if exit := Fork(t, arg("record"), nil); !exit.Killed {
 		t.Fatalf("the run that dies while recording: %+v", exit)
 	}
-	if c, err := is.CountItems(ctx, randomKillKey); err != nil || c.Sealed || c.Total() == 0 || c.Total() >= randomKillItems {
-		t.Fatalf("after the kill while recording: %+v, %v; want part of the set, unsealed", c, err)
+	if c, err := is.CountItems(ctx, randomKillKey); err != nil || c.Sealed || c.Total() >= randomKillItems ||
+		c.Total() == 0 && !h.SetUntilSeal || c.Total() != 0 && h.SetUntilSeal {
+		want := "part of the set, unsealed"
+		if h.SetUntilSeal {
+			want = "no item (KillHarness.SetUntilSeal)"
+		}
+		t.Fatalf("after the kill while recording: %+v, %v; want %s", c, err, want)
 	}
 	midway := 0 // kills that left the period open
 	for range 12 {

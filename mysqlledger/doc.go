@@ -77,14 +77,19 @@
 //
 // There are no batches in database/sql. A trigger of a key that is
 // settled (done, most often) costs one round trip: a primary-key read,
-// with no transaction and no lock. A claim that takes a key costs a few
-// more (the record under its lock, the job's horizon, the write, the
-// commit), and its done mark a transaction of its own. RunTx of a key with
-// no record claims it, runs fn and writes the done mark in one
-// transaction (Ledger.ClaimFinishTx: five round trips beside fn's, one
-// synced commit). Each records a period's items one row per item (the
-// set's uniqueness), and claims and finishes each chunk in a transaction
-// of its own: it has no bulk recording (idemstore.ItemRecorder) yet.
+// with no transaction and no lock. A Run of a key with no record costs
+// three: that read, the claim's INSERT and the done mark's UPDATE, each
+// autocommitted (two synced commits, as a hand-written claim and done mark
+// cost). A claim that takes a key with a record costs a few more (the
+// record under its lock, the job's horizon, the write, the commit). RunTx
+// of a key with no record claims it, runs fn and writes the done mark in
+// one transaction (Ledger.ClaimFinishTx: five round trips beside fn's, one
+// synced commit). Each records a period's item set in its turn
+// (Ledger.RecordTurn: a named lock), in memory until the seal, which
+// writes it in one transaction; it claims each chunk in a transaction of
+// its own, and a window that ends every item done is one autocommitted
+// UPDATE. A period's done mark is a claim and an UPDATE: the ledger is no
+// idemstore.FreshMarker.
 // Without interpolateParams=true in the DSN, the driver prepares each
 // statement with arguments on the server (three round trips each). The
 // SQLite ledger's history is not migrated: keys done there would run

@@ -37,7 +37,8 @@ type faults struct {
 	lost, kills atomic.Int64  // how many were injected
 	// only, if set, limits the faults to statements whose text contains it.
 	only atomic.Pointer[string]
-	// once turns kill off after its first kill.
+	// once turns kill off after its first kill, and lose after its first
+	// lost reply.
 	once atomic.Bool
 	// armKill and armLose break the next write once (see
 	// idemtest.FaultHarness): a statement in a transaction, a statement
@@ -147,6 +148,9 @@ func (c *faultConn) killed(query string, write bool) {
 
 // lose breaks the connection after a write the server applied.
 func (c *faultConn) lose() error {
+	if c.f.once.Load() {
+		c.f.lose.Store(0)
+	}
 	c.f.lost.Add(1)
 	c.f.struck.Store(true)
 	c.bad = true
@@ -158,8 +162,52 @@ func (c *faultConn) Prepare(query string) (driver.Stmt, error) { return c.inner.
 func (c *faultConn) Close() error                              { return c.inner.Close() }
 func (c *faultConn) Begin() (driver.Tx, error)                 { return nil, errors.New("Begin without a context") }
 
+// PrepareContext: without interpolateParams, database/sql runs a
+// statement with arguments as a prepared statement; its executions get
+// the same faults as ExecContext's and QueryContext's.
 func (c *faultConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	return c.inner.(driver.ConnPrepareContext).PrepareContext(ctx, query)
+	st, err := c.inner.(driver.ConnPrepareContext).PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return &faultStmt{inner: st, c: c, query: query}, nil
+}
+
+// faultStmt is a prepared statement of a faultConn.
+type faultStmt struct {
+	inner driver.Stmt
+	c     *faultConn
+	query string
+}
+
+func (s *faultStmt) Close() error  { return s.inner.Close() }
+func (s *faultStmt) NumInput() int { return s.inner.NumInput() }
+func (s *faultStmt) Exec([]driver.Value) (driver.Result, error) {
+	return nil, errors.New("Exec without a context")
+}
+func (s *faultStmt) Query([]driver.Value) (driver.Rows, error) {
+	return nil, errors.New("Query without a context")
+}
+
+func (s *faultStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.c.killed(s.query, true)
+	res, err := s.inner.(driver.StmtExecContext).ExecContext(ctx, args)
+	if err == nil && !s.c.inTx && (s.c.f.armLose.CompareAndSwap(true, false) || s.c.f.roll(&s.c.f.lose, s.query)) {
+		return nil, s.c.lose()
+	}
+	return res, err
+}
+
+func (s *faultStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	s.c.killed(s.query, false)
+	return s.inner.(driver.StmtQueryContext).QueryContext(ctx, args)
+}
+
+func (s *faultStmt) CheckNamedValue(nv *driver.NamedValue) error {
+	if ch, ok := s.inner.(driver.NamedValueChecker); ok {
+		return ch.CheckNamedValue(nv)
+	}
+	return s.c.CheckNamedValue(nv)
 }
 
 func (c *faultConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
@@ -231,8 +279,8 @@ func newFaults(t testing.TB, seed uint64) *faults {
 	return &faults{admin: openDB(t), rnd: rand.New(rand.NewPCG(seed, seed))}
 }
 
-// TestDoneMarkAfterLostReply: the reply to the done mark's commit is
-// lost after the server applied it. Run retries the done mark, finds the
+// TestDoneMarkAfterLostReply: the reply to the done mark (its
+// autocommitted UPDATE) is lost after the server applied it. Run retries the done mark, finds the
 // record done by its attempt, and reports the run done: fn ran once, the
 // key is done by attempt 1.
 func TestDoneMarkAfterLostReply(t *testing.T) {
@@ -251,8 +299,9 @@ func TestDoneMarkAfterLostReply(t *testing.T) {
 			var res idem.Result
 			err := l.Run(ctx, key, func(context.Context) error {
 				ran++
-				only := "SET status = ?" // the done mark's UPDATE, and its commit
+				only := "SET status = ?" // the done mark's UPDATE (autocommitted), or its commit
 				f.only.Store(&only)
+				f.once.Store(true) // one reply lost: the retry's answer comes back
 				f.lose.Store(chance(1))
 				return nil
 			}, mode.opt, idem.ReportTo(&res), idem.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))

@@ -29,16 +29,33 @@ func (l *Ledger) peek(ctx context.Context, key idemstore.Key) (s snapshot, found
 	return s, true, nil
 }
 
-// settled is Claim's fast path: one read without a lock. A key that is
-// not to be taken (done, skipped, parked, held by a live lease, waiting
-// for its backoff) is answered from it, as it was at that moment; a key to
-// take is claimed under its row lock. ok is false when the read failed or
-// says to take the key.
-func (l *Ledger) settled(ctx context.Context, req idemstore.ClaimRequest) (idemstore.Claim, bool) {
-	s, found, err := l.peek(ctx, req.Key)
-	if err != nil || !found {
-		return idemstore.Claim{}, false // a new key (or one the horizon covers): Claim's transaction reads the horizon
+// quickClaim is Claim's first read: the key's status, fingerprint and
+// value alone, by primary key. A done key or a fingerprint that does not
+// match is settled: c is the answer. Otherwise found says whether the key
+// has a record.
+func (l *Ledger) quickClaim(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, settled, found bool, err error) {
+	var status, fp string
+	var value []byte
+	err = l.db.QueryRowContext(ctx, l.q.status, req.Key.Job, req.Key.Period).Scan(&status, &fp, &value)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return c, false, false, nil
+	case err != nil:
+		return c, false, false, err
+	case idemstore.Mismatch(fp, req.Fingerprint):
+		return idemstore.Claim{State: idemstore.ClaimMismatch, Record: idemstore.Record{Key: req.Key, Status: idemstore.Status(status), Fingerprint: fp}}, true, true, nil
+	case idemstore.Status(status) == idemstore.StatusDone:
+		return idemstore.Claim{State: idemstore.ClaimDone, Record: idemstore.Record{Key: req.Key, Status: idemstore.StatusDone, Fingerprint: fp, Value: value}}, true, true, nil
 	}
+	return c, false, true, nil
+}
+
+// settledBy is Claim's fast path: the answer from one read without a
+// lock that found the key's record. A key that is not to be taken (done,
+// skipped, parked, held by a live lease, waiting for its backoff) is
+// answered from it, as it was at that moment; a key to take is claimed
+// under its row lock. ok is false when the read says to take the key.
+func (l *Ledger) settledBy(req idemstore.ClaimRequest, s snapshot) (idemstore.Claim, bool) {
 	rec, found := s.view()
 	r := req
 	r.Now = s.now
@@ -58,21 +75,56 @@ const freshInsertSQL = `INSERT INTO {runs} (job, period, status, attempt, failur
 		SELECT ?, ?, 'done', 1, 0, ?, 0, 0, '', t.n, t.n, ?, NULL FROM (SELECT {now} AS n) AS t
 		WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE job = ? AND horizon >= ? LOCK IN SHARE MODE)`
 
+// claimNewSQL: a template (see queries) that records a key that has no
+// record as attempt 1's claim, running, its lease (the 4th parameter, in
+// microseconds) from the server's time, unless the job's horizon covers
+// it (the job's row read under a shared lock, as Claim's transaction
+// reads it: Prune holds it exclusively); a key that has a record fails
+// with a duplicate key and writes nothing.
+const claimNewSQL = `INSERT INTO {runs} (job, period, status, attempt, failures, owner, lease_until, not_before,
+		last_error, created, updated, fingerprint, value)
+		SELECT ?, ?, 'running', 1, 0, ?, t.n + ?, 0, '', t.n, t.n, ?, NULL FROM (SELECT {now} AS n) AS t
+		WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE job = ? AND horizon >= ? LOCK IN SHARE MODE)`
+
+// claimNew claims a key that had no record at its read as attempt 1, in
+// one autocommitted statement (claimNewSQL). ok is false, with no error,
+// when it wrote nothing: the key has a record now, the job's horizon
+// covers it, or the statement was chosen as a deadlock's victim; Claim's
+// transaction then decides.
+func (l *Ledger) claimNew(ctx context.Context, req idemstore.ClaimRequest) (ok bool, err error) {
+	key := req.Key
+	res, err := l.db.ExecContext(ctx, l.q.claimNew, key.Job, key.Period, req.Owner, micros(req.Lease), req.Fingerprint, key.Job, key.Period)
+	switch {
+	case errno(err) == erDupEntry || retryable(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 // queries are a ledger's statements, their table names filled in once.
 type queries struct {
-	peek, freshInsert, finish, advance, promote string
+	peek, status, freshInsert, claimNew, finish, finishDone, advance, promote string
 }
 
 func newQueries(t tables) queries {
 	r := strings.NewReplacer("{runs}", t.runs, "{jobs}", t.jobs, "{now}", nowSQL)
 	return queries{
 		peek:        `SELECT ` + nowSQL + `, ` + runCols + ` FROM ` + t.runs + ` WHERE job = ? AND period = ?`,
+		status:      `SELECT status, fingerprint, value FROM ` + t.runs + ` WHERE job = ? AND period = ?`,
 		freshInsert: r.Replace(freshInsertSQL),
+		claimNew:    r.Replace(claimNewSQL),
 		promote:     promoteSQL(t),
 		finish: `UPDATE ` + t.runs + ` SET status = ?, failures = ?,
 		not_before = CASE WHEN ? IS NULL THEN 0 ELSE ` + nowSQL + ` + ? END,
 		last_error = ?, lease_until = 0, updated = ` + nowSQL + `, value = ?
 		WHERE job = ? AND period = ? AND attempt = ? AND status = 'running'`,
+		finishDone: `UPDATE ` + t.runs + ` SET status = ?, failures = ?,
+		not_before = CASE WHEN ? IS NULL THEN 0 ELSE ` + nowSQL + ` + ? END,
+		last_error = ?, lease_until = 0, updated = ` + nowSQL + `, value = ?
+		WHERE job = ? AND period = ? AND attempt = ? AND status = 'running' AND rerun_pending = 0`,
 		advance: `INSERT INTO ` + t.jobs + ` (job, cursor_period, horizon) VALUES (?, ?, '')
 		ON DUPLICATE KEY UPDATE cursor_period = GREATEST(cursor_period, VALUES(cursor_period))`,
 	}

@@ -37,42 +37,63 @@ func (l *Ledger) AddItems(ctx context.Context, key idemstore.Key, items []string
 		return nil
 	}
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
-		var sealed int
-		if err := lockOrCreate(ctx, tx, `SELECT sealed FROM `+l.t.itemsets+` WHERE job = ? AND period = ? FOR UPDATE`,
-			[]any{key.Job, key.Period}, []any{&sealed},
-			`INSERT IGNORE INTO `+l.t.itemsets+` (job, period, sealed) VALUES (?, ?, 0)`, []any{key.Job, key.Period}); err != nil {
+		if sealed, err := l.lockItemSet(ctx, tx, key); err != nil || sealed {
 			return err
 		}
-		if sealed == 1 {
-			return nil
-		}
-		fresh := make([]string, 0, len(items))
-		seen := make(map[string]bool, len(items))
-		for rest := items; len(rest) > 0; {
-			batch := rest[:min(addBatch, len(rest))]
-			rest = rest[len(batch):]
-			var err error
-			if fresh, err = l.addFresh(ctx, tx, key, batch, seen, fresh); err != nil {
-				return err
-			}
-		}
-		for len(fresh) > 0 {
-			n, size := 0, 0
-			for n < len(fresh) && (n == 0 || size+len(fresh[n])+1 <= listBytes) {
-				size += len(fresh[n]) + 1
-				n++
-			}
-			if err := l.addChunk(ctx, tx, key, fresh[:n]); err != nil {
-				return err
-			}
-			fresh = fresh[n:]
-		}
-		return nil
+		return l.addItemsTx(ctx, tx, key, items)
 	})
 	if err != nil {
 		return opErr("add items", key, err)
 	}
 	return nil
+}
+
+// lockItemSet locks the period's row in itemsets (FOR UPDATE, created if
+// missing) in tx, and reports whether the set is sealed.
+func (l *Ledger) lockItemSet(ctx context.Context, tx *sql.Tx, key idemstore.Key) (sealed bool, err error) {
+	var s int
+	err = lockOrCreate(ctx, tx, `SELECT sealed FROM `+l.t.itemsets+` WHERE job = ? AND period = ? FOR UPDATE`,
+		[]any{key.Job, key.Period}, []any{&s},
+		`INSERT IGNORE INTO `+l.t.itemsets+` (job, period, sealed) VALUES (?, ?, 0)`, []any{key.Job, key.Period})
+	return s == 1, err
+}
+
+// addItemsTx is AddItems in tx, which holds the period's itemsets row: the
+// items not in item_set are inserted there and form a new chunk (several,
+// for a list above listBytes).
+func (l *Ledger) addItemsTx(ctx context.Context, tx *sql.Tx, key idemstore.Key, items []string) error {
+	fresh := make([]string, 0, len(items))
+	seen := make(map[string]bool, len(items))
+	for rest := items; len(rest) > 0; {
+		batch := rest[:min(addBatch, len(rest))]
+		rest = rest[len(batch):]
+		var err error
+		if fresh, err = l.addFresh(ctx, tx, key, batch, seen, fresh); err != nil {
+			return err
+		}
+	}
+	for _, c := range cutList(fresh) {
+		if err := l.addChunk(ctx, tx, key, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cutList cuts items into chunks whose lists (newline-separated) hold at
+// most listBytes, or one item.
+func cutList(items []string) [][]string {
+	var chunks [][]string
+	for len(items) > 0 {
+		n, size := 0, 0
+		for n < len(items) && (n == 0 || size+len(items[n])+1 <= listBytes) {
+			size += len(items[n]) + 1
+			n++
+		}
+		chunks = append(chunks, items[:n])
+		items = items[n:]
+	}
+	return chunks
 }
 
 // addFresh inserts the items of batch that item_set lacks and appends them
@@ -150,27 +171,25 @@ func (l *Ledger) SealItems(ctx context.Context, key idemstore.Key) error {
 	return nil
 }
 
-// CountItems implements [idemstore.ItemStore]. NextRetry and Now are the
-// server's.
+// CountItems implements [idemstore.ItemStore] with two reads, without a
+// transaction (each read sees what was committed when it ran, as in the
+// READ COMMITTED transaction it would otherwise be): the seal and the
+// chunks' counts, then the items that have records of their own. NextRetry
+// and Now are the server's.
 func (l *Ledger) CountItems(ctx context.Context, key idemstore.Key) (idemstore.ItemCounts, error) {
 	var c idemstore.ItemCounts
-	err := l.inTx(ctx, func(tx *sql.Tx) error {
-		c = idemstore.ItemCounts{}
-		var sealed int
-		err := tx.QueryRowContext(ctx, `SELECT sealed FROM `+l.t.itemsets+` WHERE job = ? AND period = ?`, key.Job, key.Period).Scan(&sealed)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		c.Sealed = sealed == 1
-		var now int64
+	err := func(tx *sql.DB) error {
+		var now, sealed int64
 		var pending, running, settled sql.NullInt64
 		if err := tx.QueryRowContext(ctx, `SELECT `+nowSQL+`,
+				COALESCE((SELECT sealed FROM `+l.t.itemsets+` WHERE job = ? AND period = ?), 0),
 				SUM(CASE WHEN status = 'pending' OR status = 'running' AND started <= settled THEN n - settled END),
 				SUM(CASE WHEN status = 'running' AND started > settled THEN n - settled END),
 				SUM(settled)
-			FROM `+l.t.itemChunks+` WHERE job = ? AND period = ?`, key.Job, key.Period).Scan(&now, &pending, &running, &settled); err != nil {
+			FROM `+l.t.itemChunks+` WHERE job = ? AND period = ?`, key.Job, key.Period, key.Job, key.Period).Scan(&now, &sealed, &pending, &running, &settled); err != nil {
 			return err
 		}
+		c.Sealed = sealed == 1
 		c.Now = fromMicros(now)
 		c.Pending, c.Running, c.Done = pending.Int64, running.Int64, settled.Int64
 		rows, err := tx.QueryContext(ctx, `SELECT CASE WHEN status = 'failed' AND failures = 0 THEN 'pending' ELSE status END AS st,
@@ -205,7 +224,7 @@ func (l *Ledger) CountItems(ctx context.Context, key idemstore.Key) (idemstore.I
 		}
 		c.Done -= own
 		return rows.Err()
-	})
+	}(l.db)
 	if err != nil {
 		return idemstore.ItemCounts{}, opErr("count items", key, err)
 	}
@@ -222,17 +241,17 @@ func (l *Ledger) ClaimItems(ctx context.Context, key idemstore.Key, req idemstor
 	var b idemstore.ItemBatch
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
 		b = idemstore.ItemBatch{}
-		var now int64
-		if err := tx.QueryRowContext(ctx, `SELECT `+nowSQL).Scan(&now); err != nil {
-			return err
-		}
-		until := now + micros(req.Lease)
 		var gone []string
 		for checked := false; ; checked = true {
-			ok, err := l.claimChunk(ctx, tx, key, req, now, until, gone, &b)
+			ok, err := l.claimChunk(ctx, tx, key, req, gone, &b)
 			if err != nil || ok {
 				return err
 			}
+			now, err := serverNow(ctx, tx)
+			if err != nil {
+				return err
+			}
+			until := now + micros(req.Lease)
 			if err := l.claimSingles(ctx, tx, key, req, now, until, gone, &b); err != nil || len(b.Items) > 0 || checked {
 				return err
 			}
@@ -259,36 +278,47 @@ func ownerIn(gone []string) (string, []any) {
 	return "owner IN (" + marks(len(gone)) + ")", args
 }
 
-func (l *Ledger) claimChunk(ctx context.Context, tx *sql.Tx, key idemstore.Key, req idemstore.ItemClaimRequest, now, until int64, gone []string, b *idemstore.ItemBatch) (bool, error) {
+// claimChunk takes the first runnable chunk (FOR UPDATE SKIP LOCKED),
+// read with its item list and the server's time in one statement, then
+// written; ok is false when no chunk is runnable.
+func (l *Ledger) claimChunk(ctx context.Context, tx *sql.Tx, key idemstore.Key, req idemstore.ItemClaimRequest, gone []string, b *idemstore.ItemBatch) (bool, error) {
 	cond, gargs := ownerIn(gone)
-	args := append([]any{key.Job, key.Period, now}, gargs...)
-	var chunk int64
-	err := tx.QueryRowContext(ctx, `SELECT chunk FROM `+l.t.itemChunks+` WHERE job = ? AND period = ?
-		AND (status = 'pending' OR status = 'running' AND (lease_until <= ? OR `+cond+`))
-		ORDER BY chunk LIMIT 1 FOR UPDATE SKIP LOCKED`, args...).Scan(&chunk)
+	args := append([]any{key.Job, key.Period}, gargs...)
+	var (
+		now, chunk                           int64
+		status                               string
+		attempt                              int64
+		settled, started, failures, n, doubt int
+		items                                []byte
+	)
+	// The item list is read by a subquery: a consistent read, no lock (a
+	// chunk's list is written once, with the chunk).
+	err := tx.QueryRowContext(ctx, `SELECT `+nowSQL+`, c.chunk, c.status, c.attempt, c.settled, c.started, c.failures, c.n,
+			(SELECT li.items FROM `+l.t.itemLists+` li WHERE li.job = c.job AND li.period = c.period AND li.chunk = c.chunk)
+		FROM `+l.t.itemChunks+` c WHERE c.job = ? AND c.period = ?
+		AND (c.status = 'pending' OR c.status = 'running' AND (c.lease_until <= `+nowSQL+` OR `+cond+`))
+		ORDER BY c.chunk LIMIT 1 FOR UPDATE SKIP LOCKED`, args...).Scan(&now, &chunk, &status, &attempt, &settled, &started, &failures, &n, &items)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.itemChunks+` SET
-			doubt = CASE WHEN status = 'running' THEN started ELSE 0 END,
-			failures = failures + (status = 'running'),
-			status = 'running', attempt = attempt + 1, owner = ?, lease_until = ?, updated = ?,
+	if items == nil {
+		return false, fmt.Errorf("chunk %d has no item list", chunk)
+	}
+	// What the UPDATE below writes, as it writes it (the row is locked).
+	if status == string(idemstore.StatusRunning) {
+		doubt, failures = started, failures+1
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.itemChunks+` SET doubt = ?, failures = ?,
+			status = 'running', attempt = ?, owner = ?, lease_until = ?, updated = ?,
 			started = GREATEST(started, LEAST(settled + ?, n))
 		WHERE job = ? AND period = ? AND chunk = ?`,
-		req.Owner, until, now, max(req.N, 1), key.Job, key.Period, chunk); err != nil {
+		doubt, failures, attempt+1, req.Owner, now+micros(req.Lease), now, max(req.N, 1), key.Job, key.Period, chunk); err != nil {
 		return false, err
 	}
-	var doubt, failures int
-	var items []byte
-	if err := tx.QueryRowContext(ctx, `SELECT c.attempt, c.settled, c.doubt, c.failures, li.items
-		FROM `+l.t.itemChunks+` c JOIN `+l.t.itemLists+` li ON li.job = c.job AND li.period = c.period AND li.chunk = c.chunk
-		WHERE c.job = ? AND c.period = ? AND c.chunk = ?`, key.Job, key.Period, chunk).Scan(&b.Attempt, &b.Pos, &doubt, &failures, &items); err != nil {
-		return false, fmt.Errorf("chunk %d: %w", chunk, err)
-	}
-	b.Chunk = chunk
+	b.Chunk, b.Attempt, b.Pos = chunk, attempt+1, settled
 	b.Items = chunkClaims(string(items), b.Attempt, b.Pos, doubt, failures)
 	return true, nil
 }
@@ -443,6 +473,16 @@ func (l *Ledger) finishSingles(ctx context.Context, tx *sql.Tx, key idemstore.Ke
 	return lost, nil
 }
 
+// allDone reports whether every end is done.
+func allDone(ends []idemstore.ItemEnd) bool {
+	for _, e := range ends {
+		if e.Status != idemstore.StatusDone {
+			return false
+		}
+	}
+	return true
+}
+
 func serverNow(ctx context.Context, tx *sql.Tx) (int64, error) {
 	var now int64
 	err := tx.QueryRowContext(ctx, `SELECT `+nowSQL).Scan(&now)
@@ -458,6 +498,24 @@ func (l *Ledger) FinishItems(ctx context.Context, key idemstore.Key, step idemst
 		return nil, opErr("finish items", key, err)
 	}
 	ctx = context.WithoutCancel(ctx)
+	if step.Chunk != 0 && allDone(ends) {
+		// The window's done marks alone: one autocommitted UPDATE of the
+		// chunk's row, fenced by its WHERE clause.
+		res, err := l.exec(ctx, `UPDATE `+l.t.itemChunks+` SET settled = ?, started = GREATEST(started, LEAST(?, n)),
+				lease_until = CASE WHEN ? THEN 0 ELSE `+nowSQL+` + ? END, updated = `+nowSQL+`, status = IF(? >= n, 'done', 'running')
+			WHERE job = ? AND period = ? AND chunk = ? AND attempt = ? AND status = 'running' AND settled = ?`,
+			step.From+len(ends), step.From+len(ends)+step.Next, step.LeaseUntil.IsZero(), micros(step.LeaseUntil.Sub(step.Now)), step.From+len(ends),
+			key.Job, key.Period, step.Chunk, step.Attempt, step.From)
+		if err != nil {
+			return nil, opErr("finish items", key, err)
+		}
+		if n, err := res.RowsAffected(); err != nil { // settled moves by len(ends) > 0: a match changes the row
+			return nil, opErr("finish items", key, err)
+		} else if n == 0 {
+			return idemstore.EndItems(ends), nil
+		}
+		return nil, nil
+	}
 	var lost []string
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
 		lost = nil

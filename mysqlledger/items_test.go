@@ -123,3 +123,69 @@ func TestIdleConnectionsClosedByServer(t *testing.T) {
 		}
 	}
 }
+
+// TestFinishItemsFenced: a window's done marks (every end done: one
+// UPDATE of the chunk's row) are fenced by the chunk's attempt and settled
+// position. The attempt whose lease expired and was taken over gets every
+// item back in lost and writes nothing; the new attempt's window lands; a
+// window from a position that is not the chunk's settled one is lost too.
+// The chunk's lease moves with the window.
+func TestFinishItemsFenced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := openLedger(t, openDB(t))
+	key := idem.Key{Job: "fan", Period: "2026-12-05"}
+	if err := l.AddItems(ctx, key, []string{"a", "b", "c", "d"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SealItems(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	req := idemstore.ItemClaimRequest{Owner: "o", N: 2, Lease: time.Minute}
+	old, err := l.ClaimItems(ctx, key, req)
+	if err != nil || old.Chunk == 0 || old.Attempt != 1 || len(old.Items) != 4 {
+		t.Fatalf("first claim: %+v, %v", old, err)
+	}
+	if err := shiftTimes(l, 2*time.Minute); err != nil { // the first attempt's lease expires
+		t.Fatal(err)
+	}
+	cur, err := l.ClaimItems(ctx, key, req)
+	if err != nil || cur.Chunk != old.Chunk || cur.Attempt != 2 {
+		t.Fatalf("claim after the lease expired: %+v, %v", cur, err)
+	}
+	now := time.Now()
+	ends := func(b idemstore.ItemBatch, items ...string) []idemstore.ItemEnd {
+		var es []idemstore.ItemEnd
+		for _, it := range items {
+			es = append(es, idemstore.ItemEnd{Item: it, Attempt: b.Attempt, Status: idemstore.StatusDone, Now: now})
+		}
+		return es
+	}
+	step := func(b idemstore.ItemBatch, from int) idemstore.ItemStep {
+		return idemstore.ItemStep{Chunk: b.Chunk, Attempt: b.Attempt, From: from, Next: 2, LeaseUntil: now.Add(time.Hour), Now: now}
+	}
+	lost, err := l.FinishItems(ctx, key, step(old, 0), ends(old, "a", "b"))
+	if err != nil || !slices.Equal(lost, []string{"a", "b"}) {
+		t.Fatalf("the taken-over attempt's window: lost %q, %v; want a and b lost", lost, err)
+	}
+	if c, _ := l.CountItems(ctx, key); c.Done != 0 {
+		t.Fatalf("after the taken-over attempt's window: %+v; want nothing done", c)
+	}
+	if lost, err := l.FinishItems(ctx, key, step(cur, 0), ends(cur, "a", "b")); err != nil || len(lost) != 0 {
+		t.Fatalf("the current attempt's window: lost %q, %v", lost, err)
+	}
+	if lost, err := l.FinishItems(ctx, key, step(cur, 0), ends(cur, "a", "b")); err != nil || len(lost) != 2 {
+		t.Fatalf("the same window again (the chunk's settled position moved): lost %q, %v; want both", lost, err)
+	}
+	var lease, settled int64
+	if err := l.DB().QueryRow(`SELECT lease_until - `+"CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) AS SIGNED)"+`, settled FROM `+
+		l.Table("item_chunks")+` WHERE job = ? AND period = ? AND chunk = ?`, key.Job, key.Period, cur.Chunk).Scan(&lease, &settled); err != nil {
+		t.Fatal(err)
+	}
+	if settled != 2 || lease < (50*time.Minute).Microseconds() {
+		t.Fatalf("the chunk after the window: settled %d, lease %v from now; want 2 and about an hour", settled, time.Duration(lease)*time.Microsecond)
+	}
+	if c, _ := l.CountItems(ctx, key); c.Done != 2 {
+		t.Fatalf("after the current attempt's window: %+v; want 2 done", c)
+	}
+}

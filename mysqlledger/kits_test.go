@@ -62,6 +62,7 @@ func TestSharedLimits(t *testing.T) {
 func killHarness() idemtest.KillHarness[*sql.Tx] {
 	ledger := func(s idem.TxStore[*sql.Tx]) *mysqlledger.Ledger { return s.(*mysqlledger.Ledger) }
 	return idemtest.KillHarness[*sql.Tx]{
+		SetUntilSeal: true, // a turn keeps the set it records in memory until its Seal
 		Open: func(t *testing.T) (idem.TxStore[*sql.Tx], string) {
 			l := openLedger(t, openDB(t))
 			if _, err := l.DB().Exec(`CREATE TABLE ` + l.Table("granted") + ` (item VARBINARY(255) NOT NULL PRIMARY KEY, n INT NOT NULL)`); err != nil {

@@ -45,7 +45,8 @@ var ErrWeakDurability = errors.New("mysqlledger: the server does not flush each 
 //
 // It implements [idemstore.Store], [idemstore.TxStore] and
 // [idemstore.FreshTxStore] (with *sql.Tx),
-// [idemstore.CatchUpStore], [idemstore.Lister], [idemstore.ItemStore] and
+// [idemstore.CatchUpStore], [idemstore.Lister], [idemstore.ItemStore],
+// [idemstore.ItemRecorder], [idemstore.ItemRecordTurns] and
 // [idemstore.ItemTxStore] (with *sql.Tx), [idemstore.OutboxTxStore] (with
 // *sql.Tx) and [idemstore.OutboxStore], [idemstore.LimitStore] and
 // [idemstore.Rerunner] (idem.Rerun).
@@ -242,9 +243,19 @@ func retryable(err error) bool { return errno(err) == erLockDeadlock }
 // returns nil; a deadlock (which rolls the transaction back) runs it again,
 // a few times.
 func (l *Ledger) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return inTxOn(ctx, l.db, fn)
+}
+
+// beginner begins transactions: a *sql.DB, or a *sql.Conn held for a turn.
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// inTxOn is inTx on b.
+func inTxOn(ctx context.Context, b beginner, fn func(tx *sql.Tx) error) error {
 	var err error
 	for try := 0; try < 20; try++ {
-		err = l.inTxOnce(ctx, fn)
+		err = inTxOnce(ctx, b, fn)
 		if !retryable(err) {
 			return err
 		}
@@ -265,8 +276,8 @@ func (l *Ledger) exec(ctx context.Context, q string, args ...any) (sql.Result, e
 	}
 }
 
-func (l *Ledger) inTxOnce(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := l.db.BeginTx(ctx, txOpts)
+func inTxOnce(ctx context.Context, b beginner, fn func(tx *sql.Tx) error) error {
+	tx, err := b.BeginTx(ctx, txOpts)
 	if err != nil {
 		return err
 	}

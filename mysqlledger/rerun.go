@@ -51,7 +51,7 @@ func ddlTable(q string) string {
 func promoteSQL(t tables) string {
 	return `UPDATE ` + t.runs + ` r JOIN (SELECT revision, reason, by_whom, request_id FROM ` + t.reruns + `
 		WHERE job = ? AND period = ? AND state = 'pending' ORDER BY requested, request_id LIMIT 1) q
-	SET r.status = 'failed', r.revision = q.revision, r.failures = 0, r.not_before = 0, r.lease_until = 0,
+	SET r.status = 'failed', r.revision = q.revision, r.rerun_pending = 0, r.failures = 0, r.not_before = 0, r.lease_until = 0,
 		r.last_error = CONCAT('re-run requested as revision ', q.revision, ' by ', IF(q.by_whom = '', '?', q.by_whom),
 			' (request ', CAST(q.request_id AS CHAR CHARACTER SET utf8mb4), '): ', q.reason)
 	WHERE r.job = ? AND r.period = ? AND r.status = 'done' AND r.revision < q.revision`
@@ -178,6 +178,13 @@ func (l *Ledger) rerunKey(ctx context.Context, tx *sql.Tx, key idemstore.Key, re
 	case idemstore.StatusRunning:
 		// More requests while it runs share one revision.
 		o.State, o.Revision = idemstore.RerunAfterRun, s.rec.Revision+1
+		// The mark on the row sends its done mark to Finish's
+		// transaction, which promotes (the row is locked here: a done
+		// mark waits, then sees it).
+		if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.runs+` SET rerun_pending = ? WHERE job = ? AND period = ?`,
+			o.Revision, key.Job, key.Period); err != nil {
+			return o, err
+		}
 		return o, insert(o.Revision, "pending")
 	default: // failed: it runs again anyway
 		o.State, o.Revision = idemstore.RerunDue, s.rec.Revision

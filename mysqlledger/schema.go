@@ -44,7 +44,8 @@ const tableOpts = ` ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
 // version's: every statement is CREATE TABLE IF NOT EXISTS or an ALTER
 // TABLE that adds a column (ignored when the column exists), run one by
 // one (MySQL commits each DDL statement on its own). Version 2 added the
-// column runs.revision and the table reruns (re-runs, rerun.go).
+// columns runs.revision and runs.rerun_pending and the table reruns
+// (re-runs, rerun.go).
 func (l *Ledger) ddl() []string {
 	t := l.t
 	return []string{
@@ -55,8 +56,10 @@ func (l *Ledger) ddl() []string {
 			owner TEXT NOT NULL, lease_until BIGINT NOT NULL, not_before BIGINT NOT NULL,
 			last_error MEDIUMTEXT NOT NULL, created BIGINT NOT NULL, updated BIGINT NOT NULL,
 			fingerprint TEXT NOT NULL, value MEDIUMBLOB NULL, revision BIGINT NOT NULL DEFAULT 0,
+			rerun_pending BIGINT NOT NULL DEFAULT 0,
 			PRIMARY KEY (job, period), KEY status_idx (status, job, period))` + tableOpts,
 		`ALTER TABLE ` + t.runs + ` ADD COLUMN revision BIGINT NOT NULL DEFAULT 0`,
+		`ALTER TABLE ` + t.runs + ` ADD COLUMN rerun_pending BIGINT NOT NULL DEFAULT 0`,
 		rerunsDDL(t),
 		`CREATE TABLE IF NOT EXISTS ` + t.jobs + ` (job VARBINARY(255) NOT NULL PRIMARY KEY,
 			cursor_period VARBINARY(255) NOT NULL, horizon VARBINARY(255) NOT NULL)` + tableOpts,

@@ -98,10 +98,18 @@ func inFrame(req idemstore.ClaimRequest, now time.Time, rec idemstore.Record) id
 	return rec
 }
 
-// Claim implements [idemstore.Store]. It first reads the key's record and
-// its job's horizon in one statement, without a lock: a key not to be
-// taken (done, most often) is answered from that read. Otherwise, in one
-// READ COMMITTED transaction it
+// Claim implements [idemstore.Store]. It first reads the key's status,
+// fingerprint and value by primary key, without a lock: a done key (the
+// usual duplicate trigger) or a fingerprint that does not match is
+// answered from that read, with the fields [idemstore.Claim] lets a store
+// fill in alone. Another recorded key is read whole, again without a
+// lock, and a key not to be taken (held, backing off, parked, skipped) is
+// answered from that read. A key with no record is then claimed by one
+// autocommitted statement (claimNewSQL: attempt 1's row, unless the job's
+// horizon covers the key, read under a shared lock of the job's row, as
+// below): two round trips and one commit in all. Otherwise (the key has a
+// record to take, the horizon covers it, or another claimer inserted it
+// in between), in one READ COMMITTED transaction it
 // reads the key's record under its row lock (FOR UPDATE) and the job's
 // horizon under a shared lock of the job's row, decides with
 // [idemstore.Decide] on the server's clock, and writes the claim. Two
@@ -112,8 +120,21 @@ func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemsto
 	if err := req.Key.Validate(); err != nil {
 		return idemstore.Claim{}, err
 	}
-	if c, ok := l.settled(ctx, req); ok {
+	if c, settled, found, err := l.quickClaim(ctx, req); err == nil && settled {
 		return c, nil
+	} else if err == nil && !found {
+		// No record: one statement inserts attempt 1's claim, unless the
+		// job's horizon covers the key or a claimer recorded it meanwhile.
+		if ok, err := l.claimNew(ctx, req); err != nil {
+			return idemstore.Claim{}, opErr("claim", req.Key, err)
+		} else if ok {
+			return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: req.Key}}, nil
+		}
+	}
+	if s, found, err := l.peek(ctx, req.Key); err == nil && found {
+		if c, ok := l.settledBy(req, s); ok {
+			return c, nil
+		}
 	}
 	var c idemstore.Claim
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
@@ -230,17 +251,45 @@ func (l *Ledger) finishArgs(key idemstore.Key, attempt int64, end idemstore.End)
 // advanceSQL moves a job's cursor forward (byte order).
 func (l *Ledger) advanceSQL() string { return l.q.advance }
 
-// Finish implements [idemstore.Store]. A backoff deadline is kept on the
-// server's clock: end.NotBefore - end.Now from the server's time. With
-// end.Cursor, a done mark also moves the job's cursor forward, in the same
-// transaction; a done mark of an attempt for which a re-run request waits
-// ([Ledger.Rerun] while it ran) gives the period the request's revision,
-// in the same transaction too.
+// Finish implements [idemstore.Store]: most often one autocommitted
+// UPDATE, fenced by its WHERE clause (the attempt, still running). A
+// backoff deadline is kept on the server's clock: end.NotBefore - end.Now
+// from the server's time. With end.Cursor, a done mark also moves the
+// job's cursor forward, in the same transaction; a done mark of an attempt
+// for which a re-run request waits ([Ledger.Rerun] while it ran: the
+// row's rerun_pending) gives the period the request's revision, in the
+// same transaction too.
 func (l *Ledger) Finish(ctx context.Context, key idemstore.Key, attempt int64, end idemstore.End) error {
 	if err := end.Check("mysqlledger", key); err != nil {
 		return err
 	}
 	ctx = context.WithoutCancel(ctx) // a finished attempt must be recorded even if the caller gave up
+	done := end.Status == idemstore.StatusDone
+	if !end.Cursor || !done {
+		// One statement, autocommitted: its WHERE clause is the fence. A
+		// done mark's also asks that no re-run request wait for the
+		// attempt (rerun_pending, set under the row's lock by Rerun):
+		// one that does is written by the transaction below, with the
+		// promotion.
+		q := l.finishSQL()
+		if done {
+			q = l.q.finishDone
+		}
+		res, err := l.exec(ctx, q, l.finishArgs(key, attempt, end)...)
+		if err != nil {
+			return opErr("finish", key, err)
+		}
+		n, err := res.RowsAffected()
+		switch {
+		case err != nil:
+			return opErr("finish", key, err)
+		case n == 1:
+			return nil
+		case !done:
+			return idemstore.LeaseLost(key, attempt)
+		}
+		// Lost, or a request waits: the transaction decides.
+	}
 	err := l.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, l.finishSQL(), l.finishArgs(key, attempt, end)...)
 		if err != nil {

@@ -138,7 +138,7 @@ func capabilities(s any) string {
 // opens (TestDetachedKeepsCapabilities checks each of them).
 var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 	"": func(d detached) idemstore.CatchUpStore { return d },
-	// The SQLite ledger and the MySQL ledger.
+	// The SQLite ledger.
 	"ItemStore OutboxStore OutboxReleaser LimitStore Lister Rerunner": func(d detached) idemstore.CatchUpStore {
 		s := d.CatchUpStore
 		return struct {
@@ -150,6 +150,24 @@ var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 			detachedLister
 			detachedRerunner
 		}{d, detachedItems{s.(idemstore.ItemStore)}, detachedOutbox{s.(idemstore.OutboxStore)},
+			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)},
+			detachedRerunner{s.(idemstore.Rerunner)}}
+	},
+	// The MySQL ledger.
+	"ItemStore ItemRecorder ItemRecordTurns OutboxStore OutboxReleaser LimitStore Lister Rerunner": func(d detached) idemstore.CatchUpStore {
+		s := d.CatchUpStore
+		return struct {
+			detached
+			detachedItems
+			detachedItemRecorder
+			detachedItemRecordTurns
+			detachedOutbox
+			detachedOutboxReleaser
+			detachedLimits
+			detachedLister
+			detachedRerunner
+		}{d, detachedItems{s.(idemstore.ItemStore)}, detachedItemRecorder{s.(idemstore.ItemRecorder)},
+			detachedItemRecordTurns{s.(idemstore.ItemRecordTurns)}, detachedOutbox{s.(idemstore.OutboxStore)},
 			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)},
 			detachedRerunner{s.(idemstore.Rerunner)}}
 	},
