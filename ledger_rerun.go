@@ -46,6 +46,15 @@ func (l ledgerStore) Rerun(ctx context.Context, req idemstore.RerunRequest) ([]i
 			}
 			out = append(out, o)
 		}
+		woken := map[string]bool{}
+		for _, key := range req.Keys {
+			if !woken[key.Job] {
+				woken[key.Job] = true
+				if err := wakeJob(tx, key.Job); err != nil { // the Schedulers look at once
+					return err
+				}
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -132,8 +141,10 @@ func promoteRerun(tx *wtx, key Key) error {
 		WHERE job=? AND period=? AND status='done' AND revision < ?`, revision, note, key.Job, key.Period, revision); err != nil {
 		return err
 	}
-	_, err = tx.exec(`UPDATE idem_reruns SET state='queued' WHERE job=? AND period=? AND state='pending'`, key.Job, key.Period)
-	return err
+	if _, err = tx.exec(`UPDATE idem_reruns SET state='queued' WHERE job=? AND period=? AND state='pending'`, key.Job, key.Period); err != nil {
+		return err
+	}
+	return wakeJob(tx, key.Job) // the re-run is due now: the Schedulers look at once
 }
 
 // RerunsDue implements [idemstore.Rerunner].
