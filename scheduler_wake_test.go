@@ -1,0 +1,55 @@
+package idem_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testwait"
+)
+
+// TestSchedulerRunsRerunAtOnce: a running Scheduler whose daily job is
+// done runs a re-run of that period, requested through the store, at its
+// next poll of the wake marks, not at the job's next due time (tomorrow).
+func TestSchedulerRunsRerunAtOnce(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	s := idem.NewScheduler(l)
+	var c calls
+	if err := s.Add("daily", idem.Daily(time.UTC), c.fn); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(t, s)
+	key := idem.Key{Job: "daily", Period: idem.LastPeriod(idem.Daily(time.UTC), time.Now()).Name}
+	testwait.Until(t, func() bool { return len(c.get()) == 1 }, "the Scheduler's first look to run %s", key)
+	if _, err := idem.Rerun(context.Background(), l, idem.RerunRequest{Keys: []idem.Key{key}, RequestID: "fix-1", Reason: "data repaired"}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, func() bool { return len(c.get()) == 2 }, "the Scheduler to run the re-run of %s (runs so far: %v)", key, c.get())
+	if got := c.get(); got[0] != key.Period || got[1] != key.Period {
+		t.Errorf("runs %v, want %s twice", got, key.Period)
+	}
+}
+
+// TestWakeNeedsWaker: idem.Wake on a store without wake marks (the state
+// file) is an error naming the store and the interface; on the ledger it
+// marks the job.
+func TestWakeNeedsWaker(t *testing.T) {
+	sf, err := idem.OpenStateFile(filepath.Join(t.TempDir(), "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = idem.Wake(context.Background(), sf, "daily")
+	if err == nil || !strings.Contains(err.Error(), "idemstore.Waker") || !strings.Contains(err.Error(), "Wake") {
+		t.Errorf("Wake on a state file: %v, want an error naming Wake and idemstore.Waker", err)
+	}
+	l := openLedger(t, t.TempDir())
+	if err := idem.Wake(context.Background(), l, "daily"); err != nil {
+		t.Errorf("Wake on a ledger: %v", err)
+	}
+	if err := idem.Wake(context.Background(), l, ""); err == nil {
+		t.Error("Wake of an empty job name: no error")
+	}
+}
