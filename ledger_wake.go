@@ -2,6 +2,8 @@ package idem
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -41,12 +43,22 @@ func (l ledgerStore) Wake(ctx context.Context, job string) error {
 	return nil
 }
 
-// wokenSQL reads the marks above ?: a range of idem_meta's primary key
-// (the rows of the jobs ever woken, no other).
+// wokenSQL reads the marks above ?: the range of idem_meta's primary key
+// that holds the rows of the jobs ever woken (and no other).
 const wokenSQL = `SELECT name, value FROM idem_meta WHERE name >= 'wake/' AND name < 'wake0' AND value > ?`
 
 // Woken implements [idemstore.Waker].
 func (l ledgerStore) Woken(ctx context.Context, after int64) ([]string, int64, error) {
+	// The counter first: one lookup of the primary key, all a poll reads
+	// while nothing was woken.
+	var counter int64
+	err := l.db.QueryRowContext(ctx, `SELECT value FROM idem_meta WHERE name = ?`, idemstore.WakeCounter).Scan(&counter)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && counter <= after {
+		return nil, after, nil
+	}
+	if err != nil {
+		return nil, after, fmt.Errorf("idem: %s: read wake marks: %w", l.where(), err)
+	}
 	rows, err := l.db.QueryContext(ctx, wokenSQL, after)
 	if err != nil {
 		return nil, after, fmt.Errorf("idem: %s: read wake marks: %w", l.where(), err)

@@ -2,12 +2,14 @@ package idem_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/testwait"
 )
 
@@ -52,4 +54,45 @@ func TestWakeNeedsWaker(t *testing.T) {
 	if err := idem.Wake(context.Background(), l, ""); err == nil {
 		t.Error("Wake of an empty job name: no error")
 	}
+}
+
+// BenchmarkWakePoll is one poll of a Scheduler (idemstore.Waker.Woken)
+// on a ledger with 1 or 1,000 jobs ever woken and nothing new: what every
+// running Scheduler costs the ledger each idem.SchedulerWakePoll. A
+// Lookup of a record is the yardstick.
+func BenchmarkWakePoll(b *testing.B) {
+	for _, n := range []int{1, 1000} {
+		b.Run(fmt.Sprintf("marks=%d", n), func(b *testing.B) {
+			l := openLedger(b, b.TempDir())
+			ctx := context.Background()
+			for i := range n {
+				if err := idem.Wake(ctx, l, fmt.Sprintf("job-%04d", i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			st, err := idemstore.Of(l)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w := st.(idemstore.Waker)
+			_, mark, err := w.Woken(ctx, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if jobs, _, err := w.Woken(ctx, mark); err != nil || len(jobs) != 0 {
+					b.Fatal(jobs, err)
+				}
+			}
+		})
+	}
+	b.Run("lookup", func(b *testing.B) {
+		l := openLedger(b, b.TempDir())
+		ctx := context.Background()
+		for b.Loop() {
+			if _, _, err := l.Lookup(ctx, idem.Key{Job: "job", Period: "2026-10-27"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
