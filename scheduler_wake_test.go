@@ -29,7 +29,7 @@ func TestSchedulerRunsRerunAtOnce(t *testing.T) {
 	if _, err := idem.Rerun(context.Background(), l, idem.RerunRequest{Keys: []idem.Key{key}, RequestID: "fix-1", Reason: "data repaired"}); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Until(t, func() bool { return len(c.get()) == 2 }, "the Scheduler to run the re-run of %s (runs so far: %v)", key, c.get())
+	testwait.Until(t, func() bool { return len(c.get()) == 2 }, "the Scheduler to run the re-run of %s", key)
 	if got := c.get(); got[0] != key.Period || got[1] != key.Period {
 		t.Errorf("runs %v, want %s twice", got, key.Period)
 	}
@@ -95,4 +95,70 @@ func BenchmarkWakePoll(b *testing.B) {
 			}
 		}
 	})
+}
+
+// wakeSpy is a ledger's store that tells, on read, each wake mark a
+// Scheduler's poll read.
+type wakeSpy struct {
+	idemstore.CatchUpStore
+	idemstore.Rerunner
+	idemstore.Waker
+	read chan []string
+}
+
+func (w *wakeSpy) Woken(ctx context.Context, after int64) ([]string, int64, error) {
+	jobs, next, err := w.Waker.Woken(ctx, after)
+	if len(jobs) > 0 {
+		w.read <- jobs
+	}
+	return jobs, next, err
+}
+
+// TestSchedulerWokenWhileCatchingUp: a re-run requested while the job's
+// catch-up runs, and read by the Scheduler's poll before it returns (the
+// catch-up read the re-runs due at its start), is run as soon as the
+// catch-up returns, not at the job's next due time.
+func TestSchedulerWokenWhileCatchingUp(t *testing.T) {
+	l := openLedger(t, t.TempDir())
+	ctx := context.Background()
+	day := idem.Daily(time.UTC)
+	latest := idem.LastPeriod(day, time.Now())
+	old := day.Prev(day.Prev(latest)) // done before the Scheduler starts
+	if err := l.Run(ctx, idem.Key{Job: "daily", Period: old.Name}, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	st, err := idemstore.Of(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spy := &wakeSpy{CatchUpStore: st.(idemstore.CatchUpStore), Rerunner: st.(idemstore.Rerunner), Waker: st.(idemstore.Waker),
+		read: make(chan []string, 16)}
+	started, release := make(chan string, 4), make(chan struct{})
+	var c calls
+	s := idem.NewScheduler(spy)
+	if err := s.Add("daily", day, func(ctx context.Context, p idem.Period) error {
+		started <- p.Name
+		if p.Name == latest.Name {
+			<-release // the catch-up runs until the test lets it end
+		}
+		return c.fn(ctx, p)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(t, s)
+	if p := testwait.Recv(t, started, "the first catch-up to run %s", latest.Name); p != latest.Name {
+		t.Fatalf("the first catch-up ran %s, want the latest due period %s", p, latest.Name)
+	}
+	key := idem.Key{Job: "daily", Period: old.Name}
+	if _, err := idem.Rerun(ctx, l, idem.RerunRequest{Keys: []idem.Key{key}, RequestID: "fix-1", Reason: "data repaired"}); err != nil {
+		t.Fatal(err)
+	}
+	if jobs := testwait.Recv(t, spy.read, "the Scheduler's poll to read the re-run's wake mark"); fmt.Sprint(jobs) != "[daily]" {
+		t.Fatalf("the poll read %v, want [daily]", jobs)
+	}
+	close(release)
+	testwait.Until(t, func() bool { return len(c.get()) == 2 }, "the Scheduler to run the re-run of %s after its catch-up", key)
+	if got := c.get(); got[1] != old.Name {
+		t.Errorf("runs %v, want %s then the re-run of %s", got, latest.Name, old.Name)
+	}
 }
