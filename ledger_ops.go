@@ -213,7 +213,7 @@ func (l *Ledger) Resolve(ctx context.Context, key Key, to Resolution) error {
 			key.Job, key.Period, string(status), msg, micros(now), micros(now)); err != nil {
 			return err
 		}
-		return nil
+		return wakeJob(tx, key.Job) // the Schedulers look at the job at once
 	})
 	if err != nil {
 		return l.opErr("resolve", key, err)

@@ -22,6 +22,8 @@ import (
 // the requests become queued (they share that revision). It is the
 // schema's, so every done mark promotes, in its own transaction, whoever
 // writes it (Finish, FinishTx, Resolve, a process of the release before).
+// The promotion also writes the job's wake mark (wakeJob's rows): the
+// re-run is due now, and the Schedulers look at once.
 // Its WHEN clause makes a done mark that finds no pending request cost one
 // lookup of idem_reruns' primary key, inside SQLite. The record's update
 // moves its counts (idem_runs_count_update fires for it: a nested trigger,
@@ -48,6 +50,10 @@ BEGIN
 			ORDER BY r.requested, r.request_id LIMIT 1)
 	WHERE job = NEW.job AND period = NEW.period AND status = 'done';
 	UPDATE idem_reruns SET state = 'queued' WHERE job = NEW.job AND period = NEW.period AND state = 'pending';
+	INSERT INTO idem_meta(name, value) VALUES('` + idemstore.WakeCounter + `', 1)
+		ON CONFLICT(name) DO UPDATE SET value = value + 1;
+	INSERT INTO idem_meta(name, value) SELECT '` + idemstore.WakeMarkPrefix + `' || NEW.job, value FROM idem_meta WHERE name = '` + idemstore.WakeCounter + `'
+		ON CONFLICT(name) DO UPDATE SET value = excluded.value;
 END;
 `
 
@@ -72,6 +78,15 @@ func (l ledgerStore) Rerun(ctx context.Context, req idemstore.RerunRequest) ([]i
 				return err
 			}
 			out = append(out, o)
+		}
+		woken := map[string]bool{}
+		for _, key := range req.Keys {
+			if !woken[key.Job] {
+				woken[key.Job] = true
+				if err := wakeJob(tx, key.Job); err != nil { // the Schedulers look at once
+					return err
+				}
+			}
 		}
 		return nil
 	})

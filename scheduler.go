@@ -155,6 +155,14 @@ func WithLagTolerance(d time.Duration) Option {
 // unknown one stops the job's catch-up until a person settles it, and makes
 // the Scheduler unready ([Scheduler.Handler]).
 //
+// A change made by hand reaches it within [SchedulerWakePoll]: a reset or
+// resolve, a re-run request ([Rerun]) or a "run now" ([Wake]), made in any
+// process sharing the store, wakes the job in every Scheduler running it,
+// which then looks at it at once rather than at its next due time. This
+// needs a store that keeps wake marks ([idemstore.Waker]: the SQLite and
+// Postgres ledgers); with another store, a Scheduler sees the change at the
+// job's next due time, or when it restarts.
+//
 // The zero Scheduler is not usable; call NewScheduler. Its methods are safe
 // for concurrent use.
 //
@@ -215,6 +223,7 @@ type schedJob struct {
 	wake     time.Time // when to look at the job next
 	queued   bool      // in the ready list
 	catching bool      // a catch-up runs
+	rewake   bool      // woken while its catch-up ran: look again when it returns
 	covered  string    // the latest period a catch-up or overlapping run has taken on
 	extra    int       // overlapping single-period runs in flight
 	again    bool      // look again as soon as the running catch-up ends (RerunWithDependents)
@@ -402,6 +411,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.state = schedRunning
 	work, hard := context.WithCancelCause(context.WithoutCancel(ctx))
 	s.hardStop = hard
+	s.mu.Unlock()
+	wakes := s.startWakes(ctx)
+	s.mu.Lock()
 	now := s.clock.Now()
 	for _, j := range s.jobs {
 		s.schedule(j, now)
@@ -409,6 +421,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.startRelays(work)
 	s.mu.Unlock()
 	defer close(s.finished)
+	if wakes != nil {
+		go wakes.run(work, s)
+	}
 
 	var timerAt time.Time
 	var timer <-chan time.Time
@@ -446,6 +461,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			timer = nil
 		}
 	}
+	wakes.halt()
 	s.stopRelays()
 	s.runs.Wait()
 	hard(ErrSchedulerClosed)
@@ -680,6 +696,11 @@ func (s *Scheduler) catchUp(ctx context.Context, j *schedJob) {
 				slog.String("job", j.name), slog.Any("error", err))
 		}
 		wake = earliest(wake, now.Add(SchedulerRecheck))
+	}
+	if j.rewake {
+		// Woken (a reset, a resolve, a re-run) while it ran: look again now.
+		j.rewake = false
+		wake = now
 	}
 	j.st.Deferred = deferred
 	if err != nil && deferred == "" {

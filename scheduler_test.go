@@ -703,3 +703,15 @@ func TestSchedulerAddTx(t *testing.T) {
 		}
 	}
 }
+
+// TestSchedulerWakeOnReset: three replicas in processes of their own on
+// one SQLite ledger with a daily job whose period is parked; a reset from
+// another process is run by one of them within seconds (idem.SchedulerWakePoll),
+// not at the next day's due time, and exactly once.
+func TestSchedulerWakeOnReset(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	if !idemtest.IsChild(t) {
+		openLedger(t, filepath.Dir(path))
+	}
+	schedtest.WakeProcesses(t, path, openLedgerAt)
+}

@@ -150,6 +150,7 @@ func TestStore(t *testing.T, h Harness) {
 	}
 	t.Run("MarkFresh", func(t *testing.T) { testMarkFresh(t, h) })
 	t.Run("Rerun", func(t *testing.T) { testRerun(t, h) })
+	t.Run("Wake", func(t *testing.T) { testWake(t, h) })
 }
 
 // testMarkFresh: a store that is an idemstore.FreshMarker writes a key

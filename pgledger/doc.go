@@ -54,7 +54,9 @@
 // records of the items whose attempt did not end done, and whether a
 // period's item set is complete), outbox (the outbox), limit_rates and
 // limit_slots (the limits of package limit, shared by every process, on
-// the server's clock) and meta (the schema version, [SchemaVersion]).
+// the server's clock) and meta (the schema version, [SchemaVersion], and
+// the wake marks of [idemstore.Waker], which tell every running
+// idem.Scheduler of a reset, a resolve, a re-run or a run-now).
 // [New] creates them if needed, idempotently: any number of processes may
 // start at once against an empty database, through [New] or [NewDB], also
 // when their connections have run the application's own migrations first

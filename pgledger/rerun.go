@@ -159,6 +159,11 @@ func (l *core) Rerun(ctx context.Context, req idemstore.RerunRequest) ([]idemsto
 			}
 			out = append(out, o)
 		}
+		for _, job := range jobs {
+			if err := l.wake(ctx, tx, job); err != nil { // the Schedulers look at once
+				return err
+			}
+		}
 		return nil
 	})
 	if err != nil {

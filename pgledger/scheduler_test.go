@@ -123,3 +123,13 @@ func TestSchedulerEachReplicas(t *testing.T) {
 		t.Fatalf("%d items applied, want %d (%d days of %d)", len(applied), len(days)*turnItems, len(days), turnItems)
 	}
 }
+
+// TestSchedulerWakeOnReset: three replicas in processes of their own on
+// one Postgres ledger with a daily job whose period is parked; a reset
+// from another process is run by one of them within seconds
+// (idem.SchedulerWakePoll), not at the next day's due time, and exactly
+// once.
+func TestSchedulerWakeOnReset(t *testing.T) {
+	testDSN(t)
+	schedtest.WakeProcesses(t, newSchema(t), openSchema)
+}

@@ -528,7 +528,7 @@ func (l *core) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Reso
 				return err
 			}
 			if n == 1 {
-				return nil
+				return l.wake(ctx, tx, key.Job) // the Schedulers look at the job at once
 			}
 			// A claim inserted the record in between: decide on it.
 		}

@@ -519,6 +519,8 @@ type recordData struct {
 	OutErr     string
 	CanResolve bool
 	CanReset   bool
+	CanRunNow  bool // the store keeps wake marks and the period is runnable now
+	CanRerun   bool // the store re-runs and the period is done
 	Note       string
 }
 
@@ -579,6 +581,8 @@ func (h *Handler) record(w http.ResponseWriter, r *http.Request) {
 	}
 	d.CanResolve = found && resolvable(rec, h.o.Now())
 	d.CanReset = found && (rec.Status == idemstore.StatusParked || rec.Status == idemstore.StatusFailed)
+	d.CanRunNow = found && h.lacks(RunNow) == "" && notRunnableNow(rec, h.o.Now()) == ""
+	d.CanRerun = found && h.lacks(Rerun) == "" && (rec.Status == idemstore.StatusDone || rec.Status == idemstore.StatusSkipped)
 	d.Note = note(rec, found)
 	p := page{Names: []string{key.Job, key.Period}, Data: d}
 	if !found {

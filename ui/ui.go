@@ -12,7 +12,8 @@
 // sheet is embedded, everything else comes from the store.
 //
 // Safe by default:
-//   - Actions (resolve done/retry, reset, outbox retry/drop) are refused
+//   - Actions (resolve done/retry, reset, run now, re-run, outbox
+//     retry/drop) are refused
 //     unless [Options.Actions] is set. Each is a form that leads to a
 //     confirmation page naming the key, whose POST carries a CSRF token (an
 //     HMAC, under a secret drawn at random when the handler is made, of the
@@ -99,7 +100,8 @@ type OutboxStore interface {
 // loopback clients.
 type Options struct {
 	// Actions enables the operators' actions: resolve done/retry, reset,
-	// outbox retry/drop. Without it they are refused (403).
+	// run now, re-run (with a reason), outbox retry/drop. Without it they
+	// are refused (403).
 	Actions bool
 
 	// Token, if set, is required on every request (compared in constant

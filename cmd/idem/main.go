@@ -109,6 +109,6 @@ messages to a webhook and lists, retries and drops them.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err, hint: fmt.Sprintf("Run '%s --help' for usage.", c.CommandPath())}
 	})
-	root.AddCommand(newRunCmd(), newServeCmd(), newLsCmd(), newShowCmd(), newResolveCmd(), newResetCmd(), newRerunCmd(), newPruneCmd(), newDoctorCmd(), newOutboxCmd(), newUICmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newServeCmd(), newLsCmd(), newShowCmd(), newResolveCmd(), newResetCmd(), newRerunCmd(), newRunNowCmd(), newPruneCmd(), newDoctorCmd(), newOutboxCmd(), newUICmd(), newVersionCmd())
 	return root
 }

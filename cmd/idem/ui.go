@@ -151,7 +151,7 @@ func newUICmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "where to listen (HOST:PORT); a host that is not loopback needs --token or --insecure")
-	f.BoolVar(&actions, "actions", false, "offer the actions: resolve done/retry, reset, outbox retry/drop (each confirmed, CSRF-checked and logged)")
+	f.BoolVar(&actions, "actions", false, "offer the actions: resolve done/retry, reset, run now, re-run, outbox retry/drop (each confirmed, CSRF-checked and logged)")
 	f.StringVar(&token, "token", "", "require this token on every request (default $"+EnvUIToken+"); open the page once with ?token=TOKEN")
 	f.BoolVar(&insecure, "insecure", false, "serve any client without a token (only behind a proxy that authenticates them)")
 	f.DurationVar(&refresh, "refresh", 30*time.Second, "how often the overview reloads itself (0: never)")

@@ -1,8 +1,11 @@
 package browsertest_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -381,4 +384,85 @@ func TestBrowserNoScript(t *testing.T) {
 	if s := f.Status(t, idem.Key{Job: "pay", Period: "2026-10-27"}); s != idem.StatusDone {
 		t.Errorf("pay resolved with JavaScript off is %s, want done", s)
 	}
+}
+
+// TestBrowserRunNowAndRerun: "Run now" on a failed period past its
+// backoff wakes the job's Schedulers (a wake mark in the store); "Re-run"
+// on a done period asks for a reason, typed in the browser, and gives the
+// period revision 1; a double click on the re-run's confirm button
+// re-runs it once (Chromium sends the form once; a form sent twice is
+// re-run once by its request id: TestRerunAction).
+func TestBrowserRunNowAndRerun(t *testing.T) {
+	f := uitest.NewFixture(t)
+	var logs syncBuffer
+	base := serve(t, f.Ledger, ui.Options{Actions: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx := browser(t, false)
+	bg := context.Background()
+	st, err := idemstore.Of(f.Ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waker := st.(idemstore.Waker)
+	_, mark, err := waker.Woken(bg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	due := idem.Key{Job: "settle", Period: "2020-01-01"}
+	if err := f.Ledger.Run(bg, due, func(context.Context) error { return errors.New("bank closed") },
+		idem.WithBackoff(idem.Constant(time.Microsecond))); err == nil {
+		t.Fatal("the failing run did not fail")
+	}
+	step(t, ctx, "open "+due.String(), chromedp.Navigate(recordURL(base, due)), chromedp.WaitVisible(chromedp.CSS("#record")))
+	step(t, ctx, "click run-now", chromedp.Click(chromedp.CSS("#run-now")), chromedp.WaitVisible(chromedp.CSS("#confirm")))
+	step(t, ctx, "confirm run-now", chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#message")))
+	if msg := text(t, ctx, "#message"); !strings.Contains(msg, "run-now done") {
+		t.Errorf("after run now: %q", msg)
+	}
+	if jobs, _, err := waker.Woken(bg, mark); err != nil || strings.Join(jobs, " ") != "settle" {
+		t.Errorf("jobs woken by run now: %v, %v; want settle", jobs, err)
+	}
+
+	for _, tc := range []struct {
+		key    idem.Key
+		double bool
+	}{
+		{idem.Key{Job: "settle", Period: "2026-10-25"}, false},
+		{idem.Key{Job: "settle", Period: "2026-10-24"}, true},
+	} {
+		step(t, ctx, "open "+tc.key.String(), chromedp.Navigate(recordURL(base, tc.key)), chromedp.WaitVisible(chromedp.CSS("#record")))
+		step(t, ctx, "click rerun", chromedp.Click(chromedp.CSS("#rerun")), chromedp.WaitVisible(chromedp.CSS("#reason")))
+		click := chromedp.Click(chromedp.CSS("#confirm"))
+		if tc.double {
+			click = chromedp.DoubleClick(chromedp.CSS("#confirm"))
+		}
+		step(t, ctx, "give a reason and confirm", chromedp.SendKeys(chromedp.CSS("#reason"), "<b>flow</b> table corrected"),
+			click, chromedp.WaitVisible(chromedp.CSS("#message")))
+		if msg := text(t, ctx, "#message"); !strings.Contains(msg, "rerun done: revision 1") {
+			t.Errorf("after re-run of %s (double click %v): %q", tc.key, tc.double, msg)
+		}
+		rec, _, err := f.Ledger.Lookup(bg, tc.key)
+		if err != nil || rec.Revision != 1 || rec.Status != idem.StatusFailed || !strings.Contains(rec.LastError, "<b>flow</b> table corrected") {
+			t.Errorf("after re-run of %s (double click %v): %+v, %v; want revision 1, runnable, the reason in its note", tc.key, tc.double, rec, err)
+		}
+	}
+	t.Logf("the handler's log:\n%s", logs.String())
+}
+
+// syncBuffer is a bytes.Buffer safe for the handler's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
