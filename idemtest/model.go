@@ -79,6 +79,7 @@ type mRec struct {
 	failures   int
 	leaseUntil time.Time // running (ledgers; a state file keeps none)
 	notBefore  time.Time // failed after a failed attempt
+	revision   int64     // re-runs requested (idem.Rerun): 0 until the first
 }
 
 // mFile is a state file's entry for one job: its watermark and pending
@@ -127,6 +128,15 @@ type model struct {
 	// strikes the first call it names, once.
 	fault *mFaultState
 
+	// Re-runs (idem.Rerun): the request ids recorded per key with their
+	// revision, the revision an attempt's done mark makes (pending: 0
+	// for none), and the effects and business rows of the revisions
+	// before the current one (each mode's promise is per revision).
+	reruns   map[idem.Key]map[string]int64
+	pending  map[idem.Key]int64
+	effBase  map[idem.Key]int
+	rowsBase map[idem.Key]int
+
 	// how keys were settled, for the promise checks: by an operator
 	// (Resolve done or retry), or by a run.
 	byOperator map[idem.Key]bool
@@ -140,6 +150,8 @@ func newModel(wm, lock, shift, fresh bool, modes map[string]mMode) *model {
 		recs: map[idem.Key]*mRec{}, jobs: map[string]*mJob{}, locks: map[string]mLock{},
 		effects: map[idem.Key]int{}, rows: map[idem.Key]int{}, modes: modes,
 		byOperator: map[idem.Key]bool{}, byRun: map[idem.Key]bool{},
+		reruns: map[idem.Key]map[string]int64{}, pending: map[idem.Key]int64{},
+		effBase: map[idem.Key]int{}, rowsBase: map[idem.Key]int{},
 	}
 }
 
@@ -295,7 +307,7 @@ func (m *model) claim(k idem.Key, takeUnknown, durable bool, cr *crashState) mCl
 		return c
 	}
 	c.attempt = rec.attempt + 1
-	m.recs[k] = &mRec{status: idem.StatusRunning, attempt: c.attempt, failures: c.failures, leaseUntil: m.snow.Add(mLease)}
+	m.recs[k] = &mRec{status: idem.StatusRunning, attempt: c.attempt, failures: c.failures, leaseUntil: m.snow.Add(mLease), revision: rec.revision}
 	return c
 }
 
@@ -351,6 +363,7 @@ func (m *model) finish(k idem.Key, attempt int64, status idem.Status, failures i
 			j.cursor = k.Period
 		}
 	}
+	m.promote(k)
 	return false, false
 }
 
@@ -408,6 +421,7 @@ func (m *model) resolve(k idem.Key, to idem.Resolution, cr *crashState) (resolve
 		m.recs[k] = r
 	}
 	r.status, r.failures, r.notBefore, r.leaseUntil = status, 0, time.Time{}, time.Time{}
+	m.promote(k)
 	return resolveOK, false
 }
 
@@ -432,6 +446,8 @@ func (m *model) prune(job, through string) (int64, bool) {
 	}
 	for _, k := range del {
 		delete(m.recs, k)
+		delete(m.reruns, k) // its history is gone, its re-run requests too
+		delete(m.pending, k)
 	}
 	if through > j.horizon {
 		j.horizon = through
@@ -641,7 +657,7 @@ func (m *model) settleDoubt(f *mFlight, failures int, cr *crashState) (r mResult
 		switch {
 		case m.hasFails:
 			verdict = idem.StatusUnknown
-		case m.effects[f.key] > 0:
+		case m.effects[f.key] > m.effBase[f.key]: // the revision's
 			verdict = idem.StatusDone
 		}
 	}
@@ -1071,6 +1087,13 @@ func (m *model) clone() *model {
 	c.rows = cloneMap(m.rows)
 	c.byOperator = cloneMap(m.byOperator)
 	c.byRun = cloneMap(m.byRun)
+	c.reruns = make(map[idem.Key]map[string]int64, len(m.reruns))
+	for k, ids := range m.reruns {
+		c.reruns[k] = cloneMap(ids)
+	}
+	c.pending = cloneMap(m.pending)
+	c.effBase = cloneMap(m.effBase)
+	c.rowsBase = cloneMap(m.rowsBase)
 	c.fault = nil
 	return &c
 }

@@ -288,11 +288,12 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 		}
 		m := newModel(h.Watermark, !h.LeaseExpiry, h.Shift != nil, fresh, cfg.modes)
 		w := &world{t: t, h: h, cfg: cfg, s: s, cs: cs, clk: clk, wait: o.StepTimeout / 2, synced: time.Now(),
-			effects: map[idem.Key]int{}, seen: map[idem.Key]int64{}}
+			effects: map[idem.Key]int{}, effRev: map[idem.Key]map[int64]int{}, seen: map[idem.Key]int64{}}
 		var g *gen
 		if given == nil {
 			g = &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), m: m, cfg: cfg, cu: cs != nil,
 				faults: o.Faults && !h.Watermark && h.LeaseExpiry, txFaults: h.Faults != nil}
+			_, g.rerun = s.(idemstore.Rerunner)
 		}
 		for i := range n {
 			op := mOp{}
