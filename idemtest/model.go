@@ -793,13 +793,17 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) 
 		if ft != nil && !ft.after {
 			return m.failedTx(f, fnNothing, cr) // killed before the commit: rolled back
 		}
+		rev := m.recs[k].revision
 		if lost, _ := m.finish(k, f.attempt, idem.StatusDone, 0, time.Time{}, cursor, cr); lost {
 			return mResult{outcome: idem.LeaseLost}
 		}
 		if ft != nil {
-			return m.lostCommit(k)
+			r := m.lostCommit(k)
+			m.committed(k, rev)
+			return r
 		}
 		m.rows[k]++
+		m.committed(k, rev)
 		m.byRun[k] = true
 		if cr.hit(idemstore.AfterDone) {
 			return crashed
@@ -819,6 +823,15 @@ func (m *model) lostCommit(k idem.Key) mResult {
 	m.rows[k]++
 	m.byRun[k] = true
 	return mResult{outcome: idem.Ran}
+}
+
+// committed notes that the business write of k just counted was of
+// revision rev: if the done mark made a new revision (a re-run request
+// waited for it), that write is the earlier revision's.
+func (m *model) committed(k idem.Key, rev int64) {
+	if r := m.recs[k]; r != nil && r.revision != rev {
+		m.rowsBase[k] = m.rows[k]
+	}
 }
 
 // failedTx: a rolled-back transaction left nothing behind, whatever fn

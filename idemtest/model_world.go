@@ -198,7 +198,7 @@ type rStep struct {
 	a, b    rResult // run: a; overlap: a (first trigger) and b
 	rr      []idemstore.RerunOutcome
 	rrErr   error
-	aInFn   bool    // overlap: the first trigger reached fn
+	aInFn   bool // overlap: the first trigger reached fn
 	cu      rCatchUp
 	resolve error
 	deleted int64
