@@ -57,12 +57,6 @@ func (w *world) countRev(k idem.Key, rev int64) int {
 	return w.effRev[k][rev]
 }
 
-func (w *world) count(k idem.Key) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.effects[k]
-}
-
 func (w *world) gaveUp(msg string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
