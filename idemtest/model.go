@@ -857,6 +857,7 @@ type mPeriod struct {
 type mCatchUpResult struct {
 	periods  []mPeriod
 	deferred int
+	reruns   int // the first periods: re-runs behind the cursor
 	cursor   string
 	err      bool
 	panicked bool
@@ -920,6 +921,22 @@ func (m *model) catchUp(op catchUpOp, next func() mFn, cr *crashState) mCatchUpR
 		}
 	}
 	res.cursor = cursor
+	// Periods behind the cursor that a re-run request made runnable run
+	// first, once each, without moving the cursor; one that fails waits
+	// for the next call and holds up nothing.
+	reruns := 0
+	if cursor != "" {
+		for _, p := range m.rerunsDue(op.job, cursor) {
+			r := m.run(idem.Key{Job: op.job, Period: p}, next, cr, false)
+			if r.panicked {
+				res.panicked = true
+				return res
+			}
+			res.periods = append(res.periods, mPeriod{period: p, outcome: r.outcome, err: !r.ok(), crashed: r.crashed})
+			reruns++
+			res.reruns = reruns
+		}
+	}
 	if cursor != "" {
 		first = addDays(cursor, 1)
 	}
@@ -939,7 +956,7 @@ func (m *model) catchUp(op catchUpOp, next func() mFn, cr *crashState) mCatchUpR
 	}
 	unbroken := true
 	for p := first; p <= last; p = addDays(p, 1) {
-		if (!op.latest && max > 0 && len(res.periods) >= max) || (res.err && !op.keepGoing) {
+		if (!op.latest && max > 0 && len(res.periods)-reruns >= max) || (res.err && !op.keepGoing) {
 			break
 		}
 		k := idem.Key{Job: op.job, Period: p}
@@ -966,7 +983,7 @@ func (m *model) catchUp(op catchUpOp, next func() mFn, cr *crashState) mCatchUpR
 		}
 		res.periods = append(res.periods, pr)
 	}
-	res.deferred = due - len(res.periods)
+	res.deferred = due - (len(res.periods) - reruns)
 	return res
 }
 

@@ -90,10 +90,14 @@ func (st mStep) count(op mOp, tally map[string]int) {
 		if st.cu.panicked {
 			tally["catch-up:fn's panic"]++
 		}
-		for _, p := range st.cu.periods {
+		for i, p := range st.cu.periods {
 			o := p.outcome.String()
 			if p.crashed {
 				o = "crashed (ErrCrashed)"
+			}
+			if i < st.cu.reruns {
+				tally["catch-up-rerun:"+o]++
+				continue
 			}
 			tally["catch-up-period:"+o]++
 		}
@@ -414,8 +418,8 @@ func countDiff(what string, want, got map[idem.Key]int) []string {
 // operator overrode. rows are the business rows, when rowsOK (read
 // without error).
 func (w *world) promises(m *model, k idem.Key, rec idemstore.Record, ok bool, rows map[idem.Key]int, rowsOK bool) []string {
-	if m.byOperator[k] {
-		return nil
+	if m.byOperator[k] || (!m.wm && ok && m.recs[k] == nil) {
+		return nil // settled by an operator; or pruned, its revision forgotten
 	}
 	// Each mode's promise holds per revision (a re-run's fn runs once
 	// more as its mode promises): the effects of the record's revision.

@@ -182,7 +182,7 @@ func (w *world) rerunsDueDiff(ctx context.Context, m *model, keys []idem.Key) (d
 }
 
 // rerunReq draws a re-run request: a new id naming one to three keys of
-// the plain jobs (mostly done ones), or an id sent before, as it was.
+// any job (mostly done ones), or an id sent before, as it was.
 func (g *gen) rerunReq() mRerun {
 	if len(g.sent) > 0 && g.r.IntN(4) == 0 {
 		return g.sent[g.r.IntN(len(g.sent))]
@@ -191,7 +191,7 @@ func (g *gen) rerunReq() mRerun {
 	req := mRerun{id: fmt.Sprintf("req-%d", g.nextID)}
 	var done []idem.Key
 	for k, r := range g.m.recs {
-		if !strings.HasPrefix(k.Job, "cu-") && (r.status == idem.StatusDone || r.status == idem.StatusSkipped) {
+		if r.status == idem.StatusDone || r.status == idem.StatusSkipped {
 			done = append(done, k)
 		}
 	}
@@ -201,7 +201,7 @@ func (g *gen) rerunReq() mRerun {
 		if len(done) > 0 && g.r.IntN(10) < 7 {
 			k = done[g.r.IntN(len(done))]
 		} else {
-			k = g.key(g.pick(g.cfg.plain))
+			k = g.key(g.pick(g.cfg.jobs))
 		}
 		if !slices.Contains(req.keys, k) {
 			req.keys = append(req.keys, k)

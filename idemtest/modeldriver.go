@@ -78,17 +78,17 @@ type ModelOptions struct {
 // Prune; the clock jumping forward and back; a second trigger while a
 // first holds the key (and stalls past its lease). On a store that is an
 // [idemstore.Rerunner], re-run requests (idem.Rerun) too: a new request id
-// or one sent before, naming one to three periods of the plain jobs, at
-// random moments and also while a first trigger holds the key; the model
+// or one sent before, naming one to three periods of any job, at random
+// moments and also while a first trigger holds the key; the model
 // predicts each outcome (queued, after the running attempt, due already,
 // seen before; a period that never ran, was pruned, is parked or unknown
 // refuses the whole request, which changes nothing), the records'
 // revisions, the done mark that makes a waiting request's revision (also
-// when its answer is lost), and RerunsDue; each mode's promise below holds
-// per revision (a TwoPhase check asks for the running revision). Not
-// covered: the catch-up jobs' periods (catch-up running re-runs behind
-// the cursor), and an operator's Resolve done of a period whose request
-// waits for its attempt. Jobs run in each mode
+// when its answer is lost), RerunsDue, and CatchUp running the re-runs
+// behind the job's cursor first; each mode's promise below holds per
+// revision (a TwoPhase check asks for the running revision). Not covered:
+// an operator's Resolve done of a period whose request waits for its
+// attempt (the stores differ). Jobs run in each mode
 // (AtLeastOnce, AtMostOnce, TwoPhase, and RunTx when h.Tx is set), each
 // with its promise checked: AtLeastOnce's done key had its effect,
 // AtMostOnce's never twice, TwoPhase's done key exactly once, RunTx's
