@@ -237,7 +237,7 @@ func (g *gen) op() mOp {
 		}
 		op.fn = g.fn(false, false)
 		op.noCheck = g.cfg.modes[job] == modeALO && g.r.IntN(10) < 3
-		if g.rerun && g.r.IntN(3) == 0 {
+		if g.rerun && g.r.IntN(3) == 0 && !g.m.stalePending(op.key) {
 			// A re-run of the key A holds (and at times of more).
 			op.req = g.rerunReq()
 			if !slices.Contains(op.req.keys, op.key) {
