@@ -758,7 +758,7 @@ func (r *runner) recordFailure(ctx context.Context, c idemstore.Claim, runErr er
 // transaction marks. If so the run is done (Ran), with the value stored.
 func (r *runner) committed(ctx context.Context, attempt int64) bool {
 	rec, ok, err := r.s.Lookup(context.WithoutCancel(ctx), r.key)
-	if err != nil || !ok || rec.Attempt != attempt || rec.Status != StatusDone {
+	if err != nil || !ok || rec.Attempt != attempt || (rec.Status != StatusDone && !r.revisedAfter(rec)) {
 		return false
 	}
 	r.held, r.res.Outcome, r.res.Value = 0, Ran, rec.Value
@@ -915,8 +915,14 @@ func (r *runner) finish(ctx context.Context, attempt int64, end idemstore.End) e
 // still have committed.
 func (r *runner) landed(ctx context.Context, attempt int64, end idemstore.End) bool {
 	rec, ok, err := r.s.Lookup(context.WithoutCancel(ctx), r.key)
-	return err == nil && ok && rec.Attempt == attempt && rec.Status == end.Status
+	return err == nil && ok && rec.Attempt == attempt && (rec.Status == end.Status || (end.Status == StatusDone && r.revisedAfter(rec)))
 }
+
+// revisedAfter reports whether rec, a record of the attempt that runs, has
+// a revision above the one it claimed: its done mark landed and made a
+// re-run's revision (a request came while it held the key: Rerun's
+// RerunAfterRun), so the record is failed, not done.
+func (r *runner) revisedAfter(rec Record) bool { return rec.Revision > r.revision }
 
 // attempt runs one attempt of fn (with heartbeat) and marks it done, or
 // runs tx. It returns nil when the key is done.

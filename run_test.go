@@ -779,3 +779,29 @@ func TestCheckLeaseRefusalNothingHappened(t *testing.T) {
 		}
 	}
 }
+
+// TestFinishAnswerLostMakesRerunRevision: a re-run request comes while the
+// attempt runs (RerunAfterRun), and the done mark's answer is lost after
+// the store applied it. The done mark made the re-run's revision (the
+// record is failed, revision 1, still attempt 1); the engine's re-read
+// finds that its done mark landed and reports Ran, not a lease lost to a
+// newer attempt.
+func TestFinishAnswerLostMakesRerunRevision(t *testing.T) {
+	t.Parallel()
+	l := openLedger(t, t.TempDir())
+	s := &flakyFinish{Store: store(t, l), err: errors.New("injected: connection reset by peer"), fail: 1, answerLost: true}
+	var res idem.Result
+	err := idem.RunOn(context.Background(), s, key, func(ctx context.Context) error {
+		out, err := idem.Rerun(ctx, l, idem.RerunRequest{Keys: []idem.Key{key}, RequestID: "fix-1", Reason: "repaired"})
+		if err != nil || len(out) != 1 || out[0].State != idem.RerunAfterRun {
+			return idem.Permanent(fmt.Errorf("Rerun while running: %v, %v", out, err))
+		}
+		return nil
+	}, idem.AtLeastOnce(), idem.WithClock(idemtest.NewAutoClock(t0)), idem.ReportTo(&res))
+	if err != nil || res.Outcome != idem.Ran {
+		t.Fatalf("Run: %v (%s); want ran", err, res.Outcome)
+	}
+	if rec := mustLookup(t, l, key); rec.Status != idem.StatusFailed || rec.Revision != 1 || rec.Attempt != 1 {
+		t.Fatalf("record %+v; want failed, revision 1 (the re-run's), attempt 1", rec)
+	}
+}

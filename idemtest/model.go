@@ -79,6 +79,7 @@ type mRec struct {
 	failures   int
 	leaseUntil time.Time // running (ledgers; a state file keeps none)
 	notBefore  time.Time // failed after a failed attempt
+	revision   int64     // re-runs requested (idem.Rerun): 0 until the first
 }
 
 // mFile is a state file's entry for one job: its watermark and pending
@@ -127,6 +128,15 @@ type model struct {
 	// strikes the first call it names, once.
 	fault *mFaultState
 
+	// Re-runs (idem.Rerun): the request ids recorded per key with their
+	// revision, the revision an attempt's done mark makes (pending: 0
+	// for none), and the effects and business rows of the revisions
+	// before the current one (each mode's promise is per revision).
+	reruns   map[idem.Key]map[string]int64
+	pending  map[idem.Key]int64
+	effBase  map[idem.Key]int
+	rowsBase map[idem.Key]int
+
 	// how keys were settled, for the promise checks: by an operator
 	// (Resolve done or retry), or by a run.
 	byOperator map[idem.Key]bool
@@ -140,6 +150,8 @@ func newModel(wm, lock, shift, fresh bool, modes map[string]mMode) *model {
 		recs: map[idem.Key]*mRec{}, jobs: map[string]*mJob{}, locks: map[string]mLock{},
 		effects: map[idem.Key]int{}, rows: map[idem.Key]int{}, modes: modes,
 		byOperator: map[idem.Key]bool{}, byRun: map[idem.Key]bool{},
+		reruns: map[idem.Key]map[string]int64{}, pending: map[idem.Key]int64{},
+		effBase: map[idem.Key]int{}, rowsBase: map[idem.Key]int{},
 	}
 }
 
@@ -295,7 +307,7 @@ func (m *model) claim(k idem.Key, takeUnknown, durable bool, cr *crashState) mCl
 		return c
 	}
 	c.attempt = rec.attempt + 1
-	m.recs[k] = &mRec{status: idem.StatusRunning, attempt: c.attempt, failures: c.failures, leaseUntil: m.snow.Add(mLease)}
+	m.recs[k] = &mRec{status: idem.StatusRunning, attempt: c.attempt, failures: c.failures, leaseUntil: m.snow.Add(mLease), revision: rec.revision}
 	return c
 }
 
@@ -351,6 +363,7 @@ func (m *model) finish(k idem.Key, attempt int64, status idem.Status, failures i
 			j.cursor = k.Period
 		}
 	}
+	m.promote(k)
 	return false, false
 }
 
@@ -408,6 +421,7 @@ func (m *model) resolve(k idem.Key, to idem.Resolution, cr *crashState) (resolve
 		m.recs[k] = r
 	}
 	r.status, r.failures, r.notBefore, r.leaseUntil = status, 0, time.Time{}, time.Time{}
+	m.promote(k)
 	return resolveOK, false
 }
 
@@ -432,6 +446,8 @@ func (m *model) prune(job, through string) (int64, bool) {
 	}
 	for _, k := range del {
 		delete(m.recs, k)
+		delete(m.reruns, k) // its history is gone, its re-run requests too
+		delete(m.pending, k)
 	}
 	if through > j.horizon {
 		j.horizon = through
@@ -641,7 +657,7 @@ func (m *model) settleDoubt(f *mFlight, failures int, cr *crashState) (r mResult
 		switch {
 		case m.hasFails:
 			verdict = idem.StatusUnknown
-		case m.effects[f.key] > 0:
+		case m.effects[f.key] > m.effBase[f.key]: // the revision's
 			verdict = idem.StatusDone
 		}
 	}
@@ -777,13 +793,17 @@ func (m *model) runTx(k idem.Key, next func() mFn, cr *crashState, cursor bool) 
 		if ft != nil && !ft.after {
 			return m.failedTx(f, fnNothing, cr) // killed before the commit: rolled back
 		}
+		rev := m.recs[k].revision
 		if lost, _ := m.finish(k, f.attempt, idem.StatusDone, 0, time.Time{}, cursor, cr); lost {
 			return mResult{outcome: idem.LeaseLost}
 		}
 		if ft != nil {
-			return m.lostCommit(k)
+			r := m.lostCommit(k)
+			m.committed(k, rev)
+			return r
 		}
 		m.rows[k]++
+		m.committed(k, rev)
 		m.byRun[k] = true
 		if cr.hit(idemstore.AfterDone) {
 			return crashed
@@ -803,6 +823,15 @@ func (m *model) lostCommit(k idem.Key) mResult {
 	m.rows[k]++
 	m.byRun[k] = true
 	return mResult{outcome: idem.Ran}
+}
+
+// committed notes that the business write of k just counted was of
+// revision rev: if the done mark made a new revision (a re-run request
+// waited for it), that write is the earlier revision's.
+func (m *model) committed(k idem.Key, rev int64) {
+	if r := m.recs[k]; r != nil && r.revision != rev {
+		m.rowsBase[k] = m.rows[k]
+	}
 }
 
 // failedTx: a rolled-back transaction left nothing behind, whatever fn
@@ -828,6 +857,7 @@ type mPeriod struct {
 type mCatchUpResult struct {
 	periods  []mPeriod
 	deferred int
+	reruns   int // the first periods: re-runs behind the cursor
 	cursor   string
 	err      bool
 	panicked bool
@@ -891,6 +921,22 @@ func (m *model) catchUp(op catchUpOp, next func() mFn, cr *crashState) mCatchUpR
 		}
 	}
 	res.cursor = cursor
+	// Periods behind the cursor that a re-run request made runnable run
+	// first, once each, without moving the cursor; one that fails waits
+	// for the next call and holds up nothing.
+	reruns := 0
+	if cursor != "" {
+		for _, p := range m.rerunsDue(op.job, cursor) {
+			r := m.run(idem.Key{Job: op.job, Period: p}, next, cr, false)
+			if r.panicked {
+				res.panicked = true
+				return res
+			}
+			res.periods = append(res.periods, mPeriod{period: p, outcome: r.outcome, err: !r.ok(), crashed: r.crashed})
+			reruns++
+			res.reruns = reruns
+		}
+	}
 	if cursor != "" {
 		first = addDays(cursor, 1)
 	}
@@ -910,7 +956,7 @@ func (m *model) catchUp(op catchUpOp, next func() mFn, cr *crashState) mCatchUpR
 	}
 	unbroken := true
 	for p := first; p <= last; p = addDays(p, 1) {
-		if (!op.latest && max > 0 && len(res.periods) >= max) || (res.err && !op.keepGoing) {
+		if (!op.latest && max > 0 && len(res.periods)-reruns >= max) || (res.err && !op.keepGoing) {
 			break
 		}
 		k := idem.Key{Job: op.job, Period: p}
@@ -937,7 +983,7 @@ func (m *model) catchUp(op catchUpOp, next func() mFn, cr *crashState) mCatchUpR
 		}
 		res.periods = append(res.periods, pr)
 	}
-	res.deferred = due - len(res.periods)
+	res.deferred = due - (len(res.periods) - reruns)
 	return res
 }
 
@@ -1071,6 +1117,13 @@ func (m *model) clone() *model {
 	c.rows = cloneMap(m.rows)
 	c.byOperator = cloneMap(m.byOperator)
 	c.byRun = cloneMap(m.byRun)
+	c.reruns = make(map[idem.Key]map[string]int64, len(m.reruns))
+	for k, ids := range m.reruns {
+		c.reruns[k] = cloneMap(ids)
+	}
+	c.pending = cloneMap(m.pending)
+	c.effBase = cloneMap(m.effBase)
+	c.rowsBase = cloneMap(m.rowsBase)
 	c.fault = nil
 	return &c
 }

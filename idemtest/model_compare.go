@@ -25,6 +25,7 @@ type mStep struct {
 	deleted int64
 	refused bool
 	struck  bool // the operation's store fault struck
+	rr      mRerunResult
 }
 
 func (m *model) apply(op mOp) (st mStep) {
@@ -48,8 +49,13 @@ func (m *model) apply(op mOp) (st mStep) {
 		st.deleted, st.refused = m.prune(op.job, op.through)
 	case opClock:
 		m.move(op.d)
+	case opRerun:
+		st.rr = m.rerun(op.req)
 	case opOverlap:
 		ra, f := m.begin(op.key, nil, false)
+		if op.req.id != "" {
+			st.rr = m.rerun(op.req)
+		}
 		if op.d > 0 {
 			m.move(op.d)
 		}
@@ -74,15 +80,24 @@ func (st mStep) count(op mOp, tally map[string]int) {
 	case opOverlap:
 		tally["overlap-A:"+st.a.String()]++
 		tally["overlap-B:"+st.b.String()]++
+		if op.req.id != "" {
+			st.rr.count("overlap-rerun", tally)
+		}
+	case opRerun:
+		st.rr.count("rerun", tally)
 	case opCatchUp:
 		tally["catch-up"]++
 		if st.cu.panicked {
 			tally["catch-up:fn's panic"]++
 		}
-		for _, p := range st.cu.periods {
+		for i, p := range st.cu.periods {
 			o := p.outcome.String()
 			if p.crashed {
 				o = "crashed (ErrCrashed)"
+			}
+			if i < st.cu.reruns {
+				tally["catch-up-rerun:"+o]++
+				continue
 			}
 			tally["catch-up-period:"+o]++
 		}
@@ -143,6 +158,9 @@ func recString(r mRec, ok bool, times bool) string {
 		return "no record"
 	}
 	s := fmt.Sprintf("%s attempt=%d failures=%d", r.status, r.attempt, r.failures)
+	if r.revision > 0 {
+		s += fmt.Sprintf(" revision=%d", r.revision)
+	}
 	if times {
 		if !r.leaseUntil.IsZero() {
 			s += " lease-until=" + r.leaseUntil.UTC().Format(time.RFC3339)
@@ -155,7 +173,7 @@ func recString(r mRec, ok bool, times bool) string {
 }
 
 func fromRecord(r idemstore.Record) mRec {
-	return mRec{status: r.Status, attempt: r.Attempt, failures: r.Failures, leaseUntil: r.LeaseUntil, notBefore: r.NotBefore}
+	return mRec{status: r.Status, attempt: r.Attempt, failures: r.Failures, leaseUntil: r.LeaseUntil, notBefore: r.NotBefore, revision: r.Revision}
 }
 
 // sameRec compares a store's record with the model's. The times of a store
@@ -167,7 +185,7 @@ func (w *world) sameRec(want mRec, wantOK bool, got mRec, gotOK bool) bool {
 	if !wantOK {
 		return true
 	}
-	if want.status != got.status || want.attempt != got.attempt || want.failures != got.failures {
+	if want.status != got.status || want.attempt != got.attempt || want.failures != got.failures || want.revision != got.revision {
 		return false
 	}
 	if w.h.Shift != nil {
@@ -239,6 +257,15 @@ func (w *world) opDiff(m *model, op mOp, want mStep, got rStep) (d []string, tou
 		add(resultDiff("overlap: A's Run "+op.key.String(), want.a, got.a))
 		add(resultDiff("overlap: B's Run "+op.keyB.String(), want.b, got.b))
 		touched = append(touched, op.key, op.keyB)
+		if op.req.id != "" {
+			add(rerunDiff(op.req, want.rr, got.rr, got.rrErr))
+			touched = append(touched, op.req.keys...)
+			d = append(d, w.rerunsDueDiff(context.Background(), m, op.req.keys)...)
+		}
+	case opRerun:
+		add(rerunDiff(op.req, want.rr, got.rr, got.rrErr))
+		touched = append(touched, op.req.keys...)
+		d = append(d, w.rerunsDueDiff(context.Background(), m, op.req.keys)...)
 	case opCatchUp:
 		d = append(d, w.catchUpDiff(m, op, want.cu, got.cu)...)
 		for _, p := range want.cu.periods {
@@ -391,11 +418,13 @@ func countDiff(what string, want, got map[idem.Key]int) []string {
 // operator overrode. rows are the business rows, when rowsOK (read
 // without error).
 func (w *world) promises(m *model, k idem.Key, rec idemstore.Record, ok bool, rows map[idem.Key]int, rowsOK bool) []string {
-	if m.byOperator[k] {
-		return nil
+	if m.byOperator[k] || (!m.wm && ok && m.recs[k] == nil) {
+		return nil // settled by an operator; or pruned, its revision forgotten
 	}
+	// Each mode's promise holds per revision (a re-run's fn runs once
+	// more as its mode promises): the effects of the record's revision.
 	done := ok && rec.Status == idem.StatusDone && m.byRun[k]
-	n := w.count(k)
+	n := w.countRev(k, rec.Revision)
 	var d []string
 	broken := func(format string, a ...any) {
 		d = append(d, fmt.Sprintf("PROMISE BROKEN: %s %s: ", k, w.cfg.modes[k.Job])+fmt.Sprintf(format, a...))
@@ -403,22 +432,23 @@ func (w *world) promises(m *model, k idem.Key, rec idemstore.Record, ok bool, ro
 	switch w.cfg.modes[k.Job] {
 	case modeALO:
 		if done && n < 1 {
-			broken("done with %d effects", n)
+			broken("done with %d effects (revision %d)", n, rec.Revision)
 		}
 	case modeAMO:
 		if n > 1 {
-			broken("%d effects", n)
+			broken("%d effects (revision %d)", n, rec.Revision)
 		}
 	case modeTP:
 		if n > 1 || (done && n != 1) {
-			broken("%s with %d effects", rec.Status, n)
+			broken("%s with %d effects (revision %d)", rec.Status, n, rec.Revision)
 		}
 	case modeTx:
 		if !rowsOK {
 			return nil // compare reports the error of their read
 		}
-		if rows[k] > 1 || (done && rows[k] != 1) || (ok && rec.Status != idem.StatusDone && rows[k] != 0) {
-			broken("%s with %d business rows", rec.Status, rows[k])
+		n := rows[k] - m.rowsBase[k] // the revision's
+		if n > 1 || (done && n != 1) || (ok && rec.Status != idem.StatusDone && n != 0) {
+			broken("%s with %d business rows (revision %d)", rec.Status, n, rec.Revision)
 		}
 	}
 	return d

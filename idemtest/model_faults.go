@@ -24,11 +24,18 @@ type modelPanic struct{ key idem.Key }
 
 var errCheckFails = errors.New("idemtest: model: the downstream check fails")
 
-func (w *world) has(_ context.Context, k idem.Key) (bool, error) {
+// has is TwoPhase's check: whether the revision of k that is running (the
+// record's: its attempt holds it) had its effect. A re-run asks for its
+// own revision's, as a downstream asked for Info.RequestID answers.
+func (w *world) has(ctx context.Context, k idem.Key) (bool, error) {
 	if w.hasFails.Load() {
 		return false, errCheckFails
 	}
-	return w.count(k) > 0, nil
+	rec, _, err := w.s.Lookup(ctx, k)
+	if err != nil {
+		return false, err
+	}
+	return w.countRev(k, rec.Revision) > 0, nil
 }
 
 // behave does what b says, as fn of k.
@@ -41,13 +48,13 @@ func (w *world) behave(ctx context.Context, k idem.Key, b mFn, tx bool) error {
 	}
 	switch b.kind {
 	case fnOK:
-		w.effect(k)
+		w.effect(ctx, k)
 		return nil
 	case fnFail:
 		return errModelFn
 	case fnFailAfter:
 		if !tx {
-			w.effect(k)
+			w.effect(ctx, k)
 		}
 		return errModelFn
 	case fnNothing:
@@ -56,7 +63,7 @@ func (w *world) behave(ctx context.Context, k idem.Key, b mFn, tx bool) error {
 		return idem.Permanent(errModelFn)
 	case fnPanic:
 		if !tx {
-			w.effect(k)
+			w.effect(ctx, k)
 		}
 		panic(modelPanic{k})
 	case fnStall:
@@ -77,7 +84,7 @@ func (w *world) behave(ctx context.Context, k idem.Key, b mFn, tx bool) error {
 		if err := idem.CheckLease(ctx); err != nil {
 			return err
 		}
-		w.effect(k)
+		w.effect(ctx, k)
 		return nil
 	}
 	return fmt.Errorf("idemtest: model: fn kind %d", b.kind)

@@ -24,6 +24,7 @@ const (
 	opPrune                 // Prune
 	opClock                 // the clock jumps
 	opOverlap               // a trigger while another holds the key
+	opRerun                 // a re-run request (idem.Rerun)
 )
 
 // mOp is one operation of a sequence.
@@ -43,6 +44,7 @@ type mOp struct {
 	noCheck  bool          // overlap: the first holder applies its effect without CheckLease
 	probe    idem.Key      // a key to look up after the operation
 	fault    mFault        // run: a store call of the trigger fails (then no crash)
+	req      mRerun        // rerun; overlap: a re-run request while A holds the key (id "": none)
 }
 
 func (f mFn) String() string {
@@ -119,8 +121,14 @@ func (op mOp) String() string {
 		if op.d > 0 {
 			stall = fmt.Sprintf("; it stalls %s", op.d)
 		}
-		return fmt.Sprintf("Overlap: A triggers %s and holds it in fn%s; B: Run %s fn=%s%s; A resumes (%s)%s",
-			op.key, stall, op.keyB, op.fn, op.crash, a, hf)
+		rr := ""
+		if op.req.id != "" {
+			rr = "; " + op.req.String()
+		}
+		return fmt.Sprintf("Overlap: A triggers %s and holds it in fn%s%s; B: Run %s fn=%s%s; A resumes (%s)%s",
+			op.key, stall, rr, op.keyB, op.fn, op.crash, a, hf)
+	case opRerun:
+		return op.req.String()
 	}
 	return "?"
 }
@@ -135,6 +143,11 @@ type gen struct {
 	// faults: store faults (ModelOptions.Faults); txFaults: RunTx's too
 	// (Harness.Faults)
 	faults, txFaults bool
+	// rerun: the store is an idemstore.Rerunner; sent: the requests sent
+	// so far (to send one again); nextID: the last request id's number
+	rerun  bool
+	sent   []mRerun
+	nextID int
 }
 
 func (g *gen) pick(s []string) string { return s[g.r.IntN(len(s))] }
@@ -193,7 +206,11 @@ func (g *gen) op() mOp {
 		op.kind = opResolve
 		op.key = g.unsettled()
 		op.to = idem.ResolveRetry
-		if g.r.IntN(10) < 3 {
+		if g.r.IntN(10) < 3 && g.m.pending[op.key] == 0 {
+			// Not a key with a re-run request waiting for its attempt's
+			// done mark: whether an operator's done mark makes the
+			// revision is not decided (the SQLite ledger's does; the
+			// other ledgers' do not, or only from running).
 			op.to = idem.ResolveDone
 		}
 	case x < 44 && g.cu:
@@ -204,7 +221,10 @@ func (g *gen) op() mOp {
 		} else {
 			op.through = addDays(day(g.m.now), g.r.IntN(7)-6)
 		}
-	case x < 52:
+	case x < 58 && g.rerun:
+		op.kind = opRerun
+		op.req = g.rerunReq()
+	case x < 64:
 		op.kind = opOverlap
 		job := g.pick(g.cfg.nonTx)
 		op.key = g.key(job)
@@ -217,6 +237,13 @@ func (g *gen) op() mOp {
 		}
 		op.fn = g.fn(false, false)
 		op.noCheck = g.cfg.modes[job] == modeALO && g.r.IntN(10) < 3
+		if g.rerun && g.r.IntN(3) == 0 && !g.m.stalePending(op.key) {
+			// A re-run of the key A holds (and at times of more).
+			op.req = g.rerunReq()
+			if !slices.Contains(op.req.keys, op.key) {
+				op.req.keys = append(op.req.keys, op.key)
+			}
+		}
 		op.crash = g.crash(10)
 		op.hasFails = g.r.IntN(20) == 0
 	default:

@@ -31,22 +31,30 @@ type world struct {
 
 	mu      sync.Mutex
 	effects map[idem.Key]int
-	stuck   []string // waits that gave up
+	effRev  map[idem.Key]map[int64]int // effects by the revision fn ran for (Info.Revision)
+	stuck   []string                   // waits that gave up
 
 	seen  map[idem.Key]int64 // the highest attempt number seen per key
 	steps int                // operations run so far
 }
 
-func (w *world) effect(k idem.Key) {
+// effect applies fn's effect for k, in the revision ctx's Info names.
+func (w *world) effect(ctx context.Context, k idem.Key) {
+	info, _ := idem.InfoFrom(ctx)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.effects[k]++
+	if w.effRev[k] == nil {
+		w.effRev[k] = map[int64]int{}
+	}
+	w.effRev[k][info.Revision]++
 }
 
-func (w *world) count(k idem.Key) int {
+// countRev is how many effects revision rev of k had.
+func (w *world) countRev(k idem.Key, rev int64) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.effects[k]
+	return w.effRev[k][rev]
 }
 
 func (w *world) gaveUp(msg string) {
@@ -182,7 +190,9 @@ type rCatchUp struct {
 // rStep is what the real side of an operation gave.
 type rStep struct {
 	a, b    rResult // run: a; overlap: a (first trigger) and b
-	aInFn   bool    // overlap: the first trigger reached fn
+	rr      []idemstore.RerunOutcome
+	rrErr   error
+	aInFn   bool // overlap: the first trigger reached fn
 	cu      rCatchUp
 	resolve error
 	deleted int64
@@ -241,14 +251,17 @@ func (w *world) exec(ctx context.Context, op mOp) (st rStep) {
 	case opClock:
 		w.move(op.d, true)
 	case opOverlap:
-		st.a, st.b, st.aInFn = w.overlap(ctx, op)
+		st.a, st.b, st.aInFn, st.rr, st.rrErr = w.overlap(ctx, op)
+	case opRerun:
+		st.rr, st.rrErr = w.rerunReal(ctx, op.req)
 	}
 	return st
 }
 
 // overlap: A triggers op.key and holds it inside fn; the clock moves op.d
 // without A's heartbeat running; B triggers op.keyB; A resumes.
-func (w *world) overlap(ctx context.Context, op mOp) (a, b rResult, inFn bool) {
+// With op.req, the re-run request is sent once A holds the key (or ended).
+func (w *world) overlap(ctx context.Context, op mOp) (a, b rResult, inFn bool, rr []idemstore.RerunOutcome, rrErr error) {
 	started, release := make(chan struct{}), make(chan struct{})
 	aDone := make(chan rResult, 1)
 	actx, cancel := context.WithCancel(ctx)
@@ -266,7 +279,7 @@ func (w *world) overlap(ctx context.Context, op mOp) (a, b rResult, inFn bool) {
 					return err
 				}
 			}
-			w.effect(op.key)
+			w.effect(ctx, op.key)
 			return nil
 		}, mCrash{})
 	}()
@@ -282,6 +295,9 @@ func (w *world) overlap(ctx context.Context, op mOp) (a, b rResult, inFn bool) {
 		cancel()
 	}
 	wait.Stop()
+	if op.req.id != "" {
+		rr, rrErr = w.rerunReal(ctx, op.req)
+	}
 	if op.d > 0 {
 		w.move(op.d, false)
 	}
@@ -298,5 +314,5 @@ func (w *world) overlap(ctx context.Context, op mOp) (a, b rResult, inFn bool) {
 			a = <-aDone
 		}
 	}
-	return a, b, inFn
+	return a, b, inFn, rr, rrErr
 }

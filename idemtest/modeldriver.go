@@ -7,8 +7,9 @@ package idemtest
 // harness), model_ops.go (the operations and their generator),
 // model_clock.go (the fake clock of the Runs), model_world.go (the store's
 // side of an operation), model_faults.go (what fn does, crashes, the
-// failing TwoPhase check), model_compare.go (the checks against the model)
-// and model_report.go (a failure's report and its shrinking).
+// failing TwoPhase check), model_compare.go (the checks against the model),
+// model_rerun.go (re-run requests) and model_report.go (a failure's report
+// and its shrinking).
 
 import (
 	"context"
@@ -75,7 +76,19 @@ type ModelOptions struct {
 // Since), and CatchUpTx when h.Tx.CatchUp is set, including a job's first
 // period failing; Resolve (done, retry);
 // Prune; the clock jumping forward and back; a second trigger while a
-// first holds the key (and stalls past its lease). Jobs run in each mode
+// first holds the key (and stalls past its lease). On a store that is an
+// [idemstore.Rerunner], re-run requests (idem.Rerun) too: a new request id
+// or one sent before, naming one to three periods of any job, at random
+// moments and also while a first trigger holds the key; the model
+// predicts each outcome (queued, after the running attempt, due already,
+// seen before; a period that never ran, was pruned, is parked or unknown
+// refuses the whole request, which changes nothing), the records'
+// revisions, the done mark that makes a waiting request's revision (also
+// when its answer is lost), RerunsDue, and CatchUp running the re-runs
+// behind the job's cursor first; each mode's promise below holds per
+// revision (a TwoPhase check asks for the running revision). Not covered:
+// an operator's Resolve done of a period whose request waits for its
+// attempt (the stores differ). Jobs run in each mode
 // (AtLeastOnce, AtMostOnce, TwoPhase, and RunTx when h.Tx is set), each
 // with its promise checked: AtLeastOnce's done key had its effect,
 // AtMostOnce's never twice, TwoPhase's done key exactly once, RunTx's
@@ -288,11 +301,12 @@ func runSequence(t *testing.T, h Harness, cfg *modelConfig, o ModelOptions, seed
 		}
 		m := newModel(h.Watermark, !h.LeaseExpiry, h.Shift != nil, fresh, cfg.modes)
 		w := &world{t: t, h: h, cfg: cfg, s: s, cs: cs, clk: clk, wait: o.StepTimeout / 2, synced: time.Now(),
-			effects: map[idem.Key]int{}, seen: map[idem.Key]int64{}}
+			effects: map[idem.Key]int{}, effRev: map[idem.Key]map[int64]int{}, seen: map[idem.Key]int64{}}
 		var g *gen
 		if given == nil {
 			g = &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), m: m, cfg: cfg, cu: cs != nil,
 				faults: o.Faults && !h.Watermark && h.LeaseExpiry, txFaults: h.Faults != nil}
+			_, g.rerun = s.(idemstore.Rerunner)
 		}
 		for i := range n {
 			op := mOp{}
