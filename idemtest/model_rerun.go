@@ -50,17 +50,36 @@ func (r mRerunResult) String() string {
 }
 
 // rerun is idemstore.Rerunner.Rerun: for every key or for none. A request
-// id recorded for a key before: RerunSeen, nothing written. A key that
+// id recorded for any of its keys before: every key RerunSeen (at the
+// revision recorded for it, or its record's), nothing written. A key that
 // never ran (or was pruned), is parked or unknown refuses the whole
 // request. Done or skipped: a new revision, failed and runnable at once
 // (RerunQueued). Running: the attempt's done mark makes the new revision
 // (RerunAfterRun; requests while it runs share it). Failed: it runs again
 // anyway (RerunDue, the revision it has).
 func (m *model) rerun(req mRerun) mRerunResult {
+	sent := false
 	for _, k := range req.keys {
 		if _, seen := m.reruns[k][req.id]; seen {
-			continue
+			sent = true
 		}
+	}
+	if sent {
+		// Sent before: every key is seen, even one the request did not
+		// name then; nothing is refused, nothing written.
+		var res mRerunResult
+		for _, k := range req.keys {
+			o := idemstore.RerunOutcome{Key: k, State: idemstore.RerunSeen}
+			if rev, seen := m.reruns[k][req.id]; seen {
+				o.Revision = rev
+			} else if r := m.recs[k]; r != nil {
+				o.Revision = r.revision
+			}
+			res.outcomes = append(res.outcomes, o)
+		}
+		return res
+	}
+	for _, k := range req.keys {
 		rec, found := m.lookup(k)
 		if _, kept := m.recs[k]; !found || !kept || rec.status == idem.StatusParked || rec.status == idem.StatusUnknown {
 			return mRerunResult{refused: true}
