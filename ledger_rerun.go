@@ -162,6 +162,12 @@ func rerunKey(tx *wtx, key Key, req idemstore.RerunRequest, now int64, sent bool
 			last_error=?, updated=? WHERE job=? AND period=?`, o.Revision, idemstore.RerunNote(req, o.Revision), now, key.Job, key.Period); err != nil {
 			return o, err
 		}
+		// A request that waited for an attempt that did not end done (it
+		// failed, and the period was skipped) is answered by this
+		// revision: left pending, its promotion would run it once more.
+		if _, err := tx.exec(`UPDATE idem_reruns SET state='queued' WHERE job=? AND period=? AND state='pending'`, key.Job, key.Period); err != nil {
+			return o, err
+		}
 		return o, insert(o.Revision, "queued")
 	case StatusRunning:
 		// More requests while it runs share one revision.

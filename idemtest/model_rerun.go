@@ -123,6 +123,16 @@ func (m *model) newRevision(k idem.Key, rev int64) {
 	delete(m.pending, k)
 }
 
+// doneWithPending reports whether a request waits for an attempt's done
+// mark on k while k is done (an operator resolved it done: whether that
+// promotes the request is not decided, the stores differ). A skipped
+// period with a waiting request is not left out: a new revision answers
+// that request, in every store.
+func (m *model) doneWithPending(k idem.Key) bool {
+	r := m.recs[k]
+	return m.pending[k] > 0 && r != nil && r.status == idem.StatusDone
+}
+
 // stalePending reports whether a request waits for an attempt's done mark
 // on k while k is not running (an operator or a catch-up settled it
 // otherwise).
@@ -223,7 +233,7 @@ func (g *gen) rerunReq() mRerun {
 	req := mRerun{id: fmt.Sprintf("req-%d", g.nextID)}
 	var done []idem.Key
 	for k, r := range g.m.recs {
-		if (r.status == idem.StatusDone || r.status == idem.StatusSkipped) && !g.m.stalePending(k) {
+		if (r.status == idem.StatusDone || r.status == idem.StatusSkipped) && !g.m.doneWithPending(k) {
 			done = append(done, k)
 		}
 	}
@@ -235,7 +245,7 @@ func (g *gen) rerunReq() mRerun {
 		} else {
 			k = g.key(g.pick(g.cfg.jobs))
 		}
-		if !slices.Contains(req.keys, k) && !g.m.stalePending(k) {
+		if !slices.Contains(req.keys, k) && !g.m.doneWithPending(k) {
 			req.keys = append(req.keys, k)
 		}
 	}

@@ -170,8 +170,15 @@ func (l *Ledger) rerunKey(ctx context.Context, tx *sql.Tx, key idemstore.Key, re
 	case idemstore.StatusDone, idemstore.StatusSkipped:
 		o.State, o.Revision = idemstore.RerunQueued, s.rec.Revision+1
 		if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.runs+` SET status = 'failed', revision = ?, failures = 0, not_before = 0,
-			lease_until = 0, last_error = ?, updated = ? WHERE job = ? AND period = ?`,
+			lease_until = 0, rerun_pending = 0, last_error = ?, updated = ? WHERE job = ? AND period = ?`,
 			o.Revision, idemstore.RerunNote(req, o.Revision), now, key.Job, key.Period); err != nil {
+			return o, err
+		}
+		// A request that waited for an attempt that did not end done (it
+		// failed, and the period was skipped) is answered by this
+		// revision: left pending, its promotion would run it once more.
+		if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.reruns+` SET state = 'queued' WHERE job = ? AND period = ? AND state = 'pending'`,
+			key.Job, key.Period); err != nil {
 			return o, err
 		}
 		return o, insert(o.Revision, "queued")

@@ -230,6 +230,12 @@ func (l *core) rerunKey(ctx context.Context, tx tx, key idemstore.Key, req idems
 		if _, err := tx.exec(ctx, l.oq(rerunQueueSQL), key.Job, key.Period, o.Revision, idemstore.RerunNote(req, o.Revision)); err != nil {
 			return o, err
 		}
+		// A request that waited for an attempt that did not end done (it
+		// failed, and the period was skipped) is answered by this
+		// revision: left pending, its promotion would run it once more.
+		if _, err := tx.exec(ctx, l.oq(`UPDATE {s}.reruns SET state = 'queued' WHERE job = $1 AND period = $2 AND state = 'pending'`), key.Job, key.Period); err != nil {
+			return o, err
+		}
 		return o, insert(o.Revision, "queued")
 	case idemstore.StatusRunning:
 		// More requests while it runs share one revision.

@@ -533,7 +533,10 @@ for i = 1, n do
 			rev, state = rev + 1, 'queued'
 			redis.call('HSET', rk, 'status', 'failed', 'revision', str(rev), 'failures', 0,
 				'last_error', rerunNote(str(rev), by, id, reason), 'updated', str(t), 'revised_after', r[4] or '')
-			redis.call('HDEL', rk, 'not_before', 'lease_until')
+			-- A request that waited for an attempt that did not end done
+			-- (it failed, and the period was skipped) is answered by this
+			-- revision: left pending, its promotion would run it again.
+			redis.call('HDEL', rk, 'not_before', 'lease_until', 'rerun_pending')
 		elseif r[1] == 'running' then
 			state, q = 'after', 'pending'
 			if r[3] and r[3] ~= '' then
