@@ -342,16 +342,31 @@ func (l *Ledger) FinishTx(ctx context.Context, key idemstore.Key, attempt int64,
 		return err
 	}
 	end := idemstore.End{Status: idemstore.StatusDone, Value: value}
-	if _, err := tx.ExecContext(ctx, l.finishSQL(), l.finishArgs(key, attempt, end)...); err != nil {
+	// The done mark, unless a re-run request waits for this attempt
+	// (rerun_pending): then it is written with the promotion. The row is
+	// locked since holds: it does not change in between.
+	res, err := tx.ExecContext(ctx, l.q.finishDone, l.finishArgs(key, attempt, end)...)
+	if err != nil {
 		return opErr("run tx: done mark", key, err)
+	}
+	pending := false
+	if n, err := res.RowsAffected(); err != nil {
+		return opErr("run tx: done mark", key, err)
+	} else if n == 0 {
+		pending = true
+		if _, err := tx.ExecContext(ctx, l.finishSQL(), l.finishArgs(key, attempt, end)...); err != nil {
+			return opErr("run tx: done mark", key, err)
+		}
 	}
 	if cursor {
 		if _, err := tx.ExecContext(ctx, l.advanceSQL(), key.Job, key.Period); err != nil {
 			return opErr("run tx: advance the cursor", key, err)
 		}
 	}
-	if err := l.promote(ctx, tx, key); err != nil {
-		return opErr("run tx", key, err)
+	if pending {
+		if err := l.promote(ctx, tx, key); err != nil {
+			return opErr("run tx", key, err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return opErr("run tx: commit", key, err)
