@@ -715,3 +715,15 @@ func TestSchedulerWakeOnReset(t *testing.T) {
 	}
 	schedtest.WakeProcesses(t, path, openLedgerAt)
 }
+
+// TestSchedulerRerunReplicas: three Scheduler replicas in their own
+// processes on one ledger file see one re-run request of a done daily
+// period (sent twice): one of them runs it within
+// schedtest.WakeBound, at revision 1, exactly once.
+func TestSchedulerRerunReplicas(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	if !idemtest.IsChild(t) {
+		openLedger(t, filepath.Dir(path))
+	}
+	schedtest.RerunProcesses(t, path, openLedgerAt)
+}

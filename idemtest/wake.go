@@ -93,7 +93,13 @@ func testWake(t *testing.T, h Harness) {
 		want("Rerun", woken("Rerun"), "rerun")
 	}
 
-	// Many writers at once, a reader polling meanwhile: every job is read.
+	wakeMany(t, w, &mark, woken)
+}
+
+// wakeMany: many writers at once, a reader polling meanwhile (from *mark,
+// which it moves): every job is read, by the poll or by woken after it.
+func wakeMany(t *testing.T, w idemstore.Waker, mark *int64, woken func(string) []string) {
+	ctx := context.Background()
 	const writers = 24
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
@@ -111,12 +117,12 @@ func testWake(t *testing.T, h Harness) {
 	polled := make(chan error, 1)
 	go func() {
 		for {
-			jobs, next, err := w.Woken(ctx, mark)
+			jobs, next, err := w.Woken(ctx, *mark)
 			if err != nil {
 				polled <- err
 				return
 			}
-			mark = next
+			*mark = next
 			for _, j := range jobs {
 				seen[j] = true
 			}

@@ -29,6 +29,20 @@ const WakeBound = 10 * time.Second
 // WakeBound of the reset, not at the job's next due time (up to a day
 // later); and exactly once.
 func WakeProcesses(t *testing.T, arg string, open Opener) {
+	wakeProcesses(t, arg, open, false)
+}
+
+// RerunProcesses is WakeProcesses with a re-run: the daily job's latest
+// due period is done before the three replicas start; once each has found
+// it done, the test asks for a re-run of it, twice with the same request
+// id (a retrying script), and a replica must run it within WakeBound, at
+// revision 1, exactly once: three replicas see one request, and the
+// request sent again re-runs nothing more.
+func RerunProcesses(t *testing.T, arg string, open Opener) {
+	wakeProcesses(t, arg, open, true)
+}
+
+func wakeProcesses(t *testing.T, arg string, open Opener, rerun bool) {
 	dir := t.TempDir()
 	logPath, stop := filepath.Join(dir, "fn.log"), filepath.Join(dir, "stop")
 	day := idem.Daily(time.UTC)
@@ -43,51 +57,71 @@ func WakeProcesses(t *testing.T, arg string, open Opener) {
 		}
 		defer closeStore()
 		key = idem.Key{Job: "daily", Period: idem.LastPeriod(day, time.Now()).Name}
-		err = idem.RunOn(context.Background(), st, key, func(context.Context) error {
-			return idem.Permanent(errors.New("the input file is corrupt"))
-		})
-		if rec, ok, lerr := st.Lookup(context.Background(), key); lerr != nil || !ok || rec.Status != idem.StatusParked {
-			t.Fatalf("parking %s: %v; record %+v, found %v, %v", key, err, rec, ok, lerr)
+		want := idem.StatusParked
+		fn := func(context.Context) error { return idem.Permanent(errors.New("the input file is corrupt")) }
+		if rerun {
+			want, fn = idem.StatusDone, func(context.Context) error { return nil }
 		}
+		err = idem.RunOn(context.Background(), st, key, fn)
+		if rec, ok, lerr := st.Lookup(context.Background(), key); lerr != nil || !ok || rec.Status != want {
+			t.Fatalf("making %s %s: %v; record %+v, found %v, %v", key, want, err, rec, ok, lerr)
+		}
+	}
+	mode := "reset"
+	if rerun {
+		mode = "rerun"
 	}
 	exits := make(chan idemtest.Exit, 3)
 	for range 3 {
-		c := idemtest.Start(t, dir+"|"+arg, func(a string) {
-			d, arg, _ := strings.Cut(a, "|")
-			if err := wakeReplica(d, arg, open); err != nil {
+		c := idemtest.Start(t, dir+"|"+mode+"|"+arg, func(a string) {
+			d, a, _ := strings.Cut(a, "|")
+			mode, arg, _ := strings.Cut(a, "|")
+			if err := wakeReplica(d, arg, open, mode == "rerun"); err != nil {
 				fmt.Fprintln(os.Stderr, "replica:", err)
 				os.Exit(1)
 			}
 		})
 		go func() { exits <- c.Wait() }()
 	}
-	testwait.Until(t, func() bool { return strings.Count(readFile(logPath), "parked ") == 3 },
-		"the three replicas to find %s parked (their log: %s)", key, logPath)
+	testwait.Until(t, func() bool { return strings.Count(readFile(logPath), "ready ") == 3 },
+		"the three replicas to find %s %s (their log: %s)", key, map[bool]string{false: "parked", true: "done"}[rerun], logPath)
 	reset := time.Now()
-	if err := st.Resolve(context.Background(), key, idem.ResolveRetry); err != nil {
+	if rerun {
+		req := idem.RerunRequest{Keys: []idem.Key{key}, RequestID: "fix-1", Reason: "flow table corrected", By: "test"}
+		for i, want := range []idem.RerunState{idem.RerunQueued, idem.RerunSeen} {
+			out, err := idem.Rerun(context.Background(), st, req)
+			if err != nil || len(out) != 1 || out[0].State != want || out[0].Revision != 1 {
+				t.Fatalf("re-run request, sent %d times: %+v, %v; want %s, revision 1", i+1, out, err, want)
+			}
+		}
+	} else if err := st.Resolve(context.Background(), key, idem.ResolveRetry); err != nil {
 		t.Fatal(err)
 	}
 	ran := "ran " + key.Period + " "
 	for !strings.Contains(readFile(logPath), ran) {
 		if time.Since(reset) > WakeBound {
 			rec, _, err := st.Lookup(context.Background(), key)
-			t.Fatalf("no replica ran %s within %v of its reset (idem.SchedulerWakePoll %v): its record %+v (%v); the replicas' log:\n%s",
-				key, WakeBound, idem.SchedulerWakePoll, rec, err, readFile(logPath))
+			t.Fatalf("no replica ran %s within %v of its %s (idem.SchedulerWakePoll %v): its record %+v (%v); the replicas' log:\n%s",
+				key, WakeBound, mode, idem.SchedulerWakePoll, rec, err, readFile(logPath))
 		}
 		time.Sleep(10 * time.Millisecond) // a poll of the replicas' log
 	}
 	for _, line := range strings.Split(readFile(logPath), "\n") {
 		if rest, ok := strings.CutPrefix(line, ran); ok {
-			_, at, _ := strings.Cut(rest, " ")
-			if ns, err := strconv.ParseInt(at, 10, 64); err == nil {
-				t.Logf("%s ran %v after its reset", key, time.Unix(0, ns).Sub(reset))
+			f := append(strings.Fields(rest), "", "")
+			if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				t.Logf("%s ran %v after its %s", key, time.Unix(0, ns).Sub(reset), mode)
 			}
 		}
 	}
+	wantRev := int64(0)
+	if rerun {
+		wantRev = 1
+	}
 	testwait.Until(t, func() bool {
 		rec, ok, err := st.Lookup(context.Background(), key)
-		return err == nil && ok && rec.Status == idem.StatusDone
-	}, "%s to be done", key)
+		return err == nil && ok && rec.Status == idem.StatusDone && rec.Revision == wantRev
+	}, "%s to be done at revision %d", key, wantRev)
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -100,13 +134,16 @@ func WakeProcesses(t *testing.T, arg string, open Opener) {
 	if n := strings.Count(readFile(logPath), ran); n != 1 {
 		t.Errorf("%s ran %d times, want once; the replicas' log:\n%s", key, n, readFile(logPath))
 	}
+	if rev := fmt.Sprintf(" rev=%d\n", wantRev); !strings.Contains(readFile(logPath), rev) {
+		t.Errorf("%s's run was not revision %d; the replicas' log:\n%s", key, wantRev, readFile(logPath))
+	}
 }
 
 // wakeReplica is a child of WakeProcesses: a Scheduler with the daily
-// job, on the wall clock, until the file stop appears. It logs "parked
-// PID" once its job's catch-up found the period parked, and "ran PERIOD
-// PID UNIXNANO" for each run of fn.
-func wakeReplica(dir, arg string, open Opener) error {
+// job, on the wall clock, until the file stop appears. It logs "ready
+// PID" once its job's catch-up found the period parked (or, with rerun,
+// done), and "ran PERIOD PID UNIXNANO rev=REVISION" for each run of fn.
+func wakeReplica(dir, arg string, open Opener, rerun bool) error {
 	st, closeStore, err := open(context.Background(), arg)
 	if err != nil {
 		return err
@@ -115,7 +152,8 @@ func wakeReplica(dir, arg string, open Opener) error {
 	s := idem.NewScheduler(st)
 	logPath := filepath.Join(dir, "fn.log")
 	fn := func(ctx context.Context, p idem.Period) error {
-		appendLine(logPath, fmt.Sprintf("ran %s %d %d", p.Name, os.Getpid(), time.Now().UnixNano()))
+		info, _ := idem.InfoFrom(ctx)
+		appendLine(logPath, fmt.Sprintf("ran %s %d %d rev=%d", p.Name, os.Getpid(), time.Now().UnixNano(), info.Revision))
 		return nil
 	}
 	if err := s.Add("daily", idem.Daily(time.UTC), fn); err != nil {
@@ -130,9 +168,10 @@ func wakeReplica(dir, arg string, open Opener) error {
 				_ = s.Shutdown(ctx)
 				return
 			}
-			if !parked && s.Status().Jobs[0].Parked > 0 {
+			j := s.Status().Jobs[0]
+			if !parked && (!rerun && j.Parked > 0 || rerun && j.LastPeriod != "") {
 				parked = true
-				appendLine(logPath, fmt.Sprintf("parked %d", os.Getpid()))
+				appendLine(logPath, fmt.Sprintf("ready %d", os.Getpid()))
 			}
 			time.Sleep(5 * time.Millisecond) // a poll for the parent's signal
 		}
