@@ -155,3 +155,56 @@ func lookup(t *testing.T, f *uitest.Fixture, key idem.Key) idem.Record {
 	}
 	return rec
 }
+
+// TestRecordHistory: a record's page shows its history: the re-run
+// requests (who, why, the request id) and every attempt that ended, by
+// revision, with what the store holds escaped.
+func TestRecordHistory(t *testing.T) {
+	f := uitest.NewFixture(t)
+	h := uitest.NewHandler(t, f.Ledger, ui.Options{})
+	ctx := context.Background()
+	key := idem.Key{Job: "hist", Period: "2026-10-01"}
+	fails := true
+	fn := func(context.Context) error {
+		if fails {
+			fails = false
+			return errors.New(`bank said <b>no</b>`)
+		}
+		return nil
+	}
+	opts := idem.WithBackoff(idem.Constant(time.Microsecond))
+	for range 2 {
+		if err := f.Ledger.Run(ctx, key, fn, opts); err == nil {
+			break
+		}
+		time.Sleep(time.Millisecond) // past the backoff of a microsecond
+	}
+	req := idem.RerunRequest{Keys: []idem.Key{key}, RequestID: "fix-<1>", Reason: `flow table <script>x()</script> corrected`, By: "ops&co"}
+	if _, err := idem.Rerun(ctx, f.Ledger, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Ledger.Run(ctx, key, fn); err != nil {
+		t.Fatal(err)
+	}
+	_, body := localGet(t, h, "/record?job=hist&period=2026-10-01")
+	i := strings.Index(body, "<h2>History</h2>")
+	if i < 0 {
+		t.Fatalf("the record page has no history:\n%s", body)
+	}
+	hist := body[i:]
+	hist = hist[:strings.Index(hist, "<h2>Items</h2>")]
+	for _, want := range []string{
+		"Revision 1 now",
+		`flow table &lt;script&gt;x()&lt;/script&gt; corrected`, "ops&amp;co", "fix-&lt;1&gt;",
+		`<td>0</td><td>1</td><td><span class="s-failed">failed</span>`, "bank said &lt;b&gt;no&lt;/b&gt;",
+		`<td>0</td><td>2</td><td><span class="s-done">done</span>`,
+		`<td>1</td><td>3</td><td><span class="s-done">done</span>`,
+	} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("the history lacks %q:\n%s", want, hist)
+		}
+	}
+	if strings.Contains(body, "<script>x()") || strings.Contains(body, "<b>no</b>") {
+		t.Errorf("the page shows the store's text unescaped:\n%s", hist)
+	}
+}

@@ -522,6 +522,9 @@ type recordData struct {
 	CanRunNow  bool // the store keeps wake marks and the period is runnable now
 	CanRerun   bool // the store re-runs and the period is done
 	Note       string
+	HasHistory bool              // the store keeps the history of attempts (idemstore.Historian)
+	History    idemstore.History // the period's ended attempts and re-run requests, oldest first
+	HistoryErr string
 }
 
 func (h *Handler) keyOf(w http.ResponseWriter, r *http.Request) (idemstore.Key, bool) {
@@ -576,6 +579,14 @@ func (h *Handler) record(w http.ResponseWriter, r *http.Request) {
 		for _, m := range msgs {
 			if m.Key == key {
 				d.Messages = append(d.Messages, m)
+			}
+		}
+	}
+	if st, err := idemstore.Of(h.s); err == nil && found {
+		if hs, ok := st.(idemstore.Historian); ok {
+			d.HasHistory = true
+			if d.History, err = hs.History(ctx, key); err != nil {
+				d.HistoryErr = err.Error()
 			}
 		}
 	}
