@@ -33,9 +33,11 @@ func WakeProcesses(t *testing.T, arg string, open Opener) {
 }
 
 // RerunProcesses is WakeProcesses with a re-run: the daily job's latest
-// due period is done before the three replicas start; once each has found
-// it done, the test asks for a re-run of it, twice with the same request
-// id (a retrying script), and a replica must run it within WakeBound, at
+// due period is done before the three replicas start; once each runs its
+// Scheduler (whose first look may come before or after the request: the
+// request's wake mark, or the catch-up's re-runs behind the cursor), the
+// test asks for a re-run of it, twice with the same request id (a
+// retrying script), and a replica must run it within WakeBound, at
 // revision 1, exactly once: three replicas see one request, and the
 // request sent again re-runs nothing more.
 func RerunProcesses(t *testing.T, arg string, open Opener) {
@@ -141,8 +143,8 @@ func wakeProcesses(t *testing.T, arg string, open Opener, rerun bool) {
 
 // wakeReplica is a child of WakeProcesses: a Scheduler with the daily
 // job, on the wall clock, until the file stop appears. It logs "ready
-// PID" once its job's catch-up found the period parked (or, with rerun,
-// done), and "ran PERIOD PID UNIXNANO rev=REVISION" for each run of fn.
+// PID" once its job's catch-up found the period parked (with rerun, once
+// its Scheduler runs), and "ran PERIOD PID UNIXNANO rev=REVISION" for each run of fn.
 func wakeReplica(dir, arg string, open Opener, rerun bool) error {
 	st, closeStore, err := open(context.Background(), arg)
 	if err != nil {
@@ -169,7 +171,7 @@ func wakeReplica(dir, arg string, open Opener, rerun bool) error {
 				return
 			}
 			j := s.Status().Jobs[0]
-			if !parked && (!rerun && j.Parked > 0 || rerun && j.LastPeriod != "") {
+			if !parked && (rerun || j.Parked > 0) {
 				parked = true
 				appendLine(logPath, fmt.Sprintf("ready %d", os.Getpid()))
 			}
