@@ -30,7 +30,7 @@ func groupOf(t *testing.T, l *idem.Ledger, n int, durable func(i int) bool, writ
 	}
 	testwait.Until(t, func() bool { return idem.LedgerGroupPending(l) == n }, "%d writes to wait in the ledger's group", n)
 	release()
-	wg.Wait()
+	testwait.Group(t, &wg, "the %d grouped writes to return", n)
 	return errs
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/outbox"
 )
 
@@ -208,7 +209,7 @@ func TestRerunEveryDoneMark(t *testing.T) {
 				return nil
 			})
 		}()
-		<-started
+		testwait.Recv(t, started, "%s: the run's fn to start", path)
 		req := rerunReq("during-"+path, "repair", key)
 		out, err := idem.Rerun(ctx, l, req)
 		if err != nil || out[0].State != idem.RerunAfterRun || out[0].Revision != 1 {
@@ -221,7 +222,7 @@ func TestRerunEveryDoneMark(t *testing.T) {
 			}
 		}
 		close(release)
-		err = <-errc
+		err = testwait.Recv(t, errc, "%s: the run to return", path)
 		if path == "Run" && err != nil {
 			t.Fatalf("Run: %v", err)
 		}
