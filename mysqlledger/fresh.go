@@ -66,6 +66,31 @@ func (l *Ledger) settledBy(req idemstore.ClaimRequest, s snapshot) (idemstore.Cl
 	return idemstore.Claim{State: state, Record: inFrame(req, s.now, rec)}, true
 }
 
+// claimFirst is Claim's first round trip: the INSERT of attempt 1's
+// claim (claimNew) while the last key claimed or run had no record, else
+// the read of the key's status (quickClaim), followed by the INSERT if it
+// found no record. ok says c is the answer: the key claimed, or settled
+// (done, or its fingerprint does not match) by the read; otherwise Claim
+// reads the record whole. An INSERT that finds a record (it fails with a
+// duplicate key, writing nothing) makes the next keys read first, and
+// one that records its key makes them insert first: a run of new keys
+// (a Scheduler's periods) pays one statement per claim, a run of
+// duplicate triggers one read each.
+func (l *Ledger) claimFirst(ctx context.Context, req idemstore.ClaimRequest) (c idemstore.Claim, ok bool, err error) {
+	if l.readFirst.Load() {
+		c, settled, found, err := l.quickClaim(ctx, req)
+		if err != nil || settled || found {
+			return c, err == nil && settled, nil // an error: Claim's reads try again
+		}
+	}
+	if ok, err := l.claimNew(ctx, req); err != nil || !ok {
+		l.readFirst.Store(err == nil)
+		return c, false, err
+	}
+	l.readFirst.Store(false)
+	return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: req.Key}}, true, nil
+}
+
 // freshInsertSQL: a template (see queries) that records a key that has no record as attempt 1, done,
 // unless the job's horizon covers it (the job's row read under a shared
 // lock, as Claim reads it: Prune holds it exclusively); a key that has a

@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/idemgo/idem"
 )
 
@@ -52,5 +54,72 @@ func TestRunTxDuplicateReadsFirst(t *testing.T) {
 	k3 := idem.Key{Job: "settle", Period: "2026-12-03"}
 	if err := l.RunTx(ctx, k3, noop, idem.ReportTo(&res)); err != nil || res.Outcome != idem.Ran {
 		t.Fatalf("RunTx of a new key after duplicates: outcome %v, err %v", res.Outcome, err)
+	}
+}
+
+// TestFreshRunStatements: while the keys run are new, a Run's claim is
+// one statement (the INSERT of attempt 1's row, no read before it), and a
+// fresh Run is two in all, as the hand-written floor's; after a duplicate
+// trigger the next claim reads first (one read, no write). Counted by the
+// server, on the one connection the ledger's pool has.
+func TestFreshRunStatements(t *testing.T) {
+	t.Parallel()
+	c, err := mysql.ParseDSN(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.InterpolateParams = true // text statements, counted by kind
+	db, err := sql.Open("mysql", c.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	l := openLedger(t, db)
+	ctx := context.Background()
+	kinds := []string{"Com_select", "Com_insert", "Com_insert_select", "Com_update", "Com_delete", "Com_begin", "Com_commit"}
+	count := func() map[string]int {
+		t.Helper()
+		rows, err := db.QueryContext(ctx, `SHOW SESSION STATUS WHERE Variable_name IN ('`+strings.Join(kinds, "','")+`')`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		n := map[string]int{}
+		for rows.Next() {
+			var name string
+			var v int
+			if err := rows.Scan(&name, &v); err != nil {
+				t.Fatal(err)
+			}
+			n[name] = v
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	run := func(period string) map[string]int {
+		t.Helper()
+		before := count()
+		if err := l.Run(ctx, idem.Key{Job: "settle", Period: period}, func(context.Context) error { return nil }); err != nil {
+			t.Fatalf("Run %s: %v", period, err)
+		}
+		after := count()
+		d := map[string]int{}
+		for _, k := range kinds {
+			if v := after[k] - before[k]; v != 0 {
+				d[k] = v
+			}
+		}
+		return d
+	}
+	run("2026-12-01")
+	if d := run("2026-12-02"); len(d) != 2 || d["Com_insert_select"] != 1 || d["Com_update"] != 1 {
+		t.Errorf("a fresh Run after a fresh Run: statements %v; want one INSERT … SELECT (the claim) and one UPDATE (the done mark)", d)
+	}
+	run("2026-12-02") // a duplicate: the next claim reads first
+	if d := run("2026-12-02"); len(d) != 1 || d["Com_select"] != 1 {
+		t.Errorf("a duplicate Run after a duplicate: statements %v; want one SELECT", d)
 	}
 }

@@ -59,8 +59,8 @@ type Ledger struct {
 	defaults []idem.Option
 	t        tables
 	q        queries
-	// readFirst: the last ClaimFinishTx found its key recorded (RunTx's
-	// duplicate triggers): the next one reads before it inserts.
+	// readFirst: the last Claim or ClaimFinishTx found its key recorded
+	// (duplicate triggers): the next one reads before it inserts.
 	readFirst atomic.Bool
 }
 

@@ -98,18 +98,20 @@ func inFrame(req idemstore.ClaimRequest, now time.Time, rec idemstore.Record) id
 	return rec
 }
 
-// Claim implements [idemstore.Store]. It first reads the key's status,
-// fingerprint and value by primary key, without a lock: a done key (the
-// usual duplicate trigger) or a fingerprint that does not match is
-// answered from that read, with the fields [idemstore.Claim] lets a store
-// fill in alone. Another recorded key is read whole, again without a
-// lock, and a key not to be taken (held, backing off, parked, skipped) is
-// answered from that read. A key with no record is then claimed by one
-// autocommitted statement (claimNewSQL: attempt 1's row, unless the job's
-// horizon covers the key, read under a shared lock of the job's row, as
-// below): two round trips and one commit in all. Otherwise (the key has a
-// record to take, the horizon covers it, or another claimer inserted it
-// in between), in one READ COMMITTED transaction it
+// Claim implements [idemstore.Store]. A key with no record is claimed by
+// one autocommitted statement (claimNewSQL: attempt 1's row, unless the
+// job's horizon covers the key, read under a shared lock of the job's
+// row, as below): one round trip and one commit. A recorded key makes
+// that statement fail with a duplicate key, writing nothing; then, as
+// for every key while the keys claimed keep having records (duplicate
+// triggers: see readFirst), Claim reads the key's status, fingerprint
+// and value by primary key, without a lock: a done key or a fingerprint
+// that does not match is answered from that read, with the fields
+// [idemstore.Claim] lets a store fill in alone. Another recorded key is
+// read whole, again without a lock, and a key not to be taken (held,
+// backing off, parked, skipped) is answered from that read. Otherwise
+// (the key has a record to take, the horizon covers it, or another
+// claimer inserted it in between), in one READ COMMITTED transaction it
 // reads the key's record under its row lock (FOR UPDATE) and the job's
 // horizon under a shared lock of the job's row, decides with
 // [idemstore.Decide] on the server's clock, and writes the claim. Two
@@ -120,16 +122,10 @@ func (l *Ledger) Claim(ctx context.Context, req idemstore.ClaimRequest) (idemsto
 	if err := req.Key.Validate(); err != nil {
 		return idemstore.Claim{}, err
 	}
-	if c, settled, found, err := l.quickClaim(ctx, req); err == nil && settled {
+	if c, ok, err := l.claimFirst(ctx, req); err != nil {
+		return idemstore.Claim{}, opErr("claim", req.Key, err)
+	} else if ok {
 		return c, nil
-	} else if err == nil && !found {
-		// No record: one statement inserts attempt 1's claim, unless the
-		// job's horizon covers the key or a claimer recorded it meanwhile.
-		if ok, err := l.claimNew(ctx, req); err != nil {
-			return idemstore.Claim{}, opErr("claim", req.Key, err)
-		} else if ok {
-			return idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: idemstore.Record{Key: req.Key}}, nil
-		}
 	}
 	if s, found, err := l.peek(ctx, req.Key); err == nil && found {
 		if c, ok := l.settledBy(req, s); ok {
