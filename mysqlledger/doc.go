@@ -75,15 +75,17 @@
 //
 // # What is not promised
 //
-// There are no batches in database/sql. A trigger of a key that is
-// settled (done, most often) costs one round trip: a primary-key read,
-// with no transaction and no lock. A Run of a key with no record costs
-// three: that read, the claim's INSERT and the done mark's UPDATE, each
-// autocommitted (two synced commits, as a hand-written claim and done mark
-// cost). A claim that takes a key with a record costs a few more (the
+// There are no batches in database/sql. A Run of a key with no record
+// costs two round trips: the claim's INSERT and the done mark's UPDATE,
+// each autocommitted (two synced commits, as a hand-written claim and done
+// mark cost). A trigger of a key that is settled (done, most often) costs
+// one, a primary-key read with no transaction and no lock, once the key
+// claimed before it had a record too: the first one after new keys tries
+// the INSERT first (it fails on the duplicate key, writing nothing), then
+// reads. A claim that takes a key with a record costs a few more (the
 // record under its lock, the job's horizon, the write, the commit). RunTx
 // of a key with no record claims it, runs fn and writes the done mark in
-// one transaction (Ledger.ClaimFinishTx: five round trips beside fn's, one
+// one transaction (Ledger.ClaimFinishTx: four round trips beside fn's, one
 // synced commit). Each records a period's item set in its turn
 // (Ledger.RecordTurn: a named lock), in memory until the seal, which
 // writes it in one transaction; it claims each chunk in a transaction of

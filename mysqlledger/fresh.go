@@ -158,12 +158,15 @@ func newQueries(t tables) queries {
 // ClaimFinishTx implements [idemstore.FreshTxStore]: for a key with no
 // record, one READ COMMITTED transaction inserts the key's row as attempt
 // 1 done (freshInsertSQL: the row's lock keeps every other attempt out
-// until the commit), sets a savepoint, runs fn, stores fn's value (and
-// moves the job's cursor with cursor) and commits: the claim, fn's writes
-// and the done mark together, or nothing (a crash leaves no record). If fn
-// fails, its writes are rolled back to the savepoint and the row becomes
-// attempt 1's claim (running, its lease from the server's time), which
-// commits. A key that has a record (or that the horizon covers) is
+// until the commit), runs fn, stores fn's value (and moves the job's
+// cursor with cursor) and commits: the claim, fn's writes and the done
+// mark together, or nothing (a crash leaves no record). If fn fails, the
+// transaction rolls back (fn's writes and the row) and attempt 1's claim
+// is written as Claim writes a new key's (claimNewSQL: running, its lease
+// from the server's time), in a statement of its own. Should another
+// claim record the key in between (or Prune's horizon cover it), nothing
+// is committed: the error says so, and the caller counts fn's run as a
+// failed attempt 1 and claims the usual way. A key that has a record (or that the horizon covers) is
 // claimed as by Claim: its INSERT wrote nothing, and the transaction rolls
 // back. After such a key, the next ClaimFinishTx reads first, as Claim
 // does (one round trip, no lock): a key with a record is then claimed, or
@@ -227,22 +230,18 @@ func (l *Ledger) freshTx(ctx context.Context, req idemstore.ClaimRequest, cursor
 	if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, key); err != nil {
 		return true, false, nil, err
 	}
-	if _, err := tx.ExecContext(ctx, `SAVEPOINT idem_fn`); err != nil {
-		return true, false, nil, err
-	}
 	value, ferr := fn(tx)
 	if ferr != nil {
-		// fn's writes go; the row becomes attempt 1's claim, as Claim
-		// writes it, and commits.
-		if _, err := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT idem_fn`); err != nil {
+		// fn's writes go with the row; attempt 1's claim is then written
+		// on its own, as Claim writes a new key's (no savepoint: one round
+		// trip less on the way every fresh run takes).
+		if err := tx.Rollback(); err != nil {
 			return true, false, nil, err
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE `+l.t.runs+` SET status = 'running', lease_until = `+nowSQL+` + ?
-			WHERE job = ? AND period = ?`, micros(req.Lease), key.Job, key.Period); err != nil {
+		if ok, err := l.claimNew(ctx, req); err != nil {
 			return true, false, nil, err
-		}
-		if err := tx.Commit(); err != nil {
-			return true, false, nil, err
+		} else if !ok {
+			return true, false, nil, errors.New("the key was recorded by another claim (or pruned) after fn failed and its transaction rolled back")
 		}
 		return true, false, ferr, nil
 	}
