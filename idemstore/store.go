@@ -115,7 +115,7 @@ type ClaimFirst interface {
 // FreshMarker is a Store that can mark a key that has no record done in
 // one write, with no attempt before it: the period of idem.Each has no
 // work of its own, and once its items are settled its done mark is all
-// that is left. The Postgres ledgers implement it.
+// that is left. The Postgres and MySQL ledgers implement it.
 type FreshMarker interface {
 	Store
 

@@ -90,8 +90,9 @@
 // (Ledger.RecordTurn: a named lock), in memory until the seal, which
 // writes it in one transaction; it claims each chunk in a transaction of
 // its own, and a window that ends every item done is one autocommitted
-// UPDATE. A period's done mark is a claim and an UPDATE: the ledger is no
-// idemstore.FreshMarker.
+// UPDATE. A period's done mark is one INSERT of its record as done
+// (Ledger.MarkFresh), which waits at most a second for a transaction that
+// holds the period's row.
 // Without interpolateParams=true in the DSN, the driver prepares each
 // statement with arguments on the server (three round trips each). The
 // SQLite ledger's history is not migrated: keys done there would run

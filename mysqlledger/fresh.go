@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/idemgo/idem/idemstore"
@@ -132,6 +133,67 @@ func (l *Ledger) claimNew(ctx context.Context, req idemstore.ClaimRequest) (ok b
 // queries are a ledger's statements, their table names filled in once.
 type queries struct {
 	peek, status, freshInsert, claimNew, finish, finishDone, advance, promote string
+	markFresh                                                                 string // set by checkServer: the server's flavour
+}
+
+// markLockWait is how long, in seconds, MarkFresh's INSERT waits for a
+// transaction that holds the key's row (InnoDB's least lock wait).
+const markLockWait = 1
+
+// markFreshSQL is freshInsert with a lock wait of markLockWait seconds
+// for that statement alone: MariaDB's SET STATEMENT, MySQL's SET_VAR hint.
+func markFreshSQL(freshInsert string, mariaDB bool) string {
+	if mariaDB {
+		return fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout = %d FOR %s", markLockWait, freshInsert)
+	}
+	return strings.Replace(freshInsert, "INSERT INTO", fmt.Sprintf("INSERT /*+ SET_VAR(innodb_lock_wait_timeout = %d) */ INTO", markLockWait), 1)
+}
+
+var _ idemstore.FreshMarker = (*Ledger)(nil)
+
+// MarkFresh implements [idemstore.FreshMarker]: the period mark of
+// idem.Each, once its items are settled. One autocommitted statement
+// (freshInsertSQL, synced) writes the key's record as attempt 1, done,
+// unless the key has a record or the job's horizon covers it; it waits at
+// most markLockWait second for a transaction that holds the key's row,
+// then returns the error (nothing was written). A key that has a record
+// is then read (its status and fingerprint, by primary key): done for the
+// caller too if it is done and the fingerprints match.
+//
+// Several holders that settle a period's last items at once each send it:
+// one writes the record; the others' INSERT waits for its commit, fails on
+// the duplicate key, and their read finds the key done: two round trips,
+// and no wait for another holder's claim and done mark.
+func (l *Ledger) MarkFresh(ctx context.Context, req idemstore.ClaimRequest) (bool, error) {
+	key := req.Key
+	if err := key.Validate(); err != nil {
+		return false, err
+	}
+	if err := idemstore.Checkpoint(ctx, idemstore.AfterClaim, key); err != nil {
+		return false, err
+	}
+	if err := idemstore.Checkpoint(ctx, idemstore.AfterFn, key); err != nil {
+		return false, err
+	}
+	res, err := l.db.ExecContext(ctx, l.q.markFresh, key.Job, key.Period, req.Owner, req.Fingerprint, key.Job, key.Period)
+	switch {
+	case errno(err) == erDupEntry:
+		var status, fp string
+		var value []byte
+		if err := l.db.QueryRowContext(ctx, l.q.status, key.Job, key.Period).Scan(&status, &fp, &value); err != nil {
+			return false, opErr("mark done", key, err)
+		}
+		return idemstore.Status(status) == idemstore.StatusDone && !idemstore.Mismatch(fp, req.Fingerprint), nil
+	case retryable(err):
+		return false, nil // a deadlock's victim wrote nothing: the usual way
+	case err != nil:
+		return false, opErr("mark done", key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, opErr("mark done", key, err)
+	}
+	return n == 1, nil // 0: below the job's horizon
 }
 
 func newQueries(t tables) queries {

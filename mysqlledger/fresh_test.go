@@ -4,12 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 // TestRunTxDuplicateReadsFirst: once a RunTx found its key recorded, the
@@ -121,5 +124,64 @@ func TestFreshRunStatements(t *testing.T) {
 	run("2026-12-02") // a duplicate: the next claim reads first
 	if d := run("2026-12-02"); len(d) != 1 || d["Com_select"] != 1 {
 		t.Errorf("a duplicate Run after a duplicate: statements %v; want one SELECT", d)
+	}
+}
+
+// TestMarkFreshGivesUpOnAHeldRow: MarkFresh of a key whose row another
+// transaction holds (a RunTx of the same key, its fn still running) does
+// not wait for that transaction's end: it returns an error (InnoDB's lock
+// wait timeout, one second for that statement) and writes nothing; the
+// RunTx then commits its own record. The sessions' own lock wait is an
+// hour here: only the statement's own bound ends the wait.
+func TestMarkFreshGivesUpOnAHeldRow(t *testing.T) {
+	t.Parallel()
+	c, err := mysql.ParseDSN(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Params == nil {
+		c.Params = map[string]string{}
+	}
+	c.Params["innodb_lock_wait_timeout"] = "3600"
+	db, err := sql.Open("mysql", c.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	l := openLedger(t, db)
+	ctx := context.Background()
+	key := idem.Key{Job: "fanout", Period: "2026-12-01"}
+	inFn, release := make(chan struct{}), make(chan struct{})
+	ran := make(chan error, 1)
+	go func() {
+		ran <- l.RunTx(ctx, key, func(context.Context, *sql.Tx) error {
+			close(inFn)
+			<-release
+			return nil
+		})
+	}()
+	testwait.Recv(t, inFn, "RunTx's fn to start")
+	done := make(chan error, 1)
+	go func() {
+		ok, err := l.MarkFresh(ctx, idemstore.ClaimRequest{Key: key, Owner: "marker", Now: time.Now(), Lease: time.Minute})
+		if err == nil {
+			err = fmt.Errorf("MarkFresh of a key whose row a RunTx holds: %v and no error; want an error", ok)
+		} else if !strings.Contains(err.Error(), "Lock wait timeout") {
+			err = fmt.Errorf("MarkFresh's error %q does not say it gave up waiting for the row's lock", err)
+		} else {
+			err = nil
+		}
+		done <- err
+	}()
+	if err := testwait.Recv(t, done, "MarkFresh to give up waiting for the row RunTx holds (RunTx's fn is still running)"); err != nil {
+		t.Error(err)
+	}
+	close(release)
+	if err := testwait.Recv(t, ran, "RunTx to return"); err != nil {
+		t.Fatal(err)
+	}
+	rec, ok, err := l.Lookup(ctx, key)
+	if err != nil || !ok || rec.Status != idemstore.StatusDone || rec.Owner == "marker" {
+		t.Fatalf("the key's record after RunTx: %+v, found %v, err %v; want RunTx's done mark", rec, ok, err)
 	}
 }

@@ -247,15 +247,10 @@ func (l *Ledger) ClaimItems(ctx context.Context, key idemstore.Key, req idemstor
 			if err != nil || ok {
 				return err
 			}
-			now, err := serverNow(ctx, tx)
-			if err != nil {
+			if err := l.claimSingles(ctx, tx, key, req, gone, &b); err != nil || len(b.Items) > 0 || checked {
 				return err
 			}
-			until := now + micros(req.Lease)
-			if err := l.claimSingles(ctx, tx, key, req, now, until, gone, &b); err != nil || len(b.Items) > 0 || checked {
-				return err
-			}
-			if gone, err = l.goneOwners(ctx, tx, key, now); err != nil || len(gone) == 0 {
+			if gone, err = l.goneOwners(ctx, tx, key); err != nil || len(gone) == 0 {
 				return err
 			}
 		}
@@ -342,13 +337,15 @@ func chunkClaims(items string, attempt int64, settled, doubt, failures int) []id
 	return claims
 }
 
-func (l *Ledger) claimSingles(ctx context.Context, tx *sql.Tx, key idemstore.Key, req idemstore.ItemClaimRequest, now, until int64, gone []string, b *idemstore.ItemBatch) error {
+func (l *Ledger) claimSingles(ctx context.Context, tx *sql.Tx, key idemstore.Key, req idemstore.ItemClaimRequest, gone []string, b *idemstore.ItemBatch) error {
 	cond, gargs := ownerIn(gone)
-	args := append([]any{key.Job, key.Period, now, now}, gargs...)
+	args := append([]any{key.Job, key.Period}, gargs...)
 	args = append(args, req.TakeUnknown, max(req.N, 1))
-	rows, err := tx.QueryContext(ctx, `SELECT item, status, attempt, failures, owner, lease_until, last_error FROM `+l.t.itemState+`
-		WHERE job = ? AND period = ? AND (status = 'pending' OR status = 'failed' AND not_before <= ?
-			OR status = 'running' AND (lease_until <= ? OR `+cond+`) OR ? AND status = 'unknown')
+	// The server's time is read with the items (now: one value in one
+	// statement), none of them if none is runnable.
+	rows, err := tx.QueryContext(ctx, `SELECT `+nowSQL+`, item, status, attempt, failures, owner, lease_until, last_error FROM `+l.t.itemState+`
+		WHERE job = ? AND period = ? AND (status = 'pending' OR status = 'failed' AND not_before <= `+nowSQL+`
+			OR status = 'running' AND (lease_until <= `+nowSQL+` OR `+cond+`) OR ? AND status = 'unknown')
 		ORDER BY item LIMIT ? FOR UPDATE SKIP LOCKED`, args...)
 	if err != nil {
 		return err
@@ -358,11 +355,12 @@ func (l *Ledger) claimSingles(ctx context.Context, tx *sql.Tx, key idemstore.Key
 		item string
 	}
 	var fs []found
+	var now int64
 	for rows.Next() {
 		var f found
 		var status string
 		var lease int64
-		if err := rows.Scan(&f.item, &status, &f.Attempt, &f.Failures, &f.Owner, &lease, &f.LastError); err != nil {
+		if err := rows.Scan(&now, &f.item, &status, &f.Attempt, &f.Failures, &f.Owner, &lease, &f.LastError); err != nil {
 			rows.Close()
 			return err
 		}
@@ -373,7 +371,7 @@ func (l *Ledger) claimSingles(ctx context.Context, tx *sql.Tx, key idemstore.Key
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	at := fromMicros(now)
+	at, until := fromMicros(now), now+micros(req.Lease)
 	for _, f := range fs {
 		doubt := f.Status == idemstore.StatusRunning || f.Status == idemstore.StatusUnknown
 		rec := idemstore.TakenOver(f.Record, at)
@@ -388,11 +386,11 @@ func (l *Ledger) claimSingles(ctx context.Context, tx *sql.Tx, key idemstore.Key
 }
 
 // goneOwners returns the owners of key's running chunks and items whose
-// leases hold at now and whose processes are gone.
-func (l *Ledger) goneOwners(ctx context.Context, tx *sql.Tx, key idemstore.Key, now int64) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT owner FROM `+l.t.itemChunks+` WHERE job = ? AND period = ? AND status = 'running' AND lease_until > ?
-		UNION SELECT owner FROM `+l.t.itemState+` WHERE job = ? AND period = ? AND status = 'running' AND lease_until > ?`,
-		key.Job, key.Period, now, key.Job, key.Period, now)
+// leases hold on the server's clock and whose processes are gone.
+func (l *Ledger) goneOwners(ctx context.Context, tx *sql.Tx, key idemstore.Key) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT owner FROM `+l.t.itemChunks+` WHERE job = ? AND period = ? AND status = 'running' AND lease_until > `+nowSQL+`
+		UNION SELECT owner FROM `+l.t.itemState+` WHERE job = ? AND period = ? AND status = 'running' AND lease_until > `+nowSQL,
+		key.Job, key.Period, key.Job, key.Period)
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,21 @@ func (l *Ledger) recordItems(ctx context.Context, b beginner, key idemstore.Key,
 		return nil
 	}
 	return inTxOn(ctx, b, func(tx *sql.Tx) error {
+		if seal && fast {
+			// A period with no row in itemsets has no chunk (its chunks
+			// are written, and pruned, with its row): the row is created
+			// sealed, locked until the commit, and the chunks written
+			// with it, without reading first.
+			res, err := tx.ExecContext(ctx, `INSERT IGNORE INTO `+l.t.itemsets+` (job, period, sealed) VALUES (?, ?, 1)`, key.Job, key.Period)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 1 {
+				return l.insertChunks(ctx, tx, key, 1, turnLists(chunks))
+			}
+		}
 		if sealed, err := l.lockItemSet(ctx, tx, key); err != nil || sealed {
 			return err
 		}
@@ -49,11 +64,7 @@ func (l *Ledger) recordItems(ctx context.Context, b beginner, key idemstore.Key,
 				return err
 			}
 			if last == 0 {
-				var lists [][]string
-				for _, c := range chunks {
-					lists = append(lists, cutList(c)...)
-				}
-				if err := l.insertChunks(ctx, tx, key, 1, lists); err != nil {
+				if err := l.insertChunks(ctx, tx, key, 1, turnLists(chunks)); err != nil {
 					return err
 				}
 				return l.sealTx(ctx, tx, key, true)
@@ -69,6 +80,15 @@ func (l *Ledger) recordItems(ctx context.Context, b beginner, key idemstore.Key,
 		}
 		return l.sealTx(ctx, tx, key, seal)
 	})
+}
+
+// turnLists is a turn's chunks cut into item lists (cutList).
+func turnLists(chunks [][]string) [][]string {
+	var lists [][]string
+	for _, c := range chunks {
+		lists = append(lists, cutList(c)...)
+	}
+	return lists
 }
 
 func anyItems(chunks [][]string) bool {
@@ -117,11 +137,7 @@ func (l *Ledger) RecordTurn(ctx context.Context, key idemstore.Key, wait time.Du
 	if err != nil {
 		return nil, opErr("record items: turn", key, err)
 	}
-	name, err := l.turnName(ctx, conn, key)
-	if err != nil {
-		conn.Close()
-		return nil, opErr("record items: turn", key, err)
-	}
+	name := l.turnName(key)
 	secs := int64(max(1, (wait+time.Second-1)/time.Second))
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, name, secs).Scan(&got); err != nil {
@@ -133,11 +149,21 @@ func (l *Ledger) RecordTurn(ctx context.Context, key idemstore.Key, wait time.Du
 		return &recordTurn{l: l, key: key}, nil // the wait ended
 	}
 	r := &recordTurn{l: l, key: key, conn: conn, name: name}
+	// A set sealed already (by the turn before, most often) gives the
+	// lock back in the same statement: the callers that waited for the
+	// recorder hand the turn on one round trip each, not two.
 	var sealed, chunks int
-	err = conn.QueryRowContext(ctx, `SELECT COALESCE((SELECT sealed FROM `+l.t.itemsets+` WHERE job = ? AND period = ?), 0),
-		(SELECT COUNT(*) FROM `+l.t.itemChunks+` WHERE job = ? AND period = ?)`, key.Job, key.Period, key.Job, key.Period).Scan(&sealed, &chunks)
+	var released sql.NullInt64
+	err = conn.QueryRowContext(ctx, `SELECT s.sealed, s.chunks, IF(s.sealed = 1, RELEASE_LOCK(?), NULL) FROM (SELECT
+		COALESCE((SELECT sealed FROM `+l.t.itemsets+` WHERE job = ? AND period = ?), 0) AS sealed,
+		(SELECT COUNT(*) FROM `+l.t.itemChunks+` WHERE job = ? AND period = ?) AS chunks) AS s`,
+		name, key.Job, key.Period, key.Job, key.Period).Scan(&sealed, &chunks, &released)
+	if err == nil && sealed == 1 && released.Valid && released.Int64 == 1 {
+		conn.Close()
+		return &recordTurn{l: l, key: key, sealed: true}, nil
+	}
 	if err != nil || sealed == 1 {
-		r.Release()
+		r.Release() // a lock not given back ends the session
 		if err != nil {
 			return nil, opErr("record items: turn", key, err)
 		}
@@ -150,14 +176,11 @@ func (l *Ledger) RecordTurn(ctx context.Context, key idemstore.Key, wait time.Du
 }
 
 // turnName is the name of the named lock of key's turn: at most 64
-// characters, the database, the ledger's prefix and the key in it.
-func (l *Ledger) turnName(ctx context.Context, c *sql.Conn, key idemstore.Key) (string, error) {
-	var dbName string
-	if err := c.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&dbName); err != nil {
-		return "", err
-	}
-	h := sha256.Sum256([]byte(dbName + "\x00" + l.prefix + "\x00" + key.Job + "\x00" + key.Period))
-	return "idem/mysqlledger/turn/" + hex.EncodeToString(h[:16]), nil
+// characters, the database (see lockName), the ledger's prefix and the
+// key in it.
+func (l *Ledger) turnName(key idemstore.Key) string {
+	h := sha256.Sum256([]byte(l.dbName + "\x00" + l.prefix + "\x00" + key.Job + "\x00" + key.Period))
+	return "idem/mysqlledger/turn/" + hex.EncodeToString(h[:16])
 }
 
 // discard closes conn and keeps the pool from using it again: its session

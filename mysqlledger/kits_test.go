@@ -154,3 +154,21 @@ func TestOutboxRelayKilledMidDelivery(t *testing.T) {
 	testDSN(t)
 	idemtest.TestRelayKilledMidDelivery(t, killHarness())
 }
+
+// TestEachMark: idem.Each's period mark (MarkFresh) with four hosts at
+// once, beside a holder of the period, and stopped before it writes.
+func TestEachMark(t *testing.T) {
+	t.Parallel()
+	idemtest.TestEachMark(t, func(t *testing.T, n int) []idem.Store {
+		first := openLedger(t, openDB(t))
+		hosts := []idem.Store{first}
+		for len(hosts) < n {
+			l, err := mysqlledger.New(context.Background(), openDB(t), mysqlledger.WithTablePrefix(first.Prefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hosts = append(hosts, l)
+		}
+		return hosts
+	})
+}

@@ -56,6 +56,7 @@ var ErrWeakDurability = errors.New("mysqlledger: the server does not flush each 
 type Ledger struct {
 	db       *sql.DB
 	prefix   string
+	dbName   string // the connection's database, read by checkServer
 	defaults []idem.Option
 	t        tables
 	q        queries

@@ -99,14 +99,17 @@ func (l *Ledger) ddl() []string {
 func (l *Ledger) checkServer(ctx context.Context, weak bool) error {
 	var dbName sql.NullString
 	var flush, logBin, syncBinlog int64
-	err := l.db.QueryRowContext(ctx, `SELECT DATABASE(), @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog`).
-		Scan(&dbName, &flush, &logBin, &syncBinlog)
+	var version string
+	err := l.db.QueryRowContext(ctx, `SELECT DATABASE(), @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog, @@version`).
+		Scan(&dbName, &flush, &logBin, &syncBinlog, &version)
 	if err != nil {
 		return fmt.Errorf("mysqlledger: reading the server's settings: %w", err)
 	}
 	if !dbName.Valid || dbName.String == "" {
 		return errors.New("mysqlledger: the connection has no database selected: name one in the DSN (user@tcp(host:3306)/dbname)")
 	}
+	l.dbName = dbName.String
+	l.q.markFresh = markFreshSQL(l.q.freshInsert, strings.Contains(version, "MariaDB"))
 	if weak {
 		return nil
 	}
@@ -121,14 +124,11 @@ func (l *Ledger) checkServer(ctx context.Context, weak bool) error {
 
 // lockName is the name of the server-wide lock (GET_LOCK) under which
 // one process at a time creates or upgrades this ledger's tables: at most
-// 64 characters, the database and the prefix in it.
-func (l *Ledger) lockName(ctx context.Context, c *sql.Conn) (string, error) {
-	var dbName string
-	if err := c.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&dbName); err != nil {
-		return "", err
-	}
-	h := sha256.Sum256([]byte(dbName + "\x00" + l.prefix))
-	return "idem/mysqlledger/" + hex.EncodeToString(h[:16]), nil
+// 64 characters, the database (read once, by checkServer: the database
+// the ledger's unqualified table names are in) and the prefix in it.
+func (l *Ledger) lockName() string {
+	h := sha256.Sum256([]byte(l.dbName + "\x00" + l.prefix))
+	return "idem/mysqlledger/" + hex.EncodeToString(h[:16])
 }
 
 // version reads the stored schema version: 0 when the table meta or its
@@ -176,10 +176,7 @@ func (l *Ledger) migrate(ctx context.Context) error {
 		return fmt.Errorf("mysqlledger: creating the tables: %w", err)
 	}
 	defer c.Close()
-	name, err := l.lockName(ctx, c)
-	if err != nil {
-		return fmt.Errorf("mysqlledger: creating the tables: %w", err)
-	}
+	name := l.lockName()
 	var got sql.NullInt64
 	if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 120)`, name).Scan(&got); err != nil {
 		return fmt.Errorf("mysqlledger: creating the tables: waiting for the schema lock: %w", err)

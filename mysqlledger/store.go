@@ -64,16 +64,10 @@ func (l *Ledger) read(ctx context.Context, q interface {
 	default:
 		return s, err
 	}
+	// One row, with the server's time, whether the job has a row or not.
 	var horizon string
-	err = q.QueryRowContext(ctx, `SELECT `+nowSQL+`, horizon FROM `+l.t.jobs+` WHERE job = ?`+lockJob, key.Job).Scan(&now, &horizon)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		if !s.found {
-			if err := q.QueryRowContext(ctx, `SELECT `+nowSQL).Scan(&now); err != nil {
-				return s, err
-			}
-		}
-	case err != nil:
+	err = q.QueryRowContext(ctx, `SELECT `+nowSQL+`, COALESCE((SELECT horizon FROM `+l.t.jobs+` WHERE job = ?`+lockJob+`), '')`, key.Job).Scan(&now, &horizon)
+	if err != nil {
 		return s, err
 	}
 	s.covered = !s.found && horizon != "" && key.Period <= horizon

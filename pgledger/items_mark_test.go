@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,166 +92,22 @@ func TestEachMarksThePeriodInOneWrite(t *testing.T) {
 	}
 }
 
-// TestEachMarkRace: four hosts (a pool of their own each, on one schema)
-// run Each for the same periods at once and settle the last items
-// together; every call returns Ran (or AlreadyDone, for a host that
-// started after the period was marked), each item ran once, and each
-// period is done as attempt 1: the losers of the mark found it done.
-func TestEachMarkRace(t *testing.T) {
+// TestEachMark: idem.Each's period mark (MarkFresh) with four hosts at
+// once, beside a holder of the period, and stopped before it writes
+// (idemtest.TestEachMark), on a pgx pool and on each database/sql driver.
+func TestEachMark(t *testing.T) {
 	eachPool(t, func(t *testing.T, driver string) {
-		ctx := limited(t)
-		var hosts []turnLedger
-		schema := ""
-		for i := range 4 {
-			h := openAs(t, driver, schema, fmt.Sprintf("mark-%d", i), 2)
-			schema = h.Schema()
-			hosts = append(hosts, h)
-		}
-		for p := range 5 {
-			key := idem.Key{Job: "daily_points", Period: fmt.Sprintf("2026-10-%02d", p+1)}
-			var mu sync.Mutex
-			applied := map[string]int{}
-			errs := make([]error, len(hosts))
-			outcomes := make([]idem.Outcome, len(hosts))
-			var wg sync.WaitGroup
-			for i, h := range hosts {
-				wg.Go(func() {
-					res, err := idem.Each(ctx, h, key, accounts(40), func(_ context.Context, it string) error {
-						mu.Lock()
-						applied[it]++
-						mu.Unlock()
-						return nil
-					}, idem.WithWorkers(2))
-					errs[i], outcomes[i] = err, res.Outcome
-				})
+		idemtest.TestEachMark(t, func(t *testing.T, n int) []idem.Store {
+			var hosts []idem.Store
+			schema := ""
+			for i := range n {
+				h := openAs(t, driver, schema, fmt.Sprintf("mark-%d", i), 2)
+				schema = h.Schema()
+				hosts = append(hosts, h)
 			}
-			testwait.Group(t, &wg, "the four hosts' Each of %s", key)
-			ran := 0
-			for i := range hosts {
-				// A host that starts after the others marked the period finds it done.
-				if errs[i] != nil || outcomes[i] != idem.Ran && outcomes[i] != idem.AlreadyDone {
-					t.Fatalf("%s: host %d: %v, %v; want nil, Ran or AlreadyDone", key, i, errs[i], outcomes[i])
-				}
-				if outcomes[i] == idem.Ran {
-					ran++
-				}
-			}
-			if ran == 0 {
-				t.Fatalf("%s: no host returned Ran", key)
-			}
-			if len(applied) != 40 {
-				t.Fatalf("%s: %d items ran, want 40", key, len(applied))
-			}
-			for it, n := range applied {
-				if n != 1 {
-					t.Fatalf("%s: item %s ran %d times", key, it, n)
-				}
-			}
-			if rec := periodRecord(t, hosts[0], key); rec.Status != idemstore.StatusDone || rec.Attempt != 1 {
-				t.Fatalf("%s: record %+v; want done, attempt 1", key, rec)
-			}
-		}
-	})
-}
-
-// TestEachMarkWaitsForAHolder: a period that another holder has claimed
-// (a Run of the same key, say) is not marked over it: Each claims it the
-// usual way, finds it held, and waits; once the holder marks it done, Each
-// returns Ran with the holder's attempt.
-func TestEachMarkWaitsForAHolder(t *testing.T) {
-	eachPool(t, func(t *testing.T, driver string) {
-		ctx := limited(t)
-		l := openAs(t, driver, "", "mark-holder", 0)
-		s := l.(idemstore.Store)
-		c, err := s.Claim(ctx, idemstore.ClaimRequest{Key: points, Owner: "another-host", Now: time.Now(), Lease: time.Hour})
-		if err != nil || c.State != idemstore.ClaimAcquired {
-			t.Fatalf("the holder's claim: %+v, %v", c, err)
-		}
-		var claims atomic.Int64 // the mark's claims: the first, and each one after a wait
-		claimed := make(chan struct{}, 8)
-		watch := idemstore.WithTrace(ctx, &idemstore.Trace{Checkpoint: func(_ context.Context, at idemstore.Point, k idem.Key) error {
-			if at == idemstore.BeforeClaim && k == points {
-				claims.Add(1)
-				select {
-				case claimed <- struct{}{}:
-				default:
-				}
-			}
-			return nil
-		}})
-		var finished atomic.Bool
-		type result struct {
-			res idem.EachResult
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			res, err := idem.Each(watch, l, points, accounts(30), func(context.Context, string) error { return nil })
-			done <- result{res, err}
-		}()
-		deadline := time.After(time.Minute)
-		for claims.Load() < 2 { // a claim after a wait: the first found the key held
-			select {
-			case r := <-done:
-				t.Fatalf("Each returned while another holder had the period: %v, %v", r.err, r.res.Outcome)
-			case <-claimed:
-			case <-deadline:
-				t.Fatalf("Each did not claim the period twice within a minute (%d claims)", claims.Load())
-			}
-		}
-		finished.Store(true)
-		if err := s.Finish(ctx, points, c.Attempt, idemstore.End{Status: idemstore.StatusDone, Now: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case r := <-done:
-			if r.err != nil || r.res.Outcome != idem.Ran || !finished.Load() {
-				t.Fatalf("Each: %v, %v; want nil, Ran, after the holder's done mark", r.err, r.res.Outcome)
-			}
-		case <-time.After(time.Minute):
-			t.Fatal("Each did not return within a minute of the holder's done mark")
-		}
-		if rec := periodRecord(t, l, points); rec.Status != idemstore.StatusDone || rec.Attempt != c.Attempt || rec.Owner != "another-host" {
-			t.Fatalf("record %+v; want done by the holder's attempt %d", rec, c.Attempt)
-		}
-	})
-}
-
-// TestEachMarkCrash: a crash at the mark's AfterClaim or AfterFn (every
-// item done, the period not marked) leaves the period without a record;
-// the next Each generates nothing, runs no item, and marks it done.
-func TestEachMarkCrash(t *testing.T) {
-	for _, at := range []idemstore.Point{idemstore.AfterClaim, idemstore.AfterFn} {
-		t.Run(string(at), func(t *testing.T) {
-			t.Parallel()
-			ctx := limited(t)
-			l := openLedger(t, newPool(t))
-			var applied atomic.Int64
-			marking := false // only the mark claims the period itself: the items pass no BeforeClaim
-			crash := idemtest.CrashWhen(ctx, func(p idemstore.Point, k idem.Key) bool {
-				marking = marking || p == idemstore.BeforeClaim && k == points
-				return p == at && marking
-			})
-			_, err := idem.Each(crash, l, points, accounts(50), func(context.Context, string) error {
-				applied.Add(1)
-				return nil
-			}, idem.WithWorkers(1))
-			if !errors.Is(err, idemtest.ErrCrashed) || applied.Load() != 50 {
-				t.Fatalf("Each: %v, %d items applied; want the crash after all 50", err, applied.Load())
-			}
-			if _, ok, err := l.Lookup(ctx, points); ok || err != nil {
-				t.Fatalf("the period has a record after a crash at %s: %v, %v", at, ok, err)
-			}
-			res, err := idem.Each(ctx, l, points, func(yield func(string, error) bool) { t.Error("items generated again") },
-				func(context.Context, string) error { t.Error("an item ran again"); return nil })
-			if err != nil || res.Outcome != idem.Ran || res.Counts.Done != 50 {
-				t.Fatalf("Each after the crash: %v, %+v; want nil, Ran, 50 done", err, res)
-			}
-			if rec := periodRecord(t, l, points); rec.Status != idemstore.StatusDone || rec.Attempt != 1 {
-				t.Fatalf("record %+v; want done, attempt 1", rec)
-			}
+			return hosts
 		})
-	}
+	})
 }
 
 // TestEmptyClaimRoundTrips: a claim that finds no work is one round trip
