@@ -410,20 +410,7 @@ func TestRunTxUnderFaults(t *testing.T) {
 	if f.lost.Load() == 0 || f.kills.Load() == 0 {
 		t.Errorf("too few faults injected: %d lost, %d killed", f.lost.Load(), f.kills.Load())
 	}
-	rows, err := openDB(t).Query(`SELECT period, n FROM ` + l.Table("model_effects"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	got := map[string]int{}
-	for rows.Next() {
-		var p string
-		var n int
-		if err := rows.Scan(&p, &n); err != nil {
-			t.Fatal(err)
-		}
-		got[p] = n
-	}
+	got := queryCounts(t, openDB(t), `SELECT period, n FROM `+l.Table("model_effects"))
 	dup, lost := 0, 0
 	for i := range keys {
 		p := fmt.Sprintf("2026-12-%02d", i+1)

@@ -67,40 +67,14 @@ func TestRunTxDuplicateReadsFirst(t *testing.T) {
 // server, on the one connection the ledger's pool has.
 func TestFreshRunStatements(t *testing.T) {
 	t.Parallel()
-	c, err := mysql.ParseDSN(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.InterpolateParams = true // text statements, counted by kind
-	db, err := sql.Open("mysql", c.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openDBWith(t, func(c *mysql.Config) { c.InterpolateParams = true }) // text statements, counted by kind
 	db.SetMaxOpenConns(1)
 	l := openLedger(t, db)
 	ctx := context.Background()
 	kinds := []string{"Com_select", "Com_insert", "Com_insert_select", "Com_update", "Com_delete", "Com_begin", "Com_commit"}
 	count := func() map[string]int {
 		t.Helper()
-		rows, err := db.QueryContext(ctx, `SHOW SESSION STATUS WHERE Variable_name IN ('`+strings.Join(kinds, "','")+`')`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		n := map[string]int{}
-		for rows.Next() {
-			var name string
-			var v int
-			if err := rows.Scan(&name, &v); err != nil {
-				t.Fatal(err)
-			}
-			n[name] = v
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return queryCounts(t, db, `SHOW SESSION STATUS WHERE Variable_name IN ('`+strings.Join(kinds, "','")+`')`)
 	}
 	run := func(period string) map[string]int {
 		t.Helper()
@@ -135,19 +109,12 @@ func TestFreshRunStatements(t *testing.T) {
 // hour here: only the statement's own bound ends the wait.
 func TestMarkFreshGivesUpOnAHeldRow(t *testing.T) {
 	t.Parallel()
-	c, err := mysql.ParseDSN(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Params == nil {
-		c.Params = map[string]string{}
-	}
-	c.Params["innodb_lock_wait_timeout"] = "3600"
-	db, err := sql.Open("mysql", c.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openDBWith(t, func(c *mysql.Config) {
+		if c.Params == nil {
+			c.Params = map[string]string{}
+		}
+		c.Params["innodb_lock_wait_timeout"] = "3600"
+	})
 	l := openLedger(t, db)
 	ctx := context.Background()
 	key := idem.Key{Job: "fanout", Period: "2026-12-01"}

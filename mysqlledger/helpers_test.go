@@ -48,6 +48,49 @@ func openDB(t testing.TB) *sql.DB {
 	return db
 }
 
+// openDBWith opens the test database with its DSN changed by edit,
+// closed when t ends.
+func openDBWith(t testing.TB, edit func(c *mysql.Config)) *sql.DB {
+	t.Helper()
+	c, err := mysql.ParseDSN(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(c)
+	db, err := sql.Open("mysql", c.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// queryCounts runs query, whose rows are a name and a number, and returns
+// them as a map.
+func queryCounts(t testing.TB, db interface {
+	Query(query string, args ...any) (*sql.Rows, error)
+}, query string, args ...any) map[string]int {
+	t.Helper()
+	rows, err := db.Query(query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]int{}
+	for rows.Next() {
+		var name string
+		var n int
+		if err := rows.Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[name] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 func uniqueName(prefix string) string {
 	var b [5]byte
 	_, _ = rand.Read(b[:])

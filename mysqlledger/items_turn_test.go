@@ -39,17 +39,7 @@ func turnList() []string {
 // so that the server's process list shows each statement's arguments.
 func openInterpolated(t testing.TB) *sql.DB {
 	t.Helper()
-	c, err := mysql.ParseDSN(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.InterpolateParams = true
-	db, err := sql.Open("mysql", c.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return openDBWith(t, func(c *mysql.Config) { c.InterpolateParams = true })
 }
 
 // turnWaiters counts the connections that wait for the named lock name

@@ -88,21 +88,7 @@ func killHarness() idemtest.KillHarness[*sql.Tx] {
 			return err
 		},
 		Applied: func(t *testing.T, s idem.TxStore[*sql.Tx]) map[string]int {
-			rows, err := ledger(s).DB().Query(`SELECT item, n FROM ` + ledger(s).Table("granted"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rows.Close()
-			got := map[string]int{}
-			for rows.Next() {
-				var it string
-				var n int
-				if err := rows.Scan(&it, &n); err != nil {
-					t.Fatal(err)
-				}
-				got[it] = n
-			}
-			return got
+			return queryCounts(t, ledger(s).DB(), `SELECT item, n FROM `+ledger(s).Table("granted"))
 		},
 		ItemStatus: func(ctx context.Context, s idem.TxStore[*sql.Tx], key idem.Key, item string) (string, error) {
 			var status string

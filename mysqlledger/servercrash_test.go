@@ -141,20 +141,7 @@ func TestDoneMarksSurviveServerCrash(t *testing.T) {
 		wg.Go(func() { runAll(w, make(chan struct{})) })
 	}
 	testwait.Group(t, &wg, "every key to be done after the crashes")
-	rows, err := db.Query(`SELECT period, n FROM effects`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	got := map[string]int{}
-	for rows.Next() {
-		var p string
-		var n int
-		if err := rows.Scan(&p, &n); err != nil {
-			t.Fatal(err)
-		}
-		got[p] = n
-	}
+	got := queryCounts(t, db, `SELECT period, n FROM effects`)
 	dup, lost := 0, 0
 	for i := range keys {
 		p := period(i)
