@@ -155,3 +155,69 @@ func TestModulesInstallable(t *testing.T) {
 		t.Errorf("go run ./internal/release check: %v\n%s", err, out)
 	}
 }
+
+// TestOptionalModulesSystemNeutral: outside their tests, the modules that
+// scripts/test.sh vets for linux alone (every module but its
+// cross_modules) have no file that builds for some systems and not others
+// (a _GOOS or _unix/_other name, or a //go:build line naming a system), so
+// that linux type-checks all they compile to on darwin and windows.
+func TestOptionalModulesSystemNeutral(t *testing.T) {
+	script, err := os.ReadFile("scripts/test.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^cross_modules=\(([^)]*)\)`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("scripts/test.sh sets no cross_modules=(...)")
+	}
+	cross := map[string]bool{}
+	for _, c := range strings.Fields(string(m[1])) {
+		cross[filepath.Clean(c)] = true
+	}
+	systems := regexp.MustCompile(`\b(unix|linux|darwin|windows|freebsd|openbsd|netbsd|plan9|js|wasip1|ios|android|solaris|illumos|aix|dragonfly)\b`)
+	suffix := regexp.MustCompile(`_(unix|other|linux|darwin|windows|freebsd|openbsd|netbsd|plan9|js|wasip1)(_[a-z0-9]+)?\.go$`)
+	for _, mod := range modules(t) {
+		if cross[filepath.Clean(mod)] {
+			continue
+		}
+		err := filepath.WalkDir(mod, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if path != mod && (d.Name() == "testdata" || fileExists(filepath.Join(path, "go.mod"))) {
+					return filepath.SkipDir // another module's, or not Go code of this one
+				}
+				return nil
+			}
+			if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			if suffix.MatchString(d.Name()) {
+				t.Errorf("%s: a file for some systems only, in module %s, which scripts/test.sh vets for linux alone: add the module to cross_modules", path, mod)
+				return nil
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, line := range strings.Split(string(src), "\n") {
+				if strings.HasPrefix(line, "//go:build ") && systems.MatchString(line) {
+					t.Errorf("%s: %q, in module %s, which scripts/test.sh vets for linux alone: add the module to cross_modules", path, line, mod)
+				}
+				if strings.HasPrefix(line, "package ") {
+					break
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
