@@ -18,9 +18,10 @@
 // The ledger keeps its tables in the connection's database, named with a
 // prefix ("idem_" unless [WithTablePrefix]): runs, jobs, itemsets,
 // item_set, item_chunks, item_lists, item_state, outbox, outbox_topics,
-// limit_rates, limit_slots, reruns (idem.Rerun's requests) and meta (the
-// schema version,
-// [SchemaVersion]). [New] creates them if needed: any number of processes
+// limit_rates, limit_slots, reruns (idem.Rerun's requests), wakes (the
+// Schedulers' wake marks: a reset, resolve or re-run request is seen by
+// every running Scheduler within idem.SchedulerWakePoll) and meta (the
+// schema version, [SchemaVersion], and the wake marks' counter). [New] creates them if needed: any number of processes
 // may start at once against an empty database (one creates the tables
 // under a named lock, GET_LOCK; the others wait for it and find them). A
 // schema one version newer is used as it is; two or more versions newer

@@ -99,7 +99,7 @@ func uniqueName(prefix string) string {
 
 // ledgerTables are the names of a ledger's tables, without the prefix.
 var ledgerTables = []string{"meta", "runs", "jobs", "itemsets", "item_set", "item_chunks", "item_lists", "item_state",
-	"outbox", "outbox_topics", "limit_rates", "limit_slots", "model_effects", "reruns"}
+	"outbox", "outbox_topics", "limit_rates", "limit_slots", "model_effects", "reruns", "wakes"}
 
 // dropLater drops the tables of prefix when t ends.
 func dropLater(t testing.TB, prefix string) {

@@ -27,8 +27,9 @@ const DefaultPrefix = "idem_"
 // default), so that releases N and N+1 share a schema during a rolling
 // update. Two or more versions higher is refused with
 // [idem.ErrNewerSchema], without a write. Version 1 is the first; version
-// 2 keeps re-runs (the column runs.revision, the table reruns).
-const SchemaVersion = 2
+// 2 keeps re-runs (the column runs.revision, the table reruns); version 3,
+// the Schedulers' wake marks (the table wakes, wake.go).
+const SchemaVersion = 3
 
 // ErrWeakDurability: the server does not flush every commit to disk
 // (innodb_flush_log_at_trx_commit is not 1, or the binary log is on and

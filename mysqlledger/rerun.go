@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/idemgo/idem/idemstore"
@@ -92,12 +93,21 @@ func (l *Ledger) Rerun(ctx context.Context, req idemstore.RerunRequest) ([]idems
 		if err != nil {
 			return err
 		}
+		var jobs []string
 		for _, key := range req.Keys {
 			o, err := l.rerunKey(ctx, tx, key, req, sent)
 			if err != nil {
 				return err
 			}
 			out = append(out, o)
+			if !slices.Contains(jobs, key.Job) {
+				jobs = append(jobs, key.Job)
+			}
+		}
+		for _, job := range jobs {
+			if err := l.wake(ctx, tx, job); err != nil { // the Schedulers look at once
+				return err
+			}
 		}
 		return nil
 	})

@@ -16,7 +16,7 @@ import (
 type tables struct {
 	meta, runs, jobs, itemsets, itemSet, itemChunks, itemLists, itemState string
 	outbox, outboxTopics, limitRates, limitSlots                          string
-	reruns                                                                string
+	reruns, wakes                                                         string
 }
 
 func newTables(p string) tables {
@@ -25,7 +25,7 @@ func newTables(p string) tables {
 		meta: q("meta"), runs: q("runs"), jobs: q("jobs"), itemsets: q("itemsets"), itemSet: q("item_set"),
 		itemChunks: q("item_chunks"), itemLists: q("item_lists"), itemState: q("item_state"),
 		outbox: q("outbox"), outboxTopics: q("outbox_topics"), limitRates: q("limit_rates"), limitSlots: q("limit_slots"),
-		reruns: q("reruns"),
+		reruns: q("reruns"), wakes: q("wakes"),
 	}
 }
 
@@ -45,7 +45,7 @@ const tableOpts = ` ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
 // TABLE that adds a column (ignored when the column exists), run one by
 // one (MySQL commits each DDL statement on its own). Version 2 added the
 // columns runs.revision and runs.rerun_pending and the table reruns
-// (re-runs, rerun.go).
+// (re-runs, rerun.go); version 3 the table wakes (wake.go).
 func (l *Ledger) ddl() []string {
 	t := l.t
 	return []string{
@@ -61,6 +61,8 @@ func (l *Ledger) ddl() []string {
 		`ALTER TABLE ` + t.runs + ` ADD COLUMN revision BIGINT NOT NULL DEFAULT 0`,
 		`ALTER TABLE ` + t.runs + ` ADD COLUMN rerun_pending BIGINT NOT NULL DEFAULT 0`,
 		rerunsDDL(t),
+		`CREATE TABLE IF NOT EXISTS ` + t.wakes + ` (job VARBINARY(255) NOT NULL PRIMARY KEY, mark BIGINT NOT NULL,
+			KEY mark_idx (mark))` + tableOpts,
 		`CREATE TABLE IF NOT EXISTS ` + t.jobs + ` (job VARBINARY(255) NOT NULL PRIMARY KEY,
 			cursor_period VARBINARY(255) NOT NULL, horizon VARBINARY(255) NOT NULL)` + tableOpts,
 		`CREATE TABLE IF NOT EXISTS ` + t.itemsets + ` (job VARBINARY(255) NOT NULL, period VARBINARY(255) NOT NULL,

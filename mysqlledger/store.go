@@ -390,15 +390,18 @@ func (l *Ledger) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Re
 			if s.found {
 				_, err = tx.ExecContext(ctx, `UPDATE `+l.t.runs+` SET status = ?, failures = 0, not_before = 0, lease_until = 0,
 					last_error = ?, updated = ? WHERE job = ? AND period = ?`, string(status), note, now, key.Job, key.Period)
+			} else {
+				_, err = tx.ExecContext(ctx, `INSERT INTO `+l.t.runs+` (job, period, status, attempt, failures, owner, lease_until, not_before,
+					last_error, created, updated, fingerprint, value) VALUES (?, ?, ?, 0, 0, '', 0, 0, ?, ?, ?, '', NULL)`,
+					key.Job, key.Period, string(status), note, now, now)
+				if errno(err) == erDupEntry {
+					continue // a claim inserted the record in between: decide on it
+				}
+			}
+			if err != nil {
 				return err
 			}
-			_, err = tx.ExecContext(ctx, `INSERT INTO `+l.t.runs+` (job, period, status, attempt, failures, owner, lease_until, not_before,
-				last_error, created, updated, fingerprint, value) VALUES (?, ?, ?, 0, 0, '', 0, 0, ?, ?, ?, '', NULL)`,
-				key.Job, key.Period, string(status), note, now, now)
-			if errno(err) == erDupEntry {
-				continue // a claim inserted the record in between: decide on it
-			}
-			return err
+			return l.wake(ctx, tx, key.Job) // the Schedulers look at the job at once
 		}
 	})
 	if err != nil && !errors.Is(err, idemstore.ErrNotResolvable) {

@@ -154,20 +154,22 @@ var detachedKinds = map[string]func(d detached) idemstore.CatchUpStore{
 			detachedRerunner{s.(idemstore.Rerunner)}}
 	},
 	// The MySQL ledger.
-	"ItemStore ItemRecorder ItemRecordTurns OutboxStore OutboxReleaser LimitStore Lister Rerunner": func(d detached) idemstore.CatchUpStore {
+	"ItemStore ItemRecorder ItemRecordTurns FreshMarker OutboxStore OutboxReleaser LimitStore Lister Rerunner": func(d detached) idemstore.CatchUpStore {
 		s := d.CatchUpStore
 		return struct {
 			detached
 			detachedItems
 			detachedItemRecorder
 			detachedItemRecordTurns
+			detachedFreshMarker
 			detachedOutbox
 			detachedOutboxReleaser
 			detachedLimits
 			detachedLister
 			detachedRerunner
 		}{d, detachedItems{s.(idemstore.ItemStore)}, detachedItemRecorder{s.(idemstore.ItemRecorder)},
-			detachedItemRecordTurns{s.(idemstore.ItemRecordTurns)}, detachedOutbox{s.(idemstore.OutboxStore)},
+			detachedItemRecordTurns{s.(idemstore.ItemRecordTurns)}, detachedFreshMarker{s.(idemstore.FreshMarker)},
+			detachedOutbox{s.(idemstore.OutboxStore)},
 			detachedOutboxReleaser{s.(idemstore.OutboxReleaser)}, detachedLimits{s.(idemstore.LimitStore)}, detachedLister{s.(idemstore.Lister)},
 			detachedRerunner{s.(idemstore.Rerunner)}}
 	},

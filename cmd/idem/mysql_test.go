@@ -120,6 +120,12 @@ func TestMySQLLedgerCLI(t *testing.T) {
 	if got, want := e.lines("out.txt"), []string{"2026-10-27 1", "pay 1", "pay 2"}; !equal(got, want) {
 		t.Fatalf("out.txt = %q, want %q", got, want)
 	}
+	// run-now leaves a wake mark (the Schedulers run the period at once).
+	e.want(exitOK, "run-now", "report", "2026-10-27")
+	var marks int
+	if err := db.QueryRow("SELECT COUNT(*) FROM `" + prefix + "wakes` WHERE job = 'report'").Scan(&marks); err != nil || marks != 1 {
+		t.Fatalf("wake marks of report after run-now: %d, %v; want 1", marks, err)
+	}
 	// prune deletes the done record; the period stays done (the horizon).
 	e.want(exitOK, "prune", "--job", "settle", "--through", "2026-10-27")
 	if got := status("settle", "2026-10-27"); got != "(none)" {

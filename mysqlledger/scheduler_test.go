@@ -1,0 +1,48 @@
+package mysqlledger_test
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"testing"
+
+	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/schedtest"
+	"github.com/idemgo/idem/mysqlledger"
+)
+
+// openPrefix is a schedtest.Opener of the ledger of the tables of prefix,
+// through a *sql.DB of its own (a replica's).
+func openPrefix(ctx context.Context, prefix string) (idem.Store, func(), error) {
+	db, err := sql.Open("mysql", os.Getenv(dsnEnv))
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := mysqlledger.New(ctx, db, mysqlledger.WithTablePrefix(prefix))
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return l, func() { db.Close() }, nil
+}
+
+// newPrefix creates a ledger's tables with a prefix of their own, dropped
+// when t ends, and returns the prefix (in the parent only: a child gets
+// it in its argument).
+func newPrefix(t *testing.T) string {
+	if idemtest.IsChild(t) {
+		return ""
+	}
+	return openLedger(t, openDB(t)).Prefix()
+}
+
+// TestSchedulerWakeOnReset: three replicas in processes of their own on
+// one MySQL ledger with a daily job whose period is parked; a reset from
+// another process is run by one of them within seconds (the wake mark,
+// idem.SchedulerWakePoll), not at the next day's due time, and exactly
+// once.
+func TestSchedulerWakeOnReset(t *testing.T) {
+	testDSN(t)
+	schedtest.WakeProcesses(t, newPrefix(t), openPrefix)
+}
