@@ -46,7 +46,11 @@
 // Redis Cluster keeps a store in one slot, as its scripts touching several
 // keys need:
 //
-//	{p}:meta                       hash: version (the layout version, LayoutVersion)
+//	{p}:meta                       hash: version (the layout version, LayoutVersion),
+//	                               wake_counter (the last wake mark's number)
+//	{p}:wakes                      sorted set: the jobs ever woken (a reset, resolve or
+//	                               re-run request: idemstore.Waker), each scored with
+//	                               the counter when it was last woken
 //	{p}:run:<n>:<job>:<period>     hash: one record (n is the job's length in bytes):
 //	                               status, attempt, failures, owner, lease_until,
 //	                               not_before, last_error, created, updated,

@@ -30,11 +30,15 @@ func (s *Store) Rerun(ctx context.Context, req idemstore.RerunRequest) ([]idemst
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	keys := make([]string, 0, 4*len(req.Keys))
+	keys := make([]string, 0, 4*len(req.Keys)+2)
 	args := []any{req.RequestID, req.Reason, req.By}
 	for _, k := range req.Keys {
 		keys = append(keys, s.runKey(k), s.jobKey(k.Job), s.rerunKey(k), s.rerunPeriodsKey(k.Job))
 		args = append(args, k.Period)
+	}
+	keys = append(keys, s.metaKey(), s.wakesKey())
+	for _, k := range req.Keys {
+		args = append(args, k.Job)
 	}
 	v, err := rerunScript.Run(ctx, s.client, keys, args...).Slice()
 	if err != nil {

@@ -69,6 +69,14 @@ end
 -- (WRONGTYPE on its third command) would leave its first writes behind.
 -- Each argument is {key, type}; a missing key passes. It also refuses a
 -- record whose attempt counter is not an integer (HINCRBY would fail).
+-- wake moves the store's wake counter (field wake_counter of its meta
+-- hash) and marks job woken at the counter's new value (its score in the
+-- sorted set wakes).
+local function wake(meta, wakes, job)
+	local m = redis.call('HINCRBY', meta, 'wake_counter', 1)
+	redis.call('ZADD', wakes, m, job)
+end
+
 local function types(...)
 	for _, kt in ipairs({...}) do
 		local t = redis.call('TYPE', kt[1])['ok']
@@ -359,7 +367,7 @@ return 1
 // lease_until, updated, new status, note, job, period. Returns 1, or 0 if
 // the record changed (read it again).
 var resolveScript = redis.NewScript(luaLib + `
-local bad = types({KEYS[1], 'hash'}, {KEYS[2], 'hash'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'})
+local bad = types({KEYS[1], 'hash'}, {KEYS[2], 'hash'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'}, {KEYS[5], 'hash'}, {KEYS[6], 'zset'})
 if bad then return bad end
 local r = rec(KEYS[1])
 local t = now()
@@ -367,12 +375,22 @@ if ARGV[1] == '1' then
 	if r[1] ~= ARGV[3] or (r[2] or '') ~= ARGV[2] or (r[5] or '') ~= ARGV[4] or (r[8] or '') ~= ARGV[5] then return 0 end
 	redis.call('HSET', KEYS[1], 'status', ARGV[6], 'failures', 0, 'last_error', ARGV[7], 'updated', str(t))
 	redis.call('HDEL', KEYS[1], 'not_before', 'lease_until', 'ended_by')
+	wake(KEYS[5], KEYS[6], ARGV[8])
 	return 1
 end
 if r[1] or covered(KEYS[2], ARGV[9]) then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[6], 'attempt', 0, 'failures', 0, 'owner', '', 'last_error', ARGV[7],
 	'created', str(t), 'updated', str(t))
 index(KEYS[3], KEYS[4], ARGV[8], ARGV[9])
+wake(KEYS[5], KEYS[6], ARGV[8])
+return 1
+`)
+
+// wakeScript is Wake. KEYS: meta, wakes. ARGV: job.
+var wakeScript = redis.NewScript(luaLib + `
+local bad = types({KEYS[1], 'hash'}, {KEYS[2], 'zset'})
+if bad then return bad end
+wake(KEYS[1], KEYS[2], ARGV[1])
 return 1
 `)
 
@@ -487,13 +505,17 @@ return out
 // a dependent computed anew).
 //
 // KEYS: per key, its record, job, re-run requests and the job's re-run
-// periods. ARGV: request id, reason, by, then the keys' periods. Returns
+// periods; then meta and wakes. ARGV: request id, reason, by, then the
+// keys' periods, then their jobs. Every job of the request is woken. Returns
 // {'refused', index (from 1), found (0/1), pruned (0/1), status,
 // last_error}, or per key {state (queued, after, due, seen), revision}.
 var rerunScript = redis.NewScript(luaLib + `
-local n = #KEYS / 4
+local n = (#KEYS - 2) / 4
+local meta, wakes = KEYS[#KEYS - 1], KEYS[#KEYS]
 local id, reason, by = ARGV[1], ARGV[2], ARGV[3]
 local sent = false
+local bad = types({meta, 'hash'}, {wakes, 'zset'})
+if bad then return bad end
 for i = 1, n do
 	local b = (i - 1) * 4
 	local bad = types({KEYS[b + 1], 'hash', true}, {KEYS[b + 2], 'hash'}, {KEYS[b + 3], 'hash'}, {KEYS[b + 4], 'zset'})
@@ -550,6 +572,15 @@ for i = 1, n do
 		redis.call('ZADD', KEYS[b + 4], 0, ARGV[3 + i])
 		out[#out + 1] = state
 		out[#out + 1] = str(rev)
+	end
+end
+-- The Schedulers look at each job of the request at once.
+local woken = {}
+for i = 1, n do
+	local job = ARGV[3 + n + i]
+	if not woken[job] then
+		woken[job] = true
+		wake(meta, wakes, job)
 	end
 end
 return out

@@ -296,6 +296,7 @@ func (s *Store) Reset(ctx context.Context, key idemstore.Key) error {
 
 // The key layout (see the package doc).
 func (s *Store) metaKey() string              { return s.prefix + ":meta" }
+func (s *Store) wakesKey() string             { return s.prefix + ":wakes" }
 func (s *Store) jobsKey() string              { return s.jobs }
 func (s *Store) jobKey(job string) string     { return s.prefix + ":job:" + job }
 func (s *Store) periodsKey(job string) string { return s.prefix + ":periods:" + job }
@@ -619,7 +620,7 @@ func (s *Store) Resolve(ctx context.Context, key idemstore.Key, to idemstore.Res
 			lease, updated = microsText(sn.rec.LeaseUntil), microsText(sn.rec.Updated)
 		}
 		n, err := resolveScript.Run(ctx, s.client,
-			[]string{s.runKey(key), s.jobKey(key.Job), s.periodsKey(key.Job), s.jobsKey()},
+			[]string{s.runKey(key), s.jobKey(key.Job), s.periodsKey(key.Job), s.jobsKey(), s.metaKey(), s.wakesKey()},
 			f, strconv.FormatInt(sn.rec.Attempt, 10), string(sn.rec.Status), lease, updated,
 			string(status), note, key.Job, key.Period).Int64()
 		if err != nil {

@@ -73,6 +73,11 @@ func TestRedisStoreCLI(t *testing.T) {
 	if out, _ := e.want(exitOK, "show", "settle", "2026-10-27"); !strings.Contains(out, "done") {
 		t.Fatalf("show --redis:\n%s", out)
 	}
+	// run-now leaves a wake mark (the Schedulers run the period at once).
+	e.want(exitOK, "run-now", "report", "2026-10-27")
+	if score, err := c.ZScore(context.Background(), "{"+prefix+"}:wakes", "report").Result(); err != nil || score < 1 {
+		t.Fatalf("the wake mark of report after run-now: %v, %v; want one", score, err)
+	}
 	// An at-most-once attempt that failed is unknown; resolve --retry lets
 	// it run again, through $IDEM_REDIS (a redis:// URL) this time.
 	e.want(exitUnknown, "run", "--job", "pay", "--tz", "UTC", "--mode", "at-most-once", "--", "sh", "-c", `echo "pay $IDEM_ATTEMPT" >> out.txt; exit 1`)

@@ -23,8 +23,9 @@ retried now. A done period is refused (to run it again on purpose:
 schedulers too), an unknown one ('idem resolve'), one backing off ('idem
 reset' cuts the backoff short) and one that runs now.
 
-The ledger must keep wake marks: the SQLite, Postgres and MySQL ledgers
-do. Schedulers read them every 2 seconds.
+The store must keep wake marks: the SQLite, Postgres and MySQL ledgers
+and the Redis store do (not the state file). Schedulers read them every 2
+seconds.
 
 Exit status: 0 asked, 1 refused, 2 usage error or no ledger.`,
 		Example: `  idem run-now settle 2026-10-27`,
