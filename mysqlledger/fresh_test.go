@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,6 +120,9 @@ func TestMarkFreshGivesUpOnAHeldRow(t *testing.T) {
 	ctx := context.Background()
 	key := idem.Key{Job: "fanout", Period: "2026-12-01"}
 	inFn, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // a test that gives up frees RunTx first, and so MarkFresh and the pool's Close
 	ran := make(chan error, 1)
 	go func() {
 		ran <- l.RunTx(ctx, key, func(context.Context, *sql.Tx) error {
@@ -143,7 +147,7 @@ func TestMarkFreshGivesUpOnAHeldRow(t *testing.T) {
 	if err := testwait.Recv(t, done, "MarkFresh to give up waiting for the row RunTx holds (RunTx's fn is still running)"); err != nil {
 		t.Error(err)
 	}
-	close(release)
+	free()
 	if err := testwait.Recv(t, ran, "RunTx to return"); err != nil {
 		t.Fatal(err)
 	}
