@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -72,16 +71,11 @@ func killHarness() idemtest.KillHarness[*sql.Tx] {
 			return l, l.Prefix()
 		},
 		Reopen: func(ctx context.Context, prefix string) (idem.TxStore[*sql.Tx], func(), error) {
-			db, err := sql.Open("mysql", os.Getenv(dsnEnv))
+			l, closeDB, err := reopen(ctx, prefix)
 			if err != nil {
 				return nil, nil, err
 			}
-			l, err := mysqlledger.New(ctx, db, mysqlledger.WithTablePrefix(prefix))
-			if err != nil {
-				db.Close()
-				return nil, nil, err
-			}
-			return l, func() { db.Close() }, nil
+			return l, closeDB, nil
 		},
 		Apply: func(ctx context.Context, s idem.TxStore[*sql.Tx], tx *sql.Tx, item string) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO `+ledger(s).Table("granted")+` (item, n) VALUES (?, 1) ON DUPLICATE KEY UPDATE n = n + 1`, item)

@@ -12,9 +12,10 @@ import (
 	"github.com/idemgo/idem/mysqlledger"
 )
 
-// openPrefix is a schedtest.Opener of the ledger of the tables of prefix,
-// through a *sql.DB of its own (a replica's).
-func openPrefix(ctx context.Context, prefix string) (idem.Store, func(), error) {
+// reopen opens the ledger of the tables of prefix through a *sql.DB of
+// its own (another process's, or a replica's), closed by the func it
+// returns.
+func reopen(ctx context.Context, prefix string) (*mysqlledger.Ledger, func(), error) {
 	db, err := sql.Open("mysql", os.Getenv(dsnEnv))
 	if err != nil {
 		return nil, nil, err
@@ -25,6 +26,15 @@ func openPrefix(ctx context.Context, prefix string) (idem.Store, func(), error) 
 		return nil, nil, err
 	}
 	return l, func() { db.Close() }, nil
+}
+
+// openPrefix is reopen as a schedtest.Opener.
+func openPrefix(ctx context.Context, prefix string) (idem.Store, func(), error) {
+	l, closeDB, err := reopen(ctx, prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, closeDB, nil
 }
 
 // newPrefix creates a ledger's tables with a prefix of their own, dropped
