@@ -24,6 +24,13 @@ import (
 // answered when their COMMIT returns, so their callers go on to their
 // work during the other commit's fsync; then the durable ones, synced.
 //
+// Before its COMMIT, each of those transactions also takes the writes of
+// its kind (synced or not) that joined the group while it ran its
+// statements (late): the callers the last commit answered are often back
+// by then with their next write (an AtLeastOnce claim's caller with its
+// done mark), which then shares this commit instead of waiting for the
+// next one, behind its fsync.
+//
 // A write returns once its group's COMMIT (and, for a synced one, the
 // directory sync of the -wal file) has returned: a done mark is reported
 // only once it is durable, as without groups. A write waiting in the group
@@ -38,8 +45,9 @@ import (
 //
 // NOT promised: a group of a given size (a write alone, or whose lock is
 // free, commits alone at once; groups form only while a commit is under
-// way), or an order between the writes of one group other than the order
-// they came in.
+// way), or an order between writes in flight together: one transaction
+// runs its writes in the order they came, but a late write may commit
+// before a write of the other kind that came earlier.
 
 // maxGroup is the most writes one group commits together.
 const maxGroup = 64
@@ -200,7 +208,11 @@ func (l *Ledger) lead(w *groupWrite) {
 				again = append(again, part.writes...)
 				continue
 			}
-			err := l.runGroup(part.head, part.writes)
+			durable := part.writes[0].durable
+			late := func(have int) []*groupWrite { return l.late(durable, have) }
+			ws, err := l.runGroup(part.head, part.writes, late)
+			batch = append(batch, ws[len(part.writes):]...) // answered below, or by the deferred cleanup
+			part.writes = ws
 			g.mu.Lock()
 			for _, x := range part.writes {
 				switch {
@@ -315,9 +327,12 @@ func (x *groupWrite) signal() {
 
 // runGroup runs batch (led by w, which holds the write lock) in one
 // transaction on the kept connection: each write's f in a savepoint when
-// there are several. Each write's own error is set in its err; the error
-// returned (the BEGIN's, the COMMIT's, the sync's) is every write's.
-func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite) error {
+// there are several. Before the COMMIT, late (when not nil) gives the
+// writes that joined the group meanwhile and may commit with it; they run
+// too, each in a savepoint. It returns batch with those added. Each write's
+// own error is set in its err; the error returned (the BEGIN's, the
+// COMMIT's, the sync's) is every write's.
+func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite, late func(have int) []*groupWrite) ([]*groupWrite, error) {
 	durable := false
 	for _, x := range batch {
 		durable = durable || x.durable
@@ -330,7 +345,7 @@ func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite) error {
 	const i = 0 // the kept connection of every write transaction: see wconn.setSync
 	pool := l.db
 	waiting := true // until the first try that gets the lock: locked reports the wait once
-	return l.writeErr(l.lockWait(ctx, w.ls, w.now, l.busyTimeout(i), func() error {
+	err := l.writeErr(l.lockWait(ctx, w.ls, w.now, l.busyTimeout(i), func() error {
 		c, err := l.writeConn(ctx, i, pool)
 		if err != nil {
 			return err
@@ -370,7 +385,20 @@ func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite) error {
 		} else if err := l.runSavepoints(ctx, c, batch); err != nil {
 			return err
 		}
-		if _, err := c.exec(ctx, `COMMIT`); err != nil {
+		cctx := ctx
+		if late != nil {
+			if more := late(len(batch)); len(more) > 0 {
+				cctx = context.WithoutCancel(ctx)
+				for _, x := range more {
+					l.locked(x.ctx, x.ls)
+				}
+				batch = append(batch, more...)
+				if err := l.runSavepoints(cctx, c, more); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := c.exec(cctx, `COMMIT`); err != nil {
 			return err
 		}
 		committed = true
@@ -379,6 +407,33 @@ func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite) error {
 		}
 		return nil
 	}))
+	return batch, err
+}
+
+// late takes out of the group's pending writes those that need a sync as
+// durable says (up to maxGroup in all, with have): the writes that joined
+// while a part of the same kind ran its statements, to commit with it
+// (runGroup's late). Most are the done marks of AtLeastOnce runs whose
+// claims the group's first part has just committed (and the next claims
+// of runs whose done marks the last group committed): without it, each
+// would wait for the next group, behind its fsync.
+func (l *Ledger) late(durable bool, have int) []*groupWrite {
+	g := &l.group
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var more []*groupWrite
+	kept := g.pending[:0]
+	for _, x := range g.pending {
+		if x.durable == durable && have+len(more) < maxGroup {
+			x.ls.waited = true // it waited behind the group
+			more = append(more, x)
+		} else {
+			kept = append(kept, x)
+		}
+	}
+	clear(g.pending[len(kept):])
+	g.pending = kept
+	return more
 }
 
 // groupWtx is the transaction x's f sees on the kept connection c.

@@ -180,3 +180,87 @@ func TestLedgerGroupCommitConcurrentRuns(t *testing.T) {
 		t.Errorf("%d keys done in the ledger, want %d", done, keys)
 	}
 }
+
+// TestLedgerGroupCommitLateWrites: writes of the same kind that join the
+// group while its transaction runs its statements commit with it, before
+// its COMMIT; a write of the other kind waits for the next one; a late
+// write that fails is rolled back alone. Whether a write ran inside the
+// first write's transaction is seen from another connection: there, the
+// first write's row is not visible until that transaction commits.
+func TestLedgerGroupCommitLateWrites(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	if _, err := l.DB().ExecContext(ctx, `CREATE TABLE g(i INTEGER PRIMARY KEY, saw0 INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	// saw0: whether write 0's row was committed when write i ran.
+	insert := func(exec func(string, ...any) error, i int) error {
+		var n int
+		if err := l.DB().QueryRowContext(ctx, `SELECT count(*) FROM g WHERE i = 0`).Scan(&n); err != nil {
+			return err
+		}
+		return exec(`INSERT INTO g(i, saw0) VALUES(?, ?)`, i, n)
+	}
+	errLate := errors.New("write 2 fails after its insert")
+	running, release := make(chan struct{}), make(chan struct{})
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	start := func(i int, durable bool, f func(exec func(string, ...any) error) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = idem.LedgerOwnWrite(ctx, l, durable, f)
+		}()
+	}
+	// Write 0 (durable) holds its transaction open until the others wait.
+	start(0, true, func(exec func(string, ...any) error) error {
+		close(running)
+		if err := exec(`INSERT INTO g(i, saw0) VALUES(0, 0)`); err != nil {
+			return err
+		}
+		<-release
+		return nil
+	})
+	<-running
+	start(1, true, func(exec func(string, ...any) error) error { return insert(exec, 1) })
+	start(2, true, func(exec func(string, ...any) error) error {
+		if err := insert(exec, 2); err != nil {
+			return err
+		}
+		return errLate
+	})
+	start(3, false, func(exec func(string, ...any) error) error { return insert(exec, 3) })
+	testwait.Until(t, func() bool { return idem.LedgerGroupPending(l) == 3 }, "writes 1-3 to wait in the ledger's group")
+	close(release)
+	testwait.Group(t, &wg, "the four writes to return")
+	for i, err := range errs {
+		if want := error(nil); i == 2 {
+			if !errors.Is(err, errLate) {
+				t.Errorf("write 2: %v, want its own error %q", err, errLate)
+			}
+		} else if err != want {
+			t.Errorf("write %d: %v, want nil", i, err)
+		}
+	}
+	got := map[int]int{}
+	rows, err := l.DB().QueryContext(ctx, `SELECT i, saw0 FROM g`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var i, saw int
+		if err := rows.Scan(&i, &saw); err != nil {
+			t.Fatal(err)
+		}
+		got[i] = saw
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Write 1 ran in write 0's transaction (it did not see its row);
+	// write 3, not synced, after its commit; write 2 left nothing.
+	if want := map[int]int{0: 0, 1: 0, 3: 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("rows (i: saw write 0's row) = %v, want %v", got, want)
+	}
+}
