@@ -25,7 +25,9 @@
 # PostgreSQL, leases running out), which another step fills. A step's output
 # is held and printed whole when it ends ("== start NAME" says when it
 # began). IDEM_TEST_JOBS=1 runs them one after the other, in the order
-# queued below.
+# queued below. Each step's last line gives its wall time and the CPU time
+# of its processes, the run's last line the whole run's (the servers' own
+# CPU time is not counted).
 #
 # Usage: scripts/test.sh [go test flags...]
 set -euo pipefail
@@ -34,17 +36,51 @@ root=$(pwd)
 timeout=${IDEM_TEST_TIMEOUT:-15m}
 failed=()
 
-# step NAME COMMAND...: runs COMMAND, reports its wall time, and records
-# NAME if it fails.
-step() {
-	local name=$1 start=$SECONDS
+# cpu_seconds FILE: writes to FILE the CPU time (user + system, whole
+# seconds) of the processes this shell has waited for: bash's times, run
+# in this shell itself (in a pipe or a $(...) it would be a new process's).
+cpu_seconds() {
+	times >"$1.times"
+	awk 'NR == 2 {
+		t = 0
+		for (i = 1; i <= 2; i++) { split($i, p, "m"); t += p[1] * 60 + p[2] }
+		printf "%d\n", t
+	}' "$1.times" >"$1"
+	rm -f "$1.times"
+}
+# with_cpu FILE COMMAND...: runs COMMAND in a subshell of its own, writes
+# to FILE the CPU time of its processes (cpu_seconds) and returns
+# COMMAND's status. On 2 cores a step whose CPU time is near twice its wall
+# time is bound by CPU; one far below it, by waiting (servers, fsyncs,
+# leases, kills).
+with_cpu() {
+	local file=$1
 	shift
-	if "$@"; then
-		echo "== ok   $name ($((SECONDS - start))s)"
+	(
+		rc=0
+		"$@" || rc=$?
+		cpu_seconds "$file"
+		exit $rc
+	)
+}
+# took START CPUFILE: "Ns wall, Ms CPU" of a step that began at START.
+took() {
+	echo "$((SECONDS - $1))s wall, $(cat "$2" 2>/dev/null || echo '?')s CPU"
+}
+
+# step NAME COMMAND...: runs COMMAND, reports its wall and CPU time, and
+# records NAME if it fails.
+step() {
+	local name=$1 start=$SECONDS cpu
+	shift
+	cpu=$(mktemp)
+	if with_cpu "$cpu" "$@"; then
+		echo "== ok   $name ($(took "$start" "$cpu"))"
 	else
-		echo "== FAIL $name ($((SECONDS - start))s)"
+		echo "== FAIL $name ($(took "$start" "$cpu"))"
 		failed+=("$name")
 	fi
+	rm -f "$cpu"
 }
 
 unformatted=$(find . -name '*.go' -not -path './.git/*' -print0 | xargs -0 gofmt -l)
@@ -278,10 +314,16 @@ test_module() {
 # so; this pass only fills the build cache.
 echo "== compile (-race) every module's packages and tests"
 start=$SECONDS
-for m in "${modules[@]}"; do
-	(cd "$root/$m" && go list -race -export -deps -test ./... >/dev/null 2>&1) || true
-done
-echo "== done compile (-race) ($((SECONDS - start))s)"
+cpu=$(mktemp)
+compile_race() {
+	local m
+	for m in "${modules[@]}"; do
+		(cd "$root/$m" && go list -race -export -deps -test ./... >/dev/null 2>&1) || true
+	done
+}
+with_cpu "$cpu" compile_race
+echo "== done compile (-race) ($(took "$start" "$cpu"))"
+rm -f "$cpu"
 
 # run_steps: runs the steps queued by queue (NAME, then its COMMAND...
 # separated by a "--" line) $IDEM_TEST_JOBS at a time, in the order queued;
@@ -315,9 +357,9 @@ finish_one() {
 	echo "== ${step_name[$pid]}"
 	cat "${step_log[$pid]}"
 	if [ $rc -eq 0 ]; then
-		echo "== ok   ${step_name[$pid]} ($((SECONDS - step_start[$pid]))s)"
+		echo "== ok   ${step_name[$pid]} ($(took "${step_start[$pid]}" "${step_log[$pid]}.cpu"))"
 	else
-		echo "== FAIL ${step_name[$pid]} ($((SECONDS - step_start[$pid]))s)"
+		echo "== FAIL ${step_name[$pid]} ($(took "${step_start[$pid]}" "${step_log[$pid]}.cpu"))"
 		failed+=("${step_name[$pid]}")
 	fi
 }
@@ -341,7 +383,7 @@ run_steps() {
 			finish_one
 		done
 		echo "== start $name"
-		"${cmd[@]}" >"$logs/$i" 2>&1 </dev/null &
+		with_cpu "$logs/$i.cpu" "${cmd[@]}" >"$logs/$i" 2>&1 </dev/null &
 		pid=$!
 		running+=("$pid")
 		step_log[$pid]=$logs/$i
@@ -403,9 +445,15 @@ queue "fuzz FuzzDecodeState" go test -timeout "$timeout" -run '^$' -fuzz '^FuzzD
 # parser: go -C cmd/idem test -run '^$' -fuzz FuzzParse ./internal/crontab
 run_steps
 
+# The CPU time of every process this script waited for (the servers it
+# started are not among them); cpu_seconds runs in this shell, not in a
+# $(...).
+total_cpu=$(mktemp)
+cpu_seconds "$total_cpu"
+total_cpu=$(cat "$total_cpu" && rm -f "$total_cpu")
 if [ ${#failed[@]} -gt 0 ]; then
-	echo "== FAILED (${#failed[@]}):"
+	echo "== FAILED (${#failed[@]}; ${SECONDS}s wall, ${total_cpu}s CPU):"
 	printf '   %s\n' "${failed[@]}"
 	exit 1
 fi
-echo "== all passed (${SECONDS}s)"
+echo "== all passed (${SECONDS}s wall, ${total_cpu}s CPU)"
