@@ -3,11 +3,11 @@ package idem_test
 import (
 	"fmt"
 	"go/ast"
-	"go/build"
 	"go/doc/comment"
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -62,9 +62,10 @@ type linkResolver struct {
 	fset *token.FileSet
 	// The repository's packages: each directory's import path, and
 	// each import path's directory.
-	dirs  map[string]string // dir -> import path
-	paths map[string]string // import path -> dir
-	pkgs  map[string]*declPkg
+	dirs   map[string]string // dir -> import path
+	paths  map[string]string // import path -> dir
+	pkgs   map[string]*declPkg
+	goroot string // the standard library's is goroot/src
 }
 
 // declPkg is one package as its files declare it, every file whatever its
@@ -137,6 +138,19 @@ func newLinkResolver(t *testing.T) *linkResolver {
 	return r
 }
 
+// stdRoot is GOROOT, from the go command: a test binary built with
+// -trimpath (scripts/test.sh builds so) knows no GOROOT of its own.
+func (r *linkResolver) stdRoot() string {
+	if r.goroot == "" {
+		out, err := exec.Command("go", "env", "GOROOT").Output()
+		if err != nil {
+			r.t.Fatalf("go env GOROOT: %v", err)
+		}
+		r.goroot = strings.TrimSpace(string(out))
+	}
+	return r.goroot
+}
+
 // pkg returns the declarations of the package at import path ip, or nil
 // if it is neither the repository's nor the standard library's.
 func (r *linkResolver) pkg(ip string) *declPkg {
@@ -145,7 +159,7 @@ func (r *linkResolver) pkg(ip string) *declPkg {
 	}
 	dir, ok := r.paths[ip]
 	if !ok {
-		dir = filepath.Join(build.Default.GOROOT, "src", filepath.FromSlash(ip))
+		dir = filepath.Join(r.stdRoot(), "src", filepath.FromSlash(ip))
 		if strings.Contains(strings.Split(ip, "/")[0], ".") {
 			dir = "" // another module's: not read
 		}

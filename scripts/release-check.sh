@@ -65,11 +65,13 @@ export GOPROXY="file://$work/proxy,$local_cache,$usual_proxy"
 echo "== each published module resolves from the proxy with its own go.sum"
 for entry in "${published[@]}"; do
 	dir=${entry%%=*}
-	(cd "$work/src/$dir" && GOFLAGS="-mod=readonly -modcacherw" go list -deps ./... >/dev/null) ||
+	(cd "$work/src/$dir" && GOFLAGS="${GOFLAGS:-} -mod=readonly -modcacherw" go list -deps ./... >/dev/null) ||
 		{ echo "release-check: module in $dir does not build outside the workspace from its go.mod and go.sum" >&2; exit 1; }
 done
 
-export GOFLAGS="-mod=mod -modcacherw"
+# (GOFLAGS keeps what the caller set: scripts/test.sh's -trimpath lets
+# these builds reuse the dependencies its tests compiled.)
+export GOFLAGS="${GOFLAGS:-} -mod=mod -modcacherw"
 echo "== a consumer of every published module"
 mkdir "$work/consumer"
 cd "$work/consumer"

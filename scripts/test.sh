@@ -3,10 +3,12 @@
 # detector, plus go vet and a gofmt check. Extra arguments go to `go test`
 # (e.g. scripts/test.sh -run TestCrash -v).
 #
-# Besides the tests, three static steps check every module: it compiles and
-# vets, tests included, for linux, darwin and windows (amd64) (this one runs
-# first); staticcheck (the pinned version below, through `go run`) finds
-# nothing; and `go mod tidy` would change nothing in go.mod or go.sum.
+# Besides the tests, which vet every package (go test -vet=all: all of go
+# vet's checks, on the packages as the tests compile them), three static
+# steps: the modules users build elsewhere compile and vet, tests
+# included, for darwin and windows (amd64) too (this one runs first);
+# staticcheck (the pinned version below, through `go run`) finds nothing;
+# and `go mod tidy` would change nothing in go.mod or go.sum.
 # scripts/release-check.sh then shows that a release of the tree installs
 # from a module proxy.
 #
@@ -18,7 +20,8 @@
 # fsyncs, not on a lock.) A failing step does not stop the
 # others; the last lines name the steps that failed.
 #
-# After the cross-compile step (which builds every dependency once) the other
+# After the cross-compile step and a compile of every module's packages and
+# tests for the race detector (which builds every dependency once), the other
 # steps (staticcheck, go mod tidy, each module's tests, the fuzz pass) run
 # $IDEM_TEST_JOBS at a time (default 2; the root module's tests alone, see
 # below): much of a module's test time is waiting (real processes, a real
@@ -33,6 +36,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+# -trimpath: what is compiled is keyed by its contents, not by its
+# directory, so a clean clone reuses the build cache of another (which
+# then does not grow by a copy of every package per clone), and
+# scripts/release-check.sh's fresh module cache reuses the dependencies
+# the tests compiled (without it, it compiled them all again).
+export GOFLAGS="${GOFLAGS:-} -trimpath"
 timeout=${IDEM_TEST_TIMEOUT:-15m}
 failed=()
 
@@ -208,9 +217,8 @@ mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -printf '%h
 # staticcheck 2026.2.2 (v0.8.2), which knows Go 1.26. Raise it on purpose,
 # with the findings of the new version fixed in the same change.
 staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2
-oses=(linux darwin windows)
 # cross_modules: the modules vetted (and staticchecked) for darwin and
-# windows too: the root module and the idem command (users build and run
+# windows too, besides linux: the root module and the idem command (users build and run
 # them there; both have files for some systems only) and bench (which has
 # such files too). The optional modules (the other stores, the outboxes,
 # the adapters, the page) have none outside their tests
@@ -219,16 +227,16 @@ oses=(linux darwin windows)
 # compiled their dependencies (pgx, go-redis, OpenTelemetry, chromedp,
 # franz-go, ...) twice more.
 cross_modules=(. ./cmd/idem ./bench)
-# oses_of MODULE: the systems MODULE is vetted for.
-oses_of() {
+cross_oses=(darwin windows)
+# is_cross MODULE: whether MODULE is one of cross_modules.
+is_cross() {
 	local c
 	for c in "${cross_modules[@]}"; do
 		if [ "$c" = "$1" ]; then
-			echo "${oses[*]}"
-			return
+			return 0
 		fi
 	done
-	echo linux
+	return 1
 }
 
 # each_module CMD...: runs CMD in every module's directory, going on past a
@@ -251,25 +259,23 @@ each_module() {
 # ./... of the root module 284 s, 101 s with these flags). Nothing of another
 # OS is linked or run here.
 cross_gcflags='all=-N -l'
-# cross_vet: the module's packages and tests compile, and go vet finds
-# nothing, for every OS of oses_of (each_module's $m). The OSes are vetted at once: each one
-# compiles its own standard library and dependencies (modernc.org/sqlite's
-# lib package is one long serial compile per OS), so together they use both
-# cores where one after the other they mostly used one.
+# cross_vet: for a module of cross_modules (each_module's $m), its packages
+# and tests compile, and go vet finds nothing, for every OS of cross_oses
+# (linux: each module's tests, go test -vet=all). The OSes are vetted at
+# once: each one compiles its own standard library and dependencies
+# (modernc.org/sqlite's lib package is one long serial compile per OS), so
+# together they use both cores where one after the other they mostly used
+# one.
 cross_vet() {
-	local os i rc=0 out pids=() flags targets
-	read -r -a targets <<<"$(oses_of "$m")" # $m: each_module's
+	local os i rc=0 out pids=()
+	is_cross "$m" || return 0 # $m: each_module's
 	out=$(mktemp -d)
-	for os in "${targets[@]}"; do
-		flags=()
-		if [ "$os" != linux ]; then
-			flags=(-gcflags="$cross_gcflags")
-		fi
-		GOOS=$os GOARCH=amd64 go vet "${flags[@]}" ./... >"$out/$os" 2>&1 &
+	for os in "${cross_oses[@]}"; do
+		GOOS=$os GOARCH=amd64 go vet -gcflags="$cross_gcflags" ./... >"$out/$os" 2>&1 &
 		pids+=($!)
 	done
-	for i in "${!targets[@]}"; do
-		os=${targets[$i]}
+	for i in "${!cross_oses[@]}"; do
+		os=${cross_oses[$i]}
 		if wait "${pids[$i]}"; then
 			cat "$out/$os"
 		else
@@ -282,28 +288,36 @@ cross_vet() {
 	return $rc
 }
 # run_staticcheck: staticcheck finds nothing in the module, built for linux
-# and for windows (-matrix: code unused on one is used on the other). Every
-# file is in one of the two (unix, linux, !linux or windows files; there are
-# no darwin-only ones): each configuration costs a full analysis of the
-# dependencies (modernc.org/sqlite's is minutes), so darwin is left to
-# cross_vet. A darwin-only file would need a third line. The windows
-# configuration compiles with cross_vet's flags, so that its dependencies'
-# export data is the build cache's from cross_vet, not a second compile.
+# and, for cross_modules, for windows (-matrix: code unused on one is used
+# on the other). Every file is in one of the two (unix, linux, !linux or
+# windows files; there are no darwin-only ones): each configuration costs a
+# full analysis of the dependencies (modernc.org/sqlite's is minutes), so
+# darwin is left to cross_vet. A darwin-only file would need a third line.
+# Each configuration reads its dependencies' export data from a build the
+# run made already: linux from the race detector's (-race), windows from
+# cross_vet's (its flags). The root module is the exception: its linux
+# configuration is built without -race, for its tests that run without it
+# (//go:build !race), as its tests without -race below build it.
 run_staticcheck() {
-	if [ "$(oses_of "$m")" = linux ]; then # $m: each_module's
-		GOOS=linux GOARCH=amd64 go run "$staticcheck" ./...
+	local linux="linux: GOOS=linux GOARCH=amd64 -race"
+	if [ "$m" = . ]; then # $m: each_module's
+		linux="linux: GOOS=linux GOARCH=amd64"
+	fi
+	if ! is_cross "$m"; then
+		echo "$linux" | go run "$staticcheck" -matrix ./...
 		return
 	fi
-	printf '%s\n' "linux: GOOS=linux GOARCH=amd64" "windows: GOOS=windows GOARCH=amd64 -gcflags=\"$cross_gcflags\"" |
+	printf '%s\n' "$linux" "windows: GOOS=windows GOARCH=amd64 -gcflags=\"$cross_gcflags\"" |
 		go run "$staticcheck" -matrix ./...
 }
-echo "== cross-compile (${oses[*]} for ${cross_modules[*]}; linux for the others): go vet ./... in every module"
+echo "== cross-compile (${cross_oses[*]} for ${cross_modules[*]}): go vet ./..."
 step "cross-compile" each_module cross_vet
-# test_module DIR [go test flags...]
+# test_module DIR [go test flags...]: the module's tests under the race
+# detector, and all of go vet's checks on its packages as they compile them.
 test_module() {
 	local dir=$1
 	shift
-	(cd "$dir" && go vet ./... && go test -race -count=1 -timeout "$timeout" "$@" ./...)
+	(cd "$dir" && go test -race -vet=all -count=1 -timeout "$timeout" "$@" ./...)
 }
 
 # The race-instrumented packages and tests of every module, compiled once
@@ -415,7 +429,8 @@ queue "staticcheck" each_module run_staticcheck
 # the race detector: through race-instrumented SQLite they take minutes. So
 # are the model tests at full size (under -race they run a quarter of it),
 # and the fault-injection test (hundreds of child processes under strace).
-queue "module . (fan-out kill, model and fault-injection tests, without -race)" go test -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^Test(Ledger|StateFile)Model$|^TestFaultInjection$' .
+# Vetted here too: some of these tests' files build without -race only.
+queue "module . (fan-out kill, model and fault-injection tests, without -race)" go test -vet=all -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^Test(Ledger|StateFile)Model$|^TestFaultInjection$' .
 for m in "${modules[@]}"; do
 	case $m in
 	. | ./pgledger) ;;
