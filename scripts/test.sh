@@ -301,8 +301,16 @@ cross_vet() {
 # cross_vet's (its flags). The root module is the exception: its linux
 # configuration is built without -race, for its tests that run without it
 # (//go:build !race), as its tests without -race below build it.
+#
+# Its cache is the checkout's own (.staticcheck-cache, ignored by git):
+# with -trimpath, the same package in two checkouts has one build key, and
+# staticcheck's results cached for one carry that checkout's file paths; in
+# the other, the -matrix merge then matched no object of the other
+# configuration, and reported code used on linux as unused on windows (seen
+# in a clean clone after another's run).
 run_staticcheck() {
 	local linux="linux: GOOS=linux GOARCH=amd64 -race"
+	export STATICCHECK_CACHE="$root/.staticcheck-cache"
 	if [ "$m" = . ]; then # $m: each_module's
 		linux="linux: GOOS=linux GOARCH=amd64"
 	fi
