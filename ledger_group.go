@@ -208,11 +208,8 @@ func (l *Ledger) lead(w *groupWrite) {
 				again = append(again, part.writes...)
 				continue
 			}
-			durable := part.writes[0].durable
-			late := func(have int) []*groupWrite { return l.late(durable, have) }
-			ws, err := l.runGroup(part.head, part.writes, late)
-			batch = append(batch, ws[len(part.writes):]...) // answered below, or by the deferred cleanup
-			part.writes = ws
+			var err error
+			part.writes, err = l.runGroup(part.head, part.writes, &batch)
 			g.mu.Lock()
 			for _, x := range part.writes {
 				switch {
@@ -327,12 +324,13 @@ func (x *groupWrite) signal() {
 
 // runGroup runs batch (led by w, which holds the write lock) in one
 // transaction on the kept connection: each write's f in a savepoint when
-// there are several. Before the COMMIT, late (when not nil) gives the
-// writes that joined the group meanwhile and may commit with it; they run
-// too, each in a savepoint. It returns batch with those added. Each write's
-// own error is set in its err; the error returned (the BEGIN's, the
-// COMMIT's, the sync's) is every write's.
-func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite, late func(have int) []*groupWrite) ([]*groupWrite, error) {
+// there are several. Before the COMMIT, it takes the writes of batch's
+// kind that joined the group meanwhile (late) and runs them too, each in a
+// savepoint; it adds them to *taken (the leader's, which answers them if
+// what follows panics) and returns batch with them. Each write's own error
+// is set in its err; the error returned (the BEGIN's, the COMMIT's, the
+// sync's) is every write's.
+func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite, taken *[]*groupWrite) ([]*groupWrite, error) {
 	durable := false
 	for _, x := range batch {
 		durable = durable || x.durable
@@ -386,16 +384,15 @@ func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite, late func(have int
 			return err
 		}
 		cctx := ctx
-		if late != nil {
-			if more := late(len(batch)); len(more) > 0 {
-				cctx = context.WithoutCancel(ctx)
-				for _, x := range more {
-					l.locked(x.ctx, x.ls)
-				}
-				batch = append(batch, more...)
-				if err := l.runSavepoints(cctx, c, more); err != nil {
-					return err
-				}
+		if more := l.late(durable, len(batch)); len(more) > 0 {
+			cctx = context.WithoutCancel(ctx)
+			*taken = append(*taken, more...)
+			batch = append(batch[:len(batch):len(batch)], more...) // not into the leader's array
+			for _, x := range more {
+				l.locked(x.ctx, x.ls)
+			}
+			if err := l.runSavepoints(cctx, c, more); err != nil {
+				return err
 			}
 		}
 		if _, err := c.exec(cctx, `COMMIT`); err != nil {

@@ -264,3 +264,68 @@ func TestLedgerGroupCommitLateWrites(t *testing.T) {
 		t.Errorf("rows (i: saw write 0's row) = %v, want %v", got, want)
 	}
 }
+
+// TestLedgerGroupCommitLateWritePanics: a late write whose body panics
+// (in the leader's goroutine, which runs it) rolls the group back, and
+// every write the group took, late ones included, gets an answer: none
+// is left waiting. The ledger takes writes again afterwards.
+func TestLedgerGroupCommitLateWritePanics(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	if _, err := l.DB().ExecContext(ctx, `CREATE TABLE g(i INTEGER PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	running, release := make(chan struct{}), make(chan struct{})
+	errs := make([]error, 3)
+	var panicked any
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // write 0 leads, and holds its transaction open
+		defer wg.Done()
+		defer func() { panicked = recover() }()
+		errs[0] = idem.LedgerOwnWrite(ctx, l, true, func(exec func(string, ...any) error) error {
+			close(running)
+			<-release
+			return exec(`INSERT INTO g(i) VALUES(0)`)
+		})
+	}()
+	<-running
+	for i := 1; i <= 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = idem.LedgerOwnWrite(ctx, l, true, func(exec func(string, ...any) error) error {
+				if err := exec(`INSERT INTO g(i) VALUES(?)`, i); err != nil {
+					return err
+				}
+				if i == 1 {
+					panic("write 1 panics")
+				}
+				return nil
+			})
+		}()
+	}
+	testwait.Until(t, func() bool { return idem.LedgerGroupPending(l) == 2 }, "writes 1 and 2 to wait in the ledger's group")
+	close(release)
+	testwait.Group(t, &wg, "the three writes to return (write 0's with write 1's panic)")
+	if panicked != "write 1 panics" {
+		t.Errorf("the leader's goroutine recovered %v, want write 1's panic", panicked)
+	}
+	for i, err := range errs[1:] {
+		if err == nil {
+			t.Errorf("write %d: nil, want an error (its group was rolled back)", i+1)
+		}
+	}
+	var n int
+	if err := l.DB().QueryRowContext(ctx, `SELECT count(*) FROM g`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d rows committed, want none (the group was rolled back)", n)
+	}
+	if err := idem.LedgerOwnWrite(ctx, l, true, func(exec func(string, ...any) error) error {
+		return exec(`INSERT INTO g(i) VALUES(3)`)
+	}); err != nil {
+		t.Errorf("a write after the panic: %v", err)
+	}
+}
