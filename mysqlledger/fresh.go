@@ -133,6 +133,7 @@ func (l *Ledger) claimNew(ctx context.Context, req idemstore.ClaimRequest) (ok b
 // queries are a ledger's statements, their table names filled in once.
 type queries struct {
 	peek, status, freshInsert, claimNew, finish, finishDone, advance, promote string
+	takeRate                                                                  string
 	markFresh                                                                 string // set by checkServer: the server's flavour
 }
 
@@ -204,6 +205,7 @@ func newQueries(t tables) queries {
 		freshInsert: r.Replace(freshInsertSQL),
 		claimNew:    r.Replace(claimNewSQL),
 		promote:     promoteSQL(t),
+		takeRate:    takeRateSQLFor(t.limitRates),
 		finish: `UPDATE ` + t.runs + ` SET status = ?, failures = ?,
 		not_before = CASE WHEN ? IS NULL THEN 0 ELSE ` + nowSQL + ` + ? END,
 		last_error = ?, lease_until = 0, updated = ` + nowSQL + `, value = ?

@@ -68,29 +68,15 @@ func TestRunTxDuplicateReadsFirst(t *testing.T) {
 // server, on the one connection the ledger's pool has.
 func TestFreshRunStatements(t *testing.T) {
 	t.Parallel()
-	db := openDBWith(t, func(c *mysql.Config) { c.InterpolateParams = true }) // text statements, counted by kind
-	db.SetMaxOpenConns(1)
-	l := openLedger(t, db)
+	l, counted := openCountedLedger(t)
 	ctx := context.Background()
-	kinds := []string{"Com_select", "Com_insert", "Com_insert_select", "Com_update", "Com_delete", "Com_begin", "Com_commit"}
-	count := func() map[string]int {
-		t.Helper()
-		return queryCounts(t, db, `SHOW SESSION STATUS WHERE Variable_name IN ('`+strings.Join(kinds, "','")+`')`)
-	}
 	run := func(period string) map[string]int {
 		t.Helper()
-		before := count()
-		if err := l.Run(ctx, idem.Key{Job: "settle", Period: period}, func(context.Context) error { return nil }); err != nil {
-			t.Fatalf("Run %s: %v", period, err)
-		}
-		after := count()
-		d := map[string]int{}
-		for _, k := range kinds {
-			if v := after[k] - before[k]; v != 0 {
-				d[k] = v
+		return counted(func() {
+			if err := l.Run(ctx, idem.Key{Job: "settle", Period: period}, func(context.Context) error { return nil }); err != nil {
+				t.Fatalf("Run %s: %v", period, err)
 			}
-		}
-		return d
+		})
 	}
 	run("2026-12-01")
 	if d := run("2026-12-02"); len(d) != 2 || d["Com_insert_select"] != 1 || d["Com_update"] != 1 {

@@ -91,6 +91,38 @@ func queryCounts(t testing.TB, db interface {
 	return got
 }
 
+// statementKinds are the statement counters of the server's SHOW SESSION
+// STATUS that the statement-counting tests read.
+var statementKinds = []string{"Com_select", "Com_insert", "Com_insert_select", "Com_update", "Com_delete", "Com_begin", "Com_commit", "Com_rollback"}
+
+// openCountedLedger returns a ledger on a pool of one connection, whose
+// statements go as text (counted by kind), and a function that runs fn
+// and returns the statements the server counted on that connection
+// meanwhile, by kind (only the kinds it ran).
+func openCountedLedger(t *testing.T) (*mysqlledger.Ledger, func(fn func()) map[string]int) {
+	t.Helper()
+	db := openDBWith(t, func(c *mysql.Config) { c.InterpolateParams = true })
+	db.SetMaxOpenConns(1)
+	l := openLedger(t, db)
+	count := func() map[string]int {
+		t.Helper()
+		return queryCounts(t, db, `SHOW SESSION STATUS WHERE Variable_name IN ('`+strings.Join(statementKinds, "','")+`')`)
+	}
+	return l, func(fn func()) map[string]int {
+		t.Helper()
+		before := count()
+		fn()
+		after := count()
+		d := map[string]int{}
+		for _, k := range statementKinds {
+			if v := after[k] - before[k]; v != 0 {
+				d[k] = v
+			}
+		}
+		return d
+	}
+}
+
 func uniqueName(prefix string) string {
 	var b [5]byte
 	_, _ = rand.Read(b[:])

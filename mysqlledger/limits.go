@@ -11,26 +11,61 @@ import (
 )
 
 // TakeRate implements [idemstore.LimitStore]: the generic cell rate
-// algorithm ([idemstore.TakeRate]) on the server's clock, under the
-// limit's row lock, in one transaction.
+// algorithm ([idemstore.TakeRate]) on the server's clock, in one UPDATE
+// (takeRateSQL) that the server runs alone: the limit's row is locked
+// only while the server runs it and commits, never across a round trip
+// to this process, whose scheduling (a busy machine) would hold up every
+// other taker of the limit.
 func (l *Ledger) TakeRate(ctx context.Context, name string, r idemstore.Rate, n int, maxWait time.Duration) (wait time.Duration, reserved bool, err error) {
-	err = l.inTx(ctx, func(tx *sql.Tx) error {
-		var now, tat int64
-		if err := l.lockRate(ctx, tx, name, &now, &tat); err != nil {
-			return err
+	iv := r.Interval()
+	burst := time.Duration(r.Burst) * iv
+	// Whole microseconds, on the limit's side: a step rounded up, the
+	// reach rounded down.
+	step := micros(time.Duration(n)*iv + time.Microsecond - 1)
+	reach := micros(burst + maxWait)
+	for range 3 {
+		var res sql.Result
+		var ans int64
+		if res, err = l.exec(ctx, l.q.takeRate, step, step, reach, step, name); err != nil {
+			break
 		}
-		var next time.Time
-		next, wait, reserved = idemstore.TakeRate(time.UnixMicro(tat), time.UnixMicro(now), r, n, maxWait)
-		if !reserved {
-			return nil
+		if ans, err = res.LastInsertId(); err != nil {
+			break
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE `+l.t.limitRates+` SET tat = ? WHERE name = ?`, next.UnixMicro(), name)
-		return err
-	})
-	if err != nil {
-		return 0, false, fmt.Errorf("mysqlledger: rate limit %q: %w", name, err)
+		if ans == 0 { // no row: create it (nothing taken yet), then take
+			if _, err = l.exec(ctx, `INSERT IGNORE INTO `+l.t.limitRates+` (name, tat) VALUES (?, 0)`, name); err != nil {
+				break
+			}
+			continue
+		}
+		wait = max(time.Duration(ans>>1)*time.Microsecond-burst, 0)
+		if ans&1 == 0 {
+			// The SQL decided on microseconds: never answer "not
+			// reserved, ask again at once".
+			return max(wait-maxWait, time.Microsecond), false, nil
+		}
+		return wait, true, nil
 	}
-	return wait, reserved, nil
+	if err == nil {
+		err = errors.New("its row vanished as it was created (dropped meanwhile?)")
+	}
+	return 0, false, fmt.Errorf("mysqlledger: rate limit %q: %w", name, err)
+}
+
+// takeRateSQLFor returns TakeRate's statement on table limitRates. Its
+// arguments: the step (n starts' intervals, microseconds) twice, the
+// reach (burst and maxWait), the step again, the limit's name. next is
+// GREATEST(tat, now) + step; the starts are reserved, and tat moved to
+// next, when next - now <= reach. The answer, 2*(next-now) + reserved
+// (never 0: the step is at least a microsecond), is passed to
+// LAST_INSERT_ID(expr), whose value the server returns with the
+// statement's result as its insert id (the MySQL manual's way to
+// read a value an UPDATE computed without a second statement); an
+// insert id of 0 means the row does not exist. now is the statement's
+// start on the server's clock (UTC_TIMESTAMP is read once a statement).
+func takeRateSQLFor(limitRates string) string {
+	next := `GREATEST(tat, ` + nowSQL + `) + ?`
+	return `UPDATE ` + limitRates + ` SET tat = IF(LAST_INSERT_ID(2 * (` + next + ` - ` + nowSQL + `) + (` + next + ` - ` + nowSQL + ` <= ?)) & 1, GREATEST(tat, ` + nowSQL + `) + ?, tat) WHERE name = ?`
 }
 
 // AcquireSlot implements [idemstore.LimitStore]: under the lock of the

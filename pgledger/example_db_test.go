@@ -22,6 +22,7 @@ func ExampleNewDB() {
 		log.Fatal(err)
 	}
 	defer db.Close()
+	db.SetMaxIdleConns(16)            // the calls made at once (database/sql keeps 2: see NewDB)
 	l, err := pgledger.NewDB(ctx, db) // the service's *sql.DB: one pool of connections
 	if err != nil {
 		log.Fatal(err)

@@ -80,6 +80,7 @@ func TestSharedLimits(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { db.Close() })
+			db.SetMaxIdleConns(16) // as NewDB's doc says: 8 workers a process (with the default 2, the rate test took 74-114 s on a busy machine, not 10)
 			l, err := pgledger.NewDB(context.Background(), db, pgledger.WithSchema(schema))
 			if err != nil {
 				t.Fatal(err)
