@@ -12,7 +12,7 @@ import (
 
 // TakeRate implements [idemstore.LimitStore]: the generic cell rate
 // algorithm ([idemstore.TakeRate]) on the server's clock, in one UPDATE
-// (takeRateSQL) that the server runs alone: the limit's row is locked
+// (takeRateSQLFor) that the server runs alone: the limit's row is locked
 // only while the server runs it and commits, never across a round trip
 // to this process, whose scheduling (a busy machine) would hold up every
 // other taker of the limit.
