@@ -365,7 +365,14 @@ queued=()
 queue() { queued+=("$@" "--"); }
 queue_alone() { queued+=("!$1" "${@:2}" "--"); }
 logs=$(mktemp -d)
-declare -A step_name step_start step_log
+declare -A step_name step_start step_log failed_why
+# fail_summary LOG: the lines of a failed step's output that name what
+# failed (go test's --- FAIL lines, a test binary's panic, a package's
+# FAIL line), 30 at most: printed again at the end of the run, where a
+# long output (a stuck child's goroutines) has pushed them out of sight.
+fail_summary() {
+	grep -E '^[[:space:]]*--- FAIL: |^panic: |^FAIL[[:space:]]' "$1" | cut -c1-200 | head -n 30 || true
+}
 finish_one() {
 	local pid="" rc=0 i
 	wait -n -p pid "${running[@]}" || rc=$?
@@ -386,6 +393,7 @@ finish_one() {
 	else
 		echo "== FAIL ${step_name[$pid]} ($(took "${step_start[$pid]}" "${step_log[$pid]}.cpu"))"
 		failed+=("${step_name[$pid]}")
+		failed_why[${step_name[$pid]}]=$(fail_summary "${step_log[$pid]}")
 	fi
 }
 run_steps() {
@@ -479,7 +487,12 @@ cpu_seconds "$total_cpu"
 total_cpu=$(cat "$total_cpu" && rm -f "$total_cpu")
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "== FAILED (${#failed[@]}; ${SECONDS}s wall, ${total_cpu}s CPU):"
-	printf '   %s\n' "${failed[@]}"
+	for name in "${failed[@]}"; do
+		printf '   %s\n' "$name"
+		if [ -n "${failed_why[$name]:-}" ]; then
+			printf '%s\n' "${failed_why[$name]}" | sed 's/^/      /'
+		fi
+	done
 	exit 1
 fi
 echo "== all passed (${SECONDS}s wall, ${total_cpu}s CPU)"
