@@ -52,11 +52,12 @@ var (
 // names the schema ([ErrSchemaOnSearchPath]), and a server that runs with
 // fsync off ([ErrWeakDurability]), as New does.
 //
-// database/sql keeps two idle connections unless told otherwise
+// database/sql keeps at most two idle connections unless told otherwise
 // (db.SetMaxIdleConns): a service that makes more calls at once (the
-// workers of [idem.Each], the Scheduler's jobs, a relay) closes a
-// connection after each call past the second and opens another, a new
-// server process on PostgreSQL. Set it to the calls you make at once.
+// workers of [idem.Each], the Scheduler's jobs, a relay) closes each
+// connection past the second as it goes idle, and opens a new one (a new
+// server process on PostgreSQL) for a later call. Set it to the calls you
+// make at once.
 // Measured here (idemtest.TestSharedLimits's rate test on pgx's stdlib,
 // 1,200 items in three processes of 8 workers at a shared 200 a second,
 // no race detector): 181 connections opened and 105 items a second with
