@@ -203,6 +203,8 @@ func TestLedgerGroupCommitLateWrites(t *testing.T) {
 	}
 	errLate := errors.New("write 2 fails after its insert")
 	running, release := make(chan struct{}), make(chan struct{})
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free) // a test that gives up frees write 0 first, and so the ledger's Close
 	errs := make([]error, 4)
 	var wg sync.WaitGroup
 	start := func(i int, durable bool, f func(exec func(string, ...any) error) error) {
@@ -221,7 +223,7 @@ func TestLedgerGroupCommitLateWrites(t *testing.T) {
 		<-release
 		return nil
 	})
-	<-running
+	testwait.Recv(t, running, "write 0 to run its statements")
 	start(1, true, func(exec func(string, ...any) error) error { return insert(exec, 1) })
 	start(2, true, func(exec func(string, ...any) error) error {
 		if err := insert(exec, 2); err != nil {
@@ -231,7 +233,7 @@ func TestLedgerGroupCommitLateWrites(t *testing.T) {
 	})
 	start(3, false, func(exec func(string, ...any) error) error { return insert(exec, 3) })
 	testwait.Until(t, func() bool { return idem.LedgerGroupPending(l) == 3 }, "writes 1-3 to wait in the ledger's group")
-	close(release)
+	free()
 	testwait.Group(t, &wg, "the four writes to return")
 	for i, err := range errs {
 		if want := error(nil); i == 2 {
@@ -276,6 +278,8 @@ func TestLedgerGroupCommitLateWritePanics(t *testing.T) {
 		t.Fatal(err)
 	}
 	running, release := make(chan struct{}), make(chan struct{})
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free) // a test that gives up frees write 0 first, and so the ledger's Close
 	errs := make([]error, 3)
 	var panicked any
 	var wg sync.WaitGroup
@@ -289,7 +293,7 @@ func TestLedgerGroupCommitLateWritePanics(t *testing.T) {
 			return exec(`INSERT INTO g(i) VALUES(0)`)
 		})
 	}()
-	<-running
+	testwait.Recv(t, running, "write 0 to run its statements")
 	for i := 1; i <= 2; i++ {
 		wg.Add(1)
 		go func() {
@@ -306,7 +310,7 @@ func TestLedgerGroupCommitLateWritePanics(t *testing.T) {
 		}()
 	}
 	testwait.Until(t, func() bool { return idem.LedgerGroupPending(l) == 2 }, "writes 1 and 2 to wait in the ledger's group")
-	close(release)
+	free()
 	testwait.Group(t, &wg, "the three writes to return (write 0's with write 1's panic)")
 	if panicked != "write 1 panics" {
 		t.Errorf("the leader's goroutine recovered %v, want write 1's panic", panicked)
