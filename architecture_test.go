@@ -2,6 +2,9 @@ package idem_test
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -220,4 +223,77 @@ func TestOptionalModulesSystemNeutral(t *testing.T) {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// TestRaceSkippedTestsRunWithoutRace: every test of this package that
+// the race detector leaves out (a file built with !race, or a test that
+// skips when raceEnabled) is named by the -run pattern of scripts/test.sh's
+// pass without the race detector; otherwise the test command never runs it.
+func TestRaceSkippedTestsRunWithoutRace(t *testing.T) {
+	script, err := os.ReadFile("scripts/test.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^queue "[^"\n]*without -race\)" go test [^\n]*-run '([^']+)' \.$`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("scripts/test.sh has no step `queue \"… without -race)\" go test … -run '…' .`")
+	}
+	run, err := regexp.Compile(string(m[1]))
+	if err != nil {
+		t.Fatalf("scripts/test.sh's -run pattern: %v", err)
+	}
+	files, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	fset := token.NewFileSet()
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		noRace := false // built without the race detector only
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				if c.Pos() < f.Package && strings.HasPrefix(c.Text, "//go:build") && strings.Contains(c.Text, "!race") {
+					noRace = true
+				}
+			}
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Test") || fn.Body == nil {
+				continue
+			}
+			if (noRace || skipsUnderRace(fn.Body)) && !run.MatchString(fn.Name.Name) {
+				left = append(left, name+": "+fn.Name.Name)
+			}
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("tests the race detector leaves out, which scripts/test.sh's pass without it does not run (add them to its -run pattern %q):\n%s", m[1], strings.Join(left, "\n"))
+	}
+}
+
+// skipsUnderRace reports whether body has an `if raceEnabled { … t.Skip… }`.
+func skipsUnderRace(body *ast.BlockStmt) bool {
+	found := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		is, ok := n.(*ast.IfStmt)
+		if !ok {
+			return !found
+		}
+		if id, ok := is.Cond.(*ast.Ident); !ok || id.Name != "raceEnabled" {
+			return true
+		}
+		ast.Inspect(is.Body, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok && strings.HasPrefix(sel.Sel.Name, "Skip") {
+				found = true
+			}
+			return !found
+		})
+		return !found
+	})
+	return found
 }
