@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -210,6 +211,7 @@ func (l *Ledger) lead(w *groupWrite) {
 			}
 			var err error
 			part.writes, err = l.runGroup(part.head, part.writes, &batch)
+			answered := false
 			g.mu.Lock()
 			for _, x := range part.writes {
 				switch {
@@ -224,9 +226,21 @@ func (l *Ledger) lead(w *groupWrite) {
 				x.done = true
 				if x != w {
 					x.signal()
+					answered = true
 				}
 			}
 			g.mu.Unlock()
+			if answered {
+				// The callers just answered are runnable on this
+				// thread's queue, most about to come back with their
+				// next write (a claim's caller with its done mark, a
+				// done mark's with its next claim). Let them run to it
+				// before the next part or group is taken, so that it
+				// joins them rather than the group after. Measured with
+				// 16 goroutines doing fresh Runs: a third fewer synced
+				// commits, 7% more Runs a second.
+				runtime.Gosched()
+			}
 		}
 		g.mu.Lock()
 		g.pending = append(again, g.pending...)
