@@ -30,7 +30,9 @@ import (
 // statements (late): the callers the last commit answered are often back
 // by then with their next write (an AtLeastOnce claim's caller with its
 // done mark), which then shares this commit instead of waiting for the
-// next one, behind its fsync.
+// next one, behind its fsync. And a leader that has answered other
+// callers yields its thread before it goes on, so that they can come back
+// with their next writes in time to join it.
 //
 // A write returns once its group's COMMIT (and, for a synced one, the
 // directory sync of the -wal file) has returned: a done mark is reported
@@ -236,9 +238,9 @@ func (l *Ledger) lead(w *groupWrite) {
 				// next write (a claim's caller with its done mark, a
 				// done mark's with its next claim). Let them run to it
 				// before the next part or group is taken, so that it
-				// joins them rather than the group after. Measured with
-				// 16 goroutines doing fresh Runs: a third fewer synced
-				// commits, 7% more Runs a second.
+				// joins them rather than the group after. 16 goroutines
+				// doing fresh Runs: about 40% fewer synced commits, 7-10%
+				// more Runs a second (BENCHMARKS.md).
 				runtime.Gosched()
 			}
 		}

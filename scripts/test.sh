@@ -446,9 +446,10 @@ fi
 queue "staticcheck" each_module run_staticcheck
 # The multi-process fan-out tests (10k items, real kills) and the kill kit
 # of concurrent Runs (16 goroutines SIGKILLed at random, the group commit's
-# crash test) are built without the race detector: through race-instrumented
-# SQLite they take minutes. So are the model tests at full size (under -race they run a quarter of it),
-# and the fault-injection test (hundreds of child processes under strace).
+# crash test) are built without the race detector: through
+# race-instrumented SQLite they take minutes. So are the model tests at
+# full size (under -race they run a quarter of it), and the
+# fault-injection test (hundreds of child processes under strace).
 # Vetted here too: some of these tests' files build without -race only.
 queue "module . (kill, model and fault-injection tests, without -race)" go test -vet=all -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^TestConcurrentRunKills$|^Test(Ledger|StateFile)Model$|^TestFaultInjection$' .
 for m in "${modules[@]}"; do
