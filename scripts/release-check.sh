@@ -25,6 +25,10 @@
 # scripts/test.sh runs it with a throwaway version (v0.9.0-check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every build here with cgo off, as docs/operators.md installs the idem
+# command (the modules need no C toolchain), and as scripts/test.sh builds
+# without the race detector: there, what the tests compiled is reused.
+export CGO_ENABLED=0
 # The go command's "downloading", "finding", "found", "added" and "upgraded" lines (the fresh
 # module cache below) are left out.
 exec 2> >(grep -v -E '^go: (downloading|finding|found|added|upgraded) ' >&2)
