@@ -234,9 +234,9 @@ func TestRaceSkippedTestsRunWithoutRace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^queue "[^"\n]*without -race\)" go test [^\n]*-run '([^']+)' \.$`).FindSubmatch(script)
+	m := regexp.MustCompile(`(?m)^queue "[^"\n]*without -race\)" (?:env "\$nonrace_env" )?go test [^\n]*-run '([^']+)' \.$`).FindSubmatch(script)
 	if m == nil {
-		t.Fatal("scripts/test.sh has no step `queue \"… without -race)\" go test … -run '…' .`")
+		t.Fatal("scripts/test.sh has no step `queue \"… without -race)\" [env \"$nonrace_env\"] go test … -run '…' .`")
 	}
 	run, err := regexp.Compile(string(m[1]))
 	if err != nil {
