@@ -21,19 +21,19 @@
 # others; the last lines name the steps that failed.
 #
 # After the cross-compile step and a compile of every module's packages and
-# tests for the race detector (which builds every dependency once), the other
-# steps (staticcheck, go mod tidy, each module's tests, the fuzz pass) run
-# $IDEM_TEST_JOBS at a time (default 3; the root module's tests alone, see
-# below): much of a module's test time is waiting (real processes, a real
-# PostgreSQL, leases running out), which another step fills. (With 2 at a
-# time, on 2 cores and an empty build cache, those steps used 1.39 cores on
-# average: the Postgres and MySQL ledgers' tests, 406 and 309 s, took 156
-# and 164 s of CPU.) A step's output
-# is held and printed whole when it ends ("== start NAME" says when it
-# began). IDEM_TEST_JOBS=1 runs them one after the other, in the order
-# queued below. Each step's last line gives its wall time and the CPU time
-# of its processes, the run's last line the whole run's (the servers' own
-# CPU time is not counted).
+# tests for the race detector (which builds every dependency once), the
+# other steps (staticcheck, go mod tidy, each module's tests, the fuzz pass)
+# run $IDEM_TEST_JOBS at a time (default 3; the root module's tests beside
+# staticcheck alone, see below): much of a module's test time is waiting
+# (real processes, a real PostgreSQL, leases running out), which another
+# step fills. (With 2 at a time, on 2 cores and an empty build cache, those
+# steps used 1.39 cores on average: the Postgres and MySQL ledgers' tests,
+# 406 and 309 s, took 156 and 164 s of CPU.) A step's output is held and
+# printed whole when it ends ("== start NAME" says when it began).
+# IDEM_TEST_JOBS=1 runs them one after the other, in the order queued below.
+# Each step's last line gives its wall time and the CPU time of its
+# processes, the run's last line the whole run's (the servers' own CPU time
+# is not counted).
 #
 # Usage: scripts/test.sh [go test flags...]
 set -euo pipefail
@@ -363,7 +363,8 @@ rm -f "$cpu"
 # run_steps: runs the steps queued by queue (NAME, then its COMMAND...
 # separated by a "--" line) $IDEM_TEST_JOBS at a time, in the order queued;
 # each one's output is printed whole, with its result, when it ends. A step
-# queued by queue_alone runs with no other step beside it.
+# queued by queue_apart starts as the others do (beside the steps already
+# running), but no step starts after it until it has ended.
 jobs=${IDEM_TEST_JOBS:-3}
 case $jobs in
 '' | *[!0-9]* | 0)
@@ -373,7 +374,7 @@ case $jobs in
 esac
 queued=()
 queue() { queued+=("$@" "--"); }
-queue_alone() { queued+=("!$1" "${@:2}" "--"); }
+queue_apart() { queued+=("!$1" "${@:2}" "--"); }
 logs=$(mktemp -d)
 declare -A step_name step_start step_log failed_why
 # fail_summary LOG: the lines of a failed step's output that name what
@@ -406,14 +407,24 @@ finish_one() {
 		failed_why[${step_name[$pid]}]=$(fail_summary "${step_log[$pid]}")
 	fi
 }
+# is_running PID: whether the step PID has not been finished yet.
+is_running() {
+	local p
+	for p in "${running[@]}"; do
+		if [ "$p" = "$1" ]; then
+			return 0
+		fi
+	done
+	return 1
+}
 run_steps() {
-	local i=0 name cmd pid alone
+	local i=0 name cmd pid apart
 	while [ $i -lt ${#queued[@]} ]; do
 		name=${queued[$i]}
-		alone=""
+		apart=""
 		if [ "${name:0:1}" = "!" ]; then
 			name=${name:1}
-			alone=1
+			apart=1
 		fi
 		cmd=()
 		i=$((i + 1))
@@ -422,7 +433,7 @@ run_steps() {
 			i=$((i + 1))
 		done
 		i=$((i + 1))
-		while [ ${#running[@]} -ge "$jobs" ] || { [ -n "$alone" ] && [ ${#running[@]} -gt 0 ]; }; do
+		while [ ${#running[@]} -ge "$jobs" ]; do
 			finish_one
 		done
 		echo "== start $name"
@@ -432,8 +443,10 @@ run_steps() {
 		step_log[$pid]=$logs/$i
 		step_name[$pid]=$name
 		step_start[$pid]=$SECONDS
-		if [ -n "$alone" ]; then
-			finish_one
+		if [ -n "$apart" ]; then
+			while is_running "$pid"; do
+				finish_one
+			done
 		fi
 	done
 	while [ ${#running[@]} -gt 0 ]; do
@@ -442,18 +455,21 @@ run_steps() {
 	rm -rf "$logs"
 }
 
-# The root module's tests run alone: its kill -9 torture passes
-# (internal/torture) are CPU-bound and settle within a minute each, which
-# another step beside them can make too short on a loaded machine (seen with
-# two passes side by side at a load of 22 on 2 cores). The other steps are
-# queued longest first (as measured on 2 cores), so that the short ones fill
-# the end: the Postgres ledger's tests, then staticcheck (its analysis of
-# modernc.org/sqlite).
-queue_alone "module ." test_module "$root" "$@"
+# The root module's tests run apart, beside staticcheck alone: its kill -9
+# torture passes (internal/torture) are CPU-bound and settle within a
+# minute each, which another torture pass beside them (the other stores')
+# can make too short on a loaded machine (seen with two passes side by side
+# at a load of 22 on 2 cores). Staticcheck, queued first, has no processes
+# to kill or leases to keep: it weighs on them as two CPU-burning loops do,
+# beside which the test command must pass anyway, and it fills the core the
+# root module's tests leave (206 s of CPU in 198 s on an empty build cache).
+# The other steps are queued longest first (as measured on 2 cores), so
+# that the short ones fill the end: the Postgres ledger's tests first.
+queue "staticcheck" each_module run_staticcheck
+queue_apart "module ." test_module "$root" "$@"
 if [ -f pgledger/go.mod ]; then
 	queue "module ./pgledger" test_module "$root/pgledger" "$@"
 fi
-queue "staticcheck" each_module run_staticcheck
 # The multi-process fan-out tests (10k items, real kills) and the kill kit
 # of concurrent Runs (16 goroutines SIGKILLed at random, the group commit's
 # crash test) are built without the race detector: through
