@@ -461,8 +461,9 @@ run_steps() {
 # can make too short on a loaded machine (seen with two passes side by side
 # at a load of 22 on 2 cores). Staticcheck, queued first, has no processes
 # to kill or leases to keep: it weighs on them as two CPU-burning loops do,
-# beside which the test command must pass anyway, and it fills the core the
-# root module's tests leave (206 s of CPU in 198 s on an empty build cache).
+# beside which the test command must pass anyway, and it fills the core
+# the root module's tests leave (alone, on an empty build cache, they used
+# 206 s of CPU in 198 s).
 # The other steps are queued longest first (as measured on 2 cores), so
 # that the short ones fill the end: the Postgres ledger's tests first.
 queue "staticcheck" each_module run_staticcheck
@@ -478,7 +479,7 @@ fi
 # fault-injection test (hundreds of child processes under strace).
 # Vetted here too: some of these tests' files build without -race only.
 # Built with cgo off, as every build of this script without the race
-# detector (nonrace_env, below).
+# detector (nonrace_env, above).
 queue "module . (kill, model and fault-injection tests, without -race)" env "$nonrace_env" go test -vet=all -count=1 -timeout "$timeout" -run '^TestEach(Killed|FourProcesses|RandomKills)$|^TestConcurrentRunKills$|^Test(Ledger|StateFile)Model$|^TestFaultInjection$' .
 for m in "${modules[@]}"; do
 	case $m in
