@@ -6,8 +6,7 @@
 # Besides the tests, which vet every package (go test -vet=all: all of go
 # vet's checks, on the packages as the tests compile them), three static
 # steps: the modules users build elsewhere compile and vet, tests
-# included, for darwin and windows (amd64) too (beside the root module's
-# tests);
+# included, for darwin and windows (amd64) too (this one runs first);
 # staticcheck (the pinned version below, through `go run`) finds nothing;
 # and `go mod tidy` would change nothing in go.mod or go.sum.
 # scripts/release-check.sh then shows that a release of the tree installs
@@ -21,11 +20,11 @@
 # fsyncs, not on a lock.) A failing step does not stop the
 # others; the last lines name the steps that failed.
 #
-# After a compile of every module's packages and tests for the race detector
-# (which builds every dependency once), the steps (the cross-compile,
-# staticcheck, go mod tidy, each module's tests, the fuzz pass) run
-# $IDEM_TEST_JOBS at a time (default 3; the root module's tests beside the
-# cross-compile alone, see below): much of a module's test time is waiting
+# After the cross-compile step and a compile of every module's packages and
+# tests for the race detector (which builds every dependency once), the
+# other steps (staticcheck, go mod tidy, each module's tests, the fuzz pass)
+# run $IDEM_TEST_JOBS at a time (default 3; the root module's tests beside
+# staticcheck alone, see below): much of a module's test time is waiting
 # (real processes, a real PostgreSQL, leases running out), which another
 # step fills. (With 2 at a time, on 2 cores and an empty build cache, those
 # steps used 1.39 cores on average: the Postgres and MySQL ledgers' tests,
@@ -79,6 +78,21 @@ with_cpu() {
 # took START CPUFILE: "Ns wall, Ms CPU" of a step that began at START.
 took() {
 	echo "$((SECONDS - $1))s wall, $(cat "$2" 2>/dev/null || echo '?')s CPU"
+}
+
+# step NAME COMMAND...: runs COMMAND, reports its wall and CPU time, and
+# records NAME if it fails.
+step() {
+	local name=$1 start=$SECONDS cpu
+	shift
+	cpu=$(mktemp)
+	if with_cpu "$cpu" "$@"; then
+		echo "== ok   $name ($(took "$start" "$cpu"))"
+	else
+		echo "== FAIL $name ($(took "$start" "$cpu"))"
+		failed+=("$name")
+	fi
+	rm -f "$cpu"
 }
 
 unformatted=$(find . -name '*.go' -not -path './.git/*' -print0 | xargs -0 gofmt -l)
@@ -317,6 +331,8 @@ run_staticcheck() {
 	printf '%s\n' "$linux" "windows: GOOS=windows GOARCH=amd64 -gcflags=\"$cross_gcflags\"" |
 		go run "$staticcheck" -matrix ./...
 }
+echo "== cross-compile (${cross_oses[*]} for ${cross_modules[*]}): go vet ./..."
+step "cross-compile" each_module cross_vet
 # test_module DIR [go test flags...]: the module's tests under the race
 # detector, and all of go vet's checks on its packages as they compile them.
 test_module() {
@@ -439,24 +455,22 @@ run_steps() {
 	rm -rf "$logs"
 }
 
-# The root module's tests run apart, beside the cross-compile alone: its
-# kill -9 torture passes (internal/torture) are CPU-bound and settle within
-# a minute each, which another torture pass beside them (the other stores')
+# The root module's tests run apart, beside staticcheck alone: its kill -9
+# torture passes (internal/torture) are CPU-bound and settle within a
+# minute each, which another torture pass beside them (the other stores')
 # can make too short on a loaded machine (seen with two passes side by side
-# at a load of 22 on 2 cores). The cross-compile, queued first, has no
-# processes to kill or leases to keep: it weighs on them as two CPU-burning
-# loops do, beside which the test command must pass anyway, and it fills
-# the core the root module's tests leave (alone, on an empty build cache,
-# they used 206 s of CPU in 198 s). Staticcheck comes after it, for its
-# windows configuration's export data (run_staticcheck).
+# at a load of 22 on 2 cores). Staticcheck, queued first, has no processes
+# to kill or leases to keep: it weighs on them as two CPU-burning loops do,
+# beside which the test command must pass anyway, and it fills the core
+# the root module's tests leave (alone, on an empty build cache, they used
+# 206 s of CPU in 198 s).
 # The other steps are queued longest first (as measured on 2 cores), so
 # that the short ones fill the end: the Postgres ledger's tests first.
-queue "cross-compile (${cross_oses[*]} for ${cross_modules[*]}): go vet ./..." each_module cross_vet
+queue "staticcheck" each_module run_staticcheck
 queue_apart "module ." test_module "$root" "$@"
 if [ -f pgledger/go.mod ]; then
 	queue "module ./pgledger" test_module "$root/pgledger" "$@"
 fi
-queue "staticcheck" each_module run_staticcheck
 # The multi-process fan-out tests (10k items, real kills) and the kill kit
 # of concurrent Runs (16 goroutines SIGKILLed at random, the group commit's
 # crash test) are built without the race detector: through
