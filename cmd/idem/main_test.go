@@ -33,6 +33,11 @@ import (
 // idemBin is the idem binary, built once by TestMain.
 var idemBin string
 
+// buildEnv is the environment of docs/operators.md's install command
+// (CGO_ENABLED=0), in which TestMain builds idemBin; the tests that build
+// idem again build it so too.
+var buildEnv []string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "idem-cli-test-")
 	if err != nil {
@@ -47,6 +52,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	buildEnv = env
 	build := exec.Command("go", args...)
 	build.Env = append(os.Environ(), env...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr

@@ -20,7 +20,7 @@ func TestVersion(t *testing.T) {
 		t.Helper()
 		bin := filepath.Join(t.TempDir(), "idem")
 		build := exec.Command("go", append(append([]string{"build", "-o", bin}, args...), ".")...)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0") // as TestMain's build, and a release's (scripts/binaries.sh)
+		build.Env = append(os.Environ(), buildEnv...) // as TestMain's build
 		if out, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
