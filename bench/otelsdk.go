@@ -74,17 +74,26 @@ func otelSides(ctx context.Context) (sdkLedger runner, plain *idem.Ledger, tel *
 	return withOptions{ls, []idem.Option{tel.Option()}}, lp, tel, func() { shutdown(); cleanS(); cleanP() }, nil
 }
 
+// otelFreshRoundMin is the fewest fresh Runs a round of
+// otel_sdk_fresh_run_vs_plain makes on each side. The line measures a
+// difference of about a tenth, and a round of the default -n (200) lasts
+// about 70 ms, short enough for one slow fsync or one garbage collection
+// to swing it: ten runs in a row read 0.78-0.93 at 200 Runs a round,
+// eight read 0.86-0.92 at 1,000 (the same code, mean 0.88 in both).
+const otelFreshRoundMin = 1000
+
 // otelSDKFreshRunVsPlain: Ledger.Run (AtLeastOnce) of new keys traced and
 // measured by idem/otel over the SDK (otelSDK) against the same Run with
-// no adapter. otel_overhead splits the cost further (no-op provider, spans
-// only).
+// no adapter, max(cfg.n, otelFreshRoundMin) Runs a round. otel_overhead
+// splits the cost further (no-op provider, spans only).
 func otelSDKFreshRunVsPlain(ctx context.Context, cfg config) (result, error) {
 	sdkLedger, plain, tel, cleanup, err := otelSides(ctx)
 	if err != nil {
 		return result{}, err
 	}
 	defer cleanup()
-	res, err := alternate(ctx, cfg, traced(ledgerFreshSide(sdkLedger, cfg.n), tel), ledgerFreshSide(plain, cfg.n))
+	n := max(cfg.n, otelFreshRoundMin)
+	res, err := alternate(ctx, cfg, traced(ledgerFreshSide(sdkLedger, n), tel), ledgerFreshSide(plain, n))
 	res.note = otelSDKNote
 	return res, err
 }
