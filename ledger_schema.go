@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -62,8 +63,27 @@ END;
 CREATE TRIGGER IF NOT EXISTS idem_runs_count_delete AFTER DELETE ON idem_runs BEGIN
 	UPDATE idem_job_counts SET n = n - 1 WHERE job = OLD.job AND status = OLD.status;
 END;
-CREATE INDEX IF NOT EXISTS idem_runs_attention ON idem_runs(job, period) WHERE status IN ('unknown', 'parked', 'failed');
+` + attentionIndexSQL + `;
 `
+
+// attentionWhere is the WHERE of the partial index idem_runs_attention: the
+// records that need a look. It is spelled with ORs, not as status IN (...):
+// SQLite evaluates it for every row a write inserts or changes, and an IN
+// of more than two values builds a temporary table each time a statement
+// runs. Measured: a claim's INSERT and a done mark's statements took
+// 25.7 µs of SQLite's time with the IN, 18.6 µs with ORs (as without the
+// index); 16 goroutines doing 10,000 fresh Runs spent 0.47-0.49 s in the
+// group's statements under the write lock with the IN, 0.32-0.39 s with
+// ORs.
+const attentionWhere = `status = 'unknown' OR status = 'parked' OR status = 'failed'`
+
+// attentionIndexSQL creates the index idem_runs_attention.
+const attentionIndexSQL = `CREATE INDEX IF NOT EXISTS idem_runs_attention ON idem_runs(job, period) WHERE ` + attentionWhere
+
+// attentionWhereV8 is how version 8 spelled attentionWhere at first, and
+// ledgers written then still spell it until opened by this version
+// (respellAttention).
+const attentionWhereV8 = `status IN ('unknown', 'parked', 'failed')`
 
 // jobCountsFill counts the records a ledger had before version 8, once,
 // in the transaction that creates the table and its triggers.
@@ -180,8 +200,11 @@ func (l *Ledger) migrate(ctx context.Context) error {
 	if err != nil {
 		return l.wrapOpenErr(err)
 	}
-	if err := l.checkVersion(v); err != nil || v >= SchemaVersion {
+	if err := l.checkVersion(v); err != nil || v > SchemaVersion {
 		return err
+	}
+	if v == SchemaVersion {
+		return l.respellAttention(ctx)
 	}
 	if err := checkTableShapes(ctx, l.db, l.where()); err != nil {
 		return l.wrapOpenErr(err)
@@ -276,6 +299,60 @@ func (l *Ledger) migrate(ctx context.Context) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)
 			ON CONFLICT(name) DO UPDATE SET value=excluded.value`, SchemaVersion); err != nil {
 			return err
+		}
+		return tx.Commit()
+	})
+}
+
+// respellAttention rewrites the index idem_runs_attention of a ledger of
+// this version whose WHERE is spelled attentionWhereV8 (written by this
+// version at first) as attentionWhere: the same records, a cheaper check
+// for every write. It reads first, so a ledger spelled so already is not
+// written; the rewrite reads idem_runs once, under the write lock, in one
+// transaction (0.17 s for a million records). NOT promised: that a
+// process built before the new spelling lists the records that need a
+// look on a ledger rewritten so (its query names the index with the old
+// spelling only, which SQLite then refuses with an error); no release
+// had that spelling. This version's query works with either.
+func (l *Ledger) respellAttention(ctx context.Context) error {
+	spelledV8 := func(q interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}) (bool, error) {
+		var def string
+		err := q.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'idem_runs_attention'`).Scan(&def)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil && strings.Contains(def, attentionWhereV8), err
+	}
+	old, err := spelledV8(l.db)
+	if err != nil {
+		return l.wrapOpenErr(err)
+	}
+	if !old {
+		return nil
+	}
+	return busyRetry(ctx, func() error {
+		conn, err := l.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, takeLockSQL); err != nil { // first statement a write: the lock
+			return err
+		}
+		if old, err := spelledV8(tx); err != nil || !old {
+			return err // another opener rewrote it (rolled back: nothing written)
+		}
+		for _, q := range []string{`DROP INDEX idem_runs_attention`, attentionIndexSQL} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return l.wrapOpenErr(fmt.Errorf("rewriting the index idem_runs_attention: %w", err))
+			}
 		}
 		return tx.Commit()
 	})

@@ -74,8 +74,11 @@ func (l *Ledger) Summarize(ctx context.Context, job string) ([]idemstore.JobSumm
 }
 
 // attentionIn is the WHERE of the index idem_runs_attention, as a query
-// must spell it for SQLite to use the index.
-const attentionIn = `status IN ('unknown', 'parked', 'failed')`
+// must spell it for SQLite to use the index (INDEXED BY fails otherwise).
+// It matches the first spelling too (attentionWhereV8), should a ledger's
+// index still have it: SQLite turns ORs of equalities on one column into
+// that IN, which the index's WHERE then matches (TestAttentionIndexRespelled).
+const attentionIn = `(` + attentionWhere + `)`
 
 // ListPage implements [idemstore.Pager]: a range of the job's primary key,
 // from its latest period down; with statuses that need a look (unknown,

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -216,5 +218,148 @@ func TestSummaryUpgrade(t *testing.T) {
 	checkSummary(t, l)
 	if _, err := l.ListPage(context.Background(), idemstore.PageQuery{Job: "settle", Statuses: []idemstore.Status{idemstore.StatusParked}, Limit: 10}); err != nil {
 		t.Fatalf("a page of parked records after the upgrade: %v", err)
+	}
+}
+
+// TestAttentionIndexRespelled: a ledger of this version whose index
+// idem_runs_attention was written with the first spelling of its WHERE
+// (status IN (...)) pages the records that need a look all the same, and
+// is rewritten with the cheaper one (ORs) when opened: once, by one of
+// several processes opening it at once, and not again after. A process
+// built before the new spelling, whose query names the index with the
+// old one, gets an error from SQLite on a ledger rewritten so (NOT
+// promised: that it pages it).
+func TestAttentionIndexRespelled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	l := openLedger(t, dir)
+	fillSummaryLedger(t, l)
+	const (
+		ors      = `status = 'unknown' OR status = 'parked' OR status = 'failed'`
+		firstIn  = `status IN ('unknown', 'parked', 'failed')`
+		oldQuery = `SELECT period FROM idem_runs INDEXED BY idem_runs_attention
+			WHERE job = ? AND status IN (?, ?, ?) AND ` + firstIn + ` ORDER BY period DESC LIMIT 100`
+	)
+	spelling := func(db *sql.DB) string {
+		t.Helper()
+		var def string
+		if err := db.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'idem_runs_attention'`).Scan(&def); err != nil {
+			t.Fatal(err)
+		}
+		return def
+	}
+	cookie := func(db *sql.DB) int {
+		t.Helper()
+		var v int
+		if err := db.QueryRow(`PRAGMA schema_version`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	oldPage := func(db *sql.DB) error {
+		rows, err := db.Query(oldQuery, "settle", "unknown", "parked", "failed")
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+		}
+		return rows.Err()
+	}
+	attention := []idemstore.Status{idemstore.StatusUnknown, idemstore.StatusParked, idemstore.StatusFailed}
+	checkPages := func(l *idem.Ledger, when string) {
+		t.Helper()
+		recs, err := l.List(ctx, idem.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range recs {
+			recs[i].Value = nil
+		}
+		for _, job := range []string{"settle", "pay", "grant"} {
+			q := idemstore.PageQuery{Job: job, Statuses: attention, Limit: 100}
+			got, err := l.ListPage(ctx, q)
+			if err != nil {
+				t.Fatalf("%s: ListPage(%+v): %v", when, q, err)
+			}
+			if want := idemstore.PageRecords(recs, q); !reflect.DeepEqual(got, want) || len(want) == 0 && job != "grant" {
+				t.Errorf("%s: ListPage(%+v):\n%+v\nwant (from List):\n%+v", when, q, got, want)
+			}
+		}
+	}
+
+	if def := spelling(l.DB()); !strings.Contains(def, ors) {
+		t.Fatalf("a new ledger's index: %s, want its WHERE spelled %s", def, ors)
+	}
+	if err := oldPage(l.DB()); err == nil {
+		t.Fatal("the first spelling's query on an index spelled with ORs: no error")
+	}
+	// The index as version 8 wrote it at first.
+	for _, q := range []string{`DROP INDEX idem_runs_attention`,
+		`CREATE INDEX idem_runs_attention ON idem_runs(job, period) WHERE ` + firstIn} {
+		if _, err := l.DB().Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	checkPages(l, "first spelling")
+	if err := oldPage(l.DB()); err != nil {
+		t.Fatalf("the first spelling's query on its own index: %v", err)
+	}
+	// Writes go on with it: a record that needs a look joins the page.
+	if err := l.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-14"}, func(context.Context) error {
+		return idem.Permanent(errors.New("card expired"))
+	}); err == nil {
+		t.Fatal("a Permanent Run returned nil")
+	}
+	checkPages(l, "first spelling, after a write")
+	before := cookie(l.DB())
+	l.Close()
+
+	// Processes opening it at once: each opens it, one rewrites it.
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			l, err := idem.OpenLedger(path)
+			if err != nil {
+				errs <- err
+				return
+			}
+			errs <- l.Close()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("opening the ledger at once: %v", err)
+		}
+	}
+	l2, err := idem.OpenLedger(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if def := spelling(l2.DB()); !strings.Contains(def, ors) {
+		t.Fatalf("after the opens, the index: %s, want its WHERE spelled %s", def, ors)
+	}
+	rewritten := cookie(l2.DB())
+	if rewritten == before {
+		t.Fatal("the schema cookie did not move: the index was not rewritten")
+	}
+	checkPages(l2, "rewritten")
+	if err := oldPage(l2.DB()); err == nil {
+		t.Error("the first spelling's query on the rewritten index: no error")
+	}
+	l2.Close()
+	l3, err := idem.OpenLedger(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l3.Close()
+	if c := cookie(l3.DB()); c != rewritten {
+		t.Errorf("opened again: schema cookie %d, was %d: rewritten again", c, rewritten)
 	}
 }
