@@ -5,12 +5,15 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -494,6 +497,26 @@ func TestLedgerDeletedWhileOpen(t *testing.T) {
 			check("Run", l.Run(ctx, idem.Key{Job: "settle", Period: "2026-10-28"}, func(context.Context) error { ran = true; return nil }))
 			if ran {
 				t.Error("fn ran")
+			}
+			// Writes in a group (the file is checked once for the
+			// group's transaction): every one refused, no fn run.
+			var wg sync.WaitGroup
+			var ranInGroup atomic.Int32
+			errs := make([]error, 16)
+			for i := range errs {
+				wg.Go(func() {
+					errs[i] = l.Run(ctx, idem.Key{Job: "settle", Period: fmt.Sprintf("2026-11-%02d", i+1)}, func(context.Context) error {
+						ranInGroup.Add(1)
+						return nil
+					})
+				})
+			}
+			wg.Wait()
+			for i, err := range errs {
+				check(fmt.Sprintf("concurrent Run %d", i), err)
+			}
+			if n := ranInGroup.Load(); n > 0 {
+				t.Errorf("fn ran %d times", n)
 			}
 			// A new connection for a read.
 			l.DB().SetMaxIdleConns(0)

@@ -76,7 +76,7 @@ type Ledger struct {
 	kept     bool    // owned (OpenLedger): its writes run on the connection it keeps (wconns)
 	owned    bool
 	path     string
-	file     *ledgerConnector // an owned ledger's file, checked before each write; nil when attached
+	file     *ledgerConnector // an owned ledger's file, checked before each write transaction (a group's once); nil when attached
 	defaults []Option
 	clock    Clock    // for the times the ledger takes itself (Resolve's); WithClock among defaults
 	stmts    sync.Map // stmtKey → *sql.Stmt: the driver caches no statements

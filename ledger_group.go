@@ -344,8 +344,8 @@ func (x *groupWrite) signal() {
 // kind that joined the group meanwhile (late) and runs them too, each in a
 // savepoint; it adds them to *taken (the leader's, which answers them if
 // what follows panics) and returns batch with them. Each write's own error
-// is set in its err; the error returned (the BEGIN's, the COMMIT's, the
-// sync's) is every write's.
+// is set in its err; the error returned (the file check's, the BEGIN's,
+// the COMMIT's, the sync's) is every write's.
 func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite, taken *[]*groupWrite) ([]*groupWrite, error) {
 	durable := false
 	for _, x := range batch {
@@ -360,6 +360,12 @@ func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite, taken *[]*groupWri
 	pool := l.db
 	waiting := true // until the first try that gets the lock: locked reports the wait once
 	err := l.writeErr(l.lockWait(ctx, w.ls, w.now, l.busyTimeout(i), func() error {
+		// The path still names the ledger's file (ledgerConnector.check),
+		// checked once for the group's transaction: every write of it is
+		// refused if not, nothing written.
+		if err := l.file.check(); err != nil {
+			return err
+		}
 		c, err := l.writeConn(ctx, i, pool)
 		if err != nil {
 			return err

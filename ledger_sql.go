@@ -654,9 +654,8 @@ var errNotNow = errors.New("idem: the write lock is not free now")
 // writeTx is withTx (on an owned ledger, in the ledger's group: groupTx);
 // with now (an owned ledger only), it does not wait for
 // SQLite's write lock, nor for this process's turn to write behind a
-// transaction of a caller's function (startWrite): then, and when the
-// ledger's file check fails, it fails with errNotNow, having written
-// nothing.
+// transaction of a caller's function (startWrite): then it fails with
+// errNotNow, having written nothing.
 func (l *Ledger) writeTx(ctx context.Context, durable, now bool, f func(*wtx) error) error {
 	if err := l.broken.get(); err != nil {
 		return err
@@ -667,13 +666,7 @@ func (l *Ledger) writeTx(ctx context.Context, durable, now bool, f func(*wtx) er
 		}
 		return l.withSQLTx(ctx, durable, f)
 	}
-	if err := l.file.check(); err != nil {
-		if now {
-			return errNotNow
-		}
-		return err
-	}
-	return l.groupTx(ctx, durable, now, f)
+	return l.groupTx(ctx, durable, now, f) // runGroup checks the ledger's file
 }
 
 // takeLockSQL is a write that changes nothing: run first in a transaction
