@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 // within runs f and returns its error, failing the test with a goroutine
@@ -511,7 +512,7 @@ func TestLedgerDeletedWhileOpen(t *testing.T) {
 					})
 				})
 			}
-			wg.Wait()
+			testwait.Group(t, &wg, "16 concurrent Runs on a %s ledger", name)
 			for i, err := range errs {
 				check(fmt.Sprintf("concurrent Run %d", i), err)
 			}

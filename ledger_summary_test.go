@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 // fillSummaryLedger writes records of every status through the engine:
@@ -352,7 +353,7 @@ func TestAttentionIndexRespelled(t *testing.T) {
 			errs <- l.Close()
 		})
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, "4 handles opening the ledger at once")
 	close(errs)
 	for err := range errs {
 		if err != nil {
