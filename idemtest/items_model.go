@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/testwait"
 )
 
 // The model-based test of Each: random sequences of Each calls on a few
@@ -379,6 +380,15 @@ type imCall struct {
 func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.Rand) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// The goroutines as they are shortly before the limit: a step that
+	// does not end is reported with where its calls were waiting (by the
+	// time the limit ends them, they have returned).
+	var stacks atomic.Pointer[string]
+	dump := time.AfterFunc(2*time.Minute-10*time.Second, func() {
+		g := testwait.Goroutines()
+		stacks.Store(&g)
+	})
+	defer dump.Stop()
 	if op.kind == "add" {
 		if err := s.AddItems(ctx, p.key, op.add); err != nil {
 			return fmt.Sprintf("AddItems: %v", err)
@@ -395,7 +405,11 @@ func itemsStep(s idemstore.ItemStore, clk *Clock, p *imPeriod, op imOp, r *rand.
 	defer func() { p.mu.Lock(); p.canStall = false; p.mu.Unlock() }()
 	calls, fault := imEachCalls(ctx, s, p, op, r, wasDone)
 	if ctx.Err() != nil {
-		return fmt.Sprintf("the operation did not end within 2 minutes: %+v", calls)
+		g := "(no goroutine dump)"
+		if d := stacks.Load(); d != nil {
+			g = *d
+		}
+		return fmt.Sprintf("the operation did not end within 2 minutes: %+v\ngoroutines 10 s before the limit:\n%s", calls, g)
 	}
 	crashed, failed, msg := imCheckErrors(p, op, calls, fault)
 	if msg != "" {
