@@ -123,6 +123,19 @@ func Items(seq iter.Seq[string]) iter.Seq2[string, error] {
 // handed back counts, in the store, one abandoned attempt, which only
 // items a later crash leaves in doubt would carry.
 //
+// When ctx ends (a SIGTERM's signal.NotifyContext, say), or a worker's
+// store call fails, the call ends: no item starts after it. The items
+// running finish as fn makes them (a worker's error does not cancel the
+// others' contexts, nor a store call on its way), and the items claimed
+// and not started are handed back as a breaker's are; Each returns ctx's
+// error, or the worker's, with Outcome Failed. It does NOT make an item
+// that fn gave up on mid-effect (ctx ended inside fn) any less doubtful:
+// in AtMostOnce fn should return [NothingHappened] when it knows its
+// effect did not start. A store call abandoned to ctx (a claim sent just
+// as ctx ended, whose reply the driver does not wait for) may still be
+// applied by the server: its items wait for its lease, as a dead
+// process's do.
+//
 // An observer ([OnResult]) gets one [Result] per call, whatever it
 // returns, with the period's item counts in Result.Items.
 func Each(ctx context.Context, s Store, key Key, items iter.Seq2[string, error], fn func(ctx context.Context, item string) error, opts ...Option) (EachResult, error) {

@@ -65,6 +65,7 @@ type eacher struct {
 	paceLast time.Time                // the time of the last reservation
 	deferral atomic.Pointer[Deferral] // set when the call is deferred: the workers stop claiming
 	broken   atomic.Bool              // the breaker opened: items not run yet are handed back
+	halt     atomic.Pointer[error]    // a worker's error, which ends the call: the others start no more items
 	owner    string                   // who the item claims name: this process, or a crashed run's own (internal/runctx)
 }
 
@@ -474,24 +475,35 @@ const recordBatch = 16
 
 // work runs the workers until no item can be claimed.
 func (e *eacher) work(ctx context.Context) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	var wg sync.WaitGroup
-	var first atomic.Pointer[error]
 	for range e.cfg.each.workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if err := e.worker(ctx); err != nil {
-				if first.CompareAndSwap(nil, &err) {
-					cancel(err)
-				}
+				e.halt.CompareAndSwap(nil, &err)
 			}
 		}()
 	}
 	wg.Wait()
-	if p := first.Load(); p != nil {
+	if p := e.halt.Load(); p != nil {
 		return *p
+	}
+	return nil
+}
+
+// ending returns why the workers must start no more items: the error of
+// a worker, which ends the call, or the cause of ctx's end; nil while
+// they may go on. A worker's error does not cancel the others' context:
+// their fn calls end as they would have, and a store call on its way
+// (a claim, say) is not abandoned to land after the call returned,
+// holding items for a lease that no one works.
+func (e *eacher) ending(ctx context.Context) error {
+	if p := e.halt.Load(); p != nil {
+		return *p
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
 	return nil
 }
@@ -531,7 +543,10 @@ func (e *eacher) worker(wctx context.Context) (err error) {
 	defer func() { endChunk(err) }()
 	for {
 		ctx := wctx
-		if e.stopped() || e.gate(ctx) {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if e.halt.Load() != nil || e.stopped() || e.gate(ctx) {
 			return nil
 		}
 		now := e.cfg.clock.Now()
@@ -626,7 +641,7 @@ func (e *eacher) workChunk(ctx context.Context, b idemstore.ItemBatch, now time.
 		// run out by this process's clock) goes on from where it
 		// stopped: its done marks, fenced by the chunk's attempt,
 		// renewed the lease. Lost means another attempt has the chunk.
-		if len(ends) == 0 || len(lost) > 0 || b.Chunk == 0 || step.Next == 0 && e.stopped() {
+		if len(ends) == 0 || len(lost) > 0 || b.Chunk == 0 || step.Next == 0 && (e.stopped() || e.ending(ctx) != nil) {
 			break
 		}
 		items = items[len(ends):]
@@ -671,10 +686,15 @@ func (e *eacher) txWindow(ctx context.Context, step *idemstore.ItemStep, win []i
 func (e *eacher) readyStep(ctx context.Context, step *idemstore.ItemStep, n, left int, probe bool) {
 	step.Now = e.cfg.clock.Now()
 	step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(e.cfg.each.batch, left-n)
-	if step.Next > 0 && !probe && !e.stopped() {
+	if step.Next > 0 && !probe && !e.stopped() && e.ending(ctx) == nil {
 		e.gate(ctx)
 	}
-	if e.stopped() || probe {
+	why := e.ending(ctx)
+	if why != nil && idemstore.IsStop(why) {
+		step.Next = 0 // stopped as a process that died right after this write
+		return
+	}
+	if e.stopped() || probe || why != nil {
 		step.LeaseUntil, step.Next = step.Now, 0
 	}
 }
@@ -690,7 +710,7 @@ func (e *eacher) release(ctx context.Context, step idemstore.ItemStep, win []ide
 	if !started {
 		return nil
 	}
-	ends := e.deferredEnds(win, step.Chunk != 0)
+	ends := e.deferredEnds(win, step.Chunk != 0, nil)
 	if len(ends) == 0 {
 		return nil
 	}
@@ -704,10 +724,11 @@ func (e *eacher) release(ctx context.Context, step idemstore.ItemStep, win []ide
 }
 
 // deferredEnds are the ends of claims that will not run now, the call
-// being deferred: see release. An item in doubt whose mode must check it
-// is left as it is: for a chunk (whose doubtful items come first) the ends
-// stop there, single items in doubt are left out.
-func (e *eacher) deferredEnds(claims []idemstore.ItemClaim, chunk bool) []idemstore.ItemEnd {
+// being deferred (why nil) or ending for why (a worker's error, ctx's
+// end): see release. An item in doubt whose mode must check it is left as
+// it is: for a chunk (whose doubtful items come first) the ends stop
+// there, single items in doubt are left out.
+func (e *eacher) deferredEnds(claims []idemstore.ItemClaim, chunk bool, why error) []idemstore.ItemEnd {
 	ends := make([]idemstore.ItemEnd, 0, len(claims))
 	for _, c := range claims {
 		if c.Doubt && e.tx == nil && !e.cfg.mode.rerun {
@@ -716,18 +737,22 @@ func (e *eacher) deferredEnds(claims []idemstore.ItemClaim, chunk bool) []idemst
 			}
 			continue
 		}
-		ends = append(ends, e.deferredEnd(c))
+		ends = append(ends, e.deferredEnd(c, why))
 	}
 	return ends
 }
 
 // deferredEnd is the end of an item that did not run because the call
-// was deferred: failed, its failure count unchanged, due at once.
-func (e *eacher) deferredEnd(c idemstore.ItemClaim) idemstore.ItemEnd {
+// was deferred (why nil) or ended for why: failed, its failure count
+// unchanged, due at once.
+func (e *eacher) deferredEnd(c idemstore.ItemClaim, why error) idemstore.ItemEnd {
 	now := e.cfg.clock.Now()
 	msg := ErrDeferred.Error()
-	if d := e.deferral.Load(); d != nil {
+	if d := e.deferral.Load(); why == nil && d != nil {
 		msg += ": " + d.Error()
+	}
+	if why != nil {
+		msg = (&notStartedError{why}).Error()
 	}
 	return idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusFailed, Failures: c.Failures, NotBefore: now, Error: msg, Now: now}
 }
@@ -735,6 +760,15 @@ func (e *eacher) deferredEnd(c idemstore.ItemClaim) idemstore.ItemEnd {
 // errDeferredItem is what the item function of an EachTx window returns
 // for an item that did not run, the call being deferred.
 var errDeferredItem = errors.New("idem: item deferred")
+
+// notStartedError is what the item function of an EachTx window returns
+// for an item that did not run because the call ends for why (a worker's
+// error, ctx's end).
+type notStartedError struct{ why error }
+
+func (e *notStartedError) Error() string {
+	return "idem: not started, the call ended: " + e.why.Error()
+}
 
 // itemTx is EachTx's item function for one window: it runs fn's call for
 // the item unless the call is deferred or the breaker is open (probe: the
@@ -747,6 +781,9 @@ func (e *eacher) itemTx(probe uint64, by time.Time) itemFunc {
 	var first string
 	late := false
 	return func(ctx context.Context, c idemstore.ItemClaim, call func(context.Context) error) error {
+		if why := e.ending(ctx); why != nil {
+			return &notStartedError{why}
+		}
 		if !by.IsZero() {
 			switch {
 			case first == "":
@@ -857,9 +894,12 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 		checked := c.Doubt && !e.cfg.mode.rerun // settled by its check, fn may not run
 		var probe uint64                        // the item is the breaker's probe
 		var by time.Time                        // the rates' starts must go by then (zero: whenever)
+		if rest, end := e.endingEnds(ctx, claims[i:], chunk); end {
+			return append(ends, rest...), nil
+		}
 		if !checked {
 			if e.broken.Load() {
-				return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
+				return append(ends, e.deferredEnds(claims[i:], chunk, nil)...), nil
 			}
 			if br != nil {
 				var d *Deferral
@@ -867,7 +907,7 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 					return nil, err
 				} else if d != nil {
 					e.stop(ctx, d)
-					return append(ends, e.deferredEnds(claims[i:], chunk)...), nil
+					return append(ends, e.deferredEnds(claims[i:], chunk, nil)...), nil
 				}
 			}
 			if by, err = e.pace(ctx, 1); err != nil {
@@ -956,6 +996,21 @@ func (e *eacher) run(ctx context.Context, claims []idemstore.ItemClaim, chunk bo
 	return ends, nil
 }
 
+// endingEnds reports whether the call ends (a worker's error, ctx's end)
+// before the first of claims starts: no item starts after that. A stopped
+// call leaves them as a process that died would (rest is empty);
+// otherwise rest hands them back (deferredEnds).
+func (e *eacher) endingEnds(ctx context.Context, claims []idemstore.ItemClaim, chunk bool) (rest []idemstore.ItemEnd, end bool) {
+	why := e.ending(ctx)
+	if why == nil {
+		return nil, false
+	}
+	if idemstore.IsStop(why) {
+		return nil, true
+	}
+	return e.deferredEnds(claims, chunk, why), true
+}
+
 // settle turns a check's verdict on a doubtful item into its end; settled
 // is false when the item should run (again).
 func (e *eacher) settle(c idemstore.ItemClaim, v verdict, herr, cause error) (idemstore.ItemEnd, bool) {
@@ -976,7 +1031,10 @@ func (e *eacher) settle(c idemstore.ItemClaim, v verdict, herr, cause error) (id
 // failed is the end of an item attempt whose fn failed: backoff or park.
 func (e *eacher) failed(c idemstore.ItemClaim, err error) idemstore.ItemEnd {
 	if errors.Is(err, errDeferredItem) {
-		return e.deferredEnd(c)
+		return e.deferredEnd(c, nil)
+	}
+	if ns := (*notStartedError)(nil); errors.As(err, &ns) {
+		return e.deferredEnd(c, ns.why)
 	}
 	if errors.Is(err, errStartLate) {
 		// fn did not run: as a deferred item, due at once, its failure

@@ -56,7 +56,8 @@ type ItemStore interface {
 	ClaimItems(ctx context.Context, key Key, req ItemClaimRequest) (ItemBatch, error)
 
 	// FinishItems records how item attempts ended, in one durable
-	// transaction.
+	// transaction, even if ctx has ended (Each hands back the items it
+	// did not start once its caller's context ends).
 	//
 	// For a chunk (step.Chunk != 0) ends are the chunk's items from
 	// position step.From on, in order; fenced by the chunk's attempt: the

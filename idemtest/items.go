@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -67,6 +68,7 @@ func testItems(t *testing.T, h Harness) {
 	t.Run("CrashPoints", func(t *testing.T) { testItemsCrash(t, h) })
 	t.Run("Poison", func(t *testing.T) { testItemsPoison(t, h) })
 	t.Run("MarkAbandoned", func(t *testing.T) { testItemsMarkAbandoned(t, h) })
+	t.Run("Cancelled", func(t *testing.T) { testItemsCancelled(t, h) })
 	t.Run("Model", func(t *testing.T) { testItemsModel(t, h) })
 }
 
@@ -269,6 +271,63 @@ func testItemsMarkAbandoned(t *testing.T, h Harness) {
 			for it, e := range d.counts() {
 				if e != 1 {
 					t.Fatalf("%s applied %d times", it, e)
+				}
+			}
+		})
+	}
+}
+
+// testItemsCancelled: an Each whose context ends (a SIGTERM's
+// signal.NotifyContext, say) starts no item after it, in every mode: fn
+// is not called with a context that has ended, and the items its worker
+// had claimed and not started are handed back (the store records them
+// although the context has ended): claimable at once, not in doubt, no
+// failure counted, none unknown. Each returns ctx's error, Failed.
+func testItemsCancelled(t *testing.T, h Harness) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			clk := NewAutoClock(start)
+			s := itemStore(t, h.open(t, clk))
+			k := idem.Key{Job: "items-cancelled", Period: "2026-10-27"}
+			d := newItemDownstream()
+			limit, stop := context.WithTimeout(context.Background(), testwait.Limit(t))
+			defer stop()
+			ctx, cancel := context.WithCancel(limit)
+			defer cancel()
+			var calls []string
+			res, err := idem.Each(ctx, s, k, itemIDs(10), func(ctx context.Context, item string) error {
+				if ctx.Err() != nil {
+					t.Errorf("%s started after the call's context ended", item)
+				}
+				calls = append(calls, item)
+				if len(calls) == 4 {
+					cancel() // this item's call ends as it would: done
+				}
+				return d.apply(ctx, item)
+			}, m.opt(d.has), idem.WithWorkers(1), idem.WithBatch(10))
+			if !errors.Is(err, context.Canceled) || res.Outcome != idem.Failed {
+				t.Fatalf("Each cancelled in its 4th item: %v, outcome %s; want context.Canceled, Failed", err, res.Outcome)
+			}
+			if len(calls) != 4 || res.Counts.Done != 4 || res.Counts.Unknown != 0 || res.Counts.Parked != 0 {
+				t.Fatalf("fn called for %v, counts %+v; want 4 calls, 4 done, none unknown or parked", calls, res.Counts)
+			}
+			var rest []idemstore.ItemClaim
+			for {
+				b, err := s.ClaimItems(limit, k, idemstore.ItemClaimRequest{N: 10, Owner: "test", Now: clk.Now(), Lease: time.Minute})
+				if err != nil {
+					t.Fatalf("ClaimItems: %v", err)
+				}
+				if len(b.Items) == 0 {
+					break
+				}
+				rest = append(rest, b.Items...)
+			}
+			if len(rest) != 6 {
+				t.Fatalf("claimable right after the call: %+v; want the 6 items not started", rest)
+			}
+			for _, c := range rest {
+				if c.Doubt || c.Failures != 0 || slices.Contains(calls, c.Item) {
+					t.Fatalf("handed back %+v; want an item that did not run, not in doubt, no failure", c)
 				}
 			}
 		})
