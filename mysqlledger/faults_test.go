@@ -354,7 +354,7 @@ func TestDoneMarkAfterConnectionKilled(t *testing.T) {
 	}
 }
 
-// TestRunTxUnderFaults: 8 workers run RunTx over 40 keys until every key
+// TestRunTxUnderFaults: 8 workers run RunTx over 200 keys until every key
 // is done, while replies to applied writes are lost (5 % of writes and
 // commits) and connections are killed by the server (5 % of statements),
 // anywhere in the ledger's protocol and the business write. The business
@@ -371,7 +371,8 @@ func TestRunTxUnderFaults(t *testing.T) {
 		n INT NOT NULL, PRIMARY KEY (job, period))`); err != nil {
 		t.Fatal(err)
 	}
-	const keys = 40
+	const keys = 200
+	f.armLose.Store(true) // the first write's reply is lost, whatever the dice say
 	f.lose.Store(chance(0.05))
 	f.kill.Store(chance(0.05))
 	var wg sync.WaitGroup
@@ -379,13 +380,16 @@ func TestRunTxUnderFaults(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for w := range 8 {
 		wg.Go(func() {
+			seen := map[idem.Key]bool{} // done, as this worker saw: a key done stays done
 			for round := 0; time.Now().Before(deadline); round++ {
-				done := 0
 				for i := range keys {
-					k := idem.Key{Job: "pay", Period: fmt.Sprintf("2026-12-%02d", (i+w)%keys+1)}
+					k := idem.Key{Job: "pay", Period: fmt.Sprintf("invoice-%03d", (i+w)%keys+1)}
+					if seen[k] {
+						continue
+					}
 					rec, ok, err := l.Lookup(ctx, k)
 					if err == nil && ok && rec.Status == idem.StatusDone {
-						done++
+						seen[k] = true
 						continue
 					}
 					err = l.RunTx(ctx, k, func(ctx context.Context, tx *sql.Tx) error {
@@ -397,7 +401,7 @@ func TestRunTxUnderFaults(t *testing.T) {
 						errs.Add(1)
 					}
 				}
-				if done == keys {
+				if len(seen) == keys {
 					return
 				}
 			}
@@ -413,7 +417,7 @@ func TestRunTxUnderFaults(t *testing.T) {
 	got := queryCounts(t, openDB(t), `SELECT period, n FROM `+l.Table("model_effects"))
 	dup, lost := 0, 0
 	for i := range keys {
-		p := fmt.Sprintf("2026-12-%02d", i+1)
+		p := fmt.Sprintf("invoice-%03d", i+1)
 		rec, ok, err := l.Lookup(ctx, idem.Key{Job: "pay", Period: p})
 		switch {
 		case err != nil:
