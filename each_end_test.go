@@ -10,25 +10,9 @@ import (
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/internal/testwait"
 )
-
-// claimAll claims, at now, every item of key that a claim can take, and
-// returns them.
-func claimAll(t *testing.T, st idemstore.ItemStore, key idem.Key, now time.Time) []idemstore.ItemClaim {
-	t.Helper()
-	var all []idemstore.ItemClaim
-	for {
-		b, err := st.ClaimItems(context.Background(), key, idemstore.ItemClaimRequest{N: 100, Owner: "test", Now: now, Lease: time.Minute})
-		if err != nil {
-			t.Fatalf("ClaimItems: %v", err)
-		}
-		if len(b.Items) == 0 {
-			return all
-		}
-		all = append(all, b.Items...)
-	}
-}
 
 // recvIn waits for ch to close, in a goroutine other than the test's:
 // false, with the test failed, after testwait's limit.
@@ -111,7 +95,7 @@ func TestEachWorkerErrorStopsTheOthersCleanly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rest := claimAll(t, failing.ItemStore, points, clk.Now())
+	rest := testledger.ClaimAll(t, failing.ItemStore, points, clk.Now())
 	for _, it := range rest {
 		if it.Doubt || ran[it.Item] > 0 {
 			t.Fatalf("claimable after the call: %+v (fn called %d times); want only items that did not run, not in doubt", it, ran[it.Item])

@@ -686,10 +686,10 @@ func (e *eacher) txWindow(ctx context.Context, step *idemstore.ItemStep, win []i
 func (e *eacher) readyStep(ctx context.Context, step *idemstore.ItemStep, n, left int, probe bool) {
 	step.Now = e.cfg.clock.Now()
 	step.LeaseUntil, step.Next = step.Now.Add(e.cfg.lease), min(e.cfg.each.batch, left-n)
-	if step.Next > 0 && !probe && !e.stopped() && e.ending(ctx) == nil {
+	why := e.ending(ctx)
+	if step.Next > 0 && !probe && !e.stopped() && why == nil {
 		e.gate(ctx)
 	}
-	why := e.ending(ctx)
 	if why != nil && idemstore.IsStop(why) {
 		step.Next = 0 // stopped as a process that died right after this write
 		return
@@ -748,11 +748,11 @@ func (e *eacher) deferredEnds(claims []idemstore.ItemClaim, chunk bool, why erro
 func (e *eacher) deferredEnd(c idemstore.ItemClaim, why error) idemstore.ItemEnd {
 	now := e.cfg.clock.Now()
 	msg := ErrDeferred.Error()
-	if d := e.deferral.Load(); why == nil && d != nil {
-		msg += ": " + d.Error()
-	}
-	if why != nil {
+	switch d := e.deferral.Load(); {
+	case why != nil:
 		msg = (&notStartedError{why}).Error()
+	case d != nil:
+		msg += ": " + d.Error()
 	}
 	return idemstore.ItemEnd{Item: c.Item, Attempt: c.Attempt, Status: StatusFailed, Failures: c.Failures, NotBefore: now, Error: msg, Now: now}
 }

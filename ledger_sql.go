@@ -646,9 +646,9 @@ func (l *Ledger) withTx(ctx context.Context, durable bool, f func(*wtx) error) e
 
 // errNotNow is the answer of a write transaction run with now (writeTx,
 // sqlTx) that did not start: SQLite's write lock is held by another
-// handle, this process's turn to write is held by a transaction of a
-// caller's function or did not come within WithLockWait, or the ledger's
-// file must be checked by the caller's usual path. Nothing was written.
+// handle, or this process's turn to write is held by a transaction of a
+// caller's function or did not come within WithLockWait. Nothing was
+// written.
 var errNotNow = errors.New("idem: the write lock is not free now")
 
 // writeTx is withTx (on an owned ledger, in the ledger's group: groupTx);

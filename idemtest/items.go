@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/internal/testwait"
 )
 
@@ -311,17 +312,7 @@ func testItemsCancelled(t *testing.T, h Harness) {
 			if len(calls) != 4 || res.Counts.Done != 4 || res.Counts.Unknown != 0 || res.Counts.Parked != 0 {
 				t.Fatalf("fn called for %v, counts %+v; want 4 calls, 4 done, none unknown or parked", calls, res.Counts)
 			}
-			var rest []idemstore.ItemClaim
-			for {
-				b, err := s.ClaimItems(limit, k, idemstore.ItemClaimRequest{N: 10, Owner: "test", Now: clk.Now(), Lease: time.Minute})
-				if err != nil {
-					t.Fatalf("ClaimItems: %v", err)
-				}
-				if len(b.Items) == 0 {
-					break
-				}
-				rest = append(rest, b.Items...)
-			}
+			rest := testledger.ClaimAll(t, s, k, clk.Now())
 			if len(rest) != 6 {
 				t.Fatalf("claimable right after the call: %+v; want the 6 items not started", rest)
 			}

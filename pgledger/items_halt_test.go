@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/testledger"
 	"github.com/idemgo/idem/internal/testwait"
 	"github.com/idemgo/idem/pgledger"
 	"github.com/jackc/pgx/v5"
@@ -43,10 +44,13 @@ func (s *lockedClaims) ClaimItems(ctx context.Context, key idem.Key, req idemsto
 	case 2:
 		<-s.first
 		tx, err := s.l.Pool().Begin(context.Background())
-		if err == nil {
-			_, err = tx.Exec(context.Background(), `LOCK TABLE `+table(s.l, "item_chunks")+` IN EXCLUSIVE MODE`)
-		}
 		if err != nil {
+			s.t.Errorf("lock item_chunks: %v", err)
+			return idemstore.ItemBatch{}, err
+		}
+		// Let go at the latest when the test ends (a test that gave up).
+		s.t.Cleanup(func() { tx.Rollback(context.Background()) }) //nolint:errcheck // committed already, most often
+		if _, err := tx.Exec(context.Background(), `LOCK TABLE `+table(s.l, "item_chunks")+` IN EXCLUSIVE MODE`); err != nil {
 			s.t.Errorf("lock item_chunks: %v", err)
 			return idemstore.ItemBatch{}, err
 		}
@@ -77,7 +81,7 @@ func (s *lockedClaims) FinishItems(ctx context.Context, key idem.Key, step idems
 // backends counts the server's backends, other than the asker's, that
 // run a statement on l's schema (waiting is true: that wait for a
 // lock).
-func backends(t *testing.T, l *pgledger.Ledger, waiting bool) (int, error) {
+func backends(l *pgledger.Ledger, waiting bool) (int, error) {
 	var n int
 	err := l.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 		WHERE pid <> pg_backend_pid() AND state = 'active' AND ($2 = false OR wait_event_type = 'Lock')
@@ -105,7 +109,9 @@ func TestEachWorkerErrorAbandonsNoClaim(t *testing.T) {
 	}
 	s := &lockedClaims{ItemStore: st.(idemstore.ItemStore), t: t, l: l, first: make(chan struct{})}
 	var once sync.Once
-	res, err := idem.Each(context.Background(), s, points, accounts(40), func(ctx context.Context, item string) error {
+	limit, cancel := context.WithTimeout(context.Background(), testwait.Limit(t)) // a call that hangs fails
+	defer cancel()
+	res, err := idem.Each(limit, s, points, accounts(40), func(ctx context.Context, item string) error {
 		var werr error
 		once.Do(func() { werr = waitClaimBlocked(t, l) }) // the first item waits for the second claim
 		return werr
@@ -114,24 +120,14 @@ func TestEachWorkerErrorAbandonsNoClaim(t *testing.T) {
 		t.Fatalf("Each whose first done marks fail: %v, outcome %s; want the store's error, Failed", err, res.Outcome)
 	}
 	testwait.Until(t, func() bool {
-		n, err := backends(t, l, false)
+		n, err := backends(l, false)
 		return err == nil && n == 0
 	}, "no statement on %s", table(l, "item_chunks"))
 	c, err := l.CountItems(context.Background(), points)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rest []idemstore.ItemClaim
-	for {
-		b, err := l.ClaimItems(context.Background(), points, idemstore.ItemClaimRequest{N: 40, Owner: "test", Lease: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b.Items) == 0 {
-			break
-		}
-		rest = append(rest, b.Items...)
-	}
+	rest := testledger.ClaimAll(t, l, points, time.Time{}) // on the server's clock
 	for _, it := range rest {
 		if it.Doubt {
 			t.Fatalf("claimable after the call: %+v; want items that did not run, not in doubt", it)
@@ -149,7 +145,7 @@ func TestEachWorkerErrorAbandonsNoClaim(t *testing.T) {
 func waitClaimBlocked(t *testing.T, l *pgledger.Ledger) error {
 	deadline := time.Now().Add(testwait.Limit(t))
 	for {
-		n, err := backends(t, l, true)
+		n, err := backends(l, true)
 		if err != nil || n > 0 {
 			return err
 		}

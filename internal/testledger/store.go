@@ -1,8 +1,10 @@
 package testledger
 
 import (
+	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
@@ -44,4 +46,22 @@ func As[T any](t testing.TB, s any) T {
 		t.Fatalf("the store behind %T (%T) is not a %T", s, st, (*T)(nil))
 	}
 	return v
+}
+
+// ClaimAll claims, at now, every item of key a claim can take (N of them
+// at a time, as owner "test", for a minute) and returns them: what a call
+// left claimable at once.
+func ClaimAll(t testing.TB, s idemstore.ItemStore, key idem.Key, now time.Time) []idemstore.ItemClaim {
+	t.Helper()
+	var all []idemstore.ItemClaim
+	for {
+		b, err := s.ClaimItems(context.Background(), key, idemstore.ItemClaimRequest{N: 100, Owner: "test", Now: now, Lease: time.Minute})
+		if err != nil {
+			t.Fatalf("ClaimItems: %v", err)
+		}
+		if len(b.Items) == 0 {
+			return all
+		}
+		all = append(all, b.Items...)
+	}
 }
