@@ -66,7 +66,9 @@ func TestEachWorkerErrorStopsTheOthersCleanly(t *testing.T) {
 	var mu sync.Mutex
 	ran := map[string]int{}
 	all3 := make(chan struct{}) // the three workers are in fn at once
-	res, err := idem.Each(context.Background(), failing, points, accounts(60), func(ctx context.Context, item string) error {
+	limit, cancel := context.WithTimeout(context.Background(), testwait.Limit(t)) // a call that hangs fails
+	defer cancel()
+	res, err := idem.Each(limit, failing, points, accounts(60), func(ctx context.Context, item string) error {
 		mu.Lock()
 		ran[item]++
 		n := len(ran)
