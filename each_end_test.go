@@ -65,8 +65,9 @@ func TestEachWorkerErrorStopsTheOthersCleanly(t *testing.T) {
 	clk := idemtest.NewAutoClock(time.Date(2026, 10, 28, 2, 0, 0, 0, time.UTC))
 	var mu sync.Mutex
 	ran := map[string]int{}
-	all3 := make(chan struct{})                                                   // the three workers are in fn at once
-	limit, cancel := context.WithTimeout(context.Background(), testwait.Limit(t)) // a call that hangs fails
+	all3 := make(chan struct{}) // the three workers are in fn at once
+	// A call that hangs fails.
+	limit, cancel := context.WithTimeout(context.Background(), testwait.Limit(t))
 	defer cancel()
 	res, err := idem.Each(limit, failing, points, accounts(60), func(ctx context.Context, item string) error {
 		mu.Lock()
