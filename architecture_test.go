@@ -3,6 +3,7 @@ package idem_test
 import (
 	"errors"
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
 	"os"
@@ -159,57 +160,101 @@ func TestModulesInstallable(t *testing.T) {
 	}
 }
 
-// TestOptionalModulesSystemNeutral: outside their tests, the modules that
-// scripts/test.sh vets for linux alone (every module but its
-// cross_modules) have no file that builds for some systems and not others
-// (a _GOOS or _unix/_other name, or a //go:build line naming a system), so
-// that linux type-checks all they compile to on darwin and windows.
-func TestOptionalModulesSystemNeutral(t *testing.T) {
+// TestCrossTargetsCoverSystemFiles: every file that builds on some of
+// linux, darwin and windows and not on the others is type-checked on each
+// of them: on linux by its module's tests, on darwin and windows by the
+// targets of scripts/test.sh's cross_targets (DIR:OS,OS...). Such a file
+// lies under a target of its own module (the module's directory, or a
+// package of it); and a target that leaves out darwin (or windows) holds
+// no file outside its tests that builds differently on darwin and on
+// windows, so that the system it vets stands for the other. Tests are what
+// users do not build: a module's tests may be for linux alone where no
+// target covers them (they run on linux only), and a unix test under a
+// target for windows alone is type-checked on linux only (NOT on darwin).
+func TestCrossTargetsCoverSystemFiles(t *testing.T) {
 	script, err := os.ReadFile("scripts/test.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^cross_modules=\(([^)]*)\)`).FindSubmatch(script)
+	m := regexp.MustCompile(`(?m)^cross_targets=\(([^)]*)\)`).FindSubmatch(script)
 	if m == nil {
-		t.Fatal("scripts/test.sh sets no cross_modules=(...)")
+		t.Fatal("scripts/test.sh sets no cross_targets=(...)")
 	}
-	cross := map[string]bool{}
-	for _, c := range strings.Fields(string(m[1])) {
-		cross[filepath.Clean(c)] = true
+	mods := modules(t)
+	moduleOf := func(dir string) string { // the module dir is in
+		best := ""
+		for _, mod := range mods {
+			if (mod == "." || dir == mod || strings.HasPrefix(dir, mod+"/")) && len(mod) >= len(best) {
+				best = mod
+			}
+		}
+		return best
 	}
-	systems := regexp.MustCompile(`\b(unix|linux|darwin|windows|freebsd|openbsd|netbsd|plan9|js|wasip1|ios|android|solaris|illumos|aix|dragonfly)\b`)
-	suffix := regexp.MustCompile(`_(unix|other|linux|darwin|windows|freebsd|openbsd|netbsd|plan9|js|wasip1)(_[a-z0-9]+)?\.go$`)
-	for _, mod := range modules(t) {
-		if cross[filepath.Clean(mod)] {
+	type target struct {
+		dir  string
+		oses []string
+	}
+	var targets []target
+	for _, f := range strings.Fields(string(m[1])) {
+		dir, oses, ok := strings.Cut(f, ":")
+		tg := target{dir: filepath.ToSlash(filepath.Clean(dir)), oses: strings.Split(oses, ",")}
+		if !ok || !fileExists(tg.dir) {
+			t.Errorf("cross_targets entry %q: want DIR:OS,OS... with DIR a directory of the repository", f)
 			continue
 		}
+		targets = append(targets, tg)
+	}
+	systems := []string{"linux", "darwin", "windows"}
+	contexts := map[string]*build.Context{}
+	for _, goos := range systems {
+		c := build.Default
+		c.GOOS, c.GOARCH, c.CgoEnabled, c.BuildTags = goos, "amd64", false, nil
+		contexts[goos] = &c
+	}
+	for _, mod := range mods {
 		err := filepath.WalkDir(mod, func(path string, d os.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
 			if d.IsDir() {
-				if path != mod && (d.Name() == "testdata" || fileExists(filepath.Join(path, "go.mod"))) {
+				if path != mod && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") || fileExists(filepath.Join(path, "go.mod"))) {
 					return filepath.SkipDir // another module's, or not Go code of this one
 				}
 				return nil
 			}
-			if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			if !strings.HasSuffix(path, ".go") {
 				return nil
 			}
-			if suffix.MatchString(d.Name()) {
-				t.Errorf("%s: a file for some systems only, in module %s, which scripts/test.sh vets for linux alone: add the module to cross_modules", path, mod)
-				return nil
-			}
-			src, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			for _, line := range strings.Split(string(src), "\n") {
-				if strings.HasPrefix(line, "//go:build ") && systems.MatchString(line) {
-					t.Errorf("%s: %q, in module %s, which scripts/test.sh vets for linux alone: add the module to cross_modules", path, line, mod)
+			builds := map[string]bool{}
+			for _, goos := range systems {
+				ok, err := contexts[goos].MatchFile(filepath.Dir(path), d.Name())
+				if err != nil {
+					return err
 				}
-				if strings.HasPrefix(line, "package ") {
-					break
+				builds[goos] = ok
+			}
+			if builds["linux"] == builds["darwin"] && builds["darwin"] == builds["windows"] {
+				return nil
+			}
+			dir := filepath.ToSlash(filepath.Dir(path))
+			var under *target
+			for i, tg := range targets {
+				if (tg.dir == "." || dir == tg.dir || strings.HasPrefix(dir, tg.dir+"/")) && moduleOf(tg.dir) == mod &&
+					(under == nil || len(tg.dir) > len(under.dir)) {
+					under = &targets[i]
+				}
+			}
+			test := strings.HasSuffix(path, "_test.go")
+			if under == nil {
+				if !test {
+					t.Errorf("%s builds on some systems only (linux %v, darwin %v, windows %v), and no target of scripts/test.sh's cross_targets in module %s covers it: move it under one, or add one", path, builds["linux"], builds["darwin"], builds["windows"], mod)
+				}
+				return nil
+			}
+			for _, pair := range [][2]string{{"darwin", "windows"}, {"windows", "darwin"}} {
+				left, vetted := pair[0], pair[1]
+				if !test && !slices.Contains(under.oses, left) && builds[left] != builds[vetted] {
+					t.Errorf("%s builds on %s %v and on %s %v, and its cross_targets entry %s vets %s alone: add %s to it", path, left, builds[left], vetted, builds[vetted], under.dir, strings.Join(under.oses, ","), left)
 				}
 			}
 			return nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/bench/internal/rusage"
 )
 
 // config is what every comparison gets.
@@ -125,7 +126,7 @@ func (c cost) perOp(ops int) string {
 func costNow() cost {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	cpu, _ := cpuTime()
+	cpu, _ := rusage.CPUTime()
 	return cost{cpu: cpu, allocs: ms.Mallocs}
 }
 

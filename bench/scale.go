@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/bench/internal/rusage"
 	"github.com/idemgo/idem/idemstore"
 )
 
@@ -205,7 +206,7 @@ func scaleEach1M(ctx context.Context, cfg config) (result, error) {
 		return result{}, fmt.Errorf("child said %q: %w", out, err)
 	}
 	rss := "maxrss -"
-	if kib, ok := maxRSSKiB(cmd.ProcessState); ok {
+	if kib, ok := rusage.MaxRSSKiB(cmd.ProcessState); ok {
 		rss = fmt.Sprintf("maxrss=%.1f MiB", float64(kib)/1024)
 	}
 	return result{text: fmt.Sprintf("time=%.1fs (%.0f items/s)  %s (peak RSS of the process, getrusage)",

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/bench/internal/rusage"
 )
 
 // tempLedger opens a ledger in a new temporary directory; done closes it
@@ -86,13 +87,13 @@ func schedulerIdleCPU(ctx context.Context, cfg config) (result, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	before, err := cpuTime()
+	before, err := rusage.CPUTime()
 	if err != nil {
 		return result{skipped: err.Error()}, nil
 	}
 	start := time.Now()
 	time.Sleep(cfg.idleWindow)
-	after, _ := cpuTime()
+	after, _ := rusage.CPUTime()
 	window := time.Since(start)
 	perHour := (after - before).Seconds() / window.Hours()
 	return result{text: fmt.Sprintf("%.3f CPU s/hour for %d idle jobs (getrusage over %s)", perHour, jobs, window.Round(time.Second))}, nil

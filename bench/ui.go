@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/bench/internal/rusage"
 	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/ui"
 )
@@ -118,7 +119,7 @@ func uiPage(ctx context.Context, cfg config, page string) (result, error) {
 		return result{}, fmt.Errorf("child said %q", out)
 	}
 	rss := "maxrss -"
-	if kib, ok := maxRSSKiB(cmd.ProcessState); ok {
+	if kib, ok := rusage.MaxRSSKiB(cmd.ProcessState); ok {
 		rss = fmt.Sprintf("maxrss=%.1f MiB", float64(kib)/1024)
 	}
 	return result{text: fmt.Sprintf("time=%.1f ms (median of %d GETs of %s; first %.1f ms; %d KiB)  %s (peak RSS of the serving process, getrusage)  records=%d jobs=%d",

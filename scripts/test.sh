@@ -5,9 +5,9 @@
 #
 # Besides the tests, which vet every package (go test -vet=all: all of go
 # vet's checks, on the packages as the tests compile them), three static
-# steps: the modules users build elsewhere compile and vet, tests
-# included, for darwin and windows (amd64) too (this one runs first);
-# staticcheck (the pinned version below, through `go run`) finds nothing;
+# steps: what users build elsewhere compiles and vets, tests included, for
+# darwin and windows (amd64) too (cross_targets, below); staticcheck (the
+# pinned version below) finds nothing;
 # and `go mod tidy` would change nothing in go.mod or go.sum.
 # scripts/release-check.sh then shows that a release of the tree installs
 # from a module proxy.
@@ -20,11 +20,11 @@
 # fsyncs, not on a lock.) A failing step does not stop the
 # others; the last lines name the steps that failed.
 #
-# After the cross-compile step and a compile of every module's packages and
-# tests for the race detector (which builds every dependency once), the
-# other steps (staticcheck, go mod tidy, each module's tests, the fuzz pass)
-# run $IDEM_TEST_JOBS at a time (default 3; the root module's tests beside
-# staticcheck alone, see below): much of a module's test time is waiting
+# After a compile of every module's packages and tests for the race
+# detector (which builds every dependency once), the other steps
+# (staticcheck, the cross-compile, go mod tidy, each module's tests, the
+# fuzz pass) run $IDEM_TEST_JOBS at a time (default 3; the root module's
+# tests beside staticcheck and the Postgres ledger's alone, see below): much of a module's test time is waiting
 # (real processes, a real PostgreSQL, leases running out), which another
 # step fills. (With 2 at a time, on 2 cores and an empty build cache, those
 # steps used 1.39 cores on average: the Postgres and MySQL ledgers' tests,
@@ -116,6 +116,9 @@ cleanup() {
 		scripts/"$1" stop "${!2}" >/dev/null 2>&1 || true
 	done
 	stop_rabbitmq
+	if [ -n "${staticcheck_dir:-}" ]; then
+		rm -rf "$staticcheck_dir"
+	fi
 }
 trap cleanup EXIT
 ci() { [ -n "${CI:-}" ] && [ "${CI}" != false ] && [ "${CI}" != 0 ]; }
@@ -220,26 +223,32 @@ mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -printf '%h
 # staticcheck 2026.2.2 (v0.8.2), which knows Go 1.26. Raise it on purpose,
 # with the findings of the new version fixed in the same change.
 staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2
-# cross_modules: the modules vetted (and staticchecked) for darwin and
-# windows too, besides linux: the root module and the idem command (users build and run
-# them there; both have files for some systems only) and bench (which has
-# such files too). The optional modules (the other stores, the outboxes,
-# the adapters, the page) have none outside their tests
-# (TestOptionalModulesSystemNeutral says so), so linux type-checks all
-# they compile to elsewhere; vetting them for two more systems only
-# compiled their dependencies (pgx, go-redis, OpenTelemetry, chromedp,
-# franz-go, ...) twice more.
-cross_modules=(. ./cmd/idem ./bench)
-cross_oses=(darwin windows)
-# is_cross MODULE: whether MODULE is one of cross_modules.
-is_cross() {
-	local c
-	for c in "${cross_modules[@]}"; do
-		if [ "$c" = "$1" ]; then
-			return 0
+# cross_targets: what is vetted for other systems than linux, besides
+# each module's tests on linux: DIR:OS,OS... (DIR a module's directory, for
+# its packages and tests, ./..., or a package of a module alone). The root
+# module for darwin and windows (users build and run it there; it has
+# files for unix, linux, !linux and windows). The idem command for windows
+# alone: its system-specific files are linux and !linux ones, which darwin
+# and windows build alike, so darwin would only compile its dependencies
+# (pgx, go-redis, franz-go, ...) once more. bench's system-specific files
+# are in bench/internal/rusage, vetted alone for both (the rest of bench,
+# River and asynq among its dependencies, is system-neutral). The other
+# modules (the stores, the outboxes, the adapters, the page) have no
+# system-specific files outside their tests. TestCrossTargetsCoverSystemFiles
+# (architecture_test.go) holds all this true: a file that builds on some
+# systems and not on others is under a target, and a target without darwin
+# (or windows) has no file that builds differently on the two.
+cross_targets=(.:darwin,windows ./cmd/idem:windows ./bench/internal/rusage:darwin,windows)
+# cross_oses_of MODULE: the OSes (space-separated) the target DIR=MODULE
+# vets MODULE's ./... for; nothing when MODULE has no such target.
+cross_oses_of() {
+	local t
+	for t in "${cross_targets[@]}"; do
+		if [ "${t%%:*}" = "$1" ]; then
+			echo "${t#*:}" | tr , ' '
+			return
 		fi
 	done
-	return 1
 }
 
 # each_module CMD...: runs CMD in every module's directory, going on past a
@@ -262,32 +271,41 @@ each_module() {
 # ./... of the root module 284 s, 101 s with these flags). Nothing of another
 # OS is linked or run here.
 cross_gcflags='all=-N -l'
-# cross_vet: for a module of cross_modules (each_module's $m), its packages
-# and tests compile, and go vet finds nothing, for every OS of cross_oses
-# (linux: each module's tests, go test -vet=all). The OSes are vetted at
-# once: each one compiles its own standard library and dependencies
-# (modernc.org/sqlite's lib package is one long serial compile per OS), so
-# together they use both cores where one after the other they mostly used
-# one.
+# cross_vet: every target of cross_targets compiles, tests included, and
+# go vet finds nothing in it, for each of its OSes (linux: each module's
+# tests, go test -vet=all). A target's OSes are vetted at once: each one
+# compiles its own standard library and dependencies (modernc.org/sqlite's
+# lib package is one long serial compile per OS), so together they use
+# both cores where one after the other they mostly used one.
 cross_vet() {
-	local os i rc=0 out pids=()
-	is_cross "$m" || return 0 # $m: each_module's
-	out=$(mktemp -d)
-	for os in "${cross_oses[@]}"; do
-		GOOS=$os GOARCH=amd64 go vet -gcflags="$cross_gcflags" ./... >"$out/$os" 2>&1 &
-		pids+=($!)
-	done
-	for i in "${!cross_oses[@]}"; do
-		os=${cross_oses[$i]}
-		if wait "${pids[$i]}"; then
-			cat "$out/$os"
-		else
-			cat "$out/$os" >&2
-			echo "GOOS=$os GOARCH=amd64 go vet ./... failed in $m" >&2 # $m: each_module's
-			rc=1
+	local t dir pkgs os i rc=0 out pids oses
+	for t in "${cross_targets[@]}"; do
+		dir=${t%%:*} pkgs=./...
+		if [ ! -f "$root/$dir/go.mod" ]; then
+			pkgs=./$(basename "$dir") dir=$(dirname "$dir")
+			until [ -f "$root/$dir/go.mod" ]; do
+				pkgs=./$(basename "$dir")/${pkgs#./} dir=$(dirname "$dir")
+			done
 		fi
+		read -ra oses <<<"$(echo "${t#*:}" | tr , ' ')"
+		out=$(mktemp -d)
+		pids=()
+		for os in "${oses[@]}"; do
+			(cd "$root/$dir" && GOOS=$os GOARCH=amd64 go vet -gcflags="$cross_gcflags" "$pkgs") >"$out/$os" 2>&1 &
+			pids+=($!)
+		done
+		for i in "${!oses[@]}"; do
+			os=${oses[$i]}
+			if wait "${pids[$i]}"; then
+				cat "$out/$os"
+			else
+				cat "$out/$os" >&2
+				echo "GOOS=$os GOARCH=amd64 go vet $pkgs failed in $dir" >&2
+				rc=1
+			fi
+		done
+		rm -rf "$out"
 	done
-	rm -rf "$out"
 	return $rc
 }
 # nonrace_env: how everything this script builds without the race detector
@@ -301,16 +319,19 @@ cross_vet() {
 # 104 s of CPU; with cgo on, 57 s).
 nonrace_env=CGO_ENABLED=0
 # run_staticcheck: staticcheck finds nothing in the module, built for linux
-# and, for cross_modules, for windows (-matrix: code unused on one is used
-# on the other). Every file is in one of the two (unix, linux, !linux or
-# windows files; there are no darwin-only ones): each configuration costs a
-# full analysis of the dependencies (modernc.org/sqlite's is minutes), so
-# darwin is left to cross_vet. A darwin-only file would need a third line.
-# Each configuration reads its dependencies' export data from a build the
-# run made already: linux from the race detector's (-race), windows from
-# cross_vet's (its flags). The root module is the exception: its linux
-# configuration is built without -race, for its tests that run without it
-# (//go:build !race), as its tests without -race below build it.
+# and, when the module's ./... is a target of cross_targets for windows, for
+# windows too (-matrix: code unused on one is used on the other). Every
+# file is in one of the two (unix, linux, !linux or windows files; there
+# are no darwin-only ones): each configuration costs a full analysis of the
+# dependencies (modernc.org/sqlite's is minutes), so darwin is left to
+# cross_vet. A darwin-only file would need a third line. A target that is
+# one package of a module (bench/internal/rusage) is checked for windows
+# alone, on its own. The linux configuration reads its dependencies' export
+# data from the race detector's build, made already; the windows one builds
+# what cross_vet builds (its flags), whichever comes first. The root module
+# is the exception: its linux configuration is built without -race, for
+# its tests that run without it (//go:build !race), as its tests without
+# -race below build it.
 #
 # Its cache is the checkout's own (.staticcheck-cache, ignored by git):
 # with -trimpath, the same package in two checkouts has one build key, and
@@ -319,20 +340,33 @@ nonrace_env=CGO_ENABLED=0
 # configuration, and reported code used on linux as unused on windows (seen
 # in a clean clone after another's run).
 run_staticcheck() {
-	local linux="linux: GOOS=linux GOARCH=amd64 -race"
+	local linux="linux: GOOS=linux GOARCH=amd64 CGO_ENABLED=1 -race" t dir windows="windows: GOOS=windows GOARCH=amd64 -gcflags=\"$cross_gcflags\""
 	export STATICCHECK_CACHE="$root/.staticcheck-cache"
 	if [ "$m" = . ]; then # $m: each_module's
 		linux="linux: GOOS=linux GOARCH=amd64 $nonrace_env"
 	fi
-	if ! is_cross "$m"; then
-		echo "$linux" | go run "$staticcheck" -matrix ./...
+	if [[ " $(cross_oses_of "$m") " == *" windows "* ]]; then
+		printf '%s\n' "$linux" "$windows" | "$staticcheck_bin" -matrix ./...
 		return
 	fi
-	printf '%s\n' "$linux" "windows: GOOS=windows GOARCH=amd64 -gcflags=\"$cross_gcflags\"" |
-		go run "$staticcheck" -matrix ./...
+	echo "$linux" | "$staticcheck_bin" -matrix ./...
+	for t in "${cross_targets[@]}"; do
+		dir=${t%%:*}
+		if [[ $dir == "$m"/* && ",${t#*:}," == *,windows,* ]]; then
+			echo "$windows" | "$staticcheck_bin" -matrix "./${dir#"$m"/}"
+		fi
+	done
 }
-echo "== cross-compile (${cross_oses[*]} for ${cross_modules[*]}): go vet ./..."
-step "cross-compile" each_module cross_vet
+# install_staticcheck: builds staticcheck once, for every module's step
+# (go run would link it once a module), with cgo off as everything this
+# script builds without the race detector (nonrace_env): the standard
+# library it compiles is theirs. Its configurations above say their own
+# CGO_ENABLED.
+install_staticcheck() {
+	env "$nonrace_env" GOBIN="$staticcheck_dir" go install "$staticcheck"
+}
+staticcheck_dir=$(mktemp -d)
+staticcheck_bin=$staticcheck_dir/staticcheck
 # test_module DIR [go test flags...]: the module's tests under the race
 # detector, and all of go vet's checks on its packages as they compile them.
 test_module() {
@@ -455,22 +489,32 @@ run_steps() {
 	rm -rf "$logs"
 }
 
-# The root module's tests run apart, beside staticcheck alone: its kill -9
-# torture passes (internal/torture) are CPU-bound and settle within a
-# minute each, which another torture pass beside them (the other stores')
-# can make too short on a loaded machine (seen with two passes side by side
-# at a load of 22 on 2 cores). Staticcheck, queued first, has no processes
-# to kill or leases to keep: it weighs on them as two CPU-burning loops do,
-# beside which the test command must pass anyway, and it fills the core
-# the root module's tests leave (alone, on an empty build cache, they used
-# 206 s of CPU in 198 s).
+# The root module's tests run apart, beside staticcheck and the Postgres
+# ledger's tests alone: its kill -9 torture passes (internal/torture) are
+# CPU-bound and settle within a minute each, which the CPU-bound passes of
+# the other stores' (the SQLite ledger's without -race, the MySQL
+# ledger's) beside them can make too short on a loaded machine (seen with
+# two passes side by side at a load of 22 on 2 cores). Staticcheck, queued
+# first, has no processes to kill or leases to keep: it weighs on them as
+# two CPU-burning loops do, beside which the test command must pass
+# anyway, and it fills the core the root module's tests leave (alone, on
+# an empty build cache, they used 206 s of CPU in 198 s). The Postgres
+# ledger's tests, the longest step (220 s of wall time for 72 s of CPU on
+# an empty build cache), mostly wait on the server's fsyncs: beside the
+# root module's they take the part of the run's length they used to add
+# after it.
 # The other steps are queued longest first (as measured on 2 cores), so
-# that the short ones fill the end: the Postgres ledger's tests first.
-queue "staticcheck" each_module run_staticcheck
-queue_apart "module ." test_module "$root" "$@"
+# that the short ones fill the end; the cross-compile (cross_vet), which
+# only compiles and fills what the waiting steps leave of the cores, first.
+staticcheck_all() {
+	install_staticcheck && each_module run_staticcheck
+}
+queue "staticcheck" staticcheck_all
 if [ -f pgledger/go.mod ]; then
 	queue "module ./pgledger" test_module "$root/pgledger" "$@"
 fi
+queue_apart "module ." test_module "$root" "$@"
+queue "cross-compile (${cross_targets[*]}): go vet" cross_vet
 # The multi-process fan-out tests (10k items, real kills) and the kill kit
 # of concurrent Runs (16 goroutines SIGKILLed at random, the group commit's
 # crash test) are built without the race detector: through

@@ -92,6 +92,10 @@ func OldWorker(t *testing.T, rel Release) string {
 	bin := filepath.Join(dir, "torture-old")
 	build := exec.Command(goCmd, "build", "-o", bin, rel.Pkg)
 	build.Dir = filepath.Join(tree, rel.Module)
+	// cgo off, as scripts/test.sh builds everything it runs without the
+	// race detector: the old worker then reuses what those builds compiled
+	// (modernc.org/sqlite above all) where its dependencies are the same.
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building %s at %s (%s): %v\n%s", rel.Pkg, hash, build.Dir, err, out)
 	}

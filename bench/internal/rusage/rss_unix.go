@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package rusage
 
 import (
 	"os"
@@ -8,8 +8,8 @@ import (
 	"syscall"
 )
 
-// maxRSSKiB is the peak resident set of an ended child process, in KiB.
-func maxRSSKiB(ps *os.ProcessState) (int64, bool) {
+// MaxRSSKiB is the peak resident set of an ended child process, in KiB.
+func MaxRSSKiB(ps *os.ProcessState) (int64, bool) {
 	ru, ok := ps.SysUsage().(*syscall.Rusage)
 	if !ok {
 		return 0, false

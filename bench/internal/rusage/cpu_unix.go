@@ -1,14 +1,14 @@
 //go:build unix
 
-package main
+package rusage
 
 import (
 	"syscall"
 	"time"
 )
 
-// cpuTime is this process's user and system CPU time so far.
-func cpuTime() (time.Duration, error) {
+// CPUTime is this process's user and system CPU time so far.
+func CPUTime() (time.Duration, error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, err

@@ -1,12 +1,12 @@
 //go:build !unix
 
-package main
+package rusage
 
 import (
 	"errors"
 	"time"
 )
 
-func cpuTime() (time.Duration, error) {
+func CPUTime() (time.Duration, error) {
 	return 0, errors.New("getrusage: not on this system")
 }
