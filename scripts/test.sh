@@ -376,19 +376,23 @@ test_module() {
 }
 
 # The race-instrumented packages and tests of every module, compiled once
-# here, one module after the other (go list -export compiles without
-# linking): the modules' tests below, run side by side, would otherwise each
-# compile the dependencies they share (modernc.org/sqlite) at the same time.
-# A package that does not compile fails its module's step below, which says
-# so; this pass only fills the build cache.
+# here (go list -export compiles without linking): the modules' tests
+# below, run side by side, would otherwise each compile the dependencies
+# they share (modernc.org/sqlite) at the same time. One go list for every
+# module (the workspace, go.work, holds them all): the compiles of
+# different modules overlap, where one module after the other waited at
+# each module's end for its longest compile. A package that does not
+# compile fails its module's step below, which says so; this pass only
+# fills the build cache.
 echo "== compile (-race) every module's packages and tests"
 start=$SECONDS
 cpu=$(mktemp)
 compile_race() {
-	local m
+	local m patterns=()
 	for m in "${modules[@]}"; do
-		(cd "$root/$m" && go list -race -export -deps -test ./... >/dev/null 2>&1) || true
+		patterns+=("$m/...")
 	done
+	go list -race -export -deps -test "${patterns[@]}" >/dev/null 2>&1 || true
 }
 with_cpu "$cpu" compile_race
 echo "== done compile (-race) ($(took "$start" "$cpu"))"
