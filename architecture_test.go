@@ -171,6 +171,8 @@ func TestModulesInstallable(t *testing.T) {
 // users do not build: a module's tests may be for linux alone where no
 // target covers them (they run on linux only), and a unix test under a
 // target for windows alone is type-checked on linux only (NOT on darwin).
+// And no file builds on darwin alone: darwin is compiled, not vetted (its
+// unix files are vetted on linux, its !linux ones on windows).
 func TestCrossTargetsCoverSystemFiles(t *testing.T) {
 	script, err := os.ReadFile("scripts/test.sh")
 	if err != nil {
@@ -235,6 +237,9 @@ func TestCrossTargetsCoverSystemFiles(t *testing.T) {
 			}
 			if builds["linux"] == builds["darwin"] && builds["darwin"] == builds["windows"] {
 				return nil
+			}
+			if builds["darwin"] && !builds["linux"] && !builds["windows"] {
+				t.Errorf("%s builds on darwin alone: scripts/test.sh compiles darwin's files but vets them on linux (unix files) and windows (!linux files) only; give it a unix or !linux constraint, or vet darwin in cross_vet", path)
 			}
 			dir := filepath.ToSlash(filepath.Dir(path))
 			var under *target

@@ -5,10 +5,10 @@
 #
 # Besides the tests, which vet every package (go test -vet=all: all of go
 # vet's checks, on the packages as the tests compile them), three static
-# steps: what users build elsewhere compiles and vets, tests included, for
-# darwin and windows (amd64) too (cross_targets, below); staticcheck (the
-# pinned version below) finds nothing;
-# and `go mod tidy` would change nothing in go.mod or go.sum.
+# steps: what users build elsewhere compiles, tests included, for darwin
+# and windows (amd64) too, and vets for windows (cross_targets, below);
+# staticcheck (the pinned version below) finds nothing; and `go mod tidy`
+# would change nothing in go.mod or go.sum.
 # scripts/release-check.sh then shows that a release of the tree installs
 # from a module proxy.
 #
@@ -102,21 +102,35 @@ if [ -n "$unformatted" ]; then
 	failed+=("gofmt")
 fi
 
-# The throwaway servers started below are stopped at exit, on every path.
-started=() # "SCRIPT VAR" of each server started (start_server, below)
-rabbit_pid="" rabbit_out="" stop_rabbit="" # RabbitMQ's (below)
-running=() # pids of the steps running in the background (run_steps)
+# The throwaway servers (start_server, below) start in the background, all
+# at once and beside the race compile: most of a start is waiting (initdb,
+# a broker's boot, kfake's build), which took 30 s before the compile
+# began when they started one after the other. wait_servers waits for them
+# before the first step. Each is stopped at exit, on every path (one whose
+# start is still under way is waited for first).
+srv_names=() srv_scripts=() srv_vars=() srv_hints=() srv_pids=()
+srv_dir=$(mktemp -d) # the output of each start: N.env, N.log
+started=()           # "SCRIPT VAR" of each server up (wait_servers)
+running=()           # pids of the steps running in the background (run_steps)
 cleanup() {
-	local pid
+	local pid i s
 	for pid in "${running[@]}"; do
 		kill "$pid" 2>/dev/null || true
 	done
-	local s
+	for i in "${!srv_pids[@]}"; do
+		if [ -n "${srv_pids[$i]}" ]; then
+			wait "${srv_pids[$i]}" 2>/dev/null || true
+			if [ -s "$srv_dir/$i.env" ]; then
+				eval "$(cat "$srv_dir/$i.env")"
+				started+=("${srv_scripts[$i]} ${srv_vars[$i]}")
+			fi
+		fi
+	done
 	for s in "${started[@]}"; do
 		set -- $s
 		scripts/"$1" stop "${!2}" >/dev/null 2>&1 || true
 	done
-	stop_rabbitmq
+	rm -rf "$srv_dir"
 	if [ -n "${staticcheck_dir:-}" ]; then
 		rm -rf "$staticcheck_dir"
 	fi
@@ -124,61 +138,42 @@ cleanup() {
 trap cleanup EXIT
 ci() { [ -n "${CI:-}" ] && [ "${CI}" != false ] && [ "${CI}" != 0 ]; }
 
-# RabbitMQ, for ./rabbitoutbox's tests and cmd/idem's `outbox relay --to
-# amqp://` test: unless IDEM_TEST_AMQP_URL names a broker, a throwaway one
-# (scripts/rabbitmq.sh) starts in the background here, since it takes 5-15 s,
-# while the other servers start; it is waited for after them, and stopped at
-# exit. In CI a broker that cannot start fails the run; elsewhere those
-# tests skip.
-if [ -f rabbitoutbox/go.mod ] && [ -z "${IDEM_TEST_AMQP_URL:-}" ]; then
-	rabbit_out=$(mktemp -d)
-	scripts/rabbitmq.sh start >"$rabbit_out/env" 2>"$rabbit_out/log" </dev/null &
-	rabbit_pid=$!
-fi
-# stop_rabbitmq stops the broker started above (waiting for its start to
-# end, if it has not).
-stop_rabbitmq() {
-	if [ -n "$rabbit_pid" ]; then
-		wait "$rabbit_pid" 2>/dev/null || true
-		rabbit_pid=""
-		if [ -s "$rabbit_out/env" ]; then
-			eval "$(cat "$rabbit_out/env")"
-			stop_rabbit=1
-		fi
-	fi
-	if [ -n "$stop_rabbit" ]; then
-		scripts/rabbitmq.sh stop "$IDEM_TEST_AMQP_URL" >/dev/null 2>&1 || true
-		stop_rabbit=""
-	fi
-	if [ -n "$rabbit_out" ]; then
-		rm -rf "$rabbit_out"
-	fi
-}
-
 # start_server NAME SCRIPT VAR MODULE HINT: unless $VAR names a server
 # already, or the repository has no MODULE, starts a throwaway one with
-# scripts/SCRIPT start (which prints VAR=...), exports VAR and has cleanup
-# stop it at exit. In CI (CI=true) a server that cannot start fails the
-# run; elsewhere the tests that need it skip, and HINT says how to get one.
+# scripts/SCRIPT start (which prints VAR=...) in the background;
+# wait_servers exports VAR. In CI (CI=true) a server that cannot start
+# fails the run; elsewhere the tests that need it skip, and HINT says how
+# to get one.
 start_server() {
-	local name=$1 script=$2 var=$3 module=$4 hint=$5 log env
-	if [ ! -f "$module/go.mod" ] || [ -n "${!var:-}" ]; then
+	local i=${#srv_pids[@]}
+	if [ ! -f "$4/go.mod" ] || [ -n "${!3:-}" ]; then
 		return 0
 	fi
-	log=$(mktemp)
-	if env=$(scripts/"$script" start 2>"$log"); then
-		eval "$env"
-		export "${var?}"
-		started+=("$script $var")
-	elif ci; then
-		cat "$log" >&2
-		echo "scripts/test.sh: cannot start $name for ./$module's tests (CI requires them)" >&2
-		rm -f "$log"
-		exit 1
-	else
-		echo "== $name not started ($(tail -n 1 "$log")): the tests that need it skip; $hint and rerun scripts/test.sh"
-	fi
-	rm -f "$log"
+	srv_names+=("$1") srv_scripts+=("$2") srv_vars+=("$3") srv_hints+=("$5")
+	scripts/"$2" start >"$srv_dir/$i.env" 2>"$srv_dir/$i.log" </dev/null &
+	srv_pids+=($!)
+}
+# wait_servers waits for every start of start_server and exports the
+# variables of the servers that came up.
+wait_servers() {
+	local i var
+	for i in "${!srv_pids[@]}"; do
+		if wait "${srv_pids[$i]}"; then
+			srv_pids[i]=""
+			var=${srv_vars[$i]}
+			eval "$(cat "$srv_dir/$i.env")"
+			export "${var?}"
+			started+=("${srv_scripts[$i]} $var")
+		elif ci; then
+			srv_pids[i]=""
+			cat "$srv_dir/$i.log" >&2
+			echo "scripts/test.sh: cannot start ${srv_names[$i]} for the tests that need it (CI requires them)" >&2
+			exit 1
+		else
+			srv_pids[i]=""
+			echo "== ${srv_names[$i]} not started ($(tail -n 1 "$srv_dir/$i.log")): the tests that need it skip; ${srv_hints[$i]} and rerun scripts/test.sh"
+		fi
+	done
 }
 
 # PostgreSQL, for ./pgledger (and the idem command's --postgres).
@@ -200,23 +195,11 @@ start_server nats-server nats.sh IDEM_TEST_NATS_URL natsoutbox \
 # test starts one of its own, which it restarts).
 start_server kfake kafka.sh IDEM_TEST_KAFKA_ADDR kafkaoutbox \
 	"set IDEM_TEST_KAFKA_ADDR=host:port"
-
-if [ -n "$rabbit_pid" ]; then
-	if wait "$rabbit_pid"; then
-		rabbit_pid=""
-		eval "$(cat "$rabbit_out/env")"
-		export IDEM_TEST_AMQP_URL
-		stop_rabbit=1
-	elif ci; then
-		rabbit_pid=""
-		cat "$rabbit_out/log" >&2
-		echo "scripts/test.sh: cannot start rabbitmq-server for ./rabbitoutbox's tests (CI requires them)" >&2
-		exit 1
-	else
-		rabbit_pid=""
-		echo "== rabbitmq-server not started ($(tail -n 1 "$rabbit_out/log")): ./rabbitoutbox's tests and cmd/idem's --to amqp:// test skip; install rabbitmq-server or set IDEM_TEST_AMQP_URL=amqp://... and rerun scripts/test.sh"
-	fi
-fi
+# RabbitMQ, for ./rabbitoutbox's tests and cmd/idem's `outbox relay --to
+# amqp://` test (scripts/rabbitmq.sh, as the current user, on ports of its
+# own; 5-15 s to boot).
+start_server rabbitmq-server rabbitmq.sh IDEM_TEST_AMQP_URL rabbitoutbox \
+	"install rabbitmq-server or set IDEM_TEST_AMQP_URL=amqp://..."
 
 # Every directory with a go.mod is a module; test each on its own.
 mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -printf '%h\n' | sort)
@@ -224,9 +207,10 @@ mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -printf '%h
 # staticcheck 2026.2.2 (v0.8.2), which knows Go 1.26. Raise it on purpose,
 # with the findings of the new version fixed in the same change.
 staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2
-# cross_targets: what is vetted for other systems than linux, besides
-# each module's tests on linux: DIR:OS,OS... (DIR a module's directory, for
-# its packages and tests, ./..., or a package of a module alone). The root
+# cross_targets: what is compiled (and, for windows, vetted: see
+# cross_vet) for other systems than linux, besides each module's tests on
+# linux: DIR:OS,OS... (DIR a module's directory, for its packages and
+# tests, ./..., or a package of a module alone). The root
 # module for darwin and windows (users build and run it there; it has
 # files for unix, linux, !linux and windows). The idem command for windows
 # alone: its system-specific files are linux and !linux ones, which darwin
@@ -272,9 +256,15 @@ each_module() {
 # ./... of the root module 284 s, 101 s with these flags). Nothing of another
 # OS is linked or run here.
 cross_gcflags='all=-N -l'
-# cross_vet: every target of cross_targets compiles, tests included, and
-# go vet finds nothing in it, for each of its OSes (linux: each module's
-# tests, go test -vet=all). A target's OSes are vetted at once: each one
+# cross_vet: every target of cross_targets compiles, tests included, for
+# each of its OSes, and go vet finds nothing in it for windows (linux:
+# each module's tests, go test -vet=all). darwin is compiled, not vetted:
+# its files are unix ones, which linux (a unix) vets, and !linux ones,
+# which windows vets; what it alone sees is their combination, which the
+# compile type-checks (go vet's facts of every dependency for darwin,
+# modernc.org/sqlite's lib package 10 s of it, cost about 40 s of CPU on
+# an empty build cache). TestCrossTargetsCoverSystemFiles holds that no
+# file builds on darwin alone. A target's OSes are done at once: each one
 # compiles its own standard library and dependencies (modernc.org/sqlite's
 # lib package is one long serial compile per OS), so together they use
 # both cores where one after the other they mostly used one.
@@ -292,7 +282,11 @@ cross_vet() {
 		out=$(mktemp -d)
 		pids=()
 		for os in "${oses[@]}"; do
-			(cd "$root/$dir" && GOOS=$os GOARCH=amd64 go vet -gcflags="$cross_gcflags" "$pkgs") >"$out/$os" 2>&1 &
+			if [ "$os" = darwin ]; then
+				(cd "$root/$dir" && GOOS=$os GOARCH=amd64 go list -export -deps -test -gcflags="$cross_gcflags" "$pkgs" >/dev/null) >"$out/$os" 2>&1 &
+			else
+				(cd "$root/$dir" && GOOS=$os GOARCH=amd64 go vet -gcflags="$cross_gcflags" "$pkgs") >"$out/$os" 2>&1 &
+			fi
 			pids+=($!)
 		done
 		for i in "${!oses[@]}"; do
@@ -301,7 +295,7 @@ cross_vet() {
 				cat "$out/$os"
 			else
 				cat "$out/$os" >&2
-				echo "GOOS=$os GOARCH=amd64 go vet $pkgs failed in $dir" >&2
+				echo "GOOS=$os GOARCH=amd64: $pkgs does not compile or go vet finds something, in $dir" >&2
 				rc=1
 			fi
 		done
@@ -398,6 +392,7 @@ compile_race() {
 with_cpu "$cpu" compile_race
 echo "== done compile (-race) ($(took "$start" "$cpu"))"
 rm -f "$cpu"
+wait_servers
 
 # run_steps: runs the steps queued by queue (NAME, then its COMMAND...
 # separated by a "--" line) $IDEM_TEST_JOBS at a time, in the order queued;
@@ -522,7 +517,7 @@ if [ -f pgledger/go.mod ]; then
 	queue "module ./pgledger" test_module "$root/pgledger" "$@"
 fi
 queue_apart "module ." test_module "$root" "$@"
-queue "cross-compile (${cross_targets[*]}): go vet" cross_vet
+queue "cross-compile (${cross_targets[*]})" cross_vet
 long_modules=(./mysqlledger ./cmd/idem ./ui/browsertest)
 for m in "${long_modules[@]}"; do
 	if [ -f "$m/go.mod" ]; then
