@@ -22,11 +22,12 @@
 #
 # After a compile of every module's packages and tests for the race
 # detector (which builds every dependency once), the other steps
-# (staticcheck, the cross-compile, go mod tidy, each module's tests, the
-# fuzz pass) run $IDEM_TEST_JOBS at a time (default 3; the root module's
-# tests beside staticcheck and the Postgres ledger's alone, see below): much of a module's test time is waiting
-# (real processes, a real PostgreSQL, leases running out), which another
-# step fills. (With 2 at a time, on 2 cores and an empty build cache, those
+# (the cross-compile and staticcheck, go mod tidy, each module's tests,
+# the fuzz pass) run $IDEM_TEST_JOBS at a time (default 3; the root
+# module's tests beside staticcheck's step and the Postgres ledger's
+# alone, see below): much of a module's test time is waiting (real
+# processes, a real PostgreSQL, leases running out), which another step
+# fills. (With 2 at a time, on 2 cores and an empty build cache, those
 # steps used 1.39 cores on average: the Postgres and MySQL ledgers' tests,
 # 406 and 309 s, took 156 and 164 s of CPU.) A step's output is held and
 # printed whole when it ends ("== start NAME (at Ns)" says when it began,
@@ -216,7 +217,7 @@ staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # alone: its system-specific files are linux and !linux ones, which darwin
 # and windows build alike, so darwin would only compile its dependencies
 # (pgx, go-redis, franz-go, ...) once more. bench's system-specific files
-# are in bench/internal/rusage, vetted alone for both (the rest of bench,
+# are in bench/internal/rusage, checked alone for both (the rest of bench,
 # River and asynq among its dependencies, is system-neutral). The other
 # modules (the stores, the outboxes, the adapters, the page) have no
 # system-specific files outside their tests. TestCrossTargetsCoverSystemFiles
@@ -224,16 +225,19 @@ staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # systems and not on others is under a target, and a target without darwin
 # (or windows) has no file that builds differently on the two.
 cross_targets=(.:darwin,windows ./cmd/idem:windows ./bench/internal/rusage:darwin,windows)
-# cross_oses_of MODULE: the OSes (space-separated) the target DIR=MODULE
-# vets MODULE's ./... for; nothing when MODULE has no such target.
-cross_oses_of() {
-	local t
-	for t in "${cross_targets[@]}"; do
-		if [ "${t%%:*}" = "$1" ]; then
-			echo "${t#*:}" | tr , ' '
-			return
-		fi
+# target_parts TARGET: a target of cross_targets as "MODULE PATTERN OS...":
+# the directory of the module it lies in, the package pattern it names
+# there (./... for the module's directory) and its OSes.
+target_parts() {
+	local dir=${1%%:*} rel=""
+	until [ -f "$root/$dir/go.mod" ]; do
+		rel=$(basename "$dir")${rel:+/$rel}
+		dir=$(dirname "$dir")
 	done
+	if [ -z "$rel" ]; then
+		rel=...
+	fi
+	echo "$dir ./$rel $(echo "${1#*:}" | tr , ' ')"
 }
 
 # each_module CMD...: runs CMD in every module's directory, going on past a
@@ -271,14 +275,8 @@ cross_gcflags='all=-N -l'
 cross_vet() {
 	local t dir pkgs os i rc=0 out pids oses
 	for t in "${cross_targets[@]}"; do
-		dir=${t%%:*} pkgs=./...
-		if [ ! -f "$root/$dir/go.mod" ]; then
-			pkgs=./$(basename "$dir") dir=$(dirname "$dir")
-			until [ -f "$root/$dir/go.mod" ]; do
-				pkgs=./$(basename "$dir")/${pkgs#./} dir=$(dirname "$dir")
-			done
-		fi
-		read -ra oses <<<"$(echo "${t#*:}" | tr , ' ')"
+		read -r dir pkgs oses <<<"$(target_parts "$t")"
+		read -ra oses <<<"$oses"
 		out=$(mktemp -d)
 		pids=()
 		for os in "${oses[@]}"; do
@@ -322,8 +320,8 @@ nonrace_env=CGO_ENABLED=0
 # cross_vet. A darwin-only file would need a third line. A target that is
 # one package of a module (bench/internal/rusage) is checked for windows
 # alone, on its own. The linux configuration reads its dependencies' export
-# data from the race detector's build, made already; the windows one builds
-# what cross_vet builds (its flags), whichever comes first. The root module
+# data from the race detector's build, made already; the windows one what
+# cross_vet built just before it, in the same step (its flags). The root module
 # is the exception: its linux configuration is built without -race, for
 # its tests that run without it (//go:build !race), as its tests without
 # -race below build it.
@@ -335,21 +333,25 @@ nonrace_env=CGO_ENABLED=0
 # configuration, and reported code used on linux as unused on windows (seen
 # in a clean clone after another's run).
 run_staticcheck() {
-	local linux="linux: GOOS=linux GOARCH=amd64 CGO_ENABLED=1 -race" t dir windows="windows: GOOS=windows GOARCH=amd64 -gcflags=\"$cross_gcflags\""
+	local linux="linux: GOOS=linux GOARCH=amd64 CGO_ENABLED=1 -race" windows="windows: GOOS=windows GOARCH=amd64 -gcflags=\"$cross_gcflags\""
+	local t dir pkgs oses whole=$linux parts=()
 	export STATICCHECK_CACHE="$root/.staticcheck-cache"
 	if [ "$m" = . ]; then # $m: each_module's
-		linux="linux: GOOS=linux GOARCH=amd64 $nonrace_env"
+		linux="linux: GOOS=linux GOARCH=amd64 $nonrace_env" whole=$linux
 	fi
-	if [[ " $(cross_oses_of "$m") " == *" windows "* ]]; then
-		printf '%s\n' "$linux" "$windows" | "$staticcheck_bin" -matrix ./...
-		return
-	fi
-	echo "$linux" | "$staticcheck_bin" -matrix ./...
 	for t in "${cross_targets[@]}"; do
-		dir=${t%%:*}
-		if [[ $dir == "$m"/* && ",${t#*:}," == *,windows,* ]]; then
-			echo "$windows" | "$staticcheck_bin" -matrix "./${dir#"$m"/}"
+		read -r dir pkgs oses <<<"$(target_parts "$t")"
+		if [ "$dir" = "$m" ] && [[ " $oses " == *" windows "* ]]; then
+			if [ "$pkgs" = ./... ]; then
+				whole=$(printf '%s\n' "$linux" "$windows")
+			else
+				parts+=("$pkgs")
+			fi
 		fi
+	done
+	echo "$whole" | "$staticcheck_bin" -matrix ./... || return
+	for pkgs in "${parts[@]}"; do
+		echo "$windows" | "$staticcheck_bin" -matrix "$pkgs" || return
 	done
 }
 # install_staticcheck: builds staticcheck once, for every module's step
@@ -495,10 +497,11 @@ run_steps() {
 # the other stores' (the SQLite ledger's without -race, the MySQL
 # ledger's) beside them can make too short on a loaded machine (seen with
 # two passes side by side at a load of 22 on 2 cores). Staticcheck's step
-# (the cross-compile, then staticcheck), queued first, has no processes to kill or leases to keep: it weighs on them as
-# two CPU-burning loops do, beside which the test command must pass
-# anyway, and it fills the core the root module's tests leave (alone, on
-# an empty build cache, they used 206 s of CPU in 198 s). The Postgres
+# (the cross-compile, then staticcheck), queued first, has no processes to
+# kill or leases to keep: it weighs on them as two CPU-burning loops do,
+# beside which the test command must pass anyway, and it fills the core
+# the root module's tests leave (alone, on an empty build cache, they used
+# 206 s of CPU in 198 s). The Postgres
 # ledger's tests, the longest step (220 s of wall time for 72 s of CPU on
 # an empty build cache), mostly wait on the server's fsyncs: beside the
 # root module's they take the part of the run's length they used to add
