@@ -39,10 +39,12 @@ func woken(t *testing.T, f *uitest.Fixture, mark int64) ([]string, int64) {
 func TestRunNowAction(t *testing.T) {
 	f := uitest.NewFixture(t)
 	h := uitest.NewHandler(t, f.Ledger, ui.Options{Actions: true})
-	// A period that failed, whose backoff is over.
+	// A period that failed, whose backoff is over. One attempt: retried in
+	// the call, a backoff of a microsecond would fail it again and again
+	// for DefaultRetryWithin's minute (thousands of synced writes).
 	due := idem.Key{Job: "settle", Period: "2020-01-01"}
 	if err := f.Ledger.Run(context.Background(), due, func(context.Context) error { return errors.New("bank closed") },
-		idem.WithBackoff(idem.Constant(time.Microsecond))); err == nil {
+		idem.WithBackoff(idem.Constant(time.Microsecond)), idem.OneAttempt()); err == nil {
 		t.Fatal("the failing run did not fail")
 	}
 	if _, body := localGet(t, h, "/record?job=settle&period=2020-01-01"); !strings.Contains(body, `id="run-now"`) {

@@ -408,9 +408,11 @@ func TestBrowserRunNowAndRerun(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A failed period past its backoff, failed once (OneAttempt: see the ui
+	// module's TestRunNowAction).
 	due := idem.Key{Job: "settle", Period: "2020-01-01"}
 	if err := f.Ledger.Run(bg, due, func(context.Context) error { return errors.New("bank closed") },
-		idem.WithBackoff(idem.Constant(time.Microsecond))); err == nil {
+		idem.WithBackoff(idem.Constant(time.Microsecond)), idem.OneAttempt()); err == nil {
 		t.Fatal("the failing run did not fail")
 	}
 	step(t, ctx, "open "+due.String(), chromedp.Navigate(recordURL(base, due)), chromedp.WaitVisible(chromedp.CSS("#record")))
