@@ -28,10 +28,10 @@ func TestModel(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if kills, lost := struck(); kills == 0 || lost == 0 {
+	if kills, lost, leftArmed := struck(); kills == 0 || lost == 0 {
 		t.Errorf("the faults struck too rarely: %d connections terminated, %d replies lost", kills, lost)
 	} else {
-		t.Logf("faults: %d connections terminated by the server, %d replies lost after the server applied the write", kills, lost)
+		t.Logf("faults: %d connections terminated by the server, %d replies lost after the server applied the write; %d connections armed to lose a reply that they never read during the operation", kills, lost, leftArmed)
 	}
 }
 

@@ -33,8 +33,9 @@ type pgFaults struct {
 	mu         sync.Mutex
 	kill, lose bool // armed
 	struck     bool
+	conns      []*lostReplyConn // armed by lose for the operation under way
 
-	kills, lost atomic.Int64
+	kills, lost, leftArmed atomic.Int64
 }
 
 // errLostReply is what a statement whose reply was lost returns.
@@ -95,8 +96,33 @@ func (f *pgFaults) before(ctx context.Context, conn *pgx.Conn, commit, write boo
 	case lose:
 		if c, ok := conn.PgConn().Conn().(*lostReplyConn); ok {
 			c.arm(f)
+			f.mu.Lock()
+			f.conns = append(f.conns, c)
+			f.mu.Unlock()
 		}
 	}
+}
+
+// disarm ends the operation's fault: nothing more is to break, and a
+// connection armed to lose a reply that it never read (a statement traced
+// but not sent, or a connection that went back to the pool at once) is
+// disarmed too, so that the fault cannot strike a later call, such as the
+// model's own reads of the records after the operation (one List failed
+// so in a clean-clone run, on a busy machine). It reports whether the
+// fault struck.
+func (f *pgFaults) disarm() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.kill, f.lose = false, false
+	for _, c := range f.conns {
+		if c.disarm(f) {
+			f.leftArmed.Add(1)
+		}
+	}
+	f.conns = nil
+	s := f.struck
+	f.struck = false
+	return s
 }
 
 func (f *pgFaults) hit() {
@@ -146,6 +172,17 @@ func (c *lostReplyConn) arm(f *pgFaults) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.armed = f
+}
+
+// disarm disarms c if f armed it, and reports whether it did.
+func (c *lostReplyConn) disarm(f *pgFaults) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.armed != f {
+		return false
+	}
+	c.armed = nil
+	return true
 }
 
 func (c *lostReplyConn) Read(p []byte) (int, error) {
@@ -211,7 +248,7 @@ func (c *lostReplyConn) give(p, b []byte) int {
 // modelFaults is the model's harness on pools whose connections
 // pgFaults breaks, each ledger on a pool of its own; struck counts what
 // struck, over every ledger.
-func modelFaults(t *testing.T) (h idemtest.Harness, struck func() (kills, lost int64)) {
+func modelFaults(t *testing.T) (h idemtest.Harness, struck func() (kills, lost, leftArmed int64)) {
 	admin := newPool(t)
 	var mu sync.Mutex
 	of := map[*pgledger.Ledger]*pgFaults{}
@@ -249,22 +286,16 @@ func modelFaults(t *testing.T) (h idemtest.Harness, struck func() (kills, lost i
 		f.mu.Lock()
 		f.struck, f.kill, f.lose = false, kind == idemtest.FaultKill, kind == idemtest.FaultLoseReply
 		f.mu.Unlock()
-		return func() bool {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			f.kill, f.lose = false, false
-			s := f.struck
-			f.struck = false
-			return s
-		}
+		return f.disarm
 	}}
-	return h, func() (kills, lost int64) {
+	return h, func() (kills, lost, leftArmed int64) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, f := range all {
 			kills += f.kills.Load()
 			lost += f.lost.Load()
+			leftArmed += f.leftArmed.Load()
 		}
-		return kills, lost
+		return kills, lost, leftArmed
 	}
 }
