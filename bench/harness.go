@@ -25,8 +25,9 @@ type config struct {
 	noWarmup bool
 	other    string // the comparison's other side: "floor", "river" or "asynq"
 
-	idleWindow  time.Duration // scheduler_idle_cpu: the measured window
-	wakeSeconds int           // scheduler_wake_latency: seconds of one-second periods measured
+	idleWindow   time.Duration // scheduler_idle_cpu: the measured window
+	wakeSeconds  int           // scheduler_wake_latency: seconds of one-second periods measured
+	otelRoundMin int           // otel_sdk_fresh_run_vs_plain: the fewest Runs a round (0 in the tests: n)
 }
 
 // comparison is one line of the output: idem against other ("floor",

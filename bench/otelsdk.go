@@ -75,16 +75,18 @@ func otelSides(ctx context.Context) (sdkLedger runner, plain *idem.Ledger, tel *
 }
 
 // otelFreshRoundMin is the fewest fresh Runs a round of
-// otel_sdk_fresh_run_vs_plain makes on each side. The line measures a
-// difference of about a tenth, and a round of the default -n (200) lasts
-// about 70 ms, short enough for one slow fsync or one garbage collection
-// to swing it: ten runs in a row read 0.78-0.93 at 200 Runs a round,
-// eight read 0.86-0.92 at 1,000 (the same code, mean 0.88 in both).
+// otel_sdk_fresh_run_vs_plain makes on each side (flag -otel-round-min;
+// the module's tests, which check that each line runs, set none). The
+// line measures a difference of about a tenth, and a round of the default
+// -n (200) lasts about 70 ms, short enough for one slow fsync or one
+// garbage collection to swing it: ten runs in a row read 0.78-0.93 at 200
+// Runs a round, eight read 0.86-0.92 at 1,000 (the same code, mean 0.88 in
+// both).
 const otelFreshRoundMin = 1000
 
 // otelSDKFreshRunVsPlain: Ledger.Run (AtLeastOnce) of new keys traced and
 // measured by idem/otel over the SDK (otelSDK) against the same Run with
-// no adapter, max(cfg.n, otelFreshRoundMin) Runs a round. otel_overhead
+// no adapter, max(cfg.n, cfg.otelRoundMin) Runs a round. otel_overhead
 // splits the cost further (no-op provider, spans only).
 func otelSDKFreshRunVsPlain(ctx context.Context, cfg config) (result, error) {
 	sdkLedger, plain, tel, cleanup, err := otelSides(ctx)
@@ -92,7 +94,7 @@ func otelSDKFreshRunVsPlain(ctx context.Context, cfg config) (result, error) {
 		return result{}, err
 	}
 	defer cleanup()
-	n := max(cfg.n, otelFreshRoundMin)
+	n := max(cfg.n, cfg.otelRoundMin)
 	res, err := alternate(ctx, cfg, traced(ledgerFreshSide(sdkLedger, n), tel), ledgerFreshSide(plain, n))
 	res.note = otelSDKNote
 	return res, err
