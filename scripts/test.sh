@@ -213,18 +213,19 @@ staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # linux: DIR:OS,OS... (DIR a module's directory, for its packages and
 # tests, ./..., or a package of a module alone). The root
 # module for darwin and windows (users build and run it there; it has
-# files for unix, linux, !linux and windows). The idem command for windows
-# alone: its system-specific files are linux and !linux ones, which darwin
-# and windows build alike, so darwin would only compile its dependencies
-# (pgx, go-redis, franz-go, ...) once more. bench's system-specific files
-# are in bench/internal/rusage, checked alone for both (the rest of bench,
-# River and asynq among its dependencies, is system-neutral). The other
+# files for unix, linux, !linux and windows). The idem command's
+# system-specific files are in cmd/idem/internal/hostsys, linux and !linux
+# ones (which darwin builds as windows does): that package alone for
+# windows, not the command's dependencies (pgx, go-redis, franz-go, ...),
+# which are system-neutral. bench's system-specific files are in
+# bench/internal/rusage, checked alone for both (the rest of bench, River
+# and asynq among its dependencies, is system-neutral). The other
 # modules (the stores, the outboxes, the adapters, the page) have no
 # system-specific files outside their tests. TestCrossTargetsCoverSystemFiles
 # (architecture_test.go) holds all this true: a file that builds on some
 # systems and not on others is under a target, and a target without darwin
 # (or windows) has no file that builds differently on the two.
-cross_targets=(.:darwin,windows ./cmd/idem:windows ./bench/internal/rusage:darwin,windows)
+cross_targets=(.:darwin,windows ./cmd/idem/internal/hostsys:windows ./bench/internal/rusage:darwin,windows)
 # target_parts TARGET: a target of cross_targets as "MODULE PATTERN OS...":
 # the directory of the module it lies in, the package pattern it names
 # there (./... for the module's directory) and its OSes.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/hostsys"
 	"github.com/idemgo/idem/internal/capture"
 )
 
@@ -100,7 +101,7 @@ func (s *supervisor) run(ctx context.Context, p idem.Period) error {
 		out = &captured{limit: s.capture}
 		cmd.Stdout = io.MultiWriter(s.stdout, out)
 	}
-	setParentDeathSignal(cmd)
+	hostsys.SetParentDeathSignal(cmd)
 
 	// The period's command lock: a command of an earlier attempt, left
 	// running by a killed idem, must end first. The command inherits the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/cmd/idem/internal/hostsys"
 )
 
 // A period's command lock keeps two commands of one period from running at
@@ -58,6 +60,31 @@ func sharedLocks(kind, id string) cmdLocks {
 }
 
 // path is the lock file of key's command.
+// lock takes the lock of key's command, waiting (until ctx ends) while a
+// command of an earlier attempt, or a process it started, still holds it.
+// waiting is called once if it has to wait, with what the lock file says of
+// the holder. On a system without the locks (hostsys.Locks), nil, nil.
+func (c cmdLocks) lock(ctx context.Context, key idem.Key, waiting func(holder string)) (*cmdLock, error) {
+	if !hostsys.Locks {
+		return nil, nil
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	if c.dir == "" {
+		return nil, nil
+	}
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return nil, err
+	}
+	path := c.path(key)
+	f, err := hostsys.Lock(ctx, path, waiting)
+	if err != nil {
+		return nil, err
+	}
+	return &cmdLock{f: f, path: path}, nil
+}
+
 func (c cmdLocks) path(key idem.Key) string {
 	h := sha256.Sum256([]byte(key.Job + "\x00" + key.Period))
 	return filepath.Join(c.dir, c.prefix+hex.EncodeToString(h[:8])+".lock")

@@ -1,9 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
-	"os"
-	"syscall"
+
+	"github.com/idemgo/idem/cmd/idem/internal/hostsys"
 )
 
 // Filesystem magic numbers (statfs(2) f_type, linux/magic.h).
@@ -46,15 +47,20 @@ var localFS = map[uint32]string{
 	magicZFS: "zfs", magicF2FS: "f2fs", magicBcache: "bcachefs",
 }
 
-// checkFilesystem flags a ledger directory on a network filesystem.
+// checkFilesystem flags a ledger directory on a network filesystem, and one
+// whose filesystem is full.
 func checkFilesystem(rep *doctorReport, dir string) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
+	st, err := hostsys.Statfs(dir)
+	if errors.Is(err, hostsys.ErrUnsupported) {
+		rep.add(levelWarn, "filesystem", "cannot tell on this system whether %s is a local filesystem: make sure it is not NFS, SMB or FUSE", dir)
+		return
+	}
+	if err != nil {
 		rep.add(levelWarn, "filesystem", "cannot tell the filesystem of %s: %v", dir, err)
 		return
 	}
-	checkSpace(rep, dir, &st)
-	magic := uint32(st.Type)
+	checkSpace(rep, dir, st)
+	magic := st.Type
 	if name, ok := networkFS[magic]; ok {
 		rep.add(levelError, "filesystem", "%s is on %s: not safe for SQLite (its locks and WAL shared memory do not work there; two hosts can run a period twice or corrupt the ledger). Move the ledger to a local disk of the one host that runs the jobs, or use --postgres for jobs on several hosts", dir, name)
 		return
@@ -71,9 +77,13 @@ func checkFilesystem(rep *doctorReport, dir string) {
 }
 
 // checkWritable warns when SQLite could not create its -wal and -shm files.
+// (Nothing on a system where it cannot tell.)
 func checkWritable(rep *doctorReport, dir string) {
-	const wOK = 0x2
-	if err := syscall.Access(dir, wOK); err != nil {
+	err := hostsys.Writable(dir)
+	if errors.Is(err, hostsys.ErrUnsupported) {
+		return
+	}
+	if err != nil {
 		rep.add(levelWarn, "directory", "%s is not writable by this user (%v): idem, run by a user who cannot write here, fails, since SQLite creates -wal and -shm files beside the ledger. Run doctor as the jobs' user, or fix the directory's owner", dir, err)
 		return
 	}
@@ -87,16 +97,13 @@ const minFree = 64 << 10
 // checkSpace reports a ledger directory whose file system is full (of bytes
 // or of inodes): every claim and done mark fails there, and SQLite cannot
 // even create the -shm file a reader needs.
-func checkSpace(rep *doctorReport, dir string, st *syscall.Statfs_t) {
-	free := st.Bavail * uint64(st.Bsize)
-	if os.Geteuid() == 0 {
-		free = st.Bfree * uint64(st.Bsize) // root may use the reserved blocks
-	}
+func checkSpace(rep *doctorReport, dir string, st hostsys.FS) {
+	free := st.Free
 	switch {
 	case free < minFree:
 		rep.full = true
 		rep.add(levelError, "space", "no space left on device: the file system of %s has %s free. Every claim and done mark fails until space is freed (idem reports the periods it could not record; none is lost). Free space on it, then rerun", dir, size(int64(free)))
-	case st.Files > 0 && st.Ffree == 0:
+	case st.Files > 0 && st.FreeFiles == 0:
 		rep.full = true
 		rep.add(levelError, "space", "no space left on device: the file system of %s has no free inode. idem cannot create its -wal and -shm files until files are removed", dir)
 	default:
