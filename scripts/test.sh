@@ -510,8 +510,8 @@ run_steps() {
 # The other steps are queued longest first (as measured on 2 cores, an
 # empty build cache: the MySQL ledger's tests 120-190 s, the idem
 # command's 117 s, the browser's 95 s, the tests without -race 89 s, the
-# release check 88 s, then the other modules' in their order), so that the
-# short ones fill the end.
+# release check 88 s, the fuzz pass, then the other modules' in their
+# order), so that the short ones fill the end.
 # The cross-compile (cross_vet) comes first in staticcheck's step: the
 # windows configuration of staticcheck reads what it compiles for windows.
 # (A step of its own, it ran beside staticcheck's, and both compiled the
@@ -550,17 +550,12 @@ queue "module . (kill, model and fault-injection tests, without -race)" env "$no
 # proxy: go get of every published module, a program using them together,
 # go install …/cmd/idem@VERSION and its idem version (scripts/release-check.sh).
 queue "release-check v0.9.0-check" scripts/release-check.sh v0.9.0-check
-for m in "${modules[@]}"; do
-	case " . ./pgledger ${long_modules[*]} " in
-	*" $m "*) ;;
-	*) queue "module $m" test_module "$root/$m" "$@" ;;
-	esac
-done
-queue "go mod tidy" scripts/tidy.sh --check
-# A short pass of the state-file decoder's fuzz test (its seed corpus is in
-# internal/statefmt/testdata/fuzz); it must never panic. The decoder is in a
-# package of its own so that the coverage-instrumented build is small (no
-# SQLite).
+# A short pass of the state-file decoder's fuzz test (its seed corpus is
+# in internal/statefmt/testdata/fuzz); it must never panic. The decoder is
+# in a package of its own so that the coverage-instrumented build is small
+# (no SQLite). Queued before the short modules: its 10-20 s keep both
+# cores busy, and queued last they were the run's last 20 s (an empty
+# build cache, 2 cores), the other steps done.
 # The pass is 200,000 inputs (about 10 s on a quiet machine), not a
 # duration: Go 1.26's fuzzing coordinator can report its own -fuzztime
 # deadline as a failure ("context deadline exceeded", no input) when a
@@ -568,6 +563,13 @@ queue "go mod tidy" scripts/tidy.sh --check
 # failed a clean-clone CI run so); a count sets no deadline
 # (golang/go#75804, fixed in Go 1.27).
 queue "fuzz FuzzDecodeState" env "$nonrace_env" go test -timeout "$timeout" -run '^$' -fuzz '^FuzzDecodeState$' -fuzztime 200000x ./internal/statefmt
+for m in "${modules[@]}"; do
+	case " . ./pgledger ${long_modules[*]} " in
+	*" $m "*) ;;
+	*) queue "module $m" test_module "$root/$m" "$@" ;;
+	esac
+done
+queue "go mod tidy" scripts/tidy.sh --check
 # idem serve's crontab parser has a fuzz test too (cmd/idem/internal/crontab
 # FuzzParse); its seeds run with cmd/idem's tests. It is not fuzzed here: it
 # needs package idem, so its instrumented build includes SQLite (about ten
