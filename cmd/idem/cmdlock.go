@@ -59,7 +59,6 @@ func sharedLocks(kind, id string) cmdLocks {
 	return cmdLocks{dir: filepath.Join(dir, "idem"), prefix: kind + "-" + hex.EncodeToString(h[:6]) + ".cmd-"}
 }
 
-// path is the lock file of key's command.
 // lock takes the lock of key's command, waiting (until ctx ends) while a
 // command of an earlier attempt, or a process it started, still holds it.
 // waiting is called once if it has to wait, with what the lock file says of
@@ -85,6 +84,7 @@ func (c cmdLocks) lock(ctx context.Context, key idem.Key, waiting func(holder st
 	return &cmdLock{f: f, path: path}, nil
 }
 
+// path is the lock file of key's command.
 func (c cmdLocks) path(key idem.Key) string {
 	h := sha256.Sum256([]byte(key.Job + "\x00" + key.Period))
 	return filepath.Join(c.dir, c.prefix+hex.EncodeToString(h[:8])+".lock")

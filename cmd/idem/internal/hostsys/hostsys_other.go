@@ -11,10 +11,13 @@ import (
 // Locks reports whether Lock takes a lock on this system.
 const Locks = false
 
-// SetParentDeathSignal does nothing on this system.
+// SetParentDeathSignal does nothing on this system: a command whose idem
+// was killed runs on until it ends.
 func SetParentDeathSignal(*exec.Cmd) {}
 
-// Lock takes no lock on this system: nil, nil.
+// Lock takes no lock on this system: nil, nil. As taking a killed run over
+// at once (idemstore.HolderGone) is linux only too, a killed run's period
+// waits out its lease here instead.
 func Lock(context.Context, string, func(holder string)) (*os.File, error) { return nil, nil }
 
 // Statfs cannot tell on this system.
