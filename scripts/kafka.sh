@@ -20,6 +20,8 @@
 # kfakeserver).
 set -euo pipefail
 
+. "$(dirname "${BASH_SOURCE[0]}")/lib/ports.sh"
+
 die() {
 	echo "kafka.sh: $*" >&2
 	exit 1
@@ -57,15 +59,25 @@ start() {
 			rm -rf "$dir"
 			die "could not build kfakeserver"
 		}
-	run_server "$dir"
-	# 10 s for the brokers to listen.
-	if wait_listen "$dir" 10; then
-		echo "export IDEM_TEST_KAFKA_ADDR='$(cat "$dir/addr")'"
-		return
-	fi
+	# Its three brokers' ports below the kernel's ephemeral range (see
+	# lib/ports.sh): crash restarts them on the same ones.
+	local try ports
+	for try in 1 2 3 4; do
+		ports=$(free_port),$(free_port),$(free_port)
+		[ "$(echo "$ports" | tr ',' '\n' | sort -u | wc -l)" -eq 3 ] || continue
+		run_server "$dir" "$ports"
+		# 10 s for the brokers to listen.
+		if wait_listen "$dir" 10; then
+			echo "export IDEM_TEST_KAFKA_ADDR='$(cat "$dir/addr")'"
+			return
+		fi
+		# Most likely a port was taken in between: try others.
+		kill_server "$dir"
+		rm -rf "$dir/data"
+	done
 	cat "$dir/server.log" >&2 || true
 	stop_dir "$dir"
-	die "kfakeserver did not listen within 10 s"
+	die "kfakeserver did not listen within 10 s (4 tries)"
 }
 
 # run_server DIR [PORTS]: starts kfakeserver in the background on DIR/data
@@ -113,8 +125,8 @@ crash() {
 	echo "kafka.sh: kfakeserver on $addr killed and restarted" >&2
 }
 
-# stop_dir DIR: ends the broker of DIR (10 s at most) and removes DIR.
-stop_dir() {
+# kill_server DIR: stops the server of DIR (SIGTERM, SIGKILL after 10 s).
+kill_server() {
 	local pid i
 	pid=$(cat "$1/pid" 2>/dev/null || true)
 	if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
@@ -124,6 +136,11 @@ stop_dir() {
 		done
 		kill -9 "$pid" 2>/dev/null || true
 	fi
+}
+
+# stop_dir DIR: ends the broker of DIR (10 s at most) and removes DIR.
+stop_dir() {
+	kill_server "$1"
 	rm -rf "$1"
 }
 

@@ -20,6 +20,8 @@
 # As root, the server runs as root (--user=root).
 set -euo pipefail
 
+. "$(dirname "${BASH_SOURCE[0]}")/lib/ports.sh"
+
 die() {
 	echo "mysql.sh: $*" >&2
 	exit 1
@@ -37,10 +39,6 @@ bin() {
 		fi
 	done
 	die "$1 not found (on PATH or in /usr/sbin); install MariaDB (Debian: apt-get install mariadb-server)"
-}
-
-port_in_use() {
-	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
 # port_of prints the port of a DSN (user@tcp(127.0.0.1:PORT)/db) or a bare port.
@@ -110,19 +108,11 @@ client() {
 }
 
 start() {
-	local try port dir low
-	# A port below the kernel's ephemeral range: crash restarts the server
-	# on the same port, which an outgoing connection of any process could
-	# otherwise take while the server is down ("Address already in use").
-	low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+	local try port dir
 	for try in 1 2 3 4 5 6 7 8; do
-		if [ "$low" -gt 21024 ] 2>/dev/null; then
-			port=$((20000 + RANDOM % (low - 20000)))
-		else
-			port=$((20000 + RANDOM % 40000))
-		fi
+		port=$(free_port)
 		dir="$base/idem-mysql-$port"
-		if port_in_use "$port" || ! mkdir "$dir" 2>/dev/null; then
+		if ! mkdir "$dir" 2>/dev/null; then
 			continue
 		fi
 		chmod 700 "$dir"

@@ -18,6 +18,8 @@
 # Needs nats-server (Debian: apt-get install nats-server) on PATH.
 set -euo pipefail
 
+. "$(dirname "${BASH_SOURCE[0]}")/lib/ports.sh"
+
 die() {
 	echo "nats.sh: $*" >&2
 	exit 1
@@ -26,10 +28,6 @@ die() {
 base=${TMPDIR:-/tmp}
 base=${base%/}
 PATH=$PATH:/usr/sbin:/usr/local/sbin # Debian installs nats-server in /usr/sbin
-
-port_in_use() {
-	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
 
 # ready PORT: the server greets with an INFO line that has JetStream on.
 ready() {
@@ -102,9 +100,9 @@ start() {
 		die "nats-server not found on PATH; install it (Debian: apt-get install nats-server)"
 	local try port dir
 	for try in 1 2 3 4 5 6 7 8; do
-		port=$((20000 + RANDOM % 40000))
+		port=$(free_port)
 		dir="$base/idem-nats-$port"
-		if port_in_use "$port" || ! mkdir "$dir" 2>/dev/null; then
+		if ! mkdir "$dir" 2>/dev/null; then
 			continue
 		fi
 		chmod 700 "$dir"

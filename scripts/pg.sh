@@ -27,6 +27,8 @@
 # postgresql) or on PATH.
 set -euo pipefail
 
+. "$(dirname "${BASH_SOURCE[0]}")/lib/ports.sh"
+
 die() {
 	echo "pg.sh: $*" >&2
 	exit 1
@@ -78,10 +80,6 @@ as() {
 	fi
 }
 
-port_in_use() {
-	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
 # port_of prints the port of a DSN or a bare port number.
 port_of() {
 	case $1 in
@@ -122,9 +120,9 @@ start() {
 	user=$(pguser)
 	local try port dir
 	for try in 1 2 3 4 5 6 7 8; do
-		port=$((20000 + RANDOM % 40000))
+		port=$(free_port)
 		dir="$base/idem-pg-$port"
-		if port_in_use "$port" || ! mkdir "$dir" 2>/dev/null; then
+		if ! mkdir "$dir" 2>/dev/null; then
 			continue
 		fi
 		if [ -n "$user" ]; then

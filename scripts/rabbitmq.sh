@@ -28,6 +28,8 @@
 # epmd (Erlang's, a dependency of the package).
 set -euo pipefail
 
+. "$(dirname "${BASH_SOURCE[0]}")/lib/ports.sh"
+
 die() {
 	echo "rabbitmq.sh: $*" >&2
 	exit 1
@@ -62,22 +64,6 @@ epmd_bin() {
 	p=$(ls /usr/lib/erlang/erts-*/bin/epmd 2>/dev/null | sort -V | tail -n 1 || true)
 	[ -n "$p" ] || die "epmd (Erlang's port mapper) not found on PATH or in /usr/lib/erlang/erts-*/bin"
 	echo "$p"
-}
-
-port_in_use() {
-	{ (exec 3<>"/dev/tcp/127.0.0.1/$1"); } 2>/dev/null
-}
-
-free_port() {
-	local p try
-	for try in $(seq 50); do
-		p=$((20000 + RANDOM % 40000))
-		if ! port_in_use "$p"; then
-			echo "$p"
-			return
-		fi
-	done
-	die "found no free loopback port in 50 tries"
 }
 
 # answers PORT: the broker on PORT answers AMQP 0-9-1's protocol header with

@@ -20,6 +20,8 @@
 # Needs redis-server (Debian: apt-get install redis-server) on PATH.
 set -euo pipefail
 
+. "$(dirname "${BASH_SOURCE[0]}")/lib/ports.sh"
+
 die() {
 	echo "redis.sh: $*" >&2
 	exit 1
@@ -27,10 +29,6 @@ die() {
 
 base=${TMPDIR:-/tmp}
 base=${base%/}
-
-port_in_use() {
-	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
 
 # ping PORT: the server answers PING with PONG.
 ping() {
@@ -84,9 +82,9 @@ start() {
 		die "redis-server not found on PATH; install Redis (Debian: apt-get install redis-server)"
 	local try port dir i
 	for try in 1 2 3 4 5 6 7 8; do
-		port=$((20000 + RANDOM % 40000))
+		port=$(free_port)
 		dir="$base/idem-redis-$port"
-		if port_in_use "$port" || ! mkdir "$dir" 2>/dev/null; then
+		if ! mkdir "$dir" 2>/dev/null; then
 			continue
 		fi
 		chmod 700 "$dir"
