@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -193,12 +194,7 @@ func ownServer(t testing.TB) *server {
 			t.Skip("no nats-server on PATH (Debian: apt-get install nats-server)")
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
+	port := stablePort(t)
 	s := &server{t: t, url: "nats://127.0.0.1:" + strconv.Itoa(port), port: port, dir: t.TempDir()}
 	s.start(bin)
 	t.Cleanup(func() { s.kill() })
@@ -227,6 +223,36 @@ func (s *server) start(bin string) {
 		_, err = js.AccountInfo(ctx)
 		return err == nil
 	}, "nats-server on port %d to take JetStream requests (log: %s)", s.port, filepath.Join(s.dir, "server.log"))
+}
+
+// stablePort returns a loopback port nothing listens on, below the
+// kernel's ephemeral range (as scripts/lib/ports.sh picks them): crash
+// restarts the server on its port, and a port inside the range is free for
+// any outgoing connection while the server is down ("address already in
+// use" when it starts again).
+func stablePort(t testing.TB) int {
+	t.Helper()
+	lo, hi := 20000, 32767
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if low, err := strconv.Atoi(f[0]); err == nil && low > 21024 {
+				hi = low - 1
+			}
+		}
+	}
+	var last error
+	for range 50 {
+		port := lo + mrand.IntN(hi-lo+1)
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			last = err
+			continue
+		}
+		_ = ln.Close()
+		return port
+	}
+	t.Fatalf("no free loopback port in %d-%d in 50 tries: %v", lo, hi, last)
+	return 0
 }
 
 // kill SIGKILLs the server and waits for it to exit.
