@@ -100,7 +100,9 @@ func Until(t testing.TB, cond func() bool, what string, args ...any) {
 // StuckError is Process's error for a child that did not exit in time.
 type StuckError struct {
 	Limit time.Duration
-	// Killed: it did not exit within QuitGrace of SIGQUIT either and was
+	// Grace: how long it was given to exit after SIGQUIT (QuitGrace).
+	Grace time.Duration
+	// Killed: it did not exit within Grace of SIGQUIT either and was
 	// sent SIGKILL.
 	Killed bool
 	// Waited: cmd.Wait returned, so cmd.ProcessState and cmd's output may
@@ -112,7 +114,7 @@ type StuckError struct {
 func (e *StuckError) Error() string {
 	s := fmt.Sprintf("still running after %s: sent SIGQUIT (a Go program prints its goroutines to its stderr and exits)", e.Limit)
 	if e.Killed {
-		s += fmt.Sprintf(", then SIGKILL %s later", QuitGrace)
+		s += fmt.Sprintf(", then SIGKILL %s later", e.Grace)
 	}
 	if !e.Waited {
 		s += fmt.Sprintf(", and it was still not reaped %s after that", QuitGrace)
@@ -129,6 +131,12 @@ func (e *StuckError) Error() string {
 // output is copied by a goroutine (a writer that is not an *os.File) should
 // have a WaitDelay, so that a grandchild holding the pipe cannot stall Wait.
 func Process(cmd *exec.Cmd, d time.Duration) error {
+	return process(cmd, d, QuitGrace)
+}
+
+// process is Process with grace for QuitGrace after SIGQUIT (its tests'
+// is shorter); the wait after SIGKILL is QuitGrace.
+func process(cmd *exec.Cmd, d, grace time.Duration) error {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	timer := time.NewTimer(d)
@@ -138,15 +146,15 @@ func Process(cmd *exec.Cmd, d time.Duration) error {
 		return err
 	case <-timer.C:
 	}
-	stuck := &StuckError{Limit: d}
+	stuck := &StuckError{Limit: d, Grace: grace}
 	_ = cmd.Process.Signal(syscall.SIGQUIT)
-	grace := time.NewTimer(QuitGrace)
-	defer grace.Stop()
+	quit := time.NewTimer(grace)
+	defer quit.Stop()
 	select {
 	case <-done:
 		stuck.Waited = true
 		return stuck
-	case <-grace.C:
+	case <-quit.C:
 	}
 	stuck.Killed = true
 	_ = cmd.Process.Kill()

@@ -84,13 +84,13 @@ func TestProcessQuitsStuckChild(t *testing.T) {
 }
 
 // TestProcessKillsDeafChild: a child that ignores SIGQUIT is sent SIGKILL
-// QuitGrace later.
+// the grace (QuitGrace; here 300 ms) later.
 func TestProcessKillsDeafChild(t *testing.T) {
 	t.Parallel()
 	cmd, _ := child(t, "hang-deaf")
-	err := Process(cmd, 100*time.Millisecond)
+	err := process(cmd, 100*time.Millisecond, 300*time.Millisecond)
 	var stuck *StuckError
-	if !errors.As(err, &stuck) || !stuck.Killed || !stuck.Waited {
+	if !errors.As(err, &stuck) || !stuck.Killed || !stuck.Waited || !strings.Contains(err.Error(), "then SIGKILL 300ms later") {
 		t.Fatalf("Process: %v, want a StuckError, sent SIGKILL, waited for", err)
 	}
 	if ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
