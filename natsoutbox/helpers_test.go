@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,11 +226,15 @@ func (s *server) start(bin string) {
 	}, "nats-server on port %d to take JetStream requests (log: %s)", s.port, filepath.Join(s.dir, "server.log"))
 }
 
-// stablePort returns a loopback port nothing listens on, below the
-// kernel's ephemeral range (as scripts/lib/ports.sh picks them): crash
-// restarts the server on its port, and a port inside the range is free for
-// any outgoing connection while the server is down ("address already in
-// use" when it starts again).
+// portsTaken holds the ports stablePort has returned in this process.
+var portsTaken sync.Map
+
+// stablePort returns a loopback port nothing listens on and no other test
+// of this process has had (a crash leaves a server's port free for a
+// while), below the kernel's ephemeral range (as scripts/lib/ports.sh
+// picks them): crash restarts the server on its port, and a port inside
+// the range is free for any outgoing connection while the server is down
+// ("address already in use" when it starts again).
 func stablePort(t testing.TB) int {
 	t.Helper()
 	lo, hi := 20000, 32767
@@ -243,6 +248,9 @@ func stablePort(t testing.TB) int {
 	var last error
 	for range 50 {
 		port := lo + mrand.IntN(hi-lo+1)
+		if _, taken := portsTaken.LoadOrStore(port, true); taken {
+			continue // another test of this process has it (its server may be down for a crash)
+		}
 		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
 			last = err
