@@ -6,8 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
-	mrand "math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -229,37 +227,28 @@ func (s *server) start(bin string) {
 // portsTaken holds the ports stablePort has returned in this process.
 var portsTaken sync.Map
 
-// stablePort returns a loopback port nothing listens on and no other test
-// of this process has had (a crash leaves a server's port free for a
-// while), below the kernel's ephemeral range (as scripts/lib/ports.sh
-// picks them): crash restarts the server on its port, and a port inside
-// the range is free for any outgoing connection while the server is down
-// ("address already in use" when it starts again).
+// stablePort returns a loopback port that scripts/lib/ports.sh's free_port
+// picks (nothing listens on it, and it is below the kernel's ephemeral
+// range: crash restarts the server on its port, and a port inside the
+// range is free for any outgoing connection while the server is down) and
+// that no other test of this process has had (a crashed server's port
+// looks free for a while).
 func stablePort(t testing.TB) int {
 	t.Helper()
-	lo, hi := 20000, 32767
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if low, err := strconv.Atoi(f[0]); err == nil && low > 21024 {
-				hi = low - 1
-			}
-		}
-	}
-	var last error
-	for range 50 {
-		port := lo + mrand.IntN(hi-lo+1)
-		if _, taken := portsTaken.LoadOrStore(port, true); taken {
-			continue // another test of this process has it (its server may be down for a crash)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	for range 20 {
+		out, err := exec.Command("bash", "-c", `. ../scripts/lib/ports.sh && free_port`).CombinedOutput()
 		if err != nil {
-			last = err
-			continue
+			t.Fatalf("scripts/lib/ports.sh free_port: %v\n%s", err, out)
 		}
-		_ = ln.Close()
-		return port
+		port, err := strconv.Atoi(strings.TrimSpace(string(out)))
+		if err != nil {
+			t.Fatalf("scripts/lib/ports.sh free_port printed %q", out)
+		}
+		if _, taken := portsTaken.LoadOrStore(port, true); !taken {
+			return port
+		}
 	}
-	t.Fatalf("no free loopback port in %d-%d in 50 tries: %v", lo, hi, last)
+	t.Fatal("scripts/lib/ports.sh free_port: 20 ports in a row another test of this process had")
 	return 0
 }
 
