@@ -5,8 +5,8 @@
 #
 # Besides the tests, which vet every package (go test -vet=all: all of go
 # vet's checks, on the packages as the tests compile them), three static
-# steps: what users build elsewhere compiles, tests included, for darwin
-# and windows (amd64) too, and vets for windows (cross_targets, below);
+# steps: what users build elsewhere type-checks, tests included, for darwin
+# and windows (amd64) too (cross_targets, below);
 # staticcheck (the pinned version below) finds nothing; and `go mod tidy`
 # would change nothing in go.mod or go.sum.
 # scripts/release-check.sh then shows that a release of the tree installs
@@ -22,7 +22,8 @@
 #
 # After a compile of every module's packages and tests for the race
 # detector (which builds every dependency once), the other steps
-# (the cross-compile and staticcheck, go mod tidy, each module's tests,
+# (the type-check for darwin and windows and staticcheck, go mod tidy,
+# each module's tests,
 # the fuzz pass) run $IDEM_TEST_JOBS at a time (default 3; the root
 # module's tests beside staticcheck's step and the Postgres ledger's
 # alone, see below): much of a module's test time is waiting (real
@@ -208,8 +209,8 @@ mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -printf '%h
 # staticcheck 2026.2.2 (v0.8.2), which knows Go 1.26. Raise it on purpose,
 # with the findings of the new version fixed in the same change.
 staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2
-# cross_targets: what is compiled (and, for windows, vetted: see
-# cross_vet) for other systems than linux, besides each module's tests on
+# cross_targets: what is type-checked (cross_check) for other systems than
+# linux, besides each module's tests on
 # linux: DIR:OS,OS... (DIR a module's directory, for its packages and
 # tests, ./..., or a package of a module alone). The root
 # module for darwin and windows (users build and run it there; it has
@@ -253,53 +254,31 @@ each_module() {
 		return 1
 	fi
 }
-# cross_gcflags: how the packages of another OS than linux are compiled for
-# go vet and staticcheck (which need their dependencies' export data):
-# without optimisation or inlining. Type-checking, and so what compiles and
-# what vet reports, is the same; the compile of modernc.org/sqlite for an OS
-# is about three times cheaper (darwin, empty build cache, 2 cores: go vet
-# ./... of the root module 284 s, 101 s with these flags). Nothing of another
-# OS is linked or run here.
-cross_gcflags='all=-N -l'
-# cross_vet: every target of cross_targets compiles, tests included, for
-# each of its OSes, and go vet finds nothing in it for windows (linux:
-# each module's tests, go test -vet=all). darwin is compiled, not vetted:
-# its files are unix ones, which linux (a unix) vets, and !linux ones,
-# which windows vets; what it alone sees is their combination, which the
-# compile type-checks (go vet's facts of every dependency for darwin,
-# modernc.org/sqlite's lib package 10 s of it, cost about 40 s of CPU on
-# an empty build cache). TestCrossTargetsCoverSystemFiles holds that no
-# file builds on darwin alone. A target's OSes are done at once: each one
-# compiles its own standard library and dependencies (modernc.org/sqlite's
-# lib package is one long serial compile per OS), so together they use
-# both cores where one after the other they mostly used one.
-cross_vet() {
-	local t dir pkgs os i rc=0 out pids oses
+# cross_check: every target of cross_targets type-checks, tests included,
+# for each of its OSes (internal/crosscheck: go list says which files build
+# there, go/types checks them and every package they import, the standard
+# library's declarations and the dependencies whole). Nothing is compiled:
+# compiling the dependencies for two more systems, modernc.org/sqlite's in
+# particular, cost about 150 s of CPU on an empty build cache (2 cores),
+# the type-check about 6 s, on what makes a build fail there (undefined
+# names, wrong types, unused imports and variables in the files of that
+# system). Not done for them: go vet and staticcheck, which run for linux
+# (each module's tests, go test -vet=all; run_staticcheck): they see every
+# file but the !linux, windows and darwin ones, which are few and small
+# (file locks, fsync, free disk space, the idem command's and the
+# benchmarks' system calls) and which this type-check holds to compile.
+cross_check() {
+	local t dir pkgs oses rc=0 bin
+	bin=$(mktemp -d)/crosscheck
+	(cd "$root" && env "$nonrace_env" go build -o "$bin" ./internal/crosscheck) || return
 	for t in "${cross_targets[@]}"; do
 		read -r dir pkgs oses <<<"$(target_parts "$t")"
-		read -ra oses <<<"$oses"
-		out=$(mktemp -d)
-		pids=()
-		for os in "${oses[@]}"; do
-			if [ "$os" = darwin ]; then
-				(cd "$root/$dir" && GOOS=$os GOARCH=amd64 go list -export -deps -test -gcflags="$cross_gcflags" "$pkgs" >/dev/null) >"$out/$os" 2>&1 &
-			else
-				(cd "$root/$dir" && GOOS=$os GOARCH=amd64 go vet -gcflags="$cross_gcflags" "$pkgs") >"$out/$os" 2>&1 &
-			fi
-			pids+=($!)
-		done
-		for i in "${!oses[@]}"; do
-			os=${oses[$i]}
-			if wait "${pids[$i]}"; then
-				cat "$out/$os"
-			else
-				cat "$out/$os" >&2
-				echo "GOOS=$os GOARCH=amd64: $pkgs does not compile or go vet finds something, in $dir" >&2
-				rc=1
-			fi
-		done
-		rm -rf "$out"
+		if ! (cd "$root/$dir" && "$bin" -os "${oses// /,}" "$pkgs"); then
+			echo "$pkgs does not type-check for ${oses// / or }, in $dir" >&2
+			rc=1
+		fi
 	done
+	rm -rf "$(dirname "$bin")"
 	return $rc
 }
 # nonrace_env: how everything this script builds without the race detector
@@ -312,48 +291,30 @@ cross_vet() {
 # race-instrumented compile and the root module's tests with cgo on took
 # 104 s of CPU; with cgo on, 57 s).
 nonrace_env=CGO_ENABLED=0
-# run_staticcheck: staticcheck finds nothing in the module, built for linux
-# and, when the module's ./... is a target of cross_targets for windows, for
-# windows too (-matrix: code unused on one is used on the other). Every
-# file is in one of the two (unix, linux, !linux or windows files; there
-# are no darwin-only ones): each configuration costs a full analysis of the
-# dependencies (modernc.org/sqlite's is minutes), so darwin is left to
-# cross_vet. A darwin-only file would need a third line. A target that is
-# one package of a module (bench/internal/rusage) is checked for windows
-# alone, on its own. The linux configuration reads its dependencies' export
-# data from the race detector's build, made already; the windows one what
-# cross_vet built just before it, in the same step (its flags). The root module
-# is the exception: its linux configuration is built without -race, for
-# its tests that run without it (//go:build !race), as its tests without
-# -race below build it.
+# run_staticcheck: staticcheck finds nothing in the module, built for
+# linux. Every file but the !linux, windows and darwin ones is in that
+# build (cross_check type-checks those): a configuration for another
+# system costs a full analysis of the dependencies (modernc.org/sqlite's
+# is minutes) and their compile for it.
+# Code used only by such a file would show as unused here:
+# say so where it is declared (//lint:ignore U1000 with the reason). The
+# linux configuration reads its dependencies' export data from the race
+# detector's build, made already. The root module is the exception: its
+# configuration is built without -race, for its tests that run without it
+# (//go:build !race), as its tests without -race below build it.
 #
 # Its cache is the checkout's own (.staticcheck-cache, ignored by git):
 # with -trimpath, the same package in two checkouts has one build key, and
-# staticcheck's results cached for one carry that checkout's file paths; in
-# the other, the -matrix merge then matched no object of the other
-# configuration, and reported code used on linux as unused on windows (seen
-# in a clean clone after another's run).
+# staticcheck's results cached for one carry that checkout's file paths
+# (with a second configuration, the -matrix merge then matched no object
+# of the other one, seen in a clean clone after another's run).
 run_staticcheck() {
-	local linux="linux: GOOS=linux GOARCH=amd64 CGO_ENABLED=1 -race" windows="windows: GOOS=windows GOARCH=amd64 -gcflags=\"$cross_gcflags\""
-	local t dir pkgs oses whole=$linux parts=()
+	local linux="linux: GOOS=linux GOARCH=amd64 CGO_ENABLED=1 -race"
 	export STATICCHECK_CACHE="$root/.staticcheck-cache"
 	if [ "$m" = . ]; then # $m: each_module's
-		linux="linux: GOOS=linux GOARCH=amd64 $nonrace_env" whole=$linux
+		linux="linux: GOOS=linux GOARCH=amd64 $nonrace_env"
 	fi
-	for t in "${cross_targets[@]}"; do
-		read -r dir pkgs oses <<<"$(target_parts "$t")"
-		if [ "$dir" = "$m" ] && [[ " $oses " == *" windows "* ]]; then
-			if [ "$pkgs" = ./... ]; then
-				whole=$(printf '%s\n' "$linux" "$windows")
-			else
-				parts+=("$pkgs")
-			fi
-		fi
-	done
-	echo "$whole" | "$staticcheck_bin" -matrix ./... || return
-	for pkgs in "${parts[@]}"; do
-		echo "$windows" | "$staticcheck_bin" -matrix "$pkgs" || return
-	done
+	echo "$linux" | "$staticcheck_bin" -matrix ./...
 }
 # install_staticcheck: builds staticcheck once, for every module's step
 # (go run would link it once a module), with cgo off as everything this
@@ -498,7 +459,8 @@ run_steps() {
 # the other stores' (the SQLite ledger's without -race, the MySQL
 # ledger's) beside them can make too short on a loaded machine (seen with
 # two passes side by side at a load of 22 on 2 cores). Staticcheck's step
-# (the cross-compile, then staticcheck), queued first, has no processes to
+# (the type-check for darwin and windows, then staticcheck), queued first,
+# has no processes to
 # kill or leases to keep: it weighs on them as two CPU-burning loops do,
 # beside which the test command must pass anyway, and it fills the core
 # the root module's tests leave (alone, on an empty build cache, they used
@@ -512,20 +474,15 @@ run_steps() {
 # command's 117 s, the browser's 95 s, the tests without -race 89 s, the
 # release check 88 s, the fuzz pass, then the other modules' in their
 # order), so that the short ones fill the end.
-# The cross-compile (cross_vet) comes first in staticcheck's step: the
-# windows configuration of staticcheck reads what it compiles for windows.
-# (A step of its own, it ran beside staticcheck's, and both compiled the
-# windows packages at the same time: on an empty build cache, 121 and
-# 366 s of CPU.)
 staticcheck_all() {
 	local rc=0
-	echo "== cross-compile (${cross_targets[*]})"
-	cross_vet || rc=1
+	echo "== type-check for other systems (${cross_targets[*]})"
+	cross_check || rc=1
 	echo "== staticcheck"
 	install_staticcheck && each_module run_staticcheck || rc=1
 	return $rc
 }
-queue "cross-compile and staticcheck" staticcheck_all
+queue "type-check for darwin and windows, and staticcheck" staticcheck_all
 if [ -f pgledger/go.mod ]; then
 	queue "module ./pgledger" test_module "$root/pgledger" "$@"
 fi
