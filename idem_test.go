@@ -418,9 +418,11 @@ func TestHeartbeatKeepsLease(t *testing.T) {
 // before); it then renews the lease for as long as fn runs.
 func TestHeartbeatKeepsLeaseSystemClock(t *testing.T) {
 	t.Parallel()
-	// A renewal every 200 ms: a busy machine would have to stall the
-	// heartbeat (or its write) for 400 ms to lose the lease.
-	const lease = 600 * time.Millisecond
+	// A renewal every 1.5 s: the lease is lost only if the heartbeat (or
+	// its write, an fsync) stalls for 3 s. With a 600 ms lease, a stall of
+	// 400 ms lost it, and a clean-clone run of the test command on a busy
+	// machine did (the second holder below took the key).
+	const lease = 4500 * time.Millisecond
 	l := openLedger(t, t.TempDir(), idem.WithLease(lease))
 	ctx := context.Background()
 	inFn := make(chan struct{})
@@ -431,9 +433,10 @@ func TestHeartbeatKeepsLeaseSystemClock(t *testing.T) {
 	}()
 	testwait.Recv(t, inFn, "fn to start")
 	first := mustLookup(t, l, key).LeaseUntil
-	// Renewed well past three lease lengths after the claim.
-	testwait.Until(t, func() bool { return mustLookup(t, l, key).LeaseUntil.After(first.Add(3 * lease)) },
-		"the heartbeat to renew the lease past %s", first.Add(3*lease))
+	// Renewed by a renewal made more than a lease after the claim: the
+	// heartbeat outlives the lease it started with.
+	testwait.Until(t, func() bool { return mustLookup(t, l, key).LeaseUntil.After(first.Add(lease)) },
+		"the heartbeat to renew the lease past %s", first.Add(lease))
 	if err := l.Run(ctx, key, func(context.Context) error { return nil }); !errors.Is(err, idem.ErrInProgress) {
 		t.Fatalf("second holder: %v, want ErrInProgress", err)
 	}
