@@ -22,6 +22,7 @@ import (
 	"go/parser"
 	"go/token"
 	"go/types"
+	"go/version"
 	"io"
 	"os"
 	"os/exec"
@@ -91,7 +92,7 @@ func check(goos, arch string, patterns []string) (int, []string, error) {
 	if sizes == nil {
 		return 0, nil, fmt.Errorf("no sizes for GOARCH=%s", arch)
 	}
-	goVersion := strings.Join(strings.Split(runtime.Version(), ".")[:2], ".") // go1.N
+	goVersion := version.Lang(runtime.Version()) // the standard library's: go1.N ("" for a development toolchain: the latest)
 	var (
 		errs []string
 		seen = map[string]bool{}
@@ -117,6 +118,10 @@ func check(goos, arch string, patterns []string) (int, []string, error) {
 				if d := done[p.resolve(imp)]; d != nil {
 					<-d.ready
 				}
+			}
+			if p.ImportPath == "unsafe" {
+				r.pkg = types.Unsafe // the compiler's, not its file's declarations
+				return
 			}
 			sem <- struct{}{}
 			defer func() { <-sem }()
