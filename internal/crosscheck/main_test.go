@@ -29,10 +29,11 @@ func writeModule(t *testing.T, files map[string]string) {
 
 // TestCheck: a package that type-checks on both systems passes on both;
 // an error in a file that builds on one system alone (by its name or its
-// build line, a test file too), or a use of what one system's standard
-// library lacks, is reported for that system, naming the file and line,
-// and not for the other. One module holds a package of each case (one
-// check per system: the standard library's part is most of its cost).
+// build line, a test file too, in the package or beside it), or a use of
+// what one system's standard library lacks, is reported for that system,
+// naming the file and line, and not for the other. One module holds a
+// package of each case (one check per system: the standard library's
+// part is most of its cost).
 func TestCheck(t *testing.T) {
 	writeModule(t, map[string]string{
 		"m.go":      "package m\n\nimport \"os\"\n\n// Open opens path.\nfunc Open(path string) (*os.File, error) { return os.Open(path) }\n",
@@ -41,6 +42,8 @@ func TestCheck(t *testing.T) {
 		// A file for darwin alone, by its name.
 		"d/d.go":        "package d\n",
 		"d/d_darwin.go": "package d\n\nvar d = undefinedName\n",
+		// A test file for windows alone, in the package (its test variant).
+		"u/u_windows_test.go": "package u\n\nvar w int = \"text\"\n",
 		// A test file for windows alone, in an external test package.
 		"w/w.go":              "package w\n",
 		"w/w_windows_test.go": "package w_test\n\nimport \"testing\"\n\nfunc TestW(t *testing.T) { x := 1 }\n",
@@ -55,7 +58,8 @@ func TestCheck(t *testing.T) {
 		want []string // in the order check sorts them
 	}{
 		{"darwin", []string{"d/d_darwin.go:3:9: undefined: undefinedName", "u/u.go:5:13: cannot use \"text\""}},
-		{"windows", []string{"f/f.go:5:17: undefined: syscall.Flock", "w/w_windows_test.go:5:28: declared and not used: x"}},
+		{"windows", []string{"f/f.go:5:17: undefined: syscall.Flock", "u/u_windows_test.go:3:13: cannot use \"text\"",
+			"w/w_windows_test.go:5:28: declared and not used: x"}},
 	} {
 		n, errs, err := check(sys.goos, "amd64", []string{"./..."})
 		if err != nil {
