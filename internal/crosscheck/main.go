@@ -2,9 +2,10 @@
 // other systems than the one it runs on, from source: what scripts/test.sh
 // runs for darwin and windows. It asks go list (with GOOS set) which files
 // build there and in which order, then type-checks every package of the
-// graph, the standard library and the dependencies too, with go/types:
-// what the compiler's front end would report (undefined names, wrong
-// types, unused imports and variables), without compiling anything.
+// graph with go/types (the dependencies whole, the standard library's
+// declarations): what the compiler's front end would report (undefined
+// names, wrong types, unused imports and variables), without compiling
+// anything.
 //
 // Usage: crosscheck -os darwin,windows [-arch amd64] [packages]
 //
@@ -69,7 +70,6 @@ func main() {
 // listed is what go list -json says of one package.
 type listed struct {
 	ImportPath string
-	Name       string
 	Dir        string
 	GoFiles    []string
 	Imports    []string
@@ -213,7 +213,7 @@ func (f importerFunc) Import(path string) (*types.Package, error) { return f(pat
 // generated test mains.
 func list(goos, arch string, patterns []string) ([]*listed, error) {
 	args := append([]string{"list", "-e", "-deps", "-test",
-		"-json=ImportPath,Name,Dir,GoFiles,Imports,ImportMap,Standard,Module,Error"}, patterns...)
+		"-json=ImportPath,Dir,GoFiles,Imports,ImportMap,Standard,Module,Error"}, patterns...)
 	cmd := exec.Command("go", args...)
 	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+arch, "CGO_ENABLED=0")
 	var stderr bytes.Buffer
