@@ -258,18 +258,6 @@ target_parts() {
 	echo "$dir ./$rel $(echo "${1#*:}" | tr , ' ')"
 }
 
-# each_module CMD...: runs CMD in every module's directory, going on past a
-# module it fails in; then names those modules and fails.
-each_module() {
-	local m failed_in=()
-	for m in "${modules[@]}"; do
-		(cd "$root/$m" && "$@") || failed_in+=("$m")
-	done
-	if [ ${#failed_in[@]} -gt 0 ]; then
-		echo "failed in: ${failed_in[*]}" >&2
-		return 1
-	fi
-}
 # cross_check: every target of cross_targets type-checks, tests included,
 # for each of its OSes (internal/crosscheck: go list says which files build
 # there, go/types checks them and every package they import, the standard
@@ -307,7 +295,7 @@ cross_check() {
 # race-instrumented compile and the root module's tests with cgo on took
 # 104 s of CPU; with cgo on, 57 s).
 nonrace_env=CGO_ENABLED=0
-# run_staticcheck: staticcheck finds nothing in the module, built for
+# run_staticcheck: staticcheck finds nothing in any module, built for
 # linux. Every file but the !linux, windows and darwin ones is in that
 # build (cross_check type-checks those): a configuration for another
 # system costs a full analysis of the dependencies (modernc.org/sqlite's
@@ -324,16 +312,28 @@ nonrace_env=CGO_ENABLED=0
 # staticcheck's results cached for one carry that checkout's file paths
 # (with a second configuration, the -matrix merge then matched no object
 # of the other one, seen in a clean clone after another's run).
+#
+# The other modules are checked in one run, from the root (the workspace,
+# go.work, holds them all: ./DIR/... of each), which loads and analyses
+# the dependencies they share once: on a warm build cache and an empty
+# staticcheck cache, 47 s of CPU for those 17 modules, against 57 s one
+# module after the other. Its findings name files from the root.
 run_staticcheck() {
-	local linux="linux: GOOS=linux GOARCH=amd64 CGO_ENABLED=1 -race"
+	local rc=0 m patterns=()
 	export STATICCHECK_CACHE="$root/.staticcheck-cache"
-	if [ "$m" = . ]; then # $m: each_module's
-		linux="linux: GOOS=linux GOARCH=amd64 $nonrace_env"
+	echo "linux: GOOS=linux GOARCH=amd64 $nonrace_env" | (cd "$root" && "$staticcheck_bin" -matrix ./...) || rc=1
+	for m in "${modules[@]}"; do
+		if [ "$m" != . ]; then
+			patterns+=("$m/...")
+		fi
+	done
+	if [ ${#patterns[@]} -gt 0 ]; then
+		echo "linux: GOOS=linux GOARCH=amd64 CGO_ENABLED=1 -race" | (cd "$root" && "$staticcheck_bin" -matrix "${patterns[@]}") || rc=1
 	fi
-	echo "$linux" | "$staticcheck_bin" -matrix ./...
+	return $rc
 }
-# install_staticcheck: builds staticcheck once, for every module's step
-# (go run would link it once a module), with cgo off as everything this
+# install_staticcheck: builds staticcheck once, for its two runs (go run
+# would link it for each), with cgo off as everything this
 # script builds without the race detector (nonrace_env): the standard
 # library it compiles is theirs. Its configurations above say their own
 # CGO_ENABLED.
@@ -495,7 +495,7 @@ staticcheck_all() {
 	echo "== type-check for other systems (${cross_targets[*]})"
 	cross_check || rc=1
 	echo "== staticcheck"
-	install_staticcheck && each_module run_staticcheck || rc=1
+	install_staticcheck && run_staticcheck || rc=1
 	return $rc
 }
 queue "type-check for darwin and windows, and staticcheck" staticcheck_all
