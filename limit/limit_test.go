@@ -33,7 +33,10 @@ var sqliteHarness = idemtest.LimitHarness{
 	},
 }
 
-func TestSharedLimitsSQLite(t *testing.T) { idemtest.TestSharedLimits(t, sqliteHarness) }
+func TestSharedLimitsSQLite(t *testing.T) {
+	t.Parallel() // its rate is measured on real time: waits, which the others fill
+	idemtest.TestSharedLimits(t, sqliteHarness)
+}
 
 func TestStateFileKeepsNoLimits(t *testing.T) {
 	sf := testledger.OpenState(t, t.TempDir())
@@ -283,17 +286,20 @@ func TestRunTxTakesAStart(t *testing.T) {
 // TestRateAcrossStallSQLite: starts reserved before the ledger's claims
 // stalled do not go together with the burst that refilled meanwhile.
 func TestRateAcrossStallSQLite(t *testing.T) {
+	t.Parallel() // 8 s of waiting on real time, as the two below
 	idemtest.TestRateAcrossStall(t, testledger.Open(t, t.TempDir()))
 }
 
 // TestRateAcrossStallTxSQLite is TestRateAcrossStallSQLite for RunTx: its
 // transactions stall before they begin.
 func TestRateAcrossStallTxSQLite(t *testing.T) {
+	t.Parallel()
 	idemtest.TestRateAcrossStallTx[*sql.Tx](t, testledger.Open(t, t.TempDir()))
 }
 
 // TestRateAcrossStallEachTxSQLite is TestRateAcrossStallSQLite for the
 // items of idem.EachTx: a window's transaction stalls before it begins.
 func TestRateAcrossStallEachTxSQLite(t *testing.T) {
+	t.Parallel()
 	idemtest.TestRateAcrossStallEachTx[*sql.Tx](t, testledger.Open(t, t.TempDir()))
 }
