@@ -164,17 +164,15 @@ func TestSchedulerLagWhileClaimBlocked(t *testing.T) {
 	wantLagging(t, "once 10:00 is done", s, 0)
 }
 
-// TestSchedulerLagWhileFnHangs: a fn that hangs on <-ctx.Done() keeps its
-// catch-up from returning; the job's lag grows and it turns unready past
-// its tolerance; ready again once fn returns and the period is done.
-func TestSchedulerLagWhileFnHangs(t *testing.T) {
-	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
-	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
-	started, release := make(chan string, 1), make(chan struct{})
-	var c calls
-	fn := func(ctx context.Context, p idem.Period) error {
-		if p.Name == "2026-03-01T10:00Z" {
-			started <- p.Name
+// hangOn returns a job's fn that records its periods in c and hangs on
+// period until release is closed or its context ends; started, unless nil,
+// is sent the period as it starts.
+func hangOn(c *calls, period string, started chan<- string, release <-chan struct{}) func(context.Context, idem.Period) error {
+	return func(ctx context.Context, p idem.Period) error {
+		if p.Name == period {
+			if started != nil {
+				started <- p.Name
+			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -183,6 +181,17 @@ func TestSchedulerLagWhileFnHangs(t *testing.T) {
 		}
 		return c.fn(ctx, p)
 	}
+}
+
+// TestSchedulerLagWhileFnHangs: a fn that hangs on <-ctx.Done() keeps its
+// catch-up from returning; the job's lag grows and it turns unready past
+// its tolerance; ready again once fn returns and the period is done.
+func TestSchedulerLagWhileFnHangs(t *testing.T) {
+	clk := schedtest.NewClock(schedtest.UTC(t, "2026-03-01T10:30:00Z"))
+	s := idem.NewScheduler(openLedger(t, t.TempDir()), idem.WithClock(clk))
+	started, release := make(chan string, 1), make(chan struct{})
+	var c calls
+	fn := hangOn(&c, "2026-03-01T10:00Z", started, release)
 	if err := s.Add("hourly", idem.Hourly(time.UTC), fn, idem.WithLagTolerance(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
@@ -229,16 +238,7 @@ func TestSchedulerLagReadsStore(t *testing.T) {
 	s := idem.NewScheduler(l, idem.WithClock(clk))
 	release := make(chan struct{})
 	var c calls
-	fn := func(ctx context.Context, p idem.Period) error {
-		if p.Name == "2026-03-01T12:00Z" {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-release:
-			}
-		}
-		return c.fn(ctx, p)
-	}
+	fn := hangOn(&c, "2026-03-01T12:00Z", nil, release)
 	if err := s.Add("hourly", idem.Hourly(time.UTC), fn, idem.WithLagTolerance(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
