@@ -57,8 +57,9 @@ export GOFLAGS="${GOFLAGS:-} -trimpath"
 # modernc.org/sqlite/lib's, 1.9 GB at most instead of 1.2 GB). The test
 # binaries run without it (go test -exec 'env -u GOGC': test_exec), as
 # users run them, and so do the processes they start (the idem command's
-# tests build it with the default). A GOGC of the caller's is kept, for
-# both.
+# tests build it with the default); the other Go programs this script
+# starts have it (kfakeserver, the release check's consumer and idem
+# version). A GOGC of the caller's is kept, for all of them.
 test_exec=()
 if [ -z "${GOGC+set}" ]; then
 	export GOGC=400
@@ -502,17 +503,24 @@ staticcheck_all() {
 	install_staticcheck && run_staticcheck || rc=1
 	return $rc
 }
+# queue_modules DIR...: queues the tests of each module DIR that the
+# repository has (with this script's go test flags), once: a module queued
+# already is left out.
+go_test_args=("$@")
+queued_modules=" . " # the root's, queued apart below
+queue_modules() {
+	local m
+	for m in "$@"; do
+		if [ -f "$m/go.mod" ] && [[ $queued_modules != *" $m "* ]]; then
+			queue "module $m" test_module "$root/$m" "${go_test_args[@]}"
+			queued_modules+="$m "
+		fi
+	done
+}
 queue "type-check for darwin and windows, and staticcheck" staticcheck_all
-if [ -f pgledger/go.mod ]; then
-	queue "module ./pgledger" test_module "$root/pgledger" "$@"
-fi
+queue_modules ./pgledger
 queue_apart "module ." test_module "$root" "$@"
-long_modules=(./mysqlledger ./cmd/idem ./ui/browsertest)
-for m in "${long_modules[@]}"; do
-	if [ -f "$m/go.mod" ]; then
-		queue "module $m" test_module "$root/$m" "$@"
-	fi
-done
+queue_modules ./mysqlledger ./cmd/idem ./ui/browsertest
 # The multi-process fan-out tests (10k items, real kills) and the kill kit
 # of concurrent Runs (16 goroutines SIGKILLed at random, the group commit's
 # crash test) are built without the race detector: through
@@ -540,18 +548,8 @@ queue "release-check v0.9.0-check" scripts/release-check.sh v0.9.0-check
 # failed a clean-clone CI run so); a count sets no deadline
 # (golang/go#75804, fixed in Go 1.27).
 queue "fuzz FuzzDecodeState" env "$nonrace_env" go test -timeout "$timeout" "${test_exec[@]}" -run '^$' -fuzz '^FuzzDecodeState$' -fuzztime 200000x ./internal/statefmt
-waiting_modules=(./bench ./pgledger/compattest ./kafkaoutbox ./rabbitoutbox ./redisstore)
-for m in "${waiting_modules[@]}"; do
-	if [ -f "$m/go.mod" ]; then
-		queue "module $m" test_module "$root/$m" "$@"
-	fi
-done
-for m in "${modules[@]}"; do
-	case " . ./pgledger ${long_modules[*]} ${waiting_modules[*]} " in
-	*" $m "*) ;;
-	*) queue "module $m" test_module "$root/$m" "$@" ;;
-	esac
-done
+queue_modules ./bench ./pgledger/compattest ./kafkaoutbox ./rabbitoutbox ./redisstore
+queue_modules "${modules[@]}"
 queue "go mod tidy" scripts/tidy.sh --check
 # idem serve's crontab parser has a fuzz test too (cmd/idem/internal/crontab
 # FuzzParse); its seeds run with cmd/idem's tests. It is not fuzzed here: it
