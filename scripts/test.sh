@@ -373,6 +373,26 @@ compile_race() {
 with_cpu "$cpu" compile_race
 echo "== done compile (-race) ($(took "$start" "$cpu"))"
 rm -f "$cpu"
+# The same, once, for what is built without the race detector (with cgo
+# off: nonrace_env): the root module's packages and tests (the tests
+# without -race, staticcheck's run for the root) and the idem command
+# (cmd/idem's tests build it), so SQLite, pgx and what else they import.
+# Left to the steps below, two of them that start together (staticcheck's
+# root run and the Postgres rolling-upgrade test's build of the old
+# worker) both compiled SQLite at once, as two go commands do when the
+# build cache has not got it yet: seen on an empty build cache, 2 cores,
+# by sampling the compiler's processes every 2 s. One go list after the
+# other: run side by side, they would do the same.
+echo "== compile (without -race) the root module's packages and tests, and the idem command"
+start=$SECONDS
+cpu=$(mktemp)
+compile_nonrace() {
+	env "$nonrace_env" go list -export -deps -test ./... >/dev/null 2>&1 || true
+	env "$nonrace_env" go list -export -deps ./cmd/idem/... >/dev/null 2>&1 || true
+}
+with_cpu "$cpu" compile_nonrace
+echo "== done compile (without -race) ($(took "$start" "$cpu"))"
+rm -f "$cpu"
 wait_servers
 
 # run_steps: runs the steps queued by queue (NAME, then its COMMAND...
