@@ -82,7 +82,7 @@ launch() {
 		user=(--user=root)
 	fi
 	"$server" --no-defaults "${user[@]}" --datadir="$dir/data" --socket="$dir/sock" \
-		--pid-file="$dir/pid" --port="$port" --bind-address=127.0.0.1 --skip-name-resolve \
+		--pid-file="$dir/pid" --port="$port" --bind-address=127.0.0.1 --skip-name-resolve --tmpdir="$dir/tmp" \
 		--log-error="$dir/server.log" --log-bin="$dir/data/binlog" --server-id=1 \
 		--innodb-flush-log-at-trx-commit=1 --sync-binlog=1 --max-connections=500 \
 		--innodb-buffer-pool-size=64M --innodb-log-file-size=48M \
@@ -116,11 +116,17 @@ start() {
 			continue
 		fi
 		chmod 700 "$dir"
+		# A temporary directory of the server's own: two servers that
+		# share /tmp for their temporary tables can lose each other's
+		# (a bootstrap beside the module's running server failed so:
+		# "Could not remove temporary table '/tmp/#sql-temptable-…'",
+		# then "Unknown table 'mysql.tmp_proxies_priv'").
+		mkdir "$dir/tmp"
 		local user=()
 		if [ "$(id -u)" -eq 0 ]; then
 			user=(--user=root)
 		fi
-		if ! "$(bin mariadb-install-db)" --no-defaults "${user[@]}" --datadir="$dir/data" \
+		if ! "$(bin mariadb-install-db)" --no-defaults "${user[@]}" --datadir="$dir/data" --tmpdir="$dir/tmp" \
 			--auth-root-authentication-method=normal --skip-test-db >"$dir/install.log" 2>&1; then
 			cat "$dir/install.log" >&2
 			rm -rf "$dir"
