@@ -147,10 +147,10 @@ func testRandomKills[Tx any](t *testing.T, h KillHarness[Tx], mode string) {
 		}
 		switch {
 		case it == randomKillPoison:
-		case mode == "at-least-once" && n < 1, mode == "tx" && n != 1, mode == "two-phase" && n != 1:
-			t.Fatalf("%s: %s applied %d times", mode, it, n)
-		case mode == "at-most-once" && n > 1:
-			t.Fatalf("%s: %s applied %d times", mode, it, n)
+		case mode == "at-least-once" && n < 1, mode == "tx" && n != 1, mode == "two-phase" && n != 1,
+			mode == "at-most-once" && n > 1:
+			t.Fatalf("%s: %s applied %d times; its record: %s; %s", mode, it, n,
+				randomKillItemStatus(ctx, h, s, it), keepEffectsLog(dir, mode, seed))
 		}
 	}
 	if len(got) != applied {
@@ -179,6 +179,43 @@ func testRandomKills[Tx any](t *testing.T, h KillHarness[Tx], mode string) {
 	if rec, ok, err := s.Lookup(ctx, randomKillKey); err != nil || !ok || rec.Status != idem.StatusDone {
 		t.Fatalf("period %+v, %v, %v", rec, ok, err)
 	}
+}
+
+// randomKillItemStatus is the status the store recorded for item, as
+// h.ItemStatus says, for a failure's message.
+func randomKillItemStatus[Tx any](ctx context.Context, h KillHarness[Tx], s idem.TxStore[Tx], item string) string {
+	if h.ItemStatus == nil {
+		return "(no KillHarness.ItemStatus)"
+	}
+	st, err := h.ItemStatus(ctx, s, randomKillKey, item)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	return st
+}
+
+// keepEffectsLog copies the effects log in dir (the test's temporary
+// directory, removed when it ends) to the system's temporary directory,
+// for a failure's message: where to read it.
+func keepEffectsLog(dir, mode string, seed int64) string {
+	if mode == "tx" {
+		return "its effects are the store's (KillHarness.Applied)"
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "effects.log"))
+	if err != nil {
+		return "the effects log: " + err.Error()
+	}
+	f, err := os.CreateTemp("", fmt.Sprintf("idem-effects-%s-%d-*.log", mode, seed))
+	if err == nil {
+		_, err = f.Write(b)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return "keeping the effects log: " + err.Error()
+	}
+	return "the effects log kept at " + f.Name()
 }
 
 // randomKillOK reports whether a run of randomKillRun ended as mode
