@@ -55,6 +55,10 @@ type KillHarness[Tx any] struct {
 	// NotDone, if set, describes the items of key that are not done, for a
 	// failure's message.
 	NotDone func(t *testing.T, s idem.TxStore[Tx], key idem.Key) string
+	// ItemDetail, if set, describes what the store holds for key's item
+	// (where its chunks have it and their positions, its own record), for
+	// the message of a failure about that item.
+	ItemDetail func(ctx context.Context, s idem.TxStore[Tx], key idem.Key, item string) string
 
 	// Shift makes d pass for a store that keeps its outbox's leases on its
 	// own clock (a database's now()), as [OutboxHarness.Shift] does;

@@ -181,15 +181,18 @@ func testRandomKills[Tx any](t *testing.T, h KillHarness[Tx], mode string) {
 	}
 }
 
-// randomKillItemStatus is the status the store recorded for item, as
-// h.ItemStatus says, for a failure's message.
+// randomKillItemStatus is what the store recorded for item, as
+// h.ItemStatus and h.ItemDetail say, for a failure's message.
 func randomKillItemStatus[Tx any](ctx context.Context, h KillHarness[Tx], s idem.TxStore[Tx], item string) string {
-	if h.ItemStatus == nil {
-		return "(no KillHarness.ItemStatus)"
+	st := "(no KillHarness.ItemStatus)"
+	if h.ItemStatus != nil {
+		var err error
+		if st, err = h.ItemStatus(ctx, s, randomKillKey, item); err != nil {
+			st = "(" + err.Error() + ")"
+		}
 	}
-	st, err := h.ItemStatus(ctx, s, randomKillKey, item)
-	if err != nil {
-		return "(" + err.Error() + ")"
+	if h.ItemDetail != nil {
+		st += "; " + h.ItemDetail(ctx, s, randomKillKey, item)
 	}
 	return st
 }

@@ -3,6 +3,7 @@ package mysqlledger_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -91,9 +92,56 @@ func killHarness() idemtest.KillHarness[*sql.Tx] {
 			return status, err
 		},
 		NotDone: func(t *testing.T, s idem.TxStore[*sql.Tx], _ idem.Key) string { return notDone(ledger(s)) },
+		ItemDetail: func(ctx context.Context, s idem.TxStore[*sql.Tx], key idem.Key, item string) string {
+			return itemDetail(ctx, ledger(s), key, item)
+		},
 		// No Shift: the outbox's leases are on the relay's clock, which
 		// the kit moves instead.
 	}
+}
+
+// itemDetail says where key's chunks have item (chunk, position, and the
+// chunk's row) and the item's own record, for a failure's message.
+func itemDetail(ctx context.Context, l *mysqlledger.Ledger, key idem.Key, item string) string {
+	rows, err := l.DB().QueryContext(ctx, `SELECT c.chunk, c.n, c.settled, c.started, c.doubt, c.status, c.attempt, c.failures, li.items
+		FROM `+l.Table("item_chunks")+` c JOIN `+l.Table("item_lists")+` li ON li.job = c.job AND li.period = c.period AND li.chunk = c.chunk
+		WHERE c.job = ? AND c.period = ? ORDER BY c.chunk`, key.Job, key.Period)
+	if err != nil {
+		return "chunks: " + err.Error()
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var chunk, n, settled, started, doubt, attempt, failures int64
+		var status, items string
+		if err := rows.Scan(&chunk, &n, &settled, &started, &doubt, &status, &attempt, &failures, &items); err != nil {
+			return "chunks: " + err.Error()
+		}
+		for pos, it := range strings.Split(items, "\n") {
+			if it == item {
+				out = append(out, fmt.Sprintf("chunk %d position %d of %d (settled %d, started %d, doubt %d, %s, attempt %d, failures %d)",
+					chunk, pos, n, settled, started, doubt, status, attempt, failures))
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "chunks: " + err.Error()
+	}
+	if len(out) == 0 {
+		out = append(out, "in no chunk's list")
+	}
+	var status, lastErr string
+	var attempt, failures int64
+	switch err := l.DB().QueryRowContext(ctx, `SELECT status, attempt, failures, last_error FROM `+l.Table("item_state")+`
+		WHERE job = ? AND period = ? AND item = ?`, key.Job, key.Period, item).Scan(&status, &attempt, &failures, &lastErr); {
+	case errors.Is(err, sql.ErrNoRows):
+		out = append(out, "no record of its own")
+	case err != nil:
+		out = append(out, "its record: "+err.Error())
+	default:
+		out = append(out, fmt.Sprintf("its record: %s, attempt %d, failures %d, %q", status, attempt, failures, lastErr))
+	}
+	return strings.Join(out, "; ")
 }
 
 // notDone describes the items that are not done, for a failure's message.
