@@ -57,7 +57,7 @@ type KillHarness[Tx any] struct {
 	NotDone func(t *testing.T, s idem.TxStore[Tx], key idem.Key) string
 	// ItemDetail, if set, describes what the store holds for key's item
 	// (where its chunks have it and their positions, its own record), for
-	// the message of a failure about that item.
+	// the message of a failure about that item, in place of ItemStatus.
 	ItemDetail func(ctx context.Context, s idem.TxStore[Tx], key idem.Key, item string) string
 
 	// Shift makes d pass for a store that keeps its outbox's leases on its

@@ -181,18 +181,18 @@ func testRandomKills[Tx any](t *testing.T, h KillHarness[Tx], mode string) {
 	}
 }
 
-// randomKillItemStatus is what the store recorded for item, as
-// h.ItemStatus and h.ItemDetail say, for a failure's message.
+// randomKillItemStatus is what the store recorded for item, for a
+// failure's message: h.ItemDetail's description, else h.ItemStatus's.
 func randomKillItemStatus[Tx any](ctx context.Context, h KillHarness[Tx], s idem.TxStore[Tx], item string) string {
-	st := "(no KillHarness.ItemStatus)"
-	if h.ItemStatus != nil {
-		var err error
-		if st, err = h.ItemStatus(ctx, s, randomKillKey, item); err != nil {
-			st = "(" + err.Error() + ")"
-		}
+	switch {
+	case h.ItemDetail != nil:
+		return h.ItemDetail(ctx, s, randomKillKey, item)
+	case h.ItemStatus == nil:
+		return "(no KillHarness.ItemStatus)"
 	}
-	if h.ItemDetail != nil {
-		st += "; " + h.ItemDetail(ctx, s, randomKillKey, item)
+	st, err := h.ItemStatus(ctx, s, randomKillKey, item)
+	if err != nil {
+		return "(" + err.Error() + ")"
 	}
 	return st
 }
