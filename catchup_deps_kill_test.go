@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/effectlog"
 )
 
 // depKillStart is the instant the dependency kill test's clocks start at:
@@ -60,13 +61,16 @@ func depKillJob(dir, job string, offset time.Duration) error {
 					return err
 				}
 				if !ok || rec.Status != idem.StatusDone {
-					fmt.Fprintf(log, "violation %s %s started before %s/%s was done (%v)\n", job, p.Name, upstream, name, rec.Status)
+					if err := effectlog.Append(log, fmt.Sprintf("violation %s %s started before %s/%s was done (%v)", job, p.Name, upstream, name, rec.Status)); err != nil {
+						return err
+					}
 				}
 			}
 		}
 		time.Sleep(time.Duration(30+rand.IntN(40)) * time.Millisecond)
-		_, err := fmt.Fprintf(log, "%s %s\n", job, p.Name)
-		return err
+		// One record, one write (O_APPEND): a write a SIGKILL cuts short
+		// is no record (effectlog).
+		return effectlog.Append(log, job+" "+p.Name)
 	}
 	opts := []idem.Option{idem.Since(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)), idem.CatchUpAll(0),
 		idem.WithLease(200 * time.Millisecond), idem.WithBackoff(idem.Constant(time.Millisecond)), idem.WaitForTurn()}
@@ -158,16 +162,16 @@ func TestAfterRandomKills(t *testing.T) {
 			t.Fatalf("the last run of %s: %+v", jobs[i], e)
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "log"))
+	lines, err := effectlog.Lines(filepath.Join(dir, "log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ran := map[string]int{}
-	for line := range strings.Lines(string(b)) {
+	for _, line := range lines {
 		if strings.HasPrefix(line, "violation") {
-			t.Errorf("%s", strings.TrimSpace(line))
+			t.Errorf("%s", line)
 		}
-		job, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		job, _, _ := strings.Cut(line, " ")
 		ran[job]++
 	}
 	for _, c := range []struct {

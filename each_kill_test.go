@@ -20,6 +20,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemtest"
+	"github.com/idemgo/idem/internal/effectlog"
 )
 
 // eachChild is the job of the multi-process fan-out tests: 10k items in
@@ -70,8 +71,9 @@ func eachChild(dir, mode string, killAt int64, workers int) error {
 		if err := poison(item); err != nil {
 			return idem.NothingHappened(err)
 		}
-		// A SIGKILL loses nothing written: no fsync needed to survive it.
-		if _, err := log.WriteString(item + "\n"); err != nil {
+		// A SIGKILL loses nothing written: no fsync needed to survive it;
+		// a write it cuts short is no record (effectlog).
+		if err := effectlog.Append(log, item); err != nil {
 			return err
 		}
 		maybeKill()

@@ -195,9 +195,9 @@ func concurrentKillRun[Tx any](h KillHarness[Tx], storeArg, dir, mode string, fr
 		return err
 	}
 	defer reported.Close()
-	// One write per line (O_APPEND): whole lines, and a SIGKILL loses
-	// nothing written.
-	line := func(f *os.File, s string) error { _, err := f.WriteString(s + "\n"); return err }
+	// One record, one write (O_APPEND): a SIGKILL loses nothing written,
+	// and a write it cuts short is no record (effectlog).
+	line := effectlog.Append
 	work := func() { time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond) }
 	// A killed child's leases must run out soon for the next run to take
 	// its keys over; the last run (not killed) takes a long one, so that a
@@ -260,12 +260,12 @@ func concurrentKillRun[Tx any](h KillHarness[Tx], storeArg, dir, mode string, fr
 	return first
 }
 
-// reportedLines counts the lines of the reported log at path (0 before
+// reportedLines counts the records of the reported log at path (0 before
 // it exists).
 func reportedLines(t *testing.T, path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	lines, err := effectlog.Lines(path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Count(string(b), "\n")
+	return len(lines)
 }

@@ -104,9 +104,10 @@ func eachChild(env eachEnv, mode string, killAt int64) error {
 		if err := idem.CheckLease(ctx); err != nil {
 			return idem.NothingHappened(err)
 		}
-		// One write per line (O_APPEND): whole lines, and a SIGKILL loses
-		// nothing written, so no fsync is needed to survive it.
-		if _, err := log.WriteString(item + "\n"); err != nil {
+		// One record, one write (O_APPEND): a SIGKILL loses nothing
+		// written, so no fsync is needed to survive it, and a write it
+		// cuts short is no record (effectlog).
+		if err := effectlog.Append(log, item); err != nil {
 			return err
 		}
 		maybeKill() // after the effect, before its done mark: in doubt

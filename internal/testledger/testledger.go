@@ -6,7 +6,6 @@
 package testledger
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -16,12 +15,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/effectlog"
 )
 
 // Main runs the tests of m with up to four parallel tests per CPU unless
@@ -94,7 +93,9 @@ func Open(t testing.TB, dir string, opts ...idem.Option) *idem.Ledger {
 }
 
 // Effects is an append-only log of fn's effects: the "downstream". Each
-// line is fsynced before fn returns, so it survives the process.
+// line is a record of an effectlog (one write: a write a SIGKILL cuts
+// short is no record), fsynced before fn returns, so it survives the
+// process.
 type Effects struct {
 	path string
 	mu   sync.Mutex
@@ -113,7 +114,7 @@ func (e *Effects) Add(t testing.TB, line string) {
 		panic(err)
 	}
 	defer f.Close()
-	if _, err := f.WriteString(line + "\n"); err != nil {
+	if err := effectlog.Append(f, line); err != nil {
 		panic(err)
 	}
 	if err := f.Sync(); err != nil {
@@ -126,20 +127,12 @@ func (e *Effects) Counts(t testing.TB) map[string]int {
 	if t != nil {
 		t.Helper()
 	}
-	m := map[string]int{}
-	f, err := os.Open(e.path)
-	if os.IsNotExist(err) {
-		return m
-	}
+	m, err := effectlog.Counts(e.path)
 	if err != nil {
-		panic(err)
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if line := strings.TrimSpace(s.Text()); line != "" {
-			m[line]++
+		if t != nil {
+			t.Fatal(err)
 		}
+		panic(err)
 	}
 	return m
 }

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/effectlog"
 	"github.com/idemgo/idem/internal/proc"
 )
 
@@ -659,17 +659,12 @@ func (r *runner) check() (*Summary, error) {
 			return nil, fmt.Errorf("check: count effects: %w", err)
 		}
 	} else {
-		counts = map[string]int{}
-		f, err := os.ReadFile(filepath.Join(r.dir, effectsFile))
-		if err != nil {
+		// A record a kill cut short is none (effectlog): its worker's
+		// fn never returned, and the key's next attempt checks again.
+		// Workers of an older release (the rolling upgrade) write plain
+		// lines.
+		if counts, err = effectlog.CountsMixed(filepath.Join(r.dir, effectsFile)); err != nil {
 			return nil, fmt.Errorf("check: %w", err)
-		}
-		sc := bufio.NewScanner(bytes.NewReader(f))
-		for sc.Scan() {
-			counts[sc.Text()]++
-		}
-		if len(f) > 0 && f[len(f)-1] != '\n' {
-			s.Errors = append(s.Errors, "the effects log does not end with a newline (a torn write?)")
 		}
 	}
 	known := map[string]bool{}

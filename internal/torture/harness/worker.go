@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/internal/effectlog"
 )
 
 // workerEnv, when set, makes the binary a worker: its value is the worker's
@@ -364,7 +364,7 @@ func (w *worker) effect(ctx context.Context) error {
 	if err := idem.CheckLease(ctx); err != nil {
 		return idem.NothingHappened(err) // refused before the effect
 	}
-	if _, err := w.effects.WriteString(info.Key.String() + "\n"); err != nil {
+	if err := effectlog.Append(w.effects, info.Key.String()); err != nil {
 		return err
 	}
 	if err := w.effects.Sync(); err != nil {
@@ -387,15 +387,6 @@ func (w *worker) txEffect(ctx context.Context, bump func(context.Context) error)
 
 // downstreamHas is TwoPhase's check: is key's line in the effects log?
 func (w *worker) downstreamHas(ctx context.Context, key idem.Key) (bool, error) {
-	b, err := os.ReadFile(filepath.Join(w.cfg.Dir, effectsFile))
-	if err != nil {
-		return false, err
-	}
-	line := []byte(key.String())
-	for l := range bytes.Lines(b) {
-		if bytes.Equal(bytes.TrimSuffix(l, []byte("\n")), line) {
-			return true, nil
-		}
-	}
-	return false, nil
+	counts, err := effectlog.CountsMixed(filepath.Join(w.cfg.Dir, effectsFile)) // an older release's workers write plain lines
+	return counts[key.String()] > 0, err
 }
