@@ -85,7 +85,9 @@ func RunWorker() int {
 }
 
 // wlog writes one line to the worker's stdout (the shared workers.log, opened
-// O_APPEND by the parent: one write per line keeps lines whole). The worker's
+// O_APPEND by the parent: one write per line keeps the workers' lines apart,
+// but for a line a SIGKILL cuts short, which the next line then follows on
+// the same line; it is read by people, and searched for a start). The worker's
 // stderr is a file of its own (<name>.stderr): panics and goroutine dumps go
 // there whole, not interleaved with the other workers' lines.
 type wlog string
