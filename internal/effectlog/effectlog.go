@@ -40,20 +40,6 @@ func Append(f *os.File, line string) error {
 	return err
 }
 
-// AppendFile opens the log at path (created if missing), appends line as
-// Append does, and closes it.
-func AppendFile(path, line string) error {
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	err = Append(f, line)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // Reader reads a log's records incrementally: each call reads only what
 // was appended since the last one, so that a TwoPhase check on a batch of
 // doubtful items (after a kill, up to 100 per worker) stays well within its

@@ -76,7 +76,7 @@ func TestKilledInAWrite(t *testing.T) {
 		}
 		whole := int(st.Size() / record)
 		t.Logf("try %d: the kill left %d whole records and %d bytes of a torn one", try, whole, st.Size()%record)
-		if err := effectlog.AppendFile(path, "after"); err != nil {
+		if err := appendRecord(path, "after"); err != nil {
 			t.Fatal(err)
 		}
 		counts, err := effectlog.Counts(path)

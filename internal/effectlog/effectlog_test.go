@@ -20,7 +20,7 @@ func TestTornRecordDropped(t *testing.T) {
 		t.Fatalf("Count on a log not yet created: %d, %v", n, err)
 	}
 	for _, l := range []string{"acct-000001", "acct-000002"} {
-		if err := effectlog.AppendFile(path, l); err != nil {
+		if err := appendRecord(path, l); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -33,7 +33,7 @@ func TestTornRecordDropped(t *testing.T) {
 		t.Fatalf("Count of the torn record's text = %d, %v; want 0", n, err)
 	}
 	for _, l := range []string{"acct-000004", "acct-000003"} {
-		if err := effectlog.AppendFile(path, l); err != nil {
+		if err := appendRecord(path, l); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -58,24 +58,38 @@ func TestTornRecordDropped(t *testing.T) {
 // line with a newline.
 func TestNotARecord(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "effects.log")
-	if err := effectlog.AppendFile(path, "acct-000001"); err != nil {
+	if err := appendRecord(path, "acct-000001"); err != nil {
 		t.Fatal(err)
 	}
 	appendRaw(t, path, "acct-000002\n")
 	if _, err := effectlog.Counts(path); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "acct-000002") {
 		t.Fatalf("Counts of a log with a plain line: %v; want an error naming %s and the line", err, path)
 	}
-	if err := effectlog.AppendFile(path, "two\nlines"); err == nil {
+	if err := appendRecord(path, "two\nlines"); err == nil {
 		t.Fatal("Append of a line with a newline: no error")
 	}
 	// CountsMixed takes it as a record whole.
-	if err := effectlog.AppendFile(path, "acct-000003"); err != nil {
+	if err := appendRecord(path, "acct-000003"); err != nil {
 		t.Fatal(err)
 	}
 	counts, err := effectlog.CountsMixed(path)
 	if err != nil || len(counts) != 3 || counts["acct-000001"] != 1 || counts["acct-000002"] != 1 || counts["acct-000003"] != 1 {
 		t.Fatalf("CountsMixed = %v, %v; want acct-000001, -2 and -3 once each", counts, err)
 	}
+}
+
+// appendRecord appends line to the log at path (created if missing) with
+// effectlog.Append.
+func appendRecord(path, line string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	err = effectlog.Append(f, line)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func appendRaw(t *testing.T, path, s string) {
