@@ -71,11 +71,8 @@ func (r *Reader) Count(line string) (int, error) {
 // Counts reads the whole log at path and returns how many times each
 // record is in it; a log that does not exist has none.
 func Counts(path string) (map[string]int, error) {
-	r := NewReader(path)
-	if err := r.read(); err != nil {
-		return nil, err
-	}
-	return r.n, nil
+	r, err := readAll(path, false)
+	return r.n, err
 }
 
 // CountsMixed is Counts for a log that writers of plain lines ("line\n",
@@ -83,22 +80,26 @@ func Counts(path string) (map[string]int, error) {
 // a line is a record, whole. A write of theirs that a SIGKILL cut short
 // cannot be told from a record, nor can a record glued to it.
 func CountsMixed(path string) (map[string]int, error) {
-	r := NewReader(path)
-	r.plain = true
-	if err := r.read(); err != nil {
-		return nil, err
-	}
-	return r.n, nil
+	r, err := readAll(path, true)
+	return r.n, err
 }
 
 // Lines reads the whole log at path and returns its records in order; a
 // log that does not exist has none.
 func Lines(path string) ([]string, error) {
+	r, err := readAll(path, false)
+	return r.lines, err
+}
+
+// readAll reads the whole log at path; with plain, a line without the
+// separator is a record (CountsMixed). On an error, the Reader is empty.
+func readAll(path string, plain bool) (*Reader, error) {
 	r := NewReader(path)
+	r.plain = plain
 	if err := r.read(); err != nil {
-		return nil, err
+		return &Reader{}, err
 	}
-	return r.lines, nil
+	return r, nil
 }
 
 func (r *Reader) read() error {
