@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,10 +15,14 @@ import (
 const (
 	childEnv = "IDEM_EFFECTLOG_CHILD"
 	bigLine  = 4 << 20 // a record's bytes, written in one write
+	// maxRecords bounds what a child writes if no kill comes (its parent
+	// died, or every kill missed): 256 MiB, then it exits.
+	maxRecords = 64
 )
 
 // TestKilledInAWrite: a real SIGKILL in the middle of a write. A child
-// process appends records of 4 MiB, one write each, until it is killed;
+// process appends records of 4 MiB, one write each, until it is killed
+// (or dies with this process, or has written maxRecords);
 // Linux leaves the write it was in cut at a page boundary (the test tries
 // until a kill has done so: the log's size is not a whole number of
 // records), killing it when it has seen the log hold part of a record.
@@ -30,11 +35,12 @@ func TestKilledInAWrite(t *testing.T) {
 			panic(err)
 		}
 		line := strings.Repeat("x", bigLine)
-		for {
+		for range maxRecords {
 			if err := effectlog.Append(f, line); err != nil {
 				panic(err)
 			}
 		}
+		os.Exit(0)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -48,6 +54,7 @@ func TestKilledInAWrite(t *testing.T) {
 		os.Remove(path)
 		cmd := exec.Command(exe, "-test.run=^TestKilledInAWrite$")
 		cmd.Env = append(os.Environ(), childEnv+"="+path)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
