@@ -138,15 +138,7 @@ func testRandomKills[Tx any](t *testing.T, h KillHarness[Tx], mode string) {
 	if got[randomKillPoison] != 0 {
 		t.Fatalf("the poison item has an effect")
 	}
-	// Records that name no item of the set (none, unless the log is
-	// mangled), for a failure's message.
-	strange := map[string]int{}
-	for it, n := range got {
-		strange[it] = n
-	}
-	for i := range randomKillItems {
-		delete(strange, fmt.Sprintf("acct-%06d", i))
-	}
+	strange := strangeRecords(got)
 	applied := 0
 	for i := range randomKillItems {
 		it := fmt.Sprintf("acct-%06d", i)
@@ -188,6 +180,19 @@ func testRandomKills[Tx any](t *testing.T, h KillHarness[Tx], mode string) {
 	if rec, ok, err := s.Lookup(ctx, randomKillKey); err != nil || !ok || rec.Status != idem.StatusDone {
 		t.Fatalf("period %+v, %v, %v", rec, ok, err)
 	}
+}
+
+// strangeRecords returns the counts of got's records that name no item of
+// the set: none, unless the effects log is mangled.
+func strangeRecords(got map[string]int) map[string]int {
+	strange := map[string]int{}
+	for it, n := range got {
+		strange[it] = n
+	}
+	for i := range randomKillItems {
+		delete(strange, fmt.Sprintf("acct-%06d", i))
+	}
+	return strange
 }
 
 // randomKillItemStatus is what the store recorded for item, for a
