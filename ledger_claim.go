@@ -209,14 +209,8 @@ func finishExec(tx *wtx, key Key, attempt int64, end idemstore.End) (int64, erro
 		value = end.Value
 	}
 	updated := micros(tx.at(end.Now))
-	// The attempt's history row, in the outcome's transaction, written
-	// before the outcome: a done mark may make the record a re-run's new
-	// revision at once (the trigger idem_rerun_after_done), and the row
-	// is this attempt's. Its WHERE is the done mark's: it inserts a row
-	// exactly when the UPDATE below changes one.
-	if _, err := tx.exec(attemptEndSQL, string(end.Status), end.Error, updated, key.Job, key.Period, attempt); err != nil {
-		return 0, err
-	}
+	// The attempt's history row is the record itself until the record
+	// moves on (the trigger idem_attempt_archive).
 	res, err := tx.exec(`UPDATE idem_runs SET status=?, failures=?, not_before=?, last_error=?,
 		lease_until=0, updated=?, value=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
 		string(end.Status), end.Failures, micros(tx.at(end.NotBefore)), end.Error, updated, value,
@@ -336,10 +330,6 @@ func (l *Ledger) claimFinishTx(ctx context.Context, req idemstore.ClaimRequest, 
 			if _, err := tx.exec(`UPDATE idem_runs SET value=? WHERE job=? AND period=?`, value, key.Job, key.Period); err != nil {
 				return err
 			}
-		}
-		// Attempt 1 started and ended done here: its history row.
-		if _, err := tx.exec(attemptInsertSQL, key.Job, key.Period); err != nil {
-			return err
 		}
 		if !cursor {
 			return nil

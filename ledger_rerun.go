@@ -194,9 +194,23 @@ func (l ledgerStore) RerunsDue(ctx context.Context, job, through string) ([]stri
 
 var _ idemstore.Historian = ledgerStore{}
 
+// historySQL reads a key's ended attempts: the rows of idem_attempts, and
+// the attempt its record holds if it ended (version 9 writes its row only
+// when the record moves on: attemptArchiveSQL) and has no row (a version-8
+// process wrote one when it ended; a re-run left the record at a new
+// revision with an archived attempt's number). A record of attempt 0
+// (Resolve of a key that had none) holds no attempt.
+const historySQL = `SELECT revision, attempt, outcome, error, owner, started, ended FROM idem_attempts
+	WHERE job = ?1 AND period = ?2
+UNION ALL
+SELECT r.revision, r.attempt, r.status, r.last_error, r.owner, r.started, r.updated FROM idem_runs AS r
+	WHERE r.job = ?1 AND r.period = ?2 AND r.status <> 'running' AND r.attempt > 0
+	AND NOT EXISTS (SELECT 1 FROM idem_attempts AS a WHERE a.job = r.job AND a.period = r.period AND a.attempt = r.attempt)
+ORDER BY 1, 2`
+
 // History implements [idemstore.Historian]: the key's attempts that ended
-// (idem_attempts, schema version 7) and its re-run requests (idem_reruns),
-// oldest first.
+// (idem_attempts, schema version 7, and the one its record holds: see
+// attemptArchiveSQL) and its re-run requests (idem_reruns), oldest first.
 func (l ledgerStore) History(ctx context.Context, key Key) (idemstore.History, error) {
 	var h idemstore.History
 	if err := key.Validate(); err != nil {
@@ -205,8 +219,7 @@ func (l ledgerStore) History(ctx context.Context, key Key) (idemstore.History, e
 	fail := func(err error) (idemstore.History, error) {
 		return idemstore.History{}, fmt.Errorf("idem: %s: history of %s: %w", l.where(), key, err)
 	}
-	rows, err := l.db.QueryContext(ctx, `SELECT revision, attempt, outcome, error, owner, started, ended FROM idem_attempts
-		WHERE job=? AND period=? ORDER BY revision, attempt`, key.Job, key.Period)
+	rows, err := l.db.QueryContext(ctx, historySQL, key.Job, key.Period)
 	if err != nil {
 		return fail(err)
 	}

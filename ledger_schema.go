@@ -28,8 +28,13 @@ import (
 // started of idem_runs; version 8 the requests to re-run done periods,
 // table idem_reruns, and the counts of records by job and status, table
 // idem_job_counts kept by triggers, with the index of the records that
-// need a look, idem_runs_attention: what the operators' page reads.)
-const SchemaVersion = 8
+// need a look, idem_runs_attention: what the operators' page reads;
+// version 9 the trigger idem_attempt_archive, which writes an attempt's
+// history row when its record moves on rather than when it ends: a
+// version-8 process reading the history of a version-9 ledger misses the
+// last attempt of each record whose attempt a version-9 process ended, as
+// that attempt is still on its record.)
+const SchemaVersion = 9
 
 // jobCountsSchema is version 8's summary of idem_runs: per job and status,
 // how many records it holds and the latest updated of a record that
@@ -294,6 +299,14 @@ func (l *Ledger) migrate(ctx context.Context) error {
 						return l.wrapOpenErr(fmt.Errorf("upgrading to version 8: %w", err))
 					}
 				}
+			}
+		}
+		if v < 9 {
+			// Version 9: an attempt's history row written when its
+			// record moves on. The attempts that ended before have
+			// their rows already.
+			if _, err := tx.ExecContext(ctx, attemptArchiveSQL); err != nil {
+				return l.wrapOpenErr(fmt.Errorf("upgrading to version 9: %w", err))
 			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO idem_meta(name, value) VALUES('schema_version', ?)
