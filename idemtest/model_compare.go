@@ -341,6 +341,51 @@ func (w *world) lookupDiff(ctx context.Context, m *model, keys []idem.Key, times
 			d = append(d, fmt.Sprintf("Lookup %s: want %s, got %s", k, recString(wr, wok, times), recString(fromRecord(gr), gok, times)))
 		}
 		d = append(d, w.promises(m, k, gr, gok, rows, rowsOK)...)
+		d = append(d, w.historyDiff(ctx, m, k, gr, gok)...)
+	}
+	return d
+}
+
+// historyDiff checks a store's History of k (when it keeps one:
+// idemstore.Historian) against its record: every attempt number from 1 to
+// the record's last ended attempt is there exactly once, in order (a
+// claim takes the record's attempt plus one; a takeover ends the attempt
+// taken over as abandoned; a re-run changes the revision, not the
+// attempt), the attempt running now is not, and revisions do not go back
+// nor past the record's. The record's own ended attempt has the record's
+// status as its outcome unless an operator or a re-run settled it since.
+func (w *world) historyDiff(ctx context.Context, m *model, k idem.Key, rec idemstore.Record, ok bool) []string {
+	hs, isH := w.s.(idemstore.Historian)
+	if !isH {
+		return nil
+	}
+	h, err := hs.History(ctx, k)
+	if err != nil {
+		return []string{fmt.Sprintf("History %s: %v", k, err)}
+	}
+	last := int64(0) // the last attempt that ended
+	if ok {
+		last = rec.Attempt
+		if rec.Status == idem.StatusRunning {
+			last--
+		}
+	}
+	var d []string
+	if int64(len(h.Attempts)) != last {
+		d = append(d, fmt.Sprintf("History %s: %d attempts, want %d (record %s attempt %d)", k, len(h.Attempts), last, rec.Status, rec.Attempt))
+	}
+	var rev int64
+	for i, a := range h.Attempts {
+		switch {
+		case a.Attempt != int64(i+1):
+			d = append(d, fmt.Sprintf("History %s: attempt %d at position %d, want %d", k, a.Attempt, i+1, i+1))
+		case a.Revision < rev || a.Revision > rec.Revision:
+			d = append(d, fmt.Sprintf("History %s: attempt %d of revision %d after revision %d (record at %d)", k, a.Attempt, a.Revision, rev, rec.Revision))
+		case a.Attempt == last && a.Revision == rec.Revision && !m.byOperator[k] && a.Outcome != string(rec.Status) &&
+			rec.Status != idem.StatusSkipped && rec.Status != idem.StatusRunning:
+			d = append(d, fmt.Sprintf("History %s: attempt %d ended %s, the record says %s", k, a.Attempt, a.Outcome, rec.Status))
+		}
+		rev = max(rev, a.Revision)
 	}
 	return d
 }
