@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgo/idem"
 	"github.com/idemgo/idem/idemstore"
+	"github.com/idemgo/idem/internal/histcheck"
 )
 
 // mStep is what the model expects of an operation.
@@ -347,13 +348,9 @@ func (w *world) lookupDiff(ctx context.Context, m *model, keys []idem.Key, times
 }
 
 // historyDiff checks a store's History of k (when it keeps one:
-// idemstore.Historian) against its record: every attempt number from 1 to
-// the record's last ended attempt is there exactly once, in order (a
-// claim takes the record's attempt plus one; a takeover ends the attempt
-// taken over as abandoned; a re-run changes the revision, not the
-// attempt), the attempt running now is not, and revisions do not go back
-// nor past the record's. The record's own ended attempt has the record's
-// status as its outcome unless an operator or a re-run settled it since.
+// idemstore.Historian) against its record (histcheck.Check), and that the
+// record's own ended attempt has the record's status as its outcome unless
+// an operator settled it since (or a re-run: another revision).
 func (w *world) historyDiff(ctx context.Context, m *model, k idem.Key, rec idemstore.Record, ok bool) []string {
 	hs, isH := w.s.(idemstore.Historian)
 	if !isH {
@@ -363,29 +360,14 @@ func (w *world) historyDiff(ctx context.Context, m *model, k idem.Key, rec idems
 	if err != nil {
 		return []string{fmt.Sprintf("History %s: %v", k, err)}
 	}
-	last := int64(0) // the last attempt that ended
-	if ok {
-		last = rec.Attempt
-		if rec.Status == idem.StatusRunning {
-			last--
-		}
-	}
 	var d []string
-	if int64(len(h.Attempts)) != last {
-		d = append(d, fmt.Sprintf("History %s: %d attempts, want %d (record %s attempt %d)", k, len(h.Attempts), last, rec.Status, rec.Attempt))
+	for _, p := range histcheck.Check(rec, ok, h) {
+		d = append(d, fmt.Sprintf("History %s: %s", k, p))
 	}
-	var rev int64
-	for i, a := range h.Attempts {
-		switch {
-		case a.Attempt != int64(i+1):
-			d = append(d, fmt.Sprintf("History %s: attempt %d at position %d, want %d", k, a.Attempt, i+1, i+1))
-		case a.Revision < rev || a.Revision > rec.Revision:
-			d = append(d, fmt.Sprintf("History %s: attempt %d of revision %d after revision %d (record at %d)", k, a.Attempt, a.Revision, rev, rec.Revision))
-		case a.Attempt == last && a.Revision == rec.Revision && !m.byOperator[k] && a.Outcome != string(rec.Status) &&
-			rec.Status != idem.StatusSkipped && rec.Status != idem.StatusRunning:
+	if n := len(h.Attempts); ok && n > 0 && !m.byOperator[k] && rec.Status != idem.StatusSkipped && rec.Status != idem.StatusRunning {
+		if a := h.Attempts[n-1]; a.Attempt == rec.Attempt && a.Revision == rec.Revision && a.Outcome != string(rec.Status) {
 			d = append(d, fmt.Sprintf("History %s: attempt %d ended %s, the record says %s", k, a.Attempt, a.Outcome, rec.Status))
 		}
-		rev = max(rev, a.Revision)
 	}
 	return d
 }

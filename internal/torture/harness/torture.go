@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/effectlog"
+	"github.com/idemgo/idem/internal/histcheck"
 	"github.com/idemgo/idem/internal/proc"
 )
 
@@ -70,6 +72,7 @@ type Summary struct {
 	Unknown     int // keys of status unknown (statefile: and the periods blocked behind one)
 	Blocked     int // statefile: periods after an unknown one (included in Unknown)
 	NoEffect    int // keys done with no effect
+	History     int // what is wrong with the keys' histories of attempts (stores that keep one: histcheck)
 	Violations  int
 	Errors      []string // harness failures (workers exiting non-zero, ...): not violations
 	Dir         string
@@ -703,6 +706,18 @@ func (r *runner) check() (*Summary, error) {
 			if len(vs) > 0 && vs[len(vs)-1].key == k {
 				vs[len(vs)-1].detail = desc
 			}
+			if hs, isH := historian(h.Store); isH {
+				// The history of attempts, kept through the kills (and,
+				// in a rolling upgrade, by both releases).
+				hist, err := hs.History(ctx, k)
+				if err != nil {
+					return nil, fmt.Errorf("check: history of %s: %w", k, err)
+				}
+				for _, p := range histcheck.Check(rec, ok, hist) {
+					s.History++
+					vs = append(vs, violation{k, "history", p + "; " + desc})
+				}
+			}
 			switch {
 			case ok && rec.Status == idem.StatusDone:
 				if n == 0 {
@@ -725,7 +740,7 @@ func (r *runner) check() (*Summary, error) {
 			}
 		}
 	}
-	s.Violations = s.Lost + s.NoEffect
+	s.Violations = s.Lost + s.NoEffect + s.History
 	if dupsAreViolations {
 		s.Violations += s.Duplicates
 	}
@@ -734,6 +749,17 @@ func (r *runner) check() (*Summary, error) {
 	}
 	r.report(vs)
 	return s, nil
+}
+
+// historian returns the store behind s (idemstore.Of) if it keeps a
+// history of attempts.
+func historian(s idem.Store) (idemstore.Historian, bool) {
+	st, err := idemstore.Of(s)
+	if err != nil {
+		return nil, false
+	}
+	hs, ok := st.(idemstore.Historian)
+	return hs, ok
 }
 
 // report prints at most 20 violations, each with the workers' log lines about
