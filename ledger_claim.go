@@ -105,7 +105,7 @@ func (l *Ledger) fastClaim(ctx context.Context, req idemstore.ClaimRequest) (c i
 // waiting for the lock (writeTx).
 func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest, now bool) (idemstore.Claim, error) {
 	var c idemstore.Claim
-	err := l.writeTx(ctx, req.Durable, now, func(tx *wtx) error {
+	f := func(tx *wtx) error {
 		// The claim's time is the request's moved forward by the wait for
 		// the write lock: its lease counts from when it is written.
 		at := tx.at(req.Now)
@@ -147,7 +147,19 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest, now bo
 			c.Attempt, c.Record.Failures, req.Owner, until, c.Record.LastError, now, now,
 			idemstore.KeptFingerprint(rec.Fingerprint, req.Fingerprint), req.Key.Job, req.Key.Period)
 		return err
-	})
+	}
+	// In a group, the claim's INSERT may go with other claims' (its row as
+	// f's INSERT writes it); a key it did not insert runs f.
+	var at time.Time
+	b := &batchRow{kind: batchClaim, key: req.Key,
+		args: func(tx *wtx) []any {
+			at = tx.at(req.Now)
+			return []any{req.Key.Job, req.Key.Period, req.Owner, micros(at.Add(req.Lease)), micros(at), req.Fingerprint}
+		},
+		hit:  func() { c = idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: Record{Key: req.Key}, Now: at} },
+		miss: f,
+	}
+	err := l.writeTxBatch(ctx, req.Durable, now, f, b)
 	if errors.Is(err, errNotNow) {
 		return idemstore.Claim{}, err
 	}
@@ -184,7 +196,7 @@ func (l ledgerStore) Renew(ctx context.Context, key Key, attempt int64, now time
 // Finish implements [idemstore.Store]. It always commits with synchronous=FULL.
 func (l ledgerStore) Finish(ctx context.Context, key Key, attempt int64, end idemstore.End) error {
 	var n int64
-	err := l.withTx(ctx, true, func(tx *wtx) error {
+	f := func(tx *wtx) error {
 		var err error
 		if n, err = finishExec(tx, key, attempt, end); err != nil || n == 0 {
 			return err
@@ -193,7 +205,20 @@ func (l ledgerStore) Finish(ctx context.Context, key Key, attempt int64, end ide
 			return advanceExec(tx, key.Job, key.Period)
 		}
 		return nil
-	})
+	}
+	// In a group, a done mark that moves no cursor may go with others'
+	// (its row as finishExec's UPDATE writes it).
+	var b *batchRow
+	if !end.Cursor || end.Status != StatusDone {
+		b = &batchRow{kind: batchDone, key: key,
+			args: func(tx *wtx) []any {
+				return append([]any{key.Job, key.Period, attempt}, finishValues(tx, end)...)
+			},
+			hit:  func() { n = 1 },
+			miss: func(*wtx) error { n = 0; return nil },
+		}
+	}
+	err := l.writeTxBatch(ctx, true, false, f, b)
 	if err != nil {
 		return l.opErr("finish", key, err)
 	}
@@ -204,21 +229,25 @@ func (l ledgerStore) Finish(ctx context.Context, key Key, attempt int64, end ide
 }
 
 func finishExec(tx *wtx, key Key, attempt int64, end idemstore.End) (int64, error) {
-	var value []byte
-	if end.Status == StatusDone {
-		value = end.Value
-	}
-	updated := micros(tx.at(end.Now))
 	// The attempt's history row is the record itself until the record
 	// moves on (the trigger idem_attempt_archive).
 	res, err := tx.exec(`UPDATE idem_runs SET status=?, failures=?, not_before=?, last_error=?,
 		lease_until=0, updated=?, value=? WHERE job=? AND period=? AND attempt=? AND status='running'`,
-		string(end.Status), end.Failures, micros(tx.at(end.NotBefore)), end.Error, updated, value,
-		key.Job, key.Period, attempt)
+		append(finishValues(tx, end), key.Job, key.Period, attempt)...)
 	if err != nil {
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// finishValues are the values an attempt's end writes on its record:
+// status, failures, not_before, last_error, updated, value.
+func finishValues(tx *wtx, end idemstore.End) []any {
+	var value []byte
+	if end.Status == StatusDone {
+		value = end.Value
+	}
+	return []any{string(end.Status), end.Failures, micros(tx.at(end.NotBefore)), end.Error, micros(tx.at(end.Now)), value}
 }
 
 func advanceExec(tx *wtx, job, period string) error {

@@ -13,8 +13,9 @@ import (
 // while another of them holds the write lock do not each wait for the lock
 // and commit on their own: they queue in the ledger's group (pending), and
 // the write that holds the lock next (the leader) runs every write queued
-// at that moment in one SQLite transaction, each in a savepoint of its own,
-// and commits them together: one COMMIT, so one fsync of the -wal file,
+// at that moment in one SQLite transaction, each in a savepoint of its own
+// (or, a new key's claim and a done mark, with others of its kind in one
+// statement: ledger_batch.go), and commits them together: one COMMIT, so one fsync of the -wal file,
 // for the lot. A write whose statements fail is rolled back to its
 // savepoint alone and returns its error; the others commit. A COMMIT that
 // fails (a failed fsync, a full disk) fails every write of the group, none
@@ -69,6 +70,7 @@ type groupWrite struct {
 	durable bool
 	now     bool // fail with errNotNow rather than wait for SQLite's lock
 	f       func(*wtx) error
+	b       *batchRow // non-nil: it may run with others of its kind in one statement (ledger_batch.go)
 	ls      *lockStart
 
 	wake chan struct{} // cap 1: done, or chosen to lead (lead)
@@ -80,13 +82,13 @@ type groupWrite struct {
 // groupTx is writeTx's path on an owned ledger: the write joins the group,
 // leads it if no write does, and returns once a group that holds it has
 // committed (or failed).
-func (l *Ledger) groupTx(ctx context.Context, durable, now bool, f func(*wtx) error) error {
+func (l *Ledger) groupTx(ctx context.Context, durable, now bool, f func(*wtx) error, b *batchRow) error {
 	if now && l.wl.long.Load() > 0 {
 		// A transaction of a caller's function holds this process's turn
 		// or waits for it: see startWrite.
 		return errNotNow
 	}
-	w := &groupWrite{ctx: ctx, durable: durable, now: now, f: f, ls: l.newLockStart(), wake: make(chan struct{}, 1)}
+	w := &groupWrite{ctx: ctx, durable: durable, now: now, f: f, b: b, ls: l.newLockStart(), wake: make(chan struct{}, 1)}
 	g := &l.group
 	g.mu.Lock()
 	g.pending = append(g.pending, w)
@@ -339,10 +341,11 @@ func (x *groupWrite) signal() {
 }
 
 // runGroup runs batch (led by w, which holds the write lock) in one
-// transaction on the kept connection: each write's f in a savepoint when
-// there are several. Before the COMMIT, it takes the writes of batch's
-// kind that joined the group meanwhile (late) and runs them too, each in a
-// savepoint; it adds them to *taken (the leader's, which answers them if
+// transaction on the kept connection: when there are several, each
+// write's f in a savepoint, or with others of its kind in one statement
+// (runWrites). Before the COMMIT, it takes the writes of batch's kind that
+// joined the group meanwhile (late) and runs them too, the same way; it
+// adds them to *taken (the leader's, which answers them if
 // what follows panics) and returns batch with them. Each write's own error
 // is set in its err; the error returned (the file check's, the BEGIN's,
 // the COMMIT's, the sync's) is every write's.
@@ -402,7 +405,7 @@ func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite, taken *[]*groupWri
 			if err := w.f(l.groupWtx(c, w)); err != nil {
 				return err
 			}
-		} else if err := l.runSavepoints(ctx, c, batch); err != nil {
+		} else if err := l.runWrites(ctx, c, batch); err != nil {
 			return err
 		}
 		cctx := ctx
@@ -413,7 +416,7 @@ func (l *Ledger) runGroup(w *groupWrite, batch []*groupWrite, taken *[]*groupWri
 			for _, x := range more {
 				l.locked(x.ctx, x.ls)
 			}
-			if err := l.runSavepoints(cctx, c, more); err != nil {
+			if err := l.runWrites(cctx, c, more); err != nil {
 				return err
 			}
 		}
@@ -464,6 +467,12 @@ func (l *Ledger) groupWtx(c *wconn, x *groupWrite) *wtx {
 // whose f fails (or whose context has ended) is rolled back to it, with its
 // error in its err. An error of the savepoints themselves is the group's.
 func (l *Ledger) runSavepoints(ctx context.Context, c *wconn, batch []*groupWrite) error {
+	return l.runSavepointsWith(ctx, c, batch, func(x *groupWrite, tx *wtx) error { return x.f(tx) })
+}
+
+// runSavepointsWith is runSavepoints with run(x, tx) as each write's
+// statements (runBatch: a batched write's miss).
+func (l *Ledger) runSavepointsWith(ctx context.Context, c *wconn, batch []*groupWrite, run func(*groupWrite, *wtx) error) error {
 	for _, x := range batch {
 		x.err = nil
 		if err := context.Cause(x.ctx); err != nil && x.ctx.Err() != nil {
@@ -473,7 +482,7 @@ func (l *Ledger) runSavepoints(ctx context.Context, c *wconn, batch []*groupWrit
 		if _, err := c.exec(ctx, `SAVEPOINT idem_group`); err != nil {
 			return err
 		}
-		if err := x.f(l.groupWtx(c, x)); err != nil {
+		if err := run(x, l.groupWtx(c, x)); err != nil {
 			x.err = l.writeErr(err)
 			if _, err := c.exec(ctx, `ROLLBACK TO idem_group`); err != nil {
 				return err

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemgo/idem"
+	"github.com/idemgo/idem/idemstore"
 	"github.com/idemgo/idem/internal/testwait"
 )
 
@@ -332,4 +335,116 @@ func TestLedgerGroupCommitLateWritePanics(t *testing.T) {
 	}); err != nil {
 		t.Errorf("a write after the panic: %v", err)
 	}
+}
+
+// TestLedgerGroupBatches: claims and done marks that wait in a group
+// together go as one statement per kind (SetBatchHook counts their rows),
+// and each gets the answer it would get alone: a new key acquired, a done
+// key done, the second claim of a key in the group (run alone, after the
+// batch) busy; a done mark of a lost attempt LeaseLost, the others done.
+// A batched statement that fails (a trigger refuses one key) is rolled
+// back, and its writes run alone: only the refused one fails.
+func TestLedgerGroupBatches(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	s := store(t, l)
+	var mu sync.Mutex
+	var batched []int
+	defer idem.SetBatchHook(func(rows int) { mu.Lock(); batched = append(batched, rows); mu.Unlock() })()
+	now := time.Now()
+	done := idem.Key{Job: "b", Period: "done"}
+	if err := l.Run(ctx, done, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.DB().ExecContext(ctx, `CREATE TRIGGER refuse BEFORE INSERT ON idem_runs WHEN NEW.period = 'refused'
+		BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`); err != nil {
+		t.Fatal(err)
+	}
+	keys := []idem.Key{{Job: "b", Period: "p0"}, {Job: "b", Period: "p1"}, done, {Job: "b", Period: "p2"}, {Job: "b", Period: "p1"}, {Job: "b", Period: "p3"}}
+	claims := make([]idemstore.Claim, len(keys))
+	errs := grouped(t, l, len(keys), func(i int) error {
+		var err error
+		claims[i], err = s.Claim(ctx, idemstore.ClaimRequest{Key: keys[i], Owner: fmt.Sprint("w", i), Now: now, Lease: time.Minute, Durable: true})
+		return err
+	})
+	wantState := []idemstore.ClaimState{idemstore.ClaimAcquired, idemstore.ClaimAcquired, idemstore.ClaimDone, idemstore.ClaimAcquired, idemstore.ClaimBusy, idemstore.ClaimAcquired}
+	for i, c := range claims {
+		if errs[i] != nil || c.State != wantState[i] {
+			t.Errorf("claim %d of %s: %+v, %v; want state %v", i, keys[i], c, errs[i], wantState[i])
+		}
+	}
+	mu.Lock()
+	if len(batched) == 0 || batched[0] < 2 {
+		t.Errorf("batched statements %v: want the claims in one", batched)
+	}
+	batched = nil
+	mu.Unlock()
+	// Done marks: p0, p1 and p3 by their attempts, p2 by a lost one.
+	ends := []struct {
+		key     idem.Key
+		attempt int64
+		lost    bool
+	}{{keys[0], 1, false}, {keys[1], 1, false}, {keys[3], 2, true}, {keys[5], 1, false}}
+	errs = grouped(t, l, len(ends), func(i int) error {
+		return s.Finish(ctx, ends[i].key, ends[i].attempt, idemstore.End{Status: idem.StatusDone, Now: now})
+	})
+	for i, e := range ends {
+		switch {
+		case e.lost && !errors.Is(errs[i], idem.ErrLeaseLost):
+			t.Errorf("done mark of %s attempt %d: %v, want ErrLeaseLost", e.key, e.attempt, errs[i])
+		case !e.lost && errs[i] != nil:
+			t.Errorf("done mark of %s: %v", e.key, errs[i])
+		}
+		want := idem.StatusDone
+		if e.lost {
+			want = idem.StatusRunning
+		}
+		if rec := mustLookup(t, l, e.key); rec.Status != want {
+			t.Errorf("%s after the group: %s, want %s", e.key, rec.Status, want)
+		}
+	}
+	mu.Lock()
+	if len(batched) == 0 || batched[0] < 2 {
+		t.Errorf("batched statements %v: want the done marks in one", batched)
+	}
+	mu.Unlock()
+	// A batch one of whose rows a trigger refuses.
+	refused := []idem.Key{{Job: "b", Period: "q0"}, {Job: "b", Period: "refused"}, {Job: "b", Period: "q1"}}
+	errs = grouped(t, l, len(refused), func(i int) error {
+		_, err := s.Claim(ctx, idemstore.ClaimRequest{Key: refused[i], Owner: "w", Now: now, Lease: time.Minute, Durable: true})
+		return err
+	})
+	for i, k := range refused {
+		_, found, err := s.Lookup(ctx, k)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case k.Period == "refused" && (errs[i] == nil || !strings.Contains(errs[i].Error(), "refused by the test") || found):
+			t.Errorf("claim of %s: %v (record %v), want the trigger's error and no record", k, errs[i], found)
+		case k.Period != "refused" && (errs[i] != nil || !found):
+			t.Errorf("claim of %s: %v (record %v), want it acquired", k, errs[i], found)
+		}
+	}
+}
+
+// grouped runs n calls of call (i = 0..n-1) while l's writes are held,
+// once all wait in its group, so that their writes form one group in
+// the order of i; it returns their errors.
+func grouped(t *testing.T, l *idem.Ledger, n int, call func(i int) error) []error {
+	t.Helper()
+	release := idem.LedgerHoldWrites(l)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = call(i)
+		}()
+		// One at a time, so that the group holds them in the order of i.
+		testwait.Until(t, func() bool { return idem.LedgerGroupPending(l) == i+1 }, "write %d to wait in the ledger's group", i)
+	}
+	release()
+	testwait.Group(t, &wg, "the %d grouped writes to return", n)
+	return errs
 }

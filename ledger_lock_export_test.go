@@ -56,3 +56,11 @@ func LedgerOwnWrite(ctx context.Context, l *Ledger, durable bool, f func(exec fu
 		})
 	})
 }
+
+// SetBatchHook makes every batched statement of the ledgers' groups call
+// fn with its number of rows, until the returned function is called.
+// (Tests that set it do not run in parallel.)
+func SetBatchHook(fn func(rows int)) (reset func()) {
+	testHookBatch = fn
+	return func() { testHookBatch = nil }
+}

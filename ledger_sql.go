@@ -47,9 +47,10 @@ type rawOp struct {
 	ctx  context.Context
 	q    string
 	args []driver.NamedValue
-	dest []any          // a read: the first row's columns go here; nil for an exec
-	vals []driver.Value // the row as the driver gives it
-	res  driver.Result  // an exec's result
+	dest []any                      // a read: the first row's columns go here; nil for an exec
+	each func([]driver.Value) error // a read of every row (query): called with each
+	vals []driver.Value             // the row as the driver gives it
+	res  driver.Result              // an exec's result
 }
 
 func newWconn(c *sql.Conn) *wconn {
@@ -120,6 +121,19 @@ func (w *wconn) scan(ctx context.Context, q string, args []any, dest ...any) err
 	return err
 }
 
+// query runs the read (or the statement with RETURNING) q with args,
+// prepared once, on the driver's connection, and calls fn with each row's
+// driver values (valid during the call only).
+func (w *wconn) query(ctx context.Context, q string, args []any, fn func([]driver.Value) error) error {
+	if err := w.bind(args); err != nil {
+		return err
+	}
+	w.op.ctx, w.op.q, w.op.dest, w.op.each = ctx, q, nil, fn
+	err := w.conn.Raw(w.rawFn)
+	w.reset()
+	return err
+}
+
 // reset drops the finished call's context, statement and arguments,
 // keeping the scratch slices.
 func (w *wconn) reset() {
@@ -169,6 +183,9 @@ func (w *wconn) raw(dc any) error {
 		}
 		w.dstmts[op.q] = st
 	}
+	if op.each != nil {
+		return queryEach(op, st)
+	}
 	if op.dest == nil {
 		ex, ok := st.(driver.StmtExecContext)
 		if !ok {
@@ -199,6 +216,36 @@ func (w *wconn) raw(dc any) error {
 	}
 	clear(vals)
 	if cerr := rows.Close(); cerr != nil && (err == nil || errors.Is(err, sql.ErrNoRows)) {
+		err = cerr
+	}
+	return err
+}
+
+// queryEach runs op's read on st and calls op.each with every row.
+func queryEach(op *rawOp, st driver.Stmt) error {
+	qu, ok := st.(driver.StmtQueryContext)
+	if !ok {
+		return fmt.Errorf("idem: driver statement %T cannot query", st)
+	}
+	rows, err := qu.QueryContext(op.ctx, op.args)
+	if err != nil {
+		return err
+	}
+	n := len(rows.Columns())
+	if cap(op.vals) < n {
+		op.vals = make([]driver.Value, n)
+	}
+	vals := op.vals[:n]
+	for err == nil {
+		if err = rows.Next(vals); err == nil {
+			err = op.each(vals)
+		}
+	}
+	clear(vals)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	if cerr := rows.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
 	return err
@@ -657,6 +704,12 @@ var errNotNow = errors.New("idem: the write lock is not free now")
 // transaction of a caller's function (startWrite): then it fails with
 // errNotNow, having written nothing.
 func (l *Ledger) writeTx(ctx context.Context, durable, now bool, f func(*wtx) error) error {
+	return l.writeTxBatch(ctx, durable, now, f, nil)
+}
+
+// writeTxBatch is writeTx for a write that a group may run with others of
+// its kind in one statement (b, ledger_batch.go); f is the write alone.
+func (l *Ledger) writeTxBatch(ctx context.Context, durable, now bool, f func(*wtx) error, b *batchRow) error {
 	if err := l.broken.get(); err != nil {
 		return err
 	}
@@ -666,7 +719,7 @@ func (l *Ledger) writeTx(ctx context.Context, durable, now bool, f func(*wtx) er
 		}
 		return l.withSQLTx(ctx, durable, f)
 	}
-	return l.groupTx(ctx, durable, now, f) // runGroup checks the ledger's file
+	return l.groupTx(ctx, durable, now, f, b) // runGroup checks the ledger's file
 }
 
 // takeLockSQL is a write that changes nothing: run first in a transaction
