@@ -14,27 +14,14 @@ import (
 	"github.com/idemgo/idem/internal/testwait"
 )
 
-// groupOf starts n writes of l's own while its writes are held, waits
-// until all n wait in its group, and lets them go: they commit as one
-// group. write(i) is the i-th write's body, durable(i) whether it asks
+// groupOf runs n writes of l's own as one group (grouped). write(i) is
+// the i-th write's body, durable(i) whether it asks
 // for a synced commit; the writes' errors are returned in order.
 func groupOf(t *testing.T, l *idem.Ledger, n int, durable func(i int) bool, write func(i int, exec func(string, ...any) error) error) []error {
 	t.Helper()
-	ctx := context.Background()
-	release := idem.LedgerHoldWrites(l)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = idem.LedgerOwnWrite(ctx, l, durable(i), func(exec func(string, ...any) error) error { return write(i, exec) })
-		}()
-	}
-	testwait.Until(t, func() bool { return idem.LedgerGroupPending(l) == n }, "%d writes to wait in the ledger's group", n)
-	release()
-	testwait.Group(t, &wg, "the %d grouped writes to return", n)
-	return errs
+	return grouped(t, l, n, func(i int) error {
+		return idem.LedgerOwnWrite(context.Background(), l, durable(i), func(exec func(string, ...any) error) error { return write(i, exec) })
+	})
 }
 
 // TestLedgerGroupCommitIsolatesAFailedWrite: writes that commit as one

@@ -195,19 +195,10 @@ func (w *wconn) raw(dc any) error {
 		op.res = res
 		return err
 	}
-	qu, ok := st.(driver.StmtQueryContext)
-	if !ok {
-		return fmt.Errorf("idem: driver statement %T cannot query", st)
-	}
-	rows, err := qu.QueryContext(op.ctx, op.args)
+	rows, vals, err := op.open(st)
 	if err != nil {
 		return err
 	}
-	n := len(rows.Columns())
-	if cap(op.vals) < n {
-		op.vals = make([]driver.Value, n)
-	}
-	vals := op.vals[:n]
 	err = rows.Next(vals)
 	if err == nil {
 		err = scanValues(vals, op.dest)
@@ -221,21 +212,29 @@ func (w *wconn) raw(dc any) error {
 	return err
 }
 
-// queryEach runs op's read on st and calls op.each with every row.
-func queryEach(op *rawOp, st driver.Stmt) error {
+// open runs op's read on st: its rows, and op's scratch row sized for them.
+func (op *rawOp) open(st driver.Stmt) (driver.Rows, []driver.Value, error) {
 	qu, ok := st.(driver.StmtQueryContext)
 	if !ok {
-		return fmt.Errorf("idem: driver statement %T cannot query", st)
+		return nil, nil, fmt.Errorf("idem: driver statement %T cannot query", st)
 	}
 	rows, err := qu.QueryContext(op.ctx, op.args)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	n := len(rows.Columns())
 	if cap(op.vals) < n {
 		op.vals = make([]driver.Value, n)
 	}
-	vals := op.vals[:n]
+	return rows, op.vals[:n], nil
+}
+
+// queryEach runs op's read on st and calls op.each with every row.
+func queryEach(op *rawOp, st driver.Stmt) error {
+	rows, vals, err := op.open(st)
+	if err != nil {
+		return err
+	}
 	for err == nil {
 		if err = rows.Next(vals); err == nil {
 			err = op.each(vals)
