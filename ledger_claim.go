@@ -156,7 +156,9 @@ func (l *Ledger) claimTx(ctx context.Context, req idemstore.ClaimRequest, now bo
 			at = tx.at(req.Now)
 			return []any{req.Key.Job, req.Key.Period, req.Owner, micros(at.Add(req.Lease)), micros(at), req.Fingerprint}
 		},
-		hit:  func() { c = idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: Record{Key: req.Key}, Now: at} },
+		hit: func() {
+			c = idemstore.Claim{State: idemstore.ClaimAcquired, Attempt: 1, Record: Record{Key: req.Key}, Now: at}
+		},
 		miss: f,
 	}
 	err := l.writeTxBatch(ctx, req.Durable, now, f, b)
