@@ -24,13 +24,16 @@
 # detector (which builds every dependency once), the other steps
 # (the type-check for darwin and windows and staticcheck, go mod tidy,
 # each module's tests,
-# the fuzz pass) run $IDEM_TEST_JOBS at a time (default 3; the root
+# the fuzz pass) run $IDEM_TEST_JOBS at a time (default 4; the root
 # module's tests beside staticcheck's step and the Postgres ledger's
 # alone, see below): much of a module's test time is waiting (real
 # processes, a real PostgreSQL, leases running out), which another step
 # fills. (With 2 at a time, on 2 cores and an empty build cache, those
 # steps used 1.39 cores on average: the Postgres and MySQL ledgers' tests,
-# 406 and 309 s, took 156 and 164 s of CPU.) A step's output is held and
+# 406 and 309 s, took 156 and 164 s of CPU. With 3, the steps after the
+# root module's used 310 s of CPU in 236 s: 1.3 cores; most of them wait
+# on a server, the MySQL ledger's 132 s for 49 s of CPU, the RabbitMQ
+# outbox's 34 s for 8.) A step's output is held and
 # printed whole when it ends ("== start NAME (at Ns)" says when it began,
 # N seconds into the run).
 # IDEM_TEST_JOBS=1 runs them one after the other, in the order queued below.
@@ -400,7 +403,7 @@ wait_servers
 # each one's output is printed whole, with its result, when it ends. A step
 # queued by queue_apart starts as the others do (beside the steps already
 # running), but no step starts after it until it has ended.
-jobs=${IDEM_TEST_JOBS:-3}
+jobs=${IDEM_TEST_JOBS:-4}
 case $jobs in
 '' | *[!0-9]* | 0)
 	echo "scripts/test.sh: IDEM_TEST_JOBS=$jobs: want a number of steps to run at once, 1 or more" >&2
