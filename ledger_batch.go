@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Batched writes. A group (ledger_group.go) runs each write in a savepoint
@@ -33,7 +34,7 @@ import (
 
 // testHookBatch, when set (by tests), is called with the number of rows of
 // each batched statement before it runs.
-var testHookBatch func(rows int)
+var testHookBatch atomic.Pointer[func(rows int)]
 
 // batchKind is what a batchable write does.
 type batchKind uint8
@@ -174,14 +175,12 @@ func (l *Ledger) runBatch(ctx context.Context, c *wconn, run []*groupWrite) erro
 		return l.runSavepoints(ctx, c, live)
 	}
 	kind := live[0].b.kind
-	if testHookBatch != nil {
-		testHookBatch(len(live))
+	if hook := testHookBatch.Load(); hook != nil {
+		(*hook)(len(live))
 	}
-	txs := make([]*wtx, len(live))
 	args := make([]any, 0, len(live)*batchCols[kind])
-	for i, x := range live {
-		txs[i] = l.groupWtx(c, x)
-		args = append(args, x.b.args(txs[i])...)
+	for _, x := range live {
+		args = append(args, x.b.args(l.groupWtx(c, x))...)
 	}
 	if _, err := c.exec(ctx, `SAVEPOINT idem_batch`); err != nil {
 		return err
@@ -210,7 +209,6 @@ func (l *Ledger) runBatch(ctx context.Context, c *wconn, run []*groupWrite) erro
 			x.b.hit()
 		} else {
 			misses = append(misses, x)
-
 		}
 	}
 	// A miss may run statements (a claim that decides under the lock):

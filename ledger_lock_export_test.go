@@ -61,6 +61,6 @@ func LedgerOwnWrite(ctx context.Context, l *Ledger, durable bool, f func(exec fu
 // fn with its number of rows, until the returned function is called.
 // (Tests that set it do not run in parallel.)
 func SetBatchHook(fn func(rows int)) (reset func()) {
-	testHookBatch = fn
-	return func() { testHookBatch = nil }
+	testHookBatch.Store(&fn)
+	return func() { testHookBatch.Store(nil) }
 }
