@@ -435,3 +435,44 @@ func grouped(t *testing.T, l *idem.Ledger, n int, call func(i int) error) []erro
 	testwait.Group(t, &wg, "the %d grouped writes to return", n)
 	return errs
 }
+
+// TestLedgerGroupBatchEndsTransaction: a batched statement whose failure
+// ends the transaction (a trigger's RAISE(ROLLBACK), as a full disk can)
+// fails every write of the group with an error, and none of them is left
+// written: no write runs on after it outside the group's transaction.
+// The ledger writes again afterwards.
+func TestLedgerGroupBatchEndsTransaction(t *testing.T) {
+	ctx := context.Background()
+	l := openLedger(t, t.TempDir())
+	s := store(t, l)
+	var mu sync.Mutex
+	var batched []int
+	defer idem.SetBatchHook(func(rows int) { mu.Lock(); batched = append(batched, rows); mu.Unlock() })()
+	if _, err := l.DB().ExecContext(ctx, `CREATE TRIGGER roll BEFORE INSERT ON idem_runs WHEN NEW.period = 'roll'
+		BEGIN SELECT RAISE(ROLLBACK, 'rolled back by the test'); END`); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	keys := []idem.Key{{Job: "b", Period: "r0"}, {Job: "b", Period: "roll"}, {Job: "b", Period: "r1"}}
+	errs := grouped(t, l, len(keys), func(i int) error {
+		_, err := s.Claim(ctx, idemstore.ClaimRequest{Key: keys[i], Owner: "w", Now: now, Lease: time.Minute, Durable: true})
+		return err
+	})
+	mu.Lock()
+	if len(batched) == 0 {
+		t.Errorf("no batched statement: the claims did not go as one")
+	}
+	mu.Unlock()
+	for i, k := range keys {
+		if errs[i] == nil {
+			t.Errorf("claim of %s: nil, want the group's error", k)
+		}
+		if _, found, err := s.Lookup(ctx, k); err != nil || found {
+			t.Errorf("%s after the group: record %v (%v), want none", k, found, err)
+		}
+	}
+	k := idem.Key{Job: "b", Period: "after"}
+	if err := l.Run(ctx, k, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("a Run after the failed group: %v", err)
+	}
+}
