@@ -684,6 +684,7 @@ func (r *runner) check() (*Summary, error) {
 	}
 
 	dupsAreViolations := r.cfg.Mode != "atleastonce"
+	hs, hasHistory := historian(h.Store)
 	var vs []violation
 	for _, ks := range makeKeys(r.cfg.Keys) {
 		blockedBy := "" // watermark store: an earlier period of the job is unknown
@@ -706,7 +707,7 @@ func (r *runner) check() (*Summary, error) {
 			if len(vs) > 0 && vs[len(vs)-1].key == k {
 				vs[len(vs)-1].detail = desc
 			}
-			if hs, isH := historian(h.Store); isH {
+			if hasHistory {
 				// The history of attempts, kept through the kills (and,
 				// in a rolling upgrade, by both releases).
 				hist, err := hs.History(ctx, k)
