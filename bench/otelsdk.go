@@ -42,6 +42,10 @@ type withOptions struct {
 }
 
 func (w withOptions) Run(ctx context.Context, key idem.Key, fn func(context.Context) error, opts ...idem.Option) error {
+	if len(opts) == 0 {
+		// As a caller passing w.opts itself: no slice made per Run.
+		return w.runner.Run(ctx, key, fn, w.opts...)
+	}
 	return w.runner.Run(ctx, key, fn, append(opts, w.opts...)...)
 }
 

@@ -75,7 +75,9 @@ type Attr struct {
 	Value any
 }
 
-// SpanStart describes a piece of work that starts.
+// SpanStart describes a piece of work that starts. Its Attrs, and a
+// [SpanEnd]'s, may be shared between calls: a hook reads them and does not
+// modify them.
 type SpanStart struct {
 	Kind    SpanKind
 	Key     Key

@@ -361,8 +361,9 @@ func (t *Telemetry) startSpan(ctx context.Context, s idemstore.SpanStart, at tim
 	}
 	attrs = convert(s.Attrs, attrs)
 	attrs = append(attrs, more...)
-	opts := make([]trace.SpanStartOption, 1, 4)
-	opts[0] = internalKind
+	optsBuf := optsPool.Get().(*[]trace.SpanStartOption)
+	defer putOpts(optsBuf)
+	opts := append((*optsBuf)[:0], internalKind)
 	var linkKey attemptKey
 	switch s.Kind {
 	case idemstore.SpanAttempt:
@@ -391,8 +392,8 @@ func (t *Telemetry) startSpan(ctx context.Context, s idemstore.SpanStart, at tim
 	if !at.IsZero() {
 		opts = append(opts, trace.WithTimestamp(at))
 	}
-	ctx, span := t.tracer.Start(ctx, SpanName(s), opts...)
-	*buf = attrs
+	ctx, span := t.tracer.Start(ctx, SpanName(s), opts...) // opts applied, not kept
+	*buf, *optsBuf = attrs, opts
 	if linkKey.attempt > 0 && t.links.put(linkKey, span.SpanContext()) {
 		linked = linkKey
 	}
@@ -406,6 +407,18 @@ var attrsPool = sync.Pool{New: func() any {
 	s := make([]attribute.KeyValue, 0, 16)
 	return &s
 }}
+
+// optsPool holds the option slices of span starts.
+var optsPool = sync.Pool{New: func() any {
+	s := make([]trace.SpanStartOption, 0, 4)
+	return &s
+}}
+
+func putOpts(s *[]trace.SpanStartOption) {
+	clear((*s)[:cap(*s)])
+	*s = (*s)[:0]
+	optsPool.Put(s)
+}
 
 func getAttrs() *[]attribute.KeyValue { return attrsPool.Get().(*[]attribute.KeyValue) }
 
@@ -491,7 +504,10 @@ func (p *pendingCall) end(e idemstore.SpanEnd) {
 		return
 	}
 	// Started and ended at once, with every attribute.
-	_, span, _ = p.t.startSpan(p.Context, p.s, p.at, endAttrs(e))
+	buf := getAttrs()
+	defer putAttrs(buf)
+	*buf = endAttrs((*buf)[:0], e)
+	_, span, _ = p.t.startSpan(p.Context, p.s, p.at, *buf)
 	end(span, e, false)
 }
 
@@ -509,12 +525,9 @@ func notNow(outcome string) bool {
 	return o.UnmarshalText([]byte(outcome)) == nil && o.NotNow()
 }
 
-// endAttrs are the attributes of a span's end.
-func endAttrs(e idemstore.SpanEnd) []attribute.KeyValue {
-	if len(e.Attrs) == 0 && e.Outcome == "" {
-		return nil // an attempt's: no slice to allocate
-	}
-	attrs := convert(e.Attrs, make([]attribute.KeyValue, 0, len(e.Attrs)+2))
+// endAttrs appends the attributes of a span's end to attrs.
+func endAttrs(attrs []attribute.KeyValue, e idemstore.SpanEnd) []attribute.KeyValue {
+	attrs = convert(e.Attrs, attrs)
 	if e.Outcome != "" {
 		attrs = append(attrs, KeyOutcome.String(e.Outcome))
 	}
@@ -531,8 +544,11 @@ func end(span trace.Span, e idemstore.SpanEnd, setAttrs bool) {
 		span.End()
 		return
 	}
-	if setAttrs {
-		span.SetAttributes(endAttrs(e)...)
+	if setAttrs && (len(e.Attrs) > 0 || e.Outcome != "") { // an attempt's has none
+		buf := getAttrs()
+		*buf = endAttrs((*buf)[:0], e)
+		span.SetAttributes(*buf...) // copied into the span
+		putAttrs(buf)
 	}
 	if e.Outcome == idem.Deferred.String() {
 		reason, _ := lookup(e.Attrs, idemstore.AttrReason).(string)
