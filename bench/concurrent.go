@@ -95,12 +95,28 @@ func concurrentFreshRunVsFloor(ctx context.Context, cfg config) (result, error) 
 	return alternate(ctx, cfg, concurrentSide(cfg.n, idemRun), concurrentSide(cfg.n, floorRun))
 }
 
+// concurrent16RoundMin is the fewest fresh Runs a round of
+// concurrent16_fresh_run_vs_sequential_floor makes on each side (flag
+// -concurrent16-round-min; the module's tests, which check that each line
+// runs, set none). Only the idem side has a start and an end within a
+// round: its 16 goroutines start together and, as the round's keys run
+// out, finish one by one, so its last groups are smaller than 16 callers
+// make them; the sequential floor has neither. At the default -n (200
+// keys, about 10 ms on the idem side, 12 Runs a goroutine) that start and
+// end are a large part of the round, and one slow fsync swings it: three
+// runs alternated, the same binary, read 3.32, 3.28 and 2.99 at 200 Runs a
+// round (idem 16,036-18,903/s) and 3.66, 3.73 and 3.63 at 2,000 (idem
+// 21,250-21,604/s; the floor 4,835-5,901/s at either size).
+const concurrent16RoundMin = 2000
+
 // concurrent16FreshRunVsSequentialFloor: Ledger.Run (AtLeastOnce) of new
 // keys from 16 goroutines at once against fresh_run_vs_floor's floor run
 // one key after the other: what 16 concurrent callers gain from the
 // ledger's group commit (their done marks share a COMMIT, so an fsync),
-// against the least a sequential caller can pay for the same durability.
+// against the least a sequential caller can pay for the same durability;
+// max(cfg.n, cfg.c16RoundMin) Runs a round on each side.
 func concurrent16FreshRunVsSequentialFloor(ctx context.Context, cfg config) (result, error) {
+	n := max(cfg.n, cfg.c16RoundMin)
 	dir, l, cleanup, err := ledgerInTempDir(ctx, "concurrent16")
 	if err != nil {
 		return result{}, err
@@ -112,7 +128,7 @@ func concurrent16FreshRunVsSequentialFloor(ctx context.Context, cfg config) (res
 	}
 	defer fl.close()
 	floorSide := side{ops: func(ctx context.Context, round int) (int, error) {
-		keys := roundKeys("fresh", round, cfg.n)
+		keys := roundKeys("fresh", round, n)
 		for _, k := range keys {
 			if err := fl.run(ctx, k, noop); err != nil {
 				return 0, err
@@ -121,7 +137,7 @@ func concurrent16FreshRunVsSequentialFloor(ctx context.Context, cfg config) (res
 		return len(keys), nil
 	}}
 	idemRun := func(ctx context.Context, k idem.Key) error { return l.Run(ctx, k, noop) }
-	return alternate(ctx, cfg, concurrentSide(cfg.n, idemRun), floorSide)
+	return alternate(ctx, cfg, concurrentSide(n, idemRun), floorSide)
 }
 
 // pgConcurrentFreshRunVsFloor: pgledger's Run (AtLeastOnce) of new keys

@@ -28,6 +28,7 @@ type config struct {
 	idleWindow   time.Duration // scheduler_idle_cpu: the measured window
 	wakeSeconds  int           // scheduler_wake_latency: seconds of one-second periods measured
 	otelRoundMin int           // otel_sdk_fresh_run_vs_plain: the fewest Runs a round (0 in the tests: n)
+	c16RoundMin  int           // concurrent16_fresh_run_vs_sequential_floor: the fewest Runs a round (0 in the tests: n)
 }
 
 // comparison is one line of the output: idem against other ("floor",

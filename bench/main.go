@@ -39,6 +39,7 @@ func main() {
 	flag.DurationVar(&cfg.idleWindow, "idle-window", 30*time.Second, "scheduler_idle_cpu: how long to measure the idle Scheduler's CPU time")
 	flag.IntVar(&cfg.wakeSeconds, "wake-seconds", 15, "scheduler_wake_latency: seconds of one-second periods to measure")
 	flag.IntVar(&cfg.otelRoundMin, "otel-round-min", otelFreshRoundMin, "otel_sdk_fresh_run_vs_plain: the fewest fresh Runs a round makes on each side, whatever -n")
+	flag.IntVar(&cfg.c16RoundMin, "concurrent16-round-min", concurrent16RoundMin, "concurrent16_fresh_run_vs_sequential_floor: the fewest fresh Runs a round makes on each side, whatever -n")
 	flag.BoolVar(&countSQL, "count-sql", false, "also print the SQLite statements each side runs per operation (opens idem's ledger with NewLedger on a counting driver)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
