@@ -116,7 +116,6 @@ func (l *Ledger) runWrites(ctx context.Context, c *wconn, batch []*groupWrite) e
 		if n >= 2 {
 			err = l.runBatch(ctx, c, batch[:n])
 		} else {
-
 			n = 1
 			err = l.runSavepoints(ctx, c, batch[:1])
 		}

@@ -324,6 +324,28 @@ func TestLedgerGroupCommitLateWritePanics(t *testing.T) {
 	}
 }
 
+// batchRecorder holds the rows of each batched statement the ledger runs
+// (SetBatchHook) while the test runs.
+type batchRecorder struct {
+	mu   sync.Mutex
+	rows []int
+}
+
+func recordBatches(t *testing.T) *batchRecorder {
+	r := &batchRecorder{}
+	t.Cleanup(idem.SetBatchHook(func(rows int) { r.mu.Lock(); r.rows = append(r.rows, rows); r.mu.Unlock() }))
+	return r
+}
+
+// take returns the rows recorded since the last take.
+func (r *batchRecorder) take() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rows := r.rows
+	r.rows = nil
+	return rows
+}
+
 // TestLedgerGroupBatches: claims and done marks that wait in a group
 // together go as one statement per kind (SetBatchHook counts their rows),
 // and each gets the answer it would get alone: a new key acquired, a done
@@ -335,9 +357,7 @@ func TestLedgerGroupBatches(t *testing.T) {
 	ctx := context.Background()
 	l := openLedger(t, t.TempDir())
 	s := store(t, l)
-	var mu sync.Mutex
-	var batched []int
-	defer idem.SetBatchHook(func(rows int) { mu.Lock(); batched = append(batched, rows); mu.Unlock() })()
+	batches := recordBatches(t)
 	now := time.Now()
 	done := idem.Key{Job: "b", Period: "done"}
 	if err := l.Run(ctx, done, func(context.Context) error { return nil }); err != nil {
@@ -360,12 +380,9 @@ func TestLedgerGroupBatches(t *testing.T) {
 			t.Errorf("claim %d of %s: %+v, %v; want state %v", i, keys[i], c, errs[i], wantState[i])
 		}
 	}
-	mu.Lock()
-	if len(batched) == 0 || batched[0] < 2 {
+	if batched := batches.take(); len(batched) == 0 || batched[0] < 2 {
 		t.Errorf("batched statements %v: want the claims in one", batched)
 	}
-	batched = nil
-	mu.Unlock()
 	// Done marks: p0, p1 and p3 by their attempts, p2 by a lost one.
 	ends := []struct {
 		key     idem.Key
@@ -390,11 +407,9 @@ func TestLedgerGroupBatches(t *testing.T) {
 			t.Errorf("%s after the group: %s, want %s", e.key, rec.Status, want)
 		}
 	}
-	mu.Lock()
-	if len(batched) == 0 || batched[0] < 2 {
+	if batched := batches.take(); len(batched) == 0 || batched[0] < 2 {
 		t.Errorf("batched statements %v: want the done marks in one", batched)
 	}
-	mu.Unlock()
 	// A batch one of whose rows a trigger refuses.
 	refused := []idem.Key{{Job: "b", Period: "q0"}, {Job: "b", Period: "refused"}, {Job: "b", Period: "q1"}}
 	errs = grouped(t, l, len(refused), func(i int) error {
@@ -445,9 +460,7 @@ func TestLedgerGroupBatchEndsTransaction(t *testing.T) {
 	ctx := context.Background()
 	l := openLedger(t, t.TempDir())
 	s := store(t, l)
-	var mu sync.Mutex
-	var batched []int
-	defer idem.SetBatchHook(func(rows int) { mu.Lock(); batched = append(batched, rows); mu.Unlock() })()
+	batches := recordBatches(t)
 	if _, err := l.DB().ExecContext(ctx, `CREATE TRIGGER roll BEFORE INSERT ON idem_runs WHEN NEW.period = 'roll'
 		BEGIN SELECT RAISE(ROLLBACK, 'rolled back by the test'); END`); err != nil {
 		t.Fatal(err)
@@ -458,11 +471,9 @@ func TestLedgerGroupBatchEndsTransaction(t *testing.T) {
 		_, err := s.Claim(ctx, idemstore.ClaimRequest{Key: keys[i], Owner: "w", Now: now, Lease: time.Minute, Durable: true})
 		return err
 	})
-	mu.Lock()
-	if len(batched) == 0 {
+	if len(batches.take()) == 0 {
 		t.Errorf("no batched statement: the claims did not go as one")
 	}
-	mu.Unlock()
 	for i, k := range keys {
 		if errs[i] == nil {
 			t.Errorf("claim of %s: nil, want the group's error", k)
